@@ -1,0 +1,7 @@
+"""et-graph: the Energy Transformer for PyTorch Geometric."""
+from . import energy
+from .nn import ETConv
+
+__version__ = "0.1.0"
+
+__all__ = ["ETConv", "energy", "__version__"]

@@ -1,0 +1,3 @@
+from .et_conv import ETConv
+
+__all__ = ["ETConv"]

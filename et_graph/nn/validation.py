@@ -1,0 +1,76 @@
+"""Input checks shared by every layer and model: clear ``ValueError`` instead of wrong numbers."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+
+def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2) -> None:
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
+    if x.size(-1) != channels:
+        raise ValueError(
+            f"{name} has feature width {x.size(-1)} but the layer expects channels={channels}"
+        )
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if x.numel() and not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).any(dim=-1).sum())
+        raise ValueError(f"{name} contains NaN or inf values (in {bad} rows)")
+
+
+def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """Validate ``edge_index [2, E]`` and return it as ``int64``."""
+    if not isinstance(edge_index, Tensor):
+        raise ValueError(f"edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"edge_index must have dtype torch.long (or int32), got {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
+    if edge_index.numel():
+        low, high = int(edge_index.min()), int(edge_index.max())
+        if low < 0 or high >= num_nodes:
+            raise ValueError(
+                f"edge_index has node ids in [{low}, {high}] but there are {num_nodes} nodes "
+                f"(valid ids are 0..{num_nodes - 1})"
+            )
+    return edge_index.long()
+
+
+def check_edge_weight(
+    edge_weight: Optional[Tensor], num_edges: int, heads: int
+) -> Optional[Tensor]:
+    """Validate ``edge_weight`` of shape ``[E]`` or ``[E, heads]``; return ``[E, 1 or heads]``."""
+    if edge_weight is None:
+        return None
+    if not isinstance(edge_weight, Tensor):
+        raise ValueError(f"edge_weight must be a torch.Tensor, got {type(edge_weight).__name__}")
+    if edge_weight.dim() == 1:
+        edge_weight = edge_weight.unsqueeze(-1)
+    if edge_weight.dim() != 2 or edge_weight.size(0) != num_edges:
+        raise ValueError(
+            f"edge_weight must have shape [E] or [E, heads] with E={num_edges} "
+            f"(the number of edges), got {tuple(edge_weight.shape)}"
+        )
+    if edge_weight.size(1) not in (1, heads):
+        raise ValueError(
+            f"edge_weight has {edge_weight.size(1)} columns; expected 1 or heads={heads}"
+        )
+    if not edge_weight.is_floating_point():
+        edge_weight = edge_weight.float()
+    if edge_weight.numel() and not bool(torch.isfinite(edge_weight).all()):
+        raise ValueError("edge_weight contains NaN or inf values")
+    return edge_weight
+
+
+def check_batch(batch: Optional[Tensor], num_nodes: int) -> None:
+    if batch is None:
+        return
+    if batch.dim() != 1 or batch.numel() != num_nodes:
+        raise ValueError(f"batch must have shape [N]=[{num_nodes}], got {tuple(batch.shape)}")
+    if batch.numel() and int(batch.min()) < 0:
+        raise ValueError("batch holds negative graph ids")

@@ -1,0 +1,32 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+README = Path(__file__).with_name("README.md")
+
+setup(
+    name="et-graph",
+    version="0.1.0",
+    description="The Energy Transformer (ET) for PyTorch Geometric",
+    long_description=README.read_text() if README.exists() else "",
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["et_graph", "et_graph.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        "torch>=2.3",
+        "torch-geometric>=2.5",
+        "numpy",
+        "scipy",
+        "scikit-learn",
+        "tqdm",
+        "matplotlib",
+        "pillow",
+    ],
+    extras_require={
+        "test": ["pytest", "hypothesis", "ruff"],
+        "docs": ["mkdocs-material"],
+        "scatter": ["torch-scatter"],
+        "dgl": ["dgl"],
+    },
+    entry_points={"console_scripts": ["et-graph=et_graph.cli:main"]},
+)
