@@ -1,0 +1,58 @@
+"""Results as JSON plus a readable Markdown table: mean +- std over seeds or folds."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+
+def summarize(values: Iterable[float]) -> dict[str, Any]:
+    """``{"mean", "std", "values"}`` with the population std (0 for a single value)."""
+    values = [float(v) for v in values]
+    if not values:
+        return {"mean": float("nan"), "std": float("nan"), "values": []}
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    return {"mean": mean, "std": std, "values": values}
+
+
+def format_stat(stat: Mapping[str, Any], digits: int = 4) -> str:
+    if stat is None or stat.get("mean") is None or math.isnan(stat["mean"]):
+        return "n/a"
+    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+
+def markdown_table(
+    models: Mapping[str, Mapping[str, Any]], metrics: Sequence[str], digits: int = 4
+) -> str:
+    """One row per model, one column per metric (each a ``summarize`` dict)."""
+    header = "| model | " + " | ".join(metrics) + " |"
+    rule = "|---|" + "---|" * len(metrics)
+    rows = [
+        f"| {name} | " + " | ".join(format_stat(stats.get(m), digits) for m in metrics) + " |"
+        for name, stats in models.items()
+    ]
+    return "\n".join([header, rule, *rows])
+
+
+def write_results(
+    out_dir: str | Path,
+    results: Mapping[str, Any],
+    metrics: Sequence[str],
+    title: str = "",
+    notes: Sequence[str] = (),
+) -> tuple[Path, Path]:
+    """Write ``results.json`` and ``results.md`` (title, protocol, table, notes) to ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / "results.json"
+    json_path.write_text(json.dumps(results, indent=2, default=float))
+    lines = [f"# {title or results.get('dataset', 'results')}", ""]
+    if results.get("protocol"):
+        lines += [f"Protocol: {results['protocol']}", ""]
+    lines += [markdown_table(results["models"], metrics), ""]
+    lines += [f"- {note}" for note in notes]
+    md_path = out / "results.md"
+    md_path.write_text("\n".join(lines).rstrip() + "\n")
+    return json_path, md_path
