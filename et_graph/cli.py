@@ -3,12 +3,14 @@
 Each experiment module exposes ``add_arguments(parser)`` and ``run(args) -> dict``; the examples in
 ``examples/`` call the same two functions, so the CLI and the scripts cannot drift apart.
 """
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 SUBCOMMANDS = {
     "anomaly": ("et_graph.experiments.anomaly", "graph anomaly detection (node level)"),

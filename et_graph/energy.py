@@ -17,6 +17,7 @@ Every energy function returns a per-node share so that totals, per-graph and per
 come from the same code. The closed-form gradients beside them are checked against
 ``torch.autograd.grad`` of these energies in the tests.
 """
+
 from __future__ import annotations
 
 from typing import Optional

@@ -17,6 +17,7 @@ incoming gradients of the outputs ``dk = -sum c q_C`` and ``dq = -sum c k_B``)::
     dL/dk_B  = sum_{e: src=B} (dL/ds_e q_C - c_e G_q[C])
     dL/dq_C  = sum_{e: dst=C} (dL/ds_e k_B - c_e G_k[B])
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional

@@ -1,10 +1,12 @@
 """Results as JSON plus a readable Markdown table: mean +- std over seeds or folds."""
+
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 
 def summarize(values: Iterable[float]) -> dict[str, Any]:

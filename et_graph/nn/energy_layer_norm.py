@@ -1,4 +1,5 @@
 """LayerNorm with a scalar gain and a vector bias: the gradient of a convex Lagrangian."""
+
 from __future__ import annotations
 
 import math

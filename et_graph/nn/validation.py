@@ -1,4 +1,5 @@
 """Input checks shared by every layer and model: clear ``ValueError`` instead of wrong numbers."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -28,7 +29,9 @@ def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     if not isinstance(edge_index, Tensor):
         raise ValueError(f"edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
     if edge_index.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"edge_index must have dtype torch.long (or int32), got {edge_index.dtype}")
+        raise ValueError(
+            f"edge_index must have dtype torch.long (or int32), got {edge_index.dtype}"
+        )
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
     if edge_index.numel():

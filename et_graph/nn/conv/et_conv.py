@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
@@ -16,6 +16,16 @@ from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import check_batch, check_edge_index, check_edge_weight, check_features
 
 GRAD_MODES = ("analytic", "autograd")
+
+
+class EdgeSet(NamedTuple):
+    """Validated edges without self-loops, plus what explainers need to map back."""
+
+    src: Tensor
+    dst: Tensor
+    weight: Optional[Tensor]  # [E', 1 or H] or None
+    edge_index: Tensor  # the caller's edges, self-loops included
+    kept: Optional[Tensor]  # bool [E] marking non-loop edges; None when there were no loops
 
 
 class ETConv(MessagePassing):
@@ -138,10 +148,8 @@ class ETConv(MessagePassing):
     # ----------------------------------------------------------------------------------------
     # Input handling
     # ----------------------------------------------------------------------------------------
-    def _edges(
-        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor]
-    ) -> tuple[Tensor, Tensor, Optional[Tensor]]:
-        """Validated ``(src, dst, weight [E', 1 or H])`` with self-loops removed."""
+    def _edges(self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor]) -> EdgeSet:
+        """Validated ``(src, dst, weight [E', 1 or H], ...)`` with self-loops removed."""
         num_nodes = x.size(0)
         if is_sparse(edge_index):
             if edge_weight is not None:
@@ -161,13 +169,15 @@ class ETConv(MessagePassing):
         edge_index = check_edge_index(edge_index, num_nodes)
         edge_weight = check_edge_weight(edge_weight, edge_index.size(1), self.heads)
         src, dst = edge_index[0], edge_index[1]
-        keep = src != dst
-        if not bool(keep.all()):
-            src, dst = src[keep], dst[keep]
-            edge_weight = None if edge_weight is None else edge_weight[keep]
+        kept: Optional[Tensor] = src != dst
+        if bool(kept.all()):
+            kept = None
+        else:
+            src, dst = src[kept], dst[kept]
+            edge_weight = None if edge_weight is None else edge_weight[kept]
         if edge_weight is not None:
             edge_weight = edge_weight.to(x.dtype)
-        return src, dst, edge_weight
+        return EdgeSet(src, dst, edge_weight, edge_index, kept)
 
     def _check_x(self, x: Tensor) -> None:
         check_features(x, self.channels)
@@ -195,8 +205,8 @@ class ETConv(MessagePassing):
         """Each node's share of the energy ``[N]``: its attention term (as a destination) plus its
         Hopfield term. The shares sum to :meth:`energy`."""
         self._check_x(x)
-        src, dst, weight = self._edges(x, edge_index, edge_weight)
-        return self._node_energy_of_g(self.norm(x), src, dst, weight)
+        edges = self._edges(x, edge_index, edge_weight)
+        return self._node_energy_of_g(self.norm(x), edges.src, edges.dst, edges.weight)
 
     def energy(
         self,
@@ -220,12 +230,13 @@ class ETConv(MessagePassing):
     # ----------------------------------------------------------------------------------------
     # Gradient dE/dg
     # ----------------------------------------------------------------------------------------
-    def _grad_of_g(self, g: Tensor, src: Tensor, dst: Tensor, weight: Optional[Tensor]) -> Tensor:
+    def _grad_of_g(self, g: Tensor, edges: EdgeSet) -> Tensor:
+        src, dst, weight = edges.src, edges.dst, edges.weight
         if self.grad == "autograd":
             return self._autograd_grad(g, src, dst, weight)
         k, q = self._keys_queries(g)
         if self._explain or not self.fused:
-            grad_k, grad_q = self._propagate_attention_grad(k, q, src, dst, weight)
+            grad_k, grad_q = self._propagate_attention_grad(k, q, edges)
         else:
             grad_k, grad_q = fused_attention_grad(k, q, src, dst, self.beta, weight)
         flat = g.shape[:-1] + (self.heads * self.head_dim,)
@@ -247,12 +258,20 @@ class ETConv(MessagePassing):
         return grad
 
     def _propagate_attention_grad(
-        self, k: Tensor, q: Tensor, src: Tensor, dst: Tensor, weight: Optional[Tensor]
+        self, k: Tensor, q: Tensor, edges: EdgeSet
     ) -> tuple[Tensor, Tensor]:
-        """The closed form through ``propagate``, so that explainers and hooks see messages."""
-        coef = E.edge_coefficients(k, q, src, dst, self.beta, weight, k.size(0))
+        """The closed form through ``propagate``, so that explainers and hooks see messages.
+
+        Messages run over the caller's edges, self-loops included with coefficient zero, so that
+        an explainer's edge mask lines up with ``edge_index``.
+        """
+        coef = E.edge_coefficients(k, q, edges.src, edges.dst, self.beta, edges.weight, k.size(0))
+        if edges.kept is not None:
+            coef = coef.new_zeros(edges.kept.numel(), coef.size(1)).masked_scatter(
+                edges.kept.unsqueeze(-1), coef
+            )
         size = (k.size(0), k.size(0))
-        edge_index = torch.stack([src, dst])
+        edge_index = edges.edge_index
         grad_q = -self.propagate(edge_index, value=k, coef=coef, size=size)
         grad_k = -self.propagate(edge_index.flip(0), value=q, coef=coef, size=size)
         return grad_k, grad_q
@@ -265,12 +284,15 @@ class ETConv(MessagePassing):
     ) -> Tensor:
         """``dE/dg`` at state ``x`` as ``[N, channels]``, by the method chosen with ``grad``."""
         self._check_x(x)
-        src, dst, weight = self._edges(x, edge_index, edge_weight)
-        return self._grad_of_g(self.norm(x), src, dst, weight)
+        return self._grad_of_g(self.norm(x), self._edges(x, edge_index, edge_weight))
 
     # ----------------------------------------------------------------------------------------
     # Dynamics
     # ----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _detached_energy(self, g: Tensor, edges: EdgeSet) -> Tensor:
+        return self._node_energy_of_g(g, edges.src, edges.dst, edges.weight).sum()
+
     def _step(self, x: Tensor, grad: Tensor) -> Tensor:
         x = x - self.alpha * grad
         if self.training and self.noise_std > 0:
@@ -290,17 +312,15 @@ class ETConv(MessagePassing):
         total energy ``[steps + 1]`` before each update and after the last.
         """
         self._check_x(x)
-        src, dst, weight = self._edges(x, edge_index, edge_weight)
+        edges = self._edges(x, edge_index, edge_weight)
         energies = []
         for _ in range(self.steps):
             g = self.norm(x)
             if return_energy:
-                with torch.no_grad():
-                    energies.append(self._node_energy_of_g(g, src, dst, weight).sum())
-            x = self._step(x, self._grad_of_g(g, src, dst, weight))
+                energies.append(self._detached_energy(g, edges))
+            x = self._step(x, self._grad_of_g(g, edges))
         if return_energy:
-            with torch.no_grad():
-                energies.append(self._node_energy_of_g(self.norm(x), src, dst, weight).sum())
+            energies.append(self._detached_energy(self.norm(x), edges))
             return x, torch.stack(energies).detach()
         return x
 
@@ -327,8 +347,10 @@ class ETConv(MessagePassing):
         if edge_weight is not None:
             if edge_weight.dim() == 3:
                 edge_weight = edge_weight.unsqueeze(1)
-            if edge_weight.dim() != 4 or tuple(edge_weight.shape[2:]) != (tokens, tokens) or (
-                edge_weight.size(0) != batch or edge_weight.size(1) not in (1, self.heads)
+            if (
+                edge_weight.dim() != 4
+                or tuple(edge_weight.shape[2:]) != (tokens, tokens)
+                or (edge_weight.size(0) != batch or edge_weight.size(1) not in (1, self.heads))
             ):
                 raise ValueError(
                     f"dense edge_weight must have shape [B, heads, M, M]="
@@ -338,9 +360,7 @@ class ETConv(MessagePassing):
                 raise ValueError("edge_weight contains NaN or inf values")
         return mask, edge_weight
 
-    def _dense_node_energy_of_g(
-        self, g: Tensor, mask: Tensor, weight: Optional[Tensor]
-    ) -> Tensor:
+    def _dense_node_energy_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor]) -> Tensor:
         k, q = self._keys_queries(g)
         att = E.dense_attention_energy(k, q, self.beta, mask, weight)
         return att + E.hopfield_energy(g, self.xi, self.hopfield, self.hopfield_beta)

@@ -1,0 +1,436 @@
+"""ETConv: exactness of the closed form, descent, equivariance, sparse parity and bad input."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
+
+from et_graph.nn import ETConv
+
+torch.set_default_dtype(torch.float32)
+
+
+def make_conv(channels=8, heads=3, head_dim=4, hopfield="relu", **kwargs) -> ETConv:
+    torch.manual_seed(0)
+    return ETConv(channels, heads=heads, head_dim=head_dim, hopfield=hopfield, **kwargs).double()
+
+
+def awkward_graph(num_nodes=12, num_edges=40, seed=1):
+    """Random graph with self-loops, duplicate edges and isolated nodes (the last two ids)."""
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes - 2, (2, num_edges), generator=gen)
+    edge_index = torch.cat(
+        [edge_index, torch.tensor([[0, 3, 3], [0, 5, 5]])], dim=1
+    )  # a self-loop and a duplicate edge
+    x = torch.randn(num_nodes, 8, generator=gen, dtype=torch.float64)
+    return x, edge_index
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
+
+
+def autograd_reference(conv: ETConv, x, edge_index, edge_weight=None) -> torch.Tensor:
+    g = conv.norm(x).detach().requires_grad_(True)
+    edges = conv._edges(x, edge_index, edge_weight)
+    total = conv._node_energy_of_g(g, edges.src, edges.dst, edges.weight).sum()
+    return torch.autograd.grad(total, g)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# 1. The closed form equals autograd of the energy (float64, 1e-8)
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("hopfield", ["relu", "softmax"])
+@pytest.mark.parametrize("weight_kind", ["none", "per_edge", "per_head"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_closed_form_matches_autograd(hopfield, weight_kind, fused):
+    conv = make_conv(hopfield=hopfield)
+    conv.fused = fused
+    x, edge_index = awkward_graph()
+    num_edges = edge_index.size(1)
+    edge_weight = {
+        "none": None,
+        "per_edge": torch.rand(num_edges, dtype=torch.float64) + 0.5,
+        "per_head": torch.randn(num_edges, 3, dtype=torch.float64),
+    }[weight_kind]
+    analytic = conv.energy_grad(x, edge_index, edge_weight)
+    reference = autograd_reference(conv, x, edge_index, edge_weight)
+    assert relative_error(analytic, reference) < 1e-8
+    conv.grad = "autograd"
+    assert relative_error(conv.energy_grad(x, edge_index, edge_weight), reference) < 1e-8
+
+
+def test_closed_form_matches_autograd_on_a_batch_of_graphs():
+    conv = make_conv()
+    x1, e1 = awkward_graph(10, 30, seed=2)
+    x2, e2 = awkward_graph(7, 20, seed=3)
+    x = torch.cat([x1, x2])
+    edge_index = torch.cat([e1, e2 + 10], dim=1)
+    batch = torch.cat([torch.zeros(10, dtype=torch.long), torch.ones(7, dtype=torch.long)])
+    analytic = conv.energy_grad(x, edge_index)
+    assert relative_error(analytic, autograd_reference(conv, x, edge_index)) < 1e-8
+    # Graphs do not interact: each graph's gradient equals the gradient computed alone.
+    assert relative_error(analytic[:10], conv.energy_grad(x1, e1)) < 1e-12
+    per_graph = conv.energy(x, edge_index, batch=batch)
+    assert per_graph.shape == (2,)
+    assert torch.allclose(per_graph, torch.stack([conv.energy(x1, e1), conv.energy(x2, e2)]))
+
+
+def test_a_wrong_closed_form_would_be_caught():
+    """The parity check can fail: dropping the source-side aggregation breaks it."""
+    conv = make_conv()
+    x, edge_index = awkward_graph()
+    reference = autograd_reference(conv, x, edge_index)
+    g = conv.norm(x)
+    k, q = conv._keys_queries(g)
+    src, dst, *_ = conv._edges(x, edge_index, None)
+    from et_graph.energy import attention_grad, hopfield_grad
+
+    _, grad_q = attention_grad(k, q, src, dst, conv.beta, None, x.size(0))
+    partial = grad_q.reshape(x.size(0), -1) @ conv.w_q.reshape(-1, 8) + hopfield_grad(
+        g, conv.xi, "relu"
+    )
+    assert relative_error(partial, reference) > 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# Defined behaviour
+# --------------------------------------------------------------------------------------------
+def test_isolated_nodes_contribute_no_attention_energy():
+    conv = make_conv()
+    x = torch.randn(5, 8, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1], [1, 0]])  # nodes 2, 3, 4 have no in-neighbours
+    per_node = conv.node_energy(x, edge_index)
+    assert torch.isfinite(per_node).all()
+    g = conv.norm(x)
+    from et_graph.energy import hopfield_energy
+
+    assert torch.allclose(per_node[2:], hopfield_energy(g, conv.xi, "relu")[2:])
+    assert torch.isfinite(conv(x, edge_index)).all()
+
+
+def test_self_loops_are_ignored_and_duplicates_count_twice():
+    conv = make_conv()
+    x = torch.randn(4, 8, dtype=torch.float64)
+    edge_index = torch.tensor([[1, 2, 3], [0, 0, 0]])
+    with_loops = torch.cat([edge_index, torch.tensor([[0, 1], [0, 1]])], dim=1)
+    assert torch.allclose(conv.energy(x, edge_index), conv.energy(x, with_loops))
+    assert torch.allclose(conv(x, edge_index), conv(x, with_loops))
+    duplicated = torch.cat([edge_index, torch.tensor([[1], [0]])], dim=1)
+    assert not torch.allclose(conv.energy(x, edge_index), conv.energy(x, duplicated))
+    # A duplicate is the same as doubling that edge's weight inside the log-sum-exp sum:
+    # log(2 e^a + e^b + e^c) with the edge listed twice.
+    k, q = conv._keys_queries(conv.norm(x))
+    logits = conv.beta * (k[[1, 1, 2, 3]] * q[[0, 0, 0, 0]]).sum(-1)
+    expected_att = -(torch.logsumexp(logits, dim=0) / conv.beta).sum()
+    src, dst, *_ = conv._edges(x, duplicated, None)
+    from et_graph.energy import attention_energy
+
+    got = attention_energy(k, q, src, dst, conv.beta, None, 4).sum()
+    assert torch.allclose(got, expected_att)
+
+
+def test_empty_graph_returns_empty_tensor():
+    conv = make_conv()
+    x = torch.empty(0, 8, dtype=torch.float64)
+    edge_index = torch.empty(2, 0, dtype=torch.long)
+    out = conv(x, edge_index)
+    assert out.shape == (0, 8)
+    out, energies = conv(x, edge_index, return_energy=True)
+    assert energies.shape == (conv.steps + 1,) and torch.all(energies == 0)
+    assert conv.node_energy(x, edge_index).shape == (0,)
+
+
+def test_nodes_without_edges_at_all():
+    conv = make_conv()
+    x = torch.randn(6, 8, dtype=torch.float64)
+    edge_index = torch.empty(2, 0, dtype=torch.long)
+    out = conv(x, edge_index)
+    assert torch.isfinite(out).all()
+    # Only the Hopfield term drives them.
+    conv.grad = "autograd"
+    assert (
+        relative_error(conv.energy_grad(x, edge_index), autograd_reference(conv, x, edge_index))
+        < 1e-8
+    )
+
+
+def test_node_energy_sums_to_total():
+    conv = make_conv(hopfield="softmax")
+    x, edge_index = awkward_graph()
+    assert torch.allclose(conv.node_energy(x, edge_index).sum(), conv.energy(x, edge_index))
+
+
+# --------------------------------------------------------------------------------------------
+# 2. The energy never increases along the dynamics for small alpha (property-based)
+# --------------------------------------------------------------------------------------------
+@settings(max_examples=25, deadline=None)
+@given(
+    num_nodes=st.integers(1, 15),
+    density=st.floats(0.0, 4.0),
+    heads=st.integers(1, 3),
+    hopfield=st.sampled_from(["relu", "softmax"]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+def test_energy_never_increases(num_nodes, density, heads, hopfield, weighted, seed):
+    gen = torch.Generator().manual_seed(seed)
+    num_edges = int(density * num_nodes)
+    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen)
+    edge_weight = (
+        torch.rand(num_edges, heads, generator=gen, dtype=torch.float64) if weighted else None
+    )
+    torch.manual_seed(seed)
+    conv = ETConv(6, heads=heads, head_dim=3, steps=12, alpha=0.01, hopfield=hopfield).double()
+    x = torch.randn(num_nodes, 6, generator=gen, dtype=torch.float64)
+    _, energies = conv(x, edge_index, edge_weight, return_energy=True)
+    scale = energies.abs().max().clamp_min(1.0)
+    assert (energies.diff() <= 1e-10 * scale).all(), energies
+
+
+def test_ascent_increases_the_energy():
+    """The descent check is not vacuous: stepping up the gradient raises the energy."""
+    torch.manual_seed(0)
+    conv = ETConv(6, heads=2, head_dim=3, steps=5, alpha=-0.01).double()
+    x = torch.randn(20, 6, dtype=torch.float64)
+    edge_index = torch.randint(0, 20, (2, 80))
+    _, energies = conv(x, edge_index, return_energy=True)
+    assert (energies.diff() > 0).any()
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Permutation equivariance; 4. dense == sparse on a complete graph
+# --------------------------------------------------------------------------------------------
+def test_permuting_nodes_permutes_the_output():
+    conv = make_conv()
+    x, edge_index = awkward_graph()
+    perm = torch.randperm(x.size(0), generator=torch.Generator().manual_seed(5))
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(perm.numel())
+    out = conv(x, edge_index)
+    out_perm = conv(x[perm], inverse[edge_index])
+    assert torch.allclose(out_perm, out[perm], atol=1e-12)
+    assert torch.allclose(conv.energy(x[perm], inverse[edge_index]), conv.energy(x, edge_index))
+
+
+def complete_graph(num_nodes: int) -> torch.Tensor:
+    index = torch.arange(num_nodes)
+    src, dst = torch.meshgrid(index, index, indexing="ij")
+    keep = src != dst
+    return torch.stack([src[keep], dst[keep]])
+
+
+@pytest.mark.parametrize("hopfield", ["relu", "softmax"])
+def test_dense_equals_sparse_on_complete_graph(hopfield):
+    conv = make_conv(hopfield=hopfield, steps=3)
+    x = torch.randn(2, 7, 8, dtype=torch.float64)
+    edge_index = complete_graph(7)
+    dense, dense_energy = conv.forward_dense(x, return_energy=True)
+    for b in range(2):
+        sparse, sparse_energy = conv(x[b], edge_index, return_energy=True)
+        assert torch.allclose(dense[b], sparse, atol=1e-12)
+        assert torch.allclose(dense_energy[b], sparse_energy, atol=1e-10)
+
+
+def test_dense_edge_weight_and_mask_match_sparse():
+    conv = make_conv()
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    mask = torch.rand(1, 6, 6, generator=torch.Generator().manual_seed(0)) > 0.4
+    weight = torch.randn(1, 3, 6, 6, dtype=torch.float64)
+    dst, src = mask[0].nonzero().t()  # mask[b, C, B]: C attends to B
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    sparse_weight = weight[0][:, dst, src].t()
+    dense = conv.forward_dense(x, mask=mask, edge_weight=weight)
+    sparse = conv(x[0], torch.stack([src, dst]), sparse_weight)
+    assert torch.allclose(dense[0], sparse, atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# edge_index vs torch sparse (CSR/CSC/COO) vs SparseTensor
+# --------------------------------------------------------------------------------------------
+def test_sparse_adjacency_inputs_give_the_same_result():
+    """A sparse matrix cannot hold duplicate edges (they coalesce into a value of 2, which is
+    then an edge weight), so parity is checked on a coalesced graph, as PyG's tests do."""
+    from torch_geometric.utils import coalesce
+
+    conv = make_conv()
+    x, edge_index = awkward_graph()
+    edge_index = coalesce(edge_index)
+    n = x.size(0)
+    expected = conv(x, edge_index)
+    # PyG convention: the sparse input is the transposed adjacency (rows are destinations).
+    for to_sparse in (to_torch_csr_tensor, to_torch_csc_tensor, to_torch_coo_tensor):
+        adj = to_sparse(edge_index, size=(n, n))
+        assert torch.allclose(conv(x, adj.t()), expected, atol=1e-12)
+    assert torch.allclose(
+        conv.energy(x, to_torch_csr_tensor(edge_index, size=(n, n)).t()),
+        conv.energy(x, edge_index),
+    )
+
+
+def test_sparse_tensor_input_when_torch_sparse_is_installed():
+    torch_sparse = pytest.importorskip("torch_sparse")
+    conv = make_conv()
+    x, edge_index = awkward_graph()
+    n = x.size(0)
+    adj = torch_sparse.SparseTensor.from_edge_index(edge_index, sparse_sizes=(n, n))
+    assert torch.allclose(conv(x, adj.t()), conv(x, edge_index), atol=1e-12)
+
+
+def test_sparse_values_act_as_edge_weights():
+    conv = make_conv()
+    x, edge_index = awkward_graph()
+    n = x.size(0)
+    weight = torch.rand(edge_index.size(1), dtype=torch.float64) + 0.5
+    adj = torch.sparse_coo_tensor(edge_index.flip(0), weight, (n, n))
+    assert torch.allclose(conv(x, adj), conv(x, edge_index, weight), atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Gradients reach every parameter
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("grad", ["analytic", "autograd"])
+def test_gradients_reach_every_parameter(grad):
+    conv = make_conv(grad=grad, hopfield="softmax")
+    x, edge_index = awkward_graph()
+    weight = torch.rand(edge_index.size(1), 3, dtype=torch.float64, requires_grad=True)
+    conv(x.requires_grad_(True), edge_index, weight).pow(2).sum().backward()
+    names = {"norm.log_gamma", "norm.delta", "w_k", "w_q", "xi", "log_beta"}
+    params = dict(conv.named_parameters())
+    assert set(params) == names
+    for name in names:
+        assert params[name].grad is not None and params[name].grad.abs().sum() > 0, name
+    assert weight.grad is not None and weight.grad.abs().sum() > 0
+    assert x.grad is not None and x.grad.abs().sum() > 0
+
+
+def test_analytic_and_autograd_training_gradients_agree():
+    conv = make_conv(hopfield="softmax", steps=2)
+    reference = copy.deepcopy(conv)
+    reference.grad = "autograd"
+    x, edge_index = awkward_graph()
+    weight = torch.rand(edge_index.size(1), 3, dtype=torch.float64)
+    for module in (conv, reference):
+        module(x, edge_index, weight).sin().sum().backward()
+    for (name, p), (_, r) in zip(conv.named_parameters(), reference.named_parameters()):
+        assert relative_error(p.grad, r.grad) < 1e-8, name
+
+
+# --------------------------------------------------------------------------------------------
+# Noise, repr, reset, explain hooks
+# --------------------------------------------------------------------------------------------
+def test_noise_only_in_training():
+    conv = make_conv(noise_std=0.5)
+    x, edge_index = awkward_graph()
+    conv.eval()
+    assert torch.equal(conv(x, edge_index), conv(x, edge_index))
+    conv.train()
+    assert not torch.allclose(conv(x, edge_index), conv(x, edge_index))
+    quiet = make_conv(noise_std=0.0).train()
+    assert torch.equal(quiet(x, edge_index), quiet(x, edge_index))
+
+
+def test_repr_and_reset_parameters():
+    conv = ETConv(16, heads=2, head_dim=8, steps=3)
+    assert repr(conv) == (
+        "ETConv(16, heads=2, head_dim=8, hopfield_dim=64, steps=3, alpha=0.1, hopfield='relu')"
+    )
+    before = conv.w_q.detach().clone()
+    conv.reset_parameters()
+    assert not torch.equal(before, conv.w_q)
+    assert torch.allclose(conv.beta, torch.full((2,), 8**-0.5))
+
+
+def test_propagate_path_is_seen_by_message_hooks():
+    conv = make_conv()
+    conv.fused = False
+    x, edge_index = awkward_graph()
+    seen = []
+    conv.register_message_forward_hook(lambda module, inputs, out: seen.append(out.shape))
+    conv(x, edge_index)
+    # two aggregations (to destinations and to sources) per step
+    assert len(seen) == 2 * conv.steps
+
+
+def test_explainer_runs_on_etconv():
+    from torch_geometric.explain import Explainer, GNNExplainer
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = ETConv(8, heads=2, head_dim=4, steps=1)
+            self.head = torch.nn.Linear(8, 2)
+
+        def forward(self, x, edge_index):
+            return self.head(self.conv(x, edge_index))
+
+    x, edge_index = awkward_graph()
+    explainer = Explainer(
+        model=Model(),
+        algorithm=GNNExplainer(epochs=3),
+        explanation_type="model",
+        node_mask_type="attributes",
+        edge_mask_type="object",
+        model_config=dict(mode="multiclass_classification", return_type="raw", task_level="node"),
+    )
+    explanation = explainer(x.float(), edge_index, index=0)
+    assert explanation.edge_mask.shape == (edge_index.size(1),)
+    assert explanation.edge_mask.abs().sum() > 0
+
+
+# --------------------------------------------------------------------------------------------
+# 6. Bad input: clear ValueError naming the problem
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda x, e, w: (x.index_fill(0, torch.tensor([2]), float("nan")), e, w), "NaN or inf"),
+        (lambda x, e, w: (x.index_fill(0, torch.tensor([2]), float("inf")), e, w), "NaN or inf"),
+        (lambda x, e, w: (x, e.clone().index_fill_(1, torch.tensor([0]), 99), w), "node ids"),
+        (lambda x, e, w: (x, e.clone().index_fill_(1, torch.tensor([0]), -1), w), "node ids"),
+        (lambda x, e, w: (x, e.float(), w), "dtype"),
+        (lambda x, e, w: (x, e.t(), w), "shape \\[2, E\\]"),
+        (lambda x, e, w: (x, e[0], w), "shape \\[2, E\\]"),
+        (lambda x, e, w: (x[:, :5], e, w), "channels=8"),
+        (lambda x, e, w: (x[None], e, w), "2 dimensions"),
+        (lambda x, e, w: (x, e, w[:-1]), "edge_weight"),
+        (lambda x, e, w: (x, e, torch.ones(e.size(1), 2, dtype=torch.float64)), "heads=3"),
+        (lambda x, e, w: (x, e, w.index_fill(0, torch.tensor([0]), float("nan"))), "edge_weight"),
+    ],
+)
+def test_bad_input_raises_clear_errors(mutate, message):
+    conv = make_conv()
+    x, edge_index = awkward_graph()
+    weight = torch.rand(edge_index.size(1), dtype=torch.float64)
+    bad_x, bad_e, bad_w = mutate(x, edge_index, weight)
+    for call in (conv, conv.energy, conv.energy_grad, conv.node_energy):
+        with pytest.raises(ValueError, match=message):
+            call(bad_x, bad_e, bad_w)
+
+
+def test_bad_dense_input_raises_clear_errors():
+    conv = make_conv()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match="mask must be a bool"):
+        conv.forward_dense(x, mask=torch.ones(2, 5, 5))
+    with pytest.raises(ValueError, match="mask must have shape"):
+        conv.forward_dense(x, mask=torch.ones(2, 4, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="edge_weight"):
+        conv.forward_dense(x, edge_weight=torch.ones(2, 3, 4, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="channels=8"):
+        conv.forward_dense(torch.randn(2, 5, 7, dtype=torch.float64))
+
+
+def test_bad_constructor_arguments():
+    with pytest.raises(ValueError, match="hopfield"):
+        ETConv(8, hopfield="tanh")
+    with pytest.raises(ValueError, match="grad"):
+        ETConv(8, grad="numeric")
+    with pytest.raises(ValueError, match="steps"):
+        ETConv(8, steps=-1)
