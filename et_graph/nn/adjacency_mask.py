@@ -1,0 +1,189 @@
+r"""The parameterised adjacency of the graph-classification ET (paper eq. 24).
+
+:math:`\hat A = \mathrm{Conv2D}(X X^\top) \odot A'`: a 2-D convolution with ``heads`` filters,
+"SAME" padding and stride 1 over each graph's Gram matrix of initial tokens (CLS included), times
+:math:`A'`, a linear projection of the edge features to ``heads`` channels (or the padded adjacency
+when edges have no features). Only edges are read out, so non-edges are excluded exactly (they do
+not enter the attention sum at all, which is what setting them to :math:`-\infty` achieves).
+
+Order dependence: with ``kernel_size > 1`` the value at ``(C, B)`` mixes Gram entries of the nodes
+stored next to ``C`` and ``B``, so it depends on the node order of the data set (as in the paper).
+``kernel_size=1`` makes the mask permutation-equivariant: it then depends on ``x_C . x_B`` only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn import Module, Parameter
+from torch_geometric.utils import to_dense_batch
+
+from .validation import check_batch, check_edge_index
+
+METHODS = ("sparse", "dense")
+
+
+class Conv2DAdjacencyMask(Module):
+    r"""Per-edge, per-head attention weights :math:`\hat A_{hCB}` for :class:`ETConv`.
+
+    Args:
+        heads: output channels ``H`` (one per attention head).
+        kernel_size: odd Conv2D kernel size; 3 reproduces the paper, 1 is permutation-equivariant.
+        edge_dim: width of the edge features projected to :math:`A'`; ``None`` uses the
+            (padded) adjacency, i.e. :math:`A' = 1` on every edge.
+        method: ``"sparse"`` evaluates the convolution only at the edges (``O(E k^2 D)`` time and
+            memory, exactly the dense result read at the edges); ``"dense"`` builds each graph's
+            ``[H, M, M]`` map with ``to_dense_batch`` and ``conv2d`` and then reads the edges.
+
+    ``forward(x, edge_index, batch=None, edge_attr=None)`` returns ``[E, H]``, the weight of edge
+    ``B -> C`` (``edge_index[0] = B``) being entry ``(C, B)`` of the map (row = the attending node),
+    which is the ``edge_weight`` layout of :class:`ETConv`. ``batch`` must be sorted (PyG batches
+    are); the Gram matrix is scaled by ``1/sqrt(D)`` so that its scale does not grow with the width.
+    """
+
+    def __init__(
+        self,
+        heads: int,
+        kernel_size: int = 3,
+        edge_dim: Optional[int] = None,
+        method: str = "sparse",
+    ) -> None:
+        super().__init__()
+        if heads <= 0:
+            raise ValueError(f"heads must be positive, got {heads}")
+        if kernel_size <= 0 or kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be a positive odd number, got {kernel_size}")
+        if edge_dim is not None and edge_dim <= 0:
+            raise ValueError(f"edge_dim must be positive or None, got {edge_dim}")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        self.heads = heads
+        self.kernel_size = kernel_size
+        self.edge_dim = edge_dim
+        self.method = method
+        self.weight = Parameter(torch.empty(heads, 1, kernel_size, kernel_size))
+        self.bias = Parameter(torch.empty(heads))
+        self.edge_proj = torch.nn.Linear(edge_dim, heads) if edge_dim else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # Start close to A' itself (conv ~ 1), so training begins from plain graph attention.
+        torch.nn.init.normal_(self.weight, std=0.1 / self.kernel_size)
+        torch.nn.init.ones_(self.bias)
+        if self.edge_proj is not None:
+            self.edge_proj.reset_parameters()
+
+    # ------------------------------------------------------------------------------------------
+    def _prepare(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor]) -> tuple:
+        if x.dim() != 2:
+            raise ValueError(f"x must be [N, D], got shape {tuple(x.shape)}")
+        edge_index = check_edge_index(edge_index, x.size(0))
+        if batch is None:
+            batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
+        check_batch(batch, x.size(0))
+        if x.size(0) and bool((batch[1:] < batch[:-1]).any()):
+            raise ValueError("batch must be sorted (PyG's DataLoader produces sorted batches)")
+        return edge_index, batch
+
+    @staticmethod
+    def _positions(batch: Tensor) -> Tensor:
+        """Each node's index inside its graph."""
+        num_graphs = int(batch.max()) + 1 if batch.numel() else 0
+        sizes = torch.bincount(batch, minlength=num_graphs)
+        ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])
+        return torch.arange(batch.numel(), device=batch.device) - ptr[batch]
+
+    def dense_conv(self, x: Tensor, batch: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        """``Conv2D(X X^T / sqrt(D))`` of every graph, ``[B, H, M, M]``, and the node mask
+        ``[B, M]`` from ``to_dense_batch`` (padding rows are zero, which is also the
+        convolution's own "SAME" zero padding, so graphs do not see each other)."""
+        if batch is None:
+            batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
+        dense, node_mask = to_dense_batch(x, batch)
+        gram = dense @ dense.transpose(1, 2) / math.sqrt(x.size(1))
+        out = F.conv2d(
+            gram.unsqueeze(1),
+            self.weight.to(x.dtype),
+            self.bias.to(x.dtype),
+            padding=self.kernel_size // 2,
+        )
+        return out, node_mask
+
+    def _conv_at_edges_dense(self, x: Tensor, edge_index: Tensor, batch: Tensor) -> Tensor:
+        conv, _ = self.dense_conv(x, batch)
+        src, dst = edge_index
+        pos = self._positions(batch)
+        return conv[batch[dst], :, pos[dst], pos[src]]
+
+    def _conv_at_edges_sparse(self, x: Tensor, edge_index: Tensor, batch: Tensor) -> Tensor:
+        radius = self.kernel_size // 2
+        num_nodes = x.size(0)
+        ids = torch.arange(num_nodes, device=x.device)
+        shifted = []
+        for offset in range(-radius, radius + 1):
+            other = ids + offset
+            inside = (other >= 0) & (other < num_nodes)
+            other = other.clamp(0, max(num_nodes - 1, 0))
+            same_graph = inside & (batch[other] == batch)
+            shifted.append(x[other] * same_graph.unsqueeze(-1).to(x.dtype))
+        src, dst = edge_index
+        rows = [s[dst] for s in shifted]
+        cols = [s[src] for s in shifted]
+        gram = torch.stack([(r * c).sum(-1) for r in rows for c in cols], dim=-1)
+        gram = gram / math.sqrt(x.size(1))
+        kernel = self.weight.reshape(self.heads, -1).to(x.dtype)
+        return gram @ kernel.t() + self.bias.to(x.dtype)
+
+    def edge_factor(self, edge_attr: Optional[Tensor], num_edges: int) -> Optional[Tensor]:
+        """:math:`A'` at the edges, ``[E, H]``, or ``None`` (all ones) without edge features."""
+        if self.edge_proj is None:
+            if edge_attr is not None:
+                raise ValueError(
+                    "edge_attr was given but the mask was built with edge_dim=None; pass "
+                    "edge_dim to use edge features"
+                )
+            return None
+        if edge_attr is None:
+            raise ValueError(f"this mask expects edge_attr of width edge_dim={self.edge_dim}")
+        if edge_attr.dim() == 1:
+            edge_attr = edge_attr.unsqueeze(-1)
+        if edge_attr.dim() != 2 or edge_attr.size(0) != num_edges:
+            raise ValueError(
+                f"edge_attr must have one row per edge ([E, edge_dim] with E={num_edges}), got "
+                f"shape {tuple(edge_attr.shape)}"
+            )
+        if edge_attr.size(1) != self.edge_dim:
+            raise ValueError(
+                f"edge_attr has width {edge_attr.size(1)} but edge_dim={self.edge_dim}"
+            )
+        edge_attr = edge_attr.to(self.edge_proj.weight.dtype)
+        if edge_attr.numel() and not bool(torch.isfinite(edge_attr).all()):
+            raise ValueError("edge_attr contains NaN or inf values")
+        return self.edge_proj(edge_attr)
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Optional[Tensor] = None,
+        edge_attr: Optional[Tensor] = None,
+    ) -> Tensor:
+        edge_index, batch = self._prepare(x, edge_index, batch)
+        factor = self.edge_factor(edge_attr, edge_index.size(1))
+        if edge_index.size(1) == 0:
+            return x.new_zeros(0, self.heads)
+        if self.method == "dense":
+            conv = self._conv_at_edges_dense(x, edge_index, batch)
+        else:
+            conv = self._conv_at_edges_sparse(x, edge_index, batch)
+        return conv if factor is None else conv * factor.to(conv.dtype)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}(heads={self.heads}, kernel_size={self.kernel_size}, "
+            f"edge_dim={self.edge_dim}, method={self.method!r})"
+        )

@@ -1,0 +1,213 @@
+"""Input encoders for graph-level ET: node/edge features to tokens, Laplacian PE to tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+from torch.nn import Embedding, Linear, Module, ModuleList
+
+from .validation import check_batch
+
+Categories = Union[int, Sequence[int], None]
+
+
+class FeatureEncoder(Module):
+    """Maps per-item features to ``out_channels``.
+
+    Floating-point inputs ``[N, in_channels]`` (one-hot labels, continuous attributes or both) go
+    through a linear layer; the first ``continuous_channels`` columns are standardised first with
+    statistics set by :meth:`fit` (call it on training data only; identity until then).
+    Integer inputs ``[N]`` or ``[N, c]`` (categorical labels such as ZINC atom types) are embedded
+    with one table per column (sizes ``num_categories``) and summed.
+    """
+
+    def __init__(
+        self,
+        out_channels: int,
+        in_channels: Optional[int] = None,
+        continuous_channels: int = 0,
+        num_categories: Categories = None,
+        name: str = "x",
+    ) -> None:
+        super().__init__()
+        if out_channels <= 0:
+            raise ValueError(f"out_channels must be positive, got {out_channels}")
+        if in_channels is None and num_categories is None:
+            raise ValueError("give in_channels (float features) and/or num_categories (integer)")
+        if in_channels is not None and in_channels <= 0:
+            raise ValueError(f"in_channels must be positive, got {in_channels}")
+        if not 0 <= continuous_channels <= (in_channels or 0):
+            raise ValueError(
+                f"continuous_channels={continuous_channels} must lie in [0, in_channels]"
+            )
+        self.out_channels = out_channels
+        self.in_channels = in_channels
+        self.continuous_channels = continuous_channels
+        self.name = name
+        if isinstance(num_categories, int):
+            num_categories = [num_categories]
+        self.num_categories = list(num_categories) if num_categories is not None else None
+        if self.num_categories is not None and any(n <= 0 for n in self.num_categories):
+            raise ValueError(f"num_categories must be positive, got {self.num_categories}")
+        self.linear = Linear(in_channels, out_channels) if in_channels else None
+        self.embeddings = (
+            ModuleList(Embedding(n, out_channels) for n in self.num_categories)
+            if self.num_categories
+            else None
+        )
+        self.register_buffer("mean", torch.zeros(continuous_channels))
+        self.register_buffer("std", torch.ones(continuous_channels))
+
+    def reset_parameters(self) -> None:
+        if self.linear is not None:
+            self.linear.reset_parameters()
+        if self.embeddings is not None:
+            for table in self.embeddings:
+                table.reset_parameters()
+        self.mean.zero_()
+        self.std.fill_(1.0)
+
+    @torch.no_grad()
+    def fit(self, x: Tensor) -> FeatureEncoder:
+        """Set the standardisation of the continuous columns from (training) features ``x``."""
+        if self.continuous_channels and x.is_floating_point() and x.size(0):
+            cont = x[:, : self.continuous_channels].to(self.mean.dtype)
+            self.mean.copy_(cont.mean(0))
+            self.std.copy_(cont.std(0, unbiased=False).clamp_min(1e-6))
+        return self
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor):
+            raise ValueError(f"{self.name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.is_floating_point():
+            return self._encode_float(x)
+        return self._encode_categories(x)
+
+    def _encode_float(self, x: Tensor) -> Tensor:
+        if self.linear is None:
+            raise ValueError(
+                f"{self.name} is floating point but the encoder was built for integer categories "
+                "only (pass in_channels)"
+            )
+        if x.dim() == 1:
+            x = x.unsqueeze(-1)
+        if x.dim() != 2 or x.size(1) != self.in_channels:
+            raise ValueError(
+                f"{self.name} must have shape [N, {self.in_channels}], got {tuple(x.shape)}"
+            )
+        if x.numel() and not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{self.name} contains NaN or inf values")
+        x = x.to(self.linear.weight.dtype)
+        if self.continuous_channels:
+            cont = (x[:, : self.continuous_channels] - self.mean) / self.std
+            x = torch.cat([cont, x[:, self.continuous_channels :]], dim=1)
+        return self.linear(x)
+
+    def _encode_categories(self, x: Tensor) -> Tensor:
+        if self.embeddings is None:
+            raise ValueError(
+                f"{self.name} has integer dtype {x.dtype} but the encoder expects float features "
+                "(pass num_categories for categorical labels, or one-hot encode them)"
+            )
+        if x.dim() == 1:
+            x = x.unsqueeze(-1)
+        if x.dim() != 2 or x.size(1) != len(self.embeddings):
+            raise ValueError(
+                f"{self.name} must have shape [N, {len(self.embeddings)}] (one column per "
+                f"categorical label), got {tuple(x.shape)}"
+            )
+        out = None
+        for column, (table, size) in enumerate(zip(self.embeddings, self.num_categories)):
+            ids = x[:, column].long()
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
+                raise ValueError(
+                    f"{self.name}[:, {column}] holds categories in [{int(ids.min())}, "
+                    f"{int(ids.max())}] but num_categories={size}"
+                )
+            emb = table(ids)
+            out = emb if out is None else out + emb
+        return out
+
+
+class NodeEncoder(FeatureEncoder):
+    """Node features (one-hot / categorical labels, continuous attributes) to tokens."""
+
+    def __init__(
+        self,
+        out_channels: int,
+        in_channels: Optional[int] = None,
+        continuous_channels: int = 0,
+        num_categories: Categories = None,
+    ) -> None:
+        super().__init__(out_channels, in_channels, continuous_channels, num_categories, name="x")
+
+
+class EdgeEncoder(FeatureEncoder):
+    """Edge features (one-hot / categorical labels, continuous attributes) to ``out_channels``."""
+
+    def __init__(
+        self,
+        out_channels: int,
+        in_channels: Optional[int] = None,
+        continuous_channels: int = 0,
+        num_categories: Categories = None,
+    ) -> None:
+        super().__init__(
+            out_channels, in_channels, continuous_channels, num_categories, name="edge_attr"
+        )
+
+
+class LaplacianPEEncoder(Module):
+    """Projects the CLS Laplacian encoding (see :class:`et_graph.transforms.CLSLaplacianPE`) to the
+    token space.
+
+    In training mode each eigenvector's sign is flipped at random, once per eigenvector per graph
+    (the CLS row and all node rows of a graph share the sign), because eigenvectors are defined
+    only up to sign. In evaluation mode nothing is random.
+    """
+
+    def __init__(self, k: int, out_channels: int) -> None:
+        super().__init__()
+        if k <= 0 or out_channels <= 0:
+            raise ValueError("k and out_channels must be positive")
+        self.k = k
+        self.out_channels = out_channels
+        self.linear = Linear(k, out_channels)
+
+    def reset_parameters(self) -> None:
+        self.linear.reset_parameters()
+
+    def flip_signs(
+        self, pe: Tensor, cls_pe: Tensor, batch: Optional[Tensor] = None
+    ) -> tuple[Tensor, Tensor]:
+        """``(pe, cls_pe)`` with random per-graph, per-eigenvector signs (training mode only)."""
+        if batch is None:
+            batch = torch.zeros(pe.size(0), dtype=torch.long, device=pe.device)
+        self._check(pe, cls_pe, batch)
+        if not self.training:
+            return pe, cls_pe
+        signs = torch.randint(0, 2, cls_pe.shape, device=pe.device).to(pe.dtype) * 2 - 1
+        return pe * signs[batch], cls_pe * signs
+
+    def _check(self, pe: Tensor, cls_pe: Tensor, batch: Tensor) -> None:
+        for name, value in (("lap_pe", pe), ("cls_lap_pe", cls_pe)):
+            if value.dim() != 2 or value.size(1) != self.k:
+                raise ValueError(f"{name} must be [*, k={self.k}], got {tuple(value.shape)}")
+            if not value.is_floating_point() or not bool(torch.isfinite(value).all()):
+                raise ValueError(f"{name} must be finite floating point")
+        check_batch(batch, pe.size(0))
+        if pe.size(0) and int(batch.max()) >= cls_pe.size(0):
+            raise ValueError(
+                f"cls_lap_pe has {cls_pe.size(0)} rows but batch holds graph id {int(batch.max())}"
+            )
+
+    def forward(
+        self, pe: Tensor, cls_pe: Tensor, batch: Optional[Tensor] = None
+    ) -> tuple[Tensor, Tensor]:
+        """Node embeddings ``[N, out]`` and CLS embeddings ``[G, out]``."""
+        pe, cls_pe = self.flip_signs(pe, cls_pe, batch)
+        weight_dtype = self.linear.weight.dtype
+        return self.linear(pe.to(weight_dtype)), self.linear(cls_pe.to(weight_dtype))

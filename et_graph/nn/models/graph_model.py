@@ -1,0 +1,268 @@
+"""Graph-level Energy Transformer (Hoover et al., 2023, appendix D, eqs. 23-27)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+from ..adjacency_mask import Conv2DAdjacencyMask
+from ..conv import ETConv
+from ..encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder
+from ..pool import CLSGraph, CLSPool, graph_sizes
+from ..validation import check_edge_index
+
+TASKS = ("classification", "regression", "node")
+
+
+class ETGraphModel(nn.Module):
+    r"""Energy Transformer for graph classification/regression and node classification.
+
+    1. Node features are embedded (:class:`~et_graph.nn.encoders.NodeEncoder`: one-hot or
+       continuous float features, or integer categorical labels), the Laplacian encoding of
+       :class:`~et_graph.transforms.CLSLaplacianPE` is projected and added (signs flipped at random
+       in training), and one learnable CLS token per graph is linked both ways to every node of
+       its graph (:class:`~et_graph.nn.pool.CLSPool`).
+    2. The mask :math:`\hat A = \mathrm{Conv2D}(XX^\top)\odot A'` (eq. 24) is computed once from
+       these initial tokens and used as per-edge, per-head ``edge_weight`` by every block; with
+       edge features :math:`A'` is a linear map of the encoded edge features (CLS edges carry an
+       indicator feature of their own), else the padded adjacency.
+    3. ``blocks`` stacked :class:`~et_graph.nn.ETConv` blocks (``S``), each with its own
+       parameters and LayerNorm, run ``steps`` (``T``) descent steps each, with noise of std
+       ``noise_std`` injected in training only (eq. 27); evaluation is deterministic.
+    4. Readout: ``"classification"``/``"regression"`` use the CLS token of each graph after the
+       last block, ``"node"`` uses every node's token; both pass the last block's energy
+       LayerNorm and an MLP head.
+
+    ``forward(x, edge_index, batch=None, edge_attr=None, lap_pe=None, cls_lap_pe=None,
+    num_graphs=None)`` returns ``[num_graphs, out_channels]`` (graph tasks) or
+    ``[N, out_channels]`` (``task="node"``); for regression with ``out_channels=1`` it is still
+    ``[num_graphs, 1]``. ``forward_data(data)`` reads those fields from a PyG ``Data``/``Batch``.
+
+    Args:
+        in_channels: width of float node features (``None`` for integer labels only).
+        out_channels: classes (classification, node) or targets (regression).
+        task: ``"classification"``, ``"regression"`` or ``"node"``.
+        hidden_channels: token width ``D``.
+        blocks: number ``S`` of stacked ET blocks.
+        steps: descent steps ``T`` per block.
+        heads, head_dim, hopfield_dim, alpha, hopfield, grad: passed to every ``ETConv``.
+        noise_std: std of the training-time noise of eq. 27 (0 disables it).
+        pe_dim: number ``k`` of Laplacian eigenvectors (0 disables the encoding; otherwise
+            ``lap_pe``/``cls_lap_pe`` from ``CLSLaplacianPE(k=pe_dim)`` are required).
+        kernel_size: Conv2D kernel of the mask (3 = paper, order dependent; 1 =
+            permutation-equivariant); ``use_mask=False`` uses plain graph attention instead.
+        mask_method: ``"sparse"`` or ``"dense"``, see :class:`Conv2DAdjacencyMask`.
+        edge_dim: width of float edge features; ``edge_categories``: sizes of integer edge labels.
+        edge_channels: width the edge features are encoded to before the projection to ``A'``.
+        continuous_channels: how many leading node-feature columns are continuous attributes
+            (standardised with statistics set by :meth:`fit_feature_scaling`).
+        num_node_categories: sizes of integer node labels (e.g. 28 atom types for ZINC).
+        dropout: dropout on the input tokens and in the head.
+    """
+
+    def __init__(
+        self,
+        in_channels: Optional[int],
+        out_channels: int,
+        task: str = "classification",
+        hidden_channels: int = 64,
+        blocks: int = 2,
+        steps: int = 3,
+        heads: int = 4,
+        head_dim: int = 16,
+        hopfield_dim: Optional[int] = None,
+        alpha: float = 0.1,
+        hopfield: str = "relu",
+        noise_std: float = 0.0,
+        pe_dim: int = 8,
+        kernel_size: int = 3,
+        use_mask: bool = True,
+        mask_method: str = "sparse",
+        edge_dim: Optional[int] = None,
+        edge_categories: Union[int, Sequence[int], None] = None,
+        edge_channels: int = 16,
+        continuous_channels: int = 0,
+        num_node_categories: Union[int, Sequence[int], None] = None,
+        dropout: float = 0.0,
+        grad: str = "analytic",
+    ) -> None:
+        super().__init__()
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        if out_channels <= 0:
+            raise ValueError(f"out_channels must be positive, got {out_channels}")
+        if blocks <= 0:
+            raise ValueError(f"blocks must be positive, got {blocks}")
+        if pe_dim < 0:
+            raise ValueError(f"pe_dim must be >= 0, got {pe_dim}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        has_edges = edge_dim is not None or edge_categories is not None
+        if has_edges and not use_mask:
+            raise ValueError("edge features enter through the mask A'; set use_mask=True")
+        self.task = task
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.hidden_channels = hidden_channels
+        self.pe_dim = pe_dim
+        self.use_mask = use_mask
+        self.has_edge_features = has_edges
+
+        self.node_encoder = NodeEncoder(
+            hidden_channels, in_channels, continuous_channels, num_node_categories
+        )
+        self.pe_encoder = LaplacianPEEncoder(pe_dim, hidden_channels) if pe_dim else None
+        self.pool = CLSPool(hidden_channels)
+        self.edge_encoder = (
+            EdgeEncoder(edge_channels, edge_dim, 0, edge_categories) if has_edges else None
+        )
+        self.mask = (
+            Conv2DAdjacencyMask(
+                heads, kernel_size, edge_channels + 1 if has_edges else None, mask_method
+            )
+            if use_mask
+            else None
+        )
+        self.convs = nn.ModuleList(
+            ETConv(
+                hidden_channels,
+                heads=heads,
+                head_dim=head_dim,
+                hopfield_dim=hopfield_dim,
+                steps=steps,
+                alpha=alpha,
+                hopfield=hopfield,
+                noise_std=noise_std,
+                grad=grad,
+            )
+            for _ in range(blocks)
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Sequential(
+            nn.Linear(hidden_channels, hidden_channels),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_channels, out_channels),
+        )
+
+    def reset_parameters(self) -> None:
+        for module in self.modules():
+            if module is not self and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    def fit_feature_scaling(self, x: Tensor) -> ETGraphModel:
+        """Standardise the continuous node attributes with statistics of (training) nodes ``x``."""
+        self.node_encoder.fit(x)
+        return self
+
+    # ------------------------------------------------------------------------------------------
+    def _edge_features(
+        self, edge_attr: Optional[Tensor], num_edges: int, graph: CLSGraph
+    ) -> Optional[Tensor]:
+        if self.edge_encoder is None:
+            if edge_attr is not None:
+                raise ValueError(
+                    "edge_attr was given but the model has no edge encoder; build it with "
+                    "edge_dim= (float features) or edge_categories= (integer labels)"
+                )
+            return None
+        if edge_attr is None:
+            raise ValueError("the model was built with edge features but edge_attr is None")
+        if edge_attr.size(0) != num_edges:
+            raise ValueError(
+                f"edge_attr has {edge_attr.size(0)} rows but edge_index has {num_edges} edges"
+            )
+        encoded = self.edge_encoder(edge_attr)
+        num_cls_edges = int(graph.is_cls_edge.sum())
+        indicator = torch.cat(
+            [encoded.new_zeros(num_edges, 1), encoded.new_ones(num_cls_edges, 1)], dim=0
+        )
+        padded = torch.cat([encoded, encoded.new_zeros(num_cls_edges, encoded.size(1))], dim=0)
+        return torch.cat([padded, indicator], dim=1)
+
+    def tokens(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Optional[Tensor] = None,
+        edge_attr: Optional[Tensor] = None,
+        lap_pe: Optional[Tensor] = None,
+        cls_lap_pe: Optional[Tensor] = None,
+        num_graphs: Optional[int] = None,
+        return_energy: bool = False,
+    ) -> tuple[Tensor, CLSGraph, Optional[list[Tensor]]]:
+        """Final tokens of the CLS-augmented graph, the :class:`CLSGraph` layout, and (with
+        ``return_energy=True``) each block's detached energy trace ``[steps + 1]``."""
+        if not isinstance(x, Tensor) or x.dim() not in (1, 2):
+            raise ValueError("x must be a [N, F] (or [N] integer) tensor")
+        num_nodes = x.size(0)
+        sizes = graph_sizes(batch, num_nodes, num_graphs)
+        if batch is None:
+            batch = torch.zeros(num_nodes, dtype=torch.long, device=x.device)
+        edge_index = check_edge_index(edge_index, num_nodes)
+        h = self.node_encoder(x)
+        cls_offset = None
+        if self.pe_encoder is not None:
+            if lap_pe is None or cls_lap_pe is None:
+                raise ValueError(
+                    f"pe_dim={self.pe_dim} needs lap_pe and cls_lap_pe: apply "
+                    f"et_graph.transforms.CLSLaplacianPE(k={self.pe_dim}) to the data "
+                    "(or build the model with pe_dim=0)"
+                )
+            if cls_lap_pe.size(0) != sizes.numel():
+                raise ValueError(
+                    f"cls_lap_pe has {cls_lap_pe.size(0)} rows for {sizes.numel()} graphs"
+                )
+            node_pe, cls_offset = self.pe_encoder(lap_pe, cls_lap_pe, batch)
+            h = h + node_pe
+        h = self.dropout(h)
+        graph = self.pool.attach(h, edge_index, batch, sizes.numel(), cls_offset)
+        edge_weight = None
+        if self.mask is not None:
+            features = self._edge_features(edge_attr, edge_index.size(1), graph)
+            edge_weight = self.mask(graph.x, graph.edge_index, graph.batch, features)
+        elif edge_attr is not None:
+            raise ValueError("edge_attr was given but the model was built without the mask")
+        out = graph.x
+        traces: Optional[list[Tensor]] = [] if return_energy else None
+        for conv in self.convs:
+            if return_energy:
+                out, trace = conv(out, graph.edge_index, edge_weight, return_energy=True)
+                traces.append(trace)
+            else:
+                out = conv(out, graph.edge_index, edge_weight)
+        return out, graph, traces
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Optional[Tensor] = None,
+        edge_attr: Optional[Tensor] = None,
+        lap_pe: Optional[Tensor] = None,
+        cls_lap_pe: Optional[Tensor] = None,
+        num_graphs: Optional[int] = None,
+    ) -> Tensor:
+        out, graph, _ = self.tokens(
+            x, edge_index, batch, edge_attr, lap_pe, cls_lap_pe, num_graphs
+        )
+        if self.task == "node":
+            readout = CLSPool.node_states(out, graph)
+        else:
+            readout = CLSPool.readout(out, graph)
+        return self.head(self.convs[-1].norm(readout))
+
+    def forward_data(self, data: Any) -> Tensor:
+        """``forward`` on a PyG ``Data``/``Batch`` (reads ``x``, ``edge_index``, ``batch``,
+        ``edge_attr`` (if the model uses edge features), ``lap_pe``, ``cls_lap_pe``)."""
+        return self(
+            data.x,
+            data.edge_index,
+            getattr(data, "batch", None),
+            edge_attr=data.edge_attr if self.has_edge_features else None,
+            lap_pe=getattr(data, "lap_pe", None),
+            cls_lap_pe=getattr(data, "cls_lap_pe", None),
+            num_graphs=getattr(data, "num_graphs", None),
+        )

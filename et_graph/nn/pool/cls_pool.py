@@ -1,0 +1,161 @@
+"""CLS pooling: one learnable token per graph, realised as a virtual node linked to its graph."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor
+from torch.nn import Module, Parameter
+
+from ..validation import check_batch, check_edge_index, check_features
+
+
+class CLSGraph(NamedTuple):
+    """A batch with one CLS node placed in front of each graph's nodes.
+
+    ``x`` ``[N + G, D]`` and ``batch`` ``[N + G]`` (still sorted, so ``to_dense_batch`` puts each
+    CLS node at position 0 of its graph); ``edge_index`` holds the original edges (renumbered)
+    followed by the CLS edges, node -> CLS for every node and then CLS -> node for every node;
+    ``is_cls_edge`` ``[E + 2N]`` marks the latter; ``cls_index`` ``[G]`` and ``node_index`` ``[N]``
+    give where the CLS nodes and the original nodes went.
+    """
+
+    x: Tensor
+    edge_index: Tensor
+    batch: Tensor
+    is_cls_edge: Tensor
+    cls_index: Tensor
+    node_index: Tensor
+
+
+def graph_sizes(
+    batch: Optional[Tensor], num_nodes: int, num_graphs: Optional[int] = None
+) -> Tensor:
+    """Nodes per graph ``[G]``; raises ``ValueError`` for unsorted batches and empty graphs."""
+    if batch is None:
+        if num_nodes == 0:
+            raise ValueError("got a graph without nodes; every graph needs at least one node")
+        return torch.tensor([num_nodes])
+    check_batch(batch, num_nodes)
+    if num_nodes and bool((batch[1:] < batch[:-1]).any()):
+        raise ValueError("batch must be sorted (PyG's DataLoader produces sorted batches)")
+    inferred = int(batch.max()) + 1 if num_nodes else 0
+    num_graphs = inferred if num_graphs is None else int(num_graphs)
+    if num_graphs < inferred:
+        raise ValueError(f"batch holds graph id {inferred - 1} but num_graphs={num_graphs}")
+    sizes = torch.bincount(batch, minlength=num_graphs) if num_nodes else batch.new_zeros(
+        num_graphs
+    )
+    if num_graphs == 0 or bool((sizes == 0).any()):
+        empty = (sizes == 0).nonzero().flatten().tolist() if num_graphs else []
+        raise ValueError(
+            f"got graphs without nodes (graph ids {empty[:10]}); every graph needs at least one "
+            "node for its CLS readout; drop empty graphs"
+        )
+    return sizes
+
+
+def add_cls_nodes(
+    x: Tensor,
+    edge_index: Tensor,
+    cls_tokens: Tensor,
+    batch: Optional[Tensor] = None,
+    num_graphs: Optional[int] = None,
+) -> CLSGraph:
+    """Insert ``cls_tokens`` ``[G, D]`` in front of each graph and link it both ways to every node
+    of its graph (``2N`` extra edges in all, O(N) per graph)."""
+    num_nodes = x.size(0)
+    sizes = graph_sizes(batch, num_nodes, num_graphs)
+    if batch is None:
+        batch = torch.zeros(num_nodes, dtype=torch.long, device=x.device)
+    sizes = sizes.to(x.device)
+    num_graphs = sizes.numel()
+    if cls_tokens.shape != (num_graphs, x.size(1)):
+        raise ValueError(
+            f"cls_tokens must have shape [num_graphs, D]={[num_graphs, x.size(1)]}, "
+            f"got {list(cls_tokens.shape)}"
+        )
+    edge_index = check_edge_index(edge_index, num_nodes)
+    graph_ids = torch.arange(num_graphs, device=x.device)
+    ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])
+    cls_index = ptr + graph_ids
+    node_index = torch.arange(num_nodes, device=x.device) + batch + 1
+    total = num_nodes + num_graphs
+    out_x = x.new_empty(total, x.size(1))
+    out_x[cls_index] = cls_tokens.to(x.dtype)
+    out_x[node_index] = x
+    out_batch = torch.empty(total, dtype=torch.long, device=x.device)
+    out_batch[cls_index] = graph_ids
+    out_batch[node_index] = batch
+    own_cls = cls_index[batch]
+    out_edges = torch.cat(
+        [
+            node_index[edge_index],
+            torch.stack([node_index, own_cls]),
+            torch.stack([own_cls, node_index]),
+        ],
+        dim=1,
+    )
+    is_cls_edge = torch.zeros(out_edges.size(1), dtype=torch.bool, device=x.device)
+    is_cls_edge[edge_index.size(1) :] = True
+    return CLSGraph(out_x, out_edges, out_batch, is_cls_edge, cls_index, node_index)
+
+
+class CLSPool(Module):
+    r"""A learnable CLS token per graph as a virtual node with edges both ways to every node of its
+    graph; the graph readout is that node's token after the last block.
+
+    Usable with any message-passing stack::
+
+        pool = CLSPool(channels)
+        g = pool.attach(x, edge_index, batch)           # CLSGraph
+        h = conv(g.x, g.edge_index)                     # any layers on the augmented graph
+        out = pool.readout(h, g)                        # [num_graphs, channels]
+
+    Because CLS edges stay inside their graph, each graph's readout depends on that graph only.
+    """
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        if channels <= 0:
+            raise ValueError(f"channels must be positive, got {channels}")
+        self.channels = channels
+        self.cls_token = Parameter(torch.empty(channels))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        torch.nn.init.normal_(self.cls_token, std=1.0 / self.channels**0.5)
+
+    def attach(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Optional[Tensor] = None,
+        num_graphs: Optional[int] = None,
+        cls_offset: Optional[Tensor] = None,
+    ) -> CLSGraph:
+        """Insert the CLS nodes; ``cls_offset`` ``[G, D]`` (e.g. the CLS positional encoding) is
+        added to the shared CLS token."""
+        check_features(x, self.channels)
+        sizes = graph_sizes(batch, x.size(0), num_graphs)
+        tokens = self.cls_token.unsqueeze(0).expand(sizes.numel(), -1)
+        if cls_offset is not None:
+            if cls_offset.shape != tokens.shape:
+                raise ValueError(
+                    f"cls_offset must have shape {list(tokens.shape)}, got {list(cls_offset.shape)}"
+                )
+            tokens = tokens + cls_offset
+        return add_cls_nodes(x, edge_index, tokens, batch, sizes.numel())
+
+    @staticmethod
+    def readout(x: Tensor, graph: CLSGraph) -> Tensor:
+        """The CLS tokens ``[G, D]``."""
+        return x[graph.cls_index]
+
+    @staticmethod
+    def node_states(x: Tensor, graph: CLSGraph) -> Tensor:
+        """The original nodes' tokens ``[N, D]`` in their original order."""
+        return x[graph.node_index]
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.channels})"
