@@ -1,0 +1,28 @@
+"""Datasets for et-graph.
+
+Node anomaly detection (``load_anomaly_dataset``): Tolokers, PyGOD Reddit / injected Amazon
+(shipped in ``datasets/``), YelpChi / Amazon (CARE-GNN ``.mat``), T-Finance / T-Social (open
+``.npz``), or any ``.mat`` / ``.npz`` / ``.pt`` file.
+"""
+from .anomaly import ANOMALY_DATASETS, DEFAULT_ANOMALY_DATASET, load_anomaly_dataset
+from .anomaly_data import data_dir, describe_anomaly_data, from_pyg_data, prepare_anomaly_data
+from .embedded import load_pyg_file
+from .fraud_mat import AMAZON_UNLABELLED_NODES, CARE_RELATIONS, load_fraud_mat
+from .npz import dgl_graph_to_data, load_anomaly_npz, save_anomaly_npz
+
+__all__ = [
+    "AMAZON_UNLABELLED_NODES",
+    "ANOMALY_DATASETS",
+    "CARE_RELATIONS",
+    "DEFAULT_ANOMALY_DATASET",
+    "data_dir",
+    "describe_anomaly_data",
+    "dgl_graph_to_data",
+    "from_pyg_data",
+    "load_anomaly_dataset",
+    "load_anomaly_npz",
+    "load_fraud_mat",
+    "load_pyg_file",
+    "prepare_anomaly_data",
+    "save_anomaly_npz",
+]

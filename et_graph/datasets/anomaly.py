@@ -1,0 +1,180 @@
+"""One entry point for every node-anomaly dataset: :func:`load_anomaly_dataset`."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+from torch_geometric.data import Data
+
+from .anomaly_data import cache_dir, data_dir
+from .embedded import EMBEDDED_FILES, find_embedded_file, load_pyg_file
+from .fraud_mat import (
+    FRAUD_ARCHIVE_URLS,
+    FRAUD_FILES,
+    download_fraud_mat,
+    find_fraud_mat,
+    load_fraud_mat,
+)
+from .npz import load_anomaly_npz
+
+ANOMALY_DATASETS: tuple[str, ...] = (
+    "tolokers",
+    "reddit",
+    "inj_amazon",
+    "yelpchi",
+    "amazon",
+    "tfinance",
+    "tsocial",
+)
+DEFAULT_ANOMALY_DATASET = "tolokers"
+NPZ_FILES: dict[str, str] = {"tfinance": "tfinance.npz", "tsocial": "tsocial.npz"}
+DOWNLOAD_ENV = "ET_GRAPH_DOWNLOAD"
+
+
+def _download_enabled(download: Optional[bool]) -> bool:
+    if download is not None:
+        return download
+    return os.environ.get(DOWNLOAD_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _search_roots(root: Optional[Path]) -> list[Path]:
+    if root is not None:
+        return [root]
+    roots = [folder for folder in (data_dir(required=False), cache_dir()) if folder is not None]
+    return roots
+
+
+def _placement_hint(root: Optional[Path]) -> Path:
+    if root is not None:
+        return root
+    return data_dir(required=False) or cache_dir()
+
+
+def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optional[bool]) -> Data:
+    if not path.is_file():
+        raise FileNotFoundError(f"No such file: {path}")
+    suffixes = [suffix.lower() for suffix in path.suffixes]
+    stem = path.name.split(".")[0]
+    if binarize is None:
+        # PyGOD's injected graphs label contextual/structural anomalies as 1/2/3
+        binarize = (name or stem).lower().startswith("inj_")
+    if suffixes and suffixes[-1] == ".mat":
+        if binarize:
+            raise ValueError("binarize applies to .npz/.pt files, not to CARE-GNN .mat files")
+        return load_fraud_mat(path, relation=relation, name=name)
+    if relation != "homo":
+        raise ValueError(
+            f"relation={relation!r} only applies to CARE-GNN .mat files (YelpChi, Amazon); "
+            f"{path.name} has a single edge type, so use relation='homo'"
+        )
+    if suffixes and suffixes[-1] == ".npz":
+        return load_anomaly_npz(path, name=name, binarize=binarize)
+    if suffixes and suffixes[-1] in (".pt", ".pth", ".zip"):
+        return load_pyg_file(path, name=name, binarize=binarize)
+    raise ValueError(
+        f"{path}: unknown file type; expected .mat (CARE-GNN), .npz (open layout) or "
+        ".pt / .pt.zip (torch-saved PyG Data)"
+    )
+
+
+def load_anomaly_dataset(
+    name: Optional[str] = None,
+    root: Optional[Union[str, Path]] = None,
+    path: Optional[Union[str, Path]] = None,
+    relation: str = "homo",
+    *,
+    download: Optional[bool] = None,
+    binarize: Optional[bool] = None,
+) -> Data:
+    """Load a node-anomaly graph as a normalised PyG ``Data``.
+
+    Args:
+        name: one of :data:`ANOMALY_DATASETS`; ``"tolokers"`` when both ``name`` and ``path`` are
+            ``None``. With ``path`` given, ``name`` only sets ``data.name``.
+        root: folder to look in. Defaults to the shipped data folder (``$ET_GRAPH_DATA``, else
+            the repository's ``datasets/``) and then the download cache (``$ET_GRAPH_CACHE``,
+            else ``~/.cache/et_graph``). YelpChi/Amazon are found as ``YelpChi.mat`` /
+            ``Amazon.mat`` (or lowercase), T-Finance/T-Social as ``tfinance.npz`` /
+            ``tsocial.npz``, directly in the folder or in a sub-folder named after the dataset.
+        path: a file to load instead of a named dataset: ``.mat`` (CARE-GNN), ``.npz`` (open
+            layout, see :mod:`et_graph.datasets.npz`) or ``.pt`` / ``.pt.zip`` (a torch-saved
+            PyG ``Data``; it is unpickled, so only load files you trust).
+        relation: ``"homo"`` or one relation of a ``.mat`` file (``"net_rur"``, ``"rur"``...).
+        download: fetch YelpChi/Amazon from DGL's server when missing (into ``root``, else the
+            cache). Off unless ``True`` or the environment sets ``ET_GRAPH_DOWNLOAD=1``.
+        binarize: collapse labels to ``y > 0``. Default: only for PyGOD injected graphs
+            (``inj_*``), whose labels are 0..3.
+
+    Returns:
+        ``Data`` with ``x`` float32 ``[N, F]``, symmetric coalesced ``edge_index`` without
+        self-loops, ``y`` int64 in ``{0, 1}``, ``name``, and where the data provide them
+        ``train_mask``/``val_mask``/``test_mask`` bool ``[N, S]`` and ``label_mask`` bool ``[N]``.
+
+    Raises:
+        FileNotFoundError: the file is not where it should be (the message says where to put it).
+        ValueError: unknown name or relation, or a malformed file.
+    """
+    root_path = Path(root).expanduser() if root is not None else None
+    if path is not None:
+        return _load_path(Path(path).expanduser(), name, relation, binarize)
+
+    name = (name or DEFAULT_ANOMALY_DATASET).lower()
+    if name not in ANOMALY_DATASETS:
+        raise ValueError(
+            f"unknown anomaly dataset {name!r}; choose one of {list(ANOMALY_DATASETS)} "
+            "or pass path=FILE (.mat, .npz, .pt)"
+        )
+    if relation != "homo" and name not in FRAUD_FILES:
+        raise ValueError(
+            f"relation={relation!r} only applies to yelpchi and amazon; {name} has one edge type"
+        )
+    roots = _search_roots(root_path)
+
+    if name in EMBEDDED_FILES:
+        found = find_embedded_file(name, roots)
+        if found is None:
+            relative, _ = EMBEDDED_FILES[name]
+            raise FileNotFoundError(
+                f"{name}: {relative} not found in {[str(r) for r in roots]}. It ships in the "
+                f"repository's datasets/ folder; set ET_GRAPH_DATA to a folder holding "
+                f"{relative}, or pass root=DIR or path=FILE."
+            )
+        default_binarize = EMBEDDED_FILES[name][1]
+        return _load_path(found, name, "homo", default_binarize if binarize is None else binarize)
+
+    if name in FRAUD_FILES:
+        found = find_fraud_mat(name, roots)
+        failure = ""
+        if found is None and _download_enabled(download):
+            target = root_path or cache_dir()
+            try:
+                found = download_fraud_mat(name, target)
+            except OSError as error:
+                failure = f" Download attempt: {error}."
+        if found is None:
+            filename = FRAUD_FILES[name]
+            hint = _placement_hint(root_path)
+            raise FileNotFoundError(
+                f"{name}: {filename} not found (searched {[str(r) for r in roots]}).{failure} "
+                f"Download {FRAUD_ARCHIVE_URLS[name]}, unzip it and put {filename} at "
+                f"{hint / filename} (or pass root=DIR holding {filename}, or path=FILE). "
+                f"To let et-graph fetch it, pass download=True or set {DOWNLOAD_ENV}=1."
+            )
+        if binarize:
+            raise ValueError("binarize does not apply to the CARE-GNN .mat datasets")
+        return load_fraud_mat(found, relation=relation, name=name)
+
+    filename = NPZ_FILES[name]
+    for folder in roots:
+        for candidate in (folder / filename, folder / name / filename):
+            if candidate.is_file():
+                return load_anomaly_npz(candidate, name=name, binarize=bool(binarize))
+    hint = _placement_hint(root_path)
+    raise FileNotFoundError(
+        f"{name}: {filename} not found (searched {[str(r) for r in roots]}). {name} is "
+        f"distributed as a DGL binary graph (BWGNN); on a machine with DGL run "
+        f"`python datasets/tools/dgl_to_npz.py --input PATH/{name} --output "
+        f"{hint / filename}` and copy the result to {hint / filename} (or pass root=DIR or "
+        "path=FILE)."
+    )

@@ -1,0 +1,276 @@
+"""The one place that turns raw arrays into a clean anomaly-detection ``Data`` object.
+
+Every loader (CARE-GNN ``.mat``, open ``.npz``, torch-saved ``.pt``, the embedded defaults) ends
+in :func:`prepare_anomaly_data`, so all of them return the same thing:
+
+* ``x`` float32 ``[N, F]``, finite;
+* ``edge_index`` int64 ``[2, E]``, symmetric, without self-loops or duplicates (coalesced);
+* ``y`` int64 ``[N]`` in ``{0, 1}`` (1 = anomalous);
+* optionally ``train_mask`` / ``val_mask`` / ``test_mask`` bool ``[N, S]`` (``S`` shipped splits);
+* optionally ``label_mask`` bool ``[N]`` (nodes allowed into splits);
+* ``name`` (str).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.utils import remove_self_loops, to_undirected
+
+from et_graph.nn.validation import check_edge_index, check_features
+
+MASK_KEYS = ("train_mask", "val_mask", "test_mask")
+
+ArrayLike = Union[np.ndarray, Tensor]
+
+
+def data_dir(required: bool = True) -> Optional[Path]:
+    """The folder holding the shipped data files.
+
+    ``$ET_GRAPH_DATA`` if set, else the repository's ``datasets/`` folder (present in a source
+    checkout or editable install). With ``required=False`` a missing folder gives ``None``.
+    """
+    env = os.environ.get("ET_GRAPH_DATA")
+    if env:
+        folder = Path(env).expanduser()
+        if folder.is_dir() or not required:
+            return folder if folder.is_dir() else None
+        raise FileNotFoundError(
+            f"ET_GRAPH_DATA points to {folder}, which is not a directory. Point it to a folder "
+            "holding tolokers/tolokers.npz, pygod/*.pt.zip and any YelpChi.mat / Amazon.mat / "
+            "tfinance.npz / tsocial.npz you have."
+        )
+    folder = Path(__file__).resolve().parents[2] / "datasets"
+    if folder.is_dir():
+        return folder
+    if not required:
+        return None
+    raise FileNotFoundError(
+        f"No data folder found: {folder} does not exist (et_graph is probably installed without "
+        "its source checkout). Set ET_GRAPH_DATA to a folder holding the data files, or pass "
+        "root=DIR / path=FILE."
+    )
+
+
+def cache_dir() -> Path:
+    """Writable folder for downloads: ``$ET_GRAPH_CACHE``, else ``~/.cache/et_graph``."""
+    env = os.environ.get("ET_GRAPH_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "et_graph"
+
+
+def _as_tensor(value: Any, what: str, source: str) -> Tensor:
+    if isinstance(value, Tensor):
+        return value.detach().cpu()
+    if hasattr(value, "toarray"):  # scipy sparse
+        value = value.toarray()
+    try:
+        array = np.asarray(value)
+    except Exception as error:  # any failure means the entry is unusable
+        raise ValueError(f"{source}: {what} cannot be read as an array ({error})") from error
+    if array.dtype == object:
+        raise ValueError(f"{source}: {what} has dtype object; expected a numeric array")
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
+    y = _as_tensor(y, "y (labels)", source)
+    if y.dim() == 2 and 1 in y.shape:
+        y = y.reshape(-1)  # MATLAB stores label vectors as [1, N]
+    if y.dim() != 1 or y.numel() != num_nodes:
+        raise ValueError(
+            f"{source}: labels must have shape [N]=[{num_nodes}], got {tuple(y.shape)}"
+        )
+    if y.dtype == torch.bool:
+        return y.long()
+    if y.is_floating_point():
+        if not bool(torch.isfinite(y).all()):
+            raise ValueError(f"{source}: labels contain NaN or inf")
+        if not bool((y == y.round()).all()):
+            raise ValueError(f"{source}: labels must be integers (0 = normal, 1 = anomalous)")
+    y = y.long()
+    values = torch.unique(y)
+    if binarize:
+        if bool((values < 0).any()):
+            raise ValueError(f"{source}: labels hold negative values {values.tolist()}")
+        return (y > 0).long()
+    if not bool(((values == 0) | (values == 1)).all()):
+        raise ValueError(
+            f"{source}: labels must be binary (0 = normal, 1 = anomalous), found values "
+            f"{values.tolist()[:10]}. For multi-type anomaly labels (e.g. PyGOD's 0..3) "
+            "pass binarize=True to treat every label > 0 as anomalous."
+        )
+    return y
+
+
+def _mask(value: Any, key: str, num_nodes: int, source: str) -> Tensor:
+    mask = _as_tensor(value, key, source)
+    if mask.dim() == 1:
+        mask = mask.unsqueeze(1)
+    if mask.dim() != 2:
+        raise ValueError(f"{source}: {key} must be [N] or [N, S], got {tuple(mask.shape)}")
+    if mask.size(0) != num_nodes:
+        if mask.size(1) == num_nodes:
+            mask = mask.t()  # the heterophilous-graphs layout stores splits as [S, N]
+        else:
+            raise ValueError(
+                f"{source}: {key} has shape {tuple(mask.shape)}; expected [N], [N, S] or [S, N] "
+                f"with N={num_nodes}"
+            )
+    if mask.dtype != torch.bool:
+        if not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError(f"{source}: {key} must be boolean (or 0/1)")
+        mask = mask != 0
+    return mask.contiguous()
+
+
+def prepare_anomaly_data(
+    x: Any,
+    edge_index: Any,
+    y: Any,
+    *,
+    name: str,
+    masks: Optional[dict[str, Any]] = None,
+    label_mask: Optional[Any] = None,
+    source: Optional[str] = None,
+    binarize: bool = False,
+) -> Data:
+    """Validate raw arrays and build the normalised :class:`~torch_geometric.data.Data`.
+
+    Args:
+        x: node features ``[N, F]`` (dense or scipy sparse, any real dtype).
+        edge_index: ``[2, E]`` integer node ids; made undirected, self-loops and duplicates
+            dropped.
+        y: labels ``[N]`` (or ``[1, N]``) in ``{0, 1}``; with ``binarize=True`` any
+            non-negative integers, ``y > 0`` counting as anomalous.
+        name: stored as ``data.name``.
+        masks: optional ``{"train_mask"|"val_mask"|"test_mask": [N] | [N, S] | [S, N]}``; all
+            three must be given together, with the same number of splits, and within each split
+            they must be disjoint.
+        label_mask: optional ``[N]`` bool marking nodes that may enter splits.
+        source: what to call the input in error messages (defaults to ``name``).
+        binarize: collapse multi-class anomaly labels to ``y > 0``.
+
+    Raises:
+        ValueError: on missing entries, wrong shapes, non-finite features, out-of-range or
+            non-integer edge ids, non-binary labels or inconsistent masks.
+    """
+    source = source or name
+    if x is None or edge_index is None or y is None:
+        missing = [k for k, v in (("x", x), ("edge_index", edge_index), ("y", y)) if v is None]
+        raise ValueError(f"{source}: missing {', '.join(missing)}")
+
+    x = _as_tensor(x, "x (features)", source)
+    if x.dim() == 1:
+        x = x.unsqueeze(1)
+    if x.dim() != 2:
+        raise ValueError(f"{source}: features must have shape [N, F], got {tuple(x.shape)}")
+    if x.size(0) == 0:
+        raise ValueError(f"{source}: the graph has no nodes")
+    if x.size(1) == 0:
+        raise ValueError(f"{source}: the nodes have no features (x has shape {tuple(x.shape)})")
+    if x.is_complex():
+        raise ValueError(f"{source}: features must be real numbers, got {x.dtype}")
+    x = x.to(torch.float32)
+    try:
+        check_features(x, x.size(1), name=f"{source}: x")
+    except ValueError as error:
+        raise ValueError(str(error)) from None
+    num_nodes = x.size(0)
+
+    edge_index = _as_tensor(edge_index, "edge_index", source)
+    if edge_index.is_floating_point():
+        if not bool((edge_index == edge_index.round()).all()):
+            raise ValueError(f"{source}: edge_index must hold integer node ids")
+        edge_index = edge_index.long()
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        edge_index = edge_index.long()
+    if edge_index.dim() == 2 and edge_index.size(0) == 0 and edge_index.numel() == 0:
+        edge_index = edge_index.reshape(2, 0)
+    try:
+        edge_index = check_edge_index(edge_index, num_nodes)
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from None
+    edge_index, _ = remove_self_loops(edge_index)
+    edge_index = to_undirected(edge_index, num_nodes=num_nodes)  # also sorts and deduplicates
+
+    y = _labels(y, num_nodes, source, binarize)
+
+    data = Data(x=x, edge_index=edge_index, y=y)
+    data.name = name
+
+    masks = {k: v for k, v in (masks or {}).items() if v is not None}
+    if masks:
+        missing = [k for k in MASK_KEYS if k not in masks]
+        unknown = [k for k in masks if k not in MASK_KEYS]
+        if missing or unknown:
+            raise ValueError(
+                f"{source}: split masks must come as all of {', '.join(MASK_KEYS)}; "
+                f"missing {missing}, unexpected {unknown}"
+            )
+        prepared = {k: _mask(masks[k], k, num_nodes, source) for k in MASK_KEYS}
+        widths = {k: m.size(1) for k, m in prepared.items()}
+        if len(set(widths.values())) != 1:
+            raise ValueError(f"{source}: the masks hold different numbers of splits: {widths}")
+        train, val, test = (prepared[k] for k in MASK_KEYS)
+        if bool((train & val).any() | (train & test).any() | (val & test).any()):
+            raise ValueError(f"{source}: train/val/test masks overlap within a split")
+        for key, mask in prepared.items():
+            setattr(data, key, mask)
+
+    if label_mask is not None:
+        label_mask = _mask(label_mask, "label_mask", num_nodes, source)
+        if label_mask.size(1) != 1:
+            raise ValueError(f"{source}: label_mask must have shape [N]")
+        label_mask = label_mask.squeeze(1)
+        if not bool(label_mask.any()):
+            raise ValueError(f"{source}: label_mask marks no node as labelled")
+        data.label_mask = label_mask
+
+    return data
+
+
+def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
+                  binarize: bool = False) -> Data:
+    """Normalise any PyG ``Data`` with ``x``, ``edge_index`` and a binary ``y``."""
+    source = source or name
+    if not isinstance(data, Data):
+        raise ValueError(
+            f"{source}: expected a torch_geometric.data.Data object, got {type(data).__name__}"
+        )
+    stored = data.to_dict()
+    missing = [k for k in ("x", "edge_index", "y") if stored.get(k) is None]
+    if missing:
+        raise ValueError(f"{source}: the Data object has no {', '.join(missing)}")
+    masks = {k: stored[k] for k in MASK_KEYS if stored.get(k) is not None}
+    return prepare_anomaly_data(
+        stored["x"], stored["edge_index"], stored["y"], name=name, masks=masks or None,
+        label_mask=stored.get("label_mask"), source=source, binarize=binarize,
+    )
+
+
+def describe_anomaly_data(data: Data) -> dict[str, Any]:
+    """Summary statistics of a prepared graph (the numbers quoted in ``datasets/SOURCES.md``)."""
+    num_nodes = int(data.num_nodes)
+    labelled = data.label_mask if getattr(data, "label_mask", None) is not None else None
+    y = data.y if labelled is None else data.y[labelled]
+    summary: dict[str, Any] = {
+        "name": getattr(data, "name", None),
+        "nodes": num_nodes,
+        "undirected_edges": int(data.edge_index.size(1)) // 2,
+        "edge_index_columns": int(data.edge_index.size(1)),
+        "features": int(data.x.size(1)),
+        "labelled_nodes": int(y.numel()),
+        "anomalies": int(y.sum()),
+        "anomaly_ratio": float(y.float().mean()),
+        "shipped_splits": int(data.train_mask.size(1))
+        if getattr(data, "train_mask", None) is not None else 0,
+    }
+    return summary

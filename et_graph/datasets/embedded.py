@@ -1,0 +1,91 @@
+"""Torch-saved PyG graphs (``.pt``, optionally zipped) and the data files shipped in ``datasets/``.
+
+Shipped files (provenance, licences and checksums in ``datasets/SOURCES.md``):
+
+* ``tolokers/tolokers.npz``: Tolokers (Platonov et al., ICLR 2023; MIT), real labels;
+* ``pygod/reddit.pt.zip``: PyGOD Reddit (BOND, NeurIPS 2022; MIT), real labels;
+* ``pygod/inj_amazon.pt.zip``: PyGOD injected Amazon-Computers (MIT), injected anomalies.
+"""
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+from typing import Optional, Union
+
+import torch
+from torch_geometric.data import Data
+
+from .anomaly_data import from_pyg_data
+
+# name -> (path inside the data folder, whether multi-type labels are collapsed to y > 0)
+EMBEDDED_FILES: dict[str, tuple[str, bool]] = {
+    "tolokers": ("tolokers/tolokers.npz", False),
+    "reddit": ("pygod/reddit.pt.zip", False),
+    "inj_amazon": ("pygod/inj_amazon.pt.zip", True),
+}
+
+
+def _read_torch_object(path: Path) -> object:
+    """``torch.load`` a ``.pt`` file, or the single ``.pt`` member of a zip, without unpacking it
+    anywhere on disk (the zip is read into memory)."""
+    if zipfile.is_zipfile(path) and not _is_torch_zip(path):
+        with zipfile.ZipFile(path) as bundle:
+            members = [m for m in bundle.namelist() if m.endswith((".pt", ".pth"))]
+            if len(members) != 1:
+                raise ValueError(
+                    f"{path}: expected exactly one .pt file inside the zip, found {members}"
+                )
+            buffer = io.BytesIO(bundle.read(members[0]))
+        source: Union[Path, io.BytesIO] = buffer
+    else:
+        source = path
+    try:
+        # weights_only=False is needed to rebuild a Data object: load only files you trust
+        return torch.load(source, map_location="cpu", weights_only=False)
+    except Exception as error:  # pickle/zip/torch errors all mean "not a usable file"
+        raise ValueError(f"{path}: torch.load failed ({error})") from error
+
+
+def _is_torch_zip(path: Path) -> bool:
+    """torch.save itself writes a zip archive; tell it apart from a zip that wraps a .pt file."""
+    with zipfile.ZipFile(path) as bundle:
+        return any(name.endswith("data.pkl") for name in bundle.namelist())
+
+
+def load_pyg_file(
+    path: Union[str, Path], name: Optional[str] = None, binarize: bool = False
+) -> Data:
+    """Load a torch-saved PyG ``Data`` (``.pt`` or a zip holding one ``.pt``) and normalise it.
+
+    The object needs ``x``, ``edge_index`` and ``y``; ``train_mask``/``val_mask``/``test_mask``
+    and ``label_mask`` are kept when present. A plain dict with those keys works too.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such file: {path}")
+    name = name or path.name.split(".")[0]
+    loaded = _read_torch_object(path)
+    if isinstance(loaded, dict):
+        loaded = Data(**loaded)
+    if isinstance(loaded, tuple):
+        raise ValueError(
+            f"{path}: holds a tuple (an InMemoryDataset's (data, slices)?), not one Data object"
+        )
+    return from_pyg_data(loaded, name=name, source=str(path), binarize=binarize)
+
+
+def find_embedded_file(name: str, roots: list[Path]) -> Optional[Path]:
+    """The shipped file for ``name`` under any of ``roots`` (``root/<sub>/<file>`` or
+    ``root/<file>``; for PyGOD also an already unzipped ``<name>.pt``)."""
+    relative, _ = EMBEDDED_FILES[name]
+    filename = Path(relative).name
+    candidates = [relative, filename]
+    if filename.endswith(".pt.zip"):
+        candidates += [relative[: -len(".zip")], filename[: -len(".zip")]]
+    for root in roots:
+        for candidate in candidates:
+            path = root / candidate
+            if path.is_file():
+                return path
+    return None

@@ -1,0 +1,175 @@
+"""YelpChi and Amazon fraud graphs in the CARE-GNN ``.mat`` format.
+
+DGL's ``FraudYelp.zip`` / ``FraudAmazon.zip`` hold ``YelpChi.mat`` / ``Amazon.mat`` (Dou et al.,
+CIKM 2020, "Enhancing Graph Neural Network-based Fraud Detectors against Camouflaged
+Fraudsters"). Each ``.mat`` file (read with :func:`scipy.io.loadmat`) has:
+
+* ``features``: scipy sparse ``[N, F]`` (32 features for YelpChi, 25 for Amazon);
+* ``label``: ``[1, N]`` in ``{0, 1}``;
+* ``homo``: scipy sparse ``[N, N]``, the union of all relations;
+* one sparse ``[N, N]`` matrix per relation: ``net_rur``, ``net_rtr``, ``net_rsr`` (YelpChi:
+  same user, same product and month, same product and star rating) or ``net_upu``, ``net_usu``,
+  ``net_uvu`` (Amazon: same product, same star rating within a week, top-5% review-text
+  similarity).
+
+In Amazon the first 3,305 users carry no real label (CARE-GNN and BWGNN leave them out of every
+split); the loader marks them with ``label_mask = False``.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+from torch_geometric.data import Data
+
+from .anomaly_data import prepare_anomaly_data
+
+CARE_RELATIONS: dict[str, tuple[str, ...]] = {
+    "yelpchi": ("net_rur", "net_rtr", "net_rsr"),
+    "amazon": ("net_upu", "net_usu", "net_uvu"),
+}
+AMAZON_UNLABELLED_NODES = 3305
+FRAUD_FILES: dict[str, str] = {"yelpchi": "YelpChi.mat", "amazon": "Amazon.mat"}
+FRAUD_ARCHIVE_URLS: dict[str, str] = {
+    "yelpchi": "https://data.dgl.ai/dataset/FraudYelp.zip",
+    "amazon": "https://data.dgl.ai/dataset/FraudAmazon.zip",
+}
+
+
+def _detect_dataset(keys: set[str]) -> Optional[str]:
+    for dataset, relations in CARE_RELATIONS.items():
+        if any(relation in keys for relation in relations):
+            return dataset
+    return None
+
+
+def _relation_key(relation: str, available: list[str], source: str) -> str:
+    wanted = relation.lower()
+    if wanted == "homo":
+        return "homo"
+    for key in available:
+        if wanted in (key, key[len("net_"):]):
+            return key
+    raise ValueError(
+        f"{source}: unknown relation {relation!r}; choose 'homo' or one of "
+        f"{available} (the 'net_' prefix may be left out)"
+    )
+
+
+def load_fraud_mat(
+    path: Union[str, Path],
+    relation: str = "homo",
+    name: Optional[str] = None,
+    unlabelled_prefix: Optional[int] = None,
+) -> Data:
+    """Load a CARE-GNN ``.mat`` fraud graph (YelpChi, Amazon, or the same layout).
+
+    Args:
+        path: the ``.mat`` file.
+        relation: ``"homo"`` (all relations merged) or one relation key such as ``"net_rur"``
+            (or ``"rur"``).
+        name: ``data.name``; by default ``"yelpchi"`` / ``"amazon"`` when the relation keys
+            identify the dataset, else the file name.
+        unlabelled_prefix: how many leading nodes carry no label and must stay out of splits
+            (``label_mask`` False). Defaults to 3,305 for Amazon (the usual protocol), 0 else.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: unreadable file, missing keys, shape mismatch, non-binary labels, etc.
+    """
+    from scipy.io import loadmat
+
+    path = Path(path)
+    source = str(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such .mat file: {path}")
+    try:
+        mat = loadmat(str(path))
+    except Exception as error:  # scipy raises several unrelated types for corrupt files
+        raise ValueError(f"{source}: not a readable MATLAB .mat file ({error})") from error
+    keys = {key for key in mat if not key.startswith("__")}
+    missing = [key for key in ("features", "label", "homo") if key not in keys]
+    if missing:
+        raise ValueError(
+            f"{source}: missing key(s) {missing} of the CARE-GNN layout; found {sorted(keys)}. "
+            "Expected 'features' (sparse [N, F]), 'label' ([1, N]), 'homo' ([N, N]) and the "
+            "relation matrices (net_rur/net_rtr/net_rsr or net_upu/net_usu/net_uvu)."
+        )
+    dataset = _detect_dataset(keys)
+    relations = sorted(key for key in keys if key.startswith("net_"))
+    key = _relation_key(relation, relations, source)
+    adjacency = mat[key]
+    features = mat["features"]
+    num_nodes = features.shape[0]
+    if adjacency.ndim != 2 or adjacency.shape != (num_nodes, num_nodes):
+        raise ValueError(
+            f"{source}: '{key}' has shape {adjacency.shape} but 'features' has {num_nodes} rows; "
+            f"expected [{num_nodes}, {num_nodes}]"
+        )
+    if hasattr(adjacency, "tocoo"):
+        coo = adjacency.tocoo()
+        rows, cols = coo.row, coo.col
+    else:
+        rows, cols = np.nonzero(np.asarray(adjacency))
+    edge_index = np.stack([rows, cols]).astype(np.int64)
+
+    if unlabelled_prefix is None:
+        unlabelled_prefix = AMAZON_UNLABELLED_NODES if dataset == "amazon" else 0
+    label_mask = None
+    if unlabelled_prefix:
+        if unlabelled_prefix >= num_nodes:
+            raise ValueError(
+                f"{source}: {unlabelled_prefix} leading nodes are unlabelled but the graph has "
+                f"only {num_nodes} nodes (Amazon.mat has 11,944); pass unlabelled_prefix=0 "
+                "for files without that prefix"
+            )
+        label_mask = np.arange(num_nodes) >= unlabelled_prefix
+
+    return prepare_anomaly_data(
+        features, edge_index, mat["label"], name=name or dataset or path.stem.lower(),
+        label_mask=label_mask, source=source,
+    )
+
+
+def find_fraud_mat(dataset: str, roots: list[Path]) -> Optional[Path]:
+    """First ``YelpChi.mat`` / ``Amazon.mat`` (or lowercase) in ``roots`` or a sub-folder."""
+    filename = FRAUD_FILES[dataset]
+    for root in roots:
+        for folder in (root, root / dataset, root / filename[: -len(".mat")]):
+            for candidate in (filename, filename.lower()):
+                path = folder / candidate
+                if path.is_file():
+                    return path
+    return None
+
+
+def download_fraud_mat(dataset: str, root: Path, timeout: float = 15.0) -> Path:
+    """Fetch DGL's archive for ``dataset`` and extract its ``.mat`` file into ``root``.
+
+    Raises ``OSError`` (with the reason) on any network or archive failure.
+    """
+    url = FRAUD_ARCHIVE_URLS[dataset]
+    filename = FRAUD_FILES[dataset]
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as scratch:
+        archive = Path(scratch) / Path(url).name
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response, open(
+                archive, "wb"
+            ) as handle:
+                shutil.copyfileobj(response, handle)
+            with zipfile.ZipFile(archive) as bundle:
+                members = [m for m in bundle.namelist() if Path(m).name.lower() == filename.lower()]
+                if not members:
+                    raise OSError(f"{url} does not contain {filename}")
+                extracted = Path(bundle.extract(members[0], scratch))
+        except Exception as error:  # any failure (DNS, timeout, HTTP, bad zip) means "no file"
+            raise OSError(f"download of {url} failed: {error}") from error
+        target = root / filename
+        shutil.move(str(extracted), target)
+    return target

@@ -1,0 +1,143 @@
+"""Anomaly graphs stored as ``.npz``: the open layout (T-Finance, T-Social, anything converted)
+and the heterophilous-graphs layout of Platonov et al. (Tolokers, Questions).
+
+Open layout (written by :func:`save_anomaly_npz`)::
+
+    x           float  [N, F]
+    edge_index  int    [2, E]     any direction; the loader symmetrises
+    y           int    [N]        0 = normal, 1 = anomalous
+    train_mask, val_mask, test_mask   bool [N] or [N, S]   (optional, all three or none)
+    label_mask  bool   [N]        (optional) nodes that may enter splits
+
+Heterophilous-graphs layout (``yandex-research/heterophilous-graphs``)::
+
+    node_features [N, F], node_labels [N], edges [E, 2],
+    train_masks / val_masks / test_masks [S, N]
+"""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from .anomaly_data import MASK_KEYS, prepare_anomaly_data
+
+OPEN_KEYS = ("x", "edge_index", "y")
+HETEROPHILOUS_KEYS = ("node_features", "node_labels", "edges")
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise FileNotFoundError(f"No such .npz file: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise ValueError(f"{path}: not a readable .npz archive ({error})") from error
+
+
+def load_anomaly_npz(
+    path: Union[str, Path], name: Optional[str] = None, binarize: bool = False
+) -> Data:
+    """Load an anomaly graph from ``path`` (open or heterophilous-graphs layout).
+
+    Args:
+        path: the ``.npz`` file.
+        name: ``data.name``; defaults to the file name without extension.
+        binarize: treat labels ``> 0`` as anomalous instead of requiring ``{0, 1}``.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the file is not an ``.npz`` archive, lacks keys, or holds malformed arrays.
+    """
+    path = Path(path)
+    name = name or path.name.split(".")[0]
+    arrays = _read_npz(path)
+    source = str(path)
+    if all(key in arrays for key in OPEN_KEYS):
+        masks = {key: arrays[key] for key in MASK_KEYS if key in arrays}
+        edge_index = arrays["edge_index"]
+        if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+            raise ValueError(
+                f"{source}: edge_index must have shape [2, E], got {edge_index.shape}"
+                + (" (transpose it: the open layout stores one edge per column)"
+                   if edge_index.ndim == 2 and edge_index.shape[1] == 2 else "")
+            )
+        return prepare_anomaly_data(
+            arrays["x"], edge_index, arrays["y"], name=name, masks=masks or None,
+            label_mask=arrays.get("label_mask"), source=source, binarize=binarize,
+        )
+    if all(key in arrays for key in HETEROPHILOUS_KEYS):
+        edges = arrays["edges"]
+        if edges.ndim != 2 or edges.shape[1] != 2:
+            raise ValueError(f"{source}: edges must have shape [E, 2], got {edges.shape}")
+        masks = {
+            key: arrays[key + "s"] for key in MASK_KEYS if key + "s" in arrays
+        }
+        return prepare_anomaly_data(
+            arrays["node_features"], edges.T, arrays["node_labels"], name=name,
+            masks=masks or None, source=source, binarize=binarize,
+        )
+    raise ValueError(
+        f"{source}: unrecognised .npz layout; found keys {sorted(arrays)}. Expected "
+        f"{list(OPEN_KEYS)} (+ optional {list(MASK_KEYS)}, label_mask) or the "
+        f"heterophilous-graphs keys {list(HETEROPHILOUS_KEYS)}"
+    )
+
+
+def save_anomaly_npz(data: Data, path: Union[str, Path], compressed: bool = True) -> Path:
+    """Write ``data`` in the open ``.npz`` layout that :func:`load_anomaly_npz` reads.
+
+    ``data`` needs ``x``, ``edge_index`` and ``y``; the three split masks and ``label_mask`` are
+    written when present. The edges are written as stored (no symmetrisation), and the file is
+    validated by reading it back, so a malformed ``data`` fails here rather than at load time.
+    """
+    path = Path(path)
+    arrays: dict[str, Any] = {}
+    for key in OPEN_KEYS:
+        value = getattr(data, key, None)
+        if value is None:
+            raise ValueError(f"cannot save: data has no {key}")
+        arrays[key] = value.detach().cpu().numpy()
+    for key in (*MASK_KEYS, "label_mask"):
+        value = getattr(data, key, None)
+        if value is not None:
+            arrays[key] = value.detach().cpu().numpy()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # np.savez appends ".npz" to names without it; write to the exact path instead
+    with open(path, "wb") as handle:
+        (np.savez_compressed if compressed else np.savez)(handle, **arrays)
+    load_anomaly_npz(path)
+    return path
+
+
+def dgl_graph_to_data(graph: Any, name: str) -> Data:
+    """Convert a DGL graph as BWGNN ships T-Finance / T-Social into a plain PyG ``Data``.
+
+    Reads ``graph.edges()``, ``graph.ndata['feature']`` and ``graph.ndata['label']`` (a label
+    of shape ``[N, 2]`` is one-hot and becomes its ``argmax``), plus ``train_mask`` /
+    ``val_mask`` / ``test_mask`` node data when all three exist. Only the DGL graph API is used,
+    so this function itself does not import DGL.
+    """
+    ndata = graph.ndata
+    for key in ("feature", "label"):
+        if key not in ndata:
+            raise ValueError(
+                f"{name}: the DGL graph has no node data '{key}' (found {sorted(ndata.keys())})"
+            )
+    src, dst = graph.edges()
+    label = ndata["label"]
+    if label.dim() == 2 and label.size(1) > 1:
+        label = label.argmax(dim=1)
+    edge_index = torch.stack([src.long(), dst.long()], dim=0)
+    data = Data(x=ndata["feature"], edge_index=edge_index, y=label.reshape(-1).long())
+    if all(key in ndata for key in MASK_KEYS):
+        for key in MASK_KEYS:
+            setattr(data, key, ndata[key].bool())
+    data.num_nodes = int(graph.num_nodes())
+    return data
+
