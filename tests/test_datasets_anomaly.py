@@ -1,0 +1,443 @@
+"""Anomaly-detection loaders: generated CARE-GNN .mat / open .npz / .pt files through the real
+code paths, the shipped Tolokers and PyGOD graphs, and the errors for missing or bad files."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import contains_self_loops, is_undirected
+
+from et_graph.datasets import (
+    AMAZON_UNLABELLED_NODES,
+    ANOMALY_DATASETS,
+    data_dir,
+    dgl_graph_to_data,
+    load_anomaly_dataset,
+    load_anomaly_npz,
+    load_fraud_mat,
+    save_anomaly_npz,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+YELP_RELATIONS = ("net_rur", "net_rtr", "net_rsr")
+AMAZON_RELATIONS = ("net_upu", "net_usu", "net_uvu")
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+    """No test may download, and the download cache must not leak in from the user's home."""
+    monkeypatch.delenv("ET_GRAPH_DOWNLOAD", raising=False)
+    monkeypatch.delenv("ET_GRAPH_DATA", raising=False)
+    monkeypatch.setenv("ET_GRAPH_CACHE", str(tmp_path / "cache"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a test tried to use the network")
+
+    monkeypatch.setattr("urllib.request.urlopen", refuse)
+
+
+def random_adjacency(rng, n, density=0.05, self_loops=True):
+    """Directed sparse 0/1 matrix (asymmetric on purpose, optionally with self-loops)."""
+    count = max(1, int(density * n * n))
+    rows, cols = rng.randint(0, n, count), rng.randint(0, n, count)
+    matrix = sp.csr_matrix((np.ones(count), (rows, cols)), shape=(n, n))
+    matrix.data[:] = 1.0  # repeated pairs were summed
+    if self_loops:
+        matrix = matrix + sp.eye(n, format="csr")
+    return matrix.tocsc()
+
+
+def write_care_mat(path, relations, n=60, num_features=7, seed=0, density=0.05, **overrides):
+    """A small .mat file in the CARE-GNN layout; returns the arrays written."""
+    rng = np.random.RandomState(seed)
+    mats = {name: random_adjacency(rng, n, density) for name in relations}
+    homo = sum(mats.values())
+    homo.data[:] = 1.0
+    features = sp.random(n, num_features, density=0.4, random_state=rng, format="csc")
+    label = (rng.rand(1, n) < 0.2).astype(np.int64)
+    label[0, :2] = [0, 1]
+    content = {"homo": homo.tocsc(), "features": features, "label": label, **mats}
+    content.update(overrides)
+    content = {k: v for k, v in content.items() if v is not None}
+    scipy.io.savemat(str(path), content)
+    return content
+
+
+def edge_set(edge_index):
+    return set(map(tuple, edge_index.t().tolist()))
+
+
+def expected_edges(matrix):
+    """Undirected edge set without self-loops, both directions."""
+    coo = sp.coo_matrix(matrix)
+    pairs = {(int(a), int(b)) for a, b in zip(coo.row, coo.col) if a != b}
+    return pairs | {(b, a) for a, b in pairs}
+
+
+def assert_clean(data):
+    assert data.x.dtype == torch.float32 and data.x.dim() == 2
+    assert data.edge_index.dtype == torch.int64 and data.edge_index.size(0) == 2
+    assert data.y.dtype == torch.int64 and set(data.y.unique().tolist()) <= {0, 1}
+    assert is_undirected(data.edge_index, num_nodes=data.num_nodes)
+    assert not contains_self_loops(data.edge_index)
+    keys = data.edge_index[0] * data.num_nodes + data.edge_index[1]
+    assert torch.unique(keys).numel() == keys.numel()  # no duplicate edges
+
+
+# ---------------------------------------------------------------- CARE-GNN .mat (YelpChi/Amazon)
+
+
+def test_yelpchi_mat_homo_and_each_relation(tmp_path):
+    content = write_care_mat(tmp_path / "YelpChi.mat", YELP_RELATIONS)
+    data = load_anomaly_dataset("yelpchi", root=tmp_path)
+    assert_clean(data)
+    assert data.name == "yelpchi"
+    assert torch.allclose(data.x, torch.tensor(content["features"].toarray(), dtype=torch.float32))
+    assert data.y.tolist() == content["label"][0].tolist()
+    assert edge_set(data.edge_index) == expected_edges(content["homo"])
+    assert getattr(data, "label_mask", None) is None  # every YelpChi node is labelled
+
+    for relation in YELP_RELATIONS:
+        chosen = load_anomaly_dataset("yelpchi", root=tmp_path, relation=relation)
+        assert edge_set(chosen.edge_index) == expected_edges(content[relation])
+    short = load_anomaly_dataset("yelpchi", root=tmp_path, relation="rtr")
+    assert edge_set(short.edge_index) == expected_edges(content["net_rtr"])
+    assert expected_edges(content["net_rtr"]) != expected_edges(content["net_rur"])
+
+    with pytest.raises(ValueError, match="net_rur"):
+        load_anomaly_dataset("yelpchi", root=tmp_path, relation="net_upu")
+
+
+def test_lowercase_file_and_path_argument(tmp_path):
+    content = write_care_mat(tmp_path / "yelpchi.mat", YELP_RELATIONS, seed=3)
+    by_root = load_anomaly_dataset("yelpchi", root=tmp_path)
+    by_path = load_anomaly_dataset(path=tmp_path / "yelpchi.mat", relation="net_rsr")
+    assert by_root.name == by_path.name == "yelpchi"  # recognised from the relation keys
+    assert edge_set(by_path.edge_index) == expected_edges(content["net_rsr"])
+
+
+def test_amazon_excludes_first_3305_nodes_by_default(tmp_path):
+    assert AMAZON_UNLABELLED_NODES == 3305
+    n = AMAZON_UNLABELLED_NODES + 95
+    content = write_care_mat(
+        tmp_path / "Amazon.mat", AMAZON_RELATIONS, n=n, num_features=5, density=2 / n
+    )
+    data = load_anomaly_dataset("amazon", root=tmp_path, relation="net_uvu")
+    assert_clean(data)
+    assert data.name == "amazon" and data.num_nodes == n
+    assert data.label_mask.dtype == torch.bool and data.label_mask.shape == (n,)
+    assert not data.label_mask[:3305].any() and data.label_mask[3305:].all()
+    assert edge_set(data.edge_index) == expected_edges(content["net_uvu"])
+
+
+def test_amazon_prefix_is_a_parameter(tmp_path):
+    write_care_mat(tmp_path / "Amazon.mat", AMAZON_RELATIONS, n=40)
+    data = load_fraud_mat(tmp_path / "Amazon.mat", unlabelled_prefix=10)
+    assert int(data.label_mask.sum()) == 30 and not data.label_mask[:10].any()
+    assert getattr(load_fraud_mat(tmp_path / "Amazon.mat", unlabelled_prefix=0),
+                   "label_mask", None) is None
+    with pytest.raises(ValueError, match="unlabelled"):  # the default 3,305 exceeds 40 nodes
+        load_anomaly_dataset(path=tmp_path / "Amazon.mat")
+
+
+def test_missing_mat_says_where_to_put_it(tmp_path):
+    with pytest.raises(FileNotFoundError) as info:
+        load_anomaly_dataset("yelpchi", root=tmp_path)
+    message = str(info.value)
+    assert str(tmp_path / "YelpChi.mat") in message and "FraudYelp.zip" in message
+    assert "ET_GRAPH_DOWNLOAD" in message
+
+
+def test_download_is_opt_in_and_failures_are_reported(tmp_path, monkeypatch):
+    def unreachable(url, timeout):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr("urllib.request.urlopen", unreachable)
+    with pytest.raises(FileNotFoundError, match="network unreachable"):
+        load_anomaly_dataset("amazon", root=tmp_path, download=True)
+
+
+def test_download_extracts_the_mat_file(tmp_path, monkeypatch):
+    source = tmp_path / "source"
+    source.mkdir()
+    write_care_mat(source / "YelpChi.mat", YELP_RELATIONS)
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.write(source / "YelpChi.mat", "YelpChi.mat")
+    requested = []
+
+    def fake_urlopen(url, timeout):
+        requested.append(url)
+        return io.BytesIO(archive.getvalue())
+
+    monkeypatch.setattr("urllib.request.urlopen", fake_urlopen)
+    monkeypatch.setenv("ET_GRAPH_DOWNLOAD", "1")
+    target = tmp_path / "data"
+    data = load_anomaly_dataset("yelpchi", root=target)
+    assert requested == ["https://data.dgl.ai/dataset/FraudYelp.zip"]
+    assert (target / "YelpChi.mat").is_file() and data.num_nodes == 60
+    assert sorted(p.name for p in target.iterdir()) == ["YelpChi.mat"]  # no leftovers
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"label": None}, "label"),
+        ({"homo": None}, "homo"),
+        ({"label": np.full((1, 60), 2)}, "binary"),
+        ({"homo": sp.eye(59, format="csc")}, "shape"),
+        ({"features": np.full((60, 3), np.nan)}, "NaN"),
+        ({"label": np.zeros((1, 59))}, r"\[N\]"),
+    ],
+)
+def test_malformed_mat_raises_value_error(tmp_path, overrides, match):
+    write_care_mat(tmp_path / "bad.mat", YELP_RELATIONS, **overrides)
+    with pytest.raises(ValueError, match=match):
+        load_anomaly_dataset(path=tmp_path / "bad.mat")
+
+
+def test_corrupt_mat_file(tmp_path):
+    (tmp_path / "YelpChi.mat").write_bytes(b"not a matlab file at all")
+    with pytest.raises(ValueError, match="readable"):
+        load_anomaly_dataset("yelpchi", root=tmp_path)
+
+
+# ---------------------------------------------------------------- open .npz (T-Finance/T-Social)
+
+
+def small_graph(n=30, splits=3, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, n, (2, 80), generator=generator)
+    y = (torch.rand(n, generator=generator) < 0.3).long()
+    y[:2] = torch.tensor([0, 1])
+    data = Data(x=torch.randn(n, 4, generator=generator, dtype=torch.float64),
+                edge_index=edge_index, y=y)
+    order = torch.stack([torch.randperm(n, generator=generator) for _ in range(splits)], dim=1)
+    data.train_mask, data.val_mask, data.test_mask = order < 10, (order >= 10) & (order < 20), \
+        order >= 20
+    data.label_mask = torch.arange(n) >= 2
+    return data
+
+
+def test_npz_round_trip_keeps_everything(tmp_path):
+    original = small_graph()
+    path = save_anomaly_npz(original, tmp_path / "graph.npz")
+    data = load_anomaly_dataset(path=path)
+    assert_clean(data)
+    assert data.name == "graph"
+    assert torch.allclose(data.x, original.x.float())
+    assert torch.equal(data.y, original.y)
+    expected = {(a, b) for a, b in edge_set(original.edge_index) if a != b}
+    assert edge_set(data.edge_index) == expected | {(b, a) for a, b in expected}
+    for key in ("train_mask", "val_mask", "test_mask"):
+        assert getattr(data, key).dtype == torch.bool
+        assert torch.equal(getattr(data, key), getattr(original, key))
+    assert torch.equal(data.label_mask, original.label_mask)
+
+
+def test_tfinance_found_under_root_and_missing_tsocial_explains_converter(tmp_path):
+    save_anomaly_npz(small_graph(), tmp_path / "tfinance.npz")
+    data = load_anomaly_dataset("tfinance", root=tmp_path)
+    assert data.name == "tfinance" and data.train_mask.shape == (30, 3)
+    with pytest.raises(FileNotFoundError, match="dgl_to_npz.py"):
+        load_anomaly_dataset("tsocial", root=tmp_path)
+
+
+def test_single_split_masks_become_n_by_1(tmp_path):
+    graph = small_graph(splits=1)
+    for key in ("train_mask", "val_mask", "test_mask"):
+        setattr(graph, key, getattr(graph, key)[:, 0])
+    data = load_anomaly_dataset(path=save_anomaly_npz(graph, tmp_path / "one.npz"))
+    assert data.train_mask.shape == (30, 1)
+
+
+def write_npz(path, **arrays):
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda a: a.pop("y"), "unrecognised .npz layout"),
+        (lambda a: a.update(edge_index=a["edge_index"].T), "transpose"),
+        (lambda a: a["edge_index"].__setitem__((0, 0), 99), "node ids"),
+        (lambda a: a["x"].__setitem__((3, 1), np.nan), "NaN"),
+        (lambda a: a.update(y=np.arange(30) % 3), "binary"),
+        (lambda a: a.update(y=np.zeros(29, dtype=np.int64)), "shape"),
+        (lambda a: a.update(x=np.zeros((0, 4))), "no nodes"),
+        (lambda a: a.update(train_mask=np.ones(30, bool)), "train_mask"),
+        (lambda a: a.update(train_mask=np.ones(30, bool), val_mask=np.ones(30, bool),
+                            test_mask=np.zeros(30, bool)), "overlap"),
+    ],
+)
+def test_malformed_npz_raises_value_error(tmp_path, change, match):
+    graph = small_graph()
+    arrays = {"x": graph.x.numpy(), "edge_index": graph.edge_index.numpy(),
+              "y": graph.y.numpy()}
+    change(arrays)
+    with pytest.raises(ValueError, match=match):
+        load_anomaly_dataset(path=write_npz(tmp_path / "bad.npz", **arrays))
+
+
+def test_multiclass_labels_need_binarize(tmp_path):
+    graph = small_graph()
+    path = write_npz(tmp_path / "multi.npz", x=graph.x.numpy(), edge_index=graph.edge_index.numpy(),
+                     y=np.arange(30) % 4)
+    data = load_anomaly_npz(path, binarize=True)
+    assert data.y.tolist() == [int(v > 0) for v in np.arange(30) % 4]
+    assert load_anomaly_dataset(path=path, binarize=True).y.sum() == data.y.sum()
+
+
+def test_not_an_npz_and_unknown_suffix(tmp_path):
+    (tmp_path / "junk.npz").write_bytes(b"junk")
+    with pytest.raises(ValueError, match="readable"):
+        load_anomaly_dataset(path=tmp_path / "junk.npz")
+    (tmp_path / "graph.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match="unknown file type"):
+        load_anomaly_dataset(path=tmp_path / "graph.csv")
+    with pytest.raises(FileNotFoundError):
+        load_anomaly_dataset(path=tmp_path / "absent.npz")
+
+
+# ---------------------------------------------------------------- torch-saved .pt
+
+
+def test_pt_and_zipped_pt(tmp_path):
+    graph = small_graph()
+    graph.y = graph.y.double()  # PyGOD stores float labels
+    torch.save(graph, tmp_path / "mine.pt")
+    with zipfile.ZipFile(tmp_path / "mine.pt.zip", "w") as bundle:
+        bundle.write(tmp_path / "mine.pt", "mine.pt")
+    for path in (tmp_path / "mine.pt", tmp_path / "mine.pt.zip"):
+        data = load_anomaly_dataset(path=path)
+        assert_clean(data)
+        assert data.name == "mine" and torch.equal(data.y, graph.y.long())
+        assert torch.equal(data.test_mask, graph.test_mask)
+
+
+def test_pt_without_labels_is_rejected(tmp_path):
+    torch.save(Data(x=torch.randn(5, 2), edge_index=torch.tensor([[0], [1]])), tmp_path / "a.pt")
+    with pytest.raises(ValueError, match="no y"):
+        load_anomaly_dataset(path=tmp_path / "a.pt")
+
+
+# ---------------------------------------------------------------- shipped data
+
+
+def test_embedded_tolokers_is_the_default():
+    data = load_anomaly_dataset()
+    assert data.name == "tolokers"
+    assert_clean(data)
+    assert data.num_nodes == 11_758 and data.num_features == 10
+    assert data.edge_index.size(1) == 2 * 519_000
+    assert abs(float(data.y.float().mean()) - 0.2182) < 5e-5
+    for key in ("train_mask", "val_mask", "test_mask"):
+        mask = getattr(data, key)
+        assert mask.dtype == torch.bool and mask.shape == (11_758, 10)
+    assert not (data.train_mask & data.test_mask).any()
+    assert not (data.val_mask & data.test_mask).any()
+
+
+def test_embedded_reddit_loads_without_self_loops():
+    data = load_anomaly_dataset("reddit")
+    assert_clean(data)
+    assert data.num_nodes == 10_984 and data.num_features == 64
+    assert int(data.y.sum()) == 366
+    assert data.edge_index.size(1) == 168_016 - 10_984  # the file has one self-loop per node
+
+
+def test_shipped_files_match_sources_checksums():
+    sources = (REPO / "datasets" / "SOURCES.md").read_text()
+    import hashlib
+
+    for relative in ("tolokers/tolokers.npz", "pygod/reddit.pt.zip", "pygod/inj_amazon.pt.zip"):
+        digest = hashlib.sha256((REPO / "datasets" / relative).read_bytes()).hexdigest()
+        assert digest in sources, relative
+
+
+def test_data_folder_from_environment(tmp_path, monkeypatch):
+    assert data_dir() == REPO / "datasets"
+    monkeypatch.setenv("ET_GRAPH_DATA", str(tmp_path))
+    assert data_dir() == tmp_path
+    with pytest.raises(FileNotFoundError, match="reddit.pt.zip"):
+        load_anomaly_dataset("reddit")
+    monkeypatch.setenv("ET_GRAPH_DATA", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="ET_GRAPH_DATA"):
+        data_dir()
+
+
+def test_name_and_relation_errors():
+    assert "tolokers" in ANOMALY_DATASETS and "tsocial" in ANOMALY_DATASETS
+    with pytest.raises(ValueError, match="unknown anomaly dataset"):
+        load_anomaly_dataset("cora")
+    with pytest.raises(ValueError, match="relation"):
+        load_anomaly_dataset("tolokers", relation="net_rur")
+
+
+# ---------------------------------------------------------------- DGL converter (no DGL needed)
+
+
+class FakeDGLGraph:
+    """The slice of the DGL graph API the converter uses, shaped like BWGNN's T-Finance."""
+
+    def __init__(self, n=12):
+        generator = torch.Generator().manual_seed(1)
+        self.src = torch.randint(0, n, (30,), generator=generator)
+        self.dst = torch.randint(0, n, (30,), generator=generator)
+        labels = (torch.arange(n) % 4 == 0).long()
+        self.ndata = {"feature": torch.randn(n, 10, generator=generator),
+                      "label": torch.nn.functional.one_hot(labels, 2)}
+        self.labels = labels
+        self.n = n
+
+    def edges(self):
+        return self.src, self.dst
+
+    def num_nodes(self):
+        return self.n
+
+
+def load_converter():
+    spec = importlib.util.spec_from_file_location(
+        "dgl_to_npz", REPO / "datasets" / "tools" / "dgl_to_npz.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dgl_graph_to_data_handles_one_hot_labels():
+    graph = FakeDGLGraph()
+    data = dgl_graph_to_data(graph, "tfinance")
+    assert torch.equal(data.y, graph.labels)
+    assert data.edge_index.tolist() == [graph.src.tolist(), graph.dst.tolist()]
+
+
+def test_converter_script_end_to_end(tmp_path, monkeypatch):
+    graph = FakeDGLGraph()
+    fake_dgl = types.SimpleNamespace(load_graphs=lambda path: ([graph], {}))
+    monkeypatch.setitem(sys.modules, "dgl", fake_dgl)
+    converter = load_converter()
+    assert converter.main(["--input", str(tmp_path / "tfinance"),
+                           "--output", str(tmp_path / "out" / "tfinance.npz")]) == 0
+    data = load_anomaly_dataset("tfinance", root=tmp_path / "out")
+    assert torch.equal(data.y, graph.labels)
+    assert torch.allclose(data.x, graph.ndata["feature"])
+
+
+def test_converter_without_dgl_explains(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "dgl", None)  # makes `import dgl` raise ImportError
+    converter = load_converter()
+    with pytest.raises(SystemExit, match="pip install dgl"):
+        converter.main(["--input", str(tmp_path / "x"), "--output", str(tmp_path / "x.npz")])
