@@ -414,7 +414,7 @@ def train_one(name: str, data: BenchmarkData, seed: int, args: argparse.Namespac
             if args.grad_clip:
                 nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
             optimizer.step()
-            total += float(loss) * batch.num_graphs
+            total += float(loss.detach()) * batch.num_graphs
             count += batch.num_graphs
         val_score = evaluate(model, val_loader, data, device)
         curve.append(val_score)
@@ -516,7 +516,7 @@ def _apply_quick(args: argparse.Namespace) -> None:
     args.train_limit = min(args.train_limit or 48, 48)
     args.val_limit = min(args.val_limit or 16, 16)
     args.test_limit = min(args.test_limit or 16, 16)
-    args.generated_sizes = (48, 16, 16)
+    args.generated_sizes = (16, 8, 8)
     args.hidden = min(args.hidden, 16)
     args.head_dim = min(args.head_dim, 8)
     args.heads = min(args.heads, 2)

@@ -1,0 +1,317 @@
+"""GNNBenchmark data, baselines and runner (small and offline; nothing is downloaded)."""
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import contains_self_loops, is_undirected
+
+from et_graph.baselines.gnnbenchmark_baselines import GatedGCNBaseline, GINBaseline
+from et_graph.datasets.graph_benchmarks import (
+    SBMClusterRecipe,
+    SBMPatternRecipe,
+    generate_sbm_cluster,
+    generate_sbm_pattern,
+    load_gnn_benchmark,
+    load_zinc,
+    load_zinc_partial,
+)
+from et_graph.experiments import gnnbenchmark
+from et_graph.experiments.gnnbenchmark import weighted_accuracy
+
+REPO = Path(__file__).resolve().parents[1]
+PARTIAL = REPO / "datasets" / "ZINC_subset_partial"
+
+
+@pytest.fixture(scope="module")
+def zinc_val() -> list[Data]:
+    return load_zinc_partial(PARTIAL, "val")
+
+
+# ------------------------------------------------------------------------------------------
+# ZINC partial loader
+# ------------------------------------------------------------------------------------------
+def test_zinc_partial_val_rebuilds_valid_graphs(zinc_val):
+    assert len(zinc_val) == 1000
+    assert sum(g.num_nodes for g in zinc_val) == 23083  # datasets/SOURCES.md
+    assert sum(g.edge_index.size(1) for g in zinc_val) == 49692  # 24.85 undirected per graph
+    for g in zinc_val:
+        g.validate(raise_on_error=True)
+        assert g.x.dtype == torch.long and g.x.shape == (g.num_nodes, 1)
+        assert g.edge_attr.shape == (g.edge_index.size(1),)
+        assert set(g.edge_attr.tolist()) <= {1, 2, 3}
+        assert g.y.shape == (1,) and g.y.dtype == torch.float
+        assert is_undirected(g.edge_index, num_nodes=g.num_nodes)
+    assert int(torch.cat([g.x for g in zinc_val]).max()) < 28
+    targets = torch.cat([g.y for g in zinc_val])
+    assert targets.mean().item() == pytest.approx(0.0315, abs=1e-3)
+
+
+def test_zinc_partial_test_split_and_processed_dir_argument():
+    test = load_zinc_partial(PARTIAL / "processed", "test")
+    assert len(test) == 1000
+    assert sum(g.num_nodes for g in test) == 23117
+
+
+def test_zinc_partial_missing_train_and_missing_file_say_where(tmp_path):
+    with pytest.raises(FileNotFoundError, match="ZINC/raw"):
+        load_zinc_partial(PARTIAL, "train")
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "val.pt")):
+        load_zinc_partial(tmp_path, "val")
+
+
+# ------------------------------------------------------------------------------------------
+# PyG wrappers: offline only
+# ------------------------------------------------------------------------------------------
+def test_pyg_wrappers_name_the_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"train\.pickle"):
+        load_zinc(tmp_path / "ZINC", "train")
+    with pytest.raises(FileNotFoundError, match=r"PATTERN/raw/PATTERN_v2\.pt"):
+        load_gnn_benchmark(tmp_path, "PATTERN", "train")
+    with pytest.raises(ValueError, match="name must be one of"):
+        load_gnn_benchmark(tmp_path, "TSP", "train")
+    assert not any(tmp_path.rglob("*.zip"))  # nothing was downloaded
+
+
+def _write_fake_zinc_raw(root: Path, graphs: list[Data]) -> None:
+    """PyG's ZINC raw layout (molecule dicts + subset indices) built from a few real graphs."""
+    raw = root / "raw"
+    raw.mkdir(parents=True)
+    for split, chunk in (("train", graphs[:12]), ("val", graphs[12:18]), ("test", graphs[18:24])):
+        mols = []
+        for g in chunk:
+            adj = torch.zeros(g.num_nodes, g.num_nodes, dtype=torch.long)
+            adj[g.edge_index[0], g.edge_index[1]] = g.edge_attr
+            mols.append({"atom_type": g.x.view(-1), "bond_type": adj,
+                         "logP_SA_cycle_normalized": g.y})
+        with open(raw / f"{split}.pickle", "wb") as handle:
+            pickle.dump(mols, handle)
+        (raw / f"{split}.index").write_text(",".join(str(i) for i in range(len(mols))) + "\n")
+
+
+def _write_fake_gnn_benchmark_raw(root: Path, name: str, splits: dict[str, list[Data]]) -> None:
+    raw = root / name / "raw"
+    raw.mkdir(parents=True)
+    payload = [[{"x": g.x, "edge_index": g.edge_index, "y": g.y} for g in splits[s]]
+               for s in ("train", "val", "test")]
+    torch.save(payload, raw / f"{name}_v2.pt")
+
+
+def test_pyg_wrappers_load_local_files(tmp_path, zinc_val):
+    _write_fake_zinc_raw(tmp_path / "ZINC", zinc_val)
+    train = load_zinc(tmp_path / "ZINC", "train")
+    assert len(train) == 12
+    assert torch.equal(train[0].x, zinc_val[0].x) and torch.equal(train[0].y, zinc_val[0].y)
+    assert train[0].edge_index.size(1) == zinc_val[0].edge_index.size(1)
+    assert (tmp_path / "ZINC" / "subset" / "processed" / "train.pt").is_file()
+    splits = generate_sbm_cluster(4, 2, 2, seed=3)
+    _write_fake_gnn_benchmark_raw(tmp_path, "CLUSTER", splits)
+    val = load_gnn_benchmark(tmp_path, "CLUSTER", "val")
+    assert len(val) == 2 and torch.equal(val[1].y, splits["val"][1].y)
+
+
+# ------------------------------------------------------------------------------------------
+# SBM generator
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pattern_splits():
+    return generate_sbm_pattern(30, 5, 5, seed=1, recipe=SBMPatternRecipe(num_patterns=5))
+
+
+@pytest.fixture(scope="module")
+def cluster_splits():
+    return generate_sbm_cluster(30, 5, 5, seed=1)
+
+
+def test_pattern_sizes_labels_and_features(pattern_splits):
+    recipe = SBMPatternRecipe()
+    assert [len(pattern_splits[s]) for s in ("train", "val", "test")] == [30, 5, 5]
+    low = recipe.num_communities * recipe.size_min + recipe.pattern_size
+    high = recipe.num_communities * (recipe.size_max - 1) + recipe.pattern_size
+    for g in pattern_splits["train"]:
+        assert low <= g.num_nodes <= high
+        assert int(g.y.sum()) == recipe.pattern_size  # label 1 = the planted pattern
+        assert g.x.shape == (g.num_nodes, recipe.vocab_size)
+        assert torch.equal(g.x.sum(1), torch.ones(g.num_nodes))  # one-hot
+        assert is_undirected(g.edge_index) and not contains_self_loops(g.edge_index)
+        counts = torch.bincount(g.community, minlength=recipe.num_communities + 1)
+        assert bool((counts[:-1] >= recipe.size_min).all() & (counts[:-1] < recipe.size_max).all())
+
+
+def test_pattern_is_shared_within_a_pattern_instance(pattern_splits):
+    """Graphs 0 and 5 use pattern 0 (5 patterns): the planted subgraphs are identical up to order;
+    graphs 0 and 1 use different patterns."""
+
+    def planted(g: Data) -> tuple[list[int], int]:
+        nodes = torch.nonzero(g.y).view(-1)
+        inside = g.y[g.edge_index[0]].bool() & g.y[g.edge_index[1]].bool()
+        return sorted(g.x[nodes].argmax(1).tolist()), int(inside.sum())
+
+    graphs = pattern_splits["train"]
+    assert planted(graphs[0]) == planted(graphs[5]) == planted(pattern_splits["val"][0])
+    assert planted(graphs[0]) != planted(graphs[1])
+
+
+def _edge_densities(graphs: list[Data], num_blocks: int) -> tuple[float, float]:
+    """Edge density inside and across blocks ``0..num_blocks-1`` (other nodes are ignored)."""
+    same_edges = cross_edges = same_pairs = cross_pairs = 0.0
+    for g in graphs:
+        src, dst = g.community[g.edge_index[0]], g.community[g.edge_index[1]]
+        kept = (src < num_blocks) & (dst < num_blocks)
+        same_edges += float((kept & (src == dst)).sum())
+        cross_edges += float((kept & (src != dst)).sum())
+        counts = torch.bincount(g.community, minlength=num_blocks)[:num_blocks].double()
+        pairs_same = float((counts * (counts - 1)).sum())
+        total = float(counts.sum())
+        same_pairs += pairs_same
+        cross_pairs += total * (total - 1) - pairs_same
+    return same_edges / same_pairs, cross_edges / cross_pairs
+
+
+def test_cluster_community_structure_and_seed_labels(cluster_splits):
+    recipe = SBMClusterRecipe()
+    graphs = cluster_splits["train"]
+    intra, inter = _edge_densities(graphs, recipe.num_communities)
+    assert intra == pytest.approx(recipe.p, abs=0.02)
+    assert inter == pytest.approx(recipe.q, abs=0.02)
+    for g in graphs:
+        assert torch.equal(g.y, g.community)
+        assert set(g.y.tolist()) == set(range(recipe.num_communities))
+        features = g.x.argmax(1)
+        assert int((features > 0).sum()) == recipe.num_communities  # one seed per community
+        seeds = torch.nonzero(features).view(-1)
+        assert torch.equal(features[seeds] - 1, g.y[seeds])
+        assert recipe.num_communities * recipe.size_min <= g.num_nodes
+        assert g.num_nodes <= recipe.num_communities * (recipe.size_max - 1)
+
+
+def test_pattern_background_densities(pattern_splits):
+    recipe = SBMPatternRecipe()
+    intra, inter = _edge_densities(pattern_splits["train"], recipe.num_communities)
+    assert intra == pytest.approx(recipe.p, abs=0.03)
+    assert inter == pytest.approx(recipe.q, abs=0.03)
+    assert intra > inter + 0.1
+
+
+def test_generator_is_deterministic_by_seed():
+    first = generate_sbm_cluster(3, 1, 1, seed=7)
+    again = generate_sbm_cluster(3, 1, 1, seed=7)
+    other = generate_sbm_cluster(3, 1, 1, seed=8)
+    for a, b in zip(first["train"], again["train"]):
+        assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.x, b.x)
+    assert any(a.num_nodes != c.num_nodes or not torch.equal(a.y, c.y)
+               for a, c in zip(first["train"], other["train"]))
+    p1 = generate_sbm_pattern(2, 1, 1, seed=4, recipe=SBMPatternRecipe(num_patterns=2))
+    p2 = generate_sbm_pattern(2, 1, 1, seed=4, recipe=SBMPatternRecipe(num_patterns=2))
+    assert all(torch.equal(a.edge_index, b.edge_index) for a, b in zip(p1["test"], p2["test"]))
+
+
+def test_generator_rejects_bad_recipes():
+    with pytest.raises(ValueError, match="probability"):
+        generate_sbm_cluster(1, 1, 1, recipe=SBMClusterRecipe(p=1.5))
+    with pytest.raises(ValueError, match="size_min"):
+        generate_sbm_pattern(1, 1, 1, recipe=SBMPatternRecipe(size_min=10, size_max=10))
+    with pytest.raises(ValueError, match="num_train"):
+        generate_sbm_cluster(-1, 1, 1)
+
+
+# ------------------------------------------------------------------------------------------
+# Metric and baselines
+# ------------------------------------------------------------------------------------------
+def test_weighted_accuracy_is_mean_class_recall():
+    target = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1])
+    assert weighted_accuracy(torch.zeros(8, dtype=torch.long), target) == pytest.approx(50.0)
+    pred = torch.tensor([0, 0, 0, 1, 1, 1, 1, 0])
+    assert weighted_accuracy(pred, target) == pytest.approx(100 * (0.5 + 0.5) / 2)
+    assert weighted_accuracy(target, target) == pytest.approx(100.0)
+    with pytest.raises(ValueError):
+        weighted_accuracy(pred[:3], target)
+
+
+@pytest.mark.parametrize("cls", [GINBaseline, GatedGCNBaseline])
+def test_baselines_shapes_and_bad_input(cls, zinc_val):
+    from torch_geometric.loader import DataLoader
+
+    batch = next(iter(DataLoader(zinc_val[:4], batch_size=4)))
+    model = cls(1, "regression", hidden=16, num_layers=2, num_node_types=28, num_edge_types=4)
+    assert model(batch.x, batch.edge_index, batch.edge_attr, batch.batch).shape == (4,)
+    with pytest.raises(ValueError, match="edge_attr"):
+        model(batch.x, batch.edge_index, batch.edge_attr[:-1], batch.batch)
+    with pytest.raises(ValueError, match="no nodes"):
+        model(batch.x[:0], batch.edge_index[:, :0], batch.edge_attr[:0], batch.batch[:0])
+    with pytest.raises(ValueError, match="category ids"):
+        model(batch.x + 30, batch.edge_index, batch.edge_attr, batch.batch)
+    node_model = cls(2, "node", hidden=16, num_layers=2, node_dim=3)
+    x = torch.nn.functional.one_hot(batch.x.view(-1) % 3, 3).float()
+    assert node_model(x, batch.edge_index, None, batch.batch).shape == (batch.num_nodes, 2)
+    with pytest.raises(ValueError, match="NaN"):
+        node_model(x * float("nan"), batch.edge_index, None, batch.batch)
+
+
+# ------------------------------------------------------------------------------------------
+# Runner
+# ------------------------------------------------------------------------------------------
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    gnnbenchmark.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def _check_outputs(out: Path, metric: str, models: list[str]) -> dict:
+    results = json.loads((out / "results.json").read_text())
+    assert set(results) >= {"dataset", "protocol", "models"}
+    assert sorted(results["models"]) == sorted(models)
+    for stats in results["models"].values():
+        assert np.isfinite(stats[metric]["mean"]) and len(stats[metric]["values"]) == 1
+    assert "| model |" in (out / "results.md").read_text()
+    assert (out / "val_curves.png").stat().st_size > 0
+    return results
+
+
+def test_runner_quick_zinc_proxy(tmp_path):
+    out = tmp_path / "zinc"
+    gnnbenchmark.run(_args("--dataset", "ZINC", "--root", str(REPO / "datasets"), "--quick",
+                           "--out", str(out)))
+    results = _check_outputs(out, "mae", ["et", "gin", "gatedgcn"])
+    assert results["source"] == "partial"
+    assert "ZINC proxy (trained on the official val split" in results["protocol"]
+    assert "ZINC proxy" in (out / "results.md").read_text()
+
+
+def test_runner_quick_generated_pattern(tmp_path):
+    out = tmp_path / "pattern"
+    gnnbenchmark.run(_args("--dataset", "PATTERN", "--root", str(tmp_path / "none"), "--quick",
+                           "--models", "et,gin", "--out", str(out)))
+    results = _check_outputs(out, "weighted_accuracy", ["et", "gin"])
+    assert results["source"] == "generated" and "generated" in results["dataset"]
+    assert "p=0.5, q=0.35" in results["protocol"]
+
+
+def test_runner_uses_official_files_when_present(tmp_path):
+    splits = generate_sbm_cluster(8, 4, 4, seed=2)
+    _write_fake_gnn_benchmark_raw(tmp_path, "CLUSTER", splits)
+    out = tmp_path / "out"
+    gnnbenchmark.run(_args("--dataset", "CLUSTER", "--root", str(tmp_path), "--quick",
+                           "--models", "gatedgcn", "--out", str(out)))
+    results = _check_outputs(out, "weighted_accuracy", ["gatedgcn"])
+    assert results["source"] == "official"
+
+
+def test_runner_errors_say_what_to_put_where(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"MNIST/raw/MNIST_v2\.pt"):
+        gnnbenchmark.run(_args("--dataset", "MNIST", "--root", str(tmp_path), "--quick"))
+    with pytest.raises(FileNotFoundError, match=r"ZINC_subset_partial/processed/val\.pt"):
+        gnnbenchmark.run(_args("--dataset", "ZINC", "--root", str(tmp_path), "--quick"))
+    with pytest.raises(FileNotFoundError, match=r"PATTERN_v2\.pt"):
+        gnnbenchmark.run(_args("--dataset", "PATTERN", "--root", str(tmp_path), "--quick",
+                               "--source", "official"))
+    with pytest.raises(ValueError, match="generated"):
+        gnnbenchmark.run(_args("--dataset", "ZINC", "--source", "generated", "--quick"))
+    with pytest.raises(SystemExit):
+        _args("--models", "et,transformer")
