@@ -392,4 +392,33 @@ __all__ = [
     "recipe_dict",
     "sbm_cluster_graph",
     "sbm_pattern_graph",
+    "sbm_statistics",
 ]
+
+
+def sbm_statistics(graphs: list[Data]) -> dict[str, float]:
+    """Average/min/max node count, average directed edge count, label distribution."""
+    if not graphs:
+        raise ValueError("no graphs")
+    nodes = np.array([g.num_nodes for g in graphs])
+    edges = np.array([g.edge_index.size(1) for g in graphs])
+    labels = torch.cat([g.y for g in graphs])
+    counts = torch.bincount(labels).double()
+    return {
+        "graphs": len(graphs),
+        "avg_nodes": float(nodes.mean()),
+        "min_nodes": int(nodes.min()),
+        "max_nodes": int(nodes.max()),
+        "avg_directed_edges": float(edges.mean()),
+        "label_fractions": (counts / counts.sum()).tolist(),
+    }
+
+
+if __name__ == "__main__":
+    # python -m et_graph.datasets.graph_benchmarks PATTERN 1000 : statistics of generated graphs
+    import sys
+
+    name = sys.argv[1] if len(sys.argv) > 1 else "PATTERN"
+    count = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+    generate = generate_sbm_pattern if name == "PATTERN" else generate_sbm_cluster
+    print(name, sbm_statistics(generate(count, 0, 0, seed=0)["train"]))

@@ -289,10 +289,19 @@ def add_positional_encoding(data: BenchmarkData, k: int) -> None:
     from ..transforms import CLSLaplacianPE
 
     transform = CLSLaplacianPE(k=k)
-    for split, graphs in data.splits.items():
-        data.splits[split] = [
-            transform(g) for g in tqdm(graphs, desc=f"Laplacian PE ({split})", leave=False)
-        ]
+    try:  # scikit-learn's dependency; one BLAS thread makes small eigh calls ~50x faster here
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        threadpool_limits = None
+    limit = threadpool_limits(limits=1) if threadpool_limits is not None else None
+    try:
+        for split, graphs in data.splits.items():
+            data.splits[split] = [
+                transform(g) for g in tqdm(graphs, desc=f"Laplacian PE ({split})", leave=False)
+            ]
+    finally:
+        if limit is not None:
+            limit.unregister()
 
 
 # --------------------------------------------------------------------------------------------
