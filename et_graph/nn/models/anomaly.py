@@ -1,0 +1,154 @@
+"""ET node anomaly detector (Hoover et al., 2023, eqs. 10-12)."""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+from ..conv import ETConv
+from ..validation import check_features
+
+
+class ETAnomalyDetector(nn.Module):
+    r"""Energy Transformer for node anomaly detection.
+
+    .. math::
+        \mathbf{x}^{1}_A = \mathbf{E}\,\mathbf{y}_A + \boldsymbol{\lambda}_A, \qquad
+        \mathbf{x}^{T} = \mathrm{ETConv}^{T}(\mathbf{x}^{1}), \qquad
+        p_A = \sigma\big(\mathrm{MLP}(\mathrm{LN}(\mathbf{x}^1_A) \,\|\,
+        \mathrm{LN}(\mathbf{x}^T_A))\big)
+
+    where ``LN`` is the conv's own energy LayerNorm (``conv.norm``), so the readout sees exactly
+    the ``g`` the energy is a function of. :meth:`forward` returns the anomaly *logit*; train it
+    with :func:`weighted_bce_loss` (weight ``#normal / #anomalous``, paper eq. 12).
+
+    :meth:`energy_score` is the unsupervised score: each node's energy share at the end of the
+    descent (``conv.node_energy`` of ``x^T``).
+
+    Args:
+        in_channels: raw feature width ``F``.
+        hidden_channels: token width ``D``.
+        heads, head_dim, hopfield_dim, steps, alpha, hopfield, noise_std: passed to
+            :class:`~et_graph.nn.ETConv`.
+        num_nodes: with ``positional=True``, the number of nodes of the (transductive) graph,
+            one learnable positional vector each.
+        positional: add the learnable per-node positional embedding of eq. 10.
+        mlp_hidden: hidden width of the readout MLP (default ``hidden_channels``).
+        dropout: dropout on the readout MLP's hidden layer (training mode only).
+        input_norm: apply a standard LayerNorm over the raw features before the embedding
+            (``"none"`` keeps them as they are).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int = 64,
+        heads: int = 1,
+        head_dim: int = 64,
+        hopfield_dim: Optional[int] = None,
+        steps: int = 1,
+        alpha: float = 1.0,
+        hopfield: str = "relu",
+        noise_std: float = 0.0,
+        num_nodes: Optional[int] = None,
+        positional: bool = False,
+        mlp_hidden: Optional[int] = None,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if in_channels <= 0 or hidden_channels <= 0:
+            raise ValueError("in_channels and hidden_channels must be positive")
+        if positional and (num_nodes is None or num_nodes <= 0):
+            raise ValueError("positional=True needs num_nodes (the number of graph nodes)")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.in_channels = in_channels
+        self.hidden_channels = hidden_channels
+        self.embedding = nn.Linear(in_channels, hidden_channels)
+        self.positional = nn.Embedding(num_nodes, hidden_channels) if positional else None
+        self.conv = ETConv(
+            hidden_channels,
+            heads=heads,
+            head_dim=head_dim,
+            hopfield_dim=hopfield_dim,
+            steps=steps,
+            alpha=alpha,
+            hopfield=hopfield,
+            noise_std=noise_std,
+        )
+        mlp_hidden = hidden_channels if mlp_hidden is None else mlp_hidden
+        self.readout = nn.Sequential(
+            nn.Linear(2 * hidden_channels, mlp_hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(mlp_hidden, 1),
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.embedding.reset_parameters()
+        if self.positional is not None:
+            # Small, so that at initialisation the tokens are driven by the features.
+            nn.init.normal_(self.positional.weight, std=0.02)
+        self.conv.reset_parameters()
+        for layer in self.readout:
+            if isinstance(layer, nn.Linear):
+                layer.reset_parameters()
+
+    def embed(self, x: Tensor, node_ids: Optional[Tensor] = None) -> Tensor:
+        """Tokens ``x^1 [N, hidden]`` (eq. 10). ``node_ids`` are the nodes' ids in the full graph
+        (needed for the positional embedding when ``x`` is an induced subgraph)."""
+        check_features(x, self.in_channels)
+        tokens = self.embedding(x)
+        if self.positional is not None:
+            if node_ids is None:
+                if x.size(0) != self.positional.num_embeddings:
+                    raise ValueError(
+                        f"x has {x.size(0)} rows but the positional embedding covers "
+                        f"{self.positional.num_embeddings} nodes: pass node_ids for subgraphs"
+                    )
+                tokens = tokens + self.positional.weight
+            else:
+                if node_ids.shape != (x.size(0),):
+                    raise ValueError(
+                        f"node_ids must have shape [{x.size(0)}], got {tuple(node_ids.shape)}"
+                    )
+                tokens = tokens + self.positional(node_ids)
+        return tokens
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        node_ids: Optional[Tensor] = None,
+        return_energy: bool = False,
+    ) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """Anomaly logits ``[N]``; with ``return_energy=True`` also the total energy before each
+        ET step and after the last ``[steps + 1]`` (detached)."""
+        first = self.embed(x, node_ids)
+        if return_energy:
+            last, energies = self.conv(first, edge_index, return_energy=True)
+        else:
+            last = self.conv(first, edge_index)
+        features = torch.cat([self.conv.norm(first), self.conv.norm(last)], dim=-1)
+        logits = self.readout(features).squeeze(-1)
+        return (logits, energies) if return_energy else logits
+
+    @torch.no_grad()
+    def energy_score(
+        self, x: Tensor, edge_index: Tensor, node_ids: Optional[Tensor] = None
+    ) -> Tensor:
+        """Each node's energy ``[N]`` at the final ET state (higher = less typical under the
+        learned energy, before any sign calibration)."""
+        last = self.conv(self.embed(x, node_ids), edge_index)
+        return self.conv.node_energy(last, edge_index)
+
+
+def weighted_bce_loss(logits: Tensor, target: Tensor, pos_weight: Union[float, Tensor]) -> Tensor:
+    """Class-weighted binary cross-entropy (paper eq. 12), mean over the given nodes;
+    ``pos_weight`` is ``#normal / #anomalous`` among the training nodes."""
+    weight = torch.as_tensor(pos_weight, dtype=logits.dtype, device=logits.device)
+    return nn.functional.binary_cross_entropy_with_logits(
+        logits, target.to(logits.dtype), pos_weight=weight
+    )

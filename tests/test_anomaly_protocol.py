@@ -1,0 +1,180 @@
+"""Anomaly protocol: splits, threshold selection on validation only, metrics, checkpointing."""
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import f1_score
+
+from et_graph.nn.models import ETAnomalyDetector
+from et_graph.protocols.anomaly import (
+    THRESHOLD_GRID,
+    Split,
+    TrainConfig,
+    choose_threshold,
+    class_weight,
+    evaluate_scores,
+    macro_f1,
+    make_splits,
+    mask_splits,
+    planted_anomaly_graph,
+    recall_at_k,
+    scores_to_unit,
+    stratified_split,
+    train_node_model,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # The machine is shared: small graphs run fastest (and steadiest) on one thread.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+
+def labels(n=1000, rate=0.2, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.rand(n, generator=gen) < rate).long()
+
+
+@pytest.mark.parametrize("ratio", [0.01, 0.4])
+def test_split_disjoint_covering_stratified_and_sized(ratio):
+    y = labels(3000)
+    split = stratified_split(y, ratio, seed=2)
+    train, val, test = (set(part.tolist()) for part in (split.train, split.val, split.test))
+    assert not train & val and not train & test and not val & test
+    assert train | val | test == set(range(3000))
+    assert abs(len(train) - ratio * 3000) <= 1
+    assert abs(len(val) / (len(val) + len(test)) - 1 / 3) < 0.01
+    rate = y.float().mean().item()
+    for part in (split.val, split.test):
+        assert abs(y[part].float().mean().item() - rate) < 0.01
+    if ratio == 0.4:
+        assert abs(y[split.train].float().mean().item() - rate) < 0.01
+    else:
+        assert 0 < int(y[split.train].sum()) < split.train.numel()
+
+
+def test_split_is_fixed_by_seed_and_changes_with_it():
+    y = labels(500)
+    a, b, c = (stratified_split(y, 0.4, seed) for seed in (2, 2, 3))
+    assert torch.equal(a.train, b.train) and torch.equal(a.test, b.test)
+    assert not torch.equal(a.train, c.train)
+
+
+def test_split_respects_eligible_nodes():
+    y = labels(800)
+    eligible = torch.ones(800, dtype=torch.bool)
+    eligible[:300] = False
+    split = stratified_split(y, 0.4, 0, eligible=eligible)
+    used = torch.cat([split.train, split.val, split.test])
+    assert used.min() >= 300 and used.numel() == 500
+
+
+def test_split_rejects_bad_input():
+    with pytest.raises(ValueError, match="binary"):
+        stratified_split(torch.tensor([0, 1, 2] * 10), 0.4, 0)
+    with pytest.raises(ValueError, match="train_ratio"):
+        stratified_split(labels(), 1.5, 0)
+    with pytest.raises(ValueError, match="at least 3"):
+        stratified_split(torch.tensor([0] * 20 + [1]), 0.4, 0)
+    with pytest.raises(ValueError, match="no labelled"):
+        stratified_split(torch.tensor([], dtype=torch.long), 0.4, 0)
+
+
+def test_make_splits_paper_and_gadbench():
+    data = planted_anomaly_graph(200)
+    same = make_splits(data, "paper", 3, 0.4, split_seed=2)
+    assert all(torch.equal(s.train, same[0].train) for s in same)
+    varied = make_splits(data, "paper", 2, 0.4, split_seed=2, vary_split=True)
+    assert not torch.equal(varied[0].train, varied[1].train)
+    with pytest.raises(ValueError, match="masks"):
+        make_splits(data, "gadbench", 2)
+    masks = torch.zeros(200, 2, dtype=torch.bool)
+    data.train_mask, data.val_mask, data.test_mask = masks.clone(), masks.clone(), masks.clone()
+    data.train_mask[:100, 0] = data.val_mask[100:150, 0] = data.test_mask[150:, 0] = True
+    data.train_mask[100:, 1] = data.val_mask[:50, 1] = data.test_mask[50:100, 1] = True
+    splits = make_splits(data, "gadbench", 3)
+    assert torch.equal(splits[0].train, torch.arange(100))
+    assert torch.equal(splits[1].test, torch.arange(50, 100))
+    assert torch.equal(splits[2].train, splits[0].train)
+    assert len(mask_splits(data)) == 2
+    with pytest.raises(ValueError, match="protocol"):
+        make_splits(data, "random", 1)
+
+
+def test_macro_f1_matches_sklearn():
+    rng = np.random.default_rng(0)
+    for _ in range(15):
+        y = rng.integers(0, 2, 40)
+        y[:2] = (0, 1)
+        prob = rng.random(40)
+        for t in (0.05, 0.5, 0.95):
+            expected = f1_score(y, (prob >= t).astype(int), average="macro", zero_division=0)
+            assert macro_f1(y, prob, t) == pytest.approx(expected)
+
+
+def test_threshold_grid_is_19_values():
+    assert len(THRESHOLD_GRID) == 19
+    assert THRESHOLD_GRID[0] == 0.05 and THRESHOLD_GRID[-1] == 0.95
+
+
+def test_threshold_chosen_on_validation_not_test():
+    # Validation anomalies score ~0.3, test anomalies ~0.8: the best validation threshold (0.25
+    # .. 0.3) is far from the best test threshold, and test labels must not move it.
+    y = np.array([0] * 50 + [1] * 10 + [0] * 50 + [1] * 10)
+    score = np.concatenate([
+        np.full(50, 0.1), np.full(10, 0.3), np.full(50, 0.6), np.full(10, 0.8)
+    ])
+    split = Split(torch.arange(0), torch.arange(60), torch.arange(60, 120))
+    metrics, threshold, _ = evaluate_scores(y, score, split)
+    assert 0.1 < threshold <= 0.3
+    assert choose_threshold(y[60:], score[60:])[0] > 0.6
+    assert metrics["f1_macro"] < 0.5  # the validation threshold is applied unchanged to test
+    flipped = y.copy()
+    flipped[60:] = 1 - flipped[60:]
+    assert evaluate_scores(flipped, score, split)[1] == threshold
+
+
+def test_recall_at_k_and_calibration():
+    y = np.array([0, 1, 0, 1, 0])
+    assert recall_at_k(y, np.array([0.1, 0.9, 0.2, 0.8, 0.3])) == 1.0
+    assert recall_at_k(y, np.array([0.9, 0.1, 0.8, 0.2, 0.3])) == 0.0
+    assert recall_at_k(y, np.array([0.9, 0.8, 0.1, 0.2, 0.3])) == 0.5
+    unit = scores_to_unit(np.array([-5.0, 0.0, 5.0, 100.0]), np.array([-1.0, 1.0, 3.0, 4.0]))
+    assert unit.tolist() == [0.0, 0.25, 1.0, 1.0]
+
+
+def test_class_weight_is_normal_over_anomalous():
+    assert class_weight(torch.tensor([0, 0, 0, 1])) == 3.0
+    with pytest.raises(ValueError, match="no anomalous"):
+        class_weight(torch.tensor([0, 0]))
+
+
+def test_selection_never_sees_test_labels():
+    """Scrambling the test labels must leave the chosen epoch, threshold and predictions alone."""
+    data = planted_anomaly_graph(300, seed=1)
+    split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
+    scrambled = data.clone()
+    scrambled.y = data.y.clone()
+    scrambled.y[split.test] = 1 - scrambled.y[split.test]
+    runs = []
+    for graph in (data, scrambled):
+        torch.manual_seed(0)
+        model = ETAnomalyDetector(8, 16, heads=2, head_dim=8)
+        runs.append(train_node_model(model, graph, split, TrainConfig(epochs=8, progress=False)))
+    assert runs[0].best_epoch == runs[1].best_epoch
+    assert runs[0].threshold == runs[1].threshold
+    np.testing.assert_allclose(runs[0].prob, runs[1].prob)
+    assert runs[0].metrics["auroc"] != runs[1].metrics["auroc"]
+
+
+def test_train_rejects_bad_config():
+    data = planted_anomaly_graph(100)
+    split = make_splits(data, "paper", 1, 0.4)[0]
+    model = ETAnomalyDetector(8, 16)
+    with pytest.raises(ValueError, match="select_metric"):
+        train_node_model(model, data, split, TrainConfig(select_metric="accuracy"))
+    with pytest.raises(ValueError, match="epochs"):
+        train_node_model(model, data, split, TrainConfig(epochs=0))
