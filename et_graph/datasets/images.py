@@ -1,0 +1,99 @@
+"""Images for masked image completion: scikit-learn's bundled digits, or a folder of images.
+
+Both loaders return a float32 tensor ``[N, C, H, W]`` with pixel values in ``[0, 1]``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+COLOR_MODES = {"grayscale": "L", "rgb": "RGB"}
+
+
+def load_digits_images() -> Tensor:
+    """The 1797 scikit-learn digits (8x8, grey levels 0..16) as ``[1797, 1, 8, 8]`` in ``[0, 1]``.
+
+    They ship with scikit-learn, so nothing is downloaded.
+    """
+    from sklearn.datasets import load_digits
+
+    images = load_digits().images.astype(np.float32) / 16.0
+    return torch.from_numpy(images).unsqueeze(1)
+
+
+def _size_pair(size: Union[int, Sequence[int]]) -> tuple[int, int]:
+    pair = (size, size) if isinstance(size, int) else tuple(size)
+    if len(pair) != 2 or not all(isinstance(v, int) and v > 0 for v in pair):
+        raise ValueError(f"size must be a positive int or (height, width), got {size!r}")
+    return pair  # type: ignore[return-value]
+
+
+def load_image_folder(
+    root: Union[str, Path],
+    size: Union[int, Sequence[int]] = 32,
+    color: str = "grayscale",
+    extensions: Sequence[str] = IMAGE_EXTENSIONS,
+    limit: Optional[int] = None,
+) -> Tensor:
+    """Every image under ``root`` (recursively, sorted by path) as ``[N, C, H, W]`` in ``[0, 1]``.
+
+    Args:
+        root: folder to search.
+        size: output ``H`` or ``(H, W)``; images are resized with bilinear filtering (aspect ratio
+            is not kept; crop beforehand if it matters). Pick a size divisible by the patch size.
+        color: ``"grayscale"`` (1 channel) or ``"rgb"`` (3 channels).
+        extensions: file suffixes to read (case-insensitive).
+        limit: read at most this many files (after sorting).
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    if color not in COLOR_MODES:
+        raise ValueError(f"color must be one of {sorted(COLOR_MODES)}, got {color!r}")
+    height, width = _size_pair(size)
+    folder = Path(root)
+    if not folder.is_dir():
+        raise ValueError(f"image folder {str(folder)!r} does not exist or is not a folder")
+    suffixes = {ext.lower() for ext in extensions}
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
+    if limit is not None:
+        files = files[:limit]
+    if not files:
+        raise ValueError(
+            f"no images with extensions {sorted(suffixes)} found under {str(folder)!r}"
+        )
+    arrays = []
+    for path in files:
+        try:
+            with Image.open(path) as image:
+                converted = image.convert(COLOR_MODES[color]).resize(
+                    (width, height), Image.Resampling.BILINEAR
+                )
+                arrays.append(np.asarray(converted, dtype=np.float32) / 255.0)
+        except (UnidentifiedImageError, OSError) as error:
+            raise ValueError(f"could not read image {str(path)!r}: {error}") from error
+    stacked = np.stack(arrays)
+    if stacked.ndim == 3:
+        stacked = stacked[:, None]
+    else:
+        stacked = stacked.transpose(0, 3, 1, 2)
+    return torch.from_numpy(np.ascontiguousarray(stacked))
+
+
+def split_images(
+    images: Tensor, test_fraction: float = 0.2, seed: int = 0
+) -> tuple[Tensor, Tensor]:
+    """A seeded random split into ``(train, test)``; both parts are non-empty."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}")
+    count = images.size(0)
+    if count < 2:
+        raise ValueError(f"need at least 2 images to split, got {count}")
+    num_test = min(max(int(round(test_fraction * count)), 1), count - 1)
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
+    return images[order[num_test:]], images[order[:num_test]]

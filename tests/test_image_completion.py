@@ -1,0 +1,314 @@
+"""Masked image completion on ETConv's dense path: model, data, protocol, example."""
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from et_graph.datasets.images import load_digits_images, load_image_folder, split_images
+from et_graph.nn.models.image_completion import (
+    ETImageCompletion,
+    masked_patch_count,
+    patchify,
+    random_patch_mask,
+    unpatchify,
+)
+from et_graph.protocols.image_completion import (
+    energy_is_monotone,
+    evaluate_image_completion,
+    masked_mse,
+    mean_patch_baseline,
+    nearest_open_baseline,
+    trace_dynamics,
+    train_image_completion,
+)
+
+torch.set_num_threads(1)
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "image_completion.py"
+PNG_FILES = ("completion_grid.png", "energy.png", "update_norms.png", "memories.png",
+             "position_similarity.png", "training_loss.png")
+
+
+@pytest.fixture(scope="module")
+def digits() -> torch.Tensor:
+    return load_digits_images()
+
+
+def small_model(**kwargs) -> ETImageCompletion:
+    torch.manual_seed(0)
+    options = dict(dim=16, heads=2, head_dim=4, steps=3)
+    options.update(kwargs)
+    return ETImageCompletion(**options)
+
+
+# ----------------------------------------------------------------------------------------------
+# Patches and masks
+# ----------------------------------------------------------------------------------------------
+def test_patchify_round_trip_and_layout() -> None:
+    images = torch.arange(2 * 3 * 4 * 6, dtype=torch.float32).reshape(2, 3, 4, 6)
+    patches = patchify(images, 2)
+    assert patches.shape == (2, 6, 12)
+    # Patch 1 is grid row 0, column 1: pixels rows 0-1, columns 2-3 of every channel.
+    torch.testing.assert_close(patches[0, 1], images[0, :, 0:2, 2:4].reshape(-1))
+    torch.testing.assert_close(unpatchify(patches, 2, (4, 6), 3), images)
+
+
+def test_random_patch_mask_masks_the_same_count_in_every_image() -> None:
+    mask = random_patch_mask(50, 16, 0.3, torch.Generator().manual_seed(0))
+    assert mask.dtype == torch.bool and mask.shape == (50, 16)
+    assert bool((mask.sum(1) == 5).all())
+    assert masked_patch_count(4, 0.01) == 1 and masked_patch_count(4, 0.99) == 3
+    assert not torch.equal(mask[0], mask[1]) or not torch.equal(mask[1], mask[2])
+
+
+# ----------------------------------------------------------------------------------------------
+# Model
+# ----------------------------------------------------------------------------------------------
+def test_model_runs_the_conv_dense_path_and_reports_energy_per_image(digits) -> None:
+    model = small_model().eval()
+    images = digits[:5]
+    mask = model.random_mask(5, generator=torch.Generator().manual_seed(1))
+    prediction, energies = model(images, mask, return_energy=True)
+    assert prediction.shape == (5, 16, 4)
+    assert energies.shape == (5, model.conv.steps + 1)
+    # The model is the image plumbing around ETConv.forward_dense, nothing else.
+    expected = model.decode(model.conv.forward_dense(model.encode(images, mask)))
+    torch.testing.assert_close(prediction, expected)
+    torch.testing.assert_close(energies[:, 0], model.conv.dense_energy(model.encode(images, mask)))
+
+
+def test_masked_pixels_do_not_leak_into_the_prediction(digits) -> None:
+    model = small_model().eval()
+    images = digits[:4].clone()
+    mask = model.random_mask(4, generator=torch.Generator().manual_seed(2))
+    before = model(images, mask)
+    patches = patchify(images, 2)
+    patches[mask] = torch.rand_like(patches[mask])
+    after = model(unpatchify(patches, 2, 8, 1), mask)
+    torch.testing.assert_close(before, after)
+    # ... whereas the open pixels do matter.
+    patches[~mask] = torch.rand_like(patches[~mask])
+    assert not torch.allclose(before, model(unpatchify(patches, 2, 8, 1), mask))
+
+
+def test_loss_is_mse_on_masked_patches_only(digits) -> None:
+    model = small_model()
+    images = digits[:6]
+    mask = model.random_mask(6, generator=torch.Generator().manual_seed(3))
+    loss = model.loss(images, mask)
+    target = patchify(images, 2)
+    prediction = model(images, mask)
+    torch.testing.assert_close(loss, (prediction - target).pow(2)[mask].mean())
+    loss.backward()
+    assert model.mask_token.grad is not None and model.conv.xi.grad is not None
+
+
+def test_complete_keeps_open_patches(digits) -> None:
+    model = small_model().eval()
+    images = digits[:3]
+    mask = model.random_mask(3, generator=torch.Generator().manual_seed(4))
+    completed = patchify(model.complete(images, mask), 2)
+    torch.testing.assert_close(completed[~mask], patchify(images, 2)[~mask])
+
+
+def test_bfloat16_images_are_accepted(digits) -> None:
+    model = small_model().eval()
+    mask = model.random_mask(4, generator=torch.Generator().manual_seed(5))
+    out = model(digits[:4].to(torch.bfloat16), mask)
+    reference = model(digits[:4], mask)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, reference, atol=5e-2, rtol=5e-2)
+
+
+def test_rgb_model_with_rectangular_images() -> None:
+    model = small_model(image_size=(8, 12), patch_size=4, channels=3).eval()
+    images = torch.rand(2, 3, 8, 12)
+    mask = model.random_mask(2)
+    assert model.num_patches == 6 and model(images, mask).shape == (2, 6, 48)
+    assert model.decoded_memories().shape == (model.conv.hopfield_dim, 3, 4, 4)
+
+
+def test_trace_follows_the_model_and_splits_the_update(digits) -> None:
+    model = small_model(steps=4).eval()
+    images = digits[:8]
+    mask = model.random_mask(8, generator=torch.Generator().manual_seed(6))
+    trace = trace_dynamics(model, images, mask)
+    assert model.conv.steps == 4  # restored after stepping one at a time
+    assert trace["energies"].shape == (8, 5)
+    _, energies = model(images, mask, return_energy=True)
+    torch.testing.assert_close(trace["energies"], energies)
+    torch.testing.assert_close(
+        model.decode(trace["tokens"][-1]), model(images, mask), atol=1e-5, rtol=1e-5
+    )
+    for key in ("att_masked", "att_open", "hn_masked", "hn_open"):
+        assert trace["norms"][key].shape == (4,) and bool((trace["norms"][key] > 0).all())
+    assert trace["memory_usage"].shape == (model.conv.hopfield_dim,)
+
+
+def test_energy_monotone_check() -> None:
+    assert energy_is_monotone(torch.tensor([[3.0, 2.0, 2.0, 1.0]]))
+    assert not energy_is_monotone(torch.tensor([[3.0, 2.0, 2.5, 1.0]]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input
+# ----------------------------------------------------------------------------------------------
+def test_image_size_not_divisible_by_patch_size_raises() -> None:
+    with pytest.raises(ValueError, match="not divisible"):
+        ETImageCompletion(image_size=9, patch_size=2)
+    with pytest.raises(ValueError, match="not divisible"):
+        patchify(torch.rand(1, 1, 7, 8), 2)
+    model = small_model()
+    with pytest.raises(ValueError, match="built for 8x8"):
+        model(torch.rand(1, 1, 12, 12), torch.zeros(1, 16, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0, -0.2, 1.5, float("nan")])
+def test_mask_ratio_outside_open_interval_raises(ratio: float) -> None:
+    with pytest.raises(ValueError, match="mask_ratio"):
+        ETImageCompletion(mask_ratio=ratio)
+    with pytest.raises(ValueError, match="mask_ratio"):
+        random_patch_mask(2, 16, ratio)
+    with pytest.raises(ValueError, match="mask_ratio"):
+        small_model().random_mask(2, mask_ratio=ratio)
+
+
+def test_channel_mismatch_raises(digits) -> None:
+    model = small_model(channels=3)
+    with pytest.raises(ValueError, match="channels"):
+        model(digits[:2], model.random_mask(2))
+    with pytest.raises(ValueError, match="channels"):
+        train_image_completion(model, digits[:8], epochs=1, progress=False)
+
+
+def test_other_bad_images_and_masks_raise(digits) -> None:
+    model = small_model()
+    mask = model.random_mask(2)
+    bad = digits[:2].clone()
+    bad[0, 0, 3, 3] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        model(bad, mask)
+    with pytest.raises(ValueError, match=r"\[B, C, H, W\]"):
+        model(digits[0], mask)
+    with pytest.raises(ValueError, match="floating"):
+        model((digits[:2] * 16).long(), mask)
+    with pytest.raises(ValueError, match="bool"):
+        model(digits[:2], mask.float())
+    with pytest.raises(ValueError, match="shape"):
+        model(digits[:2], mask[:, :-1])
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------
+def test_digits_are_8x8_in_unit_range(digits) -> None:
+    assert digits.shape == (1797, 1, 8, 8) and digits.dtype == torch.float32
+    assert float(digits.min()) == 0.0 and float(digits.max()) == 1.0
+
+
+def test_split_is_disjoint_and_seeded(digits) -> None:
+    train, test = split_images(digits[:100], 0.25, seed=3)
+    assert train.shape[0] == 75 and test.shape[0] == 25
+    again, _ = split_images(digits[:100], 0.25, seed=3)
+    torch.testing.assert_close(train, again)
+    flat_train = {tuple(t.flatten().tolist()) for t in train}
+    assert not any(tuple(t.flatten().tolist()) in flat_train for t in test)
+
+
+def test_image_folder_loader(tmp_path) -> None:
+    from PIL import Image
+
+    nested = tmp_path / "sub"
+    nested.mkdir()
+    Image.new("RGB", (10, 6), (255, 0, 0)).save(tmp_path / "a.png")
+    Image.new("L", (5, 5), 128).save(nested / "b.jpg")
+    (tmp_path / "notes.txt").write_text("not an image")
+    grey = load_image_folder(tmp_path, size=8)
+    assert grey.shape == (2, 1, 8, 8) and grey.dtype == torch.float32
+    assert 0.0 <= float(grey.min()) and float(grey.max()) <= 1.0
+    rgb = load_image_folder(tmp_path, size=(4, 6), color="rgb")
+    assert rgb.shape == (2, 3, 4, 6)
+    torch.testing.assert_close(rgb[0, :, 0, 0], torch.tensor([1.0, 0.0, 0.0]))
+    model = small_model(image_size=(4, 6), channels=3)
+    assert model(rgb, model.random_mask(2)).shape == (2, 6, 12)
+
+
+def test_image_folder_loader_errors(tmp_path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        load_image_folder(tmp_path / "missing")
+    with pytest.raises(ValueError, match="no images"):
+        load_image_folder(tmp_path)
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(ValueError, match="could not read"):
+        load_image_folder(tmp_path)
+    with pytest.raises(ValueError, match="color"):
+        load_image_folder(tmp_path, color="cmyk")
+
+
+# ----------------------------------------------------------------------------------------------
+# Baselines and protocol
+# ----------------------------------------------------------------------------------------------
+def test_baselines_on_a_hand_made_image() -> None:
+    image = torch.zeros(1, 1, 4, 4)
+    image[0, 0, :2, :2] = 1.0  # patch 0 (top left) is white, the rest black
+    mask = torch.tensor([[False, True, True, True]])
+    filled = nearest_open_baseline(image, mask, 2, (2, 2))
+    # Patches 1 and 2 touch patch 0; patch 3 is diagonal but patch 0 is still the only open one.
+    torch.testing.assert_close(filled, torch.ones(1, 4, 4))
+    mask = torch.tensor([[False, True, False, True]])  # open: 0 (white) and 2 (black)
+    filled = nearest_open_baseline(image, mask, 2, (2, 2))
+    torch.testing.assert_close(filled[0, 3], torch.full((4,), 0.0))  # nearest open is patch 2
+    torch.testing.assert_close(filled[0, 1], torch.full((4,), 1.0))  # nearest open is patch 0
+    row = torch.tensor([[[[0.0, 0.0, 5.0, 5.0, 1.0, 1.0]] * 2]])  # three patches in a row
+    filled = nearest_open_baseline(row, torch.tensor([[False, True, False]]), 2, (1, 3))
+    torch.testing.assert_close(filled[0, 1], torch.full((4,), 0.5))  # a tie is averaged
+    train = torch.stack([image[0], 1 - image[0]])
+    mean = mean_patch_baseline(train, image, 2)
+    torch.testing.assert_close(mean, torch.full((1, 4, 4), 0.5))
+    assert masked_mse(mean, patchify(image, 2), mask) == pytest.approx(0.25)
+
+
+def test_short_training_beats_the_mean_patch_baseline(digits) -> None:
+    """A few seconds of training must beat the training-set mean patch at each position on
+    held-out digits (the stronger of the two mean-patch baselines)."""
+    train, test = split_images(digits, 0.2, seed=0)
+    model = small_model(dim=32, heads=4, head_dim=8, hopfield_dim=64, steps=4)
+    train_image_completion(model, train[:800], epochs=4, batch_size=32, lr=5e-3, progress=False)
+    mask = model.random_mask(test.size(0), generator=torch.Generator().manual_seed(7))
+    mse = evaluate_image_completion(model, train[:800], test, mask)
+    assert mse["et"] < mse["mean_patch"], mse
+    assert mse["mean_patch"] < mse["mean_patch_global"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Example (quick mode) and CLI
+# ----------------------------------------------------------------------------------------------
+def test_example_quick_mode_writes_results_and_valid_pngs(tmp_path, monkeypatch) -> None:
+    from PIL import Image
+
+    monkeypatch.setattr(
+        sys, "argv", [str(EXAMPLE), "--quick", "--no-progress", "--out", str(tmp_path)]
+    )
+    runpy.run_path(str(EXAMPLE), run_name="__main__")
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["mse"]) >= {"et", "mean_patch", "nearest_open"}
+    assert isinstance(results["energy_monotone"], bool)
+    assert (tmp_path / "results.md").exists()
+    for name in PNG_FILES:
+        path = tmp_path / name
+        assert path.exists() and path.stat().st_size > 0, name
+        with Image.open(path) as image:
+            image.verify()
+        with Image.open(path) as image:
+            assert image.format == "PNG" and min(image.size) > 50
+
+
+def test_cli_knows_the_image_command() -> None:
+    from et_graph.cli import build_parser
+
+    args = build_parser("image").parse_args(["--quick", "--patch-size", "4"])
+    assert args.quick and args.patch_size == 4 and args.data == "digits"
