@@ -1,10 +1,25 @@
-"""Fused closed-form attention gradient with a hand-written backward.
+r"""Fused closed-form attention gradient with a hand-written backward.
 
 :func:`fused_attention_grad` returns the same ``(dE/dk, dE/dq)`` as
 :func:`et_graph.energy.attention_grad`, but as one :class:`torch.autograd.Function` that saves only
-the per-edge, per-head probabilities ``p [E, H]`` between forward and backward. The per-edge
-gathers ``k[src]`` and ``q[dst]`` (``[E, H, Y]`` each) are recomputed in backward, so activation
-memory grows as ``O(E * H)`` instead of ``O(E * H * Y)``.
+per-edge, per-head quantities (the probabilities ``p`` and the raw scores ``s``, each ``[E, H]``)
+between forward and backward, so activation memory grows as ``O(E * H)`` rather than
+``O(E * H * Y)``.
+
+How it is computed. All heads are laid out as one block-diagonal sparse matrix of size
+``[H*N, H*N]`` in CSR form: row ``h*N + C`` holds the edges into ``C`` for head ``h``, its columns
+are ``h*N + B``. The edge structure (an :class:`EdgePlan`: edges sorted by destination, the
+transposed layout sorted by source) is built once per :meth:`ETConv.forward` and reused by every
+step and by backward. Then
+
+* the scores ``s_eh = <k_hB, q_hC>`` are one sampled dense-dense product (SDDMM,
+  :func:`torch.sparse.sampled_addmm`);
+* the softmax over the edges into each ``C`` is a pair of segment reductions over CSR rows;
+* ``dE/dq = -A(c) k`` and ``dE/dk = -A(c)^T q`` are two sparse-dense products (SpMM), with the
+  transpose stored explicitly.
+
+None of these materialises an ``[E, H, Y]`` tensor; the per-edge gathers are done inside the
+sparse kernels.
 
 Backward derivation (``c = w p``, ``s = <k_B, q_C>``, ``a = beta w s``, ``G_k``, ``G_q`` the
 incoming gradients of the outputs ``dk = -sum c q_C`` and ``dq = -sum c k_B``)::
@@ -16,87 +31,215 @@ incoming gradients of the outputs ``dk = -sum c q_C`` and ``dq = -sum c k_B``)::
     dL/ds_e  = beta w_e dL/da_e
     dL/dk_B  = sum_{e: src=B} (dL/ds_e q_C - c_e G_q[C])
     dL/dq_C  = sum_{e: dst=C} (dL/ds_e k_B - c_e G_k[B])
-"""
 
+``dL/dc`` is again one SDDMM (of the concatenations ``[q | G_q]`` and ``[G_k | k]``), and the two
+node sums are two sparse-dense products each.
+"""
 from __future__ import annotations
 
+import functools
+import warnings
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .energy import segment_softmax
+_INT32_MAX = 2**31 - 1
+
+
+class EdgePlan:
+    """The edge structure of one graph in the block-diagonal CSR layout used by the fused kernels.
+
+    Built once per forward call from self-loop-free ``src, dst`` (``B -> C``) and reused by every
+    descent step and by backward. ``order`` sorts the caller's edges by ``(dst, src)``;
+    ``transpose`` reorders those sorted edges by ``(src, dst)``.
+    """
+
+    def __init__(self, src: Tensor, dst: Tensor, num_nodes: int, heads: int) -> None:
+        self.num_nodes = num_nodes
+        self.heads = heads
+        self.num_edges = src.numel()
+        device = src.device
+        # 32-bit sparse indices are markedly faster in the CPU sparse kernels.
+        index_dtype = (
+            torch.int32 if heads * max(num_nodes, self.num_edges) < _INT32_MAX else torch.int64
+        )
+        # Stable sorts of small-range integer keys take PyTorch's radix-sort path.
+        self.order = torch.argsort(dst, stable=True)
+        self.src = src.index_select(0, self.order)
+        self.dst = dst.index_select(0, self.order)
+        self.transpose = torch.argsort(self.src, stable=True)
+        # The destination of every (head, edge) slot, for gathering per-node values to edges.
+        self.dst_per_head = self.dst.expand(heads, self.num_edges)
+        in_degree = torch.bincount(self.dst, minlength=num_nodes)
+        out_degree = torch.bincount(self.src, minlength=num_nodes)
+        # Lengths of the CSR rows (head-major): used by the per-destination softmax.
+        self.row_lengths = in_degree.repeat(heads)
+        head_nodes = torch.arange(heads, device=device).unsqueeze(1) * num_nodes
+        self.crow = self._compressed(in_degree, heads).to(index_dtype)
+        self.col = (self.src.unsqueeze(0) + head_nodes).reshape(-1).to(index_dtype)
+        self.crow_t = self._compressed(out_degree, heads).to(index_dtype)
+        self.col_t = (self.dst.index_select(0, self.transpose).unsqueeze(0) + head_nodes)
+        self.col_t = self.col_t.reshape(-1).to(index_dtype)
+
+    @staticmethod
+    def _compressed(degree: Tensor, heads: int) -> Tensor:
+        counts = degree.repeat(heads)
+        crow = counts.new_zeros(counts.numel() + 1)
+        torch.cumsum(counts, 0, out=crow[1:])
+        return crow
+
+    def matrix(self, values: Tensor) -> Tensor:
+        """``[H*N, H*N]`` CSR matrix with ``values [H, E]`` (head-major, sorted edge order)."""
+        size = self.heads * self.num_nodes
+        return torch.sparse_csr_tensor(
+            self.crow, self.col, values.reshape(-1), (size, size), check_invariants=False
+        )
+
+    def matrix_t(self, values: Tensor) -> Tensor:
+        """The transpose of :meth:`matrix` for the same ``values [H, E]``."""
+        size = self.heads * self.num_nodes
+        values = values.index_select(1, self.transpose)
+        return torch.sparse_csr_tensor(
+            self.crow_t, self.col_t, values.reshape(-1), (size, size), check_invariants=False
+        )
+
+    def sddmm(self, rows: Tensor, cols: Tensor) -> Tensor:
+        """``<rows[h*N + C], cols[h*N + B]>`` for every edge ``B -> C`` and head: ``[H, E]``."""
+        # Writing into the pattern itself (out=) spares a copy of the index arrays. Zeros, not
+        # empty: the kernel scales the old values by beta, and 0 * (NaN garbage) is NaN.
+        pattern = self.matrix(rows.new_zeros(self.heads, self.num_edges))
+        torch.sparse.sampled_addmm(pattern, rows, cols.t(), beta=0.0, out=pattern)
+        return pattern.values().view(self.heads, self.num_edges)
+
+    def segment_sum(self, values: Tensor) -> Tensor:
+        """Sum of ``values [H, E]`` over the edges into each node: ``[H, N]``."""
+        out = torch.segment_reduce(
+            values.reshape(-1), "sum", lengths=self.row_lengths, unsafe=True
+        )
+        return out.view(self.heads, self.num_nodes)
+
+    def segment_max(self, values: Tensor) -> Tensor:
+        out = torch.segment_reduce(
+            values.reshape(-1), "max", lengths=self.row_lengths, unsafe=True
+        )
+        return out.view(self.heads, self.num_nodes)
+
+    def at_dst(self, per_node: Tensor) -> Tensor:
+        """Gather ``[H, N]`` to the (sorted) edges by destination: ``[H, E]``."""
+        return per_node.gather(1, self.dst_per_head)
+
+    def softmax(self, logits: Tensor) -> Tensor:
+        """Softmax of ``logits [H, E]`` over the edges into each destination."""
+        probs = (logits - self.at_dst(self.segment_max(logits))).exp_()
+        return probs.div_(self.at_dst(self.segment_sum(probs)))
+
+    def edge_values(self, edge_weight: Tensor) -> Tensor:
+        """Caller's ``[E, 1 or H]`` per-edge values in the plan layout ``[1 or H, E]``."""
+        return edge_weight.index_select(0, self.order).t().contiguous()
+
+
+def _head_major(t: Tensor) -> Tensor:
+    """``[N, H, Y]`` -> ``[H*N, Y]`` (rows ``h*N + node``)."""
+    return t.transpose(0, 1).reshape(-1, t.size(-1))
+
+
+def _node_major(t: Tensor, heads: int) -> Tensor:
+    """Inverse of :func:`_head_major`: ``[H*N, Y]`` -> ``[N, H, Y]``."""
+    return t.view(heads, -1, t.size(-1)).transpose(0, 1)
+
+
+def _quiet_sparse(fn):
+    """PyTorch flags CSR support as "beta" with a one-time warning; the kernels used here (CSR
+    construction, ``@`` and ``sampled_addmm``) are stable, so the warning is only noise."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 class _FusedAttentionGrad(torch.autograd.Function):
     @staticmethod
+    @_quiet_sparse
     def forward(
         ctx: Any,
         k: Tensor,
         q: Tensor,
         beta: Tensor,
-        edge_weight: Optional[Tensor],
-        src: Tensor,
-        dst: Tensor,
+        weight: Optional[Tensor],
+        plan: EdgePlan,
     ) -> tuple[Tensor, Tensor]:
-        num_nodes = k.size(0)
-        k_src = k.index_select(0, src)
-        q_dst = q.index_select(0, dst)
-        scores = (k_src * q_dst).sum(dim=-1)
-        if edge_weight is not None:
-            scores = scores * edge_weight
-        probs = segment_softmax(scores * beta, dst, num_nodes)
-        coef = probs if edge_weight is None else probs * edge_weight
-        coef3 = coef.unsqueeze(-1)
-        grad_q = torch.zeros_like(q).index_add_(0, dst, coef3 * k_src, alpha=-1)
-        grad_k = torch.zeros_like(k).index_add_(0, src, coef3 * q_dst, alpha=-1)
-        ctx.save_for_backward(k, q, beta, edge_weight, src, dst, probs)
-        return grad_k, grad_q
+        heads = k.size(1)
+        k_rows, q_rows = _head_major(k), _head_major(q)
+        scores = plan.sddmm(q_rows, k_rows)
+        scale = beta.unsqueeze(1) if weight is None else beta.unsqueeze(1) * weight
+        probs = plan.softmax(scores * scale)
+        neg_coef = -probs if weight is None else -(probs * weight)
+        grad_q = plan.matrix(neg_coef) @ k_rows
+        grad_k = plan.matrix_t(neg_coef) @ q_rows
+        ctx.plan = plan
+        ctx.save_for_backward(k_rows, q_rows, beta, weight, probs, scores)
+        return _node_major(grad_k, heads), _node_major(grad_q, heads)
 
     @staticmethod
     @once_differentiable
+    @_quiet_sparse
     def backward(ctx: Any, up_k: Optional[Tensor], up_q: Optional[Tensor]):
-        k, q, beta, edge_weight, src, dst, probs = ctx.saved_tensors
-        num_nodes = k.size(0)
-        up_k = torch.zeros_like(k) if up_k is None else up_k
-        up_q = torch.zeros_like(q) if up_q is None else up_q
+        k_rows, q_rows, beta, weight, probs, scores = ctx.saved_tensors
+        plan: EdgePlan = ctx.plan
+        heads = plan.heads
+        up_k_rows = torch.zeros_like(k_rows) if up_k is None else _head_major(up_k)
+        up_q_rows = torch.zeros_like(q_rows) if up_q is None else _head_major(up_q)
 
-        k_src = k.index_select(0, src)
-        q_dst = q.index_select(0, dst)
-        up_k_src = up_k.index_select(0, src)
-        up_q_dst = up_q.index_select(0, dst)
-
-        d_coef = -((up_k_src * q_dst).sum(-1) + (up_q_dst * k_src).sum(-1))
-        d_probs = d_coef if edge_weight is None else d_coef * edge_weight
+        # dL/dc_e = -(<G_k[B], q_C> + <G_q[C], k_B>) as one SDDMM of concatenated features.
+        d_coef = plan.sddmm(
+            torch.cat([q_rows, up_q_rows], dim=1), torch.cat([up_k_rows, k_rows], dim=1)
+        ).neg_()
+        d_probs = d_coef if weight is None else d_coef * weight
         weighted = probs * d_probs
-        per_dst = probs.new_zeros(num_nodes, probs.size(1)).index_add_(0, dst, weighted)
-        d_logits = weighted - probs * per_dst.index_select(0, dst)
+        d_logits = weighted.sub_(probs * plan.at_dst(plan.segment_sum(weighted)))
 
-        scores = (k_src * q_dst).sum(-1)
+        beta_col = beta.unsqueeze(1)
         d_beta = d_w = None
-        if edge_weight is None:
+        if weight is None:
             if ctx.needs_input_grad[2]:
-                d_beta = (d_logits * scores).sum(0)
-            d_scores = d_logits * beta
+                d_beta = (d_logits * scores).sum(1)
+            d_scores = d_logits * beta_col
             coef = probs
         else:
             if ctx.needs_input_grad[2]:
-                d_beta = (d_logits * scores * edge_weight).sum(0)
+                d_beta = (d_logits * scores * weight).sum(1)
             if ctx.needs_input_grad[3]:
-                d_w = probs * d_coef + d_logits * beta * scores
-                if d_w.size(1) != edge_weight.size(1):
-                    d_w = d_w.sum(1, keepdim=True)
-            d_scores = d_logits * beta * edge_weight
-            coef = probs * edge_weight
+                d_w = probs * d_coef + d_logits * beta_col * scores
+                if d_w.size(0) != weight.size(0):
+                    d_w = d_w.sum(0, keepdim=True)
+            d_scores = d_logits * beta_col * weight
+            coef = probs * weight
 
-        d_scores3 = d_scores.unsqueeze(-1)
-        coef3 = coef.unsqueeze(-1)
-        d_k = torch.zeros_like(k).index_add_(0, src, d_scores3 * q_dst - coef3 * up_q_dst)
-        d_q = torch.zeros_like(q).index_add_(0, dst, d_scores3 * k_src - coef3 * up_k_src)
-        return d_k, d_q, d_beta, d_w, None, None
+        # dL/dq_C = sum_{dst=C} (ds k_B - c G_k[B]);  dL/dk_B = sum_{src=B} (ds q_C - c G_q[C]).
+        d_q = torch.addmm(
+            plan.matrix(d_scores) @ k_rows, plan.matrix(coef), up_k_rows, alpha=-1
+        )
+        d_k = torch.addmm(
+            plan.matrix_t(d_scores) @ q_rows, plan.matrix_t(coef), up_q_rows, alpha=-1
+        )
+        return _node_major(d_k, heads), _node_major(d_q, heads), d_beta, d_w, None
 
 
+@torch.compiler.disable
+def build_edge_plan(src: Tensor, dst: Tensor, num_nodes: int, heads: int) -> EdgePlan:
+    """The reusable CSR layout of self-loop-free edges ``src -> dst`` (for
+    :func:`fused_attention_grad`)."""
+    return EdgePlan(src, dst, num_nodes, heads)
+
+
+# torch.compile cannot trace the CSR kernels; they run eagerly and the dense rest is compiled.
+@torch.compiler.disable
 def fused_attention_grad(
     k: Tensor,
     q: Tensor,
@@ -104,7 +247,19 @@ def fused_attention_grad(
     dst: Tensor,
     beta: Tensor,
     edge_weight: Optional[Tensor],
+    plan: Optional[EdgePlan] = None,
 ) -> tuple[Tensor, Tensor]:
     """``(dE_ATT/dk, dE_ATT/dq)`` for ``k, q [N, H, Y]``; ``edge_weight`` is ``[E, H]``,
-    ``[E, 1]`` or ``None``; self-loops must already be removed."""
-    return _FusedAttentionGrad.apply(k, q, beta, edge_weight, src, dst)
+    ``[E, 1]`` or ``None``; self-loops must already be removed.
+
+    ``plan`` (from :func:`build_edge_plan` on the same ``src, dst``) lets repeated calls on one
+    graph share the sorted edge layout; without it one is built here.
+    """
+    num_nodes, heads = k.size(0), k.size(1)
+    if src.numel() == 0 or num_nodes == 0:
+        # No edge: no attention energy. Multiplying keeps the result connected to the graph.
+        return k * 0, q * 0
+    if plan is None:
+        plan = build_edge_plan(src, dst, num_nodes, heads)
+    weight = None if edge_weight is None else plan.edge_values(edge_weight.to(k.dtype))
+    return _FusedAttentionGrad.apply(k, q, beta, weight, plan)

@@ -11,7 +11,7 @@ from torch_geometric.typing import Adj
 from torch_geometric.utils import is_sparse, to_edge_index
 
 from ... import energy as E
-from ...fused import fused_attention_grad
+from ...fused import EdgePlan, build_edge_plan, fused_attention_grad
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import check_batch, check_edge_index, check_edge_weight, check_features
 
@@ -26,6 +26,7 @@ class EdgeSet(NamedTuple):
     weight: Optional[Tensor]  # [E', 1 or H] or None
     edge_index: Tensor  # the caller's edges, self-loops included
     kept: Optional[Tensor]  # bool [E] marking non-loop edges; None when there were no loops
+    plan: Optional[EdgePlan] = None  # sorted CSR layout for the fused path, built once per forward
 
 
 class ETConv(MessagePassing):
@@ -238,13 +239,22 @@ class ETConv(MessagePassing):
         if self._explain or not self.fused:
             grad_k, grad_q = self._propagate_attention_grad(k, q, edges)
         else:
-            grad_k, grad_q = fused_attention_grad(k, q, src, dst, self.beta, weight)
+            grad_k, grad_q = fused_attention_grad(k, q, src, dst, self.beta, weight, edges.plan)
         flat = g.shape[:-1] + (self.heads * self.head_dim,)
-        return (
-            grad_k.reshape(flat) @ self.w_k.reshape(-1, self.channels)
-            + grad_q.reshape(flat) @ self.w_q.reshape(-1, self.channels)
-            + E.hopfield_grad(g, self.xi, self.hopfield, self.hopfield_beta)
-        )
+        # Same sum as E.hopfield_grad + the two projections, accumulated into one [N, D] buffer
+        # (addmm) so that no [N, hopfield_dim] tensor is negated or copied.
+        hidden = g @ self.xi.t()
+        if self.hopfield == "relu":
+            activation = hidden.relu_()  # in place is safe: mm's backward needs only its inputs
+        else:
+            activation = torch.softmax(self.hopfield_beta * hidden, dim=-1)
+        out = torch.mm(grad_k.reshape(flat), self.w_k.reshape(-1, self.channels))
+        out = torch.addmm(out, grad_q.reshape(flat), self.w_q.reshape(-1, self.channels))
+        # Negating xi [K, D] rather than the product keeps the sign off the [N, K] backward.
+        return torch.addmm(out, activation, self.xi.neg())
+
+    def _uses_fused_path(self) -> bool:
+        return self.grad == "analytic" and self.fused and not self._explain and self.steps > 0
 
     def _autograd_grad(
         self, g: Tensor, src: Tensor, dst: Tensor, weight: Optional[Tensor]
@@ -313,6 +323,11 @@ class ETConv(MessagePassing):
         """
         self._check_x(x)
         edges = self._edges(x, edge_index, edge_weight)
+        if self._uses_fused_path() and edges.src.numel() and x.size(0):
+            # Sort the edges once; every step and the backward pass reuse the layout.
+            edges = edges._replace(
+                plan=build_edge_plan(edges.src, edges.dst, x.size(0), self.heads)
+            )
         energies = []
         for _ in range(self.steps):
             g = self.norm(x)
