@@ -303,6 +303,15 @@ def test_runner_uses_official_files_when_present(tmp_path):
     assert results["source"] == "official"
 
 
+def test_runner_uses_official_zinc_when_present(tmp_path, zinc_val):
+    _write_fake_zinc_raw(tmp_path / "ZINC", zinc_val)
+    out = tmp_path / "out"
+    gnnbenchmark.run(_args("--dataset", "ZINC", "--root", str(tmp_path), "--quick",
+                           "--models", "gin", "--out", str(out)))
+    results = _check_outputs(out, "mae", ["gin"])
+    assert results["source"] == "official" and results["split_sizes"]["train"] == 12
+
+
 def test_runner_errors_say_what_to_put_where(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"MNIST/raw/MNIST_v2\.pt"):
         gnnbenchmark.run(_args("--dataset", "MNIST", "--root", str(tmp_path), "--quick"))
