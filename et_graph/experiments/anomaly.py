@@ -17,6 +17,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import Tensor
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
@@ -47,6 +48,7 @@ MODEL_ORDER = ("et", "et_energy", "mlp", "gcn", "gat", "gbt")
 #: ``--quick``: the README's first command; measured to finish well under 5 minutes on 2 cores.
 QUICK = {"epochs": 30, "seeds": 2}
 DEFAULTS = {"epochs": 100, "seeds": 5}
+FEATURE_NORMS = ("none", "standard", "quantile")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,8 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--noise-std", type=float, default=0.0)
     model.add_argument("--positional", action=argparse.BooleanOptionalAction, default=False,
                        help="learnable per-node positional embedding (eq. 10)")
-    model.add_argument("--feature-norm", choices=("none", "standard"), default="none",
-                       help="standardise each feature column over all nodes (labels unused)")
+    model.add_argument("--feature-norm", choices=FEATURE_NORMS, default="none",
+                       help="per-column feature transform over all nodes (labels unused): "
+                            "standard (z-score) or quantile (rank -> normal scores)")
+    model.add_argument("--degree-feature", action="store_true",
+                       help="append log(1 + degree) to the node features (all models get it)")
     model.add_argument("--lr", type=float, default=0.01)
     model.add_argument("--weight-decay", type=float, default=0.0)
 
@@ -121,11 +126,12 @@ def load_data(args: argparse.Namespace) -> Data:
         data = load_anomaly_dataset(path=args.data, relation=args.relation)
     else:
         data = load_anomaly_dataset(args.dataset, root=args.data_root, relation=args.relation)
-    return prepare_data(data, args.feature_norm)
+    return prepare_data(data, args.feature_norm, args.degree_feature)
 
 
-def prepare_data(data: Data, feature_norm: str = "none") -> Data:
-    """Validate the graph for node anomaly detection and normalise features if asked."""
+def prepare_data(data: Data, feature_norm: str = "none", degree_feature: bool = False) -> Data:
+    """Validate the graph for node anomaly detection; optionally append log-degree and transform
+    the features (label-free, over all nodes, the same input for ET and every baseline)."""
     if data.x is None or data.num_nodes == 0:
         raise ValueError("the graph has no nodes / no node features")
     if data.y is None or data.y.dim() != 1 or data.y.numel() != data.num_nodes:
@@ -137,12 +143,28 @@ def prepare_data(data: Data, feature_norm: str = "none") -> Data:
     data = data.clone()
     data.x = data.x.float()
     data.y = data.y.long()
+    if feature_norm not in FEATURE_NORMS:
+        raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
+    if degree_feature:
+        degree = torch.zeros(data.num_nodes).index_add_(
+            0, data.edge_index[1], torch.ones(data.edge_index.size(1))
+        )
+        data.x = torch.cat([data.x, degree.log1p().unsqueeze(-1)], dim=-1)
     if feature_norm == "standard":
         std = data.x.std(dim=0)
         data.x = (data.x - data.x.mean(dim=0)) / torch.where(std > 0, std, torch.ones_like(std))
-    elif feature_norm != "none":
-        raise ValueError(f"feature_norm must be 'none' or 'standard', got {feature_norm!r}")
+    elif feature_norm == "quantile":
+        data.x = quantile_normal(data.x)
     return data
+
+
+def quantile_normal(x: Tensor) -> Tensor:
+    """Each column's average rank mapped to standard-normal scores (ties share a score)."""
+    from scipy.stats import norm, rankdata
+
+    ranks = rankdata(x.double().numpy(), axis=0, method="average")
+    scores = norm.ppf(ranks / (x.size(0) + 1))
+    return torch.from_numpy(scores).to(x.dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,7 +289,11 @@ def run(args: argparse.Namespace, data: Optional[Data] = None) -> dict[str, Any]
 def _run(args: argparse.Namespace, data: Optional[Data], rank: int, world: int) -> dict[str, Any]:
     start = time.perf_counter()
     baselines = parse_baselines(args.baselines)
-    data = load_data(args) if data is None else prepare_data(data, args.feature_norm)
+    data = (
+        load_data(args)
+        if data is None
+        else prepare_data(data, args.feature_norm, args.degree_feature)
+    )
     name = str(getattr(data, "name", None) or args.dataset)
     splits = make_splits(
         data, args.protocol, args.seeds, args.train_ratio, args.split_seed, args.vary_split
