@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from threadpoolctl import threadpool_limits
 from torch_geometric.datasets import TUDataset
 from torch_geometric.transforms import OneHotDegree
 from torch_geometric.utils import degree
@@ -114,7 +115,9 @@ def load_tudataset(
         raise ValueError(f"{name} has graphs without nodes (indices {empty[:10]})")
     if pe_dim:
         pe = CLSLaplacianPE(pe_dim)
-        graphs = [pe(g) for g in tqdm(graphs, desc="Laplacian PE", leave=False)]
+        # Many tiny eigh calls: threaded BLAS only adds contention (much slower on a busy CPU).
+        with threadpool_limits(limits=1):
+            graphs = [pe(g) for g in tqdm(graphs, desc="Laplacian PE", leave=False)]
     info["node_feature_width"] = int(graphs[0].x.size(1))
     return graphs, info
 
