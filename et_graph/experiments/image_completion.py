@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--alpha", type=float, default=0.1, help="step size")
     model.add_argument("--hopfield", choices=("relu", "softmax"), default="relu")
     train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=int, default=40)
+    train.add_argument("--epochs", type=int, default=30)
     train.add_argument("--batch-size", type=int, default=32)
     train.add_argument("--lr", type=float, default=2e-3)
     train.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
