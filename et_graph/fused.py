@@ -2,8 +2,9 @@ r"""Fused closed-form attention gradient with a hand-written backward.
 
 :func:`fused_attention_grad` returns the same ``(dE/dk, dE/dq)`` as
 :func:`et_graph.energy.attention_grad`, but as one :class:`torch.autograd.Function` that saves only
-per-edge, per-head quantities (the probabilities ``p`` and the raw scores ``s``, each ``[E, H]``)
-between forward and backward, so activation memory grows as ``O(E * H)`` rather than
+per-edge, per-head quantities between forward and backward (the probabilities ``p``, the raw
+scores ``s`` and the coefficients ``c = w p`` in source order, each ``[E, H]``) besides the keys
+and queries ``[N, H, Y]``, so activation memory grows as ``O(E * H)`` rather than
 ``O(E * H * Y)``.
 
 How it is computed. All heads are laid out as one block-diagonal sparse matrix of size
