@@ -122,6 +122,30 @@ def load_tudataset(
     return graphs, info
 
 
+def plot_fold_accuracies(results: dict[str, Any], path: Path) -> Path:
+    """Test accuracy of every fold (dots) and the mean ± std (bar) per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results["models"])
+    fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.2))
+    for i, name in enumerate(names):
+        stats = results["models"][name]["accuracy"]
+        ax.bar(i, stats["mean"], yerr=stats["std"], color="#c6dbef", edgecolor="#3182bd",
+               capsize=4)
+        ax.plot([i] * len(stats["values"]), stats["values"], "o", color="#08519c", ms=3)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("test accuracy per fold")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{results['dataset']}: {len(results['folds'])} test folds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(max(args.threads, 1))
     names = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -200,5 +224,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ]
     write_results(out_dir, results, ["accuracy"],
                   title=f"{args.dataset}: graph classification", notes=notes)
+    plot_fold_accuracies(results, out_dir / "accuracy.png")
     tqdm.write((out_dir / "results.md").read_text())
     return results
