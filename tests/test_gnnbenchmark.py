@@ -98,7 +98,8 @@ def _write_fake_zinc_raw(root: Path, graphs: list[Data]) -> None:
 def _write_fake_gnn_benchmark_raw(root: Path, name: str, splits: dict[str, list[Data]]) -> None:
     raw = root / name / "raw"
     raw.mkdir(parents=True)
-    payload = [[{"x": g.x, "edge_index": g.edge_index, "y": g.y} for g in splits[s]]
+    # integer feature ids (the runner must one-hot them like the generated graphs)
+    payload = [[{"x": g.x.argmax(1), "edge_index": g.edge_index, "y": g.y} for g in splits[s]]
                for s in ("train", "val", "test")]
     torch.save(payload, raw / f"{name}_v2.pt")
 

@@ -191,12 +191,15 @@ def _sbm_data(name: str, root: Path, source: str, args: argparse.Namespace) -> B
     common = dict(task="node", metric="weighted_accuracy", num_outputs=num_classes)
     if source in ("auto", "official") and _gnnb_official_present(root, name):
         splits = {s: list(load_gnn_benchmark(root, name, s)) for s in ("train", "val", "test")}
-        node_dim = splits["train"][0].x.view(splits["train"][0].num_nodes, -1).size(1)
         for split in splits.values():
             for d in split:
-                d.x = d.x.float().view(d.num_nodes, -1)
+                if d.x.is_floating_point():
+                    d.x = d.x.float().view(d.num_nodes, -1)
+                else:  # integer feature ids: one-hot, the layout of the generated graphs
+                    d.x = nn.functional.one_hot(d.x.long().view(-1), vocab).float()
                 d.y = d.y.long().view(-1)
                 d.edge_attr = None
+        node_dim = splits["train"][0].x.size(1)
         return BenchmarkData(
             name, "official", splits, node_dim=node_dim, **common,
             protocol=f"{name} (official PyG GNNBenchmarkDataset splits): train on train, select "
