@@ -152,3 +152,20 @@ def test_ddp_two_processes(tmp_path):
         # DDP keeps the replicas identical: both ranks end with the same weights.
         assert line["checksums"][0] == pytest.approx(line["checksums"][1], rel=1e-6)
     assert (out / "results.json").exists()
+
+
+def test_prepare_data_feature_options_are_label_free():
+    data = planted_anomaly_graph(200, num_features=3, seed=6)
+    plain = anomaly.prepare_data(data)
+    assert torch.equal(plain.x, data.x)
+    rich = anomaly.prepare_data(data, "quantile", degree_feature=True)
+    assert rich.x.shape == (200, 4)
+    degree = torch.bincount(data.edge_index[1], minlength=200).float()
+    order = torch.argsort(degree.log1p(), stable=True)
+    assert bool((rich.x[order, 3].diff() >= -1e-6).all())  # monotone in the degree
+    assert abs(float(rich.x.mean())) < 0.05
+    flipped = data.clone()
+    flipped.y = 1 - data.y
+    assert torch.equal(anomaly.prepare_data(flipped, "quantile", True).x, rich.x)
+    with pytest.raises(ValueError, match="feature_norm"):
+        anomaly.prepare_data(data, "minmax")

@@ -35,12 +35,19 @@ class MLPDetector(nn.Module):
 
 
 class GCNDetector(nn.Module):
-    """Two GCN layers (symmetric normalisation, self-loops) and a linear head."""
+    """Two GCN layers (symmetric normalisation, self-loops) and a linear head. ``cached=True``
+    reuses the normalised adjacency of the first graph seen: only for full-batch training."""
 
-    def __init__(self, in_channels: int, hidden_channels: int = 64, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int = 64,
+        dropout: float = 0.0,
+        cached: bool = False,
+    ) -> None:
         super().__init__()
-        self.conv1 = GCNConv(in_channels, hidden_channels)
-        self.conv2 = GCNConv(hidden_channels, hidden_channels)
+        self.conv1 = GCNConv(in_channels, hidden_channels, cached=cached)
+        self.conv2 = GCNConv(hidden_channels, hidden_channels, cached=cached)
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(hidden_channels, 1)
 
