@@ -369,7 +369,12 @@ def train_node_model(
             logits = model(x, edge_index, node_ids)
         else:
             logits = model(x, edge_index)
-        loss = weighted_bce_loss(logits[targets], data.y[_global(targets, node_ids)], pos_weight)
+        # A small subgraph may hold no training node: a zero loss keeps DDP ranks in step.
+        loss = (
+            weighted_bce_loss(logits[targets], data.y[_global(targets, node_ids)], pos_weight)
+            if targets.numel()
+            else logits.sum() * 0.0
+        )
         loss.backward()
         optimizer.step()
         prob = predict(inner, data)
