@@ -125,11 +125,13 @@ def test_bfloat16_images_are_accepted(digits) -> None:
 
 
 def test_rgb_model_with_rectangular_images() -> None:
-    model = small_model(image_size=(8, 12), patch_size=4, channels=3).eval()
-    images = torch.rand(2, 3, 8, 12)
-    mask = model.random_mask(2)
-    assert model.num_patches == 6 and model(images, mask).shape == (2, 6, 48)
-    assert model.decoded_memories().shape == (model.conv.hopfield_dim, 3, 4, 4)
+    model = small_model(image_size=(8, 12), patch_size=(4, 2), channels=3).eval()
+    images = torch.rand(5, 3, 8, 12)
+    mask = model.random_mask(5)
+    assert model.num_patches == 12 and model(images, mask).shape == (5, 12, 24)
+    assert model.decoded_memories().shape == (model.conv.hopfield_dim, 3, 4, 2)
+    mse = evaluate_image_completion(model, images, images, mask)
+    assert set(mse) == {"et", "mean_patch", "mean_patch_global", "nearest_open"}
 
 
 def test_trace_follows_the_model_and_splits_the_update(digits) -> None:

@@ -139,6 +139,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     results = _collect(args, settings, per_seed)
     assert shown is not None
+    trace = shown["trace"]
+    results["dynamics_first_seed"] = {
+        "mean_energy_per_step": trace["energies"].mean(0).tolist(),
+        "update_norms_per_step": {key: value.tolist() for key, value in trace["norms"].items()},
+    }
     _write_figures(out, **shown)
     notes = [
         "MSE over the pixels of the masked held-out patches (pixel values in [0, 1]).",
@@ -238,7 +243,7 @@ def _write_figures(
         "masked": _masked_view(model, images, mask),
         "ET": model.complete(images, mask),
         "nearest open": model.unpatchify(
-            nearest_open_baseline(images, mask, model.patch_size[0], model.grid_size)
+            nearest_open_baseline(images, mask, model.patch_size, model.grid_size)
         ),
         "original": images,
     }
@@ -275,6 +280,7 @@ def _write_figures(
         ax.plot(steps, norms[f"hn_{group}"].numpy(), marker="s", label="Hopfield (HN)")
         ax.set_title(f"{group} patches", fontsize=10)
         ax.set_xlabel("step t")
+        ax.xaxis.get_major_locator().set_params(integer=True)
     axes[0].set_ylabel("mean ||alpha * dE/dg|| per token")
     axes[0].legend(fontsize=8)
     fig.suptitle("Size of each energy term's share of the token update", fontsize=10)

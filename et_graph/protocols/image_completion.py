@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -91,7 +91,10 @@ def predict_patches(
 
 
 def mean_patch_baseline(
-    train_images: Tensor, images: Tensor, patch_size: int, per_position: bool = True
+    train_images: Tensor,
+    images: Tensor,
+    patch_size: Union[int, tuple[int, int]],
+    per_position: bool = True,
 ) -> Tensor:
     """Fill every patch with the training mean patch ``[B, M, P]``: the mean at that grid
     position (``per_position=True``, the stronger variant) or over all positions."""
@@ -102,7 +105,10 @@ def mean_patch_baseline(
 
 
 def nearest_open_baseline(
-    images: Tensor, patch_mask: Tensor, patch_size: int, grid_size: tuple[int, int]
+    images: Tensor,
+    patch_mask: Tensor,
+    patch_size: Union[int, tuple[int, int]],
+    grid_size: tuple[int, int],
 ) -> Tensor:
     """Fill each masked patch with its nearest open patch on the patch grid (Euclidean distance
     between grid positions; ties are averaged). Open patches are returned unchanged."""
@@ -131,9 +137,7 @@ def evaluate_image_completion(
     patch_mask: Tensor,
 ) -> dict[str, float]:
     """Held-out masked-patch MSE of the model and of the baselines, on the same masks."""
-    patch = model.patch_size[0]
-    if model.patch_size[0] != model.patch_size[1]:
-        raise ValueError("the baselines assume square patches")
+    patch = model.patch_size
     target = patchify(test_images, patch).float()
     predictions = {
         "et": predict_patches(model, test_images, patch_mask),
