@@ -151,6 +151,14 @@ def test_trace_follows_the_model_and_splits_the_update(digits) -> None:
     assert trace["memory_usage"].shape == (model.conv.hopfield_dim,)
 
 
+def test_model_energy_per_image_never_increases_for_small_alpha(digits) -> None:
+    model = small_model(steps=10, alpha=0.02).eval()
+    mask = model.random_mask(16, generator=torch.Generator().manual_seed(8))
+    _, energies = model(digits[:16], mask, return_energy=True)
+    assert energy_is_monotone(energies, tolerance=0.0)
+    assert bool((energies[:, -1] < energies[:, 0]).all())
+
+
 def test_energy_monotone_check() -> None:
     assert energy_is_monotone(torch.tensor([[3.0, 2.0, 2.0, 1.0]]))
     assert not energy_is_monotone(torch.tensor([[3.0, 2.0, 2.5, 1.0]]))
