@@ -281,7 +281,7 @@ def fused_attention_grad(
     plan: Optional[EdgePlan] = None,
 ) -> tuple[Tensor, Tensor]:
     """``(dE_ATT/dk, dE_ATT/dq)`` for ``k, q [N, H, Y]``; ``edge_weight`` is ``[E, H]``,
-    ``[E, 1]`` or ``None``; self-loops must already be removed.
+    ``[E, 1]``, ``[E]`` (shared by the heads) or ``None``; self-loops must already be removed.
 
     ``plan`` (from :func:`build_edge_plan` on the same ``src, dst``) lets repeated calls on one
     graph share the sorted edge layout; without it one is built here.
@@ -292,5 +292,9 @@ def fused_attention_grad(
         return k * 0, q * 0
     if plan is None:
         plan = build_edge_plan(src, dst, num_nodes, heads)
-    weight = None if edge_weight is None else plan.edge_values(edge_weight.to(k.dtype))
+    weight = None
+    if edge_weight is not None:
+        if edge_weight.dim() == 1:
+            edge_weight = edge_weight.unsqueeze(-1)
+        weight = plan.edge_values(edge_weight.to(k.dtype))
     return _FusedAttentionGrad.apply(k, q, beta, weight, plan)

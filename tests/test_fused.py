@@ -40,24 +40,29 @@ def make_weight(kind: str, num_edges: int) -> torch.Tensor | None:
     gen = torch.Generator().manual_seed(2)
     if kind == "none":
         return None
-    columns = 1 if kind == "per_edge" else HEADS
+    shape = {"flat": (num_edges,), "per_edge": (num_edges, 1), "per_head": (num_edges, HEADS)}
     # Mixed signs and an exact zero: weights need not be positive.
-    weight = torch.randn(num_edges, columns, generator=gen, dtype=torch.float64)
+    weight = torch.randn(shape[kind], generator=gen, dtype=torch.float64)
     weight[0] = 0.0
     return weight.requires_grad_(True)
+
+
+def reference_weight(weight: torch.Tensor | None) -> torch.Tensor | None:
+    """The reference energy functions take ``[E, 1 or H]``."""
+    return weight.unsqueeze(-1) if weight is not None and weight.dim() == 1 else weight
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
 
 
-@pytest.mark.parametrize("kind", ["none", "per_edge", "per_head"])
+@pytest.mark.parametrize("kind", ["none", "flat", "per_edge", "per_head"])
 def test_forward_equals_reference_closed_form(kind):
     src, dst = awkward_edges()
     k, q, beta = keys_queries()
     weight = make_weight(kind, src.numel())
     grad_k, grad_q = fused_attention_grad(k, q, src, dst, beta, weight)
-    ref_k, ref_q = E.attention_grad(k, q, src, dst, beta, weight, NUM_NODES)
+    ref_k, ref_q = E.attention_grad(k, q, src, dst, beta, reference_weight(weight), NUM_NODES)
     assert relative_error(grad_k, ref_k) < 1e-12
     assert relative_error(grad_q, ref_q) < 1e-12
     # Node 8 has no edge at all, node 7 no in-edge: exact zeros where the sums are empty.
@@ -65,7 +70,7 @@ def test_forward_equals_reference_closed_form(kind):
     assert torch.all(grad_q[7] == 0) and grad_k[7].abs().sum() > 0
 
 
-@pytest.mark.parametrize("kind", ["none", "per_edge", "per_head"])
+@pytest.mark.parametrize("kind", ["none", "flat", "per_edge", "per_head"])
 def test_backward_passes_gradcheck(kind):
     src, dst = awkward_edges()
     k, q, beta = keys_queries()
