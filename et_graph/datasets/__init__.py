@@ -3,11 +3,14 @@
 Node anomaly detection (``load_anomaly_dataset``): Tolokers, PyGOD Reddit / injected Amazon
 (shipped in ``datasets/``), YelpChi / Amazon (CARE-GNN ``.mat``), T-Finance / T-Social (open
 ``.npz``), or any ``.mat`` / ``.npz`` / ``.pt`` file.
+
+Images for the dense path (``load_digits_images``, ``load_image_folder``).
 """
 from .anomaly import ANOMALY_DATASETS, DEFAULT_ANOMALY_DATASET, load_anomaly_dataset
 from .anomaly_data import data_dir, describe_anomaly_data, from_pyg_data, prepare_anomaly_data
 from .embedded import load_pyg_file
 from .fraud_mat import AMAZON_UNLABELLED_NODES, CARE_RELATIONS, load_fraud_mat
+from .images import load_digits_images, load_image_folder, split_images
 from .npz import dgl_graph_to_data, load_anomaly_npz, save_anomaly_npz
 
 __all__ = [
@@ -21,8 +24,11 @@ __all__ = [
     "from_pyg_data",
     "load_anomaly_dataset",
     "load_anomaly_npz",
+    "load_digits_images",
     "load_fraud_mat",
+    "load_image_folder",
     "load_pyg_file",
     "prepare_anomaly_data",
     "save_anomaly_npz",
+    "split_images",
 ]
