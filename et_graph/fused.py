@@ -46,7 +46,11 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from .energy import attention_grad
+
 _INT32_MAX = 2**31 - 1
+#: dtypes the CSR kernels (``sampled_addmm``, CSR ``@``) support on every device.
+SPARSE_KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
 class EdgePlan:
@@ -290,11 +294,13 @@ def fused_attention_grad(
     if src.numel() == 0 or num_nodes == 0:
         # No edge: no attention energy. Multiplying keeps the result connected to the graph.
         return k * 0, q * 0
+    if edge_weight is not None and edge_weight.dim() == 1:
+        edge_weight = edge_weight.unsqueeze(-1)
+    if k.dtype not in SPARSE_KERNEL_DTYPES:
+        # The CPU sparse kernels take float32/float64 only; other dtypes (bfloat16, float16) use
+        # the reference closed form, differentiated by autograd: same values, more memory.
+        return attention_grad(k, q, src, dst, beta, edge_weight, num_nodes)
     if plan is None:
         plan = build_edge_plan(src, dst, num_nodes, heads)
-    weight = None
-    if edge_weight is not None:
-        if edge_weight.dim() == 1:
-            edge_weight = edge_weight.unsqueeze(-1)
-        weight = plan.edge_values(edge_weight.to(k.dtype))
+    weight = None if edge_weight is None else plan.edge_values(edge_weight.to(k.dtype))
     return _FusedAttentionGrad.apply(k, q, beta, weight, plan)

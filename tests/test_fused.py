@@ -187,3 +187,16 @@ def test_layer_forward_backward_matches_autograd(hopfield, kind):
         assert got is not None and want is not None, key
         assert want.abs().sum() > 0, key  # the comparison is not vacuous
         assert relative_error(got, want) < 1e-8, key
+
+
+def test_low_precision_falls_back_to_the_reference_closed_form():
+    src, dst = awkward_edges()
+    k, q, beta = keys_queries()
+    expected = fused_attention_grad(k, q, src, dst, beta, None)
+    low = [t.detach().to(torch.bfloat16).requires_grad_(True) for t in (k, q, beta)]
+    got = fused_attention_grad(low[0], low[1], src, dst, low[2], None)
+    assert got[0].dtype == torch.bfloat16
+    for a, b in zip(got, expected):
+        assert relative_error(a.double(), b) < 0.05
+    got[0].float().sum().backward()
+    assert all(t.grad is not None for t in low)
