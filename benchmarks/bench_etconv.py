@@ -323,12 +323,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-autograd", action="store_true",
                         help="skip the grad='autograd' reference (slow and memory-hungry)")
     parser.add_argument("--skip-memory", action="store_true", help="skip the memory runs")
+    parser.add_argument("--render", default=None, metavar="JSON",
+                        help="only print the tables of a saved --json result")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
+    if args.render:
+        with open(args.render) as saved:
+            report = json.load(saved)
+        print(render(report))
+        return report
     torch.set_num_threads(args.threads)
     sizes = parse_sizes(args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES))
     if args.memory_child:
