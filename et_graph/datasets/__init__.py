@@ -4,16 +4,43 @@ Node anomaly detection (``load_anomaly_dataset``): Tolokers, PyGOD Reddit / inje
 (shipped in ``datasets/``), YelpChi / Amazon (CARE-GNN ``.mat``), T-Finance / T-Social (open
 ``.npz``), or any ``.mat`` / ``.npz`` / ``.pt`` file.
 
+GNNBenchmark: ZINC (full or the partial offline copy), generated PATTERN / CLUSTER
+(``generate_sbm_pattern`` / ``generate_sbm_cluster``).
+
 Images for the dense path (``load_digits_images``, ``load_image_folder``).
 """
 from .anomaly import ANOMALY_DATASETS, DEFAULT_ANOMALY_DATASET, load_anomaly_dataset
 from .anomaly_data import data_dir, describe_anomaly_data, from_pyg_data, prepare_anomaly_data
 from .embedded import load_pyg_file
 from .fraud_mat import AMAZON_UNLABELLED_NODES, CARE_RELATIONS, load_fraud_mat
+from .graph_benchmarks import (
+    GNN_BENCHMARK_NAMES,
+    ZINC_NUM_ATOM_TYPES,
+    ZINC_NUM_BOND_TYPES,
+    SBMClusterRecipe,
+    SBMPatternRecipe,
+    generate_sbm_cluster,
+    generate_sbm_pattern,
+    load_gnn_benchmark,
+    load_zinc,
+    load_zinc_partial,
+    sbm_statistics,
+)
 from .images import load_digits_images, load_image_folder, split_images
 from .npz import dgl_graph_to_data, load_anomaly_npz, save_anomaly_npz
 
 __all__ = [
+    "GNN_BENCHMARK_NAMES",
+    "SBMClusterRecipe",
+    "SBMPatternRecipe",
+    "ZINC_NUM_ATOM_TYPES",
+    "ZINC_NUM_BOND_TYPES",
+    "generate_sbm_cluster",
+    "generate_sbm_pattern",
+    "load_gnn_benchmark",
+    "load_zinc",
+    "load_zinc_partial",
+    "sbm_statistics",
     "AMAZON_UNLABELLED_NODES",
     "ANOMALY_DATASETS",
     "CARE_RELATIONS",
