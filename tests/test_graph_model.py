@@ -42,9 +42,9 @@ def test_trains_above_chance_on_rings_versus_stars():
     train = [labelled(ring(n), 0) for n in sizes] + [labelled(star(n), 1) for n in sizes]
     test = [labelled(ring(n), 0) for n in (6, 9, 14)] + [labelled(star(n), 1) for n in (6, 9, 14)]
     model = small_model()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     loader = DataLoader(train, batch_size=8, shuffle=True)
-    for _ in range(12):
+    for _ in range(15):
         model.train()
         for batch in loader:
             optimizer.zero_grad()
