@@ -1,4 +1,18 @@
+from .adjacency_mask import Conv2DAdjacencyMask
 from .conv import ETConv
+from .encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder
 from .energy_layer_norm import EnergyLayerNorm
+from .models.graph_model import ETGraphModel
+from .pool import CLSGraph, CLSPool
 
-__all__ = ["ETConv", "EnergyLayerNorm"]
+__all__ = [
+    "CLSGraph",
+    "CLSPool",
+    "Conv2DAdjacencyMask",
+    "ETConv",
+    "ETGraphModel",
+    "EdgeEncoder",
+    "EnergyLayerNorm",
+    "LaplacianPEEncoder",
+    "NodeEncoder",
+]
