@@ -400,9 +400,13 @@ def describe_protocol(args: argparse.Namespace, splits: list[Split]) -> str:
     return (
         f"{head}; {train}/{val}/{test} train/val/test nodes; {args.seeds} seeds; up to "
         f"{args.epochs} epochs of Adam; threshold from 0.05..0.95 (19) maximising validation "
-        f"macro-F1; checkpoint = best validation {args.select_metric}; test metrics in eval mode; "
-        "et_energy = node energy at the final ET state, sign and threshold (validation "
-        "quantile) chosen on validation"
+        f"macro-F1; checkpoint = best validation {args.select_metric}; test metrics in eval mode"
+        + (
+            ""
+            if args.no_et
+            else "; et_energy = node energy at the final ET state, sign and threshold "
+            "(validation quantile) chosen on validation"
+        )
     )
 
 
