@@ -1,4 +1,11 @@
-"""Same-run node anomaly baselines: MLP, GCN, GAT and gradient-boosted trees on graph features."""
+"""Same-run baselines, printed beside ET on the same splits and seeds.
+
+Node anomaly detection: MLP, GCN, GAT and gradient-boosted trees on graph features.
+Graph classification: GIN and the structure-agnostic MLP of Errica et al.
+GNNBenchmark: GIN and GatedGCN.
+"""
+from .gnnbenchmark_baselines import GatedGCNBaseline, GINBaseline
+from .graph_baselines import GINClassifier, StructureAgnosticMLP
 from .node import (
     GATDetector,
     GCNDetector,
@@ -10,7 +17,11 @@ from .node import (
 __all__ = [
     "GATDetector",
     "GCNDetector",
+    "GINBaseline",
+    "GINClassifier",
+    "GatedGCNBaseline",
     "MLPDetector",
+    "StructureAgnosticMLP",
     "fit_tree_on_graph_features",
     "graph_features",
 ]
