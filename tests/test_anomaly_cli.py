@@ -17,12 +17,7 @@ OUTPUTS = ("results.json", "results.md", "roc_pr.png", "training_curves.png", "e
 MODELS = ("et", "et_energy", "mlp", "gcn", "gat", "gbt")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_cli_smoke_run_writes_all_outputs(tmp_path):

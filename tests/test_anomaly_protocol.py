@@ -22,14 +22,7 @@ from et_graph.protocols.anomaly import (
     train_node_model,
 )
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # The machine is shared: small graphs run fastest (and steadiest) on one thread.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 

@@ -34,7 +34,25 @@ class MLPDetector(nn.Module):
         return self.net(x).squeeze(-1)
 
 
-class GCNDetector(nn.Module):
+class _TwoLayerGNN(nn.Module):
+    """Two message-passing layers ``conv1``, ``conv2`` (set by subclasses) with ReLU and dropout,
+    then a linear head to one logit per node."""
+
+    conv1: nn.Module
+    conv2: nn.Module
+
+    def __init__(self, hidden_channels: int, dropout: float) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(hidden_channels, 1)
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        h = self.dropout(torch.relu(self.conv1(x, edge_index)))
+        h = self.dropout(torch.relu(self.conv2(h, edge_index)))
+        return self.head(h).squeeze(-1)
+
+
+class GCNDetector(_TwoLayerGNN):
     """Two GCN layers (symmetric normalisation, self-loops) and a linear head. ``cached=True``
     reuses the normalised adjacency of the first graph seen: only for full-batch training."""
 
@@ -45,37 +63,23 @@ class GCNDetector(nn.Module):
         dropout: float = 0.0,
         cached: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(hidden_channels, dropout)
         self.conv1 = GCNConv(in_channels, hidden_channels, cached=cached)
         self.conv2 = GCNConv(hidden_channels, hidden_channels, cached=cached)
-        self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(hidden_channels, 1)
-
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        h = self.dropout(torch.relu(self.conv1(x, edge_index)))
-        h = self.dropout(torch.relu(self.conv2(h, edge_index)))
-        return self.head(h).squeeze(-1)
 
 
-class GATDetector(nn.Module):
+class GATDetector(_TwoLayerGNN):
     """Two GAT layers (PyG ``GATConv``, concatenated heads) and a linear head."""
 
     def __init__(
         self, in_channels: int, hidden_channels: int = 64, heads: int = 4, dropout: float = 0.0
     ) -> None:
-        super().__init__()
         if hidden_channels % heads:
             raise ValueError("hidden_channels must be divisible by heads")
+        super().__init__(hidden_channels, dropout)
         width = hidden_channels // heads
         self.conv1 = GATConv(in_channels, width, heads=heads)
         self.conv2 = GATConv(hidden_channels, width, heads=heads)
-        self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(hidden_channels, 1)
-
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        h = self.dropout(torch.relu(self.conv1(x, edge_index)))
-        h = self.dropout(torch.relu(self.conv2(h, edge_index)))
-        return self.head(h).squeeze(-1)
 
 
 def mean_neighbours(x: Tensor, edge_index: Tensor) -> Tensor:
