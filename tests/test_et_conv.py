@@ -434,3 +434,21 @@ def test_bad_constructor_arguments():
         ETConv(8, grad="numeric")
     with pytest.raises(ValueError, match="steps"):
         ETConv(8, steps=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# The energy LayerNorm is the gradient of a convex Lagrangian (why the dynamics descend)
+# --------------------------------------------------------------------------------------------
+def test_layer_norm_is_the_gradient_of_its_lagrangian_with_psd_jacobian():
+    torch.manual_seed(3)
+    norm = make_conv().norm
+    norm.set_gamma(1.7)
+    with torch.no_grad():
+        norm.delta.normal_()
+    x = torch.randn(5, 8, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(norm.lagrangian(x).sum(), x)
+    assert torch.allclose(grad, norm(x), atol=1e-12)
+    for token in x.detach():
+        jacobian = torch.autograd.functional.jacobian(norm, token.unsqueeze(0)).reshape(8, 8)
+        assert torch.allclose(jacobian, jacobian.t(), atol=1e-12)
+        assert torch.linalg.eigvalsh(jacobian).min() > -1e-12
