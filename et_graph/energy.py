@@ -192,13 +192,16 @@ def hopfield_energy(g: Tensor, xi: Tensor, kind: str, hopfield_beta: float = 1.0
     raise ValueError(f"hopfield must be one of {HOPFIELD_KINDS}, got {kind!r}")
 
 
-def hopfield_grad(g: Tensor, xi: Tensor, kind: str, hopfield_beta: float = 1.0) -> Tensor:
-    """Closed form of ``dE_HN/dg = -r(g xi^T) xi`` (paper eq. 9)."""
+def hopfield_activation(g: Tensor, xi: Tensor, kind: str, hopfield_beta: float = 1.0) -> Tensor:
+    """``r(g xi^T)`` ``[..., K]``: the memories' activations, ``r = G'``."""
     hidden = g @ xi.t()
     if kind == "relu":
-        activation = torch.relu(hidden)
-    elif kind == "softmax":
-        activation = torch.softmax(hopfield_beta * hidden, dim=-1)
-    else:
-        raise ValueError(f"hopfield must be one of {HOPFIELD_KINDS}, got {kind!r}")
-    return -activation @ xi
+        return hidden.relu_()  # in place is safe: the matmul's backward needs only its inputs
+    if kind == "softmax":
+        return torch.softmax(hopfield_beta * hidden, dim=-1)
+    raise ValueError(f"hopfield must be one of {HOPFIELD_KINDS}, got {kind!r}")
+
+
+def hopfield_grad(g: Tensor, xi: Tensor, kind: str, hopfield_beta: float = 1.0) -> Tensor:
+    """Closed form of ``dE_HN/dg = -r(g xi^T) xi`` (paper eq. 9)."""
+    return -hopfield_activation(g, xi, kind, hopfield_beta) @ xi

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Union
+from typing import Callable, NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
@@ -234,24 +234,33 @@ class ETConv(MessagePassing):
     def _grad_of_g(self, g: Tensor, edges: EdgeSet) -> Tensor:
         src, dst, weight = edges.src, edges.dst, edges.weight
         if self.grad == "autograd":
-            return self._autograd_grad(g, src, dst, weight)
+            return self._autograd_grad(g, lambda g: self._node_energy_of_g(g, src, dst, weight))
         k, q = self._keys_queries(g)
         if self._explain or not self.fused:
             grad_k, grad_q = self._propagate_attention_grad(k, q, edges)
         else:
             grad_k, grad_q = fused_attention_grad(k, q, src, dst, self.beta, weight, edges.plan)
-        flat = g.shape[:-1] + (self.heads * self.head_dim,)
-        # Same sum as E.hopfield_grad + the two projections, accumulated into one [N, D] buffer
-        # (addmm) so that no [N, hopfield_dim] tensor is negated or copied.
-        hidden = g @ self.xi.t()
-        if self.hopfield == "relu":
-            activation = hidden.relu_()  # in place is safe: mm's backward needs only its inputs
-        else:
-            activation = torch.softmax(self.hopfield_beta * hidden, dim=-1)
-        out = torch.mm(grad_k.reshape(flat), self.w_k.reshape(-1, self.channels))
-        out = torch.addmm(out, grad_q.reshape(flat), self.w_q.reshape(-1, self.channels))
+        return self._grad_from_attention_parts(g, grad_k, grad_q)
+
+    def _attention_part(self, grad_k: Tensor, grad_q: Tensor) -> Tensor:
+        """``(dE/dk) W_K + (dE/dq) W_Q`` as ``[tokens, channels]`` (tokens flattened)."""
+        width = self.heads * self.head_dim
+        rows = grad_k.numel() // width
+        out = torch.mm(grad_k.reshape(rows, width), self.w_k.reshape(width, self.channels))
+        return torch.addmm(
+            out, grad_q.reshape(rows, width), self.w_q.reshape(width, self.channels)
+        )
+
+    def _grad_from_attention_parts(self, g: Tensor, grad_k: Tensor, grad_q: Tensor) -> Tensor:
+        """``dE/dg`` from the attention gradients with respect to keys and queries plus the
+        Hopfield term, accumulated into one buffer (addmm) so that no ``[tokens, hopfield_dim]``
+        tensor is negated or copied."""
+        activation = E.hopfield_activation(
+            g.reshape(-1, self.channels), self.xi, self.hopfield, self.hopfield_beta
+        )
+        out = self._attention_part(grad_k, grad_q)
         # Negating xi [K, D] rather than the product keeps the sign off the [N, K] backward.
-        return torch.addmm(out, activation, self.xi.neg())
+        return torch.addmm(out, activation, self.xi.neg()).view(g.shape)
 
     def _fused_norm(self, x: Tensor) -> Tensor:
         """``self.norm(x)`` through PyTorch's fused LayerNorm kernel: the same formula (scalar
@@ -265,15 +274,15 @@ class ETConv(MessagePassing):
     def _uses_fused_path(self) -> bool:
         return self.grad == "analytic" and self.fused and not self._explain and self.steps > 0
 
-    def _autograd_grad(
-        self, g: Tensor, src: Tensor, dst: Tensor, weight: Optional[Tensor]
-    ) -> Tensor:
+    @staticmethod
+    def _autograd_grad(g: Tensor, energy_of_g: Callable[[Tensor], Tensor]) -> Tensor:
+        """The reference ``dE/dg``: differentiate the energy itself (kept differentiable when
+        the caller records gradients, so training through it works)."""
         outer_grad = torch.is_grad_enabled()
         with torch.enable_grad():
             if not g.requires_grad:
                 g = g.detach().requires_grad_(True)
-            total = self._node_energy_of_g(g, src, dst, weight).sum()
-            (grad,) = torch.autograd.grad(total, g, create_graph=outer_grad)
+            (grad,) = torch.autograd.grad(energy_of_g(g).sum(), g, create_graph=outer_grad)
         return grad
 
     def _propagate_attention_grad(
@@ -391,21 +400,10 @@ class ETConv(MessagePassing):
 
     def _dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor]) -> Tensor:
         if self.grad == "autograd":
-            outer_grad = torch.is_grad_enabled()
-            with torch.enable_grad():
-                if not g.requires_grad:
-                    g = g.detach().requires_grad_(True)
-                total = self._dense_node_energy_of_g(g, mask, weight).sum()
-                (grad,) = torch.autograd.grad(total, g, create_graph=outer_grad)
-            return grad
+            return self._autograd_grad(g, lambda g: self._dense_node_energy_of_g(g, mask, weight))
         k, q = self._keys_queries(g)
         grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
-        flat = g.shape[:-1] + (self.heads * self.head_dim,)
-        return (
-            grad_k.reshape(flat) @ self.w_k.reshape(-1, self.channels)
-            + grad_q.reshape(flat) @ self.w_q.reshape(-1, self.channels)
-            + E.hopfield_grad(g, self.xi, self.hopfield, self.hopfield_beta)
-        )
+        return self._grad_from_attention_parts(g, grad_k, grad_q)
 
     def dense_attention_and_hopfield_grads(
         self, x_dense: Tensor, mask: Optional[Tensor] = None
@@ -416,10 +414,7 @@ class ETConv(MessagePassing):
         g = self.norm(x_dense)
         k, q = self._keys_queries(g)
         grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, None)
-        flat = g.shape[:-1] + (self.heads * self.head_dim,)
-        attention = grad_k.reshape(flat) @ self.w_k.reshape(-1, self.channels) + grad_q.reshape(
-            flat
-        ) @ self.w_q.reshape(-1, self.channels)
+        attention = self._attention_part(grad_k, grad_q).view(g.shape)
         return attention, E.hopfield_grad(g, self.xi, self.hopfield, self.hopfield_beta)
 
     def dense_energy(
