@@ -1,12 +1,12 @@
 """et-graph: the Energy Transformer for PyTorch Geometric."""
 from . import energy, transforms
 from .nn import ETConv, ETGraphModel
-from .nn.models import ETAnomalyDetector, ETImageCompletion
+from .nn.models import ETAnomalyNet, ETImageCompletion
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ETAnomalyDetector",
+    "ETAnomalyNet",
     "ETConv",
     "ETGraphModel",
     "ETImageCompletion",

@@ -1,7 +1,9 @@
-"""``et-graph`` console command: one sub-command per experiment module.
+"""``et-graph`` console command: one sub-command per experiment module, plus ``tune``.
 
-Each experiment module exposes ``add_arguments(parser)`` and ``run(args) -> dict``; the examples in
-``examples/`` call the same two functions, so the CLI and the scripts cannot drift apart.
+Each experiment module exposes ``CONFIG`` (its typed config dataclass) and ``run(config)``. The
+flags of a sub-command are generated from ``CONFIG`` (:mod:`et_graph.config`), so the CLI, the
+presets in ``configs/`` and the library share one set of defaults; the scripts in ``examples/``
+call the same modules, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
+from .config import add_config_arguments, resolve
+
 SUBCOMMANDS = {
     "anomaly": ("et_graph.experiments.anomaly", "graph anomaly detection (node level)"),
     "tudataset": ("et_graph.experiments.tudataset", "TUDataset graph classification, k-fold CV"),
     "gnnbenchmark": ("et_graph.experiments.gnnbenchmark", "GNNBenchmark runner"),
     "image": ("et_graph.experiments.image_completion", "masked image completion (dense ET)"),
+    "tune": ("et_graph.tuning.cli", "hyperparameter search with Optuna (validation data only)"),
 }
 
 
@@ -24,7 +29,10 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     module_name, help_text = SUBCOMMANDS[command]
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"et-graph {command}", description=help_text)
-    module.add_arguments(parser)
+    if hasattr(module, "add_arguments"):
+        module.add_arguments(parser)
+    else:
+        add_config_arguments(parser, module.CONFIG)
     return parser
 
 
@@ -37,7 +45,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command = argv[0]
     module = importlib.import_module(SUBCOMMANDS[command][0])
     args = build_parser(command).parse_args(argv[1:])
-    module.run(args)
+    if hasattr(module, "add_arguments"):
+        module.run(args)
+    else:
+        module.run(resolve(module.CONFIG, args))
     return 0
 
 

@@ -6,21 +6,17 @@
 ``DIR`` holds ``YelpChi.mat`` / ``Amazon.mat`` (CARE-GNN format; see docs/datasets.md). Any
 loader name works for ``--dataset`` (``tolokers`` is embedded), and ``--data PATH`` reads a
 ``.mat``/``.npz``/``.pt`` file. Same options and code as ``et-graph anomaly``; ``--help`` lists
-them all. With ``torchrun --nproc_per_node=2 examples/yelpchi_anomaly.py ... --ddp`` the neural
-models train data-parallel (gloo on CPU).
+them all, ``--config configs/anomaly/NAME.toml`` starts from a preset. With
+``torchrun --nproc_per_node=2 examples/yelpchi_anomaly.py ... --ddp`` the neural models train
+data-parallel (gloo on CPU).
 """
-import argparse
+import sys
 
 from et_graph.experiments import anomaly
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    anomaly.add_arguments(parser)
-    parser.set_defaults(dataset="yelpchi")
-    anomaly.run(parser.parse_args())
-
-
 if __name__ == "__main__":
-    main()
+    # YelpChi is this script's default dataset; an explicit --dataset or --data wins.
+    argv = sys.argv[1:]
+    if not any(a.startswith(("--dataset", "--data", "--config")) for a in argv):
+        argv = ["--dataset", "yelpchi", *argv]
+    anomaly.main(argv)

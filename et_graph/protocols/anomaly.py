@@ -7,33 +7,26 @@ Everything that decides *what is measured* lives here, apart from the models:
 - :func:`mask_splits`: the dataset's own masks (GADBench mode; Tolokers carries 10);
 - :func:`choose_threshold`: the grid 0.05..0.95 (19 values) maximising *validation* macro-F1;
 - :func:`evaluate`: test AUROC, AUPRC, macro-F1 at that threshold, Rec@K (K = #true anomalies);
-- :func:`train_node_model`: Adam for up to ``epochs`` epochs, the threshold re-chosen on
-  validation each epoch, the checkpoint with the best validation metric restored at the end,
-  evaluated in eval mode. Full batch, or the paper's subgraph mode (each epoch one induced
-  subgraph of a random fraction of the nodes), optionally data-parallel over
-  ``torch.distributed`` (gloo on CPU).
+- :meth:`Split.masks`: a split as the bool masks a detector's ``fit`` takes.
 
-Test nodes never influence a choice: thresholds, checkpoints and the energy score's sign all come
-from validation nodes.
+Training lives in :mod:`et_graph.training` and the models in :mod:`et_graph.detectors`. Test
+nodes never influence a choice: thresholds, checkpoints and the energy score's sign all come from
+validation nodes.
 """
 from __future__ import annotations
 
-import copy
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from sklearn.metrics import average_precision_score, roc_auc_score
 from sklearn.model_selection import train_test_split
 from torch import Tensor
 from torch_geometric.data import Data
-from torch_geometric.utils import subgraph
-from tqdm.auto import tqdm
 
-from ..nn.models.anomaly import weighted_bce_loss
+if TYPE_CHECKING:
+    from ..detectors import ETDetector
 
 THRESHOLD_GRID = np.round(np.linspace(0.05, 0.95, 19), 2)
 METRICS = ("auroc", "auprc", "f1_macro", "rec_at_k")
@@ -50,6 +43,15 @@ class Split:
 
     def sizes(self) -> tuple[int, int, int]:
         return self.train.numel(), self.val.numel(), self.test.numel()
+
+    def masks(self, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
+        """``(train_mask, val_mask, test_mask)`` as bool tensors ``[num_nodes]``."""
+        out = []
+        for index in (self.train, self.val, self.test):
+            mask = torch.zeros(num_nodes, dtype=torch.bool)
+            mask[index] = True
+            out.append(mask)
+        return out[0], out[1], out[2]
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,188 +235,12 @@ def evaluate_scores(
     return evaluate(y[test], prob[test], threshold), threshold, prob
 
 
-# --------------------------------------------------------------------------------------------
-# Training loop
-# --------------------------------------------------------------------------------------------
-@dataclass
-class TrainConfig:
-    epochs: int = 100
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    select_metric: str = "f1_macro"
-    subgraph_ratio: float = 0.0
-    patience: int = 0
-    progress: bool = True
-    description: str = "train"
-
-
-@dataclass
-class RunResult:
-    """One trained model on one split: test metrics (at the validation-chosen threshold of the
-    best validation epoch), the restored model, per-epoch history and timings."""
-
-    metrics: dict[str, float]
-    threshold: float
-    best_epoch: int
-    prob: np.ndarray
-    model: torch.nn.Module
-    history: dict[str, list[float]] = field(default_factory=dict)
-    epoch_seconds: float = float("nan")
-
-
-def is_distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
 def class_weight(y_train: Tensor) -> float:
     """``#normal / #anomalous`` among the training nodes (paper eq. 12)."""
     positives = int(y_train.sum())
     if positives == 0:
         raise ValueError("the training split holds no anomalous node")
     return (y_train.numel() - positives) / positives
-
-
-def _node_ids_arg(model: torch.nn.Module) -> bool:
-    inner = model.module if hasattr(model, "module") else model
-    return getattr(inner, "positional", None) is not None
-
-
-def _train_batch(
-    data: Data, split: Split, ratio: float, generator: torch.Generator, rank: int, world: int
-) -> tuple[Tensor, Tensor, Optional[Tensor], Tensor]:
-    """``(x, edge_index, node_ids or None, local indices of the training nodes to score)``.
-
-    Full batch: the whole graph, each rank scoring its own shard of the training nodes.
-    Subgraph mode: an induced subgraph on a random ``ratio`` of all nodes (other ranks draw other
-    subgraphs); only training nodes in it carry a loss, the others are context (no labels).
-    """
-    num_nodes = data.num_nodes
-    if ratio <= 0:
-        train = split.train
-        if world > 1:
-            train = train[torch.randperm(train.numel(), generator=generator)][rank::world]
-        return data.x, data.edge_index, None, train
-    count = max(int(round(ratio * num_nodes)), 2)
-    perm = torch.randperm(num_nodes, generator=generator)
-    nodes = perm[rank * count : (rank + 1) * count] if (rank + 1) * count <= num_nodes else (
-        perm[:count]
-    )
-    nodes = nodes.sort().values
-    edge_index, _ = subgraph(nodes, data.edge_index, relabel_nodes=True, num_nodes=num_nodes)
-    is_train = torch.zeros(num_nodes, dtype=torch.bool)
-    is_train[split.train] = True
-    local_train = is_train[nodes].nonzero().view(-1)
-    return data.x[nodes], edge_index, nodes, local_train
-
-
-@torch.no_grad()
-def predict(model: torch.nn.Module, data: Data) -> np.ndarray:
-    """Anomaly probability of every node, full graph, eval mode."""
-    was_training = model.training
-    model.eval()
-    logits = model(data.x, data.edge_index)
-    model.train(was_training)
-    return torch.sigmoid(logits).double().cpu().numpy()
-
-
-def train_node_model(
-    model: torch.nn.Module,
-    data: Data,
-    split: Split,
-    config: TrainConfig,
-    seed: int = 0,
-) -> RunResult:
-    """Train ``model(x, edge_index[, node_ids]) -> logits [N]`` with the class-weighted BCE.
-
-    Each epoch: one training step (full batch or one subgraph), then an eval-mode pass over the
-    full graph; the threshold is re-chosen on validation and the epoch scored by
-    ``config.select_metric`` on validation. The best epoch's weights are restored and evaluated
-    on test at that epoch's threshold. Under ``torch.distributed`` the model is wrapped in
-    ``DistributedDataParallel`` and every rank must call this with the same arguments.
-    """
-    if config.select_metric not in SELECT_METRICS:
-        raise ValueError(f"select_metric must be one of {SELECT_METRICS}")
-    if config.epochs <= 0:
-        raise ValueError(f"epochs must be positive, got {config.epochs}")
-    y = data.y.cpu().numpy()
-    val = split.val.numpy()
-    pos_weight = class_weight(data.y[split.train])
-    rank, world = (dist.get_rank(), dist.get_world_size()) if is_distributed() else (0, 1)
-    inner = model
-    if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model)
-    optimizer = torch.optim.Adam(inner.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    generator = torch.Generator().manual_seed(seed)
-    pass_ids = _node_ids_arg(inner)
-
-    history: dict[str, list[float]] = {"loss": [], "val_auroc": [], "val_f1_macro": []}
-    best = (-np.inf, 0, 0.5)
-    best_state = copy.deepcopy(inner.state_dict())
-    seconds = []
-    stale = 0
-    bar = tqdm(
-        range(config.epochs),
-        desc=config.description,
-        leave=False,
-        disable=not config.progress or rank != 0,
-    )
-    for epoch in bar:
-        start = time.perf_counter()
-        model.train()
-        x, edge_index, node_ids, targets = _train_batch(
-            data, split, config.subgraph_ratio, generator, rank, world
-        )
-        optimizer.zero_grad()
-        if pass_ids and node_ids is not None:
-            logits = model(x, edge_index, node_ids)
-        else:
-            logits = model(x, edge_index)
-        # A small subgraph may hold no training node: a zero loss keeps DDP ranks in step.
-        loss = (
-            weighted_bce_loss(logits[targets], data.y[_global(targets, node_ids)], pos_weight)
-            if targets.numel()
-            else logits.sum() * 0.0
-        )
-        loss.backward()
-        optimizer.step()
-        prob = predict(inner, data)
-        seconds.append(time.perf_counter() - start)
-
-        score, threshold = validation_score(y[val], prob[val], config.select_metric)
-        history["loss"].append(float(loss.detach()))
-        history["val_auroc"].append(float(roc_auc_score(y[val], prob[val])))
-        history["val_f1_macro"].append(macro_f1(y[val], prob[val], threshold))
-        if score > best[0]:
-            best = (score, epoch, threshold)
-            best_state = copy.deepcopy(inner.state_dict())
-            stale = 0
-        else:
-            stale += 1
-        bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", val=f"{score:.3f}")
-        if config.patience and stale >= config.patience:
-            break
-
-    inner.load_state_dict(best_state)
-    inner.eval()
-    prob = predict(inner, data)
-    test = split.test.numpy()
-    metrics = evaluate(y[test], prob[test], best[2])
-    return RunResult(
-        metrics=metrics,
-        threshold=best[2],
-        best_epoch=best[1],
-        prob=prob,
-        model=inner,
-        history=history,
-        epoch_seconds=float(np.median(seconds)),
-    )
-
-
-def _global(local: Tensor, node_ids: Optional[Tensor]) -> Tensor:
-    return local if node_ids is None else node_ids[local]
-
-
-ModelFactory = Callable[[], torch.nn.Module]
 
 
 def summarize_runs(per_seed: list[dict[str, float]]) -> dict[str, Any]:
@@ -424,36 +250,41 @@ def summarize_runs(per_seed: list[dict[str, float]]) -> dict[str, Any]:
     return {m: summarize(run[m] for run in per_seed) for m in METRICS}
 
 
-def planted_anomaly_graph(
-    num_nodes: int = 600,
-    num_features: int = 8,
-    communities: int = 4,
-    anomaly_rate: float = 0.1,
-    degree: int = 8,
-    seed: int = 0,
-) -> Data:
-    """A small synthetic graph with planted *contextual* anomalies, for tests and smoke runs.
+# --------------------------------------------------------------------------------------------
+# The node energy of a trained ET
+# --------------------------------------------------------------------------------------------
+@torch.no_grad()
+def energy_row(det: ETDetector, data: Data, split: Split
+               ) -> tuple[dict[str, float], np.ndarray, dict[str, Any]]:
+    """Test metrics of the label-trained ET's node energy. Its sign (does high energy mean
+    anomalous?) is chosen on *validation* AUROC, the threshold on validation quantiles."""
+    energy = det.node_energy(data).double().numpy()
+    y, val = data.y.cpu().numpy(), split.val.numpy()
+    sign = 1 if roc_auc_score(y[val], energy[val]) >= 0.5 else -1
+    metrics, threshold, prob = evaluate_scores(y, sign * energy, split, calibrate=True)
+    return metrics, prob, {"threshold_quantile": threshold, "sign": sign}
 
-    Nodes form ``communities`` dense clusters; a normal node's features are drawn around its own
-    cluster's centre, an anomalous node's around *another* cluster's centre. Every node's
-    features alone look normal, so the anomalies are only visible against the neighbours.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    community = torch.randint(communities, (num_nodes,), generator=gen)
-    centres = 2.0 * torch.randn(communities, num_features, generator=gen)
-    y = (torch.rand(num_nodes, generator=gen) < anomaly_rate).long()
-    shift = torch.randint(1, communities, (num_nodes,), generator=gen)
-    source = torch.where(y.bool(), (community + shift) % communities, community)
-    x = centres[source] + 0.7 * torch.randn(num_nodes, num_features, generator=gen)
-    src, dst = [], []
-    for c in range(communities):
-        members = (community == c).nonzero().view(-1)
-        picks = torch.randint(members.numel(), (members.numel(), degree), generator=gen)
-        src.append(members.repeat_interleave(degree))
-        dst.append(members[picks].view(-1))
-    edge_index = torch.stack([torch.cat(src), torch.cat(dst)])
-    from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
-    edge_index, _ = remove_self_loops(to_undirected(edge_index, num_nodes=num_nodes))
-    edge_index = coalesce(edge_index, num_nodes=num_nodes)
-    return Data(x=x, edge_index=edge_index, y=y, name="planted")
+@torch.no_grad()
+def energy_trajectory(det: ETDetector, data: Data, split: Split, extra_steps: int = 6
+                      ) -> dict[str, list[float]]:
+    """Mean node energy per ET step (0..T+extra), over all nodes and over the normal/anomalous
+    *validation* nodes, continuing the descent past the trained T to show it settles."""
+    model = det.model_.eval()
+    conv = model.conv
+    y, val = data.y.cpu().numpy(), split.val.numpy()
+    groups = {"normal": val[y[val] == 0], "anomalous": val[y[val] == 1]}
+    x = model.embed(data.x)
+    out: dict[str, list[float]] = {"all": [], "normal": [], "anomalous": []}
+    last = conv.steps + extra_steps
+    for step in range(last + 1):
+        energy = conv.node_energy(x, data.edge_index).double().cpu().numpy()
+        out["all"].append(float(energy.mean()))
+        for group, index in groups.items():
+            out[group].append(float(energy[index].mean()))
+        if step < last:
+            x = conv(x, data.edge_index, steps=1)
+    out["trained_steps"] = [float(conv.steps)]
+    return out
+
+

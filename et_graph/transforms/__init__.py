@@ -1,3 +1,4 @@
+from .features import FEATURE_NORMS, prepare_detection_data, quantile_normal
 from .laplacian_pe import (
     CLSLaplacianPE,
     cls_laplacian_eigenvectors,
@@ -6,6 +7,9 @@ from .laplacian_pe import (
 )
 
 __all__ = [
+    "FEATURE_NORMS",
+    "prepare_detection_data",
+    "quantile_normal",
     "CLSLaplacianPE",
     "cls_laplacian_eigenvectors",
     "cls_padded_adjacency",

@@ -1,6 +1,6 @@
 """Thin models around ``ETConv``: node anomaly detection, graph-level tasks, image completion."""
-from .anomaly import ETAnomalyDetector, weighted_bce_loss
+from .anomaly import ETAnomalyNet, weighted_bce_loss
 from .graph_model import ETGraphModel
 from .image_completion import ETImageCompletion
 
-__all__ = ["ETAnomalyDetector", "ETGraphModel", "ETImageCompletion", "weighted_bce_loss"]
+__all__ = ["ETAnomalyNet", "ETGraphModel", "ETImageCompletion", "weighted_bce_loss"]

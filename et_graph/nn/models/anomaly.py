@@ -10,8 +10,9 @@ from ..conv import ETConv
 from ..validation import check_features
 
 
-class ETAnomalyDetector(nn.Module):
-    r"""Energy Transformer for node anomaly detection.
+class ETAnomalyNet(nn.Module):
+    r"""Energy Transformer network for node anomaly detection (the network; the detector with
+    ``fit``/``predict`` is :class:`et_graph.detectors.ETDetector`).
 
     .. math::
         \mathbf{x}^{1}_A = \mathbf{E}\,\mathbf{y}_A + \boldsymbol{\lambda}_A, \qquad
@@ -45,7 +46,7 @@ class ETAnomalyDetector(nn.Module):
         in_channels: int,
         hidden_channels: int = 64,
         heads: int = 1,
-        head_dim: int = 64,
+        head_dim: int = 16,
         hopfield_dim: Optional[int] = None,
         steps: int = 1,
         alpha: float = 1.0,

@@ -1,0 +1,398 @@
+"""Typed configs: dataclasses, TOML/YAML preset files, and a CLI generated from the dataclasses.
+
+A task's configuration is a dataclass whose fields are *sections*, each itself a dataclass of
+plain fields (``int``, ``float``, ``str``, ``bool``, ``Optional`` of those). The one source of
+defaults is the dataclasses: library objects, preset files and the command line all start from
+them. Values are resolved in this order, later winning:
+
+1. the dataclass defaults;
+2. ``--config FILE`` (TOML or YAML, one table per section, e.g. ``[train]\\nepochs = 50``);
+3. ``--quick``: the task's smoke preset. It has one meaning for every task: *the smallest run
+   that exercises the whole pipeline* (at most 10 epochs, 2 seeds or folds, the task's smallest
+   data option); see each config's ``QUICK``;
+4. flags given on the command line.
+
+Why argparse built from :func:`dataclasses.fields` rather than ``tyro`` or ``jsonargparse``:
+the configs only use flat scalar fields, argparse is in the standard library, and the generated
+flags keep the names our documented commands already use (``--epochs``, ``--hidden``). The help
+text of every flag is read from the ``Attributes:`` section of the section's docstring, so the
+API docs and ``--help`` cannot disagree.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, TypeVar, Union
+
+T = TypeVar("T")
+
+#: Written into TOML for ``None`` values of optional fields (TOML has no null).
+NONE_TOKEN = "none"
+
+
+@dataclass
+class RunConfig:
+    """How and where a run executes (shared by every task's config as its ``run`` section).
+
+    Attributes:
+        out: output folder for results.json, results.md and plots (none = do not write).
+        threads: torch CPU threads (none = torch's default).
+        device: cpu, cuda, cuda:1, ...
+        progress: show progress bars.
+        checkpoint_dir: save resumable training checkpoints below this folder (none = off).
+        checkpoint_every: save a checkpoint every this many epochs.
+        resume: continue interrupted trainings from checkpoint_dir.
+    """
+
+    out: Optional[str] = None
+    threads: Optional[int] = None
+    device: str = "cpu"
+    progress: bool = True
+    checkpoint_dir: Optional[str] = None
+    checkpoint_every: int = 1
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and self.threads <= 0:
+            raise ValueError(f"threads must be positive, got {self.threads}")
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("--resume needs --checkpoint-dir (the folder of the interrupted run)")
+
+    def apply_threads(self) -> None:
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
+
+    def checkpoint(self, *parts: str):
+        """A :class:`~et_graph.training.CheckpointConfig` for one training of this run
+        (``checkpoint_dir/part/part/...``), or ``None`` without a checkpoint folder."""
+        if not self.checkpoint_dir:
+            return None
+        from .training import CheckpointConfig
+
+        return CheckpointConfig(str(Path(self.checkpoint_dir, *parts)), self.checkpoint_every,
+                                self.resume)
+
+
+# ----------------------------------------------------------------------------------------------
+# Introspection
+# ----------------------------------------------------------------------------------------------
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _scalar_type(annotation: Any) -> tuple[type, bool]:
+    """``(base type, optional)`` of a field annotation such as ``Optional[int]``."""
+    origin = typing.get_origin(annotation)
+    if origin is Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"unsupported config annotation {annotation!r}")
+        return args[0], True
+    return annotation, False
+
+
+def sections(config: Any) -> dict[str, Any]:
+    """``{section name: section dataclass instance}`` of a task config."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if dataclasses.is_dataclass(getattr(config, f.name))}
+
+
+def _section_types(cls: type) -> dict[str, type]:
+    hints = _hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)
+            if dataclasses.is_dataclass(hints[f.name])}
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Field descriptions from the ``Attributes:`` section of a dataclass docstring."""
+    doc = cls.__doc__ or ""
+    match = re.search(r"Attributes:\n(.*?)(?:\n\s*\n(?=\S)|\Z)", doc, flags=re.S)
+    if not match:
+        return {}
+    docs: dict[str, str] = {}
+    current = None
+    for line in match.group(1).splitlines():
+        head = re.match(r"\s+(\w+):\s*(.*)", line)
+        if head and len(line) - len(line.lstrip()) <= 8:
+            current = head.group(1)
+            docs[current] = head.group(2).strip()
+        elif current and line.strip():
+            docs[current] += " " + line.strip()
+    return docs
+
+
+# ----------------------------------------------------------------------------------------------
+# Dict <-> dataclass
+# ----------------------------------------------------------------------------------------------
+def _coerce(value: Any, annotation: Any, where: str) -> Any:
+    base, optional = _scalar_type(annotation)
+    if value is None or (optional and isinstance(value, str) and value.lower() == NONE_TOKEN):
+        if not optional:
+            raise ValueError(f"{where} may not be empty")
+        return None
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ValueError(f"{where} must be true or false, got {value!r}")
+    if base is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(f"{where} must be an integer, got {value!r}")
+        return int(value)
+    if base is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if base is str:
+        return str(value)
+    raise TypeError(f"unsupported config type {annotation!r} at {where}")
+
+
+def replace_fields(section: T, values: Mapping[str, Any], where: str = "") -> T:
+    """A copy of the section dataclass with ``values`` (checked and coerced) replaced."""
+    hints = _hints(type(section))
+    names = {f.name for f in dataclasses.fields(section)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {unknown} in [{where or type(section).__name__}]; "
+            f"known: {sorted(names)}"
+        )
+    coerced = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in values.items()}
+    return dataclasses.replace(section, **coerced)
+
+
+def merge(config: T, overrides: Mapping[str, Any]) -> T:
+    """Apply ``{section: {field: value}}`` (or dotted ``{"section.field": value}``) to a task
+    config and return the new config; unknown sections or keys raise ``ValueError``."""
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in overrides.items():
+        if isinstance(value, Mapping):
+            nested.setdefault(key, {}).update(value)
+        elif "." in key:
+            section, name = key.split(".", 1)
+            nested.setdefault(section, {})[name] = value
+        else:
+            raise ValueError(f"top-level key {key!r} must be a [section] table")
+    current = sections(config)
+    unknown = sorted(set(nested) - set(current))
+    if unknown:
+        raise ValueError(f"unknown section(s) {unknown}; known: {sorted(current)}")
+    changes = {name: replace_fields(current[name], values, name)
+               for name, values in nested.items()}
+    return dataclasses.replace(config, **changes)
+
+
+def apply_keywords(config: T, **keywords: Any) -> T:
+    """Apply flat keywords (``epochs=50, hidden=32``) to the unique section holding each name."""
+    owners: dict[str, str] = {}
+    for section_name, section in sections(config).items():
+        for f in dataclasses.fields(section):
+            owners.setdefault(f.name, section_name)
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in keywords.items():
+        if key not in owners:
+            raise TypeError(
+                f"unknown keyword {key!r} for {type(config).__name__}; known: {sorted(owners)}"
+            )
+        nested.setdefault(owners[key], {})[key] = value
+    return merge(config, nested)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """The fully resolved config as plain data (JSON-serialisable)."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def from_dict(cls: type[T], values: Mapping[str, Any]) -> T:
+    return merge(cls(), values)
+
+
+# ----------------------------------------------------------------------------------------------
+# Files
+# ----------------------------------------------------------------------------------------------
+def load_file(path: Union[str, Path]) -> dict[str, Any]:
+    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) preset into nested dicts."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python < 3.11
+            import tomli as tomllib
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    elif suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError as error:  # pragma: no cover
+            raise ImportError("YAML presets need PyYAML: pip install pyyaml") from error
+        data = yaml.safe_load(path.read_text()) or {}
+    else:
+        raise ValueError(f"config files are .toml, .yaml or .yml, got {path.name}")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold tables of settings, got {type(data).__name__}")
+    data.pop("meta", None)  # free-form description of a preset (its origin, its table)
+    return data
+
+
+def _toml_value(value: Any) -> str:
+    if value is None:
+        return json.dumps(NONE_TOKEN)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def dumps_toml(config: Any, meta: Optional[Mapping[str, Any]] = None) -> str:
+    """A TOML preset of every field of ``config`` (``None`` as ``"none"``)."""
+    lines: list[str] = []
+    if meta:
+        lines.append("[meta]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in meta.items()]
+        lines.append("")
+    for name, section in sections(config).items():
+        lines.append(f"[{name}]")
+        for f in dataclasses.fields(section):
+            lines.append(f"{f.name} = {_toml_value(getattr(section, f.name))}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_preset(config: Any, path: Union[str, Path], meta: Optional[Mapping[str, Any]] = None
+                 ) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps_toml(config, meta))
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------------
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One flag per field of every section of ``cls`` (flag names must be unique), plus
+    ``--config FILE`` and ``--quick``. Defaults are suppressed so that only given flags
+    override; the help shows the dataclass default."""
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="TOML/YAML preset (one table per section); flags override it")
+    quick = getattr(cls, "QUICK", None)
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke preset: the smallest run that exercises the whole pipeline"
+                             + (f" ({_describe(quick)})" if quick else ""))
+    defaults = cls()
+    seen: dict[str, str] = {}
+    for section_name, section_cls in _section_types(cls).items():
+        group = parser.add_argument_group(section_name)
+        docs = field_docs(section_cls)
+        section_default = getattr(defaults, section_name)
+        hints = _hints(section_cls)
+        for f in dataclasses.fields(section_cls):
+            if f.name in seen:
+                raise TypeError(
+                    f"field {f.name!r} is in sections {seen[f.name]!r} and {section_name!r}: "
+                    "flag names must be unique"
+                )
+            seen[f.name] = section_name
+            default = getattr(section_default, f.name)
+            base, optional = _scalar_type(hints[f.name])
+            text = docs.get(f.name, "")
+            text = f"{text} (default: {default})" if text else f"default: {default}"
+            text = text.replace("%", "%%")
+            dest = f"{section_name}.{f.name}"
+            if base is bool:
+                group.add_argument(_flag(f.name), dest=dest, action=argparse.BooleanOptionalAction,
+                                   default=argparse.SUPPRESS, help=text)
+            else:
+                metavar = {int: "INT", float: "FLOAT", str: "TEXT"}[base]
+                parse = _optional_parser(base) if optional else base
+                group.add_argument(_flag(f.name), dest=dest, type=parse, metavar=metavar,
+                                   default=argparse.SUPPRESS, help=text)
+
+
+def _optional_parser(base: type):
+    def parse(text: str):
+        return None if text.lower() == NONE_TOKEN else base(text)
+
+    parse.__name__ = base.__name__
+    return parse
+
+
+def _describe(overrides: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in overrides.items())
+
+
+def resolve(cls: type[T], args: argparse.Namespace) -> T:
+    """The task config from parsed arguments: defaults, then ``--config``, then ``--quick``,
+    then the flags given."""
+    config = cls()
+    if getattr(args, "config", None):
+        config = merge(config, load_file(args.config))
+    if getattr(args, "quick", False):
+        config = merge(config, getattr(cls, "QUICK", {}))
+    given = {k: v for k, v in vars(args).items() if "." in k}
+    return merge(config, given)
+
+
+def parse(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Optional[str] = None,
+          description: str = "") -> T:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_config_arguments(parser, cls)
+    return resolve(cls, parser.parse_args(argv))
+
+
+# ----------------------------------------------------------------------------------------------
+# Provenance
+# ----------------------------------------------------------------------------------------------
+def git_commit(path: Union[str, Path, None] = None) -> str:
+    """The git commit of the package checkout (``"unknown"`` outside a checkout); ``+dirty``
+    when tracked files differ from it."""
+    folder = Path(path) if path else Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=folder, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty.strip() else "")
+
+
+def run_metadata(config: Any = None) -> dict[str, Any]:
+    """Package version, git commit, torch / PyG versions and the resolved config."""
+    import platform
+
+    import torch
+    import torch_geometric
+
+    from . import __version__
+
+    meta = {
+        "et_graph_version": __version__,
+        "git_commit": git_commit(),
+        "torch": torch.__version__,
+        "torch_geometric": torch_geometric.__version__,
+        "python": platform.python_version(),
+    }
+    if config is not None:
+        meta["config"] = to_dict(config)
+    return meta

@@ -1,0 +1,51 @@
+"""Node anomaly detectors with PyGOD's conventions.
+
+.. code-block:: python
+
+    from et_graph.detectors import ETDetector
+    det = ETDetector(epochs=50).fit(data)          # data.y, data.train_mask, data.val_mask
+    score = det.decision_function(data)            # [N], higher = more anomalous
+    pred = det.predict(data)                       # 0/1 at det.threshold_ (chosen on validation)
+"""
+from .base import BaseDetector
+from .config import (
+    SEARCH_SPACES,
+    ETDetectorConfig,
+    ETModelConfig,
+    GBTDetectorConfig,
+    GBTModelConfig,
+    GNNDetectorConfig,
+    GNNModelConfig,
+    NodeTrainConfig,
+)
+from .neural import ETDetector, GATDetector, GCNDetector, MLPDetector, NeuralDetector
+from .tree import GBTDetector, neighbourhood_features
+
+#: Detector classes by the names the CLI and the tuner use.
+DETECTORS = {
+    "et": ETDetector,
+    "mlp": MLPDetector,
+    "gcn": GCNDetector,
+    "gat": GATDetector,
+    "gbt": GBTDetector,
+}
+
+__all__ = [
+    "DETECTORS",
+    "SEARCH_SPACES",
+    "BaseDetector",
+    "ETDetector",
+    "ETDetectorConfig",
+    "ETModelConfig",
+    "GATDetector",
+    "GBTDetector",
+    "GBTDetectorConfig",
+    "GBTModelConfig",
+    "GCNDetector",
+    "GNNDetectorConfig",
+    "GNNModelConfig",
+    "MLPDetector",
+    "NeuralDetector",
+    "NodeTrainConfig",
+    "neighbourhood_features",
+]

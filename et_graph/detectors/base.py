@@ -1,0 +1,200 @@
+"""The detector interface, after PyGOD: ``fit`` / ``decision_function`` / ``predict``.
+
+A detector owns a network (kept apart, in :mod:`et_graph.nn` or :mod:`et_graph.baselines`), its
+config, and what it learned: ``threshold_`` (chosen on validation macro-F1, as in the paper's
+protocol), ``decision_score_`` (the scores of the graph it was fitted on) and ``history_``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from ..config import apply_keywords, to_dict
+from ..protocols.anomaly import choose_threshold
+
+Prediction = Union[Tensor, tuple[Tensor, ...]]
+
+
+class BaseDetector:
+    """Common fitting logic of the supervised node anomaly detectors.
+
+    Args:
+        config: the detector's config dataclass (default: its defaults).
+        seed: seeds the initialisation and the training order.
+        progress: show a progress bar while fitting.
+        device: where the network trains and scores (``"cpu"``, ``"cuda"``, ...).
+        **keywords: any field of the config, e.g. ``epochs=50`` or ``hidden=32``.
+    """
+
+    config_class: type = object
+
+    def __init__(self, config: Any = None, *, seed: int = 0, progress: bool = False,
+                 device: Union[str, torch.device] = "cpu", **keywords: Any) -> None:
+        config = self.config_class() if config is None else config
+        if not isinstance(config, self.config_class):
+            raise TypeError(
+                f"config must be a {self.config_class.__name__}, got {type(config).__name__}"
+            )
+        self.config = apply_keywords(config, **keywords) if keywords else config
+        self.seed = int(seed)
+        self.progress = bool(progress)
+        self.device = torch.device(device)
+        self.threshold_: Optional[float] = None
+        self.decision_score_: Optional[Tensor] = None
+        self.history_: list[dict[str, float]] = []
+        self.in_channels_: Optional[int] = None
+        self.fit_info_: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------------------------------
+    def get_config(self) -> dict[str, Any]:
+        return to_dict(self.config)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{k}={v!r}" for section in dataclasses.asdict(self.config).values()
+            for k, v in section.items()
+        )
+        return f"{type(self).__name__}({fields})"
+
+    # ------------------------------------------------------------------------------------------
+    def fit(self, data: Data, train_mask: Optional[Tensor] = None,
+            val_mask: Optional[Tensor] = None) -> BaseDetector:
+        """Fit on the labelled graph ``data`` (``data.y`` in {0, 1}).
+
+        Training nodes are ``train_mask`` (or ``data.train_mask``); the checkpoint and the
+        decision threshold are chosen on ``val_mask`` (or ``data.val_mask``). No other label is
+        read.
+        """
+        x, edge_index = check_graph(data)
+        y = check_labels(data)
+        train = resolve_mask(data, train_mask, "train_mask")
+        val = resolve_mask(data, val_mask, "val_mask")
+        if bool((train & val).any()):
+            raise ValueError("train_mask and val_mask overlap; they must be disjoint")
+        if int(y[train].sum()) == 0:
+            raise ValueError(
+                "the training split holds no anomalous node (y == 1); a supervised detector "
+                "needs at least one: pass a train_mask that includes anomalies"
+            )
+        if int(y[val].sum()) == 0 or int(y[val].sum()) == int(val.sum()):
+            raise ValueError(
+                "the validation split needs both normal and anomalous nodes to choose the "
+                "checkpoint and the threshold"
+            )
+        self.in_channels_ = x.size(1)
+        self._fit(data, y, train, val)
+        score = self.decision_function(data)
+        self.decision_score_ = score
+        val_index = val.nonzero().view(-1)
+        self.threshold_, val_f1 = choose_threshold(
+            y[val_index].numpy(), score[val_index].double().numpy()
+        )
+        self.fit_info_["val_f1_macro_at_threshold"] = val_f1
+        return self
+
+    def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
+        raise NotImplementedError
+
+    def decision_function(self, data: Data) -> Tensor:
+        """Anomaly score ``[N]`` of every node of ``data`` (any graph with the fitted feature
+        width); higher = more anomalous. For these detectors it is a probability in [0, 1]."""
+        self._check_fitted()
+        x, _ = check_graph(data)
+        if x.size(1) != self.in_channels_:
+            raise ValueError(
+                f"data.x has {x.size(1)} features but the detector was fitted on "
+                f"{self.in_channels_}; score graphs with the same feature columns"
+            )
+        return self._score(data).detach().float().cpu()
+
+    def _score(self, data: Data) -> Tensor:
+        raise NotImplementedError
+
+    def predict(self, data: Data, return_score: bool = False, return_prob: bool = False
+                ) -> Prediction:
+        """0/1 labels ``[N]`` at ``threshold_``; optionally also the score and the probability
+        (for these detectors the probability is the score itself)."""
+        self._check_fitted()
+        score = self.decision_function(data)
+        pred = (score >= self.threshold_).long()
+        out: list[Tensor] = [pred]
+        if return_score:
+            out.append(score)
+        if return_prob:
+            out.append(score.clamp(0.0, 1.0))
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def _check_fitted(self) -> None:
+        if self.threshold_ is None:
+            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checks shared by every detector
+# ----------------------------------------------------------------------------------------------
+def check_graph(data: Data) -> tuple[Tensor, Tensor]:
+    if not isinstance(data, Data):
+        raise TypeError(f"data must be a torch_geometric.data.Data, got {type(data).__name__}")
+    x = getattr(data, "x", None)
+    if x is None or x.dim() != 2 or x.size(0) == 0:
+        raise ValueError("data.x must hold node features of shape [N, F] with N > 0")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("data.x contains NaN or inf values")
+    edge_index = getattr(data, "edge_index", None)
+    if edge_index is None:
+        raise ValueError("data.edge_index is missing (a [2, E] tensor of node ids is needed)")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
+        raise ValueError(
+            f"data.edge_index must be an integer tensor [2, E], got {tuple(edge_index.shape)} "
+            f"{edge_index.dtype}"
+        )
+    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= x.size(0)):
+        raise ValueError(f"data.edge_index holds node ids outside [0, {x.size(0)})")
+    return x, edge_index
+
+
+def check_labels(data: Data) -> Tensor:
+    y = getattr(data, "y", None)
+    if y is None:
+        raise ValueError(
+            "fit needs node labels data.y (0 = normal, 1 = anomalous) of shape [N]"
+        )
+    y = y.view(-1) if y.dim() == 2 and 1 in y.shape else y
+    if y.dim() != 1 or y.numel() != data.num_nodes:
+        raise ValueError(f"data.y must have shape [{data.num_nodes}], got {tuple(y.shape)}")
+    if not bool(torch.isin(y.long(), torch.tensor([0, 1])).all()):
+        raise ValueError("data.y must be binary: 0 = normal, 1 = anomalous")
+    return y.long().cpu()
+
+
+def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:
+    if mask is None:
+        mask = getattr(data, name, None)
+        if mask is None:
+            raise ValueError(
+                f"no {name}: pass fit(data, train_mask=..., val_mask=...) as bool tensors [N], "
+                f"or set data.{name}"
+            )
+        if mask.dim() == 2:
+            raise ValueError(
+                f"data.{name} has shape {tuple(mask.shape)} (one column per split); pass "
+                f"{name}=data.{name}[:, i] for the split you want"
+            )
+    mask = torch.as_tensor(mask).cpu()
+    if mask.dtype != torch.bool or mask.shape != (data.num_nodes,):
+        raise ValueError(
+            f"{name} must be a bool tensor of shape [{data.num_nodes}], got "
+            f"{tuple(mask.shape)} {mask.dtype}"
+        )
+    if not bool(mask.any()):
+        raise ValueError(f"{name} selects no node")
+    return mask
+
+
+def as_numpy(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()

@@ -1,0 +1,199 @@
+"""Configs of the node anomaly detectors, with each model's search space beside its config.
+
+These dataclasses are the one source of defaults: ``ETDetector()``, the ``et-graph anomaly``
+flags and the presets in ``configs/anomaly/`` all start from them. A search space is a function
+``space(trial) -> {section: {field: value}}`` over an Optuna trial; the tuner gives every model
+the same number of trials and the same time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from ..training import TrainConfig
+
+SELECT_METRICS = ("f1_macro", "auroc", "auprc")
+HOPFIELD_KINDS = ("relu", "softmax")
+
+
+@dataclass
+class ETModelConfig:
+    """The ET network of :class:`~et_graph.detectors.ETDetector` (paper eqs. 10-12).
+
+    Attributes:
+        hidden: token width D.
+        heads: attention heads.
+        head_dim: key/query width per head.
+        hopfield_dim: Hopfield memories K (none = 4 * hidden).
+        steps: ET descent steps T.
+        alpha: descent step size.
+        hopfield: Hopfield energy, relu or softmax.
+        noise_std: noise added to the tokens at each step in training (paper eq. 27).
+        dropout: dropout in the readout MLP.
+        positional: learnable per-node positional embedding (transductive use only).
+    """
+
+    hidden: int = 64
+    heads: int = 1
+    head_dim: int = 16
+    hopfield_dim: Optional[int] = None
+    steps: int = 1
+    alpha: float = 1.0
+    hopfield: str = "relu"
+    noise_std: float = 0.0
+    dropout: float = 0.0
+    positional: bool = False
+
+    def __post_init__(self) -> None:
+        if self.hopfield not in HOPFIELD_KINDS:
+            raise ValueError(f"hopfield must be one of {HOPFIELD_KINDS}, got {self.hopfield!r}")
+        for name in ("hidden", "heads", "head_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+
+
+@dataclass
+class GNNModelConfig:
+    """The MLP / GCN / GAT baseline networks (two layers and a linear head).
+
+    Attributes:
+        hidden: hidden width.
+        dropout: dropout after each hidden layer.
+        gat_heads: attention heads of each GAT layer (hidden must be divisible by it).
+    """
+
+    hidden: int = 64
+    dropout: float = 0.0
+    gat_heads: int = 4
+
+
+@dataclass
+class NodeTrainConfig(TrainConfig):
+    """Training of a neural node detector: the engine's settings plus the selection metric.
+
+    Attributes:
+        epochs: the most epochs to train.
+        lr: learning rate.
+        weight_decay: L2 penalty (Adam) or decoupled weight decay (AdamW).
+        optimizer: adam or adamw.
+        patience: stop after this many epochs without a new best validation epoch (0 = never).
+        lr_schedule: none, cosine or plateau.
+        lr_floor: the cosine schedule's final LR as a fraction of lr.
+        lr_patience: the plateau schedule's patience in epochs.
+        grad_clip: clip the gradient norm to this value (0 = off).
+        select_metric: validation metric that picks the checkpoint: f1_macro, auroc or auprc.
+        subgraph_ratio: train each epoch on an induced subgraph of this fraction of the nodes
+            (0 = full batch); scoring stays full-graph.
+    """
+
+    epochs: int = 100
+    lr: float = 0.02
+    select_metric: str = "f1_macro"
+    subgraph_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.select_metric not in SELECT_METRICS:
+            raise ValueError(
+                f"select_metric must be one of {SELECT_METRICS}, got {self.select_metric!r}"
+            )
+        if not 0.0 <= self.subgraph_ratio < 1.0:
+            raise ValueError(f"subgraph_ratio must be in [0, 1), got {self.subgraph_ratio}")
+
+
+@dataclass
+class GBTModelConfig:
+    """Gradient-boosted trees (scikit-learn HistGradientBoosting) on neighbourhood features.
+
+    Attributes:
+        max_iter: boosting iterations.
+        learning_rate: shrinkage.
+        max_depth: tree depth limit (none = unlimited).
+        max_leaf_nodes: leaves per tree.
+        min_samples_leaf: smallest leaf.
+        l2_regularization: L2 penalty on leaf values.
+        features: x (features only), x_mean (plus neighbour mean) or x_mean_mean2 (plus the
+            mean of the neighbour means).
+    """
+
+    max_iter: int = 200
+    learning_rate: float = 0.1
+    max_depth: Optional[int] = None
+    max_leaf_nodes: int = 31
+    min_samples_leaf: int = 20
+    l2_regularization: float = 0.0
+    features: str = "x_mean_mean2"
+
+
+@dataclass
+class ETDetectorConfig:
+    model: ETModelConfig = field(default_factory=ETModelConfig)
+    train: NodeTrainConfig = field(default_factory=NodeTrainConfig)
+
+
+@dataclass
+class GNNDetectorConfig:
+    model: GNNModelConfig = field(default_factory=GNNModelConfig)
+    train: NodeTrainConfig = field(default_factory=lambda: NodeTrainConfig(lr=0.01))
+
+
+@dataclass
+class GBTDetectorConfig:
+    model: GBTModelConfig = field(default_factory=GBTModelConfig)
+
+
+# ----------------------------------------------------------------------------------------------
+# Search spaces (Optuna trials); each returns {section: {field: value}} overrides.
+# ----------------------------------------------------------------------------------------------
+def et_space(trial: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "model": {
+            "hidden": trial.suggest_categorical("hidden", [32, 64, 128]),
+            "heads": trial.suggest_categorical("heads", [1, 2, 4]),
+            "head_dim": trial.suggest_categorical("head_dim", [8, 16, 32]),
+            "steps": trial.suggest_int("steps", 1, 2),
+            "alpha": trial.suggest_float("alpha", 0.1, 1.0, log=True),
+            "dropout": trial.suggest_float("dropout", 0.0, 0.5),
+        },
+        "train": {
+            "lr": trial.suggest_float("lr", 1e-3, 5e-2, log=True),
+            "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-3, log=True),
+        },
+    }
+
+
+def gnn_space(trial: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "model": {
+            "hidden": trial.suggest_categorical("hidden", [32, 64, 128]),
+            "dropout": trial.suggest_float("dropout", 0.0, 0.5),
+        },
+        "train": {
+            "lr": trial.suggest_float("lr", 1e-3, 5e-2, log=True),
+            "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-3, log=True),
+        },
+    }
+
+
+def gbt_space(trial: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "model": {
+            "max_iter": trial.suggest_int("max_iter", 100, 500, step=50),
+            "learning_rate": trial.suggest_float("learning_rate", 0.02, 0.3, log=True),
+            "max_leaf_nodes": trial.suggest_int("max_leaf_nodes", 15, 127, log=True),
+            "min_samples_leaf": trial.suggest_int("min_samples_leaf", 5, 100, log=True),
+            "l2_regularization": trial.suggest_float("l2_regularization", 1e-6, 1.0, log=True),
+            "features": trial.suggest_categorical("features", ["x", "x_mean", "x_mean_mean2"]),
+        },
+    }
+
+
+SEARCH_SPACES: dict[str, Callable[[Any], dict[str, dict[str, Any]]]] = {
+    "et": et_space,
+    "mlp": gnn_space,
+    "gcn": gnn_space,
+    "gat": gnn_space,
+    "gbt": gbt_space,
+}

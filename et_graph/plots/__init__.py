@@ -1,0 +1,1 @@
+"""Figures of the experiments (matplotlib, Agg backend, PNG files)."""

@@ -1,0 +1,86 @@
+"""Figures of a node anomaly run: ROC/PR curves, training curves, energy per ET step."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch_geometric.data import Data
+
+from ..protocols.anomaly import Split, evaluate
+
+#: Rows in the order they are plotted.
+MODEL_ORDER = ("et", "et_energy_trained", "mlp", "gcn", "gat", "gbt")
+
+
+def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import precision_recall_curve, roc_curve
+
+    y = data.y.cpu().numpy()
+    test = split.test.numpy()
+    fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for name in MODEL_ORDER:
+        prob = curves["prob"].get(name)
+        if prob is None:
+            continue
+        metrics = evaluate(y[test], prob[test], 0.5)
+        fpr, tpr, _ = roc_curve(y[test], prob[test])
+        precision, recall, _ = precision_recall_curve(y[test], prob[test])
+        style = "-" if name.startswith("et") else "--"
+        ax_roc.plot(fpr, tpr, style, label=f"{name} (AUROC {metrics['auroc']:.3f})")
+        ax_pr.plot(recall, precision, style, label=f"{name} (AUPRC {metrics['auprc']:.3f})")
+    ax_roc.plot([0, 1], [0, 1], ":", color="grey")
+    ax_roc.set(
+        xlabel="false positive rate", ylabel="true positive rate", title="ROC (test, seed 0)"
+    )
+    ax_pr.axhline(y[test].mean(), ls=":", color="grey")
+    ax_pr.set(xlabel="recall", ylabel="precision", title="Precision-recall (test, seed 0)")
+    for ax in (ax_roc, ax_pr):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "roc_pr.png", dpi=120)
+    plt.close(fig)
+
+    fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, histories in curves["history"].items():
+        for i, hist in enumerate(histories):
+            label = name if i == 0 else None
+            alpha = 1.0 if name == "et" else 0.5
+            ax_loss.plot(hist["loss"], color=_color(name), alpha=alpha, label=label)
+            ax_val.plot(hist["val_auroc"], color=_color(name), alpha=alpha, label=label)
+    ax_loss.set(xlabel="epoch", ylabel="weighted BCE (train)", title="Training loss")
+    ax_val.set(xlabel="epoch", ylabel="validation AUROC", title="Validation AUROC (all seeds)")
+    for ax in (ax_loss, ax_val):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "training_curves.png", dpi=120)
+    plt.close(fig)
+
+    energy = curves.get("energy")
+    if energy:
+        trained = int(energy["trained_steps"][0])
+        fig, (ax_all, ax_cls) = plt.subplots(1, 2, figsize=(11, 4))
+        steps = np.arange(len(energy["all"]))
+        ax_all.plot(steps, energy["all"], "o-")
+        ax_all.axvline(trained, ls=":", color="grey", label=f"trained T = {trained}")
+        ax_all.set(xlabel="ET step", ylabel="mean node energy", title="Energy vs ET step (seed 0)")
+        ax_all.legend(fontsize=8)
+        ax_cls.plot(steps, energy["normal"], "o-", label="normal (validation)")
+        ax_cls.plot(steps, energy["anomalous"], "s-", label="anomalous (validation)")
+        ax_cls.axvline(trained, ls=":", color="grey")
+        ax_cls.set(xlabel="ET step", ylabel="mean node energy", title="By class")
+        ax_cls.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "energy_steps.png", dpi=120)
+        plt.close(fig)
+        (out / "energy_steps.json").write_text(json.dumps(energy, indent=2))
+
+
+def _color(name: str) -> str:
+    palette = {"et": "C0", "mlp": "C2", "gcn": "C3", "gat": "C4"}
+    return palette.get(name, "C5")

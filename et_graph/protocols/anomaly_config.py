@@ -1,0 +1,160 @@
+"""Typed configuration of a node anomaly run (``et-graph anomaly``), and the detectors it builds.
+
+:class:`AnomalyConfig` is the one source of defaults for the CLI, the presets in
+``configs/anomaly/`` and the tuner. :func:`detector_config` maps it onto each detector's own
+config (:mod:`et_graph.detectors.config`), :func:`with_detector_config` back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Optional
+
+from ..config import RunConfig
+from ..detectors import (
+    DETECTORS,
+    BaseDetector,
+    ETDetectorConfig,
+    ETModelConfig,
+    GBTDetectorConfig,
+    GBTModelConfig,
+    GNNDetectorConfig,
+    GNNModelConfig,
+    NodeTrainConfig,
+)
+
+MODEL_NAMES = tuple(DETECTORS)
+ENERGY_ROW = "et_energy_trained"
+
+
+@dataclass
+class AnomalyDataConfig:
+    """Which graph and which label-free feature transform (the same input for every model).
+
+    Attributes:
+        dataset: loader name: tolokers (embedded), reddit, inj_amazon, yelpchi, amazon, tfinance,
+            tsocial.
+        data_root: folder holding the dataset files (yelpchi/amazon .mat, ...).
+        data: path to a .mat/.npz/.pt graph file (overrides dataset).
+        relation: YelpChi/Amazon relation: homo or one relation matrix.
+        feature_norm: per-column transform over all nodes: none, standard or quantile.
+        degree_feature: append log(1 + degree) to the node features.
+    """
+
+    dataset: str = "tolokers"
+    data_root: Optional[str] = None
+    data: Optional[str] = None
+    relation: str = "homo"
+    feature_norm: str = "quantile"
+    degree_feature: bool = True
+
+
+@dataclass
+class AnomalyProtocolConfig:
+    """Splits, seeds and models.
+
+    Attributes:
+        protocol: paper (stratified split: train ratio, rest 1:2 val:test) or gadbench (the
+            dataset's own masks).
+        train_ratio: share of the labelled nodes that train (paper protocol).
+        split_seed: seed of the stratified split (paper protocol).
+        vary_split: draw a new split per seed (split_seed + seed) instead of one.
+        seeds: model seeds (runs).
+        models: comma list of et, mlp, gcn, gat, gbt.
+        energy_row: also report the node energy of the label-trained ET (sign and threshold
+            chosen on validation); it is not an unsupervised detector.
+        ddp: data-parallel training over torch.distributed (launch with torchrun).
+    """
+
+    protocol: str = "paper"
+    train_ratio: float = 0.4
+    split_seed: int = 2
+    vary_split: bool = False
+    seeds: int = 5
+    models: str = "et,mlp,gcn,gat,gbt"
+    energy_row: bool = True
+    ddp: bool = False
+
+    def model_names(self) -> list[str]:
+        names = [n.strip().lower() for n in self.models.split(",") if n.strip()]
+        unknown = sorted(set(names) - set(MODEL_NAMES))
+        if unknown or not names:
+            raise ValueError(f"unknown models {unknown or self.models!r}; choose from "
+                             f"{list(MODEL_NAMES)}")
+        return names
+
+
+@dataclass
+class BaselineConfig:
+    """The neural baselines (MLP, GCN, GAT); they share the train section except these.
+
+    Attributes:
+        baseline_hidden: hidden width.
+        baseline_dropout: dropout after each hidden layer.
+        gat_heads: heads of each GAT layer.
+        baseline_lr: learning rate.
+        baseline_weight_decay: weight decay.
+    """
+
+    baseline_hidden: int = 64
+    baseline_dropout: float = 0.0
+    gat_heads: int = 4
+    baseline_lr: float = 0.01
+    baseline_weight_decay: float = 0.0
+
+
+@dataclass
+class AnomalyConfig:
+    data: AnomalyDataConfig = field(default_factory=AnomalyDataConfig)
+    protocol: AnomalyProtocolConfig = field(default_factory=AnomalyProtocolConfig)
+    et: ETModelConfig = field(default_factory=ETModelConfig)
+    train: NodeTrainConfig = field(default_factory=NodeTrainConfig)
+    baselines: BaselineConfig = field(default_factory=BaselineConfig)
+    gbt: GBTModelConfig = field(default_factory=GBTModelConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    QUICK: ClassVar[dict[str, Any]] = {"train.epochs": 10, "protocol.seeds": 2}
+
+
+
+# ----------------------------------------------------------------------------------------------
+# Detectors from the run config (and back, for the tuner's presets)
+# ----------------------------------------------------------------------------------------------
+def detector_config(config: AnomalyConfig, name: str) -> Any:
+    """The config of detector ``name`` as this run configures it."""
+    if name == "et":
+        return ETDetectorConfig(model=config.et, train=config.train)
+    if name == "gbt":
+        return GBTDetectorConfig(model=config.gbt)
+    b = config.baselines
+    return GNNDetectorConfig(
+        model=GNNModelConfig(hidden=b.baseline_hidden, dropout=b.baseline_dropout,
+                             gat_heads=b.gat_heads),
+        train=replace(config.train, lr=b.baseline_lr, weight_decay=b.baseline_weight_decay),
+    )
+
+
+def with_detector_config(config: AnomalyConfig, name: str, det: Any) -> AnomalyConfig:
+    """``config`` with detector ``name``'s settings replaced by ``det`` (inverse of
+    :func:`detector_config`)."""
+    if name == "et":
+        return replace(config, et=det.model, train=det.train)
+    if name == "gbt":
+        return replace(config, gbt=det.model)
+    baselines = BaselineConfig(
+        baseline_hidden=det.model.hidden, baseline_dropout=det.model.dropout,
+        gat_heads=det.model.gat_heads, baseline_lr=det.train.lr,
+        baseline_weight_decay=det.train.weight_decay,
+    )
+    return replace(config, baselines=baselines, train=replace(det.train, lr=config.train.lr,
+                                                              weight_decay=config.train.weight_decay))
+
+
+def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = False
+                  ) -> BaseDetector:
+    detector = DETECTORS[name](detector_config(config, name), seed=seed, progress=progress,
+                               device=config.run.device)
+    if hasattr(detector, "checkpoint"):
+        detector.checkpoint = config.run.checkpoint(name, f"seed{seed}")
+    return detector
+
+

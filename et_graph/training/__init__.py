@@ -1,0 +1,26 @@
+"""One training engine for every task: :class:`Trainer` with a task's loss and validation."""
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .engine import (
+    CheckpointConfig,
+    FitResult,
+    TrainConfig,
+    Trainer,
+    TrainingTask,
+    Validation,
+    is_distributed,
+    seed_everything,
+)
+
+__all__ = [
+    "CheckpointConfig",
+    "CheckpointError",
+    "FitResult",
+    "TrainConfig",
+    "Trainer",
+    "TrainingTask",
+    "Validation",
+    "is_distributed",
+    "load_checkpoint",
+    "save_checkpoint",
+    "seed_everything",
+]

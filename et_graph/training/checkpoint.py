@@ -1,0 +1,106 @@
+"""Atomic training checkpoints that load with ``torch.load(..., weights_only=True)``.
+
+A checkpoint is written to a temporary file in the target folder and moved over the previous one
+with :func:`os.replace`, which is atomic on POSIX and Windows: a run killed while saving leaves the
+previous good checkpoint intact. Everything stored is a tensor, a number, a string, or a
+list/dict/tuple of those, so loading never unpickles arbitrary objects.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: The key every et-graph checkpoint carries; a file without it is someone else's.
+FORMAT_KEY = "et_graph_checkpoint"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that is missing, truncated, or not an et-graph checkpoint."""
+
+
+def save_checkpoint(path: PathLike, state: dict[str, Any]) -> Path:
+    """Write ``state`` atomically to ``path`` (temporary file in the same folder, fsync, then
+    ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {FORMAT_KEY: FORMAT_VERSION, **state}
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            torch.save(payload, stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(path: PathLike) -> dict[str, Any]:
+    """Load a checkpoint written by :func:`save_checkpoint` with ``weights_only=True``.
+
+    Raises :class:`CheckpointError` (a ``ValueError``) with the path and the reason for a missing,
+    truncated or foreign file, instead of an error from deep inside torch.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, OSError) as error:
+        raise CheckpointError(
+            f"{path} is not a readable et-graph checkpoint (truncated or foreign file): "
+            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        ) from error
+    if not isinstance(state, dict) or state.get(FORMAT_KEY) != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} is a torch file but not an et-graph checkpoint (format {FORMAT_VERSION})"
+        )
+    return state
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNG states of Python, NumPy and torch, as weights-only-loadable values."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": _to_lists(random.getstate()),
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    random.setstate(_to_tuples(state["python"]))
+    numpy = state["numpy"]
+    np.random.set_state((
+        numpy["kind"], numpy["keys"].numpy().astype(np.uint32), numpy["pos"],
+        numpy["has_gauss"], numpy["cached"],
+    ))
+    torch.set_rng_state(state["torch"])
+
+
+def _to_lists(value: Any) -> Any:
+    return [_to_lists(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+def _to_tuples(value: Any) -> Any:
+    return tuple(_to_tuples(v) for v in value) if isinstance(value, list) else value

@@ -1,0 +1,407 @@
+"""The one training engine of et-graph.
+
+Every task (node anomaly detection, graph classification, GNNBenchmark, image completion) trains
+through :class:`Trainer`. A task supplies only what is its own, through the :class:`TrainingTask`
+protocol:
+
+- ``batches(epoch)``: what one epoch iterates over (one item for full-batch training);
+- ``loss(model, batch)``: the training loss of one batch;
+- ``validate(model)``: a :class:`Validation` (higher ``score`` is better) computed on
+  validation data only.
+
+The engine owns the rest: Adam(W), an optional LR schedule, gradient clipping, early stopping with
+patience, keeping the best validation epoch and restoring its weights, history and timing, a tqdm
+progress bar, ``torch.distributed`` awareness (DDP-wrapped training, rank-0 output) and atomic,
+resumable checkpoints.
+
+**Tie rule.** Epoch ``e`` replaces the best epoch when its validation score is strictly higher, or
+when the scores are equal and its validation loss is strictly lower (a NaN loss never wins a tie).
+Otherwise the earlier epoch stays: among equals, the earliest epoch is kept.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+
+LR_SCHEDULES = ("none", "cosine", "plateau")
+OPTIMIZERS = ("adam", "adamw")
+
+
+@dataclass
+class TrainConfig:
+    """How to optimise; shared by every task.
+
+    Attributes:
+        epochs: the most epochs to train.
+        lr: learning rate.
+        weight_decay: L2 penalty (Adam) or decoupled weight decay (AdamW).
+        optimizer: ``"adam"`` or ``"adamw"``.
+        patience: stop after this many epochs without a new best validation epoch (0 = never).
+        lr_schedule: ``"none"``, ``"cosine"`` (cosine decay to ``lr_floor * lr`` over ``epochs``)
+            or ``"plateau"`` (halve the LR after ``lr_patience`` epochs without a validation
+            gain).
+        lr_floor: the cosine schedule's final LR, as a fraction of ``lr``.
+        lr_patience: the plateau schedule's patience in epochs.
+        grad_clip: clip the gradient norm to this value (0 = no clipping).
+    """
+
+    epochs: int = 100
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    optimizer: str = "adam"
+    patience: int = 0
+    lr_schedule: str = "none"
+    lr_floor: float = 0.05
+    lr_patience: int = 10
+    grad_clip: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.epochs <= 0:
+            raise ValueError(f"epochs must be positive, got {self.epochs}")
+        if not self.lr > 0 or not math.isfinite(self.lr):
+            raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.patience < 0:
+            raise ValueError(f"patience must be >= 0 (0 = no early stopping), got {self.patience}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.grad_clip < 0:
+            raise ValueError(f"grad_clip must be >= 0 (0 = off), got {self.grad_clip}")
+
+
+@dataclass
+class CheckpointConfig:
+    """Where and how often to checkpoint, and whether to resume.
+
+    Attributes:
+        checkpoint_dir: folder of ``last.pt`` (model, optimiser, scheduler, RNG states, epoch,
+            best epoch and history); ``None`` = no checkpoints.
+        checkpoint_every: save every this many epochs (and always after the last one).
+        resume: continue from ``checkpoint_dir/last.pt`` when it exists.
+    """
+
+    checkpoint_dir: Optional[str] = None
+    checkpoint_every: int = 1
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_every <= 0:
+            raise ValueError(f"checkpoint_every must be positive, got {self.checkpoint_every}")
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("resume needs checkpoint_dir (the folder of the interrupted run)")
+
+
+@dataclass
+class Validation:
+    """One epoch's validation result. ``score``: higher is better (negate an error); ``loss``
+    breaks ties (lower wins); ``metrics`` go into the history; ``extra`` (numbers or strings,
+    e.g. a threshold) is kept with the best epoch."""
+
+    score: float
+    loss: float = float("nan")
+    metrics: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def beats(self, other: Optional[Validation]) -> bool:
+        """The tie rule: strictly higher score, or equal score and strictly lower loss."""
+        if other is None:
+            return not math.isnan(self.score)
+        if self.score > other.score:
+            return True
+        if self.score == other.score and not math.isnan(self.loss):
+            return math.isnan(other.loss) or self.loss < other.loss
+        return False
+
+
+class TrainingTask(Protocol):
+    """What a task supplies to :class:`Trainer`."""
+
+    def batches(self, epoch: int) -> Iterable[Any]:
+        """The batches of one training epoch."""
+
+    def loss(self, model: nn.Module, batch: Any) -> Tensor:
+        """The training loss of one batch (a scalar with a graph to ``model``'s parameters)."""
+
+    def validate(self, model: nn.Module) -> Validation:
+        """Validation of ``model`` (in eval mode) on validation data only."""
+
+
+@dataclass
+class FitResult:
+    """What :meth:`Trainer.fit` returns; the model already holds the best epoch's weights."""
+
+    best_epoch: int
+    best: Validation
+    history: list[dict[str, float]]
+    epochs_run: int
+    epoch_seconds: float
+    stopped_early: bool
+    resumed_from_epoch: Optional[int] = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "best_epoch": self.best_epoch,
+            "best_score": self.best.score,
+            "best_loss": self.best.loss,
+            "best_metrics": dict(self.best.metrics),
+            "epochs_run": self.epochs_run,
+            "epoch_seconds": self.epoch_seconds,
+            "stopped_early": self.stopped_early,
+        }
+
+
+EpochCallback = Callable[[int, Validation], None]
+
+#: Messages of allocation failures on CPU and CUDA.
+_OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
+
+
+class Trainer:
+    """Train a model for a :class:`TrainingTask` and keep its best validation epoch.
+
+    Args:
+        config: optimisation settings.
+        checkpoint: checkpoint folder / resume settings (``None`` = none).
+        description: the progress bar's label.
+        progress: show a tqdm bar (rank 0 only).
+        generators: extra ``torch.Generator`` objects the task draws from (e.g. its batch
+            shuffler); their states go into checkpoints so that a resumed run draws the same
+            batches as an uninterrupted one.
+        on_epoch: called as ``on_epoch(epoch, validation)`` after each epoch on every rank (a
+            tuner reports to its pruner here and may raise to stop the run).
+        fingerprint: a string that identifies the run's configuration; resuming from a
+            checkpoint with another fingerprint raises ``ValueError``.
+        oom_hint: appended to the message of an out-of-memory error raised during training.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        checkpoint: Optional[CheckpointConfig] = None,
+        description: str = "train",
+        progress: bool = True,
+        generators: Sequence[torch.Generator] = (),
+        on_epoch: Optional[EpochCallback] = None,
+        fingerprint: str = "",
+        oom_hint: str = "",
+    ) -> None:
+        self.config = config
+        self.checkpoint = checkpoint or CheckpointConfig()
+        self.description = description
+        self.progress = progress
+        self.generators = list(generators)
+        self.on_epoch = on_epoch
+        self.fingerprint = fingerprint
+        self.oom_hint = oom_hint
+
+    # ------------------------------------------------------------------------------------------
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        params = [p for p in model.parameters() if p.requires_grad]
+        kind = torch.optim.AdamW if self.config.optimizer == "adamw" else torch.optim.Adam
+        return kind(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer) -> Optional[Any]:
+        cfg = self.config
+        if cfg.lr_schedule == "cosine":
+            return torch.optim.lr_scheduler.CosineAnnealingLR(
+                optimizer, cfg.epochs, eta_min=cfg.lr_floor * cfg.lr
+            )
+        if cfg.lr_schedule == "plateau":
+            return torch.optim.lr_scheduler.ReduceLROnPlateau(
+                optimizer, mode="max", factor=0.5, patience=cfg.lr_patience
+            )
+        return None
+
+    @property
+    def checkpoint_path(self) -> Optional[Path]:
+        folder = self.checkpoint.checkpoint_dir
+        return Path(folder) / "last.pt" if folder else None
+
+    # ------------------------------------------------------------------------------------------
+    def fit(self, model: nn.Module, task: TrainingTask) -> FitResult:
+        """Train ``model`` on ``task``; on return the model holds the best epoch's weights and
+        is in eval mode."""
+        cfg = self.config
+        rank, world = _rank_world()
+        train_model: nn.Module = model
+        if world > 1:
+            train_model = nn.parallel.DistributedDataParallel(model)
+        optimizer = self.make_optimizer(model)
+        scheduler = self.make_scheduler(optimizer)
+
+        history: list[dict[str, float]] = []
+        best: Optional[Validation] = None
+        best_epoch = -1
+        best_state = _clone_state(model)
+        stale = 0
+        start_epoch = 0
+        resumed_from: Optional[int] = None
+        path = self.checkpoint_path
+        if path is not None and self.checkpoint.resume and path.is_file():
+            state = load_checkpoint(path)
+            if state.get("fingerprint", "") != self.fingerprint:
+                raise ValueError(
+                    f"{path} was written by a run with another configuration; use another "
+                    "checkpoint_dir or drop resume"
+                )
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            if scheduler is not None and state.get("scheduler") is not None:
+                scheduler.load_state_dict(state["scheduler"])
+            set_rng_state(state["rng"])
+            for generator, gen_state in zip(self.generators, state["generators"]):
+                generator.set_state(gen_state)
+            history = list(state["history"])
+            best_state = state["best_state"]
+            best_epoch = int(state["best_epoch"])
+            if best_epoch >= 0:
+                best = Validation(**state["best"])
+            stale = int(state["stale"])
+            start_epoch = resumed_from = int(state["epoch"]) + 1
+            if state.get("stopped"):
+                start_epoch = cfg.epochs
+
+        bar = tqdm(
+            range(start_epoch, cfg.epochs),
+            desc=self.description,
+            leave=False,
+            disable=not self.progress or rank != 0,
+        )
+        stopped_early = False
+        for epoch in bar:
+            begin = time.perf_counter()
+            train_model.train()
+            total, count = 0.0, 0
+            try:
+                for batch in task.batches(epoch):
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = task.loss(train_model, batch)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(
+                            f"{self.description}: non-finite training loss at epoch {epoch}"
+                        )
+                    loss.backward()
+                    if cfg.grad_clip:
+                        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                    optimizer.step()
+                    total += float(loss.detach())
+                    count += 1
+            except RuntimeError as error:
+                raise _explain_oom(error, self.oom_hint) from error
+            model.eval()
+            with torch.no_grad():
+                validation = task.validate(model)
+            seconds = time.perf_counter() - begin
+            lr = optimizer.param_groups[0]["lr"]
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                scheduler.step(validation.score)
+            elif scheduler is not None:
+                scheduler.step()
+            history.append({
+                "epoch": epoch,
+                "train_loss": total / max(count, 1),
+                "val_score": validation.score,
+                "val_loss": validation.loss,
+                "lr": lr,
+                "seconds": seconds,
+                **{f"val_{k}": float(v) for k, v in validation.metrics.items()},
+            })
+            if validation.beats(best):
+                best, best_epoch, best_state, stale = validation, epoch, _clone_state(model), 0
+            else:
+                stale += 1
+            stop = bool(cfg.patience) and stale >= cfg.patience
+            if path is not None and rank == 0 and (
+                stop or epoch + 1 == cfg.epochs or (epoch + 1) % self.checkpoint.checkpoint_every
+                == 0
+            ):
+                self._save(path, epoch, model, optimizer, scheduler, history, best, best_epoch,
+                           best_state, stale, stop)
+            bar.set_postfix(loss=f"{history[-1]['train_loss']:.4f}",
+                            val=f"{validation.score:.4f}",
+                            best=f"{best.score:.4f}" if best is not None else "n/a")
+            if self.on_epoch is not None:
+                self.on_epoch(epoch, validation)
+            if stop:
+                stopped_early = True
+                break
+        if best is None:
+            raise FloatingPointError(f"{self.description}: no epoch gave a finite validation score")
+        model.load_state_dict(best_state)
+        model.eval()
+        seconds = [row["seconds"] for row in history]
+        return FitResult(
+            best_epoch=best_epoch,
+            best=best,
+            history=history,
+            epochs_run=len(history),
+            epoch_seconds=float(np.median(seconds)) if seconds else float("nan"),
+            stopped_early=stopped_early,
+            resumed_from_epoch=resumed_from,
+        )
+
+    def _save(self, path, epoch, model, optimizer, scheduler, history, best, best_epoch,
+              best_state, stale, stopped) -> None:
+        save_checkpoint(path, {
+            "fingerprint": self.fingerprint,
+            "epoch": epoch,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "rng": rng_state(),
+            "generators": [g.get_state() for g in self.generators],
+            "history": history,
+            "best": asdict(best) if best is not None else None,
+            "best_epoch": best_epoch,
+            "best_state": best_state,
+            "stale": stale,
+            "stopped": stopped,
+            "config": asdict(self.config),
+        })
+
+
+def _rank_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def is_distributed() -> bool:
+    return _rank_world()[1] > 1
+
+
+def _clone_state(model: nn.Module) -> dict[str, Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _explain_oom(error: RuntimeError, hint: str) -> RuntimeError:
+    text = str(error)
+    if any(marker in text.lower() for marker in _OOM_MARKERS):
+        advice = hint or "train on mini-batches or a smaller model"
+        return MemoryError(f"out of memory during training: {advice}. ({text.splitlines()[0]})")
+    return error
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch."""
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+

@@ -1,0 +1,222 @@
+"""The one training engine: best-epoch selection and its tie rule, patience, schedules, atomic
+checkpoints, kill/resume equivalence and clear errors."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from et_graph.training import (
+    CheckpointConfig,
+    CheckpointError,
+    Trainer,
+    TrainConfig,
+    Validation,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class ScriptedTask:
+    """Validation scores and losses follow a script; training does a tiny real step."""
+
+    def __init__(self, scores, losses=None):
+        self.scores, self.losses = scores, losses or [float("nan")] * len(scores)
+        self.epoch = -1
+
+    def batches(self, epoch):
+        self.epoch = epoch
+        yield torch.ones(1, 1)
+
+    def loss(self, model, batch):
+        return model(batch).pow(2).sum()
+
+    def validate(self, model):
+        return Validation(self.scores[self.epoch], self.losses[self.epoch],
+                          extra={"epoch_seen": self.epoch})
+
+
+def test_best_epoch_and_tie_rule():
+    model = nn.Linear(1, 1)
+    # Scores: the best (0.9) first reached at epoch 1, tied at 3 (lower loss wins) and 4 (higher
+    # loss loses).
+    task = ScriptedTask([0.5, 0.9, 0.7, 0.9, 0.9], [1.0, 0.5, 0.1, 0.4, 0.6])
+    result = Trainer(TrainConfig(epochs=5, lr=0.1), progress=False).fit(model, task)
+    assert result.best_epoch == 3 and result.best.extra == {"epoch_seen": 3}
+    # Without losses, among equal scores the earliest epoch stays.
+    task = ScriptedTask([0.5, 0.9, 0.7, 0.9, 0.9])
+    assert Trainer(TrainConfig(epochs=5), progress=False).fit(model, task).best_epoch == 1
+
+
+def test_best_weights_are_restored():
+    model = nn.Linear(1, 1, bias=False)
+    snapshots = []
+
+    class Task(ScriptedTask):
+        def validate(self, model):
+            snapshots.append(model.weight.detach().clone())
+            return super().validate(model)
+
+    Trainer(TrainConfig(epochs=4, lr=0.1), progress=False).fit(
+        model, Task([0.1, 0.8, 0.3, 0.2]))
+    assert torch.equal(model.weight, snapshots[1])
+    assert not torch.equal(model.weight, snapshots[-1])
+
+
+def test_patience_stops_early():
+    task = ScriptedTask([0.5, 0.9, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    result = Trainer(TrainConfig(epochs=8, patience=2), progress=False).fit(nn.Linear(1, 1), task)
+    assert result.stopped_early and result.epochs_run == 4 and result.best_epoch == 1
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "plateau"])
+def test_lr_schedules_lower_the_rate(schedule):
+    config = TrainConfig(epochs=6, lr=0.1, lr_schedule=schedule, lr_patience=0)
+    result = Trainer(config, progress=False).fit(nn.Linear(1, 1), ScriptedTask([0.5] * 6))
+    rates = [row["lr"] for row in result.history]
+    assert rates[0] == 0.1 and rates[-1] < 0.1
+
+
+@pytest.mark.parametrize("bad", [dict(epochs=0), dict(lr=0.0), dict(lr=float("nan")),
+                                 dict(lr_schedule="step"), dict(patience=-1),
+                                 dict(optimizer="sgd")])
+def test_bad_config_raises(bad):
+    with pytest.raises(ValueError):
+        TrainConfig(**bad)
+
+
+def test_non_finite_loss_and_oom_are_explained():
+    class NanTask(ScriptedTask):
+        def loss(self, model, batch):
+            return model(batch).sum() * float("nan")
+
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        Trainer(TrainConfig(epochs=1), progress=False).fit(nn.Linear(1, 1), NanTask([0.1]))
+
+    class OOMTask(ScriptedTask):
+        def loss(self, model, batch):
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB")
+
+    with pytest.raises(MemoryError, match="--batch-size"):
+        Trainer(TrainConfig(epochs=1), progress=False, oom_hint="pass --batch-size").fit(
+            nn.Linear(1, 1), OOMTask([0.1]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints
+# ----------------------------------------------------------------------------------------------
+class RegressionTask:
+    """A real little training problem with shuffled mini-batches and dropout (randomness from
+    the task's generator and torch's global RNG), so that resuming must restore both."""
+
+    def __init__(self, seed=0):
+        gen = torch.Generator().manual_seed(123)
+        self.x = torch.randn(64, 4, generator=gen)
+        self.y = self.x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.1 * torch.randn(64, generator=gen)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def batches(self, epoch):
+        order = torch.randperm(64, generator=self.generator)
+        for i in range(0, 64, 16):
+            yield order[i:i + 16]
+
+    def loss(self, model, index):
+        return (model(self.x[index]).squeeze(-1) - self.y[index]).pow(2).mean()
+
+    def validate(self, model):
+        error = float((model(self.x).squeeze(-1) - self.y).pow(2).mean())
+        return Validation(-error, error)
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 1))
+
+
+def _fit(tmp_path, epochs, on_epoch=None, resume=False, task=None):
+    task = task or RegressionTask()
+    model = _model()
+    config = TrainConfig(epochs=epochs, lr=0.05, lr_schedule="cosine", grad_clip=1.0)
+    trainer = Trainer(config, CheckpointConfig(str(tmp_path), 1, resume), progress=False,
+                      generators=[task.generator], on_epoch=on_epoch, fingerprint="regression")
+    return model, trainer.fit(model, task)
+
+
+def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(tmp_path):
+    full_model, full = _fit(tmp_path / "full", 8)
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_third(epoch, validation):
+        if epoch == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        _fit(tmp_path / "cut", 8, on_epoch=kill_after_third)
+    assert load_checkpoint(tmp_path / "cut" / "last.pt")["epoch"] == 2
+    torch.manual_seed(999)  # whatever the new process's RNG holds, resuming restores it
+    resumed_model, resumed = _fit(tmp_path / "cut", 8, resume=True,
+                                  task=RegressionTask(seed=7))  # even another shuffle seed
+    assert resumed.resumed_from_epoch == 3
+    assert resumed.best_epoch == full.best_epoch
+    assert resumed.best.score == full.best.score
+    assert [r["train_loss"] for r in resumed.history] == [r["train_loss"] for r in full.history]
+    for a, b in zip(full_model.state_dict().values(), resumed_model.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_resume_refuses_a_checkpoint_of_another_configuration(tmp_path):
+    _fit(tmp_path, 2)
+    model, task = _model(), RegressionTask()
+    trainer = Trainer(TrainConfig(epochs=3), CheckpointConfig(str(tmp_path), resume=True),
+                      progress=False, fingerprint="something else")
+    with pytest.raises(ValueError, match="another configuration"):
+        trainer.fit(model, task)
+
+
+def test_truncated_or_foreign_checkpoints_give_clear_errors(tmp_path):
+    good = save_checkpoint(tmp_path / "good.pt", {"epoch": 1, "w": torch.ones(3)})
+    assert load_checkpoint(good)["epoch"] == 1
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:50])
+    with pytest.raises(CheckpointError, match="truncated or foreign"):
+        load_checkpoint(truncated)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state": torch.zeros(2)}, foreign)
+    with pytest.raises(CheckpointError, match="not an et-graph checkpoint"):
+        load_checkpoint(foreign)
+    pickled = tmp_path / "pickled.pt"
+    torch.save({"et_graph_checkpoint": 1, "obj": ScriptedTask([1.0])}, pickled)
+    with pytest.raises(CheckpointError):  # weights_only refuses arbitrary objects
+        load_checkpoint(pickled)
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = save_checkpoint(tmp_path / "last.pt", {"epoch": 1})
+
+    def broken_save(obj, stream):
+        stream.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError):
+        save_checkpoint(path, {"epoch": 2})
+    monkeypatch.undo()
+    assert load_checkpoint(path)["epoch"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary file left
+
+
+def test_validation_beats():
+    assert Validation(0.5).beats(None)
+    assert not Validation(float("nan")).beats(None)
+    assert Validation(0.6, 9.0).beats(Validation(0.5, 0.0))
+    assert Validation(0.5, 0.1).beats(Validation(0.5, 0.2))
+    assert not Validation(0.5, 0.2).beats(Validation(0.5, 0.1))
+    assert not Validation(0.5).beats(Validation(0.5, 0.1))
+    assert Validation(0.5, 0.1).beats(Validation(0.5))
+    assert math.isnan(Validation(0.1).loss)
