@@ -21,10 +21,11 @@ setup(
         "tqdm",
         "matplotlib",
         "pillow",
+        "threadpoolctl",
     ],
     extras_require={
         "test": ["pytest", "hypothesis", "ruff"],
-        "docs": ["mkdocs-material"],
+        "docs": ["mkdocs-material", "mkdocstrings[python]", "latex2mathml"],
         "scatter": ["torch-scatter"],
         "dgl": ["dgl"],
     },

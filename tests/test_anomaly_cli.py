@@ -1,4 +1,5 @@
-"""End-to-end: `et-graph anomaly` on a small generated graph writes every output; 2-process DDP."""
+"""End-to-end: `et-graph anomaly` on a small generated graph writes every output; presets and
+--quick; 2-process DDP."""
 import json
 import os
 import subprocess
@@ -10,14 +11,21 @@ import pytest
 import torch
 
 from et_graph.cli import main as cli_main
+from et_graph.config import parse, write_preset
+from et_graph.datasets.synthetic import planted_anomaly_graph
 from et_graph.experiments import anomaly
-from et_graph.protocols.anomaly import planted_anomaly_graph
+from et_graph.protocols.anomaly_config import AnomalyConfig
+from et_graph.transforms import prepare_detection_data
 
 OUTPUTS = ("results.json", "results.md", "roc_pr.png", "training_curves.png", "energy_steps.png")
-MODELS = ("et", "et_energy", "mlp", "gcn", "gat", "gbt")
+MODELS = ("et", "et_energy_trained", "mlp", "gcn", "gat", "gbt")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def config(*argv):
+    return parse(AnomalyConfig, ["--no-progress", *argv])
 
 
 def test_cli_smoke_run_writes_all_outputs(tmp_path):
@@ -40,7 +48,11 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path):
             assert set(stats[metric]) >= {"mean", "std"}
             assert len(stats[metric]["values"]) == 2
     table = (out / "results.md").read_text()
-    assert all(f"| {m} |" for m in MODELS if f"| {m} |" in table)
+    for model in MODELS:
+        assert f"| {model} |" in table, model
+    meta = results["meta"]
+    assert meta["config"]["train"]["epochs"] == 3 and meta["config"]["et"]["steps"] == 2
+    assert meta["et_graph_version"] and meta["git_commit"]
     energy = json.loads((out / "energy_steps.json").read_text())
     assert len(energy["all"]) >= 3
 
@@ -55,75 +67,90 @@ def test_run_subgraph_mode_gadbench_masks_and_options():
         data.train_mask[order[:120], s] = True
         data.val_mask[order[120:180], s] = True
         data.test_mask[order[180:], s] = True
-    parser = anomaly.argparse.ArgumentParser()
-    anomaly.add_arguments(parser)
-    args = parser.parse_args([
+    cfg = config(
         "--protocol", "gadbench", "--seeds", "2", "--epochs", "2", "--hidden", "16",
-        "--subgraph-ratio", "0.3", "--positional", "--baselines", "mlp", "--no-progress",
+        "--subgraph-ratio", "0.3", "--positional", "--models", "et,mlp",
         "--feature-norm", "standard",
-    ])
-    results = anomaly.run(args, data=data)
-    assert set(results["models"]) == {"et", "et_energy", "mlp"}
+    )
+    results = anomaly.run(cfg, data=data)
+    assert set(results["models"]) == {"et", "et_energy_trained", "mlp"}
     assert "GADBench" in results["protocol"]
     sizes = [seed["split_sizes"] for seed in results["per_seed"]]
     assert sizes == [[120, 60, 120], [120, 60, 120]]
 
 
 def test_run_rejects_bad_options_and_data():
-    parser = anomaly.argparse.ArgumentParser()
-    anomaly.add_arguments(parser)
-    with pytest.raises(ValueError, match="unknown baselines"):
-        anomaly.run(parser.parse_args(["--baselines", "svm"]), data=planted_anomaly_graph(100))
+    with pytest.raises(ValueError, match="unknown models"):
+        anomaly.run(config("--models", "svm"), data=planted_anomaly_graph(100))
     bad = planted_anomaly_graph(100)
     bad.x[0, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
-        anomaly.run(parser.parse_args(["--baselines", "none"]), data=bad)
+        anomaly.run(config("--models", "gbt"), data=bad)
     bad = planted_anomaly_graph(100)
     bad.y[0] = 2
     with pytest.raises(ValueError, match="binary"):
-        anomaly.run(parser.parse_args(["--baselines", "none"]), data=bad)
+        anomaly.run(config("--models", "gbt"), data=bad)
+    bad = planted_anomaly_graph(100)
+    bad.edge_index[0, 0] = 100
+    with pytest.raises(ValueError, match="outside"):
+        anomaly.run(config("--models", "gbt"), data=bad)
+    bad = planted_anomaly_graph(100)
+    del bad.edge_index
+    with pytest.raises(ValueError, match="edge_index"):
+        anomaly.run(config("--models", "gbt"), data=bad)
     with pytest.raises(ValueError, match="torchrun"):
         env = {k: os.environ.pop(k) for k in ("RANK",) if k in os.environ}
         try:
-            anomaly.run(parser.parse_args(["--ddp"]), data=planted_anomaly_graph(100))
+            anomaly.run(config("--ddp"), data=planted_anomaly_graph(100))
         finally:
             os.environ.update(env)
+    with pytest.raises(SystemExit):  # argparse: not an integer
+        config("--epochs", "ten")
 
 
-def test_quick_preset_shrinks_only_defaults():
-    parser = anomaly.argparse.ArgumentParser()
-    anomaly.add_arguments(parser)
-    args = parser.parse_args(["--quick", "--seeds", "3"])
-    anomaly._apply_quick(args)
-    assert args.epochs == anomaly.QUICK["epochs"] and args.seeds == 3
+def test_quick_preset_file_and_flags_resolve_in_order(tmp_path):
+    assert config("--quick").train.epochs == AnomalyConfig.QUICK["train.epochs"]
+    assert config("--quick", "--seeds", "3").protocol.seeds == 3  # explicit flags win
+    preset = write_preset(AnomalyConfig(), tmp_path / "p.toml")
+    text = preset.read_text().replace("epochs = 100", "epochs = 7").replace(
+        'dataset = "tolokers"', 'dataset = "reddit"')
+    preset.write_text(text)
+    from_file = config("--config", str(preset))
+    assert from_file.train.epochs == 7 and from_file.data.dataset == "reddit"
+    assert config("--config", str(preset), "--epochs", "9").train.epochs == 9
+    assert config("--config", str(preset), "--quick").train.epochs == 10
+    (tmp_path / "bad.toml").write_text("[train]\nepochz = 3\n")
+    with pytest.raises(ValueError, match="epochz"):
+        config("--config", str(tmp_path / "bad.toml"))
+    (tmp_path / "p.yaml").write_text("train:\n  epochs: 4\n")
+    assert config("--config", str(tmp_path / "p.yaml")).train.epochs == 4
 
 
 DDP_SCRIPT = textwrap.dedent(
     """
     import json, sys, torch
     import torch.distributed as dist
+    from et_graph.config import parse
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.detectors.neural import NeuralDetector
     from et_graph.experiments import anomaly
-    from et_graph.protocols.anomaly import planted_anomaly_graph
 
     torch.set_num_threads(1)
-    parser = anomaly.argparse.ArgumentParser()
-    anomaly.add_arguments(parser)
-    args = parser.parse_args(sys.argv[1:])
+    config = parse(anomaly.CONFIG, sys.argv[1:])
     seen = {}
-    train = anomaly.train_node_model
+    fit = NeuralDetector._fit
 
-    def spy(model, data, split, config, seed=0):
-        result = train(model, data, split, config, seed)
-        flat = torch.cat([p.detach().flatten() for p in result.model.parameters()])
+    def spy(self, *args):
+        fit(self, *args)
+        flat = torch.cat([p.detach().flatten() for p in self.model_.parameters()])
         gathered = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, float(flat.double().sum()))
         seen["checksums"] = gathered
         seen["world"] = dist.get_world_size()
-        return result
 
-    anomaly.train_node_model = spy
-    results = anomaly.run(args, data=planted_anomaly_graph(200, seed=5))
-    print("RESULT", json.dumps({"world": results["world_size"], **seen}))
+    NeuralDetector._fit = spy
+    anomaly.run(config, data=planted_anomaly_graph(200, seed=5))
+    print("RESULT", json.dumps(seen))
     """
 )
 
@@ -136,7 +163,7 @@ def test_ddp_two_processes(tmp_path):
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
         "--standalone", str(script), "--ddp", "--epochs", "3", "--seeds", "1",
-        "--hidden", "16", "--baselines", "mlp", "--out", str(out), "--no-progress",
+        "--hidden", "16", "--models", "et,mlp", "--out", str(out), "--no-progress",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -151,9 +178,9 @@ def test_ddp_two_processes(tmp_path):
 
 def test_prepare_data_feature_options_are_label_free():
     data = planted_anomaly_graph(200, num_features=3, seed=6)
-    plain = anomaly.prepare_data(data)
+    plain = prepare_detection_data(data)
     assert torch.equal(plain.x, data.x)
-    rich = anomaly.prepare_data(data, "quantile", degree_feature=True)
+    rich = prepare_detection_data(data, "quantile", degree_feature=True)
     assert rich.x.shape == (200, 4)
     degree = torch.bincount(data.edge_index[1], minlength=200).float()
     order = torch.argsort(degree.log1p(), stable=True)
@@ -161,6 +188,6 @@ def test_prepare_data_feature_options_are_label_free():
     assert abs(float(rich.x.mean())) < 0.05
     flipped = data.clone()
     flipped.y = 1 - data.y
-    assert torch.equal(anomaly.prepare_data(flipped, "quantile", True).x, rich.x)
+    assert torch.equal(prepare_detection_data(flipped, "quantile", True).x, rich.x)
     with pytest.raises(ValueError, match="feature_norm"):
-        anomaly.prepare_data(data, "minmax")
+        prepare_detection_data(data, "minmax")

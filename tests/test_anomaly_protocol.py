@@ -4,22 +4,20 @@ import pytest
 import torch
 from sklearn.metrics import f1_score
 
-from et_graph.nn.models import ETAnomalyDetector
+from et_graph.datasets.synthetic import planted_anomaly_graph
+from et_graph.detectors import ETDetector
 from et_graph.protocols.anomaly import (
     THRESHOLD_GRID,
     Split,
-    TrainConfig,
     choose_threshold,
     class_weight,
     evaluate_scores,
     macro_f1,
     make_splits,
     mask_splits,
-    planted_anomaly_graph,
     recall_at_k,
     scores_to_unit,
     stratified_split,
-    train_node_model,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -146,40 +144,31 @@ def test_class_weight_is_normal_over_anomalous():
 
 
 def test_selection_never_sees_test_labels():
-    """Scrambling the test labels must leave the chosen epoch, threshold and predictions alone."""
+    """Scrambling the test labels must leave the chosen epoch, threshold and scores alone."""
     data = planted_anomaly_graph(300, seed=1)
     split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
+    train_mask, val_mask, _ = split.masks(300)
     scrambled = data.clone()
     scrambled.y = data.y.clone()
     scrambled.y[split.test] = 1 - scrambled.y[split.test]
     runs = []
     for graph in (data, scrambled):
-        torch.manual_seed(0)
-        model = ETAnomalyDetector(8, 16, heads=2, head_dim=8)
-        runs.append(train_node_model(model, graph, split, TrainConfig(epochs=8, progress=False)))
-    assert runs[0].best_epoch == runs[1].best_epoch
-    assert runs[0].threshold == runs[1].threshold
-    np.testing.assert_allclose(runs[0].prob, runs[1].prob)
-    assert runs[0].metrics["auroc"] != runs[1].metrics["auroc"]
+        det = ETDetector(epochs=8, hidden=16, heads=2, head_dim=8)
+        runs.append(det.fit(graph, train_mask, val_mask))
+    assert runs[0].fit_info_["best_epoch"] == runs[1].fit_info_["best_epoch"]
+    assert runs[0].threshold_ == runs[1].threshold_
+    assert torch.equal(runs[0].decision_score_, runs[1].decision_score_)
+    test = split.test.numpy()
+    score = runs[0].decision_score_.numpy()[test]
+    assert evaluate_scores(data.y.numpy(), runs[0].decision_score_.numpy(), split)[0][
+        "auroc"] != evaluate_scores(scrambled.y.numpy(), runs[1].decision_score_.numpy(),
+                                    split)[0]["auroc"]
+    assert score.shape == (test.size,)
 
 
-def test_train_rejects_bad_config():
-    data = planted_anomaly_graph(100)
-    split = make_splits(data, "paper", 1, 0.4)[0]
-    model = ETAnomalyDetector(8, 16)
-    with pytest.raises(ValueError, match="select_metric"):
-        train_node_model(model, data, split, TrainConfig(select_metric="accuracy"))
-    with pytest.raises(ValueError, match="epochs"):
-        train_node_model(model, data, split, TrainConfig(epochs=0))
-
-
-def test_subgraph_mode_trains_on_small_induced_subgraphs():
-    data = planted_anomaly_graph(200, seed=2)
-    split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
-    torch.manual_seed(0)
-    model = ETAnomalyDetector(8, 16, positional=True, num_nodes=200)
-    config = TrainConfig(epochs=12, subgraph_ratio=0.01, progress=False)  # 2 nodes per epoch
-    result = train_node_model(model, data, split, config)
-    assert all(np.isfinite(result.history["loss"]))
-    assert 0.0 in result.history["loss"]  # some subgraphs hold no training node
-    assert result.prob.shape == (200,)  # evaluation still scores every node
+def test_split_masks_match_the_indices():
+    split = Split(torch.tensor([0, 2]), torch.tensor([1]), torch.tensor([3, 4]))
+    train, val, test = split.masks(5)
+    assert train.tolist() == [True, False, True, False, False]
+    assert val.tolist() == [False, True, False, False, False]
+    assert test.tolist() == [False, False, False, True, True]

@@ -36,9 +36,11 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def autograd_reference(conv: ETConv, x, edge_index, edge_weight=None) -> torch.Tensor:
-    g = conv.norm(x).detach().requires_grad_(True)
-    edges = conv._edges(x, edge_index, edge_weight)
-    total = conv._node_energy_of_g(g, edges.src, edges.dst, edges.weight).sum()
+    """``torch.autograd.grad`` of the energy itself, through the public ``ETEnergy``."""
+    energy = conv.energy_fn
+    g = energy.norm(x).detach().requires_grad_(True)
+    edges = energy.edges(x, edge_index, edge_weight)
+    total = energy.node_energy_of_g(g, edges).sum()
     return torch.autograd.grad(total, g)[0]
 
 
@@ -86,14 +88,15 @@ def test_a_wrong_closed_form_would_be_caught():
     conv = make_conv()
     x, edge_index = awkward_graph()
     reference = autograd_reference(conv, x, edge_index)
-    g = conv.norm(x)
-    k, q = conv._keys_queries(g)
-    src, dst, *_ = conv._edges(x, edge_index, None)
+    energy = conv.energy_fn
+    g = energy.norm(x)
+    k, q = energy.keys_queries(g)
+    edges = energy.edges(x, edge_index)
     from et_graph.energy import attention_grad, hopfield_grad
 
-    _, grad_q = attention_grad(k, q, src, dst, conv.beta, None, x.size(0))
-    partial = grad_q.reshape(x.size(0), -1) @ conv.w_q.reshape(-1, 8) + hopfield_grad(
-        g, conv.xi, "relu"
+    _, grad_q = attention_grad(k, q, edges.src, edges.dst, energy.beta, None, x.size(0))
+    partial = grad_q.reshape(x.size(0), -1) @ energy.w_q.reshape(-1, 8) + hopfield_grad(
+        g, energy.xi, "relu"
     )
     assert relative_error(partial, reference) > 1e-3
 
@@ -125,13 +128,13 @@ def test_self_loops_are_ignored_and_duplicates_count_twice():
     assert not torch.allclose(conv.energy(x, edge_index), conv.energy(x, duplicated))
     # A duplicate is the same as doubling that edge's weight inside the log-sum-exp sum:
     # log(2 e^a + e^b + e^c) with the edge listed twice.
-    k, q = conv._keys_queries(conv.norm(x))
+    k, q = conv.energy_fn.keys_queries(conv.norm(x))
     logits = conv.beta * (k[[1, 1, 2, 3]] * q[[0, 0, 0, 0]]).sum(-1)
     expected_att = -(torch.logsumexp(logits, dim=0) / conv.beta).sum()
-    src, dst, *_ = conv._edges(x, duplicated, None)
+    edges = conv.energy_fn.edges(x, duplicated)
     from et_graph.energy import attention_energy
 
-    got = attention_energy(k, q, src, dst, conv.beta, None, 4).sum()
+    got = attention_energy(k, q, edges.src, edges.dst, conv.beta, None, 4).sum()
     assert torch.allclose(got, expected_att)
 
 
@@ -196,11 +199,14 @@ def test_energy_never_increases(num_nodes, density, heads, hopfield, weighted, s
 def test_ascent_increases_the_energy():
     """The descent check is not vacuous: stepping up the gradient raises the energy."""
     torch.manual_seed(0)
-    conv = ETConv(6, heads=2, head_dim=3, steps=5, alpha=-0.01).double()
+    conv = ETConv(6, heads=2, head_dim=3).double()
     x = torch.randn(20, 6, dtype=torch.float64)
     edge_index = torch.randint(0, 20, (2, 80))
-    _, energies = conv(x, edge_index, return_energy=True)
-    assert (energies.diff() > 0).any()
+    energies = [conv.energy(x, edge_index)]
+    for _ in range(5):  # alpha must be positive, so the ascent is written out here
+        x = x + 0.01 * conv.energy_grad(x, edge_index)
+        energies.append(conv.energy(x, edge_index))
+    assert (torch.stack(energies).diff() > 0).any()
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,7 +307,10 @@ def test_gradients_reach_every_parameter(grad):
     x, edge_index = awkward_graph()
     weight = torch.rand(edge_index.size(1), 3, dtype=torch.float64, requires_grad=True)
     conv(x.requires_grad_(True), edge_index, weight).pow(2).sum().backward()
-    names = {"norm.log_gamma", "norm.delta", "w_k", "w_q", "xi", "log_beta"}
+    names = {
+        f"energy_fn.{name}"
+        for name in ("norm.log_gamma", "norm.delta", "w_k", "w_q", "xi", "log_beta")
+    }
     params = dict(conv.named_parameters())
     assert set(params) == names
     for name in names:

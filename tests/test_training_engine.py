@@ -9,8 +9,8 @@ from torch import nn
 from et_graph.training import (
     CheckpointConfig,
     CheckpointError,
-    Trainer,
     TrainConfig,
+    Trainer,
     Validation,
     load_checkpoint,
     save_checkpoint,

@@ -49,6 +49,7 @@ class BaseDetector:
         self.history_: list[dict[str, float]] = []
         self.in_channels_: Optional[int] = None
         self.fit_info_: dict[str, Any] = {}
+        self.fitted_ = False
 
     # ------------------------------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
@@ -87,7 +88,9 @@ class BaseDetector:
                 "checkpoint and the threshold"
             )
         self.in_channels_ = x.size(1)
+        self.threshold_ = None
         self._fit(data, y, train, val)
+        self.fitted_ = True
         score = self.decision_function(data)
         self.decision_score_ = score
         val_index = val.nonzero().view(-1)
@@ -103,7 +106,8 @@ class BaseDetector:
     def decision_function(self, data: Data) -> Tensor:
         """Anomaly score ``[N]`` of every node of ``data`` (any graph with the fitted feature
         width); higher = more anomalous. For these detectors it is a probability in [0, 1]."""
-        self._check_fitted()
+        if not self.fitted_:
+            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         x, _ = check_graph(data)
         if x.size(1) != self.in_channels_:
             raise ValueError(

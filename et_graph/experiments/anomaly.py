@@ -28,26 +28,13 @@ from ..protocols.anomaly import (
 from ..protocols.anomaly_config import (
     ENERGY_ROW,
     AnomalyConfig,
-    AnomalyDataConfig,
+    load_data,
     make_detector,
 )
 from ..reporting import markdown_table, summarize, write_results
-from ..transforms.features import FEATURE_NORMS, prepare_detection_data
+from ..transforms.features import FEATURE_NORMS
 
 CONFIG = AnomalyConfig
-
-
-def load_data(config: AnomalyDataConfig, data: Optional[Data] = None) -> Data:
-    """The configured graph (or ``data``), validated and with the label-free feature transform."""
-    from ..datasets import load_anomaly_dataset
-
-    if data is None:
-        if config.data:
-            data = load_anomaly_dataset(path=config.data, relation=config.relation)
-        else:
-            data = load_anomaly_dataset(config.dataset, root=config.data_root,
-                                        relation=config.relation)
-    return prepare_detection_data(data, config.feature_norm, config.degree_feature)
 
 
 # ----------------------------------------------------------------------------------------------

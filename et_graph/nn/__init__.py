@@ -1,5 +1,5 @@
 from .adjacency_mask import Conv2DAdjacencyMask
-from .conv import ETConv
+from .conv import EdgeSet, ETConv, ETEnergy
 from .encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder
 from .energy_layer_norm import EnergyLayerNorm
 from .models.graph_model import ETGraphModel
@@ -10,6 +10,8 @@ __all__ = [
     "CLSPool",
     "Conv2DAdjacencyMask",
     "ETConv",
+    "ETEnergy",
+    "EdgeSet",
     "ETGraphModel",
     "EdgeEncoder",
     "EnergyLayerNorm",

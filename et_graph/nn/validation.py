@@ -70,9 +70,47 @@ def check_edge_weight(
     return edge_weight
 
 
+_DTYPE_METHODS = {
+    torch.float64: "double",
+    torch.float32: "float",
+    torch.float16: "half",
+    torch.bfloat16: "bfloat16",
+}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def check_dtype(x: Tensor, dtype: torch.dtype, name: str = "x", owner: str = "conv") -> None:
+    """Reject floating-point ``x`` of *higher* precision than the parameters' ``dtype``.
+
+    Lower-precision inputs (bfloat16/float16 on a float32 layer, float32 on a float64 layer) are
+    allowed: the layer upcasts them, computes in its own dtype and returns its result in theirs.
+    A higher-precision input would be rounded silently, so it raises ``ValueError``.
+    """
+    if x.dtype == dtype or not x.is_floating_point():
+        return
+    if torch.finfo(x.dtype).eps < torch.finfo(dtype).eps:
+        to_layer = _DTYPE_METHODS.get(x.dtype, "to")
+        to_input = _DTYPE_METHODS.get(dtype, "to")
+        raise ValueError(
+            f"{name} is {_dtype_name(x.dtype)} but the layer's parameters are "
+            f"{_dtype_name(dtype)}; call {owner}.{to_layer}() or {name}.{to_input}()"
+        )
+
+
 def check_batch(batch: Optional[Tensor], num_nodes: int) -> None:
+    """``batch`` must be an integer ``[N]`` tensor of non-negative graph ids."""
     if batch is None:
         return
+    if not isinstance(batch, Tensor):
+        raise ValueError(f"batch must be a torch.Tensor, got {type(batch).__name__}")
+    if batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
+        raise ValueError(
+            f"batch must hold integer graph ids (torch.long), got {batch.dtype}; "
+            "use batch.long() if the values are whole numbers"
+        )
     if batch.dim() != 1 or batch.numel() != num_nodes:
         raise ValueError(f"batch must have shape [N]=[{num_nodes}], got {tuple(batch.shape)}")
     if batch.numel() and int(batch.min()) < 0:

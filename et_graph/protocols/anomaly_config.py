@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Optional
 
+from torch_geometric.data import Data
+
 from ..config import RunConfig
 from ..detectors import (
     DETECTORS,
@@ -21,6 +23,7 @@ from ..detectors import (
     GNNModelConfig,
     NodeTrainConfig,
 )
+from ..transforms.features import prepare_detection_data
 
 MODEL_NAMES = tuple(DETECTORS)
 ENERGY_ROW = "et_energy_trained"
@@ -158,3 +161,14 @@ def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = 
     return detector
 
 
+def load_data(config: AnomalyDataConfig, data: Optional[Data] = None) -> Data:
+    """The configured graph (or ``data``), validated and with the label-free feature transform."""
+    from ..datasets import load_anomaly_dataset
+
+    if data is None:
+        if config.data:
+            data = load_anomaly_dataset(path=config.data, relation=config.relation)
+        else:
+            data = load_anomaly_dataset(config.dataset, root=config.data_root,
+                                        relation=config.relation)
+    return prepare_detection_data(data, config.feature_norm, config.degree_feature)

@@ -1,3 +1,4 @@
 from .et_conv import ETConv
+from .et_energy import EdgeSet, ETEnergy
 
-__all__ = ["ETConv"]
+__all__ = ["ETConv", "ETEnergy", "EdgeSet"]

@@ -1,32 +1,41 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Optional, Union
+import numbers
+from typing import Any, Literal, Optional, Union, overload
 
 import torch
 from torch import Tensor
-from torch.nn import Parameter
+from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.typing import Adj
-from torch_geometric.utils import is_sparse, to_edge_index
 
 from ... import energy as E
-from ...fused import EdgePlan, build_edge_plan, fused_attention_grad
 from ..energy_layer_norm import EnergyLayerNorm
-from ..validation import check_batch, check_edge_index, check_edge_weight, check_features
+from ..validation import check_batch
+from .et_energy import EdgeSet, ETEnergy
 
 GRAD_MODES = ("analytic", "autograd")
 
+#: Parameter names of ETConv before the energy moved into :class:`ETEnergy`; old state dicts with
+#: these keys still load (they are renamed to ``energy_fn.<name>``).
+_LEGACY_KEYS = ("w_k", "w_q", "xi", "log_beta", "norm.log_gamma", "norm.delta")
 
-class EdgeSet(NamedTuple):
-    """Validated edges without self-loops, plus what explainers need to map back."""
+__all__ = ["ETConv", "EdgeSet", "GRAD_MODES"]
 
-    src: Tensor
-    dst: Tensor
-    weight: Optional[Tensor]  # [E', 1 or H] or None
-    edge_index: Tensor  # the caller's edges, self-loops included
-    kept: Optional[Tensor]  # bool [E] marking non-loop edges; None when there were no loops
-    plan: Optional[EdgePlan] = None  # sorted CSR layout for the fused path, built once per forward
+
+def _check_steps(steps: Any) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    return int(steps)
+
+
+def _check_alpha(alpha: Any) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+        raise ValueError(f"alpha must be a positive number, got {alpha!r}")
+    if not math.isfinite(alpha) or alpha <= 0:
+        raise ValueError(f"alpha (the step size) must be a positive finite number, got {alpha!r}")
+    return float(alpha)
 
 
 class ETConv(MessagePassing):
@@ -59,26 +68,42 @@ class ETConv(MessagePassing):
     with :math:`c_{BCh} = w_{BCh}\,\mathrm{softmax}_{B \in \mathcal{N}(C)}(\beta_h w_{BCh}
     \mathbf{k}_{hB}^\top \mathbf{q}_{hC})`.
 
+    The energy and its parameters are one :class:`~et_graph.nn.ETEnergy` module,
+    ``conv.energy_fn``, shared by the sparse path (:meth:`forward`, over ``edge_index``) and
+    the dense path (:meth:`forward_dense`, over all pairs of tokens); this class is the descent
+    loop around it. ``conv.norm``, ``conv.w_k``, ``conv.w_q``, ``conv.xi``, ``conv.log_beta`` and
+    ``conv.beta`` are that module's; state dicts saved before the split (keys ``w_k``, ...) still
+    load.
+
     Defined behaviour: an edge ``B -> C`` (``edge_index[0] = B``, ``edge_index[1] = C``) lets
     ``C`` attend to ``B``; self-loops are ignored (the paper sums over ``B != C``); duplicate
     edges count as often as they appear; a node without in-neighbours contributes no attention
     energy; ``N = 0`` returns an empty tensor. NaN/inf features, malformed ``edge_index`` and
     wrongly shaped weights raise ``ValueError``.
 
+    Dtypes: everything is computed in the parameters' dtype. Features of lower precision (e.g.
+    bfloat16/float16 on a float32 layer) are upcast and the tokens come back in the features'
+    dtype (the ``return_energy`` traces stay in the parameters' dtype); features of higher
+    precision (float64 on a float32 layer) raise ``ValueError`` rather than being rounded
+    silently: call ``conv.double()`` or ``x.float()``.
+
     Args:
         channels: token width ``D``.
         heads: attention heads ``H``.
         head_dim: width ``Y`` of each key/query.
-        hopfield_dim: number ``K`` of Hopfield memories (default ``4 * channels``).
-        steps: descent steps per forward call.
-        alpha: step size.
+        hopfield_dim: number ``K >= 0`` of Hopfield memories (default ``4 * channels``).
+        steps: descent steps per forward call (``>= 0``; :meth:`forward` can override it).
+        alpha: step size ``> 0``.
         hopfield: ``"relu"`` or ``"softmax"``.
-        hopfield_beta: inverse temperature of the ``"softmax"`` Hopfield energy.
-        beta_init: initial per-head inverse temperature (default ``1 / sqrt(head_dim)``).
-        noise_std: standard deviation of the training-time noise of eq. 27.
+        hopfield_beta: inverse temperature ``> 0`` of the ``"softmax"`` Hopfield energy.
+        beta_init: initial per-head inverse temperature ``> 0`` (default ``1 / sqrt(head_dim)``).
+        noise_std: standard deviation ``>= 0`` of the training-time noise of eq. 27.
         grad: ``"analytic"`` (fused closed form) or ``"autograd"`` (differentiate
             :meth:`energy`; the reference).
         eps: LayerNorm epsilon.
+        **kwargs: passed to :class:`~torch_geometric.nn.conv.MessagePassing`. The energy fixes
+            the aggregation, so only ``aggr="add"`` (or ``"sum"``) and
+            ``flow="source_to_target"`` are accepted; anything else raises ``ValueError``.
     """
 
     #: Use the fused autograd.Function; ``False`` routes the closed form through ``propagate``.
@@ -98,116 +123,136 @@ class ETConv(MessagePassing):
         noise_std: float = 0.0,
         grad: str = "analytic",
         eps: float = 1e-5,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("aggr", "add")
+        aggr = kwargs.setdefault("aggr", "add")
+        if not (isinstance(aggr, str) and aggr in ("add", "sum")) and not isinstance(
+            aggr, SumAggregation
+        ):
+            raise ValueError(
+                f"ETConv supports only aggr='add': its update is the closed-form gradient of the "
+                f"energy, a sum over edges; got aggr={aggr!r}"
+            )
+        flow = kwargs.get("flow", "source_to_target")
+        if flow != "source_to_target":
+            raise ValueError(
+                "ETConv supports only flow='source_to_target' (an edge B -> C lets C attend to "
+                f"B; flip edge_index to reverse the edges); got flow={flow!r}"
+            )
+        if kwargs.pop("node_dim", 0) != 0:
+            raise ValueError("ETConv fixes node_dim=0 (tokens are [N, ...])")
         super().__init__(node_dim=0, **kwargs)
-        if channels <= 0 or heads <= 0 or head_dim <= 0:
-            raise ValueError("channels, heads and head_dim must be positive")
-        if steps < 0:
-            raise ValueError(f"steps must be >= 0, got {steps}")
-        if hopfield not in E.HOPFIELD_KINDS:
-            raise ValueError(f"hopfield must be one of {E.HOPFIELD_KINDS}, got {hopfield!r}")
         if grad not in GRAD_MODES:
             raise ValueError(f"grad must be one of {GRAD_MODES}, got {grad!r}")
-        if noise_std < 0:
-            raise ValueError(f"noise_std must be >= 0, got {noise_std}")
-        self.channels = channels
-        self.heads = heads
-        self.head_dim = head_dim
-        self.hopfield_dim = 4 * channels if hopfield_dim is None else hopfield_dim
+        if (
+            isinstance(noise_std, bool)
+            or not isinstance(noise_std, numbers.Real)
+            or math.isnan(noise_std)
+            or noise_std < 0
+        ):
+            raise ValueError(f"noise_std must be >= 0, got {noise_std!r}")
+        self.energy_fn = ETEnergy(
+            channels,
+            heads=heads,
+            head_dim=head_dim,
+            hopfield_dim=hopfield_dim,
+            hopfield=hopfield,
+            hopfield_beta=hopfield_beta,
+            beta_init=beta_init,
+            eps=eps,
+        )
         self.steps = steps
         self.alpha = alpha
-        self.hopfield = hopfield
-        self.hopfield_beta = hopfield_beta
-        self.beta_init = 1.0 / math.sqrt(head_dim) if beta_init is None else beta_init
-        self.noise_std = noise_std
+        self.noise_std = float(noise_std)
         self.grad = grad
-
-        self.norm = EnergyLayerNorm(channels, eps=eps)
-        self.w_k = Parameter(torch.empty(heads, head_dim, channels))
-        self.w_q = Parameter(torch.empty(heads, head_dim, channels))
-        self.xi = Parameter(torch.empty(self.hopfield_dim, channels))
-        self.log_beta = Parameter(torch.empty(heads))
-        self.reset_parameters()
+        self.register_load_state_dict_pre_hook(_rename_legacy_keys)
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
-        self.norm.reset_parameters()
-        std = 1.0 / math.sqrt(self.channels)
-        torch.nn.init.normal_(self.w_k, std=std)
-        torch.nn.init.normal_(self.w_q, std=std)
-        torch.nn.init.normal_(self.xi, std=std)
-        with torch.no_grad():
-            self.log_beta.fill_(math.log(self.beta_init))
+        self.energy_fn.reset_parameters()
+
+    # ----------------------------------------------------------------------------------------
+    # Hyper-parameters and the energy's parameters, as attributes of the layer
+    # ----------------------------------------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        """Descent steps per forward call (an int ``>= 0``)."""
+        return self._steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        self._steps = _check_steps(value)
+
+    @property
+    def alpha(self) -> float:
+        """Step size (a positive number)."""
+        return self._alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        self._alpha = _check_alpha(value)
+
+    @property
+    def grad(self) -> str:
+        """How ``dE/dg`` is computed: ``"analytic"`` or ``"autograd"``."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: str) -> None:
+        if value not in GRAD_MODES:
+            raise ValueError(f"grad must be one of {GRAD_MODES}, got {value!r}")
+        self._grad = value
+
+    channels = property(lambda self: self.energy_fn.channels, doc="Token width ``D``.")
+    heads = property(lambda self: self.energy_fn.heads, doc="Attention heads ``H``.")
+    head_dim = property(lambda self: self.energy_fn.head_dim, doc="Key/query width ``Y``.")
+    hopfield_dim = property(lambda self: self.energy_fn.hopfield_dim, doc="Memories ``K``.")
+    hopfield = property(lambda self: self.energy_fn.hopfield, doc="Hopfield energy kind.")
+    hopfield_beta = property(lambda self: self.energy_fn.hopfield_beta)
+    beta_init = property(lambda self: self.energy_fn.beta_init)
+
+    @property
+    def norm(self) -> EnergyLayerNorm:
+        """The energy LayerNorm ``g = LN(x)`` (``energy_fn.norm``)."""
+        return self.energy_fn.norm
+
+    @property
+    def w_k(self) -> Tensor:
+        """Key maps ``[H, Y, D]`` (``energy_fn.w_k``)."""
+        return self.energy_fn.w_k
+
+    @property
+    def w_q(self) -> Tensor:
+        """Query maps ``[H, Y, D]`` (``energy_fn.w_q``)."""
+        return self.energy_fn.w_q
+
+    @property
+    def xi(self) -> Tensor:
+        """Hopfield memories ``[K, D]`` (``energy_fn.xi``)."""
+        return self.energy_fn.xi
+
+    @property
+    def log_beta(self) -> Tensor:
+        """Log of the per-head inverse temperature ``[H]`` (``energy_fn.log_beta``)."""
+        return self.energy_fn.log_beta
 
     @property
     def beta(self) -> Tensor:
         """Per-head inverse temperature ``[H]``, positive by construction."""
-        return self.log_beta.exp()
+        return self.energy_fn.beta
 
     # ----------------------------------------------------------------------------------------
-    # Input handling
+    # Energy
     # ----------------------------------------------------------------------------------------
-    def _edges(self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor]) -> EdgeSet:
-        """Validated ``(src, dst, weight [E', 1 or H], ...)`` with self-loops removed."""
-        num_nodes = x.size(0)
-        if is_sparse(edge_index):
-            if edge_weight is not None:
-                raise ValueError(
-                    "pass edge weights as the values of the sparse adjacency, not as edge_weight"
-                )
-            if tuple(edge_index.size()) != (num_nodes, num_nodes):
-                raise ValueError(
-                    f"sparse adjacency must be [{num_nodes}, {num_nodes}], "
-                    f"got {tuple(edge_index.size())}"
-                )
-            # PyG convention: the sparse input is adj_t, rows are destinations.
-            index, values = to_edge_index(edge_index)
-            edge_index = index.flip(0)
-            if values is not None and not bool((values == 1).all()):
-                edge_weight = values.to(x.dtype)
-        edge_index = check_edge_index(edge_index, num_nodes)
-        edge_weight = check_edge_weight(edge_weight, edge_index.size(1), self.heads)
-        src, dst = edge_index[0], edge_index[1]
-        kept: Optional[Tensor] = src != dst
-        if bool(kept.all()):
-            kept = None
-        else:
-            src, dst = src[kept], dst[kept]
-            edge_weight = None if edge_weight is None else edge_weight[kept]
-        if edge_weight is not None:
-            edge_weight = edge_weight.to(x.dtype)
-        return EdgeSet(src, dst, edge_weight, edge_index, kept)
-
-    def _check_x(self, x: Tensor) -> None:
-        check_features(x, self.channels)
-
-    # ----------------------------------------------------------------------------------------
-    # Energy (the single source of truth)
-    # ----------------------------------------------------------------------------------------
-    def _keys_queries(self, g: Tensor) -> tuple[Tensor, Tensor]:
-        shape = g.shape[:-1] + (self.heads, self.head_dim)
-        weights = torch.cat([self.w_k, self.w_q], dim=0).reshape(-1, self.channels)
-        kq = g @ weights.t()
-        k, q = kq.split(self.heads * self.head_dim, dim=-1)
-        return k.reshape(shape), q.reshape(shape)
-
-    def _node_energy_of_g(
-        self, g: Tensor, src: Tensor, dst: Tensor, weight: Optional[Tensor]
-    ) -> Tensor:
-        k, q = self._keys_queries(g)
-        att = E.attention_energy(k, q, src, dst, self.beta, weight, g.size(0))
-        return att + E.hopfield_energy(g, self.xi, self.hopfield, self.hopfield_beta)
-
     def node_energy(
         self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
     ) -> Tensor:
         """Each node's share of the energy ``[N]``: its attention term (as a destination) plus its
         Hopfield term. The shares sum to :meth:`energy`."""
-        self._check_x(x)
-        edges = self._edges(x, edge_index, edge_weight)
-        return self._node_energy_of_g(self.norm(x), edges.src, edges.dst, edges.weight)
+        fn = self.energy_fn
+        x_in = fn.check_tokens(x)
+        edges = fn.edges(x_in, edge_index, edge_weight)
+        return fn.node_energy_of_g(fn.norm(x_in), edges).to(x.dtype)
 
     def energy(
         self,
@@ -216,74 +261,36 @@ class ETConv(MessagePassing):
         edge_weight: Optional[Tensor] = None,
         batch: Optional[Tensor] = None,
     ) -> Tensor:
-        """Total energy of state ``x`` (scalar), or per graph ``[num_graphs]`` given ``batch``."""
+        """Total energy of state ``x`` (scalar), or per graph ``[num_graphs]`` given ``batch``
+        (an integer ``[N]`` tensor of graph ids)."""
         per_node = self.node_energy(x, edge_index, edge_weight)
-        return self._reduce_energy(per_node, batch)
-
-    @staticmethod
-    def _reduce_energy(per_node: Tensor, batch: Optional[Tensor]) -> Tensor:
         if batch is None:
             return per_node.sum()
         check_batch(batch, per_node.numel())
         num_graphs = int(batch.max()) + 1 if batch.numel() else 0
         return per_node.new_zeros(num_graphs).index_add(0, batch, per_node)
 
+    def energy_grad(
+        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
+    ) -> Tensor:
+        """``dE/dg`` at state ``x`` as ``[N, channels]``, by the method chosen with ``grad``."""
+        fn = self.energy_fn
+        x_in = fn.check_tokens(x)
+        edges = fn.edges(x_in, edge_index, edge_weight)
+        return self._grad_of_g(fn.norm(x_in), edges).to(x.dtype)
+
     # ----------------------------------------------------------------------------------------
-    # Gradient dE/dg
+    # Gradient dE/dg on the sparse path
     # ----------------------------------------------------------------------------------------
     def _grad_of_g(self, g: Tensor, edges: EdgeSet) -> Tensor:
-        src, dst, weight = edges.src, edges.dst, edges.weight
+        fn = self.energy_fn
         if self.grad == "autograd":
-            return self._autograd_grad(g, lambda g: self._node_energy_of_g(g, src, dst, weight))
-        k, q = self._keys_queries(g)
+            return fn.autograd_grad_of_g(g, edges)
         if self._explain or not self.fused:
+            k, q = fn.keys_queries(g)
             grad_k, grad_q = self._propagate_attention_grad(k, q, edges)
-        else:
-            grad_k, grad_q = fused_attention_grad(k, q, src, dst, self.beta, weight, edges.plan)
-        return self._grad_from_attention_parts(g, grad_k, grad_q)
-
-    def _attention_part(self, grad_k: Tensor, grad_q: Tensor) -> Tensor:
-        """``(dE/dk) W_K + (dE/dq) W_Q`` as ``[tokens, channels]`` (tokens flattened)."""
-        width = self.heads * self.head_dim
-        rows = grad_k.numel() // width
-        out = torch.mm(grad_k.reshape(rows, width), self.w_k.reshape(width, self.channels))
-        return torch.addmm(
-            out, grad_q.reshape(rows, width), self.w_q.reshape(width, self.channels)
-        )
-
-    def _grad_from_attention_parts(self, g: Tensor, grad_k: Tensor, grad_q: Tensor) -> Tensor:
-        """``dE/dg`` from the attention gradients with respect to keys and queries plus the
-        Hopfield term, accumulated into one buffer (addmm) so that no ``[tokens, hopfield_dim]``
-        tensor is negated or copied."""
-        activation = E.hopfield_activation(
-            g.reshape(-1, self.channels), self.xi, self.hopfield, self.hopfield_beta
-        )
-        out = self._attention_part(grad_k, grad_q)
-        # Negating xi [K, D] rather than the product keeps the sign off the [N, K] backward.
-        return torch.addmm(out, activation, self.xi.neg()).view(g.shape)
-
-    def _fused_norm(self, x: Tensor) -> Tensor:
-        """``self.norm(x)`` through PyTorch's fused LayerNorm kernel: the same formula (scalar
-        gain expanded over the channels), one op each way instead of about ten."""
-        norm = self.norm
-        if type(norm) is not EnergyLayerNorm or x.dtype != norm.delta.dtype:
-            return norm(x)
-        gain = norm.gamma.expand(self.channels)
-        return torch.nn.functional.layer_norm(x, (self.channels,), gain, norm.delta, norm.eps)
-
-    def _uses_fused_path(self) -> bool:
-        return self.grad == "analytic" and self.fused and not self._explain and self.steps > 0
-
-    @staticmethod
-    def _autograd_grad(g: Tensor, energy_of_g: Callable[[Tensor], Tensor]) -> Tensor:
-        """The reference ``dE/dg``: differentiate the energy itself (kept differentiable when
-        the caller records gradients, so training through it works)."""
-        outer_grad = torch.is_grad_enabled()
-        with torch.enable_grad():
-            if not g.requires_grad:
-                g = g.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(energy_of_g(g).sum(), g, create_graph=outer_grad)
-        return grad
+            return fn.grad_from_attention_grads(g, grad_k, grad_q)
+        return fn.grad_of_g(g, edges, fused=True)
 
     def _propagate_attention_grad(
         self, k: Tensor, q: Tensor, edges: EdgeSet
@@ -307,19 +314,11 @@ class ETConv(MessagePassing):
     def message(self, value_j: Tensor, coef: Tensor) -> Tensor:
         return coef.unsqueeze(-1) * value_j
 
-    def energy_grad(
-        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
-    ) -> Tensor:
-        """``dE/dg`` at state ``x`` as ``[N, channels]``, by the method chosen with ``grad``."""
-        self._check_x(x)
-        return self._grad_of_g(self.norm(x), self._edges(x, edge_index, edge_weight))
-
     # ----------------------------------------------------------------------------------------
     # Dynamics
     # ----------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def _detached_energy(self, g: Tensor, edges: EdgeSet) -> Tensor:
-        return self._node_energy_of_g(g, edges.src, edges.dst, edges.weight).sum()
+    def _num_steps(self, steps: Optional[int]) -> int:
+        return self.steps if steps is None else _check_steps(steps)
 
     def _step(self, x: Tensor, grad: Tensor) -> Tensor:
         x = x - self.alpha * grad
@@ -327,106 +326,158 @@ class ETConv(MessagePassing):
             x = x + math.sqrt(self.alpha) * self.noise_std * torch.randn_like(x)
         return x
 
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Adj,
+        edge_weight: Optional[Tensor] = None,
+        return_energy: Literal[False] = False,
+        *,
+        steps: Optional[int] = None,
+    ) -> Tensor: ...
+
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Adj,
+        edge_weight: Optional[Tensor],
+        return_energy: Literal[True],
+        *,
+        steps: Optional[int] = None,
+    ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Adj,
+        edge_weight: Optional[Tensor] = None,
+        *,
+        return_energy: Literal[True],
+        steps: Optional[int] = None,
+    ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
     def forward(
         self,
         x: Tensor,
         edge_index: Adj,
         edge_weight: Optional[Tensor] = None,
         return_energy: bool = False,
-    ) -> Union[Tensor, tuple[Tensor, Tensor]]:
-        """Run ``steps`` descent steps from ``x``.
+        *,
+        steps: Optional[int] = None,
+    ) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
 
-        Returns the tokens ``[N, channels]``, and with ``return_energy=True`` also the (detached)
-        total energy ``[steps + 1]`` before each update and after the last.
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Adj,
+        edge_weight: Optional[Tensor] = None,
+        return_energy: bool = False,
+        *,
+        steps: Optional[int] = None,
+    ) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """Run ``steps`` descent steps from ``x [N, channels]`` over the edges ``edge_index``
+        (``[2, E]``, a torch sparse ``adj_t`` or a ``SparseTensor``) with optional weights
+        ``edge_weight [E]`` or ``[E, heads]``.
+
+        ``steps`` overrides ``self.steps`` for this call (``None`` = ``self.steps``). Returns the
+        tokens ``[N, channels]`` in ``x``'s dtype, and with ``return_energy=True`` also the
+        (detached) total energy ``[steps + 1]`` before each update and after the last.
         """
-        self._check_x(x)
-        edges = self._edges(x, edge_index, edge_weight)
-        if self._uses_fused_path() and edges.src.numel() and x.size(0):
-            # Sort the edges once; every step and the backward pass reuse the layout.
-            edges = edges._replace(
-                plan=build_edge_plan(edges.src, edges.dst, x.size(0), self.heads)
-            )
+        num_steps = self._num_steps(steps)
+        fn = self.energy_fn
+        out = fn.check_tokens(x)
+        fused = self.grad == "analytic" and self.fused and not self._explain and num_steps > 0
+        # With the fused kernel the edges are sorted once; every step and backward reuse that.
+        edges = fn.edges(out, edge_index, edge_weight, plan=fused)
         energies = []
-        for _ in range(self.steps):
-            g = self._fused_norm(x)
+        for _ in range(num_steps):
+            g = fn.layer_norm(out)
             if return_energy:
-                energies.append(self._detached_energy(g, edges))
-            x = self._step(x, self._grad_of_g(g, edges))
+                energies.append(_detached_total(fn, g, edges))
+            out = self._step(out, self._grad_of_g(g, edges))
         if return_energy:
-            energies.append(self._detached_energy(self.norm(x), edges))
-            return x, torch.stack(energies).detach()
-        return x
+            energies.append(_detached_total(fn, fn.norm(out), edges))
+            return out.to(x.dtype), torch.stack(energies).detach()
+        return out.to(x.dtype)
 
     # ----------------------------------------------------------------------------------------
     # Dense path: all pairs of tokens (images, complete graphs)
     # ----------------------------------------------------------------------------------------
-    def _dense_inputs(
-        self, x: Tensor, mask: Optional[Tensor], edge_weight: Optional[Tensor]
-    ) -> tuple[Tensor, Optional[Tensor]]:
-        check_features(x, self.channels, ndim=3)
-        batch, tokens = x.size(0), x.size(1)
-        eye = torch.eye(tokens, dtype=torch.bool, device=x.device)
-        if mask is None:
-            mask = ~eye.expand(batch, tokens, tokens)
-        else:
-            if mask.dtype != torch.bool:
-                raise ValueError(f"mask must be a bool tensor, got {mask.dtype}")
-            if tuple(mask.shape) != (batch, tokens, tokens):
-                raise ValueError(
-                    f"mask must have shape [B, M, M]={[batch, tokens, tokens]}, "
-                    f"got {list(mask.shape)}"
-                )
-            mask = mask & ~eye
-        if edge_weight is not None:
-            if edge_weight.dim() == 3:
-                edge_weight = edge_weight.unsqueeze(1)
-            if (
-                edge_weight.dim() != 4
-                or tuple(edge_weight.shape[2:]) != (tokens, tokens)
-                or (edge_weight.size(0) != batch or edge_weight.size(1) not in (1, self.heads))
-            ):
-                raise ValueError(
-                    f"dense edge_weight must have shape [B, heads, M, M]="
-                    f"{[batch, self.heads, tokens, tokens]}, got {list(edge_weight.shape)}"
-                )
-            if not bool(torch.isfinite(edge_weight).all()):
-                raise ValueError("edge_weight contains NaN or inf values")
-        return mask, edge_weight
-
-    def _dense_node_energy_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor]) -> Tensor:
-        k, q = self._keys_queries(g)
-        att = E.dense_attention_energy(k, q, self.beta, mask, weight)
-        return att + E.hopfield_energy(g, self.xi, self.hopfield, self.hopfield_beta)
-
     def _dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor]) -> Tensor:
         if self.grad == "autograd":
-            return self._autograd_grad(g, lambda g: self._dense_node_energy_of_g(g, mask, weight))
-        k, q = self._keys_queries(g)
-        grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
-        return self._grad_from_attention_parts(g, grad_k, grad_q)
+            return self.energy_fn.dense_autograd_grad_of_g(g, mask, weight)
+        return self.energy_fn.dense_grad_of_g(g, mask, weight)
 
     def dense_attention_and_hopfield_grads(
-        self, x_dense: Tensor, mask: Optional[Tensor] = None
+        self,
+        x_dense: Tensor,
+        mask: Optional[Tensor] = None,
+        edge_weight: Optional[Tensor] = None,
     ) -> tuple[Tensor, Tensor]:
         """The two parts of ``dE/dg`` on the dense path, ``(attention, hopfield)``, each
-        ``[B, M, channels]``: used to see which term drives which token."""
-        mask, _ = self._dense_inputs(x_dense, mask, None)
-        g = self.norm(x_dense)
-        k, q = self._keys_queries(g)
-        grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, None)
-        attention = self._attention_part(grad_k, grad_q).view(g.shape)
-        return attention, E.hopfield_grad(g, self.xi, self.hopfield, self.hopfield_beta)
+        ``[B, M, channels]`` in ``x_dense``'s dtype: used to see which term drives which token."""
+        fn = self.energy_fn
+        x = fn.check_tokens(x_dense, ndim=3)
+        mask, weight = fn.dense_edges(x, mask, edge_weight)
+        attention, hopfield = fn.dense_attention_and_hopfield_grads(fn.norm(x), mask, weight)
+        return attention.to(x_dense.dtype), hopfield.to(x_dense.dtype)
 
     def dense_energy(
         self, x_dense: Tensor, mask: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None
     ) -> Tensor:
-        """Energy of each item of a dense batch ``[B]``."""
-        x_dense, restore = self._dense_dtype(x_dense)
-        mask, weight = self._dense_inputs(x_dense, mask, edge_weight)
-        return self._dense_node_energy_of_g(self.norm(x_dense), mask, weight).sum(-1).to(restore)
+        """Energy of each item of a dense batch ``[B]``, in ``x_dense``'s dtype."""
+        fn = self.energy_fn
+        x = fn.check_tokens(x_dense, ndim=3)
+        mask, weight = fn.dense_edges(x, mask, edge_weight)
+        return fn.dense_node_energy_of_g(fn.norm(x), mask, weight).sum(-1).to(x_dense.dtype)
 
-    def _dense_dtype(self, x: Tensor) -> tuple[Tensor, torch.dtype]:
-        return x.to(self.w_k.dtype), x.dtype
+    @overload
+    def forward_dense(
+        self,
+        x_dense: Tensor,
+        mask: Optional[Tensor] = None,
+        edge_weight: Optional[Tensor] = None,
+        return_energy: Literal[False] = False,
+        *,
+        steps: Optional[int] = None,
+    ) -> Tensor: ...
+
+    @overload
+    def forward_dense(
+        self,
+        x_dense: Tensor,
+        mask: Optional[Tensor],
+        edge_weight: Optional[Tensor],
+        return_energy: Literal[True],
+        *,
+        steps: Optional[int] = None,
+    ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward_dense(
+        self,
+        x_dense: Tensor,
+        mask: Optional[Tensor] = None,
+        edge_weight: Optional[Tensor] = None,
+        *,
+        return_energy: Literal[True],
+        steps: Optional[int] = None,
+    ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward_dense(
+        self,
+        x_dense: Tensor,
+        mask: Optional[Tensor] = None,
+        edge_weight: Optional[Tensor] = None,
+        return_energy: bool = False,
+        *,
+        steps: Optional[int] = None,
+    ) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
 
     def forward_dense(
         self,
@@ -434,30 +485,34 @@ class ETConv(MessagePassing):
         mask: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
         return_energy: bool = False,
+        *,
+        steps: Optional[int] = None,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Dense ET on ``x_dense [B, M, channels]``.
 
         ``mask [B, M, M]`` (bool, ``mask[b, C, B]`` = token ``C`` attends to token ``B``; ``None``
         = all pairs ``B != C``; the diagonal is always excluded) and ``edge_weight [B, heads, M,
-        M]`` indexed the same way. Inputs of another dtype (e.g. bfloat16) are computed in the
-        parameters' dtype and returned in their own. With ``return_energy=True`` also returns
-        the detached energy of each item ``[B, steps + 1]``.
+        M]`` indexed the same way. ``steps`` overrides ``self.steps`` for this call. Inputs of
+        lower precision than the parameters (e.g. bfloat16) are computed in the parameters'
+        dtype and returned in their own; higher precision raises ``ValueError`` (see the class
+        docstring). With ``return_energy=True`` also returns the detached energy of each item
+        ``[B, steps + 1]``.
         """
-        x, restore = self._dense_dtype(x_dense)
-        mask, weight = self._dense_inputs(x, mask, edge_weight)
-        if weight is not None:
-            weight = weight.to(x.dtype)
+        num_steps = self._num_steps(steps)
+        fn = self.energy_fn
+        x = fn.check_tokens(x_dense, ndim=3)
+        mask, weight = fn.dense_edges(x, mask, edge_weight)
         energies = []
-        for _ in range(self.steps):
-            g = self.norm(x)
+        for _ in range(num_steps):
+            g = fn.norm(x)
             if return_energy:
                 with torch.no_grad():
-                    energies.append(self._dense_node_energy_of_g(g, mask, weight).sum(-1))
+                    energies.append(fn.dense_node_energy_of_g(g, mask, weight).sum(-1))
             x = self._step(x, self._dense_grad_of_g(g, mask, weight))
-        out = x.to(restore)
+        out = x.to(x_dense.dtype)
         if return_energy:
             with torch.no_grad():
-                energies.append(self._dense_node_energy_of_g(self.norm(x), mask, weight).sum(-1))
+                energies.append(fn.dense_node_energy_of_g(fn.norm(x), mask, weight).sum(-1))
             return out, torch.stack(energies, dim=-1).detach()
         return out
 
@@ -467,3 +522,18 @@ class ETConv(MessagePassing):
             f"head_dim={self.head_dim}, hopfield_dim={self.hopfield_dim}, steps={self.steps}, "
             f"alpha={self.alpha}, hopfield={self.hopfield!r})"
         )
+
+
+@torch.no_grad()
+def _detached_total(fn: ETEnergy, g: Tensor, edges: EdgeSet) -> Tensor:
+    return fn.node_energy_of_g(g, edges).sum()
+
+
+def _rename_legacy_keys(
+    module: ETConv, state_dict: dict, prefix: str, *args: Any, **kwargs: Any
+) -> None:
+    """Load state dicts written before the parameters moved to ``energy_fn``."""
+    for name in _LEGACY_KEYS:
+        old = prefix + name
+        if old in state_dict:
+            state_dict.setdefault(prefix + "energy_fn." + name, state_dict.pop(old))

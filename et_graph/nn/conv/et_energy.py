@@ -1,0 +1,399 @@
+r"""The Energy Transformer energy as one module, shared by the sparse and the dense path.
+
+:class:`ETEnergy` owns the parameters of the energy (the energy LayerNorm, :math:`W^K`,
+:math:`W^Q`, the Hopfield memories :math:`\boldsymbol{\xi}` and the per-head inverse temperatures
+:math:`\beta_h`) and evaluates the energy and its gradient with respect to
+:math:`\mathbf{g} = \mathrm{LN}(\mathbf{x})`. The formulas themselves live in
+:mod:`et_graph.energy` (the single source of truth); this module only binds them to parameters
+and validated inputs. :class:`~et_graph.nn.ETConv` is the descent loop around one
+:class:`ETEnergy`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Callable, NamedTuple, Optional
+
+import torch
+from torch import Tensor
+from torch.nn import Module, Parameter
+from torch_geometric.typing import Adj
+from torch_geometric.utils import is_sparse, to_edge_index
+
+from ... import energy as E
+from ...fused import EdgePlan, build_edge_plan, fused_attention_grad
+from ..energy_layer_norm import EnergyLayerNorm
+from ..validation import check_dtype, check_edge_index, check_edge_weight, check_features
+
+
+class EdgeSet(NamedTuple):
+    """Validated edges ``B -> C`` without self-loops, plus what explainers need to map back.
+
+    Built by :meth:`ETEnergy.edges`; ``src``/``dst`` ``[E']`` are the kept edges, ``weight``
+    their weights ``[E', 1 or H]`` (or ``None``), ``edge_index`` the caller's edges (self-loops
+    included), ``kept`` a bool ``[E]`` marking the non-loop edges (``None`` when there were no
+    loops) and ``plan`` the sorted CSR layout of the fused kernel (``None`` unless requested).
+    """
+
+    src: Tensor
+    dst: Tensor
+    weight: Optional[Tensor]
+    edge_index: Tensor
+    kept: Optional[Tensor]
+    plan: Optional[EdgePlan] = None
+
+    @property
+    def num_edges(self) -> int:
+        """Number of edges that enter the energy (self-loops removed)."""
+        return self.src.numel()
+
+
+def _check_positive(value: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+class ETEnergy(Module):
+    r"""The energy :math:`E = E_{ATT} + E_{HN}` of the Energy Transformer as a function of
+    :math:`\mathbf{g} = \mathrm{LN}(\mathbf{x})`, with its parameters.
+
+    With :math:`\mathbf{k}_{hB} = W^K_h \mathbf{g}_B` and :math:`\mathbf{q}_{hC} = W^Q_h
+    \mathbf{g}_C`,
+
+    .. math::
+        E_{ATT} = -\sum_h \frac{1}{\beta_h} \sum_{C} \log \sum_{B \in \mathcal{N}(C)}
+        \exp\left(\beta_h\, w_{BCh}\, \mathbf{k}_{hB}^\top \mathbf{q}_{hC}\right),
+        \qquad
+        E_{HN} = -\sum_B \sum_\mu \tfrac12 \mathrm{relu}(\boldsymbol{\xi}_\mu^\top
+        \mathbf{g}_B)^2
+        \quad\text{or}\quad
+        -\sum_B \tfrac{1}{b}\log\sum_\mu \exp(b\,\boldsymbol{\xi}_\mu^\top \mathbf{g}_B).
+
+    The sparse path takes the neighbourhoods :math:`\mathcal{N}(C)` from an
+    :class:`EdgeSet` (:meth:`edges`); the dense path from a bool mask ``[B, M, M]`` over all
+    pairs of tokens (:meth:`dense_edges`). Every ``*_of_g`` method returns per-node (per-token)
+    shares, so totals and per-graph energies come from the same code, and :meth:`grad_of_g`
+    (closed form, paper eq. 17) equals :meth:`autograd_grad_of_g` (``torch.autograd.grad`` of
+    :meth:`node_energy_of_g`).
+
+    Calling the module, ``energy(g, edges)``, returns :meth:`node_energy_of_g`.
+
+    Args:
+        channels: token width ``D``.
+        heads: attention heads ``H``.
+        head_dim: width ``Y`` of each key/query.
+        hopfield_dim: number ``K >= 0`` of Hopfield memories (default ``4 * channels``).
+        hopfield: ``"relu"`` or ``"softmax"``.
+        hopfield_beta: inverse temperature ``b > 0`` of the ``"softmax"`` Hopfield energy.
+        beta_init: initial per-head inverse temperature ``> 0`` (default ``1 / sqrt(head_dim)``).
+        eps: LayerNorm epsilon.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        heads: int = 4,
+        head_dim: int = 16,
+        hopfield_dim: Optional[int] = None,
+        hopfield: str = "relu",
+        hopfield_beta: float = 1.0,
+        beta_init: Optional[float] = None,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        for name, value in (("channels", channels), ("heads", heads), ("head_dim", head_dim)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        hopfield_dim = 4 * channels if hopfield_dim is None else hopfield_dim
+        if (
+            isinstance(hopfield_dim, bool)
+            or not isinstance(hopfield_dim, numbers.Integral)
+            or hopfield_dim < 0
+        ):
+            raise ValueError(f"hopfield_dim must be an int >= 0, got {hopfield_dim!r}")
+        if hopfield not in E.HOPFIELD_KINDS:
+            raise ValueError(f"hopfield must be one of {E.HOPFIELD_KINDS}, got {hopfield!r}")
+        if hopfield == "softmax" and hopfield_dim == 0:
+            raise ValueError("hopfield='softmax' needs hopfield_dim >= 1 memories")
+        self.channels = int(channels)
+        self.heads = int(heads)
+        self.head_dim = int(head_dim)
+        self.hopfield_dim = int(hopfield_dim)
+        self.hopfield = hopfield
+        self.hopfield_beta = _check_positive(hopfield_beta, "hopfield_beta")
+        self.beta_init = _check_positive(
+            1.0 / math.sqrt(head_dim) if beta_init is None else beta_init, "beta_init"
+        )
+
+        self.norm = EnergyLayerNorm(self.channels, eps=eps)
+        self.w_k = Parameter(torch.empty(self.heads, self.head_dim, self.channels))
+        self.w_q = Parameter(torch.empty(self.heads, self.head_dim, self.channels))
+        self.xi = Parameter(torch.empty(self.hopfield_dim, self.channels))
+        self.log_beta = Parameter(torch.empty(self.heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.norm.reset_parameters()
+        std = 1.0 / math.sqrt(self.channels)
+        torch.nn.init.normal_(self.w_k, std=std)
+        torch.nn.init.normal_(self.w_q, std=std)
+        torch.nn.init.normal_(self.xi, std=std)
+        with torch.no_grad():
+            self.log_beta.fill_(math.log(self.beta_init))
+
+    @property
+    def beta(self) -> Tensor:
+        """Per-head inverse temperature ``[H]``, positive by construction."""
+        return self.log_beta.exp()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the parameters, in which everything is computed."""
+        return self.w_k.dtype
+
+    # ----------------------------------------------------------------------------------------
+    # Inputs
+    # ----------------------------------------------------------------------------------------
+    def check_tokens(self, x: Tensor, ndim: int = 2, name: str = "x") -> Tensor:
+        """Validate tokens ``x`` (``[N, D]``, or ``[B, M, D]`` with ``ndim=3``) and return them
+        in the parameters' dtype.
+
+        Dtype rule: inputs of lower precision than the parameters (e.g. bfloat16 or float16
+        on a float32 layer, float32 on a float64 layer) are upcast; callers return results in
+        the input's dtype. Inputs of *higher* precision (float64 on a float32 layer) raise
+        ``ValueError`` instead of being silently rounded.
+        """
+        check_features(x, self.channels, name=name, ndim=ndim)
+        check_dtype(x, self.dtype, name=name)
+        return x.to(self.dtype)
+
+    def layer_norm(self, x: Tensor) -> Tensor:
+        """``g = self.norm(x)`` through PyTorch's fused LayerNorm kernel: the same formula (scalar
+        gain expanded over the channels), one op each way instead of about ten."""
+        norm = self.norm
+        if type(norm) is not EnergyLayerNorm or x.dtype != norm.delta.dtype:
+            return norm(x)
+        gain = norm.gamma.expand(self.channels)
+        return torch.nn.functional.layer_norm(x, (self.channels,), gain, norm.delta, norm.eps)
+
+    def keys_queries(self, g: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and queries ``(k, q)``, each ``[..., H, Y]``, of ``g [..., D]`` (one matmul)."""
+        shape = g.shape[:-1] + (self.heads, self.head_dim)
+        weights = torch.cat([self.w_k, self.w_q], dim=0).reshape(-1, self.channels)
+        kq = g @ weights.t()
+        k, q = kq.split(self.heads * self.head_dim, dim=-1)
+        return k.reshape(shape), q.reshape(shape)
+
+    def edges(
+        self,
+        x: Tensor,
+        edge_index: Adj,
+        edge_weight: Optional[Tensor] = None,
+        plan: bool = False,
+    ) -> EdgeSet:
+        """Validated edges of ``edge_index`` (``[2, E]``, a torch sparse ``adj_t`` or a
+        ``SparseTensor``) for the tokens ``x [N, D]``, self-loops removed, weights ``[E', 1 or H]``
+        in ``x``'s dtype. ``plan=True`` also builds the sorted layout that the fused kernel reuses
+        across calls on the same edges (worth it when several gradients are taken)."""
+        num_nodes = x.size(0)
+        if is_sparse(edge_index):
+            if edge_weight is not None:
+                raise ValueError(
+                    "pass edge weights as the values of the sparse adjacency, not as edge_weight"
+                )
+            if tuple(edge_index.size()) != (num_nodes, num_nodes):
+                raise ValueError(
+                    f"sparse adjacency must be [{num_nodes}, {num_nodes}], "
+                    f"got {tuple(edge_index.size())}"
+                )
+            # PyG convention: the sparse input is adj_t, rows are destinations.
+            index, values = to_edge_index(edge_index)
+            edge_index = index.flip(0)
+            if values is not None and not bool((values == 1).all()):
+                edge_weight = values.to(x.dtype)
+        edge_index = check_edge_index(edge_index, num_nodes)
+        edge_weight = check_edge_weight(edge_weight, edge_index.size(1), self.heads)
+        src, dst = edge_index[0], edge_index[1]
+        kept: Optional[Tensor] = src != dst
+        if bool(kept.all()):
+            kept = None
+        else:
+            src, dst = src[kept], dst[kept]
+            edge_weight = None if edge_weight is None else edge_weight[kept]
+        if edge_weight is not None:
+            edge_weight = edge_weight.to(x.dtype)
+        layout = None
+        if plan and src.numel() and num_nodes:
+            layout = build_edge_plan(src, dst, num_nodes, self.heads)
+        return EdgeSet(src, dst, edge_weight, edge_index, kept, layout)
+
+    def dense_edges(
+        self, x: Tensor, mask: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None
+    ) -> tuple[Tensor, Optional[Tensor]]:
+        """Validated dense neighbourhoods of tokens ``x [B, M, D]``: the bool mask ``[B, M, M]``
+        (``mask[b, C, B]`` = token ``C`` attends to token ``B``; ``None`` = all pairs; the
+        diagonal is always removed) and the weights ``[B, 1 or H, M, M]`` in ``x``'s dtype."""
+        check_features(x, self.channels, ndim=3)
+        batch, tokens = x.size(0), x.size(1)
+        eye = torch.eye(tokens, dtype=torch.bool, device=x.device)
+        if mask is None:
+            mask = ~eye.expand(batch, tokens, tokens)
+        else:
+            if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+                dtype = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+                raise ValueError(f"mask must be a bool tensor, got {dtype}")
+            if tuple(mask.shape) != (batch, tokens, tokens):
+                raise ValueError(
+                    f"mask must have shape [B, M, M]={[batch, tokens, tokens]}, "
+                    f"got {list(mask.shape)}"
+                )
+            mask = mask & ~eye
+        if edge_weight is not None:
+            if not isinstance(edge_weight, Tensor):
+                raise ValueError(
+                    f"edge_weight must be a torch.Tensor, got {type(edge_weight).__name__}"
+                )
+            if edge_weight.dim() == 3:
+                edge_weight = edge_weight.unsqueeze(1)
+            if (
+                edge_weight.dim() != 4
+                or tuple(edge_weight.shape[2:]) != (tokens, tokens)
+                or (edge_weight.size(0) != batch or edge_weight.size(1) not in (1, self.heads))
+            ):
+                raise ValueError(
+                    f"dense edge_weight must have shape [B, heads, M, M]="
+                    f"{[batch, self.heads, tokens, tokens]}, got {list(edge_weight.shape)}"
+                )
+            if not bool(torch.isfinite(edge_weight).all()):
+                raise ValueError("edge_weight contains NaN or inf values")
+            edge_weight = edge_weight.to(x.dtype)
+        return mask, edge_weight
+
+    # ----------------------------------------------------------------------------------------
+    # Energy (per node) of g
+    # ----------------------------------------------------------------------------------------
+    def hopfield_energy_of_g(self, g: Tensor) -> Tensor:
+        """Per-token Hopfield energy ``[...]`` of ``g [..., D]``."""
+        return E.hopfield_energy(g, self.xi, self.hopfield, self.hopfield_beta)
+
+    def node_energy_of_g(self, g: Tensor, edges: EdgeSet) -> Tensor:
+        """Each node's share of the energy ``[N]``: its attention term (as a destination) plus
+        its Hopfield term."""
+        k, q = self.keys_queries(g)
+        att = E.attention_energy(k, q, edges.src, edges.dst, self.beta, edges.weight, g.size(0))
+        return att + self.hopfield_energy_of_g(g)
+
+    def forward(self, g: Tensor, edges: EdgeSet) -> Tensor:
+        """:meth:`node_energy_of_g`: the per-node energy ``[N]`` of ``g``."""
+        return self.node_energy_of_g(g, edges)
+
+    def dense_node_energy_of_g(
+        self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None
+    ) -> Tensor:
+        """Each token's share of the energy ``[B, M]`` on the dense path (``mask`` and
+        ``weight`` from :meth:`dense_edges`)."""
+        k, q = self.keys_queries(g)
+        att = E.dense_attention_energy(k, q, self.beta, mask, weight)
+        return att + self.hopfield_energy_of_g(g)
+
+    # ----------------------------------------------------------------------------------------
+    # Gradient dE/dg
+    # ----------------------------------------------------------------------------------------
+    def attention_grad_to_g(self, grad_k: Tensor, grad_q: Tensor) -> Tensor:
+        """``(dE/dk) W_K + (dE/dq) W_Q``: the attention part of ``dE/dg`` as ``[tokens, D]``
+        (tokens flattened) from the gradients with respect to the keys and queries."""
+        width = self.heads * self.head_dim
+        rows = grad_k.numel() // width
+        out = torch.mm(grad_k.reshape(rows, width), self.w_k.reshape(width, self.channels))
+        return torch.addmm(
+            out, grad_q.reshape(rows, width), self.w_q.reshape(width, self.channels)
+        )
+
+    def grad_from_attention_grads(self, g: Tensor, grad_k: Tensor, grad_q: Tensor) -> Tensor:
+        """``dE/dg`` (shape of ``g``) from the attention gradients with respect to keys and
+        queries plus the Hopfield term, accumulated into one buffer (addmm) so that no
+        ``[tokens, hopfield_dim]`` tensor is negated or copied."""
+        activation = E.hopfield_activation(
+            g.reshape(-1, self.channels), self.xi, self.hopfield, self.hopfield_beta
+        )
+        out = self.attention_grad_to_g(grad_k, grad_q)
+        # Negating xi [K, D] rather than the product keeps the sign off the [N, K] backward.
+        return torch.addmm(out, activation, self.xi.neg()).view(g.shape)
+
+    def attention_grads(
+        self, k: Tensor, q: Tensor, edges: EdgeSet, fused: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        """Closed form of ``(dE_ATT/dk, dE_ATT/dq)``, each ``[N, H, Y]``: the fused CSR kernel
+        (``fused=True``, reusing ``edges.plan``) or the reference :func:`et_graph.energy.
+        attention_grad`."""
+        if fused:
+            return fused_attention_grad(
+                k, q, edges.src, edges.dst, self.beta, edges.weight, edges.plan
+            )
+        return E.attention_grad(k, q, edges.src, edges.dst, self.beta, edges.weight, k.size(0))
+
+    def grad_of_g(self, g: Tensor, edges: EdgeSet, fused: bool = True) -> Tensor:
+        r"""Closed form of :math:`\partial E/\partial \mathbf{g}` ``[N, D]`` (paper eq. 17)."""
+        k, q = self.keys_queries(g)
+        grad_k, grad_q = self.attention_grads(k, q, edges, fused)
+        return self.grad_from_attention_grads(g, grad_k, grad_q)
+
+    def autograd_grad_of_g(self, g: Tensor, edges: EdgeSet) -> Tensor:
+        """The reference ``dE/dg``: ``torch.autograd.grad`` of :meth:`node_energy_of_g`."""
+        return _autograd_grad(g, lambda g: self.node_energy_of_g(g, edges))
+
+    def dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None) -> Tensor:
+        """Closed form of ``dE/dg`` ``[B, M, D]`` on the dense path."""
+        k, q = self.keys_queries(g)
+        grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
+        return self.grad_from_attention_grads(g, grad_k, grad_q)
+
+    def dense_autograd_grad_of_g(
+        self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None
+    ) -> Tensor:
+        """The reference ``dE/dg`` on the dense path: autograd of
+        :meth:`dense_node_energy_of_g`."""
+        return _autograd_grad(g, lambda g: self.dense_node_energy_of_g(g, mask, weight))
+
+    def hopfield_grad_of_g(self, g: Tensor) -> Tensor:
+        """``dE_HN/dg = -r(g xi^T) xi`` (paper eq. 9), shape of ``g``."""
+        return E.hopfield_grad(g, self.xi, self.hopfield, self.hopfield_beta)
+
+    def attention_and_hopfield_grads(
+        self, g: Tensor, edges: EdgeSet, fused: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        """The two parts of ``dE/dg``, ``(attention, hopfield)``, each ``[N, D]``: used to see
+        which term drives which node. They sum to :meth:`grad_of_g`."""
+        k, q = self.keys_queries(g)
+        grad_k, grad_q = self.attention_grads(k, q, edges, fused)
+        return self.attention_grad_to_g(grad_k, grad_q).view(g.shape), self.hopfield_grad_of_g(g)
+
+    def dense_attention_and_hopfield_grads(
+        self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None
+    ) -> tuple[Tensor, Tensor]:
+        """The two parts of ``dE/dg`` on the dense path, ``(attention, hopfield)``, each
+        ``[B, M, D]``. They sum to :meth:`dense_grad_of_g`."""
+        k, q = self.keys_queries(g)
+        grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
+        return self.attention_grad_to_g(grad_k, grad_q).view(g.shape), self.hopfield_grad_of_g(g)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.channels}, heads={self.heads}, head_dim={self.head_dim}, "
+            f"hopfield_dim={self.hopfield_dim}, hopfield={self.hopfield!r}"
+        )
+
+
+def _autograd_grad(g: Tensor, energy_of_g: Callable[[Tensor], Tensor]) -> Tensor:
+    """``d(sum energy_of_g(g))/dg``, kept differentiable when the caller records gradients, so
+    that training through it works."""
+    outer_grad = torch.is_grad_enabled()
+    with torch.enable_grad():
+        if not g.requires_grad:
+            g = g.detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(energy_of_g(g).sum(), g, create_graph=outer_grad)
+    return grad

@@ -1,0 +1,91 @@
+"""The tuning objective of node anomaly detection: fit one detector on the training nodes of the
+configured split and score it on the *validation* nodes. No test label is read (a test scrambles
+them and checks that every trial's objective stays the same)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from sklearn.metrics import average_precision_score, roc_auc_score
+from torch_geometric.data import Data
+
+from ..config import merge
+from ..detectors import DETECTORS, SEARCH_SPACES
+from ..protocols.anomaly import choose_threshold, make_splits
+from ..protocols.anomaly_config import (
+    AnomalyConfig,
+    detector_config,
+    load_data,
+    with_detector_config,
+)
+
+TUNE_METRICS = ("auroc", "auprc", "f1_macro")
+
+
+def validation_metric(y_val: np.ndarray, score_val: np.ndarray, metric: str) -> float:
+    if metric == "auroc":
+        return float(roc_auc_score(y_val, score_val))
+    if metric == "auprc":
+        return float(average_precision_score(y_val, score_val))
+    if metric == "f1_macro":
+        return choose_threshold(y_val, score_val)[1]
+    raise ValueError(f"metric must be one of {TUNE_METRICS}, got {metric!r}")
+
+
+class AnomalyObjective:
+    """``objective(trial) -> validation metric`` for one detector of an :class:`AnomalyConfig`.
+
+    The split is the config's first split (split seed, train ratio); the model seed is 0. With
+    ``trial=None`` the objective evaluates the config as it is (used to check that a written
+    preset reproduces its trial).
+    """
+
+    def __init__(self, config: AnomalyConfig, model: str, metric: str = "auroc",
+                 data: Data | None = None) -> None:
+        if model not in DETECTORS:
+            raise ValueError(f"unknown model {model!r}; choose from {list(DETECTORS)}")
+        if metric not in TUNE_METRICS:
+            raise ValueError(f"metric must be one of {TUNE_METRICS}, got {metric!r}")
+        self.config, self.model, self.metric = config, model, metric
+        self.data = load_data(config.data, data)
+        p = config.protocol
+        split = make_splits(self.data, p.protocol, 1, p.train_ratio, p.split_seed)[0]
+        self.train_mask, self.val_mask, _ = split.masks(self.data.num_nodes)
+        self.y_val = self.data.y[self.val_mask].numpy()
+
+    def trial_config(self, trial: Any) -> AnomalyConfig:
+        """The run config with the trial's suggestions applied to this model's settings."""
+        base = detector_config(self.config, self.model)
+        det_config = merge(base, SEARCH_SPACES[self.model](trial)) if trial is not None else base
+        config = with_detector_config(self.config, self.model, det_config)
+        return replace(config, protocol=replace(config.protocol, models=self.model))
+
+    def __call__(self, trial: Any = None) -> float:
+        config = self.trial_config(trial)
+        torch.manual_seed(0)
+        detector = DETECTORS[self.model](detector_config(config, self.model), seed=0,
+                                         device=config.run.device)
+        if trial is not None and hasattr(detector, "on_epoch"):
+            detector.on_epoch = _pruning_callback(trial, self.metric)
+        detector.fit(self.data, self.train_mask, self.val_mask)
+        score = detector.decision_score_[self.val_mask].double().numpy()
+        value = validation_metric(self.y_val, score, self.metric)
+        if trial is not None:
+            trial.set_user_attr("fit", {k: v for k, v in detector.fit_info_.items()
+                                        if isinstance(v, (int, float, str))})
+        return value
+
+
+def _pruning_callback(trial: Any, metric: str) -> Callable[[int, Any], None]:
+    """Report each epoch's validation curve to Optuna's pruner and stop hopeless trials."""
+    import optuna
+
+    def report(epoch: int, validation: Any) -> None:
+        value = validation.metrics.get(metric, validation.score)
+        trial.report(float(value), epoch)
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at epoch {epoch}")
+
+    return report

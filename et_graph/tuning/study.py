@@ -1,0 +1,168 @@
+"""Optuna studies with the same budget for every model, stored in a database (the real record).
+
+Each model gets its own study ``{task}-{dataset}-{model}`` in the storage, the same number of
+finished trials (complete or pruned; a resumed study counts the trials it already holds) and the
+same time limit, a seeded TPE sampler and a median pruner on the validation curves. Killing a
+run and starting it again with the same storage continues the same studies.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..config import run_metadata, write_preset
+
+
+@dataclass
+class TuneBudget:
+    """The budget every model gets.
+
+    Attributes:
+        trials: finished trials per model (complete or pruned), counting earlier runs.
+        timeout_minutes: wall-clock limit per model for this invocation.
+        seed: seed of the TPE sampler.
+    """
+
+    trials: int = 20
+    timeout_minutes: float = 30.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.trials <= 0:
+            raise ValueError(f"trials must be positive, got {self.trials}")
+        if not self.timeout_minutes > 0:
+            raise ValueError(f"timeout_minutes must be positive, got {self.timeout_minutes}")
+
+
+def _optuna():
+    try:
+        import optuna
+    except ImportError as error:  # pragma: no cover - optuna is a declared dependency
+        raise ImportError("et-graph tune needs optuna: pip install optuna") from error
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget, storage: str,
+              progress: bool = True) -> Any:
+    """Create or load study ``name`` and run trials until it holds ``budget.trials`` finished
+    trials or ``budget.timeout_minutes`` have passed."""
+    optuna = _optuna()
+    # A resumed study gets a sampler seeded past its finished trials, so that its random
+    # start-up trials do not repeat the ones it already holds.
+    done = len(_finished(study_or_none(name, storage)))
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        load_if_exists=True,
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=budget.seed + done),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=5),
+    )
+    remaining = budget.trials - len(_finished(study))
+    if remaining > 0:
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        study.optimize(
+            objective,
+            timeout=budget.timeout_minutes * 60,
+            callbacks=[optuna.study.MaxTrialsCallback(budget.trials, states=states)],
+            show_progress_bar=progress,
+            catch=(FloatingPointError,),
+        )
+    return study
+
+
+def study_or_none(name: str, storage: str) -> Optional[Any]:
+    optuna = _optuna()
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+
+
+def _finished(study: Optional[Any]) -> list[Any]:
+    if study is None:
+        return []
+    optuna = _optuna()
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return study.get_trials(deepcopy=False, states=states)
+
+
+def study_summary(study: Any, seconds: float) -> dict[str, Any]:
+    optuna = _optuna()
+    trials = study.get_trials(deepcopy=False)
+    count = {state.name.lower(): sum(t.state == state for t in trials)
+             for state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
+                           optuna.trial.TrialState.FAIL)}
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    best = study.best_trial if complete else None
+    return {
+        "study": study.study_name,
+        "trials": count,
+        "trial_numbers": [t.number for t in trials],
+        "best_value": best.value if best else None,
+        "best_trial": best.number if best else None,
+        "best_params": best.params if best else {},
+        "seconds_this_run": seconds,
+        "history": [(t.number, t.value) for t in complete],
+    }
+
+
+def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBudget,
+                 summaries: dict[str, dict[str, Any]], presets: dict[str, Path],
+                 config: Any) -> None:
+    """``study_report.{json,md}`` and ``optimization_history.png`` under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"task": task, "dataset": dataset, "metric": f"validation {metric}",
+              "budget": to_dict_budget(budget), "models": summaries,
+              "presets": {k: str(v) for k, v in presets.items()}, "meta": run_metadata(config)}
+    (out / "study_report.json").write_text(json.dumps(report, indent=2, default=str))
+    lines = [f"# Tuning: {task} on {dataset}", "",
+             f"Objective: validation {metric} (test labels are never read). Budget per model: "
+             f"{budget.trials} finished trials, {budget.timeout_minutes:g} min per run, TPE "
+             f"(seed {budget.seed}), median pruning.", "",
+             "| model | complete | pruned | failed | best validation | best trial | time (s) "
+             "| preset |", "|---|---|---|---|---|---|---|---|"]
+    for model, s in summaries.items():
+        best = "n/a" if s["best_value"] is None else f"{s['best_value']:.4f}"
+        lines.append(f"| {model} | {s['trials']['complete']} | {s['trials']['pruned']} | "
+                     f"{s['trials']['fail']} | {best} | {s['best_trial']} | "
+                     f"{s['seconds_this_run']:.0f} | {presets.get(model, '')} |")
+    lines += ["", "Best parameters:", ""]
+    lines += [f"- {model}: `{json.dumps(s['best_params'])}`" for model, s in summaries.items()]
+    (out / "study_report.md").write_text("\n".join(lines) + "\n")
+    plot_history(out / "optimization_history.png", summaries, metric)
+
+
+def to_dict_budget(budget: TuneBudget) -> dict[str, Any]:
+    return {"trials": budget.trials, "timeout_minutes": budget.timeout_minutes,
+            "seed": budget.seed}
+
+
+def plot_history(path: Path, summaries: dict[str, dict[str, Any]], metric: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (model, s) in enumerate(summaries.items()):
+        if not s["history"]:
+            continue
+        numbers, values = zip(*s["history"])
+        best = [max(values[: k + 1]) for k in range(len(values))]
+        ax.plot(numbers, values, "o", color=f"C{i}", alpha=0.4, ms=4)
+        ax.step(numbers, best, where="post", color=f"C{i}", label=f"{model} (best so far)")
+    ax.set(xlabel="trial", ylabel=f"validation {metric}", title="Optimisation history")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def save_best_preset(path: Path, config: Any, meta: dict[str, Any]) -> Path:
+    return write_preset(config, path, meta={k: v for k, v in meta.items()
+                                            if isinstance(v, (str, int, float, bool))})
+

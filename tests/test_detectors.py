@@ -1,0 +1,105 @@
+"""Detectors with PyGOD's conventions: fit / decision_function / predict, clear errors, one
+source of defaults shared with the CLI."""
+import pytest
+import torch
+
+from et_graph.config import parse
+from et_graph.datasets.synthetic import planted_anomaly_graph
+from et_graph.detectors import (
+    DETECTORS,
+    ETDetector,
+    GBTDetector,
+    GCNDetector,
+    MLPDetector,
+)
+from et_graph.protocols.anomaly import make_splits
+from et_graph.protocols.anomaly_config import AnomalyConfig, detector_config
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def graph():
+    data = planted_anomaly_graph(240, seed=3)
+    split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
+    data.train_mask, data.val_mask, data.test_mask = split.masks(240)
+    return data
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_fit_decision_function_predict(graph, name):
+    det = DETECTORS[name](epochs=3) if name != "gbt" else DETECTORS[name](max_iter=20)
+    assert det.fit(graph) is det
+    score = det.decision_function(graph)
+    assert score.shape == (240,) and score.dtype == torch.float32
+    assert torch.equal(score, det.decision_score_)
+    assert 0.0 < det.threshold_ < 1.0
+    pred = det.predict(graph)
+    assert pred.dtype == torch.long and set(pred.unique().tolist()) <= {0, 1}
+    assert torch.equal(pred, (score >= det.threshold_).long())
+    pred2, score2, prob = det.predict(graph, return_score=True, return_prob=True)
+    assert torch.equal(pred2, pred) and torch.equal(score2, score)
+    assert bool(((prob >= 0) & (prob <= 1)).all())
+    if name != "gbt":
+        assert len(det.history_) == 3 and det.fit_info_["epochs_run"] == 3
+
+
+def test_inductive_scoring_of_another_graph(graph):
+    det = MLPDetector(epochs=2).fit(graph)
+    other = planted_anomaly_graph(90, seed=9)
+    assert det.decision_function(other).shape == (90,)
+    with pytest.raises(ValueError, match="fitted on 8"):
+        det.decision_function(planted_anomaly_graph(50, num_features=5))
+
+
+def test_explicit_masks_override_data_masks(graph):
+    train = torch.zeros(240, dtype=torch.bool)
+    train[:150] = True
+    val = ~train
+    det = GBTDetector(max_iter=10).fit(graph, train_mask=train, val_mask=val)
+    assert det.threshold_ is not None
+
+
+def test_clear_errors(graph):
+    det = ETDetector(epochs=1)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        det.predict(graph)
+    unlabelled = graph.clone()
+    del unlabelled.y
+    with pytest.raises(ValueError, match="data.y"):
+        det.fit(unlabelled)
+    no_masks = planted_anomaly_graph(100)
+    with pytest.raises(ValueError, match="train_mask"):
+        det.fit(no_masks)
+    multi = graph.clone()
+    multi.train_mask = torch.stack([graph.train_mask] * 3, dim=1)
+    with pytest.raises(ValueError, match=r"data.train_mask\[:, i\]"):
+        det.fit(multi)
+    no_anomaly = graph.train_mask & (graph.y == 0)
+    with pytest.raises(ValueError, match="no anomalous node"):
+        det.fit(graph, train_mask=no_anomaly, val_mask=graph.val_mask)
+    with pytest.raises(ValueError, match="overlap"):
+        det.fit(graph, train_mask=graph.train_mask, val_mask=graph.train_mask)
+    with pytest.raises(ValueError, match="bool tensor"):
+        det.fit(graph, train_mask=graph.train_mask.long(), val_mask=graph.val_mask)
+    bad_edges = graph.clone()
+    bad_edges.edge_index = bad_edges.edge_index + 1000
+    with pytest.raises(ValueError, match="outside"):
+        det.fit(bad_edges)
+    with pytest.raises(TypeError, match="unknown keyword"):
+        ETDetector(hiden=3)
+    with pytest.raises(ValueError, match="select_metric"):
+        ETDetector(select_metric="accuracy")
+    with pytest.raises(ValueError, match="must be an integer"):
+        ETDetector(epochs=2.5)
+
+
+def test_one_source_of_defaults():
+    """The detector's defaults, the run config's defaults and the CLI's defaults agree."""
+    from_cli = parse(AnomalyConfig, [])
+    assert from_cli == AnomalyConfig()
+    assert ETDetector().config == detector_config(from_cli, "et")
+    assert GCNDetector().config.model == detector_config(from_cli, "gcn").model
+    assert GCNDetector().config.train == detector_config(from_cli, "gcn").train
+    assert GBTDetector().config == detector_config(from_cli, "gbt")
+    assert ETDetector(hidden=32).config.model.hidden == 32

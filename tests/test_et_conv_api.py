@@ -1,0 +1,333 @@
+"""ETConv's public surface: the shared ETEnergy, per-call steps, MessagePassing kwargs, dtypes
+and bad arguments."""
+
+from __future__ import annotations
+
+import math
+import sys
+import typing
+
+import pytest
+import torch
+from torch_geometric.nn.aggr import SumAggregation
+
+from et_graph.nn import CLSPool, Conv2DAdjacencyMask, ETConv, ETGraphModel
+from et_graph.nn.conv import EdgeSet, ETEnergy
+from et_graph.nn.pool import graph_sizes
+
+CHANNELS, HEADS = 8, 3
+
+
+def make_conv(**kwargs) -> ETConv:
+    torch.manual_seed(0)
+    options = dict(heads=HEADS, head_dim=4, steps=3)
+    options.update(kwargs)
+    conv = ETConv(CHANNELS, **options)
+    with torch.no_grad():  # off the zero-bias initialisation so every parameter matters
+        conv.norm.delta.normal_(std=0.3)
+        conv.norm.log_gamma.fill_(0.2)
+    return conv.double()
+
+
+def graph(num_nodes: int = 10, num_edges: int = 36, seed: int = 1):
+    """Random graph with a self-loop and a duplicate edge; the last node is isolated."""
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes - 1, (2, num_edges), generator=gen)
+    edge_index = torch.cat([edge_index, torch.tensor([[0, 2, 2], [0, 4, 4]])], dim=1)
+    x = torch.randn(num_nodes, CHANNELS, generator=gen, dtype=torch.float64)
+    return x, edge_index
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
+
+
+# --------------------------------------------------------------------------------------------
+# ETEnergy: one energy object for both paths, closed forms checked against autograd
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("hopfield", ["relu", "softmax"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_energy_closed_form_matches_autograd_sparse(hopfield, fused):
+    energy = make_conv(hopfield=hopfield).energy_fn
+    x, edge_index = graph()
+    weight = torch.randn(edge_index.size(1), HEADS, dtype=torch.float64)
+    edges = energy.edges(x, edge_index, weight, plan=fused)
+    loops = int((edge_index[0] == edge_index[1]).sum())
+    assert isinstance(edges, EdgeSet) and edges.num_edges == edge_index.size(1) - loops
+    assert (edges.plan is not None) == fused
+    g = energy.norm(x).detach().requires_grad_(True)
+    (reference,) = torch.autograd.grad(energy.node_energy_of_g(g, edges).sum(), g)
+    g = g.detach()
+    assert relative_error(energy.grad_of_g(g, edges, fused=fused), reference) < 1e-8
+    assert relative_error(energy.autograd_grad_of_g(g, edges), reference) < 1e-12
+    attention, hopfield_part = energy.attention_and_hopfield_grads(g, edges, fused=fused)
+    assert relative_error(attention + hopfield_part, reference) < 1e-8
+    torch.testing.assert_close(energy(g, edges), energy.node_energy_of_g(g, edges))
+
+
+@pytest.mark.parametrize("hopfield", ["relu", "softmax"])
+def test_energy_closed_form_matches_autograd_dense(hopfield):
+    energy = make_conv(hopfield=hopfield).energy_fn
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 6, CHANNELS, generator=gen, dtype=torch.float64)
+    mask = torch.rand(2, 6, 6, generator=gen) < 0.6
+    weight = torch.randn(2, HEADS, 6, 6, generator=gen, dtype=torch.float64)
+    mask, weight = energy.dense_edges(x, mask, weight)
+    assert not bool(mask.diagonal(dim1=1, dim2=2).any())  # the diagonal is always removed
+    g = energy.norm(x).detach().requires_grad_(True)
+    (reference,) = torch.autograd.grad(energy.dense_node_energy_of_g(g, mask, weight).sum(), g)
+    g = g.detach()
+    assert relative_error(energy.dense_grad_of_g(g, mask, weight), reference) < 1e-8
+    assert relative_error(energy.dense_autograd_grad_of_g(g, mask, weight), reference) < 1e-12
+    attention, hopfield_part = energy.dense_attention_and_hopfield_grads(g, mask, weight)
+    assert relative_error(attention + hopfield_part, reference) < 1e-8
+
+
+def test_sparse_and_dense_paths_share_one_energy():
+    conv = make_conv()
+    energy = conv.energy_fn
+    assert isinstance(energy, ETEnergy)
+    for name in ("w_k", "w_q", "xi", "log_beta"):
+        assert getattr(conv, name) is getattr(energy, name)
+    assert conv.norm is energy.norm
+    torch.testing.assert_close(conv.beta, energy.beta)
+    # The dense energy of a complete graph is the sparse energy of that graph.
+    x = torch.randn(1, 5, CHANNELS, dtype=torch.float64)
+    src, dst = (~torch.eye(5, dtype=torch.bool)).nonzero().t()
+    edges = energy.edges(x[0], torch.stack([src, dst]))
+    mask, _ = energy.dense_edges(x)
+    g = energy.norm(x)
+    torch.testing.assert_close(
+        energy.dense_node_energy_of_g(g, mask)[0], energy.node_energy_of_g(g[0], edges)
+    )
+    torch.testing.assert_close(conv.node_energy(x[0], edges.edge_index), energy(g[0], edges))
+
+
+def test_energy_module_on_its_own():
+    torch.manual_seed(0)
+    energy = ETEnergy(CHANNELS, heads=2, head_dim=4, hopfield_dim=5)
+    names = {name for name, _ in energy.named_parameters()}
+    assert names == {"norm.log_gamma", "norm.delta", "w_k", "w_q", "xi", "log_beta"}
+    assert energy.xi.shape == (5, CHANNELS) and energy.dtype == torch.float32
+    k, q = energy.keys_queries(torch.randn(3, 7, CHANNELS))
+    assert k.shape == q.shape == (3, 7, 2, 4)
+    x = torch.randn(4, CHANNELS)
+    torch.testing.assert_close(energy.layer_norm(x), energy.norm(x))
+    assert "hopfield_dim=5" in repr(energy)
+
+
+def test_legacy_state_dict_keys_still_load():
+    conv = make_conv()
+    x, edge_index = graph()
+    legacy = {key.replace("energy_fn.", ""): value for key, value in conv.state_dict().items()}
+    assert "w_k" in legacy and "norm.log_gamma" in legacy
+    fresh = ETConv(CHANNELS, heads=HEADS, head_dim=4, steps=3).double()
+    fresh.load_state_dict(legacy)
+    torch.testing.assert_close(fresh(x, edge_index), conv(x, edge_index))
+    # ... and the new keys load too, also nested inside a model.
+    model = torch.nn.Sequential(ETConv(CHANNELS, heads=HEADS, head_dim=4, steps=3).double())
+    model.load_state_dict({f"0.{key}": value for key, value in legacy.items()})
+    torch.testing.assert_close(model[0](x, edge_index), conv(x, edge_index))
+
+
+# --------------------------------------------------------------------------------------------
+# steps=: one call, one override
+# --------------------------------------------------------------------------------------------
+def test_steps_override_equals_a_layer_with_that_many_steps():
+    conv = make_conv(steps=3).eval()
+    x, edge_index = graph()
+    five = make_conv(steps=5).eval()
+    out, energies = conv(x, edge_index, return_energy=True, steps=5)
+    assert conv.steps == 3 and energies.shape == (6,)
+    torch.testing.assert_close(out, five(x, edge_index))
+    # Five calls of one step follow the same trajectory.
+    state = x
+    for step in range(5):
+        state, trace = conv(state, edge_index, return_energy=True, steps=1)
+        torch.testing.assert_close(trace[0], energies[step])
+    torch.testing.assert_close(state, out)
+    # steps=0 is the identity; None means self.steps.
+    out0, energies0 = conv(x, edge_index, return_energy=True, steps=0)
+    assert torch.equal(out0, x) and energies0.shape == (1,)
+    torch.testing.assert_close(conv(x, edge_index, steps=None), conv(x, edge_index))
+
+
+def test_steps_override_on_the_dense_path():
+    conv = make_conv(steps=3).eval()
+    x = torch.randn(2, 5, CHANNELS, dtype=torch.float64)
+    out, energies = conv.forward_dense(x, return_energy=True, steps=4)
+    assert energies.shape == (2, 5) and conv.steps == 3
+    torch.testing.assert_close(out, make_conv(steps=4).forward_dense(x))
+    state = x
+    for _ in range(4):
+        state = conv.forward_dense(state, steps=1)
+    torch.testing.assert_close(state, out)
+    assert torch.equal(conv.forward_dense(x, steps=0), x)
+
+
+@pytest.mark.parametrize("steps", [-1, 1.5, True, "2"])
+def test_bad_steps_raise(steps):
+    conv = make_conv()
+    x, edge_index = graph()
+    with pytest.raises(ValueError, match="steps"):
+        conv(x, edge_index, steps=steps)
+    with pytest.raises(ValueError, match="steps"):
+        conv.forward_dense(x[None], steps=steps)
+    with pytest.raises(ValueError, match="steps"):
+        ETConv(CHANNELS, steps=steps)
+    with pytest.raises(ValueError, match="steps"):
+        conv.steps = steps
+    assert conv.steps == 3
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="typing.get_overloads needs 3.11")
+def test_forward_has_typed_overloads():
+    for method in (ETConv.forward, ETConv.forward_dense):
+        overloads = typing.get_overloads(method)
+        returns = [o.__annotations__["return"] for o in overloads]
+        assert "Tensor" in returns and "tuple[Tensor, Tensor]" in returns
+        assert any("Literal[True]" in str(o.__annotations__["return_energy"]) for o in overloads)
+
+
+# --------------------------------------------------------------------------------------------
+# MessagePassing kwargs: the energy fixes the aggregation and the direction
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("aggr", ["mean", "max", ["add", "mean"], None])
+def test_other_aggregations_are_rejected(aggr):
+    with pytest.raises(ValueError, match="aggr='add'"):
+        ETConv(CHANNELS, aggr=aggr)
+
+
+def test_other_flow_and_node_dim_are_rejected():
+    with pytest.raises(ValueError, match="flow='source_to_target'"):
+        ETConv(CHANNELS, flow="target_to_source")
+    with pytest.raises(ValueError, match="node_dim"):
+        ETConv(CHANNELS, node_dim=-2)
+
+
+@pytest.mark.parametrize("aggr", ["add", "sum", SumAggregation()])
+def test_sum_aggregation_is_accepted(aggr):
+    conv = ETConv(CHANNELS, heads=2, head_dim=4, aggr=aggr, flow="source_to_target")
+    x, edge_index = graph()
+    assert conv(x.float(), edge_index).shape == (x.size(0), CHANNELS)
+
+
+# --------------------------------------------------------------------------------------------
+# Dtypes: lower precision is upcast and returned as given, higher precision is an error
+# --------------------------------------------------------------------------------------------
+DTYPE_MESSAGE = r"x is float64 but the layer's parameters are float32; call conv.double\(\) or x"
+
+
+def test_float64_features_on_a_float32_layer_raise_the_same_error_on_both_paths():
+    conv = make_conv().float()
+    x, edge_index = graph()
+    for call in (conv, conv.energy, conv.node_energy, conv.energy_grad):
+        with pytest.raises(ValueError, match=DTYPE_MESSAGE):
+            call(x, edge_index)
+    for call in (conv.forward_dense, conv.dense_energy, conv.dense_attention_and_hopfield_grads):
+        with pytest.raises(ValueError, match=DTYPE_MESSAGE):
+            call(x[None])
+    with pytest.raises(ValueError, match=r"x.float\(\)"):
+        conv(x, edge_index)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_features_are_upcast_on_both_paths(dtype):
+    conv = make_conv().float()
+    x, edge_index = graph()
+    low = x.to(dtype)
+    out, energies = conv(low, edge_index, return_energy=True)
+    assert out.dtype == dtype and energies.dtype == torch.float32
+    torch.testing.assert_close(out.float(), conv(low.float(), edge_index), atol=2e-2, rtol=2e-2)
+    assert conv.energy(low, edge_index).dtype == dtype
+    dense = conv.forward_dense(low[None])
+    assert dense.dtype == dtype
+    reference = conv.forward_dense(low[None].float())
+    torch.testing.assert_close(dense.float(), reference, atol=2e-2, rtol=2e-2)
+
+
+def test_float32_features_on_a_float64_layer_are_computed_in_float64():
+    conv = make_conv()
+    x, edge_index = graph()
+    out = conv(x.float(), edge_index)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, conv(x.float().double(), edge_index).float())
+    assert conv.forward_dense(x.float()[None]).dtype == torch.float32
+
+
+# --------------------------------------------------------------------------------------------
+# Bad constructor arguments
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("alpha", [0.0, -0.1, float("nan"), float("inf"), "0.1"])
+def test_bad_alpha_raises(alpha):
+    with pytest.raises(ValueError, match="alpha"):
+        ETConv(CHANNELS, alpha=alpha)
+    conv = ETConv(CHANNELS)
+    with pytest.raises(ValueError, match="alpha"):
+        conv.alpha = alpha
+    assert conv.alpha == 0.1
+
+
+@pytest.mark.parametrize("beta_init", [0.0, -1.0, float("nan")])
+def test_bad_beta_init_raises(beta_init):
+    with pytest.raises(ValueError, match="beta_init"):
+        ETConv(CHANNELS, beta_init=beta_init)
+    with pytest.raises(ValueError, match="beta_init"):
+        ETEnergy(CHANNELS, beta_init=beta_init)
+
+
+def test_bad_hopfield_dim_raises_and_zero_memories_work():
+    with pytest.raises(ValueError, match="hopfield_dim"):
+        ETConv(CHANNELS, hopfield_dim=-1)
+    with pytest.raises(ValueError, match="hopfield_dim"):
+        ETConv(CHANNELS, hopfield_dim=2.5)
+    with pytest.raises(ValueError, match="hopfield_dim >= 1"):
+        ETConv(CHANNELS, hopfield="softmax", hopfield_dim=0)
+    conv = ETConv(CHANNELS, heads=2, head_dim=4, hopfield_dim=0).double()
+    x, edge_index = graph()
+    out, energies = conv(x, edge_index, return_energy=True)
+    assert bool(torch.isfinite(out).all()) and bool(torch.isfinite(energies).all())
+
+
+def test_other_bad_constructor_arguments():
+    for kwargs, match in (
+        (dict(hopfield_beta=0.0), "hopfield_beta"),
+        (dict(noise_std=-1.0), "noise_std"),
+        (dict(noise_std=float("nan")), "noise_std"),
+        (dict(heads=0), "heads"),
+        (dict(head_dim=-2), "head_dim"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            ETConv(CHANNELS, **kwargs)
+    with pytest.raises(ValueError, match="channels"):
+        ETConv(0)
+    conv = ETConv(CHANNELS)
+    with pytest.raises(ValueError, match="grad"):
+        conv.grad = "numeric"
+
+
+# --------------------------------------------------------------------------------------------
+# batch must hold integer graph ids, everywhere it is accepted
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool])
+def test_non_integer_batch_raises(dtype):
+    x, edge_index = graph()
+    batch = (torch.arange(x.size(0)) >= 5).to(dtype)
+    conv = make_conv()
+    with pytest.raises(ValueError, match="batch must hold integer graph ids"):
+        conv.energy(x, edge_index, batch=batch)
+    with pytest.raises(ValueError, match="batch must hold integer graph ids"):
+        graph_sizes(batch, x.size(0))
+    with pytest.raises(ValueError, match="batch must hold integer graph ids"):
+        CLSPool(CHANNELS).attach(x.float(), edge_index, batch)
+    with pytest.raises(ValueError, match="batch must hold integer graph ids"):
+        Conv2DAdjacencyMask(HEADS)(x.float(), edge_index, batch)
+    model = ETGraphModel(CHANNELS, 2, hidden_channels=8, heads=2, head_dim=4, pe_dim=0)
+    with pytest.raises(ValueError, match="batch must hold integer graph ids"):
+        model(x.float(), edge_index, batch)
+    # Integer batches (long or int32) are fine.
+    long_batch = (torch.arange(x.size(0)) >= 5).long()
+    per_graph = conv.energy(x, edge_index, batch=long_batch)
+    torch.testing.assert_close(per_graph, conv.energy(x, edge_index, batch=long_batch.int()))
+    total = float(conv.energy(x, edge_index).detach())
+    assert math.isclose(float(per_graph.detach().sum()), total, rel_tol=1e-9)
