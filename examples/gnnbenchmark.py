@@ -1,8 +1,8 @@
 """GNNBenchmark: ET beside same-run GIN and GatedGCN (same data, splits and seeds).
 
-    python examples/gnnbenchmark.py --quick                          # seconds: smoke run
-    python examples/gnnbenchmark.py --dataset ZINC --epochs 50       # ZINC proxy (offline)
-    python examples/gnnbenchmark.py --dataset PATTERN --generated-sizes 500,100,100
+    python examples/gnnbenchmark.py --quick --out /tmp/gnnb            # seconds: smoke run
+    python examples/gnnbenchmark.py --config configs/gnnbenchmark/zinc_proxy.toml
+    python examples/gnnbenchmark.py --dataset PATTERN --generated-sizes 500,100,100 --out out/
     python examples/gnnbenchmark.py --dataset MNIST --root /data/gnnbenchmark --source official
 
 Offline, ZINC runs as the "ZINC proxy" (trained on the official val split, tested on the
@@ -12,16 +12,7 @@ Same options as ``et-graph gnnbenchmark``; see docs/gnnbenchmark.md.
 """
 from __future__ import annotations
 
-import argparse
-
-from et_graph.experiments import gnnbenchmark
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    gnnbenchmark.add_arguments(parser)
-    gnnbenchmark.run(parser.parse_args())
-
+from et_graph.experiments.gnnbenchmark import main
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,6 @@
 """GNNBenchmark data, baselines and runner (small and offline; nothing is downloaded)."""
 from __future__ import annotations
 
-import argparse
 import json
 import pickle
 from pathlib import Path
@@ -13,20 +12,31 @@ from torch_geometric.data import Data
 from torch_geometric.utils import contains_self_loops, is_undirected
 
 from et_graph.baselines.gnnbenchmark_baselines import GatedGCNBaseline, GINBaseline
-from et_graph.datasets.graph_benchmarks import (
+from et_graph.config import load_file, merge, resolve
+from et_graph.datasets import (
+    GNNBenchmarkDataConfig,
     SBMClusterRecipe,
     SBMPatternRecipe,
     generate_sbm_cluster,
     generate_sbm_pattern,
+    load_benchmark,
     load_gnn_benchmark,
     load_zinc,
     load_zinc_partial,
 )
 from et_graph.experiments import gnnbenchmark
-from et_graph.experiments.gnnbenchmark import weighted_accuracy
+from et_graph.protocols.gnnbenchmark import (
+    BaselineConfig,
+    ETGraphModelConfig,
+    GNNBenchmarkTrainConfig,
+    build_model,
+    train_one,
+    weighted_accuracy,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PARTIAL = REPO / "datasets" / "ZINC_subset_partial"
+PRESETS = REPO / "configs" / "gnnbenchmark"
 
 
 @pytest.fixture(scope="module")
@@ -256,20 +266,77 @@ def test_baselines_shapes_and_bad_input(cls, zinc_val):
 
 
 # ------------------------------------------------------------------------------------------
+# Config
+# ------------------------------------------------------------------------------------------
+def test_config_defaults_are_the_former_cli_defaults():
+    config = gnnbenchmark.CONFIG()
+    assert (config.data.dataset, config.data.root, config.data.source) == ("ZINC", "datasets",
+                                                                           "auto")
+    assert config.data.sizes == (2000, 400, 400) and config.data.holdout_fraction == 0.2
+    assert config.protocol.model_names == ["et", "gin", "gatedgcn"]
+    assert config.protocol.seed_list == [0, 1, 2]
+    train = config.train
+    assert (train.epochs, train.lr, train.batch_size, train.eval_batch_size) == (100, 1e-3, 64, 256)
+    assert (train.lr_schedule, train.lr_patience, train.grad_clip) == ("plateau", 10, 1.0)
+    assert (config.et.hidden, config.et.blocks, config.et.steps, config.et.pe_dim) == (64, 2, 3, 8)
+    assert (config.baselines.baseline_hidden, config.baselines.baseline_layers) == (64, 4)
+    assert config.run.threads == 1
+
+
+def test_quick_is_the_smallest_whole_pipeline():
+    config = merge(gnnbenchmark.CONFIG(), gnnbenchmark.CONFIG.QUICK)
+    assert config.train.epochs <= 10 and len(config.protocol.seed_list) == 2
+    assert config.data.sizes == (16, 8, 8) and config.data.train_limit == 48
+
+
+def test_config_rejects_bad_values():
+    for argv in (["--models", "et,transformer"], ["--seeds", ""], ["--seeds", "0,x"],
+                 ["--dataset", "TSP"], ["--source", "web"], ["--holdout-fraction", "1.5"],
+                 ["--generated-sizes", "10,10"], ["--epochs", "0"], ["--lr-schedule", "step"]):
+        with pytest.raises(ValueError):
+            gnnbenchmark.main(argv)
+
+
+@pytest.mark.parametrize("name, dataset, epochs, seeds, sizes", [
+    ("zinc_proxy", "ZINC", 50, [0, 1, 2], (2000, 400, 400)),
+    ("pattern_generated", "PATTERN", 12, [0, 1], (200, 50, 50)),
+    ("cluster_generated", "CLUSTER", 12, [0, 1], (200, 50, 50)),
+])
+def test_presets_hold_the_documented_runs(name, dataset, epochs, seeds, sizes):
+    path = PRESETS / f"{name}.toml"
+    assert set(load_file(path)) <= {"data", "et", "baselines", "train", "protocol", "run"}
+    config = resolve(gnnbenchmark.CONFIG, _namespace(config=str(path)))
+    assert (config.data.dataset, config.train.epochs) == (dataset, epochs)
+    assert config.protocol.seed_list == seeds and config.data.sizes == sizes
+    assert config.protocol.model_names == ["et", "gin", "gatedgcn"]
+    assert f"configs/gnnbenchmark/{name}.toml" in (REPO / "docs" / "gnnbenchmark.md").read_text()
+    quick = resolve(gnnbenchmark.CONFIG, _namespace(config=str(path), quick=True))
+    assert quick.train.epochs == 2 and quick.protocol.seed_list == [0, 1]
+    assert quick.data.dataset == dataset
+
+
+def _namespace(**values):
+    from argparse import Namespace
+
+    return Namespace(**values)
+
+
+# ------------------------------------------------------------------------------------------
 # Runner
 # ------------------------------------------------------------------------------------------
-def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    gnnbenchmark.add_arguments(parser)
-    return parser.parse_args(list(argv))
+def _main(*argv: str) -> dict:
+    return gnnbenchmark.main([*argv, "--quick", "--no-progress"])
 
 
-def _check_outputs(out: Path, metric: str, models: list[str]) -> dict:
+def _check_outputs(out: Path, metric: str, models: list[str], seeds: int = 1) -> dict:
     results = json.loads((out / "results.json").read_text())
-    assert set(results) >= {"dataset", "protocol", "models"}
+    assert set(results) >= {"dataset", "protocol", "models", "meta"}
+    assert results["meta"]["config"]["data"]["dataset"] in results["dataset"].split()[0]
+    assert {"et_graph_version", "git_commit"} <= set(results["meta"])
     assert sorted(results["models"]) == sorted(models)
     for stats in results["models"].values():
-        assert np.isfinite(stats[metric]["mean"]) and len(stats[metric]["values"]) == 1
+        assert np.isfinite(stats[metric]["mean"]) and len(stats[metric]["values"]) == seeds
+        assert all(1 <= epoch <= 2 for epoch in stats["selected_epoch"])
     assert "| model |" in (out / "results.md").read_text()
     assert (out / "val_curves.png").stat().st_size > 0
     return results
@@ -277,18 +344,19 @@ def _check_outputs(out: Path, metric: str, models: list[str]) -> dict:
 
 def test_runner_quick_zinc_proxy(tmp_path):
     out = tmp_path / "zinc"
-    gnnbenchmark.run(_args("--dataset", "ZINC", "--root", str(REPO / "datasets"), "--quick",
-                           "--out", str(out)))
-    results = _check_outputs(out, "mae", ["et", "gin", "gatedgcn"])
+    _main("--dataset", "ZINC", "--root", str(REPO / "datasets"), "--out", str(out))
+    results = _check_outputs(out, "mae", ["et", "gin", "gatedgcn"], seeds=2)
     assert results["source"] == "partial"
+    assert results["split_sizes"] == {"train": 48, "val": 16, "test": 16}
+    assert results["meta"]["config"]["protocol"]["seeds"] == "0,1"
     assert "ZINC proxy (trained on the official val split" in results["protocol"]
     assert "ZINC proxy" in (out / "results.md").read_text()
 
 
 def test_runner_quick_generated_pattern(tmp_path):
     out = tmp_path / "pattern"
-    gnnbenchmark.run(_args("--dataset", "PATTERN", "--root", str(tmp_path / "none"), "--quick",
-                           "--models", "et,gin", "--out", str(out)))
+    _main("--dataset", "PATTERN", "--root", str(tmp_path / "none"), "--models", "et,gin",
+          "--seeds", "0", "--out", str(out))
     results = _check_outputs(out, "weighted_accuracy", ["et", "gin"])
     assert results["source"] == "generated" and "generated" in results["dataset"]
     assert "p=0.5, q=0.35" in results["protocol"]
@@ -298,8 +366,8 @@ def test_runner_uses_official_files_when_present(tmp_path):
     splits = generate_sbm_cluster(8, 4, 4, seed=2)
     _write_fake_gnn_benchmark_raw(tmp_path, "CLUSTER", splits)
     out = tmp_path / "out"
-    gnnbenchmark.run(_args("--dataset", "CLUSTER", "--root", str(tmp_path), "--quick",
-                           "--models", "gatedgcn", "--out", str(out)))
+    _main("--dataset", "CLUSTER", "--root", str(tmp_path), "--models", "gatedgcn", "--seeds", "0",
+          "--out", str(out))
     results = _check_outputs(out, "weighted_accuracy", ["gatedgcn"])
     assert results["source"] == "official"
 
@@ -307,21 +375,47 @@ def test_runner_uses_official_files_when_present(tmp_path):
 def test_runner_uses_official_zinc_when_present(tmp_path, zinc_val):
     _write_fake_zinc_raw(tmp_path / "ZINC", zinc_val)
     out = tmp_path / "out"
-    gnnbenchmark.run(_args("--dataset", "ZINC", "--root", str(tmp_path), "--quick",
-                           "--models", "gin", "--out", str(out)))
+    _main("--dataset", "ZINC", "--root", str(tmp_path), "--models", "gin", "--seeds", "0",
+          "--out", str(out))
     results = _check_outputs(out, "mae", ["gin"])
     assert results["source"] == "official" and results["split_sizes"]["train"] == 12
 
 
 def test_runner_errors_say_what_to_put_where(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"MNIST/raw/MNIST_v2\.pt"):
-        gnnbenchmark.run(_args("--dataset", "MNIST", "--root", str(tmp_path), "--quick"))
+        _main("--dataset", "MNIST", "--root", str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"ZINC_subset_partial/processed/val\.pt"):
-        gnnbenchmark.run(_args("--dataset", "ZINC", "--root", str(tmp_path), "--quick"))
+        _main("--dataset", "ZINC", "--root", str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"PATTERN_v2\.pt"):
-        gnnbenchmark.run(_args("--dataset", "PATTERN", "--root", str(tmp_path), "--quick",
-                               "--source", "official"))
+        _main("--dataset", "PATTERN", "--root", str(tmp_path), "--source", "official")
     with pytest.raises(ValueError, match="generated"):
-        gnnbenchmark.run(_args("--dataset", "ZINC", "--source", "generated", "--quick"))
-    with pytest.raises(SystemExit):
-        _args("--models", "et,transformer")
+        _main("--dataset", "ZINC", "--source", "generated")
+
+
+def test_train_one_selects_on_val_and_resumes_from_its_checkpoint(tmp_path):
+    """The engine keeps the best val epoch (MAE as score -MAE); a resumed finished run restores
+    the same weights and so the same test MAE."""
+    from et_graph.training import CheckpointConfig
+
+    data = load_benchmark(GNNBenchmarkDataConfig(root=str(REPO / "datasets"), train_limit=32,
+                                                 val_limit=16, test_limit=16))
+    train = GNNBenchmarkTrainConfig(epochs=3, batch_size=16)
+    small = BaselineConfig(baseline_hidden=8, baseline_layers=1)
+    first = train_one("gin", data, 0, train, baselines=small, progress=False,
+                      checkpoint=CheckpointConfig(str(tmp_path)))
+    assert first["val"] == pytest.approx(min(first["curve"]))
+    assert first["curve"][first["epoch"] - 1] == first["val"] and len(first["curve"]) == 3
+    again = train_one("gin", data, 0, train, baselines=small, progress=False,
+                      checkpoint=CheckpointConfig(str(tmp_path), resume=True))
+    assert again["test"] == pytest.approx(first["test"]) and again["epoch"] == first["epoch"]
+
+
+def test_build_model_takes_typed_configs():
+    data = load_benchmark(GNNBenchmarkDataConfig(dataset="CLUSTER", root="/nonexistent",
+                                                 generated_sizes="2,1,1"))
+    et = build_model("et", data, ETGraphModelConfig(hidden=8, blocks=3, heads=1, head_dim=4))
+    assert (et.hidden_channels, len(et.convs), et.task, et.out_channels) == (8, 3, "node", 6)
+    gin = build_model("gin", data, baselines=BaselineConfig(baseline_hidden=8, baseline_layers=3))
+    assert len(gin.convs) == 3
+    with pytest.raises(ValueError, match="unknown model"):
+        build_model("transformer", data)

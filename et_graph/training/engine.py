@@ -223,7 +223,8 @@ class Trainer:
             )
         if cfg.lr_schedule == "plateau":
             return torch.optim.lr_scheduler.ReduceLROnPlateau(
-                optimizer, mode="max", factor=0.5, patience=cfg.lr_patience
+                optimizer, mode="max", factor=0.5, patience=cfg.lr_patience,
+                threshold_mode="abs",
             )
         return None
 

@@ -1,191 +1,58 @@
-"""GNNBenchmark data (Dwivedi et al., "Benchmarking Graph Neural Networks"), offline-first.
+"""Generated graphs, seeded, never downloaded.
 
-Three sources, all returning lists (or PyG datasets) of :class:`~torch_geometric.data.Data`:
-
-* :func:`load_zinc_partial` reads the ZINC-12k ``val``/``test`` files that survive in
-  ``datasets/ZINC_subset_partial`` (PyG-1.x ``(Data, slices)`` pickles that PyG 2.x refuses to
-  load through ``InMemoryDataset``). The train split is not there.
-* :func:`load_zinc` / :func:`load_gnn_benchmark` wrap PyG's ``ZINC`` and
-  ``GNNBenchmarkDataset`` when their files are present under a root, and never download: a
-  missing file raises :class:`FileNotFoundError` that names the file and where it must go.
-* :func:`generate_sbm_pattern` / :func:`generate_sbm_cluster` regenerate PATTERN and CLUSTER from
-  the stochastic-block-model recipe published with the benchmark (the parameters are in
-  :class:`SBMPatternRecipe` and :class:`SBMClusterRecipe`). The graphs are *generated*, not the
+* :func:`planted_anomaly_graph`: a small graph with planted contextual anomalies, for tests,
+  smoke runs and examples.
+* :func:`generate_sbm_pattern` / :func:`generate_sbm_cluster`: PATTERN and CLUSTER of
+  GNNBenchmark (Dwivedi et al.) regenerated from the published stochastic-block-model recipe
+  (:class:`SBMPatternRecipe`, :class:`SBMClusterRecipe`). The graphs are *generated*, not the
   official files: same distribution, different samples.
 
-Layout expected under a user root ``ROOT`` (PyG's own layout)::
-
-    ROOT/ZINC/raw/{train,val,test}.pickle and {train,val,test}.index    -> load_zinc
-    ROOT/ZINC_subset_partial/processed/{val,test}.pt                    -> load_zinc_partial
-    ROOT/<NAME>/raw/<NAME>_v2.pt   (NAME in PATTERN, CLUSTER, MNIST, CIFAR10)
-                                                                        -> load_gnn_benchmark
+``python -m et_graph.datasets.synthetic PATTERN 1000`` prints the statistics of 1000 generated
+graphs (seed 0).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
 import torch
-from torch import Tensor
 from torch_geometric.data import Data
-
-PathLike = Union[str, "os.PathLike[str]"]
-
-#: Atom types of ZINC-12k (``atom_dict.pickle``: C, O, N, F, C H1, ... 28 entries).
-ZINC_NUM_ATOM_TYPES = 28
-#: Bond types are 1 (single), 2 (double), 3 (triple); 0 is unused, so an embedding needs 4 rows.
-ZINC_NUM_BOND_TYPES = 4
-ZINC_PARTIAL_SPLITS = ("val", "test")
-ZINC_SPLIT_SIZES = {"train": 10000, "val": 1000, "test": 1000}
-GNN_BENCHMARK_NAMES = ("PATTERN", "CLUSTER", "MNIST", "CIFAR10")
-_PARTIAL_KEYS = ("x", "edge_index", "edge_attr", "y")
+from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
 
-# --------------------------------------------------------------------------------------------
-# ZINC from the partial PyG-1.x processed files
-# --------------------------------------------------------------------------------------------
-def zinc_partial_file(root: PathLike, split: str) -> Path:
-    """Path of ``split``'s processed file; ``root`` may be the dataset folder or its processed/."""
-    root = Path(root)
-    if root.name != "processed" and (root / "processed").is_dir():
-        root = root / "processed"
-    return root / f"{split}.pt"
+def planted_anomaly_graph(
+    num_nodes: int = 600,
+    num_features: int = 8,
+    communities: int = 4,
+    anomaly_rate: float = 0.1,
+    degree: int = 8,
+    seed: int = 0,
+) -> Data:
+    """A small synthetic graph with planted *contextual* anomalies, for tests and smoke runs.
 
-
-def load_zinc_partial(root: PathLike, split: str) -> list[Data]:
-    """Rebuild ZINC-12k ``split`` (``"val"`` or ``"test"``) from the PyG-1.x processed file.
-
-    Each graph becomes ``Data(x=[n, 1] long atom type, edge_index=[2, e] long (local ids,
-    both directions), edge_attr=[e] long bond type, y=[1] float)``, the layout of PyG's
-    ``ZINC(subset=True)``. Keys added by a foreign pre-transform (``node_id``, ``degrees``...) are
-    ignored.
+    Nodes form ``communities`` dense clusters; a normal node's features are drawn around its own
+    cluster's centre, an anomalous node's around *another* cluster's centre. Every node's
+    features alone look normal, so the anomalies are only visible against the neighbours.
     """
-    if split not in ZINC_PARTIAL_SPLITS:
-        raise FileNotFoundError(
-            f"the partial ZINC copy has only the splits {ZINC_PARTIAL_SPLITS}; the {split!r} split "
-            "is missing. For the official benchmark put PyG's ZINC raw files "
-            "({train,val,test}.pickle and {train,val,test}.index) in ROOT/ZINC/raw/ and use "
-            "load_zinc(ROOT/ZINC, split)."
-        )
-    path = zinc_partial_file(root, split)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"missing {path}: copy ZINC_subset_partial/processed/{split}.pt (provenance in "
-            f"datasets/SOURCES.md) to {path}"
-        )
-    from torch_geometric.io import fs
+    gen = torch.Generator().manual_seed(seed)
+    community = torch.randint(communities, (num_nodes,), generator=gen)
+    centres = 2.0 * torch.randn(communities, num_features, generator=gen)
+    y = (torch.rand(num_nodes, generator=gen) < anomaly_rate).long()
+    shift = torch.randint(1, communities, (num_nodes,), generator=gen)
+    source = torch.where(y.bool(), (community + shift) % communities, community)
+    x = centres[source] + 0.7 * torch.randn(num_nodes, num_features, generator=gen)
+    src, dst = [], []
+    for c in range(communities):
+        members = (community == c).nonzero().view(-1)
+        picks = torch.randint(members.numel(), (members.numel(), degree), generator=gen)
+        src.append(members.repeat_interleave(degree))
+        dst.append(members[picks].view(-1))
+    edge_index = torch.stack([torch.cat(src), torch.cat(dst)])
 
-    loaded = fs.torch_load(str(path))
-    if not (isinstance(loaded, (tuple, list)) and len(loaded) == 2):
-        raise ValueError(f"{path} is not a PyG (Data, slices) pickle")
-    collated, slices = loaded
-    # PyG-1.x Data objects keep their tensors in ``__dict__`` (PyG 2 would use ``_store``).
-    store = collated.__dict__
-    for key in _PARTIAL_KEYS:
-        if key not in slices or store.get(key) is None:
-            raise ValueError(f"{path} has no {key!r} entry; is it a ZINC processed file?")
-    num_graphs = len(slices["y"]) - 1
-    graphs: list[Data] = []
-    for i in range(num_graphs):
-        parts = {
-            key: _slice(store[key], slices[key], i, dim=1 if key == "edge_index" else 0)
-            for key in _PARTIAL_KEYS
-        }
-        num_nodes = parts["x"].size(0)
-        edge_index = parts["edge_index"].long()
-        if num_nodes == 0:
-            raise ValueError(f"{path}: graph {i} has no nodes")
-        if edge_index.numel() and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
-            raise ValueError(f"{path}: graph {i} has edge ids outside 0..{num_nodes - 1}")
-        graphs.append(
-            Data(
-                x=parts["x"].long().view(num_nodes, -1),
-                edge_index=edge_index,
-                edge_attr=parts["edge_attr"].long().view(-1),
-                y=parts["y"].float().view(-1),
-                num_nodes=num_nodes,
-            )
-        )
-    return graphs
-
-
-def _slice(values: Tensor, bounds: Tensor, i: int, dim: int) -> Tensor:
-    start, stop = int(bounds[i]), int(bounds[i + 1])
-    return values.narrow(dim, start, stop - start)
-
-
-# --------------------------------------------------------------------------------------------
-# PyG wrappers that never download
-# --------------------------------------------------------------------------------------------
-def _missing(paths: list[Path]) -> list[Path]:
-    return [p for p in paths if not p.is_file()]
-
-
-def zinc_required_files(root: PathLike) -> list[Path]:
-    """Raw files PyG's ``ZINC`` needs under ``root`` (the folder that holds ``raw/``)."""
-    raw = Path(root) / "raw"
-    names = [f"{s}.pickle" for s in ("train", "val", "test")]
-    names += [f"{s}.index" for s in ("train", "val", "test")]
-    return [raw / n for n in names]
-
-
-def load_zinc(root: PathLike, split: str, subset: bool = True):
-    """PyG's ``ZINC`` (12k subset by default) from local files; raises instead of downloading.
-
-    ``root`` is PyG's root for ZINC (it holds ``raw/``; PyG writes ``subset/processed/`` there, so
-    it must be writable). Either the six raw files or PyG-2 processed files must exist.
-    """
-    from torch_geometric.datasets import ZINC
-
-    if split not in ("train", "val", "test"):
-        raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
-    root = Path(root)
-    processed = root / ("subset" if subset else "full") / "processed"
-    processed_files = [processed / f"{s}.pt" for s in ("train", "val", "test")]
-    missing_raw = _missing(zinc_required_files(root))
-    if missing_raw and _missing(processed_files):
-        listing = "\n  ".join(str(p) for p in missing_raw)
-        raise FileNotFoundError(
-            "PyG ZINC files not found (downloads are disabled). Put the files of "
-            "molecules.zip (Dwivedi et al.) and the split indices here:\n  " + listing
-        )
-
-    class _OfflineZINC(ZINC):
-        def download(self) -> None:  # processed files exist: nothing to fetch
-            return None
-
-    return _OfflineZINC(str(root), subset=subset, split=split)
-
-
-def gnn_benchmark_required_file(root: PathLike, name: str) -> Path:
-    return Path(root) / name / "raw" / f"{name}_v2.pt"
-
-
-def load_gnn_benchmark(root: PathLike, name: str, split: str):
-    """PyG's ``GNNBenchmarkDataset`` (PATTERN, CLUSTER, MNIST, CIFAR10) from local files only."""
-    from torch_geometric.datasets import GNNBenchmarkDataset
-
-    if name not in GNN_BENCHMARK_NAMES:
-        raise ValueError(f"name must be one of {GNN_BENCHMARK_NAMES}, got {name!r}")
-    if split not in ("train", "val", "test"):
-        raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
-    raw_file = gnn_benchmark_required_file(root, name)
-    processed = Path(root) / name / "processed"
-    processed_files = [processed / f"{s}_data.pt" for s in ("train", "val", "test")]
-    if not raw_file.is_file() and _missing(processed_files):
-        raise FileNotFoundError(
-            f"{name} not found (downloads are disabled): put {name}_v2.pt (the file inside "
-            f"PyG's {name}_v2.zip) at {raw_file}"
-        )
-
-    class _OfflineGNNBenchmark(GNNBenchmarkDataset):
-        def download(self) -> None:  # processed files exist: nothing to fetch
-            return None
-
-    return _OfflineGNNBenchmark(str(root), name=name, split=split)
+    edge_index, _ = remove_self_loops(to_undirected(edge_index, num_nodes=num_nodes))
+    edge_index = coalesce(edge_index, num_nodes=num_nodes)
+    return Data(x=x, edge_index=edge_index, y=y, name="planted")
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,24 +245,6 @@ def recipe_dict(recipe: Union[SBMPatternRecipe, SBMClusterRecipe]) -> dict:
     return asdict(recipe)
 
 
-__all__ = [
-    "GNN_BENCHMARK_NAMES",
-    "SBMClusterRecipe",
-    "SBMPatternRecipe",
-    "ZINC_NUM_ATOM_TYPES",
-    "ZINC_NUM_BOND_TYPES",
-    "generate_sbm_cluster",
-    "generate_sbm_pattern",
-    "load_gnn_benchmark",
-    "load_zinc",
-    "load_zinc_partial",
-    "recipe_dict",
-    "sbm_cluster_graph",
-    "sbm_pattern_graph",
-    "sbm_statistics",
-]
-
-
 def sbm_statistics(graphs: list[Data]) -> dict[str, float]:
     """Average/min/max node count, average directed edge count, label distribution."""
     if not graphs:
@@ -415,7 +264,7 @@ def sbm_statistics(graphs: list[Data]) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    # python -m et_graph.datasets.graph_benchmarks PATTERN 1000 : statistics of generated graphs
+    # python -m et_graph.datasets.synthetic PATTERN 1000 : statistics of generated graphs
     import sys
 
     name = sys.argv[1] if len(sys.argv) > 1 else "PATTERN"

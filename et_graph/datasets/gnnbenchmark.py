@@ -1,0 +1,151 @@
+"""GNNBenchmark data selection (Dwivedi et al., "Benchmarking Graph Neural Networks"): which
+splits a run uses, from a typed :class:`GNNBenchmarkDataConfig`. Nothing is ever downloaded.
+
+* ZINC (:mod:`.zinc`): ``ROOT/ZINC/raw`` when present, else the ZINC proxy
+  (``ROOT/ZINC_subset_partial``: trained on the official val split, tested on the official test).
+* PATTERN / CLUSTER (:mod:`.gnnbenchmark_sbm`): ``ROOT/<NAME>/raw`` when present, else graphs
+  generated with the published SBM recipe (:mod:`.synthetic`).
+* MNIST / CIFAR10 (:mod:`.superpixels`): ``ROOT/<NAME>/raw`` only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+from torch_geometric.data import Data
+from tqdm.auto import tqdm
+
+from .gnnbenchmark_common import BenchmarkData
+from .gnnbenchmark_sbm import SBM_NAMES, sbm_benchmark
+from .superpixels import SUPERPIXEL_NAMES, superpixel_benchmark
+from .zinc import zinc_benchmark
+
+DATASETS = ("ZINC", *SBM_NAMES, *SUPERPIXEL_NAMES)
+SOURCES = ("auto", "official", "partial", "generated")
+
+
+def parse_sizes(text: str) -> tuple[int, int, int]:
+    """``"2000,400,400"`` -> ``(2000, 400, 400)``; three positive sizes."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if len(values) != 3 or min(values) <= 0:
+        raise ValueError(f"expected three positive sizes TRAIN,VAL,TEST, got {text!r}")
+    return values  # type: ignore[return-value]
+
+
+@dataclass
+class GNNBenchmarkDataConfig:
+    """Which GNNBenchmark data a run uses.
+
+    Attributes:
+        dataset: ZINC, PATTERN, CLUSTER, MNIST or CIFAR10.
+        root: folder with ZINC/, ZINC_subset_partial/, PATTERN/, ... (PyG layout).
+        source: auto (official files when present, else the ZINC proxy or generated SBM graphs),
+            official, partial (the ZINC proxy) or generated (PATTERN/CLUSTER).
+        holdout_fraction: ZINC proxy: share of the official val split held out for selection.
+        split_seed: seed of the ZINC proxy split and of the split limits.
+        data_seed: seed of the SBM generator.
+        generated_sizes: TRAIN,VAL,TEST graphs for generated PATTERN/CLUSTER (the official sizes
+            are 10000,2000,2000 and 10000,1000,1000).
+        train_limit: use a random subset of this many training graphs (none = all).
+        val_limit: use a random subset of this many validation graphs (none = all).
+        test_limit: use a random subset of this many test graphs (none = all).
+    """
+
+    dataset: str = "ZINC"
+    root: str = "datasets"
+    source: str = "auto"
+    holdout_fraction: float = 0.2
+    split_seed: int = 0
+    data_seed: int = 0
+    generated_sizes: str = "2000,400,400"
+    train_limit: Optional[int] = None
+    val_limit: Optional[int] = None
+    test_limit: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.dataset not in DATASETS:
+            raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
+        if not 0.0 < self.holdout_fraction < 1.0:
+            raise ValueError(f"holdout_fraction must lie in (0, 1), got {self.holdout_fraction}")
+        parse_sizes(self.generated_sizes)
+        for split, limit in self.limits.items():
+            if limit is not None and limit <= 0:
+                raise ValueError(f"{split}_limit must be positive, got {limit}")
+
+    @property
+    def sizes(self) -> tuple[int, int, int]:
+        return parse_sizes(self.generated_sizes)
+
+    @property
+    def limits(self) -> dict[str, Optional[int]]:
+        return {"train": self.train_limit, "val": self.val_limit, "test": self.test_limit}
+
+
+def limit_graphs(graphs: list[Data], limit: Optional[int], seed: int) -> list[Data]:
+    """A random subset of ``limit`` graphs in their original order (all for ``None``)."""
+    if limit is None or limit >= len(graphs):
+        return list(graphs)
+    order = np.random.default_rng(seed).permutation(len(graphs))[:limit]
+    return [graphs[i] for i in sorted(order)]
+
+
+def load_benchmark(config: GNNBenchmarkDataConfig) -> BenchmarkData:
+    """The splits ``config`` names (see the module docstring), limited and checked."""
+    if config.dataset == "ZINC":
+        data = zinc_benchmark(config.root, config.source, config.holdout_fraction,
+                              config.split_seed)
+    elif config.dataset in SBM_NAMES:
+        data = sbm_benchmark(config.dataset, config.root, config.source, config.sizes,
+                             config.data_seed)
+    else:
+        data = superpixel_benchmark(config.dataset, config.root, config.source)
+    for split, limit in config.limits.items():
+        if limit is not None and limit < len(data.splits[split]):
+            data.splits[split] = limit_graphs(data.splits[split], limit, config.split_seed)
+            data.notes.append(f"{split} limited to {limit} graphs (random subset, split seed "
+                              f"{config.split_seed}).")
+    for split, graphs in data.splits.items():
+        if not graphs:
+            raise ValueError(f"the {split} split is empty")
+        if any(g.num_nodes == 0 for g in graphs):
+            raise ValueError(f"the {split} split contains a graph without nodes")
+    return data
+
+
+def add_positional_encoding(data: BenchmarkData, k: int, progress: bool = True) -> None:
+    """Attach ``lap_pe``/``cls_lap_pe`` (ET's CLS Laplacian PE) to every graph, once."""
+    if k <= 0:
+        return
+    from ..transforms import CLSLaplacianPE
+
+    transform = CLSLaplacianPE(k=k)
+    try:  # scikit-learn's dependency; one BLAS thread makes small eigh calls ~50x faster here
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        threadpool_limits = None
+    limit = threadpool_limits(limits=1) if threadpool_limits is not None else None
+    try:
+        for split, graphs in data.splits.items():
+            bar = tqdm(graphs, desc=f"Laplacian PE ({split})", leave=False, disable=not progress)
+            data.splits[split] = [transform(g) for g in bar]
+    finally:
+        if limit is not None:
+            limit.unregister()
+
+
+__all__ = [
+    "DATASETS",
+    "SOURCES",
+    "BenchmarkData",
+    "GNNBenchmarkDataConfig",
+    "add_positional_encoding",
+    "limit_graphs",
+    "load_benchmark",
+    "parse_sizes",
+]

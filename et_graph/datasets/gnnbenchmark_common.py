@@ -1,0 +1,105 @@
+"""What every GNNBenchmark dataset family shares: :class:`BenchmarkData` (splits plus what a
+model needs to know about the inputs) and PyG's ``GNNBenchmarkDataset`` (PATTERN, CLUSTER, MNIST,
+CIFAR10) read from local files only.
+
+Layout expected under a user root ``ROOT`` (PyG's own layout)::
+
+    ROOT/<NAME>/raw/<NAME>_v2.pt   (NAME in PATTERN, CLUSTER, MNIST, CIFAR10)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+from torch_geometric.data import Data
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+GNN_BENCHMARK_NAMES = ("PATTERN", "CLUSTER", "MNIST", "CIFAR10")
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class BenchmarkData:
+    """Splits plus everything a model needs to know about the inputs.
+
+    Attributes:
+        name: the dataset as reported ("ZINC proxy", "PATTERN (generated)", ...).
+        source: "official", "partial" (the ZINC proxy) or "generated".
+        splits: ``{"train", "val", "test"}`` lists of graphs.
+        task: "regression", "node" or "classification".
+        metric: "mae", "weighted_accuracy" or "accuracy".
+        num_outputs: output width of the model.
+        node_dim: width of float node features (none for integer node labels).
+        num_node_types: number of integer node labels (none for float features).
+        edge_dim: width of float edge features.
+        num_edge_types: number of integer edge labels.
+        protocol: one sentence for results files.
+        notes: caveats for results files.
+    """
+
+    name: str
+    source: str
+    splits: dict[str, list[Data]]
+    task: str
+    metric: str
+    num_outputs: int
+    node_dim: Optional[int] = None
+    num_node_types: Optional[int] = None
+    edge_dim: Optional[int] = None
+    num_edge_types: Optional[int] = None
+    protocol: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric == "mae"
+
+
+def missing_files(paths: list[Path]) -> list[Path]:
+    return [p for p in paths if not p.is_file()]
+
+
+def gnn_benchmark_required_file(root: PathLike, name: str) -> Path:
+    return Path(root) / name / "raw" / f"{name}_v2.pt"
+
+
+def gnn_benchmark_present(root: PathLike, name: str) -> bool:
+    """Whether the raw file or PyG-2 processed files of ``name`` are under ``root``."""
+    if gnn_benchmark_required_file(root, name).is_file():
+        return True
+    processed = Path(root) / name / "processed"
+    return not missing_files([processed / f"{s}_data.pt" for s in SPLITS])
+
+
+def load_gnn_benchmark(root: PathLike, name: str, split: str):
+    """PyG's ``GNNBenchmarkDataset`` (PATTERN, CLUSTER, MNIST, CIFAR10) from local files only."""
+    from torch_geometric.datasets import GNNBenchmarkDataset
+
+    if name not in GNN_BENCHMARK_NAMES:
+        raise ValueError(f"name must be one of {GNN_BENCHMARK_NAMES}, got {name!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
+    raw_file = gnn_benchmark_required_file(root, name)
+    if not gnn_benchmark_present(root, name):
+        raise FileNotFoundError(
+            f"{name} not found (downloads are disabled): put {name}_v2.pt (the file inside "
+            f"PyG's {name}_v2.zip) at {raw_file}"
+        )
+
+    class _OfflineGNNBenchmark(GNNBenchmarkDataset):
+        def download(self) -> None:  # processed files exist: nothing to fetch
+            return None
+
+    return _OfflineGNNBenchmark(str(root), name=name, split=split)
+
+
+__all__ = [
+    "GNN_BENCHMARK_NAMES",
+    "BenchmarkData",
+    "gnn_benchmark_present",
+    "gnn_benchmark_required_file",
+    "load_gnn_benchmark",
+]

@@ -1,0 +1,86 @@
+"""PATTERN and CLUSTER (GNNBenchmark node classification): the official PyG files when present,
+else graphs generated with the published SBM recipe (:mod:`et_graph.datasets.synthetic`).
+
+Official layout: ``ROOT/<NAME>/raw/<NAME>_v2.pt`` (PyG's ``GNNBenchmarkDataset``). Node features
+are one-hot in both cases (3 columns for PATTERN, 7 for CLUSTER), so a model sees the same input
+layout whichever source is used.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from .gnnbenchmark_common import (
+    SPLITS,
+    BenchmarkData,
+    PathLike,
+    gnn_benchmark_present,
+    gnn_benchmark_required_file,
+    load_gnn_benchmark,
+)
+from .synthetic import (
+    SBMClusterRecipe,
+    SBMPatternRecipe,
+    generate_sbm_cluster,
+    generate_sbm_pattern,
+    recipe_dict,
+)
+
+SBM_NAMES = ("PATTERN", "CLUSTER")
+#: Official split sizes (train, val, test).
+SBM_OFFICIAL_SIZES = {"PATTERN": (10000, 2000, 2000), "CLUSTER": (10000, 1000, 1000)}
+
+
+def sbm_benchmark(name: str, root: PathLike, source: str = "auto",
+                  generated_sizes: tuple[int, int, int] = (2000, 400, 400),
+                  data_seed: int = 0) -> BenchmarkData:
+    """PATTERN or CLUSTER: the official files under ``root`` when present (``source`` "auto" or
+    "official"), else ``generated_sizes`` (train, val, test) graphs generated with ``data_seed``
+    (``source`` "auto" or "generated")."""
+    if name not in SBM_NAMES:
+        raise ValueError(f"name must be one of {SBM_NAMES}, got {name!r}")
+    num_classes = 2 if name == "PATTERN" else 6
+    vocab = 3 if name == "PATTERN" else 7
+    common = dict(task="node", metric="weighted_accuracy", num_outputs=num_classes)
+    if source in ("auto", "official") and gnn_benchmark_present(root, name):
+        splits = {s: list(load_gnn_benchmark(root, name, s)) for s in SPLITS}
+        for split in splits.values():
+            for d in split:
+                if d.x.is_floating_point():
+                    d.x = d.x.float().view(d.num_nodes, -1)
+                else:  # integer feature ids: one-hot, the layout of the generated graphs
+                    d.x = nn.functional.one_hot(d.x.long().view(-1), vocab).float()
+                d.y = d.y.long().view(-1)
+                d.edge_attr = None
+        node_dim = splits["train"][0].x.size(1)
+        return BenchmarkData(
+            name, "official", splits, node_dim=node_dim, **common,
+            protocol=f"{name} (official PyG GNNBenchmarkDataset splits): train on train, select "
+                     "the epoch on val, weighted accuracy on test once",
+        )
+    if source == "official":
+        raise FileNotFoundError(
+            f"official {name} file missing: put {name}_v2.pt at "
+            f"{gnn_benchmark_required_file(root, name)}"
+        )
+    if source == "partial":
+        raise ValueError(f"{name} has no partial copy; use --source generated or official")
+    num_train, num_val, num_test = generated_sizes
+    if name == "PATTERN":
+        recipe = SBMPatternRecipe()
+        splits = generate_sbm_pattern(num_train, num_val, num_test, seed=data_seed)
+    else:
+        recipe = SBMClusterRecipe()
+        splits = generate_sbm_cluster(num_train, num_val, num_test, seed=data_seed)
+    params = ", ".join(f"{k}={v}" for k, v in recipe_dict(recipe).items())
+    return BenchmarkData(
+        f"{name} (generated)", "generated", splits, node_dim=vocab, **common,
+        protocol=(
+            f"{name} generated with the published SBM recipe ({params}); {num_train} train / "
+            f"{num_val} val / {num_test} test graphs (data seed {data_seed}); train on "
+            "train, select the epoch on val, weighted accuracy on test once"
+        ),
+        notes=["Generated graphs, not the official files: same recipe, different samples."],
+    )
+
+
+__all__ = ["SBM_NAMES", "SBM_OFFICIAL_SIZES", "sbm_benchmark"]

@@ -1,0 +1,220 @@
+"""ZINC-12k (GNNBenchmark graph regression), offline-first.
+
+* :func:`load_zinc_partial` reads the ZINC-12k ``val``/``test`` files that survive in
+  ``datasets/ZINC_subset_partial`` (PyG-1.x ``(Data, slices)`` pickles that PyG 2.x refuses to
+  load through ``InMemoryDataset``). The train split is not there.
+* :func:`load_zinc` wraps PyG's ``ZINC`` when its files are present under a root, and never
+  downloads: a missing file raises :class:`FileNotFoundError` that names the file and where it
+  must go.
+* :func:`zinc_benchmark` picks the official splits when present, else the *ZINC proxy*.
+
+Layout expected under a user root ``ROOT`` (PyG's own layout)::
+
+    ROOT/ZINC/raw/{train,val,test}.pickle and {train,val,test}.index    -> load_zinc
+    ROOT/ZINC_subset_partial/processed/{val,test}.pt                    -> load_zinc_partial
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from torch import Tensor
+from torch_geometric.data import Data
+
+from .gnnbenchmark_common import SPLITS, BenchmarkData, PathLike, missing_files
+
+#: Atom types of ZINC-12k (``atom_dict.pickle``: C, O, N, F, C H1, ... 28 entries).
+ZINC_NUM_ATOM_TYPES = 28
+#: Bond types are 1 (single), 2 (double), 3 (triple); 0 is unused, so an embedding needs 4 rows.
+ZINC_NUM_BOND_TYPES = 4
+ZINC_PARTIAL_SPLITS = ("val", "test")
+ZINC_SPLIT_SIZES = {"train": 10000, "val": 1000, "test": 1000}
+_PARTIAL_KEYS = ("x", "edge_index", "edge_attr", "y")
+
+
+def zinc_partial_file(root: PathLike, split: str) -> Path:
+    """Path of ``split``'s processed file; ``root`` may be the dataset folder or its processed/."""
+    root = Path(root)
+    if root.name != "processed" and (root / "processed").is_dir():
+        root = root / "processed"
+    return root / f"{split}.pt"
+
+
+def load_zinc_partial(root: PathLike, split: str) -> list[Data]:
+    """Rebuild ZINC-12k ``split`` (``"val"`` or ``"test"``) from the PyG-1.x processed file.
+
+    Each graph becomes ``Data(x=[n, 1] long atom type, edge_index=[2, e] long (local ids,
+    both directions), edge_attr=[e] long bond type, y=[1] float)``, the layout of PyG's
+    ``ZINC(subset=True)``. Keys added by a foreign pre-transform (``node_id``, ``degrees``...) are
+    ignored.
+    """
+    if split not in ZINC_PARTIAL_SPLITS:
+        raise FileNotFoundError(
+            f"the partial ZINC copy has only the splits {ZINC_PARTIAL_SPLITS}; the {split!r} split "
+            "is missing. For the official benchmark put PyG's ZINC raw files "
+            "({train,val,test}.pickle and {train,val,test}.index) in ROOT/ZINC/raw/ and use "
+            "load_zinc(ROOT/ZINC, split)."
+        )
+    path = zinc_partial_file(root, split)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"missing {path}: copy ZINC_subset_partial/processed/{split}.pt (provenance in "
+            f"datasets/SOURCES.md) to {path}"
+        )
+    from torch_geometric.io import fs
+
+    loaded = fs.torch_load(str(path))
+    if not (isinstance(loaded, (tuple, list)) and len(loaded) == 2):
+        raise ValueError(f"{path} is not a PyG (Data, slices) pickle")
+    collated, slices = loaded
+    # PyG-1.x Data objects keep their tensors in ``__dict__`` (PyG 2 would use ``_store``).
+    store = collated.__dict__
+    for key in _PARTIAL_KEYS:
+        if key not in slices or store.get(key) is None:
+            raise ValueError(f"{path} has no {key!r} entry; is it a ZINC processed file?")
+    num_graphs = len(slices["y"]) - 1
+    graphs: list[Data] = []
+    for i in range(num_graphs):
+        parts = {
+            key: _slice(store[key], slices[key], i, dim=1 if key == "edge_index" else 0)
+            for key in _PARTIAL_KEYS
+        }
+        num_nodes = parts["x"].size(0)
+        edge_index = parts["edge_index"].long()
+        if num_nodes == 0:
+            raise ValueError(f"{path}: graph {i} has no nodes")
+        if edge_index.numel() and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
+            raise ValueError(f"{path}: graph {i} has edge ids outside 0..{num_nodes - 1}")
+        graphs.append(
+            Data(
+                x=parts["x"].long().view(num_nodes, -1),
+                edge_index=edge_index,
+                edge_attr=parts["edge_attr"].long().view(-1),
+                y=parts["y"].float().view(-1),
+                num_nodes=num_nodes,
+            )
+        )
+    return graphs
+
+
+def _slice(values: Tensor, bounds: Tensor, i: int, dim: int) -> Tensor:
+    start, stop = int(bounds[i]), int(bounds[i + 1])
+    return values.narrow(dim, start, stop - start)
+
+
+def zinc_required_files(root: PathLike) -> list[Path]:
+    """Raw files PyG's ``ZINC`` needs under ``root`` (the folder that holds ``raw/``)."""
+    raw = Path(root) / "raw"
+    names = [f"{s}.pickle" for s in ("train", "val", "test")]
+    names += [f"{s}.index" for s in ("train", "val", "test")]
+    return [raw / n for n in names]
+
+
+def load_zinc(root: PathLike, split: str, subset: bool = True):
+    """PyG's ``ZINC`` (12k subset by default) from local files; raises instead of downloading.
+
+    ``root`` is PyG's root for ZINC (it holds ``raw/``; PyG writes ``subset/processed/`` there, so
+    it must be writable). Either the six raw files or PyG-2 processed files must exist.
+    """
+    from torch_geometric.datasets import ZINC
+
+    if split not in ("train", "val", "test"):
+        raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
+    root = Path(root)
+    processed = root / ("subset" if subset else "full") / "processed"
+    processed_files = [processed / f"{s}.pt" for s in ("train", "val", "test")]
+    missing_raw = missing_files(zinc_required_files(root))
+    if missing_raw and missing_files(processed_files):
+        listing = "\n  ".join(str(p) for p in missing_raw)
+        raise FileNotFoundError(
+            "PyG ZINC files not found (downloads are disabled). Put the files of "
+            "molecules.zip (Dwivedi et al.) and the split indices here:\n  " + listing
+        )
+
+    class _OfflineZINC(ZINC):
+        def download(self) -> None:  # processed files exist: nothing to fetch
+            return None
+
+    return _OfflineZINC(str(root), subset=subset, split=split)
+
+
+def zinc_official_present(root: PathLike) -> bool:
+    """Whether PyG's ZINC raw files or PyG-2 processed files are in ``root`` (holding raw/)."""
+    root = Path(root)
+    if not missing_files(zinc_required_files(root)):
+        return True
+    processed = root / "subset" / "processed"
+    return not missing_files([processed / f"{s}.pt" for s in SPLITS])
+
+
+def zinc_benchmark(root: PathLike, source: str = "auto", holdout_fraction: float = 0.2,
+                   split_seed: int = 0) -> BenchmarkData:
+    """ZINC under the GNNBenchmark ``root``: the official splits (``ROOT/ZINC``) when present
+    (``source`` "auto" or "official"), else the ZINC proxy (``source`` "auto" or "partial"): the
+    official val split (``ROOT/ZINC_subset_partial``) split into ``1 - holdout_fraction`` training
+    graphs and a ``holdout_fraction`` holdout for epoch selection (``split_seed``), and the
+    official test split."""
+    root = Path(root)
+    common = dict(task="regression", metric="mae", num_outputs=1,
+                  num_node_types=ZINC_NUM_ATOM_TYPES, num_edge_types=ZINC_NUM_BOND_TYPES)
+    if source in ("auto", "official") and zinc_official_present(root / "ZINC"):
+        splits = {s: list(load_zinc(root / "ZINC", s)) for s in SPLITS}
+        for split in splits.values():
+            for d in split:
+                d.y = d.y.float().view(-1)
+                d.x = d.x.long().view(d.num_nodes, -1)
+        return BenchmarkData(
+            "ZINC", "official", splits, **common,
+            protocol="ZINC-12k (official splits): train on train, select the epoch on val, "
+                     "test MAE once with the selected weights",
+        )
+    if source == "official":
+        missing = "\n  ".join(str(p) for p in zinc_required_files(root / "ZINC"))
+        raise FileNotFoundError(f"official ZINC files missing; put them here:\n  {missing}")
+    if source == "generated":
+        raise ValueError("ZINC cannot be generated; use --source partial or official")
+    if not 0.0 < holdout_fraction < 1.0:
+        raise ValueError(f"holdout_fraction must lie in (0, 1), got {holdout_fraction}")
+    partial_root = root / "ZINC_subset_partial"
+    for split in ZINC_PARTIAL_SPLITS:
+        path = zinc_partial_file(partial_root, split)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"neither the official ZINC files (ROOT/ZINC/raw/{{train,val,test}}.pickle and "
+                f".index) nor the partial copy were found: put ZINC_subset_partial/processed/"
+                f"{split}.pt at {path}"
+            )
+    official_val = load_zinc_partial(partial_root, "val")
+    test = load_zinc_partial(partial_root, "test")
+    order = np.random.default_rng(split_seed).permutation(len(official_val))
+    num_holdout = max(1, int(round(holdout_fraction * len(official_val))))
+    holdout_ids, train_ids = sorted(order[:num_holdout]), sorted(order[num_holdout:])
+    splits = {
+        "train": [official_val[i] for i in train_ids],
+        "val": [official_val[i] for i in holdout_ids],
+        "test": test,
+    }
+    return BenchmarkData(
+        "ZINC proxy", "partial", splits, **common,
+        protocol=(
+            "ZINC proxy (trained on the official val split; the train split is missing): the "
+            f"1000 official val graphs are split {len(train_ids)} train / {num_holdout} holdout "
+            f"(split seed {split_seed}); the epoch with the best holdout MAE is selected "
+            "and the official test split (1000 graphs) is evaluated once with those weights"
+        ),
+        notes=["Not comparable with published ZINC results (10k training graphs there)."],
+    )
+
+
+__all__ = [
+    "ZINC_NUM_ATOM_TYPES",
+    "ZINC_NUM_BOND_TYPES",
+    "ZINC_PARTIAL_SPLITS",
+    "ZINC_SPLIT_SIZES",
+    "load_zinc",
+    "load_zinc_partial",
+    "zinc_benchmark",
+    "zinc_official_present",
+    "zinc_partial_file",
+    "zinc_required_files",
+]
