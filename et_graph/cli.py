@@ -28,11 +28,10 @@ SUBCOMMANDS = {
 def build_parser(command: str) -> argparse.ArgumentParser:
     module_name, help_text = SUBCOMMANDS[command]
     module = importlib.import_module(module_name)
+    if not hasattr(module, "CONFIG"):
+        return module.build_parser()
     parser = argparse.ArgumentParser(prog=f"et-graph {command}", description=help_text)
-    if hasattr(module, "add_arguments"):
-        module.add_arguments(parser)
-    else:
-        add_config_arguments(parser, module.CONFIG)
+    add_config_arguments(parser, module.CONFIG)
     return parser
 
 
@@ -44,11 +43,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     command = argv[0]
     module = importlib.import_module(SUBCOMMANDS[command][0])
+    if not hasattr(module, "CONFIG"):  # e.g. tune: its own parser around a task's config
+        module.main(argv[1:])
+        return 0
     args = build_parser(command).parse_args(argv[1:])
-    if hasattr(module, "add_arguments"):
-        module.run(args)
-    else:
-        module.run(resolve(module.CONFIG, args))
+    module.run(resolve(module.CONFIG, args))
     return 0
 
 
