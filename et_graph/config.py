@@ -114,8 +114,16 @@ def _section_types(cls: type) -> dict[str, type]:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """Field descriptions from the ``Attributes:`` section of a dataclass docstring."""
-    doc = cls.__doc__ or ""
+    """Field descriptions from the ``Attributes:`` sections of a dataclass's docstring and its
+    base classes' (a subclass documents only the fields it adds or redefines)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if "__doc__" in vars(klass) and dataclasses.is_dataclass(klass):
+            docs.update(_attribute_docs(klass.__doc__ or ""))
+    return docs
+
+
+def _attribute_docs(doc: str) -> dict[str, str]:
     match = re.search(r"Attributes:\n(.*?)(?:\n\s*\n(?=\S)|\Z)", doc, flags=re.S)
     if not match:
         return {}

@@ -71,18 +71,10 @@ class GNNModelConfig:
 
 @dataclass
 class NodeTrainConfig(TrainConfig):
-    """Training of a neural node detector: the engine's settings plus the selection metric.
+    """Training of a neural node detector: the engine's settings (:class:`TrainConfig`, whose
+    fields it inherits) plus the selection metric and the subgraph mode.
 
     Attributes:
-        epochs: the most epochs to train.
-        lr: learning rate.
-        weight_decay: L2 penalty (Adam) or decoupled weight decay (AdamW).
-        optimizer: adam or adamw.
-        patience: stop after this many epochs without a new best validation epoch (0 = never).
-        lr_schedule: none, cosine or plateau.
-        lr_floor: the cosine schedule's final LR as a fraction of lr.
-        lr_patience: the plateau schedule's patience in epochs.
-        grad_clip: clip the gradient norm to this value (0 = off).
         select_metric: validation metric that picks the checkpoint: f1_macro, auroc or auprc.
         subgraph_ratio: train each epoch on an induced subgraph of this fraction of the nodes
             (0 = full batch); scoring stays full-graph.

@@ -131,19 +131,10 @@ class BaselineConfig:
 
 @dataclass
 class GNNBenchmarkTrainConfig(TrainConfig):
-    """Training of every GNNBenchmark model: the engine's settings plus batch sizes.
+    """Training of every GNNBenchmark model: the engine's settings (inherited from
+    :class:`TrainConfig`, here with the plateau schedule and clipping at 1.0) plus batch sizes.
 
     Attributes:
-        epochs: the most epochs to train.
-        lr: learning rate.
-        weight_decay: L2 penalty (Adam) or decoupled weight decay (AdamW).
-        optimizer: adam or adamw.
-        patience: stop after this many epochs without a new best validation epoch (0 = never).
-        lr_schedule: none, cosine or plateau (halve the LR after lr_patience epochs without a
-            validation gain).
-        lr_floor: the cosine schedule's final LR as a fraction of lr.
-        lr_patience: epochs without validation gain before the plateau schedule halves the LR.
-        grad_clip: clip the gradient norm to this value (0 = off).
         batch_size: training graphs per batch.
         eval_batch_size: graphs per batch when evaluating.
     """
