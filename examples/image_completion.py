@@ -1,7 +1,7 @@
 """Masked image completion with the dense Energy Transformer (paper section 3).
 
     python examples/image_completion.py --quick            # seconds: a smoke run, every file
-    python examples/image_completion.py                    # digits, 3 seeds, a few minutes
+    python examples/image_completion.py --config configs/image/digits.toml   # the docs' table
     python examples/image_completion.py --data ./my_images --image-size 32 --patch-size 4
 
 Writes results.json / results.md and PNG figures to --out (default results/image_completion).

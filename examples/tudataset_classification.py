@@ -1,22 +1,12 @@
 """TUDataset graph classification with ET, GIN and the structure-agnostic baseline (same folds).
 
-    python examples/tudataset_classification.py --dataset MUTAG --root datasets/TUDataset \
-        --folds 10 --epochs 100 --out runs/tudataset
+    python examples/tudataset_classification.py --dataset MUTAG --quick      # a smoke run
+    python examples/tudataset_classification.py --config configs/tudataset/PROTEINS.toml
 
-Same options as ``et-graph tudataset``; see docs/graph_classification.md.
+The data default to the shipped ``datasets/TUDataset`` (``--root`` reads another folder). Same
+options as ``et-graph tudataset`` (the same ``main``); see docs/graph_classification.md.
 """
-from __future__ import annotations
-
-import argparse
-
-from et_graph.experiments import tudataset
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    tudataset.add_arguments(parser)
-    tudataset.run(parser.parse_args())
-
+from et_graph.experiments.tudataset import main
 
 if __name__ == "__main__":
     main()

@@ -18,13 +18,17 @@ from et_graph.nn.models.image_completion import (
     unpatchify,
 )
 from et_graph.protocols.image_completion import (
+    VALIDATION_SEED,
+    ImageTrainConfig,
     energy_is_monotone,
     evaluate_image_completion,
     masked_mse,
     mean_patch_baseline,
     nearest_open_baseline,
+    predict_patches,
     trace_dynamics,
     train_image_completion,
+    validation_split,
 )
 
 torch.set_num_threads(1)
@@ -139,7 +143,7 @@ def test_trace_follows_the_model_and_splits_the_update(digits) -> None:
     images = digits[:8]
     mask = model.random_mask(8, generator=torch.Generator().manual_seed(6))
     trace = trace_dynamics(model, images, mask)
-    assert model.conv.steps == 4  # restored after stepping one at a time
+    assert model.conv.steps == 4  # untouched: each step is a forward_dense(..., steps=1) call
     assert trace["energies"].shape == (8, 5)
     _, energies = model(images, mask, return_energy=True)
     torch.testing.assert_close(trace["energies"], energies)
@@ -192,7 +196,7 @@ def test_channel_mismatch_raises(digits) -> None:
     with pytest.raises(ValueError, match="channels"):
         model(digits[:2], model.random_mask(2))
     with pytest.raises(ValueError, match="channels"):
-        train_image_completion(model, digits[:8], epochs=1, progress=False)
+        train_image_completion(model, digits[:8], ImageTrainConfig(epochs=1), progress=False)
 
 
 def test_other_bad_images_and_masks_raise(digits) -> None:
@@ -291,11 +295,35 @@ def test_short_training_beats_the_mean_patch_baseline(digits) -> None:
     model = small_model(
         patch_size=4, dim=32, heads=4, head_dim=8, hopfield_dim=64, steps=3
     )
-    train_image_completion(model, train, epochs=8, batch_size=32, lr=5e-3, progress=False)
+    config = ImageTrainConfig(epochs=8, batch_size=32, lr=5e-3)
+    fit = train_image_completion(model, train, config, progress=False)
     mask = model.random_mask(test.size(0), generator=torch.Generator().manual_seed(7))
     mse = evaluate_image_completion(model, train, test, mask)
     assert mse["et"] < mse["mean_patch"], mse
     assert mse["mean_patch"] < mse["mean_patch_global"]
+    # The engine kept the epoch with the lowest validation MSE, and the model holds it: its
+    # masked MSE on the validation images (the fixed seeded mask) is the recorded best.
+    val_mse = [-row["val_score"] for row in fit.history]
+    assert fit.epochs_run == 8 and fit.best_epoch == min(range(8), key=val_mse.__getitem__)
+    _, val = validation_split(train, 0.1, seed=0)
+    val_mask = model.random_mask(
+        val.size(0), generator=torch.Generator().manual_seed(VALIDATION_SEED)
+    )
+    again = masked_mse(predict_patches(model, val, val_mask), patchify(val, 4), val_mask)
+    assert again == pytest.approx(fit.best.loss, rel=1e-5) and fit.best.score == -fit.best.loss
+
+
+def test_validation_part_is_a_seeded_subset_of_the_training_images(digits) -> None:
+    train = digits[:100]
+    fit_part, val = validation_split(train, 0.1, seed=3)
+    again_fit, again_val = validation_split(train, 0.1, seed=3)
+    assert torch.equal(val, again_val) and torch.equal(fit_part, again_fit)
+    assert val.size(0) == 10 and fit_part.size(0) == 90
+    assert not torch.equal(val, validation_split(train, 0.1, seed=4)[1])
+    with pytest.raises(ValueError, match="val_fraction"):
+        validation_split(train, 0.0)
+    with pytest.raises(ValueError, match="batch_size"):
+        ImageTrainConfig(batch_size=0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,6 +339,9 @@ def test_example_quick_mode_writes_results_and_valid_pngs(tmp_path, monkeypatch)
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["mse"]) >= {"et", "mean_patch", "nearest_open"}
     assert isinstance(results["energy_monotone"], bool)
+    assert results["seeds"] == [0, 1] and len(results["per_seed"]) == 2
+    assert results["meta"]["config"]["train"]["epochs"] == 2
+    assert all(0 <= r["best_epoch"] < 2 for r in results["per_seed"])
     assert (tmp_path / "results.md").exists()
     for name in PNG_FILES:
         path = tmp_path / name
@@ -321,8 +352,13 @@ def test_example_quick_mode_writes_results_and_valid_pngs(tmp_path, monkeypatch)
             assert image.format == "PNG" and min(image.size) > 50
 
 
-def test_cli_knows_the_image_command() -> None:
-    from et_graph.cli import build_parser
+def test_image_config_flags_quick_and_preset() -> None:
+    from et_graph.config import load_file, merge, parse
+    from et_graph.experiments.image_completion import CONFIG
 
-    args = build_parser("image").parse_args(["--quick", "--patch-size", "4"])
-    assert args.quick and args.patch_size == 4 and args.data == "digits"
+    config = parse(CONFIG, ["--quick", "--patch-size", "4", "--seeds", "3", "--no-progress"])
+    assert config.model.patch_size == 4 and config.data.data == "digits"
+    assert config.protocol.seeds == 3 and config.seed_list == [0, 1, 2]  # the flag wins
+    assert config.train.epochs == 2 and config.data.train_limit == 200 and not config.run.progress
+    preset = merge(CONFIG(), load_file(EXAMPLE.parents[1] / "configs" / "image" / "digits.toml"))
+    assert preset == CONFIG()  # the documented run is the defaults

@@ -6,18 +6,27 @@ import numpy as np
 import pytest
 import torch
 from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
 
-from et_graph.cli import main as cli_main
-from et_graph.experiments.tudataset import prepare_root
+from et_graph.baselines.graph_baselines import GINClassifier, StructureAgnosticMLP
+from et_graph.config import load_file, merge, parse
+from et_graph.datasets import load_tudataset, prepare_root
+from et_graph.experiments import tudataset
+from et_graph.nn.models.graph_model import ETGraphModel
+from et_graph.protocols import graph_cv
 from et_graph.protocols.graph_cv import (
-    TrainConfig,
+    GraphTrainConfig,
     check_graph_labels,
     cross_validate,
+    graph_labels,
     inner_split,
+    model_outputs,
     stratified_folds,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "datasets" / "TUDataset"
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "datasets" / "TUDataset"
+PRESETS = REPO / "configs" / "tudataset"
 
 
 def test_folds_are_stratified_and_test_folds_are_never_trained_on():
@@ -48,7 +57,11 @@ def test_label_and_graph_checks():
     graphs.append(Data(x=torch.ones(0, 1), edge_index=torch.empty(2, 0, dtype=torch.long),
                        y=torch.tensor([1])))
     with pytest.raises(ValueError, match="without nodes"):
-        cross_validate(graphs, {}, {"m": TrainConfig()}, folds=2)
+        cross_validate(graphs, {}, {"m": GraphTrainConfig()}, folds=2)
+    with pytest.raises(ValueError, match="batch_size"):
+        GraphTrainConfig(batch_size=0)
+    with pytest.raises(ValueError, match="models must be a subset"):
+        tudataset.run(merge(tudataset.CONFIG(), {"protocol.models": "et,gcn"}))
 
 
 def test_missing_raw_files_are_reported(tmp_path):
@@ -56,19 +69,130 @@ def test_missing_raw_files_are_reported(tmp_path):
         prepare_root(tmp_path, "MUTAG", tmp_path / "cache")
 
 
+# ----------------------------------------------------------------------------------------------
+# The test fold takes no part in selection
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mutag(tmp_path_factory):
+    graphs, info = load_tudataset(DATA, "MUTAG", tmp_path_factory.mktemp("cache"), pe_dim=4,
+                                  progress=False)
+    return graphs, info
+
+
+def _scrambled(graphs, index, classes):
+    """Copies of ``graphs`` where every graph in ``index`` has another label."""
+    out = list(graphs)
+    for i in index:
+        data = out[i].clone()
+        data.y = (data.y + 1) % classes
+        out[i] = data
+    return out
+
+
+def _selection(graphs, info, splits, monkeypatch=None, leak=False):
+    """Run the CV on ``splits``; return what it selected, the kept models' predictions on the
+    validation graphs and the test accuracies."""
+    width, classes = info["node_feature_width"], info["classes"]
+    factories = {
+        "et": lambda: ETGraphModel(width, classes, hidden_channels=8, blocks=1, steps=1,
+                                   heads=2, head_dim=4, pe_dim=4, noise_std=0.02,
+                                   edge_dim=info["edge_features"], dropout=0.1),
+        "gin": lambda: GINClassifier(width, classes, 16, 2, 0.5),
+        "structure_agnostic": lambda: StructureAgnosticMLP(width, classes, 16, 0.5),
+    }
+    config = GraphTrainConfig(epochs=4, lr=5e-3, batch_size=32)
+    labels = graph_labels(graphs)
+    kept = {}
+
+    def on_model_fit(fold, name, model, fit):
+        train, _ = splits[fold]
+        _, val = (test_as_validation(train, labels) if leak
+                  else inner_split(train, labels, 0.1, fold))
+        batch = next(iter(DataLoader([graphs[i] for i in val], batch_size=len(val))))
+        with torch.no_grad():
+            predictions = model_outputs(model, batch)
+        kept[fold, name] = {
+            "predictions": predictions,
+            "val_curve": [(row["val_score"], row["val_loss"]) for row in fit.history],
+        }
+
+    def test_as_validation(train, labels, *args):
+        """A leaky protocol: the test fold doubles as the validation split."""
+        return np.asarray(train), np.setdiff1d(np.arange(len(labels)), train)
+
+    if leak:
+        monkeypatch.setattr(graph_cv, "inner_split", test_as_validation)
+    cv = cross_validate(graphs, factories, {name: config for name in factories}, splits=splits,
+                        progress=False, on_model_fit=on_model_fit)
+    selected = [{name: (row["best_epoch"], row["val_accuracy"], row["val_loss"])
+                 for name, row in fold["models"].items()} for fold in cv["folds"]]
+    tests = [{name: row["test_accuracy"] for name, row in fold["models"].items()}
+             for fold in cv["folds"]]
+    return selected, kept, tests
+
+
+def _same_selection(a, b):
+    if a[0] != b[0] or a[1].keys() != b[1].keys():
+        return False
+    return all(torch.equal(a[1][k]["predictions"], b[1][k]["predictions"])
+               and a[1][k]["val_curve"] == b[1][k]["val_curve"] for k in a[1])
+
+
+def test_scrambled_test_labels_change_nothing_that_is_selected(mutag, monkeypatch):
+    """Give every graph of the test fold another label: the best epochs, the validation curves
+    and accuracies, and the kept checkpoints' predictions on the validation graphs must be
+    identical; only the test accuracy may move. The same comparison run on a leaky protocol
+    (test fold = validation split) does see a difference, so the check can fail."""
+    graphs, info = mutag
+    labels = graph_labels(graphs)
+    splits = stratified_folds(labels, folds=5, seed=0)[:1]
+    scrambled = _scrambled(graphs, splits[0][1], info["classes"])
+
+    honest = _selection(graphs, info, splits)
+    honest_scrambled = _selection(scrambled, info, splits)
+    assert _same_selection(honest, honest_scrambled)
+    assert honest[2] != honest_scrambled[2]  # the scrambling did reach the test fold
+
+    leaky = _selection(graphs, info, splits, monkeypatch, leak=True)
+    leaky_scrambled = _selection(scrambled, info, splits, monkeypatch, leak=True)
+    assert not _same_selection(leaky, leaky_scrambled)
+
+
+# ----------------------------------------------------------------------------------------------
+# The experiment: config, CLI, presets
+# ----------------------------------------------------------------------------------------------
+def test_config_flags_and_quick():
+    config = parse(tudataset.CONFIG, ["--dataset", "PROTEINS", "--epochs", "7", "--blocks", "1",
+                                      "--patience", "3", "--no-progress"])
+    assert config.data.dataset == "PROTEINS" and config.train.epochs == 7
+    assert config.et.blocks == 1 and config.train.patience == 3 and not config.run.progress
+    assert config.train.lr_schedule == "cosine" and config.train.grad_clip == 5.0
+    assert config.train.batch_size == 64 and config.train.lr == 2e-3 and config.run.threads == 1
+    quick = parse(tudataset.CONFIG, ["--quick", "--epochs", "1"])
+    assert quick.protocol.max_folds == 2 and quick.et.hidden == 16 and quick.train.epochs == 1
+
+
+@pytest.mark.parametrize("name", ["MUTAG", "PROTEINS", "NCI1", "ENZYMES", "IMDB-BINARY"])
+def test_presets_load_and_name_shipped_data(name):
+    config = merge(tudataset.CONFIG(), load_file(PRESETS / f"{name}.toml"))
+    assert config.data.dataset == name and (DATA / name / "raw").is_dir()
+    assert config.protocol.folds == 10 and config.et.blocks == 1 and config.et.steps == 2
+
+
 def test_quick_cv_run_writes_results(tmp_path):
     root = tmp_path / "root"
     shutil.copytree(DATA / "MUTAG" / "raw", root / "MUTAG" / "raw")
     out = tmp_path / "out"
-    code = cli_main(["tudataset", "--dataset", "MUTAG", "--root", str(root), "--cache",
-                     str(tmp_path / "cache"), "--quick", "--out", str(out), "--pe-dim", "4"])
-    assert code == 0
+    tudataset.main(["--dataset", "MUTAG", "--root", str(root), "--cache", str(tmp_path / "cache"),
+                    "--quick", "--out", str(out), "--pe-dim", "4", "--no-progress"])
     results = json.loads((out / "MUTAG" / "results.json").read_text())
     assert results["dataset"] == "MUTAG" and "stratified 10-fold" in results["protocol"]
     assert set(results["models"]) == {"et", "gin", "structure_agnostic"}
     for stats in results["models"].values():
         assert 0.0 <= stats["accuracy"]["mean"] <= 1.0 and stats["accuracy"]["std"] >= 0.0
         assert len(stats["accuracy"]["values"]) == 2
+    assert results["meta"]["config"]["train"]["epochs"] == 2
+    assert results["meta"]["config"]["data"]["pe_dim"] == 4
     # the folds are real: disjoint test folds of about a tenth of MUTAG's 188 graphs
     assert all(18 <= fold["test"] <= 19 for fold in results["folds"])
     markdown = (out / "MUTAG" / "results.md").read_text()

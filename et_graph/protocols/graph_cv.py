@@ -2,17 +2,19 @@
 
 Protocol (Errica et al., 2020, without the inner grid when a single configuration is given):
 for each of ``folds`` stratified outer folds, the training part is split again (stratified) into
-an inner training set and a validation set; the model is trained on the inner training set, the
-epoch with the best validation accuracy is kept (ties: lower validation loss), and only that
-checkpoint is evaluated, once, on the test fold. Every model sees the same folds and splits.
-Continuous node attributes are standardised with statistics of the inner training graphs only.
+an inner training set and a validation set; the model is trained on the inner training set by
+the one engine, :class:`~et_graph.training.Trainer`, with :class:`GraphClassificationTask`
+(cross-entropy; validation score = accuracy, ties broken by the lower validation loss, then the
+earlier epoch), and only the kept checkpoint is evaluated, once, on the test fold. Every model sees
+the same folds and splits. Continuous node attributes are standardised with statistics of the
+inner training graphs only. The test fold's labels are read once, after selection; they take no
+part in training, selection or standardisation (``tests/test_tudataset_cv.py`` scrambles them).
 """
 from __future__ import annotations
 
 import copy
-import math
-import random
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
@@ -26,19 +28,49 @@ from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
 from ..reporting import summarize
+from ..training import (
+    CheckpointConfig,
+    FitResult,
+    TrainConfig,
+    Trainer,
+    Validation,
+    seed_everything,
+)
 
 ModelFactory = Callable[[], nn.Module]
+#: ``checkpoint(fold, model_name)``: where one training of the CV checkpoints (or ``None``).
+CheckpointFactory = Callable[[int, str], Optional[CheckpointConfig]]
+#: ``on_model_fit(fold, model_name, model, fit)``: called after selection, before the test fold.
+FitCallback = Callable[[int, str, nn.Module, FitResult], None]
 
 
 @dataclass
-class TrainConfig:
-    epochs: int = 100
-    lr: float = 1e-3
-    weight_decay: float = 0.0
+class GraphTrainConfig(TrainConfig):
+    """Training of a graph classifier: the engine's settings plus the batch size; the defaults
+    are the protocol's (Adam, cosine decay to 5% of the LR, gradient norm clipped at 5).
+
+    Attributes:
+        epochs: the most epochs to train.
+        lr: learning rate.
+        weight_decay: L2 penalty (Adam) or decoupled weight decay (AdamW).
+        optimizer: adam or adamw.
+        patience: stop after this many epochs without a new best validation epoch (0 = never).
+        lr_schedule: none, cosine or plateau.
+        lr_floor: the cosine schedule's final LR as a fraction of lr.
+        lr_patience: the plateau schedule's patience in epochs.
+        grad_clip: clip the gradient norm to this value (0 = off).
+        batch_size: graphs per training batch.
+    """
+
+    lr_schedule: str = "cosine"
+    lr_floor: float = 0.05
+    grad_clip: float = 5.0
     batch_size: int = 32
-    patience: Optional[int] = None  # stop after this many epochs without a validation gain
-    grad_clip: Optional[float] = 5.0
-    lr_decay: bool = True  # cosine decay to 5% of lr over the epochs
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {self.batch_size}")
 
 
 def check_graph_labels(labels: Sequence[int] | Tensor | np.ndarray) -> np.ndarray:
@@ -121,11 +153,13 @@ def model_outputs(model: nn.Module, batch: Any) -> Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: DataLoader) -> dict[str, float]:
+def evaluate(model: nn.Module, loader: DataLoader, device: str | torch.device = "cpu"
+             ) -> dict[str, float]:
     """Accuracy and mean cross-entropy of ``model`` (eval mode) on ``loader``."""
     model.eval()
     correct, total, loss = 0, 0, 0.0
     for batch in loader:
+        batch = batch.to(device)
         logits = model_outputs(model, batch)
         target = batch.y.view(-1)
         loss += float(F.cross_entropy(logits, target, reduction="sum"))
@@ -134,79 +168,55 @@ def evaluate(model: nn.Module, loader: DataLoader) -> dict[str, float]:
     return {"accuracy": correct / max(total, 1), "loss": loss / max(total, 1)}
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+class GraphClassificationTask:
+    """The :class:`~et_graph.training.TrainingTask` of graph classification: shuffled
+    mini-batches of the training graphs (a seeded generator), cross-entropy loss, validation
+    accuracy as the score and the mean validation cross-entropy as the tie-break."""
+
+    def __init__(self, train_data: Sequence[Data], val_data: Sequence[Data], batch_size: int,
+                 seed: int = 0, device: str | torch.device = "cpu") -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+        self.loader = DataLoader(list(train_data), batch_size=batch_size, shuffle=True,
+                                 generator=self.generator)
+        self.val_loader = DataLoader(list(val_data), batch_size=max(batch_size, 64))
+        self.device = torch.device(device)
+
+    def batches(self, epoch: int) -> Iterable[Any]:
+        return (batch.to(self.device) for batch in self.loader)
+
+    def loss(self, model: nn.Module, batch: Any) -> Tensor:
+        return F.cross_entropy(model_outputs(model, batch), batch.y.view(-1))
+
+    def validate(self, model: nn.Module) -> Validation:
+        val = evaluate(model, self.val_loader, self.device)
+        return Validation(score=val["accuracy"], loss=val["loss"], metrics=val)
 
 
-def train_with_validation(
+def fit_graph_classifier(
     model: nn.Module,
     train_data: Sequence[Data],
     val_data: Sequence[Data],
-    config: TrainConfig,
+    config: GraphTrainConfig,
     seed: int = 0,
     desc: str = "train",
     progress: bool = True,
-) -> dict[str, Any]:
-    """Train with Adam on ``train_data``; keep the weights of the epoch with the best validation
-    accuracy (ties: lower validation loss) and load them into ``model`` before returning."""
+    checkpoint: Optional[CheckpointConfig] = None,
+    device: str | torch.device = "cpu",
+) -> FitResult:
+    """Train on ``train_data`` with :class:`~et_graph.training.Trainer`; ``model`` then holds
+    the epoch with the best validation accuracy (ties: lower validation loss, then earlier)."""
     seed_everything(seed)
-    generator = torch.Generator().manual_seed(seed)
-    loader = DataLoader(list(train_data), batch_size=config.batch_size, shuffle=True,
-                        generator=generator)
-    val_loader = DataLoader(list(val_data), batch_size=max(config.batch_size, 64))
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr,
-                                 weight_decay=config.weight_decay)
-    scheduler = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(config.epochs, 1),
-                                                   eta_min=0.05 * config.lr)
-        if config.lr_decay else None
-    )
-    best = {"epoch": -1, "accuracy": -1.0, "loss": math.inf}
-    best_state = copy.deepcopy(model.state_dict())
-    history = []
-    stale = 0
-    bar = tqdm(range(config.epochs), desc=desc, leave=False, disable=not progress)
-    for epoch in bar:
-        model.train()
-        total_loss, count = 0.0, 0
-        for batch in loader:
-            optimizer.zero_grad()
-            logits = model_outputs(model, batch)
-            loss = F.cross_entropy(logits, batch.y.view(-1))
-            loss.backward()
-            if config.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            total_loss += loss.item() * batch.num_graphs
-            count += batch.num_graphs
-        if scheduler is not None:
-            scheduler.step()
-        val = evaluate(model, val_loader)
-        history.append({"epoch": epoch, "train_loss": total_loss / max(count, 1), **{
-            f"val_{k}": v for k, v in val.items()}})
-        improved = val["accuracy"] > best["accuracy"] or (
-            val["accuracy"] == best["accuracy"] and val["loss"] < best["loss"]
-        )
-        if improved:
-            best = {"epoch": epoch, **val}
-            best_state = copy.deepcopy(model.state_dict())
-            stale = 0
-        else:
-            stale += 1
-        bar.set_postfix(val_acc=f"{val['accuracy']:.3f}", best=f"{best['accuracy']:.3f}")
-        if config.patience is not None and stale >= config.patience:
-            break
-    model.load_state_dict(best_state)
-    return {"best_epoch": best["epoch"], "val_accuracy": best["accuracy"],
-            "val_loss": best["loss"], "epochs_run": len(history), "history": history}
+    task = GraphClassificationTask(train_data, val_data, config.batch_size, seed, device)
+    trainer = Trainer(config, checkpoint=checkpoint, description=desc, progress=progress,
+                      generators=[task.generator],
+                      fingerprint=json.dumps([asdict(config), seed, len(train_data)]))
+    return trainer.fit(model.to(device), task)
 
 
 def cross_validate(
     dataset: Sequence[Data],
     models: Mapping[str, ModelFactory],
-    configs: Mapping[str, TrainConfig],
+    configs: Mapping[str, GraphTrainConfig],
     folds: int = 10,
     seed: int = 0,
     val_fraction: float = 0.1,
@@ -214,12 +224,17 @@ def cross_validate(
     max_folds: Optional[int] = None,
     progress: bool = True,
     on_fold_end: Optional[Callable[[dict[str, Any]], None]] = None,
+    splits: Optional[Sequence[tuple[np.ndarray, np.ndarray]]] = None,
+    checkpoint: Optional[CheckpointFactory] = None,
+    on_model_fit: Optional[FitCallback] = None,
+    device: str | torch.device = "cpu",
 ) -> dict[str, Any]:
     """Stratified k-fold CV of every model on the same folds and inner splits.
 
     Returns ``{"folds": [...], "models": {name: {"accuracy": summarize(test accuracies),
     "val_accuracy": ..., "best_epoch": [...]}}}``. ``max_folds`` runs only the first folds (the
-    quick mode); the summary then covers those folds only.
+    quick mode); the summary then covers those folds only. ``splits`` replaces the stratified
+    outer folds by given ``(train_index, test_index)`` pairs (fold ``i`` of them is fold ``i``).
     """
     if not dataset:
         raise ValueError("the dataset is empty")
@@ -227,7 +242,7 @@ def cross_validate(
     if empty:
         raise ValueError(f"graphs without nodes at indices {empty[:10]}; drop them first")
     labels = check_graph_labels(graph_labels(dataset))
-    splits = stratified_folds(labels, folds, seed)
+    splits = list(splits) if splits is not None else stratified_folds(labels, folds, seed)
     if max_folds is not None:
         splits = splits[:max_folds]
     per_fold = []
@@ -242,13 +257,20 @@ def cross_validate(
         for name, factory in models.items():
             seed_everything(seed + fold)
             model = factory()
-            fit = train_with_validation(
+            fit = fit_graph_classifier(
                 model, [data[i] for i in inner], [data[i] for i in val], configs[name],
                 seed=seed + fold, desc=f"fold {fold} {name}", progress=progress,
+                checkpoint=checkpoint(fold, name) if checkpoint is not None else None,
+                device=device,
             )
-            test = evaluate(model, test_loader)  # the test fold is touched once, here
-            fit.pop("history")
-            record["models"][name] = {"test_accuracy": test["accuracy"], **fit}
+            if on_model_fit is not None:
+                on_model_fit(fold, name, model, fit)
+            test = evaluate(model, test_loader, device)  # the test fold is touched once, here
+            record["models"][name] = {
+                "test_accuracy": test["accuracy"], "best_epoch": fit.best_epoch,
+                "val_accuracy": fit.best.score, "val_loss": fit.best.loss,
+                "epochs_run": fit.epochs_run, "epoch_seconds": fit.epoch_seconds,
+            }
         per_fold.append(record)
         if on_fold_end is not None:
             on_fold_end(record)

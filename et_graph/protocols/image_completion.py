@@ -1,22 +1,30 @@
 """Training, evaluation, baselines and dynamics analysis for masked image completion.
 
 Protocol: the model is trained on the training images only, with a fresh random patch mask per
-batch. Held-out images get one fixed, seeded patch mask, and the model and both baselines are
-scored on exactly those masked patches: the MSE over the pixels of the masked patches.
+batch. Training goes through the one engine, :class:`~et_graph.training.Trainer`, which needs a
+validation score: a seeded ``val_fraction`` (default 10%) of the *training* images is held out
+with one fixed, seeded patch mask, the score is minus the masked-patch MSE on it, and the best
+epoch's weights are kept (ties: the earlier epoch). The model trains on the other 90%; the
+held-out test images play no part in training or selection. Held-out images get one fixed,
+seeded patch mask, and the model and both baselines are scored on exactly those masked patches:
+the MSE over the pixels of the masked patches.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Optional, Union
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
+from ..datasets.images import split_images
 from ..nn.models.image_completion import ETImageCompletion, check_images, patchify
+from ..training import CheckpointConfig, FitResult, TrainConfig, Trainer, Validation
 
 ENERGY_TOLERANCE = 1e-4
+#: Seed offset of the validation split of the training images and of its fixed mask.
+VALIDATION_SEED = 20_000
 
 
 def masked_mse(prediction: Tensor, target: Tensor, patch_mask: Tensor) -> float:
@@ -34,46 +42,95 @@ def masked_mse(prediction: Tensor, target: Tensor, patch_mask: Tensor) -> float:
     return float(error.mean())
 
 
+@dataclass
+class ImageTrainConfig(TrainConfig):
+    """Training of :class:`ETImageCompletion`: the engine's settings plus the batch size.
+
+    Attributes:
+        epochs: the most epochs to train.
+        lr: learning rate.
+        weight_decay: L2 penalty (Adam) or decoupled weight decay (AdamW).
+        optimizer: adam or adamw.
+        patience: stop after this many epochs without a new best validation epoch (0 = never).
+        lr_schedule: none, cosine or plateau.
+        lr_floor: the cosine schedule's final LR as a fraction of lr.
+        lr_patience: the plateau schedule's patience in epochs.
+        grad_clip: clip the gradient norm to this value (0 = off).
+        batch_size: training images per batch.
+    """
+
+    epochs: int = 30
+    lr: float = 2e-3
+    grad_clip: float = 1.0
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {self.batch_size}")
+
+
+def validation_split(
+    train_images: Tensor, val_fraction: float = 0.1, seed: int = 0
+) -> tuple[Tensor, Tensor]:
+    """A seeded random ``(fit, validation)`` split of the training images; both non-empty."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must lie strictly between 0 and 1, got {val_fraction}")
+    return split_images(train_images, val_fraction, VALIDATION_SEED + seed)
+
+
+class ImageCompletionTask:
+    """The :class:`~et_graph.training.TrainingTask` of masked image completion: shuffled batches
+    of the fit images with a fresh random mask per batch; validation on the validation images
+    with one fixed mask (score = -masked MSE, ties broken by the MSE itself)."""
+
+    def __init__(self, model: ETImageCompletion, fit_images: Tensor, val_images: Tensor,
+                 batch_size: int, seed: int = 0) -> None:
+        self.fit_images, self.val_images = fit_images, val_images
+        self.batch_size = batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.val_mask = model.random_mask(
+            val_images.size(0), generator=torch.Generator().manual_seed(VALIDATION_SEED + seed)
+        ).cpu()
+        self.val_target = patchify(val_images, model.patch_size).float()
+
+    def batches(self, epoch: int) -> Iterator[Tensor]:
+        order = torch.randperm(self.fit_images.size(0), generator=self.generator)
+        for start in range(0, order.numel(), self.batch_size):
+            yield self.fit_images[order[start : start + self.batch_size]]
+
+    def loss(self, model: ETImageCompletion, images: Tensor) -> Tensor:
+        device = model.position.device
+        mask = model.random_mask(images.size(0), generator=self.generator)
+        return model.loss(images.to(device), mask)
+
+    def validate(self, model: ETImageCompletion) -> Validation:
+        mse = masked_mse(predict_patches(model, self.val_images, self.val_mask),
+                         self.val_target, self.val_mask)
+        return Validation(score=-mse, loss=mse, metrics={"mse": mse})
+
+
 def train_image_completion(
     model: ETImageCompletion,
     train_images: Tensor,
-    epochs: int = 30,
-    batch_size: int = 64,
-    lr: float = 2e-3,
-    weight_decay: float = 0.0,
-    clip_norm: Optional[float] = 1.0,
+    config: Optional[ImageTrainConfig] = None,
+    val_fraction: float = 0.1,
     seed: int = 0,
     progress: bool = True,
-) -> list[float]:
-    """Adam on the masked-patch MSE; a new random mask for every batch. Returns the mean
-    training loss of each epoch."""
+    checkpoint: Optional[CheckpointConfig] = None,
+    fingerprint: str = "",
+) -> FitResult:
+    """Train with :class:`~et_graph.training.Trainer` on the masked-patch MSE of a seeded
+    ``1 - val_fraction`` part of ``train_images`` (a fresh random mask per batch), keep the epoch
+    with the lowest masked MSE on the other part (one fixed seeded mask) and return the
+    :class:`~et_graph.training.FitResult`; the model holds that epoch's weights."""
+    config = config or ImageTrainConfig()
     check_images(train_images, model.channels)
-    if epochs < 0 or batch_size <= 0:
-        raise ValueError("epochs must be >= 0 and batch_size > 0")
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    device = model.position.device
-    history = []
-    bar = tqdm(range(epochs), desc="train ET", disable=not progress, leave=False)
-    for _ in bar:
-        model.train()
-        order = torch.randperm(train_images.size(0), generator=generator)
-        total, count = 0.0, 0
-        for start in range(0, order.numel(), batch_size):
-            images = train_images[order[start : start + batch_size]].to(device)
-            mask = model.random_mask(images.size(0), generator=generator)
-            loss = model.loss(images, mask)
-            optimizer.zero_grad()
-            loss.backward()
-            if clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-            optimizer.step()
-            total += float(loss.detach()) * images.size(0)
-            count += images.size(0)
-        history.append(total / max(count, 1))
-        bar.set_postfix(loss=f"{history[-1]:.4f}")
-    model.eval()
-    return history
+    fit_images, val_images = validation_split(train_images, val_fraction, seed)
+    task = ImageCompletionTask(model, fit_images, val_images, config.batch_size, seed)
+    trainer = Trainer(config, checkpoint=checkpoint, description="train ET", progress=progress,
+                      generators=[task.generator], fingerprint=fingerprint)
+    return trainer.fit(model, task)
 
 
 @torch.no_grad()
@@ -150,16 +207,6 @@ def evaluate_image_completion(
     return {name: masked_mse(pred, target, patch_mask) for name, pred in predictions.items()}
 
 
-@contextmanager
-def _one_step_at_a_time(model: ETImageCompletion) -> Iterator[int]:
-    steps = model.conv.steps
-    model.conv.steps = 1
-    try:
-        yield steps
-    finally:
-        model.conv.steps = steps
-
-
 @torch.no_grad()
 def trace_dynamics(model: ETImageCompletion, images: Tensor, patch_mask: Tensor) -> dict:
     """Follow the descent step by step (evaluation mode, so no noise).
@@ -176,16 +223,15 @@ def trace_dynamics(model: ETImageCompletion, images: Tensor, patch_mask: Tensor)
     x = model.encode(images.to(model.position.device), mask)
     tokens, energies = [x], []
     norms = {key: [] for key in ("att_masked", "att_open", "hn_masked", "hn_open")}
-    with _one_step_at_a_time(model) as steps:
-        for _ in range(steps):
-            attention, hopfield = conv.dense_attention_and_hopfield_grads(x)
-            for name, part in (("att", attention), ("hn", hopfield)):
-                size = (conv.alpha * part).norm(dim=-1)  # [B, M]
-                norms[f"{name}_masked"].append(float(size[mask].mean()))
-                norms[f"{name}_open"].append(float(size[~mask].mean()))
-            x, step_energy = conv.forward_dense(x, return_energy=True)
-            energies.append(step_energy[:, 0])
-            tokens.append(x)
+    for _ in range(conv.steps):
+        attention, hopfield = conv.dense_attention_and_hopfield_grads(x)
+        for name, part in (("att", attention), ("hn", hopfield)):
+            size = (conv.alpha * part).norm(dim=-1)  # [B, M]
+            norms[f"{name}_masked"].append(float(size[mask].mean()))
+            norms[f"{name}_open"].append(float(size[~mask].mean()))
+        x, step_energy = conv.forward_dense(x, return_energy=True, steps=1)
+        energies.append(step_energy[:, 0])
+        tokens.append(x)
     energies.append(conv.dense_energy(x))
     usage = torch.relu(conv.norm(x) @ conv.xi.t()).mean(dim=(0, 1))
     return {

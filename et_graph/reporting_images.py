@@ -1,0 +1,156 @@
+"""Figures of the masked image completion run (``et-graph image``): completions, energy along
+the descent, update norms, decoded memories, position similarity and the training curves."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .nn.models.image_completion import ETImageCompletion
+from .protocols.image_completion import nearest_open_baseline
+
+FIGURES = ("completion_grid.png", "energy.png", "update_norms.png", "memories.png",
+           "position_similarity.png", "training_loss.png")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _as_display(image: Tensor):
+    """``[C, H, W]`` to something ``imshow`` understands."""
+    image = image.detach().float()
+    return image[0].numpy() if image.size(0) == 1 else image.permute(1, 2, 0).numpy()
+
+
+def _mosaic(tiles: Tensor, columns: int, pad: int = 1, pad_value: float = 1.0) -> Tensor:
+    """Tiles ``[N, C, h, w]`` laid out row by row into one ``[C, H, W]`` picture, so that a
+    figure needs one ``imshow`` instead of one axes per tile (much faster to draw)."""
+    count, channels, height, width = tiles.shape
+    rows = -(-count // columns)
+    canvas = torch.full(
+        (channels, rows * (height + pad) + pad, columns * (width + pad) + pad), pad_value
+    )
+    for index in range(count):
+        top = pad + (index // columns) * (height + pad)
+        left = pad + (index % columns) * (width + pad)
+        canvas[:, top : top + height, left : left + width] = tiles[index].float()
+    return canvas
+
+
+def _masked_view(model: ETImageCompletion, images: Tensor, mask: Tensor) -> Tensor:
+    patches = model.patchify(images).float()
+    grey = torch.full_like(patches, 0.5)
+    return model.unpatchify(torch.where(mask.unsqueeze(-1), grey, patches))
+
+
+def write_figures(
+    out: Path,
+    model: ETImageCompletion,
+    test_images: Tensor,
+    test_mask: Tensor,
+    trace: dict[str, Any],
+    history: list[dict[str, float]],
+    best_epoch: int = -1,
+) -> None:
+    """Write :data:`FIGURES` to ``out``; ``history`` is the engine's per-epoch history."""
+    plt = _pyplot()
+    cmap = "gray" if model.channels == 1 else None
+    height, width = model.image_size
+    count = min(8, test_images.size(0))
+    images, mask = test_images[:count], test_mask[:count]
+    rows = {
+        "masked": _masked_view(model, images, mask),
+        "ET": model.complete(images, mask),
+        "nearest open": model.unpatchify(
+            nearest_open_baseline(images, mask, model.patch_size, model.grid_size)
+        ),
+        "original": images,
+    }
+    tiles = torch.cat([batch.float().clamp(0, 1) for batch in rows.values()])
+    picture = _mosaic(tiles, columns=count, pad=max(1, height // 8))
+    fig, ax = plt.subplots(figsize=(1.0 * count + 1.2, 1.0 * len(rows) + 0.5))
+    ax.imshow(_as_display(picture), cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+    step = picture.size(1) / len(rows)
+    ax.set_yticks([step * (i + 0.5) for i in range(len(rows))], list(rows))
+    ax.set_xticks([])
+    ax.set_title("Held-out images (grey = masked patch)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "completion_grid.png", dpi=80)
+    plt.close(fig)
+
+    energies = trace["energies"]
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    for curve in energies[:32]:
+        ax.plot(curve.numpy(), color="tab:blue", alpha=0.25, linewidth=0.8)
+    ax.plot(energies.mean(0).numpy(), color="black", linewidth=2, label="mean over images")
+    ax.set_xlabel("step t")
+    ax.set_ylabel("energy E per image")
+    ax.set_title("Energy along the ET dynamics (held-out)", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "energy.png", dpi=80)
+    plt.close(fig)
+
+    norms = trace["norms"]
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
+    for ax, group in zip(axes, ("masked", "open")):
+        steps = range(1, len(norms[f"att_{group}"]) + 1)
+        ax.plot(steps, norms[f"att_{group}"].numpy(), marker="o", label="attention (ATT)")
+        ax.plot(steps, norms[f"hn_{group}"].numpy(), marker="s", label="Hopfield (HN)")
+        ax.set_title(f"{group} patches", fontsize=10)
+        ax.set_xlabel("step t")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0].set_ylabel("mean ||alpha * dE/dg|| per token")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Size of each energy term's share of the token update", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "update_norms.png", dpi=80)
+    plt.close(fig)
+
+    memories = model.decoded_memories().float().clamp(0, 1)
+    order = trace["memory_usage"].argsort(descending=True)[:64]
+    picture = _mosaic(memories[order], columns=8, pad=1, pad_value=0.5)
+    fig, ax = plt.subplots(figsize=(4, 4.3))
+    ax.imshow(_as_display(picture), cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+    ax.axis("off")
+    ax.set_title("Hopfield memories decoded as patches\n(most used first, row by row)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "memories.png", dpi=80)
+    plt.close(fig)
+
+    position = model.position.detach().float()
+    position = position / position.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    similarity = (position @ position.t()).reshape(model.num_patches, 1, *model.grid_size)
+    picture = _mosaic(similarity, columns=model.grid_size[1], pad=1, pad_value=float("nan"))
+    fig, ax = plt.subplots(figsize=(4, 4.3))
+    shown = ax.imshow(picture[0].numpy(), cmap="viridis", vmin=-1, vmax=1,
+                      interpolation="nearest")
+    ax.axis("off")
+    fig.colorbar(shown, ax=ax, fraction=0.046)
+    ax.set_title("Cosine similarity of each patch's position\nembedding to all others",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "position_similarity.png", dpi=80)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    epochs = [row["epoch"] + 1 for row in history]
+    ax.plot(epochs, [row["train_loss"] for row in history], marker=".", label="training")
+    ax.plot(epochs, [-row["val_score"] for row in history], marker=".", label="validation")
+    if best_epoch >= 0:
+        ax.axvline(best_epoch + 1, color="grey", linestyle=":", label="kept epoch")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("MSE (masked patches)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "training_loss.png", dpi=80)
+    plt.close(fig)
