@@ -14,6 +14,7 @@ from ..training import TrainConfig
 
 SELECT_METRICS = ("f1_macro", "auroc", "auprc")
 HOPFIELD_KINDS = ("relu", "softmax")
+READOUT_KINDS = ("first_last", "ego_neighbour")
 
 
 @dataclass
@@ -31,6 +32,14 @@ class ETModelConfig:
         noise_std: noise added to the tokens at each step in training (paper eq. 27).
         dropout: dropout in the readout MLP.
         positional: learnable per-node positional embedding (transductive use only).
+        readout: first_last (MLP on LN(x1) || LN(xT)) or ego_neighbour (plus the mean of the
+            in-neighbours' LN(xT), so the MLP compares a node with its neighbourhood).
+        label_trick: add the neighbours' training labels as 3 input columns (share of the
+            in-neighbours that are training anomalies / training normals, log(1 + labelled
+            in-neighbours)); a node never sees its own label, validation and test labels never
+            enter, and each epoch half of the training nodes feed labels while the other half
+            carry the loss. Scoring the fitted graph uses every training label; another graph
+            gets zeros (no labels known).
     """
 
     hidden: int = 64
@@ -43,10 +52,14 @@ class ETModelConfig:
     noise_std: float = 0.0
     dropout: float = 0.0
     positional: bool = False
+    readout: str = "first_last"
+    label_trick: bool = False
 
     def __post_init__(self) -> None:
         if self.hopfield not in HOPFIELD_KINDS:
             raise ValueError(f"hopfield must be one of {HOPFIELD_KINDS}, got {self.hopfield!r}")
+        if self.readout not in READOUT_KINDS:
+            raise ValueError(f"readout must be one of {READOUT_KINDS}, got {self.readout!r}")
         for name in ("hidden", "heads", "head_dim"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -148,6 +161,8 @@ def et_space(trial: Any) -> dict[str, dict[str, Any]]:
             "steps": trial.suggest_int("steps", 1, 2),
             "alpha": trial.suggest_float("alpha", 0.1, 1.0, log=True),
             "dropout": trial.suggest_float("dropout", 0.0, 0.5),
+            "readout": trial.suggest_categorical("readout", list(READOUT_KINDS)),
+            "label_trick": trial.suggest_categorical("label_trick", [False, True]),
         },
         "train": {
             "lr": trial.suggest_float("lr", 1e-3, 5e-2, log=True),

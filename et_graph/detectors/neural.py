@@ -4,6 +4,15 @@
 the class-weighted BCE of the training nodes (paper eq. 12; full batch, or one induced subgraph
 per epoch) and the validation score (the config's ``select_metric`` at the validation-chosen
 threshold). Only training and validation labels are read.
+
+With the *label trick* (``ETModelConfig.label_trick``; Wang et al., "Bag of Tricks for Node
+Classification with Graph Neural Networks", 2021) the training labels of a node's in-neighbours
+become 3 extra input columns (:func:`neighbour_label_features`). Each epoch the training nodes are
+split at random (the task's seeded, checkpointed generator) into an *input* half, whose labels
+feed the columns, and a *target* half, which alone carries the loss: a neighbour's aggregate can
+carry a node's own label back over two hops, and this way no loss is taken on a label that is
+also an input. Validation and scoring use every training label as input; validation and test
+labels never enter.
 """
 from __future__ import annotations
 
@@ -27,13 +36,49 @@ from ..training.engine import _rank_world
 from .base import BaseDetector
 from .config import ETDetectorConfig, GNNDetectorConfig, NodeTrainConfig
 
+#: Number of input columns the label trick adds.
+NUM_LABEL_FEATURES = 3
+
+
+def known_labels(y: Tensor, nodes: Tensor) -> Tensor:
+    """``[N]`` long: ``y`` at ``nodes`` (index or bool mask), ``-1`` (unknown) elsewhere."""
+    labels = torch.full((y.numel(),), -1, dtype=torch.long, device=y.device)
+    labels[nodes] = y[nodes].long()
+    return labels
+
+
+def neighbour_label_features(edge_index: Tensor, labels: Tensor) -> Tensor:
+    """The label-trick columns ``[N, 3]`` (float32) from ``labels`` in {-1 (unknown), 0, 1}:
+    for each node, the share of its in-neighbours (sources of ``j -> i``, with multiplicity)
+    whose known label is 1 (anomalous), the share whose known label is 0, and
+    ``log(1 + number of in-neighbours with a known label)``. Self-loops are skipped, so a node's
+    own label never enters its row; a node without in-neighbours gets zeros, and so does every
+    node when no label is known."""
+    num_nodes = labels.numel()
+    src, dst = edge_index[0], edge_index[1]
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    source = labels[src]
+    ones = torch.ones(dst.numel(), device=labels.device)
+    degree = torch.zeros(num_nodes, device=labels.device).index_add_(0, dst, ones)
+    anomalous = torch.zeros(num_nodes, device=labels.device).index_add_(
+        0, dst, (source == 1).float())
+    normal = torch.zeros(num_nodes, device=labels.device).index_add_(0, dst, (source == 0).float())
+    share = degree.clamp_min(1.0)
+    return torch.stack([anomalous / share, normal / share, (anomalous + normal).log1p()], dim=-1)
+
 
 class NodeAnomalyTask:
-    """Loss and validation of a node anomaly network ``model(x, edge_index[, node_ids])``."""
+    """Loss and validation of a node anomaly network ``model(x, edge_index[, node_ids])``.
+
+    With ``label_trick`` the network's input is ``[x, neighbour_label_features]``: in training
+    from a fresh random half of the training nodes each epoch (the loss on the other half), in
+    validation from all training nodes.
+    """
 
     def __init__(self, data: Data, y: Tensor, train: Tensor, val: Tensor,
                  config: NodeTrainConfig, generator: torch.Generator, pass_node_ids: bool,
-                 device: torch.device) -> None:
+                 device: torch.device, label_trick: bool = False) -> None:
         self.data = data
         self.y = y.to(device)
         self.y_val = y[val].numpy()
@@ -44,6 +89,34 @@ class NodeAnomalyTask:
         self.pass_node_ids = pass_node_ids
         self.pos_weight = class_weight(y[train])
         self.device = device
+        self.label_trick = label_trick
+        self.eval_x = data.x
+        if label_trick:
+            labels = known_labels(self.y, self.train_index.to(device))
+            self.eval_x = torch.cat(
+                [data.x, neighbour_label_features(data.edge_index, labels).to(data.x.dtype)],
+                dim=-1)
+
+    def split_train(self) -> tuple[Tensor, Tensor]:
+        """The label trick's draw: ``(input nodes, target nodes)``, a random half of the
+        training nodes each (the target half gets the extra node of an odd count)."""
+        train = self.train_index
+        order = torch.randperm(train.numel(), generator=self.generator)
+        half = train.numel() // 2
+        return train[order[:half]].sort().values, train[order[half:]].sort().values
+
+    def train_input(self) -> tuple[Tensor, Tensor]:
+        """``(x, target nodes)`` of one training epoch: ``data.x`` and every training node, or
+        with the label trick the input half's label columns appended and the target half."""
+        if not self.label_trick:
+            return self.data.x, self.train_index
+        inputs, targets = self.split_train()
+        labels = known_labels(self.y, inputs.to(self.device))
+        x = torch.cat(
+            [self.data.x,
+             neighbour_label_features(self.data.edge_index, labels).to(self.data.x.dtype)],
+            dim=-1)
+        return x, targets
 
     def batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor, Optional[Tensor], Tensor]]:
         """One batch per epoch: the full graph (each DDP rank scoring its shard of the training
@@ -51,12 +124,13 @@ class NodeAnomalyTask:
         nodes); in a subgraph only its training nodes carry a loss."""
         data, ratio = self.data, self.config.subgraph_ratio
         rank, world = _rank_world()
+        x, targets = self.train_input()
         if ratio <= 0:
-            train = self.train_index
+            train = targets
             if world > 1:
                 order = torch.randperm(train.numel(), generator=self.generator)
                 train = train[order][rank::world]
-            yield data.x, data.edge_index, None, train.to(self.device)
+            yield x, data.edge_index, None, train.to(self.device)
             return
         num_nodes = data.num_nodes
         count = max(int(round(ratio * num_nodes)), 2)
@@ -66,9 +140,9 @@ class NodeAnomalyTask:
         edge_index, _ = subgraph(nodes, data.edge_index.cpu(), relabel_nodes=True,
                                  num_nodes=num_nodes)
         is_train = torch.zeros(num_nodes, dtype=torch.bool)
-        is_train[self.train_index] = True
+        is_train[targets] = True
         local = is_train[nodes].nonzero().view(-1)
-        yield (data.x[nodes.to(data.x.device)], edge_index.to(self.device),
+        yield (x[nodes.to(x.device)], edge_index.to(self.device),
                nodes.to(self.device), local.to(self.device))
 
     def loss(self, model: nn.Module, batch: Any) -> Tensor:
@@ -81,7 +155,7 @@ class NodeAnomalyTask:
         return weighted_bce_loss(logits[local], target, self.pos_weight)
 
     def validate(self, model: nn.Module) -> Validation:
-        logits = model(self.data.x, self.data.edge_index)[self.val_index.to(self.device)]
+        logits = model(self.eval_x, self.data.edge_index)[self.val_index.to(self.device)]
         prob = torch.sigmoid(logits).double().cpu().numpy()
         score, threshold = validation_score(self.y_val, prob, self.config.select_metric)
         loss = float(weighted_bce_loss(logits.cpu(), torch.from_numpy(self.y_val),
@@ -106,8 +180,18 @@ class NeuralDetector(BaseDetector):
     on_epoch = None
     checkpoint: Optional[CheckpointConfig] = None
 
+    #: After ``fit`` with the label trick: the training labels (-1 elsewhere) and the fitted
+    #: graph's ``edge_index``, from which :meth:`network_input` builds the label columns.
+    train_labels_: Optional[Tensor] = None
+    fit_edge_index_: Optional[Tensor] = None
+
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         raise NotImplementedError
+
+    @property
+    def label_trick(self) -> bool:
+        """Whether the network reads the neighbours' training labels (ET's ``label_trick``)."""
+        return bool(getattr(self.config.model, "label_trick", False))
 
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         torch.manual_seed(self.seed)
@@ -116,8 +200,11 @@ class NeuralDetector(BaseDetector):
         model = self.build_network(data.num_features, data.num_nodes).to(self.device)
         train_config: NodeTrainConfig = self.config.train
         generator = torch.Generator().manual_seed(self.seed)
+        self.train_labels_ = known_labels(y, train) if self.label_trick else None
+        self.fit_edge_index_ = data.edge_index.cpu() if self.label_trick else None
         task = NodeAnomalyTask(data, y, train, val, train_config, generator,
-                               getattr(model, "positional", None) is not None, self.device)
+                               getattr(model, "positional", None) is not None, self.device,
+                               label_trick=self.label_trick)
         trainer = Trainer(
             train_config,
             checkpoint=self.checkpoint,
@@ -134,15 +221,45 @@ class NeuralDetector(BaseDetector):
         self.history_ = result.history
         self.fit_info_ = result.as_dict()
 
+    def network_input(self, data: Data) -> Tensor:
+        """The network's node input for ``data``: ``data.x``, or with the label trick
+        ``[data.x, neighbour_label_features]``. On the fitted graph (the same number of nodes
+        and the same ``edge_index``) the label columns come from the training labels remembered
+        by ``fit`` (never from ``data.y``); on any other graph no label is known and the columns
+        are zero."""
+        x = data.x.to(self.device)
+        if not self.label_trick:
+            return x
+        if self.train_labels_ is None:
+            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
+        if self._is_fitted_graph(data):
+            labels = self.train_labels_
+        else:
+            labels = torch.full((data.num_nodes,), -1, dtype=torch.long)
+        columns = neighbour_label_features(data.edge_index.to(self.device),
+                                           labels.to(self.device))
+        return torch.cat([x, columns.to(x.dtype)], dim=-1)
+
+    def _is_fitted_graph(self, data: Data) -> bool:
+        edge_index = self.fit_edge_index_
+        return (edge_index is not None and data.num_nodes == self.train_labels_.numel()
+                and data.edge_index.shape == edge_index.shape
+                and torch.equal(data.edge_index.cpu(), edge_index))
+
     @torch.no_grad()
     def _score(self, data: Data) -> Tensor:
         self.model_.eval()
         data = data.to(self.device)
-        return torch.sigmoid(self.model_(data.x, data.edge_index))
+        return torch.sigmoid(self.model_(self.network_input(data), data.edge_index))
 
 
 class ETDetector(NeuralDetector):
     """Energy Transformer node anomaly detector (supervised, paper eqs. 10-12).
+
+    With ``label_trick=True`` the network reads 3 more input columns (the neighbours' training
+    labels, see :func:`neighbour_label_features`); :meth:`network_input` gives its input for a
+    graph. Scoring the graph it was fitted on uses the training labels from ``fit``; scoring
+    another graph (inductive use) sets those columns to zero, as no label is known there.
 
     Example:
         >>> det = ETDetector(epochs=50, hidden=32).fit(data)   # data.train_mask / val_mask
@@ -152,12 +269,16 @@ class ETDetector(NeuralDetector):
     config_class = ETDetectorConfig
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
+        """The network for ``in_channels`` raw features (plus the label columns with
+        ``label_trick``)."""
         m = self.config.model
+        if m.label_trick:
+            in_channels += NUM_LABEL_FEATURES
         return ETAnomalyNet(
             in_channels, hidden_channels=m.hidden, heads=m.heads, head_dim=m.head_dim,
             hopfield_dim=m.hopfield_dim, steps=m.steps, alpha=m.alpha, hopfield=m.hopfield,
             noise_std=m.noise_std, num_nodes=num_nodes if m.positional else None,
-            positional=m.positional, dropout=m.dropout,
+            positional=m.positional, dropout=m.dropout, readout=m.readout,
         )
 
     @torch.no_grad()
@@ -167,7 +288,7 @@ class ETDetector(NeuralDetector):
         self._check_fitted()
         self.model_.eval()
         data = data.to(self.device)
-        return self.model_.energy_score(data.x, data.edge_index).float().cpu()
+        return self.model_.energy_score(self.network_input(data), data.edge_index).float().cpu()
 
 
 class MLPDetector(NeuralDetector):

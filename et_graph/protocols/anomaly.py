@@ -274,7 +274,7 @@ def energy_trajectory(det: ETDetector, data: Data, split: Split, extra_steps: in
     conv = model.conv
     y, val = data.y.cpu().numpy(), split.val.numpy()
     groups = {"normal": val[y[val] == 0], "anomalous": val[y[val] == 1]}
-    x = model.embed(data.x)
+    x = model.embed(det.network_input(data))
     out: dict[str, list[float]] = {"all": [], "normal": [], "anomalous": []}
     last = conv.steps + extra_steps
     for step in range(last + 1):

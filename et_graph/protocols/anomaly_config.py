@@ -24,6 +24,7 @@ from ..detectors import (
     NodeTrainConfig,
 )
 from ..transforms.features import prepare_detection_data
+from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_stats
 
 MODEL_NAMES = tuple(DETECTORS)
 ENERGY_ROW = "et_energy_trained"
@@ -41,6 +42,9 @@ class AnomalyDataConfig:
         relation: YelpChi/Amazon relation: homo or one relation matrix.
         feature_norm: per-column transform over all nodes: none, standard or quantile.
         degree_feature: append log(1 + degree) to the node features.
+        neighbour_stats: append statistics of each node's in-neighbours' features (a comma list
+            of mean, sq_mean, max, min, std, degree; none = off), computed on the raw features
+            before feature_norm, label-free, the same for every model.
     """
 
     dataset: str = "tolokers"
@@ -49,6 +53,10 @@ class AnomalyDataConfig:
     relation: str = "homo"
     feature_norm: str = "quantile"
     degree_feature: bool = True
+    neighbour_stats: str = "none"
+
+    def __post_init__(self) -> None:
+        parse_neighbour_stats(self.neighbour_stats)  # ValueError for unknown names
 
 
 @dataclass
@@ -162,7 +170,9 @@ def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = 
 
 
 def load_data(config: AnomalyDataConfig, data: Optional[Data] = None) -> Data:
-    """The configured graph (or ``data``), validated and with the label-free feature transform."""
+    """The configured graph (or ``data``), validated and with the label-free feature transform:
+    ``[x, neighbour statistics of x, log(1 + degree)]`` (each part as configured), then
+    ``feature_norm`` over all of these columns."""
     from ..datasets import load_anomaly_dataset
 
     if data is None:
@@ -171,4 +181,7 @@ def load_data(config: AnomalyDataConfig, data: Optional[Data] = None) -> Data:
         else:
             data = load_anomaly_dataset(config.dataset, root=config.data_root,
                                         relation=config.relation)
+    stats = parse_neighbour_stats(config.neighbour_stats)
+    if stats:
+        data = NeighbourhoodStatistics(stats)(prepare_detection_data(data, "none", False))
     return prepare_detection_data(data, config.feature_norm, config.degree_feature)

@@ -5,13 +5,23 @@ from .laplacian_pe import (
     cls_padded_adjacency,
     normalized_laplacian,
 )
+from .neighbourhood import (
+    NEIGHBOUR_STATS,
+    NeighbourhoodStatistics,
+    neighbourhood_statistics,
+    parse_neighbour_stats,
+)
 
 __all__ = [
     "FEATURE_NORMS",
+    "NEIGHBOUR_STATS",
     "prepare_detection_data",
     "quantile_normal",
     "CLSLaplacianPE",
+    "NeighbourhoodStatistics",
     "cls_laplacian_eigenvectors",
     "cls_padded_adjacency",
+    "neighbourhood_statistics",
     "normalized_laplacian",
+    "parse_neighbour_stats",
 ]

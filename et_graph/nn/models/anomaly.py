@@ -5,9 +5,13 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.utils import scatter
 
 from ..conv import ETConv
 from ..validation import check_features
+
+#: Readouts of :class:`ETAnomalyNet`.
+READOUTS = ("first_last", "ego_neighbour")
 
 
 class ETAnomalyNet(nn.Module):
@@ -21,8 +25,20 @@ class ETAnomalyNet(nn.Module):
         \mathrm{LN}(\mathbf{x}^T_A))\big)
 
     where ``LN`` is the conv's own energy LayerNorm (``conv.norm``), so the readout sees exactly
-    the ``g`` the energy is a function of. :meth:`forward` returns the anomaly *logit*; train it
-    with :func:`weighted_bce_loss` (weight ``#normal / #anomalous``, paper eq. 12).
+    the ``g`` the energy is a function of. With ``readout="ego_neighbour"`` the MLP also gets the
+    mean of the in-neighbours' final normalised tokens, so that it can compare a node with its
+    neighbourhood explicitly:
+
+    .. math::
+        \mathrm{MLP}\big(\mathrm{LN}(\mathbf{x}^1_A) \,\|\, \mathrm{LN}(\mathbf{x}^T_A)
+        \,\|\, \tfrac{1}{|\mathcal{N}(A)|}\textstyle\sum_{B \in \mathcal{N}(A)}
+        \mathrm{LN}(\mathbf{x}^T_B)\big)
+
+    over the in-neighbours ``B -> A`` of ``edge_index`` other than ``A`` itself (self-loops are
+    skipped; zero for a node without in-neighbours).
+
+    :meth:`forward` returns the anomaly *logit*; train it with :func:`weighted_bce_loss` (weight
+    ``#normal / #anomalous``, paper eq. 12).
 
     :meth:`energy_score` is the unsupervised score: each node's energy share at the end of the
     descent (``conv.node_energy`` of ``x^T``).
@@ -37,8 +53,9 @@ class ETAnomalyNet(nn.Module):
         positional: add the learnable per-node positional embedding of eq. 10.
         mlp_hidden: hidden width of the readout MLP (default ``hidden_channels``).
         dropout: dropout on the readout MLP's hidden layer (training mode only).
-        input_norm: apply a standard LayerNorm over the raw features before the embedding
-            (``"none"`` keeps them as they are).
+        readout: ``"first_last"`` (``LN(x^1) || LN(x^T)``, width ``2 * hidden``) or
+            ``"ego_neighbour"`` (plus the in-neighbour mean of ``LN(x^T)``, width
+            ``3 * hidden``).
     """
 
     def __init__(
@@ -56,6 +73,7 @@ class ETAnomalyNet(nn.Module):
         positional: bool = False,
         mlp_hidden: Optional[int] = None,
         dropout: float = 0.0,
+        readout: str = "first_last",
     ) -> None:
         super().__init__()
         if in_channels <= 0 or hidden_channels <= 0:
@@ -64,8 +82,11 @@ class ETAnomalyNet(nn.Module):
             raise ValueError("positional=True needs num_nodes (the number of graph nodes)")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if readout not in READOUTS:
+            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
+        self.readout_kind = readout
         self.embedding = nn.Linear(in_channels, hidden_channels)
         self.positional = nn.Embedding(num_nodes, hidden_channels) if positional else None
         self.conv = ETConv(
@@ -80,7 +101,7 @@ class ETAnomalyNet(nn.Module):
         )
         mlp_hidden = hidden_channels if mlp_hidden is None else mlp_hidden
         self.readout = nn.Sequential(
-            nn.Linear(2 * hidden_channels, mlp_hidden),
+            nn.Linear((3 if readout == "ego_neighbour" else 2) * hidden_channels, mlp_hidden),
             nn.ReLU(),
             nn.Dropout(dropout),
             nn.Linear(mlp_hidden, 1),
@@ -132,9 +153,20 @@ class ETAnomalyNet(nn.Module):
             last, energies = self.conv(first, edge_index, return_energy=True)
         else:
             last = self.conv(first, edge_index)
-        features = torch.cat([self.conv.norm(first), self.conv.norm(last)], dim=-1)
-        logits = self.readout(features).squeeze(-1)
+        logits = self.readout(self.readout_features(first, last, edge_index)).squeeze(-1)
         return (logits, energies) if return_energy else logits
+
+    def readout_features(self, first: Tensor, last: Tensor, edge_index: Tensor) -> Tensor:
+        """The readout MLP's input from the tokens ``x^1`` and ``x^T``: ``[N, 2 * hidden]``
+        (``first_last``) or ``[N, 3 * hidden]`` (``ego_neighbour``)."""
+        first, last = self.conv.norm(first), self.conv.norm(last)
+        if self.readout_kind == "first_last":
+            return torch.cat([first, last], dim=-1)
+        src, dst = edge_index[0], edge_index[1]
+        keep = src != dst
+        neighbours = scatter(last[src[keep]], dst[keep], dim=0, dim_size=last.size(0),
+                             reduce="mean")
+        return torch.cat([first, last, neighbours], dim=-1)
 
     @torch.no_grad()
     def energy_score(

@@ -1,0 +1,291 @@
+"""Anomaly-detection ingredients, each a config switch that is off by default: neighbourhood
+statistics as input features, the ego/neighbour ET readout, and the training-label features
+("label trick") with their leakage rules."""
+import math
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from et_graph.cli import main as cli_main
+from et_graph.config import parse
+from et_graph.datasets.synthetic import planted_anomaly_graph
+from et_graph.detectors import ETDetector, ETModelConfig
+from et_graph.detectors.config import et_space
+from et_graph.detectors.neural import (
+    NodeAnomalyTask,
+    known_labels,
+    neighbour_label_features,
+)
+from et_graph.nn.models import ETAnomalyNet
+from et_graph.protocols.anomaly import make_splits
+from et_graph.protocols.anomaly_config import AnomalyConfig, AnomalyDataConfig, load_data
+from et_graph.training import CheckpointConfig
+from et_graph.transforms import NeighbourhoodStatistics, neighbourhood_statistics
+from et_graph.transforms.neighbourhood import parse_neighbour_stats
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# ----------------------------------------------------------------------------------------------
+# Defaults and flags
+# ----------------------------------------------------------------------------------------------
+def test_every_switch_is_off_by_default_and_has_a_flag(capsys):
+    config = AnomalyConfig()
+    assert config.data.neighbour_stats == "none"
+    assert config.et.readout == "first_last" and config.et.label_trick is False
+    flags = parse(AnomalyConfig, ["--neighbour-stats", "mean,std", "--readout", "ego_neighbour",
+                                  "--label-trick"])
+    assert flags.data.neighbour_stats == "mean,std"
+    assert flags.et.readout == "ego_neighbour" and flags.et.label_trick is True
+    with pytest.raises(SystemExit):
+        cli_main(["anomaly", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--neighbour-stats", "--readout", "--label-trick"):
+        assert flag in text
+    with pytest.raises(ValueError, match="neighbour statistics"):
+        AnomalyDataConfig(neighbour_stats="mean,median")
+    with pytest.raises(ValueError, match="readout"):
+        ETModelConfig(readout="sum")
+
+
+def test_search_space_offers_the_switches():
+    optuna = pytest.importorskip("optuna")
+    params = {"hidden": 32, "heads": 1, "head_dim": 8, "steps": 1, "alpha": 0.5, "dropout": 0.1,
+              "readout": "ego_neighbour", "label_trick": True, "lr": 0.01,
+              "weight_decay": 1e-5}
+    space = et_space(optuna.trial.FixedTrial(params))
+    assert space["model"]["readout"] == "ego_neighbour"
+    assert space["model"]["label_trick"] is True
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Neighbourhood statistics
+# ----------------------------------------------------------------------------------------------
+def hand_graph():
+    x = torch.tensor([[1.0, 2.0], [3.0, -1.0], [0.0, 4.0], [5.0, 5.0]])
+    # src -> dst: node 0 hears 1 and 2, node 1 hears 0 and 2, node 2 hears 1, node 3 nobody.
+    edge_index = torch.tensor([[1, 2, 0, 2, 1], [0, 0, 1, 1, 2]])
+    return Data(x=x, edge_index=edge_index, y=torch.tensor([0, 1, 0, 0]))
+
+
+def test_neighbourhood_statistics_match_a_hand_computation():
+    data = hand_graph()
+    stats = neighbourhood_statistics(data.x, data.edge_index,
+                                     ("mean", "sq_mean", "max", "min", "std", "degree"))
+    l2, l1 = math.log(3.0), math.log(2.0)
+    expected = torch.tensor([
+        # mean       sq_mean       max         min          std         degree
+        [1.5, 1.5, 4.5, 8.5, 3.0, 4.0, 0.0, -1.0, 1.5, 2.5, l2],
+        [0.5, 3.0, 0.5, 10.0, 1.0, 4.0, 0.0, 2.0, 0.5, 1.0, l2],
+        [3.0, -1.0, 9.0, 1.0, 3.0, -1.0, 3.0, -1.0, 0.0, 0.0, l1],
+        [0.0] * 11,
+    ])
+    assert torch.allclose(stats, expected, atol=1e-6)
+    # The block order follows stats.
+    assert torch.allclose(neighbourhood_statistics(data.x, data.edge_index, ("min", "mean")),
+                          torch.cat([expected[:, 6:8], expected[:, 0:2]], -1))
+
+
+def test_transform_appends_is_label_free_and_leaves_the_input_alone():
+    data = hand_graph()
+    out = NeighbourhoodStatistics()(data)
+    assert out.x.shape == (4, 2 + 4 * 2)
+    assert torch.equal(out.x[:, :2], data.x) and data.x.shape == (4, 2)
+    assert torch.equal(out.x[:, 2:], neighbourhood_statistics(
+        data.x, data.edge_index, ("mean", "sq_mean", "max", "min")))
+    relabelled = data.clone()
+    relabelled.y = 1 - relabelled.y
+    assert torch.equal(NeighbourhoodStatistics()(relabelled).x, out.x)
+    only = NeighbourhoodStatistics("degree", cat=False)(data)
+    assert only.x.shape == (4, 1)
+    assert "degree" in repr(NeighbourhoodStatistics("degree"))
+    assert parse_neighbour_stats(" Mean , max ") == ("mean", "max")
+    assert parse_neighbour_stats("none") == () and parse_neighbour_stats(None) == ()
+    with pytest.raises(ValueError, match="repeat"):
+        parse_neighbour_stats("mean,mean")
+    with pytest.raises(ValueError, match="at least one"):
+        NeighbourhoodStatistics("none")
+
+
+def test_load_data_adds_statistics_before_the_feature_norm():
+    data = planted_anomaly_graph(150, num_features=4, seed=1)
+    raw = load_data(AnomalyDataConfig(feature_norm="none", degree_feature=True,
+                                      neighbour_stats="mean,max"), data)
+    assert raw.x.shape == (150, 4 + 2 * 4 + 1)
+    assert torch.allclose(raw.x[:, 4:12], neighbourhood_statistics(
+        data.x.float(), data.edge_index, ("mean", "max")))
+    config = AnomalyDataConfig(feature_norm="quantile", neighbour_stats="mean,std,degree")
+    normed = load_data(config, data)
+    assert normed.x.shape == (150, 4 + 2 * 4 + 1 + 1)
+    # The quantile transform saw the new columns too: every column is a normal score.
+    assert normed.x.mean(0).abs().max() < 0.2
+    relabelled = data.clone()
+    relabelled.y = 1 - relabelled.y
+    assert torch.equal(load_data(config, relabelled).x, normed.x)
+    default = load_data(AnomalyDataConfig(), data)
+    assert default.x.shape == (150, 5)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Ego / neighbour readout
+# ----------------------------------------------------------------------------------------------
+def test_ego_neighbour_readout_shapes_and_hand_computed_neighbour_mean():
+    data = planted_anomaly_graph(60, num_features=6, seed=3)
+    # A self-loop on node 0 (skipped by the neighbour mean) and a node 59 without in-edges.
+    edge_index = data.edge_index[:, data.edge_index[1] != 59]
+    edge_index = torch.cat([edge_index, torch.tensor([[0], [0]])], dim=1)
+    model = ETAnomalyNet(6, 8, readout="ego_neighbour").eval()
+    assert model.readout[0].in_features == 24
+    assert model(data.x, edge_index).shape == (60,)
+    first = model.embed(data.x)
+    last = model.conv(first, edge_index)
+    feats = model.readout_features(first, last, edge_index)
+    assert feats.shape == (60, 24)
+    normed = model.conv.norm(last)
+    assert torch.allclose(feats[:, :16], torch.cat([model.conv.norm(first), normed], -1))
+    for node in range(60):
+        sources = [int(s) for s, d in edge_index.t() if int(d) == node and int(s) != node]
+        expected = (normed[sources].mean(0) if sources else torch.zeros(8))
+        assert torch.allclose(feats[node, 16:], expected, atol=1e-5), node
+    assert torch.allclose(model(data.x, edge_index),
+                          model.readout(feats).squeeze(-1), atol=1e-6)
+    assert ETAnomalyNet(6, 8).readout[0].in_features == 16
+    with pytest.raises(ValueError, match="readout"):
+        ETAnomalyNet(6, 8, readout="cls")
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Training-label features
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def graph():
+    data = planted_anomaly_graph(240, seed=3)
+    split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
+    data.train_mask, data.val_mask, data.test_mask = split.masks(240)
+    return data
+
+
+def test_label_features_match_a_hand_computation():
+    # src -> dst: 0 hears 1, 2, 3 and itself; 1 hears 0; 2 hears 0 twice; 3 nobody.
+    edge_index = torch.tensor([[1, 2, 3, 0, 0, 0, 0], [0, 0, 0, 0, 1, 2, 2]])
+    labels = torch.tensor([1, 0, -1, 1])  # node 2 unlabelled
+    feats = neighbour_label_features(edge_index, labels)
+    expected = torch.tensor([
+        [1 / 3, 1 / 3, math.log(3.0)],   # self-loop skipped; 3 in-neighbours, 2 labelled
+        [1.0, 0.0, math.log(2.0)],
+        [1.0, 0.0, math.log(3.0)],       # multiplicity counts
+        [0.0, 0.0, 0.0],
+    ])
+    assert torch.allclose(feats, expected, atol=1e-6)
+    assert torch.equal(neighbour_label_features(edge_index, torch.full((4,), -1)),
+                       torch.zeros(4, 3))
+    assert torch.equal(known_labels(torch.tensor([1, 0, 1]), torch.tensor([True, False, True])),
+                       torch.tensor([1, -1, 1]))
+
+
+def test_training_epochs_split_inputs_from_targets(graph):
+    def task(seed):
+        return NodeAnomalyTask(graph, graph.y, graph.train_mask, graph.val_mask,
+                               ETDetector().config.train, torch.Generator().manual_seed(seed),
+                               False, torch.device("cpu"), label_trick=True)
+
+    first, again = task(0), task(0)
+    train = set(graph.train_mask.nonzero().view(-1).tolist())
+    draws = []
+    for _ in range(2):
+        x, edge_index, _, targets = next(iter(first.batches(0)))
+        x2, _, _, targets2 = next(iter(again.batches(0)))
+        assert torch.equal(x, x2) and torch.equal(targets, targets2)  # seeded
+        target_set = set(targets.tolist())
+        assert target_set < train and len(target_set) == len(train) - len(train) // 2
+        inputs = torch.tensor(sorted(train - target_set))
+        columns = neighbour_label_features(graph.edge_index, known_labels(graph.y, inputs))
+        assert torch.equal(x, torch.cat([graph.x, columns], -1))
+        draws.append(target_set)
+    assert draws[0] != draws[1]  # a fresh split each epoch
+    # Validation input: every training label, no other.
+    columns = neighbour_label_features(graph.edge_index, known_labels(graph.y, graph.train_mask))
+    assert torch.equal(first.eval_x, torch.cat([graph.x, columns], -1))
+
+
+def test_scrambled_validation_and_test_labels_change_nothing(graph):
+    def fit(data, epochs):
+        return ETDetector(label_trick=True, epochs=epochs, hidden=16, seed=1).fit(data)
+
+    hidden = graph.val_mask | graph.test_mask
+    scrambled = graph.clone()
+    scrambled.y = graph.y.clone()
+    scrambled.y[hidden] = 1 - scrambled.y[hidden]
+    # One epoch: the only checkpoint, so even scrambled validation labels cannot move it.
+    a, b = fit(graph, 1), fit(scrambled, 1)
+    assert torch.equal(a.network_input(graph), b.network_input(scrambled))
+    assert torch.equal(a.decision_score_, b.decision_score_)
+    # Several epochs, scrambled test labels only: every epoch and the scores are bit-identical.
+    test_only = graph.clone()
+    test_only.y = graph.y.clone()
+    test_only.y[graph.test_mask] = 1 - test_only.y[graph.test_mask]
+    c, d = fit(graph, 4), fit(test_only, 4)
+    assert [r["train_loss"] for r in c.history_] == [r["train_loss"] for r in d.history_]
+    assert torch.equal(c.decision_score_, d.decision_score_)
+
+
+def test_a_training_node_never_sees_its_own_label(graph):
+    train = graph.train_mask.nonzero().view(-1)
+    src, dst = graph.edge_index
+    # A normal training node with out-neighbours; give it a self-loop too.
+    node = next(int(i) for i in train if graph.y[i] == 0 and bool((src == i).any()))
+    looped = graph.clone()
+    looped.edge_index = torch.cat([graph.edge_index, torch.tensor([[node], [node]])], dim=1)
+    flipped = looped.clone()
+    flipped.y = looped.y.clone()
+    flipped.y[node] = 1
+    a = ETDetector(label_trick=True, epochs=1, hidden=16).fit(looped)
+    b = ETDetector(label_trick=True, epochs=1, hidden=16).fit(flipped)
+    xa, xb = a.network_input(looped), b.network_input(flipped)
+    assert torch.equal(xa[node], xb[node])
+    hearers = sorted(set(dst[src == node].tolist()) - {node})
+    assert hearers and all(not torch.equal(xa[h], xb[h]) for h in hearers)
+    others = sorted(set(range(240)) - set(hearers))
+    assert torch.equal(xa[others], xb[others])
+
+
+def test_label_trick_trains_and_scores_end_to_end(graph):
+    det = ETDetector(label_trick=True, readout="ego_neighbour", epochs=3, hidden=16).fit(graph)
+    assert det.model_.in_channels == graph.num_features + 3
+    score = det.decision_function(graph)
+    assert torch.equal(score, det.decision_score_) and score.shape == (240,)
+    assert det.predict(graph).shape == (240,) and det.node_energy(graph).shape == (240,)
+    assert len(det.history_) == 3
+    # Another graph (inductive): no labels known there, the label columns are zero.
+    other = planted_anomaly_graph(90, seed=9)
+    assert torch.equal(det.network_input(other)[:, -3:], torch.zeros(90, 3))
+    assert det.decision_function(other).shape == (90,)
+    # Subgraph training works with it too.
+    sub = ETDetector(label_trick=True, subgraph_ratio=0.5, epochs=2, hidden=16).fit(graph)
+    assert sub.decision_score_.shape == (240,)
+
+
+def test_label_trick_run_resumes_exactly(graph, tmp_path):
+    class Stop(Exception):
+        pass
+
+    def detector(resume):
+        det = ETDetector(label_trick=True, epochs=4, hidden=16)
+        det.checkpoint = CheckpointConfig(str(tmp_path / "ck"), 1, resume)
+        return det
+
+    full = ETDetector(label_trick=True, epochs=4, hidden=16).fit(graph)
+    cut = detector(False)
+
+    def stop(epoch, _):
+        if epoch == 1:
+            raise Stop
+
+    cut.on_epoch = stop
+    with pytest.raises(Stop):
+        cut.fit(graph)
+    resumed = detector(True).fit(graph)
+    assert resumed.fit_info_["epochs_run"] == 4
+    assert [r["train_loss"] for r in resumed.history_] == [r["train_loss"] for r in full.history_]
+    assert torch.equal(resumed.decision_score_, full.decision_score_)
