@@ -2,9 +2,8 @@
 import pytest
 import torch
 
-from et_graph.baselines import graph_features
 from et_graph.datasets.synthetic import planted_anomaly_graph
-from et_graph.detectors import ETDetector, MLPDetector
+from et_graph.detectors import ETDetector, MLPDetector, neighbourhood_features
 from et_graph.nn.models import ETAnomalyNet, weighted_bce_loss
 from et_graph.protocols.anomaly import evaluate, make_splits
 
@@ -74,10 +73,10 @@ def test_weighted_loss_weights_anomalies():
     assert weighted.item() == pytest.approx(plain.item() * 6 / 4)
 
 
-def test_graph_features_are_x_mean_and_mean_of_mean():
+def test_tree_features_are_x_mean_and_mean_of_mean():
     x = torch.tensor([[1.0], [2.0], [4.0]])
     edge_index = torch.tensor([[1, 2, 0], [0, 0, 1]])
-    feats = graph_features(x, edge_index)
+    feats = neighbourhood_features(x, edge_index)
     assert feats[:, 1].tolist() == [3.0, 1.0, 0.0]
     assert feats[:, 2].tolist() == [0.5, 3.0, 0.0]
 

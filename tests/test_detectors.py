@@ -103,3 +103,21 @@ def test_one_source_of_defaults():
     assert GCNDetector().config.train == detector_config(from_cli, "gcn").train
     assert GBTDetector().config == detector_config(from_cli, "gbt")
     assert ETDetector(hidden=32).config.model.hidden == 32
+
+
+def test_gcn_adjacency_cache_follows_the_graph():
+    from et_graph.baselines import GCNNet
+
+    net = GCNNet(8, 16).eval()
+    a, b = planted_anomaly_graph(60, seed=1), planted_anomaly_graph(60, seed=2)
+    out_a = net(a.x, a.edge_index)
+    assert torch.equal(net(a.x, a.edge_index), out_a)  # reused for the same graph
+    fresh = GCNNet(8, 16).eval()
+    fresh.load_state_dict(net.state_dict())
+    # A different graph right after: the cache must not hand it a's adjacency.
+    assert torch.allclose(net(b.x, b.edge_index), fresh(b.x, b.edge_index))
+    edge_index = a.edge_index.clone()
+    net(a.x, edge_index)
+    edge_index[:, :10] = edge_index[:, 10:20].clone()  # edited in place: version changes
+    assert torch.allclose(net(a.x, edge_index), fresh(a.x, edge_index))
+    assert not torch.allclose(net(a.x, edge_index), out_a)

@@ -1,27 +1,26 @@
 """Same-run baselines, printed beside ET on the same splits and seeds.
 
-Node anomaly detection: MLP, GCN, GAT and gradient-boosted trees on graph features.
+Node anomaly detection: the MLP, GCN and GAT networks (the detectors, trees included, are in
+:mod:`et_graph.detectors`).
 Graph classification: GIN and the structure-agnostic MLP of Errica et al.
 GNNBenchmark: GIN and GatedGCN.
 """
 from .gnnbenchmark_baselines import GatedGCNBaseline, GINBaseline
 from .graph_baselines import GINClassifier, StructureAgnosticMLP
 from .node import (
-    GATDetector,
-    GCNDetector,
-    MLPDetector,
-    fit_tree_on_graph_features,
-    graph_features,
+    GATNet,
+    GCNNet,
+    MLPNet,
+    mean_neighbours,
 )
 
 __all__ = [
-    "GATDetector",
-    "GCNDetector",
+    "GATNet",
+    "GCNNet",
     "GINBaseline",
     "GINClassifier",
     "GatedGCNBaseline",
-    "MLPDetector",
+    "MLPNet",
     "StructureAgnosticMLP",
-    "fit_tree_on_graph_features",
-    "graph_features",
+    "mean_neighbours",
 ]

@@ -1,21 +1,21 @@
-"""Node-level anomaly baselines, trained by the same protocol as ET.
+"""Node-level anomaly baseline networks (MLP, GCN, GAT).
 
-The neural ones return one anomaly logit per node from ``forward(x, edge_index)`` so that
-:func:`et_graph.protocols.anomaly.train_node_model` trains them exactly like ET (same loss, same
-threshold selection, same checkpoint rule). The tree baseline is the model that leads GADBench:
-gradient-boosted trees on ``[x, mean_neighbours(x), mean_neighbours^2(x)]``.
+Each returns one anomaly logit per node from ``forward(x, edge_index)``, so that the detectors
+of :mod:`et_graph.detectors` train them exactly like ET (same loss, same engine, same threshold
+selection, same checkpoint rule). The tree baseline is :class:`et_graph.detectors.GBTDetector`.
 """
 from __future__ import annotations
 
-import numpy as np
+from typing import Optional
+
 import torch
-from sklearn.ensemble import HistGradientBoostingClassifier
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
 
 
-class MLPDetector(nn.Module):
+class MLPNet(nn.Module):
     """Two-layer perceptron on the node features alone (ignores the graph)."""
 
     def __init__(self, in_channels: int, hidden_channels: int = 64, dropout: float = 0.0) -> None:
@@ -52,23 +52,40 @@ class _TwoLayerGNN(nn.Module):
         return self.head(h).squeeze(-1)
 
 
-class GCNDetector(_TwoLayerGNN):
-    """Two GCN layers (symmetric normalisation, self-loops) and a linear head. ``cached=True``
-    reuses the normalised adjacency of the first graph seen: only for full-batch training."""
+class GCNNet(nn.Module):
+    """Two GCN layers (symmetric normalisation with self-loops) and a linear head.
 
-    def __init__(
-        self,
-        in_channels: int,
-        hidden_channels: int = 64,
-        dropout: float = 0.0,
-        cached: bool = False,
-    ) -> None:
-        super().__init__(hidden_channels, dropout)
-        self.conv1 = GCNConv(in_channels, hidden_channels, cached=cached)
-        self.conv2 = GCNConv(hidden_channels, hidden_channels, cached=cached)
+    The normalised adjacency is computed once per graph and reused while the same
+    ``edge_index`` tensor comes back (same storage, shape, node count and version), so
+    full-batch training does not renormalise a million edges every epoch, and another graph
+    (inductive scoring, a subgraph) is never scored with a stale adjacency.
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int = 64, dropout: float = 0.0
+                 ) -> None:
+        super().__init__()
+        self.conv1 = GCNConv(in_channels, hidden_channels, normalize=False)
+        self.conv2 = GCNConv(hidden_channels, hidden_channels, normalize=False)
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(hidden_channels, 1)
+        self._cache: Optional[tuple[tuple, Tensor, Tensor]] = None
+
+    def normalized_adjacency(self, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
+        key = (edge_index.data_ptr(), tuple(edge_index.shape), num_nodes, edge_index._version,
+               edge_index.device)
+        if self._cache is None or self._cache[0] != key:
+            index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
+            self._cache = (key, index, weight)
+        return self._cache[1], self._cache[2]
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        index, weight = self.normalized_adjacency(edge_index, x.size(0))
+        h = self.dropout(torch.relu(self.conv1(x, index, weight)))
+        h = self.dropout(torch.relu(self.conv2(h, index, weight)))
+        return self.head(h).squeeze(-1)
 
 
-class GATDetector(_TwoLayerGNN):
+class GATNet(_TwoLayerGNN):
     """Two GAT layers (PyG ``GATConv``, concatenated heads) and a linear head."""
 
     def __init__(
@@ -85,31 +102,3 @@ class GATDetector(_TwoLayerGNN):
 def mean_neighbours(x: Tensor, edge_index: Tensor) -> Tensor:
     """Mean of the in-neighbours' features (zero for isolated nodes)."""
     return scatter(x[edge_index[0]], edge_index[1], dim=0, dim_size=x.size(0), reduce="mean")
-
-
-def graph_features(x: Tensor, edge_index: Tensor) -> np.ndarray:
-    """``[x, mean_neighbours(x), mean_neighbours(mean_neighbours(x))]`` as ``float32 [N, 3F]``."""
-    one = mean_neighbours(x, edge_index)
-    two = mean_neighbours(one, edge_index)
-    return torch.cat([x, one, two], dim=-1).cpu().numpy().astype(np.float32)
-
-
-def fit_tree_on_graph_features(
-    features: np.ndarray,
-    y: np.ndarray,
-    train: np.ndarray,
-    seed: int,
-    max_iter: int = 200,
-    learning_rate: float = 0.1,
-) -> np.ndarray:
-    """Fit scikit-learn's HistGradientBoosting on the training nodes (class-balanced sample
-    weights, the analogue of ET's weighted loss) and return every node's anomaly probability.
-    Its early stopping, when it triggers, holds out part of the *training* nodes only."""
-    y_train = y[train]
-    positives = max(int(y_train.sum()), 1)
-    weight = np.where(y_train == 1, (y_train.size - positives) / positives, 1.0)
-    model = HistGradientBoostingClassifier(
-        max_iter=max_iter, learning_rate=learning_rate, random_state=seed
-    )
-    model.fit(features[train], y_train, sample_weight=weight)
-    return model.predict_proba(features)[:, 1]

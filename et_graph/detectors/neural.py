@@ -26,9 +26,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
-from ..baselines.node import GATDetector as GATNet
-from ..baselines.node import GCNDetector as GCNNet
-from ..baselines.node import MLPDetector as MLPNet
+from ..baselines.node import GATNet, GCNNet, MLPNet
 from ..nn.models.anomaly import ETAnomalyNet, weighted_bce_loss
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
 from ..training import CheckpointConfig, Trainer, Validation
