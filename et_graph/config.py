@@ -385,8 +385,14 @@ def git_commit(path: Union[str, Path, None] = None) -> str:
     return commit + ("+dirty" if dirty.strip() else "")
 
 
+#: The commit of the checkout when et-graph was imported: the code a run executes was loaded
+#: then, so a commit made while a long run goes on must not be credited with its results.
+_COMMIT_AT_IMPORT: Optional[str] = None
+
+
 def run_metadata(config: Any = None) -> dict[str, Any]:
-    """Package version, git commit, torch / PyG versions and the resolved config."""
+    """Package version, git commit (as of import), torch / PyG versions and the resolved
+    config."""
     import platform
 
     import torch
@@ -396,7 +402,7 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
 
     meta = {
         "et_graph_version": __version__,
-        "git_commit": git_commit(),
+        "git_commit": _COMMIT_AT_IMPORT or git_commit(),
         "torch": torch.__version__,
         "torch_geometric": torch_geometric.__version__,
         "python": platform.python_version(),
@@ -404,3 +410,6 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
     if config is not None:
         meta["config"] = to_dict(config)
     return meta
+
+
+_COMMIT_AT_IMPORT = git_commit()
