@@ -22,6 +22,9 @@ setup(
         "matplotlib",
         "pillow",
         "threadpoolctl",
+        "optuna>=3.0",  # et-graph tune
+        "pyyaml",  # YAML presets (TOML needs nothing on Python >= 3.11)
+        "tomli; python_version < '3.11'",
     ],
     extras_require={
         "test": ["pytest", "hypothesis", "ruff"],

@@ -30,7 +30,7 @@ VARIANTS = {
     "+ all three": ["--neighbour-stats", "mean,sq_mean,max,min", "--readout", "ego_neighbour",
                     "--label-trick"],
     "T = 2 steps": ["--steps", "2"],
-    "cosine LR, patience 20": ["--lr-schedule", "cosine", "--patience", "20"],
+    "cosine LR + patience 20": ["--lr-schedule", "cosine", "--patience", "20"],
 }
 
 
@@ -41,7 +41,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=60)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=";".join(VARIANTS),
+                        help="semicolon list of variant names")
     parser.add_argument("--out", default="runs/ablation")
     args = parser.parse_args()
     out = Path(args.out)
@@ -49,8 +50,12 @@ def main() -> None:
     base = ["--dataset", args.dataset, "--seeds", str(args.seeds), "--epochs", str(args.epochs),
             "--threads", str(args.threads), "--no-progress", "--no-energy-row",
             "--select-metric", "auroc"]
-    rows = {}
-    for name in args.variants.split(","):
+    # Finished variants are kept in ablation.json, so an interrupted run continues.
+    saved = out / "ablation.json"
+    rows = json.loads(saved.read_text()) if saved.exists() else {}
+    for name in args.variants.split(";"):
+        if name in rows:
+            continue
         config = parse(anomaly.CONFIG, [*base, "--models", "et", *VARIANTS[name]])
         result = anomaly.run(config)
         val = [seed["et"]["best_metrics"]["auroc"] for seed in result["per_seed"]]
@@ -60,8 +65,11 @@ def main() -> None:
                       "epoch_seconds": result["epoch_seconds_median"].get("et"),
                       "flags": VARIANTS[name]}
         print(name, rows[name]["val_auroc"]["mean"], rows[name]["test_auroc"]["mean"], flush=True)
+        saved.write_text(json.dumps(rows, indent=2, default=float))
     for inputs in ("plain", "stats"):
         extra = [] if inputs == "plain" else ["--neighbour-stats", "mean,sq_mean,max,min"]
+        if f"gbt ({inputs} inputs)" in rows:
+            continue
         config = parse(anomaly.CONFIG, [*base, "--models", "gbt", *extra])
         config = replace(config, protocol=replace(config.protocol, seeds=1))  # deterministic
         result = anomaly.run(config)
