@@ -3,7 +3,8 @@
 Any TU dataset loads from ``ROOT/NAME/raw/NAME_*.txt`` (the layout of PyG's download). The raw
 files are copied to a writable cache first, because PyG writes ``processed/`` next to them, so the
 given root is never written to. Datasets without node features (IMDB-BINARY, ...) get a one-hot
-encoding of the node degree. The repository ships MUTAG, PROTEINS, NCI1, ENZYMES and IMDB-BINARY
+encoding of the node degree; ``degree_feature=True`` appends ``log1p(degree)`` to every dataset's
+node features and ``rw_pe_dim=k`` adds random-walk encodings ``rw_pe``. The repository ships MUTAG, PROTEINS, NCI1, ENZYMES and IMDB-BINARY
 in ``datasets/TUDataset`` (:func:`default_tu_root`).
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch_geometric.transforms import OneHotDegree
 from torch_geometric.utils import degree
 from tqdm.auto import tqdm
 
-from ..transforms import CLSLaplacianPE
+from ..transforms import CLSLaplacianPE, LogDegree, RandomWalkPE
 
 #: The raw TU files shipped with the repository (next to the package in a checkout).
 SHIPPED_TU_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "TUDataset"
@@ -52,10 +53,14 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
 
 def load_tudataset(
     root: str | Path | None, name: str, cache: str | Path | None = None, pe_dim: int = 8,
-    progress: bool = True,
+    progress: bool = True, *, rw_pe_dim: int = 0, degree_feature: bool = False,
 ) -> tuple[list, dict[str, Any]]:
-    """The graphs (with ``lap_pe``/``cls_lap_pe`` when ``pe_dim > 0``) as a list and a
-    description of the features. ``root=None`` reads the shipped ``datasets/TUDataset``."""
+    """The graphs (with ``lap_pe``/``cls_lap_pe`` when ``pe_dim > 0``, ``rw_pe`` ``[N,
+    rw_pe_dim]`` when ``rw_pe_dim > 0``, and ``log1p(degree)`` as the last column of ``x`` when
+    ``degree_feature``) as a list and a description of the features. ``root=None`` reads the
+    shipped ``datasets/TUDataset``."""
+    if rw_pe_dim < 0:
+        raise ValueError(f"rw_pe_dim must be >= 0, got {rw_pe_dim}")
     if root is None:
         root = default_tu_root()
         if root is None:
@@ -83,6 +88,13 @@ def load_tudataset(
     empty = [i for i, g in enumerate(graphs) if not g.num_nodes]
     if empty:
         raise ValueError(f"{name} has graphs without nodes (indices {empty[:10]})")
+    if degree_feature:
+        graphs = [LogDegree()(g) for g in graphs]
+        info["node_features"] += " + log1p(degree)"
+    if rw_pe_dim:
+        walk = RandomWalkPE(rw_pe_dim)
+        with threadpool_limits(limits=1):
+            graphs = [walk(g) for g in graphs]
     if pe_dim:
         pe = CLSLaplacianPE(pe_dim)
         # Many tiny eigh calls: threaded BLAS only adds contention (much slower on a busy CPU).

@@ -28,13 +28,16 @@ class BaseDetector:
         seed: seeds the initialisation and the training order.
         progress: show a progress bar while fitting.
         device: where the network trains and scores (``"cpu"``, ``"cuda"``, ...).
+        chunk_size: ETDetector only: validate and score this many destination nodes at a time,
+            in bounded memory, with the same result as one full pass (``None`` = full pass).
         **keywords: any field of the config, e.g. ``epochs=50`` or ``hidden=32``.
     """
 
     config_class: type = object
 
     def __init__(self, config: Any = None, *, seed: int = 0, progress: bool = False,
-                 device: Union[str, torch.device] = "cpu", **keywords: Any) -> None:
+                 device: Union[str, torch.device] = "cpu", chunk_size: Optional[int] = None,
+                 **keywords: Any) -> None:
         config = self.config_class() if config is None else config
         if not isinstance(config, self.config_class):
             raise TypeError(
@@ -44,6 +47,13 @@ class BaseDetector:
         self.seed = int(seed)
         self.progress = bool(progress)
         self.device = torch.device(device)
+        if chunk_size is not None:
+            if not getattr(self, "supports_chunks", False):
+                raise ValueError(f"chunked scoring is implemented for ETDetector only, not "
+                                 f"{type(self).__name__}")
+            if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+                raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+            self.chunk_size = chunk_size
         self.threshold_: Optional[float] = None
         self.decision_score_: Optional[Tensor] = None
         self.history_: list[dict[str, float]] = []

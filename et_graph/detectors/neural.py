@@ -76,7 +76,8 @@ class NodeAnomalyTask:
 
     def __init__(self, data: Data, y: Tensor, train: Tensor, val: Tensor,
                  config: NodeTrainConfig, generator: torch.Generator, pass_node_ids: bool,
-                 device: torch.device, label_trick: bool = False) -> None:
+                 device: torch.device, label_trick: bool = False,
+                 chunk_size: Optional[int] = None) -> None:
         self.data = data
         self.y = y.to(device)
         self.y_val = y[val].numpy()
@@ -88,6 +89,7 @@ class NodeAnomalyTask:
         self.pos_weight = class_weight(y[train])
         self.device = device
         self.label_trick = label_trick
+        self.chunk_size = chunk_size
         self.eval_x = data.x
         if label_trick:
             labels = known_labels(self.y, self.train_index.to(device))
@@ -153,7 +155,8 @@ class NodeAnomalyTask:
         return weighted_bce_loss(logits[local], target, self.pos_weight)
 
     def validate(self, model: nn.Module) -> Validation:
-        logits = model(self.eval_x, self.data.edge_index)[self.val_index.to(self.device)]
+        extra = {} if self.chunk_size is None else {"chunk_size": self.chunk_size}
+        logits = model(self.eval_x, self.data.edge_index, **extra)[self.val_index.to(self.device)]
         prob = torch.sigmoid(logits).double().cpu().numpy()
         score, threshold = validation_score(self.y_val, prob, self.config.select_metric)
         loss = float(weighted_bce_loss(logits.cpu(), torch.from_numpy(self.y_val),
@@ -174,8 +177,11 @@ class NeuralDetector(BaseDetector):
     ``history_`` (one row per epoch), ``fit_info_`` (best epoch, epoch time, ...).
     """
 
-    #: Set by :meth:`fit_with` callers (a tuner) to watch every epoch.
+    #: Set by callers (a tuner) to watch every epoch.
     on_epoch = None
+    #: Score (and validate) ``chunk_size`` destination nodes at a time in bounded memory
+    #: (ETDetector only; ``None`` = one full pass).
+    chunk_size: Optional[int] = None
     checkpoint: Optional[CheckpointConfig] = None
 
     #: After ``fit`` with the label trick: the training labels (-1 elsewhere) and the fitted
@@ -202,7 +208,7 @@ class NeuralDetector(BaseDetector):
         self.fit_edge_index_ = data.edge_index.cpu() if self.label_trick else None
         task = NodeAnomalyTask(data, y, train, val, train_config, generator,
                                getattr(model, "positional", None) is not None, self.device,
-                               label_trick=self.label_trick)
+                               label_trick=self.label_trick, chunk_size=self.chunk_size)
         trainer = Trainer(
             train_config,
             checkpoint=self.checkpoint,
@@ -248,7 +254,8 @@ class NeuralDetector(BaseDetector):
     def _score(self, data: Data) -> Tensor:
         self.model_.eval()
         data = data.to(self.device)
-        return torch.sigmoid(self.model_(self.network_input(data), data.edge_index))
+        extra = {} if self.chunk_size is None else {"chunk_size": self.chunk_size}
+        return torch.sigmoid(self.model_(self.network_input(data), data.edge_index, **extra))
 
 
 class ETDetector(NeuralDetector):
@@ -265,6 +272,7 @@ class ETDetector(NeuralDetector):
     """
 
     config_class = ETDetectorConfig
+    supports_chunks = True
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         """The network for ``in_channels`` raw features (plus the label columns with

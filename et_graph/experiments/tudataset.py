@@ -27,7 +27,7 @@ MODEL_NAMES = ("et", "gin", "structure_agnostic")
 
 @dataclass
 class TUDataConfig:
-    """Which TU dataset and its positional encoding.
+    """Which TU dataset and its structural encodings.
 
     Attributes:
         dataset: TU dataset name, e.g. MUTAG, PROTEINS, NCI1, ENZYMES, IMDB-BINARY.
@@ -35,12 +35,16 @@ class TUDataConfig:
             datasets/TUDataset of the checkout).
         cache: writable folder for the copy PyG processes (none = a temporary folder).
         pe_dim: Laplacian eigenvectors k of the positional encoding.
+        rw_pe_dim: random-walk return probabilities (1..k steps) added to the ET tokens (0 = off).
+        degree_feature: append log1p(degree) to the node features (every model sees it).
     """
 
     dataset: str = "MUTAG"
     root: Optional[str] = None
     cache: Optional[str] = None
     pe_dim: int = 8
+    rw_pe_dim: int = 0
+    degree_feature: bool = False
 
 
 @dataclass
@@ -83,6 +87,7 @@ class TUETConfig:
         noise_std: noise added to the tokens at each step in training (paper eq. 27).
         kernel_size: Conv2D adjacency-mask kernel (3 = paper, 1 = permutation-equivariant).
         dropout: dropout in the readout MLP.
+        readout: cls (the CLS token) or cls_sum_mean (CLS, sum and mean of the node tokens).
     """
 
     hidden: int = 32
@@ -94,6 +99,7 @@ class TUETConfig:
     noise_std: float = 0.02
     kernel_size: int = 3
     dropout: float = 0.1
+    readout: str = "cls"
 
 
 @dataclass
@@ -144,6 +150,7 @@ def model_factories(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, 
             heads=et.heads, head_dim=et.head_dim, alpha=et.alpha, noise_std=et.noise_std,
             pe_dim=config.data.pe_dim, kernel_size=et.kernel_size,
             edge_dim=info["edge_features"] or None, dropout=et.dropout,
+            rw_pe_dim=config.data.rw_pe_dim, readout=et.readout,
         ),
         "gin": lambda: GINClassifier(width, classes, base.gin_hidden, base.gin_layers,
                                      base.baseline_dropout),
@@ -181,7 +188,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     config.run.apply_threads()
     data, protocol, progress = config.data, config.protocol, config.run.progress
     _ = protocol.model_names  # a bad model list fails before the data are loaded
-    graphs, info = load_tudataset(data.root, data.dataset, data.cache, data.pe_dim, progress)
+    graphs, info = load_tudataset(data.root, data.dataset, data.cache, data.pe_dim, progress,
+                                  rw_pe_dim=data.rw_pe_dim, degree_feature=data.degree_feature)
     if not info["edge_features"]:
         for g in graphs:
             g.edge_attr = None

@@ -74,6 +74,8 @@ class AnomalyProtocolConfig:
         energy_row: also report the node energy of the label-trained ET (sign and threshold
             chosen on validation); it is not an unsupervised detector.
         ddp: data-parallel training over torch.distributed (launch with torchrun).
+        inference_chunk_size: ET validates and scores this many destination nodes at a time,
+            in bounded memory, with the same result (none = one full pass).
     """
 
     protocol: str = "paper"
@@ -84,6 +86,7 @@ class AnomalyProtocolConfig:
     models: str = "et,mlp,gcn,gat,gbt"
     energy_row: bool = True
     ddp: bool = False
+    inference_chunk_size: Optional[int] = None
 
     def model_names(self) -> list[str]:
         names = [n.strip().lower() for n in self.models.split(",") if n.strip()]
@@ -162,8 +165,9 @@ def with_detector_config(config: AnomalyConfig, name: str, det: Any) -> AnomalyC
 
 def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = False
                   ) -> BaseDetector:
+    chunks = config.protocol.inference_chunk_size if name == "et" else None
     detector = DETECTORS[name](detector_config(config, name), seed=seed, progress=progress,
-                               device=config.run.device)
+                               device=config.run.device, chunk_size=chunks)
     if hasattr(detector, "checkpoint"):
         detector.checkpoint = config.run.checkpoint(name, f"seed{seed}")
     return detector

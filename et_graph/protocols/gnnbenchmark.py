@@ -100,6 +100,8 @@ class ETGraphModelConfig:
         kernel_size: Conv2D mask kernel: 3 = paper (node-order dependent), 1 =
             permutation-equivariant.
         dropout: ET dropout.
+        readout: graph readout: cls (the CLS token) or cls_sum_mean (CLS, sum and mean of the
+            node tokens); node tasks need cls.
     """
 
     hidden: int = 64
@@ -112,6 +114,7 @@ class ETGraphModelConfig:
     pe_dim: int = 8
     kernel_size: int = 3
     dropout: float = 0.0
+    readout: str = "cls"
 
 
 @dataclass
@@ -164,7 +167,7 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
             kernel_size=et.kernel_size, edge_dim=data.edge_dim,
             edge_categories=data.num_edge_types,
             continuous_channels=data.node_dim if data.task == "classification" else 0,
-            num_node_categories=data.num_node_types, dropout=et.dropout,
+            num_node_categories=data.num_node_types, dropout=et.dropout, readout=et.readout,
         )
     if name in BASELINES:
         baselines = baselines or BaselineConfig()

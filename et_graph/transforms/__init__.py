@@ -11,6 +11,7 @@ from .neighbourhood import (
     neighbourhood_statistics,
     parse_neighbour_stats,
 )
+from .structural import LogDegree, RandomWalkPE
 
 __all__ = [
     "FEATURE_NORMS",
@@ -18,6 +19,8 @@ __all__ = [
     "prepare_detection_data",
     "quantile_normal",
     "CLSLaplacianPE",
+    "LogDegree",
+    "RandomWalkPE",
     "NeighbourhoodStatistics",
     "cls_laplacian_eigenvectors",
     "cls_padded_adjacency",

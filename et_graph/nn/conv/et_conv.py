@@ -9,6 +9,7 @@ from torch import Tensor
 from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.typing import Adj
+from torch_geometric.utils import is_sparse
 
 from ... import energy as E
 from ..energy_layer_norm import EnergyLayerNorm
@@ -404,6 +405,67 @@ class ETConv(MessagePassing):
             return out.to(x.dtype), torch.stack(energies).detach()
         return out.to(x.dtype)
 
+    @torch.no_grad()
+    def forward_chunked(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_weight: Optional[Tensor] = None,
+        *,
+        chunk_size: int = 65536,
+        steps: Optional[int] = None,
+    ) -> Tensor:
+        r"""Inference in bounded memory: the same tokens as :meth:`forward` (to float rounding),
+        computed ``chunk_size`` destination nodes at a time, under ``torch.no_grad``.
+
+        The update of node :math:`C` needs the softmax over its own in-neighbours (query side)
+        and over the in-neighbours of every node it sends to (key side). So for a chunk
+        :math:`S`, the in-edges of :math:`S \cup \mathrm{out}(S)` give exact rows for
+        :math:`S`. The per-edge arrays then hold those edges only, and the full-graph state is
+        just the tokens ``[N, channels]`` (old and new). Edges are sorted once by destination
+        and by source; each chunk gathers its edges by CSR ranges, with no pass over all edges.
+        Evaluation mode only (no noise); ``edge_index`` must be a ``[2, E]`` tensor.
+        """
+        if self.training and self.noise_std > 0:
+            raise ValueError("forward_chunked is for inference: call conv.eval() first")
+        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
+            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        if not isinstance(edge_index, Tensor) or is_sparse(edge_index):
+            raise ValueError("forward_chunked takes edge_index as a [2, E] tensor")
+        num_steps = self._num_steps(steps)
+        fn = self.energy_fn
+        out = fn.check_tokens(x)
+        num_nodes = out.size(0)
+        edges = fn.edges(out, edge_index, edge_weight)  # validation, self-loops removed
+        src, dst, weight = edges.src, edges.dst, edges.weight
+        by_dst = torch.argsort(dst, stable=True)
+        in_src, in_dst = src[by_dst], dst[by_dst]
+        in_weight = None if weight is None else weight[by_dst]
+        in_ptr = _csr_pointer(in_dst, num_nodes)
+        by_src = torch.argsort(src, stable=True)
+        out_dst, out_ptr = dst[by_src], _csr_pointer(src[by_src], num_nodes)
+        local = torch.full((num_nodes,), -1, dtype=torch.long, device=out.device)
+        for _ in range(num_steps):
+            g = fn.layer_norm(out)
+            new = out.clone()
+            for start in range(0, num_nodes, chunk_size):
+                end = min(start + chunk_size, num_nodes)
+                chunk = torch.arange(start, end, device=out.device)
+                receivers = out_dst[out_ptr[start]:out_ptr[end]]
+                targets = torch.unique(torch.cat([chunk, receivers]))
+                index = _csr_ranges(in_ptr, targets)
+                e_src, e_dst = in_src[index], in_dst[index]
+                nodes = torch.unique(torch.cat([targets, e_src]))
+                local[nodes] = torch.arange(nodes.numel(), device=out.device)
+                sub = EdgeSet(local[e_src], local[e_dst],
+                              None if in_weight is None else in_weight[index],
+                              torch.stack([local[e_src], local[e_dst]]), None)
+                grad = self._grad_of_g(g[nodes], sub)
+                new[start:end] = out[start:end] - self.alpha * grad[local[chunk]]
+                local[nodes] = -1
+            out = new
+        return out.to(x.dtype)
+
     # ----------------------------------------------------------------------------------------
     # Dense path: all pairs of tokens (images, complete graphs)
     # ----------------------------------------------------------------------------------------
@@ -537,3 +599,19 @@ def _rename_legacy_keys(
         old = prefix + name
         if old in state_dict:
             state_dict.setdefault(prefix + "energy_fn." + name, state_dict.pop(old))
+
+
+def _csr_pointer(sorted_index: Tensor, num_nodes: int) -> Tensor:
+    """``ptr [N + 1]`` of a sorted index vector (CSR row pointer)."""
+    counts = torch.bincount(sorted_index, minlength=num_nodes)
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+def _csr_ranges(ptr: Tensor, rows: Tensor) -> Tensor:
+    """Positions ``ptr[r] .. ptr[r + 1] - 1`` of every row ``r`` in ``rows``, concatenated."""
+    starts, counts = ptr[rows], ptr[rows + 1] - ptr[rows]
+    total = int(counts.sum())
+    if total == 0:
+        return ptr.new_zeros(0)
+    offsets = torch.repeat_interleave(starts - torch.cumsum(counts, 0) + counts, counts)
+    return offsets + torch.arange(total, device=ptr.device)

@@ -145,11 +145,18 @@ class ETAnomalyNet(nn.Module):
         edge_index: Tensor,
         node_ids: Optional[Tensor] = None,
         return_energy: bool = False,
+        chunk_size: Optional[int] = None,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Anomaly logits ``[N]``; with ``return_energy=True`` also the total energy before each
-        ET step and after the last ``[steps + 1]`` (detached)."""
+        ET step and after the last ``[steps + 1]`` (detached). ``chunk_size`` runs the descent
+        in bounded memory (:meth:`ETConv.forward_chunked`; inference only, same result)."""
         first = self.embed(x, node_ids)
-        if return_energy:
+        if chunk_size is not None:
+            if return_energy or torch.is_grad_enabled():
+                raise ValueError("chunk_size is for inference: use it under torch.no_grad() "
+                                 "and without return_energy")
+            last = self.conv.forward_chunked(first, edge_index, chunk_size=chunk_size)
+        elif return_energy:
             last, energies = self.conv(first, edge_index, return_energy=True)
         else:
             last = self.conv(first, edge_index)

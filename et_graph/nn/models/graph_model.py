@@ -14,6 +14,9 @@ from ..pool import CLSGraph, CLSPool, graph_sizes
 from ..validation import check_edge_index
 
 TASKS = ("classification", "regression", "node")
+#: Graph readouts: the CLS token, or the CLS token concatenated with the sum and the mean of the
+#: graph's node tokens.
+READOUTS = ("cls", "cls_sum_mean")
 
 
 class ETGraphModel(nn.Module):
@@ -22,8 +25,10 @@ class ETGraphModel(nn.Module):
     1. Node features are embedded (:class:`~et_graph.nn.encoders.NodeEncoder`: one-hot or
        continuous float features, or integer categorical labels), the Laplacian encoding of
        :class:`~et_graph.transforms.CLSLaplacianPE` is projected and added (signs flipped at random
-       in training), and one learnable CLS token per graph is linked both ways to every node of
-       its graph (:class:`~et_graph.nn.pool.CLSPool`).
+       in training), as is a random-walk encoding (``rw_pe``, e.g. from
+       :class:`~et_graph.transforms.RandomWalkPE`) when ``rw_pe_dim > 0``, and one learnable CLS
+       token per graph is linked both ways to every node of its graph
+       (:class:`~et_graph.nn.pool.CLSPool`).
     2. The mask :math:`\hat A = \mathrm{Conv2D}(XX^\top)\odot A'` (eq. 24) is computed once from
        these initial tokens and used as per-edge, per-head ``edge_weight`` by every block; with
        edge features :math:`A'` is a linear map of the encoded edge features (CLS edges carry an
@@ -31,12 +36,14 @@ class ETGraphModel(nn.Module):
     3. ``blocks`` stacked :class:`~et_graph.nn.ETConv` blocks (``S``), each with its own
        parameters and LayerNorm, run ``steps`` (``T``) descent steps each, with noise of std
        ``noise_std`` injected in training only (eq. 27); evaluation is deterministic.
-    4. Readout: ``"classification"``/``"regression"`` use the CLS token of each graph after the
-       last block, ``"node"`` uses every node's token; both pass the last block's energy
-       LayerNorm and an MLP head.
+    4. Readout: every final token passes the last block's energy LayerNorm; ``"node"`` uses
+       every node's token; ``"classification"``/``"regression"`` use the CLS token of each graph
+       (``readout="cls"``) or the CLS token concatenated with the sum and the mean of the graph's
+       node tokens (``readout="cls_sum_mean"``: the sum can count, which a softmax average
+       cannot); an MLP head maps that to the outputs.
 
     ``forward(x, edge_index, batch=None, edge_attr=None, lap_pe=None, cls_lap_pe=None,
-    num_graphs=None)`` returns ``[num_graphs, out_channels]`` (graph tasks) or
+    num_graphs=None, rw_pe=None)`` returns ``[num_graphs, out_channels]`` (graph tasks) or
     ``[N, out_channels]`` (``task="node"``); for regression with ``out_channels=1`` it is still
     ``[num_graphs, 1]``. ``forward_data(data)`` reads those fields from a PyG ``Data``/``Batch``.
 
@@ -51,6 +58,9 @@ class ETGraphModel(nn.Module):
         noise_std: std of the training-time noise of eq. 27 (0 disables it).
         pe_dim: number ``k`` of Laplacian eigenvectors (0 disables the encoding; otherwise
             ``lap_pe``/``cls_lap_pe`` from ``CLSLaplacianPE(k=pe_dim)`` are required).
+        rw_pe_dim: width of the random-walk encoding ``rw_pe`` ``[N, rw_pe_dim]`` (0 disables
+            it); projected and added to the node tokens (the CLS token gets none).
+        readout: ``"cls"`` or ``"cls_sum_mean"`` (graph tasks; ``"node"`` needs ``"cls"``).
         kernel_size: Conv2D kernel of the mask (3 = paper, order dependent; 1 =
             permutation-equivariant); ``use_mask=False`` uses plain graph attention instead.
         mask_method: ``"sparse"`` or ``"dense"``, see :class:`Conv2DAdjacencyMask`.
@@ -87,6 +97,8 @@ class ETGraphModel(nn.Module):
         num_node_categories: Union[int, Sequence[int], None] = None,
         dropout: float = 0.0,
         grad: str = "analytic",
+        rw_pe_dim: int = 0,
+        readout: str = "cls",
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -97,6 +109,12 @@ class ETGraphModel(nn.Module):
             raise ValueError(f"blocks must be positive, got {blocks}")
         if pe_dim < 0:
             raise ValueError(f"pe_dim must be >= 0, got {pe_dim}")
+        if rw_pe_dim < 0:
+            raise ValueError(f"rw_pe_dim must be >= 0, got {rw_pe_dim}")
+        if readout not in READOUTS:
+            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
+        if task == "node" and readout != "cls":
+            raise ValueError("task='node' reads every node's token; readout must stay 'cls'")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
         has_edges = edge_dim is not None or edge_categories is not None
@@ -107,6 +125,8 @@ class ETGraphModel(nn.Module):
         self.out_channels = out_channels
         self.hidden_channels = hidden_channels
         self.pe_dim = pe_dim
+        self.rw_pe_dim = rw_pe_dim
+        self.readout = readout
         self.use_mask = use_mask
         self.has_edge_features = has_edges
 
@@ -114,6 +134,7 @@ class ETGraphModel(nn.Module):
             hidden_channels, in_channels, continuous_channels, num_node_categories
         )
         self.pe_encoder = LaplacianPEEncoder(pe_dim, hidden_channels) if pe_dim else None
+        self.rw_encoder = nn.Linear(rw_pe_dim, hidden_channels) if rw_pe_dim else None
         self.pool = CLSPool(hidden_channels)
         self.edge_encoder = (
             EdgeEncoder(edge_channels, edge_dim, 0, edge_categories) if has_edges else None
@@ -140,8 +161,9 @@ class ETGraphModel(nn.Module):
             for _ in range(blocks)
         )
         self.dropout = nn.Dropout(dropout)
+        readout_width = hidden_channels * (3 if readout == "cls_sum_mean" else 1)
         self.head = nn.Sequential(
-            nn.Linear(hidden_channels, hidden_channels),
+            nn.Linear(readout_width, hidden_channels),
             nn.GELU(),
             nn.Dropout(dropout),
             nn.Linear(hidden_channels, out_channels),
@@ -192,6 +214,7 @@ class ETGraphModel(nn.Module):
         cls_lap_pe: Optional[Tensor] = None,
         num_graphs: Optional[int] = None,
         return_energy: bool = False,
+        rw_pe: Optional[Tensor] = None,
     ) -> tuple[Tensor, CLSGraph, Optional[list[Tensor]]]:
         """Final tokens of the CLS-augmented graph, the :class:`CLSGraph` layout, and (with
         ``return_energy=True``) each block's detached energy trace ``[steps + 1]``."""
@@ -217,6 +240,8 @@ class ETGraphModel(nn.Module):
                 )
             node_pe, cls_offset = self.pe_encoder(lap_pe, cls_lap_pe, batch)
             h = h + node_pe
+        if self.rw_encoder is not None:
+            h = h + self.rw_encoder(self._check_rw_pe(rw_pe, num_nodes))
         h = self.dropout(h)
         graph = self.pool.attach(h, edge_index, batch, sizes.numel(), cls_offset)
         edge_weight = None
@@ -235,6 +260,34 @@ class ETGraphModel(nn.Module):
                 out = conv(out, graph.edge_index, edge_weight)
         return out, graph, traces
 
+    def _check_rw_pe(self, rw_pe: Optional[Tensor], num_nodes: int) -> Tensor:
+        if rw_pe is None:
+            raise ValueError(
+                f"rw_pe_dim={self.rw_pe_dim} needs rw_pe: apply "
+                f"et_graph.transforms.RandomWalkPE({self.rw_pe_dim}) to the data (or build the "
+                "model with rw_pe_dim=0)"
+            )
+        if rw_pe.dim() != 2 or tuple(rw_pe.shape) != (num_nodes, self.rw_pe_dim):
+            raise ValueError(
+                f"rw_pe must be [N, rw_pe_dim]={[num_nodes, self.rw_pe_dim]}, "
+                f"got {list(rw_pe.shape)}"
+            )
+        if not rw_pe.is_floating_point() or not bool(torch.isfinite(rw_pe).all()):
+            raise ValueError("rw_pe must be finite floating point")
+        return rw_pe.to(self.rw_encoder.weight.dtype)
+
+    def graph_readout(self, out: Tensor, graph: CLSGraph) -> Tensor:
+        """What the head reads from the final tokens ``out`` (after the last block's energy
+        LayerNorm): ``[N, D]`` node tokens (``task="node"``), ``[G, D]`` CLS tokens
+        (``readout="cls"``) or ``[G, 3D]`` CLS ‖ sum ‖ mean of the node tokens
+        (``readout="cls_sum_mean"``)."""
+        norm = self.convs[-1].norm
+        if self.task == "node":
+            return norm(CLSPool.node_states(out, graph))
+        if self.readout == "cls":
+            return norm(CLSPool.readout(out, graph))
+        return CLSPool.readout_sum_mean(norm(out), graph)
+
     def forward(
         self,
         x: Tensor,
@@ -244,19 +297,17 @@ class ETGraphModel(nn.Module):
         lap_pe: Optional[Tensor] = None,
         cls_lap_pe: Optional[Tensor] = None,
         num_graphs: Optional[int] = None,
+        rw_pe: Optional[Tensor] = None,
     ) -> Tensor:
         out, graph, _ = self.tokens(
-            x, edge_index, batch, edge_attr, lap_pe, cls_lap_pe, num_graphs
+            x, edge_index, batch, edge_attr, lap_pe, cls_lap_pe, num_graphs, rw_pe=rw_pe
         )
-        if self.task == "node":
-            readout = CLSPool.node_states(out, graph)
-        else:
-            readout = CLSPool.readout(out, graph)
-        return self.head(self.convs[-1].norm(readout))
+        return self.head(self.graph_readout(out, graph))
 
     def forward_data(self, data: Any) -> Tensor:
         """``forward`` on a PyG ``Data``/``Batch`` (reads ``x``, ``edge_index``, ``batch``,
-        ``edge_attr`` (if the model uses edge features), ``lap_pe``, ``cls_lap_pe``)."""
+        ``edge_attr`` (if the model uses edge features), ``lap_pe``, ``cls_lap_pe``,
+        ``rw_pe``)."""
         return self(
             data.x,
             data.edge_index,
@@ -265,4 +316,5 @@ class ETGraphModel(nn.Module):
             lap_pe=getattr(data, "lap_pe", None),
             cls_lap_pe=getattr(data, "cls_lap_pe", None),
             num_graphs=getattr(data, "num_graphs", None),
+            rw_pe=getattr(data, "rw_pe", None) if self.rw_encoder is not None else None,
         )

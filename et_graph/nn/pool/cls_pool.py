@@ -153,6 +153,18 @@ class CLSPool(Module):
         return x[graph.cls_index]
 
     @staticmethod
+    def readout_sum_mean(x: Tensor, graph: CLSGraph) -> Tensor:
+        """The CLS token, the sum and the mean of the node tokens of each graph, concatenated:
+        ``[G, 3D]``. Unlike the CLS token (an attention average), the sum grows with the number
+        of nodes; sum and mean do not depend on the order of the nodes."""
+        num_graphs = graph.cls_index.numel()
+        node_batch = graph.batch.index_select(0, graph.node_index)
+        nodes = x.index_select(0, graph.node_index)
+        sums = x.new_zeros(num_graphs, x.size(1)).index_add_(0, node_batch, nodes)
+        counts = torch.bincount(node_batch, minlength=num_graphs).clamp_min(1).to(x.dtype)
+        return torch.cat([x[graph.cls_index], sums, sums / counts.unsqueeze(1)], dim=1)
+
+    @staticmethod
     def node_states(x: Tensor, graph: CLSGraph) -> Tensor:
         """The original nodes' tokens ``[N, D]`` in their original order."""
         return x[graph.node_index]
