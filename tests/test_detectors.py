@@ -121,3 +121,29 @@ def test_gcn_adjacency_cache_follows_the_graph():
     edge_index[:, :10] = edge_index[:, 10:20].clone()  # edited in place: version changes
     assert torch.allclose(net(a.x, edge_index), fresh(a.x, edge_index))
     assert not torch.allclose(net(a.x, edge_index), out_a)
+
+
+def test_mini_batch_training_partitions_every_node_each_epoch(graph):
+    from et_graph.detectors.neural import NodeAnomalyTask
+    from et_graph.detectors.config import NodeTrainConfig
+
+    config = NodeTrainConfig(batch_size=50)
+    task = NodeAnomalyTask(graph, graph.y, graph.train_mask, graph.val_mask, config,
+                           torch.Generator().manual_seed(0), True, torch.device("cpu"))
+    batches = list(task.batches(0))
+    assert len(batches) == 5  # ceil(240 / 50)
+    seen = torch.cat([nodes for _, _, nodes, _ in batches])
+    assert sorted(seen.tolist()) == list(range(240))
+    edges = {tuple(e) for e in graph.edge_index.t().tolist()}
+    kept = 0
+    for x, edge_index, nodes, local in batches:
+        assert x.shape == (nodes.numel(), 8) and edge_index.max() < nodes.numel()
+        for s, d in nodes[edge_index].t().tolist():  # local ids map back to real edges
+            assert (s, d) in edges
+            kept += 1
+        assert bool(graph.train_mask[nodes[local]].all())
+    assert 0 < kept < len(edges)  # edges across parts are dropped
+    det = ETDetector(epochs=2, batch_size=64, positional=True).fit(graph)
+    assert det.decision_function(graph).shape == (240,)
+    with pytest.raises(ValueError, match="choose one"):
+        ETDetector(batch_size=10, subgraph_ratio=0.2)

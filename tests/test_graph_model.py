@@ -6,7 +6,8 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.utils import to_undirected
 
 from et_graph.nn.models.graph_model import ETGraphModel
-from et_graph.transforms import CLSLaplacianPE
+from et_graph.nn.pool import CLSPool, add_cls_nodes
+from et_graph.transforms import CLSLaplacianPE, RandomWalkPE
 
 PE = CLSLaplacianPE(4)
 
@@ -127,3 +128,87 @@ def test_bad_input():
               cls_lap_pe=data.cls_lap_pe)
     with pytest.raises(ValueError, match="task"):
         small_model(task="ranking")
+
+
+# ----------------------------------------------------------------------------------------------
+# Readouts and the random-walk encoding
+# ----------------------------------------------------------------------------------------------
+def test_readouts_set_the_head_width_and_output_shapes():
+    torch.manual_seed(3)
+    batch = Batch.from_data_list([labelled(ring(6), 0), labelled(star(5), 1),
+                                  labelled(ring(4), 0)])
+    for readout, factor in (("cls", 1), ("cls_sum_mean", 3)):
+        model = small_model(readout=readout)
+        assert model.head[0].in_features == 16 * factor
+        assert model.forward_data(batch).shape == (3, 2)
+        out, graph, _ = model.tokens(batch.x, batch.edge_index, batch.batch,
+                                     lap_pe=batch.lap_pe, cls_lap_pe=batch.cls_lap_pe)
+        assert model.graph_readout(out, graph).shape == (3, 16 * factor)
+    with pytest.raises(ValueError, match="readout must be one of"):
+        small_model(readout="max")
+    with pytest.raises(ValueError, match="readout must stay 'cls'"):
+        small_model(task="node", readout="cls_sum_mean")
+
+
+def test_sum_counts_nodes_where_mean_and_cls_cannot():
+    # identical node tokens in graphs of 2 and 5 nodes: only the sum tells the sizes apart
+    token = torch.randn(4)
+    x = token.expand(7, 4).clone()
+    batch = torch.tensor([0, 0, 1, 1, 1, 1, 1])
+    edge_index = torch.tensor([[0, 2, 3], [1, 3, 4]])
+    graph = add_cls_nodes(x, edge_index, torch.zeros(2, 4), batch)
+    pooled = CLSPool.readout_sum_mean(graph.x, graph)
+    cls, sums, means = pooled.split(4, dim=1)
+    assert torch.allclose(sums[0], 2 * token) and torch.allclose(sums[1], 5 * token)
+    assert torch.allclose(means[0], means[1]) and torch.equal(cls[0], cls[1])
+
+
+def test_sum_and_mean_do_not_depend_on_the_node_order():
+    torch.manual_seed(4)
+    model = small_model(readout="cls_sum_mean", kernel_size=1, pe_dim=0, in_channels=3).eval()
+    first = Data(x=torch.randn(6, 3), edge_index=to_undirected(
+        torch.tensor([[0, 1, 2, 3, 4, 0], [1, 2, 3, 4, 5, 3]])))
+    second = Data(x=torch.randn(4, 3), edge_index=to_undirected(torch.tensor([[0, 1], [1, 3]])))
+    perm = torch.tensor([3, 5, 0, 2, 1, 4])
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(6)
+    permuted = Data(x=first.x[perm], edge_index=inverse[first.edge_index])
+
+    def readout(graphs):
+        batch = Batch.from_data_list(graphs)
+        with torch.no_grad():
+            out, graph, _ = model.tokens(batch.x, batch.edge_index, batch.batch)
+            return model.graph_readout(out, graph), model.forward_data(batch)
+
+    (features, logits), (features_p, logits_p) = readout([first, second]), readout(
+        [permuted, second])
+    assert torch.allclose(features[:, 16:], features_p[:, 16:], atol=1e-5)
+    assert torch.allclose(features, features_p, atol=1e-5)  # kernel 1: CLS too
+    assert torch.allclose(logits, logits_p, atol=1e-5)
+    assert not torch.allclose(features[0, 16:32], features[1, 16:32])
+
+
+def test_random_walk_encoding_is_projected_into_the_tokens():
+    torch.manual_seed(5)
+    walk = RandomWalkPE(4)
+    graphs = [walk(labelled(ring(6), 0)), walk(labelled(star(5), 1))]
+    batch = Batch.from_data_list(graphs)
+    assert batch.rw_pe.shape == (11, 4)
+    model = small_model(rw_pe_dim=4).eval()
+    assert model.rw_encoder.in_features == 4
+    with torch.no_grad():
+        out = model.forward_data(batch)
+        batch.rw_pe = torch.zeros_like(batch.rw_pe)
+        assert not torch.allclose(model.forward_data(batch), out)
+        # a model without the encoding ignores the field
+        assert small_model().forward_data(batch).shape == (2, 2)
+    kwargs = dict(lap_pe=batch.lap_pe, cls_lap_pe=batch.cls_lap_pe)
+    with pytest.raises(ValueError, match="RandomWalkPE"):
+        model(batch.x, batch.edge_index, batch.batch, **kwargs)
+    with pytest.raises(ValueError, match="rw_pe must be"):
+        model(batch.x, batch.edge_index, batch.batch, rw_pe=torch.zeros(11, 3), **kwargs)
+    with pytest.raises(ValueError, match="finite"):
+        model(batch.x, batch.edge_index, batch.batch,
+              rw_pe=torch.full((11, 4), float("nan")), **kwargs)
+    with pytest.raises(ValueError, match="rw_pe_dim"):
+        small_model(rw_pe_dim=-1)

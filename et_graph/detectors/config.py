@@ -91,12 +91,17 @@ class NodeTrainConfig(TrainConfig):
         select_metric: validation metric that picks the checkpoint: f1_macro, auroc or auprc.
         subgraph_ratio: train each epoch on an induced subgraph of this fraction of the nodes
             (0 = full batch); scoring stays full-graph.
+        batch_size: mini-batch training: each epoch partitions all nodes at random into parts of
+            this many nodes and takes one step per induced subgraph (0 = full batch). Edges
+            between parts are dropped for that epoch, so a node sees only the neighbours that
+            share its part; scoring stays full-graph.
     """
 
     epochs: int = 100
     lr: float = 0.02
     select_metric: str = "f1_macro"
     subgraph_ratio: float = 0.0
+    batch_size: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -106,6 +111,11 @@ class NodeTrainConfig(TrainConfig):
             )
         if not 0.0 <= self.subgraph_ratio < 1.0:
             raise ValueError(f"subgraph_ratio must be in [0, 1), got {self.subgraph_ratio}")
+        if self.batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0 (0 = full batch), got {self.batch_size}")
+        if self.batch_size and self.subgraph_ratio:
+            raise ValueError("choose one of batch_size (random node partitions every epoch) and "
+                             "subgraph_ratio (one random subgraph per epoch)")
 
 
 @dataclass

@@ -125,6 +125,9 @@ class NodeAnomalyTask:
         data, ratio = self.data, self.config.subgraph_ratio
         rank, world = _rank_world()
         x, targets = self.train_input()
+        if self.config.batch_size:
+            yield from self.partition_batches(x, targets, rank, world)
+            return
         if ratio <= 0:
             train = targets
             if world > 1:
@@ -144,6 +147,38 @@ class NodeAnomalyTask:
         local = is_train[nodes].nonzero().view(-1)
         yield (x[nodes.to(x.device)], edge_index.to(self.device),
                nodes.to(self.device), local.to(self.device))
+
+    def partition_batches(self, x: Tensor, targets: Tensor, rank: int, world: int
+                          ) -> Iterator[tuple[Tensor, Tensor, Optional[Tensor], Tensor]]:
+        """Random node partitions of ``batch_size`` nodes, one induced subgraph each. The edges
+        are grouped by part with one sort per epoch (no pass over all edges per batch). Under
+        DDP rank ``r`` takes parts ``r, r + world, ...``, every rank the same count (wrapping)."""
+        data, size = self.data, self.config.batch_size
+        num_nodes = data.num_nodes
+        perm = torch.randperm(num_nodes, generator=self.generator)
+        part = torch.empty(num_nodes, dtype=torch.long)
+        part[perm] = torch.arange(num_nodes) // size
+        position = torch.empty(num_nodes, dtype=torch.long)
+        position[perm] = torch.arange(num_nodes) % size
+        edge_index = data.edge_index.cpu()
+        edge_part = part[edge_index[0]]
+        inside = edge_part == part[edge_index[1]]
+        edge_index, edge_part = edge_index[:, inside], edge_part[inside]
+        order = torch.argsort(edge_part, stable=True)
+        edge_index = edge_index[:, order]
+        parts = (num_nodes + size - 1) // size
+        ptr = torch.cat([torch.zeros(1, dtype=torch.long),
+                         torch.bincount(edge_part, minlength=parts).cumsum(0)])
+        is_target = torch.zeros(num_nodes, dtype=torch.bool)
+        is_target[targets.cpu()] = True
+        per_rank = (parts + world - 1) // world
+        for k in range(per_rank):
+            p = (rank + k * world) % parts
+            nodes = perm[p * size:(p + 1) * size]
+            local_edges = position[edge_index[:, ptr[p]:ptr[p + 1]]]
+            local = is_target[nodes].nonzero().view(-1)
+            yield (x[nodes.to(x.device)], local_edges.to(self.device), nodes.to(self.device),
+                   local.to(self.device))
 
     def loss(self, model: nn.Module, batch: Any) -> Tensor:
         x, edge_index, node_ids, local = batch
@@ -217,9 +252,9 @@ class NeuralDetector(BaseDetector):
             generators=[generator],
             on_epoch=self.on_epoch,
             fingerprint=repr(self.config),
-            oom_hint="full-batch training does not fit: pass subgraph_ratio (--subgraph-ratio) "
-                     "to train on induced subgraphs",
-        )
+            oom_hint="full-batch training does not fit in memory: pass batch_size "
+                     "(--batch-size) to train on random node partitions, and "
+                     "--inference-chunk-size to score in bounded memory")
         result = trainer.fit(model, task)
         self.model_ = model
         self.history_ = result.history
