@@ -44,18 +44,10 @@ def masked_mse(prediction: Tensor, target: Tensor, patch_mask: Tensor) -> float:
 
 @dataclass
 class ImageTrainConfig(TrainConfig):
-    """Training of :class:`ETImageCompletion`: the engine's settings plus the batch size.
+    """Training of :class:`ETImageCompletion`: the engine's settings (inherited from
+    :class:`TrainConfig`, with their docs) plus the batch size.
 
     Attributes:
-        epochs: the most epochs to train.
-        lr: learning rate.
-        weight_decay: L2 penalty (Adam) or decoupled weight decay (AdamW).
-        optimizer: adam or adamw.
-        patience: stop after this many epochs without a new best validation epoch (0 = never).
-        lr_schedule: none, cosine or plateau.
-        lr_floor: the cosine schedule's final LR as a fraction of lr.
-        lr_patience: the plateau schedule's patience in epochs.
-        grad_clip: clip the gradient norm to this value (0 = off).
         batch_size: training images per batch.
     """
 
