@@ -46,19 +46,11 @@ FitCallback = Callable[[int, str, nn.Module, FitResult], None]
 
 @dataclass
 class GraphTrainConfig(TrainConfig):
-    """Training of a graph classifier: the engine's settings plus the batch size; the defaults
+    """Training of a graph classifier: the engine's settings (inherited from
+    :class:`TrainConfig`, with their docs) plus the batch size; the defaults
     are the protocol's (Adam, cosine decay to 5% of the LR, gradient norm clipped at 5).
 
     Attributes:
-        epochs: the most epochs to train.
-        lr: learning rate.
-        weight_decay: L2 penalty (Adam) or decoupled weight decay (AdamW).
-        optimizer: adam or adamw.
-        patience: stop after this many epochs without a new best validation epoch (0 = never).
-        lr_schedule: none, cosine or plateau.
-        lr_floor: the cosine schedule's final LR as a fraction of lr.
-        lr_patience: the plateau schedule's patience in epochs.
-        grad_clip: clip the gradient norm to this value (0 = off).
         batch_size: graphs per training batch.
     """
 
