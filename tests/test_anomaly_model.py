@@ -95,3 +95,22 @@ def test_et_learns_planted_anomalies_well_above_chance():
         auroc[name] = evaluate(y[test], score[test], det.threshold_)["auroc"]
     assert auroc["et"] > 0.8
     assert auroc["mlp"] < 0.65
+
+
+def test_ego_neighbour_readout_spmm_matches_scatter_with_gradients():
+    from torch_geometric.utils import scatter
+
+    data = planted_anomaly_graph(100, seed=1)
+    edge_index = torch.cat([data.edge_index, torch.tensor([[3, 3], [3, 7]])], dim=1)  # loop
+    model = ETAnomalyNet(8, 16, readout="ego_neighbour").double()
+    x = data.x.double().requires_grad_()
+    first = model.embed(x)
+    last = model.conv(first, edge_index)
+    features = model.readout_features(first, last, edge_index)
+    tokens = model.conv.norm(last)
+    src, dst = edge_index
+    keep = src != dst
+    reference = scatter(tokens[src[keep]], dst[keep], 0, dim_size=100, reduce="mean")
+    torch.testing.assert_close(features[:, 32:], reference)
+    grad = torch.autograd.grad(features[:, 32:].sum(), x, retain_graph=True)[0]
+    torch.testing.assert_close(grad, torch.autograd.grad(reference.sum(), x)[0])

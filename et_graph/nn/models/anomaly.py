@@ -5,7 +5,6 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.utils import scatter
 
 from ..conv import ETConv
 from ..validation import check_features
@@ -169,11 +168,29 @@ class ETAnomalyNet(nn.Module):
         first, last = self.conv.norm(first), self.conv.norm(last)
         if self.readout_kind == "first_last":
             return torch.cat([first, last], dim=-1)
+        neighbours = torch.sparse.mm(self.neighbour_mean_operator(edge_index, last), last)
+        return torch.cat([first, last, neighbours], dim=-1)
+
+    def neighbour_mean_operator(self, edge_index: Tensor, like: Tensor) -> Tensor:
+        """The row-normalised in-adjacency (self-loops dropped, duplicates counted) as a sparse
+        CSR matrix ``[N, N]``: one SpMM gives every node's mean neighbour token without an
+        ``[E, D]`` gather. Cached while the same ``edge_index`` tensor comes back."""
+        num_nodes = like.size(0)
+        key = (edge_index.data_ptr(), tuple(edge_index.shape), edge_index._version, num_nodes,
+               like.dtype, like.device)
+        cached = getattr(self, "_neighbour_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         src, dst = edge_index[0], edge_index[1]
         keep = src != dst
-        neighbours = scatter(last[src[keep]], dst[keep], dim=0, dim_size=last.size(0),
-                             reduce="mean")
-        return torch.cat([first, last, neighbours], dim=-1)
+        src, dst = src[keep], dst[keep]
+        degree = torch.bincount(dst, minlength=num_nodes).to(like.dtype)
+        values = degree.reciprocal()[dst]
+        matrix = torch.sparse_coo_tensor(torch.stack([dst, src]), values, (num_nodes, num_nodes),
+                                         check_invariants=False)
+        matrix = matrix.coalesce().to_sparse_csr()
+        self._neighbour_cache = (key, matrix)
+        return matrix
 
     @torch.no_grad()
     def energy_score(
