@@ -1,0 +1,128 @@
+"""The tuning objective of TUDataset graph classification: a cheaper variant of Errica et al.
+
+Errica et al. select hyperparameters inside *each* outer fold. Here one selection serves every
+fold: a trial trains the model on the inner training part of each of the first ``tune_folds``
+outer folds and returns the mean *inner validation* accuracy. The test folds are never read (a
+test scrambles their labels). The chosen preset is then evaluated by the usual 10-fold run, so
+the validation graphs of the first ``tune_folds`` folds have also served the selection, which
+results must state.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..config import merge
+from ..experiments.tudataset import TUDatasetConfig, model_factories
+from ..protocols.graph_cv import (
+    fit_graph_classifier,
+    graph_labels,
+    inner_split,
+    standardized_copies,
+    stratified_folds,
+)
+from ..training import seed_everything
+
+
+def et_graph_space(trial: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "et": {
+            "hidden": trial.suggest_categorical("hidden", [32, 64, 128]),
+            "blocks": trial.suggest_int("blocks", 1, 2),
+            "steps": trial.suggest_int("steps", 1, 3),
+            "alpha": trial.suggest_float("alpha", 0.05, 1.0, log=True),
+            "dropout": trial.suggest_float("dropout", 0.0, 0.5),
+            "readout": trial.suggest_categorical("readout", ["cls", "cls_sum_mean"]),
+        },
+        "train": {"lr": trial.suggest_float("lr", 5e-4, 1e-2, log=True)},
+    }
+
+
+def gin_space(trial: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "baselines": {
+            "gin_hidden": trial.suggest_categorical("gin_hidden", [32, 64, 128]),
+            "gin_layers": trial.suggest_int("gin_layers", 2, 5),
+            "baseline_dropout": trial.suggest_float("baseline_dropout", 0.0, 0.5),
+        },
+        "train": {"lr": trial.suggest_float("lr", 5e-4, 1e-2, log=True)},
+    }
+
+
+def agnostic_space(trial: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "baselines": {
+            "gin_hidden": trial.suggest_categorical("gin_hidden", [32, 64, 128]),
+            "baseline_dropout": trial.suggest_float("baseline_dropout", 0.0, 0.5),
+        },
+        "train": {"lr": trial.suggest_float("lr", 5e-4, 1e-2, log=True)},
+    }
+
+
+TU_SEARCH_SPACES: dict[str, Callable[[Any], dict[str, dict[str, Any]]]] = {
+    "et": et_graph_space,
+    "gin": gin_space,
+    "structure_agnostic": agnostic_space,
+}
+
+
+class TUObjective:
+    """``objective(trial) -> mean inner-validation accuracy`` over the first ``tune_folds``
+    outer folds, for one model of a :class:`TUDatasetConfig`.
+
+    ``graphs``/``info`` (as :func:`~et_graph.datasets.load_tudataset` returns them) and
+    ``splits`` may be passed in; by default they are loaded and drawn as the 10-fold run does.
+    """
+
+    def __init__(self, config: TUDatasetConfig, model: str, tune_folds: int = 3,
+                 graphs: Optional[list] = None, info: Optional[dict[str, Any]] = None,
+                 splits: Optional[Sequence[tuple[np.ndarray, np.ndarray]]] = None) -> None:
+        if model not in TU_SEARCH_SPACES:
+            raise ValueError(f"unknown model {model!r}; choose from {list(TU_SEARCH_SPACES)}")
+        if tune_folds <= 0:
+            raise ValueError(f"tune_folds must be positive, got {tune_folds}")
+        self.config, self.model = config, model
+        if graphs is None:
+            from ..datasets.tudataset import load_tudataset
+
+            d = config.data
+            graphs, info = load_tudataset(d.root, d.dataset, d.cache, d.pe_dim, False,
+                                          rw_pe_dim=d.rw_pe_dim, degree_feature=d.degree_feature)
+            if not info["edge_features"]:
+                for g in graphs:
+                    g.edge_attr = None
+        self.graphs, self.info = graphs, info
+        self.labels = graph_labels(graphs)
+        p = config.protocol
+        splits = splits if splits is not None else stratified_folds(self.labels, p.folds, p.seed)
+        self.splits = list(splits)[:tune_folds]
+
+    def trial_config(self, trial: Any) -> TUDatasetConfig:
+        config = self.config
+        if trial is not None:
+            config = merge(config, TU_SEARCH_SPACES[self.model](trial))
+        return replace(config, protocol=replace(config.protocol, models=self.model))
+
+    def __call__(self, trial: Any = None) -> float:
+        config = self.trial_config(trial)
+        factory = model_factories(config, self.info)[self.model]
+        p = config.protocol
+        accuracies = []
+        for fold, (train_index, _test_index) in enumerate(self.splits):  # test never read
+            inner, val = inner_split(train_index, self.labels, p.val_fraction, p.seed + fold)
+            data = standardized_copies(self.graphs, inner, self.info["node_attributes"])
+            seed_everything(p.seed + fold)
+            result = fit_graph_classifier(
+                factory(), [data[i] for i in inner], [data[i] for i in val], config.train,
+                seed=p.seed + fold, progress=False, device=config.run.device)
+            accuracies.append(result.best.score)
+            if trial is not None:
+                import optuna
+
+                trial.report(float(np.mean(accuracies)), fold)
+                if trial.should_prune():
+                    raise optuna.TrialPruned(f"pruned after fold {fold}")
+        return float(np.mean(accuracies))
