@@ -124,8 +124,8 @@ def test_gcn_adjacency_cache_follows_the_graph():
 
 
 def test_mini_batch_training_partitions_every_node_each_epoch(graph):
-    from et_graph.detectors.neural import NodeAnomalyTask
     from et_graph.detectors.config import NodeTrainConfig
+    from et_graph.detectors.neural import NodeAnomalyTask
 
     config = NodeTrainConfig(batch_size=50)
     task = NodeAnomalyTask(graph, graph.y, graph.train_mask, graph.val_mask, config,
