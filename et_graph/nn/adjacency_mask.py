@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.nn import Module, Parameter
 from torch_geometric.utils import to_dense_batch
 
+from .pool.cls_pool import CLSGraph
 from .validation import check_batch, check_edge_index
 
 METHODS = ("sparse", "dense")
@@ -137,6 +138,62 @@ class Conv2DAdjacencyMask(Module):
         gram = gram / math.sqrt(x.size(1))
         kernel = self.weight.reshape(self.heads, -1).to(x.dtype)
         return gram @ kernel.t() + self.bias.to(x.dtype)
+
+    def _conv_at_cls_edges(self, x: Tensor, batch: Tensor, cls_index: Tensor,
+                           node_index: Tensor) -> Tensor:
+        r"""The convolution at the ``2N`` CLS edges of a :class:`~et_graph.nn.pool.CLSGraph`
+        (node -> CLS for every node, then CLS -> node), ``[2N, H]``, from per-token dot products.
+
+        A CLS node ``c`` is the first token of its graph, so its shifted rows are ``x_{c+t}``,
+        ``t = 0..k//2`` (those before it belong to another graph). Every Gram entry of a CLS edge
+        at node ``n`` is therefore :math:`a_t[m] = \langle x_{c+t}, x_m\rangle` at a token ``m``
+        next to ``n``: ``(k//2 + 1)`` dot products per token instead of ``k^2`` per edge."""
+        radius = self.kernel_size // 2
+        total, channels = x.shape
+        num_graphs = cls_index.numel()
+        token_cls = cls_index.index_select(0, batch)
+        token_size = torch.bincount(batch, minlength=num_graphs).index_select(0, batch) - 1
+        columns = []
+        for t in range(radius + 1):
+            first = (token_cls + t).clamp_(max=total - 1)
+            dots = (x.index_select(0, first) * x).sum(-1)
+            columns.append(dots * (token_size >= t).to(x.dtype))
+        a = torch.stack(columns, dim=1)  # [T, radius + 1]
+        offsets = torch.arange(-radius, radius + 1, device=x.device)
+        near = node_index.unsqueeze(1) + offsets  # [N, k]
+        inside = (near >= 0) & (near < total)
+        near = near.clamp_(0, total - 1)
+        same = inside & (batch[near] == batch.index_select(0, node_index).unsqueeze(1))
+        pairs = a[near] * same.unsqueeze(-1).to(x.dtype)  # [N, k, radius + 1]: <x_{c+t}, x_{n+s-r}>
+        weight = self.weight[:, 0].to(x.dtype) / math.sqrt(channels)  # [H, k, k]
+        bias = self.bias.to(x.dtype)
+        # node -> CLS: the CLS is the attending row (shift t >= 0), the node the column (shift s)
+        to_cls = torch.einsum("nst,hts->nh", pairs, weight[:, radius:, :]) + bias
+        # CLS -> node: the node is the row (shift s), the CLS the column (shift t >= 0)
+        from_cls = torch.einsum("nst,hst->nh", pairs, weight[:, :, radius:]) + bias
+        return torch.cat([to_cls, from_cls], dim=0)
+
+    def forward_cls_graph(self, graph: CLSGraph, edge_attr: Optional[Tensor] = None) -> Tensor:
+        """``forward(graph.x, graph.edge_index, graph.batch, edge_attr)`` for a
+        :class:`~et_graph.nn.pool.CLSGraph` built by :func:`~et_graph.nn.pool.add_cls_nodes`
+        (its edges: the original ones, then node -> CLS and CLS -> node for every node), without
+        re-validating what ``add_cls_nodes`` built. With ``method="sparse"`` the CLS edges are
+        evaluated from per-token dot products (:meth:`_conv_at_cls_edges`): same values, a
+        fraction of the work, as they are half of the edges of a batch of small graphs."""
+        x, edge_index, batch = graph.x, graph.edge_index, graph.batch
+        factor = self.edge_factor(edge_attr, edge_index.size(1))
+        num_nodes = graph.node_index.numel()
+        num_original = edge_index.size(1) - 2 * num_nodes
+        if self.method == "dense" or num_original < 0 or x.size(0) == 0:
+            conv = (self._conv_at_edges_dense(x, edge_index, batch) if self.method == "dense"
+                    else self._conv_at_edges_sparse(x, edge_index, batch))
+        else:
+            parts = []
+            if num_original:
+                parts.append(self._conv_at_edges_sparse(x, edge_index[:, :num_original], batch))
+            parts.append(self._conv_at_cls_edges(x, batch, graph.cls_index, graph.node_index))
+            conv = torch.cat(parts, dim=0)
+        return conv if factor is None else conv * factor.to(conv.dtype)
 
     def edge_factor(self, edge_attr: Optional[Tensor], num_edges: int) -> Optional[Tensor]:
         """:math:`A'` at the edges, ``[E, H]``, or ``None`` (all ones) without edge features."""

@@ -243,11 +243,12 @@ class ETGraphModel(nn.Module):
         if self.rw_encoder is not None:
             h = h + self.rw_encoder(self._check_rw_pe(rw_pe, num_nodes))
         h = self.dropout(h)
-        graph = self.pool.attach(h, edge_index, batch, sizes.numel(), cls_offset)
+        # x, edge_index and batch are validated above: the pool and the mask skip their checks
+        graph = self.pool.attach(h, edge_index, batch, sizes.numel(), cls_offset, sizes=sizes)
         edge_weight = None
         if self.mask is not None:
             features = self._edge_features(edge_attr, edge_index.size(1), graph)
-            edge_weight = self.mask(graph.x, graph.edge_index, graph.batch, features)
+            edge_weight = self.mask.forward_cls_graph(graph, features)
         elif edge_attr is not None:
             raise ValueError("edge_attr was given but the model was built without the mask")
         out = graph.x

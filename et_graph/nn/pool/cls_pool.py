@@ -68,7 +68,6 @@ def add_cls_nodes(
     sizes = graph_sizes(batch, num_nodes, num_graphs)
     if batch is None:
         batch = torch.zeros(num_nodes, dtype=torch.long, device=x.device)
-    sizes = sizes.to(x.device)
     num_graphs = sizes.numel()
     if cls_tokens.shape != (num_graphs, x.size(1)):
         raise ValueError(
@@ -76,6 +75,17 @@ def add_cls_nodes(
             f"got {list(cls_tokens.shape)}"
         )
     edge_index = check_edge_index(edge_index, num_nodes)
+    return _insert_cls_nodes(x, edge_index, cls_tokens, batch, sizes)
+
+
+def _insert_cls_nodes(
+    x: Tensor, edge_index: Tensor, cls_tokens: Tensor, batch: Tensor, sizes: Tensor
+) -> CLSGraph:
+    """:func:`add_cls_nodes` on inputs that are already validated (``sizes`` from
+    :func:`graph_sizes`, ``batch`` a tensor, ``edge_index`` int64)."""
+    num_nodes = x.size(0)
+    sizes = sizes.to(x.device)
+    num_graphs = sizes.numel()
     graph_ids = torch.arange(num_graphs, device=x.device)
     ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])
     cls_index = ptr + graph_ids
@@ -133,11 +143,18 @@ class CLSPool(Module):
         batch: Optional[Tensor] = None,
         num_graphs: Optional[int] = None,
         cls_offset: Optional[Tensor] = None,
+        sizes: Optional[Tensor] = None,
     ) -> CLSGraph:
         """Insert the CLS nodes; ``cls_offset`` ``[G, D]`` (e.g. the CLS positional encoding) is
-        added to the shared CLS token."""
-        check_features(x, self.channels)
-        sizes = graph_sizes(batch, x.size(0), num_graphs)
+        added to the shared CLS token. ``sizes``: the graph sizes from :func:`graph_sizes` when
+        the caller has already validated ``x``, ``edge_index`` (int64) and ``batch`` (a model
+        that built ``x`` itself); the checks are then skipped."""
+        validated = sizes is not None
+        if not validated:
+            check_features(x, self.channels)
+            sizes = graph_sizes(batch, x.size(0), num_graphs)
+        elif batch is None or x.dim() != 2 or x.size(1) != self.channels:
+            raise ValueError("attach(sizes=...) needs a batch vector and x of shape [N, channels]")
         tokens = self.cls_token.unsqueeze(0).expand(sizes.numel(), -1)
         if cls_offset is not None:
             if cls_offset.shape != tokens.shape:
@@ -145,7 +162,9 @@ class CLSPool(Module):
                     f"cls_offset must have shape {list(tokens.shape)}, got {list(cls_offset.shape)}"
                 )
             tokens = tokens + cls_offset
-        return add_cls_nodes(x, edge_index, tokens, batch, sizes.numel())
+        if not validated:
+            return add_cls_nodes(x, edge_index, tokens, batch, sizes.numel())
+        return _insert_cls_nodes(x, edge_index.long(), tokens, batch, sizes)
 
     @staticmethod
     def readout(x: Tensor, graph: CLSGraph) -> Tensor:

@@ -1,0 +1,177 @@
+"""One training epoch of the graph-level ET against one of GIN on a TU dataset (default NCI1).
+
+Both models train for one epoch over the same graphs (all of the dataset, or ``--limit``), with the
+same shuffled mini-batches (``--batch-size``, default 64), the loss, gradient clipping and Adam
+step of :class:`et_graph.training.Trainer`. The models are built by
+:func:`et_graph.experiments.tudataset.model_factories`, so every ``et-graph tudataset`` flag
+(``--config configs/tudataset/NCI1.toml``, ``--hidden``, ``--blocks``, ``--readout``, ...) sets
+them; without ``--config`` the ET is the NCI1 preset's (hidden 32, one block, two steps), which is
+what the project issue timed.
+
+Timing: ``time.perf_counter`` around each epoch; ``--warmup`` untimed epochs per model, then
+``--repeats`` rounds in which the two models take turns (the order alternates between rounds), so
+that load from other jobs on the machine slows both alike; the median per model and the ratio
+ET / GIN. ``loader`` is the time of one pass of the DataLoader alone (collation), which both
+epochs include.
+
+``--profile N`` then runs ``N`` ET training batches under cProfile and prints the functions with
+the most own time (``--profile-torch`` uses ``torch.profiler`` and prints its operator table).
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_graph_epoch.py --threads 1 --json epoch.json
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import platform
+import pstats
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.loader import DataLoader
+
+from et_graph.config import add_config_arguments, merge, resolve, to_dict
+from et_graph.experiments.tudataset import TUDatasetConfig, model_factories
+from et_graph.protocols.graph_cv import model_outputs
+
+#: The NCI1 preset's ET (configs/tudataset/NCI1.toml), used when no --config is given.
+PRESET = Path(__file__).resolve().parents[1] / "configs" / "tudataset" / "NCI1.toml"
+
+
+def load(config: TUDatasetConfig, limit: Optional[int]) -> tuple[list, dict[str, Any]]:
+    from et_graph.datasets.tudataset import default_tu_root, load_tudataset
+
+    data = config.data
+    root = data.root if data.root is not None else default_tu_root()
+    extra = {}
+    # Only pass options that differ from their defaults, so the script also runs on older code.
+    for name in ("rw_pe_dim", "degree_feature"):
+        value = getattr(data, name, None)
+        if value:
+            extra[name] = value
+    graphs, info = load_tudataset(root, data.dataset, data.cache, data.pe_dim, False, **extra)
+    if not info["edge_features"]:
+        for g in graphs:
+            g.edge_attr = None
+    if limit:
+        graphs = graphs[:limit]
+    return graphs, info
+
+
+def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
+                clip: float = 5.0, max_batches: Optional[int] = None) -> float:
+    model.train()
+    begin = time.perf_counter()
+    for i, batch in enumerate(loader):
+        if max_batches is not None and i >= max_batches:
+            break
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model_outputs(model, batch), batch.y.view(-1))
+        loss.backward()
+        if clip:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+    return time.perf_counter() - begin
+
+
+def loader_pass(loader: DataLoader) -> float:
+    begin = time.perf_counter()
+    for _ in loader:
+        pass
+    return time.perf_counter() - begin
+
+
+def profile_et(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
+               batches: int, use_torch: bool, top: int) -> str:
+    if use_torch:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            train_epoch(model, optimizer, loader, max_batches=batches)
+        return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    train_epoch(model, optimizer, loader, max_batches=batches)
+    profiler.disable()
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(top)
+    return stream.getvalue()
+
+
+def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench = parser.add_argument_group("benchmark")
+    bench.add_argument("--repeats", type=int, default=5, help="timed epochs per model")
+    bench.add_argument("--warmup", type=int, default=1, help="untimed epochs per model first")
+    bench.add_argument("--limit", type=int, default=None, help="use only the first graphs")
+    bench.add_argument("--json", default=None, help="write the results to this file")
+    bench.add_argument("--profile", type=int, default=0, metavar="N",
+                       help="profile N ET training batches afterwards (0 = off)")
+    bench.add_argument("--profile-torch", action="store_true",
+                       help="profile with torch.profiler instead of cProfile")
+    bench.add_argument("--profile-top", type=int, default=30)
+    bench.add_argument("--skip-timing", action="store_true", help="only profile")
+    add_config_arguments(parser, TUDatasetConfig)
+    args = parser.parse_args(argv)
+    if not args.config:
+        args.config = str(PRESET)
+    config = resolve(TUDatasetConfig, args)
+    config = merge(config, {"protocol.models": "et,gin"})
+    torch.set_num_threads(config.run.threads or 1)
+
+    graphs, info = load(config, args.limit)
+    factories = model_factories(config, info)
+    torch.manual_seed(0)
+    models = {name: factories[name]() for name in ("et", "gin")}
+    optimizers = {name: torch.optim.Adam(m.parameters(), lr=config.train.lr)
+                  for name, m in models.items()}
+    loader = DataLoader(graphs, batch_size=config.train.batch_size, shuffle=True,
+                        generator=torch.Generator().manual_seed(0))
+    times: dict[str, list[float]] = {"et": [], "gin": [], "loader": []}
+    if not args.skip_timing:
+        for name, model in models.items():
+            for _ in range(args.warmup):
+                train_epoch(model, optimizers[name], loader)
+        for round_ in range(args.repeats):
+            order = ["et", "gin"] if round_ % 2 == 0 else ["gin", "et"]
+            for name in order:
+                times[name].append(train_epoch(models[name], optimizers[name], loader))
+            times["loader"].append(loader_pass(loader))
+    median = {k: statistics.median(v) for k, v in times.items() if v}
+    result = {
+        "dataset": config.data.dataset, "graphs": len(graphs),
+        "batch_size": config.train.batch_size, "threads": torch.get_num_threads(),
+        "repeats": args.repeats, "seconds": times, "median_seconds": median,
+        "ratio_et_gin": median["et"] / median["gin"] if median else None,
+        "et_params": sum(p.numel() for p in models["et"].parameters()),
+        "gin_params": sum(p.numel() for p in models["gin"].parameters()),
+        "config": {k: to_dict(config)[k] for k in ("data", "et", "baselines", "train")},
+        "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+    }
+    if median:
+        print(f"{config.data.dataset}: {len(graphs)} graphs, batch {config.train.batch_size}, "
+              f"{torch.get_num_threads()} thread(s), median of {args.repeats} epochs")
+        print(f"| ET epoch (s) | {median['et']:.3f} |")
+        print(f"| GIN epoch (s) | {median['gin']:.3f} |")
+        print(f"| loader pass (s) | {median['loader']:.3f} |")
+        print(f"| ET / GIN time | {result['ratio_et_gin']:.2f} |")
+    if args.profile:
+        report = profile_et(models["et"], optimizers["et"], loader, args.profile,
+                            args.profile_torch, args.profile_top)
+        print(report)
+        result["profile"] = report
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
