@@ -16,6 +16,7 @@ from torch_geometric.data import Data
 
 from ..config import apply_keywords, to_dict
 from ..protocols.anomaly import choose_threshold
+from ..transforms.features import check_node_graph
 
 Prediction = Union[Tensor, tuple[Tensor, ...]]
 
@@ -154,22 +155,7 @@ class BaseDetector:
 def check_graph(data: Data) -> tuple[Tensor, Tensor]:
     if not isinstance(data, Data):
         raise TypeError(f"data must be a torch_geometric.data.Data, got {type(data).__name__}")
-    x = getattr(data, "x", None)
-    if x is None or x.dim() != 2 or x.size(0) == 0:
-        raise ValueError("data.x must hold node features of shape [N, F] with N > 0")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("data.x contains NaN or inf values")
-    edge_index = getattr(data, "edge_index", None)
-    if edge_index is None:
-        raise ValueError("data.edge_index is missing (a [2, E] tensor of node ids is needed)")
-    if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
-        raise ValueError(
-            f"data.edge_index must be an integer tensor [2, E], got {tuple(edge_index.shape)} "
-            f"{edge_index.dtype}"
-        )
-    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= x.size(0)):
-        raise ValueError(f"data.edge_index holds node ids outside [0, {x.size(0)})")
-    return x, edge_index
+    return check_node_graph(data)
 
 
 def check_labels(data: Data) -> Tensor:

@@ -8,34 +8,39 @@ from torch_geometric.data import Data
 FEATURE_NORMS = ("none", "standard", "quantile")
 
 
-def check_detection_graph(data: Data) -> None:
-    """``ValueError`` for a graph that node anomaly detection cannot use."""
-    if getattr(data, "x", None) is None or data.num_nodes == 0:
-        raise ValueError("the graph has no nodes / no node features (data.x)")
-    if data.x.dim() != 2:
-        raise ValueError(f"data.x must have shape [N, F], got {tuple(data.x.shape)}")
+def check_node_graph(data: Data) -> tuple[Tensor, Tensor]:
+    """``(x, edge_index)`` of a node-level graph, or a ``ValueError`` that says what is wrong:
+    features ``[N, F]`` with ``N > 0``, finite, and an integer ``edge_index [2, E]`` of ids in
+    ``[0, N)``."""
+    x = getattr(data, "x", None)
+    if x is None or x.dim() != 2 or x.size(0) == 0:
+        raise ValueError("data.x must hold node features of shape [N, F] with N > 0")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("data.x contains NaN or inf values")
     edge_index = getattr(data, "edge_index", None)
     if edge_index is None:
-        raise ValueError("the graph has no data.edge_index ([2, E] node ids)")
+        raise ValueError("data.edge_index is missing (a [2, E] tensor of node ids is needed)")
     if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
         raise ValueError(
             f"data.edge_index must be an integer tensor [2, E], got {tuple(edge_index.shape)} "
             f"{edge_index.dtype}"
         )
-    if edge_index.numel() and (
-        int(edge_index.min()) < 0 or int(edge_index.max()) >= data.x.size(0)
-    ):
+    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= x.size(0)):
         raise ValueError(
-            f"data.edge_index holds node ids outside [0, {data.x.size(0)}) "
+            f"data.edge_index holds node ids outside [0, {x.size(0)}) "
             f"(min {int(edge_index.min())}, max {int(edge_index.max())})"
         )
+    return x, edge_index
+
+
+def check_detection_graph(data: Data) -> None:
+    """``ValueError`` for a graph that node anomaly detection cannot use."""
+    check_node_graph(data)
     y = getattr(data, "y", None)
     if y is None or y.dim() != 1 or y.numel() != data.num_nodes:
         raise ValueError("the graph needs a binary node label y of shape [N]")
     if not bool(torch.isin(y, torch.tensor([0, 1])).all()):
         raise ValueError("labels y must be binary (0 = normal, 1 = anomalous)")
-    if not bool(torch.isfinite(data.x).all()):
-        raise ValueError("node features contain NaN or inf values")
 
 
 def prepare_detection_data(data: Data, feature_norm: str = "none",
