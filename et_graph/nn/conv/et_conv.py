@@ -14,7 +14,7 @@ from torch_geometric.utils import is_sparse
 from ... import energy as E
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import check_batch
-from .et_energy import EdgeSet, ETEnergy
+from .et_energy import EdgeSet, ETEnergy, _check_positive
 
 GRAD_MODES = ("analytic", "autograd")
 
@@ -29,14 +29,6 @@ def _check_steps(steps: Any) -> int:
     if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
     return int(steps)
-
-
-def _check_alpha(alpha: Any) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
-        raise ValueError(f"alpha must be a positive number, got {alpha!r}")
-    if not math.isfinite(alpha) or alpha <= 0:
-        raise ValueError(f"alpha (the step size) must be a positive finite number, got {alpha!r}")
-    return float(alpha)
 
 
 class ETConv(MessagePassing):
@@ -191,7 +183,7 @@ class ETConv(MessagePassing):
 
     @alpha.setter
     def alpha(self, value: float) -> None:
-        self._alpha = _check_alpha(value)
+        self._alpha = _check_positive(value, "alpha (the step size)")
 
     @property
     def grad(self) -> str:
