@@ -1,5 +1,5 @@
 from .adjacency_mask import Conv2DAdjacencyMask
-from .conv import EdgeSet, ETConv, ETEnergy
+from .conv import EdgeSet, ETConv, ETEnergy, RelationalETConv
 from .encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder
 from .energy_layer_norm import EnergyLayerNorm
 from .models.graph_model import ETGraphModel
@@ -17,4 +17,5 @@ __all__ = [
     "EnergyLayerNorm",
     "LaplacianPEEncoder",
     "NodeEncoder",
+    "RelationalETConv",
 ]

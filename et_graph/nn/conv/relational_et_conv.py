@@ -1,0 +1,401 @@
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Literal, Optional, Union, overload
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+from torch_geometric.typing import Adj
+from torch_geometric.utils import is_sparse
+
+from ... import energy as E
+from ...fused import build_edge_plan, fused_attention_grad
+from ..energy_layer_norm import EnergyLayerNorm
+from ..validation import check_batch, check_edge_index
+from .et_conv import GRAD_MODES, _check_steps
+from .et_energy import EdgeSet, ETEnergy, _autograd_grad, _check_positive
+
+__all__ = ["RelationalETConv", "check_edge_type"]
+
+
+def check_edge_type(edge_type: Any, num_edges: int, num_relations: int) -> Tensor:
+    """Validate ``edge_type [E]`` (integer ids in ``[0, num_relations)``) and return it as
+    ``int64``."""
+    if not isinstance(edge_type, Tensor):
+        raise ValueError(
+            f"edge_type must be a torch.Tensor of relation ids, got {type(edge_type).__name__}"
+        )
+    if edge_type.is_floating_point() or edge_type.is_complex() or edge_type.dtype == torch.bool:
+        raise ValueError(
+            f"edge_type must hold integer relation ids (torch.long), got {edge_type.dtype}; "
+            "use edge_type.long() if the values are whole numbers"
+        )
+    if edge_type.dim() != 1 or edge_type.numel() != num_edges:
+        raise ValueError(
+            f"edge_type must have shape [E]=[{num_edges}] (one relation id per column of "
+            f"edge_index), got {tuple(edge_type.shape)}"
+        )
+    if edge_type.numel():
+        low, high = int(edge_type.min()), int(edge_type.max())
+        if low < 0 or high >= num_relations:
+            raise ValueError(
+                f"edge_type holds relation ids in [{low}, {high}] but the layer has "
+                f"num_relations={num_relations} (valid ids are 0..{num_relations - 1})"
+            )
+    return edge_type.long()
+
+
+class RelationalETConv(Module):
+    r"""The Energy Transformer block on a multi-relation graph: one attention energy per
+    relation, with its own keys, queries and temperatures, and one shared Hopfield energy.
+
+    With :math:`\mathbf{g} = \mathrm{LN}(\mathbf{x})` (one energy LayerNorm, scalar gain),
+    :math:`\mathbf{k}^r_{hB} = W^{K,r}_h \mathbf{g}_B`, :math:`\mathbf{q}^r_{hC} = W^{Q,r}_h
+    \mathbf{g}_C` and :math:`\mathcal{N}_r(C)` the sources of the edges of type :math:`r` into
+    :math:`C`,
+
+    .. math::
+        E = \sum_{r=1}^{R} E^r_{ATT} + E_{HN}, \qquad
+        E^r_{ATT} = -\sum_h \frac{1}{\beta_{rh}} \sum_{C} \log \sum_{B \in \mathcal{N}_r(C)}
+        \exp\left(\beta_{rh}\, \mathbf{k}^{r\top}_{hB} \mathbf{q}^r_{hC}\right)
+
+    with :math:`E_{HN}` the Hopfield energy of :class:`~et_graph.nn.ETConv` (one set of
+    memories :math:`\boldsymbol{\xi}` for all relations). Each step is :math:`\mathbf{x}
+    \leftarrow \mathbf{x} - \alpha\,\partial E/\partial\mathbf{g} + \sqrt{\alpha}\,
+    \boldsymbol{\epsilon}` (noise only in training, only when ``noise_std > 0``). The relations
+    share no key or query, so the closed form stays exact: :math:`\partial E/\partial
+    \mathbf{g}` is the sum of every relation's closed-form attention gradient (paper eq. 17,
+    the fused kernel of :class:`~et_graph.nn.ETConv` once per relation) plus the Hopfield
+    gradient,
+
+    .. math::
+        -\frac{\partial E}{\partial \mathbf{g}_A} = \sum_r \sum_h \Big[ W^{Q,r\top}_h
+        \sum_{B \to_r A} c^r_{BAh} \mathbf{k}^r_{hB} + W^{K,r\top}_h \sum_{A \to_r C}
+        c^r_{ACh} \mathbf{q}^r_{hC} \Big] + \boldsymbol{\xi}^\top r(\boldsymbol{\xi}
+        \mathbf{g}_A),
+
+    with :math:`c^r_{BCh} = \mathrm{softmax}_{B \in \mathcal{N}_r(C)}(\beta_{rh}
+    \mathbf{k}^{r\top}_{hB} \mathbf{q}^r_{hC})`. With one relation this is
+    :class:`~et_graph.nn.ETConv` (same parameters, same result). The cost per step is that of
+    ``ETConv`` with ``R * heads`` heads on the same edges: every edge enters one relation's
+    softmax only, and keys and queries of all relations come from one matmul.
+
+    Edges follow PyG's :class:`~torch_geometric.nn.conv.RGCNConv` convention: ``edge_index
+    [2, E]`` with ``edge_type [E]`` (integer ids in ``[0, num_relations)``); a pair of nodes
+    linked in several relations appears once per relation. An edge ``B -> C`` lets ``C``
+    attend to ``B``; self-loops are ignored; a node without in-edges of type ``r`` gets no
+    energy from relation ``r``.
+
+    Parameters: ``conv.energy_fn`` is an :class:`~et_graph.nn.ETEnergy` with ``R * heads``
+    heads holding the shared LayerNorm and memories and the stacked per-relation maps: heads
+    ``r * heads .. (r + 1) * heads - 1`` (``w_k``, ``w_q``, ``log_beta``) belong to relation
+    ``r``. Its own ``node_energy_of_g`` (every head over one edge set) is not this layer's
+    energy; use :meth:`node_energy_of_g` here.
+
+    Dtypes and bad input as in :class:`~et_graph.nn.ETConv`; a malformed ``edge_type`` (not an
+    integer tensor, wrong shape, ids outside ``[0, num_relations)``) raises ``ValueError``.
+    Sparse adjacencies are not accepted: one sparse matrix cannot hold two relations on the
+    same pair of nodes.
+
+    Args:
+        channels: token width ``D``.
+        num_relations: number of relations (edge types) ``R >= 1``.
+        heads: attention heads ``H`` per relation.
+        head_dim: width ``Y`` of each key/query.
+        hopfield_dim: number ``K >= 0`` of Hopfield memories (default ``4 * channels``).
+        steps: descent steps per forward call (``>= 0``; :meth:`forward` can override it).
+        alpha: step size ``> 0``.
+        hopfield: ``"relu"`` or ``"softmax"``.
+        hopfield_beta: inverse temperature ``> 0`` of the ``"softmax"`` Hopfield energy.
+        beta_init: initial inverse temperature ``> 0`` of every head of every relation
+            (default ``1 / sqrt(head_dim)``).
+        noise_std: standard deviation ``>= 0`` of the training-time noise of eq. 27.
+        grad: ``"analytic"`` (closed form, fused kernel per relation) or ``"autograd"``
+            (differentiate :meth:`energy`; the reference).
+        eps: LayerNorm epsilon.
+    """
+
+    #: Use the fused kernel per relation; ``False`` uses the reference closed form of
+    #: :func:`et_graph.energy.relational_attention_grad`.
+    fused: bool = True
+
+    def __init__(
+        self,
+        channels: int,
+        num_relations: int,
+        heads: int = 4,
+        head_dim: int = 16,
+        hopfield_dim: Optional[int] = None,
+        steps: int = 2,
+        alpha: float = 0.1,
+        hopfield: str = "relu",
+        hopfield_beta: float = 1.0,
+        beta_init: Optional[float] = None,
+        noise_std: float = 0.0,
+        grad: str = "analytic",
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        for name, value in (("num_relations", num_relations), ("heads", heads)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if (
+            isinstance(noise_std, bool)
+            or not isinstance(noise_std, numbers.Real)
+            or math.isnan(noise_std)
+            or noise_std < 0
+        ):
+            raise ValueError(f"noise_std must be >= 0, got {noise_std!r}")
+        self.num_relations = int(num_relations)
+        self._heads = int(heads)
+        self.energy_fn = ETEnergy(
+            channels,
+            heads=self.num_relations * self._heads,
+            head_dim=head_dim,
+            hopfield_dim=hopfield_dim,
+            hopfield=hopfield,
+            hopfield_beta=hopfield_beta,
+            beta_init=beta_init,
+            eps=eps,
+        )
+        self.steps = steps
+        self.alpha = alpha
+        self.noise_std = float(noise_std)
+        self.grad = grad
+
+    def reset_parameters(self) -> None:
+        self.energy_fn.reset_parameters()
+
+    # ----------------------------------------------------------------------------------------
+    # Hyper-parameters and parameters
+    # ----------------------------------------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        """Descent steps per forward call (an int ``>= 0``)."""
+        return self._steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        self._steps = _check_steps(value)
+
+    @property
+    def alpha(self) -> float:
+        """Step size (a positive number)."""
+        return self._alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        self._alpha = _check_positive(value, "alpha (the step size)")
+
+    @property
+    def grad(self) -> str:
+        """How ``dE/dg`` is computed: ``"analytic"`` or ``"autograd"``."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: str) -> None:
+        if value not in GRAD_MODES:
+            raise ValueError(f"grad must be one of {GRAD_MODES}, got {value!r}")
+        self._grad = value
+
+    heads = property(lambda self: self._heads, doc="Attention heads ``H`` per relation.")
+    channels = property(lambda self: self.energy_fn.channels, doc="Token width ``D``.")
+    head_dim = property(lambda self: self.energy_fn.head_dim, doc="Key/query width ``Y``.")
+    hopfield_dim = property(lambda self: self.energy_fn.hopfield_dim, doc="Memories ``K``.")
+    hopfield = property(lambda self: self.energy_fn.hopfield, doc="Hopfield energy kind.")
+
+    @property
+    def norm(self) -> EnergyLayerNorm:
+        """The shared energy LayerNorm ``g = LN(x)`` (``energy_fn.norm``)."""
+        return self.energy_fn.norm
+
+    @property
+    def w_k(self) -> Tensor:
+        """Key maps ``[R, H, Y, D]`` (a view of ``energy_fn.w_k``)."""
+        return self.energy_fn.w_k.view(self.num_relations, self.heads, self.head_dim, -1)
+
+    @property
+    def w_q(self) -> Tensor:
+        """Query maps ``[R, H, Y, D]`` (a view of ``energy_fn.w_q``)."""
+        return self.energy_fn.w_q.view(self.num_relations, self.heads, self.head_dim, -1)
+
+    @property
+    def xi(self) -> Tensor:
+        """Shared Hopfield memories ``[K, D]`` (``energy_fn.xi``)."""
+        return self.energy_fn.xi
+
+    @property
+    def beta(self) -> Tensor:
+        """Inverse temperatures ``[R, H]``, positive by construction."""
+        return self.energy_fn.beta.view(self.num_relations, self.heads)
+
+    # ----------------------------------------------------------------------------------------
+    # Edges of each relation
+    # ----------------------------------------------------------------------------------------
+    def edges(
+        self, x: Tensor, edge_index: Adj, edge_type: Tensor, plan: bool = False
+    ) -> list[EdgeSet]:
+        """One validated :class:`~et_graph.nn.EdgeSet` per relation (self-loops removed) for
+        the tokens ``x [N, D]``; ``plan=True`` also builds each relation's sorted layout for the
+        fused kernel, reused by every step and by backward."""
+        if is_sparse(edge_index):
+            raise ValueError(
+                "RelationalETConv takes edge_index as a [2, E] tensor with edge_type [E]: a "
+                "sparse adjacency cannot hold two relations on the same pair of nodes "
+                "(convert it with torch_geometric.utils.to_edge_index)"
+            )
+        num_nodes = x.size(0)
+        edge_index = check_edge_index(edge_index, num_nodes)
+        edge_type = check_edge_type(edge_type, edge_index.size(1), self.num_relations)
+        fn, out = self.energy_fn, []
+        for relation in range(self.num_relations):
+            edges = fn.edges(x, edge_index[:, edge_type == relation])
+            if plan and edges.num_edges and num_nodes:
+                edges = edges._replace(
+                    plan=build_edge_plan(edges.src, edges.dst, num_nodes, self.heads)
+                )
+            out.append(edges)
+        return out
+
+    # ----------------------------------------------------------------------------------------
+    # Energy and gradient as functions of g
+    # ----------------------------------------------------------------------------------------
+    def node_energy_of_g(self, g: Tensor, edges: list[EdgeSet]) -> Tensor:
+        """Each node's share of the energy ``[N]``: its attention terms (as a destination, summed
+        over the relations) plus its Hopfield term."""
+        fn = self.energy_fn
+        k, q = fn.keys_queries(g)
+        att = E.relational_attention_energy(
+            k, q, [e.src for e in edges], [e.dst for e in edges], fn.beta, g.size(0)
+        )
+        return att + fn.hopfield_energy_of_g(g)
+
+    def attention_grads(self, g: Tensor, edges: list[EdgeSet]) -> tuple[Tensor, Tensor]:
+        """Closed form of ``(dE_ATT/dk, dE_ATT/dq)``, each ``[N, R*H, Y]``: per relation, the
+        fused kernel on that relation's heads and edges (or the reference closed form with
+        ``fused = False``)."""
+        fn = self.energy_fn
+        k, q = fn.keys_queries(g)
+        if not self.fused:
+            return E.relational_attention_grad(
+                k, q, [e.src for e in edges], [e.dst for e in edges], fn.beta, g.size(0)
+            )
+        beta, grad_k, grad_q = fn.beta, [], []
+        for relation, e in enumerate(edges):
+            part = E.relation_heads(relation, self.heads)
+            gk, gq = fused_attention_grad(k[:, part], q[:, part], e.src, e.dst, beta[part],
+                                          None, e.plan)
+            grad_k.append(gk)
+            grad_q.append(gq)
+        return torch.cat(grad_k, dim=1), torch.cat(grad_q, dim=1)
+
+    def grad_of_g(self, g: Tensor, edges: list[EdgeSet]) -> Tensor:
+        r""":math:`\partial E/\partial \mathbf{g}` ``[N, D]`` by the method chosen with ``grad``:
+        the closed form (every relation's attention gradient, mapped back through its own
+        :math:`W^{K,r}, W^{Q,r}` in one matmul, plus the Hopfield term) or autograd of
+        :meth:`node_energy_of_g`."""
+        if self.grad == "autograd":
+            return _autograd_grad(g, lambda g: self.node_energy_of_g(g, edges))
+        grad_k, grad_q = self.attention_grads(g, edges)
+        return self.energy_fn.grad_from_attention_grads(g, grad_k, grad_q)
+
+    # ----------------------------------------------------------------------------------------
+    # Energy of a state x
+    # ----------------------------------------------------------------------------------------
+    def node_energy(self, x: Tensor, edge_index: Adj, edge_type: Tensor) -> Tensor:
+        """Each node's share of the energy ``[N]``; the shares sum to :meth:`energy`."""
+        fn = self.energy_fn
+        x_in = fn.check_tokens(x)
+        edges = self.edges(x_in, edge_index, edge_type)
+        return self.node_energy_of_g(fn.norm(x_in), edges).to(x.dtype)
+
+    def energy(
+        self, x: Tensor, edge_index: Adj, edge_type: Tensor, batch: Optional[Tensor] = None
+    ) -> Tensor:
+        """Total energy of state ``x`` (scalar), or per graph ``[num_graphs]`` given ``batch``
+        (an integer ``[N]`` tensor of graph ids)."""
+        per_node = self.node_energy(x, edge_index, edge_type)
+        if batch is None:
+            return per_node.sum()
+        check_batch(batch, per_node.numel())
+        num_graphs = int(batch.max()) + 1 if batch.numel() else 0
+        return per_node.new_zeros(num_graphs).index_add(0, batch, per_node)
+
+    def energy_grad(self, x: Tensor, edge_index: Adj, edge_type: Tensor) -> Tensor:
+        """``dE/dg`` at state ``x`` as ``[N, channels]``, by the method chosen with ``grad``."""
+        fn = self.energy_fn
+        x_in = fn.check_tokens(x)
+        edges = self.edges(x_in, edge_index, edge_type)
+        return self.grad_of_g(fn.norm(x_in), edges).to(x.dtype)
+
+    # ----------------------------------------------------------------------------------------
+    # Dynamics
+    # ----------------------------------------------------------------------------------------
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Adj,
+        edge_type: Tensor,
+        return_energy: Literal[False] = False,
+        *,
+        steps: Optional[int] = None,
+    ) -> Tensor: ...
+
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Adj,
+        edge_type: Tensor,
+        return_energy: Literal[True],
+        *,
+        steps: Optional[int] = None,
+    ) -> tuple[Tensor, Tensor]: ...
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Adj,
+        edge_type: Tensor,
+        return_energy: bool = False,
+        *,
+        steps: Optional[int] = None,
+    ) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """Run ``steps`` descent steps from ``x [N, channels]`` over the typed edges
+        ``edge_index [2, E]``, ``edge_type [E]``.
+
+        ``steps`` overrides ``self.steps`` for this call. Returns the tokens ``[N, channels]``
+        in ``x``'s dtype, and with ``return_energy=True`` also the (detached) total energy
+        ``[steps + 1]`` before each update and after the last.
+        """
+        num_steps = self.steps if steps is None else _check_steps(steps)
+        fn = self.energy_fn
+        out = fn.check_tokens(x)
+        fused = self.grad == "analytic" and self.fused and num_steps > 0
+        edges = self.edges(out, edge_index, edge_type, plan=fused)
+        energies = []
+        for _ in range(num_steps):
+            g = fn.layer_norm(out)
+            if return_energy:
+                energies.append(self._detached_total(g, edges))
+            out = out - self.alpha * self.grad_of_g(g, edges)
+            if self.training and self.noise_std > 0:
+                out = out + math.sqrt(self.alpha) * self.noise_std * torch.randn_like(out)
+        if return_energy:
+            energies.append(self._detached_total(fn.norm(out), edges))
+            return out.to(x.dtype), torch.stack(energies).detach()
+        return out.to(x.dtype)
+
+    @torch.no_grad()
+    def _detached_total(self, g: Tensor, edges: list[EdgeSet]) -> Tensor:
+        return self.node_energy_of_g(g, edges).sum()
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}({self.channels}, num_relations={self.num_relations}, "
+            f"heads={self.heads}, head_dim={self.head_dim}, hopfield_dim={self.hopfield_dim}, "
+            f"steps={self.steps}, alpha={self.alpha}, hopfield={self.hopfield!r})"
+        )

@@ -1,0 +1,239 @@
+"""RelationalETConv: the closed form of the summed per-relation energy against autograd, parity
+with ETConv, descent, training gradients and bad edge types."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch_geometric.utils import to_torch_csr_tensor
+
+from et_graph import energy as E
+from et_graph.nn import ETConv, RelationalETConv
+
+RELATIONS = 3
+
+
+def make_conv(num_relations=RELATIONS, heads=2, hopfield="relu", **kwargs) -> RelationalETConv:
+    torch.manual_seed(0)
+    conv = RelationalETConv(8, num_relations, heads=heads, head_dim=4, hopfield=hopfield,
+                            **kwargs)
+    return conv.double()
+
+
+def typed_graph(num_nodes=14, num_edges=60, num_relations=RELATIONS, seed=1):
+    """Random typed graph with self-loops, duplicate edges (also across relations), two isolated
+    nodes, and the last relation left without any edge when there are 3 or more relations."""
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes - 2, (2, num_edges), generator=gen)
+    used = max(num_relations - 1, 1) if num_relations >= 3 else num_relations
+    edge_type = torch.randint(0, used, (num_edges,), generator=gen)
+    # A self-loop, a duplicate within relation 0 and the same pair in relations 0 and 1.
+    edge_index = torch.cat([edge_index, torch.tensor([[0, 3, 3, 3], [0, 5, 5, 5]])], dim=1)
+    edge_type = torch.cat([edge_type, torch.tensor([0, 0, 0, min(1, num_relations - 1)])])
+    x = torch.randn(num_nodes, 8, generator=gen, dtype=torch.float64)
+    return x, edge_index, edge_type
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
+
+
+def autograd_reference(conv: RelationalETConv, x, edge_index, edge_type) -> torch.Tensor:
+    """``torch.autograd.grad`` of the energy itself (:meth:`node_energy_of_g`)."""
+    g = conv.norm(x).detach().requires_grad_(True)
+    edges = conv.edges(x, edge_index, edge_type)
+    return torch.autograd.grad(conv.node_energy_of_g(g, edges).sum(), g)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# 1. The closed form equals autograd of the energy (float64)
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("hopfield", ["relu", "softmax"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_closed_form_matches_autograd(hopfield, fused):
+    conv = make_conv(hopfield=hopfield)
+    conv.fused = fused
+    x, edge_index, edge_type = typed_graph()
+    reference = autograd_reference(conv, x, edge_index, edge_type)
+    assert relative_error(conv.energy_grad(x, edge_index, edge_type), reference) < 1e-8
+    conv.grad = "autograd"
+    assert relative_error(conv.energy_grad(x, edge_index, edge_type), reference) < 1e-8
+
+
+def test_a_wrong_closed_form_would_be_caught():
+    """The parity check can fail: giving every relation the keys and queries of relation 0
+    (a shared attention instead of per-relation ones) breaks it."""
+    conv = make_conv()
+    x, edge_index, edge_type = typed_graph()
+    reference = autograd_reference(conv, x, edge_index, edge_type)
+    shared = copy.deepcopy(conv)
+    with torch.no_grad():
+        for name in ("w_k", "w_q"):
+            weight = getattr(shared.energy_fn, name)
+            weight.copy_(weight[: conv.heads].repeat(RELATIONS, 1, 1))
+    g = shared.norm(x)
+    edges = shared.edges(x, edge_index, edge_type)
+    assert relative_error(shared.grad_of_g(g, edges), reference) > 1e-3
+
+
+def test_energy_is_the_sum_of_the_per_relation_energies():
+    """E = sum_r E_ATT^r + E_HN: each relation's attention energy is an ETConv (no memories)
+    with that relation's maps on that relation's edges."""
+    conv = make_conv()
+    x, edge_index, edge_type = typed_graph()
+    hopfield = E.hopfield_energy(conv.norm(x), conv.xi, "relu")
+    total = hopfield.clone()
+    for r in range(RELATIONS):
+        single = ETConv(8, heads=conv.heads, head_dim=4, hopfield_dim=0).double()
+        with torch.no_grad():
+            single.energy_fn.w_k.copy_(conv.w_k[r])
+            single.energy_fn.w_q.copy_(conv.w_q[r])
+            single.energy_fn.log_beta.copy_(conv.beta[r].log())
+            single.energy_fn.norm.load_state_dict(conv.norm.state_dict())
+        total = total + single.node_energy(x, edge_index[:, edge_type == r])
+    assert torch.allclose(conv.node_energy(x, edge_index, edge_type), total, atol=1e-12)
+    # The relation without edges contributes nothing; the relations with edges do.
+    assert (conv.node_energy(x, edge_index, edge_type) - hopfield).abs().max() > 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# 2. One relation is ETConv with the same weights
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("hopfield", ["relu", "softmax"])
+def test_one_relation_equals_etconv(hopfield):
+    torch.manual_seed(3)
+    reference = ETConv(8, heads=2, head_dim=4, steps=3, alpha=0.2, hopfield=hopfield).double()
+    conv = RelationalETConv(8, 1, heads=2, head_dim=4, steps=3, alpha=0.2,
+                            hopfield=hopfield).double()
+    conv.energy_fn.load_state_dict(reference.energy_fn.state_dict())
+    x, edge_index, _ = typed_graph(num_relations=1)
+    edge_type = torch.zeros(edge_index.size(1), dtype=torch.long)
+    out, energies = conv(x, edge_index, edge_type, return_energy=True)
+    expected, expected_energies = reference(x, edge_index, return_energy=True)
+    assert torch.allclose(out, expected, atol=1e-12)
+    assert torch.allclose(energies, expected_energies, atol=1e-12)
+    assert torch.allclose(conv.energy_grad(x, edge_index, edge_type),
+                          reference.energy_grad(x, edge_index), atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Descent
+# --------------------------------------------------------------------------------------------
+@settings(max_examples=15, deadline=None)
+@given(
+    num_nodes=st.integers(1, 12),
+    density=st.floats(0.0, 4.0),
+    num_relations=st.integers(1, 3),
+    hopfield=st.sampled_from(["relu", "softmax"]),
+    seed=st.integers(0, 10_000),
+)
+def test_energy_never_increases(num_nodes, density, num_relations, hopfield, seed):
+    gen = torch.Generator().manual_seed(seed)
+    num_edges = int(density * num_nodes)
+    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen)
+    edge_type = torch.randint(0, num_relations, (num_edges,), generator=gen)
+    torch.manual_seed(seed)
+    conv = RelationalETConv(6, num_relations, heads=2, head_dim=3, steps=10, alpha=0.01,
+                            hopfield=hopfield).double()
+    x = torch.randn(num_nodes, 6, generator=gen, dtype=torch.float64)
+    _, energies = conv(x, edge_index, edge_type, return_energy=True)
+    scale = energies.abs().max().clamp_min(1.0)
+    assert (energies.diff() <= 1e-10 * scale).all(), energies
+
+
+def test_ascent_increases_the_energy():
+    """The descent check is not vacuous: stepping up the gradient raises the energy."""
+    conv = make_conv()
+    x, edge_index, edge_type = typed_graph()
+    energies = [conv.energy(x, edge_index, edge_type)]
+    for _ in range(5):
+        x = x + 0.01 * conv.energy_grad(x, edge_index, edge_type)
+        energies.append(conv.energy(x, edge_index, edge_type))
+    assert (torch.stack(energies).diff() > 0).all()
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Training gradients, defined behaviour
+# --------------------------------------------------------------------------------------------
+def test_analytic_and_autograd_training_gradients_agree():
+    conv = make_conv(hopfield="softmax", steps=2)
+    reference = copy.deepcopy(conv)
+    reference.grad = "autograd"
+    x, edge_index, edge_type = typed_graph()
+    for module in (conv, reference):
+        module(x, edge_index, edge_type).sin().sum().backward()
+    for (name, p), (_, r) in zip(conv.named_parameters(), reference.named_parameters()):
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+        assert relative_error(p.grad, r.grad) < 1e-8, name
+
+
+def test_node_energy_batch_and_edge_order():
+    conv = make_conv()
+    x, edge_index, edge_type = typed_graph()
+    per_node = conv.node_energy(x, edge_index, edge_type)
+    assert torch.allclose(per_node.sum(), conv.energy(x, edge_index, edge_type))
+    batch = (torch.arange(x.size(0)) >= 7).long()
+    per_graph = conv.energy(x, edge_index, edge_type, batch=batch)
+    assert torch.allclose(per_graph, torch.stack([per_node[:7].sum(), per_node[7:].sum()]))
+    order = torch.randperm(edge_index.size(1), generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(conv(x, edge_index[:, order], edge_type[order]),
+                          conv(x, edge_index, edge_type), atol=1e-12)
+    # Relation ids matter: moving every edge to relation 0 changes the result.
+    assert not torch.allclose(conv(x, edge_index, torch.zeros_like(edge_type)),
+                              conv(x, edge_index, edge_type))
+
+
+def test_float32_and_lower_precision_inputs():
+    torch.manual_seed(0)
+    conv = RelationalETConv(8, RELATIONS, heads=2, head_dim=4)
+    x, edge_index, edge_type = typed_graph()
+    out = conv(x.float(), edge_index, edge_type)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert conv(x.bfloat16(), edge_index, edge_type).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="float64"):
+        conv(x, edge_index, edge_type)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Bad input
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda t: t.float(), "integer relation ids"),
+        (lambda t: t > 0, "integer relation ids"),
+        (lambda t: t[:-1], r"shape \[E\]"),
+        (lambda t: t.view(-1, 1), r"shape \[E\]"),
+        (lambda t: t + RELATIONS, "num_relations=3"),
+        (lambda t: t - 1, "num_relations=3"),
+        (lambda t: t.tolist(), "torch.Tensor"),
+    ],
+)
+def test_bad_edge_type_raises(mutate, message):
+    conv = make_conv()
+    x, edge_index, edge_type = typed_graph()
+    with pytest.raises(ValueError, match=message):
+        conv(x, edge_index, mutate(edge_type))
+    with pytest.raises(ValueError, match=message):
+        conv.energy(x, edge_index, mutate(edge_type))
+
+
+def test_sparse_adjacency_and_bad_arguments_raise():
+    conv = make_conv()
+    x, edge_index, edge_type = typed_graph()
+    adj = to_torch_csr_tensor(edge_index.flip(0), size=(x.size(0), x.size(0)))
+    with pytest.raises(ValueError, match="sparse adjacency"):
+        conv(x, adj, edge_type)
+    with pytest.raises(ValueError, match="node ids"):
+        conv(x, edge_index + x.size(0), edge_type)
+    for kwargs, message in [({"num_relations": 0}, "num_relations"),
+                            ({"num_relations": True}, "num_relations"),
+                            ({"heads": 0}, "heads"), ({"alpha": 0.0}, "alpha"),
+                            ({"grad": "closed"}, "grad"), ({"noise_std": -1.0}, "noise_std")]:
+        arguments = {"num_relations": 2, **kwargs}
+        with pytest.raises(ValueError, match=message):
+            RelationalETConv(8, **arguments)
