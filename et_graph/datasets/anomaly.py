@@ -100,7 +100,9 @@ def load_anomaly_dataset(
         path: a file to load instead of a named dataset: ``.mat`` (CARE-GNN), ``.npz`` (open
             layout, see :mod:`et_graph.datasets.npz`) or ``.pt`` / ``.pt.zip`` (a torch-saved
             PyG ``Data``; it is unpickled, so only load files you trust).
-        relation: ``"homo"`` or one relation of a ``.mat`` file (``"net_rur"``, ``"rur"``...).
+        relation: ``"homo"``, ``"multi"`` (every relation as an edge type: ``edge_type`` and
+            ``relation_names``, see :func:`load_fraud_mat`) or one relation of a ``.mat`` file
+            (``"net_rur"``, ``"rur"``...).
         download: fetch YelpChi/Amazon from DGL's server when missing (into ``root``, else the
             cache). Off unless ``True`` or the environment sets ``ET_GRAPH_DOWNLOAD=1``.
         binarize: collapse labels to ``y > 0``. Default: only for PyGOD injected graphs

@@ -14,6 +14,13 @@ Fraudsters"). Each ``.mat`` file (read with :func:`scipy.io.loadmat`) has:
 
 In Amazon the first 3,305 users carry no real label (CARE-GNN and BWGNN leave them out of every
 split); the loader marks them with ``label_mask = False``.
+
+``relation="multi"`` keeps the relations apart as edge types, in PyG's ``RGCNConv`` convention:
+``edge_index`` is every relation's (symmetric, loop-free, coalesced) edges concatenated,
+``edge_type [E]`` the relation of each column and ``relation_names`` the matrix keys in that order
+(a pair linked in two relations appears once per relation). :class:`~et_graph.nn.
+RelationalETConv` and ``ETDetector(multi_relation=True)`` read them; a model without edge types
+sees those edges with that multiplicity.
 """
 from __future__ import annotations
 
@@ -22,10 +29,12 @@ import tempfile
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
+import torch
 from torch_geometric.data import Data
+from torch_geometric.utils import remove_self_loops, to_undirected
 
 from .anomaly_data import prepare_anomaly_data
 
@@ -48,17 +57,49 @@ def _detect_dataset(keys: set[str]) -> Optional[str]:
     return None
 
 
+#: ``relation=`` value that loads every relation as an edge type.
+MULTI_RELATION = "multi"
+
+
 def _relation_key(relation: str, available: list[str], source: str) -> str:
     wanted = relation.lower()
-    if wanted == "homo":
-        return "homo"
+    if wanted in ("homo", MULTI_RELATION):
+        return wanted
     for key in available:
         if wanted in (key, key[len("net_"):]):
             return key
     raise ValueError(
-        f"{source}: unknown relation {relation!r}; choose 'homo' or one of "
+        f"{source}: unknown relation {relation!r}; choose 'homo', 'multi' or one of "
         f"{available} (the 'net_' prefix may be left out)"
     )
+
+
+def _edges(adjacency: Any, key: str, num_nodes: int, source: str) -> np.ndarray:
+    """``[2, E]`` int64 node pairs of the nonzero entries of the ``[N, N]`` matrix ``key``."""
+    if adjacency.ndim != 2 or adjacency.shape != (num_nodes, num_nodes):
+        raise ValueError(
+            f"{source}: '{key}' has shape {adjacency.shape} but 'features' has {num_nodes} rows; "
+            f"expected [{num_nodes}, {num_nodes}]"
+        )
+    if hasattr(adjacency, "tocoo"):
+        coo = adjacency.tocoo()
+        rows, cols = coo.row, coo.col
+    else:
+        rows, cols = np.nonzero(np.asarray(adjacency))
+    return np.stack([rows, cols]).astype(np.int64)
+
+
+def _multi_relation_keys(dataset: Optional[str], available: list[str], source: str
+                         ) -> list[str]:
+    """The relation matrices of a multi-relation load, in CARE-GNN's order when known."""
+    if dataset is not None and all(key in available for key in CARE_RELATIONS[dataset]):
+        return list(CARE_RELATIONS[dataset])
+    if not available:
+        raise ValueError(
+            f"{source}: relation='multi' needs the relation matrices (keys starting with 'net_', "
+            "e.g. net_rur/net_rtr/net_rsr); the file holds none"
+        )
+    return available
 
 
 def load_fraud_mat(
@@ -71,8 +112,9 @@ def load_fraud_mat(
 
     Args:
         path: the ``.mat`` file.
-        relation: ``"homo"`` (all relations merged) or one relation key such as ``"net_rur"``
-            (or ``"rur"``).
+        relation: ``"homo"`` (all relations merged), ``"multi"`` (every relation kept as an
+            edge type: ``edge_index`` concatenated over the relations, ``edge_type [E]`` and
+            ``relation_names``) or one relation key such as ``"net_rur"`` (or ``"rur"``).
         name: ``data.name``; by default ``"yelpchi"`` / ``"amazon"`` when the relation keys
             identify the dataset, else the file name.
         unlabelled_prefix: how many leading nodes carry no label and must stay out of splits
@@ -103,20 +145,15 @@ def load_fraud_mat(
     dataset = _detect_dataset(keys)
     relations = sorted(key for key in keys if key.startswith("net_"))
     key = _relation_key(relation, relations, source)
-    adjacency = mat[key]
     features = mat["features"]
     num_nodes = features.shape[0]
-    if adjacency.ndim != 2 or adjacency.shape != (num_nodes, num_nodes):
-        raise ValueError(
-            f"{source}: '{key}' has shape {adjacency.shape} but 'features' has {num_nodes} rows; "
-            f"expected [{num_nodes}, {num_nodes}]"
-        )
-    if hasattr(adjacency, "tocoo"):
-        coo = adjacency.tocoo()
-        rows, cols = coo.row, coo.col
+    if key == MULTI_RELATION:
+        names = _multi_relation_keys(dataset, relations, source)
+        typed = [_edges(mat[name], name, num_nodes, source) for name in names]
+        # Validated (and merged) once as the union; the typed edges replace it below.
+        edge_index = np.concatenate(typed, axis=1)
     else:
-        rows, cols = np.nonzero(np.asarray(adjacency))
-    edge_index = np.stack([rows, cols]).astype(np.int64)
+        edge_index = _edges(mat[key], key, num_nodes, source)
 
     if unlabelled_prefix is None:
         unlabelled_prefix = AMAZON_UNLABELLED_NODES if dataset == "amazon" else 0
@@ -130,10 +167,23 @@ def load_fraud_mat(
             )
         label_mask = np.arange(num_nodes) >= unlabelled_prefix
 
-    return prepare_anomaly_data(
+    data = prepare_anomaly_data(
         features, edge_index, mat["label"], name=name or dataset or path.stem.lower(),
         label_mask=label_mask, source=source,
     )
+    if key == MULTI_RELATION:
+        # Each relation cleaned as prepare_anomaly_data cleans one edge set: symmetric, no
+        # self-loops, no duplicates within the relation.
+        parts = [
+            to_undirected(remove_self_loops(torch.from_numpy(edges))[0], num_nodes=num_nodes)
+            for edges in typed
+        ]
+        data.edge_index = torch.cat(parts, dim=1)
+        data.edge_type = torch.cat(
+            [torch.full((part.size(1),), r, dtype=torch.long) for r, part in enumerate(parts)]
+        )
+        data.relation_names = list(names)
+    return data
 
 
 def find_fraud_mat(dataset: str, roots: list[Path]) -> Optional[Path]:

@@ -40,6 +40,9 @@ class ETModelConfig:
             enter, and each epoch half of the training nodes feed labels while the other half
             carry the loss. Scoring the fitted graph uses every training label; another graph
             gets zeros (no labels known).
+        multi_relation: attention energy summed over the graph's relations, with keys, queries
+            and temperatures per relation (RelationalETConv; heads per relation); needs a graph
+            with data.edge_type (e.g. --relation multi) and full-batch training.
     """
 
     hidden: int = 64
@@ -54,6 +57,7 @@ class ETModelConfig:
     positional: bool = False
     readout: str = "first_last"
     label_trick: bool = False
+    multi_relation: bool = False
 
     def __post_init__(self) -> None:
         if self.hopfield not in HOPFIELD_KINDS:
@@ -146,6 +150,13 @@ class GBTModelConfig:
 class ETDetectorConfig:
     model: ETModelConfig = field(default_factory=ETModelConfig)
     train: NodeTrainConfig = field(default_factory=NodeTrainConfig)
+
+    def __post_init__(self) -> None:
+        if self.model.multi_relation and (self.train.batch_size or self.train.subgraph_ratio):
+            # Mini-batches are induced subgraphs whose edges would need their edge types
+            # carried along; the multi-relation ET trains on the full graph only.
+            raise ValueError("multi_relation trains full batch only: set batch_size=0 and "
+                             "subgraph_ratio=0 (or turn multi_relation off)")
 
 
 @dataclass

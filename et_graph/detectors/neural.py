@@ -27,7 +27,12 @@ from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
 from ..baselines.node import GATNet, GCNNet, MLPNet
-from ..nn.models.anomaly import ETAnomalyNet, weighted_bce_loss
+from ..nn.models.anomaly import (
+    ETAnomalyNet,
+    graph_relations,
+    relation_inputs,
+    weighted_bce_loss,
+)
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
 from ..training import CheckpointConfig, Trainer, Validation
 from ..training.engine import _rank_world
@@ -182,8 +187,11 @@ class NodeAnomalyTask:
 
     def loss(self, model: nn.Module, batch: Any) -> Tensor:
         x, edge_index, node_ids, local = batch
-        logits = model(x, edge_index, node_ids) if (
-            self.pass_node_ids and node_ids is not None) else model(x, edge_index)
+        # The multi-relation ET trains full batch only (ETDetectorConfig), so these edge types
+        # are the full graph's and line up with edge_index.
+        relations = relation_inputs(model, self.data)
+        logits = model(x, edge_index, node_ids, **relations) if (
+            self.pass_node_ids and node_ids is not None) else model(x, edge_index, **relations)
         if local.numel() == 0:  # a subgraph without training nodes: keeps DDP ranks in step
             return logits.sum() * 0.0
         target = self.y[local if node_ids is None else node_ids[local]]
@@ -191,6 +199,7 @@ class NodeAnomalyTask:
 
     def validate(self, model: nn.Module) -> Validation:
         extra = {} if self.chunk_size is None else {"chunk_size": self.chunk_size}
+        extra.update(relation_inputs(model, self.data))
         logits = model(self.eval_x, self.data.edge_index, **extra)[self.val_index.to(self.device)]
         prob = torch.sigmoid(logits).double().cpu().numpy()
         score, threshold = validation_score(self.y_val, prob, self.config.select_metric)
@@ -290,6 +299,7 @@ class NeuralDetector(BaseDetector):
         self.model_.eval()
         data = data.to(self.device)
         extra = {} if self.chunk_size is None else {"chunk_size": self.chunk_size}
+        extra.update(relation_inputs(self.model_, data))
         return torch.sigmoid(self.model_(self.network_input(data), data.edge_index, **extra))
 
 
@@ -308,10 +318,22 @@ class ETDetector(NeuralDetector):
 
     config_class = ETDetectorConfig
     supports_chunks = True
+    #: After ``fit`` with ``multi_relation``: the number of relations of the fitted graph.
+    num_relations_: Optional[int] = None
+
+    def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
+        self.num_relations_ = None
+        if self.config.model.multi_relation:
+            if self.chunk_size is not None:
+                raise ValueError("chunk_size (bounded-memory scoring) is not implemented for "
+                                 "the multi-relation ET (multi_relation=True)")
+            self.num_relations_ = graph_relations(data)
+        super()._fit(data, y, train, val)
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         """The network for ``in_channels`` raw features (plus the label columns with
-        ``label_trick``)."""
+        ``label_trick``); with ``multi_relation`` a per-relation attention over the relations
+        of the graph being fitted."""
         m = self.config.model
         if m.label_trick:
             in_channels += NUM_LABEL_FEATURES
@@ -320,6 +342,7 @@ class ETDetector(NeuralDetector):
             hopfield_dim=m.hopfield_dim, steps=m.steps, alpha=m.alpha, hopfield=m.hopfield,
             noise_std=m.noise_std, num_nodes=num_nodes if m.positional else None,
             positional=m.positional, dropout=m.dropout, readout=m.readout,
+            num_relations=self.num_relations_,
         )
 
     @torch.no_grad()
@@ -329,7 +352,8 @@ class ETDetector(NeuralDetector):
         self._check_fitted()
         self.model_.eval()
         data = data.to(self.device)
-        return self.model_.energy_score(self.network_input(data), data.edge_index).float().cpu()
+        return self.model_.energy_score(self.network_input(data), data.edge_index,
+                                        **relation_inputs(self.model_, data)).float().cpu()
 
 
 class MLPDetector(NeuralDetector):

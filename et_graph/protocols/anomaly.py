@@ -25,6 +25,8 @@ from sklearn.model_selection import train_test_split
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..nn.models.anomaly import relation_inputs
+
 if TYPE_CHECKING:
     from ..detectors import ETDetector
 
@@ -272,18 +274,19 @@ def energy_trajectory(det: ETDetector, data: Data, split: Split, extra_steps: in
     *validation* nodes, continuing the descent past the trained T to show it settles."""
     model = det.model_.eval()
     conv = model.conv
+    relations = relation_inputs(model, data)
     y, val = data.y.cpu().numpy(), split.val.numpy()
     groups = {"normal": val[y[val] == 0], "anomalous": val[y[val] == 1]}
     x = model.embed(det.network_input(data))
     out: dict[str, list[float]] = {"all": [], "normal": [], "anomalous": []}
     last = conv.steps + extra_steps
     for step in range(last + 1):
-        energy = conv.node_energy(x, data.edge_index).double().cpu().numpy()
+        energy = model.node_energy(x, data.edge_index, **relations).double().cpu().numpy()
         out["all"].append(float(energy.mean()))
         for group, index in groups.items():
             out[group].append(float(energy[index].mean()))
         if step < last:
-            x = conv(x, data.edge_index, steps=1)
+            x = model.descend(x, data.edge_index, **relations, steps=1)
     out["trained_steps"] = [float(conv.steps)]
     return out
 

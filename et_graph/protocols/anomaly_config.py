@@ -39,7 +39,9 @@ class AnomalyDataConfig:
             tsocial.
         data_root: folder holding the dataset files (yelpchi/amazon .mat, ...).
         data: path to a .mat/.npz/.pt graph file (overrides dataset).
-        relation: YelpChi/Amazon relation: homo or one relation matrix.
+        relation: YelpChi/Amazon relation: homo (all merged), multi (every relation as an edge
+            type, for ET's multi_relation; models without edge types see a pair once per
+            relation) or one relation matrix.
         feature_norm: per-column transform over all nodes: none, standard or quantile.
         degree_feature: append log(1 + degree) to the node features.
         neighbour_stats: append statistics of each node's in-neighbours' features (a comma list

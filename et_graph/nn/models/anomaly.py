@@ -5,8 +5,10 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.data import Data
 
-from ..conv import ETConv
+from ..conv import ETConv, RelationalETConv
+from ..conv.relational_et_conv import check_edge_type
 from ..validation import check_features
 
 #: Readouts of :class:`ETAnomalyNet`.
@@ -42,11 +44,17 @@ class ETAnomalyNet(nn.Module):
     :meth:`energy_score` is the unsupervised score: each node's energy share at the end of the
     descent (``conv.node_energy`` of ``x^T``).
 
+    With ``num_relations`` the descent is a :class:`~et_graph.nn.RelationalETConv` (one
+    attention energy per relation, with its own keys and queries, and one Hopfield energy) and
+    every call takes the relation of each edge, ``edge_type=`` ``[E]``; the ``ego_neighbour``
+    readout still averages over all in-edges (a neighbour linked in two relations counts
+    twice). :func:`relation_inputs` gives that keyword for a graph.
+
     Args:
         in_channels: raw feature width ``F``.
         hidden_channels: token width ``D``.
         heads, head_dim, hopfield_dim, steps, alpha, hopfield, noise_std: passed to
-            :class:`~et_graph.nn.ETConv`.
+            :class:`~et_graph.nn.ETConv` (``heads`` per relation with ``num_relations``).
         num_nodes: with ``positional=True``, the number of nodes of the (transductive) graph,
             one learnable positional vector each.
         positional: add the learnable per-node positional embedding of eq. 10.
@@ -55,6 +63,8 @@ class ETAnomalyNet(nn.Module):
         readout: ``"first_last"`` (``LN(x^1) || LN(x^T)``, width ``2 * hidden``) or
             ``"ego_neighbour"`` (plus the in-neighbour mean of ``LN(x^T)``, width
             ``3 * hidden``).
+        num_relations: build a :class:`~et_graph.nn.RelationalETConv` over this many relations
+            (edge types) instead of an :class:`~et_graph.nn.ETConv` (``None``).
     """
 
     def __init__(
@@ -73,6 +83,7 @@ class ETAnomalyNet(nn.Module):
         mlp_hidden: Optional[int] = None,
         dropout: float = 0.0,
         readout: str = "first_last",
+        num_relations: Optional[int] = None,
     ) -> None:
         super().__init__()
         if in_channels <= 0 or hidden_channels <= 0:
@@ -88,15 +99,12 @@ class ETAnomalyNet(nn.Module):
         self.readout_kind = readout
         self.embedding = nn.Linear(in_channels, hidden_channels)
         self.positional = nn.Embedding(num_nodes, hidden_channels) if positional else None
-        self.conv = ETConv(
-            hidden_channels,
-            heads=heads,
-            head_dim=head_dim,
-            hopfield_dim=hopfield_dim,
-            steps=steps,
-            alpha=alpha,
-            hopfield=hopfield,
-            noise_std=noise_std,
+        self.num_relations = num_relations
+        conv_options = dict(heads=heads, head_dim=head_dim, hopfield_dim=hopfield_dim,
+                            steps=steps, alpha=alpha, hopfield=hopfield, noise_std=noise_std)
+        self.conv: Union[ETConv, RelationalETConv] = (
+            ETConv(hidden_channels, **conv_options) if num_relations is None
+            else RelationalETConv(hidden_channels, num_relations, **conv_options)
         )
         mlp_hidden = hidden_channels if mlp_hidden is None else mlp_hidden
         self.readout = nn.Sequential(
@@ -145,20 +153,28 @@ class ETAnomalyNet(nn.Module):
         node_ids: Optional[Tensor] = None,
         return_energy: bool = False,
         chunk_size: Optional[int] = None,
+        *,
+        edge_type: Optional[Tensor] = None,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Anomaly logits ``[N]``; with ``return_energy=True`` also the total energy before each
         ET step and after the last ``[steps + 1]`` (detached). ``chunk_size`` runs the descent
-        in bounded memory (:meth:`ETConv.forward_chunked`; inference only, same result)."""
+        in bounded memory (:meth:`ETConv.forward_chunked`; inference only, same result; not
+        with ``num_relations``). ``edge_type [E]``: the relation of each edge, required with
+        ``num_relations`` and refused without."""
         first = self.embed(x, node_ids)
         if chunk_size is not None:
             if return_energy or torch.is_grad_enabled():
                 raise ValueError("chunk_size is for inference: use it under torch.no_grad() "
                                  "and without return_energy")
+            if self.num_relations is not None:
+                raise ValueError("chunk_size (bounded-memory scoring) is not implemented for "
+                                 "the multi-relation ET: score in one full pass")
+            self._relation_args(edge_type)
             last = self.conv.forward_chunked(first, edge_index, chunk_size=chunk_size)
         elif return_energy:
-            last, energies = self.conv(first, edge_index, return_energy=True)
+            last, energies = self.descend(first, edge_index, edge_type, return_energy=True)
         else:
-            last = self.conv(first, edge_index)
+            last = self.descend(first, edge_index, edge_type)
         logits = self.readout(self.readout_features(first, last, edge_index)).squeeze(-1)
         return (logits, energies) if return_energy else logits
 
@@ -192,14 +208,85 @@ class ETAnomalyNet(nn.Module):
         self._neighbour_cache = (key, matrix)
         return matrix
 
+    def _relation_args(self, edge_type: Optional[Tensor]) -> tuple[Tensor, ...]:
+        """``(edge_type,)`` for the relational conv, ``()`` for ETConv; a missing or unexpected
+        ``edge_type`` raises ``ValueError`` rather than being ignored."""
+        if self.num_relations is None:
+            if edge_type is not None:
+                raise ValueError("edge_type given, but this network has one relation: build it "
+                                 "with num_relations to attend per relation")
+            return ()
+        if edge_type is None:
+            raise ValueError(f"this network attends over {self.num_relations} relations and "
+                             "needs edge_type [E] (the relation of each edge)")
+        return (edge_type,)
+
+    def descend(
+        self,
+        tokens: Tensor,
+        edge_index: Tensor,
+        edge_type: Optional[Tensor] = None,
+        return_energy: bool = False,
+        *,
+        steps: Optional[int] = None,
+    ) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """The ET descent from ``tokens [N, hidden]`` (``conv(tokens, edge_index[, edge_type])``;
+        ``steps`` overrides the conv's for this call)."""
+        args = self._relation_args(edge_type)
+        return self.conv(tokens, edge_index, *args, return_energy=return_energy, steps=steps)
+
+    def node_energy(
+        self, tokens: Tensor, edge_index: Tensor, edge_type: Optional[Tensor] = None
+    ) -> Tensor:
+        """Each node's energy share ``[N]`` at the state ``tokens [N, hidden]``."""
+        return self.conv.node_energy(tokens, edge_index, *self._relation_args(edge_type))
+
     @torch.no_grad()
     def energy_score(
-        self, x: Tensor, edge_index: Tensor, node_ids: Optional[Tensor] = None
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        node_ids: Optional[Tensor] = None,
+        *,
+        edge_type: Optional[Tensor] = None,
     ) -> Tensor:
         """Each node's energy ``[N]`` at the final ET state (higher = less typical under the
         learned energy, before any sign calibration)."""
-        last = self.conv(self.embed(x, node_ids), edge_index)
-        return self.conv.node_energy(last, edge_index)
+        last = self.descend(self.embed(x, node_ids), edge_index, edge_type)
+        return self.node_energy(last, edge_index, edge_type)
+
+
+def relation_inputs(model: nn.Module, data: Data) -> dict[str, Tensor]:
+    """``{"edge_type": data.edge_type}`` when ``model`` (or the module a DDP wrapper holds) is a
+    multi-relation :class:`ETAnomalyNet`, else ``{}``: the keywords to add to
+    ``model(x, edge_index, ...)`` on the graph ``data``."""
+    network = getattr(model, "module", model)
+    if getattr(network, "num_relations", None) is None:
+        return {}
+    edge_type = getattr(data, "edge_type", None)
+    if edge_type is None:
+        raise ValueError(
+            "the multi-relation ET needs data.edge_type (the relation of each edge): load the "
+            "graph with relation='multi' (CLI: --relation multi)"
+        )
+    return {"edge_type": edge_type}
+
+
+def graph_relations(data: Data) -> int:
+    """The number of relations of a typed graph (``data.edge_type [E]``): the length of
+    ``data.relation_names`` when present, else the largest id plus one. ``ValueError`` if the
+    graph has no or malformed edge types."""
+    edge_type = getattr(data, "edge_type", None)
+    if edge_type is None:
+        raise ValueError(
+            "multi_relation needs a graph with edge types (data.edge_type [E]): load YelpChi or "
+            "Amazon with relation='multi' (CLI: --relation multi)"
+        )
+    names = getattr(data, "relation_names", None)
+    count = len(names) if names is not None else (
+        int(edge_type.max()) + 1 if edge_type.numel() else 1)
+    check_edge_type(edge_type, data.edge_index.size(1), count)
+    return count
 
 
 def weighted_bce_loss(logits: Tensor, target: Tensor, pos_weight: Union[float, Tensor]) -> Tensor:

@@ -1,0 +1,204 @@
+"""Multi-relation fraud graphs: the loader hands the CARE-GNN relations over as edge types, and
+ETDetector(multi_relation=True) attends per relation through fit, scoring and the CLI."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+import torch
+
+from et_graph.cli import main as cli_main
+from et_graph.datasets import load_anomaly_dataset, load_fraud_mat
+from et_graph.datasets.synthetic import planted_anomaly_graph
+from et_graph.detectors import ETDetector
+from et_graph.nn import RelationalETConv
+from et_graph.nn.models.anomaly import ETAnomalyNet
+from et_graph.protocols.anomaly import make_splits
+from et_graph.protocols.anomaly_config import AnomalyDataConfig, load_data
+
+YELP_RELATIONS = ("net_rur", "net_rtr", "net_rsr")
+AMAZON_RELATIONS = ("net_upu", "net_usu", "net_uvu")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+    monkeypatch.delenv("ET_GRAPH_DOWNLOAD", raising=False)
+    monkeypatch.delenv("ET_GRAPH_DATA", raising=False)
+    monkeypatch.setenv("ET_GRAPH_CACHE", str(tmp_path / "cache"))
+
+
+def write_care_mat(path, relations, n=60, seed=0, with_relations=True):
+    """A small CARE-GNN .mat file: asymmetric relations with self-loops, overlapping on purpose
+    (relation 1 repeats some pairs of relation 0)."""
+    rng = np.random.RandomState(seed)
+    mats = {}
+    for name in relations:
+        count = int(0.06 * n * n)
+        rows, cols = rng.randint(0, n, count), rng.randint(0, n, count)
+        matrix = sp.csr_matrix((np.ones(count), (rows, cols)), shape=(n, n)) + sp.eye(n)
+        matrix.data[:] = 1.0
+        mats[name] = matrix.tocsc()
+    first, second = relations[0], relations[1]
+    overlap = mats[first].tocoo()
+    shared = sp.csr_matrix((np.ones(10), (overlap.row[:10], overlap.col[:10])), shape=(n, n))
+    mats[second] = (mats[second] + shared).tocsc()
+    mats[second].data[:] = 1.0
+    homo = sum(mats.values())
+    homo.data[:] = 1.0
+    features = sp.random(n, 6, density=0.5, random_state=rng, format="csc")
+    label = (rng.rand(1, n) < 0.25).astype(np.int64)
+    label[0, :2] = [0, 1]
+    content = {"homo": homo.tocsc(), "features": features, "label": label}
+    if with_relations:
+        content.update(mats)
+    scipy.io.savemat(str(path), content)
+    return content
+
+
+def pairs(edge_index):
+    return set(map(tuple, edge_index.t().tolist()))
+
+
+def expected_pairs(matrix):
+    coo = sp.coo_matrix(matrix)
+    found = {(int(a), int(b)) for a, b in zip(coo.row, coo.col) if a != b}
+    return found | {(b, a) for a, b in found}
+
+
+# --------------------------------------------------------------------------------------------
+# Loader
+# --------------------------------------------------------------------------------------------
+def test_multi_relation_load_keeps_each_relation_as_an_edge_type(tmp_path):
+    content = write_care_mat(tmp_path / "YelpChi.mat", YELP_RELATIONS)
+    data = load_anomaly_dataset("yelpchi", root=tmp_path, relation="multi")
+    assert data.relation_names == list(YELP_RELATIONS)
+    assert data.edge_type.dtype == torch.long
+    assert data.edge_type.shape == (data.edge_index.size(1),)
+    assert data.edge_type.unique().tolist() == [0, 1, 2]
+    for r, name in enumerate(YELP_RELATIONS):
+        part = data.edge_index[:, data.edge_type == r]
+        assert pairs(part) == expected_pairs(content[name])  # symmetric, no self-loops
+        assert len(pairs(part)) == part.size(1)  # no duplicate within a relation
+    # The relations overlap, so the typed graph repeats some pairs; their union is homo.
+    assert data.edge_index.size(1) > len(pairs(data.edge_index))
+    assert pairs(data.edge_index) == expected_pairs(content["homo"])
+    homo = load_anomaly_dataset("yelpchi", root=tmp_path)  # homo stays the default
+    assert getattr(homo, "edge_type", None) is None
+    assert pairs(homo.edge_index) == pairs(data.edge_index)
+    assert torch.equal(homo.x, data.x) and torch.equal(homo.y, data.y)
+
+
+def test_multi_relation_amazon_by_path_keeps_the_label_mask(tmp_path):
+    path = tmp_path / "Amazon.mat"
+    write_care_mat(path, AMAZON_RELATIONS[::-1], n=40, seed=2)  # keys written in another order
+    data = load_fraud_mat(path, relation="MULTI", unlabelled_prefix=5)
+    assert data.name == "amazon" and data.relation_names == list(AMAZON_RELATIONS)
+    assert data.label_mask[:5].tolist() == [False] * 5 and bool(data.label_mask[5:].all())
+
+
+def test_multi_relation_errors(tmp_path):
+    path = tmp_path / "plain.mat"
+    write_care_mat(path, YELP_RELATIONS, with_relations=False)
+    with pytest.raises(ValueError, match="relation='multi' needs the relation matrices"):
+        load_fraud_mat(path, relation="multi")
+    with pytest.raises(ValueError, match="relation"):
+        load_anomaly_dataset("tolokers", relation="multi")
+    graph = tmp_path / "graph.pt"
+    torch.save(planted_anomaly_graph(30, seed=1), graph)
+    with pytest.raises(ValueError, match="single edge type"):
+        load_anomaly_dataset(path=graph, relation="multi")
+
+
+def test_detection_data_keeps_the_edge_types(tmp_path):
+    path = tmp_path / "YelpChi.mat"
+    write_care_mat(path, YELP_RELATIONS)
+    config = AnomalyDataConfig(data=str(path), relation="multi", neighbour_stats="mean,degree")
+    data = load_data(config)
+    raw = load_fraud_mat(path, relation="multi")
+    assert torch.equal(data.edge_type, raw.edge_type)
+    assert torch.equal(data.edge_index, raw.edge_index)
+    assert data.relation_names == list(YELP_RELATIONS)
+
+
+# --------------------------------------------------------------------------------------------
+# Network and detector
+# --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def typed_graph():
+    data = planted_anomaly_graph(160, seed=4)
+    gen = torch.Generator().manual_seed(0)
+    data.edge_type = torch.randint(0, 3, (data.edge_index.size(1),), generator=gen)
+    data.relation_names = ["a", "b", "c"]
+    split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
+    data.train_mask, data.val_mask, data.test_mask = split.masks(160)
+    return data
+
+
+def test_detector_fits_per_relation_attention(typed_graph):
+    data = typed_graph
+    det = ETDetector(epochs=3, hidden=16, steps=2, multi_relation=True).fit(data)
+    conv = det.model_.conv
+    assert isinstance(conv, RelationalETConv) and conv.num_relations == 3
+    assert det.num_relations_ == 3
+    score = det.decision_function(data)
+    assert score.shape == (160,) and torch.isfinite(score).all()
+    assert det.node_energy(data).shape == (160,)
+    # The scores read the edge types: moving every edge into one relation changes them.
+    merged = data.clone()
+    merged.edge_type = torch.zeros_like(data.edge_type)
+    assert not torch.allclose(det.decision_function(merged), score)
+    untyped = data.clone()
+    del untyped.edge_type
+    with pytest.raises(ValueError, match="relation='multi'"):
+        det.decision_function(untyped)
+    # Without multi_relation the same graph gets the one-relation ETConv over all its edges.
+    plain = ETDetector(epochs=2, hidden=16).fit(data)
+    assert not isinstance(plain.model_.conv, RelationalETConv)
+
+
+def test_multi_relation_needs_edge_types_and_full_batch(typed_graph):
+    untyped = typed_graph.clone()
+    del untyped.edge_type
+    with pytest.raises(ValueError, match="--relation multi"):
+        ETDetector(epochs=1, multi_relation=True).fit(untyped)
+    with pytest.raises(ValueError, match="full batch"):
+        ETDetector(multi_relation=True, batch_size=32)
+    with pytest.raises(ValueError, match="full batch"):
+        ETDetector(multi_relation=True, subgraph_ratio=0.5)
+    with pytest.raises(ValueError, match="chunk_size"):
+        ETDetector(epochs=1, multi_relation=True, chunk_size=16).fit(typed_graph)
+    bad = typed_graph.clone()
+    bad.edge_type = bad.edge_type + 3  # ids beyond the 3 relation names
+    with pytest.raises(ValueError, match="num_relations=3"):
+        ETDetector(epochs=1, multi_relation=True).fit(bad)
+
+
+def test_network_refuses_missing_or_unexpected_edge_types(typed_graph):
+    x, edge_index = typed_graph.x, typed_graph.edge_index
+    relational = ETAnomalyNet(x.size(1), 8, num_relations=3)
+    with pytest.raises(ValueError, match="needs edge_type"):
+        relational(x, edge_index)
+    assert relational(x, edge_index, edge_type=typed_graph.edge_type).shape == (160,)
+    with pytest.raises(ValueError, match="one relation"):
+        ETAnomalyNet(x.size(1), 8)(x, edge_index, edge_type=typed_graph.edge_type)
+
+
+def test_cli_runs_the_multi_relation_et_on_a_mat_file(tmp_path):
+    path = tmp_path / "YelpChi.mat"
+    write_care_mat(path, YELP_RELATIONS, n=120, seed=5)
+    out = tmp_path / "run"
+    code = cli_main([
+        "anomaly", "--data", str(path), "--relation", "multi", "--multi-relation",
+        "--models", "et", "--epochs", "2", "--seeds", "1", "--hidden", "8", "--out", str(out),
+        "--no-progress",
+    ])
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["meta"]["config"]["et"]["multi_relation"] is True
+    assert results["meta"]["config"]["data"]["relation"] == "multi"
+    assert set(results["models"]) >= {"et", "et_energy_trained"}
