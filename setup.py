@@ -31,6 +31,9 @@ setup(
         "docs": ["mkdocs-material", "mkdocstrings[python]", "latex2mathml"],
         "scatter": ["torch-scatter"],
         "dgl": ["dgl"],
+        # et-graph unsupervised: DOMINANT, AnomalyDAE, CoLA, CONAD; PyGOD's samplers also need
+        # pyg-lib or torch-sparse (built for your torch version).
+        "pygod": ["pygod>=1.0"],
     },
     entry_points={"console_scripts": ["et-graph=et_graph.cli:main"]},
 )

@@ -18,6 +18,8 @@ from .config import add_config_arguments, resolve
 
 SUBCOMMANDS = {
     "anomaly": ("et_graph.experiments.anomaly", "graph anomaly detection (node level)"),
+    "unsupervised": ("et_graph.experiments.unsupervised_anomaly",
+                     "unsupervised node anomaly detection (no labels until scoring)"),
     "tudataset": ("et_graph.experiments.tudataset", "TUDataset graph classification, k-fold CV"),
     "gnnbenchmark": ("et_graph.experiments.gnnbenchmark", "GNNBenchmark runner"),
     "image": ("et_graph.experiments.image_completion", "masked image completion (dense ET)"),

@@ -6,6 +6,8 @@
     det = ETDetector(epochs=50).fit(data)          # data.y, data.train_mask, data.val_mask
     score = det.decision_function(data)            # [N], higher = more anomalous
     pred = det.predict(data)                       # 0/1 at det.threshold_ (chosen on validation)
+
+    det = ETDetector(supervised=False).fit(data)   # = UnsupervisedETDetector: no label read
 """
 from .base import BaseDetector
 from .config import (
@@ -20,6 +22,13 @@ from .config import (
 )
 from .neural import ETDetector, GATDetector, GCNDetector, MLPDetector, NeuralDetector
 from .tree import GBTDetector, neighbourhood_features
+from .unsupervised import (
+    MaskedETModelConfig,
+    MaskedTrainConfig,
+    UnsupervisedETDetector,
+    UnsupervisedETDetectorConfig,
+    UnsupervisedScoreConfig,
+)
 
 #: Detector classes by the names the CLI and the tuner use.
 DETECTORS = {
@@ -44,8 +53,13 @@ __all__ = [
     "GCNDetector",
     "GNNDetectorConfig",
     "GNNModelConfig",
+    "MaskedETModelConfig",
+    "MaskedTrainConfig",
     "MLPDetector",
     "NeuralDetector",
     "NodeTrainConfig",
+    "UnsupervisedETDetector",
+    "UnsupervisedETDetectorConfig",
+    "UnsupervisedScoreConfig",
     "neighbourhood_features",
 ]

@@ -311,6 +311,11 @@ class ETDetector(NeuralDetector):
     graph. Scoring the graph it was fitted on uses the training labels from ``fit``; scoring
     another graph (inductive use) sets those columns to zero, as no label is known there.
 
+    ``ETDetector(supervised=False, ...)`` returns an
+    :class:`~et_graph.detectors.UnsupervisedETDetector` (masked completion, no label read);
+    fitting a supervised ETDetector on a graph without ``data.y`` raises a ``ValueError`` that
+    points there.
+
     Example:
         >>> det = ETDetector(epochs=50, hidden=32).fit(data)   # data.train_mask / val_mask
         >>> pred, score = det.predict(data, return_score=True)
@@ -320,6 +325,24 @@ class ETDetector(NeuralDetector):
     supports_chunks = True
     #: After ``fit`` with ``multi_relation``: the number of relations of the fitted graph.
     num_relations_: Optional[int] = None
+
+    def __new__(cls, *args: Any, supervised: bool = True, **keywords: Any) -> Any:
+        if not supervised:
+            from .unsupervised import UnsupervisedETDetector
+
+            return UnsupervisedETDetector(*args, **keywords)
+        return super().__new__(cls)
+
+    def __init__(self, *args: Any, supervised: bool = True, **keywords: Any) -> None:
+        super().__init__(*args, **keywords)
+
+    def fit(self, data: Data, train_mask: Optional[Tensor] = None,
+            val_mask: Optional[Tensor] = None) -> ETDetector:
+        if getattr(data, "y", None) is None:
+            raise ValueError(
+                "ETDetector is supervised and data has no labels (data.y); to fit without "
+                "labels use ETDetector(supervised=False) (= UnsupervisedETDetector)")
+        return super().fit(data, train_mask, val_mask)
 
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         self.num_relations_ = None

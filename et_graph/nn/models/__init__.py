@@ -2,5 +2,7 @@
 from .anomaly import ETAnomalyNet, weighted_bce_loss
 from .graph_model import ETGraphModel
 from .image_completion import ETImageCompletion
+from .masked_reconstruction import ETMaskedNodeReconstruction
 
-__all__ = ["ETAnomalyNet", "ETGraphModel", "ETImageCompletion", "weighted_bce_loss"]
+__all__ = ["ETAnomalyNet", "ETGraphModel", "ETImageCompletion", "ETMaskedNodeReconstruction",
+           "weighted_bce_loss"]

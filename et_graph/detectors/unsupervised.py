@@ -1,0 +1,307 @@
+"""The unsupervised ET detector: masked node-feature completion, no label anywhere.
+
+:class:`UnsupervisedETDetector` (also reached as ``ETDetector(supervised=False)``) trains
+:class:`~et_graph.nn.models.masked_reconstruction.ETMaskedNodeReconstruction` through the one
+engine (:class:`~et_graph.training.Trainer`) with :class:`MaskedReconstructionTask`:
+
+- each epoch masks a fresh random ``mask_ratio`` of the *training* nodes; ET's descent completes
+  them from their neighbourhoods and the loss is the MSE of their features;
+- a fixed random ``val_fraction`` of the nodes is never a training target: the checkpoint is the
+  epoch with the lowest reconstruction error of those nodes under one fixed mask (label-free
+  model selection).
+
+Scores (higher = more anomalous), from the same passes: every round partitions the nodes at
+random into ``ceil(1 / mask_ratio)`` masks, so that each node is masked exactly once per round;
+
+- ``reconstruction``: a node's completion error, averaged over the ``score_rounds`` passes in
+  which it is masked;
+- ``energy``: a node's energy at the final tokens (:meth:`ETConv.node_energy`), averaged over the
+  passes in which it is *open* (its own features enter), high energy = anomalous.
+
+``fit`` reads ``data.x`` and ``data.edge_index`` only; ``data.y`` and any mask are ignored, so
+scrambling the labels leaves every score bit-identical (tested).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Data
+
+from ..nn.models.image_completion import check_mask_ratio
+from ..nn.models.masked_reconstruction import ETMaskedNodeReconstruction, random_node_mask
+from ..training import CheckpointConfig, TrainConfig, Trainer, Validation
+from .base import BaseDetector, check_graph
+from .config import HOPFIELD_KINDS
+
+#: The two unsupervised ET scores.
+ANOMALY_SCORES = ("reconstruction", "energy")
+
+
+@dataclass
+class MaskedETModelConfig:
+    """The masked-completion ET network (:class:`ETMaskedNodeReconstruction`).
+
+    Attributes:
+        hidden: token width D.
+        heads: attention heads.
+        head_dim: key/query width per head.
+        hopfield_dim: Hopfield memories K (none = 4 * hidden).
+        steps: ET descent steps T that complete the masked tokens.
+        alpha: descent step size.
+        hopfield: Hopfield energy, relu or softmax.
+        noise_std: noise added to the tokens at each step in training.
+        mask_ratio: share of the nodes masked in each training pass and scoring pass.
+    """
+
+    hidden: int = 64
+    heads: int = 1
+    head_dim: int = 16
+    hopfield_dim: Optional[int] = None
+    steps: int = 2
+    alpha: float = 1.0
+    hopfield: str = "relu"
+    noise_std: float = 0.0
+    mask_ratio: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.hopfield not in HOPFIELD_KINDS:
+            raise ValueError(f"hopfield must be one of {HOPFIELD_KINDS}, got {self.hopfield!r}")
+        for name in ("hidden", "heads", "head_dim", "steps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        check_mask_ratio(self.mask_ratio)
+
+
+@dataclass
+class MaskedTrainConfig(TrainConfig):
+    """Training of the masked-completion ET: the engine's settings (:class:`TrainConfig`) plus
+    the label-free validation nodes.
+
+    Attributes:
+        val_fraction: share of the nodes held out as reconstruction targets; the checkpoint is
+            the epoch with the lowest masked reconstruction error on them (no label is read).
+    """
+
+    epochs: int = 100
+    lr: float = 0.005
+    val_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must lie strictly between 0 and 1, "
+                             f"got {self.val_fraction}")
+
+
+@dataclass
+class UnsupervisedScoreConfig:
+    """How the fitted network scores nodes.
+
+    Attributes:
+        anomaly_score: decision_function's score: reconstruction (masked completion error) or
+            energy (node energy at the final tokens).
+        score_rounds: scoring rounds; each masks every node exactly once (ceil(1 / mask_ratio)
+            passes), and the scores are averaged over the rounds.
+        contamination: expected share of anomalies; predict flags the top share of the fitted
+            graph's scores (PyGOD's convention).
+    """
+
+    anomaly_score: str = "reconstruction"
+    score_rounds: int = 4
+    contamination: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.anomaly_score not in ANOMALY_SCORES:
+            raise ValueError(f"anomaly_score must be one of {ANOMALY_SCORES}, "
+                             f"got {self.anomaly_score!r}")
+        if self.score_rounds <= 0:
+            raise ValueError(f"score_rounds must be positive, got {self.score_rounds}")
+        if not 0.0 < self.contamination < 0.5:
+            raise ValueError(f"contamination must lie in (0, 0.5), got {self.contamination}")
+
+
+@dataclass
+class UnsupervisedETDetectorConfig:
+    model: MaskedETModelConfig = field(default_factory=MaskedETModelConfig)
+    train: MaskedTrainConfig = field(default_factory=MaskedTrainConfig)
+    score: UnsupervisedScoreConfig = field(default_factory=UnsupervisedScoreConfig)
+
+
+def label_free_graph(data: Data) -> Data:
+    """A new ``Data`` holding only ``x`` (float) and ``edge_index`` of ``data``, validated:
+    what the unsupervised detectors see, so that no label or mask can reach them."""
+    x, edge_index = check_graph(data)
+    if not x.is_floating_point():
+        x = x.float()
+    return Data(x=x, edge_index=edge_index, num_nodes=x.size(0))
+
+
+class MaskedReconstructionTask:
+    """Loss and label-free validation of :class:`ETMaskedNodeReconstruction` for the engine.
+
+    ``val_nodes`` (bool ``[N]``) are never masked in training, so they are never a training
+    target; validation masks them, together with enough other nodes (drawn once) to reach the
+    training mask ratio, and scores their mean completion error.
+    """
+
+    def __init__(self, x: Tensor, edge_index: Tensor, val_nodes: Tensor, mask_ratio: float,
+                 generator: torch.Generator) -> None:
+        self.x, self.edge_index = x, edge_index
+        self.num_nodes = x.size(0)
+        self.val_nodes = val_nodes.cpu()
+        self.train_nodes = ~self.val_nodes
+        if not bool(self.train_nodes.any()) or not bool(self.val_nodes.any()):
+            raise ValueError("masked training needs at least one training and one validation "
+                             "node (the graph is too small for val_fraction)")
+        self.mask_ratio = mask_ratio
+        self.generator = generator
+        extra = max(int(round(mask_ratio * self.num_nodes)) - int(self.val_nodes.sum()), 0)
+        self.val_mask = self.val_nodes.clone()
+        if extra:
+            pool = self.train_nodes.nonzero().view(-1)
+            pick = pool[torch.randperm(pool.numel(), generator=generator)[:extra]]
+            self.val_mask[pick] = True
+
+    def batches(self, epoch: int) -> Iterator[Tensor]:
+        yield random_node_mask(self.num_nodes, self.mask_ratio, self.generator,
+                               candidates=self.train_nodes)
+
+    def loss(self, model: nn.Module, mask: Tensor) -> Tensor:
+        return model.loss(self.x, self.edge_index, mask)
+
+    def validate(self, model: nn.Module) -> Validation:
+        error = model.reconstruction_error(self.x, self.edge_index, self.val_mask)
+        loss = float(error[self.val_nodes.to(error.device)].mean())
+        return Validation(score=-loss, loss=loss, metrics={"masked_mse": loss})
+
+
+@torch.no_grad()
+def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tensor,
+                  mask_ratio: float, rounds: int, generator: torch.Generator
+                  ) -> dict[str, Tensor]:
+    """``{"reconstruction": [N], "energy": [N]}`` (float64, CPU): per round the nodes are split
+    at random into ``ceil(1 / mask_ratio)`` masks; a node's reconstruction error is averaged
+    over the passes in which it is masked, its final-token energy over those in which it is
+    open."""
+    num_nodes = x.size(0)
+    parts = max(math.ceil(1.0 / check_mask_ratio(mask_ratio)), 2)
+    error_sum = torch.zeros(num_nodes, dtype=torch.float64)
+    energy_sum = torch.zeros(num_nodes, dtype=torch.float64)
+    open_count = torch.zeros(num_nodes, dtype=torch.float64)
+    model.eval()
+    for _ in range(rounds):
+        group = torch.empty(num_nodes, dtype=torch.long)
+        group[torch.randperm(num_nodes, generator=generator)] = torch.arange(num_nodes) % parts
+        for part in range(parts):
+            mask = group == part
+            if not bool(mask.any()):
+                continue
+            error, energy = model.scores(x, edge_index, mask)
+            error, energy = error.double().cpu(), energy.double().cpu()
+            error_sum[mask] += error[mask]
+            energy_sum[~mask] += energy[~mask]
+            open_count[~mask] += 1
+    return {"reconstruction": error_sum / rounds,
+            "energy": energy_sum / open_count.clamp_min(1.0)}
+
+
+class UnsupervisedETDetector(BaseDetector):
+    """Energy Transformer node anomaly detector trained without labels (masked completion).
+
+    ``fit(data)`` reads only ``data.x`` and ``data.edge_index``. ``decision_function`` gives the
+    configured ``anomaly_score`` (``reconstruction`` or ``energy``); :meth:`score_samples` both.
+    ``threshold_`` is the ``1 - contamination`` quantile of the fitted graph's scores.
+
+    Example:
+        >>> det = UnsupervisedETDetector(epochs=50).fit(data)     # no data.y needed
+        >>> score = det.decision_function(data)                    # [N], higher = anomalous
+        >>> both = det.score_samples(data)                         # reconstruction and energy
+    """
+
+    config_class = UnsupervisedETDetectorConfig
+    checkpoint: Optional[CheckpointConfig] = None
+    #: Set by callers (a tuner) to watch every epoch.
+    on_epoch = None
+
+    def build_network(self, in_channels: int) -> ETMaskedNodeReconstruction:
+        m = self.config.model
+        return ETMaskedNodeReconstruction(
+            in_channels, hidden_channels=m.hidden, heads=m.heads, head_dim=m.head_dim,
+            hopfield_dim=m.hopfield_dim, steps=m.steps, alpha=m.alpha, hopfield=m.hopfield,
+            noise_std=m.noise_std)
+
+    def fit(self, data: Data, train_mask: Optional[Tensor] = None,
+            val_mask: Optional[Tensor] = None) -> UnsupervisedETDetector:
+        """Fit on ``data`` without labels. ``train_mask``/``val_mask`` are not accepted: the
+        validation nodes are drawn at random (``val_fraction``) and judged without labels."""
+        if train_mask is not None or val_mask is not None:
+            raise ValueError("UnsupervisedETDetector.fit takes no train_mask/val_mask: it reads "
+                             "no labels and draws its own label-free validation nodes")
+        graph = label_free_graph(data)
+        if graph.num_nodes < 4:
+            raise ValueError(f"unsupervised fitting needs at least 4 nodes, got {graph.num_nodes}")
+        torch.manual_seed(self.seed)
+        np.random.seed(self.seed)
+        self.in_channels_ = graph.num_features
+        x, edge_index = graph.x.to(self.device), graph.edge_index.to(self.device)
+        model = self.build_network(graph.num_features).to(self.device)
+        generator = torch.Generator().manual_seed(self.seed)
+        val_nodes = random_node_mask(graph.num_nodes, self.config.train.val_fraction, generator)
+        task = MaskedReconstructionTask(x, edge_index, val_nodes, self.config.model.mask_ratio,
+                                        generator)
+        trainer = Trainer(self.config.train, checkpoint=self.checkpoint,
+                          description=type(self).__name__, progress=self.progress,
+                          generators=[generator], on_epoch=self.on_epoch,
+                          fingerprint=repr(self.config))
+        result = trainer.fit(model, task)
+        self.model_ = model
+        self.history_ = result.history
+        self.fit_info_ = {**result.as_dict(), "num_val_nodes": int(val_nodes.sum())}
+        self.fitted_ = True
+        self.scores_ = self.score_samples(graph)
+        self.decision_score_ = self.scores_[self.config.score.anomaly_score].float()
+        self.threshold_ = float(torch.quantile(self.decision_score_.double(),
+                                               1.0 - self.config.score.contamination))
+        return self
+
+    def score_samples(self, data: Data) -> dict[str, Tensor]:
+        """``{"reconstruction": [N], "energy": [N]}`` (float64) for any graph with the fitted
+        feature width; deterministic for a given detector seed."""
+        if not self.fitted_:
+            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
+        graph = label_free_graph(data)
+        if graph.num_features != self.in_channels_:
+            raise ValueError(
+                f"data.x has {graph.num_features} features but the detector was fitted on "
+                f"{self.in_channels_}; score graphs with the same feature columns")
+        # Its own generator: the scores do not depend on what was drawn before.
+        generator = torch.Generator().manual_seed(self.seed + 1_000_003)
+        return masked_scores(self.model_, graph.x.to(self.device),
+                             graph.edge_index.to(self.device), self.config.model.mask_ratio,
+                             self.config.score.score_rounds, generator)
+
+    def _score(self, data: Data) -> Tensor:
+        return self.score_samples(data)[self.config.score.anomaly_score]
+
+    def predict(self, data: Data, return_score: bool = False, return_prob: bool = False
+                ) -> Any:
+        """0/1 labels ``[N]`` at ``threshold_``; optionally the score and, as ``prob``, the
+        share of the fitted graph's scores below each score (a rank in [0, 1], not a
+        calibrated probability)."""
+        self._check_fitted()
+        score = self.decision_function(data)
+        pred = (score >= self.threshold_).long()
+        out: list[Tensor] = [pred]
+        if return_score:
+            out.append(score)
+        if return_prob:
+            reference = self.decision_score_.sort().values
+            out.append(torch.searchsorted(reference, score, right=True).float()
+                       / reference.numel())
+        return out[0] if len(out) == 1 else tuple(out)

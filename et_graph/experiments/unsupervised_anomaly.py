@@ -1,0 +1,339 @@
+"""``et-graph unsupervised``: unsupervised node anomaly detection, BOND/PyGOD protocol.
+
+One run = one graph, ``seeds`` seeds, in three phases that the code keeps apart:
+
+1. :func:`load_graph` loads the graph and *seals* its labels (:class:`SealedLabels`): what the
+   detectors get is a new ``Data`` with ``x`` and ``edge_index`` only.
+2. :func:`compute_scores` fits every detector on that label-free graph and scores every node:
+   the unsupervised ET (:class:`~et_graph.detectors.UnsupervisedETDetector`, two rows: masked
+   reconstruction error and node energy, from one fit), IsolationForest, LOF and, when installed,
+   PyGOD's DOMINANT, AnomalyDAE, CoLA and CONAD. Baselines that cannot run here are listed with
+   the reason, printed and written to the results; they are never dropped silently.
+3. Only then are the labels opened, and each score is evaluated over *all* nodes: AUROC, AUPRC
+   and Rec@K (K = number of anomalies), mean ± std over the seeds.
+
+Results: ``results.json`` (with the resolved config, version, commit and the skipped baselines)
+and ``results.md`` under ``run.out``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+import torch
+from sklearn.metrics import average_precision_score, roc_auc_score
+from torch import Tensor
+from torch_geometric.data import Data
+from tqdm.auto import tqdm
+
+from ..baselines.unsupervised import (
+    PYGOD_MODELS,
+    SKLEARN_MODELS,
+    BaselineUnavailable,
+    baseline_scorer,
+)
+from ..config import RunConfig, parse, run_metadata
+from ..detectors.unsupervised import (
+    MaskedETModelConfig,
+    MaskedTrainConfig,
+    UnsupervisedETDetector,
+    UnsupervisedETDetectorConfig,
+    UnsupervisedScoreConfig,
+    label_free_graph,
+)
+from ..protocols.anomaly import recall_at_k
+from ..reporting import markdown_table, summarize, write_results
+from ..transforms.features import FEATURE_NORMS, quantile_normal
+
+METRICS = ("auroc", "auprc", "rec_at_k")
+MODEL_NAMES = ("et", *SKLEARN_MODELS, *PYGOD_MODELS)
+#: The two rows of the one unsupervised ET fit.
+ET_ROWS = {"et_reconstruction": "reconstruction", "et_energy": "energy"}
+
+
+@dataclass
+class UnsupervisedDataConfig:
+    """Which graph, and the label-free feature transform every detector gets.
+
+    Attributes:
+        dataset: named anomaly dataset: reddit or inj_amazon (embedded PyGOD graphs), or any
+            other name et_graph.datasets.load_anomaly_dataset knows.
+        data: path to a graph file (a PyGOD .pt / .pt.zip, or .npz / .mat); overrides dataset.
+        data_root: folder holding the dataset files (none = the shipped datasets/ folder).
+        feature_norm: per-column transform of the features over all nodes: none, standard
+            (z-scores) or quantile (normal scores of the ranks).
+    """
+
+    dataset: str = "reddit"
+    data: Optional[str] = None
+    data_root: Optional[str] = None
+    feature_norm: str = "standard"
+
+    def __post_init__(self) -> None:
+        if self.feature_norm not in FEATURE_NORMS:
+            raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, "
+                             f"got {self.feature_norm!r}")
+
+
+@dataclass
+class UnsupervisedProtocolConfig:
+    """Seeds and detectors.
+
+    Attributes:
+        seeds: number of runs; run i uses seed seed + i for every detector.
+        seed: the first seed.
+        models: comma list of et, iforest, lof, dominant, anomalydae, cola, conad (the last four
+            need pip install -e .[pygod]; missing ones are reported as skipped).
+    """
+
+    seeds: int = 5
+    seed: int = 0
+    models: str = "et,iforest,lof,dominant,anomalydae,cola,conad"
+
+    def __post_init__(self) -> None:
+        if self.seeds <= 0:
+            raise ValueError(f"seeds must be positive, got {self.seeds}")
+        self.model_names()
+
+    def model_names(self) -> list[str]:
+        names = [n.strip().lower() for n in self.models.split(",") if n.strip()]
+        unknown = sorted(set(names) - set(MODEL_NAMES))
+        if unknown or not names:
+            raise ValueError(f"unknown models {unknown or self.models!r}; choose from "
+                             f"{list(MODEL_NAMES)}")
+        return list(dict.fromkeys(names))
+
+
+@dataclass
+class UnsupervisedBaselineConfig:
+    """The baselines (each at its library's defaults otherwise).
+
+    Attributes:
+        iforest_trees: IsolationForest trees.
+        lof_neighbors: LOF neighbours.
+        pygod_epochs: training epochs of the PyGOD detectors (PyGOD's default is 100).
+    """
+
+    iforest_trees: int = 100
+    lof_neighbors: int = 20
+    pygod_epochs: int = 100
+
+
+@dataclass
+class UnsupervisedAnomalyConfig:
+    """Everything ``et-graph unsupervised`` needs (preset: ``configs/anomaly/unsupervised.toml``,
+    with ``--dataset`` choosing the graph)."""
+
+    data: UnsupervisedDataConfig = field(default_factory=UnsupervisedDataConfig)
+    protocol: UnsupervisedProtocolConfig = field(default_factory=UnsupervisedProtocolConfig)
+    model: MaskedETModelConfig = field(default_factory=MaskedETModelConfig)
+    train: MaskedTrainConfig = field(default_factory=MaskedTrainConfig)
+    score: UnsupervisedScoreConfig = field(default_factory=UnsupervisedScoreConfig)
+    baselines: UnsupervisedBaselineConfig = field(default_factory=UnsupervisedBaselineConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    #: ``--quick``: 2 seeds, 5 epochs, one scoring round, 5 PyGOD epochs.
+    QUICK: ClassVar[dict[str, Any]] = {
+        "train.epochs": 5, "protocol.seeds": 2, "score.score_rounds": 1,
+        "baselines.pygod_epochs": 5,
+    }
+
+    @property
+    def seed_list(self) -> list[int]:
+        return [self.protocol.seed + i for i in range(self.protocol.seeds)]
+
+    def detector_config(self) -> UnsupervisedETDetectorConfig:
+        return UnsupervisedETDetectorConfig(model=self.model, train=self.train, score=self.score)
+
+
+CONFIG = UnsupervisedAnomalyConfig
+
+
+# ----------------------------------------------------------------------------------------------
+# Phase 1: the graph, with its labels sealed
+# ----------------------------------------------------------------------------------------------
+class SealedLabels:
+    """A graph's labels, set aside at loading. Nothing in the scoring phase receives this
+    object; :meth:`open` is called once every score exists."""
+
+    def __init__(self, y: Tensor) -> None:
+        self._y = y.detach().cpu().long().clone()
+
+    def open(self) -> np.ndarray:
+        return self._y.numpy().copy()
+
+
+def normalise_features(x: Tensor, feature_norm: str) -> Tensor:
+    """``x`` with each column transformed over all nodes (no label involved)."""
+    if feature_norm == "standard":
+        std = x.std(dim=0)
+        return (x - x.mean(dim=0)) / torch.where(std > 0, std, torch.ones_like(std))
+    if feature_norm == "quantile":
+        return quantile_normal(x)
+    if feature_norm == "none":
+        return x
+    raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
+
+
+def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
+               ) -> tuple[Data, SealedLabels]:
+    """``(label-free graph, sealed labels)`` of the configured dataset (or of ``data``, a PyG
+    ``Data`` with binary ``y``). The graph holds ``x`` (transformed by ``feature_norm``),
+    ``edge_index`` and ``name`` only."""
+    if data is None:
+        from ..datasets import load_anomaly_dataset
+
+        if config.data:
+            data = load_anomaly_dataset(path=config.data)
+        else:
+            data = load_anomaly_dataset(config.dataset, root=config.data_root)
+    y = getattr(data, "y", None)
+    if y is None:
+        raise ValueError("et-graph unsupervised evaluates the scores against labels, so the "
+                         "graph needs data.y (read only after scoring); to score a graph "
+                         "without labels use et_graph.detectors.UnsupervisedETDetector")
+    y = y.view(-1) if y.dim() == 2 and 1 in y.shape else y
+    if y.shape != (data.num_nodes,) or not bool(torch.isin(y.long(), torch.tensor([0, 1])).all()):
+        raise ValueError(f"data.y must be a binary vector [{data.num_nodes}] "
+                         "(0 = normal, 1 = anomalous)")
+    name = str(getattr(data, "name", None) or (Path(config.data).name.split(".")[0]
+                                               if config.data else config.dataset))
+    graph = label_free_graph(data)
+    graph.x = normalise_features(graph.x, config.feature_norm)
+    graph.name = name
+    return graph, SealedLabels(y)
+
+
+# ----------------------------------------------------------------------------------------------
+# Phase 2: scores, without labels
+# ----------------------------------------------------------------------------------------------
+def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
+                   ) -> tuple[dict[str, list[np.ndarray]], dict[str, str], list[dict[str, Any]]]:
+    """Fit every configured detector on the label-free ``graph`` for every seed.
+
+    Returns ``(scores, skipped, details)``: ``scores[row]`` one ``[N]`` array per seed (ET gives
+    the rows ``et_reconstruction`` and ``et_energy``), ``skipped[name]`` the reason a baseline
+    could not run, ``details`` per-seed training facts (no metric: there are no labels here).
+    """
+    if getattr(graph, "y", None) is not None:
+        raise ValueError("compute_scores takes the label-free graph of load_graph (it has a y)")
+    names = config.protocol.model_names()
+    progress = config.run.progress
+    b = config.baselines
+    scores: dict[str, list[np.ndarray]] = {}
+    skipped: dict[str, str] = {}
+    details: list[dict[str, Any]] = []
+    for seed in tqdm(config.seed_list, desc=f"{graph.name} seeds", disable=not progress):
+        detail: dict[str, Any] = {"seed": seed}
+        for name in names:
+            if name in skipped:
+                continue
+            start = time.perf_counter()
+            if name == "et":
+                det = UnsupervisedETDetector(config.detector_config(), seed=seed,
+                                             progress=progress, device=config.run.device)
+                det.checkpoint = config.run.checkpoint("et", f"seed{seed}")
+                det.fit(graph)
+                for row, key in ET_ROWS.items():
+                    scores.setdefault(row, []).append(det.scores_[key].numpy())
+                info = det.fit_info_
+                detail["et"] = {"best_epoch": info["best_epoch"],
+                                "val_masked_mse": info["best_loss"],
+                                "epochs_run": info["epochs_run"],
+                                "epoch_seconds": info["epoch_seconds"]}
+            else:
+                scorer = baseline_scorer(name, seed, b.iforest_trees, b.lof_neighbors,
+                                         b.pygod_epochs, config.run.device)
+                try:
+                    score = scorer(graph)
+                except BaselineUnavailable as reason:
+                    skipped[name] = str(reason)
+                    print(f"skipped baseline {name}: {reason}")
+                    continue
+                if score.shape != (graph.num_nodes,) or not np.isfinite(score).all():
+                    raise ValueError(f"{name} returned scores of shape {score.shape} with "
+                                     "non-finite values or the wrong length")
+                scores.setdefault(name, []).append(np.asarray(score, dtype=np.float64))
+            detail.setdefault("seconds", {})[name] = time.perf_counter() - start
+        details.append(detail)
+    return scores, skipped, details
+
+
+# ----------------------------------------------------------------------------------------------
+# Phase 3: labels opened, metrics over all nodes
+# ----------------------------------------------------------------------------------------------
+def evaluate_all_nodes(y: np.ndarray, score: np.ndarray) -> dict[str, float]:
+    """AUROC, AUPRC (average precision) and Rec@K (K = number of anomalies) over all nodes."""
+    if not 0 < int(y.sum()) < y.size:
+        raise ValueError("the labels need both normal and anomalous nodes to evaluate")
+    return {"auroc": float(roc_auc_score(y, score)),
+            "auprc": float(average_precision_score(y, score)),
+            "rec_at_k": recall_at_k(y, score)}
+
+
+def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[str, Any]:
+    """Run the experiment; ``data`` (a PyG ``Data`` with binary ``y``) replaces loading."""
+    config.run.apply_threads()
+    start = time.perf_counter()
+    graph, labels = load_graph(config.data, data)                 # phase 1: labels sealed
+    scores, skipped, details = compute_scores(graph, config)       # phase 2: no labels
+    y = labels.open()                                              # phase 3: first label read
+    rows = {row: [evaluate_all_nodes(y, s) for s in per_seed] for row, per_seed in scores.items()}
+    for detail in details:
+        index = config.seed_list.index(detail["seed"])
+        detail["metrics"] = {row: runs[index] for row, runs in rows.items()}
+    models = {row: {m: summarize(r[m] for r in runs) for m in METRICS}
+              for row, runs in rows.items()}
+    et_seconds = [d["et"]["epoch_seconds"] for d in details if "et" in d]
+    results = {
+        "dataset": graph.name,
+        "protocol": describe_protocol(config, graph, int(y.sum())),
+        "models": models,
+        "skipped": skipped,
+        "et_epoch_seconds_median": float(np.median(et_seconds)) if et_seconds else None,
+        "seconds_total": time.perf_counter() - start,
+        "per_seed": details,
+        "meta": run_metadata(config),
+    }
+    if config.run.out:
+        write_outputs(Path(config.run.out), results)
+    if config.run.progress:
+        print(markdown_table(models, METRICS))
+        for name, reason in skipped.items():
+            print(f"skipped {name}: {reason}")
+    return results
+
+
+def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies: int) -> str:
+    m, t, s = config.model, config.train, config.score
+    return (
+        f"unsupervised (BOND/PyGOD): every detector fitted on x and edge_index only, labels "
+        f"sealed until every score existed; all {graph.num_nodes} nodes scored and evaluated "
+        f"({anomalies} anomalies, K = {anomalies}); features: {config.data.feature_norm}; "
+        f"{config.protocol.seeds} seeds. ET: masked-node completion, mask ratio "
+        f"{m.mask_ratio}, {m.steps} descent steps, up to {t.epochs} epochs, checkpoint = lowest "
+        f"masked reconstruction error on a random {t.val_fraction:.0%} of the nodes (never "
+        f"training targets, no labels); scores averaged over {s.score_rounds} rounds that mask "
+        "every node once: et_reconstruction = completion error while masked, et_energy = node "
+        "energy at the final tokens while open (high = anomalous)"
+    )
+
+
+def write_outputs(out: Path, results: dict[str, Any]) -> None:
+    notes = [f"total wall time: {results['seconds_total']:.1f} s"]
+    if results["et_epoch_seconds_median"] is not None:
+        notes.append(f"ET epoch (train + validation pass), median: "
+                     f"{results['et_epoch_seconds_median']:.2f} s")
+    notes.append("Rec@K: share of the anomalies among the K top-scored nodes, K = #anomalies")
+    notes += [f"skipped {name}: {reason}" for name, reason in results["skipped"].items()]
+    meta = results["meta"]
+    notes.append(f"et-graph {meta['et_graph_version']}, commit {meta['git_commit']}")
+    write_results(out, results, METRICS,
+                  title=f"Unsupervised anomaly detection: {results['dataset']}", notes=notes)
+
+
+def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+    return run(parse(CONFIG, argv, prog="et-graph unsupervised", description=__doc__))

@@ -1,0 +1,157 @@
+"""Masked node-feature completion with the Energy Transformer, for unsupervised anomaly scores.
+
+The node analogue of :class:`~et_graph.nn.models.image_completion.ETImageCompletion`: nodes are
+the tokens, the graph's edges are the attention pairs, and :class:`~et_graph.nn.ETConv`'s descent
+completes the masked tokens from their neighbourhoods. No label enters anywhere.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+from ..conv import ETConv
+from ..validation import check_features
+from .image_completion import check_mask_ratio
+
+
+def random_node_mask(num_nodes: int, mask_ratio: float, generator: Optional[torch.Generator] = None,
+                     candidates: Optional[Tensor] = None) -> Tensor:
+    """Bool ``[num_nodes]``, True = masked: ``round(ratio * n)`` nodes drawn uniformly from
+    ``candidates`` (a bool ``[num_nodes]`` mask; default all nodes), at least one."""
+    check_mask_ratio(mask_ratio)
+    pool = (torch.arange(num_nodes) if candidates is None
+            else candidates.cpu().nonzero().view(-1))
+    if pool.numel() == 0:
+        raise ValueError("no node can be masked (candidates selects none)")
+    count = max(int(round(mask_ratio * pool.numel())), 1)
+    chosen = pool[torch.randperm(pool.numel(), generator=generator)[:count]]
+    mask = torch.zeros(num_nodes, dtype=torch.bool)
+    mask[chosen] = True
+    return mask
+
+
+class ETMaskedNodeReconstruction(nn.Module):
+    r"""Masked node-feature completion with one recurrent ET block (the network; the detector
+    is :class:`et_graph.detectors.UnsupervisedETDetector`).
+
+    .. math::
+        \mathbf{x}^{1}_A = \begin{cases} \mathbf{m} & A \text{ masked} \\
+        \mathbf{E}\,\mathbf{y}_A & \text{otherwise} \end{cases}, \qquad
+        \mathbf{x}^{T} = \mathrm{ETConv}^{T}(\mathbf{x}^{1}), \qquad
+        \hat{\mathbf{y}}_A = \mathbf{W}\,\mathrm{LN}(\mathbf{x}^{T}_A) + \mathbf{b}
+
+    with a linear encoder ``E``, a learnable MASK token ``m``, ``T`` descent steps over the
+    graph's edges and a decoder (``LayerNorm`` + linear) back to the features, exactly as the
+    image path completes masked patches. A masked node's token starts from ``m`` and is filled in
+    only through its attention to its in-neighbours, so the decoded ``\hat{y}_A`` is what the
+    learned energy expects at ``A`` from its neighbourhood.
+
+    - :meth:`loss`: mean squared error over the features of the masked nodes only.
+    - :meth:`reconstruction_error`: per-node squared error ``[N]`` (mean over features).
+    - :meth:`node_energy`: per-node energy ``[N]`` at the final tokens
+      (:meth:`ETConv.node_energy` of ``x^T``).
+
+    Args:
+        in_channels: feature width ``F``.
+        hidden_channels: token width ``D``.
+        heads, head_dim, hopfield_dim, steps, alpha, hopfield, noise_std: passed to
+            :class:`ETConv`.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int = 64,
+        heads: int = 4,
+        head_dim: int = 16,
+        hopfield_dim: Optional[int] = None,
+        steps: int = 4,
+        alpha: float = 0.5,
+        hopfield: str = "relu",
+        noise_std: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if in_channels <= 0 or hidden_channels <= 0:
+            raise ValueError("in_channels and hidden_channels must be positive")
+        self.in_channels = in_channels
+        self.hidden_channels = hidden_channels
+        self.encoder = nn.Linear(in_channels, hidden_channels)
+        self.mask_token = nn.Parameter(torch.empty(hidden_channels))
+        self.conv = ETConv(hidden_channels, heads=heads, head_dim=head_dim,
+                           hopfield_dim=hopfield_dim, steps=steps, alpha=alpha,
+                           hopfield=hopfield, noise_std=noise_std)
+        self.decoder_norm = nn.LayerNorm(hidden_channels)
+        self.decoder = nn.Linear(hidden_channels, in_channels)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.encoder.reset_parameters()
+        nn.init.normal_(self.mask_token, std=1.0 / math.sqrt(self.mask_token.numel()))
+        self.conv.reset_parameters()
+        self.decoder_norm.reset_parameters()
+        self.decoder.reset_parameters()
+
+    def _check_mask(self, mask: Tensor, num_nodes: int) -> Tensor:
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            raise ValueError("mask must be a bool tensor [N] (True = masked node)")
+        if tuple(mask.shape) != (num_nodes,):
+            raise ValueError(f"mask must have shape [{num_nodes}], got {tuple(mask.shape)}")
+        return mask.to(self.mask_token.device)
+
+    def encode(self, x: Tensor, mask: Tensor) -> Tensor:
+        """Initial tokens ``x^1 [N, D]``: encoded features, or the MASK token where masked."""
+        check_features(x, self.in_channels)
+        mask = self._check_mask(mask, x.size(0))
+        tokens = self.encoder(x)
+        return torch.where(mask.unsqueeze(-1), self.mask_token.to(tokens.dtype), tokens)
+
+    def decode(self, tokens: Tensor) -> Tensor:
+        """Tokens ``[N, D]`` to features ``[N, F]``."""
+        return self.decoder(self.decoder_norm(tokens))
+
+    def final_tokens(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> Tensor:
+        """``x^T [N, D]``: the tokens after the descent."""
+        return self.conv(self.encode(x, mask), edge_index)
+
+    def forward(self, x: Tensor, edge_index: Tensor, mask: Tensor,
+                return_energy: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """Predicted features ``[N, F]`` of every node (masked or not); with
+        ``return_energy=True`` also the detached total energy ``[steps + 1]``."""
+        tokens = self.encode(x, mask)
+        if return_energy:
+            tokens, energies = self.conv(tokens, edge_index, return_energy=True)
+            return self.decode(tokens), energies
+        return self.decode(self.conv(tokens, edge_index))
+
+    def loss(self, x: Tensor, edge_index: Tensor, mask: Tensor,
+             targets: Optional[Tensor] = None) -> Tensor:
+        """Mean squared feature error over the masked nodes (or over ``targets``, a bool
+        ``[N]`` subset of them)."""
+        error = self.reconstruction_error(x, edge_index, mask)
+        chosen = mask if targets is None else targets & mask.to(targets.device)
+        if not bool(chosen.any()):
+            raise ValueError("the loss needs at least one masked target node")
+        return error[chosen.to(error.device)].mean()
+
+    def reconstruction_error(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> Tensor:
+        """Per-node squared error ``[N]`` (mean over the ``F`` features) between the prediction
+        and ``x``. Only the masked nodes' entries are completion errors; an open node's entry
+        is how well its own token is decoded back."""
+        prediction = self(x, edge_index, mask)
+        return (prediction - x.to(prediction.dtype)).pow(2).mean(dim=-1)
+
+    def node_energy(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> Tensor:
+        """Each node's energy ``[N]`` at the final tokens ``x^T`` (:meth:`ETConv.node_energy`)."""
+        return self.conv.node_energy(self.final_tokens(x, edge_index, mask), edge_index)
+
+    def scores(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """``(reconstruction_error, node_energy)``, both ``[N]``, from one descent."""
+        tokens = self.final_tokens(x, edge_index, mask)
+        error = (self.decode(tokens) - x.to(tokens.dtype)).pow(2).mean(dim=-1)
+        return error, self.conv.node_energy(tokens, edge_index)
+
+    def extra_repr(self) -> str:
+        return f"in_channels={self.in_channels}, hidden_channels={self.hidden_channels}"

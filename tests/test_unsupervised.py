@@ -1,0 +1,214 @@
+"""The unsupervised ET detector, its network, its baselines and ``et-graph unsupervised``."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+from torch_geometric.data import Data
+
+from et_graph.baselines.unsupervised import (
+    BaselineUnavailable,
+    isolation_forest_scores,
+    lof_scores,
+    pygod_scores,
+)
+from et_graph.cli import main as cli_main
+from et_graph.datasets.synthetic import planted_anomaly_graph
+from et_graph.detectors import ETDetector, UnsupervisedETDetector
+from et_graph.experiments.unsupervised_anomaly import (
+    UnsupervisedAnomalyConfig,
+    compute_scores,
+    load_graph,
+    run,
+)
+from et_graph.nn.models.masked_reconstruction import ETMaskedNodeReconstruction, random_node_mask
+
+FAST = {"epochs": 15, "score_rounds": 2}
+
+
+@pytest.fixture(scope="module")
+def graph() -> Data:
+    return planted_anomaly_graph(num_nodes=300, seed=1)
+
+
+@pytest.fixture(scope="module")
+def fitted(graph: Data) -> UnsupervisedETDetector:
+    return UnsupervisedETDetector(seed=0, **FAST).fit(graph)
+
+
+def unlabelled(data: Data) -> Data:
+    return Data(x=data.x, edge_index=data.edge_index)
+
+
+# ---------------------------------------------------------------------------------------------
+# Network
+# ---------------------------------------------------------------------------------------------
+def test_network_masked_tokens_start_from_the_mask_token_and_energy_is_per_node(graph):
+    torch.manual_seed(0)
+    model = ETMaskedNodeReconstruction(graph.num_features, 16, heads=2, head_dim=4, steps=2)
+    mask = random_node_mask(graph.num_nodes, 0.3, torch.Generator().manual_seed(0))
+    tokens = model.encode(graph.x, mask)
+    assert torch.equal(tokens[mask], model.mask_token.expand(int(mask.sum()), -1))
+    # A masked node's input features do not matter: changing them changes nothing.
+    x2 = graph.x.clone()
+    x2[mask] = 100.0
+    assert torch.equal(model(graph.x, graph.edge_index, mask), model(x2, graph.edge_index, mask))
+    error = model.reconstruction_error(graph.x, graph.edge_index, mask)
+    energy = model.node_energy(graph.x, graph.edge_index, mask)
+    assert error.shape == energy.shape == (graph.num_nodes,)
+    last = model.final_tokens(graph.x, graph.edge_index, mask)
+    assert torch.allclose(energy.sum(), model.conv.energy(last, graph.edge_index))
+    assert torch.allclose(model.loss(graph.x, graph.edge_index, mask), error[mask].mean())
+    both = model.scores(graph.x, graph.edge_index, mask)
+    assert torch.allclose(both[0], error) and torch.allclose(both[1], energy)
+
+
+def test_network_rejects_bad_masks(graph):
+    model = ETMaskedNodeReconstruction(graph.num_features, 8, heads=1, head_dim=4, steps=1)
+    with pytest.raises(ValueError, match="bool"):
+        model(graph.x, graph.edge_index, torch.zeros(graph.num_nodes))
+    with pytest.raises(ValueError, match="shape"):
+        model(graph.x, graph.edge_index, torch.zeros(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="feature width"):
+        model(graph.x[:, :3], graph.edge_index, torch.zeros(graph.num_nodes, dtype=torch.bool))
+    with pytest.raises(ValueError, match="mask_ratio"):
+        random_node_mask(10, 1.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Detector
+# ---------------------------------------------------------------------------------------------
+def test_fit_without_labels_scores_every_node(graph, fitted):
+    det = UnsupervisedETDetector(seed=0, **FAST).fit(unlabelled(graph))
+    assert det.decision_score_.shape == (graph.num_nodes,)
+    for key in ("reconstruction", "energy"):
+        assert torch.equal(det.scores_[key], fitted.scores_[key])
+    # The checkpoint is chosen on the held-out masked error, the history has it every epoch.
+    assert len(det.history_) == FAST["epochs"]
+    assert det.fit_info_["best_loss"] == min(r["val_loss"] for r in det.history_)
+    pred = det.predict(graph)
+    assert pred.dtype == torch.long and 0 < int(pred.sum()) < graph.num_nodes
+    # The planted contextual anomalies are found by the completion error.
+    assert roc_auc_score(graph.y.numpy(), det.scores_["reconstruction"].numpy()) > 0.8
+
+
+def test_scrambled_labels_and_masks_give_bit_identical_scores(graph, fitted):
+    scrambled = graph.clone()
+    scrambled.y = graph.y[torch.randperm(graph.num_nodes, generator=torch.Generator()
+                                         .manual_seed(5))]
+    scrambled.train_mask = torch.rand(graph.num_nodes) < 0.5
+    assert not torch.equal(scrambled.y, graph.y)
+    det = UnsupervisedETDetector(seed=0, **FAST).fit(scrambled)
+    for key in ("reconstruction", "energy"):
+        assert torch.equal(det.scores_[key], fitted.scores_[key])
+    assert torch.equal(det.decision_function(scrambled), fitted.decision_function(graph))
+    # ... and the seed does matter (the test could fail).
+    other = UnsupervisedETDetector(seed=1, **FAST).fit(graph)
+    assert not torch.equal(other.scores_["reconstruction"], fitted.scores_["reconstruction"])
+
+
+def test_et_detector_dispatch_and_clear_errors(graph):
+    det = ETDetector(supervised=False, epochs=3, score_rounds=1)
+    assert isinstance(det, UnsupervisedETDetector) and det.config.train.epochs == 3
+    assert type(ETDetector(epochs=3)) is ETDetector
+    with pytest.raises(ValueError, match="supervised=False"):
+        ETDetector(epochs=1).fit(unlabelled(graph))
+    with pytest.raises(ValueError, match="train_mask"):
+        det.fit(graph, train_mask=torch.ones(graph.num_nodes, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="not fitted"):
+        det.decision_function(graph)
+    bad = unlabelled(graph)
+    bad.x = bad.x.clone()
+    bad.x[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        det.fit(bad)
+    with pytest.raises(ValueError, match="mask_ratio"):
+        UnsupervisedETDetector(mask_ratio=0.0)
+    with pytest.raises(ValueError, match="anomaly_score"):
+        UnsupervisedETDetector(anomaly_score="labels")
+    with pytest.raises(TypeError, match="unknown keyword"):
+        UnsupervisedETDetector(readout="first_last")
+
+
+def test_scoring_another_width_raises(graph, fitted):
+    other = Data(x=graph.x[:, :4], edge_index=graph.edge_index)
+    with pytest.raises(ValueError, match="features"):
+        fitted.decision_function(other)
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and runner
+# ---------------------------------------------------------------------------------------------
+def test_sklearn_baselines_and_missing_pygod(graph, monkeypatch):
+    free = unlabelled(graph)
+    assert isolation_forest_scores(free, 0).shape == lof_scores(free).shape == (graph.num_nodes,)
+    monkeypatch.setitem(sys.modules, "pygod", None)  # import pygod -> ImportError
+    monkeypatch.setitem(sys.modules, "pygod.detector", None)
+    with pytest.raises(BaselineUnavailable, match="pygod"):
+        pygod_scores("dominant", free, 0)
+    with pytest.raises(ValueError, match="unknown PyGOD"):
+        pygod_scores("gcn", free, 0)
+
+
+def quick_config(**overrides) -> UnsupervisedAnomalyConfig:
+    from et_graph.config import merge
+
+    base = {"train.epochs": 5, "protocol.seeds": 2, "score.score_rounds": 1,
+            "run.progress": False, "protocol.models": "et,iforest,lof,dominant,cola"}
+    return merge(UnsupervisedAnomalyConfig(), {**base, **overrides})
+
+
+def test_runner_reports_skipped_pygod_and_never_reads_labels_before_scoring(graph, monkeypatch,
+                                                                            capsys):
+    monkeypatch.setitem(sys.modules, "pygod", None)
+    monkeypatch.setitem(sys.modules, "pygod.detector", None)
+    config = quick_config()
+    results = run(config, data=graph)
+    assert set(results["skipped"]) == {"dominant", "cola"}
+    assert "pip install -e .[pygod]" in results["skipped"]["dominant"]
+    assert "skipped baseline dominant" in capsys.readouterr().out
+    assert set(results["models"]) == {"et_reconstruction", "et_energy", "iforest", "lof"}
+    for row in results["models"].values():
+        assert len(row["auroc"]["values"]) == 2
+    # Scores come from the label-free graph: scrambled labels give the same scores.
+    free, _ = load_graph(config.data, graph)
+    assert getattr(free, "y", None) is None
+    scrambled = graph.clone()
+    scrambled.y = graph.y.flip(0)
+    free2, _ = load_graph(config.data, scrambled)
+    scores, _, _ = compute_scores(free, config)
+    scores2, _, _ = compute_scores(free2, config)
+    for name in scores:
+        for a, b in zip(scores[name], scores2[name]):
+            assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match="label-free"):
+        compute_scores(graph, config)
+
+
+def test_runner_bad_inputs(graph):
+    with pytest.raises(ValueError, match="unknown models"):
+        quick_config(**{"protocol.models": "et,svm"})
+    with pytest.raises(ValueError, match="needs data.y"):
+        run(quick_config(), data=unlabelled(graph))
+    with pytest.raises(ValueError, match="feature_norm"):
+        quick_config(**{"data.feature_norm": "minmax"})
+
+
+def test_cli_quick_on_a_planted_graph(graph, tmp_path, capsys):
+    path = tmp_path / "planted.pt"
+    torch.save(graph, path)
+    out = tmp_path / "out"
+    code = cli_main(["unsupervised", "--data", str(path), "--quick", "--models", "et,iforest",
+                     "--score-rounds", "1", "--epochs", "3", "--no-progress", "--out", str(out),
+                     "--threads", "1"])
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["dataset"] == "planted"
+    assert set(results["models"]) == {"et_reconstruction", "et_energy", "iforest"}
+    assert results["meta"]["config"]["protocol"]["seeds"] == 2
+    table = (out / "results.md").read_text()
+    assert "et_reconstruction" in table and "rec_at_k" in table
