@@ -30,6 +30,9 @@ setup(
         "test": ["pytest", "hypothesis", "ruff"],
         "docs": ["mkdocs-material", "mkdocstrings[python]", "latex2mathml"],
         "scatter": ["torch-scatter"],
+        # PyG's NeighborLoader backend (builds from source here, see docs/scale.md); without it
+        # et_graph.loaders.NeighbourSampler samples in pure torch.
+        "sampling": ["torch-scatter", "torch-sparse"],
         "dgl": ["dgl"],
         # et-graph unsupervised: DOMINANT, AnomalyDAE, CoLA, CONAD; PyGOD's samplers also need
         # pyg-lib or torch-sparse (built for your torch version).

@@ -163,6 +163,8 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
             raise ValueError(f"{where} must be a number, got {value!r}")
         return float(value)
     if base is str:
+        if isinstance(value, (list, tuple)):  # a list field written as a TOML array
+            return ",".join(str(item) for item in value)
         return str(value)
     raise TypeError(f"unsupported config type {annotation!r} at {where}")
 

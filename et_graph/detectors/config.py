@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ..loaders.neighbour_sampling import SAMPLERS, parse_fanouts
 from ..training import TrainConfig
 
 SELECT_METRICS = ("f1_macro", "auroc", "auprc")
@@ -95,10 +96,15 @@ class NodeTrainConfig(TrainConfig):
         select_metric: validation metric that picks the checkpoint: f1_macro, auroc or auprc.
         subgraph_ratio: train each epoch on an induced subgraph of this fraction of the nodes
             (0 = full batch); scoring stays full-graph.
-        batch_size: mini-batch training: each epoch partitions all nodes at random into parts of
-            this many nodes and takes one step per induced subgraph (0 = full batch). Edges
-            between parts are dropped for that epoch, so a node sees only the neighbours that
-            share its part; scoring stays full-graph.
+        batch_size: mini-batch training (0 = full batch). Without num_neighbors each epoch
+            partitions all nodes at random into parts of this many nodes and takes one step per
+            induced subgraph (edges between parts are dropped for that epoch). With
+            num_neighbors it is the number of seed (training) nodes per batch. Scoring stays
+            full-graph either way.
+        num_neighbors: neighbour sampling for mini-batches, fanouts per hop like "10,5" (-1 =
+            all in-neighbours; empty = random node partitions). Needs batch_size.
+        neighbor_sampler: auto (PyG's NeighborLoader when pyg-lib or torch-sparse is
+            installed, else builtin), builtin (pure torch, bit-reproducible on resume) or pyg.
     """
 
     epochs: int = 100
@@ -106,6 +112,8 @@ class NodeTrainConfig(TrainConfig):
     select_metric: str = "f1_macro"
     subgraph_ratio: float = 0.0
     batch_size: int = 0
+    num_neighbors: str = ""
+    neighbor_sampler: str = "auto"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -117,6 +125,13 @@ class NodeTrainConfig(TrainConfig):
             raise ValueError(f"subgraph_ratio must be in [0, 1), got {self.subgraph_ratio}")
         if self.batch_size < 0:
             raise ValueError(f"batch_size must be >= 0 (0 = full batch), got {self.batch_size}")
+        if not isinstance(self.num_neighbors, str):  # accept [10, 5] from Python callers
+            self.num_neighbors = ",".join(str(k) for k in parse_fanouts(self.num_neighbors))
+        if parse_fanouts(self.num_neighbors) and not self.batch_size:
+            raise ValueError("num_neighbors needs batch_size (the seed nodes per batch)")
+        if self.neighbor_sampler not in SAMPLERS:
+            raise ValueError(f"neighbor_sampler must be one of {SAMPLERS}, got "
+                             f"{self.neighbor_sampler!r}")
         if self.batch_size and self.subgraph_ratio:
             raise ValueError("choose one of batch_size (random node partitions every epoch) and "
                              "subgraph_ratio (one random subgraph per epoch)")

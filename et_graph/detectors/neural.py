@@ -27,6 +27,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
 from ..baselines.node import GATNet, GCNNet, MLPNet
+from ..loaders.neighbour_sampling import make_sampler, parse_fanouts
 from ..nn.models.anomaly import (
     ETAnomalyNet,
     graph_relations,
@@ -96,6 +97,11 @@ class NodeAnomalyTask:
         self.label_trick = label_trick
         self.chunk_size = chunk_size
         self.eval_x = data.x
+        self.sampler = None
+        fanouts = parse_fanouts(config.num_neighbors)
+        if fanouts:
+            self.sampler = make_sampler(config.neighbor_sampler, data.edge_index, data.num_nodes,
+                                        fanouts)
         if label_trick:
             labels = known_labels(self.y, self.train_index.to(device))
             self.eval_x = torch.cat(
@@ -130,6 +136,9 @@ class NodeAnomalyTask:
         data, ratio = self.data, self.config.subgraph_ratio
         rank, world = _rank_world()
         x, targets = self.train_input()
+        if self.sampler is not None:
+            yield from self.neighbour_batches(x, targets, rank, world)
+            return
         if self.config.batch_size:
             yield from self.partition_batches(x, targets, rank, world)
             return
@@ -152,6 +161,25 @@ class NodeAnomalyTask:
         local = is_train[nodes].nonzero().view(-1)
         yield (x[nodes.to(x.device)], edge_index.to(self.device),
                nodes.to(self.device), local.to(self.device))
+
+    def neighbour_batches(self, x: Tensor, targets: Tensor, rank: int, world: int
+                          ) -> Iterator[tuple[Tensor, Tensor, Optional[Tensor], Tensor]]:
+        """Neighbour-sampled batches of ``batch_size`` training (seed) nodes each, the loss on
+        the seeds only. The seed order is drawn from the task's checkpointed generator (the same
+        on every rank); the sampling draws from a generator seeded by one more draw plus the
+        rank, so under DDP rank ``r`` takes batches ``r, r + world, ...`` (every rank the same
+        count, wrapping) and samples independently of the other ranks."""
+        size = self.config.batch_size
+        seeds = targets.cpu()[torch.randperm(targets.numel(), generator=self.generator)]
+        draw = int(torch.randint(2 ** 62, (1,), generator=self.generator))
+        sampling = torch.Generator().manual_seed(draw + rank)
+        count = (seeds.numel() + size - 1) // size
+        for k in range((count + world - 1) // world):
+            b = (rank + k * world) % count
+            batch = self.sampler.sample(seeds[b * size:(b + 1) * size], sampling)
+            nodes = batch.nodes.to(x.device)
+            yield (x[nodes], batch.edge_index.to(self.device), nodes.to(self.device),
+                   torch.arange(batch.num_seeds, device=self.device))
 
     def partition_batches(self, x: Tensor, targets: Tensor, rank: int, world: int
                           ) -> Iterator[tuple[Tensor, Tensor, Optional[Tensor], Tensor]]:
