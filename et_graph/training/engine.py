@@ -162,6 +162,7 @@ class FitResult:
             "epochs_run": self.epochs_run,
             "epoch_seconds": self.epoch_seconds,
             "stopped_early": self.stopped_early,
+            "resumed_from_epoch": self.resumed_from_epoch,
         }
 
 
