@@ -88,7 +88,7 @@ class MaskedTrainConfig(TrainConfig):
             the epoch with the lowest masked reconstruction error on them (no label is read).
     """
 
-    epochs: int = 100
+    epochs: int = 300
     lr: float = 0.005
     val_fraction: float = 0.1
 
