@@ -20,6 +20,12 @@ resets its resident-set high-water mark (``/proc/self/clear_refs``), runs one st
 blocks above 64 KiB to the system at once (``MALLOC_MMAP_THRESHOLD_=65536``), so memory freed by
 the warm-up step cannot hide in the heap and the figure tracks the live tensors.
 
+On CUDA (``--device cuda``) each step is timed with CUDA events (``begin.record()``, step,
+``end.record()``, synchronise), and memory is ``torch.cuda.max_memory_allocated`` of one step
+beyond what the inputs and the model hold, for ETConv, TransformerConv and GATConv, in the same
+process. (Untested here: no CUDA machine was available when this was written; see
+docs/benchmarks.md.)
+
 Run ``python benchmarks/bench_etconv.py --help`` for the options; ``--quick`` runs tiny sizes.
 """
 from __future__ import annotations
@@ -46,6 +52,7 @@ DEFAULT_SIZES = "20000x400000,100000x2000000"
 QUICK_SIZES = "200x2000,500x6000"
 TIMED_MODELS = ("etconv", "etconv_autograd", "transformer", "gat")
 MEMORY_MODELS = ("etconv", "transformer")
+CUDA_MEMORY_MODELS = ("etconv", "transformer", "gat")
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
@@ -75,12 +82,14 @@ def make_model(name: str) -> torch.nn.Module:
     raise ValueError(f"unknown model {name!r}")
 
 
-def make_inputs(num_nodes: int, num_edges: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """Uniformly random directed graph (self-loops and duplicates allowed, as they come)."""
+def make_inputs(num_nodes: int, num_edges: int, seed: int = 0, device: str = "cpu"
+                ) -> tuple[torch.Tensor, ...]:
+    """Uniformly random directed graph (self-loops and duplicates allowed, as they come), drawn
+    on the CPU (the same graph on every device) and moved to ``device``."""
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(num_nodes, CHANNELS, generator=gen).requires_grad_(True)
-    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen)
-    projection = torch.randn(num_nodes, CHANNELS, generator=gen)
+    x = torch.randn(num_nodes, CHANNELS, generator=gen).to(device).requires_grad_(True)
+    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen).to(device)
+    projection = torch.randn(num_nodes, CHANNELS, generator=gen).to(device)
     return x, edge_index, projection
 
 
@@ -101,8 +110,11 @@ def time_models(
     modules: list[torch.nn.Module],
     warmup: int,
     repeats: int,
+    device: str = "cpu",
 ) -> dict[str, dict[str, Any]]:
-    """Median seconds per step of each model, measured round robin."""
+    """Median seconds per step of each model, measured round robin (on CUDA with CUDA events
+    around the step, so that asynchronous kernels are counted)."""
+    cuda = torch.device(device).type == "cuda"
     from tqdm import tqdm
 
     x, edge_index, proj = inputs
@@ -112,9 +124,18 @@ def time_models(
         for round_index in range(rounds):
             for name, model in models.items():
                 clear_grads(modules, x)
-                start = time.perf_counter()
-                train_step(model, x, edge_index, proj)
-                elapsed = time.perf_counter() - start
+                if cuda:
+                    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                        enable_timing=True)
+                    begin.record()
+                    train_step(model, x, edge_index, proj)
+                    end.record()
+                    torch.cuda.synchronize()
+                    elapsed = begin.elapsed_time(end) / 1e3
+                else:
+                    start = time.perf_counter()
+                    train_step(model, x, edge_index, proj)
+                    elapsed = time.perf_counter() - start
                 if round_index >= warmup:
                     times[name].append(elapsed)
                 bar.update()
@@ -151,6 +172,24 @@ def memory_child(name: str, num_nodes: int, num_edges: int) -> dict[str, Any]:
     train_step(model, x, edge_index, proj)
     peak = _status_kib("VmHWM")
     return {"peak_delta_bytes": (peak - before) * 1024, "rss_before_bytes": before * 1024}
+
+
+def measure_cuda_memory(name: str, num_nodes: int, num_edges: int, device: str
+                        ) -> dict[str, Any]:
+    """Peak CUDA memory of one step beyond what the inputs and the model hold:
+    ``torch.cuda.max_memory_allocated`` after a warm-up step and a reset of the peak."""
+    model = make_model(name).to(device)
+    x, edge_index, proj = make_inputs(num_nodes, num_edges, device=device)
+    train_step(model, x, edge_index, proj)
+    clear_grads([model], x)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    train_step(model, x, edge_index, proj)
+    torch.cuda.synchronize()
+    return {"peak_delta_bytes": torch.cuda.max_memory_allocated() - before,
+            "allocated_before_bytes": before}
 
 
 def measure_memory(name: str, num_nodes: int, num_edges: int, threads: int) -> dict[str, Any]:
@@ -246,12 +285,14 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Absolute figures:", ""]
     models = list(TIMED_MODELS) + ["etconv_compiled"]
+    memory_models = [m for m in CUDA_MEMORY_MODELS
+                     if any(m in r["memory"] for r in results)] or list(MEMORY_MODELS)
     lines.append("| size | " + " | ".join(f"{m} ms" for m in models)
-                 + " | " + " | ".join(f"{m} peak MiB" for m in MEMORY_MODELS) + " |")
-    lines.append("|---|" + "---|" * (len(models) + len(MEMORY_MODELS)))
+                 + " | " + " | ".join(f"{m} peak MiB" for m in memory_models) + " |")
+    lines.append("|---|" + "---|" * (len(models) + len(memory_models)))
     for name, r in zip(names, results):
         times = [r["time"].get(m, {}).get("median_s") for m in models]
-        peaks = [r["memory"].get(m, {}).get("peak_delta_bytes") for m in MEMORY_MODELS]
+        peaks = [r["memory"].get(m, {}).get("peak_delta_bytes") for m in memory_models]
         lines.append(
             f"| {name} | "
             + " | ".join(fmt(None if t is None else t * 1e3, 1) for t in times)
@@ -269,9 +310,10 @@ def render(report: dict[str, Any]) -> str:
 
 
 def run_size(num_nodes: int, num_edges: int, args: argparse.Namespace) -> dict[str, Any]:
-    inputs = make_inputs(num_nodes, num_edges)
+    cuda = torch.device(args.device).type == "cuda"
+    inputs = make_inputs(num_nodes, num_edges, device=args.device)
     names = [m for m in TIMED_MODELS if not (m == "etconv_autograd" and args.skip_autograd)]
-    modules = {name: make_model(name) for name in names}
+    modules = {name: make_model(name).to(args.device) for name in names}
     models: dict[str, Callable] = dict(modules)
     notes: dict[str, str] = {}
     compile_state: dict[str, Any] = {"reason": args.compile_skip_reason}
@@ -281,11 +323,14 @@ def run_size(num_nodes: int, num_edges: int, args: argparse.Namespace) -> dict[s
         notes["torch.compile first step (compilation)"] = f"{compile_state['compile_s']:.1f} s"
     else:
         notes["torch.compile"] = compile_state["reason"]
-    timing = time_models(models, inputs, list(modules.values()), args.warmup, args.repeats)
+    timing = time_models(models, inputs, list(modules.values()), args.warmup, args.repeats,
+                         args.device)
     memory = {}
     if not args.skip_memory:
-        for name in MEMORY_MODELS:
-            memory[name] = measure_memory(name, num_nodes, num_edges, args.threads)
+        del models, modules, compiled
+        for name in CUDA_MEMORY_MODELS if cuda else MEMORY_MODELS:
+            memory[name] = (measure_cuda_memory(name, num_nodes, num_edges, args.device) if cuda
+                            else measure_memory(name, num_nodes, num_edges, args.threads))
             if "error" in memory[name]:
                 notes[f"memory {name}"] = memory[name]["error"]
     result = {
@@ -317,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="torch intra-op threads")
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu or cuda[:i]: on CUDA, times are CUDA events and memory is "
+                             "torch.cuda.max_memory_allocated (GATConv included)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes and 2 repeats, no torch.compile (smoke test)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
@@ -337,6 +385,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         print(render(report))
         return report
     torch.set_num_threads(args.threads)
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: this PyTorch sees no CUDA device "
+                         f"(torch {torch.__version__})")
     sizes = parse_sizes(args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES))
     if args.memory_child:
         print(json.dumps(memory_child(args.memory_child, *sizes[0])))
@@ -367,8 +418,14 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "loadavg_before": load_before,
         "loadavg_after": load_after,
         "config": {"channels": CHANNELS, "heads": HEADS, "head_dim": HEAD_DIM, "steps": STEPS},
-        "memory_method": "peak RSS delta of one step in a fresh subprocess per model "
-                         "(VmHWM reset via /proc/self/clear_refs, MALLOC_MMAP_THRESHOLD_=65536)",
+        "device": args.device,
+        "device_name": (torch.cuda.get_device_name(torch.device(args.device))
+                        if torch.device(args.device).type == "cuda" else "cpu"),
+        "memory_method": ("torch.cuda.max_memory_allocated of one step beyond the inputs and "
+                          "the model, after a warm-up step"
+                          if torch.device(args.device).type == "cuda" else
+                          "peak RSS delta of one step in a fresh subprocess per model "
+                          "(VmHWM reset via /proc/self/clear_refs, MALLOC_MMAP_THRESHOLD_=65536)"),
         "results": results,
     }
     print(render(report))

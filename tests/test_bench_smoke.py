@@ -36,3 +36,36 @@ def test_quick_benchmark_prints_ratio_rows(tmp_path):
     assert (result["num_nodes"], result["num_edges"]) == (150, 1200)
     assert result["memory"]["etconv"]["peak_delta_bytes"] > 0
     assert set(result["time"]) == {"etconv", "etconv_autograd", "transformer", "gat"}
+
+
+SCALE = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_scale.py"
+
+
+def test_scale_benchmark_quick_minibatch_epoch_and_chunked_inference(tmp_path):
+    out_json = tmp_path / "scale.json"
+    done = subprocess.run(
+        [sys.executable, str(SCALE), "--quick", "--cases", "tsocial", "--threads", "1",
+         "--batch-size", "256", "--chunk-size", "500", "--json", str(out_json)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| ET / GraphSAGE epoch time (model part) |" in done.stdout
+    report = json.loads(out_json.read_text())
+    by_model = {r["model"]: r for r in report["results"]}
+    assert set(by_model) == {"et", "sage"}
+    et, sage = by_model["et"], by_model["sage"]
+    assert "error" not in et and "error" not in sage
+    # The same batches for both models (same sampler seed).
+    assert (et["batches"], et["mean_batch_edges"]) == (sage["batches"], sage["mean_batch_edges"])
+    assert et["inference_finite"] and et["inference_s"] > 0
+    assert 0 < et["inference_peak_rss_bytes"] < 4 * 1024 ** 3
+
+
+def test_scale_benchmark_reports_a_model_over_the_memory_cap(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(SCALE), "--quick", "--cases", "tfinance", "--threads", "1",
+         "--memory-cap-gb", "0.05"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("killed: resident memory passed the 0.05 GiB cap") == 3
