@@ -65,3 +65,19 @@ def test_detector_scores_in_chunks_like_the_full_pass():
         MLPDetector(chunk_size=10)
     with pytest.raises(ValueError, match="positive integer"):
         ETDetector(chunk_size=0)
+
+
+@pytest.mark.parametrize("readout", ["first_last", "ego_neighbour"])
+def test_anomaly_net_scores_in_chunks_like_the_full_pass(readout):
+    from et_graph.nn.models import ETAnomalyNet
+
+    x, edge_index = graph(seed=5)
+    torch.manual_seed(0)
+    net = ETAnomalyNet(16, 12, heads=2, head_dim=4, steps=2, readout=readout).double().eval()
+    with torch.no_grad():
+        full = net(x, edge_index)
+        for chunk_size in (1, 13, 500):
+            torch.testing.assert_close(net(x, edge_index, chunk_size=chunk_size), full,
+                                       rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="inference"):
+        net(x, edge_index, chunk_size=8)  # gradients enabled

@@ -13,7 +13,7 @@ from torch_geometric.utils import is_sparse
 
 from ... import energy as E
 from ..energy_layer_norm import EnergyLayerNorm
-from ..validation import check_batch
+from ..validation import check_batch, check_edge_index, check_edge_weight
 from .et_energy import EdgeSet, ETEnergy, _check_positive
 
 GRAD_MODES = ("analytic", "autograd")
@@ -410,12 +410,16 @@ class ETConv(MessagePassing):
         r"""Inference in bounded memory: the same tokens as :meth:`forward` (to float rounding),
         computed ``chunk_size`` destination nodes at a time, under ``torch.no_grad``.
 
-        The update of node :math:`C` needs the softmax over its own in-neighbours (query side)
-        and over the in-neighbours of every node it sends to (key side). So for a chunk
-        :math:`S`, the in-edges of :math:`S \cup \mathrm{out}(S)` give exact rows for
-        :math:`S`. The per-edge arrays then hold those edges only, and the full-graph state is
-        just the tokens ``[N, channels]`` (old and new). Edges are sorted once by destination
-        and by source; each chunk gathers its edges by CSR ranges, with no pass over all edges.
+        The edges are sorted once by destination (one index per edge). Each step then makes
+        one pass over chunks of destination nodes :math:`S` with their in-edges: those edges
+        give the softmax of every node of :math:`S` exactly (paper eq. 17, the coefficients of
+        :func:`et_graph.energy.edge_coefficients`), hence the query-side gradient of
+        :math:`S` and the key-side gradient that these softmaxes send to their source nodes,
+        scattered into an ``[N, H, Y]`` accumulator. After the pass, the key and query
+        gradients are mapped back to :math:`\mathbf{g}` with the Hopfield term, again a chunk
+        of nodes at a time. The work is one pass over the edges per step (as the full pass);
+        the memory is the tokens, keys, queries and the two accumulators (``[N, D]`` and
+        ``[N, H * Y]`` arrays) plus the edges of one chunk, never an ``[E, H * Y]`` array.
         Evaluation mode only (no noise); ``edge_index`` must be a ``[2, E]`` tensor.
         """
         if self.training and self.noise_std > 0:
@@ -428,33 +432,47 @@ class ETConv(MessagePassing):
         fn = self.energy_fn
         out = fn.check_tokens(x)
         num_nodes = out.size(0)
-        edges = fn.edges(out, edge_index, edge_weight)  # validation, self-loops removed
-        src, dst, weight = edges.src, edges.dst, edges.weight
-        by_dst = torch.argsort(dst, stable=True)
-        in_src, in_dst = src[by_dst], dst[by_dst]
-        in_weight = None if weight is None else weight[by_dst]
-        in_ptr = _csr_pointer(in_dst, num_nodes)
-        by_src = torch.argsort(src, stable=True)
-        out_dst, out_ptr = dst[by_src], _csr_pointer(src[by_src], num_nodes)
-        local = torch.full((num_nodes,), -1, dtype=torch.long, device=out.device)
+        edge_index = check_edge_index(edge_index, num_nodes)
+        weight = check_edge_weight(edge_weight, edge_index.size(1), fn.heads)
+        # In-edges grouped by destination (CSR); self-loops stay in the layout and are dropped
+        # chunk by chunk, so that no second [E] copy of the edges is made.
+        order = torch.argsort(edge_index[1], stable=True)
+        in_src = edge_index[0][order]
+        in_weight = None if weight is None else weight[order].to(out.dtype)
+        del order
+        in_degree = torch.bincount(edge_index[1], minlength=num_nodes)
+        in_ptr = torch.cat([in_degree.new_zeros(1), in_degree.cumsum(0)])
+        beta = self.beta
         for _ in range(num_steps):
-            g = fn.layer_norm(out)
-            new = out.clone()
+            k, q = fn.keys_queries(fn.layer_norm(out))
+            grad_k, grad_q = torch.zeros_like(k), torch.zeros_like(q)
             for start in range(0, num_nodes, chunk_size):
                 end = min(start + chunk_size, num_nodes)
-                chunk = torch.arange(start, end, device=out.device)
-                receivers = out_dst[out_ptr[start]:out_ptr[end]]
-                targets = torch.unique(torch.cat([chunk, receivers]))
-                index = _csr_ranges(in_ptr, targets)
-                e_src, e_dst = in_src[index], in_dst[index]
-                nodes = torch.unique(torch.cat([targets, e_src]))
-                local[nodes] = torch.arange(nodes.numel(), device=out.device)
-                sub = EdgeSet(local[e_src], local[e_dst],
-                              None if in_weight is None else in_weight[index],
-                              torch.stack([local[e_src], local[e_dst]]), None)
-                grad = self._grad_of_g(g[nodes], sub)
-                new[start:end] = out[start:end] - self.alpha * grad[local[chunk]]
-                local[nodes] = -1
+                lo, hi = int(in_ptr[start]), int(in_ptr[end])
+                src = in_src[lo:hi]
+                dst = torch.repeat_interleave(
+                    torch.arange(end - start, device=out.device), in_degree[start:end])
+                w = None if in_weight is None else in_weight[lo:hi]
+                keep = src != dst + start
+                if not bool(keep.all()):
+                    src, dst = src[keep], dst[keep]
+                    w = None if w is None else w[keep]
+                q_chunk = q[start:end]
+                coef = E.edge_coefficients(k, q_chunk, src, dst, beta, w, end - start)
+                coef = coef.unsqueeze(-1)
+                # dE/dq_C = -sum_{B -> C} c k_B and dE/dk_B = -sum_{B -> C} c q_C
+                # (et_graph.energy.attention_grad), for the in-edges of this chunk.
+                grad_q[start:end].index_add_(0, dst, coef * k.index_select(0, src), alpha=-1)
+                grad_k.index_add_(0, src, coef * q_chunk.index_select(0, dst), alpha=-1)
+            del k, q
+            new = torch.empty_like(out)
+            for start in range(0, num_nodes, chunk_size):
+                end = min(start + chunk_size, num_nodes)
+                rows = out[start:end]
+                grad = fn.grad_from_attention_grads(fn.layer_norm(rows), grad_k[start:end],
+                                                    grad_q[start:end])
+                torch.add(rows, grad, alpha=-self.alpha, out=new[start:end])
+            del grad_k, grad_q
             out = new
         return out.to(x.dtype)
 
@@ -591,19 +609,3 @@ def _rename_legacy_keys(
         old = prefix + name
         if old in state_dict:
             state_dict.setdefault(prefix + "energy_fn." + name, state_dict.pop(old))
-
-
-def _csr_pointer(sorted_index: Tensor, num_nodes: int) -> Tensor:
-    """``ptr [N + 1]`` of a sorted index vector (CSR row pointer)."""
-    counts = torch.bincount(sorted_index, minlength=num_nodes)
-    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-
-
-def _csr_ranges(ptr: Tensor, rows: Tensor) -> Tensor:
-    """Positions ``ptr[r] .. ptr[r + 1] - 1`` of every row ``r`` in ``rows``, concatenated."""
-    starts, counts = ptr[rows], ptr[rows + 1] - ptr[rows]
-    total = int(counts.sum())
-    if total == 0:
-        return ptr.new_zeros(0)
-    offsets = torch.repeat_interleave(starts - torch.cumsum(counts, 0) + counts, counts)
-    return offsets + torch.arange(total, device=ptr.device)

@@ -171,6 +171,7 @@ class ETAnomalyNet(nn.Module):
                                  "the multi-relation ET: score in one full pass")
             self._relation_args(edge_type)
             last = self.conv.forward_chunked(first, edge_index, chunk_size=chunk_size)
+            return self.chunked_logits(first, last, edge_index, chunk_size)
         elif return_energy:
             last, energies = self.descend(first, edge_index, edge_type, return_energy=True)
         else:
@@ -184,8 +185,26 @@ class ETAnomalyNet(nn.Module):
         first, last = self.conv.norm(first), self.conv.norm(last)
         if self.readout_kind == "first_last":
             return torch.cat([first, last], dim=-1)
-        neighbours = torch.sparse.mm(self.neighbour_mean_operator(edge_index, last), last)
-        return torch.cat([first, last, neighbours], dim=-1)
+        return torch.cat([first, last, self.neighbour_means(edge_index, last)], dim=-1)
+
+    def neighbour_means(self, edge_index: Tensor, tokens: Tensor) -> Tensor:
+        """Every node's mean in-neighbour token ``[N, hidden]`` (one SpMM)."""
+        return torch.sparse.mm(self.neighbour_mean_operator(edge_index, tokens), tokens)
+
+    def chunked_logits(self, first: Tensor, last: Tensor, edge_index: Tensor, chunk_size: int
+                       ) -> Tensor:
+        """The logits of :meth:`readout_features` and the MLP, ``chunk_size`` nodes at a time,
+        so that scoring a large graph never holds the ``[N, 2-3 * hidden]`` readout input."""
+        neighbours = (self.neighbour_means(edge_index, self.conv.norm(last))
+                      if self.readout_kind == "ego_neighbour" else None)
+        logits = first.new_empty(first.size(0))
+        for start in range(0, first.size(0), chunk_size):
+            end = min(start + chunk_size, first.size(0))
+            parts = [self.conv.norm(first[start:end]), self.conv.norm(last[start:end])]
+            if neighbours is not None:
+                parts.append(neighbours[start:end])
+            logits[start:end] = self.readout(torch.cat(parts, dim=-1)).squeeze(-1)
+        return logits
 
     def neighbour_mean_operator(self, edge_index: Tensor, like: Tensor) -> Tensor:
         """The row-normalised in-adjacency (self-loops dropped, duplicates counted) as a sparse
