@@ -42,6 +42,7 @@ import functools
 import warnings
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -51,6 +52,25 @@ from .energy import attention_grad
 _INT32_MAX = 2**31 - 1
 #: dtypes the CSR kernels (``sampled_addmm``, CSR ``@``) support on every device.
 SPARSE_KERNEL_DTYPES = (torch.float32, torch.float64)
+
+
+#: Keys below this bound are sorted by NumPy's radix sort (16-bit keys) on the CPU.
+_RADIX_KEYS = 2**16
+
+
+def stable_argsort(keys: Tensor, num_keys: int) -> Tensor:
+    """``torch.argsort(keys, stable=True)`` (int64) for integer ``keys`` in ``[0, num_keys)``.
+
+    On the CPU, with fewer than 65,536 distinct keys (node ids of a mini-batch), NumPy's radix
+    sort of 16-bit keys gives the same permutation (a stable sort has only one) about five times
+    faster than PyTorch's comparison sort, which dominates building an :class:`EdgePlan` for a
+    batch of small graphs."""
+    if keys.device.type == "cpu" and num_keys <= _RADIX_KEYS and keys.numel():
+        order = np.argsort(keys.numpy().astype(np.uint16), kind="stable")
+        return torch.from_numpy(order.astype(np.int64, copy=False))
+    # PyTorch's stable sort is twice as fast on 32-bit keys.
+    key_dtype = torch.int32 if num_keys < _INT32_MAX else torch.int64
+    return torch.argsort(keys.to(key_dtype), stable=True)
 
 
 class EdgePlan:
@@ -70,13 +90,11 @@ class EdgePlan:
         index_dtype = (
             torch.int32 if heads * max(num_nodes, self.num_edges) < _INT32_MAX else torch.int64
         )
-        # Stable sorts of integer keys take PyTorch's radix-sort path, twice as fast on 32-bit
-        # keys. Sorting the destination-sorted sources stably gives (src, dst) order.
-        key_dtype = torch.int32 if num_nodes < _INT32_MAX else torch.int64
-        self.order = torch.argsort(dst.to(key_dtype), stable=True)
+        # Sorting the destination-sorted sources stably gives (src, dst) order.
+        self.order = stable_argsort(dst, num_nodes)
         self.src = src.index_select(0, self.order)
         self.dst = dst.index_select(0, self.order)
-        self.transpose = torch.argsort(self.src.to(key_dtype), stable=True)
+        self.transpose = stable_argsort(self.src, num_nodes)
         # The destination of every (head, edge) slot, for gathering per-node values to edges.
         self.dst_per_head = self.dst.expand(heads, self.num_edges)
         in_degree = torch.bincount(self.dst, minlength=num_nodes)
@@ -89,6 +107,7 @@ class EdgePlan:
         self.crow_t = self._compressed(out_degree, heads).to(index_dtype)
         self.col_t = (self.dst.index_select(0, self.transpose).unsqueeze(0) + head_nodes)
         self.col_t = self.col_t.reshape(-1).to(index_dtype)
+        self._values: Optional[tuple[Tensor, tuple, Tensor]] = None
 
     @staticmethod
     def _compressed(degree: Tensor, heads: int) -> Tensor:
@@ -146,8 +165,21 @@ class EdgePlan:
         return probs.div_(self.at_dst(self.segment_sum(probs)))
 
     def edge_values(self, edge_weight: Tensor) -> Tensor:
-        """Caller's ``[E, 1 or H]`` per-edge values in the plan layout ``[1 or H, E]``."""
-        return edge_weight.index_select(0, self.order).t().contiguous()
+        """Caller's ``[E, 1 or H]`` per-edge values in the plan layout ``[1 or H, E]``.
+
+        The result for the last ``edge_weight`` is kept, so that the descent steps of one
+        forward call, which pass the same weights, reorder them once (and backward scatters
+        their gradient back once). It is reused only for the same tensor object at the same
+        version (an in-place change bumps the version) and while autograd is in the same mode."""
+        if edge_weight.is_inference():  # inference tensors have no version counter
+            return edge_weight.index_select(0, self.order).t().contiguous()
+        key = (edge_weight._version, torch.is_grad_enabled(), edge_weight.dtype)
+        cached = self._values
+        if cached is not None and cached[0] is edge_weight and cached[1] == key:
+            return cached[2]
+        values = edge_weight.index_select(0, self.order).t().contiguous()
+        self._values = (edge_weight, key, values)
+        return values
 
 
 def _head_major(t: Tensor) -> Tensor:

@@ -14,7 +14,7 @@ stored next to ``C`` and ``B``, so it depends on the node order of the data set 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +26,28 @@ from .pool.cls_pool import CLSGraph
 from .validation import check_batch, check_edge_index
 
 METHODS = ("sparse", "dense")
+
+
+class _GramEntries(torch.autograd.Function):
+    """Entries ``index`` of the flattened Gram matrices ``X X^T`` of ``X [B, M, D]``;
+    ``index_t`` are the same entries transposed (row and column swapped).
+
+    Backward, with ``G`` the gradient scattered to the looked-up entries, is one batched matmul,
+    ``(G + G^T) X``, as the product is symmetric; ``G + G^T`` is scattered from the entries
+    directly, so no dense transpose is formed."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, index: Tensor, index_t: Tensor) -> Tensor:
+        ctx.save_for_backward(x, index, index_t)
+        return torch.bmm(x, x.transpose(1, 2)).view(-1).index_select(0, index)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        x, index, index_t = ctx.saved_tensors
+        size = x.size(1)
+        both = grad.new_zeros(x.size(0) * size * size)
+        both.index_add_(0, index, grad).index_add_(0, index_t, grad)
+        return torch.bmm(both.view(-1, size, size), x), None, None
 
 
 class Conv2DAdjacencyMask(Module):
@@ -45,6 +67,10 @@ class Conv2DAdjacencyMask(Module):
     which is the ``edge_weight`` layout of :class:`ETConv`. ``batch`` must be sorted (PyG batches
     are); the Gram matrix is scaled by ``1/sqrt(D)`` so that its scale does not grow with the width.
     """
+
+    #: :meth:`forward_cls_graph` reads the convolution from dense per-graph Gram matrices while
+    #: they hold at most this many entries per edge and token channel (else per edge, sparse).
+    gram_budget: float = 4.0
 
     def __init__(
         self,
@@ -139,6 +165,43 @@ class Conv2DAdjacencyMask(Module):
         kernel = self.weight.reshape(self.heads, -1).to(x.dtype)
         return gram @ kernel.t() + self.bias.to(x.dtype)
 
+    def _conv_at_edges_gram(
+        self, x: Tensor, edge_index: Tensor, batch: Tensor, first: Tensor
+    ) -> Optional[Tensor]:
+        r"""The convolution at every edge, ``[E, H]``, read from each graph's Gram matrix built
+        densely (one batched matmul) with a zero border of ``k // 2`` tokens on each side, or
+        ``None`` when those matrices would be large (over :attr:`gram_budget` entries per edge
+        and channel; graphs of very different sizes, or large graphs).
+
+        ``first`` ``[G]`` is the index of each graph's first token (``batch`` sorted). The
+        value at edge ``B -> C`` is :math:`\sum_{a,b} w_{hab}\,\langle x_{C+a},
+        x_{B+b}\rangle / \sqrt{D}`, a lookup of ``k^2`` Gram entries, so the per-edge work is
+        ``O(k^2)`` instead of ``O(k^2 D)``: the same values as :meth:`_conv_at_edges_sparse` (to
+        float rounding), several times faster on batches of many small graphs."""
+        radius = self.kernel_size // 2
+        total, channels = x.shape
+        num_graphs = first.numel()
+        num_edges = edge_index.size(1)
+        sizes = torch.bincount(batch, minlength=num_graphs)
+        width = (int(sizes.max()) if total else 0) + 2 * radius
+        if num_graphs * width * width > self.gram_budget * max(num_edges, 1) * channels:
+            return None
+        pos = torch.arange(total, device=x.device) - first.index_select(0, batch) + radius
+        slots = batch * width + pos
+        dense = x.new_zeros(num_graphs * width, channels).index_copy(0, slots, x)
+        dense = dense.view(num_graphs, width, channels)
+        src, dst = edge_index
+        row, col = pos.index_select(0, dst), pos.index_select(0, src)
+        start = batch.index_select(0, dst) * (width * width)
+        shifts = torch.arange(-radius, radius + 1, device=x.device)
+        offsets = (shifts.unsqueeze(1) * width + shifts).view(-1)  # row shift a, column shift b
+        index = (start + row * width + col).unsqueeze(1) + offsets
+        index_t = (start + col * width + row).unsqueeze(1) + offsets.view(
+            2 * radius + 1, 2 * radius + 1).t().reshape(-1)
+        entries = _GramEntries.apply(dense, index.view(-1), index_t.view(-1))
+        kernel = self.weight.reshape(self.heads, -1).to(x.dtype) / math.sqrt(channels)
+        return torch.addmm(self.bias.to(x.dtype), entries.view(num_edges, -1), kernel.t())
+
     def _conv_at_cls_edges(self, x: Tensor, batch: Tensor, cls_index: Tensor,
                            node_index: Tensor) -> Tensor:
         r"""The convolution at the ``2N`` CLS edges of a :class:`~et_graph.nn.pool.CLSGraph`
@@ -179,15 +242,21 @@ class Conv2DAdjacencyMask(Module):
         (its edges: the original ones, then node -> CLS and CLS -> node for every node), without
         re-validating what ``add_cls_nodes`` built. With ``method="sparse"`` the CLS edges are
         evaluated from per-token dot products (:meth:`_conv_at_cls_edges`): same values, a
-        fraction of the work, as they are half of the edges of a batch of small graphs."""
+        fraction of the work, as they are half of the edges of a batch of small graphs; when the
+        graphs are small enough (:attr:`gram_budget`), every edge is instead read from per-graph
+        Gram matrices (:meth:`_conv_at_edges_gram`), same values again."""
         x, edge_index, batch = graph.x, graph.edge_index, graph.batch
         factor = self.edge_factor(edge_attr, edge_index.size(1))
         num_nodes = graph.node_index.numel()
         num_original = edge_index.size(1) - 2 * num_nodes
-        if self.method == "dense" or num_original < 0 or x.size(0) == 0:
+        conv = None
+        if self.method == "sparse" and num_original >= 0 and x.size(0):
+            # CLS nodes come first in their graphs, so cls_index is where each graph starts.
+            conv = self._conv_at_edges_gram(x, edge_index, batch, graph.cls_index)
+        if conv is None and (self.method == "dense" or num_original < 0 or x.size(0) == 0):
             conv = (self._conv_at_edges_dense(x, edge_index, batch) if self.method == "dense"
                     else self._conv_at_edges_sparse(x, edge_index, batch))
-        else:
+        elif conv is None:
             parts = []
             if num_original:
                 parts.append(self._conv_at_edges_sparse(x, edge_index[:, :num_original], batch))

@@ -1,0 +1,142 @@
+"""The speed paths of the graph-level ET (issue 10, part 2) give the reference results."""
+import pytest
+import torch
+from torch import nn
+from torch_geometric.data import Batch, Data
+from torch_geometric.utils import to_undirected
+
+from et_graph.fused import EdgePlan, build_edge_plan, fused_attention_grad, stable_argsort
+from et_graph.nn.adjacency_mask import Conv2DAdjacencyMask, _GramEntries
+from et_graph.nn.pool import CLSPool
+from et_graph.training import TrainConfig, Trainer
+
+
+def cls_graph(sizes, channels=5, seed=0, dtype=torch.float64):
+    torch.manual_seed(seed)
+    graphs = []
+    for n in sizes:
+        edges = torch.randint(0, n, (2, 2 * n)) if n > 1 else torch.empty(2, 0, dtype=torch.long)
+        graphs.append(Data(x=torch.randn(n, channels, dtype=dtype),
+                           edge_index=to_undirected(edges, num_nodes=n)))
+    batch = Batch.from_data_list(graphs)
+    return CLSPool(channels).to(dtype).attach(batch.x, batch.edge_index, batch.batch)
+
+
+@pytest.mark.parametrize("num_keys", [1, 7, 300, 2**16, 2**16 + 1, 10**6])
+def test_stable_argsort_equals_torch(num_keys):
+    keys = torch.randint(0, num_keys, (5000,))
+    assert torch.equal(stable_argsort(keys, num_keys), torch.argsort(keys, stable=True))
+    view = torch.stack([keys, keys.flip(0)])[1]  # a strided view, as edge_index[1] is
+    assert torch.equal(stable_argsort(view, num_keys), torch.argsort(view, stable=True))
+    assert stable_argsort(keys[:0], num_keys).numel() == 0
+
+
+def test_plan_equals_a_plan_from_torch_sorts():
+    src, dst = torch.randint(0, 50, (2, 400))
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    plan = build_edge_plan(src, dst, 50, 3)
+    order = torch.argsort(dst, stable=True)
+    assert torch.equal(plan.order, order)
+    assert torch.equal(plan.transpose, torch.argsort(src[order], stable=True))
+
+
+def test_edge_values_are_reordered_once_per_weight_tensor_and_version():
+    src, dst = torch.tensor([[0, 1, 2, 2], [1, 0, 0, 1]])
+    plan = EdgePlan(src, dst, 3, 2)
+    weight = torch.rand(4, 2)
+    first = plan.edge_values(weight)
+    assert plan.edge_values(weight) is first  # same tensor, same version: reused
+    assert torch.equal(first, weight[plan.order].t())
+    weight.mul_(2)  # in place: a new version, so a fresh reordering
+    second = plan.edge_values(weight)
+    assert second is not first and torch.equal(second, weight[plan.order].t())
+    other = weight.clone()  # equal values, another tensor: not taken from the cache
+    third = plan.edge_values(other)
+    assert third is not second
+    with torch.no_grad():  # the grad mode is part of the key
+        assert plan.edge_values(other) is not third
+    with torch.inference_mode():
+        frozen = torch.rand(4, 2)
+        assert torch.equal(plan.edge_values(frozen), frozen[plan.order].t())
+
+
+def test_shared_plan_across_steps_keeps_weight_gradients():
+    torch.manual_seed(0)
+    src, dst = torch.randint(0, 20, (2, 120))
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    k, q = torch.randn(2, 20, 2, 3, dtype=torch.float64)
+    beta = torch.rand(2, dtype=torch.float64) + 0.5
+    weight = torch.rand(src.numel(), 2, dtype=torch.float64, requires_grad=True)
+    plan = build_edge_plan(src, dst, 20, 2)
+    # two calls on one plan (as the descent steps make) against two fresh plans
+    shared = sum(g.sum() for i in range(2) for g in
+                 fused_attention_grad(k * (i + 1), q, src, dst, beta, weight, plan))
+    (grad_shared,) = torch.autograd.grad(shared, weight)
+    fresh = sum(g.sum() for i in range(2) for g in
+                fused_attention_grad(k * (i + 1), q, src, dst, beta, weight))
+    (grad_fresh,) = torch.autograd.grad(fresh, weight)
+    assert torch.allclose(shared, fresh) and torch.allclose(grad_shared, grad_fresh)
+
+
+@pytest.mark.parametrize("kernel_size", [1, 3, 5])
+@pytest.mark.parametrize("edge_dim", [None, 2])
+def test_gram_mask_path_equals_the_per_edge_path(kernel_size, edge_dim):
+    graph = cls_graph([3, 1, 9, 4, 2, 6], seed=kernel_size)
+    mask = Conv2DAdjacencyMask(heads=3, kernel_size=kernel_size, edge_dim=edge_dim).double()
+    torch.nn.init.normal_(mask.weight)
+    torch.nn.init.normal_(mask.bias)
+    x = graph.x.detach().clone().requires_grad_(True)
+    graph = graph._replace(x=x)
+    assert mask._conv_at_edges_gram(x, graph.edge_index, graph.batch, graph.cls_index) is not None
+    attr = (torch.randn(graph.edge_index.size(1), edge_dim, dtype=torch.float64)
+            if edge_dim else None)
+    probe = torch.randn(graph.edge_index.size(1), 3, dtype=torch.float64)
+    results = []
+    for budget in (mask.gram_budget, 0.0):  # 0: the Gram matrices never fit, per-edge path
+        mask.gram_budget = budget
+        out = mask.forward_cls_graph(graph, attr)
+        results.append((out, *torch.autograd.grad((out * probe).sum(),
+                                                  [x, mask.weight, mask.bias])))
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, atol=1e-10)
+    generic = mask(x, graph.edge_index, graph.batch, attr)
+    assert torch.allclose(results[0][0], generic, atol=1e-10)
+
+
+def test_gram_mask_path_falls_back_for_large_graphs():
+    graph = cls_graph([2, 2, 2, 60])  # one large graph: mostly padding in the Gram matrices
+    mask = Conv2DAdjacencyMask(heads=2).double()
+    assert mask._conv_at_edges_gram(graph.x, graph.edge_index, graph.batch,
+                                    graph.cls_index) is None
+    assert torch.allclose(mask.forward_cls_graph(graph),
+                          mask(graph.x, graph.edge_index, graph.batch), atol=1e-10)
+
+
+def test_gram_entries_gradcheck():
+    x = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    index = torch.tensor([0, 5, 6, 9, 17, 17, 31])
+    rows, cols = (index % 16) // 4, index % 4
+    index_t = (index // 16) * 16 + cols * 4 + rows
+    assert torch.autograd.gradcheck(lambda t: _GramEntries.apply(t, index, index_t), (x,))
+    expected = torch.bmm(x, x.transpose(1, 2)).reshape(-1)[index]
+    assert torch.allclose(_GramEntries.apply(x, index, index_t), expected)
+
+
+def test_trainer_uses_the_fused_adam_step():
+    model = nn.Linear(3, 2)
+    for kind in ("adam", "adamw"):
+        optimizer = Trainer(TrainConfig(optimizer=kind), progress=False).make_optimizer(model)
+        assert optimizer.defaults["fused"]
+    reference = nn.Linear(3, 2)
+    reference.load_state_dict(model.state_dict())
+    fused = Trainer(TrainConfig(lr=0.1), progress=False).make_optimizer(model)
+    plain = torch.optim.Adam(reference.parameters(), lr=0.1)
+    for _ in range(3):
+        for m, opt in ((model, fused), (reference, plain)):
+            opt.zero_grad()
+            m(torch.ones(4, 3)).pow(2).sum().backward()
+            opt.step()
+    for a, b in zip(model.parameters(), reference.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
