@@ -140,3 +140,48 @@ def test_trainer_uses_the_fused_adam_step():
             opt.step()
     for a, b in zip(model.parameters(), reference.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def graph_model_batch():
+    torch.manual_seed(3)
+    graphs = []
+    for n in (4, 7, 3, 6):
+        edges = to_undirected(torch.randint(0, n, (2, 2 * n)), num_nodes=n)
+        graphs.append(Data(x=torch.randn(n, 5), edge_index=edges))
+    return Batch.from_data_list(graphs)
+
+
+def test_blocks_share_one_edge_plan_with_the_same_result(monkeypatch):
+    from et_graph.fused import EdgePlan as Plan
+    from et_graph.nn.models import ETGraphModel
+
+    batch = graph_model_batch()
+    model = ETGraphModel(5, 3, hidden_channels=8, blocks=3, steps=2, heads=2, head_dim=4,
+                         pe_dim=0, noise_std=0.0).double()
+    x = batch.x.double()
+    built = []
+    original = Plan.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Plan, "__init__", counting)
+    out, graph, traces = model.tokens(x, batch.edge_index, batch.batch, return_energy=True)
+    assert len(built) == 1  # one plan for the three blocks
+    grads = torch.autograd.grad(out.square().sum(), list(model.parameters()), allow_unused=True)
+    # the reference: each block called as a module (a hook disables the shared path)
+    seen = []
+    handle = model.convs[1].register_forward_hook(lambda *args: seen.append(1))
+    built.clear()
+    ref, _, ref_traces = model.tokens(x, batch.edge_index, batch.batch, return_energy=True)
+    handle.remove()
+    assert seen == [1] and len(built) == 3
+    ref_grads = torch.autograd.grad(ref.square().sum(), list(model.parameters()),
+                                    allow_unused=True)
+    assert torch.allclose(out, ref, atol=1e-12)
+    assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(traces, ref_traces))
+    for a, b in zip(grads, ref_grads):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.allclose(a, b, atol=1e-10)

@@ -386,6 +386,17 @@ class ETConv(MessagePassing):
         fused = self.grad == "analytic" and self.fused and not self._explain and num_steps > 0
         # With the fused kernel the edges are sorted once; every step and backward reuse that.
         edges = fn.edges(out, edge_index, edge_weight, plan=fused)
+        return self._descend(x, out, edges, num_steps, return_energy)
+
+    def _descend(
+        self, x: Tensor, out: Tensor, edges: EdgeSet, num_steps: int, return_energy: bool
+    ) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """The descent loop of :meth:`forward` from validated tokens ``out`` (``x`` in the
+        parameters' dtype) over validated ``edges`` (from ``energy_fn.edges``, which a caller
+        running several blocks on one graph builds once; see :class:`ETGraphModel`)."""
+        fn = self.energy_fn
+        if edges.plan is not None and edges.plan.heads != self.heads:
+            raise ValueError(f"edges were planned for {edges.plan.heads} heads, not {self.heads}")
         energies = []
         for _ in range(num_steps):
             g = fn.layer_norm(out)

@@ -6,6 +6,7 @@ from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules import module as _module
 
 from ..adjacency_mask import Conv2DAdjacencyMask
 from ..conv import ETConv
@@ -17,6 +18,17 @@ TASKS = ("classification", "regression", "node")
 #: Graph readouts: the CLS token, or the CLS token concatenated with the sum and the mean of the
 #: graph's node tokens.
 READOUTS = ("cls", "cls_sum_mean")
+
+
+def _plain_call(module: nn.Module) -> bool:
+    """Whether ``module(...)`` would only run ``module.forward``: no forward or backward hooks
+    (the module's own or global ones), no ``module.compile()`` and no explainer attached."""
+    hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
+             module._backward_pre_hooks, _module._global_forward_hooks,
+             _module._global_forward_pre_hooks, _module._global_backward_hooks,
+             _module._global_backward_pre_hooks)
+    return (not any(hooks) and getattr(module, "_compiled_call_impl", None) is None
+            and not getattr(module, "_explain", False))
 
 
 class ETGraphModel(nn.Module):
@@ -253,12 +265,25 @@ class ETGraphModel(nn.Module):
             raise ValueError("edge_attr was given but the model was built without the mask")
         out = graph.x
         traces: Optional[list[Tensor]] = [] if return_energy else None
+        # Every block runs on the same edges and weights: they are validated, and sorted for
+        # the fused kernel, once per batch rather than once per block. That calls the blocks'
+        # descent directly, so it is skipped when calling a block would do more (hooks, e.g.
+        # benchmarks/graph_training_curve.py's, an explainer, or a compiled block).
+        shared = all(_plain_call(conv) for conv in self.convs)
+        edges = None
         for conv in self.convs:
+            if not shared:
+                result = conv(out, graph.edge_index, edge_weight, return_energy=return_energy)
+            else:
+                tokens = conv.energy_fn.check_tokens(out)
+                if edges is None:
+                    edges = conv.energy_fn.edges(tokens, graph.edge_index, edge_weight, plan=True)
+                result = conv._descend(out, tokens, edges, conv._num_steps(None), return_energy)
             if return_energy:
-                out, trace = conv(out, graph.edge_index, edge_weight, return_energy=True)
+                out, trace = result
                 traces.append(trace)
             else:
-                out = conv(out, graph.edge_index, edge_weight)
+                out = result
         return out, graph, traces
 
     def _check_rw_pe(self, rw_pe: Optional[Tensor], num_nodes: int) -> Tensor:
