@@ -105,8 +105,23 @@ def test_gram_mask_path_equals_the_per_edge_path(kernel_size, edge_dim):
     assert torch.allclose(results[0][0], generic, atol=1e-10)
 
 
+@pytest.mark.parametrize("groups", [1, 2, 3, 50])
+def test_gram_mask_groups_of_graphs(groups):
+    graph = cls_graph([5, 1, 12, 3, 3, 8, 2], seed=groups)
+    mask = Conv2DAdjacencyMask(heads=2, kernel_size=3).double()
+    torch.nn.init.normal_(mask.weight)
+    mask.gram_groups = groups
+    x = graph.x.detach().clone().requires_grad_(True)
+    fast = mask._conv_at_edges_gram(x, graph.edge_index, graph.batch, graph.cls_index)
+    slow = mask._conv_at_edges_sparse(x, graph.edge_index, graph.batch)
+    probe = torch.randn_like(slow)
+    assert torch.allclose(fast, slow, atol=1e-10)
+    assert torch.allclose(torch.autograd.grad((fast * probe).sum(), x)[0],
+                          torch.autograd.grad((slow * probe).sum(), x)[0], atol=1e-10)
+
+
 def test_gram_mask_path_falls_back_for_large_graphs():
-    graph = cls_graph([2, 2, 2, 60])  # one large graph: mostly padding in the Gram matrices
+    graph = cls_graph([200])  # one large sparse graph: the Gram matrix is mostly non-edges
     mask = Conv2DAdjacencyMask(heads=2).double()
     assert mask._conv_at_edges_gram(graph.x, graph.edge_index, graph.batch,
                                     graph.cls_index) is None
@@ -115,13 +130,20 @@ def test_gram_mask_path_falls_back_for_large_graphs():
 
 
 def test_gram_entries_gradcheck():
-    x = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
-    index = torch.tensor([0, 5, 6, 9, 17, 17, 31])
-    rows, cols = (index % 16) // 4, index % 4
-    index_t = (index // 16) * 16 + cols * 4 + rows
-    assert torch.autograd.gradcheck(lambda t: _GramEntries.apply(t, index, index_t), (x,))
-    expected = torch.bmm(x, x.transpose(1, 2)).reshape(-1)[index]
-    assert torch.allclose(_GramEntries.apply(x, index, index_t), expected)
+    # two groups: 2 matrices of 4 rows (entries 0..31), then 1 of 3 rows (entries 32..40)
+    x = torch.randn(11, 3, dtype=torch.float64, requires_grad=True)
+    groups = [(2, 4), (1, 3)]
+    index = torch.tensor([0, 5, 6, 9, 17, 17, 31, 32, 34, 37, 40])
+    first = index < 32
+    local = torch.where(first, index % 16, index - 32)
+    size = torch.where(first, 4, 3)
+    base = torch.where(first, (index // 16) * 16, 32)
+    index_t = base + (local % size) * size + local // size
+    expected = torch.cat([torch.bmm(x[:8].view(2, 4, 3), x[:8].view(2, 4, 3).transpose(1, 2))
+                          .reshape(-1), (x[8:] @ x[8:].t()).reshape(-1)])[index]
+    assert torch.allclose(_GramEntries.apply(x, groups, index, index_t), expected)
+    assert torch.autograd.gradcheck(
+        lambda t: _GramEntries.apply(t, groups, index, index_t), (x,))
 
 
 def test_trainer_uses_the_fused_adam_step():

@@ -29,25 +29,39 @@ METHODS = ("sparse", "dense")
 
 
 class _GramEntries(torch.autograd.Function):
-    """Entries ``index`` of the flattened Gram matrices ``X X^T`` of ``X [B, M, D]``;
-    ``index_t`` are the same entries transposed (row and column swapped).
+    """Entries ``index`` of the Gram matrices ``X_c X_c^T`` of the groups ``X_c [B_c, M_c, D]``
+    stored one after another in ``x`` (rows, ``[sum B_c M_c, D]``; ``groups`` lists the
+    ``(B_c, M_c)``), the matrices flattened and concatenated in the same order; ``index_t`` are
+    the same entries transposed (row and column swapped).
 
-    Backward, with ``G`` the gradient scattered to the looked-up entries, is one batched matmul,
-    ``(G + G^T) X``, as the product is symmetric; ``G + G^T`` is scattered from the entries
-    directly, so no dense transpose is formed."""
+    Backward, with ``G`` the gradient scattered to the looked-up entries, is one batched matmul
+    per group, ``(G + G^T) X``, as the product is symmetric; ``G + G^T`` is scattered from the
+    entries directly, so no dense transpose is formed."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, index: Tensor, index_t: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, groups: list[tuple[int, int]], index: Tensor,
+                index_t: Tensor) -> Tensor:
         ctx.save_for_backward(x, index, index_t)
-        return torch.bmm(x, x.transpose(1, 2)).view(-1).index_select(0, index)
+        ctx.groups = groups
+        grams, row = [], 0
+        for count, size in groups:
+            block = x[row:row + count * size].view(count, size, -1)
+            grams.append(torch.bmm(block, block.transpose(1, 2)).view(-1))
+            row += count * size
+        return torch.cat(grams).index_select(0, index)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         x, index, index_t = ctx.saved_tensors
-        size = x.size(1)
-        both = grad.new_zeros(x.size(0) * size * size)
+        both = grad.new_zeros(sum(count * size * size for count, size in ctx.groups))
         both.index_add_(0, index, grad).index_add_(0, index_t, grad)
-        return torch.bmm(both.view(-1, size, size), x), None, None
+        parts, row, entry = [], 0, 0
+        for count, size in ctx.groups:
+            rows = count * size
+            parts.append(torch.bmm(both[entry:entry + rows * size].view(count, size, size),
+                                   x[row:row + rows].view(count, size, -1)).view(rows, -1))
+            row, entry = row + rows, entry + rows * size
+        return torch.cat(parts), None, None, None
 
 
 class Conv2DAdjacencyMask(Module):
@@ -71,6 +85,9 @@ class Conv2DAdjacencyMask(Module):
     #: :meth:`forward_cls_graph` reads the convolution from dense per-graph Gram matrices while
     #: they hold at most this many entries per edge and token channel (else per edge, sparse).
     gram_budget: float = 4.0
+    #: How many groups of similar-size graphs those Gram matrices are built in (each group
+    #: padded to its own largest graph).
+    gram_groups: int = 4
 
     def __init__(
         self,
@@ -169,9 +186,9 @@ class Conv2DAdjacencyMask(Module):
         self, x: Tensor, edge_index: Tensor, batch: Tensor, first: Tensor
     ) -> Optional[Tensor]:
         r"""The convolution at every edge, ``[E, H]``, read from each graph's Gram matrix built
-        densely (one batched matmul) with a zero border of ``k // 2`` tokens on each side, or
-        ``None`` when those matrices would be large (over :attr:`gram_budget` entries per edge
-        and channel; graphs of very different sizes, or large graphs).
+        densely (one batched matmul per :attr:`gram_groups` group of similar-size graphs) with a
+        zero border of ``k // 2`` tokens on each side, or ``None`` when those matrices would be
+        large (over :attr:`gram_budget` entries per edge and channel: large graphs).
 
         ``first`` ``[G]`` is the index of each graph's first token (``batch`` sorted). The
         value at edge ``B -> C`` is :math:`\sum_{a,b} w_{hab}\,\langle x_{C+a},
@@ -182,25 +199,42 @@ class Conv2DAdjacencyMask(Module):
         total, channels = x.shape
         num_graphs = first.numel()
         num_edges = edge_index.size(1)
+        device = x.device
         sizes = torch.bincount(batch, minlength=num_graphs)
-        width = (int(sizes.max()) if total else 0) + 2 * radius
-        if num_graphs * width * width > self.gram_budget * max(num_edges, 1) * channels:
+        # Graphs in groups of similar size (sorted, equal counts), each group padded to its own
+        # largest graph: in batches of molecules most padding of one common size is avoided.
+        order = torch.argsort(sizes)
+        bounds = [round(i * num_graphs / self.gram_groups) for i in range(self.gram_groups + 1)]
+        bounds = sorted(set(bounds))
+        sorted_sizes = sizes.index_select(0, order).tolist()
+        groups = [(hi - lo, sorted_sizes[hi - 1] + 2 * radius)
+                  for lo, hi in zip(bounds[:-1], bounds[1:])]
+        if sum(c * w * w for c, w in groups) > self.gram_budget * max(num_edges, 1) * channels:
             return None
-        pos = torch.arange(total, device=x.device) - first.index_select(0, batch) + radius
-        slots = batch * width + pos
-        dense = x.new_zeros(num_graphs * width, channels).index_copy(0, slots, x)
-        dense = dense.view(num_graphs, width, channels)
+        # Per graph (in sorted order): its group's width, first dense row, first Gram entry.
+        counts = torch.tensor([c for c, _ in groups], device=device)
+        widths = torch.tensor([w for _, w in groups], device=device).repeat_interleave(counts)
+        rows = torch.cumsum(widths, 0) - widths
+        entries = torch.cumsum(widths * widths, 0) - widths * widths
+        width = torch.empty_like(widths).index_copy_(0, order, widths)
+        row0 = torch.empty_like(rows).index_copy_(0, order, rows)
+        entry0 = torch.empty_like(entries).index_copy_(0, order, entries)
+        pos = torch.arange(total, device=device) - first.index_select(0, batch) + radius
+        dense = x.new_zeros(int(rows[-1] + widths[-1]), channels).index_copy(
+            0, row0.index_select(0, batch) + pos, x)
         src, dst = edge_index
-        row, col = pos.index_select(0, dst), pos.index_select(0, src)
-        start = batch.index_select(0, dst) * (width * width)
-        shifts = torch.arange(-radius, radius + 1, device=x.device)
-        offsets = (shifts.unsqueeze(1) * width + shifts).view(-1)  # row shift a, column shift b
-        index = (start + row * width + col).unsqueeze(1) + offsets
-        index_t = (start + col * width + row).unsqueeze(1) + offsets.view(
-            2 * radius + 1, 2 * radius + 1).t().reshape(-1)
-        entries = _GramEntries.apply(dense, index.view(-1), index_t.view(-1))
+        graph = batch.index_select(0, dst)
+        w = width.index_select(0, graph).unsqueeze(1)
+        start = entry0.index_select(0, graph).unsqueeze(1)
+        row, col = pos.index_select(0, dst).unsqueeze(1), pos.index_select(0, src).unsqueeze(1)
+        shifts = torch.arange(-radius, radius + 1, device=device)
+        a = shifts.repeat_interleave(2 * radius + 1)  # row shift of each kernel entry (a, b)
+        b = shifts.repeat(2 * radius + 1)  # column shift
+        index = start + (row + a) * w + col + b
+        index_t = start + (col + b) * w + row + a
+        values = _GramEntries.apply(dense, groups, index.view(-1), index_t.view(-1))
         kernel = self.weight.reshape(self.heads, -1).to(x.dtype) / math.sqrt(channels)
-        return torch.addmm(self.bias.to(x.dtype), entries.view(num_edges, -1), kernel.t())
+        return torch.addmm(self.bias.to(x.dtype), values.view(num_edges, -1), kernel.t())
 
     def _conv_at_cls_edges(self, x: Tensor, batch: Tensor, cls_index: Tensor,
                            node_index: Tensor) -> Tensor:
