@@ -230,8 +230,9 @@ class Conv2DAdjacencyMask(Module):
         shifts = torch.arange(-radius, radius + 1, device=device)
         a = shifts.repeat_interleave(2 * radius + 1)  # row shift of each kernel entry (a, b)
         b = shifts.repeat(2 * radius + 1)  # column shift
-        index = start + (row + a) * w + col + b
-        index_t = start + (col + b) * w + row + a
+        # entry (row + a, col + b) of the graph's matrix, and the transposed entry
+        index = (start + row * w + col) + (a * w + b)
+        index_t = (start + col * w + row) + (b * w + a)
         values = _GramEntries.apply(dense, groups, index.view(-1), index_t.view(-1))
         kernel = self.weight.reshape(self.heads, -1).to(x.dtype) / math.sqrt(channels)
         return torch.addmm(self.bias.to(x.dtype), values.view(num_edges, -1), kernel.t())
