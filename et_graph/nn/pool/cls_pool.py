@@ -91,16 +91,15 @@ def _insert_cls_nodes(
     cls_index = ptr + graph_ids
     node_index = torch.arange(num_nodes, device=x.device) + batch + 1
     total = num_nodes + num_graphs
-    out_x = x.new_empty(total, x.size(1))
-    out_x[cls_index] = cls_tokens.to(x.dtype)
-    out_x[node_index] = x
+    # index_copy rather than indexed assignment: its backward is a plain index_select.
+    out_x = x.new_empty(total, x.size(1)).index_copy_(0, cls_index, cls_tokens.to(x.dtype))
+    out_x = out_x.index_copy_(0, node_index, x)
     out_batch = torch.empty(total, dtype=torch.long, device=x.device)
-    out_batch[cls_index] = graph_ids
-    out_batch[node_index] = batch
-    own_cls = cls_index[batch]
+    out_batch.index_copy_(0, cls_index, graph_ids).index_copy_(0, node_index, batch)
+    own_cls = cls_index.index_select(0, batch)
     out_edges = torch.cat(
         [
-            node_index[edge_index],
+            node_index.index_select(0, edge_index.reshape(-1)).view(2, -1),
             torch.stack([node_index, own_cls]),
             torch.stack([own_cls, node_index]),
         ],
@@ -169,7 +168,7 @@ class CLSPool(Module):
     @staticmethod
     def readout(x: Tensor, graph: CLSGraph) -> Tensor:
         """The CLS tokens ``[G, D]``."""
-        return x[graph.cls_index]
+        return x.index_select(0, graph.cls_index)
 
     @staticmethod
     def readout_sum_mean(x: Tensor, graph: CLSGraph) -> Tensor:
@@ -181,12 +180,13 @@ class CLSPool(Module):
         nodes = x.index_select(0, graph.node_index)
         sums = x.new_zeros(num_graphs, x.size(1)).index_add_(0, node_batch, nodes)
         counts = torch.bincount(node_batch, minlength=num_graphs).clamp_min(1).to(x.dtype)
-        return torch.cat([x[graph.cls_index], sums, sums / counts.unsqueeze(1)], dim=1)
+        return torch.cat([x.index_select(0, graph.cls_index), sums, sums / counts.unsqueeze(1)],
+                         dim=1)
 
     @staticmethod
     def node_states(x: Tensor, graph: CLSGraph) -> Tensor:
         """The original nodes' tokens ``[N, D]`` in their original order."""
-        return x[graph.node_index]
+        return x.index_select(0, graph.node_index)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels})"
