@@ -314,9 +314,10 @@ class ETConv(MessagePassing):
         return self.steps if steps is None else _check_steps(steps)
 
     def _step(self, x: Tensor, grad: Tensor) -> Tensor:
-        x = x - self.alpha * grad
+        # One kernel per term (sub/add with alpha) rather than a scaled temporary each.
+        x = torch.sub(x, grad, alpha=self.alpha)
         if self.training and self.noise_std > 0:
-            x = x + math.sqrt(self.alpha) * self.noise_std * torch.randn_like(x)
+            x = torch.add(x, torch.randn_like(x), alpha=math.sqrt(self.alpha) * self.noise_std)
         return x
 
     @overload
