@@ -207,3 +207,25 @@ def test_blocks_share_one_edge_plan_with_the_same_result(monkeypatch):
         assert (a is None) == (b is None)
         if a is not None:
             assert torch.allclose(a, b, atol=1e-10)
+
+
+def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_graph_epoch.py"
+    spec = importlib.util.spec_from_file_location("bench_graph_epoch", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    threads = torch.get_num_threads()
+    try:
+        result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
+                             "--cache", str(tmp_path / "cache"), "--profile", "2",
+                             "--json", str(tmp_path / "e.json")])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "| ET / GIN time |" in out and "ncalls" in out
+    assert result["graphs"] == 188 and result["ratio_et_gin"] > 0
+    assert result["ratio_et_gin_cpu"] > 0 and result["optimizer"] == "Adam (fused)"
+    assert (tmp_path / "e.json").stat().st_size > 0
