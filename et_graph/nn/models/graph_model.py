@@ -23,10 +23,9 @@ READOUTS = ("cls", "cls_sum_mean")
 def _plain_call(module: nn.Module) -> bool:
     """Whether ``module(...)`` would only run ``module.forward``: no forward or backward hooks
     (the module's own or global ones), no ``module.compile()`` and no explainer attached."""
-    hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks,
-             module._backward_pre_hooks, _module._global_forward_hooks,
-             _module._global_forward_pre_hooks, _module._global_backward_hooks,
-             _module._global_backward_pre_hooks)
+    names = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    hooks = [getattr(module, name, None) for name in names]
+    hooks += [getattr(_module, "_global" + name, None) for name in names]
     return (not any(hooks) and getattr(module, "_compiled_call_impl", None) is None
             and not getattr(module, "_explain", False))
 
