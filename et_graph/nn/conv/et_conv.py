@@ -423,16 +423,20 @@ class ETConv(MessagePassing):
         computed ``chunk_size`` destination nodes at a time, under ``torch.no_grad``.
 
         The edges are sorted once by destination (one index per edge). Each step then makes
-        one pass over chunks of destination nodes :math:`S` with their in-edges: those edges
+        one pass over chunks of destination nodes :math:`S` with their in-edges. Those edges
         give the softmax of every node of :math:`S` exactly (paper eq. 17, the coefficients of
-        :func:`et_graph.energy.edge_coefficients`), hence the query-side gradient of
-        :math:`S` and the key-side gradient that these softmaxes send to their source nodes,
-        scattered into an ``[N, H, Y]`` accumulator. After the pass, the key and query
-        gradients are mapped back to :math:`\mathbf{g}` with the Hopfield term, again a chunk
-        of nodes at a time. The work is one pass over the edges per step (as the full pass);
-        the memory is the tokens, keys, queries and the two accumulators (``[N, D]`` and
-        ``[N, H * Y]`` arrays) plus the edges of one chunk, never an ``[E, H * Y]`` array.
-        Evaluation mode only (no noise); ``edge_index`` must be a ``[2, E]`` tensor.
+        :func:`et_graph.energy.edge_coefficients`), hence
+
+        * the query-side gradient of :math:`S`, mapped to :math:`\mathbf{g}` at once, and
+        * the key-side gradient that these softmaxes send to their source nodes, scattered into
+          an ``[N, H, Y]`` accumulator.
+
+        A last pass over node chunks adds the key side and the Hopfield term and takes the
+        step. The work is one pass over the edges per step, as in the full pass. The memory is
+        four ``[N, D]``-sized arrays (tokens, keys, the key-gradient accumulator, the next
+        tokens) plus the edges of one chunk: never an ``[E, H * Y]`` array, and the queries
+        only per chunk. Evaluation mode only (no noise); ``edge_index`` must be a ``[2, E]``
+        tensor.
         """
         if self.training and self.noise_std > 0:
             raise ValueError("forward_chunked is for inference: call conv.eval() first")
@@ -454,12 +458,17 @@ class ETConv(MessagePassing):
         del order
         in_degree = torch.bincount(edge_index[1], minlength=num_nodes)
         in_ptr = torch.cat([in_degree.new_zeros(1), in_degree.cumsum(0)])
-        beta = self.beta
+        chunks = [(start, min(start + chunk_size, num_nodes))
+                  for start in range(0, num_nodes, chunk_size)]
+        beta, width = self.beta, fn.heads * fn.head_dim
+        w_q = fn.w_q.reshape(width, fn.channels)
         for _ in range(num_steps):
-            k, q = fn.keys_queries(fn.layer_norm(out))
-            grad_k, grad_q = torch.zeros_like(k), torch.zeros_like(q)
-            for start in range(0, num_nodes, chunk_size):
-                end = min(start + chunk_size, num_nodes)
+            k = out.new_empty(num_nodes, fn.heads, fn.head_dim)
+            for start, end in chunks:
+                k[start:end] = fn.keys_queries(fn.layer_norm(out[start:end]))[0]
+            grad_k = torch.zeros_like(k)
+            new = out.new_empty(out.shape)  # holds the query side of dE/dg until the step
+            for start, end in chunks:
                 lo, hi = int(in_ptr[start]), int(in_ptr[end])
                 src = in_src[lo:hi]
                 dst = torch.repeat_interleave(
@@ -469,22 +478,23 @@ class ETConv(MessagePassing):
                 if not bool(keep.all()):
                     src, dst = src[keep], dst[keep]
                     w = None if w is None else w[keep]
-                q_chunk = q[start:end]
-                coef = E.edge_coefficients(k, q_chunk, src, dst, beta, w, end - start)
-                coef = coef.unsqueeze(-1)
+                q = fn.keys_queries(fn.layer_norm(out[start:end]))[1]
+                coef = E.edge_coefficients(k, q, src, dst, beta, w, end - start).unsqueeze(-1)
                 # dE/dq_C = -sum_{B -> C} c k_B and dE/dk_B = -sum_{B -> C} c q_C
                 # (et_graph.energy.attention_grad), for the in-edges of this chunk.
-                grad_q[start:end].index_add_(0, dst, coef * k.index_select(0, src), alpha=-1)
-                grad_k.index_add_(0, src, coef * q_chunk.index_select(0, dst), alpha=-1)
-            del k, q
-            new = torch.empty_like(out)
-            for start in range(0, num_nodes, chunk_size):
-                end = min(start + chunk_size, num_nodes)
+                grad_q = torch.zeros_like(q).index_add_(0, dst, coef * k.index_select(0, src),
+                                                        alpha=-1)
+                torch.mm(grad_q.view(-1, width), w_q, out=new[start:end])
+                grad_k.index_add_(0, src, coef * q.index_select(0, dst), alpha=-1)
+            del k
+            for start, end in chunks:
                 rows = out[start:end]
-                grad = fn.grad_from_attention_grads(fn.layer_norm(rows), grad_k[start:end],
-                                                    grad_q[start:end])
+                key_side = grad_k[start:end]
+                grad = fn.grad_from_attention_grads(fn.layer_norm(rows), key_side,
+                                                    torch.zeros_like(key_side))
+                grad += new[start:end]
                 torch.add(rows, grad, alpha=-self.alpha, out=new[start:end])
-            del grad_k, grad_q
+            del grad_k
             out = new
         return out.to(x.dtype)
 
