@@ -31,7 +31,44 @@ def _check_steps(steps: Any) -> int:
     return int(steps)
 
 
-class ETConv(MessagePassing):
+class DescentSettings:
+    """The validated descent hyper-parameters shared by :class:`ETConv` and
+    :class:`~et_graph.nn.conv.RelationalETConv`: ``steps``, ``alpha`` and ``grad``."""
+
+    @property
+    def steps(self) -> int:
+        """Descent steps per forward call (an int ``>= 0``)."""
+        return self._steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        self._steps = _check_steps(value)
+
+    @property
+    def alpha(self) -> float:
+        """Step size (a positive number)."""
+        return self._alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        self._alpha = _check_positive(value, "alpha (the step size)")
+
+    @property
+    def grad(self) -> str:
+        """How ``dE/dg`` is computed: ``"analytic"`` or ``"autograd"``."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: str) -> None:
+        if value not in GRAD_MODES:
+            raise ValueError(f"grad must be one of {GRAD_MODES}, got {value!r}")
+        self._grad = value
+
+    def _num_steps(self, steps: Optional[int]) -> int:
+        return self.steps if steps is None else _check_steps(steps)
+
+
+class ETConv(DescentSettings, MessagePassing):
     r"""The Energy Transformer block (Hoover et al., 2023) as a graph operator.
 
     The tokens :math:`\mathbf{x}` descend the energy :math:`E = E_{ATT} + E_{HN}` for ``steps``
@@ -167,35 +204,6 @@ class ETConv(MessagePassing):
     # ----------------------------------------------------------------------------------------
     # Hyper-parameters and the energy's parameters, as attributes of the layer
     # ----------------------------------------------------------------------------------------
-    @property
-    def steps(self) -> int:
-        """Descent steps per forward call (an int ``>= 0``)."""
-        return self._steps
-
-    @steps.setter
-    def steps(self, value: int) -> None:
-        self._steps = _check_steps(value)
-
-    @property
-    def alpha(self) -> float:
-        """Step size (a positive number)."""
-        return self._alpha
-
-    @alpha.setter
-    def alpha(self, value: float) -> None:
-        self._alpha = _check_positive(value, "alpha (the step size)")
-
-    @property
-    def grad(self) -> str:
-        """How ``dE/dg`` is computed: ``"analytic"`` or ``"autograd"``."""
-        return self._grad
-
-    @grad.setter
-    def grad(self, value: str) -> None:
-        if value not in GRAD_MODES:
-            raise ValueError(f"grad must be one of {GRAD_MODES}, got {value!r}")
-        self._grad = value
-
     channels = property(lambda self: self.energy_fn.channels, doc="Token width ``D``.")
     heads = property(lambda self: self.energy_fn.heads, doc="Attention heads ``H``.")
     head_dim = property(lambda self: self.energy_fn.head_dim, doc="Key/query width ``Y``.")
@@ -310,9 +318,6 @@ class ETConv(MessagePassing):
     # ----------------------------------------------------------------------------------------
     # Dynamics
     # ----------------------------------------------------------------------------------------
-    def _num_steps(self, steps: Optional[int]) -> int:
-        return self.steps if steps is None else _check_steps(steps)
-
     def _step(self, x: Tensor, grad: Tensor) -> Tensor:
         # One kernel per term (sub/add with alpha) rather than a scaled temporary each.
         x = torch.sub(x, grad, alpha=self.alpha)

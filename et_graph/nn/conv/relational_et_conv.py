@@ -14,8 +14,8 @@ from ... import energy as E
 from ...fused import build_edge_plan, fused_attention_grad
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import check_batch, check_edge_index
-from .et_conv import GRAD_MODES, _check_steps
-from .et_energy import EdgeSet, ETEnergy, _autograd_grad, _check_positive
+from .et_conv import DescentSettings
+from .et_energy import EdgeSet, ETEnergy, _autograd_grad
 
 __all__ = ["RelationalETConv", "check_edge_type"]
 
@@ -47,7 +47,7 @@ def check_edge_type(edge_type: Any, num_edges: int, num_relations: int) -> Tenso
     return edge_type.long()
 
 
-class RelationalETConv(Module):
+class RelationalETConv(DescentSettings, Module):
     r"""The Energy Transformer block on a multi-relation graph: one attention energy per
     relation, with its own keys, queries and temperatures, and one shared Hopfield energy.
 
@@ -171,35 +171,6 @@ class RelationalETConv(Module):
     # ----------------------------------------------------------------------------------------
     # Hyper-parameters and parameters
     # ----------------------------------------------------------------------------------------
-    @property
-    def steps(self) -> int:
-        """Descent steps per forward call (an int ``>= 0``)."""
-        return self._steps
-
-    @steps.setter
-    def steps(self, value: int) -> None:
-        self._steps = _check_steps(value)
-
-    @property
-    def alpha(self) -> float:
-        """Step size (a positive number)."""
-        return self._alpha
-
-    @alpha.setter
-    def alpha(self, value: float) -> None:
-        self._alpha = _check_positive(value, "alpha (the step size)")
-
-    @property
-    def grad(self) -> str:
-        """How ``dE/dg`` is computed: ``"analytic"`` or ``"autograd"``."""
-        return self._grad
-
-    @grad.setter
-    def grad(self, value: str) -> None:
-        if value not in GRAD_MODES:
-            raise ValueError(f"grad must be one of {GRAD_MODES}, got {value!r}")
-        self._grad = value
-
     heads = property(lambda self: self._heads, doc="Attention heads ``H`` per relation.")
     channels = property(lambda self: self.energy_fn.channels, doc="Token width ``D``.")
     head_dim = property(lambda self: self.energy_fn.head_dim, doc="Key/query width ``Y``.")
@@ -371,7 +342,7 @@ class RelationalETConv(Module):
         in ``x``'s dtype, and with ``return_energy=True`` also the (detached) total energy
         ``[steps + 1]`` before each update and after the last.
         """
-        num_steps = self.steps if steps is None else _check_steps(steps)
+        num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)
         fused = self.grad == "analytic" and self.fused and num_steps > 0
