@@ -141,8 +141,12 @@ class BaseDetector:
         if return_score:
             out.append(score)
         if return_prob:
-            out.append(score.clamp(0.0, 1.0))
+            out.append(self._probability(score))
         return out[0] if len(out) == 1 else tuple(out)
+
+    def _probability(self, score: Tensor) -> Tensor:
+        """``predict``'s ``prob``: here the score itself (a probability for these detectors)."""
+        return score.clamp(0.0, 1.0)
 
     def _check_fitted(self) -> None:
         if self.threshold_ is None:

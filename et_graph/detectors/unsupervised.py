@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -289,19 +289,8 @@ class UnsupervisedETDetector(BaseDetector):
     def _score(self, data: Data) -> Tensor:
         return self.score_samples(data)[self.config.score.anomaly_score]
 
-    def predict(self, data: Data, return_score: bool = False, return_prob: bool = False
-                ) -> Any:
-        """0/1 labels ``[N]`` at ``threshold_``; optionally the score and, as ``prob``, the
-        share of the fitted graph's scores below each score (a rank in [0, 1], not a
-        calibrated probability)."""
-        self._check_fitted()
-        score = self.decision_function(data)
-        pred = (score >= self.threshold_).long()
-        out: list[Tensor] = [pred]
-        if return_score:
-            out.append(score)
-        if return_prob:
-            reference = self.decision_score_.sort().values
-            out.append(torch.searchsorted(reference, score, right=True).float()
-                       / reference.numel())
-        return out[0] if len(out) == 1 else tuple(out)
+    def _probability(self, score: Tensor) -> Tensor:
+        """``predict``'s ``prob``: the share of the fitted graph's scores below each score (a
+        rank in [0, 1], not a calibrated probability)."""
+        reference = self.decision_score_.sort().values
+        return torch.searchsorted(reference, score, right=True).float() / reference.numel()
