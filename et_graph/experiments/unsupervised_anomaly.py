@@ -1,6 +1,8 @@
 """``et-graph unsupervised``: unsupervised node anomaly detection, BOND/PyGOD protocol.
 
-One run = one graph, ``seeds`` seeds, in three phases that the code keeps apart:
+One run = one graph, ``seeds`` seeds, in three phases that the code keeps apart (the protocol
+itself lives in :mod:`et_graph.protocols.unsupervised`; this module is the run loop, the report
+and the CLI):
 
 1. :func:`load_graph` loads the graph and *seals* its labels (:class:`SealedLabels`): what the
    detectors get is a new ``Data`` with ``x`` and ``edge_index`` only.
@@ -18,260 +20,23 @@ and ``results.md`` under ``run.out``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 import numpy as np
-import torch
-from sklearn.metrics import average_precision_score, roc_auc_score
-from torch import Tensor
 from torch_geometric.data import Data
-from tqdm.auto import tqdm
 
-from ..baselines.unsupervised import (
-    PYGOD_MODELS,
-    SKLEARN_MODELS,
-    BaselineUnavailable,
-    baseline_scorer,
+from ..config import parse, run_metadata
+from ..protocols.unsupervised import (
+    METRICS,
+    UnsupervisedAnomalyConfig,
+    compute_scores,
+    evaluate_all_nodes,
+    load_graph,
 )
-from ..config import RunConfig, parse, run_metadata
-from ..detectors.unsupervised import (
-    MaskedETModelConfig,
-    MaskedTrainConfig,
-    UnsupervisedETDetector,
-    UnsupervisedETDetectorConfig,
-    UnsupervisedScoreConfig,
-    label_free_graph,
-)
-from ..protocols.anomaly import recall_at_k
 from ..reporting import markdown_table, summarize, write_results
-from ..transforms.features import FEATURE_NORMS, quantile_normal
-
-METRICS = ("auroc", "auprc", "rec_at_k")
-MODEL_NAMES = ("et", *SKLEARN_MODELS, *PYGOD_MODELS)
-#: The two rows of the one unsupervised ET fit.
-ET_ROWS = {"et_reconstruction": "reconstruction", "et_energy": "energy"}
-
-
-@dataclass
-class UnsupervisedDataConfig:
-    """Which graph, and the label-free feature transform every detector gets.
-
-    Attributes:
-        dataset: named anomaly dataset: reddit or inj_amazon (embedded PyGOD graphs), or any
-            other name et_graph.datasets.load_anomaly_dataset knows.
-        data: path to a graph file (a PyGOD .pt / .pt.zip, or .npz / .mat); overrides dataset.
-        data_root: folder holding the dataset files (none = the shipped datasets/ folder).
-        feature_norm: per-column transform of the features over all nodes: none, standard
-            (z-scores) or quantile (normal scores of the ranks).
-    """
-
-    dataset: str = "reddit"
-    data: Optional[str] = None
-    data_root: Optional[str] = None
-    feature_norm: str = "standard"
-
-    def __post_init__(self) -> None:
-        if self.feature_norm not in FEATURE_NORMS:
-            raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, "
-                             f"got {self.feature_norm!r}")
-
-
-@dataclass
-class UnsupervisedProtocolConfig:
-    """Seeds and detectors.
-
-    Attributes:
-        seeds: number of runs; run i uses seed seed + i for every detector.
-        seed: the first seed.
-        models: comma list of et, iforest, lof, dominant, anomalydae, cola, conad (the last four
-            need pip install -e .[pygod]; missing ones are reported as skipped).
-    """
-
-    seeds: int = 5
-    seed: int = 0
-    models: str = "et,iforest,lof,dominant,anomalydae,cola,conad"
-
-    def __post_init__(self) -> None:
-        if self.seeds <= 0:
-            raise ValueError(f"seeds must be positive, got {self.seeds}")
-        self.model_names()
-
-    def model_names(self) -> list[str]:
-        names = [n.strip().lower() for n in self.models.split(",") if n.strip()]
-        unknown = sorted(set(names) - set(MODEL_NAMES))
-        if unknown or not names:
-            raise ValueError(f"unknown models {unknown or self.models!r}; choose from "
-                             f"{list(MODEL_NAMES)}")
-        return list(dict.fromkeys(names))
-
-
-@dataclass
-class UnsupervisedBaselineConfig:
-    """The baselines (each at its library's defaults otherwise).
-
-    Attributes:
-        iforest_trees: IsolationForest trees.
-        lof_neighbors: LOF neighbours.
-        pygod_epochs: training epochs of the PyGOD detectors (PyGOD's default is 100).
-    """
-
-    iforest_trees: int = 100
-    lof_neighbors: int = 20
-    pygod_epochs: int = 100
-
-
-@dataclass
-class UnsupervisedAnomalyConfig:
-    """Everything ``et-graph unsupervised`` needs (preset: ``configs/anomaly/unsupervised.toml``,
-    with ``--dataset`` choosing the graph)."""
-
-    data: UnsupervisedDataConfig = field(default_factory=UnsupervisedDataConfig)
-    protocol: UnsupervisedProtocolConfig = field(default_factory=UnsupervisedProtocolConfig)
-    model: MaskedETModelConfig = field(default_factory=MaskedETModelConfig)
-    train: MaskedTrainConfig = field(default_factory=MaskedTrainConfig)
-    score: UnsupervisedScoreConfig = field(default_factory=UnsupervisedScoreConfig)
-    baselines: UnsupervisedBaselineConfig = field(default_factory=UnsupervisedBaselineConfig)
-    run: RunConfig = field(default_factory=RunConfig)
-
-    #: ``--quick``: 2 seeds, 5 epochs, one scoring round, 5 PyGOD epochs.
-    QUICK: ClassVar[dict[str, Any]] = {
-        "train.epochs": 5, "protocol.seeds": 2, "score.score_rounds": 1,
-        "baselines.pygod_epochs": 5,
-    }
-
-    @property
-    def seed_list(self) -> list[int]:
-        return [self.protocol.seed + i for i in range(self.protocol.seeds)]
-
-    def detector_config(self) -> UnsupervisedETDetectorConfig:
-        return UnsupervisedETDetectorConfig(model=self.model, train=self.train, score=self.score)
-
 
 CONFIG = UnsupervisedAnomalyConfig
-
-
-# ----------------------------------------------------------------------------------------------
-# Phase 1: the graph, with its labels sealed
-# ----------------------------------------------------------------------------------------------
-class SealedLabels:
-    """A graph's labels, set aside at loading. Nothing in the scoring phase receives this
-    object; :meth:`open` is called once every score exists."""
-
-    def __init__(self, y: Tensor) -> None:
-        self._y = y.detach().cpu().long().clone()
-
-    def open(self) -> np.ndarray:
-        return self._y.numpy().copy()
-
-
-def normalise_features(x: Tensor, feature_norm: str) -> Tensor:
-    """``x`` with each column transformed over all nodes (no label involved)."""
-    if feature_norm == "standard":
-        std = x.std(dim=0)
-        return (x - x.mean(dim=0)) / torch.where(std > 0, std, torch.ones_like(std))
-    if feature_norm == "quantile":
-        return quantile_normal(x)
-    if feature_norm == "none":
-        return x
-    raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
-
-
-def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
-               ) -> tuple[Data, SealedLabels]:
-    """``(label-free graph, sealed labels)`` of the configured dataset (or of ``data``, a PyG
-    ``Data`` with binary ``y``). The graph holds ``x`` (transformed by ``feature_norm``),
-    ``edge_index`` and ``name`` only."""
-    if data is None:
-        from ..datasets import load_anomaly_dataset
-
-        if config.data:
-            data = load_anomaly_dataset(path=config.data)
-        else:
-            data = load_anomaly_dataset(config.dataset, root=config.data_root)
-    y = getattr(data, "y", None)
-    if y is None:
-        raise ValueError("et-graph unsupervised evaluates the scores against labels, so the "
-                         "graph needs data.y (read only after scoring); to score a graph "
-                         "without labels use et_graph.detectors.UnsupervisedETDetector")
-    y = y.view(-1) if y.dim() == 2 and 1 in y.shape else y
-    if y.shape != (data.num_nodes,) or not bool(torch.isin(y.long(), torch.tensor([0, 1])).all()):
-        raise ValueError(f"data.y must be a binary vector [{data.num_nodes}] "
-                         "(0 = normal, 1 = anomalous)")
-    name = str(getattr(data, "name", None) or (Path(config.data).name.split(".")[0]
-                                               if config.data else config.dataset))
-    graph = label_free_graph(data)
-    graph.x = normalise_features(graph.x, config.feature_norm)
-    graph.name = name
-    return graph, SealedLabels(y)
-
-
-# ----------------------------------------------------------------------------------------------
-# Phase 2: scores, without labels
-# ----------------------------------------------------------------------------------------------
-def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
-                   ) -> tuple[dict[str, list[np.ndarray]], dict[str, str], list[dict[str, Any]]]:
-    """Fit every configured detector on the label-free ``graph`` for every seed.
-
-    Returns ``(scores, skipped, details)``: ``scores[row]`` one ``[N]`` array per seed (ET gives
-    the rows ``et_reconstruction`` and ``et_energy``), ``skipped[name]`` the reason a baseline
-    could not run, ``details`` per-seed training facts (no metric: there are no labels here).
-    """
-    if getattr(graph, "y", None) is not None:
-        raise ValueError("compute_scores takes the label-free graph of load_graph (it has a y)")
-    names = config.protocol.model_names()
-    progress = config.run.progress
-    b = config.baselines
-    scores: dict[str, list[np.ndarray]] = {}
-    skipped: dict[str, str] = {}
-    details: list[dict[str, Any]] = []
-    for seed in tqdm(config.seed_list, desc=f"{graph.name} seeds", disable=not progress):
-        detail: dict[str, Any] = {"seed": seed}
-        for name in names:
-            if name in skipped:
-                continue
-            start = time.perf_counter()
-            if name == "et":
-                det = UnsupervisedETDetector(config.detector_config(), seed=seed,
-                                             progress=progress, device=config.run.device)
-                det.checkpoint = config.run.checkpoint("et", f"seed{seed}")
-                det.fit(graph)
-                for row, key in ET_ROWS.items():
-                    scores.setdefault(row, []).append(det.scores_[key].numpy())
-                info = det.fit_info_
-                detail["et"] = {"best_epoch": info["best_epoch"],
-                                "val_masked_mse": info["best_loss"],
-                                "epochs_run": info["epochs_run"],
-                                "epoch_seconds": info["epoch_seconds"]}
-            else:
-                scorer = baseline_scorer(name, seed, b.iforest_trees, b.lof_neighbors,
-                                         b.pygod_epochs, config.run.device)
-                try:
-                    score = scorer(graph)
-                except BaselineUnavailable as reason:
-                    skipped[name] = str(reason)
-                    print(f"skipped baseline {name}: {reason}")
-                    continue
-                if score.shape != (graph.num_nodes,) or not np.isfinite(score).all():
-                    raise ValueError(f"{name} returned scores of shape {score.shape} with "
-                                     "non-finite values or the wrong length")
-                scores.setdefault(name, []).append(np.asarray(score, dtype=np.float64))
-            detail.setdefault("seconds", {})[name] = time.perf_counter() - start
-        details.append(detail)
-    return scores, skipped, details
-
-
-# ----------------------------------------------------------------------------------------------
-# Phase 3: labels opened, metrics over all nodes
-# ----------------------------------------------------------------------------------------------
-def evaluate_all_nodes(y: np.ndarray, score: np.ndarray) -> dict[str, float]:
-    """AUROC, AUPRC (average precision) and Rec@K (K = number of anomalies) over all nodes."""
-    if not 0 < int(y.sum()) < y.size:
-        raise ValueError("the labels need both normal and anomalous nodes to evaluate")
-    return {"auroc": float(roc_auc_score(y, score)),
-            "auprc": float(average_precision_score(y, score)),
-            "rec_at_k": recall_at_k(y, score)}
 
 
 def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[str, Any]:
