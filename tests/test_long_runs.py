@@ -110,8 +110,11 @@ DDP_SCRIPT = textwrap.dedent(
 
     NodeAnomalyTask.neighbour_batches = spy
     results = anomaly.run(config, data=planted_anomaly_graph(400, seed=4))
-    print("RESULT", json.dumps({"rank": int(os.environ["RANK"]),
-                                "seeds": seeds_seen, "auroc": results["models"]["et"]["auroc"]}))
+    # One file per rank: two ranks printing to one pipe can interleave their lines.
+    rank = int(os.environ["RANK"])
+    with open(os.path.join(os.environ["RESULT_DIR"], f"rank{rank}.json"), "w") as out:
+        json.dump({"rank": rank, "seeds": seeds_seen,
+                   "auroc": results["models"]["et"]["auroc"]}, out)
     """
 )
 MINI_BATCH = ["--models", "et", "--seeds", "1", "--epochs", "24", "--hidden", "16",
@@ -125,10 +128,9 @@ def test_ddp_two_processes_with_neighbour_sampled_batches(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                "--standalone", str(script), "--ddp", *MINI_BATCH]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                          env=environment())
+                          env={**environment(), "RESULT_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = sorted((json.loads(line[7:]) for line in done.stdout.splitlines()
-                    if line.startswith("RESULT")), key=lambda line: line["rank"])
+    lines = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert [line["rank"] for line in lines] == [0, 1]
     per_rank = [line["seeds"] for line in lines]
     assert len(per_rank[0]) == len(per_rank[1])  # same number of steps: no rank waits forever
