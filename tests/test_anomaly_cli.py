@@ -128,7 +128,7 @@ def test_quick_preset_file_and_flags_resolve_in_order(tmp_path):
 
 DDP_SCRIPT = textwrap.dedent(
     """
-    import json, sys, torch
+    import json, os, sys, torch
     import torch.distributed as dist
     from et_graph.config import parse
     from et_graph.datasets.synthetic import planted_anomaly_graph
@@ -150,7 +150,10 @@ DDP_SCRIPT = textwrap.dedent(
 
     NeuralDetector._fit = spy
     anomaly.run(config, data=planted_anomaly_graph(200, seed=5))
-    print("RESULT", json.dumps(seen))
+    # One file per rank: two ranks printing to one pipe can interleave their lines.
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ["RANK"])
+    with open(os.path.join(os.environ["RESULT_DIR"], f"rank{rank}.json"), "w") as out:
+        json.dump(seen, out)
     """
 )
 
@@ -159,7 +162,8 @@ def test_ddp_two_processes(tmp_path):
     script = tmp_path / "ddp_run.py"
     script.write_text(DDP_SCRIPT)
     out = tmp_path / "ddp_out"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path.cwd())}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path.cwd()),
+           "RESULT_DIR": str(tmp_path)}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
         "--standalone", str(script), "--ddp", "--epochs", "3", "--seeds", "1",
@@ -167,8 +171,7 @@ def test_ddp_two_processes(tmp_path):
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT")]
-    assert len(lines) == 2
+    lines = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     for line in lines:
         assert line["world"] == 2
         # DDP keeps the replicas identical: both ranks end with the same weights.
