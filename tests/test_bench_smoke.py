@@ -69,3 +69,22 @@ def test_scale_benchmark_reports_a_model_over_the_memory_cap(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("killed: resident memory passed the 0.05 GiB cap") == 3
+
+
+def test_tuned_cv_table_tunes_each_model_with_the_same_budget_then_cross_validates(tmp_path):
+    script = SCRIPT.parent / "tu_tuned_cv.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--dataset", "MUTAG", "--trials", "2",
+         "--timeout-minutes", "5", "--tune-folds", "1", "--epochs", "1", "--folds", "3",
+         "--hidden", "16", "--out", str(tmp_path), "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "MUTAG" / "table.json").read_text())
+    assert set(report["models"]) == {"et", "gin", "structure_agnostic"}
+    for name, row in report["models"].items():
+        assert row["trials"]["complete"] + row["trials"]["pruned"] == 2  # the same budget
+        assert len(row["test_accuracy"]["values"]) == 3  # every fold of the CV
+        assert 0.0 <= row["best_validation"] <= 1.0
+        assert (tmp_path / "MUTAG" / f"cv_{name}" / "MUTAG" / "results.json").exists()
+    assert "| et |" in (tmp_path / "MUTAG" / "table.md").read_text()
