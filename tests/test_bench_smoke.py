@@ -88,3 +88,20 @@ def test_tuned_cv_table_tunes_each_model_with_the_same_budget_then_cross_validat
         assert 0.0 <= row["best_validation"] <= 1.0
         assert (tmp_path / "MUTAG" / f"cv_{name}" / "MUTAG" / "results.json").exists()
     assert "| et |" in (tmp_path / "MUTAG" / "table.md").read_text()
+
+
+def test_anomaly_tuned_table_tunes_each_model_with_the_same_budget_then_runs_seeds(tmp_path):
+    script = SCRIPT.parent / "anomaly_tuned.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--dataset", "reddit", "--tune-models", "et,mlp",
+         "--trials", "2", "--timeout-minutes", "5", "--epochs", "1", "--seeds", "2",
+         "--hidden", "16", "--out", str(tmp_path), "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "reddit" / "table.json").read_text())
+    assert list(report["models"]) == ["et", "mlp"]
+    for row in report["models"].values():
+        assert row["trials"]["complete"] + row["trials"]["pruned"] == 2  # the same budget
+        assert len(row["test"]["auroc"]["values"]) == 2  # every seed
+    assert "| mlp |" in (tmp_path / "reddit" / "table.md").read_text()
