@@ -209,6 +209,35 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def compare(paths: Sequence[str], out: Path) -> None:
+    """One figure of training and validation accuracy from several saved runs (``TAG.json``):
+    the before/after view of a change, each curve labelled ``tag: model``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for path in paths:
+        run = json.loads(Path(path).read_text())
+        for name, curve in run["models"].items():
+            epochs = [r["epoch"] for r in curve["rows"]]
+            label = f"{run['tag']}: {name}"
+            (line,) = axes[0].plot(epochs, [r["train_accuracy"] for r in curve["rows"]],
+                                   label=label)
+            axes[1].plot(epochs, [r["val_accuracy"] for r in curve["rows"]], label=label,
+                         color=line.get_color())
+    for ax, title in zip(axes, ("training accuracy (eval mode)", "validation accuracy")):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -224,8 +253,14 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     curve.add_argument("--et-extra", action="append", default=[], metavar="NAME=VALUE",
                        help="extra ETGraphModel argument the config has no field for, e.g. "
                             "use_mask=False, hopfield_dim=0, beta_init=1.0 (repeatable)")
+    curve.add_argument("--compare", nargs="+", metavar="TAG_JSON", default=None,
+                       help="only overlay the curves of these saved runs into --compare-out")
+    curve.add_argument("--compare-out", default="runs/graph_curve/compare.png")
     add_config_arguments(parser, TUDatasetConfig)
     args = parser.parse_args(argv)
+    if args.compare:
+        compare(args.compare, Path(args.compare_out))
+        return {"compared": args.compare, "figure": args.compare_out}
     if not args.config and not args.no_preset:
         args.config = str(PRESET)
     config = resolve(TUDatasetConfig, args)
