@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trials", type=int, default=16, help="finished trials per model")
     parser.add_argument("--timeout-minutes", type=float, default=8.0,
                         help="wall-clock tuning limit per model")
+    parser.add_argument("--gbt-seeds", type=int, default=None,
+                        help="model seeds of GBT (default: --seeds). scikit-learn's boosting "
+                             "is deterministic below 10,000 training nodes (no internal "
+                             "early-stopping split), so 1 seed gives the same numbers")
     parser.add_argument("--tune-models", default=",".join(MODELS),
                         help="comma list of the models to tune and evaluate")
     add_config_arguments(parser, anomaly.CONFIG)
@@ -52,6 +56,11 @@ def run_preset(preset: Path, model: str, out: Path, overrides: dict[str, Any]) -
     config = replace(config, protocol=replace(config.protocol, models=model, energy_row=False),
                      run=replace(config.run, out=str(out / f"eval_{model}")))
     return anomaly.run(config)
+
+
+def merge_sections(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    return {section: {**base.get(section, {}), **extra.get(section, {})}
+            for section in {*base, *extra}}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
@@ -78,7 +87,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
             "preset": tuned["presets"].get(model),
         }
         if row["preset"] is not None:
-            result = run_preset(Path(row["preset"]), model, out, overrides)
+            seeds = args.gbt_seeds if model == "gbt" and args.gbt_seeds else None
+            model_overrides = merge_sections(overrides, {"protocol": {"seeds": seeds}}
+                                             if seeds else {})
+            result = run_preset(Path(row["preset"]), model, out, model_overrides)
             row["test"] = {metric: result["models"][model][metric] for metric in METRICS}
             row["epoch_seconds_median"] = (result.get("epoch_seconds_median") or {}).get(model)
             row["protocol"] = result["protocol"]
