@@ -30,14 +30,16 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # ----------------------------------------------------------------------------------------------
 # Defaults and flags
 # ----------------------------------------------------------------------------------------------
-def test_every_switch_is_off_by_default_and_has_a_flag(capsys):
+def test_switch_defaults_and_flags(capsys):
     config = AnomalyConfig()
     assert config.data.neighbour_stats == "none"
-    assert config.et.readout == "first_last" and config.et.label_trick is False
+    # the ego/neighbour readout is on by default (validation evidence on three datasets)
+    assert config.et.readout == "ego_neighbour" and config.et.label_trick is False
     flags = parse(AnomalyConfig, ["--neighbour-stats", "mean,std", "--readout", "ego_neighbour",
                                   "--label-trick"])
     assert flags.data.neighbour_stats == "mean,std"
     assert flags.et.readout == "ego_neighbour" and flags.et.label_trick is True
+    assert parse(AnomalyConfig, ["--readout", "first_last"]).et.readout == "first_last"
     with pytest.raises(SystemExit):
         cli_main(["anomaly", "--help"])
     text = capsys.readouterr().out
