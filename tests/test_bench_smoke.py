@@ -105,3 +105,25 @@ def test_anomaly_tuned_table_tunes_each_model_with_the_same_budget_then_runs_see
         assert row["trials"]["complete"] + row["trials"]["pruned"] == 2  # the same budget
         assert len(row["test"]["auroc"]["values"]) == 2  # every seed
     assert "| mlp |" in (tmp_path / "reddit" / "table.md").read_text()
+
+
+def test_general_preset_ranks_configurations_by_mean_rank_over_datasets():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tu_general_preset",
+                                                  SCRIPT.parent / "tu_general_preset.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a, b, c = '{"h": 1}', '{"h": 2}', '{"h": 3}'
+    rows = module.rank_configurations({
+        "D1": {a: (0, 0.90), b: (1, 0.80), c: (2, 0.70)},
+        "D2": {a: (0, 0.50), b: (1, 0.60), c: (2, 0.60), '{"h": 4}': (3, 0.99)},
+    })
+    # h=4 did not finish on D1, so it cannot be general; ties share the average rank
+    assert [r["params"]["h"] for r in rows] == [2, 1, 3]
+    assert [r["mean_rank"] for r in rows] == [1.75, 2.0, 2.25]
+    assert rows[1]["validation"] == {"D1": 0.90, "D2": 0.50}
+    import pytest
+
+    with pytest.raises(ValueError, match="every dataset"):
+        module.rank_configurations({"D1": {a: (0, 0.9)}, "D2": {b: (0, 0.9)}})
