@@ -179,6 +179,14 @@ def test_presets_load_and_name_shipped_data(name):
     assert config.protocol.folds == 10 and config.et.blocks == 1 and config.et.steps == 2
 
 
+@pytest.mark.parametrize("path", sorted((PRESETS / "tuned").glob("*.toml")), ids=lambda p: p.stem)
+def test_tuned_presets_load_and_run_one_model_on_shipped_data(path):
+    config = merge(tudataset.CONFIG(), load_file(path))
+    # tu_tuned_cv.py writes one preset per model: the 10-fold run of that model alone
+    assert path.stem == f"{config.data.dataset}-{config.protocol.models}"
+    assert (DATA / config.data.dataset / "raw").is_dir() and config.protocol.folds == 10
+
+
 def test_quick_cv_run_writes_results(tmp_path):
     root = tmp_path / "root"
     shutil.copytree(DATA / "MUTAG" / "raw", root / "MUTAG" / "raw")
