@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tune-models", default=",".join(MODELS),
                         help="comma list of the models to tune and cross-validate")
     parser.add_argument("--skip-cv", action="store_true", help="tune only")
+    parser.add_argument("--summarize", nargs="+", metavar="TABLE_JSON", default=None,
+                        help="only print one table over these datasets' table.json files")
     add_config_arguments(parser, tudataset.CONFIG)
     return parser
 
@@ -71,6 +73,10 @@ def cross_validate_preset(preset: Path, model: str, out: Path,
 
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
+    if args.summarize:
+        text = summary_table([json.loads(Path(p).read_text()) for p in args.summarize])
+        print(text)
+        return {"summary": text}
     config = resolve(tudataset.CONFIG, args)
     models = [m.strip() for m in args.tune_models.split(",") if m.strip()]
     unknown = sorted(set(models) - set(MODELS))
@@ -162,6 +168,26 @@ def markdown_table(report: dict[str, Any]) -> str:
         lines.append(f"- {model}: {row.get('best_params')}")
     lines.append("")
     return "\n".join(lines)
+
+
+def summary_table(reports: Sequence[dict[str, Any]]) -> str:
+    """One row per dataset: each model's k-fold test accuracy (%), the winner in bold."""
+    lines = ["| dataset | trials per model | ET | GIN | structure-agnostic | Errica et al. GIN / "
+             "structure-agnostic |", "|---|---|---|---|---|---|"]
+    for report in reports:
+        rows = report["models"]
+        means = {m: rows[m]["test_accuracy"]["mean"] for m in MODELS if m in rows
+                 and "test_accuracy" in rows[m]}
+        best = max(means, key=means.get) if means else None
+        cells = []
+        for model in MODELS:
+            text = _percent(rows.get(model, {}).get("test_accuracy"))
+            cells.append(f"**{text}**" if model == best else text)
+        anchors = report["anchors_errica"]
+        lines.append(f"| {report['dataset']} | {report['budget']['trials']} | "
+                     + " | ".join(cells) + f" | {anchors.get('gin', '–')} / "
+                     f"{anchors.get('structure_agnostic', '–')} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -88,6 +88,12 @@ def test_tuned_cv_table_tunes_each_model_with_the_same_budget_then_cross_validat
         assert 0.0 <= row["best_validation"] <= 1.0
         assert (tmp_path / "MUTAG" / f"cv_{name}" / "MUTAG" / "results.json").exists()
     assert "| et |" in (tmp_path / "MUTAG" / "table.md").read_text()
+    summary = subprocess.run(
+        [sys.executable, str(script), "--summarize", str(tmp_path / "MUTAG" / "table.json")],
+        capture_output=True, text=True, timeout=120,
+    )
+    (row,) = [line for line in summary.stdout.splitlines() if line.startswith("| MUTAG")]
+    assert row.count("**") == 2 and "| 2 |" in row  # one winner in bold; the trial budget
 
 
 def test_anomaly_tuned_table_tunes_each_model_with_the_same_budget_then_runs_seeds(tmp_path):
