@@ -77,7 +77,10 @@ def test_config_flags_reach_the_model():
     assert et.readout == "cls_sum_mean" and et.rw_encoder.in_features == 6
     assert et.head[0].in_features == 3 * config.et.hidden
     default = parse(tudataset.CONFIG, [])
-    assert not default.data.degree_feature and default.data.rw_pe_dim == 0
+    # the general preset (benchmarks/tu_general_preset.py): random-walk encodings, no Laplacian PE
+    assert not default.data.degree_feature and default.data.rw_pe_dim == 16
+    assert default.data.pe_dim == 0 and default.et.readout == "cls"
+    assert (default.et.blocks, default.et.steps, default.et.alpha) == (2, 1, 0.34)
 
 
 def test_gnnbenchmark_et_readout():

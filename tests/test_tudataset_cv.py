@@ -167,7 +167,7 @@ def test_config_flags_and_quick():
     assert config.data.dataset == "PROTEINS" and config.train.epochs == 7
     assert config.et.blocks == 1 and config.train.patience == 3 and not config.run.progress
     assert config.train.lr_schedule == "cosine" and config.train.grad_clip == 5.0
-    assert config.train.batch_size == 64 and config.train.lr == 2e-3 and config.run.threads == 1
+    assert config.train.batch_size == 64 and config.train.lr == 1.7e-3 and config.run.threads == 1
     quick = parse(tudataset.CONFIG, ["--quick", "--epochs", "1"])
     assert quick.protocol.max_folds == 2 and quick.et.hidden == 16 and quick.train.epochs == 1
 
