@@ -124,9 +124,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                        help="profile with torch.profiler instead of cProfile")
     bench.add_argument("--profile-top", type=int, default=30)
     bench.add_argument("--skip-timing", action="store_true", help="only profile")
+    bench.add_argument("--no-preset", action="store_true",
+                       help="start from the config defaults (the general preset), not NCI1's")
     add_config_arguments(parser, TUDatasetConfig)
     args = parser.parse_args(argv)
-    if not args.config:
+    if not args.config and not args.no_preset:
         args.config = str(PRESET)
     config = resolve(TUDatasetConfig, args)
     config = merge(config, {"protocol.models": "et,gin"})
