@@ -1,5 +1,7 @@
 """`et-graph tune`: validation-only objectives, resumable studies, presets that reproduce."""
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +85,18 @@ def test_tune_cli_end_to_end(tmp_path):
     assert (out / "best_gbt.toml").exists() and (out / "study_report.md").exists()
     with pytest.raises(ValueError, match="trials must be positive"):
         cli_main(["tune", "anomaly", "--trials", "0"])
+
+
+TUNED = sorted((Path(__file__).resolve().parents[1] / "configs" / "anomaly" / "tuned")
+               .glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", TUNED, ids=lambda p: p.stem)
+def test_tuned_anomaly_presets_name_one_model_and_their_dataset(path):
+    config = merge(AnomalyConfig(), load_file(path))
+    # benchmarks/anomaly_tuned.py writes one preset per model, run on its own
+    assert path.stem == f"{config.data.dataset}-{config.protocol.models}"
+    assert config.protocol.model_names() == [config.protocol.models]
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    meta = tomllib.loads(path.read_text())["meta"]
+    assert meta["metric"] == "validation auroc" and 0.5 < meta["best_validation"] <= 1.0
