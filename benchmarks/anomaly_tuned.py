@@ -58,11 +58,6 @@ def run_preset(preset: Path, model: str, out: Path, overrides: dict[str, Any]) -
     return anomaly.run(config)
 
 
-def merge_sections(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    return {section: {**base.get(section, {}), **extra.get(section, {})}
-            for section in {*base, *extra}}
-
-
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     config = resolve(anomaly.CONFIG, args)
@@ -75,8 +70,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
                          out / "tune")
     rows: dict[str, Any] = {}
     # the seeds and run settings of this invocation, not the single-seed tuning runs'
-    overrides = {"protocol": {"seeds": config.protocol.seeds},
-                 "run": {"threads": config.run.threads, "progress": config.run.progress}}
+    overrides = {"protocol.seeds": config.protocol.seeds, "run.threads": config.run.threads,
+                 "run.progress": config.run.progress}
     for model in models:
         summary = tuned["models"][model]
         row: dict[str, Any] = {
@@ -87,9 +82,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
             "preset": tuned["presets"].get(model),
         }
         if row["preset"] is not None:
-            seeds = args.gbt_seeds if model == "gbt" and args.gbt_seeds else None
-            model_overrides = merge_sections(overrides, {"protocol": {"seeds": seeds}}
-                                             if seeds else {})
+            model_overrides = dict(overrides)
+            if model == "gbt" and args.gbt_seeds:
+                model_overrides["protocol.seeds"] = args.gbt_seeds
             result = run_preset(Path(row["preset"]), model, out, model_overrides)
             row["test"] = {metric: result["models"][model][metric] for metric in METRICS}
             row["epoch_seconds_median"] = (result.get("epoch_seconds_median") or {}).get(model)

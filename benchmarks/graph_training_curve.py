@@ -182,6 +182,14 @@ def train_curve(name: str, factory: Any, train: list, val: list, config: TUDatas
             "median_epoch_seconds": fit.epoch_seconds}
 
 
+def _style(axes: Any, titles: Sequence[str]) -> None:
+    for ax, title in zip(axes, titles):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -197,12 +205,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
             axes[2].plot(epochs, [r["move_all"] for r in curve["rows"]], label=f"{name}: all")
             axes[2].plot(epochs, [r["move_cls"] for r in curve["rows"]], "--",
                          label=f"{name}: CLS")
-    for ax, title in zip(axes, ("training accuracy (eval mode)", "validation accuracy",
-                                "|x_T - x_0| / |x_0| (ET)")):
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("epoch")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    _style(axes, ("training accuracy (eval mode)", "validation accuracy",
+                  "|x_T - x_0| / |x_0| (ET)"))
     fig.suptitle(f"{results['dataset']} fold {results['fold']}: {results['tag']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -227,11 +231,7 @@ def compare(paths: Sequence[str], out: Path) -> None:
                                    label=label)
             axes[1].plot(epochs, [r["val_accuracy"] for r in curve["rows"]], label=label,
                          color=line.get_color())
-    for ax, title in zip(axes, ("training accuracy (eval mode)", "validation accuracy")):
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("epoch")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    _style(axes, ("training accuracy (eval mode)", "validation accuracy"))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

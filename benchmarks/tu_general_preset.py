@@ -20,18 +20,19 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+from optuna.trial import TrialState
 from scipy.stats import rankdata
+
+from et_graph.tuning.study import study_or_none
 
 
 def completed_trials(storage: str, study_name: str) -> dict[str, tuple[int, float]]:
     """``{canonical params: (trial number, validation accuracy)}`` of the complete trials."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.load_study(study_name=study_name, storage=storage)
+    study = study_or_none(study_name, storage)
+    if study is None:
+        raise SystemExit(f"no study {study_name!r} in {storage}")
     out = {}
-    for trial in study.get_trials(deepcopy=False,
-                                  states=(optuna.trial.TrialState.COMPLETE,)):
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         out[json.dumps(trial.params, sort_keys=True)] = (trial.number, float(trial.value))
     return out
 
