@@ -12,6 +12,9 @@ Notation (shared with the docs page ``docs/derivation.md`` and with :class:`ETCo
   no in-edge contributes nothing.
 * :math:`E_{HN} = -\sum_B \sum_\mu \tfrac12 \mathrm{relu}(\xi_\mu\cdot g_B)^2` (``"relu"``) or
   :math:`-\sum_B b^{-1}\log\sum_\mu \exp(b\,\xi_\mu\cdot g_B)` (``"softmax"``).
+* Optional edge coupling :math:`E_{GC} = -\tfrac12 \sum_{e = (B \to C)} g_B^\top W g_C` with a
+  symmetric ``W [D, D]``: its gradient is a *sum* over the neighbours, which can count (the
+  attention's softmax average cannot).
 
 Every energy function returns a per-node share so that totals, per-graph and per-node energies all
 come from the same code. The closed-form gradients beside them are checked against
@@ -242,6 +245,25 @@ def dense_attention_grad(
     grad_q = -torch.einsum("bhck,bkhy->bchy", coef, k)
     grad_k = -torch.einsum("bhck,bchy->bkhy", coef, q)
     return grad_k, grad_q
+
+
+# --------------------------------------------------------------------------------------------
+# Edge coupling energy (optional): a sum over neighbours, which the softmax average is not
+# --------------------------------------------------------------------------------------------
+def coupling_energy(g: Tensor, src: Tensor, dst: Tensor, coupling: Tensor) -> Tensor:
+    r"""Per-node share ``[N]`` of :math:`E_{GC} = -\tfrac12 \sum_{e=(B\to C)} g_B^\top W g_C`
+    for a symmetric ``coupling`` ``W [D, D]``; each edge counts towards its destination ``C``."""
+    per_edge = (g.index_select(0, src) @ coupling * g.index_select(0, dst)).sum(dim=-1)
+    return g.new_zeros(g.size(0)).index_add(0, dst, per_edge, alpha=-0.5)
+
+
+def coupling_grad(g: Tensor, src: Tensor, dst: Tensor, coupling: Tensor) -> Tensor:
+    """Closed form of ``dE_GC/dg`` ``[N, D]``: ``-(1/2) W (sum_{e: src=n} g_dst + sum_{e: dst=n}
+    g_src)`` (``W`` symmetric). On a symmetric edge set this is ``-W`` times the sum of the
+    neighbours' ``g``."""
+    projected = g @ coupling
+    out = torch.zeros_like(projected).index_add_(0, src, projected.index_select(0, dst))
+    return out.index_add_(0, dst, projected.index_select(0, src)).mul_(-0.5)
 
 
 # --------------------------------------------------------------------------------------------

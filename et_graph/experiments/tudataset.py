@@ -88,6 +88,8 @@ class TUETConfig:
         kernel_size: Conv2D adjacency-mask kernel (3 = paper, 1 = permutation-equivariant).
         dropout: dropout in the readout MLP.
         readout: cls (the CLS token) or cls_sum_mean (CLS, sum and mean of the node tokens).
+        coupling: add the edge coupling energy, whose descent step sums the neighbours' tokens
+            (it can count; the attention's softmax average cannot).
     """
 
     hidden: int = 32
@@ -100,6 +102,7 @@ class TUETConfig:
     kernel_size: int = 3
     dropout: float = 0.07
     readout: str = "cls"
+    coupling: bool = False
 
 
 @dataclass
@@ -158,7 +161,7 @@ def model_factories(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, 
             heads=et.heads, head_dim=et.head_dim, alpha=et.alpha, noise_std=et.noise_std,
             pe_dim=config.data.pe_dim, kernel_size=et.kernel_size,
             edge_dim=info["edge_features"] or None, dropout=et.dropout,
-            rw_pe_dim=config.data.rw_pe_dim, readout=et.readout,
+            rw_pe_dim=config.data.rw_pe_dim, readout=et.readout, coupling=et.coupling,
         ),
         "gin": lambda: GINClassifier(width, classes, base.gin_hidden, base.gin_layers,
                                      base.baseline_dropout),

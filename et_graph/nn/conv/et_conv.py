@@ -131,6 +131,9 @@ class ETConv(DescentSettings, MessagePassing):
         grad: ``"analytic"`` (fused closed form) or ``"autograd"`` (differentiate
             :meth:`energy`; the reference).
         eps: LayerNorm epsilon.
+        coupling: add the edge coupling energy :math:`-\tfrac12\sum_{B\to C} g_B^\top W g_C`
+            (see :class:`~et_graph.nn.ETEnergy`; sparse path only), whose gradient sums the
+            neighbours' tokens.
         **kwargs: passed to :class:`~torch_geometric.nn.conv.MessagePassing`. The energy fixes
             the aggregation, so only ``aggr="add"`` (or ``"sum"``) and
             ``flow="source_to_target"`` are accepted; anything else raises ``ValueError``.
@@ -153,6 +156,7 @@ class ETConv(DescentSettings, MessagePassing):
         noise_std: float = 0.0,
         grad: str = "analytic",
         eps: float = 1e-5,
+        coupling: bool = False,
         **kwargs: Any,
     ) -> None:
         aggr = kwargs.setdefault("aggr", "add")
@@ -190,6 +194,7 @@ class ETConv(DescentSettings, MessagePassing):
             hopfield_beta=hopfield_beta,
             beta_init=beta_init,
             eps=eps,
+            coupling=coupling,
         )
         self.steps = steps
         self.alpha = alpha
@@ -290,7 +295,7 @@ class ETConv(DescentSettings, MessagePassing):
         if self._explain or not self.fused:
             k, q = fn.keys_queries(g)
             grad_k, grad_q = self._propagate_attention_grad(k, q, edges)
-            return fn.grad_from_attention_grads(g, grad_k, grad_q)
+            return fn.add_coupling_grad(fn.grad_from_attention_grads(g, grad_k, grad_q), g, edges)
         return fn.grad_of_g(g, edges, fused=True)
 
     def _propagate_attention_grad(
@@ -445,6 +450,7 @@ class ETConv(DescentSettings, MessagePassing):
         """
         if self.training and self.noise_std > 0:
             raise ValueError("forward_chunked is for inference: call conv.eval() first")
+        self.energy_fn._no_dense_coupling()
         if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if not isinstance(edge_index, Tensor) or is_sparse(edge_index):

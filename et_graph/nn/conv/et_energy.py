@@ -91,6 +91,12 @@ class ETEnergy(Module):
         hopfield_beta: inverse temperature ``b > 0`` of the ``"softmax"`` Hopfield energy.
         beta_init: initial per-head inverse temperature ``> 0`` (default ``1 / sqrt(head_dim)``).
         eps: LayerNorm epsilon.
+        coupling: add the edge coupling energy :math:`E_{GC} = -\tfrac12 \sum_{e=(B\to C)}
+            \mathbf{g}_B^\top W \mathbf{g}_C` (:func:`et_graph.energy.coupling_energy`) with a
+            learned symmetric ``W [D, D]``, initialised to zero (so the layer starts as the
+            plain ET). Its gradient sums the neighbours' tokens, so the descent can count
+            neighbours, which the attention's softmax average cannot. It ignores edge weights
+            and exists on the sparse path only.
     """
 
     def __init__(
@@ -103,8 +109,11 @@ class ETEnergy(Module):
         hopfield_beta: float = 1.0,
         beta_init: Optional[float] = None,
         eps: float = 1e-5,
+        coupling: bool = False,
     ) -> None:
         super().__init__()
+        if not isinstance(coupling, bool):
+            raise ValueError(f"coupling must be True or False, got {coupling!r}")
         for name, value in (("channels", channels), ("heads", heads), ("head_dim", head_dim)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -134,6 +143,11 @@ class ETEnergy(Module):
         self.w_q = Parameter(torch.empty(self.heads, self.head_dim, self.channels))
         self.xi = Parameter(torch.empty(self.hopfield_dim, self.channels))
         self.log_beta = Parameter(torch.empty(self.heads))
+        self.coupling = coupling
+        # W = (M + M^T) / 2 keeps the coupling symmetric, which its closed-form gradient assumes.
+        self.coupling_raw = (
+            Parameter(torch.empty(self.channels, self.channels)) if coupling else None
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -144,6 +158,21 @@ class ETEnergy(Module):
         torch.nn.init.normal_(self.xi, std=std)
         with torch.no_grad():
             self.log_beta.fill_(math.log(self.beta_init))
+            if self.coupling_raw is not None:
+                self.coupling_raw.zero_()
+
+    @property
+    def coupling_matrix(self) -> Optional[Tensor]:
+        """The symmetric edge coupling ``W [D, D]`` (``None`` without ``coupling``)."""
+        raw = self.coupling_raw
+        return None if raw is None else (raw + raw.t()) * 0.5
+
+    def _no_dense_coupling(self) -> None:
+        if self.coupling:
+            raise NotImplementedError(
+                "the edge coupling energy exists on the sparse (edge_index) path only; build "
+                "the layer with coupling=False for the dense path or chunked inference"
+            )
 
     @property
     def beta(self) -> Tensor:
@@ -285,7 +314,10 @@ class ETEnergy(Module):
         its Hopfield term."""
         k, q = self.keys_queries(g)
         att = E.attention_energy(k, q, edges.src, edges.dst, self.beta, edges.weight, g.size(0))
-        return att + self.hopfield_energy_of_g(g)
+        energy = att + self.hopfield_energy_of_g(g)
+        if self.coupling:
+            energy = energy + E.coupling_energy(g, edges.src, edges.dst, self.coupling_matrix)
+        return energy
 
     def forward(self, g: Tensor, edges: EdgeSet) -> Tensor:
         """:meth:`node_energy_of_g`: the per-node energy ``[N]`` of ``g``."""
@@ -296,6 +328,7 @@ class ETEnergy(Module):
     ) -> Tensor:
         """Each token's share of the energy ``[B, M]`` on the dense path (``mask`` and
         ``weight`` from :meth:`dense_edges`)."""
+        self._no_dense_coupling()
         k, q = self.keys_queries(g)
         att = E.dense_attention_energy(k, q, self.beta, mask, weight)
         return att + self.hopfield_energy_of_g(g)
@@ -340,7 +373,13 @@ class ETEnergy(Module):
         r"""Closed form of :math:`\partial E/\partial \mathbf{g}` ``[N, D]`` (paper eq. 17)."""
         k, q = self.keys_queries(g)
         grad_k, grad_q = self.attention_grads(k, q, edges, fused)
-        return self.grad_from_attention_grads(g, grad_k, grad_q)
+        return self.add_coupling_grad(self.grad_from_attention_grads(g, grad_k, grad_q), g, edges)
+
+    def add_coupling_grad(self, grad: Tensor, g: Tensor, edges: EdgeSet) -> Tensor:
+        """``grad`` plus the edge coupling's ``dE_GC/dg`` (unchanged without ``coupling``)."""
+        if not self.coupling:
+            return grad
+        return grad + E.coupling_grad(g, edges.src, edges.dst, self.coupling_matrix)
 
     def autograd_grad_of_g(self, g: Tensor, edges: EdgeSet) -> Tensor:
         """The reference ``dE/dg``: ``torch.autograd.grad`` of :meth:`node_energy_of_g`."""
@@ -348,6 +387,7 @@ class ETEnergy(Module):
 
     def dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None) -> Tensor:
         """Closed form of ``dE/dg`` ``[B, M, D]`` on the dense path."""
+        self._no_dense_coupling()
         k, q = self.keys_queries(g)
         grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
         return self.grad_from_attention_grads(g, grad_k, grad_q)
@@ -367,7 +407,8 @@ class ETEnergy(Module):
         self, g: Tensor, edges: EdgeSet, fused: bool = True
     ) -> tuple[Tensor, Tensor]:
         """The two parts of ``dE/dg``, ``(attention, hopfield)``, each ``[N, D]``: used to see
-        which term drives which node. They sum to :meth:`grad_of_g`."""
+        which term drives which node. They sum to :meth:`grad_of_g` (without ``coupling``,
+        whose share is :meth:`add_coupling_grad`'s)."""
         k, q = self.keys_queries(g)
         grad_k, grad_q = self.attention_grads(k, q, edges, fused)
         return self.attention_grad_to_g(grad_k, grad_q).view(g.shape), self.hopfield_grad_of_g(g)
@@ -385,6 +426,7 @@ class ETEnergy(Module):
         return (
             f"{self.channels}, heads={self.heads}, head_dim={self.head_dim}, "
             f"hopfield_dim={self.hopfield_dim}, hopfield={self.hopfield!r}"
+            + (", coupling=True" if self.coupling else "")
         )
 
 

@@ -72,6 +72,9 @@ class ETGraphModel(nn.Module):
         rw_pe_dim: width of the random-walk encoding ``rw_pe`` ``[N, rw_pe_dim]`` (0 disables
             it); projected and added to the node tokens (the CLS token gets none).
         readout: ``"cls"`` or ``"cls_sum_mean"`` (graph tasks; ``"node"`` needs ``"cls"``).
+        coupling: add the edge coupling energy to every block (:class:`~et_graph.nn.ETConv`):
+            a learned symmetric bilinear term over the edges (CLS edges included) whose
+            gradient *sums* the neighbours' tokens, so the descent can count.
         kernel_size: Conv2D kernel of the mask (3 = paper, order dependent; 1 =
             permutation-equivariant); ``use_mask=False`` uses plain graph attention instead.
         mask_method: ``"sparse"`` or ``"dense"``, see :class:`Conv2DAdjacencyMask`.
@@ -110,6 +113,7 @@ class ETGraphModel(nn.Module):
         grad: str = "analytic",
         rw_pe_dim: int = 0,
         readout: str = "cls",
+        coupling: bool = False,
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -168,6 +172,7 @@ class ETGraphModel(nn.Module):
                 hopfield=hopfield,
                 noise_std=noise_std,
                 grad=grad,
+                coupling=coupling,
             )
             for _ in range(blocks)
         )
