@@ -234,10 +234,12 @@ class ETEnergy(Module):
                 raise ValueError(
                     "pass edge weights as the values of the sparse adjacency, not as edge_weight"
                 )
-            if tuple(edge_index.size()) != (num_nodes, num_nodes):
+            # size(dim) works on torch sparse tensors and on torch_sparse's SparseTensor, whose
+            # size() needs a dim.
+            shape = (edge_index.size(0), edge_index.size(1))
+            if shape != (num_nodes, num_nodes):
                 raise ValueError(
-                    f"sparse adjacency must be [{num_nodes}, {num_nodes}], "
-                    f"got {tuple(edge_index.size())}"
+                    f"sparse adjacency must be [{num_nodes}, {num_nodes}], got {shape}"
                 )
             # PyG convention: the sparse input is adj_t, rows are destinations.
             index, values = to_edge_index(edge_index)
