@@ -253,7 +253,8 @@ def dense_attention_grad(
 def coupling_energy(g: Tensor, src: Tensor, dst: Tensor, coupling: Tensor) -> Tensor:
     r"""Per-node share ``[N]`` of :math:`E_{GC} = -\tfrac12 \sum_{e=(B\to C)} g_B^\top W g_C`
     for a symmetric ``coupling`` ``W [D, D]``; each edge counts towards its destination ``C``."""
-    per_edge = (g.index_select(0, src) @ coupling * g.index_select(0, dst)).sum(dim=-1)
+    # W g per node, then gathered: N rows through the matmul rather than one per edge.
+    per_edge = ((g @ coupling).index_select(0, src) * g.index_select(0, dst)).sum(dim=-1)
     return g.new_zeros(g.size(0)).index_add(0, dst, per_edge, alpha=-0.5)
 
 

@@ -60,7 +60,7 @@ def test_layer_closed_form_matches_autograd_of_the_whole_energy(fused):
     assert relative_error(conv.energy_grad(x, edge_index), reference) < 1e-8
     # The coupling is part of that gradient: without it the two differ.
     plain = copy.deepcopy(conv)
-    plain.energy_fn.coupling = False
+    plain.energy_fn.coupling_raw = None  # the plain layer: the coupling is off without it
     plain.grad = "analytic"
     assert relative_error(plain.energy_grad(x, edge_index), reference) > 1e-3
 
@@ -106,7 +106,6 @@ def test_the_coupling_step_counts_neighbours():
     att = plain.energy_grad(x, edge_index)
     assert torch.allclose(att[6], att[7])
     coupled = copy.deepcopy(plain)
-    coupled.energy_fn.coupling = True
     coupled.energy_fn.coupling_raw = torch.nn.Parameter(torch.eye(4, dtype=torch.float64))
     extra = coupled.energy_grad(x, edge_index) - att
     assert torch.allclose(extra[7], 2 * extra[6]) and extra[6].abs().sum() > 0

@@ -450,7 +450,7 @@ class ETConv(DescentSettings, MessagePassing):
         """
         if self.training and self.noise_std > 0:
             raise ValueError("forward_chunked is for inference: call conv.eval() first")
-        self.energy_fn._no_dense_coupling()
+        self.energy_fn.check_sparse_only()
         if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if not isinstance(edge_index, Tensor) or is_sparse(edge_index):

@@ -143,10 +143,10 @@ class ETEnergy(Module):
         self.w_q = Parameter(torch.empty(self.heads, self.head_dim, self.channels))
         self.xi = Parameter(torch.empty(self.hopfield_dim, self.channels))
         self.log_beta = Parameter(torch.empty(self.heads))
-        self.coupling = coupling
         # W = (M + M^T) / 2 keeps the coupling symmetric, which its closed-form gradient assumes.
-        self.coupling_raw = (
-            Parameter(torch.empty(self.channels, self.channels)) if coupling else None
+        self.register_parameter(
+            "coupling_raw",
+            Parameter(torch.empty(self.channels, self.channels)) if coupling else None,
         )
         self.reset_parameters()
 
@@ -162,12 +162,19 @@ class ETEnergy(Module):
                 self.coupling_raw.zero_()
 
     @property
+    def coupling(self) -> bool:
+        """Whether the edge coupling energy is on (it is when its parameter exists)."""
+        return self.coupling_raw is not None
+
+    @property
     def coupling_matrix(self) -> Optional[Tensor]:
         """The symmetric edge coupling ``W [D, D]`` (``None`` without ``coupling``)."""
         raw = self.coupling_raw
         return None if raw is None else (raw + raw.t()) * 0.5
 
-    def _no_dense_coupling(self) -> None:
+    def check_sparse_only(self) -> None:
+        """Raise ``NotImplementedError`` on the paths the coupling does not exist on (the dense
+        path and chunked inference) when it is on."""
         if self.coupling:
             raise NotImplementedError(
                 "the edge coupling energy exists on the sparse (edge_index) path only; build "
@@ -330,7 +337,7 @@ class ETEnergy(Module):
     ) -> Tensor:
         """Each token's share of the energy ``[B, M]`` on the dense path (``mask`` and
         ``weight`` from :meth:`dense_edges`)."""
-        self._no_dense_coupling()
+        self.check_sparse_only()
         k, q = self.keys_queries(g)
         att = E.dense_attention_energy(k, q, self.beta, mask, weight)
         return att + self.hopfield_energy_of_g(g)
@@ -389,7 +396,7 @@ class ETEnergy(Module):
 
     def dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None) -> Tensor:
         """Closed form of ``dE/dg`` ``[B, M, D]`` on the dense path."""
-        self._no_dense_coupling()
+        self.check_sparse_only()
         k, q = self.keys_queries(g)
         grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
         return self.grad_from_attention_grads(g, grad_k, grad_q)
