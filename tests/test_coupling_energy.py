@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from helpers import awkward_graph, relative_error
 
 from et_graph import energy as E
 from et_graph.nn import ETConv
@@ -18,18 +19,6 @@ def coupled_conv(**kwargs) -> ETConv:
     with torch.no_grad():  # the coupling starts at zero; give it a value the tests can see
         conv.energy_fn.coupling_raw.normal_(std=0.3)
     return conv
-
-
-def awkward_graph(num_nodes=12, num_edges=40, seed=1):
-    """Random directed graph with a self-loop, a duplicate edge and two isolated nodes."""
-    gen = torch.Generator().manual_seed(seed)
-    edge_index = torch.randint(0, num_nodes - 2, (2, num_edges), generator=gen)
-    edge_index = torch.cat([edge_index, torch.tensor([[0, 3, 3], [0, 5, 5]])], dim=1)
-    return torch.randn(num_nodes, 8, generator=gen, dtype=torch.float64), edge_index
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
 
 
 def test_pure_closed_form_matches_autograd_float64():

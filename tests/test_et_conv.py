@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from helpers import awkward_graph, relative_error
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
@@ -18,21 +19,6 @@ torch.set_default_dtype(torch.float32)
 def make_conv(channels=8, heads=3, head_dim=4, hopfield="relu", **kwargs) -> ETConv:
     torch.manual_seed(0)
     return ETConv(channels, heads=heads, head_dim=head_dim, hopfield=hopfield, **kwargs).double()
-
-
-def awkward_graph(num_nodes=12, num_edges=40, seed=1):
-    """Random graph with self-loops, duplicate edges and isolated nodes (the last two ids)."""
-    gen = torch.Generator().manual_seed(seed)
-    edge_index = torch.randint(0, num_nodes - 2, (2, num_edges), generator=gen)
-    edge_index = torch.cat(
-        [edge_index, torch.tensor([[0, 3, 3], [0, 5, 5]])], dim=1
-    )  # a self-loop and a duplicate edge
-    x = torch.randn(num_nodes, 8, generator=gen, dtype=torch.float64)
-    return x, edge_index
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
 
 
 def autograd_reference(conv: ETConv, x, edge_index, edge_weight=None) -> torch.Tensor:

@@ -9,6 +9,7 @@ import typing
 
 import pytest
 import torch
+from helpers import relative_error
 from torch_geometric.nn.aggr import SumAggregation
 
 from et_graph.nn import CLSPool, Conv2DAdjacencyMask, ETConv, ETGraphModel
@@ -36,10 +37,6 @@ def graph(num_nodes: int = 10, num_edges: int = 36, seed: int = 1):
     edge_index = torch.cat([edge_index, torch.tensor([[0, 2, 2], [0, 4, 4]])], dim=1)
     x = torch.randn(num_nodes, CHANNELS, generator=gen, dtype=torch.float64)
     return x, edge_index
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from helpers import relative_error
 
 import et_graph.fused as fused
 from et_graph import energy as E
@@ -50,10 +51,6 @@ def make_weight(kind: str, num_edges: int) -> torch.Tensor | None:
 def reference_weight(weight: torch.Tensor | None) -> torch.Tensor | None:
     """The reference energy functions take ``[E, 1 or H]``."""
     return weight.unsqueeze(-1) if weight is not None and weight.dim() == 1 else weight
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
 
 
 @pytest.mark.parametrize("kind", ["none", "flat", "per_edge", "per_head"])

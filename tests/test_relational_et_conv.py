@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from helpers import relative_error
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.utils import to_torch_csr_tensor
@@ -36,10 +37,6 @@ def typed_graph(num_nodes=14, num_edges=60, num_relations=RELATIONS, seed=1):
     edge_type = torch.cat([edge_type, torch.tensor([0, 0, 0, min(1, num_relations - 1)])])
     x = torch.randn(num_nodes, 8, generator=gen, dtype=torch.float64)
     return x, edge_index, edge_type
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
 
 
 def autograd_reference(conv: RelationalETConv, x, edge_index, edge_type) -> torch.Tensor:

@@ -1,0 +1,21 @@
+"""Helpers shared by the test modules (importable because pytest puts ``tests/`` on the path)."""
+from __future__ import annotations
+
+import torch
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``|a - b| / |b|`` (Frobenius norms), detached."""
+    return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
+
+
+def awkward_graph(num_nodes=12, num_edges=40, seed=1):
+    """Random graph with self-loops, duplicate edges and isolated nodes (the last two ids);
+    float64 features of width 8."""
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes - 2, (2, num_edges), generator=gen)
+    edge_index = torch.cat(
+        [edge_index, torch.tensor([[0, 3, 3], [0, 5, 5]])], dim=1
+    )  # a self-loop and a duplicate edge
+    x = torch.randn(num_nodes, 8, generator=gen, dtype=torch.float64)
+    return x, edge_index
