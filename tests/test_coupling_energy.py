@@ -109,6 +109,12 @@ def test_dense_and_chunked_paths_refuse_the_coupling():
         conv.forward_chunked(x, edge_index)
     with pytest.raises(ValueError, match="coupling"):
         ETConv(8, coupling="yes")
+    # Gradients assembled from attention gradients must not drop the coupling silently.
+    energy = conv.energy_fn
+    g = energy.norm(x)
+    grad_k, grad_q = energy.attention_grads(*energy.keys_queries(g), energy.edges(x, edge_index))
+    with pytest.raises(ValueError, match="needs the edges"):
+        energy.grad_from_attention_grads(g, grad_k, grad_q)
 
 
 def test_graph_model_passes_the_coupling_to_every_block():

@@ -295,7 +295,7 @@ class ETConv(DescentSettings, MessagePassing):
         if self._explain or not self.fused:
             k, q = fn.keys_queries(g)
             grad_k, grad_q = self._propagate_attention_grad(k, q, edges)
-            return fn.add_coupling_grad(fn.grad_from_attention_grads(g, grad_k, grad_q), g, edges)
+            return fn.grad_from_attention_grads(g, grad_k, grad_q, edges)
         return fn.grad_of_g(g, edges, fused=True)
 
     def _propagate_attention_grad(

@@ -355,16 +355,24 @@ class ETEnergy(Module):
             out, grad_q.reshape(rows, width), self.w_q.reshape(width, self.channels)
         )
 
-    def grad_from_attention_grads(self, g: Tensor, grad_k: Tensor, grad_q: Tensor) -> Tensor:
+    def grad_from_attention_grads(
+        self, g: Tensor, grad_k: Tensor, grad_q: Tensor, edges: Optional[EdgeSet] = None
+    ) -> Tensor:
         """``dE/dg`` (shape of ``g``) from the attention gradients with respect to keys and
         queries plus the Hopfield term, accumulated into one buffer (addmm) so that no
-        ``[tokens, hopfield_dim]`` tensor is negated or copied."""
+        ``[tokens, hopfield_dim]`` tensor is negated or copied; with ``coupling``, plus the
+        edge coupling's gradient over ``edges`` (required then)."""
         activation = E.hopfield_activation(
             g.reshape(-1, self.channels), self.xi, self.hopfield, self.hopfield_beta
         )
         out = self.attention_grad_to_g(grad_k, grad_q)
         # Negating xi [K, D] rather than the product keeps the sign off the [N, K] backward.
-        return torch.addmm(out, activation, self.xi.neg()).view(g.shape)
+        grad = torch.addmm(out, activation, self.xi.neg()).view(g.shape)
+        if not self.coupling:
+            return grad
+        if edges is None:
+            raise ValueError("the edge coupling's gradient needs the edges: pass edges=")
+        return grad + E.coupling_grad(g, edges.src, edges.dst, self.coupling_matrix)
 
     def attention_grads(
         self, k: Tensor, q: Tensor, edges: EdgeSet, fused: bool = True
@@ -382,13 +390,7 @@ class ETEnergy(Module):
         r"""Closed form of :math:`\partial E/\partial \mathbf{g}` ``[N, D]`` (paper eq. 17)."""
         k, q = self.keys_queries(g)
         grad_k, grad_q = self.attention_grads(k, q, edges, fused)
-        return self.add_coupling_grad(self.grad_from_attention_grads(g, grad_k, grad_q), g, edges)
-
-    def add_coupling_grad(self, grad: Tensor, g: Tensor, edges: EdgeSet) -> Tensor:
-        """``grad`` plus the edge coupling's ``dE_GC/dg`` (unchanged without ``coupling``)."""
-        if not self.coupling:
-            return grad
-        return grad + E.coupling_grad(g, edges.src, edges.dst, self.coupling_matrix)
+        return self.grad_from_attention_grads(g, grad_k, grad_q, edges)
 
     def autograd_grad_of_g(self, g: Tensor, edges: EdgeSet) -> Tensor:
         """The reference ``dE/dg``: ``torch.autograd.grad`` of :meth:`node_energy_of_g`."""
@@ -417,7 +419,7 @@ class ETEnergy(Module):
     ) -> tuple[Tensor, Tensor]:
         """The two parts of ``dE/dg``, ``(attention, hopfield)``, each ``[N, D]``: used to see
         which term drives which node. They sum to :meth:`grad_of_g` (without ``coupling``,
-        whose share is :meth:`add_coupling_grad`'s)."""
+        whose share is :func:`et_graph.energy.coupling_grad`)."""
         k, q = self.keys_queries(g)
         grad_k, grad_q = self.attention_grads(k, q, edges, fused)
         return self.attention_grad_to_g(grad_k, grad_q).view(g.shape), self.hopfield_grad_of_g(g)
