@@ -17,7 +17,7 @@ setup(
         "torch-geometric>=2.5",
         "numpy",
         "scipy",
-        "scikit-learn",
+        "scikit-learn>=1.4",  # HistGradientBoosting max_features
         "tqdm",
         "matplotlib",
         "pillow",

@@ -147,3 +147,15 @@ def test_mini_batch_training_partitions_every_node_each_epoch(graph):
     assert det.decision_function(graph).shape == (240,)
     with pytest.raises(ValueError, match="choose one"):
         ETDetector(batch_size=10, subgraph_ratio=0.2)
+
+
+def test_gbt_max_features_subsamples_columns(graph):
+    """``max_features`` reaches scikit-learn and changes the trees (a per-split column draw),
+    and out-of-range shares are refused before any fit."""
+    full = GBTDetector(max_iter=20).fit(graph)
+    sub = GBTDetector(max_iter=20, max_features=0.3).fit(graph)
+    assert sub.model_.max_features == 0.3 and full.model_.max_features == 1.0
+    assert not torch.equal(full.decision_function(graph), sub.decision_function(graph))
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="max_features"):
+            GBTDetector(max_features=bad)

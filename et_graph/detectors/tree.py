@@ -46,7 +46,8 @@ class GBTDetector(BaseDetector):
         self.model_ = HistGradientBoostingClassifier(
             max_iter=m.max_iter, learning_rate=m.learning_rate, max_depth=m.max_depth,
             max_leaf_nodes=m.max_leaf_nodes, min_samples_leaf=m.min_samples_leaf,
-            l2_regularization=m.l2_regularization, random_state=self.seed,
+            l2_regularization=m.l2_regularization, max_features=m.max_features,
+            random_state=self.seed,
         )
         self.model_.fit(features[train.numpy()], y_train, sample_weight=weight)
         prob_val = self.model_.predict_proba(features[val.numpy()])[:, 1]
