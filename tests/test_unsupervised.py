@@ -64,7 +64,9 @@ def test_network_masked_tokens_start_from_the_mask_token_and_energy_is_per_node(
     assert torch.allclose(energy.sum(), model.conv.energy(last, graph.edge_index))
     assert torch.allclose(model.loss(graph.x, graph.edge_index, mask), error[mask].mean())
     both = model.scores(graph.x, graph.edge_index, mask)
-    assert torch.allclose(both[0], error) and torch.allclose(both[1], energy)
+    assert set(both) == {"reconstruction", "energy"}
+    assert torch.allclose(both["reconstruction"], error)
+    assert torch.allclose(both["energy"], energy)
 
 
 def test_network_rejects_bad_masks(graph):
@@ -212,3 +214,77 @@ def test_cli_quick_on_a_planted_graph(graph, tmp_path, capsys):
     assert results["meta"]["config"]["protocol"]["seeds"] == 2
     table = (out / "results.md").read_text()
     assert "et_reconstruction" in table and "rec_at_k" in table
+
+
+# ---------------------------------------------------------------------------------------------
+# Structure reconstruction (edge decoder)
+# ---------------------------------------------------------------------------------------------
+def with_clique(data: Data, size: int = 20, seed: int = 0) -> tuple[Data, torch.Tensor]:
+    """``data`` plus a clique among ``size`` random normal nodes (PyGOD's structural injection:
+    the members keep their features, only their edges are anomalous); returns the graph and the
+    bool clique mask."""
+    from torch_geometric.utils import coalesce
+
+    normal = (data.y == 0).nonzero().view(-1)
+    members = normal[torch.randperm(normal.numel(),
+                                    generator=torch.Generator().manual_seed(seed))[:size]]
+    pairs = torch.cartesian_prod(members, members).t()
+    pairs = pairs[:, pairs[0] != pairs[1]]
+    edge_index = coalesce(torch.cat([data.edge_index, pairs], dim=1), num_nodes=data.num_nodes)
+    clique = torch.zeros(data.num_nodes, dtype=torch.bool)
+    clique[members] = True
+    return Data(x=data.x, edge_index=edge_index, y=data.y), clique
+
+
+def test_network_structure_error_is_the_mean_edge_loss_over_in_edges(graph):
+    torch.manual_seed(0)
+    model = ETMaskedNodeReconstruction(graph.num_features, 8, heads=1, head_dim=4, steps=1,
+                                       structure=True)
+    mask = random_node_mask(graph.num_nodes, 0.2, torch.Generator().manual_seed(0))
+    tokens = model.final_tokens(graph.x, graph.edge_index, mask)
+    error = model.structure_error(tokens, graph.edge_index)
+    src, dst = graph.edge_index
+    z = model.edge_decoder(model.decoder_norm(tokens))
+    for node in (0, 7, 123):
+        incoming = src[dst == node]
+        logits = z[incoming] @ z[node]
+        expected = torch.nn.functional.softplus(-logits).mean()
+        assert torch.allclose(error[node], expected, atol=1e-6)
+    # an isolated node has no edge loss, and the loss adds the sampled negative pairs
+    assert float(model.structure_error(tokens, graph.edge_index[:, :0]).detach().abs().sum()) == 0.0
+    loss = model.structure_loss(tokens, graph.edge_index, torch.Generator().manual_seed(1))
+    assert loss.ndim == 0 and float(loss) > float(error.mean()) * 0.5
+    assert set(model.scores(graph.x, graph.edge_index, mask)) == {
+        "reconstruction", "energy", "structure"}
+    plain = ETMaskedNodeReconstruction(graph.num_features, 8, heads=1, head_dim=4, steps=1)
+    with pytest.raises(RuntimeError, match="structure=True"):
+        plain.structure_error(tokens, graph.edge_index)
+
+
+def test_structure_score_finds_an_injected_clique_the_feature_score_misses(graph):
+    data, clique = with_clique(graph)
+    det = UnsupervisedETDetector(seed=0, structure_weight=1.0, anomaly_score="combined",
+                                 **FAST).fit(unlabelled(data))
+    assert set(det.scores_) == {"reconstruction", "energy", "structure", "combined"}
+    assert torch.equal(det.decision_score_, det.scores_["combined"].float())
+    combined = det.scores_["combined"]
+    assert float(combined.min()) > 0.0 and float(combined.max()) <= 1.0
+    # judged among the nodes without planted contextual anomalies: clique member or not
+    normal = (graph.y == 0).numpy()
+    target = clique.numpy()[normal]
+    structure_auc = roc_auc_score(target, det.scores_["structure"].numpy()[normal])
+    feature_auc = roc_auc_score(target, det.scores_["reconstruction"].numpy()[normal])
+    assert structure_auc > 0.9 and structure_auc > feature_auc + 0.2
+    # labels never enter: a scrambled y gives bit-identical scores
+    scrambled = Data(x=data.x, edge_index=data.edge_index, y=data.y.flip(0))
+    again = UnsupervisedETDetector(seed=0, structure_weight=1.0, **FAST).fit(scrambled)
+    for key, value in det.scores_.items():
+        assert torch.equal(again.scores_[key], value)
+
+
+def test_structure_settings_are_checked():
+    with pytest.raises(ValueError, match="structure_weight"):
+        UnsupervisedETDetector(structure_weight=-1.0)
+    for score in ("structure", "combined"):
+        with pytest.raises(ValueError, match="edge decoder"):
+            UnsupervisedETDetector(anomaly_score=score)

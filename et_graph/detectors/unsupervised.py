@@ -17,6 +17,10 @@ random into ``ceil(1 / mask_ratio)`` masks, so that each node is masked exactly 
   which it is masked;
 - ``energy``: a node's energy at the final tokens (:meth:`ETConv.node_energy`), averaged over the
   passes in which it is *open* (its own features enter), high energy = anomalous.
+- with ``structure_weight > 0`` (the network also reconstructs edges):
+  ``structure``, a node's mean edge-reconstruction loss over its in-edges, averaged over the
+  passes in which it is open; and ``combined``, the mean of the reconstruction and structure
+  scores' ranks (a fixed, label-free rule: the two errors have unrelated scales).
 
 ``fit`` reads ``data.x`` and ``data.edge_index`` only; ``data.y`` and any mask are ignored, so
 scrambling the labels leaves every score bit-identical (tested).
@@ -39,8 +43,9 @@ from ..training import CheckpointConfig, TrainConfig, Trainer, Validation
 from .base import BaseDetector, check_graph
 from .config import HOPFIELD_KINDS
 
-#: The two unsupervised ET scores.
-ANOMALY_SCORES = ("reconstruction", "energy")
+#: The unsupervised ET scores; the last two need the edge decoder (``structure_weight > 0``).
+ANOMALY_SCORES = ("reconstruction", "energy", "structure", "combined")
+STRUCTURE_SCORES = ("structure", "combined")
 
 
 @dataclass
@@ -57,6 +62,8 @@ class MaskedETModelConfig:
         hopfield: Hopfield energy, relu or softmax.
         noise_std: noise added to the tokens at each step in training.
         mask_ratio: share of the nodes masked in each training pass and scoring pass.
+        structure_weight: weight of the edge-reconstruction loss beside the feature loss
+            (0 = features only; above 0 adds the edge decoder and the structure scores).
     """
 
     hidden: int = 64
@@ -68,8 +75,11 @@ class MaskedETModelConfig:
     hopfield: str = "relu"
     noise_std: float = 0.0
     mask_ratio: float = 0.2
+    structure_weight: float = 0.0
 
     def __post_init__(self) -> None:
+        if not self.structure_weight >= 0.0:
+            raise ValueError(f"structure_weight must be >= 0, got {self.structure_weight}")
         if self.hopfield not in HOPFIELD_KINDS:
             raise ValueError(f"hopfield must be one of {HOPFIELD_KINDS}, got {self.hopfield!r}")
         for name in ("hidden", "heads", "head_dim", "steps"):
@@ -104,8 +114,10 @@ class UnsupervisedScoreConfig:
     """How the fitted network scores nodes.
 
     Attributes:
-        anomaly_score: decision_function's score: reconstruction (masked completion error) or
-            energy (node energy at the final tokens).
+        anomaly_score: decision_function's score: reconstruction (masked completion error),
+            energy (node energy at the final tokens), structure (edge reconstruction loss) or
+            combined (mean rank of reconstruction and structure); the last two need
+            structure_weight > 0.
         score_rounds: scoring rounds; each masks every node exactly once (ceil(1 / mask_ratio)
             passes), and the scores are averaged over the rounds.
         contamination: expected share of anomalies; predict flags the top share of the fitted
@@ -132,6 +144,11 @@ class UnsupervisedETDetectorConfig:
     train: MaskedTrainConfig = field(default_factory=MaskedTrainConfig)
     score: UnsupervisedScoreConfig = field(default_factory=UnsupervisedScoreConfig)
 
+    def __post_init__(self) -> None:
+        if self.score.anomaly_score in STRUCTURE_SCORES and not self.model.structure_weight:
+            raise ValueError(f"anomaly_score={self.score.anomaly_score!r} needs the edge "
+                             "decoder: set structure_weight > 0")
+
 
 def label_free_graph(data: Data) -> Data:
     """A new ``Data`` holding only ``x`` (float) and ``edge_index`` of ``data``, validated:
@@ -151,8 +168,9 @@ class MaskedReconstructionTask:
     """
 
     def __init__(self, x: Tensor, edge_index: Tensor, val_nodes: Tensor, mask_ratio: float,
-                 generator: torch.Generator) -> None:
+                 generator: torch.Generator, structure_weight: float = 0.0) -> None:
         self.x, self.edge_index = x, edge_index
+        self.structure_weight = structure_weight
         self.num_nodes = x.size(0)
         self.val_nodes = val_nodes.cpu()
         self.train_nodes = ~self.val_nodes
@@ -173,7 +191,10 @@ class MaskedReconstructionTask:
                                candidates=self.train_nodes)
 
     def loss(self, model: nn.Module, mask: Tensor) -> Tensor:
-        return model.loss(self.x, self.edge_index, mask)
+        if not self.structure_weight:
+            return model.loss(self.x, self.edge_index, mask)
+        return model.loss(self.x, self.edge_index, mask, structure_weight=self.structure_weight,
+                          generator=self.generator)
 
     def validate(self, model: nn.Module) -> Validation:
         error = model.reconstruction_error(self.x, self.edge_index, self.val_mask)
@@ -181,18 +202,26 @@ class MaskedReconstructionTask:
         return Validation(score=-loss, loss=loss, metrics={"masked_mse": loss})
 
 
+def rank_score(score: Tensor) -> Tensor:
+    """Ranks ``[N]`` in (0, 1] (ties broken by position), so that scores of unrelated scales
+    can be averaged."""
+    rank = torch.empty(score.numel(), dtype=torch.float64)
+    rank[score.argsort(stable=True)] = torch.arange(1, score.numel() + 1, dtype=torch.float64)
+    return rank / score.numel()
+
+
 @torch.no_grad()
 def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tensor,
                   mask_ratio: float, rounds: int, generator: torch.Generator
                   ) -> dict[str, Tensor]:
-    """``{"reconstruction": [N], "energy": [N]}`` (float64, CPU): per round the nodes are split
-    at random into ``ceil(1 / mask_ratio)`` masks; a node's reconstruction error is averaged
-    over the passes in which it is masked, its final-token energy over those in which it is
+    """``{"reconstruction": [N], "energy": [N]}`` (float64, CPU; with the edge decoder also
+    ``"structure"`` and ``"combined"``): per round the nodes are split at random into
+    ``ceil(1 / mask_ratio)`` masks; a node's reconstruction error is averaged over the passes in
+    which it is masked, its final-token energy and structure error over those in which it is
     open."""
     num_nodes = x.size(0)
     parts = max(math.ceil(1.0 / check_mask_ratio(mask_ratio)), 2)
-    error_sum = torch.zeros(num_nodes, dtype=torch.float64)
-    energy_sum = torch.zeros(num_nodes, dtype=torch.float64)
+    sums: dict[str, Tensor] = {}
     open_count = torch.zeros(num_nodes, dtype=torch.float64)
     model.eval()
     for _ in range(rounds):
@@ -202,13 +231,17 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
             mask = group == part
             if not bool(mask.any()):
                 continue
-            error, energy = model.scores(x, edge_index, mask)
-            error, energy = error.double().cpu(), energy.double().cpu()
-            error_sum[mask] += error[mask]
-            energy_sum[~mask] += energy[~mask]
+            for name, value in model.scores(x, edge_index, mask).items():
+                value = value.double().cpu()
+                total = sums.setdefault(name, torch.zeros(num_nodes, dtype=torch.float64))
+                chosen = mask if name == "reconstruction" else ~mask
+                total[chosen] += value[chosen]
             open_count[~mask] += 1
-    return {"reconstruction": error_sum / rounds,
-            "energy": energy_sum / open_count.clamp_min(1.0)}
+    out = {name: total / (rounds if name == "reconstruction" else open_count.clamp_min(1.0))
+           for name, total in sums.items()}
+    if "structure" in out:
+        out["combined"] = (rank_score(out["reconstruction"]) + rank_score(out["structure"])) / 2
+    return out
 
 
 class UnsupervisedETDetector(BaseDetector):
@@ -234,7 +267,7 @@ class UnsupervisedETDetector(BaseDetector):
         return ETMaskedNodeReconstruction(
             in_channels, hidden_channels=m.hidden, heads=m.heads, head_dim=m.head_dim,
             hopfield_dim=m.hopfield_dim, steps=m.steps, alpha=m.alpha, hopfield=m.hopfield,
-            noise_std=m.noise_std)
+            noise_std=m.noise_std, structure=m.structure_weight > 0)
 
     def fit(self, data: Data, train_mask: Optional[Tensor] = None,
             val_mask: Optional[Tensor] = None) -> UnsupervisedETDetector:
@@ -254,7 +287,7 @@ class UnsupervisedETDetector(BaseDetector):
         generator = torch.Generator().manual_seed(self.seed)
         val_nodes = random_node_mask(graph.num_nodes, self.config.train.val_fraction, generator)
         task = MaskedReconstructionTask(x, edge_index, val_nodes, self.config.model.mask_ratio,
-                                        generator)
+                                        generator, self.config.model.structure_weight)
         trainer = Trainer(self.config.train, checkpoint=self.checkpoint,
                           description=type(self).__name__, progress=self.progress,
                           generators=[generator], on_epoch=self.on_epoch,
@@ -271,8 +304,9 @@ class UnsupervisedETDetector(BaseDetector):
         return self
 
     def score_samples(self, data: Data) -> dict[str, Tensor]:
-        """``{"reconstruction": [N], "energy": [N]}`` (float64) for any graph with the fitted
-        feature width; deterministic for a given detector seed."""
+        """``{"reconstruction": [N], "energy": [N]}`` (float64; plus ``"structure"`` and
+        ``"combined"`` with ``structure_weight > 0``) for any graph with the fitted feature
+        width; deterministic for a given detector seed."""
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         graph = label_free_graph(data)

@@ -38,8 +38,6 @@ from ..transforms.features import FEATURE_NORMS, quantile_normal
 
 METRICS = ("auroc", "auprc", "rec_at_k")
 MODEL_NAMES = ("et", *SKLEARN_MODELS, *PYGOD_MODELS)
-#: The two rows of the one unsupervised ET fit.
-ET_ROWS = {"et_reconstruction": "reconstruction", "et_energy": "energy"}
 
 
 @dataclass
@@ -222,8 +220,8 @@ def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
                                              progress=progress, device=config.run.device)
                 det.checkpoint = config.run.checkpoint("et", f"seed{seed}")
                 det.fit(graph)
-                for row, key in ET_ROWS.items():
-                    scores.setdefault(row, []).append(det.scores_[key].numpy())
+                for key, value in det.scores_.items():
+                    scores.setdefault(f"et_{key}", []).append(value.numpy())
                 info = det.fit_info_
                 detail["et"] = {"best_epoch": info["best_epoch"],
                                 "val_masked_mse": info["best_loss"],

@@ -10,6 +10,7 @@ import math
 from typing import Optional, Union
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..conv import ETConv
@@ -54,6 +55,14 @@ class ETMaskedNodeReconstruction(nn.Module):
     - :meth:`node_energy`: per-node energy ``[N]`` at the final tokens
       (:meth:`ETConv.node_energy` of ``x^T``).
 
+    With ``structure=True`` the final tokens also reconstruct the *edges*, as DOMINANT's
+    structure decoder does, but sparsely: an edge's logit is
+    ``s_AB = z_A . z_B`` with ``z = W_s LN(x^T)``, trained with the logistic loss on every edge
+    against as many uniformly drawn node pairs (:meth:`structure_loss`). A node's structure
+    error (:meth:`structure_error`) is the mean ``-log sigmoid(s_AB)`` over its in-edges: high
+    when its edges join tokens the model does not expect to be linked (an injected clique of
+    unrelated nodes), with no dense ``N x N`` product.
+
     Args:
         in_channels: feature width ``F``.
         hidden_channels: token width ``D``.
@@ -72,6 +81,7 @@ class ETMaskedNodeReconstruction(nn.Module):
         alpha: float = 0.5,
         hopfield: str = "relu",
         noise_std: float = 0.0,
+        structure: bool = False,
     ) -> None:
         super().__init__()
         if in_channels <= 0 or hidden_channels <= 0:
@@ -85,6 +95,8 @@ class ETMaskedNodeReconstruction(nn.Module):
                            hopfield=hopfield, noise_std=noise_std)
         self.decoder_norm = nn.LayerNorm(hidden_channels)
         self.decoder = nn.Linear(hidden_channels, in_channels)
+        self.edge_decoder = (nn.Linear(hidden_channels, hidden_channels, bias=False)
+                             if structure else None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -93,6 +105,13 @@ class ETMaskedNodeReconstruction(nn.Module):
         self.conv.reset_parameters()
         self.decoder_norm.reset_parameters()
         self.decoder.reset_parameters()
+        if self.edge_decoder is not None:
+            self.edge_decoder.reset_parameters()
+
+    @property
+    def structure(self) -> bool:
+        """Whether the network also reconstructs edges."""
+        return self.edge_decoder is not None
 
     def _check_mask(self, mask: Tensor, num_nodes: int) -> Tensor:
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
@@ -127,14 +146,54 @@ class ETMaskedNodeReconstruction(nn.Module):
         return self.decode(self.conv(tokens, edge_index))
 
     def loss(self, x: Tensor, edge_index: Tensor, mask: Tensor,
-             targets: Optional[Tensor] = None) -> Tensor:
+             targets: Optional[Tensor] = None, structure_weight: float = 0.0,
+             generator: Optional[torch.Generator] = None) -> Tensor:
         """Mean squared feature error over the masked nodes (or over ``targets``, a bool
-        ``[N]`` subset of them)."""
-        error = self.reconstruction_error(x, edge_index, mask)
+        ``[N]`` subset of them), plus ``structure_weight`` times :meth:`structure_loss` of the
+        same final tokens (negative pairs drawn with ``generator``)."""
         chosen = mask if targets is None else targets & mask.to(targets.device)
         if not bool(chosen.any()):
             raise ValueError("the loss needs at least one masked target node")
-        return error[chosen.to(error.device)].mean()
+        tokens = self.final_tokens(x, edge_index, mask)
+        error = (self.decode(tokens) - x.to(tokens.dtype)).pow(2).mean(dim=-1)
+        loss = error[chosen.to(error.device)].mean()
+        if structure_weight:
+            loss = loss + structure_weight * self.structure_loss(tokens, edge_index, generator)
+        return loss
+
+    def _check_structure(self) -> nn.Linear:
+        if self.edge_decoder is None:
+            raise RuntimeError("this network has no edge decoder: build it with structure=True")
+        return self.edge_decoder
+
+    def edge_logits(self, tokens: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        """``s_AB = z_A . z_B`` ``[E]`` for the pairs ``(src, dst)``, ``z = W_s LN(tokens)``."""
+        z = self._check_structure()(self.decoder_norm(tokens))
+        return (z.index_select(0, src) * z.index_select(0, dst)).sum(dim=-1)
+
+    def structure_loss(self, tokens: Tensor, edge_index: Tensor,
+                       generator: Optional[torch.Generator] = None) -> Tensor:
+        """Logistic edge loss: mean ``-log sigmoid(s)`` over the edges plus mean
+        ``-log sigmoid(-s)`` over as many uniformly drawn node pairs (the negatives may hit an
+        edge now and then, as in any negative sampling; on sparse graphs that is rare)."""
+        self._check_structure()
+        if edge_index.size(1) == 0:
+            raise ValueError("the structure loss needs at least one edge")
+        num_nodes = tokens.size(0)
+        negatives = torch.randint(num_nodes, (2, edge_index.size(1)), generator=generator)
+        negatives = negatives.to(edge_index.device)
+        positive = self.edge_logits(tokens, edge_index[0], edge_index[1])
+        negative = self.edge_logits(tokens, negatives[0], negatives[1])
+        return F.softplus(-positive).mean() + F.softplus(negative).mean()
+
+    def structure_error(self, tokens: Tensor, edge_index: Tensor) -> Tensor:
+        """Per-node mean ``-log sigmoid(s_AB)`` ``[N]`` over the node's in-edges (0 for a node
+        without any)."""
+        loss = F.softplus(-self.edge_logits(tokens, edge_index[0], edge_index[1]))
+        total = loss.new_zeros(tokens.size(0)).index_add_(0, edge_index[1], loss)
+        count = loss.new_zeros(tokens.size(0)).index_add_(0, edge_index[1],
+                                                           torch.ones_like(loss))
+        return total / count.clamp_min(1.0)
 
     def reconstruction_error(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> Tensor:
         """Per-node squared error ``[N]`` (mean over the ``F`` features) between the prediction
@@ -147,11 +206,15 @@ class ETMaskedNodeReconstruction(nn.Module):
         """Each node's energy ``[N]`` at the final tokens ``x^T`` (:meth:`ETConv.node_energy`)."""
         return self.conv.node_energy(self.final_tokens(x, edge_index, mask), edge_index)
 
-    def scores(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """``(reconstruction_error, node_energy)``, both ``[N]``, from one descent."""
+    def scores(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> dict[str, Tensor]:
+        """``{"reconstruction": [N], "energy": [N]}`` (plus ``"structure"`` with the edge
+        decoder) from one descent."""
         tokens = self.final_tokens(x, edge_index, mask)
         error = (self.decode(tokens) - x.to(tokens.dtype)).pow(2).mean(dim=-1)
-        return error, self.conv.node_energy(tokens, edge_index)
+        out = {"reconstruction": error, "energy": self.conv.node_energy(tokens, edge_index)}
+        if self.structure:
+            out["structure"] = self.structure_error(tokens, edge_index)
+        return out
 
     def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, hidden_channels={self.hidden_channels}"
