@@ -253,7 +253,7 @@ def test_network_structure_error_is_the_mean_edge_loss_over_in_edges(graph):
     # an isolated node has no edge loss, and the loss adds the sampled negative pairs
     assert float(model.structure_error(tokens, graph.edge_index[:, :0]).detach().abs().sum()) == 0.0
     loss = model.structure_loss(tokens, graph.edge_index, torch.Generator().manual_seed(1))
-    assert loss.ndim == 0 and float(loss) > float(error.mean()) * 0.5
+    assert loss.ndim == 0 and float(loss.detach()) > float(error.detach().mean()) * 0.5
     assert set(model.scores(graph.x, graph.edge_index, mask)) == {
         "reconstruction", "energy", "structure"}
     plain = ETMaskedNodeReconstruction(graph.num_features, 8, heads=1, head_dim=4, steps=1)
