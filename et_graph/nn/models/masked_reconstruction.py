@@ -12,6 +12,7 @@ from typing import Optional, Union
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.utils import scatter
 
 from ..conv import ETConv
 from ..validation import check_features
@@ -155,52 +156,55 @@ class ETMaskedNodeReconstruction(nn.Module):
         if not bool(chosen.any()):
             raise ValueError("the loss needs at least one masked target node")
         tokens = self.final_tokens(x, edge_index, mask)
-        error = (self.decode(tokens) - x.to(tokens.dtype)).pow(2).mean(dim=-1)
+        error = self._feature_error(tokens, x)
         loss = error[chosen.to(error.device)].mean()
         if structure_weight:
             loss = loss + structure_weight * self.structure_loss(tokens, edge_index, generator)
         return loss
 
-    def _check_structure(self) -> nn.Linear:
+    def _feature_error(self, tokens: Tensor, x: Tensor) -> Tensor:
+        """Per-node squared error ``[N]`` (mean over the features) of the decoded ``tokens``."""
+        return (self.decode(tokens) - x.to(tokens.dtype)).pow(2).mean(dim=-1)
+
+    def _edge_embedding(self, tokens: Tensor) -> Tensor:
+        """``z = W_s LN(tokens)`` ``[N, D]``, the vectors whose dot products are edge logits."""
         if self.edge_decoder is None:
             raise RuntimeError("this network has no edge decoder: build it with structure=True")
-        return self.edge_decoder
+        return self.edge_decoder(self.decoder_norm(tokens))
+
+    @staticmethod
+    def _pair_logits(z: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        return (z.index_select(0, src) * z.index_select(0, dst)).sum(dim=-1)
 
     def edge_logits(self, tokens: Tensor, src: Tensor, dst: Tensor) -> Tensor:
         """``s_AB = z_A . z_B`` ``[E]`` for the pairs ``(src, dst)``, ``z = W_s LN(tokens)``."""
-        z = self._check_structure()(self.decoder_norm(tokens))
-        return (z.index_select(0, src) * z.index_select(0, dst)).sum(dim=-1)
+        return self._pair_logits(self._edge_embedding(tokens), src, dst)
 
     def structure_loss(self, tokens: Tensor, edge_index: Tensor,
                        generator: Optional[torch.Generator] = None) -> Tensor:
         """Logistic edge loss: mean ``-log sigmoid(s)`` over the edges plus mean
         ``-log sigmoid(-s)`` over as many uniformly drawn node pairs (the negatives may hit an
         edge now and then, as in any negative sampling; on sparse graphs that is rare)."""
-        self._check_structure()
+        z = self._edge_embedding(tokens)  # once for the edges and the negatives
         if edge_index.size(1) == 0:
             raise ValueError("the structure loss needs at least one edge")
-        num_nodes = tokens.size(0)
-        negatives = torch.randint(num_nodes, (2, edge_index.size(1)), generator=generator)
+        negatives = torch.randint(tokens.size(0), (2, edge_index.size(1)), generator=generator)
         negatives = negatives.to(edge_index.device)
-        positive = self.edge_logits(tokens, edge_index[0], edge_index[1])
-        negative = self.edge_logits(tokens, negatives[0], negatives[1])
+        positive = self._pair_logits(z, edge_index[0], edge_index[1])
+        negative = self._pair_logits(z, negatives[0], negatives[1])
         return F.softplus(-positive).mean() + F.softplus(negative).mean()
 
     def structure_error(self, tokens: Tensor, edge_index: Tensor) -> Tensor:
         """Per-node mean ``-log sigmoid(s_AB)`` ``[N]`` over the node's in-edges (0 for a node
         without any)."""
         loss = F.softplus(-self.edge_logits(tokens, edge_index[0], edge_index[1]))
-        total = loss.new_zeros(tokens.size(0)).index_add_(0, edge_index[1], loss)
-        count = loss.new_zeros(tokens.size(0)).index_add_(0, edge_index[1],
-                                                           torch.ones_like(loss))
-        return total / count.clamp_min(1.0)
+        return scatter(loss, edge_index[1], dim=0, dim_size=tokens.size(0), reduce="mean")
 
     def reconstruction_error(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> Tensor:
         """Per-node squared error ``[N]`` (mean over the ``F`` features) between the prediction
         and ``x``. Only the masked nodes' entries are completion errors; an open node's entry
         is how well its own token is decoded back."""
-        prediction = self(x, edge_index, mask)
-        return (prediction - x.to(prediction.dtype)).pow(2).mean(dim=-1)
+        return self._feature_error(self.final_tokens(x, edge_index, mask), x)
 
     def node_energy(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> Tensor:
         """Each node's energy ``[N]`` at the final tokens ``x^T`` (:meth:`ETConv.node_energy`)."""
@@ -210,8 +214,8 @@ class ETMaskedNodeReconstruction(nn.Module):
         """``{"reconstruction": [N], "energy": [N]}`` (plus ``"structure"`` with the edge
         decoder) from one descent."""
         tokens = self.final_tokens(x, edge_index, mask)
-        error = (self.decode(tokens) - x.to(tokens.dtype)).pow(2).mean(dim=-1)
-        out = {"reconstruction": error, "energy": self.conv.node_energy(tokens, edge_index)}
+        out = {"reconstruction": self._feature_error(tokens, x),
+               "energy": self.conv.node_energy(tokens, edge_index)}
         if self.structure:
             out["structure"] = self.structure_error(tokens, edge_index)
         return out
