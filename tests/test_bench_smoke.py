@@ -133,3 +133,42 @@ def test_general_preset_ranks_configurations_by_mean_rank_over_datasets():
 
     with pytest.raises(ValueError, match="every dataset"):
         module.rank_configurations({"D1": {a: (0, 0.9)}, "D2": {b: (0, 0.9)}})
+
+
+def _gnnbenchmark_results(folder, val: dict, test: dict, dataset: str = "ZINC proxy") -> None:
+    def stat(v):
+        return {"mean": v, "std": 0.0, "values": [v]}
+
+    folder.mkdir(parents=True)
+    models = {m: {"mae": stat(test[m]), "val_mae": stat(val[m]), "params": 10, "seeds": [0]}
+              for m in val}
+    (folder / "results.json").write_text(json.dumps({
+        "dataset": dataset, "metric": "mae", "lower_is_better": True,
+        "split_sizes": {"train": 8, "val": 2, "test": 4}, "models": models}))
+
+
+def test_gnnbenchmark_select_chooses_on_validation_only(tmp_path):
+    """Each model keeps its variant with the lower holdout MAE, even where the other variant has
+    the lower test MAE; runs on other splits cannot be mixed."""
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("gnnbenchmark_select",
+                                                  SCRIPT.parent / "gnnbenchmark_select.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _gnnbenchmark_results(tmp_path / "a", {"et": 0.5, "gin": 0.4}, {"et": 0.3, "gin": 0.5})
+    _gnnbenchmark_results(tmp_path / "b", {"et": 0.4, "gin": 0.45}, {"et": 0.6, "gin": 0.2})
+    out = tmp_path / "sel.json"
+    selection = module.main([str(tmp_path / "a"), str(tmp_path / "b"), "--names", "base,rw",
+                             "--json", str(out)])
+    assert selection["models"]["et"]["selected"] == "rw"  # val 0.4 < 0.5; its test is worse
+    assert selection["models"]["gin"]["selected"] == "base"
+    assert json.loads(out.read_text())["models"]["et"]["selected"] == "rw"
+    assert "| et | rw | 0.6000 ± 0.0000 |" in out.with_suffix(".md").read_text()
+    _gnnbenchmark_results(tmp_path / "c", {"et": 0.1}, {"et": 0.1}, dataset="PATTERN")
+    with pytest.raises(SystemExit, match="another dataset"):
+        module.main([str(tmp_path / "a"), str(tmp_path / "c")])
+    with pytest.raises(SystemExit, match="one distinct name"):
+        module.main([str(tmp_path / "a"), str(tmp_path / "b"), "--names", "x,x"])

@@ -265,6 +265,49 @@ def test_baselines_shapes_and_bad_input(cls, zinc_val):
         node_model(x * float("nan"), batch.edge_index, None, batch.batch)
 
 
+@pytest.mark.parametrize("cls", [GINBaseline, GatedGCNBaseline])
+def test_baselines_read_the_random_walk_encoding(cls, zinc_val):
+    """With rw_pe_dim > 0 the encoding changes the output (it enters the node embedding); a
+    missing, mis-shaped or unexpected rw_pe is an error rather than silently ignored."""
+    from torch_geometric.loader import DataLoader
+
+    from et_graph.transforms import RandomWalkPE
+
+    batch = next(iter(DataLoader([RandomWalkPE(4)(g) for g in zinc_val[:4]], batch_size=4)))
+    torch.manual_seed(0)
+    model = cls(1, "regression", hidden=16, num_layers=2, num_node_types=28, num_edge_types=4,
+                rw_pe_dim=4).eval()
+    args = (batch.x, batch.edge_index, batch.edge_attr, batch.batch)
+    out = model(*args, rw_pe=batch.rw_pe)
+    assert out.shape == (4,)
+    assert not torch.allclose(out, model(*args, rw_pe=torch.zeros_like(batch.rw_pe)))
+    with pytest.raises(ValueError, match="rw_pe_dim=4"):
+        model(*args)
+    with pytest.raises(ValueError, match="rw_pe_dim=4"):
+        model(*args, rw_pe=batch.rw_pe[:, :3])
+    plain = cls(1, "regression", hidden=16, num_layers=2, num_node_types=28, num_edge_types=4)
+    with pytest.raises(ValueError, match="rw_pe_dim=0"):
+        plain(*args, rw_pe=batch.rw_pe)
+    with pytest.raises(ValueError, match="rw_pe_dim"):
+        cls(1, "regression", num_node_types=28, rw_pe_dim=-1)
+
+
+def test_random_walk_encoding_reaches_every_model(tmp_path):
+    """``--rw-pe-dim`` gives the encoding to ET and both baselines (their parameter counts grow
+    by the encoder), and the results say so."""
+    root = str(REPO / "datasets")
+    plain = _main("--dataset", "ZINC", "--root", root, "--seeds", "0",
+                  "--out", str(tmp_path / "plain"))
+    with_rw = _main("--dataset", "ZINC", "--root", root, "--seeds", "0", "--rw-pe-dim", "4",
+                    "--out", str(tmp_path / "rw"))
+    for name, stats in with_rw["models"].items():
+        hidden = 16  # --quick: ET and the baselines have width 16
+        assert stats["params"] == plain["models"][name]["params"] + 4 * hidden + hidden, name
+    assert "random-walk encoding (4 steps)" in (tmp_path / "rw" / "results.md").read_text()
+    with pytest.raises(ValueError, match="rw_pe_dim"):
+        GNNBenchmarkDataConfig(rw_pe_dim=-1)
+
+
 # ------------------------------------------------------------------------------------------
 # Config
 # ------------------------------------------------------------------------------------------
@@ -299,6 +342,8 @@ def test_config_rejects_bad_values():
 
 @pytest.mark.parametrize("name, dataset, epochs, seeds, sizes", [
     ("zinc_proxy", "ZINC", 50, [0, 1, 2], (2000, 400, 400)),
+    ("zinc_proxy_long", "ZINC", 100, [0, 1, 2], (2000, 400, 400)),
+    ("zinc_proxy_long_rwpe", "ZINC", 100, [0, 1, 2], (2000, 400, 400)),
     ("pattern_generated", "PATTERN", 12, [0, 1], (200, 50, 50)),
     ("cluster_generated", "CLUSTER", 12, [0, 1], (200, 50, 50)),
 ])

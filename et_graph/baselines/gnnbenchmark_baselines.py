@@ -7,7 +7,9 @@ used when present (``GINEConv``, ``ResGatedGraphConv(edge_dim=...)``).
 
 Inputs follow one convention so ET and the baselines see identical data: ``x`` is either long
 ids ``[N]``/``[N, 1]`` (``num_node_types`` given) or float features ``[N, F]`` (``node_dim``
-given); ``edge_attr`` likewise with ``num_edge_types`` / ``edge_dim`` (or absent).
+given); ``edge_attr`` likewise with ``num_edge_types`` / ``edge_dim`` (or absent). With
+``rw_pe_dim > 0`` a random-walk encoding ``rw_pe`` ``[N, rw_pe_dim]`` is embedded linearly and
+added to the node embedding, as ET adds it to its tokens.
 """
 from __future__ import annotations
 
@@ -70,15 +72,19 @@ class _BenchmarkGNN(nn.Module):
         node_dim: Optional[int] = None,
         num_edge_types: Optional[int] = None,
         edge_dim: Optional[int] = None,
+        rw_pe_dim: int = 0,
     ) -> None:
         super().__init__()
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         if num_layers < 1 or hidden < 1 or out_channels < 1:
             raise ValueError("num_layers, hidden and out_channels must be positive")
+        if rw_pe_dim < 0:
+            raise ValueError(f"rw_pe_dim must be >= 0, got {rw_pe_dim}")
         self.task = task
         self.dropout = dropout
         self.node_encoder = InputEncoder(hidden, num_node_types, node_dim)
+        self.rw_encoder = nn.Linear(rw_pe_dim, hidden) if rw_pe_dim else None
         self.uses_edges = num_edge_types is not None or edge_dim is not None
         self.edge_encoder = (
             InputEncoder(hidden, num_edge_types, edge_dim) if self.uses_edges else None
@@ -91,12 +97,16 @@ class _BenchmarkGNN(nn.Module):
         raise NotImplementedError
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None) -> Tensor:
+                batch: Optional[Tensor] = None, rw_pe: Optional[Tensor] = None) -> Tensor:
         if x.size(0) == 0:
             raise ValueError("the batch has no nodes")
         edge_index = check_edge_index(edge_index, x.size(0))
         check_batch(batch, x.size(0))
         h = self.node_encoder(x)
+        if self.rw_encoder is not None:
+            h = h + self.rw_encoder(self._check_rw_pe(rw_pe, x.size(0)))
+        elif rw_pe is not None:
+            raise ValueError("got rw_pe, but the model was built with rw_pe_dim=0")
         e = None
         if self.uses_edges:
             if edge_attr is None or edge_attr.size(0) != edge_index.size(1):
@@ -116,6 +126,18 @@ class _BenchmarkGNN(nn.Module):
             h = self.pooling(h, batch)
         out = self.head(h)
         return out.squeeze(-1) if self.task == "regression" else out
+
+
+    def _check_rw_pe(self, rw_pe: Optional[Tensor], num_nodes: int) -> Tensor:
+        expected = (num_nodes, self.rw_encoder.in_features)
+        if rw_pe is None or tuple(rw_pe.shape) != expected:
+            got = None if rw_pe is None else list(rw_pe.shape)
+            raise ValueError(f"the model was built with rw_pe_dim={expected[1]}: rw_pe must be "
+                             f"{list(expected)}, got {got} (apply "
+                             f"et_graph.transforms.RandomWalkPE({expected[1]}) to the data)")
+        if not rw_pe.is_floating_point() or not bool(torch.isfinite(rw_pe).all()):
+            raise ValueError("rw_pe must be finite floating point")
+        return rw_pe.to(self.rw_encoder.weight.dtype)
 
 
 class GINBaseline(_BenchmarkGNN):

@@ -53,6 +53,9 @@ class GNNBenchmarkDataConfig:
         train_limit: use a random subset of this many training graphs (none = all).
         val_limit: use a random subset of this many validation graphs (none = all).
         test_limit: use a random subset of this many test graphs (none = all).
+        rw_pe_dim: random-walk return probabilities (1..k steps,
+            :class:`~et_graph.transforms.RandomWalkPE`) given to *every* model as extra node
+            inputs (0 = off), so that a structural encoding never favours one model.
     """
 
     dataset: str = "ZINC"
@@ -65,6 +68,7 @@ class GNNBenchmarkDataConfig:
     train_limit: Optional[int] = None
     val_limit: Optional[int] = None
     test_limit: Optional[int] = None
+    rw_pe_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.dataset not in DATASETS:
@@ -74,6 +78,8 @@ class GNNBenchmarkDataConfig:
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must lie in (0, 1), got {self.holdout_fraction}")
         parse_sizes(self.generated_sizes)
+        if self.rw_pe_dim < 0:
+            raise ValueError(f"rw_pe_dim must be >= 0 (0 = off), got {self.rw_pe_dim}")
         for split, limit in self.limits.items():
             if limit is not None and limit <= 0:
                 raise ValueError(f"{split}_limit must be positive, got {limit}")
@@ -118,6 +124,20 @@ def load_benchmark(config: GNNBenchmarkDataConfig) -> BenchmarkData:
     return data
 
 
+def add_random_walk_encoding(data: BenchmarkData, k: int, progress: bool = True) -> None:
+    """Attach ``rw_pe`` ``[N, k]`` (:class:`~et_graph.transforms.RandomWalkPE`) to every graph,
+    once, and record ``data.rw_pe_dim = k`` so that every model is built to read it."""
+    if k <= 0:
+        return
+    from ..transforms import RandomWalkPE
+
+    transform = RandomWalkPE(k)
+    for split, graphs in data.splits.items():
+        bar = tqdm(graphs, desc=f"random-walk PE ({split})", leave=False, disable=not progress)
+        data.splits[split] = [transform(g) for g in bar]
+    data.rw_pe_dim = k
+
+
 def add_positional_encoding(data: BenchmarkData, k: int, progress: bool = True) -> None:
     """Attach ``lap_pe``/``cls_lap_pe`` (ET's CLS Laplacian PE) to every graph, once."""
     if k <= 0:
@@ -145,6 +165,7 @@ __all__ = [
     "BenchmarkData",
     "GNNBenchmarkDataConfig",
     "add_positional_encoding",
+    "add_random_walk_encoding",
     "limit_graphs",
     "load_benchmark",
     "parse_sizes",

@@ -38,6 +38,8 @@ class BenchmarkData:
         num_edge_types: number of integer edge labels.
         protocol: one sentence for results files.
         notes: caveats for results files.
+        rw_pe_dim: width of the random-walk encoding ``rw_pe`` every graph carries (0 = none;
+            set by :func:`~et_graph.datasets.gnnbenchmark.add_random_walk_encoding`).
     """
 
     name: str
@@ -52,6 +54,7 @@ class BenchmarkData:
     num_edge_types: Optional[int] = None
     protocol: str = ""
     notes: list[str] = field(default_factory=list)
+    rw_pe_dim: int = 0
 
     @property
     def lower_is_better(self) -> bool:

@@ -32,6 +32,7 @@ from ..datasets.gnnbenchmark import (
     BenchmarkData,
     GNNBenchmarkDataConfig,
     add_positional_encoding,
+    add_random_walk_encoding,
     load_benchmark,
 )
 from ..protocols.gnnbenchmark import (
@@ -154,6 +155,7 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     names, seeds = config.protocol.model_names, config.protocol.seed_list
     progress = config.run.progress
     data = load_benchmark(config.data)
+    add_random_walk_encoding(data, config.data.rw_pe_dim, progress)  # every model reads it
     if "et" in names:
         add_positional_encoding(data, config.et.pe_dim, progress)
     metric = data.metric
@@ -185,6 +187,9 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
         "meta": run_metadata(config),
     }
     notes = list(data.notes)
+    if data.rw_pe_dim:
+        notes.append(f"Every model adds a random-walk encoding ({data.rw_pe_dim} steps) to its "
+                     "node inputs.")
     notes.append("Split sizes: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + ".")
     notes += [f"{name}: {m['params']:,} parameters, selected epochs {m['selected_epoch']}, "
               f"{format_stat(m['train_seconds'], 0)} s training per seed"

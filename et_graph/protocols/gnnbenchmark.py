@@ -168,6 +168,7 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
             edge_categories=data.num_edge_types,
             continuous_channels=data.node_dim if data.task == "classification" else 0,
             num_node_categories=data.num_node_types, dropout=et.dropout, readout=et.readout,
+            rw_pe_dim=data.rw_pe_dim,
         )
     if name in BASELINES:
         baselines = baselines or BaselineConfig()
@@ -176,6 +177,7 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
             num_layers=baselines.baseline_layers, dropout=baselines.baseline_dropout,
             num_node_types=data.num_node_types, node_dim=data.node_dim,
             num_edge_types=data.num_edge_types, edge_dim=data.edge_dim,
+            rw_pe_dim=data.rw_pe_dim,
         )
     raise ValueError(f"unknown model {name!r}; choose from {MODEL_NAMES}")
 
@@ -187,7 +189,8 @@ def predict(model: nn.Module, batch: Data) -> Tensor:
     if hasattr(model, "forward_data"):
         out = model.forward_data(batch)
     else:
-        out = model(batch.x, batch.edge_index, getattr(batch, "edge_attr", None), batch.batch)
+        out = model(batch.x, batch.edge_index, getattr(batch, "edge_attr", None), batch.batch,
+                    rw_pe=getattr(batch, "rw_pe", None))
     return out.view(-1) if out.dim() == 2 and out.size(1) == 1 else out
 
 

@@ -1,0 +1,104 @@
+"""Per-model selection between GNNBenchmark runs, on the validation (holdout) metric only.
+
+Each run folder holds the ``results.json`` of one ``et-graph gnnbenchmark`` run (one variant:
+its preset). Every model present in all runs gets the same budget, one variant per run, and keeps
+the variant with the best mean validation metric over its seeds (for the ZINC proxy the holdout
+MAE of the 200 held-out official-val graphs). The test metric of the kept variant is read from
+the same file; the test metrics of the other variants are shown too, but never used to choose.
+
+    python benchmarks/gnnbenchmark_select.py runs/zinc_long runs/zinc_long_rwpe \\
+        --names base,rwpe --json docs/measured/graph/zinc_selection.json
+
+Prints a Markdown table (and writes it beside the JSON as ``.md``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+from et_graph.reporting import format_stat
+
+
+def load_run(folder: Path) -> dict[str, Any]:
+    path = folder / "results.json"
+    if not path.is_file():
+        raise SystemExit(f"{path} not found: give folders written by et-graph gnnbenchmark --out")
+    return json.loads(path.read_text())
+
+
+def select(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{"metric", "lower_is_better", "models": {model: {"selected", "variants"}}}``."""
+    first = next(iter(runs.values()))
+    metric, lower = first["metric"], bool(first["lower_is_better"])
+    for name, run in runs.items():
+        if (run["metric"], run["dataset"], run["split_sizes"]) != (
+                metric, first["dataset"], first["split_sizes"]):
+            raise SystemExit(f"run {name!r} has another dataset, split or metric than the first "
+                             "run; only variants on the same splits can be selected between")
+    models = [m for m in first["models"] if all(m in run["models"] for run in runs.values())]
+    if not models:
+        raise SystemExit("no model is present in every run")
+    out: dict[str, Any] = {}
+    for model in models:
+        variants = {
+            name: {"val": run["models"][model][f"val_{metric}"],
+                   "test": run["models"][model][metric],
+                   "params": run["models"][model]["params"],
+                   "seeds": run["models"][model]["seeds"]}
+            for name, run in runs.items()
+        }
+        val = {name: v["val"]["mean"] for name, v in variants.items()}
+        selected = (min if lower else max)(val, key=val.get)
+        out[model] = {"selected": selected, "variants": variants}
+    return {"dataset": first["dataset"], "metric": metric, "lower_is_better": lower,
+            "models": out}
+
+
+def markdown(selection: dict[str, Any]) -> str:
+    metric = selection["metric"]
+    names = list(next(iter(selection["models"].values()))["variants"])
+    header = (["model", "selected variant", f"test {metric} (selected)",
+               f"val {metric} (selected)"]
+              + [f"val / test {metric}: {n}" for n in names])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for model, entry in selection["models"].items():
+        chosen = entry["variants"][entry["selected"]]
+        cells = [model, entry["selected"], format_stat(chosen["test"], 4),
+                 format_stat(chosen["val"], 4)]
+        cells += [f"{format_stat(v['val'], 4)} / {format_stat(v['test'], 4)}"
+                  for v in entry["variants"].values()]
+        lines.append("| " + " | ".join(cells) + " |")
+    direction = "lowest" if selection["lower_is_better"] else "highest"
+    lines.append("")
+    lines.append(f"Each model keeps the variant with the {direction} mean validation {metric}; "
+                 "the test column of the other variants is shown, never used to choose.")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="folders with results.json")
+    parser.add_argument("--names", default=None,
+                        help="comma list naming the variants (default: the folder names)")
+    parser.add_argument("--json", type=Path, default=None, help="write the selection here")
+    args = parser.parse_args(argv)
+    names = (args.names.split(",") if args.names else [p.name for p in args.runs])
+    if len(names) != len(args.runs) or len(set(names)) != len(names):
+        raise SystemExit("--names must give one distinct name per run folder")
+    selection = select({n: load_run(p) for n, p in zip(names, args.runs)})
+    selection["runs"] = {n: str(p) for n, p in zip(names, args.runs)}
+    table = markdown(selection)
+    print(table)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(selection, indent=2) + "\n")
+        args.json.with_suffix(".md").write_text(table + "\n")
+    return selection
+
+
+if __name__ == "__main__":
+    main()
