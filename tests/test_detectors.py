@@ -159,3 +159,46 @@ def test_gbt_max_features_subsamples_columns(graph):
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match="max_features"):
             GBTDetector(max_features=bad)
+
+
+def test_quantile_binner_grows_scikit_learns_unweighted_trees():
+    """Without sample weights, scikit-learn on the binned columns grows exactly the trees it
+    grows on the raw columns (the binner reproduces its unweighted edges); narrow columns are
+    untouched, wide ones keep at most 255 ordered codes, and unseen values map monotonically."""
+    import numpy as np
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from et_graph.detectors.tree import QuantileBinner
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    x = np.column_stack([rng.normal(size=n), rng.integers(0, 5, n), rng.exponential(size=n) ** 3,
+                         np.round(rng.normal(size=n), 1)]).astype(np.float32)
+    y = (x[:, 0] + 0.1 * x[:, 2] + rng.normal(size=n) > 1).astype(int)
+    binner = QuantileBinner().fit(x)
+    codes = binner.transform(x)
+    assert binner.wide_.tolist() == [0, 2]
+    assert np.array_equal(codes[:, [1, 3]], x[:, [1, 3]])
+    assert all(len(np.unique(codes[:, c])) <= 255 for c in (0, 2))
+    order = np.argsort(x[:, 0])
+    assert (np.diff(codes[order, 0]) >= 0).all()
+    raw = HistGradientBoostingClassifier(max_iter=25, random_state=0).fit(x, y)
+    binned = HistGradientBoostingClassifier(max_iter=25, random_state=0).fit(codes, y)
+    assert np.array_equal(raw.predict_proba(x), binned.predict_proba(codes))
+    unseen = np.array([[-1e9, 0, 1e9, 0]], dtype=np.float32)
+    assert binner.transform(unseen)[0, 0] == 0
+    assert binner.transform(unseen)[0, 2] == len(binner.edges_[1])
+    with pytest.raises(ValueError, match="finite"):
+        QuantileBinner().fit(np.full((3, 2), np.nan))
+
+
+def test_gbt_unweighted_binning_is_an_option(graph):
+    """``binning="unweighted"`` bins before the fit and scores through the same binner; the
+    default keeps scikit-learn's weighted binning; unknown values are refused."""
+    weighted = GBTDetector(max_iter=20).fit(graph)
+    unweighted = GBTDetector(max_iter=20, binning="unweighted").fit(graph)
+    assert weighted.binner_ is None and unweighted.binner_ is not None
+    scores = unweighted.decision_function(graph)
+    assert scores.shape == (graph.num_nodes,) and bool(torch.isfinite(scores).all())
+    with pytest.raises(ValueError, match="binning"):
+        GBTDetector(binning="exact")

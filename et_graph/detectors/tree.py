@@ -29,6 +29,43 @@ def neighbourhood_features(x: Tensor, edge_index: Tensor, kind: str = "x_mean_me
     return torch.cat(parts, dim=-1).cpu().numpy().astype(np.float32)
 
 
+class QuantileBinner:
+    """Scikit-learn's *unweighted* HistGradientBoosting binning, for all columns at once.
+
+    A column with at most ``max_bins`` distinct training values is left as it is (scikit-learn
+    cuts it between the values). Any other column is replaced by its bin index among the
+    training quantiles that scikit-learn would use without sample weights (254 percentiles,
+    ``averaged_inverted_cdf``, duplicates merged; a value equal to an edge falls in the lower
+    bin, as in scikit-learn). Each transformed column then has at most ``max_bins`` distinct
+    values, so scikit-learn keeps one bin per value and grows the same trees as on the raw
+    features without weights, but never calls its weighted percentile.
+    """
+
+    def __init__(self, max_bins: int = 255) -> None:
+        if not 2 <= max_bins <= 255:
+            raise ValueError(f"max_bins must lie in [2, 255], got {max_bins}")
+        self.max_bins = max_bins
+
+    def fit(self, features: np.ndarray) -> QuantileBinner:
+        if features.ndim != 2 or not np.isfinite(features).all():
+            raise ValueError("QuantileBinner needs a finite 2-D feature matrix")
+        ordered = np.sort(features, axis=0)
+        distinct = 1 + (np.diff(ordered, axis=0) != 0).sum(axis=0)
+        self.wide_ = np.flatnonzero(distinct > self.max_bins)
+        percentiles = np.linspace(0, 100, self.max_bins + 1)[1:-1]
+        edges = (np.percentile(ordered[:, self.wide_], percentiles, axis=0,
+                               method="averaged_inverted_cdf")
+                 if self.wide_.size else np.empty((percentiles.size, 0)))
+        self.edges_ = [np.unique(edges[:, i]) for i in range(self.wide_.size)]
+        return self
+
+    def transform(self, features: np.ndarray) -> np.ndarray:
+        out = np.array(features, dtype=np.float32, copy=True)
+        for column, edges in zip(self.wide_, self.edges_):
+            out[:, column] = np.searchsorted(edges, features[:, column], side="left")
+        return out
+
+
 class GBTDetector(BaseDetector):
     """scikit-learn ``HistGradientBoostingClassifier`` on :func:`neighbourhood_features`, with
     class-balanced sample weights (the analogue of ET's weighted loss). It trains on the training
@@ -49,6 +86,9 @@ class GBTDetector(BaseDetector):
             l2_regularization=m.l2_regularization, max_features=m.max_features,
             random_state=self.seed,
         )
+        self.binner_ = (QuantileBinner().fit(features[train.numpy()])
+                        if m.binning == "unweighted" else None)
+        features = self._binned(features)
         self.model_.fit(features[train.numpy()], y_train, sample_weight=weight)
         prob_val = self.model_.predict_proba(features[val.numpy()])[:, 1]
         self.fit_info_ = {"val_auroc": float(roc_auc_score(y_np[val.numpy()], prob_val))}
@@ -56,4 +96,7 @@ class GBTDetector(BaseDetector):
 
     def _score(self, data: Data) -> Tensor:
         features = neighbourhood_features(data.x, data.edge_index, self.config.model.features)
-        return torch.from_numpy(self.model_.predict_proba(features)[:, 1])
+        return torch.from_numpy(self.model_.predict_proba(self._binned(features))[:, 1])
+
+    def _binned(self, features: np.ndarray) -> np.ndarray:
+        return features if self.binner_ is None else self.binner_.transform(features)
