@@ -283,7 +283,7 @@ def test_baselines_read_the_random_walk_encoding(cls, zinc_val):
     assert not torch.allclose(out, model(*args, rw_pe=torch.zeros_like(batch.rw_pe)))
     with pytest.raises(ValueError, match="rw_pe_dim=4"):
         model(*args)
-    with pytest.raises(ValueError, match="rw_pe_dim=4"):
+    with pytest.raises(ValueError, match="rw_pe must be"):
         model(*args, rw_pe=batch.rw_pe[:, :3])
     plain = cls(1, "regression", hidden=16, num_layers=2, num_node_types=28, num_edge_types=4)
     with pytest.raises(ValueError, match="rw_pe_dim=0"):
@@ -344,6 +344,7 @@ def test_config_rejects_bad_values():
     ("zinc_proxy", "ZINC", 50, [0, 1, 2], (2000, 400, 400)),
     ("zinc_proxy_long", "ZINC", 100, [0, 1, 2], (2000, 400, 400)),
     ("zinc_proxy_long_rwpe", "ZINC", 100, [0, 1, 2], (2000, 400, 400)),
+    ("zinc_proxy_long_rwpe_deeper", "ZINC", 100, [0, 1, 2], (2000, 400, 400)),
     ("pattern_generated", "PATTERN", 12, [0, 1], (200, 50, 50)),
     ("cluster_generated", "CLUSTER", 12, [0, 1], (200, 50, 50)),
 ])

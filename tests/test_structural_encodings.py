@@ -85,7 +85,7 @@ def test_config_flags_reach_the_model():
 
 def test_gnnbenchmark_et_readout():
     data = type("D", (), dict(node_dim=3, num_outputs=2, task="classification", edge_dim=None,
-                              num_edge_types=None, num_node_types=None))()
+                              num_edge_types=None, num_node_types=None, rw_pe_dim=0))()
     model = build_model("et", data, ETGraphModelConfig(hidden=8, heads=2, head_dim=4,
                                                        readout="cls_sum_mean"))
     assert model.readout == "cls_sum_mean" and model.head[0].in_features == 24

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import GINEConv, ResGatedGraphConv, global_add_pool, global_mean_pool
 
-from ..nn.validation import check_batch, check_edge_index
+from ..nn.validation import check_batch, check_edge_index, check_rw_pe
 
 TASKS = ("classification", "regression", "node")
 
@@ -104,7 +104,8 @@ class _BenchmarkGNN(nn.Module):
         check_batch(batch, x.size(0))
         h = self.node_encoder(x)
         if self.rw_encoder is not None:
-            h = h + self.rw_encoder(self._check_rw_pe(rw_pe, x.size(0)))
+            rw_pe = check_rw_pe(rw_pe, x.size(0), self.rw_encoder.in_features)
+            h = h + self.rw_encoder(rw_pe.to(self.rw_encoder.weight.dtype))
         elif rw_pe is not None:
             raise ValueError("got rw_pe, but the model was built with rw_pe_dim=0")
         e = None
@@ -127,17 +128,6 @@ class _BenchmarkGNN(nn.Module):
         out = self.head(h)
         return out.squeeze(-1) if self.task == "regression" else out
 
-
-    def _check_rw_pe(self, rw_pe: Optional[Tensor], num_nodes: int) -> Tensor:
-        expected = (num_nodes, self.rw_encoder.in_features)
-        if rw_pe is None or tuple(rw_pe.shape) != expected:
-            got = None if rw_pe is None else list(rw_pe.shape)
-            raise ValueError(f"the model was built with rw_pe_dim={expected[1]}: rw_pe must be "
-                             f"{list(expected)}, got {got} (apply "
-                             f"et_graph.transforms.RandomWalkPE({expected[1]}) to the data)")
-        if not rw_pe.is_floating_point() or not bool(torch.isfinite(rw_pe).all()):
-            raise ValueError("rw_pe must be finite floating point")
-        return rw_pe.to(self.rw_encoder.weight.dtype)
 
 
 class GINBaseline(_BenchmarkGNN):

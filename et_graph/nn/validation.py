@@ -115,3 +115,18 @@ def check_batch(batch: Optional[Tensor], num_nodes: int) -> None:
         raise ValueError(f"batch must have shape [N]=[{num_nodes}], got {tuple(batch.shape)}")
     if batch.numel() and int(batch.min()) < 0:
         raise ValueError("batch holds negative graph ids")
+
+
+def check_rw_pe(rw_pe: Optional[Tensor], num_nodes: int, dim: int) -> Tensor:
+    """A model built with ``rw_pe_dim=dim`` needs a finite float ``rw_pe`` ``[N, dim]``."""
+    if rw_pe is None:
+        raise ValueError(
+            f"rw_pe_dim={dim} needs rw_pe: apply et_graph.transforms.RandomWalkPE({dim}) to the "
+            "data (or build the model with rw_pe_dim=0)"
+        )
+    if rw_pe.dim() != 2 or tuple(rw_pe.shape) != (num_nodes, dim):
+        raise ValueError(f"rw_pe must be [N, rw_pe_dim]={[num_nodes, dim]}, "
+                         f"got {list(rw_pe.shape)}")
+    if not rw_pe.is_floating_point() or not bool(torch.isfinite(rw_pe).all()):
+        raise ValueError("rw_pe must be finite floating point")
+    return rw_pe

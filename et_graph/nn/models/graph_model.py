@@ -12,7 +12,7 @@ from ..adjacency_mask import Conv2DAdjacencyMask
 from ..conv import ETConv
 from ..encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder
 from ..pool import CLSGraph, CLSPool, graph_sizes
-from ..validation import check_edge_index
+from ..validation import check_edge_index, check_rw_pe
 
 TASKS = ("classification", "regression", "node")
 #: Graph readouts: the CLS token, or the CLS token concatenated with the sum and the mean of the
@@ -257,7 +257,8 @@ class ETGraphModel(nn.Module):
             node_pe, cls_offset = self.pe_encoder(lap_pe, cls_lap_pe, batch)
             h = h + node_pe
         if self.rw_encoder is not None:
-            h = h + self.rw_encoder(self._check_rw_pe(rw_pe, num_nodes))
+            rw_pe = check_rw_pe(rw_pe, num_nodes, self.rw_pe_dim)
+            h = h + self.rw_encoder(rw_pe.to(self.rw_encoder.weight.dtype))
         h = self.dropout(h)
         # x, edge_index and batch are validated above: the pool and the mask skip their checks
         graph = self.pool.attach(h, edge_index, batch, sizes.numel(), cls_offset, sizes=sizes)
@@ -289,22 +290,6 @@ class ETGraphModel(nn.Module):
             else:
                 out = result
         return out, graph, traces
-
-    def _check_rw_pe(self, rw_pe: Optional[Tensor], num_nodes: int) -> Tensor:
-        if rw_pe is None:
-            raise ValueError(
-                f"rw_pe_dim={self.rw_pe_dim} needs rw_pe: apply "
-                f"et_graph.transforms.RandomWalkPE({self.rw_pe_dim}) to the data (or build the "
-                "model with rw_pe_dim=0)"
-            )
-        if rw_pe.dim() != 2 or tuple(rw_pe.shape) != (num_nodes, self.rw_pe_dim):
-            raise ValueError(
-                f"rw_pe must be [N, rw_pe_dim]={[num_nodes, self.rw_pe_dim]}, "
-                f"got {list(rw_pe.shape)}"
-            )
-        if not rw_pe.is_floating_point() or not bool(torch.isfinite(rw_pe).all()):
-            raise ValueError("rw_pe must be finite floating point")
-        return rw_pe.to(self.rw_encoder.weight.dtype)
 
     def graph_readout(self, out: Tensor, graph: CLSGraph) -> Tensor:
         """What the head reads from the final tokens ``out`` (after the last block's energy
