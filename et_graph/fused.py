@@ -140,7 +140,16 @@ class EdgePlan:
         # empty: the kernel scales the old values by beta, and 0 * (NaN garbage) is NaN.
         pattern = self.matrix(rows.new_zeros(self.heads, self.num_edges))
         torch.sparse.sampled_addmm(pattern, rows, cols.t(), beta=0.0, out=pattern)
-        return pattern.values().view(self.heads, self.num_edges)
+        values = pattern.values()
+        if values.numel() != self.heads * self.num_edges:
+            # The kernel re-packs a pattern that stores more entries than the matrix has
+            # (repeated edges in a tiny graph, e.g. 6 copies of the 2 edges between 2 nodes):
+            # take the dot products edge by edge instead.
+            head_nodes = torch.arange(self.heads, device=rows.device).unsqueeze(1) * self.num_nodes
+            at_dst = rows.index_select(0, (self.dst.unsqueeze(0) + head_nodes).reshape(-1))
+            at_src = cols.index_select(0, (self.src.unsqueeze(0) + head_nodes).reshape(-1))
+            return (at_dst * at_src).sum(-1).view(self.heads, self.num_edges)
+        return values.view(self.heads, self.num_edges)
 
     def segment_sum(self, values: Tensor) -> Tensor:
         """Sum of ``values [H, E]`` over the edges into each node: ``[H, N]``."""
