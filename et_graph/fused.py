@@ -108,6 +108,10 @@ class EdgePlan:
         self.col_t = (self.dst.index_select(0, self.transpose).unsqueeze(0) + head_nodes)
         self.col_t = self.col_t.reshape(-1).to(index_dtype)
         self._values: Optional[tuple[Tensor, tuple, Tensor]] = None
+        # More stored entries than the [H*N, H*N] matrix has (only repeated edges in a tiny
+        # graph, e.g. 6 copies of the 2 edges between 2 nodes): sampled_addmm would re-pack
+        # such a pattern and resize this plan's index arrays, so sddmm goes edge by edge.
+        self.overfull = heads * self.num_edges > (heads * num_nodes) ** 2
 
     @staticmethod
     def _compressed(degree: Tensor, heads: int) -> Tensor:
@@ -136,20 +140,17 @@ class EdgePlan:
 
     def sddmm(self, rows: Tensor, cols: Tensor) -> Tensor:
         """``<rows[h*N + C], cols[h*N + B]>`` for every edge ``B -> C`` and head: ``[H, E]``."""
+        if self.overfull:
+            # self.col holds each slot's source row h*N + B; its destination row is h*N + C.
+            offsets = self.num_nodes * torch.arange(self.heads, device=rows.device).unsqueeze(1)
+            at_dst = rows.index_select(0, (self.dst_per_head + offsets).reshape(-1))
+            at_src = cols.index_select(0, self.col)
+            return (at_dst * at_src).sum(-1).view(self.heads, self.num_edges)
         # Writing into the pattern itself (out=) spares a copy of the index arrays. Zeros, not
         # empty: the kernel scales the old values by beta, and 0 * (NaN garbage) is NaN.
         pattern = self.matrix(rows.new_zeros(self.heads, self.num_edges))
         torch.sparse.sampled_addmm(pattern, rows, cols.t(), beta=0.0, out=pattern)
-        values = pattern.values()
-        if values.numel() != self.heads * self.num_edges:
-            # The kernel re-packs a pattern that stores more entries than the matrix has
-            # (repeated edges in a tiny graph, e.g. 6 copies of the 2 edges between 2 nodes):
-            # take the dot products edge by edge instead.
-            head_nodes = torch.arange(self.heads, device=rows.device).unsqueeze(1) * self.num_nodes
-            at_dst = rows.index_select(0, (self.dst.unsqueeze(0) + head_nodes).reshape(-1))
-            at_src = cols.index_select(0, (self.src.unsqueeze(0) + head_nodes).reshape(-1))
-            return (at_dst * at_src).sum(-1).view(self.heads, self.num_edges)
-        return values.view(self.heads, self.num_edges)
+        return pattern.values().view(self.heads, self.num_edges)
 
     def segment_sum(self, values: Tensor) -> Tensor:
         """Sum of ``values [H, E]`` over the edges into each node: ``[H, N]``."""

@@ -102,6 +102,11 @@ def test_more_repeated_edges_than_matrix_entries():
     k, q = (torch.randn(2, 1, 3, generator=gen, dtype=torch.float64, requires_grad=True)
             for _ in range(2))
     beta = torch.tensor([0.7], dtype=torch.float64, requires_grad=True)
+    plan = build_edge_plan(src, dst, 2, 1)
+    col = plan.col.clone()
+    assert plan.overfull
+    plan.sddmm(k.detach().view(2, 3), q.detach().view(2, 3))
+    assert torch.equal(plan.col, col)  # the kernel never re-packs the plan's index arrays
     grad_k, grad_q = fused_attention_grad(k, q, src, dst, beta, None)
     ref_k, ref_q = E.attention_grad(k, q, src, dst, beta, None, 2)
     assert relative_error(grad_k, ref_k) < 1e-12 and relative_error(grad_q, ref_q) < 1e-12
