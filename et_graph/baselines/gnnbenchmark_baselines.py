@@ -129,7 +129,6 @@ class _BenchmarkGNN(nn.Module):
         return out.squeeze(-1) if self.task == "regression" else out
 
 
-
 class GINBaseline(_BenchmarkGNN):
     """GIN (Xu et al., 2019) with edge features through ``GINEConv``; sum pooling."""
 

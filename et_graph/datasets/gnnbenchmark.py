@@ -9,6 +9,7 @@ splits a run uses, from a typed :class:`GNNBenchmarkDataConfig`. Nothing is ever
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
@@ -124,6 +125,14 @@ def load_benchmark(config: GNNBenchmarkDataConfig) -> BenchmarkData:
     return data
 
 
+def _transform_splits(data: BenchmarkData, transform: Callable[[Data], Data], desc: str,
+                      progress: bool) -> None:
+    """Replace every graph of every split by ``transform(graph)``, with a progress bar."""
+    for split, graphs in data.splits.items():
+        bar = tqdm(graphs, desc=f"{desc} ({split})", leave=False, disable=not progress)
+        data.splits[split] = [transform(g) for g in bar]
+
+
 def add_random_walk_encoding(data: BenchmarkData, k: int, progress: bool = True) -> None:
     """Attach ``rw_pe`` ``[N, k]`` (:class:`~et_graph.transforms.RandomWalkPE`) to every graph,
     once, and record ``data.rw_pe_dim = k`` so that every model is built to read it."""
@@ -131,10 +140,7 @@ def add_random_walk_encoding(data: BenchmarkData, k: int, progress: bool = True)
         return
     from ..transforms import RandomWalkPE
 
-    transform = RandomWalkPE(k)
-    for split, graphs in data.splits.items():
-        bar = tqdm(graphs, desc=f"random-walk PE ({split})", leave=False, disable=not progress)
-        data.splits[split] = [transform(g) for g in bar]
+    _transform_splits(data, RandomWalkPE(k), "random-walk PE", progress)
     data.rw_pe_dim = k
 
 
@@ -151,9 +157,7 @@ def add_positional_encoding(data: BenchmarkData, k: int, progress: bool = True) 
         threadpool_limits = None
     limit = threadpool_limits(limits=1) if threadpool_limits is not None else None
     try:
-        for split, graphs in data.splits.items():
-            bar = tqdm(graphs, desc=f"Laplacian PE ({split})", leave=False, disable=not progress)
-            data.splits[split] = [transform(g) for g in bar]
+        _transform_splits(data, transform, "Laplacian PE", progress)
     finally:
         if limit is not None:
             limit.unregister()
