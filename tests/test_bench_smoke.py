@@ -172,3 +172,32 @@ def test_gnnbenchmark_select_chooses_on_validation_only(tmp_path):
         module.main([str(tmp_path / "a"), str(tmp_path / "c")])
     with pytest.raises(SystemExit, match="one distinct name"):
         module.main([str(tmp_path / "a"), str(tmp_path / "b"), "--names", "x,x"])
+
+
+def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
+    """Every candidate is scored against the planted anomalies; the graph's own labels (here
+    scrambled in a second file) change nothing."""
+    import importlib.util
+
+    import torch
+
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+
+    spec = importlib.util.spec_from_file_location("unsupervised_score_study",
+                                                  SCRIPT.parent / "unsupervised_score_study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    graph = planted_anomaly_graph(num_nodes=200, seed=0)
+    results = []
+    for name, y in (("a", graph.y), ("b", graph.y.flip(0))):
+        path = tmp_path / f"{name}.pt"
+        torch.save({"x": graph.x, "edge_index": graph.edge_index, "y": y}, path)
+        results.append(module.main(["--data", str(path), "--seeds", "1", "--epochs", "2",
+                                    "--num-cliques", "2", "--clique-size", "5",
+                                    "--num-contextual", "10", "--candidates", "20"]))
+    first, second = results
+    assert first["rows"] == [dict(row, seconds=a["seconds"]) for row, a in
+                             zip(second["rows"], first["rows"])]
+    assert {"reconstruction", "energy", "structure_sum", "max_rank(reconstruction, "
+            "structure_mean)"} <= set(first["means"])
+    assert first["best"] == max(first["means"], key=lambda n: first["means"][n]["all"])

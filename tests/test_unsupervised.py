@@ -19,6 +19,7 @@ from et_graph.baselines.unsupervised import (
 from et_graph.cli import main as cli_main
 from et_graph.datasets.synthetic import planted_anomaly_graph
 from et_graph.detectors import ETDetector, UnsupervisedETDetector
+from et_graph.detectors.unsupervised import rank_score
 from et_graph.experiments.unsupervised_anomaly import (
     UnsupervisedAnomalyConfig,
     compute_scores,
@@ -288,3 +289,48 @@ def test_structure_settings_are_checked():
     for score in ("structure", "combined"):
         with pytest.raises(ValueError, match="edge decoder"):
             UnsupervisedETDetector(anomaly_score=score)
+
+
+def test_structure_reduce_pools_the_same_edge_losses(graph):
+    torch.manual_seed(0)
+    model = ETMaskedNodeReconstruction(graph.num_features, 8, heads=1, head_dim=4, steps=1,
+                                       structure=True)
+    mask = random_node_mask(graph.num_nodes, 0.2, torch.Generator().manual_seed(0))
+    tokens = model.final_tokens(graph.x, graph.edge_index, mask).detach()
+    src, dst = graph.edge_index
+    z = model.edge_decoder(model.decoder_norm(tokens)).detach()
+    pooled = {reduce: model.structure_error(tokens, graph.edge_index, reduce).detach()
+              for reduce in ("mean", "sum", "max")}
+    for node in (0, 7, 123):
+        losses = torch.nn.functional.softplus(-(z[src[dst == node]] @ z[node]))
+        assert torch.allclose(pooled["sum"][node], losses.sum(), atol=1e-5)
+        assert torch.allclose(pooled["max"][node], losses.max(), atol=1e-6)
+        assert torch.allclose(pooled["mean"][node], losses.mean(), atol=1e-6)
+    with pytest.raises(ValueError, match="reduce"):
+        model.structure_error(tokens, graph.edge_index, "median")
+
+
+def test_combine_max_takes_the_larger_rank_and_reduce_reaches_the_scores(graph):
+    data, _ = with_clique(graph)
+    base = UnsupervisedETDetector(seed=0, structure_weight=1.0, **FAST).fit(unlabelled(data))
+    other = UnsupervisedETDetector(seed=0, structure_weight=1.0, combine="max",
+                                   structure_reduce="sum", anomaly_score="combined",
+                                   **FAST).fit(unlabelled(data))
+    # Same network and masked passes: only the pooling and the joining differ.
+    for key in ("reconstruction", "energy"):
+        assert torch.equal(base.scores_[key], other.scores_[key])
+    assert not torch.allclose(base.scores_["structure"], other.scores_["structure"])
+    recon = rank_score(other.scores_["reconstruction"])
+    structure = rank_score(other.scores_["structure"])
+    assert torch.equal(other.scores_["combined"], torch.maximum(recon, structure))
+    assert torch.equal(base.scores_["combined"],
+                       (rank_score(base.scores_["reconstruction"])
+                        + rank_score(base.scores_["structure"])) / 2)
+    assert torch.equal(other.decision_score_, other.scores_["combined"].float())
+
+
+def test_score_rules_are_checked():
+    with pytest.raises(ValueError, match="structure_reduce"):
+        UnsupervisedETDetector(structure_weight=1.0, structure_reduce="median")
+    with pytest.raises(ValueError, match="combine"):
+        UnsupervisedETDetector(structure_weight=1.0, combine="min")

@@ -18,9 +18,10 @@ random into ``ceil(1 / mask_ratio)`` masks, so that each node is masked exactly 
 - ``energy``: a node's energy at the final tokens (:meth:`ETConv.node_energy`), averaged over the
   passes in which it is *open* (its own features enter), high energy = anomalous.
 - with ``structure_weight > 0`` (the network also reconstructs edges):
-  ``structure``, a node's mean edge-reconstruction loss over its in-edges, averaged over the
-  passes in which it is open; and ``combined``, the mean of the reconstruction and structure
-  scores' ranks (a fixed, label-free rule: the two errors have unrelated scales).
+  ``structure``, a node's edge-reconstruction loss over its in-edges (pooled by
+  ``structure_reduce``: mean by default), averaged over the passes in which it is open; and
+  ``combined``, the mean (or, with ``combine="max"``, the maximum) of the reconstruction and
+  structure scores' ranks (a fixed, label-free rule: the two errors have unrelated scales).
 
 ``fit`` reads ``data.x`` and ``data.edge_index`` only; ``data.y`` and any mask are ignored, so
 scrambling the labels leaves every score bit-identical (tested).
@@ -38,7 +39,11 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 
 from ..nn.models.image_completion import check_mask_ratio
-from ..nn.models.masked_reconstruction import ETMaskedNodeReconstruction, random_node_mask
+from ..nn.models.masked_reconstruction import (
+    STRUCTURE_REDUCES,
+    ETMaskedNodeReconstruction,
+    random_node_mask,
+)
 from ..training import CheckpointConfig, TrainConfig, Trainer, Validation
 from .base import BaseDetector, check_graph
 from .config import HOPFIELD_KINDS
@@ -46,6 +51,8 @@ from .config import HOPFIELD_KINDS
 #: The unsupervised ET scores; the last two need the edge decoder (``structure_weight > 0``).
 ANOMALY_SCORES = ("reconstruction", "energy", "structure", "combined")
 STRUCTURE_SCORES = ("structure", "combined")
+#: How ``combined`` joins the reconstruction and structure ranks.
+COMBINE_RULES = ("mean", "max")
 
 
 @dataclass
@@ -116,8 +123,12 @@ class UnsupervisedScoreConfig:
     Attributes:
         anomaly_score: decision_function's score: reconstruction (masked completion error),
             energy (node energy at the final tokens), structure (edge reconstruction loss) or
-            combined (mean rank of reconstruction and structure); the last two need
-            structure_weight > 0.
+            combined (the reconstruction and structure ranks joined by combine); the last
+            two need structure_weight > 0.
+        structure_reduce: how the structure score pools a node's in-edge losses: mean, sum
+            or max.
+        combine: how combined joins the two ranks: mean, or max (a node is as anomalous as
+            its more anomalous rank, so an anomaly seen by one score only is not halved).
         score_rounds: scoring rounds; each masks every node exactly once (ceil(1 / mask_ratio)
             passes), and the scores are averaged over the rounds.
         contamination: expected share of anomalies; predict flags the top share of the fitted
@@ -125,6 +136,8 @@ class UnsupervisedScoreConfig:
     """
 
     anomaly_score: str = "reconstruction"
+    structure_reduce: str = "mean"
+    combine: str = "mean"
     score_rounds: int = 4
     contamination: float = 0.1
 
@@ -132,6 +145,11 @@ class UnsupervisedScoreConfig:
         if self.anomaly_score not in ANOMALY_SCORES:
             raise ValueError(f"anomaly_score must be one of {ANOMALY_SCORES}, "
                              f"got {self.anomaly_score!r}")
+        if self.structure_reduce not in STRUCTURE_REDUCES:
+            raise ValueError(f"structure_reduce must be one of {STRUCTURE_REDUCES}, "
+                             f"got {self.structure_reduce!r}")
+        if self.combine not in COMBINE_RULES:
+            raise ValueError(f"combine must be one of {COMBINE_RULES}, got {self.combine!r}")
         if self.score_rounds <= 0:
             raise ValueError(f"score_rounds must be positive, got {self.score_rounds}")
         if not 0.0 < self.contamination < 0.5:
@@ -211,13 +229,17 @@ def rank_score(score: Tensor) -> Tensor:
 
 @torch.no_grad()
 def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tensor,
-                  mask_ratio: float, rounds: int, generator: torch.Generator
+                  mask_ratio: float, rounds: int, generator: torch.Generator,
+                  structure_reduce: str = "mean", combine: str = "mean"
                   ) -> dict[str, Tensor]:
     """``{"reconstruction": [N], "energy": [N]}`` (float64, CPU; with the edge decoder also
     ``"structure"`` and ``"combined"``): per round the nodes are split at random into
     ``ceil(1 / mask_ratio)`` masks; a node's reconstruction error is averaged over the passes in
-    which it is masked, its final-token energy and structure error over those in which it is
-    open."""
+    which it is masked, its final-token energy and structure error (its in-edge losses pooled by
+    ``structure_reduce``) over those in which it is open. ``combined`` is the ``combine``
+    (mean or max) of the reconstruction and structure ranks."""
+    if combine not in COMBINE_RULES:
+        raise ValueError(f"combine must be one of {COMBINE_RULES}, got {combine!r}")
     num_nodes = x.size(0)
     parts = max(math.ceil(1.0 / check_mask_ratio(mask_ratio)), 2)
     sums: dict[str, Tensor] = {}
@@ -230,7 +252,7 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
             mask = group == part
             if not bool(mask.any()):
                 continue
-            for name, value in model.scores(x, edge_index, mask).items():
+            for name, value in model.scores(x, edge_index, mask, structure_reduce).items():
                 value = value.double().cpu()
                 total = sums.setdefault(name, torch.zeros(num_nodes, dtype=torch.float64))
                 chosen = mask if name == "reconstruction" else ~mask
@@ -239,7 +261,8 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
     out = {name: total / (rounds if name == "reconstruction" else open_count.clamp_min(1.0))
            for name, total in sums.items()}
     if "structure" in out:
-        out["combined"] = (rank_score(out["reconstruction"]) + rank_score(out["structure"])) / 2
+        ranks = rank_score(out["reconstruction"]), rank_score(out["structure"])
+        out["combined"] = (ranks[0] + ranks[1]) / 2 if combine == "mean" else torch.maximum(*ranks)
     return out
 
 
@@ -317,7 +340,8 @@ class UnsupervisedETDetector(BaseDetector):
         generator = torch.Generator().manual_seed(self.seed + 1_000_003)
         return masked_scores(self.model_, graph.x.to(self.device),
                              graph.edge_index.to(self.device), self.config.model.mask_ratio,
-                             self.config.score.score_rounds, generator)
+                             self.config.score.score_rounds, generator,
+                             self.config.score.structure_reduce, self.config.score.combine)
 
     def _score(self, data: Data) -> Tensor:
         return self.score_samples(data)[self.config.score.anomaly_score]

@@ -84,9 +84,10 @@ def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies:
         f"training targets, no labels); scores averaged over {s.score_rounds} rounds that mask "
         "every node once: et_reconstruction = completion error while masked, et_energy = node "
         "energy at the final tokens while open (high = anomalous)"
-        + (f"; edge decoder with loss weight {m.structure_weight}: et_structure = mean edge "
-           "reconstruction loss over a node's in-edges while open, et_combined = mean of the "
-           "reconstruction and structure ranks" if m.structure_weight else "")
+        + (f"; edge decoder with loss weight {m.structure_weight}: et_structure = "
+           f"{s.structure_reduce} edge reconstruction loss over a node's in-edges while open, "
+           f"et_combined = {s.combine} of the reconstruction and structure ranks"
+           if m.structure_weight else "")
     )
 
 

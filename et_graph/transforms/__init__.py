@@ -1,4 +1,9 @@
 from .features import FEATURE_NORMS, prepare_detection_data, quantile_normal
+from .injection import (
+    InjectAnomalies,
+    inject_contextual_anomalies,
+    inject_structural_anomalies,
+)
 from .laplacian_pe import (
     CLSLaplacianPE,
     cls_laplacian_eigenvectors,
@@ -19,11 +24,14 @@ __all__ = [
     "prepare_detection_data",
     "quantile_normal",
     "CLSLaplacianPE",
+    "InjectAnomalies",
     "LogDegree",
     "RandomWalkPE",
     "NeighbourhoodStatistics",
     "cls_laplacian_eigenvectors",
     "cls_padded_adjacency",
+    "inject_contextual_anomalies",
+    "inject_structural_anomalies",
     "neighbourhood_statistics",
     "normalized_laplacian",
     "parse_neighbour_stats",

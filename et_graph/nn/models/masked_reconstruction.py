@@ -18,6 +18,9 @@ from ..conv import ETConv
 from ..validation import check_features
 from .image_completion import check_mask_ratio
 
+#: How :meth:`ETMaskedNodeReconstruction.structure_error` pools a node's in-edge losses.
+STRUCTURE_REDUCES = ("mean", "sum", "max")
+
 
 def random_node_mask(num_nodes: int, mask_ratio: float, generator: Optional[torch.Generator] = None,
                      candidates: Optional[Tensor] = None) -> Tensor:
@@ -194,11 +197,14 @@ class ETMaskedNodeReconstruction(nn.Module):
         negative = self._pair_logits(z, negatives[0], negatives[1])
         return F.softplus(-positive).mean() + F.softplus(negative).mean()
 
-    def structure_error(self, tokens: Tensor, edge_index: Tensor) -> Tensor:
-        """Per-node mean ``-log sigmoid(s_AB)`` ``[N]`` over the node's in-edges (0 for a node
-        without any)."""
+    def structure_error(self, tokens: Tensor, edge_index: Tensor, reduce: str = "mean"
+                        ) -> Tensor:
+        """Per-node ``-log sigmoid(s_AB)`` ``[N]`` over the node's in-edges, pooled by
+        ``reduce`` (``"mean"``, ``"sum"`` or ``"max"``; 0 for a node without any in-edge)."""
+        if reduce not in STRUCTURE_REDUCES:
+            raise ValueError(f"reduce must be one of {STRUCTURE_REDUCES}, got {reduce!r}")
         loss = F.softplus(-self.edge_logits(tokens, edge_index[0], edge_index[1]))
-        return scatter(loss, edge_index[1], dim=0, dim_size=tokens.size(0), reduce="mean")
+        return scatter(loss, edge_index[1], dim=0, dim_size=tokens.size(0), reduce=reduce)
 
     def reconstruction_error(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> Tensor:
         """Per-node squared error ``[N]`` (mean over the ``F`` features) between the prediction
@@ -210,14 +216,15 @@ class ETMaskedNodeReconstruction(nn.Module):
         """Each node's energy ``[N]`` at the final tokens ``x^T`` (:meth:`ETConv.node_energy`)."""
         return self.conv.node_energy(self.final_tokens(x, edge_index, mask), edge_index)
 
-    def scores(self, x: Tensor, edge_index: Tensor, mask: Tensor) -> dict[str, Tensor]:
-        """``{"reconstruction": [N], "energy": [N]}`` (plus ``"structure"`` with the edge
-        decoder) from one descent."""
+    def scores(self, x: Tensor, edge_index: Tensor, mask: Tensor,
+               structure_reduce: str = "mean") -> dict[str, Tensor]:
+        """``{"reconstruction": [N], "energy": [N]}`` (plus ``"structure"``, pooled by
+        ``structure_reduce``, with the edge decoder) from one descent."""
         tokens = self.final_tokens(x, edge_index, mask)
         out = {"reconstruction": self._feature_error(tokens, x),
                "energy": self.conv.node_energy(tokens, edge_index)}
         if self.structure:
-            out["structure"] = self.structure_error(tokens, edge_index)
+            out["structure"] = self.structure_error(tokens, edge_index, structure_reduce)
         return out
 
     def extra_repr(self) -> str:
