@@ -80,7 +80,9 @@ def inject_contextual_anomalies(
     nodes = torch.randperm(num_nodes, generator=generator)[:num_contextual]
     out = x.clone()
     for node in nodes.tolist():
-        # Candidates are drawn from the other nodes, with replacement as in PyGOD.
+        # Drawn with replacement from the *other* nodes, and always copied from the original
+        # features. PyGOD draws without replacement from all nodes and copies from features
+        # it may already have replaced; with candidates << N the two rarely differ.
         pool = torch.randint(num_nodes - 1, (candidates,), generator=generator)
         pool = pool + (pool >= node).long()
         distance = (x[pool].double() - x[node].double()).pow(2).sum(1)
