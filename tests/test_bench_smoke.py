@@ -201,3 +201,39 @@ def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
     assert {"reconstruction", "energy", "structure_sum", "max_rank(reconstruction, "
             "structure_mean)"} <= set(first["means"])
     assert first["best"] == max(first["means"], key=lambda n: first["means"][n]["all"])
+
+
+def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_path):
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("merge_unsupervised_seeds",
+                                                  SCRIPT.parent / "merge_unsupervised_seeds.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def run(name, seeds, dataset="reddit"):
+        per_seed = [{"seed": s, "metrics": {"dominant": {"auroc": 0.5 + s / 100, "auprc": 0.1,
+                                                         "rec_at_k": 0.2},
+                                            "lof": {"auroc": 0.6, "auprc": 0.1,
+                                                    "rec_at_k": 0.2}}} for s in seeds]
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"dataset": dataset, "per_seed": per_seed,
+                                    "models": {"dominant": {}, "lof": {}}}))
+        return str(path)
+
+    merged = module.main([run("a", [0, 1]), run("b", [2, 3, 4]), "--models", "dominant",
+                          "--json", str(tmp_path / "m.json")])
+    row = merged["models"]["dominant"]
+    assert row["seeds"] == [0, 1, 2, 3, 4]
+    assert row["auroc"]["values"] == [0.5, 0.51, 0.52, 0.53, 0.54]
+    assert abs(row["auroc"]["mean"] - 0.52) < 1e-12
+    assert abs(row["auroc"]["std"] - 0.0141421356) < 1e-9  # population std, as the runner
+    assert set(json.loads((tmp_path / "m.json").read_text())["models"]) == {"dominant"}
+    with pytest.raises(SystemExit, match="share seeds"):
+        module.main([run("c", [0, 1]), run("d", [1, 2])])
+    with pytest.raises(SystemExit, match="different graphs"):
+        module.main([run("e", [0]), run("f", [1], dataset="inj_amazon")])
+    with pytest.raises(SystemExit, match="not in every run"):
+        module.main([run("g", [0]), run("h", [1]), "--models", "cola"])

@@ -1,0 +1,76 @@
+"""Merge ``et-graph unsupervised`` runs that scored the same graph on disjoint seeds.
+
+A PyGOD fit can take 10-45 minutes here, so five seeds are often run in pieces
+(``--seed 0 --seeds 2``, then ``--seed 2 --seeds 3``). This joins the per-seed metrics of the
+chosen models (``--models``; default: every model present in all runs) and prints mean ± std
+over all seeds (population std, as the runner reports it), as a table and optionally JSON.
+It refuses runs on different graphs or with overlapping seeds.
+
+    python benchmarks/merge_unsupervised_seeds.py RUN_A/results.json RUN_B/results.json \\
+        --models dominant,anomalydae --json merged.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Optional
+
+METRICS = ("auroc", "auprc", "rec_at_k")
+
+
+def merge(runs: list[dict[str, Any]], models: Optional[list[str]] = None) -> dict[str, Any]:
+    datasets = {run["dataset"] for run in runs}
+    if len(datasets) != 1:
+        raise SystemExit(f"the runs scored different graphs: {sorted(datasets)}")
+    seeds = [entry["seed"] for run in runs for entry in run["per_seed"]]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"the runs share seeds: {sorted(seeds)}")
+    common = set.intersection(*(set(run["models"]) for run in runs))
+    chosen = models if models is not None else sorted(common)
+    missing = sorted(set(chosen) - common)
+    if missing:
+        raise SystemExit(f"not in every run: {missing}")
+    rows: dict[str, Any] = {}
+    for model in chosen:
+        per_seed = {entry["seed"]: entry["metrics"][model]
+                    for run in runs for entry in run["per_seed"]}
+        order = sorted(per_seed)
+        row: dict[str, Any] = {"seeds": order}
+        for metric in METRICS:
+            values = [per_seed[seed][metric] for seed in order]
+            row[metric] = {"mean": statistics.fmean(values), "std": statistics.pstdev(values),
+                           "values": values}
+        rows[model] = row
+    return {"dataset": datasets.pop(), "seeds": sorted(seeds), "models": rows,
+            "commits": [run.get("meta", {}).get("commit") for run in runs]}
+
+
+def table(merged: dict[str, Any]) -> str:
+    lines = [f"{merged['dataset']}, seeds {merged['seeds']}",
+             "| model | AUROC | AUPRC | Rec@K |", "|---|---|---|---|"]
+    for model, row in merged["models"].items():
+        cells = [f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" for m in METRICS]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", help="results.json files of the runs")
+    parser.add_argument("--models", default=None, help="comma list (default: all in common)")
+    parser.add_argument("--json", default=None, help="also write the merged rows here")
+    args = parser.parse_args(argv)
+    runs = [json.loads(Path(path).read_text()) for path in args.results]
+    models = [m.strip() for m in args.models.split(",")] if args.models else None
+    merged = merge(runs, models)
+    merged["sources"] = args.results
+    print(table(merged))
+    if args.json:
+        Path(args.json).write_text(json.dumps(merged, indent=2))
+    return merged
+
+
+if __name__ == "__main__":
+    main()
