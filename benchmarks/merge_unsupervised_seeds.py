@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 from typing import Any, Optional
+
+from et_graph.reporting import markdown_table, summarize
 
 METRICS = ("auroc", "auprc", "rec_at_k")
 
@@ -32,28 +33,19 @@ def merge(runs: list[dict[str, Any]], models: Optional[list[str]] = None) -> dic
     missing = sorted(set(chosen) - common)
     if missing:
         raise SystemExit(f"not in every run: {missing}")
-    rows: dict[str, Any] = {}
-    for model in chosen:
-        per_seed = {entry["seed"]: entry["metrics"][model]
-                    for run in runs for entry in run["per_seed"]}
-        order = sorted(per_seed)
-        row: dict[str, Any] = {"seeds": order}
-        for metric in METRICS:
-            values = [per_seed[seed][metric] for seed in order]
-            row[metric] = {"mean": statistics.fmean(values), "std": statistics.pstdev(values),
-                           "values": values}
-        rows[model] = row
-    return {"dataset": datasets.pop(), "seeds": sorted(seeds), "models": rows,
+    per_seed = {entry["seed"]: entry["metrics"] for run in runs for entry in run["per_seed"]}
+    order = sorted(per_seed)
+    rows = {model: {"seeds": order, **{metric: summarize(per_seed[seed][model][metric]
+                                                         for seed in order)
+                                       for metric in METRICS}}
+            for model in chosen}
+    return {"dataset": datasets.pop(), "seeds": order, "models": rows,
             "commits": [run.get("meta", {}).get("commit") for run in runs]}
 
 
 def table(merged: dict[str, Any]) -> str:
-    lines = [f"{merged['dataset']}, seeds {merged['seeds']}",
-             "| model | AUROC | AUPRC | Rec@K |", "|---|---|---|---|"]
-    for model, row in merged["models"].items():
-        cells = [f"{row[m]['mean']:.4f} ± {row[m]['std']:.4f}" for m in METRICS]
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return f"{merged['dataset']}, seeds {merged['seeds']}\n" + markdown_table(
+        merged["models"], METRICS)
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
