@@ -40,9 +40,10 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from et_graph.detectors import UnsupervisedETDetector
-from et_graph.detectors.unsupervised import COMBINE_RULES
+from et_graph.detectors.unsupervised import COMBINE_RULES, combine_ranks
 from et_graph.experiments.unsupervised_anomaly import UnsupervisedAnomalyConfig, load_graph
 from et_graph.nn.models.masked_reconstruction import STRUCTURE_REDUCES
+from et_graph.protocols.unsupervised import normalise_features
 from et_graph.transforms import InjectAnomalies
 from et_graph.transforms.injection import CONTEXTUAL, STRUCTURAL
 
@@ -50,18 +51,20 @@ from et_graph.transforms.injection import CONTEXTUAL, STRUCTURAL
 def candidate_scores(det: UnsupervisedETDetector, data: Data) -> dict[str, Tensor]:
     """Every candidate score ``[N]``, each exactly as the fitted detector gives it when its
     score section says that ``structure_reduce`` and ``combine`` (same network, same masked
-    passes: the detector's own scoring generator)."""
+    passes: the detector's own scoring generator). The passes depend on the pooling only, so
+    they run once per pooling and both ``combine`` rules are joined from them."""
     scores: dict[str, Tensor] = {}
     for reduce in STRUCTURE_REDUCES:
+        variant = copy.copy(det)
+        variant.config = replace(det.config, score=replace(det.config.score,
+                                                           structure_reduce=reduce))
+        found = variant.score_samples(data)
+        scores.setdefault("reconstruction", found["reconstruction"])
+        scores.setdefault("energy", found["energy"])
+        scores[f"structure_{reduce}"] = found["structure"]
         for combine in COMBINE_RULES:
-            variant = copy.copy(det)
-            variant.config = replace(det.config, score=replace(
-                det.config.score, structure_reduce=reduce, combine=combine))
-            found = variant.score_samples(data)
-            scores.setdefault("reconstruction", found["reconstruction"])
-            scores.setdefault("energy", found["energy"])
-            scores[f"structure_{reduce}"] = found["structure"]
-            scores[f"{combine}_rank(reconstruction, structure_{reduce})"] = found["combined"]
+            scores[f"{combine}_rank(reconstruction, structure_{reduce})"] = combine_ranks(
+                found["reconstruction"], found["structure"], combine)
     return scores
 
 
@@ -102,11 +105,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     for seed in range(args.seeds):
         planted = InjectAnomalies(args.num_cliques, args.clique_size, args.num_contextual,
                                   args.candidates, seed=seed)(graph)
-        # Re-standardise, as the runner standardises an injected graph it loads.
-        x = planted.x
-        x = (x - x.mean(0)) / x.std(0).clamp_min(1e-12)
+        # Transform the planted features again, as the runner does with any graph it loads.
         data = planted.clone()
-        data.x = x
+        data.x = normalise_features(planted.x, config.data.feature_norm)
         del data.y
         kind = data.anomaly_type
         del data.anomaly_type

@@ -227,6 +227,15 @@ def rank_score(score: Tensor) -> Tensor:
     return rank / score.numel()
 
 
+def combine_ranks(reconstruction: Tensor, structure: Tensor, combine: str = "mean") -> Tensor:
+    """The ``combined`` score: the mean or the maximum (``combine``) of the two scores'
+    :func:`rank_score` ranks."""
+    if combine not in COMBINE_RULES:
+        raise ValueError(f"combine must be one of {COMBINE_RULES}, got {combine!r}")
+    ranks = rank_score(reconstruction), rank_score(structure)
+    return (ranks[0] + ranks[1]) / 2 if combine == "mean" else torch.maximum(*ranks)
+
+
 @torch.no_grad()
 def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tensor,
                   mask_ratio: float, rounds: int, generator: torch.Generator,
@@ -238,7 +247,7 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
     which it is masked, its final-token energy and structure error (its in-edge losses pooled by
     ``structure_reduce``) over those in which it is open. ``combined`` is the ``combine``
     (mean or max) of the reconstruction and structure ranks."""
-    if combine not in COMBINE_RULES:
+    if combine not in COMBINE_RULES:  # before the passes, not after them (combine_ranks)
         raise ValueError(f"combine must be one of {COMBINE_RULES}, got {combine!r}")
     num_nodes = x.size(0)
     parts = max(math.ceil(1.0 / check_mask_ratio(mask_ratio)), 2)
@@ -261,8 +270,7 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
     out = {name: total / (rounds if name == "reconstruction" else open_count.clamp_min(1.0))
            for name, total in sums.items()}
     if "structure" in out:
-        ranks = rank_score(out["reconstruction"]), rank_score(out["structure"])
-        out["combined"] = (ranks[0] + ranks[1]) / 2 if combine == "mean" else torch.maximum(*ranks)
+        out["combined"] = combine_ranks(out["reconstruction"], out["structure"], combine)
     return out
 
 
