@@ -137,13 +137,18 @@ def test_readouts_set_the_head_width_and_output_shapes():
     torch.manual_seed(3)
     batch = Batch.from_data_list([labelled(ring(6), 0), labelled(star(5), 1),
                                   labelled(ring(4), 0)])
-    for readout, factor in (("cls", 1), ("cls_sum_mean", 3)):
+    for readout, factor in (("cls", 1), ("cls_sum_mean", 3), ("jk", 4)):
         model = small_model(readout=readout)
         assert model.head[0].in_features == 16 * factor
         assert model.forward_data(batch).shape == (3, 2)
+        states = []
         out, graph, _ = model.tokens(batch.x, batch.edge_index, batch.batch,
-                                     lap_pe=batch.lap_pe, cls_lap_pe=batch.cls_lap_pe)
-        assert model.graph_readout(out, graph).shape == (3, 16 * factor)
+                                     lap_pe=batch.lap_pe, cls_lap_pe=batch.cls_lap_pe,
+                                     block_states=states)
+        assert len(states) == 3 and states[-1] is out
+        assert model.graph_readout(out, graph, states).shape == (3, 16 * factor)
+    with pytest.raises(ValueError, match="needs the 3 block states"):
+        model.graph_readout(out, graph)
     with pytest.raises(ValueError, match="readout must be one of"):
         small_model(readout="max")
     with pytest.raises(ValueError, match="readout must stay 'cls'"):
@@ -161,6 +166,36 @@ def test_sum_counts_nodes_where_mean_and_cls_cannot():
     cls, sums, means = pooled.split(4, dim=1)
     assert torch.allclose(sums[0], 2 * token) and torch.allclose(sums[1], 5 * token)
     assert torch.allclose(means[0], means[1]) and torch.equal(cls[0], cls[1])
+
+
+def test_jk_readout_is_the_cls_token_and_the_sums_of_every_block_state():
+    # computed by hand from the block states: the encoded input summed as it is, every block's
+    # output through its own energy LayerNorm, the CLS token through the last block's
+    torch.manual_seed(6)
+    model = small_model(readout="jk", blocks=3, steps=1).eval()
+    graphs = [labelled(ring(6), 0), labelled(star(5), 1)]
+    batch = Batch.from_data_list(graphs)
+    with torch.no_grad():
+        states = []
+        out, graph, _ = model.tokens(batch.x, batch.edge_index, batch.batch,
+                                     lap_pe=batch.lap_pe, cls_lap_pe=batch.cls_lap_pe,
+                                     block_states=states)
+        pooled = model.graph_readout(out, graph, states)
+        logits = model.forward_data(batch)
+    assert pooled.shape == (2, 16 * 5) and len(states) == 4
+    is_cls = torch.zeros(out.size(0), dtype=torch.bool)
+    is_cls[graph.cls_index] = True
+    expected = []
+    for g in range(2):
+        nodes = (graph.batch == g) & ~is_cls
+        parts = [model.convs[-1].norm(out[graph.cls_index[g]].unsqueeze(0))[0],
+                 states[0][nodes].sum(0)]
+        parts += [conv.norm(state)[nodes].sum(0) for conv, state in zip(model.convs, states[1:])]
+        expected.append(torch.cat(parts))
+    assert torch.allclose(pooled, torch.stack(expected), atol=1e-5)
+    assert torch.allclose(logits, model.head(pooled), atol=1e-6)
+    # the input sum counts: the encoded input of the 6-ring sums to more than the 5-star's
+    assert not torch.allclose(pooled[0, 16:32], pooled[1, 16:32])
 
 
 def test_sum_and_mean_do_not_depend_on_the_node_order():

@@ -87,7 +87,8 @@ class TUETConfig:
         noise_std: noise added to the tokens at each step in training (paper eq. 27).
         kernel_size: Conv2D adjacency-mask kernel (3 = paper, 1 = permutation-equivariant).
         dropout: dropout in the readout MLP.
-        readout: cls (the CLS token) or cls_sum_mean (CLS, sum and mean of the node tokens).
+        readout: cls (the CLS token), cls_sum_mean (CLS, sum and mean of the node tokens) or
+            jk (CLS and the sums of the node tokens at the input and after every block).
         coupling: add the edge coupling energy, whose descent step sums the neighbours' tokens
             (it can count; the attention's softmax average cannot).
     """

@@ -100,8 +100,9 @@ class ETGraphModelConfig:
         kernel_size: Conv2D mask kernel: 3 = paper (node-order dependent), 1 =
             permutation-equivariant.
         dropout: ET dropout.
-        readout: graph readout: cls (the CLS token) or cls_sum_mean (CLS, sum and mean of the
-            node tokens); node tasks need cls.
+        readout: graph readout: cls (the CLS token), cls_sum_mean (CLS, sum and mean of the
+            node tokens) or jk (CLS and the sums of the node tokens at the input and after every
+            block); node tasks need cls.
     """
 
     hidden: int = 64

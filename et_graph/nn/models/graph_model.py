@@ -15,9 +15,10 @@ from ..pool import CLSGraph, CLSPool, graph_sizes
 from ..validation import check_edge_index, check_rw_pe
 
 TASKS = ("classification", "regression", "node")
-#: Graph readouts: the CLS token, or the CLS token concatenated with the sum and the mean of the
-#: graph's node tokens.
-READOUTS = ("cls", "cls_sum_mean")
+#: Graph readouts: the CLS token; the CLS token concatenated with the sum and the mean of the
+#: graph's node tokens; or the CLS token concatenated with the sums of the node tokens at the input
+#: and after every block ("jk", jumping knowledge, as GIN's readout of every layer).
+READOUTS = ("cls", "cls_sum_mean", "jk")
 
 
 def _plain_call(module: nn.Module) -> bool:
@@ -51,7 +52,11 @@ class ETGraphModel(nn.Module):
        every node's token; ``"classification"``/``"regression"`` use the CLS token of each graph
        (``readout="cls"``) or the CLS token concatenated with the sum and the mean of the graph's
        node tokens (``readout="cls_sum_mean"``: the sum can count, which a softmax average
-       cannot); an MLP head maps that to the outputs.
+       cannot), or (``readout="jk"``) the CLS token concatenated with the per-graph sums of the
+       node tokens as encoded (before any descent) and after every block (each through that
+       block's energy LayerNorm). The input sum makes ET a superset of the structure-agnostic
+       baseline (a sum of node features into an MLP), and the per-block sums are the
+       jumping-knowledge readout of GIN (Xu et al., 2019); an MLP head maps that to the outputs.
 
     ``forward(x, edge_index, batch=None, edge_attr=None, lap_pe=None, cls_lap_pe=None,
     num_graphs=None, rw_pe=None)`` returns ``[num_graphs, out_channels]`` (graph tasks) or
@@ -71,7 +76,8 @@ class ETGraphModel(nn.Module):
             ``lap_pe``/``cls_lap_pe`` from ``CLSLaplacianPE(k=pe_dim)`` are required).
         rw_pe_dim: width of the random-walk encoding ``rw_pe`` ``[N, rw_pe_dim]`` (0 disables
             it); projected and added to the node tokens (the CLS token gets none).
-        readout: ``"cls"`` or ``"cls_sum_mean"`` (graph tasks; ``"node"`` needs ``"cls"``).
+        readout: ``"cls"``, ``"cls_sum_mean"`` or ``"jk"`` (graph tasks; ``"node"`` needs
+            ``"cls"``).
         coupling: add the edge coupling energy to every block (:class:`~et_graph.nn.ETConv`):
             a learned symmetric bilinear term over the edges (CLS edges included) whose
             gradient *sums* the neighbours' tokens, so the descent can count.
@@ -177,7 +183,7 @@ class ETGraphModel(nn.Module):
             for _ in range(blocks)
         )
         self.dropout = nn.Dropout(dropout)
-        readout_width = hidden_channels * (3 if readout == "cls_sum_mean" else 1)
+        readout_width = hidden_channels * {"cls": 1, "cls_sum_mean": 3, "jk": 2 + blocks}[readout]
         self.head = nn.Sequential(
             nn.Linear(readout_width, hidden_channels),
             nn.GELU(),
@@ -231,9 +237,12 @@ class ETGraphModel(nn.Module):
         num_graphs: Optional[int] = None,
         return_energy: bool = False,
         rw_pe: Optional[Tensor] = None,
+        block_states: Optional[list[Tensor]] = None,
     ) -> tuple[Tensor, CLSGraph, Optional[list[Tensor]]]:
         """Final tokens of the CLS-augmented graph, the :class:`CLSGraph` layout, and (with
-        ``return_energy=True``) each block's detached energy trace ``[steps + 1]``."""
+        ``return_energy=True``) each block's detached energy trace ``[steps + 1]``. A list passed
+        as ``block_states`` receives the tokens entering the first block and those leaving every
+        block (``blocks + 1`` tensors, what ``readout="jk"`` reads)."""
         if not isinstance(x, Tensor) or x.dim() not in (1, 2):
             raise ValueError("x must be a [N, F] (or [N] integer) tensor")
         num_nodes = x.size(0)
@@ -269,6 +278,8 @@ class ETGraphModel(nn.Module):
         elif edge_attr is not None:
             raise ValueError("edge_attr was given but the model was built without the mask")
         out = graph.x
+        if block_states is not None:
+            block_states.append(out)
         traces: Optional[list[Tensor]] = [] if return_energy else None
         # Every block runs on the same edges and weights: they are validated, and sorted for
         # the fused kernel, once per batch rather than once per block. That calls the blocks'
@@ -289,19 +300,38 @@ class ETGraphModel(nn.Module):
                 traces.append(trace)
             else:
                 out = result
+            if block_states is not None:
+                block_states.append(out)
         return out, graph, traces
 
-    def graph_readout(self, out: Tensor, graph: CLSGraph) -> Tensor:
+    def graph_readout(
+        self, out: Tensor, graph: CLSGraph, block_states: Optional[list[Tensor]] = None
+    ) -> Tensor:
         """What the head reads from the final tokens ``out`` (after the last block's energy
         LayerNorm): ``[N, D]`` node tokens (``task="node"``), ``[G, D]`` CLS tokens
-        (``readout="cls"``) or ``[G, 3D]`` CLS ‖ sum ‖ mean of the node tokens
-        (``readout="cls_sum_mean"``)."""
+        (``readout="cls"``), ``[G, 3D]`` CLS ‖ sum ‖ mean of the node tokens
+        (``readout="cls_sum_mean"``) or ``[G, (2 + blocks) D]`` CLS ‖ the sums of the node
+        tokens entering the first block and leaving every block (``readout="jk"``, which needs
+        the ``block_states`` that :meth:`tokens` filled)."""
         norm = self.convs[-1].norm
         if self.task == "node":
             return norm(CLSPool.node_states(out, graph))
         if self.readout == "cls":
             return norm(CLSPool.readout(out, graph))
-        return CLSPool.readout_sum_mean(norm(out), graph)
+        if self.readout == "cls_sum_mean":
+            return CLSPool.readout_sum_mean(norm(out), graph)
+        if block_states is None or len(block_states) != len(self.convs) + 1:
+            raise ValueError(
+                f"readout='jk' needs the {len(self.convs) + 1} block states filled by "
+                "tokens(..., block_states=[])"
+            )
+        # The encoded input is summed as it is (its scale carries the feature counts, as in the
+        # structure-agnostic baseline); each block's output through that block's LayerNorm.
+        normed = [block_states[0]] + [
+            conv.norm(state) for conv, state in zip(self.convs, block_states[1:])
+        ]
+        return torch.cat([norm(CLSPool.readout(out, graph)), CLSPool.readout_sums(normed, graph)],
+                         dim=1)
 
     def forward(
         self,
@@ -314,10 +344,12 @@ class ETGraphModel(nn.Module):
         num_graphs: Optional[int] = None,
         rw_pe: Optional[Tensor] = None,
     ) -> Tensor:
+        states: Optional[list[Tensor]] = [] if self.readout == "jk" else None
         out, graph, _ = self.tokens(
-            x, edge_index, batch, edge_attr, lap_pe, cls_lap_pe, num_graphs, rw_pe=rw_pe
+            x, edge_index, batch, edge_attr, lap_pe, cls_lap_pe, num_graphs, rw_pe=rw_pe,
+            block_states=states,
         )
-        return self.head(self.graph_readout(out, graph))
+        return self.head(self.graph_readout(out, graph, states))
 
     def forward_data(self, data: Any) -> Tensor:
         """``forward`` on a PyG ``Data``/``Batch`` (reads ``x``, ``edge_index``, ``batch``,

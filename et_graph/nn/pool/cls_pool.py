@@ -184,6 +184,16 @@ class CLSPool(Module):
                          dim=1)
 
     @staticmethod
+    def readout_sums(states: list[Tensor], graph: CLSGraph) -> Tensor:
+        """The sum of the node tokens (CLS nodes excluded) of each graph, for each of
+        ``states`` (tensors ``[N + G, D_i]`` in ``graph``'s layout), concatenated:
+        ``[G, sum_i D_i]``."""
+        num_graphs = graph.cls_index.numel()
+        node_batch = graph.batch.index_select(0, graph.node_index)
+        stacked = torch.cat(states, dim=1).index_select(0, graph.node_index)
+        return stacked.new_zeros(num_graphs, stacked.size(1)).index_add_(0, node_batch, stacked)
+
+    @staticmethod
     def node_states(x: Tensor, graph: CLSGraph) -> Tensor:
         """The original nodes' tokens ``[N, D]`` in their original order."""
         return x.index_select(0, graph.node_index)
