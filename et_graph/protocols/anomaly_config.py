@@ -42,7 +42,9 @@ class AnomalyDataConfig:
         relation: YelpChi/Amazon relation: homo (all merged), multi (every relation as an edge
             type, for ET's multi_relation; models without edge types see a pair once per
             relation) or one relation matrix.
-        feature_norm: per-column transform over all nodes: none, standard or quantile.
+        feature_norm: per-column transform over all nodes: none, standard, quantile, or ple
+            (the piecewise-linear encoding of ple_bins quantile bins: one column per bin).
+        ple_bins: bins per column for feature_norm = ple.
         degree_feature: append log(1 + degree) to the node features.
         neighbour_stats: append statistics of each node's in-neighbours' features (a comma list
             of mean, sq_mean, max, min, std, degree; none = off), computed on the raw features
@@ -56,9 +58,13 @@ class AnomalyDataConfig:
     feature_norm: str = "quantile"
     degree_feature: bool = True
     neighbour_stats: str = "none"
+    ple_bins: int = 16
 
     def __post_init__(self) -> None:
         parse_neighbour_stats(self.neighbour_stats)  # ValueError for unknown names
+        if isinstance(self.ple_bins, bool) or not isinstance(self.ple_bins, int) \
+                or self.ple_bins < 1:
+            raise ValueError(f"ple_bins must be a positive int, got {self.ple_bins!r}")
 
 
 @dataclass
@@ -190,4 +196,5 @@ def load_data(config: AnomalyDataConfig, data: Optional[Data] = None) -> Data:
     stats = parse_neighbour_stats(config.neighbour_stats)
     if stats:
         data = NeighbourhoodStatistics(stats)(prepare_detection_data(data, "none", False))
-    return prepare_detection_data(data, config.feature_norm, config.degree_feature)
+    return prepare_detection_data(data, config.feature_norm, config.degree_feature,
+                                  config.ple_bins)

@@ -34,7 +34,7 @@ from ..detectors.unsupervised import (
     label_free_graph,
 )
 from ..protocols.anomaly import recall_at_k
-from ..transforms.features import FEATURE_NORMS, quantile_normal
+from ..transforms.features import FEATURE_NORMS, transform_features
 
 METRICS = ("auroc", "auprc", "rec_at_k")
 MODEL_NAMES = ("et", *SKLEARN_MODELS, *PYGOD_MODELS)
@@ -50,7 +50,8 @@ class UnsupervisedDataConfig:
         data: path to a graph file (a PyGOD .pt / .pt.zip, or .npz / .mat); overrides dataset.
         data_root: folder holding the dataset files (none = the shipped datasets/ folder).
         feature_norm: per-column transform of the features over all nodes: none, standard
-            (z-scores) or quantile (normal scores of the ranks).
+            (z-scores), quantile (normal scores of the ranks) or ple (piecewise-linear
+            encoding of 16 quantile bins per column).
     """
 
     dataset: str = "reddit"
@@ -150,15 +151,9 @@ class SealedLabels:
 
 
 def normalise_features(x: Tensor, feature_norm: str) -> Tensor:
-    """``x`` with each column transformed over all nodes (no label involved)."""
-    if feature_norm == "standard":
-        std = x.std(dim=0)
-        return (x - x.mean(dim=0)) / torch.where(std > 0, std, torch.ones_like(std))
-    if feature_norm == "quantile":
-        return quantile_normal(x)
-    if feature_norm == "none":
-        return x
-    raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
+    """``x`` with each column transformed over all nodes (no label involved), by
+    :func:`et_graph.transforms.transform_features`."""
+    return transform_features(x, feature_norm)
 
 
 def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None

@@ -1,4 +1,10 @@
-from .features import FEATURE_NORMS, prepare_detection_data, quantile_normal
+from .features import (
+    FEATURE_NORMS,
+    piecewise_linear_encoding,
+    prepare_detection_data,
+    quantile_normal,
+    transform_features,
+)
 from .injection import (
     InjectAnomalies,
     inject_contextual_anomalies,
@@ -21,8 +27,10 @@ from .structural import LogDegree, RandomWalkPE
 __all__ = [
     "FEATURE_NORMS",
     "NEIGHBOUR_STATS",
+    "piecewise_linear_encoding",
     "prepare_detection_data",
     "quantile_normal",
+    "transform_features",
     "CLSLaplacianPE",
     "InjectAnomalies",
     "LogDegree",

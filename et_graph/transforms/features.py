@@ -5,7 +5,9 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-FEATURE_NORMS = ("none", "standard", "quantile")
+#: Per-column feature transforms over all nodes: none, z-scores, normal scores of the ranks, or
+#: the piecewise-linear encoding of quantile bins (``ple``: one column per bin).
+FEATURE_NORMS = ("none", "standard", "quantile", "ple")
 
 
 def check_node_graph(data: Data) -> tuple[Tensor, Tensor]:
@@ -44,10 +46,10 @@ def check_detection_graph(data: Data) -> None:
 
 
 def prepare_detection_data(data: Data, feature_norm: str = "none",
-                           degree_feature: bool = False) -> Data:
+                           degree_feature: bool = False, ple_bins: int = 16) -> Data:
     """A validated copy of ``data`` with float features, optionally ``log(1 + in-degree)``
-    appended and each column transformed over all nodes (``standard`` z-scores, ``quantile``
-    normal scores of the ranks). Labels are never read by the transform."""
+    appended and each column transformed over all nodes by :func:`transform_features`. Labels
+    are never read by the transform."""
     if feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
     check_detection_graph(data)
@@ -59,12 +61,57 @@ def prepare_detection_data(data: Data, feature_norm: str = "none",
             0, data.edge_index[1], torch.ones(data.edge_index.size(1))
         )
         data.x = torch.cat([data.x, degree.log1p().unsqueeze(-1)], dim=-1)
-    if feature_norm == "standard":
-        std = data.x.std(dim=0)
-        data.x = (data.x - data.x.mean(dim=0)) / torch.where(std > 0, std, torch.ones_like(std))
-    elif feature_norm == "quantile":
-        data.x = quantile_normal(data.x)
+    data.x = transform_features(data.x, feature_norm, ple_bins)
     return data
+
+
+def transform_features(x: Tensor, feature_norm: str, ple_bins: int = 16) -> Tensor:
+    """``x`` ``[N, F]`` with each column transformed over all ``N`` rows (no label involved):
+    ``none``; ``standard`` z-scores; ``quantile`` normal scores of the ranks
+    (:func:`quantile_normal`); ``ple`` the piecewise-linear encoding of ``ple_bins`` quantile
+    bins (:func:`piecewise_linear_encoding`, which widens ``x``)."""
+    if feature_norm == "standard":
+        std = x.std(dim=0)
+        return (x - x.mean(dim=0)) / torch.where(std > 0, std, torch.ones_like(std))
+    if feature_norm == "quantile":
+        return quantile_normal(x)
+    if feature_norm == "ple":
+        return piecewise_linear_encoding(x, ple_bins)
+    if feature_norm == "none":
+        return x
+    raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
+
+
+def piecewise_linear_encoding(x: Tensor, bins: int = 16) -> Tensor:
+    r"""The piecewise-linear encoding of numerical features (Gorishniy et al., NeurIPS 2022).
+
+    Each column :math:`v` is cut at its quantiles :math:`b_0 < b_1 < \dots < b_T` over all rows
+    (``bins + 1`` evenly spaced levels; repeated edges of a discrete column are merged, so such
+    a column gets fewer bins), and each value becomes ``T`` columns
+
+    .. math::
+        e_t(v) = \mathrm{clamp}\left(\frac{v - b_{t-1}}{b_t - b_{t-1}}, 0, 1\right),
+
+    i.e. 1 for every bin below the value, its position inside its own bin, and 0 above. A
+    linear layer on this encoding is a learned piecewise-linear function of each feature, which
+    is what lets neural models read tabular columns the way trees do (thresholds). A constant
+    column becomes a single zero column. Returns ``[N, sum_j T_j]`` in ``x``'s dtype."""
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins must be a positive int, got {bins!r}")
+    if x.dim() != 2 or x.size(0) == 0:
+        raise ValueError(f"x must be [N, F] with N > 0, got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        x = x.float()
+    levels = torch.linspace(0, 1, bins + 1, dtype=torch.float64)
+    columns = []
+    for column in x.double().unbind(dim=1):
+        edges = torch.unique(torch.quantile(column, levels))  # sorted, repeated edges merged
+        if edges.numel() < 2:
+            columns.append(column.new_zeros(column.numel(), 1))
+            continue
+        low, high = edges[:-1], edges[1:]
+        columns.append(((column.unsqueeze(1) - low) / (high - low)).clamp_(0.0, 1.0))
+    return torch.cat(columns, dim=1).to(x.dtype)
 
 
 def quantile_normal(x: Tensor) -> Tensor:
