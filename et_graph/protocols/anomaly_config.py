@@ -23,7 +23,7 @@ from ..detectors import (
     GNNModelConfig,
     NodeTrainConfig,
 )
-from ..transforms.features import prepare_detection_data
+from ..transforms.features import check_bins, prepare_detection_data
 from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_stats
 
 MODEL_NAMES = tuple(DETECTORS)
@@ -62,9 +62,7 @@ class AnomalyDataConfig:
 
     def __post_init__(self) -> None:
         parse_neighbour_stats(self.neighbour_stats)  # ValueError for unknown names
-        if isinstance(self.ple_bins, bool) or not isinstance(self.ple_bins, int) \
-                or self.ple_bins < 1:
-            raise ValueError(f"ple_bins must be a positive int, got {self.ple_bins!r}")
+        check_bins(self.ple_bins, "ple_bins")
 
 
 @dataclass

@@ -175,13 +175,11 @@ class CLSPool(Module):
         """The CLS token, the sum and the mean of the node tokens of each graph, concatenated:
         ``[G, 3D]``. Unlike the CLS token (an attention average), the sum grows with the number
         of nodes; sum and mean do not depend on the order of the nodes."""
-        num_graphs = graph.cls_index.numel()
-        node_batch = graph.batch.index_select(0, graph.node_index)
-        nodes = x.index_select(0, graph.node_index)
-        sums = x.new_zeros(num_graphs, x.size(1)).index_add_(0, node_batch, nodes)
-        counts = torch.bincount(node_batch, minlength=num_graphs).clamp_min(1).to(x.dtype)
-        return torch.cat([x.index_select(0, graph.cls_index), sums, sums / counts.unsqueeze(1)],
-                         dim=1)
+        sums = CLSPool.readout_sums([x], graph)
+        # graph.batch counts every graph's one CLS node as well
+        counts = (torch.bincount(graph.batch, minlength=sums.size(0)) - 1).clamp_min(1)
+        return torch.cat([x.index_select(0, graph.cls_index), sums,
+                          sums / counts.to(x.dtype).unsqueeze(1)], dim=1)
 
     @staticmethod
     def readout_sums(states: list[Tensor], graph: CLSGraph) -> Tensor:
@@ -190,7 +188,8 @@ class CLSPool(Module):
         ``[G, sum_i D_i]``."""
         num_graphs = graph.cls_index.numel()
         node_batch = graph.batch.index_select(0, graph.node_index)
-        stacked = torch.cat(states, dim=1).index_select(0, graph.node_index)
+        joined = states[0] if len(states) == 1 else torch.cat(states, dim=1)
+        stacked = joined.index_select(0, graph.node_index)
         return stacked.new_zeros(num_graphs, stacked.size(1)).index_add_(0, node_batch, stacked)
 
     @staticmethod
