@@ -100,3 +100,44 @@ def test_tuned_anomaly_presets_name_one_model_and_their_dataset(path):
     tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     meta = tomllib.loads(path.read_text())["meta"]
     assert meta["metric"] == "validation auroc" and 0.5 < meta["best_validation"] <= 1.0
+
+
+def test_resumed_study_whose_best_trial_predates_a_new_search_parameter(tmp_path):
+    # GBT's space gained max_features after studies had been run; the best trial of such a
+    # study must give back the config it ran with (max_features at its base value) rather
+    # than fail when the tuner writes its preset.
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from et_graph.detectors.config import gbt_space
+    from et_graph.tuning.study import space_overrides
+
+    old = {"max_iter": 150, "learning_rate": 0.05, "max_leaf_nodes": 20, "min_samples_leaf": 30,
+           "l2_regularization": 0.01, "features": "x_mean"}
+    distributions = {
+        "max_iter": IntDistribution(100, 500, step=50),
+        "learning_rate": FloatDistribution(0.02, 0.3, log=True),
+        "max_leaf_nodes": IntDistribution(15, 127, log=True),
+        "min_samples_leaf": IntDistribution(5, 100, log=True),
+        "l2_regularization": FloatDistribution(1e-6, 1.0, log=True),
+        "features": CategoricalDistribution(["x", "x_mean", "x_mean_mean2"]),
+    }
+    # A value no AUROC reaches, so that this old trial stays the study's best.
+    frozen = optuna.trial.create_trial(params=old, distributions=distributions, value=2.0)
+    assert space_overrides(gbt_space, frozen) == {"model": old}
+    data = planted_anomaly_graph(200, seed=4)
+    config = parse(AnomalyConfig, [*SMALL, "--max-features", "0.3"])
+    objective = AnomalyObjective(config, "gbt", data=data)
+    gbt = objective.trial_config(frozen).gbt
+    assert (gbt.max_iter, gbt.features, gbt.max_features) == (150, "x_mean", 0.3)
+    # Resuming the study with today's space adds trials and writes the old best as the preset.
+    storage = f"sqlite:///{tmp_path}/old.db"
+    name = f"anomaly-{getattr(data, 'name', None) or config.data.dataset}-gbt"
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    study.add_trial(frozen)
+    result = tune_anomaly(config, ["gbt"], TuneBudget(trials=2), storage, out=tmp_path,
+                          data=data)
+    summary = result["models"]["gbt"]
+    assert summary["trial_numbers"] == [0, 1] and summary["best_trial"] == 0
+    preset = load_file(result["presets"]["gbt"])["gbt"]
+    assert (preset["max_iter"], preset["features"], preset["max_features"]) == (150, "x_mean", 0.3)

@@ -20,6 +20,7 @@ from ..protocols.anomaly_config import (
     load_data,
     with_detector_config,
 )
+from .study import space_overrides
 
 TUNE_METRICS = ("auroc", "auprc", "f1_macro")
 
@@ -58,7 +59,8 @@ class AnomalyObjective:
     def trial_config(self, trial: Any) -> AnomalyConfig:
         """The run config with the trial's suggestions applied to this model's settings."""
         base = detector_config(self.config, self.model)
-        det_config = merge(base, SEARCH_SPACES[self.model](trial)) if trial is not None else base
+        det_config = (merge(base, space_overrides(SEARCH_SPACES[self.model], trial))
+                      if trial is not None else base)
         config = with_detector_config(self.config, self.model, det_config)
         return replace(config, protocol=replace(config.protocol, models=self.model))
 

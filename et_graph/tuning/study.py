@@ -36,6 +36,44 @@ class TuneBudget:
             raise ValueError(f"timeout_minutes must be positive, got {self.timeout_minutes}")
 
 
+#: What a replayed trial returns for a parameter it did not record (see :func:`space_overrides`).
+_NOT_RECORDED = object()
+
+
+class _RecordedTrial:
+    """A finished trial replayed through a search space: each ``suggest_*`` returns the value
+    the trial recorded, or ``_NOT_RECORDED`` for a parameter it has no value for."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self._params = params
+
+    def _recorded(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._params.get(name, _NOT_RECORDED)
+
+    suggest_categorical = suggest_int = suggest_float = _recorded
+
+
+def _without_unrecorded(overrides: dict[str, Any]) -> dict[str, Any]:
+    return {key: _without_unrecorded(value) if isinstance(value, dict) else value
+            for key, value in overrides.items() if value is not _NOT_RECORDED}
+
+
+def space_overrides(space: Callable[[Any], dict[str, Any]], trial: Any) -> dict[str, Any]:
+    """The config overrides ``space(trial)`` of a live trial or of a finished one.
+
+    A finished (frozen) trial gives back the values it recorded. A parameter that the search
+    space gained after the trial ran (``max_features`` joined GBT's space after studies had
+    run; resuming such a study used to fail at its best trial) is left out, so the config keeps
+    its base value: the value that trial ran with. Re-suggesting through the space would
+    instead raise, and a recorded value outside a later range is still what the trial used.
+    """
+    from optuna.trial import FrozenTrial
+
+    if isinstance(trial, FrozenTrial):
+        return _without_unrecorded(space(_RecordedTrial(dict(trial.params))))
+    return space(trial)
+
+
 def _optuna():
     try:
         import optuna

@@ -25,6 +25,7 @@ from ..protocols.graph_cv import (
     stratified_folds,
 )
 from ..training import seed_everything
+from .study import space_overrides
 
 
 def et_graph_space(trial: Any) -> dict[str, dict[str, Any]]:
@@ -103,7 +104,7 @@ class TUObjective:
     def trial_config(self, trial: Any) -> TUDatasetConfig:
         config = self.config
         if trial is not None:
-            config = merge(config, TU_SEARCH_SPACES[self.model](trial))
+            config = merge(config, space_overrides(TU_SEARCH_SPACES[self.model], trial))
         return replace(config, protocol=replace(config.protocol, models=self.model))
 
     def __call__(self, trial: Any = None) -> float:
