@@ -107,21 +107,17 @@ def test_resumed_study_whose_best_trial_predates_a_new_search_parameter(tmp_path
     # study must give back the config it ran with (max_features at its base value) rather
     # than fail when the tuner writes its preset.
     import optuna
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     from et_graph.detectors.config import gbt_space
     from et_graph.tuning.study import space_overrides
 
     old = {"max_iter": 150, "learning_rate": 0.05, "max_leaf_nodes": 20, "min_samples_leaf": 30,
            "l2_regularization": 0.01, "features": "x_mean"}
-    distributions = {
-        "max_iter": IntDistribution(100, 500, step=50),
-        "learning_rate": FloatDistribution(0.02, 0.3, log=True),
-        "max_leaf_nodes": IntDistribution(15, 127, log=True),
-        "min_samples_leaf": IntDistribution(5, 100, log=True),
-        "l2_regularization": FloatDistribution(1e-6, 1.0, log=True),
-        "features": CategoricalDistribution(["x", "x_mean", "x_mean_mean2"]),
-    }
+    # Today's GBT space without max_features is the space such an old study ran with.
+    live = optuna.create_study().ask()
+    gbt_space(live)
+    distributions = {k: d for k, d in live.distributions.items() if k != "max_features"}
+    assert set(distributions) == set(old)
     # A value no AUROC reaches, so that this old trial stays the study's best.
     frozen = optuna.trial.create_trial(params=old, distributions=distributions, value=2.0)
     assert space_overrides(gbt_space, frozen) == {"model": old}
