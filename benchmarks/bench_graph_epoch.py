@@ -16,6 +16,12 @@ epochs include. Each epoch is also timed in CPU time of this process (``time.pro
 on a machine shared with other jobs that ratio is the steadier one (wall time also counts the
 time other processes hold the core).
 
+``--breakdown`` adds ET variants with one part of the model removed to the same rotation: no
+Conv2D mask (plain graph attention), no Hopfield memories, and no descent steps at all (``T = 0``:
+encoders, CLS tokens and head only; the mask is then computed but unused). Their epoch times, in
+ratio to GIN's from the same rounds, show what each part of the default ET costs. They are
+diagnostics, not models anyone trains.
+
 ``--profile N`` then runs ``N`` ET training batches under cProfile and prints the functions with
 the most own time (``--profile-torch`` uses ``torch.profiler`` and prints its operator table).
 
@@ -41,9 +47,17 @@ from torch import nn
 from torch_geometric.loader import DataLoader
 
 from et_graph.config import add_config_arguments, merge, resolve, to_dict
-from et_graph.experiments.tudataset import TUDatasetConfig, model_factories
+from et_graph.experiments.tudataset import TUDatasetConfig, et_model_kwargs, model_factories
+from et_graph.nn.models.graph_model import ETGraphModel
 from et_graph.protocols.graph_cv import model_outputs
 from et_graph.training import Trainer
+
+#: ``--breakdown``: ET variants, each with one part removed (ETGraphModel arguments).
+BREAKDOWN = {
+    "et_no_mask": {"use_mask": False},
+    "et_no_hopfield": {"hopfield_dim": 0},
+    "et_no_descent": {"steps": 0},
+}
 
 #: The NCI1 preset's ET (configs/tudataset/NCI1.toml), used when no --config is given.
 PRESET = Path(__file__).resolve().parents[1] / "configs" / "tudataset" / "NCI1.toml"
@@ -123,6 +137,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     bench.add_argument("--profile-torch", action="store_true",
                        help="profile with torch.profiler instead of cProfile")
     bench.add_argument("--profile-top", type=int, default=30)
+    bench.add_argument("--breakdown", action="store_true",
+                       help="also time ET without its mask, without its Hopfield memories and "
+                       "without descent steps")
     bench.add_argument("--skip-timing", action="store_true", help="only profile")
     bench.add_argument("--no-preset", action="store_true",
                        help="start from the config defaults (the general preset), not NCI1's")
@@ -138,19 +155,27 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     factories = model_factories(config, info)
     torch.manual_seed(0)
     models = {name: factories[name]() for name in ("et", "gin")}
+    if args.breakdown:
+        for name, change in BREAKDOWN.items():
+            if "use_mask" in change and info["edge_features"]:
+                print(f"{name}: skipped, the edge features enter through the mask")
+                continue
+            torch.manual_seed(0)
+            models[name] = ETGraphModel(**{**et_model_kwargs(config, info), **change})
     trainer = Trainer(config.train, progress=False)
     optimizers = {name: trainer.make_optimizer(m) for name, m in models.items()}
     clip = config.train.grad_clip
     loader = DataLoader(graphs, batch_size=config.train.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(0))
-    times: dict[str, list[float]] = {"et": [], "gin": [], "loader": []}
-    cpu: dict[str, list[float]] = {"et": [], "gin": [], "loader": []}
+    times: dict[str, list[float]] = {name: [] for name in [*models, "loader"]}
+    cpu: dict[str, list[float]] = {name: [] for name in [*models, "loader"]}
     if not args.skip_timing:
         for name, model in models.items():
             for _ in range(args.warmup):
                 train_epoch(model, optimizers[name], loader, clip)
         for round_ in range(args.repeats):
-            order = ["et", "gin"] if round_ % 2 == 0 else ["gin", "et"]
+            # The order alternates, so that a drift in machine load affects every model alike.
+            order = list(models) if round_ % 2 == 0 else list(reversed(models))
             for name in order:
                 wall, used = train_epoch(models[name], optimizers[name], loader, clip)
                 times[name].append(wall)
@@ -172,6 +197,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "et_params": sum(p.numel() for p in models["et"].parameters()),
         "gin_params": sum(p.numel() for p in models["gin"].parameters()),
+        "params": {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()},
+        # Each model's median epoch over GIN's (the breakdown variants included).
+        "ratio_to_gin": {name: median[name] / median["gin"] for name in models} if median else {},
         "config": {k: to_dict(config)[k] for k in ("data", "et", "baselines", "train")},
         "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
     }
@@ -180,10 +208,19 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
               f"{torch.get_num_threads()} thread(s), median of {args.repeats} epochs")
         print("| | wall (s) | CPU (s) |")
         print("|---|---|---|")
-        for key, label in (("et", "ET epoch"), ("gin", "GIN epoch"), ("loader", "loader pass")):
-            print(f"| {label} | {median[key]:.3f} | {median_cpu[key]:.3f} |")
+        labels = {"et": "ET epoch", "gin": "GIN epoch", "loader": "loader pass"}
+        for key in ["et", "gin", "loader"]:
+            print(f"| {labels[key]} | {median[key]:.3f} | {median_cpu[key]:.3f} |")
         print(f"| ET / GIN time | {result['ratio_et_gin']:.2f} | "
               f"{result['ratio_et_gin_cpu']:.2f} |")
+        variants = [name for name in models if name in BREAKDOWN]
+        if variants:
+            print("\n| ET variant | params | epoch wall (s) | / GIN wall | / GIN CPU |")
+            print("|---|---|---|---|---|")
+            for name in ["et", *variants]:
+                print(f"| {name} | {result['params'][name]:,} | {median[name]:.3f} | "
+                      f"{result['ratio_to_gin'][name]:.2f} | "
+                      f"{median_cpu[name] / median_cpu['gin']:.2f} |")
     if args.profile:
         report = profile_et(models["et"], optimizers["et"], loader, args.profile,
                             args.profile_torch, args.profile_top, clip)

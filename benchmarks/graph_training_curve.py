@@ -41,7 +41,7 @@ from torch_geometric.loader import DataLoader
 
 from et_graph.config import add_config_arguments, resolve, to_dict
 from et_graph.datasets.tudataset import load_tudataset
-from et_graph.experiments.tudataset import TUDatasetConfig, model_factories
+from et_graph.experiments.tudataset import TUDatasetConfig, et_model_kwargs, model_factories
 from et_graph.nn.models.graph_model import ETGraphModel
 from et_graph.protocols.graph_cv import (
     GraphClassificationTask,
@@ -142,15 +142,8 @@ def parse_extra(items: list[str]) -> dict[str, Any]:
 
 def et_factory(config: TUDatasetConfig, info: dict[str, Any], extra: dict[str, Any]) -> Any:
     """The ET of :func:`model_factories` with ``extra`` constructor arguments."""
-    et = config.et
-    kwargs = dict(
-        hidden_channels=et.hidden, blocks=et.blocks, steps=et.steps, heads=et.heads,
-        head_dim=et.head_dim, alpha=et.alpha, noise_std=et.noise_std, pe_dim=config.data.pe_dim,
-        kernel_size=et.kernel_size, edge_dim=info["edge_features"] or None, dropout=et.dropout,
-        rw_pe_dim=config.data.rw_pe_dim, readout=et.readout,
-    )
-    kwargs.update(extra)
-    return lambda: ETGraphModel(info["node_feature_width"], info["classes"], **kwargs)
+    kwargs = {**et_model_kwargs(config, info), **extra}
+    return lambda: ETGraphModel(**kwargs)
 
 
 def train_curve(name: str, factory: Any, train: list, val: list, config: TUDatasetConfig,

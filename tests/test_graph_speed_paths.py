@@ -209,7 +209,8 @@ def test_blocks_share_one_edge_plan_with_the_same_result(monkeypatch):
             assert torch.allclose(a, b, atol=1e-10)
 
 
-def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
+def _epoch_benchmark():
+    """``benchmarks/bench_graph_epoch.py`` as a module (the folder is not a package)."""
     import importlib.util
     from pathlib import Path
 
@@ -217,6 +218,11 @@ def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("bench_graph_epoch", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
+    bench = _epoch_benchmark()
     threads = torch.get_num_threads()
     try:
         result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
@@ -229,3 +235,22 @@ def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
     assert result["graphs"] == 188 and result["ratio_et_gin"] > 0
     assert result["ratio_et_gin_cpu"] > 0 and result["optimizer"] == "Adam (fused)"
     assert (tmp_path / "e.json").stat().st_size > 0
+
+
+def test_epoch_benchmark_breakdown_times_each_variant_against_gin(tmp_path, capsys):
+    bench = _epoch_benchmark()
+    threads = torch.get_num_threads()
+    try:
+        result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
+                             "--limit", "40", "--cache", str(tmp_path / "cache"), "--breakdown"])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    # MUTAG's bond types enter through the mask, so the variant without it cannot be built.
+    assert "et_no_mask: skipped" in out
+    assert set(result["ratio_to_gin"]) == {"et", "gin", "et_no_hopfield", "et_no_descent"}
+    assert result["ratio_to_gin"]["gin"] == 1.0
+    # The variants are the default ET less one part: fewer parameters without the memories.
+    assert result["params"]["et_no_hopfield"] < result["params"]["et"]
+    assert result["params"]["et_no_descent"] == result["params"]["et"]
+    assert "| et_no_descent |" in out

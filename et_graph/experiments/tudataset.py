@@ -152,18 +152,26 @@ class TUDatasetConfig:
 CONFIG = TUDatasetConfig
 
 
+def et_model_kwargs(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`ETGraphModel` constructor arguments of ``config`` for data described by
+    ``info`` (from :func:`~et_graph.datasets.load_tudataset`): what ``et-graph tudataset``
+    builds, and what benchmarks vary one argument of."""
+    et = config.et
+    return dict(
+        in_channels=info["node_feature_width"], out_channels=info["classes"],
+        hidden_channels=et.hidden, blocks=et.blocks, steps=et.steps, heads=et.heads,
+        head_dim=et.head_dim, alpha=et.alpha, noise_std=et.noise_std, pe_dim=config.data.pe_dim,
+        kernel_size=et.kernel_size, edge_dim=info["edge_features"] or None, dropout=et.dropout,
+        rw_pe_dim=config.data.rw_pe_dim, readout=et.readout, coupling=et.coupling,
+    )
+
+
 def model_factories(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, Any]:
     """``{name: () -> model}`` for the models of ``config.protocol.models``."""
     width, classes = info["node_feature_width"], info["classes"]
-    et, base = config.et, config.baselines
+    base = config.baselines
     factories = {
-        "et": lambda: ETGraphModel(
-            width, classes, hidden_channels=et.hidden, blocks=et.blocks, steps=et.steps,
-            heads=et.heads, head_dim=et.head_dim, alpha=et.alpha, noise_std=et.noise_std,
-            pe_dim=config.data.pe_dim, kernel_size=et.kernel_size,
-            edge_dim=info["edge_features"] or None, dropout=et.dropout,
-            rw_pe_dim=config.data.rw_pe_dim, readout=et.readout, coupling=et.coupling,
-        ),
+        "et": lambda: ETGraphModel(**et_model_kwargs(config, info)),
         "gin": lambda: GINClassifier(width, classes, base.gin_hidden, base.gin_layers,
                                      base.baseline_dropout),
         "structure_agnostic": lambda: StructureAgnosticMLP(width, classes, base.gin_hidden,
