@@ -291,3 +291,69 @@ def test_label_trick_run_resumes_exactly(graph, tmp_path):
     assert resumed.fit_info_["epochs_run"] == 4
     assert [r["train_loss"] for r in resumed.history_] == [r["train_loss"] for r in full.history_]
     assert torch.equal(resumed.decision_score_, full.decision_score_)
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Stacked blocks (deeper ET)
+# ----------------------------------------------------------------------------------------------
+def test_one_block_network_keeps_its_state_dict_keys():
+    keys = set(ETAnomalyNet(6, 8).state_dict())
+    assert not any(key.startswith("stacked") for key in keys)
+    assert {"conv.energy_fn.w_k", "conv.energy_fn.xi"} <= keys
+    two = ETAnomalyNet(6, 8, blocks=2)
+    assert {key.replace("stacked.0.", "conv.") for key in two.state_dict()} == keys
+    assert two.convs[0] is two.conv and two.last_conv is two.stacked[0]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="blocks"):
+            ETAnomalyNet(6, 8, blocks=bad)
+    with pytest.raises(ValueError, match="blocks"):
+        ETModelConfig(blocks=0)
+
+
+def test_stacked_blocks_chain_and_read_out_the_last_block():
+    torch.manual_seed(0)
+    data = planted_anomaly_graph(50, num_features=6, seed=4)
+    model = ETAnomalyNet(6, 8, steps=2, blocks=3, readout="ego_neighbour").eval()
+    blocks = model.convs
+    assert len(blocks) == 3
+    assert not torch.equal(blocks[0].energy_fn.w_k, blocks[1].energy_fn.w_k)
+    with torch.no_grad():  # distinct LayerNorms, so that reading out the wrong one shows
+        for i, conv in enumerate(blocks):
+            conv.norm.set_gamma(1.0 + 0.5 * i)
+            conv.norm.delta.fill_(0.1 * i)
+    first = model.embed(data.x)
+    tokens, traces = first, []
+    for conv in blocks:
+        tokens, trace = conv(tokens, data.edge_index, return_energy=True)
+        traces.append(trace)
+    logits, energies = model(data.x, data.edge_index, return_energy=True)
+    assert energies.shape == (3, 3) and torch.equal(energies, torch.stack(traces))
+    # LN(x^1) through the first block's LayerNorm, LN(x^T) through the last's.
+    normed = blocks[-1].norm(tokens)
+    expected = model.readout(torch.cat(
+        [blocks[0].norm(first), normed, model.neighbour_means(data.edge_index, normed)], -1))
+    assert torch.allclose(logits, expected.squeeze(-1), atol=1e-6)
+    # The energy score is the last block's energy at x^T.
+    assert torch.allclose(model.energy_score(data.x, data.edge_index),
+                          blocks[-1].node_energy(tokens, data.edge_index), atol=1e-6)
+    # Bounded-memory scoring chains the blocks the same way.
+    with torch.no_grad():
+        chunked = model(data.x, data.edge_index, chunk_size=7)
+    assert torch.allclose(chunked, logits, atol=1e-5)
+    # Selected blocks only: the first two, then the last one, make the whole descent.
+    middle = model.descend(first, data.edge_index, blocks=slice(0, -1))
+    assert torch.allclose(model.descend(middle, data.edge_index, blocks=slice(-1, None)), tokens,
+                          atol=1e-6)
+    with pytest.raises(ValueError, match="selects no block"):
+        model.descend(first, data.edge_index, return_energy=True, blocks=slice(0, 0))
+
+
+def test_detector_with_stacked_blocks_fits_and_traces_the_last_block(graph):
+    from et_graph.protocols.anomaly import energy_trajectory
+
+    det = ETDetector(blocks=2, steps=1, epochs=2, hidden=16).fit(graph)
+    assert len(det.model_.convs) == 2 and det.decision_function(graph).shape == (240,)
+    split = make_splits(graph, "paper", 1, 0.4, split_seed=0)[0]
+    trace = energy_trajectory(det, graph, split, extra_steps=2)
+    assert len(trace["all"]) == 1 + 1 + 2 and trace["trained_steps"] == [1.0]
+    assert parse(AnomalyConfig, ["--blocks", "2"]).et.blocks == 2

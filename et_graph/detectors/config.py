@@ -27,7 +27,8 @@ class ETModelConfig:
         heads: attention heads.
         head_dim: key/query width per head.
         hopfield_dim: Hopfield memories K (none = 4 * hidden).
-        steps: ET descent steps T.
+        steps: ET descent steps T (per block).
+        blocks: stacked ET blocks S, each with its own parameters and T steps.
         alpha: descent step size.
         hopfield: Hopfield energy, relu or softmax.
         noise_std: noise added to the tokens at each step in training (paper eq. 27).
@@ -53,6 +54,7 @@ class ETModelConfig:
     head_dim: int = 16
     hopfield_dim: Optional[int] = None
     steps: int = 1
+    blocks: int = 1
     alpha: float = 1.0
     hopfield: str = "relu"
     noise_std: float = 0.0
@@ -72,6 +74,8 @@ class ETModelConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
+        if self.blocks < 1:
+            raise ValueError(f"blocks must be >= 1, got {self.blocks}")
 
 
 @dataclass

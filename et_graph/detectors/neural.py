@@ -393,7 +393,7 @@ class ETDetector(NeuralDetector):
             hopfield_dim=m.hopfield_dim, steps=m.steps, alpha=m.alpha, hopfield=m.hopfield,
             noise_std=m.noise_std, num_nodes=num_nodes if m.positional else None,
             positional=m.positional, dropout=m.dropout, readout=m.readout,
-            num_relations=self.num_relations_,
+            num_relations=self.num_relations_, blocks=m.blocks,
         )
 
     @torch.no_grad()

@@ -271,13 +271,15 @@ def energy_row(det: ETDetector, data: Data, split: Split
 def energy_trajectory(det: ETDetector, data: Data, split: Split, extra_steps: int = 6
                       ) -> dict[str, list[float]]:
     """Mean node energy per ET step (0..T+extra), over all nodes and over the normal/anomalous
-    *validation* nodes, continuing the descent past the trained T to show it settles."""
+    *validation* nodes, continuing the descent past the trained T to show it settles. With
+    stacked blocks this traces the last block, from the tokens the blocks before it hand over."""
     model = det.model_.eval()
-    conv = model.conv
+    conv = model.last_conv
     relations = relation_inputs(model, data)
     y, val = data.y.cpu().numpy(), split.val.numpy()
     groups = {"normal": val[y[val] == 0], "anomalous": val[y[val] == 1]}
-    x = model.embed(det.network_input(data))
+    x = model.descend(model.embed(det.network_input(data)), data.edge_index, **relations,
+                      blocks=slice(0, -1))
     out: dict[str, list[float]] = {"all": [], "normal": [], "anomalous": []}
     last = conv.steps + extra_steps
     for step in range(last + 1):
@@ -286,7 +288,7 @@ def energy_trajectory(det: ETDetector, data: Data, split: Split, extra_steps: in
         for group, index in groups.items():
             out[group].append(float(energy[index].mean()))
         if step < last:
-            x = model.descend(x, data.edge_index, **relations, steps=1)
+            x = model.descend(x, data.edge_index, **relations, steps=1, blocks=slice(-1, None))
     out["trained_steps"] = [float(conv.steps)]
     return out
 

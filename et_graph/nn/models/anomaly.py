@@ -26,9 +26,12 @@ class ETAnomalyNet(nn.Module):
         \mathrm{LN}(\mathbf{x}^T_A))\big)
 
     where ``LN`` is the conv's own energy LayerNorm (``conv.norm``), so the readout sees exactly
-    the ``g`` the energy is a function of. With ``readout="ego_neighbour"`` the MLP also gets the
-    mean of the in-neighbours' final normalised tokens, so that it can compare a node with its
-    neighbourhood explicitly:
+    the ``g`` the energy is a function of. With ``blocks = S > 1`` the descent is ``S`` stacked
+    blocks, each with its own parameters and ``steps`` steps, ``x^T`` is the last block's output,
+    and ``LN(x^T)`` uses the last block's LayerNorm (``LN(x^1)`` the first's).
+
+    With ``readout="ego_neighbour"`` the MLP also gets the mean of the in-neighbours' final
+    normalised tokens, so that it can compare a node with its neighbourhood explicitly:
 
     .. math::
         \mathrm{MLP}\big(\mathrm{LN}(\mathbf{x}^1_A) \,\|\, \mathrm{LN}(\mathbf{x}^T_A)
@@ -65,6 +68,8 @@ class ETAnomalyNet(nn.Module):
             ``3 * hidden``).
         num_relations: build a :class:`~et_graph.nn.RelationalETConv` over this many relations
             (edge types) instead of an :class:`~et_graph.nn.ETConv` (``None``).
+        blocks: stacked ET blocks ``S`` (``>= 1``). ``conv`` is the first; the others are
+            ``stacked``, so a one-block network keeps the state-dict keys it always had.
     """
 
     def __init__(
@@ -84,8 +89,11 @@ class ETAnomalyNet(nn.Module):
         dropout: float = 0.0,
         readout: str = "first_last",
         num_relations: Optional[int] = None,
+        blocks: int = 1,
     ) -> None:
         super().__init__()
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+            raise ValueError(f"blocks must be an int >= 1, got {blocks!r}")
         if in_channels <= 0 or hidden_channels <= 0:
             raise ValueError("in_channels and hidden_channels must be positive")
         if positional and (num_nodes is None or num_nodes <= 0):
@@ -102,10 +110,14 @@ class ETAnomalyNet(nn.Module):
         self.num_relations = num_relations
         conv_options = dict(heads=heads, head_dim=head_dim, hopfield_dim=hopfield_dim,
                             steps=steps, alpha=alpha, hopfield=hopfield, noise_std=noise_std)
-        self.conv: Union[ETConv, RelationalETConv] = (
-            ETConv(hidden_channels, **conv_options) if num_relations is None
-            else RelationalETConv(hidden_channels, num_relations, **conv_options)
-        )
+
+        def block() -> Union[ETConv, RelationalETConv]:
+            if num_relations is None:
+                return ETConv(hidden_channels, **conv_options)
+            return RelationalETConv(hidden_channels, num_relations, **conv_options)
+
+        self.conv: Union[ETConv, RelationalETConv] = block()
+        self.stacked = nn.ModuleList(block() for _ in range(blocks - 1))
         mlp_hidden = hidden_channels if mlp_hidden is None else mlp_hidden
         self.readout = nn.Sequential(
             nn.Linear((3 if readout == "ego_neighbour" else 2) * hidden_channels, mlp_hidden),
@@ -120,10 +132,21 @@ class ETAnomalyNet(nn.Module):
         if self.positional is not None:
             # Small, so that at initialisation the tokens are driven by the features.
             nn.init.normal_(self.positional.weight, std=0.02)
-        self.conv.reset_parameters()
+        for conv in self.convs:
+            conv.reset_parameters()
         for layer in self.readout:
             if isinstance(layer, nn.Linear):
                 layer.reset_parameters()
+
+    @property
+    def convs(self) -> list[Union[ETConv, RelationalETConv]]:
+        """The blocks in descent order: ``conv`` and then the ``stacked`` ones."""
+        return [self.conv, *self.stacked]
+
+    @property
+    def last_conv(self) -> Union[ETConv, RelationalETConv]:
+        """The block whose output is ``x^T`` (its LayerNorm reads it out, its energy scores it)."""
+        return self.stacked[-1] if len(self.stacked) else self.conv
 
     def embed(self, x: Tensor, node_ids: Optional[Tensor] = None) -> Tensor:
         """Tokens ``x^1 [N, hidden]`` (eq. 10). ``node_ids`` are the nodes' ids in the full graph
@@ -157,7 +180,8 @@ class ETAnomalyNet(nn.Module):
         edge_type: Optional[Tensor] = None,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Anomaly logits ``[N]``; with ``return_energy=True`` also the total energy before each
-        ET step and after the last ``[steps + 1]`` (detached). ``chunk_size`` runs the descent
+        ET step and after the last ``[steps + 1]`` (detached; ``[blocks, steps + 1]``, each block
+        under its own energy, when ``blocks > 1``). ``chunk_size`` runs the descent
         in bounded memory (:meth:`ETConv.forward_chunked`; inference only, same result; not
         with ``num_relations``). ``edge_type [E]``: the relation of each edge, required with
         ``num_relations`` and refused without."""
@@ -170,7 +194,9 @@ class ETAnomalyNet(nn.Module):
                 raise ValueError("chunk_size (bounded-memory scoring) is not implemented for "
                                  "the multi-relation ET: score in one full pass")
             self._relation_args(edge_type)
-            last = self.conv.forward_chunked(first, edge_index, chunk_size=chunk_size)
+            last = first
+            for conv in self.convs:
+                last = conv.forward_chunked(last, edge_index, chunk_size=chunk_size)
             return self.chunked_logits(first, last, edge_index, chunk_size)
         elif return_energy:
             last, energies = self.descend(first, edge_index, edge_type, return_energy=True)
@@ -182,7 +208,7 @@ class ETAnomalyNet(nn.Module):
     def readout_features(self, first: Tensor, last: Tensor, edge_index: Tensor) -> Tensor:
         """The readout MLP's input from the tokens ``x^1`` and ``x^T``: ``[N, 2 * hidden]``
         (``first_last``) or ``[N, 3 * hidden]`` (``ego_neighbour``)."""
-        first, last = self.conv.norm(first), self.conv.norm(last)
+        first, last = self.conv.norm(first), self.last_conv.norm(last)
         if self.readout_kind == "first_last":
             return torch.cat([first, last], dim=-1)
         return torch.cat([first, last, self.neighbour_means(edge_index, last)], dim=-1)
@@ -195,12 +221,12 @@ class ETAnomalyNet(nn.Module):
                        ) -> Tensor:
         """The logits of :meth:`readout_features` and the MLP, ``chunk_size`` nodes at a time,
         so that scoring a large graph never holds the ``[N, 2-3 * hidden]`` readout input."""
-        neighbours = (self.neighbour_means(edge_index, self.conv.norm(last))
+        neighbours = (self.neighbour_means(edge_index, self.last_conv.norm(last))
                       if self.readout_kind == "ego_neighbour" else None)
         logits = first.new_empty(first.size(0))
         for start in range(0, first.size(0), chunk_size):
             end = min(start + chunk_size, first.size(0))
-            parts = [self.conv.norm(first[start:end]), self.conv.norm(last[start:end])]
+            parts = [self.conv.norm(first[start:end]), self.last_conv.norm(last[start:end])]
             if neighbours is not None:
                 parts.append(neighbours[start:end])
             logits[start:end] = self.readout(torch.cat(parts, dim=-1)).squeeze(-1)
@@ -248,17 +274,34 @@ class ETAnomalyNet(nn.Module):
         return_energy: bool = False,
         *,
         steps: Optional[int] = None,
+        blocks: Optional[slice] = None,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
-        """The ET descent from ``tokens [N, hidden]`` (``conv(tokens, edge_index[, edge_type])``;
-        ``steps`` overrides the conv's for this call)."""
+        """The ET descent from ``tokens [N, hidden]`` through every block (``conv(tokens,
+        edge_index[, edge_type])``; ``steps`` overrides each block's for this call), or through
+        the blocks ``self.convs[blocks]`` only (e.g. ``slice(-1, None)``: the last one). With
+        ``return_energy`` also the energy trace: ``[steps + 1]`` for one block,
+        ``[blocks, steps + 1]`` for several (each under its own energy, so they are not
+        summed)."""
         args = self._relation_args(edge_type)
-        return self.conv(tokens, edge_index, *args, return_energy=return_energy, steps=steps)
+        convs = self.convs if blocks is None else self.convs[blocks]
+        if return_energy and not convs:
+            raise ValueError(f"blocks={blocks} selects no block: there is no energy to trace")
+        if len(convs) == 1:
+            return convs[0](tokens, edge_index, *args, return_energy=return_energy, steps=steps)
+        traces = []
+        for conv in convs:
+            tokens = conv(tokens, edge_index, *args, return_energy=return_energy, steps=steps)
+            if return_energy:
+                tokens, trace = tokens
+                traces.append(trace)
+        return (tokens, torch.stack(traces)) if return_energy else tokens
 
     def node_energy(
         self, tokens: Tensor, edge_index: Tensor, edge_type: Optional[Tensor] = None
     ) -> Tensor:
-        """Each node's energy share ``[N]`` at the state ``tokens [N, hidden]``."""
-        return self.conv.node_energy(tokens, edge_index, *self._relation_args(edge_type))
+        """Each node's energy share ``[N]`` at the state ``tokens [N, hidden]``, under the last
+        block's energy (the one ``x^T`` descended)."""
+        return self.last_conv.node_energy(tokens, edge_index, *self._relation_args(edge_type))
 
     @torch.no_grad()
     def energy_score(
