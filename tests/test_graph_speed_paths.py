@@ -209,20 +209,20 @@ def test_blocks_share_one_edge_plan_with_the_same_result(monkeypatch):
             assert torch.allclose(a, b, atol=1e-10)
 
 
-def _epoch_benchmark():
-    """``benchmarks/bench_graph_epoch.py`` as a module (the folder is not a package)."""
+def _benchmark(name: str = "bench_graph_epoch"):
+    """``benchmarks/<name>.py`` as a module (the folder is not a package)."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_graph_epoch.py"
-    spec = importlib.util.spec_from_file_location("bench_graph_epoch", path)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench
 
 
 def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
-    bench = _epoch_benchmark()
+    bench = _benchmark()
     threads = torch.get_num_threads()
     try:
         result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
@@ -238,7 +238,7 @@ def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
 
 
 def test_epoch_benchmark_breakdown_times_each_variant_against_gin(tmp_path, capsys):
-    bench = _epoch_benchmark()
+    bench = _benchmark()
     threads = torch.get_num_threads()
     try:
         result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
@@ -254,3 +254,18 @@ def test_epoch_benchmark_breakdown_times_each_variant_against_gin(tmp_path, caps
     assert result["params"]["et_no_hopfield"] < result["params"]["et"]
     assert result["params"]["et_no_descent"] == result["params"]["et"]
     assert "| et_no_descent |" in out
+
+
+def test_descent_parts_benchmark_times_every_part(tmp_path, capsys):
+    bench = _benchmark("bench_descent_parts")
+    threads = torch.get_num_threads()
+    try:
+        result = bench.main(["--dataset", "MUTAG", "--batch-size", "8", "--repeats", "1",
+                             "--inner", "1", "--json", str(tmp_path / "parts.json")])
+    finally:
+        torch.set_num_threads(threads)
+    assert set(result["milliseconds"]) == {"fused_attention", "reference_attention", "hopfield"}
+    assert all(ms > 0 for ms in result["milliseconds"].values())
+    # 8 graphs: one CLS node each, linked both ways to each of the graph's nodes.
+    assert result["nodes_with_cls"] - 8 == (result["edges_with_cls"] - result["edges"]) // 2
+    assert "| fused_attention |" in capsys.readouterr().out
