@@ -268,16 +268,19 @@ def test_label_trick_trains_and_scores_end_to_end(graph):
     assert sub.decision_score_.shape == (240,)
 
 
-def test_label_trick_run_resumes_exactly(graph, tmp_path):
+def assert_resumes_exactly(graph, folder, **options):
+    """A run stopped after epoch 1 and resumed from its checkpoint equals an uninterrupted one:
+    the same losses and the same scores (so every random draw was replayed)."""
     class Stop(Exception):
         pass
 
-    def detector(resume):
-        det = ETDetector(label_trick=True, epochs=4, hidden=16)
-        det.checkpoint = CheckpointConfig(str(tmp_path / "ck"), 1, resume)
+    def detector(resume=None):
+        det = ETDetector(epochs=4, hidden=16, **options)
+        if resume is not None:
+            det.checkpoint = CheckpointConfig(str(folder / "ck"), 1, resume)
         return det
 
-    full = ETDetector(label_trick=True, epochs=4, hidden=16).fit(graph)
+    full = detector().fit(graph)
     cut = detector(False)
 
     def stop(epoch, _):
@@ -291,6 +294,10 @@ def test_label_trick_run_resumes_exactly(graph, tmp_path):
     assert resumed.fit_info_["epochs_run"] == 4
     assert [r["train_loss"] for r in resumed.history_] == [r["train_loss"] for r in full.history_]
     assert torch.equal(resumed.decision_score_, full.decision_score_)
+
+
+def test_label_trick_run_resumes_exactly(graph, tmp_path):
+    assert_resumes_exactly(graph, tmp_path, label_trick=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -357,3 +364,40 @@ def test_detector_with_stacked_blocks_fits_and_traces_the_last_block(graph):
     trace = energy_trajectory(det, graph, split, extra_steps=2)
     assert len(trace["all"]) == 1 + 1 + 2 and trace["trained_steps"] == [1.0]
     assert parse(AnomalyConfig, ["--blocks", "2"]).et.blocks == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. Class-balanced sampling
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("label_trick", [False, True])
+def test_class_balanced_sampling_draws_equal_classes_each_epoch(graph, label_trick):
+    config = ETDetector(class_balance="sample").config.train
+    task = NodeAnomalyTask(graph, graph.y, graph.train_mask, graph.val_mask, config,
+                           torch.Generator().manual_seed(0), False, torch.device("cpu"),
+                           label_trick=label_trick)
+    train = set(graph.train_mask.nonzero().view(-1).tolist())
+    anomalous = {n for n in train if int(graph.y[n]) == 1}
+    draws = []
+    for epoch in range(3):
+        _, _, _, targets = next(iter(task.batches(epoch)))
+        labels = graph.y[targets]
+        assert int(labels.sum()) == int((labels == 0).sum()) > 0
+        assert set(targets.tolist()) <= train and torch.equal(targets, targets.sort().values)
+        if not label_trick:  # every training anomaly, each epoch
+            assert {n for n in targets.tolist() if int(graph.y[n]) == 1} == anomalous
+        draws.append(set(targets.tolist()))
+    assert draws[0] != draws[1]  # a fresh draw of the normal nodes each epoch
+    # Balanced batches carry an unweighted loss; validation still reports the weighted one.
+    assert task.train_pos_weight == 1.0 and task.pos_weight > 1.0
+    weighted = NodeAnomalyTask(graph, graph.y, graph.train_mask, graph.val_mask,
+                               ETDetector().config.train, torch.Generator().manual_seed(0),
+                               False, torch.device("cpu"))
+    assert weighted.train_pos_weight == weighted.pos_weight
+    assert torch.equal(next(iter(weighted.batches(0)))[3], graph.train_mask.nonzero().view(-1))
+    with pytest.raises(ValueError, match="class_balance"):
+        ETDetector(class_balance="oversample")
+
+
+def test_class_balanced_training_fits_and_resumes_exactly(graph, tmp_path):
+    assert_resumes_exactly(graph, tmp_path, class_balance="sample")
+    assert parse(AnomalyConfig, ["--class-balance", "sample"]).train.class_balance == "sample"

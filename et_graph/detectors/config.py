@@ -14,6 +14,8 @@ from ..loaders.neighbour_sampling import SAMPLERS, parse_fanouts
 from ..training import TrainConfig
 
 SELECT_METRICS = ("f1_macro", "auroc", "auprc")
+#: How training makes up for the rare anomalous class: a weighted loss or balanced draws.
+CLASS_BALANCE = ("weight", "sample")
 HOPFIELD_KINDS = ("relu", "softmax")
 READOUT_KINDS = ("first_last", "ego_neighbour")
 
@@ -111,6 +113,10 @@ class NodeTrainConfig(TrainConfig):
             all in-neighbours; empty = random node partitions). Needs batch_size.
         neighbor_sampler: auto (PyG's NeighborLoader when pyg-lib or torch-sparse is
             installed, else builtin), builtin (pure torch, bit-reproducible on resume) or pyg.
+        class_balance: weight (the loss weighs each anomalous training node by #normal /
+            #anomalous, paper eq. 12) or sample (class-balanced sampling: each epoch the loss
+            is taken, unweighted, on as many normal as anomalous training nodes, every node of
+            the rarer class and a fresh random draw of the other).
     """
 
     epochs: int = 100
@@ -120,9 +126,14 @@ class NodeTrainConfig(TrainConfig):
     batch_size: int = 0
     num_neighbors: str = ""
     neighbor_sampler: str = "auto"
+    class_balance: str = "weight"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.class_balance not in CLASS_BALANCE:
+            raise ValueError(
+                f"class_balance must be one of {CLASS_BALANCE}, got {self.class_balance!r}"
+            )
         if self.select_metric not in SELECT_METRICS:
             raise ValueError(
                 f"select_metric must be one of {SELECT_METRICS}, got {self.select_metric!r}"

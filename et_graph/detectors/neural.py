@@ -87,12 +87,16 @@ class NodeAnomalyTask:
         self.data = data
         self.y = y.to(device)
         self.y_val = y[val].numpy()
+        self.labels = y.cpu()
         self.train_index = train.nonzero().view(-1)
         self.val_index = val.nonzero().view(-1)
         self.config = config
         self.generator = generator
         self.pass_node_ids = pass_node_ids
         self.pos_weight = class_weight(y[train])
+        # With class-balanced sampling the training loss sees both classes equally often, so it
+        # is not weighted; validation still reports the weighted loss, comparable across runs.
+        self.train_pos_weight = 1.0 if config.class_balance == "sample" else self.pos_weight
         self.device = device
         self.label_trick = label_trick
         self.chunk_size = chunk_size
@@ -118,16 +122,32 @@ class NodeAnomalyTask:
 
     def train_input(self) -> tuple[Tensor, Tensor]:
         """``(x, target nodes)`` of one training epoch: ``data.x`` and every training node, or
-        with the label trick the input half's label columns appended and the target half."""
+        with the label trick the input half's label columns appended and the target half; with
+        ``class_balance="sample"`` the targets are then drawn down to equal class counts."""
         if not self.label_trick:
-            return self.data.x, self.train_index
+            return self.data.x, self.balanced(self.train_index)
         inputs, targets = self.split_train()
         labels = known_labels(self.y, inputs.to(self.device))
         x = torch.cat(
             [self.data.x,
              neighbour_label_features(self.data.edge_index, labels).to(self.data.x.dtype)],
             dim=-1)
-        return x, targets
+        return x, self.balanced(targets)
+
+    def balanced(self, targets: Tensor) -> Tensor:
+        """``targets`` (sorted node ids) as they are, or with ``class_balance="sample"`` every
+        node of the rarer class among them and as many of the other, drawn afresh from the
+        task's generator (so a resumed run draws the same), sorted."""
+        if self.config.class_balance != "sample":
+            return targets
+        labels = self.labels[targets]
+        anomalous, normal = targets[labels == 1], targets[labels == 0]
+        count = min(anomalous.numel(), normal.numel())
+        if count == 0:  # one class only among the targets: nothing to balance
+            return targets
+        keep = [group[torch.randperm(group.numel(), generator=self.generator)[:count]]
+                for group in (anomalous, normal)]
+        return torch.cat(keep).sort().values
 
     def batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor, Optional[Tensor], Tensor]]:
         """One batch per epoch: the full graph (each DDP rank scoring its shard of the training
@@ -223,7 +243,7 @@ class NodeAnomalyTask:
         if local.numel() == 0:  # a subgraph without training nodes: keeps DDP ranks in step
             return logits.sum() * 0.0
         target = self.y[local if node_ids is None else node_ids[local]]
-        return weighted_bce_loss(logits[local], target, self.pos_weight)
+        return weighted_bce_loss(logits[local], target, self.train_pos_weight)
 
     def validate(self, model: nn.Module) -> Validation:
         extra = {} if self.chunk_size is None else {"chunk_size": self.chunk_size}
