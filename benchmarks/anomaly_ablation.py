@@ -8,7 +8,8 @@ on) beside the test AUROC (read off once, never used to choose). Run:
         --out runs/ablation/tolokers
 
 Variants: the default ET; + neighbourhood statistics (mean, sq_mean, max, min as inputs);
-+ ego/neighbour readout; + label trick; + all three; T = 2 steps; cosine LR with patience.
++ ego/neighbour readout; + label trick; + all three; T = 2 steps; cosine LR with patience;
++ 2 stacked blocks; + class-balanced sampling. Each adds its flags to today's defaults.
 GBT on the same inputs is run beside them for reference.
 """
 from __future__ import annotations
@@ -31,6 +32,8 @@ VARIANTS = {
                     "--label-trick"],
     "T = 2 steps": ["--steps", "2"],
     "cosine LR + patience 20": ["--lr-schedule", "cosine", "--patience", "20"],
+    "+ 2 stacked blocks": ["--blocks", "2"],
+    "+ class-balanced sampling": ["--class-balance", "sample"],
 }
 
 
