@@ -115,9 +115,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     }
     result: dict[str, Any] = {
         "dataset": args.dataset, "graphs": batch.num_graphs, "nodes_with_cls": num_nodes,
-        "edges": int(batch.edge_index.size(1)), "edges_with_cls": int(src.numel()), "heads": heads, "head_dim": head_dim,
-        "hidden": args.hidden, "memories": args.memories, "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
+        "edges": int(batch.edge_index.size(1)), "edges_with_cls": int(src.numel()),
+        "heads": heads, "head_dim": head_dim, "hidden": args.hidden, "memories": args.memories,
+        "threads": torch.get_num_threads(), "torch": torch.__version__,
     }
     if args.compile:
         compiled = reference(torch.compile(E.attention_grad, dynamic=True))
