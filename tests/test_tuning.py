@@ -94,8 +94,10 @@ TUNED = sorted((Path(__file__).resolve().parents[1] / "configs" / "anomaly" / "t
 @pytest.mark.parametrize("path", TUNED, ids=lambda p: p.stem)
 def test_tuned_anomaly_presets_name_one_model_and_their_dataset(path):
     config = merge(AnomalyConfig(), load_file(path))
-    # benchmarks/anomaly_tuned.py writes one preset per model, run on its own
-    assert path.stem == f"{config.data.dataset}-{config.protocol.models}"
+    # benchmarks/anomaly_tuned.py writes one preset per model, run on its own; a later revision
+    # of a model's preset (a study continued elsewhere) carries a number: inj_amazon-gbt2
+    name = f"{config.data.dataset}-{config.protocol.models}"
+    assert path.stem == name or (path.stem[len(name):].isdigit() and path.stem.startswith(name))
     assert config.protocol.model_names() == [config.protocol.models]
     tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     meta = tomllib.loads(path.read_text())["meta"]
