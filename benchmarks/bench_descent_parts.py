@@ -3,7 +3,8 @@ graphs (default: 64 NCI1 graphs), to see where :mod:`benchmarks.bench_graph_epoc
 goes.
 
 The batch is the first shuffled batch of ``--batch-size`` graphs, with one CLS node per graph
-linked both ways to each of its nodes (as :class:`et_graph.nn.pool.CLSPool` does). Keys and
+linked both ways to each of its nodes, laid out by :func:`et_graph.nn.pool.add_cls_nodes` as
+in the model. Keys and
 queries are ``[N, heads, head_dim]`` and the tokens ``[N, hidden]`` (the general preset's 4 x 8 and
 32, with 4 x 32 Hopfield memories). Each part runs forward and backward against a fixed upstream
 gradient:
@@ -35,17 +36,7 @@ from torch_geometric.loader import DataLoader
 from et_graph import energy as E
 from et_graph.datasets.tudataset import load_tudataset
 from et_graph.fused import build_edge_plan, fused_attention_grad
-
-
-def cls_edges(edge_index: Tensor, batch: Tensor, num_graphs: int) -> tuple[Tensor, Tensor, int]:
-    """``(src, dst, N)`` of the batch with one CLS node per graph, linked both ways to every node
-    of its graph (CLS nodes are numbered after the graph nodes)."""
-    nodes = batch.numel()
-    cls = torch.arange(nodes, nodes + num_graphs)[batch]
-    graph_nodes = torch.arange(nodes)
-    src = torch.cat([edge_index[0], graph_nodes, cls])
-    dst = torch.cat([edge_index[1], cls, graph_nodes])
-    return src, dst, nodes + num_graphs
+from et_graph.nn.pool import add_cls_nodes
 
 
 def time_ms(fn: Callable[[], None], repeats: int, inner: int) -> float:
@@ -82,7 +73,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     loader = DataLoader(graphs, batch_size=args.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(0))
     batch = next(iter(loader))
-    src, dst, num_nodes = cls_edges(batch.edge_index, batch.batch, batch.num_graphs)
+    # Only the CLS graph's edges matter here, so the node features are placeholders.
+    graph = add_cls_nodes(batch.x.new_zeros(batch.num_nodes, 1), batch.edge_index,
+                          batch.x.new_zeros(batch.num_graphs, 1), batch.batch, batch.num_graphs)
+    src, dst = graph.edge_index
+    num_nodes = graph.x.size(0)
     heads, head_dim = args.heads, args.head_dim
     generator = torch.Generator().manual_seed(0)
 

@@ -208,9 +208,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
               f"{torch.get_num_threads()} thread(s), median of {args.repeats} epochs")
         print("| | wall (s) | CPU (s) |")
         print("|---|---|---|")
-        labels = {"et": "ET epoch", "gin": "GIN epoch", "loader": "loader pass"}
-        for key in ["et", "gin", "loader"]:
-            print(f"| {labels[key]} | {median[key]:.3f} | {median_cpu[key]:.3f} |")
+        for key, label in (("et", "ET epoch"), ("gin", "GIN epoch"), ("loader", "loader pass")):
+            print(f"| {label} | {median[key]:.3f} | {median_cpu[key]:.3f} |")
         print(f"| ET / GIN time | {result['ratio_et_gin']:.2f} | "
               f"{result['ratio_et_gin_cpu']:.2f} |")
         variants = [name for name in models if name in BREAKDOWN]

@@ -146,7 +146,7 @@ class ETAnomalyNet(nn.Module):
     @property
     def last_conv(self) -> Union[ETConv, RelationalETConv]:
         """The block whose output is ``x^T`` (its LayerNorm reads it out, its energy scores it)."""
-        return self.stacked[-1] if len(self.stacked) else self.conv
+        return self.convs[-1]
 
     def embed(self, x: Tensor, node_ids: Optional[Tensor] = None) -> Tensor:
         """Tokens ``x^1 [N, hidden]`` (eq. 10). ``node_ids`` are the nodes' ids in the full graph
