@@ -81,7 +81,8 @@ def test_lr_schedules_lower_the_rate(schedule):
 
 @pytest.mark.parametrize("bad", [dict(epochs=0), dict(lr=0.0), dict(lr=float("nan")),
                                  dict(lr_schedule="step"), dict(patience=-1),
-                                 dict(optimizer="sgd")])
+                                 dict(optimizer="sgd"), dict(ema_decay=1.0),
+                                 dict(ema_decay=-0.1)])
 def test_bad_config_raises(bad):
     with pytest.raises(ValueError):
         TrainConfig(**bad)
@@ -135,17 +136,19 @@ def _model():
     return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 1))
 
 
-def _fit(tmp_path, epochs, on_epoch=None, resume=False, task=None):
+def _fit(tmp_path, epochs, on_epoch=None, resume=False, task=None, ema_decay=0.0):
     task = task or RegressionTask()
     model = _model()
-    config = TrainConfig(epochs=epochs, lr=0.05, lr_schedule="cosine", grad_clip=1.0)
+    config = TrainConfig(epochs=epochs, lr=0.05, lr_schedule="cosine", grad_clip=1.0,
+                         ema_decay=ema_decay)
     trainer = Trainer(config, CheckpointConfig(str(tmp_path), 1, resume), progress=False,
                       generators=[task.generator], on_epoch=on_epoch, fingerprint="regression")
     return model, trainer.fit(model, task)
 
 
-def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(tmp_path):
-    full_model, full = _fit(tmp_path / "full", 8)
+@pytest.mark.parametrize("ema_decay", [0.0, 0.8])
+def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(tmp_path, ema_decay):
+    full_model, full = _fit(tmp_path / "full", 8, ema_decay=ema_decay)
 
     class Killed(Exception):
         pass
@@ -155,10 +158,10 @@ def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(tmp_path):
             raise Killed
 
     with pytest.raises(Killed):
-        _fit(tmp_path / "cut", 8, on_epoch=kill_after_third)
+        _fit(tmp_path / "cut", 8, on_epoch=kill_after_third, ema_decay=ema_decay)
     assert load_checkpoint(tmp_path / "cut" / "last.pt")["epoch"] == 2
     torch.manual_seed(999)  # whatever the new process's RNG holds, resuming restores it
-    resumed_model, resumed = _fit(tmp_path / "cut", 8, resume=True,
+    resumed_model, resumed = _fit(tmp_path / "cut", 8, resume=True, ema_decay=ema_decay,
                                   task=RegressionTask(seed=7))  # even another shuffle seed
     assert resumed.resumed_from_epoch == 3
     assert resumed.best_epoch == full.best_epoch
@@ -220,3 +223,55 @@ def test_validation_beats():
     assert not Validation(0.5).beats(Validation(0.5, 0.1))
     assert Validation(0.5, 0.1).beats(Validation(0.5))
     assert math.isnan(Validation(0.1).loss)
+
+
+# ----------------------------------------------------------------------------------------------
+# Weight averaging (TrainConfig.ema_decay)
+# ----------------------------------------------------------------------------------------------
+class FullBatchRegression(RegressionTask):
+    """One optimiser step per epoch, and the weights each validation saw."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def batches(self, epoch):
+        yield torch.arange(64)
+
+    def validate(self, model):
+        self.seen.append([p.detach().clone() for p in model.parameters()])
+        return super().validate(model)
+
+
+def _fit_full_batch(ema_decay, tmp_path=None):
+    task, model = FullBatchRegression(), _model()
+    checkpoint = CheckpointConfig(str(tmp_path)) if tmp_path is not None else None
+    config = TrainConfig(epochs=12, lr=0.05, ema_decay=ema_decay)
+    result = Trainer(config, checkpoint, progress=False).fit(model, task)
+    return model, task, result
+
+
+def test_weight_average_is_validated_kept_and_checkpointed_beside_the_raw_weights(tmp_path):
+    decay = 0.7
+    # Averaging does not change the raw trajectory: a run without it shows the raw weights
+    # after every step (one step per epoch), from which the average is computed by hand.
+    _, raw_task, _ = _fit_full_batch(0.0)
+    average = [p.detach().clone() for p in _model().parameters()]
+    expected = []
+    for n, raw in enumerate(raw_task.seen):
+        rate = min(decay, (1 + n) / (10 + n))
+        average = [rate * a + (1 - rate) * w for a, w in zip(average, raw)]
+        expected.append(average)
+    model, task, result = _fit_full_batch(decay, tmp_path)
+    for seen, want in zip(task.seen, expected):
+        for a, b in zip(seen, want):
+            torch.testing.assert_close(a, b)
+    assert any(not torch.allclose(a, b) for a, b in zip(task.seen[-1], raw_task.seen[-1]))
+    # The returned model holds the best epoch's averaged weights ...
+    for a, b in zip(model.parameters(), expected[result.best_epoch]):
+        torch.testing.assert_close(a.detach(), b)
+    # ... while the checkpoint keeps training from the raw ones, with the average beside them.
+    state = load_checkpoint(tmp_path / "last.pt")
+    for a, b in zip(state["model"].values(), raw_task.seen[-1]):
+        torch.testing.assert_close(a, b)
+    assert state["average"]["updates"] == 12

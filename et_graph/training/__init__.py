@@ -7,6 +7,7 @@ from .engine import (
     Trainer,
     TrainingTask,
     Validation,
+    WeightAverage,
     is_distributed,
     seed_everything,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "Trainer",
     "TrainingTask",
     "Validation",
+    "WeightAverage",
     "is_distributed",
     "load_checkpoint",
     "save_checkpoint",

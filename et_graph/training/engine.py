@@ -9,10 +9,11 @@ protocol:
 - ``validate(model)``: a :class:`Validation` (higher ``score`` is better) computed on
   validation data only.
 
-The engine owns the rest: Adam(W), an optional LR schedule, gradient clipping, early stopping with
-patience, keeping the best validation epoch and restoring its weights, history and timing, a tqdm
-progress bar, ``torch.distributed`` awareness (DDP-wrapped training, rank-0 output) and atomic,
-resumable checkpoints.
+The engine owns the rest: Adam(W), an optional LR schedule, gradient clipping, an optional
+exponential moving average of the weights (validated and kept in place of the raw weights),
+early stopping with patience, keeping the best validation epoch and restoring its weights,
+history and timing, a tqdm progress bar, ``torch.distributed`` awareness (DDP-wrapped training,
+rank-0 output) and atomic, resumable checkpoints.
 
 **Tie rule.** Epoch ``e`` replaces the best epoch when its validation score is strictly higher, or
 when the scores are equal and its validation loss is strictly lower (a NaN loss never wins a tie).
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
@@ -55,6 +57,12 @@ class TrainConfig:
         lr_floor: the cosine schedule's final LR, as a fraction of ``lr``.
         lr_patience: the plateau schedule's patience in epochs.
         grad_clip: clip the gradient norm to this value (0 = no clipping).
+        ema_decay: keep an exponential moving average of the weights, updated after every
+            optimiser step with this decay (0 = off). Validation, the best-epoch checkpoint and
+            the returned model use the averaged weights; training continues on the raw ones.
+            Early steps use ``min(ema_decay, (1 + n) / (10 + n))`` after ``n`` updates, so that
+            the average does not start out dominated by the initial weights. Buffers (e.g.
+            BatchNorm statistics) are the live ones, not averaged.
     """
 
     epochs: int = 100
@@ -66,6 +74,7 @@ class TrainConfig:
     lr_floor: float = 0.05
     lr_patience: int = 10
     grad_clip: float = 0.0
+    ema_decay: float = 0.0
 
     def __post_init__(self) -> None:
         if self.epochs <= 0:
@@ -82,6 +91,8 @@ class TrainConfig:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.grad_clip < 0:
             raise ValueError(f"grad_clip must be >= 0 (0 = off), got {self.grad_clip}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1) (0 = off), got {self.ema_decay}")
 
 
 @dataclass
@@ -184,6 +195,44 @@ def _fused_step(params: Sequence[Tensor]) -> dict[str, bool]:
     return {"fused": True} if fused else {}
 
 
+class WeightAverage:
+    """An exponential moving average of a model's floating-point parameters
+    (:attr:`TrainConfig.ema_decay`). :meth:`update` follows each optimiser step;
+    :meth:`swapped` puts the averaged weights into the model for a ``with`` block and the raw
+    ones back afterwards."""
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        self.decay = decay
+        self.params = [p for p in model.parameters() if p.is_floating_point()]
+        self.average = [p.detach().clone() for p in self.params]
+        self.updates = 0
+
+    @torch.no_grad()
+    def update(self) -> None:
+        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        torch._foreach_lerp_(self.average, [p.detach() for p in self.params], 1.0 - decay)
+        self.updates += 1
+
+    @contextmanager
+    def swapped(self) -> Iterator[None]:
+        with torch.no_grad():
+            raw = [p.detach().clone() for p in self.params]
+            torch._foreach_copy_([p.data for p in self.params], self.average)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                torch._foreach_copy_([p.data for p in self.params], raw)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"average": [t.clone() for t in self.average], "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for mine, saved in zip(self.average, state["average"]):
+            mine.copy_(saved)
+        self.updates = int(state["updates"])
+
+
 class Trainer:
     """Train a model for a :class:`TrainingTask` and keep its best validation epoch.
 
@@ -258,6 +307,7 @@ class Trainer:
             train_model = nn.parallel.DistributedDataParallel(model)
         optimizer = self.make_optimizer(model)
         scheduler = self.make_scheduler(optimizer)
+        average = WeightAverage(model, cfg.ema_decay) if cfg.ema_decay else None
 
         history: list[dict[str, float]] = []
         best: Optional[Validation] = None
@@ -278,6 +328,8 @@ class Trainer:
             optimizer.load_state_dict(state["optimizer"])
             if scheduler is not None and state.get("scheduler") is not None:
                 scheduler.load_state_dict(state["scheduler"])
+            if average is not None:
+                average.load_state_dict(state["average"])
             set_rng_state(state["rng"])
             for generator, gen_state in zip(self.generators, state["generators"]):
                 generator.set_state(gen_state)
@@ -314,13 +366,20 @@ class Trainer:
                     if cfg.grad_clip:
                         nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                     optimizer.step()
+                    if average is not None:
+                        average.update()
                     total += float(loss.detach())
                     count += 1
             except RuntimeError as error:
                 raise _explain_oom(error, self.oom_hint) from error
             model.eval()
-            with torch.no_grad():
-                validation = task.validate(model)
+            # With weight averaging, validation and the best-epoch copy see the averaged weights.
+            with average.swapped() if average is not None else nullcontext():
+                with torch.no_grad():
+                    validation = task.validate(model)
+                improved = validation.beats(best)
+                if improved:
+                    best_state = _clone_state(model)
             seconds = time.perf_counter() - begin
             lr = optimizer.param_groups[0]["lr"]
             if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -336,8 +395,8 @@ class Trainer:
                 "seconds": seconds,
                 **{f"val_{k}": float(v) for k, v in validation.metrics.items()},
             })
-            if validation.beats(best):
-                best, best_epoch, best_state, stale = validation, epoch, _clone_state(model), 0
+            if improved:
+                best, best_epoch, stale = validation, epoch, 0
             else:
                 stale += 1
             stop = bool(cfg.patience) and stale >= cfg.patience
@@ -346,7 +405,7 @@ class Trainer:
                 == 0
             ):
                 self._save(path, epoch, model, optimizer, scheduler, history, best, best_epoch,
-                           best_state, stale, stop)
+                           best_state, stale, stop, average)
             bar.set_postfix(loss=f"{history[-1]['train_loss']:.4f}",
                             val=f"{validation.score:.4f}",
                             best=f"{best.score:.4f}" if best is not None else "n/a")
@@ -371,13 +430,14 @@ class Trainer:
         )
 
     def _save(self, path, epoch, model, optimizer, scheduler, history, best, best_epoch,
-              best_state, stale, stopped) -> None:
+              best_state, stale, stopped, average) -> None:
         save_checkpoint(path, {
             "fingerprint": self.fingerprint,
             "epoch": epoch,
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "average": average.state_dict() if average is not None else None,
             "rng": rng_state(),
             "generators": [g.get_state() for g in self.generators],
             "history": history,
