@@ -183,7 +183,8 @@ def test_presets_load_and_name_shipped_data(name):
 NOT_SHIPPED = {"DD"}
 
 
-@pytest.mark.parametrize("path", sorted((PRESETS / "tuned").glob("*.toml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(PRESETS.glob("tuned*/*.toml")),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_tuned_presets_load_and_run_one_model_on_shipped_data(path):
     config = merge(tudataset.CONFIG(), load_file(path))
     # tu_tuned_cv.py writes one preset per model: the 10-fold run of that model alone
