@@ -173,6 +173,8 @@ def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(tmp_path, ema_dec
 
 def test_resume_refuses_a_checkpoint_of_another_configuration(tmp_path):
     _fit(tmp_path, 2)
+    with pytest.raises(ValueError, match="no weight average"):
+        _fit(tmp_path, 3, resume=True, ema_decay=0.5)  # same fingerprint, but no average saved
     model, task = _model(), RegressionTask()
     trainer = Trainer(TrainConfig(epochs=3), CheckpointConfig(str(tmp_path), resume=True),
                       progress=False, fingerprint="something else")

@@ -329,6 +329,9 @@ class Trainer:
             if scheduler is not None and state.get("scheduler") is not None:
                 scheduler.load_state_dict(state["scheduler"])
             if average is not None:
+                if state.get("average") is None:
+                    raise ValueError(f"{path} holds no weight average; resume it without "
+                                     "ema_decay or use another checkpoint_dir")
                 average.load_state_dict(state["average"])
             set_rng_state(state["rng"])
             for generator, gen_state in zip(self.generators, state["generators"]):
