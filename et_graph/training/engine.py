@@ -203,26 +203,28 @@ class WeightAverage:
 
     def __init__(self, model: nn.Module, decay: float) -> None:
         self.decay = decay
-        self.params = [p for p in model.parameters() if p.is_floating_point()]
-        self.average = [p.detach().clone() for p in self.params]
+        # Detached views share the parameters' storage, so they follow the optimiser's in-place
+        # steps: made once here rather than on every update.
+        self.params = [p.detach() for p in model.parameters() if p.is_floating_point()]
+        self.average = [p.clone() for p in self.params]
         self.updates = 0
 
     @torch.no_grad()
     def update(self) -> None:
         decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
-        torch._foreach_lerp_(self.average, [p.detach() for p in self.params], 1.0 - decay)
+        torch._foreach_lerp_(self.average, self.params, 1.0 - decay)
         self.updates += 1
 
     @contextmanager
     def swapped(self) -> Iterator[None]:
         with torch.no_grad():
-            raw = [p.detach().clone() for p in self.params]
-            torch._foreach_copy_([p.data for p in self.params], self.average)
+            raw = [p.clone() for p in self.params]
+            torch._foreach_copy_(self.params, self.average)
         try:
             yield
         finally:
             with torch.no_grad():
-                torch._foreach_copy_([p.data for p in self.params], raw)
+                torch._foreach_copy_(self.params, raw)
 
     def state_dict(self) -> dict[str, Any]:
         return {"average": [t.clone() for t in self.average], "updates": self.updates}
