@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-from et_graph.config import add_config_arguments, load_file, merge, resolve, to_dict
+from et_graph.config import add_config_arguments, load_file, merge, resolve, run_metadata, to_dict
 from et_graph.experiments import tudataset
 from et_graph.tuning.cli import tune_tudataset
 from et_graph.tuning.study import TuneBudget
@@ -134,6 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "models": rows,
         "tune_seconds": tune_seconds,
         "seconds": round(time.time() - started, 1),
+        "meta": run_metadata(config),
     }
     (out / "table.json").write_text(json.dumps(report, indent=2))
     (out / "table.md").write_text(markdown_table(report))

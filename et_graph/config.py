@@ -392,9 +392,53 @@ def git_commit(path: Union[str, Path, None] = None) -> str:
 _COMMIT_AT_IMPORT: Optional[str] = None
 
 
+#: Environment variables that change floating-point rounding on the CPU: MKL's conditional
+#: numerical reproducibility mode, the vector instruction set of PyTorch's own kernels, and the
+#: thread counts (a reduction split over more threads sums in another order).
+NUMERICS_ENVIRONMENT = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _processor_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_metadata() -> dict[str, Any]:
+    """What decides the rounding of a run besides the code: the processor, the instruction set
+    PyTorch's CPU kernels use, whether MKL is present, the intra-op threads, the GPU (if any)
+    and the environment variables of :data:`NUMERICS_ENVIRONMENT` that are set.
+
+    ET's training amplifies last-bit differences (see ``docs/graph_classification.md``,
+    "Reproducibility"), so results are compared across machines with this record beside them.
+    """
+    import os
+
+    import torch
+
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    machine: dict[str, Any] = {
+        "processor": _processor_name(),
+        "cpu_capability": capability() if capability is not None else "unknown",
+        "mkl": bool(torch.backends.mkl.is_available()),
+        "threads": torch.get_num_threads(),
+        "cuda_device": (torch.cuda.get_device_name(0) if torch.cuda.is_available() else None),
+        "environment": {k: os.environ[k] for k in NUMERICS_ENVIRONMENT if k in os.environ},
+    }
+    return machine
+
+
 def run_metadata(config: Any = None) -> dict[str, Any]:
-    """Package version, git commit (as of import), torch / PyG versions and the resolved
-    config."""
+    """Package version, git commit (as of import), torch / PyG versions, the machine
+    (:func:`machine_metadata`) and the resolved config."""
     import platform
 
     import torch
@@ -408,6 +452,7 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
         "torch": torch.__version__,
         "torch_geometric": torch_geometric.__version__,
         "python": platform.python_version(),
+        "machine": machine_metadata(),
     }
     if config is not None:
         meta["config"] = to_dict(config)

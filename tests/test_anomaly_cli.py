@@ -53,6 +53,9 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path):
     meta = results["meta"]
     assert meta["config"]["train"]["epochs"] == 3 and meta["config"]["et"]["steps"] == 2
     assert meta["et_graph_version"] and meta["git_commit"]
+    machine = meta["machine"]
+    assert machine["processor"] and machine["cpu_capability"]
+    assert machine["threads"] == torch.get_num_threads()
     energy = json.loads((out / "energy_steps.json").read_text())
     assert len(energy["all"]) >= 3
 
@@ -194,3 +197,14 @@ def test_prepare_data_feature_options_are_label_free():
     assert torch.equal(prepare_detection_data(flipped, "quantile", True).x, rich.x)
     with pytest.raises(ValueError, match="feature_norm"):
         prepare_detection_data(data, "minmax")
+
+
+def test_machine_metadata_records_the_numerics_environment(monkeypatch):
+    from et_graph.config import machine_metadata
+
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    machine = machine_metadata()
+    assert machine["environment"]["MKL_CBWR"] == "COMPATIBLE"
+    assert "ATEN_CPU_CAPABILITY" not in machine["environment"]
+    assert isinstance(machine["mkl"], bool)

@@ -88,6 +88,7 @@ def test_tuned_cv_table_tunes_each_model_with_the_same_budget_then_cross_validat
         assert 0.0 <= row["best_validation"] <= 1.0
         assert (tmp_path / "MUTAG" / f"cv_{name}" / "MUTAG" / "results.json").exists()
     assert "| et |" in (tmp_path / "MUTAG" / "table.md").read_text()
+    assert report["meta"]["machine"]["processor"]  # what the rounding depends on
     summary = subprocess.run(
         [sys.executable, str(script), "--summarize", str(tmp_path / "MUTAG" / "table.json")],
         capture_output=True, text=True, timeout=120,
@@ -237,3 +238,31 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
         module.main([run("e", [0]), run("f", [1], dataset="inj_amazon")])
     with pytest.raises(SystemExit, match="not in every run"):
         module.main([run("g", [0]), run("h", [1]), "--models", "cola"])
+
+
+def test_numerics_sensitivity_control_repeats_and_a_changed_fold_is_counted(tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import numerics_sensitivity as sensitivity
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    preset = (SCRIPT.parents[1] / "configs" / "tudataset" / "tuned16" / "MUTAG-gin.toml")
+    text = preset.read_text().replace("epochs = 80", "epochs = 2")
+    assert text != preset.read_text()
+    tiny = tmp_path / "tiny-gin.toml"
+    tiny.write_text(text)
+    report = sensitivity.main(["--config", str(tiny), "--setting", "first=",
+                               "--setting", "again=", "--max-folds", "2",
+                               "--out", str(tmp_path / "out")])
+    first, again = report["presets"]["tiny-gin"]
+    assert again["against_first"] == {"folds": 2, "accuracy_changed": 0, "epoch_changed": 0,
+                                      "max_val_loss_change": 0.0}  # a run repeats itself
+    assert again["machine"]["processor"] and first["model"] == "gin"
+    assert "| tiny-gin | again |" in (tmp_path / "out" / "sensitivity.md").read_text()
+    moved = [dict(row) for row in first["folds"]]
+    moved[1]["best_epoch"] += 1
+    moved[1]["test_accuracy"] += 0.05
+    assert sensitivity.compare(first["folds"], moved)["accuracy_changed"] == 1
+    assert sensitivity.compare(first["folds"], moved)["epoch_changed"] == 1
+    assert sensitivity.parse_setting("cbwr=MKL_CBWR=COMPATIBLE") == (
+        "cbwr", {"MKL_CBWR": "COMPATIBLE"})
