@@ -25,6 +25,21 @@ def format_stat(stat: Mapping[str, Any], digits: int = 4) -> str:
     return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
 
 
+def provenance_note(meta: Mapping[str, Any]) -> str:
+    """One line for a results table from ``run_metadata()``: the package version and commit, and
+    the machine (processor, CPU instruction set, threads) that decided the rounding."""
+    note = f"et-graph {meta.get('et_graph_version')}, commit {meta.get('git_commit')}"
+    machine = meta.get("machine")
+    if machine:
+        note += (f"; {machine.get('processor')} ({machine.get('cpu_capability')}), "
+                 f"{machine.get('threads')} thread(s)")
+        if machine.get("cuda_device"):
+            note += f", GPU {machine['cuda_device']}"
+        if machine.get("environment"):
+            note += ", " + ", ".join(f"{k}={v}" for k, v in machine["environment"].items())
+    return note
+
+
 def markdown_table(
     models: Mapping[str, Mapping[str, Any]], metrics: Sequence[str], digits: int = 4
 ) -> str:

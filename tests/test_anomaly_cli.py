@@ -208,3 +208,15 @@ def test_machine_metadata_records_the_numerics_environment(monkeypatch):
     assert machine["environment"]["MKL_CBWR"] == "COMPATIBLE"
     assert "ATEN_CPU_CAPABILITY" not in machine["environment"]
     assert isinstance(machine["mkl"], bool)
+
+
+def test_provenance_note_names_the_machine_and_the_numerics_environment():
+    from et_graph.reporting import provenance_note
+
+    meta = {"et_graph_version": "1.2", "git_commit": "abc",
+            "machine": {"processor": "CPU X", "cpu_capability": "AVX2", "threads": 1,
+                        "cuda_device": None, "environment": {"MKL_CBWR": "COMPATIBLE"}}}
+    note = provenance_note(meta)
+    assert note == "et-graph 1.2, commit abc; CPU X (AVX2), 1 thread(s), MKL_CBWR=COMPATIBLE"
+    assert provenance_note({"et_graph_version": "1.2", "git_commit": "abc"}) == (
+        "et-graph 1.2, commit abc")  # results written before the machine was recorded

@@ -217,5 +217,7 @@ def test_quick_cv_run_writes_results(tmp_path):
     assert all(18 <= fold["test"] <= 19 for fold in results["folds"])
     markdown = (out / "MUTAG" / "results.md").read_text()
     assert "| et |" in markdown and "| gin |" in markdown and "structure_agnostic" in markdown
+    machine = results["meta"]["machine"]
+    assert f"{machine['processor']} ({machine['cpu_capability']})" in markdown  # provenance
     assert (out / "MUTAG" / "accuracy.png").stat().st_size > 0
     assert not (root / "MUTAG" / "processed").exists()  # the given root is left untouched

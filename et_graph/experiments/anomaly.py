@@ -31,7 +31,7 @@ from ..protocols.anomaly_config import (
     load_data,
     make_detector,
 )
-from ..reporting import markdown_table, summarize, write_results
+from ..reporting import markdown_table, provenance_note, summarize, write_results
 from ..transforms.features import FEATURE_NORMS
 
 CONFIG = AnomalyConfig
@@ -152,8 +152,7 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
               for name, seconds in results["epoch_seconds_median"].items()]
     notes.append("Rec@K: share of the test anomalies among the K top-scored test nodes, "
                  "K = #anomalies")
-    meta = results["meta"]
-    notes.append(f"et-graph {meta['et_graph_version']}, commit {meta['git_commit']}")
+    notes.append(provenance_note(results["meta"]))
     write_results(out, results, METRICS, title=f"Anomaly detection: {results['dataset']}",
                   notes=notes)
     plot_curves(out, curves, data, split)

@@ -20,7 +20,7 @@ from ..config import RunConfig, parse, run_metadata
 from ..datasets.tudataset import load_tudataset
 from ..nn.models.graph_model import ETGraphModel
 from ..protocols.graph_cv import GraphTrainConfig, cross_validate
-from ..reporting import write_results
+from ..reporting import provenance_note, write_results
 
 MODEL_NAMES = ("et", "gin", "structure_agnostic")
 
@@ -262,6 +262,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         + "; GIN and the structure-agnostic MLP ignore edge features",
         "accuracy: mean ± std (population) over the test folds",
         f"wall time: {results['seconds']} s (shared CPU, noisy)",
+        provenance_note(results["meta"]),
     ]
     write_results(out_dir, results, ["accuracy"],
                   title=f"{data.dataset}: graph classification", notes=notes)

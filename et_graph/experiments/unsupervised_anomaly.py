@@ -34,7 +34,7 @@ from ..protocols.unsupervised import (
     evaluate_all_nodes,
     load_graph,
 )
-from ..reporting import markdown_table, summarize, write_results
+from ..reporting import markdown_table, provenance_note, summarize, write_results
 
 CONFIG = UnsupervisedAnomalyConfig
 
@@ -98,8 +98,7 @@ def write_outputs(out: Path, results: dict[str, Any]) -> None:
                      f"{results['et_epoch_seconds_median']:.2f} s")
     notes.append("Rec@K: share of the anomalies among the K top-scored nodes, K = #anomalies")
     notes += [f"skipped {name}: {reason}" for name, reason in results["skipped"].items()]
-    meta = results["meta"]
-    notes.append(f"et-graph {meta['et_graph_version']}, commit {meta['git_commit']}")
+    notes.append(provenance_note(results["meta"]))
     write_results(out, results, METRICS,
                   title=f"Unsupervised anomaly detection: {results['dataset']}", notes=notes)
 
