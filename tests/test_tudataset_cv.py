@@ -161,6 +161,33 @@ def test_scrambled_test_labels_change_nothing_that_is_selected(mutag, monkeypatc
 # ----------------------------------------------------------------------------------------------
 # The experiment: config, CLI, presets
 # ----------------------------------------------------------------------------------------------
+def test_runs_per_fold_averages_seeded_trainings_and_run_zero_is_the_single_run(mutag):
+    graphs, info = mutag
+    width, classes = info["node_feature_width"], info["classes"]
+    factories = {"gin": lambda: GINClassifier(width, classes, 16, 2, 0.5)}
+    configs = {"gin": GraphTrainConfig(epochs=3, lr=5e-3, batch_size=32)}
+    splits = stratified_folds(graph_labels(graphs), folds=5, seed=0)[:2]
+    single = cross_validate(graphs, factories, configs, folds=5, splits=splits, progress=False)
+    triple = cross_validate(graphs, factories, configs, folds=5, splits=splits, progress=False,
+                            runs_per_fold=3)
+    for one, three in zip(single["folds"], triple["folds"]):
+        runs = three["models"]["gin"]["runs"]
+        assert len(runs) == 3
+        timed = {"epoch_seconds"}  # wall time, the only field allowed to differ
+        assert ({k: v for k, v in runs[0].items() if k not in timed}
+                == {k: v for k, v in one["models"]["gin"].items() if k not in timed})
+        # run 0 is the one-run protocol, bit for bit
+        assert three["models"]["gin"]["test_accuracy"] == pytest.approx(
+            np.mean([r["test_accuracy"] for r in runs]))
+        assert len({r["val_loss"] for r in runs}) == 3  # each run trains from its own seed
+    assert "runs" not in single["folds"][0]["models"]["gin"]
+    assert triple["models"]["gin"]["accuracy"]["values"] == [
+        f["models"]["gin"]["test_accuracy"] for f in triple["folds"]]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="runs_per_fold"):
+            cross_validate(graphs, factories, configs, splits=splits, runs_per_fold=bad)
+
+
 def test_config_flags_and_quick():
     config = parse(tudataset.CONFIG, ["--dataset", "PROTEINS", "--epochs", "7", "--blocks", "1",
                                       "--patience", "3", "--no-progress"])
