@@ -266,3 +266,29 @@ def test_numerics_sensitivity_control_repeats_and_a_changed_fold_is_counted(tmp_
     assert sensitivity.compare(first["folds"], moved)["epoch_changed"] == 1
     assert sensitivity.parse_setting("cbwr=MKL_CBWR=COMPATIBLE") == (
         "cbwr", {"MKL_CBWR": "COMPATIBLE"})
+
+
+def test_tu_reassess_averages_runs_per_fold_and_keeps_run_zero(tmp_path):
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    source = SCRIPT.parents[1] / "configs" / "tudataset" / "tuned16" / "MUTAG-gin.toml"
+    text = source.read_text().replace("epochs = 80", "epochs = 2").replace(
+        'max_folds = "none"', "max_folds = 2")
+    assert "epochs = 2" in text and "max_folds = 2" in text
+    (presets / "MUTAG-gin.toml").write_text(text)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / "tu_reassess.py"), "--datasets", "MUTAG",
+         "--presets", str(presets), "--models", "gin", "--runs-per-fold", "2",
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "MUTAG" / "reassess.json").read_text())
+    row = report["models"]["gin"]
+    assert [len(runs) for runs in row["fold_runs"]] == [2, 2]
+    means = [sum(runs) / 2 for runs in row["fold_runs"]]
+    assert row["test_accuracy"]["values"] == means
+    assert row["run0_accuracy"]["values"] == [runs[0] for runs in row["fold_runs"]]
+    assert "3 trainings" not in row["protocol"] and "2 trainings per fold" in row["protocol"]
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("| MUTAG")]
+    assert "| 2 |" in line and line.count("**") == 2
