@@ -82,9 +82,26 @@ def _cell(stat: Optional[dict[str, Any]]) -> str:
     return f"{100 * stat['mean']:.1f} ± {100 * stat['std']:.1f}"
 
 
+def merge_reports(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One report per (dataset, runs per fold): the models of runs made separately (e.g. ET and
+    GIN side by side, each with ``--models``) joined; a model given twice is an error."""
+    merged: dict[tuple[str, int], dict[str, Any]] = {}
+    for report in reports:
+        key = (report["dataset"], report["runs_per_fold"])
+        if key not in merged:
+            merged[key] = {**report, "models": dict(report["models"])}
+            continue
+        twice = set(merged[key]["models"]) & set(report["models"])
+        if twice:
+            raise ValueError(f"{key[0]}: models {sorted(twice)} appear in two reports")
+        merged[key]["models"].update(report["models"])
+    return list(merged.values())
+
+
 def summary_table(reports: list[dict[str, Any]]) -> str:
     """One row per dataset: the R-run accuracy of each model (winner in bold), then run 0's
     accuracies and the spread between runs."""
+    reports = merge_reports(reports)
     head = " | ".join(NAMES[m] for m in MODELS)
     lines = [f"| dataset | runs per fold | {head} | run 0 alone: {head} | spread between runs "
              "(mean std over folds, points) |", "|---" * (3 + 2 * len(MODELS)) + "|"]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_etconv.py"
 
 
@@ -292,3 +294,22 @@ def test_tu_reassess_averages_runs_per_fold_and_keeps_run_zero(tmp_path):
     assert "3 trainings" not in row["protocol"] and "2 trainings per fold" in row["protocol"]
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("| MUTAG")]
     assert "| 2 |" in line and line.count("**") == 2
+
+
+def test_tu_reassess_summary_joins_models_run_apart_and_refuses_duplicates():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import tu_reassess
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    stat = {"mean": 0.8, "std": 0.01}
+
+    def report(models, mean=0.8):
+        row = {"test_accuracy": {**stat, "mean": mean}, "run0_accuracy": stat, "run_spread": 0.02}
+        return {"dataset": "NCI1", "runs_per_fold": 3, "models": {m: row for m in models}}
+
+    text = tu_reassess.summary_table([report(["et"], 0.79), report(["gin"], 0.81)])
+    (line,) = [x for x in text.splitlines() if x.startswith("| NCI1")]
+    assert "79.0 ± 1.0" in line and "**81.0 ± 1.0**" in line  # one row, GIN in bold
+    with pytest.raises(ValueError, match="two reports"):
+        tu_reassess.summary_table([report(["et"]), report(["et"])])
