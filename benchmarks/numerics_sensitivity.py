@@ -11,7 +11,7 @@ change nothing but the rounding of the same arithmetic:
 * ``ATEN_CPU_CAPABILITY=default``: PyTorch's own CPU kernels without vector instructions.
 
 A different processor changes the rounding in the same way (other vector widths, other kernel
-choices), so what moves here is what moves across machines. Example (the MUTAG presets of the
+choices), so what moves here can move across machines. Example (the MUTAG presets of the
 doubled-budget table)::
 
     OMP_NUM_THREADS=1 python benchmarks/numerics_sensitivity.py \\

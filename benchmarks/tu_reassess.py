@@ -4,10 +4,10 @@ The selection is left as it was: each model's preset (``PRESETS/<DATASET>-<model
 :mod:`benchmarks.tu_tuned_cv` wrote them) is cross-validated again on the same 10 folds, but
 every fold now trains the model ``--runs-per-fold`` times from its own seeds (each run picks its
 epoch on the fold's inner validation split) and scores the mean of their test accuracies.
-Errica et al. do this with three runs "to mitigate bad random initialisations"; it also damps
-the run-to-run spread that a last-bit change of the rounding causes, which is what makes a
-single-run ET row move between machines. Run 0 of every fold is the single-run protocol bit
-for bit, so the one-run accuracy of the same processes is reported beside the mean.
+Errica et al. do this with three runs "to mitigate bad random initialisations"; the spread
+between those runs is the noise a single-run row carries in every fold, and it is reported.
+Run 0 of every fold is the single-run protocol bit for bit, so the one-run accuracy of the same
+processes is reported beside the mean.
 
     OMP_NUM_THREADS=1 python benchmarks/tu_reassess.py --datasets MUTAG,PROTEINS \\
         --presets configs/tudataset/tuned16 --runs-per-fold 3 --out runs/tu_reassess

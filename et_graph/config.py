@@ -417,15 +417,16 @@ def machine_metadata() -> dict[str, Any]:
     PyTorch's CPU kernels use, whether MKL is present, the intra-op threads, the GPU (if any)
     and the environment variables of :data:`NUMERICS_ENVIRONMENT` that are set.
 
-    ET's training amplifies last-bit differences (see ``docs/graph_classification.md``,
-    "Reproducibility"), so results are compared across machines with this record beside them.
+    Training turns a last-bit difference into other selected epochs and fold accuracies, for
+    ET and the baselines alike (``docs/graph_classification.md``, "What a rounding change
+    moves"), so results from two machines are compared with this record beside them.
     """
     import os
 
     import torch
 
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
-    machine: dict[str, Any] = {
+    return {
         "processor": _processor_name(),
         "cpu_capability": capability() if capability is not None else "unknown",
         "mkl": bool(torch.backends.mkl.is_available()),
@@ -433,7 +434,6 @@ def machine_metadata() -> dict[str, Any]:
         "cuda_device": (torch.cuda.get_device_name(0) if torch.cuda.is_available() else None),
         "environment": {k: os.environ[k] for k in NUMERICS_ENVIRONMENT if k in os.environ},
     }
-    return machine
 
 
 def run_metadata(config: Any = None) -> dict[str, Any]:

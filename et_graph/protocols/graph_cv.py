@@ -233,8 +233,8 @@ def cross_validate(
     ``seed + fold``, as with one run; run ``r``: ``seed + fold + r * folds``), on the same inner
     split, each selecting its own epoch on it. The fold's test accuracy is their mean, as in
     Errica et al.'s assessment (three runs per fold, "to mitigate bad random
-    initialisations"); it also damps the run-to-run spread that a last-bit change of the
-    rounding (another processor) can cause. The fold record then keeps every run under
+    initialisations"); the mean also varies less under a last-bit change of the rounding
+    (another processor), though it can still move. The fold record then keeps every run under
     ``"runs"``; its ``val_accuracy`` and ``val_loss`` are means and its ``best_epoch`` is run
     0's.
     """
