@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_etconv.py"
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """``benchmarks/NAME.py`` loaded as a module (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_quick_benchmark_prints_ratio_rows(tmp_path):
@@ -117,12 +127,7 @@ def test_anomaly_tuned_table_tunes_each_model_with_the_same_budget_then_runs_see
 
 
 def test_general_preset_ranks_configurations_by_mean_rank_over_datasets():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tu_general_preset",
-                                                  SCRIPT.parent / "tu_general_preset.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("tu_general_preset")
     a, b, c = '{"h": 1}', '{"h": 2}', '{"h": 3}'
     rows = module.rank_configurations({
         "D1": {a: (0, 0.90), b: (1, 0.80), c: (2, 0.70)},
@@ -132,7 +137,6 @@ def test_general_preset_ranks_configurations_by_mean_rank_over_datasets():
     assert [r["params"]["h"] for r in rows] == [2, 1, 3]
     assert [r["mean_rank"] for r in rows] == [1.75, 2.0, 2.25]
     assert rows[1]["validation"] == {"D1": 0.90, "D2": 0.50}
-    import pytest
 
     with pytest.raises(ValueError, match="every dataset"):
         module.rank_configurations({"D1": {a: (0, 0.9)}, "D2": {b: (0, 0.9)}})
@@ -153,14 +157,8 @@ def _gnnbenchmark_results(folder, val: dict, test: dict, dataset: str = "ZINC pr
 def test_gnnbenchmark_select_chooses_on_validation_only(tmp_path):
     """Each model keeps its variant with the lower holdout MAE, even where the other variant has
     the lower test MAE; runs on other splits cannot be mixed."""
-    import importlib.util
 
-    import pytest
-
-    spec = importlib.util.spec_from_file_location("gnnbenchmark_select",
-                                                  SCRIPT.parent / "gnnbenchmark_select.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("gnnbenchmark_select")
     _gnnbenchmark_results(tmp_path / "a", {"et": 0.5, "gin": 0.4}, {"et": 0.3, "gin": 0.5})
     _gnnbenchmark_results(tmp_path / "b", {"et": 0.4, "gin": 0.45}, {"et": 0.6, "gin": 0.2})
     out = tmp_path / "sel.json"
@@ -180,16 +178,11 @@ def test_gnnbenchmark_select_chooses_on_validation_only(tmp_path):
 def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
     """Every candidate is scored against the planted anomalies; the graph's own labels (here
     scrambled in a second file) change nothing."""
-    import importlib.util
-
     import torch
 
     from et_graph.datasets.synthetic import planted_anomaly_graph
 
-    spec = importlib.util.spec_from_file_location("unsupervised_score_study",
-                                                  SCRIPT.parent / "unsupervised_score_study.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("unsupervised_score_study")
     graph = planted_anomaly_graph(num_nodes=200, seed=0)
     results = []
     for name, y in (("a", graph.y), ("b", graph.y.flip(0))):
@@ -207,14 +200,8 @@ def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
 
 
 def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_path):
-    import importlib.util
 
-    import pytest
-
-    spec = importlib.util.spec_from_file_location("merge_unsupervised_seeds",
-                                                  SCRIPT.parent / "merge_unsupervised_seeds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_module("merge_unsupervised_seeds")
 
     def run(name, seeds, dataset="reddit"):
         per_seed = [{"seed": s, "metrics": {"dominant": {"auroc": 0.5 + s / 100, "auprc": 0.1,
@@ -243,11 +230,7 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
 
 
 def test_numerics_sensitivity_control_repeats_and_a_changed_fold_is_counted(tmp_path):
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import numerics_sensitivity as sensitivity
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    sensitivity = benchmark_module("numerics_sensitivity")
     preset = (SCRIPT.parents[1] / "configs" / "tudataset" / "tuned16" / "MUTAG-gin.toml")
     text = preset.read_text().replace("epochs = 80", "epochs = 2")
     assert text != preset.read_text()
@@ -297,11 +280,7 @@ def test_tu_reassess_averages_runs_per_fold_and_keeps_run_zero(tmp_path):
 
 
 def test_tu_reassess_summary_joins_models_run_apart_and_refuses_duplicates():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import tu_reassess
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    tu_reassess = benchmark_module("tu_reassess")
     stat = {"mean": 0.8, "std": 0.01}
 
     def report(models, mean=0.8):
