@@ -242,10 +242,15 @@ class GraphBenchmarkTask:
 def train_one(name: str, data: BenchmarkData, seed: int, train: GNNBenchmarkTrainConfig,
               et: Optional[ETGraphModelConfig] = None, baselines: Optional[BaselineConfig] = None,
               device: str = "cpu", progress: bool = True,
-              checkpoint: Optional[CheckpointConfig] = None, fingerprint: str = ""
-              ) -> dict[str, Any]:
+              checkpoint: Optional[CheckpointConfig] = None, fingerprint: str = "",
+              on_epoch: Optional[Callable[[int, Validation], None]] = None,
+              evaluate_test: bool = True) -> dict[str, Any]:
     """Train ``name`` with ``seed`` (initialisation and batch order); select the epoch on val;
-    evaluate test once. ``epoch`` in the result counts from 1."""
+    evaluate test once. ``epoch`` in the result counts from 1.
+
+    ``on_epoch`` is the engine's per-epoch hook (a tuner's pruner). With
+    ``evaluate_test=False`` the test split is not touched (``"test"`` is ``None``): a tuning
+    trial needs only the validation score."""
     seed_everything(seed)
     generator = torch.Generator().manual_seed(seed)
     task = GraphBenchmarkTask(data, train, generator, device)
@@ -253,11 +258,15 @@ def train_one(name: str, data: BenchmarkData, seed: int, train: GNNBenchmarkTrai
     if hasattr(model, "fit_feature_scaling") and data.node_dim and data.task == "classification":
         model.fit_feature_scaling(torch.cat([g.x for g in data.splits["train"]]).to(device))
     trainer = Trainer(train, checkpoint=checkpoint, description=f"{name} seed {seed}",
-                      progress=progress, generators=[generator], fingerprint=fingerprint)
+                      progress=progress, generators=[generator], fingerprint=fingerprint,
+                      on_epoch=on_epoch)
     fit = trainer.fit(model, task)
-    test_loader = DataLoader(data.splits["test"], batch_size=train.eval_batch_size)
+    test = None
+    if evaluate_test:
+        test_loader = DataLoader(data.splits["test"], batch_size=train.eval_batch_size)
+        test = evaluate(model, test_loader, data, device)
     return {
-        "test": evaluate(model, test_loader, data, device),
+        "test": test,
         "val": fit.best.metrics[data.metric],
         "epoch": fit.best_epoch + 1,
         "curve": [row[f"val_{data.metric}"] for row in fit.history],

@@ -4,7 +4,7 @@ them and checks that every trial's objective stays the same)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from ..protocols.anomaly_config import (
     load_data,
     with_detector_config,
 )
-from .study import space_overrides
+from .study import pruning_callback, space_overrides
 
 TUNE_METRICS = ("auroc", "auprc", "f1_macro")
 
@@ -70,7 +70,7 @@ class AnomalyObjective:
         detector = DETECTORS[self.model](detector_config(config, self.model), seed=0,
                                          device=config.run.device)
         if trial is not None and hasattr(detector, "on_epoch"):
-            detector.on_epoch = _pruning_callback(trial, self.metric)
+            detector.on_epoch = pruning_callback(trial, self.metric)
         detector.fit(self.data, self.train_mask, self.val_mask)
         score = detector.decision_score_[self.val_mask].double().numpy()
         value = validation_metric(self.y_val, score, self.metric)
@@ -78,16 +78,3 @@ class AnomalyObjective:
             trial.set_user_attr("fit", {k: v for k, v in detector.fit_info_.items()
                                         if isinstance(v, (int, float, str))})
         return value
-
-
-def _pruning_callback(trial: Any, metric: str) -> Callable[[int, Any], None]:
-    """Report each epoch's validation curve to Optuna's pruner and stop hopeless trials."""
-    import optuna
-
-    def report(epoch: int, validation: Any) -> None:
-        value = validation.metrics.get(metric, validation.score)
-        trial.report(float(value), epoch)
-        if trial.should_prune():
-            raise optuna.TrialPruned(f"pruned at epoch {epoch}")
-
-    return report

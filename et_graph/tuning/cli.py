@@ -4,6 +4,8 @@
         --timeout-minutes 30 --storage sqlite:///runs/tolokers.db --models et,gbt --out runs/tune
     et-graph tune tudataset --dataset NCI1 --models et,gin --trials 10 --tune-folds 3 \\
         --storage sqlite:///runs/nci1.db --out runs/tune-nci1
+    et-graph tune gnnbenchmark --config configs/gnnbenchmark/zinc_proxy_long_rwpe.toml \\
+        --models et,gin,gatedgcn --trials 16 --storage sqlite:///runs/zinc.db --out runs/tune-zinc
 
 ``--models`` names the models to tune; the task's other flags (``--epochs 50``,
 ``--dataset reddit``) override ``--config``. Per model, the best trial is written as a preset
@@ -21,7 +23,7 @@ from ..config import add_config_arguments, resolve
 from .anomaly import TUNE_METRICS, AnomalyObjective
 from .study import TuneBudget, run_study, save_best_preset, study_summary, write_report
 
-TASKS = ("anomaly", "tudataset")
+TASKS = ("anomaly", "tudataset", "gnnbenchmark")
 
 
 def task_config(task: str) -> type:
@@ -29,6 +31,10 @@ def task_config(task: str) -> type:
         from ..protocols.anomaly_config import AnomalyConfig
 
         return AnomalyConfig
+    if task == "gnnbenchmark":
+        from ..experiments.gnnbenchmark import GNNBenchmarkConfig
+
+        return GNNBenchmarkConfig
     from ..experiments.tudataset import TUDatasetConfig
 
     return TUDatasetConfig
@@ -70,6 +76,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         models = config.protocol.model_names  # --models: the models to tune, same budget each
         return tune_tudataset(config, list(models), budget, args.storage, out,
                               args.study_prefix, args.tune_folds)
+    if args.task == "gnnbenchmark":
+        return tune_gnnbenchmark(config, config.protocol.model_names, budget, args.storage, out,
+                                 args.study_prefix)
     models = config.protocol.model_names()
     return tune_anomaly(config, models, budget, args.storage, args.metric, out,
                         args.study_prefix)
@@ -140,5 +149,39 @@ def tune_tudataset(config: Any, models: list[str], budget: TuneBudget, storage: 
                 })
     write_report(out, "tudataset", dataset, "accuracy on the inner splits", budget, summaries,
                  presets, config)
+    print((out / "study_report.md").read_text())
+    return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
+
+
+def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storage: str,
+                      out: Path = Path("runs/tune"), prefix: str = "", data: Any = None
+                      ) -> dict[str, Any]:
+    """Tune each GNNBenchmark model with the same budget on the validation split (seed 0; the
+    test split is dropped); write presets and the report."""
+    from ..datasets.gnnbenchmark import load_benchmark
+    from .gnnbenchmark import GNNBenchmarkObjective
+
+    config.run.apply_threads()
+    _ensure_sqlite_folder(storage)
+    data = load_benchmark(config.data) if data is None else data
+    summaries, presets = {}, {}
+    for model in models:
+        objective = GNNBenchmarkObjective(config, model, data)
+        start = time.perf_counter()
+        study = run_study(f"{prefix}gnnbenchmark-{config.data.dataset}-{model}", objective,
+                          budget, storage, progress=config.run.progress,
+                          direction=objective.direction)
+        summary = study_summary(study, time.perf_counter() - start)
+        summaries[model] = summary
+        if summary["best_trial"] is not None:
+            presets[model] = save_best_preset(
+                out / f"best_{model}.toml", objective.trial_config(study.best_trial), {
+                    "source": f"et-graph tune gnnbenchmark, study {study.study_name}",
+                    "best_trial": summary["best_trial"],
+                    "best_validation": summary["best_value"],
+                    "metric": f"validation {data.metric} of model seed 0 ({objective.direction}d)",
+                })
+    metric = f"{data.metric} ({'lower' if data.lower_is_better else 'higher'} is better)"
+    write_report(out, "gnnbenchmark", data.name, metric, budget, summaries, presets, config)
     print((out / "study_report.md").read_text())
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}

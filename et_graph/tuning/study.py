@@ -74,6 +74,20 @@ def space_overrides(space: Callable[[Any], dict[str, Any]], trial: Any) -> dict[
     return space(trial)
 
 
+def pruning_callback(trial: Any, metric: str) -> Callable[[int, Any], None]:
+    """An engine ``on_epoch`` hook: report each epoch's validation ``metric`` (its score when
+    the metrics lack it) to Optuna's pruner, and stop a hopeless trial."""
+    optuna = _optuna()
+
+    def report(epoch: int, validation: Any) -> None:
+        value = validation.metrics.get(metric, validation.score)
+        trial.report(float(value), epoch)
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at epoch {epoch}")
+
+    return report
+
+
 def _optuna():
     try:
         import optuna
@@ -84,9 +98,12 @@ def _optuna():
 
 
 def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget, storage: str,
-              progress: bool = True) -> Any:
+              progress: bool = True, direction: str = "maximize") -> Any:
     """Create or load study ``name`` and run trials until it holds ``budget.trials`` finished
-    trials or ``budget.timeout_minutes`` have passed."""
+    trials or ``budget.timeout_minutes`` have passed. ``direction``: ``"maximize"`` or
+    ``"minimize"`` (an error such as MAE)."""
+    if direction not in ("maximize", "minimize"):
+        raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
     optuna = _optuna()
     # A resumed study gets a sampler seeded past its finished trials, so that its random
     # start-up trials do not repeat the ones it already holds.
@@ -95,7 +112,7 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget, 
         study_name=name,
         storage=storage,
         load_if_exists=True,
-        direction="maximize",
+        direction=direction,
         sampler=optuna.samplers.TPESampler(seed=budget.seed + done),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=5),
     )
@@ -140,6 +157,7 @@ def study_summary(study: Any, seconds: float) -> dict[str, Any]:
         "study": study.study_name,
         "trials": count,
         "trial_numbers": [t.number for t in trials],
+        "direction": study.direction.name.lower(),
         "best_value": best.value if best else None,
         "best_trial": best.number if best else None,
         "best_params": best.params if best else {},
@@ -190,7 +208,8 @@ def plot_history(path: Path, summaries: dict[str, dict[str, Any]], metric: str) 
         if not s["history"]:
             continue
         numbers, values = zip(*s["history"])
-        best = [max(values[: k + 1]) for k in range(len(values))]
+        better = min if s.get("direction") == "minimize" else max
+        best = [better(values[: k + 1]) for k in range(len(values))]
         ax.plot(numbers, values, "o", color=f"C{i}", alpha=0.4, ms=4)
         ax.step(numbers, best, where="post", color=f"C{i}", label=f"{model} (best so far)")
     ax.set(xlabel="trial", ylabel=f"validation {metric}", title="Optimisation history")

@@ -1,0 +1,101 @@
+"""The tuning objective of GNNBenchmark: train one model on the training split and score its
+selected epoch on the validation split (the ZINC proxy's holdout). The test split is dropped
+before any trial runs (a test scrambles its targets and checks that the objective stays the
+same).
+
+A trial trains with model seed 0; the preset of the best trial is then run over the usual seeds
+by ``et-graph gnnbenchmark --config``, which reads the test split once per seed. The objective is
+the validation metric itself, so MAE is *minimised* (the study's ``direction``).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable, Optional
+
+from ..config import merge
+from ..datasets.gnnbenchmark import (
+    BenchmarkData,
+    add_positional_encoding,
+    add_random_walk_encoding,
+    load_benchmark,
+)
+from ..experiments.gnnbenchmark import GNNBenchmarkConfig
+from ..protocols.gnnbenchmark import train_one
+from .study import pruning_callback, space_overrides
+
+#: Learning rates every model's space searches (the same range for each).
+LR_RANGE = (3e-4, 5e-3)
+
+
+def et_benchmark_space(trial: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "et": {
+            "hidden": trial.suggest_categorical("hidden", [32, 64, 128]),
+            "blocks": trial.suggest_int("blocks", 1, 4),
+            "steps": trial.suggest_int("steps", 1, 3),
+            "alpha": trial.suggest_float("alpha", 0.05, 1.0, log=True),
+            "dropout": trial.suggest_float("dropout", 0.0, 0.2),
+        },
+        "train": {"lr": trial.suggest_float("lr", *LR_RANGE, log=True)},
+    }
+
+
+def message_passing_space(trial: Any) -> dict[str, dict[str, Any]]:
+    """GIN's and GatedGCN's space: width, depth and dropout (their shared settings)."""
+    return {
+        "baselines": {
+            "baseline_hidden": trial.suggest_categorical("baseline_hidden", [32, 64, 128]),
+            "baseline_layers": trial.suggest_int("baseline_layers", 2, 8),
+            "baseline_dropout": trial.suggest_float("baseline_dropout", 0.0, 0.2),
+        },
+        "train": {"lr": trial.suggest_float("lr", *LR_RANGE, log=True)},
+    }
+
+
+BENCHMARK_SEARCH_SPACES: dict[str, Callable[[Any], dict[str, dict[str, Any]]]] = {
+    "et": et_benchmark_space,
+    "gin": message_passing_space,
+    "gatedgcn": message_passing_space,
+}
+
+
+class GNNBenchmarkObjective:
+    """``objective(trial) -> validation metric`` (seed 0) for one model of a
+    :class:`GNNBenchmarkConfig`; ``direction`` says whether the study minimises it (MAE).
+
+    ``data`` (as :func:`~et_graph.datasets.gnnbenchmark.load_benchmark` returns it, encodings
+    not yet added) may be passed in; its test split is dropped either way. With ``trial=None``
+    the objective evaluates the config as it is (used to check that a written preset
+    reproduces its trial).
+    """
+
+    def __init__(self, config: GNNBenchmarkConfig, model: str,
+                 data: Optional[BenchmarkData] = None) -> None:
+        if model not in BENCHMARK_SEARCH_SPACES:
+            raise ValueError(f"unknown model {model!r}; choose from "
+                             f"{list(BENCHMARK_SEARCH_SPACES)}")
+        self.config, self.model = config, model
+        data = load_benchmark(config.data) if data is None else data
+        # A copy without the test split: no trial can read it, whatever the model does. The
+        # graphs are cloned because the encodings below are attached to them.
+        splits = {k: [g.clone() for g in v] for k, v in data.splits.items() if k != "test"}
+        self.data = replace(data, splits=splits, notes=list(data.notes))
+        add_random_walk_encoding(self.data, config.data.rw_pe_dim, progress=False)
+        if model == "et":
+            add_positional_encoding(self.data, config.et.pe_dim, progress=False)
+        self.direction = "minimize" if self.data.lower_is_better else "maximize"
+
+    def trial_config(self, trial: Any) -> GNNBenchmarkConfig:
+        config = self.config
+        if trial is not None:
+            config = merge(config, space_overrides(BENCHMARK_SEARCH_SPACES[self.model], trial))
+        return replace(config, protocol=replace(config.protocol, models=self.model))
+
+    def __call__(self, trial: Any = None) -> float:
+        config = self.trial_config(trial)
+        on_epoch = pruning_callback(trial, self.data.metric) if trial is not None else None
+        result = train_one(self.model, self.data, 0, config.train, config.et, config.baselines,
+                           device=config.run.device, progress=False, on_epoch=on_epoch,
+                           evaluate_test=False)
+        return float(result["val"])
+
