@@ -55,6 +55,8 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
     tune.add_argument("--metric", choices=TUNE_METRICS, default="auroc",
                       help="validation metric to maximise")
     tune.add_argument("--sampler-seed", type=int, default=0)
+    tune.add_argument("--prune-warmup", type=int, default=TuneBudget.prune_warmup,
+                      help="epochs a trial runs before the median pruner may stop it")
     tune.add_argument("--study-prefix", default="", help="prefix of the study names")
     tune.add_argument("--tune-folds", type=int, default=3,
                       help="tudataset: outer folds whose inner validation splits score a trial")
@@ -70,7 +72,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     task = argv[0] if argv and argv[0] in TASKS else None
     args = build_parser(task).parse_args(argv)
     config = resolve(task_config(args.task), args)
-    budget = TuneBudget(args.trials, args.timeout_minutes, args.sampler_seed)
+    budget = TuneBudget(args.trials, args.timeout_minutes, args.sampler_seed,
+                        args.prune_warmup)
     out = Path(config.run.out or "runs/tune")
     if args.task == "tudataset":
         models = config.protocol.model_names  # --models: the models to tune, same budget each
