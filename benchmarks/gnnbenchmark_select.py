@@ -1,10 +1,12 @@
 """Per-model selection between GNNBenchmark runs, on the validation (holdout) metric only.
 
 Each run folder holds the ``results.json`` of one ``et-graph gnnbenchmark`` run (one variant:
-its preset). Every model present in all runs gets the same budget, one variant per run, and keeps
-the variant with the best mean validation metric over its seeds (for the ZINC proxy the holdout
-MAE of the 200 held-out official-val graphs). The test metric of the kept variant is read from
-the same file; the test metrics of the other variants are shown too, but never used to choose.
+its preset). Each model keeps, among the runs that hold it, the variant with the best mean
+validation metric over its seeds (for the ZINC proxy the holdout MAE of the 200 held-out
+official-val graphs). The test metric of the kept variant is read from the same file; the test
+metrics of the other variants are shown too, but never used to choose. A run may hold one model
+only (a tuned preset per model, from ``et-graph tune gnnbenchmark``); the table then shows "–"
+where a model did not run, and the number of variants each model had.
 
     python benchmarks/gnnbenchmark_select.py runs/zinc_long runs/zinc_long_rwpe \\
         --names base,rwpe --json docs/measured/graph/zinc_selection.json
@@ -38,9 +40,7 @@ def select(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 metric, first["dataset"], first["split_sizes"]):
             raise SystemExit(f"run {name!r} has another dataset, split or metric than the first "
                              "run; only variants on the same splits can be selected between")
-    models = [m for m in first["models"] if all(m in run["models"] for run in runs.values())]
-    if not models:
-        raise SystemExit("no model is present in every run")
+    models = list(dict.fromkeys(m for run in runs.values() for m in run["models"]))
     out: dict[str, Any] = {}
     for model in models:
         variants = {
@@ -48,7 +48,7 @@ def select(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
                    "test": run["models"][model][metric],
                    "params": run["models"][model]["params"],
                    "seeds": run["models"][model]["seeds"]}
-            for name, run in runs.items()
+            for name, run in runs.items() if model in run["models"]
         }
         val = {name: v["val"]["mean"] for name, v in variants.items()}
         selected = (min if lower else max)(val, key=val.get)
@@ -59,17 +59,19 @@ def select(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def markdown(selection: dict[str, Any]) -> str:
     metric = selection["metric"]
-    names = list(next(iter(selection["models"].values()))["variants"])
-    header = (["model", "selected variant", f"test {metric} (selected)",
+    names = list(dict.fromkeys(n for entry in selection["models"].values()
+                               for n in entry["variants"]))
+    header = (["model", "variants", "selected variant", f"test {metric} (selected)",
                f"val {metric} (selected)"]
               + [f"val / test {metric}: {n}" for n in names])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for model, entry in selection["models"].items():
-        chosen = entry["variants"][entry["selected"]]
-        cells = [model, entry["selected"], format_stat(chosen["test"], 4),
+        variants = entry["variants"]
+        chosen = variants[entry["selected"]]
+        cells = [model, str(len(variants)), entry["selected"], format_stat(chosen["test"], 4),
                  format_stat(chosen["val"], 4)]
-        cells += [f"{format_stat(v['val'], 4)} / {format_stat(v['test'], 4)}"
-                  for v in entry["variants"].values()]
+        cells += [f"{format_stat(variants[n]['val'], 4)} / {format_stat(variants[n]['test'], 4)}"
+                  if n in variants else "–" for n in names]
         lines.append("| " + " | ".join(cells) + " |")
     direction = "lowest" if selection["lower_is_better"] else "highest"
     lines.append("")
