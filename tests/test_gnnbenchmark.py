@@ -465,3 +465,17 @@ def test_build_model_takes_typed_configs():
     assert len(gin.convs) == 3
     with pytest.raises(ValueError, match="unknown model"):
         build_model("transformer", data)
+
+
+@pytest.mark.parametrize("path", sorted((PRESETS / "tuned").glob("*.toml")), ids=lambda p: p.stem)
+def test_tuned_presets_name_one_model_and_run(path, tmp_path):
+    # et-graph tune gnnbenchmark writes one preset per model: its best trial, run over the seeds
+    model = path.stem.split("-")[-1]
+    config = resolve(gnnbenchmark.CONFIG, _namespace(config=str(path)))
+    assert config.protocol.model_names == [model] and config.protocol.seed_list == [0, 1, 2]
+    assert (config.data.dataset, config.train.epochs, config.data.rw_pe_dim) == ("ZINC", 100, 16)
+    relative = path.relative_to(REPO).as_posix()
+    assert relative in (REPO / "docs" / "gnnbenchmark.md").read_text()
+    result = gnnbenchmark.main(["--config", str(path), "--quick", "--no-progress", "--out",
+                                str(tmp_path)])
+    assert list(result["models"]) == [model]
