@@ -1,6 +1,7 @@
 """`et-graph tune gnnbenchmark`: holdout objective (MAE minimised), test split never read,
 presets that reproduce their trial."""
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,19 @@ def test_no_trial_is_pruned_before_the_warmup(zinc, tmp_path):
     assert "median pruning after 2 epochs" in (tmp_path / "study_report.md").read_text()
     with pytest.raises(ValueError, match="prune_warmup"):
         TuneBudget(prune_warmup=-1)
+
+
+def test_several_tuning_seeds_score_the_mean_of_their_runs(zinc, tmp_path):
+    from et_graph.protocols.gnnbenchmark import train_one
+
+    config, data = zinc
+    objective = GNNBenchmarkObjective(config, "gin", data, tune_seeds=2)
+    single = [train_one("gin", objective.data, seed, config.train, config.et, config.baselines,
+                        progress=False, evaluate_test=False)["val"] for seed in (0, 1)]
+    assert single[0] != single[1]  # two seeds, two scores: the mean is not one of them
+    assert objective() == pytest.approx(sum(single) / 2, abs=1e-12)
+    with pytest.raises(ValueError, match="tune_seeds"):
+        GNNBenchmarkObjective(config, "gin", data, tune_seeds=0)
+    result = tune_gnnbenchmark(config, ["gin"], TuneBudget(trials=1), f"sqlite:///{tmp_path}/s.db",
+                               tmp_path, data=data, tune_seeds=2)
+    assert "mean of model seeds 0-1" in Path(result["presets"]["gin"]).read_text()

@@ -60,6 +60,9 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
     tune.add_argument("--study-prefix", default="", help="prefix of the study names")
     tune.add_argument("--tune-folds", type=int, default=3,
                       help="tudataset: outer folds whose inner validation splits score a trial")
+    tune.add_argument("--tune-seeds", type=int, default=1,
+                      help="gnnbenchmark: model seeds 0..N-1 whose mean validation metric "
+                           "scores a trial (a small validation split makes one seed noisy)")
     if task is not None:
         add_config_arguments(parser, task_config(task))
     return parser
@@ -81,7 +84,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                               args.study_prefix, args.tune_folds)
     if args.task == "gnnbenchmark":
         return tune_gnnbenchmark(config, config.protocol.model_names, budget, args.storage, out,
-                                 args.study_prefix)
+                                 args.study_prefix, tune_seeds=args.tune_seeds)
     models = config.protocol.model_names()
     return tune_anomaly(config, models, budget, args.storage, args.metric, out,
                         args.study_prefix)
@@ -157,19 +160,21 @@ def tune_tudataset(config: Any, models: list[str], budget: TuneBudget, storage: 
 
 
 def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storage: str,
-                      out: Path = Path("runs/tune"), prefix: str = "", data: Any = None
-                      ) -> dict[str, Any]:
-    """Tune each GNNBenchmark model with the same budget on the validation split (seed 0; the
-    test split is dropped); write presets and the report."""
+                      out: Path = Path("runs/tune"), prefix: str = "", data: Any = None,
+                      tune_seeds: int = 1) -> dict[str, Any]:
+    """Tune each GNNBenchmark model with the same budget on the validation split (the mean over
+    model seeds ``0 .. tune_seeds - 1``; the test split is dropped); write presets and the
+    report."""
     from ..datasets.gnnbenchmark import load_benchmark
     from .gnnbenchmark import GNNBenchmarkObjective
 
     config.run.apply_threads()
     _ensure_sqlite_folder(storage)
     data = load_benchmark(config.data) if data is None else data
+    seeds = "model seed 0" if tune_seeds == 1 else f"the mean of model seeds 0-{tune_seeds - 1}"
     summaries, presets = {}, {}
     for model in models:
-        objective = GNNBenchmarkObjective(config, model, data)
+        objective = GNNBenchmarkObjective(config, model, data, tune_seeds)
         start = time.perf_counter()
         study = run_study(f"{prefix}gnnbenchmark-{config.data.dataset}-{model}", objective,
                           budget, storage, progress=config.run.progress,
@@ -182,7 +187,7 @@ def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storag
                     "source": f"et-graph tune gnnbenchmark, study {study.study_name}",
                     "best_trial": summary["best_trial"],
                     "best_validation": summary["best_value"],
-                    "metric": f"validation {data.metric} of model seed 0 ({objective.direction}d)",
+                    "metric": f"validation {data.metric} of {seeds} ({objective.direction}d)",
                 })
     metric = f"{data.metric} ({'lower' if data.lower_is_better else 'higher'} is better)"
     write_report(out, "gnnbenchmark", data.name, metric, budget, summaries, presets, config)
