@@ -247,3 +247,28 @@ def test_random_walk_encoding_is_projected_into_the_tokens():
               rw_pe=torch.full((11, 4), float("nan")), **kwargs)
     with pytest.raises(ValueError, match="rw_pe_dim"):
         small_model(rw_pe_dim=-1)
+
+
+def test_incident_edges_add_each_nodes_sum_of_incoming_encoded_edges():
+    torch.manual_seed(6)
+    data = ring(5)
+    data.x = torch.randint(0, 5, (5,))
+    data.edge_attr = torch.randint(0, 3, (data.edge_index.size(1),))
+    model = ETGraphModel(None, 1, task="regression", hidden_channels=8, heads=2, head_dim=4,
+                         pe_dim=0, num_node_categories=5, edge_categories=3,
+                         incident_edges=True).eval()
+    with torch.no_grad():
+        states = []
+        _, graph, _ = model.tokens(data.x, data.edge_index, edge_attr=data.edge_attr,
+                                   block_states=states)
+        encoded = model.edge_encoder(data.edge_attr)
+        incoming = torch.zeros(5, encoded.size(1)).index_add_(0, data.edge_index[1], encoded)
+        expected = model.node_encoder(data.x) + model.incident_encoder(incoming)
+        assert torch.allclose(CLSPool.node_states(states[0], graph), expected, atol=1e-6)
+        # a sum over the incoming edges: the order in which the edges are stored does not matter
+        order = torch.randperm(data.edge_index.size(1))
+        shuffled = model(data.x, data.edge_index[:, order], edge_attr=data.edge_attr[order])
+        assert torch.allclose(shuffled, model(data.x, data.edge_index, edge_attr=data.edge_attr),
+                              atol=1e-5)
+    with pytest.raises(ValueError, match="incident_edges"):
+        small_model(incident_edges=True)

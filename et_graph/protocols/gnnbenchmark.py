@@ -103,6 +103,8 @@ class ETGraphModelConfig:
         readout: graph readout: cls (the CLS token), cls_sum_mean (CLS, sum and mean of the
             node tokens) or jk (CLS and the sums of the node tokens at the input and after every
             block); node tasks need cls.
+        incident_edges: add each node's sum of incoming encoded edge features (bond types) to
+            its token, so that ET can count them; needs a dataset with edge features.
     """
 
     hidden: int = 64
@@ -116,6 +118,7 @@ class ETGraphModelConfig:
     kernel_size: int = 3
     dropout: float = 0.0
     readout: str = "cls"
+    incident_edges: bool = False
 
 
 @dataclass
@@ -169,7 +172,7 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
             edge_categories=data.num_edge_types,
             continuous_channels=data.node_dim if data.task == "classification" else 0,
             num_node_categories=data.num_node_types, dropout=et.dropout, readout=et.readout,
-            rw_pe_dim=data.rw_pe_dim,
+            rw_pe_dim=data.rw_pe_dim, incident_edges=et.incident_edges,
         )
     if name in BASELINES:
         baselines = baselines or BaselineConfig()

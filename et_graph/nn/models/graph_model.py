@@ -86,6 +86,9 @@ class ETGraphModel(nn.Module):
         mask_method: ``"sparse"`` or ``"dense"``, see :class:`Conv2DAdjacencyMask`.
         edge_dim: width of float edge features; ``edge_categories``: sizes of integer edge labels.
         edge_channels: width the edge features are encoded to before the projection to ``A'``.
+        incident_edges: add to each node token a linear map of the sum of its incoming encoded
+            edge features (needs edge features). The mask only re-weights a softmax over the
+            neighbours, so without it ET cannot count a node's bonds of each type.
         continuous_channels: how many leading node-feature columns are continuous attributes
             (standardised with statistics set by :meth:`fit_feature_scaling`).
         num_node_categories: sizes of integer node labels (e.g. 28 atom types for ZINC).
@@ -120,6 +123,7 @@ class ETGraphModel(nn.Module):
         rw_pe_dim: int = 0,
         readout: str = "cls",
         coupling: bool = False,
+        incident_edges: bool = False,
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -141,6 +145,9 @@ class ETGraphModel(nn.Module):
         has_edges = edge_dim is not None or edge_categories is not None
         if has_edges and not use_mask:
             raise ValueError("edge features enter through the mask A'; set use_mask=True")
+        if incident_edges and not has_edges:
+            raise ValueError("incident_edges sums encoded edge features: give edge_dim or "
+                             "edge_categories")
         self.task = task
         self.in_channels = in_channels
         self.out_channels = out_channels
@@ -159,6 +166,9 @@ class ETGraphModel(nn.Module):
         self.pool = CLSPool(hidden_channels)
         self.edge_encoder = (
             EdgeEncoder(edge_channels, edge_dim, 0, edge_categories) if has_edges else None
+        )
+        self.incident_encoder = (
+            nn.Linear(edge_channels, hidden_channels) if incident_edges else None
         )
         self.mask = (
             Conv2DAdjacencyMask(
@@ -202,9 +212,8 @@ class ETGraphModel(nn.Module):
         return self
 
     # ------------------------------------------------------------------------------------------
-    def _edge_features(
-        self, edge_attr: Optional[Tensor], num_edges: int, graph: CLSGraph
-    ) -> Optional[Tensor]:
+    def _encode_edges(self, edge_attr: Optional[Tensor], num_edges: int) -> Optional[Tensor]:
+        """The encoded edge features ``[E, edge_channels]`` (``None`` without an encoder)."""
         if self.edge_encoder is None:
             if edge_attr is not None:
                 raise ValueError(
@@ -218,7 +227,13 @@ class ETGraphModel(nn.Module):
             raise ValueError(
                 f"edge_attr has {edge_attr.size(0)} rows but edge_index has {num_edges} edges"
             )
-        encoded = self.edge_encoder(edge_attr)
+        return self.edge_encoder(edge_attr)
+
+    @staticmethod
+    def _edge_features(encoded: Tensor, graph: CLSGraph) -> Tensor:
+        """The mask's edge features: the encoded graph edges, then zeros for the CLS edges,
+        and an indicator column that is 1 on the CLS edges."""
+        num_edges = encoded.size(0)
         num_cls_edges = int(graph.is_cls_edge.sum())
         indicator = torch.cat(
             [encoded.new_zeros(num_edges, 1), encoded.new_ones(num_cls_edges, 1)], dim=0
@@ -268,12 +283,19 @@ class ETGraphModel(nn.Module):
         if self.rw_encoder is not None:
             rw_pe = check_rw_pe(rw_pe, num_nodes, self.rw_pe_dim)
             h = h + self.rw_encoder(rw_pe.to(self.rw_encoder.weight.dtype))
+        encoded = (self._encode_edges(edge_attr, edge_index.size(1))
+                   if self.mask is not None else None)
+        if self.incident_encoder is not None:
+            # Attention averages over neighbours (a softmax), so it cannot count bonds of a
+            # type; the sum of a node's incoming encoded edges can.
+            incident = encoded.new_zeros(num_nodes, encoded.size(1))
+            h = h + self.incident_encoder(incident.index_add_(0, edge_index[1], encoded))
         h = self.dropout(h)
         # x, edge_index and batch are validated above: the pool and the mask skip their checks
         graph = self.pool.attach(h, edge_index, batch, sizes.numel(), cls_offset, sizes=sizes)
         edge_weight = None
         if self.mask is not None:
-            features = self._edge_features(edge_attr, edge_index.size(1), graph)
+            features = None if encoded is None else self._edge_features(encoded, graph)
             edge_weight = self.mask.forward_cls_graph(graph, features)
         elif edge_attr is not None:
             raise ValueError("edge_attr was given but the model was built without the mask")
