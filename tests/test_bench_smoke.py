@@ -302,3 +302,24 @@ def test_tu_reassess_summary_joins_models_run_apart_and_refuses_duplicates():
     assert "79.0 ± 1.0" in line and "**81.0 ± 1.0**" in line  # one row, GIN in bold
     with pytest.raises(ValueError, match="two reports"):
         tu_reassess.summary_table([report(["et"]), report(["et"])])
+
+
+def test_gnnbenchmark_holdout_probe_scores_the_tuning_objective_per_seed(tmp_path):
+    """Each seed's value is a tuning trial's (test split dropped); their mean is the objective
+    with as many tuning seeds."""
+    from et_graph.config import parse
+    from et_graph.experiments.gnnbenchmark import GNNBenchmarkConfig
+    from et_graph.tuning.gnnbenchmark import GNNBenchmarkObjective
+
+    module = benchmark_module("gnnbenchmark_holdout_probe")
+    flags = "--quick --models gin --rw-pe-dim 4"
+    report = module.main(["--seeds", "2", "--variant", f"plain={flags}",
+                          "--json", str(tmp_path / "p.json")])
+    values = report["variants"]["plain"]["models"]["gin"]["values"]
+    assert len(values) == 2 and values[0] != values[1]
+    config = parse(GNNBenchmarkConfig, flags.split() + ["--no-progress"])
+    assert GNNBenchmarkObjective(config, "gin", tune_seeds=2)() == pytest.approx(
+        sum(values) / 2, abs=1e-12)
+    assert "| plain | gin |" in (tmp_path / "p.md").read_text()
+    with pytest.raises(SystemExit, match="NAME=FLAGS"):
+        module.main(["--variant", "no-flags"])
