@@ -96,3 +96,4 @@ def test_several_tuning_seeds_score_the_mean_of_their_runs(zinc, tmp_path):
     result = tune_gnnbenchmark(config, ["gin"], TuneBudget(trials=1), f"sqlite:///{tmp_path}/s.db",
                                tmp_path, data=data, tune_seeds=2)
     assert "mean of model seeds 0-1" in Path(result["presets"]["gin"]).read_text()
+    assert result["models"]["gin"]["study"] == "gnnbenchmark-ZINC-gin-seeds2"

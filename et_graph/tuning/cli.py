@@ -176,8 +176,11 @@ def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storag
     for model in models:
         objective = GNNBenchmarkObjective(config, model, data, tune_seeds)
         start = time.perf_counter()
-        study = run_study(f"{prefix}gnnbenchmark-{config.data.dataset}-{model}", objective,
-                          budget, storage, progress=config.run.progress,
+        # Another seed count is another objective: it gets a study of its own, never resumes
+        # (and mixes with) the trials of a one-seed study.
+        name = f"{prefix}gnnbenchmark-{config.data.dataset}-{model}"
+        name += f"-seeds{tune_seeds}" if tune_seeds > 1 else ""
+        study = run_study(name, objective, budget, storage, progress=config.run.progress,
                           direction=objective.direction)
         summary = study_summary(study, time.perf_counter() - start)
         summaries[model] = summary
