@@ -73,6 +73,7 @@ class _BenchmarkGNN(nn.Module):
         num_edge_types: Optional[int] = None,
         edge_dim: Optional[int] = None,
         rw_pe_dim: int = 0,
+        incident_edges: bool = False,
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -89,6 +90,11 @@ class _BenchmarkGNN(nn.Module):
         self.edge_encoder = (
             InputEncoder(hidden, num_edge_types, edge_dim) if self.uses_edges else None
         )
+        if incident_edges and not self.uses_edges:
+            raise ValueError("incident_edges sums encoded edge features: give num_edge_types "
+                             "or edge_dim")
+        # The same input ET's incident_edges adds: each node's sum of incoming encoded edges.
+        self.incident_encoder = nn.Linear(hidden, hidden) if incident_edges else None
         self.convs = nn.ModuleList(self._conv(hidden) for _ in range(num_layers))
         self.norms = nn.ModuleList(nn.BatchNorm1d(hidden) for _ in range(num_layers))
         self.head = _mlp(hidden, hidden, out_channels)
@@ -117,6 +123,9 @@ class _BenchmarkGNN(nn.Module):
                     f"({edge_index.size(1)}), got {got}"
                 )
             e = self.edge_encoder(edge_attr)
+            if self.incident_encoder is not None:
+                incident = e.new_zeros(h.size(0), e.size(1)).index_add_(0, edge_index[1], e)
+                h = h + self.incident_encoder(incident)
         for conv, norm in zip(self.convs, self.norms):
             update = conv(h, edge_index, e) if e is not None else conv(h, edge_index)
             update = torch.relu(norm(update))

@@ -129,11 +129,14 @@ class BaselineConfig:
         baseline_hidden: hidden width of the baselines.
         baseline_layers: residual message-passing layers of the baselines.
         baseline_dropout: dropout after each baseline layer.
+        baseline_incident_edges: add each node's sum of incoming encoded edge features to its
+            input (the input ET's ``incident_edges`` adds); needs edge features.
     """
 
     baseline_hidden: int = 64
     baseline_layers: int = 4
     baseline_dropout: float = 0.0
+    baseline_incident_edges: bool = False
 
 
 @dataclass
@@ -181,7 +184,7 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
             num_layers=baselines.baseline_layers, dropout=baselines.baseline_dropout,
             num_node_types=data.num_node_types, node_dim=data.node_dim,
             num_edge_types=data.num_edge_types, edge_dim=data.edge_dim,
-            rw_pe_dim=data.rw_pe_dim,
+            rw_pe_dim=data.rw_pe_dim, incident_edges=baselines.baseline_incident_edges,
         )
     raise ValueError(f"unknown model {name!r}; choose from {MODEL_NAMES}")
 
