@@ -65,6 +65,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         name, sep, flags = spec.partition("=")
         if not sep or not name:
             raise SystemExit(f"--variant must be NAME=FLAGS, got {spec!r}")
+        if name in report["variants"]:
+            raise SystemExit(f"variant name {name!r} is given twice")
         config = parse(GNNBenchmarkConfig, shlex.split(flags) + ["--no-progress"])
         result = probe(config, args.seeds)
         report["variants"][name] = {"flags": flags, "models": result,

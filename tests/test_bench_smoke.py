@@ -323,3 +323,6 @@ def test_gnnbenchmark_holdout_probe_scores_the_tuning_objective_per_seed(tmp_pat
     assert "| plain | gin |" in (tmp_path / "p.md").read_text()
     with pytest.raises(SystemExit, match="NAME=FLAGS"):
         module.main(["--variant", "no-flags"])
+    with pytest.raises(SystemExit, match="twice"):
+        module.main(["--seeds", "1", "--variant", "x=--quick --models gin --rw-pe-dim 4",
+                     "--variant", "x=--quick --models gin"])

@@ -292,6 +292,31 @@ def test_baselines_read_the_random_walk_encoding(cls, zinc_val):
         cls(1, "regression", num_node_types=28, rw_pe_dim=-1)
 
 
+@pytest.mark.parametrize("cls", [GINBaseline, GatedGCNBaseline])
+def test_baselines_incident_edges_add_the_sum_of_incoming_encoded_edges(cls, zinc_val):
+    """The input ET's incident_edges adds: a hook on the first layer sees the node embedding
+    plus a linear map of each node's summed incoming edge encodings, whatever the edge order."""
+    from torch_geometric.loader import DataLoader
+
+    batch = next(iter(DataLoader(zinc_val[:3], batch_size=3)))
+    torch.manual_seed(0)
+    model = cls(1, "regression", hidden=16, num_layers=2, num_node_types=28, num_edge_types=4,
+                incident_edges=True).eval()
+    seen = []
+    model.convs[0].register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
+    with torch.no_grad():
+        out = model(batch.x, batch.edge_index, batch.edge_attr, batch.batch)
+        e = model.edge_encoder(batch.edge_attr)
+        incoming = torch.zeros(batch.num_nodes, 16).index_add_(0, batch.edge_index[1], e)
+        expected = model.node_encoder(batch.x) + model.incident_encoder(incoming)
+        assert torch.allclose(seen[0], expected, atol=1e-6)
+        order = torch.randperm(batch.edge_index.size(1))
+        shuffled = model(batch.x, batch.edge_index[:, order], batch.edge_attr[order], batch.batch)
+        assert torch.allclose(shuffled, out, atol=1e-5)
+    with pytest.raises(ValueError, match="incident_edges"):
+        cls(1, "regression", num_node_types=28, incident_edges=True)
+
+
 def test_random_walk_encoding_reaches_every_model(tmp_path):
     """``--rw-pe-dim`` gives the encoding to ET and both baselines (their parameter counts grow
     by the encoder), and the results say so."""
