@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..config import add_config_arguments, resolve
 from .anomaly import TUNE_METRICS, AnomalyObjective
@@ -94,27 +94,42 @@ def tune_anomaly(config: Any, models: list[str], budget: TuneBudget, storage: st
                  metric: str = "auroc", out: Path = Path("runs/tune"), prefix: str = "",
                  data: Any = None) -> dict[str, Any]:
     """Tune every model in ``models`` with the same budget; write presets and the report."""
+    return _tune_models(
+        "anomaly", models, lambda model: AnomalyObjective(config, model, metric, data=data),
+        lambda objective: str(getattr(objective.data, "name", None) or config.data.dataset),
+        budget, storage, out, prefix, config, metric, f"validation {metric}")
+
+
+def _tune_models(task: str, models: list[str], make_objective: Callable[[str], Any],
+                 dataset_of: Callable[[Any], str], budget: TuneBudget, storage: str, out: Path,
+                 prefix: str, config: Any, report_metric: str, preset_metric: str,
+                 study_suffix: str = "", report_dataset: Optional[str] = None
+                 ) -> dict[str, Any]:
+    """The loop every task shares: one study ``{prefix}{task}-{dataset}-{model}{suffix}`` per
+    model with the same budget (in the objective's ``direction``, default maximise), each best
+    trial written as ``OUT/best_<model>.toml``, then the report."""
     config.run.apply_threads()
     _ensure_sqlite_folder(storage)
-    summaries, presets = {}, {}
-    dataset = None
+    summaries, presets, dataset = {}, {}, ""
     for model in models:
-        objective = AnomalyObjective(config, model, metric, data=data)
-        dataset = str(getattr(objective.data, "name", None) or config.data.dataset)
+        objective = make_objective(model)
+        dataset = dataset_of(objective)
         start = time.perf_counter()
-        study = run_study(f"{prefix}anomaly-{dataset}-{model}", objective, budget, storage,
-                          progress=config.run.progress)
+        study = run_study(f"{prefix}{task}-{dataset}-{model}{study_suffix}", objective, budget,
+                          storage, progress=config.run.progress,
+                          direction=getattr(objective, "direction", "maximize"))
         summary = study_summary(study, time.perf_counter() - start)
         summaries[model] = summary
         if summary["best_trial"] is not None:
-            best_config = objective.trial_config(study.best_trial)
-            presets[model] = save_best_preset(out / f"best_{model}.toml", best_config, {
-                "source": f"et-graph tune anomaly, study {study.study_name}",
-                "best_trial": summary["best_trial"],
-                "best_validation": summary["best_value"],
-                "metric": f"validation {metric}",
-            })
-    write_report(out, "anomaly", dataset or "", metric, budget, summaries, presets, config)
+            presets[model] = save_best_preset(
+                out / f"best_{model}.toml", objective.trial_config(study.best_trial), {
+                    "source": f"et-graph tune {task}, study {study.study_name}",
+                    "best_trial": summary["best_trial"],
+                    "best_validation": summary["best_value"],
+                    "metric": preset_metric,
+                })
+    write_report(out, task, report_dataset or dataset, report_metric, budget, summaries,
+                 presets, config)
     print((out / "study_report.md").read_text())
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
 
@@ -132,31 +147,13 @@ def tune_tudataset(config: Any, models: list[str], budget: TuneBudget, storage: 
     variant of :mod:`et_graph.tuning.tudataset`); write presets and the report."""
     from .tudataset import TUObjective
 
-    config.run.apply_threads()
-    _ensure_sqlite_folder(storage)
-    summaries, presets = {}, {}
-    dataset = config.data.dataset
-    for model in models:
-        objective = TUObjective(config, model, tune_folds, graphs, info, splits)
-        start = time.perf_counter()
-        study = run_study(f"{prefix}tudataset-{dataset}-{model}", objective, budget, storage,
-                          progress=config.run.progress)
-        summary = study_summary(study, time.perf_counter() - start)
-        summaries[model] = summary
-        if summary["best_trial"] is not None:
-            presets[model] = save_best_preset(
-                out / f"best_{model}.toml", objective.trial_config(study.best_trial), {
-                    "source": f"et-graph tune tudataset, study {study.study_name}",
-                    "best_trial": summary["best_trial"],
-                    "best_validation": summary["best_value"],
-                    "metric": f"mean inner-validation accuracy over the first {tune_folds} "
-                              "outer folds (one selection for all folds: a cheaper variant "
-                              "of Errica et al.)",
-                })
-    write_report(out, "tudataset", dataset, "accuracy on the inner splits", budget, summaries,
-                 presets, config)
-    print((out / "study_report.md").read_text())
-    return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
+    return _tune_models(
+        "tudataset", models,
+        lambda model: TUObjective(config, model, tune_folds, graphs, info, splits),
+        lambda objective: config.data.dataset, budget, storage, out, prefix, config,
+        "accuracy on the inner splits",
+        f"mean inner-validation accuracy over the first {tune_folds} outer folds (one "
+        "selection for all folds: a cheaper variant of Errica et al.)")
 
 
 def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storage: str,
@@ -168,31 +165,16 @@ def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storag
     from ..datasets.gnnbenchmark import load_benchmark
     from .gnnbenchmark import GNNBenchmarkObjective
 
-    config.run.apply_threads()
-    _ensure_sqlite_folder(storage)
     data = load_benchmark(config.data) if data is None else data
     seeds = "model seed 0" if tune_seeds == 1 else f"the mean of model seeds 0-{tune_seeds - 1}"
-    summaries, presets = {}, {}
-    for model in models:
-        objective = GNNBenchmarkObjective(config, model, data, tune_seeds)
-        start = time.perf_counter()
+    direction = "minimized" if data.lower_is_better else "maximized"
+    return _tune_models(
+        "gnnbenchmark", models,
+        lambda model: GNNBenchmarkObjective(config, model, data, tune_seeds),
+        lambda objective: config.data.dataset, budget, storage, out, prefix, config,
+        f"{data.metric} ({'lower' if data.lower_is_better else 'higher'} is better)",
+        f"validation {data.metric} of {seeds} ({direction})",
         # Another seed count is another objective: it gets a study of its own, never resumes
         # (and mixes with) the trials of a one-seed study.
-        name = f"{prefix}gnnbenchmark-{config.data.dataset}-{model}"
-        name += f"-seeds{tune_seeds}" if tune_seeds > 1 else ""
-        study = run_study(name, objective, budget, storage, progress=config.run.progress,
-                          direction=objective.direction)
-        summary = study_summary(study, time.perf_counter() - start)
-        summaries[model] = summary
-        if summary["best_trial"] is not None:
-            presets[model] = save_best_preset(
-                out / f"best_{model}.toml", objective.trial_config(study.best_trial), {
-                    "source": f"et-graph tune gnnbenchmark, study {study.study_name}",
-                    "best_trial": summary["best_trial"],
-                    "best_validation": summary["best_value"],
-                    "metric": f"validation {data.metric} of {seeds} ({objective.direction}d)",
-                })
-    metric = f"{data.metric} ({'lower' if data.lower_is_better else 'higher'} is better)"
-    write_report(out, "gnnbenchmark", data.name, metric, budget, summaries, presets, config)
-    print((out / "study_report.md").read_text())
-    return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
+        study_suffix=f"-seeds{tune_seeds}" if tune_seeds > 1 else "",
+        report_dataset=data.name)
