@@ -65,8 +65,9 @@ BENCHMARK_SEARCH_SPACES: dict[str, Callable[[Any], dict[str, dict[str, Any]]]] =
 
 
 class GNNBenchmarkObjective:
-    """``objective(trial) -> validation metric`` (seed 0) for one model of a
-    :class:`GNNBenchmarkConfig`; ``direction`` says whether the study minimises it (MAE).
+    """``objective(trial) -> validation metric`` (model seed 0, or the mean over seeds
+    ``0 .. tune_seeds - 1``) for one model of a :class:`GNNBenchmarkConfig`; ``direction`` says
+    whether the study minimises it (MAE).
 
     ``data`` (as :func:`~et_graph.datasets.gnnbenchmark.load_benchmark` returns it, encodings
     not yet added) may be passed in; its test split is dropped either way. With ``trial=None``
