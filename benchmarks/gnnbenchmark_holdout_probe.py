@@ -26,23 +26,19 @@ from typing import Any, Optional
 import numpy as np
 
 from et_graph.config import parse, run_metadata
+from et_graph.datasets.gnnbenchmark import load_benchmark
 from et_graph.experiments.gnnbenchmark import GNNBenchmarkConfig
-from et_graph.protocols.gnnbenchmark import train_one
 from et_graph.tuning.gnnbenchmark import GNNBenchmarkObjective
 
 
 def probe(config: GNNBenchmarkConfig, seeds: int) -> dict[str, Any]:
     """``{model: {"values": [...], "mean", "std", "seconds"}}`` on the validation split."""
     config.run.apply_threads()
+    data = load_benchmark(config.data)  # once for every model; each objective drops its test
     out = {}
     for model in config.protocol.model_names:
-        objective = GNNBenchmarkObjective(config, model)  # holds no test split
-        start, values = time.perf_counter(), []
-        for seed in range(seeds):
-            result = train_one(model, objective.data, seed, config.train, config.et,
-                               config.baselines, device=config.run.device, progress=False,
-                               evaluate_test=False)
-            values.append(float(result["val"]))
+        start = time.perf_counter()
+        values = GNNBenchmarkObjective(config, model, data, tune_seeds=seeds).seed_values()
         out[model] = {"values": values, "mean": float(np.mean(values)),
                       "std": float(np.std(values)), "seconds": time.perf_counter() - start}
     return out

@@ -100,6 +100,12 @@ class GNNBenchmarkObjective:
         return replace(config, protocol=replace(config.protocol, models=self.model))
 
     def __call__(self, trial: Any = None) -> float:
+        values = self.seed_values(trial)
+        return sum(values) / len(values)
+
+    def seed_values(self, trial: Any = None) -> list[float]:
+        """The validation metric of each model seed ``0 .. tune_seeds - 1`` (the objective is
+        their mean)."""
         config = self.trial_config(trial)
         values = []
         for seed in range(self.tune_seeds):
@@ -111,5 +117,5 @@ class GNNBenchmarkObjective:
                                config.baselines, device=config.run.device, progress=False,
                                on_epoch=on_epoch, evaluate_test=False)
             values.append(float(result["val"]))
-        return sum(values) / len(values)
+        return values
 
