@@ -40,8 +40,12 @@ from torch import Tensor, nn
 from torch_geometric.loader import DataLoader
 
 from et_graph.config import add_config_arguments, resolve, to_dict
-from et_graph.datasets.tudataset import load_tudataset
-from et_graph.experiments.tudataset import TUDatasetConfig, et_model_kwargs, model_factories
+from et_graph.experiments.tudataset import (
+    TUDatasetConfig,
+    et_model_kwargs,
+    load_graphs,
+    model_factories,
+)
 from et_graph.nn.models.graph_model import ETGraphModel
 from et_graph.protocols.graph_cv import (
     GraphClassificationTask,
@@ -117,11 +121,7 @@ class CurveTask(GraphClassificationTask):
 def fold_data(config: TUDatasetConfig, fold: int, train_limit: Optional[int]
               ) -> tuple[list, list, dict[str, Any]]:
     data, protocol = config.data, config.protocol
-    graphs, info = load_tudataset(data.root, data.dataset, data.cache, data.pe_dim, False,
-                                  rw_pe_dim=data.rw_pe_dim, degree_feature=data.degree_feature)
-    if not info["edge_features"]:
-        for g in graphs:
-            g.edge_attr = None
+    graphs, info = load_graphs(data)
     labels = graph_labels(graphs)
     train_index, _ = stratified_folds(labels, protocol.folds, protocol.seed)[fold]
     inner, val = inner_split(train_index, labels, protocol.val_fraction, protocol.seed + fold)

@@ -12,7 +12,7 @@ from et_graph.config import parse
 from et_graph.datasets import load_tudataset
 from et_graph.experiments import tudataset
 from et_graph.protocols.gnnbenchmark import ETGraphModelConfig, build_model
-from et_graph.transforms import LogDegree, RandomWalkPE
+from et_graph.transforms import IncidentEdgeSum, LogDegree, RandomWalkPE
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "TUDataset"
 
@@ -51,6 +51,56 @@ def test_log_degree_is_appended():
     assert torch.allclose(bare.x, torch.full((4, 1), math.log(3)))
     with pytest.raises(ValueError, match="float features"):
         LogDegree()(Data(x=torch.ones(4, 1, dtype=torch.long), edge_index=ring(4).edge_index))
+
+
+def test_incident_edge_sums_count_bonds_by_type():
+    # a path 0 - 1 - 2 (both directions), bond types one-hot: 0-1 single, 1-2 double
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    edge_attr = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    data = IncidentEdgeSum()(Data(x=torch.full((3, 1), 7.0), edge_index=edge_index,
+                                  edge_attr=edge_attr))
+    assert torch.equal(data.x, torch.tensor([[7.0, 1, 0], [7.0, 1, 1], [7.0, 0, 1]]))
+    # the order of the edges does not matter; only the destination of an edge counts
+    perm = torch.tensor([3, 0, 2, 1])
+    shuffled = IncidentEdgeSum()(Data(x=torch.full((3, 1), 7.0), edge_index=edge_index[:, perm],
+                                      edge_attr=edge_attr[perm]))
+    assert torch.equal(shuffled.x, data.x)
+    one_way = IncidentEdgeSum()(Data(x=torch.zeros(3, 1), edge_index=edge_index[:, :1],
+                                     edge_attr=edge_attr[:1]))
+    assert torch.equal(one_way.x[:, 1], torch.tensor([0.0, 1.0, 0.0]))
+    with pytest.raises(ValueError, match="edge features"):
+        IncidentEdgeSum()(Data(x=torch.ones(3, 1), edge_index=edge_index))
+    with pytest.raises(ValueError, match="rows"):
+        IncidentEdgeSum()(Data(x=torch.ones(3, 1), edge_index=edge_index, edge_attr=edge_attr[:3]))
+    with pytest.raises(ValueError, match="float features"):
+        IncidentEdgeSum()(Data(x=torch.ones(3, 1, dtype=torch.long), edge_index=edge_index,
+                               edge_attr=edge_attr))
+
+
+def test_loader_appends_incident_edge_sums(tmp_path):
+    plain, info = load_tudataset(DATA, "MUTAG", tmp_path, pe_dim=0, progress=False)
+    graphs, richer = load_tudataset(DATA, "MUTAG", tmp_path, pe_dim=0, progress=False,
+                                    incident_edge_sums=True)
+    width = info["edge_features"]
+    assert width == 4 and richer["node_feature_width"] == info["node_feature_width"] + width
+    assert "edge features" in richer["node_features"]
+    for g, p in zip(graphs[:5], plain[:5]):
+        assert torch.equal(g.x[:, :-width], p.x)
+        counts = torch.zeros(g.num_nodes, width)
+        for (_, dst), attr in zip(g.edge_index.t().tolist(), g.edge_attr):
+            counts[dst] += attr
+        assert torch.equal(g.x[:, -width:], counts)
+        # every atom's bonds, counted by type, add up to its degree
+        assert torch.equal(g.x[:, -width:].sum(1), torch.bincount(g.edge_index[1],
+                                                                  minlength=g.num_nodes).float())
+    config = parse(tudataset.CONFIG, ["--dataset", "MUTAG", "--incident-edge-sums",
+                                      "--root", str(DATA), "--cache", str(tmp_path)])
+    loaded, described = tudataset.load_graphs(config.data)
+    assert described["node_feature_width"] == richer["node_feature_width"]
+    assert torch.equal(loaded[0].x, graphs[0].x)
+    with pytest.raises(ValueError, match="has none"):
+        load_tudataset(DATA, "PROTEINS", tmp_path, pe_dim=0, progress=False,
+                       incident_edge_sums=True)
 
 
 def test_loader_adds_the_encodings(tmp_path):

@@ -4,7 +4,8 @@ Any TU dataset loads from ``ROOT/NAME/raw/NAME_*.txt`` (the layout of PyG's down
 files are copied to a writable cache first, because PyG writes ``processed/`` next to them, so the
 given root is never written to. Datasets without node features (IMDB-BINARY, ...) get a one-hot
 encoding of the node degree; ``degree_feature=True`` appends ``log1p(degree)`` to every dataset's
-node features and ``rw_pe_dim=k`` adds random-walk encodings ``rw_pe``. The repository ships MUTAG, PROTEINS, NCI1, ENZYMES and IMDB-BINARY
+node features, ``incident_edge_sums=True`` appends each node's summed incoming edge features (bond
+counts by type) and ``rw_pe_dim=k`` adds random-walk encodings ``rw_pe``. The repository ships MUTAG, PROTEINS, NCI1, ENZYMES and IMDB-BINARY
 in ``datasets/TUDataset`` (:func:`default_tu_root`).
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch_geometric.transforms import OneHotDegree
 from torch_geometric.utils import degree
 from tqdm.auto import tqdm
 
-from ..transforms import CLSLaplacianPE, LogDegree, RandomWalkPE
+from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
 
 #: The raw TU files shipped with the repository (next to the package in a checkout).
 SHIPPED_TU_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "TUDataset"
@@ -54,10 +55,12 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
 def load_tudataset(
     root: str | Path | None, name: str, cache: str | Path | None = None, pe_dim: int = 8,
     progress: bool = True, *, rw_pe_dim: int = 0, degree_feature: bool = False,
+    incident_edge_sums: bool = False,
 ) -> tuple[list, dict[str, Any]]:
     """The graphs (with ``lap_pe``/``cls_lap_pe`` when ``pe_dim > 0``, ``rw_pe`` ``[N,
     rw_pe_dim]`` when ``rw_pe_dim > 0``, and ``log1p(degree)`` as the last column of ``x`` when
-    ``degree_feature``) as a list and a description of the features. ``root=None`` reads the
+    ``degree_feature``, then the summed incoming edge features when ``incident_edge_sums``) as a
+    list and a description of the features. ``root=None`` reads the
     shipped ``datasets/TUDataset``."""
     if rw_pe_dim < 0:
         raise ValueError(f"rw_pe_dim must be >= 0, got {rw_pe_dim}")
@@ -91,6 +94,11 @@ def load_tudataset(
     if degree_feature:
         graphs = [LogDegree()(g) for g in graphs]
         info["node_features"] += " + log1p(degree)"
+    if incident_edge_sums:
+        if not dataset.num_edge_features:
+            raise ValueError(f"incident_edge_sums needs edge features, and {name} has none")
+        graphs = [IncidentEdgeSum()(g) for g in graphs]
+        info["node_features"] += " + summed incoming edge features"
     if rw_pe_dim:
         walk = RandomWalkPE(rw_pe_dim)
         with threadpool_limits(limits=1):

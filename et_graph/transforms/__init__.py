@@ -22,7 +22,7 @@ from .neighbourhood import (
     neighbourhood_statistics,
     parse_neighbour_stats,
 )
-from .structural import LogDegree, RandomWalkPE
+from .structural import IncidentEdgeSum, LogDegree, RandomWalkPE
 
 __all__ = [
     "FEATURE_NORMS",
@@ -32,6 +32,7 @@ __all__ = [
     "quantile_normal",
     "transform_features",
     "CLSLaplacianPE",
+    "IncidentEdgeSum",
     "InjectAnomalies",
     "LogDegree",
     "RandomWalkPE",

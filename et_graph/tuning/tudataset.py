@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..config import merge
-from ..experiments.tudataset import TUDatasetConfig, model_factories
+from ..experiments.tudataset import TUDatasetConfig, load_graphs, model_factories
 from ..protocols.graph_cv import (
     fit_graph_classifier,
     graph_labels,
@@ -87,14 +87,7 @@ class TUObjective:
             raise ValueError(f"tune_folds must be positive, got {tune_folds}")
         self.config, self.model = config, model
         if graphs is None:
-            from ..datasets.tudataset import load_tudataset
-
-            d = config.data
-            graphs, info = load_tudataset(d.root, d.dataset, d.cache, d.pe_dim, False,
-                                          rw_pe_dim=d.rw_pe_dim, degree_feature=d.degree_feature)
-            if not info["edge_features"]:
-                for g in graphs:
-                    g.edge_attr = None
+            graphs, info = load_graphs(config.data)
         self.graphs, self.info = graphs, info
         self.labels = graph_labels(graphs)
         p = config.protocol
