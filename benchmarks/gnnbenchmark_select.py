@@ -8,6 +8,10 @@ metrics of the other variants are shown too, but never used to choose. A run may
 only (a tuned preset per model, from ``et-graph tune gnnbenchmark``); the table then shows "–"
 where a model did not run, and the number of variants each model had.
 
+``et-graph tudataset`` runs (``OUT/DATASET/results.json``) are selected the same way: the metric
+is the mean inner-validation accuracy over the folds (each fold's selected epoch), the test
+column the mean test-fold accuracy, and only runs on the same folds are compared.
+
     python benchmarks/gnnbenchmark_select.py runs/zinc_long runs/zinc_long_rwpe \\
         --names base,rwpe --json docs/measured/graph/zinc_selection.json
 
@@ -27,8 +31,25 @@ from et_graph.reporting import format_stat
 def load_run(folder: Path) -> dict[str, Any]:
     path = folder / "results.json"
     if not path.is_file():
-        raise SystemExit(f"{path} not found: give folders written by et-graph gnnbenchmark --out")
-    return json.loads(path.read_text())
+        # et-graph tudataset writes OUT/DATASET/results.json
+        nested = sorted(folder.glob("*/results.json"))
+        if len(nested) != 1:
+            raise SystemExit(f"{path} not found: give folders written by et-graph gnnbenchmark "
+                             "--out or et-graph tudataset --out (one dataset each)")
+        path = nested[0]
+    run = json.loads(path.read_text())
+    return tu_run(run) if "folds" in run else run
+
+
+def tu_run(run: dict[str, Any]) -> dict[str, Any]:
+    """A TU cross-validation's results in the shape :func:`select` reads: the metric is the
+    accuracy, and the folds (their test sizes, in order) stand for the split."""
+    folds = [[f["fold"], f["train"], f["val"], f["test"]] for f in run["folds"]]
+    protocol = run["meta"]["config"]["protocol"]
+    split = {"folds": folds, "seed": protocol["seed"], "val_fraction": protocol["val_fraction"]}
+    return {"dataset": run["dataset"], "metric": "accuracy", "lower_is_better": False,
+            "split_sizes": split,
+            "models": {name: {**m, "seeds": len(folds)} for name, m in run["models"].items()}}
 
 
 def select(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -46,7 +67,7 @@ def select(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         variants = {
             name: {"val": run["models"][model][f"val_{metric}"],
                    "test": run["models"][model][metric],
-                   "params": run["models"][model]["params"],
+                   "params": run["models"][model].get("params"),
                    "seeds": run["models"][model]["seeds"]}
             for name, run in runs.items() if model in run["models"]
         }

@@ -185,6 +185,33 @@ def test_gnnbenchmark_select_chooses_on_validation_only(tmp_path):
         module.main([str(tmp_path / "a"), str(tmp_path / "b"), "--names", "x,x"])
 
 
+def _tu_results(folder: Path, val: dict, test: dict, seed: int = 0) -> None:
+    """An et-graph tudataset results.json (OUT/DATASET/results.json) with two folds."""
+    stat = lambda v: {"mean": v, "std": 0.0, "values": [v, v]}  # noqa: E731
+    models = {m: {"accuracy": stat(test[m]), "val_accuracy": stat(val[m]), "best_epoch": [1, 2]}
+              for m in val}
+    folds = [{"fold": k, "train": 8, "val": 1, "test": 3, "models": {}} for k in range(2)]
+    (folder / "MUTAG").mkdir(parents=True)
+    (folder / "MUTAG" / "results.json").write_text(json.dumps({
+        "dataset": "MUTAG", "models": models, "folds": folds,
+        "meta": {"config": {"protocol": {"seed": seed, "val_fraction": 0.1}}}}))
+
+
+def test_variant_selection_reads_tu_cross_validations(tmp_path):
+    """TU runs are selected on the mean inner-validation accuracy (higher is better), never on
+    the test folds, and only between runs on the same folds."""
+    module = benchmark_module("gnnbenchmark_select")
+    _tu_results(tmp_path / "plain", {"et": 0.80, "gin": 0.82}, {"et": 0.79, "gin": 0.70})
+    _tu_results(tmp_path / "sums", {"et": 0.81, "gin": 0.81}, {"et": 0.70, "gin": 0.90})
+    selection = module.main([str(tmp_path / "plain"), str(tmp_path / "sums")])
+    assert selection["metric"] == "accuracy" and not selection["lower_is_better"]
+    assert selection["models"]["et"]["selected"] == "sums"  # higher val; its test is lower
+    assert selection["models"]["gin"]["selected"] == "plain"
+    _tu_results(tmp_path / "other", {"et": 0.9}, {"et": 0.9}, seed=1)
+    with pytest.raises(SystemExit, match="another dataset, split"):
+        module.main([str(tmp_path / "plain"), str(tmp_path / "other")])
+
+
 def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
     """Every candidate is scored against the planted anomalies; the graph's own labels (here
     scrambled in a second file) change nothing."""
