@@ -157,6 +157,36 @@ def test_ego_neighbour_readout_shapes_and_hand_computed_neighbour_mean():
         ETAnomalyNet(6, 8, readout="cls")
 
 
+def test_two_hop_readout_appends_the_mean_of_the_neighbour_means():
+    data = planted_anomaly_graph(40, num_features=6, seed=4)
+    # Node 39 has no in-edges and a self-loop on node 0 is skipped, as in the one-hop readout.
+    edge_index = data.edge_index[:, data.edge_index[1] != 39]
+    edge_index = torch.cat([edge_index, torch.tensor([[0], [0]])], dim=1)
+    torch.manual_seed(0)
+    model = ETAnomalyNet(6, 8, readout="ego_two_hop").double().eval()
+    assert model.readout[0].in_features == 32
+    x = data.x.double()
+    first = model.embed(x)
+    last = model.conv(first, edge_index)
+    feats = model.readout_features(first, last, edge_index)
+    assert feats.shape == (40, 32)
+
+    def hand_mean(tokens: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(tokens)
+        for node in range(tokens.size(0)):
+            sources = [int(s) for s, d in edge_index.t() if int(d) == node and int(s) != node]
+            if sources:
+                out[node] = tokens[sources].mean(0)
+        return out
+
+    one_hop = hand_mean(model.conv.norm(last))
+    torch.testing.assert_close(feats[:, 16:24], one_hop)
+    torch.testing.assert_close(feats[:, 24:], hand_mean(one_hop))
+    assert feats[39, 16:].abs().sum() == 0  # no in-neighbours: both means are zero
+    torch.testing.assert_close(model(x, edge_index), model.readout(feats).squeeze(-1))
+    # The detector takes it as a config choice.
+    assert ETDetector(readout="ego_two_hop", epochs=1).config.model.readout == "ego_two_hop"
+
 # ----------------------------------------------------------------------------------------------
 # 3. Training-label features
 # ----------------------------------------------------------------------------------------------

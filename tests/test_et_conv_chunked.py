@@ -67,7 +67,7 @@ def test_detector_scores_in_chunks_like_the_full_pass():
         ETDetector(chunk_size=0)
 
 
-@pytest.mark.parametrize("readout", ["first_last", "ego_neighbour"])
+@pytest.mark.parametrize("readout", ["first_last", "ego_neighbour", "ego_two_hop"])
 def test_anomaly_net_scores_in_chunks_like_the_full_pass(readout):
     from et_graph.nn.models import ETAnomalyNet
 

@@ -12,7 +12,10 @@ from ..conv.relational_et_conv import check_edge_type
 from ..validation import check_features
 
 #: Readouts of :class:`ETAnomalyNet`.
-READOUTS = ("first_last", "ego_neighbour")
+READOUTS = ("first_last", "ego_neighbour", "ego_two_hop")
+
+#: Token blocks each readout hands to the MLP (its input is this many times ``hidden`` wide).
+READOUT_WIDTHS = {"first_last": 2, "ego_neighbour": 3, "ego_two_hop": 4}
 
 
 class ETAnomalyNet(nn.Module):
@@ -39,7 +42,9 @@ class ETAnomalyNet(nn.Module):
         \mathrm{LN}(\mathbf{x}^T_B)\big)
 
     over the in-neighbours ``B -> A`` of ``edge_index`` other than ``A`` itself (self-loops are
-    skipped; zero for a node without in-neighbours).
+    skipped; zero for a node without in-neighbours). ``readout="ego_two_hop"`` appends the same
+    mean taken once more, ``P^2 LN(x^T)`` with ``P`` the row-normalised in-adjacency: the
+    neighbours' neighbourhood, as the trees' "mean of mean" column reads it.
 
     :meth:`forward` returns the anomaly *logit*; train it with :func:`weighted_bce_loss` (weight
     ``#normal / #anomalous``, paper eq. 12).
@@ -65,7 +70,8 @@ class ETAnomalyNet(nn.Module):
         dropout: dropout on the readout MLP's hidden layer (training mode only).
         readout: ``"first_last"`` (``LN(x^1) || LN(x^T)``, width ``2 * hidden``) or
             ``"ego_neighbour"`` (plus the in-neighbour mean of ``LN(x^T)``, width
-            ``3 * hidden``).
+            ``3 * hidden``) or ``"ego_two_hop"`` (plus that mean of the means, width
+            ``4 * hidden``).
         num_relations: build a :class:`~et_graph.nn.RelationalETConv` over this many relations
             (edge types) instead of an :class:`~et_graph.nn.ETConv` (``None``).
         blocks: stacked ET blocks ``S`` (``>= 1``). ``conv`` is the first; the others are
@@ -120,7 +126,7 @@ class ETAnomalyNet(nn.Module):
         self.stacked = nn.ModuleList(block() for _ in range(blocks - 1))
         mlp_hidden = hidden_channels if mlp_hidden is None else mlp_hidden
         self.readout = nn.Sequential(
-            nn.Linear((3 if readout == "ego_neighbour" else 2) * hidden_channels, mlp_hidden),
+            nn.Linear(READOUT_WIDTHS[readout] * hidden_channels, mlp_hidden),
             nn.ReLU(),
             nn.Dropout(dropout),
             nn.Linear(mlp_hidden, 1),
@@ -207,11 +213,21 @@ class ETAnomalyNet(nn.Module):
 
     def readout_features(self, first: Tensor, last: Tensor, edge_index: Tensor) -> Tensor:
         """The readout MLP's input from the tokens ``x^1`` and ``x^T``: ``[N, 2 * hidden]``
-        (``first_last``) or ``[N, 3 * hidden]`` (``ego_neighbour``)."""
+        (``first_last``), ``[N, 3 * hidden]`` (``ego_neighbour``) or ``[N, 4 * hidden]``
+        (``ego_two_hop``)."""
         first, last = self.conv.norm(first), self.last_conv.norm(last)
-        if self.readout_kind == "first_last":
-            return torch.cat([first, last], dim=-1)
-        return torch.cat([first, last, self.neighbour_means(edge_index, last)], dim=-1)
+        return torch.cat([first, last, *self.neighbourhood_blocks(edge_index, last)], dim=-1)
+
+    def neighbourhood_blocks(self, edge_index: Tensor, last: Tensor) -> list[Tensor]:
+        """The readout's neighbourhood inputs from the normalised ``LN(x^T)``: none
+        (``first_last``), ``[P g]`` (``ego_neighbour``) or ``[P g, P^2 g]`` (``ego_two_hop``)."""
+        hops = READOUT_WIDTHS[self.readout_kind] - 2
+        blocks: list[Tensor] = []
+        tokens = last
+        for _ in range(hops):
+            tokens = self.neighbour_means(edge_index, tokens)
+            blocks.append(tokens)
+        return blocks
 
     def neighbour_means(self, edge_index: Tensor, tokens: Tensor) -> Tensor:
         """Every node's mean in-neighbour token ``[N, hidden]`` (one SpMM)."""
@@ -221,14 +237,12 @@ class ETAnomalyNet(nn.Module):
                        ) -> Tensor:
         """The logits of :meth:`readout_features` and the MLP, ``chunk_size`` nodes at a time,
         so that scoring a large graph never holds the ``[N, 2-3 * hidden]`` readout input."""
-        neighbours = (self.neighbour_means(edge_index, self.last_conv.norm(last))
-                      if self.readout_kind == "ego_neighbour" else None)
+        neighbourhood = self.neighbourhood_blocks(edge_index, self.last_conv.norm(last))
         logits = first.new_empty(first.size(0))
         for start in range(0, first.size(0), chunk_size):
             end = min(start + chunk_size, first.size(0))
             parts = [self.conv.norm(first[start:end]), self.last_conv.norm(last[start:end])]
-            if neighbours is not None:
-                parts.append(neighbours[start:end])
+            parts.extend(block[start:end] for block in neighbourhood)
             logits[start:end] = self.readout(torch.cat(parts, dim=-1)).squeeze(-1)
         return logits
 
