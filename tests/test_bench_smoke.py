@@ -353,3 +353,36 @@ def test_gnnbenchmark_holdout_probe_scores_the_tuning_objective_per_seed(tmp_pat
     with pytest.raises(SystemExit, match="twice"):
         module.main(["--seeds", "1", "--variant", "x=--quick --models gin --rw-pe-dim 4",
                      "--variant", "x=--quick --models gin"])
+
+
+def _anomaly_results(folder: Path, val: list, test: list, split_seed: int = 2) -> None:
+    """An et-graph anomaly results.json with one ET row per seed (its kept checkpoint's
+    validation AUROC as ``best_score``, and a test AUROC the probe must not copy)."""
+    per_seed = [{"seed": k, "split_sizes": [40, 20, 40],
+                 "et": {"auroc": t, "best_score": v, "best_epoch": 3}}
+                for k, (v, t) in enumerate(zip(val, test))]
+    config = {"protocol": {"protocol": "paper", "train_ratio": 0.4, "split_seed": split_seed,
+                           "vary_split": False},
+              "train": {"select_metric": "auroc"}}
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({
+        "dataset": "tolokers", "per_seed": per_seed, "epoch_seconds_median": {"et": 1.0},
+        "meta": {"git_commit": "abc", "config": config}}))
+
+
+def test_anomaly_validation_probe_keeps_validation_only(tmp_path):
+    module = benchmark_module("anomaly_validation_probe")
+    _anomaly_results(tmp_path / "a", [0.80, 0.82], [0.123456, 0.234567])
+    _anomaly_results(tmp_path / "b", [0.81, 0.83], [0.345678, 0.456789])
+    out = tmp_path / "probe.json"
+    payload = module.main(["--run", f"preset={tmp_path / 'a'}",
+                           "--run", f"two hop={tmp_path / 'b'}",
+                           "--what", "w", "--machine", "m", "--out", str(out)])
+    assert [row["mean_validation"] for row in payload["runs"]] == pytest.approx([0.81, 0.82])
+    text = out.read_text() + out.with_suffix(".md").read_text()
+    assert all(digits not in text for digits in ("123456", "234567", "345678", "456789"))
+    assert "| two hop | 0.8100 / 0.8300 | **0.8200** |" in text
+    _anomaly_results(tmp_path / "c", [0.9, 0.9], [0.9, 0.9], split_seed=3)
+    with pytest.raises(SystemExit, match="not comparable"):
+        module.main(["--run", f"a={tmp_path / 'a'}", "--run", f"c={tmp_path / 'c'}",
+                     "--what", "w", "--machine", "m", "--out", str(out)])

@@ -1,0 +1,119 @@
+"""Collect a validation-only probe from several ``et-graph anomaly`` runs of one model.
+
+Each run folder holds the ``results.json`` of one ``et-graph anomaly --out DIR`` run (one
+variant: one flag changed). The probe keeps, per seed, the validation metric of the model's
+kept checkpoint (``best_score``: the metric the run selected its epoch on), and **no test
+number**: a probe decides whether a variant deserves a full run, so nothing in it may come
+from test labels. Runs must share the dataset, split and seeds; the script refuses otherwise.
+
+    python benchmarks/anomaly_validation_probe.py \\
+        --run "ego_neighbour (preset)=runs/tolokers_v3" --run "ego_two_hop=runs/tolokers_two_hop" \\
+        --what "Tolokers, the v3 preset with only --readout changed" \\
+        --machine "1 thread each, the two runs side by side" \\
+        --out docs/measured/anomaly/probes/tolokers_two_hop_validation.json
+
+Prints a Markdown table (and writes it beside the JSON as ``.md``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def load_results(folder: Path) -> dict[str, Any]:
+    path = folder / "results.json"
+    if not path.is_file():
+        raise SystemExit(f"{path} not found: give folders written by et-graph anomaly --out")
+    return json.loads(path.read_text())
+
+
+def split_signature(run: dict[str, Any]) -> tuple[Any, ...]:
+    """What must agree between variants for their validation numbers to be comparable."""
+    protocol = run["meta"]["config"]["protocol"]
+    seeds = tuple(seed["seed"] for seed in run["per_seed"])
+    sizes = tuple(tuple(seed["split_sizes"]) for seed in run["per_seed"])
+    return (run["dataset"], protocol["protocol"], protocol["train_ratio"],
+            protocol["split_seed"], protocol["vary_split"], seeds, sizes)
+
+
+def probe_row(label: str, folder: Path, run: dict[str, Any], model: str) -> dict[str, Any]:
+    per_seed = run["per_seed"]
+    if any(model not in seed for seed in per_seed):
+        raise SystemExit(f"{folder}: model {model!r} did not run there")
+    scores = [float(seed[model]["best_score"]) for seed in per_seed]
+    return {
+        "variant": label,
+        "folder": str(folder),
+        "git_commit": run["meta"].get("git_commit"),
+        "select_metric": run["meta"]["config"]["train"]["select_metric"],
+        "seeds": [seed["seed"] for seed in per_seed],
+        "best_epochs": [seed[model].get("best_epoch") for seed in per_seed],
+        "validation": scores,
+        "mean_validation": statistics.fmean(scores),
+        "epoch_seconds_median": run.get("epoch_seconds_median", {}).get(model),
+        "config": run["meta"]["config"],
+    }
+
+
+def markdown(rows: list[dict[str, Any]], metric: str) -> str:
+    best = max(row["mean_validation"] for row in rows)
+    lines = [f"| variant | validation {metric}, seeds {' / '.join(map(str, rows[0]['seeds']))} "
+             "| mean |", "|---|---|---|"]
+    for row in rows:
+        mean = f"{row['mean_validation']:.4f}"
+        if row["mean_validation"] == best:
+            mean = f"**{mean}**"
+        values = " / ".join(f"{value:.4f}" for value in row["validation"])
+        lines.append(f"| {row['variant']} | {values} | {mean} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", action="append", required=True, metavar="LABEL=DIR",
+                        help="one variant: its label and its et-graph anomaly --out folder")
+    parser.add_argument("--model", default="et")
+    parser.add_argument("--what", required=True, help="what the probe compares")
+    parser.add_argument("--machine", required=True,
+                        help="threads, and what ran beside the runs")
+    parser.add_argument("--out", required=True, help="probe JSON (a .md table is written beside)")
+    args = parser.parse_args(argv)
+
+    rows, signatures = [], set()
+    for spec in args.run:
+        label, sep, folder = spec.partition("=")
+        if not sep or not label or not folder:
+            raise SystemExit(f"--run {spec!r}: expected LABEL=DIR")
+        run = load_results(Path(folder))
+        signatures.add(split_signature(run))
+        rows.append(probe_row(label, Path(folder), run, args.model))
+    if len(signatures) != 1:
+        raise SystemExit("the runs differ in dataset, split or seeds; their validation "
+                         "numbers are not comparable")
+    metrics = {row["select_metric"] for row in rows}
+    if len(metrics) != 1:
+        raise SystemExit(f"the runs selected on different metrics: {sorted(metrics)}")
+    metric = metrics.pop()
+    table = markdown(rows, metric)
+    payload = {
+        "what": args.what + f"; validation {metric} of the kept checkpoint (test numbers are "
+                            "not recorded here: nothing may be chosen on them)",
+        "machine": args.machine,
+        "model": args.model,
+        "runs": rows,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+    out.with_suffix(".md").write_text(table + "\n")
+    print(table)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
