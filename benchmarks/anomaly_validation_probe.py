@@ -25,10 +25,23 @@ from typing import Any
 
 
 def load_results(folder: Path) -> dict[str, Any]:
-    path = folder / "results.json"
+    """``FOLDER/results.json`` of ``et-graph anomaly --out FOLDER``, or such a file itself (a
+    copy kept under ``docs/measured``)."""
+    path = folder if folder.suffix == ".json" else folder / "results.json"
     if not path.is_file():
-        raise SystemExit(f"{path} not found: give folders written by et-graph anomaly --out")
+        raise SystemExit(f"{path} not found: give folders written by et-graph anomaly --out, "
+                         "or their results.json")
     return json.loads(path.read_text())
+
+
+def first_seeds(run: dict[str, Any], count: int | None, where: Path) -> dict[str, Any]:
+    """The run with only its first ``count`` seeds (all when ``None``): a 5-seed run serves as
+    the reference of a 2-seed probe."""
+    if count is None:
+        return run
+    if len(run["per_seed"]) < count:
+        raise SystemExit(f"{where}: holds {len(run['per_seed'])} seeds, fewer than --seeds {count}")
+    return {**run, "per_seed": run["per_seed"][:count]}
 
 
 def split_signature(run: dict[str, Any]) -> tuple[Any, ...]:
@@ -47,7 +60,7 @@ def probe_row(label: str, folder: Path, run: dict[str, Any], model: str) -> dict
     scores = [float(seed[model]["best_score"]) for seed in per_seed]
     return {
         "variant": label,
-        "folder": str(folder),
+        "results": str(folder),
         "git_commit": run["meta"].get("git_commit"),
         "select_metric": run["meta"]["config"]["train"]["select_metric"],
         "seeds": [seed["seed"] for seed in per_seed],
@@ -75,9 +88,12 @@ def markdown(rows: list[dict[str, Any]], metric: str) -> str:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", action="append", required=True, metavar="LABEL=DIR",
-                        help="one variant: its label and its et-graph anomaly --out folder")
+    parser.add_argument("--run", action="append", required=True, metavar="LABEL=PATH",
+                        help="one variant: its label and its et-graph anomaly --out folder (or "
+                             "that run's results.json)")
     parser.add_argument("--model", default="et")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="compare only each run's first K seeds (default: all)")
     parser.add_argument("--what", required=True, help="what the probe compares")
     parser.add_argument("--machine", required=True,
                         help="threads, and what ran beside the runs")
@@ -88,8 +104,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for spec in args.run:
         label, sep, folder = spec.partition("=")
         if not sep or not label or not folder:
-            raise SystemExit(f"--run {spec!r}: expected LABEL=DIR")
-        run = load_results(Path(folder))
+            raise SystemExit(f"--run {spec!r}: expected LABEL=PATH")
+        run = first_seeds(load_results(Path(folder)), args.seeds, Path(folder))
         signatures.add(split_signature(run))
         rows.append(probe_row(label, Path(folder), run, args.model))
     if len(signatures) != 1:

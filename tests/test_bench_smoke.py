@@ -382,6 +382,15 @@ def test_anomaly_validation_probe_keeps_validation_only(tmp_path):
     text = out.read_text() + out.with_suffix(".md").read_text()
     assert all(digits not in text for digits in ("123456", "234567", "345678", "456789"))
     assert "| two hop | 0.8100 / 0.8300 | **0.8200** |" in text
+    # a kept results.json serves as the reference, cut to the probe's seeds
+    _anomaly_results(tmp_path / "five", [0.80, 0.82, 0.7, 0.7, 0.7], [0.5] * 5)
+    payload = module.main(["--run", f"kept={tmp_path / 'five' / 'results.json'}",
+                           "--run", f"b={tmp_path / 'b'}", "--seeds", "2",
+                           "--what", "w", "--machine", "m", "--out", str(out)])
+    assert payload["runs"][0]["validation"] == [0.80, 0.82]
+    with pytest.raises(SystemExit, match="not comparable"):
+        module.main(["--run", f"kept={tmp_path / 'five'}", "--run", f"b={tmp_path / 'b'}",
+                     "--what", "w", "--machine", "m", "--out", str(out)])
     _anomaly_results(tmp_path / "c", [0.9, 0.9], [0.9, 0.9], split_seed=3)
     with pytest.raises(SystemExit, match="not comparable"):
         module.main(["--run", f"a={tmp_path / 'a'}", "--run", f"c={tmp_path / 'c'}",
