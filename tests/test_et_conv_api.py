@@ -328,3 +328,83 @@ def test_non_integer_batch_raises(dtype):
     torch.testing.assert_close(per_graph, conv.energy(x, edge_index, batch=long_batch.int()))
     total = float(conv.energy(x, edge_index).detach())
     assert math.isclose(float(per_graph.detach().sum()), total, rel_tol=1e-9)
+
+
+# --- cached=True: the edges of a graph passed again are validated and sorted once ---------------
+def _cached_pair(**kwargs):
+    torch.manual_seed(0)
+    plain = ETConv(8, heads=2, head_dim=4, steps=2, **kwargs).double()
+    cached = ETConv(8, heads=2, head_dim=4, steps=2, cached=True, **kwargs).double()
+    cached.load_state_dict(plain.state_dict())
+    return plain, cached
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cached_edges_give_the_uncached_values_and_gradients(monkeypatch, weighted):
+    import et_graph.nn.conv.et_energy as et_energy
+
+    builds = []
+    real_build = et_energy.build_edge_plan
+    monkeypatch.setattr(et_energy, "build_edge_plan",
+                        lambda *args: builds.append(1) or real_build(*args))
+    plain, cached = _cached_pair()
+    torch.manual_seed(1)
+    edge_index = torch.randint(0, 12, (2, 50))
+    edge_index[:, :3] = torch.tensor([[0, 4, 7], [0, 4, 7]])  # self-loops are dropped
+    for _ in range(3):
+        x = torch.randn(12, 8, dtype=torch.float64)
+        weight = torch.rand(50, 2, dtype=torch.float64) if weighted else None
+        outs = []
+        for conv in (plain, cached):
+            xr = x.clone().requires_grad_(True)
+            wr = None if weight is None else weight.clone().requires_grad_(True)
+            out = conv(xr, edge_index, wr)
+            grads = torch.autograd.grad(out.pow(2).sum(), [xr, *conv.parameters()]
+                                        + ([wr] if weighted else []))
+            outs.append((out, grads))
+        assert torch.equal(outs[0][0], outs[1][0])
+        for a, b in zip(outs[0][1], outs[1][1]):
+            assert torch.equal(a, b)
+    assert len(builds) == 3 + 1  # the plain layer sorts every call, the cached one once
+
+
+def test_cached_edges_follow_in_place_changes_and_new_tensors():
+    plain, cached = _cached_pair()
+    torch.manual_seed(2)
+    x = torch.randn(10, 8, dtype=torch.float64)
+    edge_index = torch.randint(0, 10, (2, 40))
+    assert torch.equal(cached(x, edge_index), plain(x, edge_index))
+    first = cached._edge_cache._entry[2]
+    edge_index[0, :5] = (edge_index[0, :5] + 3) % 10  # in place: the version counter moves
+    assert torch.equal(cached(x, edge_index), plain(x, edge_index))
+    assert cached._edge_cache._entry[2] is not first
+    again = edge_index.clone()  # same edges, another tensor: rebuilt (identity, not content)
+    assert torch.equal(cached(x, again), plain(x, again))
+    assert cached._edge_cache._entry[0][0]() is again
+    more = torch.randn(14, 8, dtype=torch.float64)  # more nodes: the id check must run again
+    with pytest.raises(ValueError, match="node ids"):
+        cached(x[:5], again)
+    assert torch.equal(cached(more, again), plain(more, again))
+
+
+def test_cached_edges_are_not_copied_pickled_or_kept_for_inference_tensors():
+    import copy
+    import io
+
+    _, cached = _cached_pair()
+    x = torch.randn(10, 8, dtype=torch.float64)
+    edge_index = torch.randint(0, 10, (2, 30))
+    cached(x, edge_index)
+    assert copy.deepcopy(cached)._edge_cache._entry is None
+    buffer = io.BytesIO()
+    torch.save(cached, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=False)._edge_cache._entry is None
+    assert cached._edge_cache._entry is not None
+    cached.clear_edge_cache()
+    with torch.inference_mode():
+        frozen = edge_index.clone()
+        cached(x, frozen)
+    assert cached._edge_cache._entry is None
+    with pytest.raises(ValueError, match="cached"):
+        ETConv(8, cached=1)

@@ -269,3 +269,21 @@ def test_descent_parts_benchmark_times_every_part(tmp_path, capsys):
     # 8 graphs: one CLS node each, linked both ways to each of the graph's nodes.
     assert result["nodes_with_cls"] - 8 == (result["edges_with_cls"] - result["edges"]) // 2
     assert "| fused_attention |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_all_finite_agrees_with_isfinite(dtype):
+    from et_graph.nn.validation import all_finite
+
+    torch.manual_seed(0)
+    base = torch.randn(37, 5).to(dtype)
+    assert all_finite(base) and all_finite(base[:0]) and all_finite(base.t())
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for row, col in ((0, 0), (36, 4), (17, 2)):
+            values = base.clone()
+            values[row, col] = bad
+            assert not all_finite(values)
+            assert not all_finite(values.t())  # a strided view
+            assert not all_finite(values.requires_grad_(dtype.is_floating_point))
+    assert all_finite(torch.tensor([[1, 5], [-2, 3]]))
+    assert not all_finite(torch.tensor([1 + 1j, complex(float("nan"), 0)]))

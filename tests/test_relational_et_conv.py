@@ -234,3 +234,25 @@ def test_sparse_adjacency_and_bad_arguments_raise():
         arguments = {"num_relations": 2, **kwargs}
         with pytest.raises(ValueError, match=message):
             RelationalETConv(8, **arguments)
+
+
+def test_cached_relational_edges_give_the_uncached_values_and_follow_changes():
+    torch.manual_seed(0)
+    plain = RelationalETConv(8, 3, heads=2, head_dim=4, steps=2).double()
+    cached = RelationalETConv(8, 3, heads=2, head_dim=4, steps=2, cached=True).double()
+    cached.load_state_dict(plain.state_dict())
+    edge_index = torch.randint(0, 12, (2, 60))
+    edge_type = torch.randint(0, 3, (60,))
+    for _ in range(2):
+        x = torch.randn(12, 8, dtype=torch.float64)
+        xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        out_a, out_b = plain(xa, edge_index, edge_type), cached(xb, edge_index, edge_type)
+        assert torch.equal(out_a, out_b)
+        assert torch.equal(torch.autograd.grad(out_a.sum(), xa)[0],
+                           torch.autograd.grad(out_b.sum(), xb)[0])
+    kept = cached._edge_cache._entry[2]
+    cached(x, edge_index, edge_type)
+    assert cached._edge_cache._entry[2] is kept  # same tensors: reused
+    edge_type[:10] = (edge_type[:10] + 1) % 3  # an in-place change of the relations
+    assert torch.equal(cached(x, edge_index, edge_type), plain(x, edge_index, edge_type))
+    assert cached._edge_cache._entry[2] is not kept

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import GINEConv, ResGatedGraphConv, global_add_pool, global_mean_pool
 
-from ..nn.validation import check_batch, check_edge_index, check_rw_pe
+from ..nn.validation import all_finite, check_batch, check_edge_index, check_rw_pe
 
 TASKS = ("classification", "regression", "node")
 
@@ -49,7 +49,7 @@ class InputEncoder(nn.Module):
         values = values.float().view(values.size(0), -1)
         if values.size(1) != self.in_dim:
             raise ValueError(f"expected {self.in_dim} input features, got {values.size(1)}")
-        if values.numel() and not bool(torch.isfinite(values).all()):
+        if not all_finite(values):
             raise ValueError("input features contain NaN or inf")
         return self.embed(values)
 

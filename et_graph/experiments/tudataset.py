@@ -98,6 +98,9 @@ class TUETConfig:
             jk (CLS and the sums of the node tokens at the input and after every block).
         coupling: add the edge coupling energy, whose descent step sums the neighbours' tokens
             (it can count; the attention's softmax average cannot).
+        hopfield_dim: Hopfield memories K per block (None = 4 × hidden, the paper's ratio;
+            0 = none, attention energy only). They cost about a fifth of a GIN epoch on NCI1
+            at 4 × 32.
     """
 
     hidden: int = 32
@@ -111,6 +114,7 @@ class TUETConfig:
     dropout: float = 0.07
     readout: str = "cls"
     coupling: bool = False
+    hopfield_dim: Optional[int] = None
 
 
 @dataclass
@@ -170,6 +174,7 @@ def et_model_kwargs(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, 
         head_dim=et.head_dim, alpha=et.alpha, noise_std=et.noise_std, pe_dim=config.data.pe_dim,
         kernel_size=et.kernel_size, edge_dim=info["edge_features"] or None, dropout=et.dropout,
         rw_pe_dim=config.data.rw_pe_dim, readout=et.readout, coupling=et.coupling,
+        hopfield_dim=et.hopfield_dim,
     )
 
 

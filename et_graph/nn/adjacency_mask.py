@@ -23,7 +23,7 @@ from torch.nn import Module, Parameter
 from torch_geometric.utils import to_dense_batch
 
 from .pool.cls_pool import CLSGraph
-from .validation import check_batch, check_edge_index
+from .validation import all_finite, check_batch, check_edge_index
 
 METHODS = ("sparse", "dense")
 
@@ -322,7 +322,7 @@ class Conv2DAdjacencyMask(Module):
                 f"edge_attr has width {edge_attr.size(1)} but edge_dim={self.edge_dim}"
             )
         edge_attr = edge_attr.to(self.edge_proj.weight.dtype)
-        if edge_attr.numel() and not bool(torch.isfinite(edge_attr).all()):
+        if not all_finite(edge_attr):
             raise ValueError("edge_attr contains NaN or inf values")
         return self.edge_proj(edge_attr)
 

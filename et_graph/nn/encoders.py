@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch.nn import Embedding, Linear, Module, ModuleList
 
-from .validation import check_batch
+from .validation import all_finite, check_batch
 
 Categories = Union[int, Sequence[int], None]
 
@@ -98,7 +98,7 @@ class FeatureEncoder(Module):
             raise ValueError(
                 f"{self.name} must have shape [N, {self.in_channels}], got {tuple(x.shape)}"
             )
-        if x.numel() and not bool(torch.isfinite(x).all()):
+        if not all_finite(x):
             raise ValueError(f"{self.name} contains NaN or inf values")
         x = x.to(self.linear.weight.dtype)
         if self.continuous_channels:
@@ -196,7 +196,7 @@ class LaplacianPEEncoder(Module):
         for name, value in (("lap_pe", pe), ("cls_lap_pe", cls_pe)):
             if value.dim() != 2 or value.size(1) != self.k:
                 raise ValueError(f"{name} must be [*, k={self.k}], got {tuple(value.shape)}")
-            if not value.is_floating_point() or not bool(torch.isfinite(value).all()):
+            if not value.is_floating_point() or not all_finite(value):
                 raise ValueError(f"{name} must be finite floating point")
         check_batch(batch, pe.size(0))
         if pe.size(0) and int(batch.max()) >= cls_pe.size(0):

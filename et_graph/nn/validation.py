@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 from torch import Tensor
+
+
+def all_finite(values: Tensor) -> bool:
+    """Whether every entry of ``values`` is finite (no NaN, no inf); ``True`` when empty.
+
+    One min/max pass: a NaN propagates into both ends and an inf shows in one of them. On the
+    CPU that is several times faster than ``torch.isfinite(values).all()`` (which writes a
+    bool tensor first), and the models run this check on their tokens in every forward."""
+    if not values.numel():
+        return True
+    if values.is_complex():
+        return bool(torch.isfinite(values).all())
+    if not values.is_floating_point():
+        return True
+    low, high = torch.aminmax(values.detach())
+    return math.isfinite(low.item()) and math.isfinite(high.item())
 
 
 def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2) -> None:
@@ -19,7 +36,7 @@ def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2) -> 
         )
     if not x.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    if x.numel() and not bool(torch.isfinite(x).all()):
+    if not all_finite(x):
         bad = int((~torch.isfinite(x)).any(dim=-1).sum())
         raise ValueError(f"{name} contains NaN or inf values (in {bad} rows)")
 
@@ -35,7 +52,7 @@ def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
     if edge_index.numel():
-        low, high = int(edge_index.min()), int(edge_index.max())
+        low, high = (int(end) for end in torch.aminmax(edge_index))
         if low < 0 or high >= num_nodes:
             raise ValueError(
                 f"edge_index has node ids in [{low}, {high}] but there are {num_nodes} nodes "
@@ -65,7 +82,7 @@ def check_edge_weight(
         )
     if not edge_weight.is_floating_point():
         edge_weight = edge_weight.float()
-    if edge_weight.numel() and not bool(torch.isfinite(edge_weight).all()):
+    if not all_finite(edge_weight):
         raise ValueError("edge_weight contains NaN or inf values")
     return edge_weight
 
@@ -127,6 +144,6 @@ def check_rw_pe(rw_pe: Optional[Tensor], num_nodes: int, dim: int) -> Tensor:
     if rw_pe.dim() != 2 or tuple(rw_pe.shape) != (num_nodes, dim):
         raise ValueError(f"rw_pe must be [N, rw_pe_dim]={[num_nodes, dim]}, "
                          f"got {list(rw_pe.shape)}")
-    if not rw_pe.is_floating_point() or not bool(torch.isfinite(rw_pe).all()):
+    if not rw_pe.is_floating_point() or not all_finite(rw_pe):
         raise ValueError("rw_pe must be finite floating point")
     return rw_pe

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Callable, NamedTuple, Optional
+import weakref
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -24,7 +25,13 @@ from torch_geometric.utils import is_sparse, to_edge_index
 from ... import energy as E
 from ...fused import EdgePlan, build_edge_plan, fused_attention_grad
 from ..energy_layer_norm import EnergyLayerNorm
-from ..validation import check_dtype, check_edge_index, check_edge_weight, check_features
+from ..validation import (
+    all_finite,
+    check_dtype,
+    check_edge_index,
+    check_edge_weight,
+    check_features,
+)
 
 
 class EdgeSet(NamedTuple):
@@ -47,6 +54,47 @@ class EdgeSet(NamedTuple):
     def num_edges(self) -> int:
         """Number of edges that enter the energy (self-loops removed)."""
         return self.src.numel()
+
+
+class EdgeCache:
+    """The validated edges of the last graph a layer saw, kept while the same tensors come again.
+
+    Full-batch training passes one ``edge_index`` every epoch and every evaluation; validating
+    it, dropping its self-loops and sorting it for the fused kernel each time costs about a
+    sixth of a training step on Tolokers. An entry is reused only for the very same tensor
+    objects (held by weak reference) at the same version counters (an in-place change bumps
+    them), node count and device. A write the counter does not see (through ``.data`` or a
+    shared NumPy buffer) needs :meth:`clear`. Copies and pickles of a layer start empty.
+    """
+
+    def __init__(self) -> None:
+        self._entry: Optional[tuple[tuple[weakref.ref, ...], tuple, Any]] = None
+
+    @staticmethod
+    def _key(tensors: tuple[Tensor, ...], num_nodes: int) -> Optional[tuple]:
+        if not all(isinstance(t, Tensor) and not t.is_sparse and t.layout == torch.strided
+                   and not t.is_inference() for t in tensors):
+            return None  # sparse inputs are converted anew; inference tensors have no version
+        return (num_nodes, *((t._version, t.device) for t in tensors))
+
+    def get(self, tensors: tuple[Tensor, ...], num_nodes: int) -> Any:
+        """The value stored for these tensors, or ``None``."""
+        entry, key = self._entry, self._key(tensors, num_nodes)
+        if entry is None or key is None or entry[1] != key:
+            return None
+        if any(ref() is not t for ref, t in zip(entry[0], tensors)):
+            return None
+        return entry[2]
+
+    def put(self, tensors: tuple[Tensor, ...], num_nodes: int, value: Any) -> None:
+        key = self._key(tensors, num_nodes)
+        self._entry = None if key is None else (tuple(map(weakref.ref, tensors)), key, value)
+
+    def clear(self) -> None:
+        self._entry = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_entry": None}
 
 
 def _check_positive(value: float, name: str) -> float:
@@ -253,21 +301,38 @@ class ETEnergy(Module):
             edge_index = index.flip(0)
             if values is not None and not bool((values == 1).all()):
                 edge_weight = values.to(x.dtype)
+        return self.weighted(self.topology(x, edge_index, plan), edge_weight, x.dtype)
+
+    def topology(self, x: Tensor, edge_index: Tensor, plan: bool = False) -> EdgeSet:
+        """The weightless part of :meth:`edges` for an ``edge_index [2, E]`` over the tokens
+        ``x [N, D]``: validated, self-loops removed and (``plan=True``) sorted for the fused
+        kernel. It depends on the graph alone, so a caller that sees the same graph again can
+        keep it (``ETConv(cached=True)``) and give each call its weights by :meth:`weighted`."""
+        num_nodes = x.size(0)
         edge_index = check_edge_index(edge_index, num_nodes)
-        edge_weight = check_edge_weight(edge_weight, edge_index.size(1), self.heads)
         src, dst = edge_index[0], edge_index[1]
         kept: Optional[Tensor] = src != dst
         if bool(kept.all()):
             kept = None
         else:
             src, dst = src[kept], dst[kept]
-            edge_weight = None if edge_weight is None else edge_weight[kept]
-        if edge_weight is not None:
-            edge_weight = edge_weight.to(x.dtype)
         layout = None
         if plan and src.numel() and num_nodes:
             layout = build_edge_plan(src, dst, num_nodes, self.heads)
-        return EdgeSet(src, dst, edge_weight, edge_index, kept, layout)
+        return EdgeSet(src, dst, None, edge_index, kept, layout)
+
+    def weighted(
+        self, topology: EdgeSet, edge_weight: Optional[Tensor], dtype: torch.dtype
+    ) -> EdgeSet:
+        """``topology`` (from :meth:`topology`) with the caller's ``edge_weight`` (``[E]`` or
+        ``[E, heads]``, one per edge of ``topology.edge_index``) validated, its self-loop rows
+        dropped and cast to ``dtype``: ``[E', 1 or H]``."""
+        edge_weight = check_edge_weight(edge_weight, topology.edge_index.size(1), self.heads)
+        if edge_weight is None:
+            return topology
+        if topology.kept is not None:
+            edge_weight = edge_weight[topology.kept]
+        return topology._replace(weight=edge_weight.to(dtype))
 
     def dense_edges(
         self, x: Tensor, mask: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None
@@ -306,7 +371,7 @@ class ETEnergy(Module):
                     f"dense edge_weight must have shape [B, heads, M, M]="
                     f"{[batch, self.heads, tokens, tokens]}, got {list(edge_weight.shape)}"
                 )
-            if not bool(torch.isfinite(edge_weight).all()):
+            if not all_finite(edge_weight):
                 raise ValueError("edge_weight contains NaN or inf values")
             edge_weight = edge_weight.to(x.dtype)
         return mask, edge_weight

@@ -15,7 +15,7 @@ from ...fused import build_edge_plan, fused_attention_grad
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import check_batch, check_edge_index
 from .et_conv import DescentSettings
-from .et_energy import EdgeSet, ETEnergy, _autograd_grad
+from .et_energy import EdgeCache, EdgeSet, ETEnergy, _autograd_grad
 
 __all__ = ["RelationalETConv", "check_edge_type"]
 
@@ -115,6 +115,9 @@ class RelationalETConv(DescentSettings, Module):
         grad: ``"analytic"`` (closed form, fused kernel per relation) or ``"autograd"``
             (differentiate :meth:`energy`; the reference).
         eps: LayerNorm epsilon.
+        cached: keep each relation's validated, sorted edges while the same ``edge_index``
+            and ``edge_type`` tensors come again (full-batch training); see
+            :class:`~et_graph.nn.conv.et_energy.EdgeCache`.
     """
 
     #: Use the fused kernel per relation; ``False`` uses the reference closed form of
@@ -136,8 +139,11 @@ class RelationalETConv(DescentSettings, Module):
         noise_std: float = 0.0,
         grad: str = "analytic",
         eps: float = 1e-5,
+        cached: bool = False,
     ) -> None:
         super().__init__()
+        if not isinstance(cached, bool):
+            raise ValueError(f"cached must be True or False, got {cached!r}")
         for name, value in (("num_relations", num_relations), ("heads", heads)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -164,6 +170,12 @@ class RelationalETConv(DescentSettings, Module):
         self.alpha = alpha
         self.noise_std = float(noise_std)
         self.grad = grad
+        self.cached = cached
+        self._edge_cache = EdgeCache()
+
+    def clear_edge_cache(self) -> None:
+        """Forget the edges kept by ``cached=True``."""
+        self._edge_cache.clear()
 
     def reset_parameters(self) -> None:
         self.energy_fn.reset_parameters()
@@ -229,6 +241,18 @@ class RelationalETConv(DescentSettings, Module):
                 )
             out.append(edges)
         return out
+
+    def _edges(self, x: Tensor, edge_index: Adj, edge_type: Tensor, plan: bool) -> list[EdgeSet]:
+        """:meth:`edges`, through the cache when ``cached`` is on."""
+        if not self.cached or is_sparse(edge_index):
+            return self.edges(x, edge_index, edge_type, plan=plan)
+        tensors = (edge_index, edge_type)
+        edges = self._edge_cache.get(tensors, x.size(0))
+        if edges is None or (plan and x.size(0)
+                             and any(e.plan is None and e.num_edges for e in edges)):
+            edges = self.edges(x, edge_index, edge_type, plan=plan)
+            self._edge_cache.put(tensors, x.size(0), edges)
+        return edges
 
     # ----------------------------------------------------------------------------------------
     # Energy and gradient as functions of g
@@ -346,7 +370,7 @@ class RelationalETConv(DescentSettings, Module):
         fn = self.energy_fn
         out = fn.check_tokens(x)
         fused = self.grad == "analytic" and self.fused and num_steps > 0
-        edges = self.edges(out, edge_index, edge_type, plan=fused)
+        edges = self._edges(out, edge_index, edge_type, fused)
         energies = []
         for _ in range(num_steps):
             g = fn.layer_norm(out)

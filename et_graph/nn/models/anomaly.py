@@ -118,9 +118,10 @@ class ETAnomalyNet(nn.Module):
                             steps=steps, alpha=alpha, hopfield=hopfield, noise_std=noise_std)
 
         def block() -> Union[ETConv, RelationalETConv]:
+            # Full-batch training passes one graph every epoch: its edges are sorted once.
             if num_relations is None:
-                return ETConv(hidden_channels, **conv_options)
-            return RelationalETConv(hidden_channels, num_relations, **conv_options)
+                return ETConv(hidden_channels, cached=True, **conv_options)
+            return RelationalETConv(hidden_channels, num_relations, cached=True, **conv_options)
 
         self.conv: Union[ETConv, RelationalETConv] = block()
         self.stacked = nn.ModuleList(block() for _ in range(blocks - 1))

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..conv import ETConv
+from ..validation import all_finite
 
 
 def _pair(value: Union[int, tuple[int, int]], name: str) -> tuple[int, int]:
@@ -42,7 +43,7 @@ def check_images(images: Tensor, channels: Optional[int] = None) -> None:
             f"images have {images.size(1)} channels but the model expects channels={channels} "
             "(load the images as grayscale for 1 channel or as RGB for 3)"
         )
-    if images.numel() and not bool(torch.isfinite(images).all()):
+    if not all_finite(images):
         raise ValueError("images contain NaN or inf values")
 
 

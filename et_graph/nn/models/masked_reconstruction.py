@@ -96,7 +96,7 @@ class ETMaskedNodeReconstruction(nn.Module):
         self.mask_token = nn.Parameter(torch.empty(hidden_channels))
         self.conv = ETConv(hidden_channels, heads=heads, head_dim=head_dim,
                            hopfield_dim=hopfield_dim, steps=steps, alpha=alpha,
-                           hopfield=hopfield, noise_std=noise_std)
+                           hopfield=hopfield, noise_std=noise_std, cached=True)
         self.decoder_norm = nn.LayerNorm(hidden_channels)
         self.decoder = nn.Linear(hidden_channels, in_channels)
         self.edge_decoder = (nn.Linear(hidden_channels, hidden_channels, bias=False)
