@@ -114,3 +114,23 @@ def test_ego_neighbour_readout_spmm_matches_scatter_with_gradients():
     torch.testing.assert_close(features[:, 32:], reference)
     grad = torch.autograd.grad(features[:, 32:].sum(), x, retain_graph=True)[0]
     torch.testing.assert_close(grad, torch.autograd.grad(reference.sum(), x)[0])
+
+
+def test_neighbour_operator_is_kept_by_identity_not_by_address():
+    torch.manual_seed(0)
+    model = ETAnomalyNet(6, 8, steps=1, readout="ego_two_hop").eval()
+    tokens = torch.randn(20, 8)
+    edge_index = torch.randint(0, 20, (2, 60))
+    first = model.neighbour_mean_operator(edge_index, tokens)
+    assert model.neighbour_mean_operator(edge_index, tokens) is first
+    # Same shape and version, other edges: an address-keyed cache could mistake the two.
+    other = torch.randint(0, 20, (2, 60))
+    expected = torch.zeros(20, 8).index_add_(0, other[1][other[0] != other[1]],
+                                             tokens[other[0][other[0] != other[1]]])
+    degree = torch.bincount(other[1][other[0] != other[1]], minlength=20).clamp(min=1)
+    assert torch.allclose(model.neighbour_means(other, tokens), expected / degree[:, None],
+                          atol=1e-6)
+    edge_index[0, 0] = (edge_index[0, 0] + 1) % 20  # in place: rebuilt
+    assert model.neighbour_mean_operator(edge_index, tokens) is not first
+    # The model's convs keep the descent's edges the same way (full-batch training).
+    assert all(conv.cached for conv in model.convs)

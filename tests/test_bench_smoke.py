@@ -395,3 +395,35 @@ def test_anomaly_validation_probe_keeps_validation_only(tmp_path):
     with pytest.raises(SystemExit, match="not comparable"):
         module.main(["--run", f"a={tmp_path / 'a'}", "--run", f"c={tmp_path / 'c'}",
                      "--what", "w", "--machine", "m", "--out", str(out)])
+
+
+def _tu_results(folder: Path, val: list[float], test: list[float], seed: int = 0) -> None:
+    folds = [{"fold": i, "train": 90, "val": 10, "test": 11,
+              "models": {"et": {"test_accuracy": t, "best_epoch": 3 + i, "val_accuracy": v,
+                                "val_loss": 0.5, "epochs_run": 9, "epoch_seconds": 0.25}}}
+             for i, (v, t) in enumerate(zip(val, test))]
+    config = {"protocol": {"folds": 10, "seed": seed, "val_fraction": 0.1}}
+    (folder / "MUTAG").mkdir(parents=True)
+    (folder / "MUTAG" / "results.json").write_text(json.dumps(
+        {"dataset": "MUTAG", "folds": folds, "meta": {"config": config, "git_commit": "x"}}))
+
+
+def test_tu_validation_probe_keeps_validation_only(tmp_path):
+    module = benchmark_module("tu_validation_probe")
+    _tu_results(tmp_path / "a", [0.8, 0.9], [0.123456, 0.234567])
+    _tu_results(tmp_path / "b", [0.7, 0.9], [0.345678, 0.456789])
+    out = tmp_path / "probe.json"
+    payload = module.main(["--run", f"K = 128={tmp_path / 'a'}", "--run", f"32={tmp_path / 'b'}",
+                           "--what", "w", "--machine", "m", "--out", str(out)])
+    assert [row["mean_val_accuracy"] for row in payload["runs"]] == pytest.approx([0.85, 0.8])
+    assert payload["runs"][0]["variant"] == "K = 128"
+    text = out.read_text() + out.with_suffix(".md").read_text()
+    assert all(digits not in text for digits in ("123456", "234567", "345678", "456789"))
+    assert "| K = 128 | 80.00 / 90.00 | **85.00** | 3, 4 | 0.25 |" in text
+    _tu_results(tmp_path / "c", [0.9, 0.9], [0.9, 0.9], seed=1)
+    with pytest.raises(SystemExit, match="not comparable"):
+        module.main(["--run", f"a={tmp_path / 'a'}", "--run", f"c={tmp_path / 'c'}",
+                     "--what", "w", "--machine", "m", "--out", str(out)])
+    with pytest.raises(SystemExit, match="found 0"):
+        module.main(["--run", f"a={tmp_path}", "--what", "w", "--machine", "m",
+                     "--out", str(out)])

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 
 from ..conv import ETConv, RelationalETConv
+from ..conv.et_energy import EdgeCache
 from ..conv.relational_et_conv import check_edge_type
 from ..validation import check_features
 
@@ -124,6 +125,7 @@ class ETAnomalyNet(nn.Module):
             return RelationalETConv(hidden_channels, num_relations, cached=True, **conv_options)
 
         self.conv: Union[ETConv, RelationalETConv] = block()
+        self._neighbour_cache = EdgeCache()
         self.stacked = nn.ModuleList(block() for _ in range(blocks - 1))
         mlp_hidden = hidden_channels if mlp_hidden is None else mlp_hidden
         self.readout = nn.Sequential(
@@ -252,11 +254,11 @@ class ETAnomalyNet(nn.Module):
         CSR matrix ``[N, N]``: one SpMM gives every node's mean neighbour token without an
         ``[E, D]`` gather. Cached while the same ``edge_index`` tensor comes back."""
         num_nodes = like.size(0)
-        key = (edge_index.data_ptr(), tuple(edge_index.shape), edge_index._version, num_nodes,
-               like.dtype, like.device)
-        cached = getattr(self, "_neighbour_cache", None)
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        # By identity and version counter, not by address: a new mini-batch's edge_index can
+        # reuse a freed tensor's memory with the same shape.
+        kept = self._neighbour_cache.get((edge_index,), num_nodes)
+        if kept is not None and kept[0] == (like.dtype, like.device):
+            return kept[1]
         src, dst = edge_index[0], edge_index[1]
         keep = src != dst
         src, dst = src[keep], dst[keep]
@@ -265,7 +267,7 @@ class ETAnomalyNet(nn.Module):
         matrix = torch.sparse_coo_tensor(torch.stack([dst, src]), values, (num_nodes, num_nodes),
                                          check_invariants=False)
         matrix = matrix.coalesce().to_sparse_csr()
-        self._neighbour_cache = (key, matrix)
+        self._neighbour_cache.put((edge_index,), num_nodes, ((like.dtype, like.device), matrix))
         return matrix
 
     def _relation_args(self, edge_type: Optional[Tensor]) -> tuple[Tensor, ...]:
