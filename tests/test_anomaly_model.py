@@ -134,3 +134,22 @@ def test_neighbour_operator_is_kept_by_identity_not_by_address():
     assert model.neighbour_mean_operator(edge_index, tokens) is not first
     # The model's convs keep the descent's edges the same way (full-batch training).
     assert all(conv.cached for conv in model.convs)
+
+
+def test_neighbour_means_gradient_equals_autograds_bit_for_bit():
+    torch.manual_seed(1)
+    model = ETAnomalyNet(6, 8, steps=1, readout="ego_two_hop").double()
+    edge_index = torch.randint(0, 30, (2, 120))
+    tokens = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(30, 8, dtype=torch.float64)
+    (ours,) = torch.autograd.grad(model.neighbour_means(edge_index, tokens), tokens, upstream)
+    operator = model.neighbour_mean_operator(edge_index, tokens)
+    (reference,) = torch.autograd.grad(torch.sparse.mm(operator, tokens), tokens, upstream)
+    assert torch.equal(ours, reference)
+    assert model._neighbour_entry(edge_index, tokens)["transposed"] is not None
+    # two hops, and derivatives of any order (the backward is the same product, transposed)
+    assert torch.autograd.gradcheck(
+        lambda t: model.neighbour_means(edge_index, model.neighbour_means(edge_index, t)),
+        (tokens,))
+    assert torch.autograd.gradgradcheck(lambda t: model.neighbour_means(edge_index, t) ** 2,
+                                        (tokens,))
