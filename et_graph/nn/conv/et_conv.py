@@ -137,7 +137,7 @@ class ETConv(DescentSettings, MessagePassing):
         cached: keep the validated, sorted edges of the last ``edge_index`` and reuse them while
             the same tensor (same object, not changed in place) comes again, as in full-batch
             training, where every epoch and every evaluation pass the same graph (sorting its
-            edges for the fused kernel costs about a sixth of a training step on Tolokers).
+            edges for the fused kernel is a sizeable share of a training step on Tolokers).
             Like PyG's ``cached=True``, meant for a fixed graph; the check is by identity and
             version counter, so a change the counter does not see (a write through ``.data``
             or a shared NumPy buffer) needs :meth:`clear_edge_cache`. Off by default; the

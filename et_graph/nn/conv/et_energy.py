@@ -60,8 +60,8 @@ class EdgeCache:
     """The validated edges of the last graph a layer saw, kept while the same tensors come again.
 
     Full-batch training passes one ``edge_index`` every epoch and every evaluation; validating
-    it, dropping its self-loops and sorting it for the fused kernel each time costs about a
-    sixth of a training step on Tolokers. An entry is reused only for the very same tensor
+    it, dropping its self-loops and sorting it for the fused kernel each time is a sizeable
+    share of a training step on Tolokers. An entry is reused only for the very same tensor
     objects (held by weak reference) at the same version counters (an in-place change bumps
     them), node count and device. A write the counter does not see (through ``.data`` or a
     shared NumPy buffer) needs :meth:`clear`. Copies and pickles of a layer start empty.

@@ -256,7 +256,7 @@ class ETAnomalyNet(nn.Module):
             return torch.sparse.mm(kept["matrix"], tokens)
         if kept["transposed"] is None:
             # Built once, the first time a gradient needs it: autograd would otherwise convert
-            # the transpose again in every backward (about 70 ms on Tolokers, 1 thread).
+            # the transpose again in every backward, for every hop.
             kept["transposed"] = kept["matrix"].t().to_sparse_csr()
         return _SparseProduct.apply(kept["matrix"], kept["transposed"], tokens)
 
