@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from et_graph.reporting import write_probe
+
 
 def load_results(folder: Path) -> dict[str, Any]:
     """``FOLDER/results.json`` of ``et-graph anomaly --out FOLDER``, or such a file itself (a
@@ -116,17 +118,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"the runs selected on different metrics: {sorted(metrics)}")
     metric = metrics.pop()
     table = markdown(rows, metric)
-    payload = {
-        "what": args.what + f"; validation {metric} of the kept checkpoint (test numbers are "
-                            "not recorded here: nothing may be chosen on them)",
-        "machine": args.machine,
-        "model": args.model,
-        "runs": rows,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=1) + "\n")
-    out.with_suffix(".md").write_text(table + "\n")
+    payload = write_probe(
+        args.out, args.what + f"; validation {metric} of the kept checkpoint (test numbers are "
+        "not recorded here: nothing may be chosen on them)", args.machine, args.model, rows,
+        table)
     print(table)
     return payload
 

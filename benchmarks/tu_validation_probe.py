@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from et_graph.reporting import write_probe
+
 
 def results_file(path: Path) -> Path:
     """``results.json`` of an ``et-graph tudataset`` run given its ``--out`` folder, its dataset
@@ -102,17 +104,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise SystemExit("the runs differ in dataset, folds or validation splits; their "
                          "validation accuracies are not comparable")
     text = table(rows)
-    payload = {
-        "what": args.what + "; inner-validation accuracy at each fold's selected epoch (test "
-                            "folds are not recorded here: nothing may be chosen on them)",
-        "machine": args.machine,
-        "model": args.model,
-        "runs": rows,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=1) + "\n")
-    out.with_suffix(".md").write_text(text + "\n")
+    payload = write_probe(
+        args.out, args.what + "; inner-validation accuracy at each fold's selected epoch (test "
+        "folds are not recorded here: nothing may be chosen on them)", args.machine, args.model,
+        rows, text)
     print(text)
     return payload
 

@@ -73,3 +73,16 @@ def write_results(
     md_path = out / "results.md"
     md_path.write_text("\n".join(lines).rstrip() + "\n")
     return json_path, md_path
+
+
+def write_probe(out: str | Path, what: str, machine: str, model: str,
+                rows: Sequence[Mapping[str, Any]], table: str) -> dict[str, Any]:
+    """Write a validation-only probe (``benchmarks/*_validation_probe.py``): the JSON at ``out``
+    with ``what``, ``machine``, ``model`` and one row per variant, and its Markdown ``table``
+    beside it (``.md``). Returns the JSON payload."""
+    payload = {"what": what, "machine": machine, "model": model, "runs": list(rows)}
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    path.with_suffix(".md").write_text(table + "\n")
+    return payload

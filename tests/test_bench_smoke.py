@@ -397,7 +397,7 @@ def test_anomaly_validation_probe_keeps_validation_only(tmp_path):
                      "--what", "w", "--machine", "m", "--out", str(out)])
 
 
-def _tu_results(folder: Path, val: list[float], test: list[float], seed: int = 0) -> None:
+def _tu_probe_results(folder: Path, val: list[float], test: list[float], seed: int = 0) -> None:
     folds = [{"fold": i, "train": 90, "val": 10, "test": 11,
               "models": {"et": {"test_accuracy": t, "best_epoch": 3 + i, "val_accuracy": v,
                                 "val_loss": 0.5, "epochs_run": 9, "epoch_seconds": 0.25}}}
@@ -410,8 +410,8 @@ def _tu_results(folder: Path, val: list[float], test: list[float], seed: int = 0
 
 def test_tu_validation_probe_keeps_validation_only(tmp_path):
     module = benchmark_module("tu_validation_probe")
-    _tu_results(tmp_path / "a", [0.8, 0.9], [0.123456, 0.234567])
-    _tu_results(tmp_path / "b", [0.7, 0.9], [0.345678, 0.456789])
+    _tu_probe_results(tmp_path / "a", [0.8, 0.9], [0.123456, 0.234567])
+    _tu_probe_results(tmp_path / "b", [0.7, 0.9], [0.345678, 0.456789])
     out = tmp_path / "probe.json"
     payload = module.main(["--run", f"K = 128={tmp_path / 'a'}", "--run", f"32={tmp_path / 'b'}",
                            "--what", "w", "--machine", "m", "--out", str(out)])
@@ -420,7 +420,7 @@ def test_tu_validation_probe_keeps_validation_only(tmp_path):
     text = out.read_text() + out.with_suffix(".md").read_text()
     assert all(digits not in text for digits in ("123456", "234567", "345678", "456789"))
     assert "| K = 128 | 80.00 / 90.00 | **85.00** | 3, 4 | 0.25 |" in text
-    _tu_results(tmp_path / "c", [0.9, 0.9], [0.9, 0.9], seed=1)
+    _tu_probe_results(tmp_path / "c", [0.9, 0.9], [0.9, 0.9], seed=1)
     with pytest.raises(SystemExit, match="not comparable"):
         module.main(["--run", f"a={tmp_path / 'a'}", "--run", f"c={tmp_path / 'c'}",
                      "--what", "w", "--machine", "m", "--out", str(out)])
