@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     rows, signatures = [], set()
     for spec in args.run:
-        label, sep, folder = spec.partition("=")
+        label, sep, folder = spec.rpartition("=")  # a label may hold "="
         if not sep or not label or not folder:
             raise SystemExit(f"--run {spec!r}: expected LABEL=PATH")
         run = first_seeds(load_results(Path(folder)), args.seeds, Path(folder))
