@@ -202,3 +202,21 @@ def test_gbt_unweighted_binning_is_an_option(graph):
     assert scores.shape == (graph.num_nodes,) and bool(torch.isfinite(scores).all())
     with pytest.raises(ValueError, match="binning"):
         GBTDetector(binning="exact")
+
+
+def test_gcn_adjacency_cache_is_not_fooled_by_a_reused_address():
+    """A new mini-batch's edge_index may land in a freed batch's memory with the same shape; a
+    cache keyed on the address would hand it the old adjacency."""
+    from et_graph.baselines import GCNNet
+
+    torch.manual_seed(0)
+    net = GCNNet(8, 16).eval()
+    fresh = GCNNet(8, 16).eval()
+    fresh.load_state_dict(net.state_dict())
+    x = torch.randn(40, 8)
+    for _ in range(20):  # (the allocator often reuses the block here; the old cache failed)
+        edge_index = torch.randint(0, 40, (2, 120))
+        net(x, edge_index)
+        del edge_index
+        other = torch.randint(0, 40, (2, 120))
+        assert torch.allclose(net(x, other), fresh(x, other))

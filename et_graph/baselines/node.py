@@ -6,13 +6,13 @@ selection, same checkpoint rule). The tree baseline is :class:`et_graph.detector
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
+
+from ..nn.edge_cache import EdgeCache
 
 
 class MLPNet(nn.Module):
@@ -56,9 +56,11 @@ class GCNNet(nn.Module):
     """Two GCN layers (symmetric normalisation with self-loops) and a linear head.
 
     The normalised adjacency is computed once per graph and reused while the same
-    ``edge_index`` tensor comes back (same storage, shape, node count and version), so
-    full-batch training does not renormalise a million edges every epoch, and another graph
-    (inductive scoring, a subgraph) is never scored with a stale adjacency.
+    ``edge_index`` tensor comes back (the same object at the same version counter, and the
+    same node count: :class:`~et_graph.nn.edge_cache.EdgeCache`), so full-batch training does
+    not renormalise a million edges every epoch, and another graph (inductive scoring, a
+    subgraph, a new mini-batch in a freed batch's memory) is never scored with a stale
+    adjacency.
     """
 
     def __init__(self, in_channels: int, hidden_channels: int = 64, dropout: float = 0.0
@@ -68,15 +70,14 @@ class GCNNet(nn.Module):
         self.conv2 = GCNConv(hidden_channels, hidden_channels, normalize=False)
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(hidden_channels, 1)
-        self._cache: Optional[tuple[tuple, Tensor, Tensor]] = None
+        self._cache = EdgeCache()
 
     def normalized_adjacency(self, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
-        key = (edge_index.data_ptr(), tuple(edge_index.shape), num_nodes, edge_index._version,
-               edge_index.device)
-        if self._cache is None or self._cache[0] != key:
-            index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
-            self._cache = (key, index, weight)
-        return self._cache[1], self._cache[2]
+        normalized = self._cache.get((edge_index,), num_nodes)
+        if normalized is None:
+            normalized = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
+            self._cache.put((edge_index,), num_nodes, normalized)
+        return normalized
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         index, weight = self.normalized_adjacency(edge_index, x.size(0))

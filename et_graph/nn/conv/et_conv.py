@@ -12,9 +12,10 @@ from torch_geometric.typing import Adj
 from torch_geometric.utils import is_sparse
 
 from ... import energy as E
+from ..edge_cache import EdgeCache
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import check_batch, check_edge_index, check_edge_weight
-from .et_energy import EdgeCache, EdgeSet, ETEnergy, _check_positive
+from .et_energy import EdgeSet, ETEnergy, _check_positive
 
 GRAD_MODES = ("analytic", "autograd")
 

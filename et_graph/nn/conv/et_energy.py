@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
-import weakref
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -54,47 +53,6 @@ class EdgeSet(NamedTuple):
     def num_edges(self) -> int:
         """Number of edges that enter the energy (self-loops removed)."""
         return self.src.numel()
-
-
-class EdgeCache:
-    """The validated edges of the last graph a layer saw, kept while the same tensors come again.
-
-    Full-batch training passes one ``edge_index`` every epoch and every evaluation; validating
-    it, dropping its self-loops and sorting it for the fused kernel each time is a sizeable
-    share of a training step on Tolokers. An entry is reused only for the very same tensor
-    objects (held by weak reference) at the same version counters (an in-place change bumps
-    them), node count and device. A write the counter does not see (through ``.data`` or a
-    shared NumPy buffer) needs :meth:`clear`. Copies and pickles of a layer start empty.
-    """
-
-    def __init__(self) -> None:
-        self._entry: Optional[tuple[tuple[weakref.ref, ...], tuple, Any]] = None
-
-    @staticmethod
-    def _key(tensors: tuple[Tensor, ...], num_nodes: int) -> Optional[tuple]:
-        if not all(isinstance(t, Tensor) and not t.is_sparse and t.layout == torch.strided
-                   and not t.is_inference() for t in tensors):
-            return None  # sparse inputs are converted anew; inference tensors have no version
-        return (num_nodes, *((t._version, t.device) for t in tensors))
-
-    def get(self, tensors: tuple[Tensor, ...], num_nodes: int) -> Any:
-        """The value stored for these tensors, or ``None``."""
-        entry, key = self._entry, self._key(tensors, num_nodes)
-        if entry is None or key is None or entry[1] != key:
-            return None
-        if any(ref() is not t for ref, t in zip(entry[0], tensors)):
-            return None
-        return entry[2]
-
-    def put(self, tensors: tuple[Tensor, ...], num_nodes: int, value: Any) -> None:
-        key = self._key(tensors, num_nodes)
-        self._entry = None if key is None else (tuple(map(weakref.ref, tensors)), key, value)
-
-    def clear(self) -> None:
-        self._entry = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_entry": None}
 
 
 def _check_positive(value: float, name: str) -> float:

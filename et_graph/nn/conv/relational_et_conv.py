@@ -12,10 +12,11 @@ from torch_geometric.utils import is_sparse
 
 from ... import energy as E
 from ...fused import build_edge_plan, fused_attention_grad
+from ..edge_cache import EdgeCache
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import check_batch, check_edge_index
 from .et_conv import DescentSettings
-from .et_energy import EdgeCache, EdgeSet, ETEnergy, _autograd_grad
+from .et_energy import EdgeSet, ETEnergy, _autograd_grad
 
 __all__ = ["RelationalETConv", "check_edge_type"]
 
@@ -117,7 +118,7 @@ class RelationalETConv(DescentSettings, Module):
         eps: LayerNorm epsilon.
         cached: keep each relation's validated, sorted edges while the same ``edge_index``
             and ``edge_type`` tensors come again (full-batch training); see
-            :class:`~et_graph.nn.conv.et_energy.EdgeCache`.
+            :class:`~et_graph.nn.edge_cache.EdgeCache`.
     """
 
     #: Use the fused kernel per relation; ``False`` uses the reference closed form of

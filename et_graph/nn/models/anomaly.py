@@ -8,8 +8,8 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 
 from ..conv import ETConv, RelationalETConv
-from ..conv.et_energy import EdgeCache
 from ..conv.relational_et_conv import check_edge_type
+from ..edge_cache import EdgeCache
 from ..validation import check_features
 
 #: Readouts of :class:`ETAnomalyNet`.

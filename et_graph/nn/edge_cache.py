@@ -1,0 +1,52 @@
+"""A layer's memory of the last graph it saw, for full-batch training on one fixed graph."""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+__all__ = ["EdgeCache"]
+
+
+class EdgeCache:
+    """What a layer derived from the last graph it saw (validated and sorted edges, a
+    normalised adjacency), kept while the same tensors come again.
+
+    Full-batch training passes one ``edge_index`` every epoch and every evaluation; validating
+    it, dropping its self-loops and sorting it for the fused kernel each time is a sizeable
+    share of a training step on Tolokers. An entry is reused only for the very same tensor
+    objects (held by weak reference) at the same version counters (an in-place change bumps
+    them), node count and device. A write the counter does not see (through ``.data`` or a
+    shared NumPy buffer) needs :meth:`clear`. Copies and pickles of a layer start empty.
+    """
+
+    def __init__(self) -> None:
+        self._entry: Optional[tuple[tuple[weakref.ref, ...], tuple, Any]] = None
+
+    @staticmethod
+    def _key(tensors: tuple[Tensor, ...], num_nodes: int) -> Optional[tuple]:
+        if not all(isinstance(t, Tensor) and not t.is_sparse and t.layout == torch.strided
+                   and not t.is_inference() for t in tensors):
+            return None  # sparse inputs are converted anew; inference tensors have no version
+        return (num_nodes, *((t._version, t.device) for t in tensors))
+
+    def get(self, tensors: tuple[Tensor, ...], num_nodes: int) -> Any:
+        """The value stored for these tensors, or ``None``."""
+        entry, key = self._entry, self._key(tensors, num_nodes)
+        if entry is None or key is None or entry[1] != key:
+            return None
+        if any(ref() is not t for ref, t in zip(entry[0], tensors)):
+            return None
+        return entry[2]
+
+    def put(self, tensors: tuple[Tensor, ...], num_nodes: int, value: Any) -> None:
+        key = self._key(tensors, num_nodes)
+        self._entry = None if key is None else (tuple(map(weakref.ref, tensors)), key, value)
+
+    def clear(self) -> None:
+        self._entry = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_entry": None}
