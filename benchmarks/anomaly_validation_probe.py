@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from et_graph.reporting import write_probe
+from et_graph.reporting import add_probe_arguments, probe_variant, write_probe
 
 
 def load_results(folder: Path) -> dict[str, Any]:
@@ -90,26 +90,18 @@ def markdown(rows: list[dict[str, Any]], metric: str) -> str:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", action="append", required=True, metavar="LABEL=PATH",
-                        help="one variant: its label and its et-graph anomaly --out folder (or "
-                             "that run's results.json)")
-    parser.add_argument("--model", default="et")
+    add_probe_arguments(parser, "one variant: its label and its et-graph anomaly --out folder "
+                                "(or that run's results.json)")
     parser.add_argument("--seeds", type=int, default=None,
                         help="compare only each run's first K seeds (default: all)")
-    parser.add_argument("--what", required=True, help="what the probe compares")
-    parser.add_argument("--machine", required=True,
-                        help="threads, and what ran beside the runs")
-    parser.add_argument("--out", required=True, help="probe JSON (a .md table is written beside)")
     args = parser.parse_args(argv)
 
     rows, signatures = [], set()
     for spec in args.run:
-        label, sep, folder = spec.rpartition("=")  # a label may hold "="
-        if not sep or not label or not folder:
-            raise SystemExit(f"--run {spec!r}: expected LABEL=PATH")
-        run = first_seeds(load_results(Path(folder)), args.seeds, Path(folder))
+        label, folder = probe_variant(spec)
+        run = first_seeds(load_results(folder), args.seeds, folder)
         signatures.add(split_signature(run))
-        rows.append(probe_row(label, Path(folder), run, args.model))
+        rows.append(probe_row(label, folder, run, args.model))
     if len(signatures) != 1:
         raise SystemExit("the runs differ in dataset, split or seeds; their validation "
                          "numbers are not comparable")

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from et_graph.reporting import write_probe
+from et_graph.reporting import add_probe_arguments, probe_variant, write_probe
 
 
 def results_file(path: Path) -> Path:
@@ -83,20 +83,13 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", action="append", required=True, metavar="LABEL=PATH",
-                        help="one variant: its label and its et-graph tudataset run")
-    parser.add_argument("--model", default="et")
-    parser.add_argument("--what", required=True, help="what the probe compares")
-    parser.add_argument("--machine", required=True, help="threads, and what ran beside")
-    parser.add_argument("--out", required=True, help="probe JSON (a .md table is written beside)")
+    add_probe_arguments(parser, "one variant: its label and its et-graph tudataset run")
     args = parser.parse_args(argv)
 
     rows, signatures = [], set()
     for spec in args.run:
-        label, sep, location = spec.rpartition("=")  # a label may hold "="
-        if not sep or not label or not location:
-            raise SystemExit(f"--run {spec!r}: expected LABEL=PATH")
-        path = results_file(Path(location))
+        label, location = probe_variant(spec)
+        path = results_file(location)
         run = json.loads(path.read_text())
         signatures.add(fold_signature(run))
         rows.append(probe_row(label, path, run, args.model))

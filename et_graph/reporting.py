@@ -86,3 +86,22 @@ def write_probe(out: str | Path, what: str, machine: str, model: str,
     path.write_text(json.dumps(payload, indent=1) + "\n")
     path.with_suffix(".md").write_text(table + "\n")
     return payload
+
+
+def add_probe_arguments(parser: Any, run_help: str) -> None:
+    """The command-line arguments every validation probe shares: ``--run LABEL=PATH`` (one per
+    variant), ``--model``, ``--what``, ``--machine`` and ``--out``."""
+    parser.add_argument("--run", action="append", required=True, metavar="LABEL=PATH",
+                        help=run_help)
+    parser.add_argument("--model", default="et")
+    parser.add_argument("--what", required=True, help="what the probe compares")
+    parser.add_argument("--machine", required=True, help="threads, and what ran beside the runs")
+    parser.add_argument("--out", required=True, help="probe JSON (a .md table is written beside)")
+
+
+def probe_variant(spec: str) -> tuple[str, Path]:
+    """``LABEL=PATH`` of ``--run`` as ``(label, path)``; the label may itself hold ``=``."""
+    label, sep, location = spec.rpartition("=")
+    if not sep or not label or not location:
+        raise SystemExit(f"--run {spec!r}: expected LABEL=PATH")
+    return label, Path(location)
