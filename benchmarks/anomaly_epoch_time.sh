@@ -5,7 +5,8 @@
 #   git worktree add /tmp/before 8aee47f
 #   bash benchmarks/anomaly_epoch_time.sh /tmp/before runs/epoch_time   # before vs this checkout
 #
-# Writes OUT/{def,v4}_{old,new}_r{1,2,3}/results.json and prints each median epoch.
+# Writes OUT/{def,def2,v4}_{old,new}_r{1,2,3}/results.json (defaults; defaults with the two-hop
+# readout; the tuned v4 preset) and prints each median epoch.
 set -euo pipefail
 OLD=$(cd "$1" && pwd)
 OUT=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -30,6 +31,8 @@ for round in $(seq 1 "$ROUNDS"); do
     [ "$version" = old ] && tree=$OLD
     run "$tree" "def_$version" "$round" anomaly --dataset tolokers --models et --epochs 20 \
       --seeds 1 --threads 2 --no-energy-row
+    run "$tree" "def2_$version" "$round" anomaly --dataset tolokers --models et --epochs 20 \
+      --seeds 1 --threads 2 --no-energy-row --readout ego_two_hop
     run "$tree" "v4_$version" "$round" anomaly --config "$NEW/configs/anomaly/tolokers-tuned-v4-et.toml" \
       --models et --epochs 20 --seeds 1 --threads 2 --no-energy-row
   done
