@@ -73,11 +73,8 @@ class GCNNet(nn.Module):
         self._cache = EdgeCache()
 
     def normalized_adjacency(self, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
-        normalized = self._cache.get((edge_index,), num_nodes)
-        if normalized is None:
-            normalized = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
-            self._cache.put((edge_index,), num_nodes, normalized)
-        return normalized
+        return self._cache.fetch((edge_index,), num_nodes,
+                                 lambda: gcn_norm(edge_index, None, num_nodes, add_self_loops=True))
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         index, weight = self.normalized_adjacency(edge_index, x.size(0))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -44,6 +44,16 @@ class EdgeCache:
     def put(self, tensors: tuple[Tensor, ...], num_nodes: int, value: Any) -> None:
         key = self._key(tensors, num_nodes)
         self._entry = None if key is None else (tuple(map(weakref.ref, tensors)), key, value)
+
+    def fetch(self, tensors: tuple[Tensor, ...], num_nodes: int, build: Callable[[], Any],
+              reusable: Optional[Callable[[Any], bool]] = None) -> Any:
+        """The value kept for these tensors if there is one and ``reusable(value)`` holds (it
+        may need more than was built last time); else ``build()``, kept and returned."""
+        value = self.get(tensors, num_nodes)
+        if value is None or (reusable is not None and not reusable(value)):
+            value = build()
+            self.put(tensors, num_nodes, value)
+        return value
 
     def clear(self) -> None:
         self._entry = None

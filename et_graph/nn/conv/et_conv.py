@@ -34,7 +34,7 @@ def _check_steps(steps: Any) -> int:
 
 class DescentSettings:
     """The validated descent hyper-parameters shared by :class:`ETConv` and
-    :class:`~et_graph.nn.conv.RelationalETConv`: ``steps``, ``alpha`` and ``grad``."""
+    :class:`~et_graph.nn.conv.RelationalETConv`: ``steps``, ``alpha``, ``grad`` and ``cached``."""
 
     @property
     def steps(self) -> int:
@@ -64,6 +64,23 @@ class DescentSettings:
         if value not in GRAD_MODES:
             raise ValueError(f"grad must be one of {GRAD_MODES}, got {value!r}")
         self._grad = value
+
+    @property
+    def cached(self) -> bool:
+        """Whether the layer keeps the edges of the last graph it saw
+        (:class:`~et_graph.nn.edge_cache.EdgeCache`); setting it starts an empty cache."""
+        return self._cached
+
+    @cached.setter
+    def cached(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"cached must be True or False, got {value!r}")
+        self._cached = value
+        self._edge_cache = EdgeCache()
+
+    def clear_edge_cache(self) -> None:
+        """Forget the edges kept by ``cached=True``."""
+        self._edge_cache.clear()
 
     def _num_steps(self, steps: Optional[int]) -> int:
         return self.steps if steps is None else _check_steps(steps)
@@ -210,15 +227,8 @@ class ETConv(DescentSettings, MessagePassing):
         self.alpha = alpha
         self.noise_std = float(noise_std)
         self.grad = grad
-        if not isinstance(cached, bool):
-            raise ValueError(f"cached must be True or False, got {cached!r}")
         self.cached = cached
-        self._edge_cache = EdgeCache()
         self.register_load_state_dict_pre_hook(_rename_legacy_keys)
-
-    def clear_edge_cache(self) -> None:
-        """Forget the edges kept by ``cached=True``."""
-        self._edge_cache.clear()
 
     def _edges(
         self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor], plan: bool
@@ -227,11 +237,10 @@ class ETConv(DescentSettings, MessagePassing):
         fn = self.energy_fn
         if not self.cached or is_sparse(edge_index):
             return fn.edges(x, edge_index, edge_weight, plan=plan)
-        topology = self._edge_cache.get((edge_index,), x.size(0))
-        if topology is None or (plan and topology.plan is None and topology.num_edges
-                                and x.size(0)):
-            topology = fn.topology(x, edge_index, plan)
-            self._edge_cache.put((edge_index,), x.size(0), topology)
+        topology = self._edge_cache.fetch(
+            (edge_index,), x.size(0), lambda: fn.topology(x, edge_index, plan),
+            # a plan may be wanted now that was not built before (no edges: none is ever built)
+            lambda kept: not plan or kept.plan is not None or not kept.num_edges or not x.size(0))
         return fn.weighted(topology, edge_weight, x.dtype)
 
     def reset_parameters(self) -> None:

@@ -12,7 +12,6 @@ from torch_geometric.utils import is_sparse
 
 from ... import energy as E
 from ...fused import build_edge_plan, fused_attention_grad
-from ..edge_cache import EdgeCache
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import check_batch, check_edge_index
 from .et_conv import DescentSettings
@@ -143,8 +142,6 @@ class RelationalETConv(DescentSettings, Module):
         cached: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(cached, bool):
-            raise ValueError(f"cached must be True or False, got {cached!r}")
         for name, value in (("num_relations", num_relations), ("heads", heads)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -172,11 +169,6 @@ class RelationalETConv(DescentSettings, Module):
         self.noise_std = float(noise_std)
         self.grad = grad
         self.cached = cached
-        self._edge_cache = EdgeCache()
-
-    def clear_edge_cache(self) -> None:
-        """Forget the edges kept by ``cached=True``."""
-        self._edge_cache.clear()
 
     def reset_parameters(self) -> None:
         self.energy_fn.reset_parameters()
@@ -247,13 +239,10 @@ class RelationalETConv(DescentSettings, Module):
         """:meth:`edges`, through the cache when ``cached`` is on."""
         if not self.cached or is_sparse(edge_index):
             return self.edges(x, edge_index, edge_type, plan=plan)
-        tensors = (edge_index, edge_type)
-        edges = self._edge_cache.get(tensors, x.size(0))
-        if edges is None or (plan and x.size(0)
-                             and any(e.plan is None and e.num_edges for e in edges)):
-            edges = self.edges(x, edge_index, edge_type, plan=plan)
-            self._edge_cache.put(tensors, x.size(0), edges)
-        return edges
+        return self._edge_cache.fetch(
+            (edge_index, edge_type), x.size(0), lambda: self.edges(x, edge_index, edge_type, plan),
+            lambda kept: not plan or not x.size(0)
+            or all(e.plan is not None or not e.num_edges for e in kept))
 
     # ----------------------------------------------------------------------------------------
     # Energy and gradient as functions of g

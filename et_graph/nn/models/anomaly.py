@@ -282,23 +282,23 @@ class ETAnomalyNet(nn.Module):
     def _neighbour_entry(self, edge_index: Tensor, like: Tensor) -> dict[str, Any]:
         """The kept operator of ``edge_index`` for tokens like ``like`` (built if needed), and
         its transpose once a gradient has needed it."""
-        num_nodes = like.size(0)
+        num_nodes, like_kind = like.size(0), (like.dtype, like.device)
+
+        def build() -> dict[str, Any]:
+            src, dst = edge_index[0], edge_index[1]
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+            degree = torch.bincount(dst, minlength=num_nodes).to(like.dtype)
+            values = degree.reciprocal()[dst]
+            matrix = torch.sparse_coo_tensor(torch.stack([dst, src]), values,
+                                             (num_nodes, num_nodes), check_invariants=False)
+            return {"like": like_kind, "transposed": None,
+                    "matrix": matrix.coalesce().to_sparse_csr()}
+
         # By identity and version counter, not by address: a new mini-batch's edge_index can
         # reuse a freed tensor's memory with the same shape.
-        kept = self._neighbour_cache.get((edge_index,), num_nodes)
-        if kept is not None and kept["like"] == (like.dtype, like.device):
-            return kept
-        src, dst = edge_index[0], edge_index[1]
-        keep = src != dst
-        src, dst = src[keep], dst[keep]
-        degree = torch.bincount(dst, minlength=num_nodes).to(like.dtype)
-        values = degree.reciprocal()[dst]
-        matrix = torch.sparse_coo_tensor(torch.stack([dst, src]), values, (num_nodes, num_nodes),
-                                         check_invariants=False)
-        kept = {"like": (like.dtype, like.device), "transposed": None,
-                "matrix": matrix.coalesce().to_sparse_csr()}
-        self._neighbour_cache.put((edge_index,), num_nodes, kept)
-        return kept
+        return self._neighbour_cache.fetch((edge_index,), num_nodes, build,
+                                           lambda kept: kept["like"] == like_kind)
 
     def _relation_args(self, edge_type: Optional[Tensor]) -> tuple[Tensor, ...]:
         """``(edge_type,)`` for the relational conv, ``()`` for ETConv; a missing or unexpected
