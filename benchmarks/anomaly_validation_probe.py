@@ -23,17 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from et_graph.reporting import add_probe_arguments, probe_variant, write_probe
+from et_graph.reporting import add_probe_arguments, probe_variant, results_json, write_probe
 
 
 def load_results(folder: Path) -> dict[str, Any]:
-    """``FOLDER/results.json`` of ``et-graph anomaly --out FOLDER``, or such a file itself (a
-    copy kept under ``docs/measured``)."""
-    path = folder if folder.suffix == ".json" else folder / "results.json"
-    if not path.is_file():
-        raise SystemExit(f"{path} not found: give folders written by et-graph anomaly --out, "
-                         "or their results.json")
-    return json.loads(path.read_text())
+    """The ``results.json`` of ``et-graph anomaly --out FOLDER``, or such a file itself (a copy
+    kept under ``docs/measured``)."""
+    return json.loads(results_json(folder, "et-graph anomaly").read_text())
 
 
 def first_seeds(run: dict[str, Any], count: int | None, where: Path) -> dict[str, Any]:

@@ -25,18 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from et_graph.reporting import format_stat
+from et_graph.reporting import format_stat, results_json
 
 
 def load_run(folder: Path) -> dict[str, Any]:
-    path = folder / "results.json"
-    if not path.is_file():
-        # et-graph tudataset writes OUT/DATASET/results.json
-        nested = sorted(folder.glob("*/results.json"))
-        if len(nested) != 1:
-            raise SystemExit(f"{path} not found: give folders written by et-graph gnnbenchmark "
-                             "--out or et-graph tudataset --out (one dataset each)")
-        path = nested[0]
+    path = results_json(folder, "et-graph gnnbenchmark or et-graph tudataset")
     run = json.loads(path.read_text())
     return tu_run(run) if "folds" in run else run
 

@@ -23,21 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from et_graph.reporting import add_probe_arguments, probe_variant, write_probe
-
-
-def results_file(path: Path) -> Path:
-    """``results.json`` of an ``et-graph tudataset`` run given its ``--out`` folder, its dataset
-    folder or the file."""
-    if path.suffix == ".json":
-        candidates = [path]
-    else:
-        candidates = [path / "results.json", *sorted(path.glob("*/results.json"))]
-    found = [candidate for candidate in candidates if candidate.is_file()]
-    if len(found) != 1:
-        raise SystemExit(f"{path}: expected one et-graph tudataset results.json, found "
-                         f"{len(found)}")
-    return found[0]
+from et_graph.reporting import add_probe_arguments, probe_variant, results_json, write_probe
 
 
 def fold_signature(run: dict[str, Any]) -> tuple[Any, ...]:
@@ -89,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rows, signatures = [], set()
     for spec in args.run:
         label, location = probe_variant(spec)
-        path = results_file(location)
+        path = results_json(location, "et-graph tudataset")
         run = json.loads(path.read_text())
         signatures.add(fold_signature(run))
         rows.append(probe_row(label, path, run, args.model))

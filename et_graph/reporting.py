@@ -105,3 +105,19 @@ def probe_variant(spec: str) -> tuple[str, Path]:
     if not sep or not label or not location:
         raise SystemExit(f"--run {spec!r}: expected LABEL=PATH")
     return label, Path(location)
+
+
+def results_json(path: Path, writers: str) -> Path:
+    """A run's ``results.json``: ``path`` itself (a copy kept under ``docs/measured``),
+    ``path/results.json``, or the one ``path/*/results.json`` (``et-graph tudataset --out OUT``
+    writes ``OUT/DATASET/``). ``writers`` names the commands whose ``--out`` folders fit."""
+    if path.suffix == ".json" and path.is_file():
+        return path
+    if (path / "results.json").is_file():
+        return path / "results.json"
+    nested = sorted(path.glob("*/results.json"))
+    if len(nested) != 1:
+        raise SystemExit(f"{path}: expected its results.json or one */results.json, found "
+                         f"{len(nested)}: give folders written by {writers} --out (one dataset "
+                         "each)")
+    return nested[0]

@@ -27,8 +27,8 @@ class EdgeCache:
 
     @staticmethod
     def _key(tensors: tuple[Tensor, ...], num_nodes: int) -> Optional[tuple]:
-        if not all(isinstance(t, Tensor) and not t.is_sparse and t.layout == torch.strided
-                   and not t.is_inference() for t in tensors):
+        if not all(isinstance(t, Tensor) and t.layout == torch.strided and not t.is_inference()
+                   for t in tensors):
             return None  # sparse inputs are converted anew; inference tensors have no version
         return (num_nodes, *((t._version, t.device) for t in tensors))
 
