@@ -96,10 +96,10 @@ class TUETConfig:
         dropout: dropout in the readout MLP.
         readout: cls (the CLS token), cls_sum_mean (CLS, sum and mean of the node tokens) or
             jk (CLS and the sums of the node tokens at the input and after every block).
-        coupling: add the edge coupling energy, whose descent step sums the neighbours' tokens
-            (it can count; the attention's softmax average cannot).
+        coupling: add the edge coupling energy (its step sums the neighbours' tokens: it counts).
         hopfield_dim: Hopfield memories K per block (None = 4 × hidden, the paper's ratio;
             0 = none, attention energy only).
+        message_passing_layers: residual GIN layers (sum aggregation) before the descent.
     """
 
     hidden: int = 32
@@ -114,6 +114,7 @@ class TUETConfig:
     readout: str = "cls"
     coupling: bool = False
     hopfield_dim: Optional[int] = None
+    message_passing_layers: int = 0
 
 
 @dataclass
@@ -173,7 +174,7 @@ def et_model_kwargs(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, 
         head_dim=et.head_dim, alpha=et.alpha, noise_std=et.noise_std, pe_dim=config.data.pe_dim,
         kernel_size=et.kernel_size, edge_dim=info["edge_features"] or None, dropout=et.dropout,
         rw_pe_dim=config.data.rw_pe_dim, readout=et.readout, coupling=et.coupling,
-        hopfield_dim=et.hopfield_dim,
+        hopfield_dim=et.hopfield_dim, message_passing_layers=et.message_passing_layers,
     )
 
 
@@ -268,8 +269,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
             + ("the test fold is evaluated once; " if protocol.runs_per_fold == 1 else
                f"{protocol.runs_per_fold} trainings per fold from their own seeds, each "
                "selecting its epoch, the fold's accuracy their mean (Errica et al.); ")
-            + "fixed "
-            "hyperparameters (no grid search); same folds for every model"
+            + "fixed hyperparameters (no grid search); same folds for every model"
         ),
         "models": cv["models"],
         "folds": cv["folds"],

@@ -1,6 +1,6 @@
 from .adjacency_mask import Conv2DAdjacencyMask
 from .conv import EdgeSet, ETConv, ETEnergy, RelationalETConv
-from .encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder
+from .encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder, SumMessagePassing
 from .energy_layer_norm import EnergyLayerNorm
 from .models.graph_model import ETGraphModel
 from .pool import CLSGraph, CLSPool
@@ -18,4 +18,5 @@ __all__ = [
     "LaplacianPEEncoder",
     "NodeEncoder",
     "RelationalETConv",
+    "SumMessagePassing",
 ]

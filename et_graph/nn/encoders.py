@@ -211,3 +211,52 @@ class LaplacianPEEncoder(Module):
         pe, cls_pe = self.flip_signs(pe, cls_pe, batch)
         weight_dtype = self.linear.weight.dtype
         return self.linear(pe.to(weight_dtype)), self.linear(cls_pe.to(weight_dtype))
+
+
+class SumMessagePassing(Module):
+    r"""Residual sum-aggregation layers that turn node embeddings into structure-aware tokens:
+
+    .. math::
+        h_i \leftarrow h_i + \mathrm{MLP}_l\Big(h_i + \sum_{j \in \mathcal{N}(i)} h_j\Big),
+        \qquad l = 1, \dots, L,
+
+    with :math:`\mathrm{MLP}_l = \mathrm{Linear} \to \mathrm{BatchNorm} \to \mathrm{ReLU} \to
+    \mathrm{Linear}` (a GIN layer, Xu et al. 2019, with :math:`\epsilon = 0`, plus a skip).
+
+    ET's attention energy reads neighbours through a softmax, an average, which cannot count
+    (a carbon with three hydrogen neighbours and one with one look alike). A sum can; running a
+    few such layers before the descent hands ET tokens that already tell those apart, the
+    "local message passing, then global attention" split of GraphTrans and GraphGPS.
+    """
+
+    def __init__(self, channels: int, num_layers: int) -> None:
+        super().__init__()
+        if channels <= 0 or num_layers <= 0:
+            raise ValueError(
+                f"channels and num_layers must be positive, got {channels} and {num_layers}"
+            )
+        self.channels = channels
+        self.mlps = ModuleList(
+            torch.nn.Sequential(
+                Linear(channels, channels), torch.nn.BatchNorm1d(channels), torch.nn.ReLU(),
+                Linear(channels, channels),
+            )
+            for _ in range(num_layers)
+        )
+
+    def reset_parameters(self) -> None:
+        for mlp in self.mlps:
+            for layer in mlp:
+                if hasattr(layer, "reset_parameters"):
+                    layer.reset_parameters()
+
+    def forward(self, h: Tensor, edge_index: Tensor) -> Tensor:
+        """``h`` ``[N, channels]`` after every layer; ``edge_index`` ``[2, E]`` (source, target)
+        must already be validated (messages flow from ``edge_index[0]`` to ``edge_index[1]``)."""
+        if h.dim() != 2 or h.size(1) != self.channels:
+            raise ValueError(f"h must be [N, {self.channels}], got {tuple(h.shape)}")
+        source, target = edge_index[0], edge_index[1]
+        for mlp in self.mlps:
+            summed = h.index_add(0, target, h.index_select(0, source))
+            h = h + mlp(summed)
+        return h

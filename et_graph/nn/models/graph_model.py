@@ -10,7 +10,7 @@ from torch.nn.modules import module as _module
 
 from ..adjacency_mask import Conv2DAdjacencyMask
 from ..conv import ETConv
-from ..encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder
+from ..encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder, SumMessagePassing
 from ..pool import CLSGraph, CLSPool, graph_sizes
 from ..validation import check_edge_index, check_rw_pe
 
@@ -92,6 +92,9 @@ class ETGraphModel(nn.Module):
         continuous_channels: how many leading node-feature columns are continuous attributes
             (standardised with statistics set by :meth:`fit_feature_scaling`).
         num_node_categories: sizes of integer node labels (e.g. 28 atom types for ZINC).
+        message_passing_layers: residual sum-aggregation (GIN) layers applied to the encoded
+            node tokens before the CLS token is attached and the descent starts
+            (:class:`~et_graph.nn.encoders.SumMessagePassing`; 0 = none, the paper's model).
         dropout: dropout on the input tokens and in the head.
     """
 
@@ -124,6 +127,7 @@ class ETGraphModel(nn.Module):
         readout: str = "cls",
         coupling: bool = False,
         incident_edges: bool = False,
+        message_passing_layers: int = 0,
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -136,6 +140,8 @@ class ETGraphModel(nn.Module):
             raise ValueError(f"pe_dim must be >= 0, got {pe_dim}")
         if rw_pe_dim < 0:
             raise ValueError(f"rw_pe_dim must be >= 0, got {rw_pe_dim}")
+        if message_passing_layers < 0:
+            raise ValueError(f"message_passing_layers must be >= 0, got {message_passing_layers}")
         if readout not in READOUTS:
             raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
         if task == "node" and readout != "cls":
@@ -169,6 +175,10 @@ class ETGraphModel(nn.Module):
         )
         self.incident_encoder = (
             nn.Linear(edge_channels, hidden_channels) if incident_edges else None
+        )
+        self.message_passing = (
+            SumMessagePassing(hidden_channels, message_passing_layers)
+            if message_passing_layers else None
         )
         self.mask = (
             Conv2DAdjacencyMask(
@@ -290,6 +300,8 @@ class ETGraphModel(nn.Module):
             # type; the sum of a node's incoming encoded edges can.
             incident = encoded.new_zeros(num_nodes, encoded.size(1))
             h = h + self.incident_encoder(incident.index_add_(0, edge_index[1], encoded))
+        if self.message_passing is not None:
+            h = self.message_passing(h, edge_index)
         h = self.dropout(h)
         # x, edge_index and batch are validated above: the pool and the mask skip their checks
         graph = self.pool.attach(h, edge_index, batch, sizes.numel(), cls_offset, sizes=sizes)
