@@ -420,6 +420,13 @@ def test_tu_validation_probe_keeps_validation_only(tmp_path):
     text = out.read_text() + out.with_suffix(".md").read_text()
     assert all(digits not in text for digits in ("123456", "234567", "345678", "456789"))
     assert "| K = 128 | 80.00 / 90.00 | **85.00** | 3, 4 | 0.25 |" in text
+    # the same number of correct graphs is a tie, even where the float means differ in the
+    # last bit: both are marked
+    _tu_probe_results(tmp_path / "d", [83 / 101, 84 / 101], [0.5, 0.5])
+    _tu_probe_results(tmp_path / "e", [82 / 101, 85 / 101], [0.5, 0.5])
+    module.main(["--run", f"d={tmp_path / 'd'}", "--run", f"e={tmp_path / 'e'}",
+                 "--what", "w", "--machine", "m", "--out", str(out)])
+    assert out.with_suffix(".md").read_text().count("**82.67**") == 2
     _tu_probe_results(tmp_path / "c", [0.9, 0.9], [0.9, 0.9], seed=1)
     with pytest.raises(SystemExit, match="not comparable"):
         module.main(["--run", f"a={tmp_path / 'a'}", "--run", f"c={tmp_path / 'c'}",
