@@ -486,6 +486,10 @@ def test_build_model_takes_typed_configs():
                                                  generated_sizes="2,1,1"))
     et = build_model("et", data, ETGraphModelConfig(hidden=8, blocks=3, heads=1, head_dim=4))
     assert (et.hidden_channels, len(et.convs), et.task, et.out_channels) == (8, 3, "node", 6)
+    assert et.message_passing is None
+    layered = build_model("et", data, ETGraphModelConfig(hidden=8, heads=1, head_dim=4,
+                                                         message_passing_layers=2))
+    assert len(layered.message_passing.mlps) == 2
     gin = build_model("gin", data, baselines=BaselineConfig(baseline_hidden=8, baseline_layers=3))
     assert len(gin.convs) == 3
     with pytest.raises(ValueError, match="unknown model"):

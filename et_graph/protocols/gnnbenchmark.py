@@ -105,6 +105,7 @@ class ETGraphModelConfig:
             block); node tasks need cls.
         incident_edges: add each node's sum of incoming encoded edge features (bond types) to
             its token, so that ET can count them; needs a dataset with edge features.
+        message_passing_layers: residual GIN layers (sum aggregation) before the descent.
     """
 
     hidden: int = 64
@@ -119,6 +120,7 @@ class ETGraphModelConfig:
     dropout: float = 0.0
     readout: str = "cls"
     incident_edges: bool = False
+    message_passing_layers: int = 0
 
 
 @dataclass
@@ -176,6 +178,7 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
             continuous_channels=data.node_dim if data.task == "classification" else 0,
             num_node_categories=data.num_node_types, dropout=et.dropout, readout=et.readout,
             rw_pe_dim=data.rw_pe_dim, incident_edges=et.incident_edges,
+            message_passing_layers=et.message_passing_layers,
         )
     if name in BASELINES:
         baselines = baselines or BaselineConfig()
