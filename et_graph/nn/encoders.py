@@ -224,9 +224,10 @@ class SumMessagePassing(Module):
     \mathrm{Linear}` (a GIN layer, Xu et al. 2019, with :math:`\epsilon = 0`, plus a skip).
 
     ET's attention energy reads neighbours through a softmax, an average, which cannot count
-    (a carbon with three hydrogen neighbours and one with one look alike). A sum can; running a
-    few such layers before the descent hands ET tokens that already tell those apart, the
-    "local message passing, then global attention" split of GraphTrans and GraphGPS.
+    (an atom with three neighbours of one kind and an atom with one such neighbour look alike).
+    A sum can; running a few such layers before the descent hands ET tokens that already tell
+    those apart, the "local message passing, then global attention" split of GraphTrans and
+    GraphGPS.
     """
 
     def __init__(self, channels: int, num_layers: int) -> None:
