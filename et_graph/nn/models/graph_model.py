@@ -38,8 +38,10 @@ class ETGraphModel(nn.Module):
        continuous float features, or integer categorical labels), the Laplacian encoding of
        :class:`~et_graph.transforms.CLSLaplacianPE` is projected and added (signs flipped at random
        in training), as is a random-walk encoding (``rw_pe``, e.g. from
-       :class:`~et_graph.transforms.RandomWalkPE`) when ``rw_pe_dim > 0``, and one learnable CLS
-       token per graph is linked both ways to every node of its graph
+       :class:`~et_graph.transforms.RandomWalkPE`) when ``rw_pe_dim > 0``; with
+       ``message_passing_layers > 0`` residual sum-aggregation layers then mix each node's
+       neighbours into its token (:class:`~et_graph.nn.encoders.SumMessagePassing`); and one
+       learnable CLS token per graph is linked both ways to every node of its graph
        (:class:`~et_graph.nn.pool.CLSPool`).
     2. The mask :math:`\hat A = \mathrm{Conv2D}(XX^\top)\odot A'` (eq. 24) is computed once from
        these initial tokens and used as per-edge, per-head ``edge_weight`` by every block; with
