@@ -13,6 +13,17 @@ the folds; the script refuses otherwise.
 
 A run folder is what ``--out`` named (holding ``DATASET/results.json``), that dataset folder,
 or the ``results.json`` itself. Prints a Markdown table and writes it beside the JSON (``.md``).
+
+**Across datasets** (``--datasets A,B,...``; each ``PATH`` then holds ``{dataset}``): one table
+per dataset, then the variants ranked by their mean rank over the datasets (rank 1 = the highest
+mean inner-validation accuracy on that dataset; equal counts of correct graphs share their
+average rank), ties broken by the mean accuracy over the datasets. This is how a *default* is
+chosen, one configuration for every dataset:
+
+    python benchmarks/tu_validation_probe.py --datasets MUTAG,PROTEINS,NCI1 \
+        --run "L = 0 (defaults)=runs/def/{dataset}-et-L0" --run "L = 1=runs/def/{dataset}-et-L1" \
+        --what "defaults, message_passing_layers" --machine "1 thread" \
+        --out docs/measured/graph/probes/defaults_message_passing.json
 """
 from __future__ import annotations
 
@@ -22,6 +33,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from scipy.stats import rankdata
 
 from et_graph.reporting import add_probe_arguments, probe_variant, results_json, write_probe
 
@@ -68,27 +81,93 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def collect(specs: Sequence[str], model: str, dataset: str | None = None
+            ) -> list[dict[str, Any]]:
+    """One probe row per ``LABEL=PATH`` (``{dataset}`` in ``PATH`` replaced by ``dataset``);
+    refuses runs whose folds or validation splits differ."""
+    rows, signatures = [], set()
+    for spec in specs:
+        label, location = probe_variant(spec)
+        if dataset is not None:
+            if "{dataset}" not in str(location):
+                raise SystemExit(f"--run {spec!r}: with --datasets, PATH must hold '{{dataset}}'")
+            location = Path(str(location).replace("{dataset}", dataset))
+        path = results_json(location, "et-graph tudataset")
+        run = json.loads(path.read_text())
+        if dataset is not None and run["dataset"] != dataset:
+            raise SystemExit(f"{path} holds {run['dataset']}, not {dataset}")
+        signatures.add(fold_signature(run))
+        rows.append(probe_row(label, path, run, model))
+    if len(signatures) != 1:
+        raise SystemExit(f"the runs{f' on {dataset}' if dataset else ''} differ in dataset, "
+                         "folds or validation splits; their validation accuracies are not "
+                         "comparable")
+    return rows
+
+
+def rank_variants(per_dataset: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The variants in their given order, each with its rank per dataset (1 = best; equal
+    accuracies share their average rank), its mean rank and mean accuracy over the datasets,
+    and ``best`` on the variant(s) with the lowest mean rank, ties: the highest mean accuracy."""
+    labels = [row["variant"] for row in next(iter(per_dataset.values()))]
+    ranking = [{"variant": label, "rank": {}, "val_accuracy": {}} for label in labels]
+    for dataset, rows in per_dataset.items():
+        # rounded, so that equal counts of correct graphs are equal (see table())
+        accuracy = [round(row["mean_val_accuracy"], 9) for row in rows]
+        for entry, value, rank in zip(ranking, accuracy, rankdata([-a for a in accuracy])):
+            entry["rank"][dataset] = float(rank)
+            entry["val_accuracy"][dataset] = value
+    for entry in ranking:
+        entry["mean_rank"] = statistics.fmean(entry["rank"].values())
+        entry["mean_val_accuracy"] = round(statistics.fmean(entry["val_accuracy"].values()), 9)
+    best = min((entry["mean_rank"], -entry["mean_val_accuracy"]) for entry in ranking)
+    for entry in ranking:
+        entry["best"] = (entry["mean_rank"], -entry["mean_val_accuracy"]) == best
+    return ranking
+
+
+def ranking_table(ranking: list[dict[str, Any]]) -> str:
+    datasets = list(ranking[0]["rank"])
+    lines = ["| variant | " + " | ".join(f"{name} (rank)" for name in datasets)
+             + " | mean accuracy | mean rank |", "|---" * (len(datasets) + 3) + "|"]
+    for entry in ranking:
+        cells = [f"{100 * entry['val_accuracy'][name]:.2f} ({entry['rank'][name]:g})"
+                 for name in datasets]
+        summary = [f"{100 * entry['mean_val_accuracy']:.2f}", f"{entry['mean_rank']:.2f}"]
+        if entry["best"]:
+            summary = [f"**{value}**" for value in summary]
+        lines.append(f"| {entry['variant']} | " + " | ".join(cells + summary) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_probe_arguments(parser, "one variant: its label and its et-graph tudataset run")
+    parser.add_argument("--datasets", default=None,
+                        help="comma-separated datasets: every PATH holds '{dataset}', and the "
+                        "variants are ranked across the datasets")
     args = parser.parse_args(argv)
+    what = (args.what + "; inner-validation accuracy at each fold's selected epoch (test folds "
+            "are not recorded here: nothing may be chosen on them)")
+    if args.datasets is None:
+        rows = collect(args.run, args.model)
+        text = table(rows)
+        payload = write_probe(args.out, what, args.machine, args.model, rows, text)
+        print(text)
+        return payload
 
-    rows, signatures = [], set()
-    for spec in args.run:
-        label, location = probe_variant(spec)
-        path = results_json(location, "et-graph tudataset")
-        run = json.loads(path.read_text())
-        signatures.add(fold_signature(run))
-        rows.append(probe_row(label, path, run, args.model))
-    if len(signatures) != 1:
-        raise SystemExit("the runs differ in dataset, folds or validation splits; their "
-                         "validation accuracies are not comparable")
-    text = table(rows)
-    payload = write_probe(
-        args.out, args.what + "; inner-validation accuracy at each fold's selected epoch (test "
-        "folds are not recorded here: nothing may be chosen on them)", args.machine, args.model,
-        rows, text)
+    datasets = [name.strip() for name in args.datasets.split(",") if name.strip()]
+    if not datasets or len(set(datasets)) != len(datasets):
+        raise SystemExit(f"--datasets {args.datasets!r}: expected distinct dataset names")
+    per_dataset = {name: collect(args.run, args.model, name) for name in datasets}
+    ranking = rank_variants(per_dataset)
+    text = "\n\n".join([f"{name}:\n\n{table(rows)}" for name, rows in per_dataset.items()]
+                       + [f"Across {', '.join(datasets)}:\n\n{ranking_table(ranking)}"])
+    rows = [{"dataset": name, **row} for name, dataset_rows in per_dataset.items()
+            for row in dataset_rows]
+    payload = write_probe(args.out, what, args.machine, args.model, rows, text,
+                          extra={"datasets": datasets, "ranking": ranking})
     print(text)
     return payload
 

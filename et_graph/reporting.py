@@ -76,11 +76,13 @@ def write_results(
 
 
 def write_probe(out: str | Path, what: str, machine: str, model: str,
-                rows: Sequence[Mapping[str, Any]], table: str) -> dict[str, Any]:
+                rows: Sequence[Mapping[str, Any]], table: str,
+                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write a validation-only probe (``benchmarks/*_validation_probe.py``): the JSON at ``out``
-    with ``what``, ``machine``, ``model`` and one row per variant, and its Markdown ``table``
-    beside it (``.md``). Returns the JSON payload."""
-    payload = {"what": what, "machine": machine, "model": model, "runs": list(rows)}
+    with ``what``, ``machine``, ``model``, one row per variant and the ``extra`` keys, and its
+    Markdown ``table`` beside it (``.md``). Returns the JSON payload."""
+    payload = {"what": what, "machine": machine, "model": model, "runs": list(rows),
+               **(extra or {})}
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=1) + "\n")

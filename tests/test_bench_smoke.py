@@ -397,15 +397,16 @@ def test_anomaly_validation_probe_keeps_validation_only(tmp_path):
                      "--what", "w", "--machine", "m", "--out", str(out)])
 
 
-def _tu_probe_results(folder: Path, val: list[float], test: list[float], seed: int = 0) -> None:
+def _tu_probe_results(folder: Path, val: list[float], test: list[float], seed: int = 0,
+                      dataset: str = "MUTAG") -> None:
     folds = [{"fold": i, "train": 90, "val": 10, "test": 11,
               "models": {"et": {"test_accuracy": t, "best_epoch": 3 + i, "val_accuracy": v,
                                 "val_loss": 0.5, "epochs_run": 9, "epoch_seconds": 0.25}}}
              for i, (v, t) in enumerate(zip(val, test))]
     config = {"protocol": {"folds": 10, "seed": seed, "val_fraction": 0.1}}
-    (folder / "MUTAG").mkdir(parents=True)
-    (folder / "MUTAG" / "results.json").write_text(json.dumps(
-        {"dataset": "MUTAG", "folds": folds, "meta": {"config": config, "git_commit": "x"}}))
+    (folder / dataset).mkdir(parents=True)
+    (folder / dataset / "results.json").write_text(json.dumps(
+        {"dataset": dataset, "folds": folds, "meta": {"config": config, "git_commit": "x"}}))
 
 
 def test_tu_validation_probe_keeps_validation_only(tmp_path):
@@ -434,3 +435,37 @@ def test_tu_validation_probe_keeps_validation_only(tmp_path):
     with pytest.raises(SystemExit, match="found 0"):
         module.main(["--run", f"a={tmp_path}", "--what", "w", "--machine", "m",
                      "--out", str(out)])
+
+
+def test_tu_validation_probe_ranks_variants_across_datasets(tmp_path):
+    module = benchmark_module("tu_validation_probe")
+    # MUTAG prefers a, PROTEINS b: both have mean rank 1.5, and a's higher mean accuracy
+    # (77.5 against 77.0) breaks the tie; c is last on both
+    for name, val_a, val_b, val_c in (("MUTAG", [0.8, 0.9], [0.7, 0.9], [0.5, 0.5]),
+                                      ("PROTEINS", [0.7, 0.7], [0.74, 0.74], [0.6, 0.6])):
+        _tu_probe_results(tmp_path / f"{name}-a", val_a, [0.123456] * 2, dataset=name)
+        _tu_probe_results(tmp_path / f"{name}-b", val_b, [0.234567] * 2, dataset=name)
+        _tu_probe_results(tmp_path / f"{name}-c", val_c, [0.345678] * 2, dataset=name)
+    out = tmp_path / "defaults.json"
+    runs = [arg for label in "abc" for arg in ("--run", f"{label}={tmp_path}/{{dataset}}-{label}")]
+    payload = module.main(["--datasets", "MUTAG,PROTEINS", *runs, "--what", "w",
+                           "--machine", "m", "--out", str(out)])
+    ranking = {entry["variant"]: entry for entry in payload["ranking"]}
+    assert ranking["a"]["rank"] == {"MUTAG": 1.0, "PROTEINS": 2.0}
+    assert ranking["b"]["rank"] == {"MUTAG": 2.0, "PROTEINS": 1.0}
+    assert [ranking[label]["mean_rank"] for label in "abc"] == [1.5, 1.5, 3.0]
+    assert [ranking[label]["best"] for label in "abc"] == [True, False, False]
+    assert payload["datasets"] == ["MUTAG", "PROTEINS"]
+    assert {row["dataset"] for row in payload["runs"]} == {"MUTAG", "PROTEINS"}
+    text = out.read_text() + out.with_suffix(".md").read_text()
+    assert all(digits not in text for digits in ("123456", "234567", "345678"))
+    assert "| a | 85.00 (1) | 70.00 (2) | **77.50** | **1.50** |" in text
+    with pytest.raises(SystemExit, match="must hold"):
+        module.main(["--datasets", "MUTAG", "--run", f"a={tmp_path / 'MUTAG-a'}",
+                     "--what", "w", "--machine", "m", "--out", str(out)])
+    # a path that resolves to another dataset's run is refused
+    _tu_probe_results(tmp_path / "x-PROTEINS", [0.8, 0.8], [0.5, 0.5], dataset="MUTAG")
+    with pytest.raises(SystemExit, match="not PROTEINS"):
+        module.main(["--datasets", "PROTEINS", "--run",
+                     f"a={tmp_path}/x-{{dataset}}/MUTAG/results.json",
+                     "--what", "w", "--machine", "m", "--out", str(out)])
