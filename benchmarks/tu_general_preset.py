@@ -21,8 +21,8 @@ from typing import Any, Optional
 
 import numpy as np
 from optuna.trial import TrialState
-from scipy.stats import rankdata
 
+from et_graph.reporting import rank_across_datasets
 from et_graph.tuning.study import study_or_none
 
 
@@ -47,15 +47,12 @@ def rank_configurations(per_dataset: dict[str, dict[str, tuple[int, float]]]
         raise ValueError("no configuration finished on every dataset; were the studies run "
                          "with the same sampler seed?")
     keys = sorted(common)
-    ranks: dict[str, list[float]] = {key: [] for key in keys}
-    for trials in per_dataset.values():
-        # rank 1 = best validation accuracy; ties share their average rank
-        for key, rank in zip(keys, rankdata([-trials[key][1] for key in keys])):
-            ranks[key].append(float(rank))
+    ranked = rank_across_datasets({name: {key: trials[key][1] for key in keys}
+                                   for name, trials in per_dataset.items()})
     rows = []
     for key in keys:
         values = {name: trials[key][1] for name, trials in per_dataset.items()}
-        rows.append({"params": json.loads(key), "mean_rank": float(np.mean(ranks[key])),
+        rows.append({"params": json.loads(key), "mean_rank": ranked[key]["mean_rank"],
                      "mean_validation": float(np.mean(list(values.values()))),
                      "validation": values,
                      "trial": {name: trials[key][0] for name, trials in per_dataset.items()}})

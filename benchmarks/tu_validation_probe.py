@@ -34,9 +34,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scipy.stats import rankdata
-
-from et_graph.reporting import add_probe_arguments, probe_variant, results_json, write_probe
+from et_graph.reporting import (
+    add_probe_arguments,
+    probe_variant,
+    rank_across_datasets,
+    results_json,
+    write_probe,
+)
 
 
 def fold_signature(run: dict[str, Any]) -> tuple[Any, ...]:
@@ -109,17 +113,15 @@ def rank_variants(per_dataset: dict[str, list[dict[str, Any]]]) -> list[dict[str
     """The variants in their given order, each with its rank per dataset (1 = best; equal
     accuracies share their average rank), its mean rank and mean accuracy over the datasets,
     and ``best`` on the variant(s) with the lowest mean rank, ties: the highest mean accuracy."""
-    labels = [row["variant"] for row in next(iter(per_dataset.values()))]
-    ranking = [{"variant": label, "rank": {}, "val_accuracy": {}} for label in labels]
-    for dataset, rows in per_dataset.items():
-        # rounded, so that equal counts of correct graphs are equal (see table())
-        accuracy = [round(row["mean_val_accuracy"], 9) for row in rows]
-        for entry, value, rank in zip(ranking, accuracy, rankdata([-a for a in accuracy])):
-            entry["rank"][dataset] = float(rank)
-            entry["val_accuracy"][dataset] = value
-    for entry in ranking:
-        entry["mean_rank"] = statistics.fmean(entry["rank"].values())
-        entry["mean_val_accuracy"] = round(statistics.fmean(entry["val_accuracy"].values()), 9)
+    # rounded, so that equal counts of correct graphs are equal (see table())
+    accuracy = {dataset: {row["variant"]: round(row["mean_val_accuracy"], 9) for row in rows}
+                for dataset, rows in per_dataset.items()}
+    ranked = rank_across_datasets(accuracy)
+    ranking = [{"variant": label, "rank": entry["rank"],
+                "val_accuracy": {dataset: values[label] for dataset, values in accuracy.items()},
+                "mean_rank": entry["mean_rank"],
+                "mean_val_accuracy": round(entry["mean_score"], 9)}
+               for label, entry in ranked.items()]
     best = min((entry["mean_rank"], -entry["mean_val_accuracy"]) for entry in ranking)
     for entry in ranking:
         entry["best"] = (entry["mean_rank"], -entry["mean_val_accuracy"]) == best
@@ -160,6 +162,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     datasets = [name.strip() for name in args.datasets.split(",") if name.strip()]
     if not datasets or len(set(datasets)) != len(datasets):
         raise SystemExit(f"--datasets {args.datasets!r}: expected distinct dataset names")
+    labels = [probe_variant(spec)[0] for spec in args.run]
+    if len(set(labels)) != len(labels):
+        raise SystemExit(f"--run labels must differ to be ranked: {labels}")
     per_dataset = {name: collect(args.run, args.model, name) for name in datasets}
     ranking = rank_variants(per_dataset)
     text = "\n\n".join([f"{name}:\n\n{table(rows)}" for name, rows in per_dataset.items()]

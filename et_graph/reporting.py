@@ -90,6 +90,32 @@ def write_probe(out: str | Path, what: str, machine: str, model: str,
     return payload
 
 
+def rank_across_datasets(scores: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:
+    """Rank the same candidates on several datasets and summarise: how one configuration is
+    chosen for every dataset (a default, a general preset).
+
+    ``scores`` is ``{dataset: {candidate: score}}``, higher is better, every dataset scoring the
+    same candidates. Returns ``{candidate: {"rank": {dataset: rank}, "mean_rank",
+    "mean_score"}}`` in the first dataset's order; rank 1 is the best score on that dataset and
+    equal scores share their average rank."""
+    from scipy.stats import rankdata
+
+    if not scores:
+        raise ValueError("no datasets to rank on")
+    candidates = list(next(iter(scores.values())))
+    for dataset, values in scores.items():
+        if set(values) != set(candidates):
+            raise ValueError(f"{dataset} scores other candidates than {candidates}")
+    out: dict[str, dict[str, Any]] = {name: {"rank": {}} for name in candidates}
+    for dataset, values in scores.items():
+        for name, rank in zip(candidates, rankdata([-values[name] for name in candidates])):
+            out[name]["rank"][dataset] = float(rank)
+    for name, entry in out.items():
+        entry["mean_rank"] = math.fsum(entry["rank"].values()) / len(scores)
+        entry["mean_score"] = math.fsum(values[name] for values in scores.values()) / len(scores)
+    return out
+
+
 def add_probe_arguments(parser: Any, run_help: str) -> None:
     """The command-line arguments every validation probe shares: ``--run LABEL=PATH`` (one per
     variant), ``--model``, ``--what``, ``--machine`` and ``--out``."""

@@ -142,6 +142,19 @@ def test_general_preset_ranks_configurations_by_mean_rank_over_datasets():
         module.rank_configurations({"D1": {a: (0, 0.9)}, "D2": {b: (0, 0.9)}})
 
 
+def test_rank_across_datasets_refuses_different_candidates():
+    from et_graph.reporting import rank_across_datasets
+
+    ranked = rank_across_datasets({"D1": {"x": 0.9, "y": 0.9}, "D2": {"y": 0.5, "x": 0.4}})
+    assert list(ranked) == ["x", "y"]
+    assert ranked["x"]["rank"] == {"D1": 1.5, "D2": 2.0}
+    assert ranked["y"]["mean_rank"] == 1.25 and ranked["y"]["mean_score"] == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="other candidates"):
+        rank_across_datasets({"D1": {"x": 0.9}, "D2": {"y": 0.9}})
+    with pytest.raises(ValueError, match="no datasets"):
+        rank_across_datasets({})
+
+
 def _gnnbenchmark_results(folder, val: dict, test: dict, dataset: str = "ZINC proxy") -> None:
     def stat(v):
         return {"mean": v, "std": 0.0, "values": [v]}
@@ -460,6 +473,9 @@ def test_tu_validation_probe_ranks_variants_across_datasets(tmp_path):
     text = out.read_text() + out.with_suffix(".md").read_text()
     assert all(digits not in text for digits in ("123456", "234567", "345678"))
     assert "| a | 85.00 (1) | 70.00 (2) | **77.50** | **1.50** |" in text
+    with pytest.raises(SystemExit, match="labels must differ"):
+        module.main(["--datasets", "MUTAG", *runs[:2], *runs[:2], "--what", "w",
+                     "--machine", "m", "--out", str(out)])
     with pytest.raises(SystemExit, match="must hold"):
         module.main(["--datasets", "MUTAG", "--run", f"a={tmp_path / 'MUTAG-a'}",
                      "--what", "w", "--machine", "m", "--out", str(out)])
