@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -210,6 +211,20 @@ def test_presets_load_and_name_shipped_data(name):
     config = merge(tudataset.CONFIG(), load_file(PRESETS / f"{name}.toml"))
     assert config.data.dataset == name and (DATA / name / "raw").is_dir()
     assert config.protocol.folds == 10 and config.et.blocks == 1 and config.et.steps == 2
+
+
+def test_every_preset_pins_every_model_setting():
+    # A preset names every ET and baseline setting, so that changing a default (as the
+    # message-passing tokens of the defaults did) never changes what a stored preset runs.
+    missing = {}
+    for path in sorted(PRESETS.rglob("*.toml")):
+        table = load_file(path)
+        for section, settings in (("et", tudataset.TUETConfig),
+                                  ("baselines", tudataset.TUBaselinesConfig)):
+            absent = {f.name for f in dataclasses.fields(settings)} - set(table.get(section, {}))
+            if absent:
+                missing[f"{path.relative_to(PRESETS)} [{section}]"] = sorted(absent)
+    assert not missing
 
 
 #: TU datasets with tuned presets whose raw files are not shipped (DD: 26 MB).
