@@ -119,17 +119,19 @@ def test_loader_adds_the_encodings(tmp_path):
 
 
 def test_config_flags_reach_the_model():
-    config = parse(tudataset.CONFIG, ["--dataset", "MUTAG", "--readout", "cls_sum_mean",
+    config = parse(tudataset.CONFIG, ["--dataset", "MUTAG", "--readout", "cls",
                                       "--rw-pe-dim", "6", "--degree-feature"])
     assert config.data.rw_pe_dim == 6 and config.data.degree_feature
     info = {"node_feature_width": 8, "classes": 2, "edge_features": 0}
     et = tudataset.model_factories(config, info)["et"]()
-    assert et.readout == "cls_sum_mean" and et.rw_encoder.in_features == 6
-    assert et.head[0].in_features == 3 * config.et.hidden
+    assert et.readout == "cls" and et.rw_encoder.in_features == 6
+    assert et.head[0].in_features == config.et.hidden
     default = parse(tudataset.CONFIG, [])
-    # the general preset (benchmarks/tu_general_preset.py): random-walk encodings, no Laplacian PE
+    # the general preset (benchmarks/tu_general_preset.py): random-walk encodings, no Laplacian
+    # PE; then two message-passing layers and the sum readout (chosen on inner validation)
     assert not default.data.degree_feature and default.data.rw_pe_dim == 16
-    assert default.data.pe_dim == 0 and default.et.readout == "cls"
+    assert default.data.pe_dim == 0 and default.et.readout == "cls_sum_mean"
+    assert default.et.message_passing_layers == 2
     assert (default.et.blocks, default.et.steps, default.et.alpha) == (2, 1, 0.34)
 
 

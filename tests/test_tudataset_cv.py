@@ -198,12 +198,15 @@ def test_config_flags_and_quick():
     assert config.train.batch_size == 64 and config.train.lr == 1.7e-3 and config.run.threads == 1
     quick = parse(tudataset.CONFIG, ["--quick", "--epochs", "1"])
     assert quick.protocol.max_folds == 2 and quick.et.hidden == 16 and quick.train.epochs == 1
-    # the message-passing tokenizer reaches the model, and stays off unless asked for
+    # the defaults (the general preset) build two message-passing layers and the sum readout;
+    # L = 0 turns the tokenizer off
     info = {"node_feature_width": 3, "classes": 2, "edge_features": 0}
-    assert tudataset.et_model_kwargs(config, info)["message_passing_layers"] == 0
-    layered = parse(tudataset.CONFIG, ["--message-passing-layers", "2"])
-    model = tudataset.model_factories(layered, info)["et"]()
+    assert tudataset.et_model_kwargs(config, info)["message_passing_layers"] == 2
+    assert config.et.readout == "cls_sum_mean"
+    model = tudataset.model_factories(config, info)["et"]()
     assert len(model.message_passing.mlps) == 2
+    plain = parse(tudataset.CONFIG, ["--message-passing-layers", "0"])
+    assert tudataset.model_factories(plain, info)["et"]().message_passing is None
 
 
 @pytest.mark.parametrize("name", ["MUTAG", "PROTEINS", "NCI1", "ENZYMES", "IMDB-BINARY"])
