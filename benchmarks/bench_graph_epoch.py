@@ -57,6 +57,8 @@ BREAKDOWN = {
     "et_no_mask": {"use_mask": False},
     "et_no_hopfield": {"hopfield_dim": 0},
     "et_no_descent": {"steps": 0},
+    # the defaults build tokens with message passing first: what that costs
+    "et_no_message_passing": {"message_passing_layers": 0},
 }
 
 #: The NCI1 preset's ET (configs/tudataset/NCI1.toml), used when no --config is given.
@@ -138,8 +140,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                        help="profile with torch.profiler instead of cProfile")
     bench.add_argument("--profile-top", type=int, default=30)
     bench.add_argument("--breakdown", action="store_true",
-                       help="also time ET without its mask, without its Hopfield memories and "
-                       "without descent steps")
+                       help="also time ET without its mask, without its Hopfield memories, "
+                       "without descent steps and without message-passing layers")
     bench.add_argument("--skip-timing", action="store_true", help="only profile")
     bench.add_argument("--no-preset", action="store_true",
                        help="start from the config defaults (the general preset), not NCI1's")

@@ -242,17 +242,21 @@ def test_epoch_benchmark_breakdown_times_each_variant_against_gin(tmp_path, caps
     threads = torch.get_num_threads()
     try:
         result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
-                             "--limit", "40", "--cache", str(tmp_path / "cache"), "--breakdown"])
+                             "--limit", "40", "--cache", str(tmp_path / "cache"), "--breakdown",
+                             "--no-preset"])
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     # MUTAG's bond types enter through the mask, so the variant without it cannot be built.
     assert "et_no_mask: skipped" in out
-    assert set(result["ratio_to_gin"]) == {"et", "gin", "et_no_hopfield", "et_no_descent"}
+    assert set(result["ratio_to_gin"]) == {"et", "gin", "et_no_hopfield", "et_no_descent",
+                                           "et_no_message_passing"}
     assert result["ratio_to_gin"]["gin"] == 1.0
     # The variants are the default ET less one part: fewer parameters without the memories.
     assert result["params"]["et_no_hopfield"] < result["params"]["et"]
     assert result["params"]["et_no_descent"] == result["params"]["et"]
+    # the defaults' message-passing layers have their own weights
+    assert result["params"]["et_no_message_passing"] < result["params"]["et"]
     assert "| et_no_descent |" in out
 
 
