@@ -130,7 +130,8 @@ class TUBaselinesConfig:
     """
 
     gin_hidden: int = 64
-    gin_layers: int = 3
+    # 4 layers won GIN's own probe beside ET's defaults (probes/defaults_gin_layers)
+    gin_layers: int = 4
     baseline_dropout: float = 0.5
 
 
