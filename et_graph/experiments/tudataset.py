@@ -111,8 +111,6 @@ class TUETConfig:
     noise_std: float = 0.02
     kernel_size: int = 3
     dropout: float = 0.07
-    # The defaults are the best general preset found on inner validation: the tokens and the
-    # sum readout won across five TU datasets (docs/measured/graph/probes/defaults_message_passing).
     readout: str = "cls_sum_mean"
     coupling: bool = False
     hopfield_dim: Optional[int] = None
@@ -130,7 +128,6 @@ class TUBaselinesConfig:
     """
 
     gin_hidden: int = 64
-    # 4 layers won GIN's own probe beside ET's defaults (probes/defaults_gin_layers)
     gin_layers: int = 4
     baseline_dropout: float = 0.5
 
@@ -139,11 +136,11 @@ class TUBaselinesConfig:
 class TUDatasetConfig:
     """Everything ``et-graph tudataset`` needs (presets: ``configs/tudataset/NAME.toml``).
 
-    The defaults are the best *general* ET preset found (``benchmarks/tu_general_preset.py``:
-    the configuration with the best mean inner-validation rank over the ENZYMES, IMDB-BINARY
-    and PROTEINS studies of ``benchmarks/tu_tuned_cv.py``; no test fold read): 16 random-walk
-    encodings and no Laplacian PE, two blocks of width 32 with T = 1 and step size 0.34, the CLS
-    readout, learning rate 1.7e-3 with a cosine schedule, up to 80 epochs with patience 20.
+    The defaults are the best *general* preset found on inner validation (no test fold read):
+    ``benchmarks/tu_general_preset.py`` chose 16 random-walk encodings, two blocks of width 32,
+    T = 1, α = 0.34, learning rate 1.7e-3 (cosine), ≤ 80 epochs with patience 20; the mean rank
+    over five datasets (``tu_validation_probe.py --datasets``) then added two message-passing
+    layers with the CLS ‖ sum ‖ mean readout, and gave GIN 4 layers.
     """
 
     data: TUDataConfig = field(default_factory=TUDataConfig)
