@@ -1,4 +1,4 @@
-"""Ablation of the supervised ET ingredients on node anomaly detection.
+r"""Ablation of the supervised ET ingredients on node anomaly detection.
 
 Each variant is one `et-graph anomaly` run of ET alone (the same split and seeds for every
 variant). The table reports the validation AUROC of the kept checkpoint (what a user may select

@@ -20,9 +20,9 @@ mean inner-validation accuracy on that dataset; equal counts of correct graphs s
 average rank), ties broken by the mean accuracy over the datasets. This is how a *default* is
 chosen, one configuration for every dataset:
 
-    python benchmarks/tu_validation_probe.py --datasets MUTAG,PROTEINS,NCI1 \
-        --run "L = 0 (defaults)=runs/def/{dataset}-et-L0" --run "L = 1=runs/def/{dataset}-et-L1" \
-        --what "defaults, message_passing_layers" --machine "1 thread" \
+    python benchmarks/tu_validation_probe.py --datasets MUTAG,PROTEINS,NCI1 \\
+        --run "L = 0 (defaults)=runs/def/{dataset}-et-L0" --run "L = 1=runs/def/{dataset}-et-L1" \\
+        --what "defaults, message_passing_layers" --machine "1 thread" \\
         --out docs/measured/graph/probes/defaults_message_passing.json
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Choose the unsupervised ET's anomaly score on anomalies we planted ourselves.
+r"""Choose the unsupervised ET's anomaly score on anomalies we planted ourselves.
 
 The labels of the reported graphs (reddit, inj_amazon) must never choose a score. This script
 loads a graph exactly as ``et-graph unsupervised`` does (its own labels sealed by ``load_graph``

@@ -1,4 +1,4 @@
-"""Graph anomaly detection with ET against same-run baselines (MLP, GCN, GAT, trees).
+r"""Graph anomaly detection with ET against same-run baselines (MLP, GCN, GAT, trees).
 
     python examples/yelpchi_anomaly.py --data-root DIR --dataset yelpchi --train-ratio 0.4 \
         --seeds 5 --epochs 100 --out runs/yelpchi

@@ -31,3 +31,40 @@ def test_etconv_node_classification_example():
     best = re.search(r"Best validation ROC-AUC: (\d\.\d+), test ROC-AUC at that epoch: (\d\.\d+)",
                      out)
     assert best and 0.5 < float(best.group(1)) <= 1.0
+
+
+def _docstrings_that_join_command_lines(source: str) -> list[int]:
+    """Lines of docstrings in which a shell continuation ``\\`` would vanish.
+
+    In a plain (non-raw) docstring a backslash at the end of a line escapes the newline, so
+    ``--help`` and the API docs print the command on one garbled line.
+    """
+    import ast
+
+    joined = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                 ast.AsyncFunctionDef)) or not node.body:
+            continue
+        first = node.body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                and isinstance(first.value.value, str):
+            text = ast.get_source_segment(source, first.value) or ""
+            if not text[:1].lower() == "r" and re.search(r"(?<!\\)(\\\\)*\\\n", text):
+                joined.append(first.lineno)
+    return joined
+
+
+def test_docstring_check_finds_a_swallowed_line_continuation():
+    assert _docstrings_that_join_command_lines('"""Run:\n\n    cmd --a \\\n        --b\n"""\n')
+    assert not _docstrings_that_join_command_lines('r"""Run:\n    cmd --a \\\n    --b\n"""\n')
+    assert not _docstrings_that_join_command_lines('"""Run:\n    cmd --a \\\\\n    --b\n"""\n')
+
+
+def test_no_docstring_swallows_a_shell_line_continuation():
+    files = [p for folder in ("et_graph", "benchmarks", "examples")
+             for p in (ROOT / folder).rglob("*.py")]
+    bad = [f"{p.relative_to(ROOT)}:{line}" for p in files
+           for line in _docstrings_that_join_command_lines(p.read_text())]
+    assert not bad, f"write \\\\ or make the docstring raw: {bad}"
