@@ -135,6 +135,27 @@ def test_config_flags_reach_the_model():
     assert (default.et.blocks, default.et.steps, default.et.alpha) == (2, 1, 0.34)
 
 
+def _hidden_and_dropout(model) -> tuple[int, float]:
+    linear, dropout = model.head[0], model.head[2]
+    return linear.out_features, dropout.p
+
+
+def test_baseline_defaults_and_the_mlps_own_width_and_dropout():
+    info = {"node_feature_width": 8, "classes": 2, "edge_features": 0}
+    default = parse(tudataset.CONFIG, [])
+    # chosen separately on inner validation (defaults_{gin,mlp}_width_dropout probes)
+    factories = tudataset.model_factories(default, info)
+    assert default.baselines.gin_layers == 4
+    assert _hidden_and_dropout(factories["gin"]()) == (64, 0.2)
+    assert _hidden_and_dropout(factories["structure_agnostic"]()) == (128, 0.5)
+    # none: the MLP follows GIN's knobs, which is what every preset written before the split
+    # pins (so none of them changes)
+    shared = parse(tudataset.CONFIG, ["--gin-hidden", "32", "--baseline-dropout", "0.3",
+                                      "--mlp-hidden", "none", "--mlp-dropout", "none"])
+    mlp = tudataset.model_factories(shared, info)["structure_agnostic"]()
+    assert _hidden_and_dropout(mlp) == (32, 0.3)
+
+
 def test_gnnbenchmark_et_readout():
     data = type("D", (), dict(node_dim=3, num_outputs=2, task="classification", edge_dim=None,
                               num_edge_types=None, num_node_types=None, rw_pe_dim=0))()

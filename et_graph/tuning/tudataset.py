@@ -56,8 +56,8 @@ def gin_space(trial: Any) -> dict[str, dict[str, Any]]:
 def agnostic_space(trial: Any) -> dict[str, dict[str, Any]]:
     return {
         "baselines": {
-            "gin_hidden": trial.suggest_categorical("gin_hidden", [32, 64, 128]),
-            "baseline_dropout": trial.suggest_float("baseline_dropout", 0.0, 0.5),
+            "mlp_hidden": trial.suggest_categorical("mlp_hidden", [32, 64, 128]),
+            "mlp_dropout": trial.suggest_float("mlp_dropout", 0.0, 0.5),
         },
         "train": {"lr": trial.suggest_float("lr", 5e-4, 1e-2, log=True)},
     }

@@ -1,0 +1,29 @@
+"""Figures of graph classification: test accuracy per fold."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plot_fold_accuracies(results: dict[str, Any], path: Path) -> Path:
+    """Test accuracy of every fold (dots) and the mean ± std (bar) per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results["models"])
+    fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.2))
+    for i, name in enumerate(names):
+        stats = results["models"][name]["accuracy"]
+        ax.bar(i, stats["mean"], yerr=stats["std"], color="#c6dbef", edgecolor="#3182bd",
+               capsize=4)
+        ax.plot([i] * len(stats["values"]), stats["values"], "o", color="#08519c", ms=3)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("test accuracy per fold")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{results['dataset']}: {len(results['folds'])} test folds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
