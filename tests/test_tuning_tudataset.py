@@ -69,3 +69,19 @@ def test_tune_tudataset_cli(tmp_path):
                      "--trials", "1", "--tune-folds", "1", "--storage",
                      f"sqlite:///{tmp_path}/c.db", "--out", str(tmp_path / "o")])
     assert code == 0 and (tmp_path / "o" / "best_structure_agnostic.toml").exists()
+
+
+def test_the_mlp_trials_set_the_mlps_own_width_and_dropout():
+    from optuna.trial import FixedTrial
+
+    from et_graph.experiments.tudataset import model_factories
+    from et_graph.tuning.tudataset import agnostic_space
+
+    # recorded under GIN's names, as MLP studies always were
+    trial = FixedTrial({"gin_hidden": 32, "baseline_dropout": 0.25, "lr": 1e-3})
+    config = merge(parse(TUDatasetConfig, ["--models", "structure_agnostic"]),
+                   {f"{section}.{key}": value
+                    for section, values in agnostic_space(trial).items()
+                    for key, value in values.items()})
+    mlp = model_factories(config, {"node_feature_width": 7, "classes": 2})["structure_agnostic"]()
+    assert (mlp.head[0].out_features, mlp.head[2].p) == (32, 0.25)

@@ -54,10 +54,12 @@ def gin_space(trial: Any) -> dict[str, dict[str, Any]]:
 
 
 def agnostic_space(trial: Any) -> dict[str, dict[str, Any]]:
+    # The MLP once shared GIN's settings, and its studies record them under GIN's names: the
+    # names stay, so that those studies resume with the values their trials ran with.
     return {
         "baselines": {
-            "mlp_hidden": trial.suggest_categorical("mlp_hidden", [32, 64, 128]),
-            "mlp_dropout": trial.suggest_float("mlp_dropout", 0.0, 0.5),
+            "mlp_hidden": trial.suggest_categorical("gin_hidden", [32, 64, 128]),
+            "mlp_dropout": trial.suggest_float("baseline_dropout", 0.0, 0.5),
         },
         "train": {"lr": trial.suggest_float("lr", 5e-4, 1e-2, log=True)},
     }
