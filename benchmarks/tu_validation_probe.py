@@ -4,7 +4,8 @@ Each run is one variant (one flag changed, e.g. ``--hopfield-dim 32``) on the fi
 (``--max-folds``). The probe keeps each fold's inner-validation accuracy at the epoch the run
 selected, and **no test-fold number**: a probe decides whether a variant replaces a preset, so
 nothing in it may come from the test folds. The runs must share the dataset, the fold seed and
-the folds; the script refuses otherwise.
+the folds; the script refuses otherwise. Runs made with ``--validation-only`` never scored the
+test folds at all; the script reads either kind.
 
     python benchmarks/tu_validation_probe.py --run "128 (preset)=runs/hop/NCI1-et-hnone" \\
         --run "32=runs/hop/NCI1-et-h32" --what "NCI1, hopfield_dim" \\

@@ -272,3 +272,63 @@ def test_quick_cv_run_writes_results(tmp_path):
     assert f"{machine['processor']} ({machine['cpu_capability']})" in markdown  # provenance
     assert (out / "MUTAG" / "accuracy.png").stat().st_size > 0
     assert not (root / "MUTAG" / "processed").exists()  # the given root is left untouched
+
+
+def test_validation_only_never_scores_the_test_folds(mutag, monkeypatch):
+    """A validation probe: the test graphs are never scored (the evaluator never sees one),
+    the outputs hold no test accuracy, and the inner-validation figures are those of the full
+    protocol on the same splits."""
+    graphs, info = mutag
+    width, classes = info["node_feature_width"], info["classes"]
+    factories = {"gin": lambda: GINClassifier(width, classes, 16, 2, 0.5)}
+    configs = {"gin": GraphTrainConfig(epochs=2, lr=5e-3, batch_size=32)}
+    splits = stratified_folds(graph_labels(graphs), folds=5, seed=0)[:2]
+    test_sizes = {len(test) for _, test in splits}
+    scored = []  # sizes of the sets evaluated: validation (every epoch) and test
+    real_evaluate = graph_cv.evaluate
+
+    def watching(model, loader, device):
+        scored.append(len(loader.dataset))
+        return real_evaluate(model, loader, device)
+
+    monkeypatch.setattr(graph_cv, "evaluate", watching)
+    full = cross_validate(graphs, factories, configs, folds=5, splits=splits, progress=False)
+    # the watcher can tell them apart here: MUTAG's test folds hold 38 graphs, validation 15
+    assert not test_sizes & {15} and [n for n in scored if n in test_sizes] == [38, 38]
+    scored.clear()
+    probe = cross_validate(graphs, factories, configs, folds=5, splits=splits, progress=False,
+                           evaluate_test=False)
+    assert scored and not [n for n in scored if n in test_sizes]  # never a test fold
+    assert "accuracy" not in probe["models"]["gin"]
+    assert all("test_accuracy" not in f["models"]["gin"] for f in probe["folds"])
+    timed = {"epoch_seconds", "test_accuracy"}
+    for a, b in zip(full["folds"], probe["folds"]):
+        assert ({k: v for k, v in a["models"]["gin"].items() if k not in timed}
+                == {k: v for k, v in b["models"]["gin"].items() if k not in timed})
+    three = cross_validate(graphs, factories, configs, folds=5, splits=splits[:1],
+                           progress=False, evaluate_test=False, runs_per_fold=2)
+    assert "test_accuracy" not in three["folds"][0]["models"]["gin"]
+
+
+def test_validation_only_cli_writes_no_test_figure(tmp_path):
+    out = tmp_path / "out"
+    tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
+                    "--models", "gin", "--validation-only", "--out", str(out), "--no-progress"])
+    text = (out / "MUTAG" / "results.json").read_text()
+    assert "test_accuracy" not in text and '"accuracy"' not in text
+    results = json.loads(text)
+    assert "validation only" in results["protocol"]
+    assert len(results["models"]["gin"]["val_accuracy"]["values"]) == 2
+    assert "val_accuracy" in (out / "MUTAG" / "results.md").read_text()
+    assert not (out / "MUTAG" / "accuracy.png").exists()
+    # and the probe script reads it
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tu_validation_probe.py"
+    spec = importlib.util.spec_from_file_location("tu_validation_probe", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    payload = probe.main(["--run", f"gin={out}", "--model", "gin", "--what", "w",
+                          "--machine", "m", "--out", str(tmp_path / "probe.json")])
+    assert payload["runs"][0]["mean_val_accuracy"] == pytest.approx(
+        results["models"]["gin"]["val_accuracy"]["mean"])

@@ -221,6 +221,7 @@ def cross_validate(
     on_model_fit: Optional[FitCallback] = None,
     device: str | torch.device = "cpu",
     runs_per_fold: int = 1,
+    evaluate_test: bool = True,
 ) -> dict[str, Any]:
     """Stratified k-fold CV of every model on the same folds and inner splits.
 
@@ -237,6 +238,9 @@ def cross_validate(
     (another processor), though it can still move. The fold record then keeps every run under
     ``"runs"``; its ``val_accuracy`` and ``val_loss`` are means and its ``best_epoch`` is run
     0's.
+
+    ``evaluate_test=False`` (a validation probe) never builds or scores the test folds: the
+    records and the summary then hold no test accuracy, only the inner-validation figures.
     """
     if not dataset:
         raise ValueError("the dataset is empty")
@@ -259,7 +263,8 @@ def cross_validate(
         data = standardized_copies(dataset, inner, continuous_channels)
         record: dict[str, Any] = {"fold": fold, "train": len(inner), "val": len(val),
                                   "test": len(test_index), "models": {}}
-        test_loader = DataLoader([data[i] for i in test_index], batch_size=64)
+        test_loader = (DataLoader([data[i] for i in test_index], batch_size=64)
+                       if evaluate_test else None)
         for name, factory in models.items():
             runs = []
             for run in range(runs_per_fold):
@@ -277,9 +282,10 @@ def cross_validate(
                 if on_model_fit is not None:
                     on_model_fit(fold, name, model, fit)
                 # the test fold is touched once per training, here, after its selection
-                test = evaluate(model, test_loader, device)
+                test = {} if test_loader is None else {
+                    "test_accuracy": evaluate(model, test_loader, device)["accuracy"]}
                 runs.append({
-                    "test_accuracy": test["accuracy"], "best_epoch": fit.best_epoch,
+                    **test, "best_epoch": fit.best_epoch,
                     "val_accuracy": fit.best.score, "val_loss": fit.best.loss,
                     "epochs_run": fit.epochs_run, "epoch_seconds": fit.epoch_seconds,
                 })
@@ -288,7 +294,7 @@ def cross_validate(
             else:
                 record["models"][name] = {
                     **{key: float(np.mean([r[key] for r in runs]))
-                       for key in ("test_accuracy", "val_accuracy", "val_loss")},
+                       for key in ("test_accuracy", "val_accuracy", "val_loss") if key in runs[0]},
                     "best_epoch": runs[0]["best_epoch"],
                     "epochs_run": sum(r["epochs_run"] for r in runs),
                     "epoch_seconds": float(np.mean([r["epoch_seconds"] for r in runs])),
@@ -301,7 +307,7 @@ def cross_validate(
     for name in models:
         rows = [r["models"][name] for r in per_fold]
         summary[name] = {
-            "accuracy": summarize(r["test_accuracy"] for r in rows),
+            **({"accuracy": summarize(r["test_accuracy"] for r in rows)} if evaluate_test else {}),
             "val_accuracy": summarize(r["val_accuracy"] for r in rows),
             "best_epoch": [r["best_epoch"] for r in rows],
             "config": asdict(configs[name]),
