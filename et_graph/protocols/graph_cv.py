@@ -239,8 +239,9 @@ def cross_validate(
     ``"runs"``; its ``val_accuracy`` and ``val_loss`` are means and its ``best_epoch`` is run
     0's.
 
-    ``evaluate_test=False`` (a validation probe) never builds or scores the test folds: the
-    records and the summary then hold no test accuracy, only the inner-validation figures.
+    ``evaluate_test=False`` (a validation probe) never scores the test folds (no loader is
+    built for them): the records and the summary then hold no test accuracy, only the
+    inner-validation figures.
     """
     if not dataset:
         raise ValueError("the dataset is empty")
