@@ -1,7 +1,21 @@
 """Helpers shared by the test modules (importable because pytest puts ``tests/`` on the path)."""
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """``benchmarks/NAME.py`` loaded as a module (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:

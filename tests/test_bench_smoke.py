@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from helpers import benchmark_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_etconv.py"
-
-
-def benchmark_module(name: str) -> ModuleType:
-    """``benchmarks/NAME.py`` loaded as a module (the folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_quick_benchmark_prints_ratio_rows(tmp_path):

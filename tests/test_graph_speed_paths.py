@@ -1,6 +1,7 @@
 """The speed paths of the graph-level ET (issue 10, part 2) give the reference results."""
 import pytest
 import torch
+from helpers import benchmark_module
 from torch import nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import to_undirected
@@ -209,20 +210,8 @@ def test_blocks_share_one_edge_plan_with_the_same_result(monkeypatch):
             assert torch.allclose(a, b, atol=1e-10)
 
 
-def _benchmark(name: str = "bench_graph_epoch"):
-    """``benchmarks/<name>.py`` as a module (the folder is not a package)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
-
 def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
-    bench = _benchmark()
+    bench = benchmark_module("bench_graph_epoch")
     threads = torch.get_num_threads()
     try:
         result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
@@ -238,7 +227,7 @@ def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
 
 
 def test_epoch_benchmark_breakdown_times_each_variant_against_gin(tmp_path, capsys):
-    bench = _benchmark()
+    bench = benchmark_module("bench_graph_epoch")
     threads = torch.get_num_threads()
     try:
         result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
@@ -261,7 +250,7 @@ def test_epoch_benchmark_breakdown_times_each_variant_against_gin(tmp_path, caps
 
 
 def test_descent_parts_benchmark_times_every_part(tmp_path, capsys):
-    bench = _benchmark("bench_descent_parts")
+    bench = benchmark_module("bench_descent_parts")
     threads = torch.get_num_threads()
     try:
         result = bench.main(["--dataset", "MUTAG", "--batch-size", "8", "--repeats", "1",

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import benchmark_module
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
@@ -322,13 +323,8 @@ def test_validation_only_cli_writes_no_test_figure(tmp_path):
     assert "val_accuracy" in (out / "MUTAG" / "results.md").read_text()
     assert not (out / "MUTAG" / "accuracy.png").exists()
     # and the probe script reads it
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tu_validation_probe.py"
-    spec = importlib.util.spec_from_file_location("tu_validation_probe", path)
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
-    payload = probe.main(["--run", f"gin={out}", "--model", "gin", "--what", "w",
-                          "--machine", "m", "--out", str(tmp_path / "probe.json")])
+    payload = benchmark_module("tu_validation_probe").main(
+        ["--run", f"gin={out}", "--model", "gin", "--what", "w",
+         "--machine", "m", "--out", str(tmp_path / "probe.json")])
     assert payload["runs"][0]["mean_val_accuracy"] == pytest.approx(
         results["models"]["gin"]["val_accuracy"]["mean"])
