@@ -15,7 +15,9 @@ processes is reported beside the mean.
 
 Writes ``OUT/DATASET/reassess.json`` and ``reassess.md``, and prints one table over the
 datasets: each model's mean ± std over folds of the R-run fold accuracy (the winner in bold),
-run 0's accuracy alone, and the spread between runs (mean over folds of the runs' std).
+run 0's accuracy alone, and the spread between runs (mean over folds of the runs' std). With
+more than one run it also reports each model's ensemble of its runs: per fold, the accuracy of
+their averaged class probabilities (the same trainings; no training is added).
 """
 from __future__ import annotations
 
@@ -67,6 +69,8 @@ def reassess_dataset(dataset: str, presets: Path, models: list[str], runs_per_fo
             "run_spread": float(np.mean([np.std(runs) for runs in per_fold])),
             "fold_runs": per_fold,
             "val_accuracy": stats["val_accuracy"],
+            **{key: stats[key] for key in ("ensemble_accuracy", "ensemble_val_accuracy")
+               if key in stats},
             "cv_seconds": round(time.time() - started, 1),
             "protocol": results["protocol"],
         }
@@ -98,26 +102,36 @@ def merge_reports(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
+def _bold_best(rows: dict[str, Any], key: str) -> list[str]:
+    """One cell per model of ``rows[model][key]`` (``–`` where absent), the best mean in bold."""
+    means = {m: rows[m][key]["mean"] for m in MODELS if rows.get(m, {}).get(key)}
+    best = max(means, key=means.get) if means else None
+    return [f"**{_cell(rows[m][key])}**" if m == best else _cell(rows.get(m, {}).get(key))
+            for m in MODELS]
+
+
 def summary_table(reports: list[dict[str, Any]]) -> str:
     """One row per dataset: the R-run accuracy of each model (winner in bold), then run 0's
-    accuracies and the spread between runs."""
+    accuracies and the spread between runs; with reports that hold it, the accuracy of each
+    model's ensemble of its R trainings (averaged class probabilities; winner in bold) last."""
     reports = merge_reports(reports)
+    ensembles = any("ensemble_accuracy" in row for report in reports
+                    for row in report["models"].values())
     head = " | ".join(NAMES[m] for m in MODELS)
     single = " | ".join(f"{NAMES[m]}, run 0 alone" for m in MODELS)
+    ensemble = " | " + " | ".join(f"{NAMES[m]}, ensemble" for m in MODELS) if ensembles else ""
     lines = [f"| dataset | runs per fold | {head} | {single} | spread between runs, "
-             "ET / GIN / s.-a. (mean std over folds, points) |",
-             "|---" * (3 + 2 * len(MODELS)) + "|"]
+             f"ET / GIN / s.-a. (mean std over folds, points){ensemble} |",
+             "|---" * (3 + (3 if ensembles else 2) * len(MODELS)) + "|"]
     for report in reports:
         rows = report["models"]
-        means = {m: rows[m]["test_accuracy"]["mean"] for m in MODELS if m in rows}
-        best = max(means, key=means.get) if means else None
-        cells = [(f"**{_cell(rows[m]['test_accuracy'])}**" if m == best
-                  else _cell(rows[m]["test_accuracy"])) if m in rows else "–" for m in MODELS]
+        cells = _bold_best(rows, "test_accuracy")
         single = [_cell(rows[m]["run0_accuracy"]) if m in rows else "–" for m in MODELS]
         spread = " / ".join(f"{100 * rows[m]['run_spread']:.1f}" if m in rows else "–"
                             for m in MODELS)
+        tail = " | " + " | ".join(_bold_best(rows, "ensemble_accuracy")) if ensembles else ""
         lines.append(f"| {report['dataset']} | {report['runs_per_fold']} | "
-                     + " | ".join(cells + single) + f" | {spread} |")
+                     + " | ".join(cells + single) + f" | {spread}{tail} |")
     return "\n".join(lines) + "\n"
 
 

@@ -190,6 +190,51 @@ def test_runs_per_fold_averages_seeded_trainings_and_run_zero_is_the_single_run(
             cross_validate(graphs, factories, configs, splits=splits, runs_per_fold=bad)
 
 
+def test_ensemble_of_the_runs_averages_their_class_probabilities(mutag):
+    """The ensemble accuracy of each fold equals one computed here from the kept models'
+    own logits on the test fold (softmax, mean, argmax); no training is added for it."""
+    graphs, info = mutag
+    width, classes = info["node_feature_width"], info["classes"]
+    factories = {"gin": lambda: GINClassifier(width, classes, 16, 2, 0.5)}
+    configs = {"gin": GraphTrainConfig(epochs=3, lr=5e-3, batch_size=32)}
+    splits = stratified_folds(graph_labels(graphs), folds=5, seed=0)[:2]
+    probabilities: dict[int, list[torch.Tensor]] = {}
+    fits = []
+
+    def keep(fold, name, model, fit):
+        fits.append(fold)
+        batch = next(iter(DataLoader([graphs[i] for i in splits[fold][1]], batch_size=64)))
+        with torch.no_grad():
+            model.eval()
+            logits = model_outputs(model, batch)
+        probabilities.setdefault(fold, []).append(torch.softmax(logits.double(), -1))
+
+    cv = cross_validate(graphs, factories, configs, folds=5, splits=splits, progress=False,
+                        runs_per_fold=3, on_model_fit=keep)
+    assert fits == [0, 0, 0, 1, 1, 1]  # three trainings per fold, nothing more
+    for fold, record in enumerate(cv["folds"]):
+        target = torch.cat([graphs[i].y.view(-1) for i in splits[fold][1]])
+        mean = torch.stack(probabilities[fold]).mean(0)
+        expected = float((mean.argmax(-1) == target).double().mean())
+        assert record["models"]["gin"]["ensemble_test_accuracy"] == pytest.approx(expected)
+        assert 0.0 <= record["models"]["gin"]["ensemble_val_accuracy"] <= 1.0
+    assert cv["models"]["gin"]["ensemble_accuracy"]["values"] == [
+        f["models"]["gin"]["ensemble_test_accuracy"] for f in cv["folds"]]
+
+
+def test_ensemble_accuracy_is_the_argmax_of_the_mean_probability():
+    target = torch.tensor([0, 1, 1])
+    # on graph 1, member a is more confident (and wrong) than b is right: their mean follows a
+    a = torch.tensor([[2.0, 0.0], [3.0, 0.0], [0.0, 1.0]])
+    b = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.0, 1.0]])
+    assert graph_cv.ensemble_accuracy([a], target) == pytest.approx(2 / 3)
+    assert graph_cv.ensemble_accuracy([b], target) == 1.0
+    assert graph_cv.ensemble_accuracy([a, b], target) == pytest.approx(2 / 3)
+    assert graph_cv.ensemble_accuracy([b, b, a], target) == 1.0  # two votes of b outweigh a
+    with pytest.raises(ValueError, match="at least one member"):
+        graph_cv.ensemble_accuracy([], target)
+
+
 def test_config_flags_and_quick():
     config = parse(tudataset.CONFIG, ["--dataset", "PROTEINS", "--epochs", "7", "--blocks", "1",
                                       "--patience", "3", "--no-progress"])
@@ -286,13 +331,18 @@ def test_validation_only_never_scores_the_test_folds(mutag, monkeypatch):
     splits = stratified_folds(graph_labels(graphs), folds=5, seed=0)[:2]
     test_sizes = {len(test) for _, test in splits}
     scored = []  # sizes of the sets evaluated: validation (every epoch) and test
-    real_evaluate = graph_cv.evaluate
+    real_evaluate, real_predict = graph_cv.evaluate, graph_cv.predict_logits
 
     def watching(model, loader, device):
         scored.append(len(loader.dataset))
         return real_evaluate(model, loader, device)
 
+    def watching_logits(model, loader, device):
+        scored.append(len(loader.dataset))
+        return real_predict(model, loader, device)
+
     monkeypatch.setattr(graph_cv, "evaluate", watching)
+    monkeypatch.setattr(graph_cv, "predict_logits", watching_logits)
     full = cross_validate(graphs, factories, configs, folds=5, splits=splits, progress=False)
     # the watcher can tell them apart here: MUTAG's test folds hold 38 graphs, validation 15
     assert not test_sizes & {15} and [n for n in scored if n in test_sizes] == [38, 38]
@@ -306,9 +356,13 @@ def test_validation_only_never_scores_the_test_folds(mutag, monkeypatch):
     for a, b in zip(full["folds"], probe["folds"]):
         assert ({k: v for k, v in a["models"]["gin"].items() if k not in timed}
                 == {k: v for k, v in b["models"]["gin"].items() if k not in timed})
+    scored.clear()
     three = cross_validate(graphs, factories, configs, folds=5, splits=splits[:1],
                            progress=False, evaluate_test=False, runs_per_fold=2)
-    assert "test_accuracy" not in three["folds"][0]["models"]["gin"]
+    assert scored and not [n for n in scored if n in test_sizes]
+    record = three["folds"][0]["models"]["gin"]
+    assert "test_accuracy" not in record and "ensemble_test_accuracy" not in record
+    assert "ensemble_val_accuracy" in record and "ensemble_accuracy" not in three["models"]["gin"]
 
 
 def test_validation_only_cli_writes_no_test_figure(tmp_path):

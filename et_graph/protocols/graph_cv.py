@@ -160,6 +160,30 @@ def evaluate(model: nn.Module, loader: DataLoader, device: str | torch.device = 
     return {"accuracy": correct / max(total, 1), "loss": loss / max(total, 1)}
 
 
+@torch.no_grad()
+def predict_logits(model: nn.Module, loader: DataLoader, device: str | torch.device = "cpu"
+                   ) -> tuple[Tensor, Tensor]:
+    """Logits ``[N, C]`` of ``model`` (eval mode) on every graph of ``loader``, in its order,
+    and the targets ``[N]``. Argmax over them gives :func:`evaluate`'s accuracy exactly (the
+    same forward passes on the same batches)."""
+    model.eval()
+    logits, targets = [], []
+    for batch in loader:
+        batch = batch.to(device)
+        logits.append(model_outputs(model, batch).detach().cpu())
+        targets.append(batch.y.view(-1).cpu())
+    return torch.cat(logits), torch.cat(targets)
+
+
+def ensemble_accuracy(logits: Sequence[Tensor], target: Tensor) -> float:
+    """Accuracy of the ensemble that averages the members' class probabilities
+    (``softmax(logits)``, one ``[N, C]`` tensor per member) and predicts their argmax."""
+    if not logits:
+        raise ValueError("an ensemble needs at least one member")
+    probabilities = torch.stack([torch.softmax(x.double(), dim=-1) for x in logits]).mean(0)
+    return int((probabilities.argmax(-1) == target).sum()) / max(target.numel(), 1)
+
+
 class GraphClassificationTask:
     """The :class:`~et_graph.training.TrainingTask` of graph classification: shuffled
     mini-batches of the training graphs (a seeded generator), cross-entropy loss, validation
@@ -239,6 +263,13 @@ def cross_validate(
     ``"runs"``; its ``val_accuracy`` and ``val_loss`` are means and its ``best_epoch`` is run
     0's.
 
+    With ``runs_per_fold > 1`` the fold record also holds ``ensemble_test_accuracy`` and
+    ``ensemble_val_accuracy`` (and the summary ``ensemble_accuracy`` and
+    ``ensemble_val_accuracy``): the accuracy of the ensemble of the same trainings, which
+    averages their class probabilities (:func:`ensemble_accuracy`). No training is added and
+    each test fold is still scored once per training; the members' logits are kept only for
+    this average.
+
     ``evaluate_test=False`` (a validation probe) never scores the test folds (no loader is
     built for them): the records and the summary then hold no test accuracy, only the
     inner-validation figures.
@@ -266,8 +297,12 @@ def cross_validate(
                                   "test": len(test_index), "models": {}}
         test_loader = (DataLoader([data[i] for i in test_index], batch_size=64)
                        if evaluate_test else None)
+        val_loader = (DataLoader([data[i] for i in val], batch_size=64)
+                      if runs_per_fold > 1 else None)
         for name, factory in models.items():
             runs = []
+            members: dict[str, list[Tensor]] = {"val": [], "test": []}
+            targets: dict[str, Tensor] = {}
             for run in range(runs_per_fold):
                 run_seed = seed + fold + run * seed_stride
                 run_name = name if run == 0 else f"{name}-run{run}"
@@ -283,8 +318,16 @@ def cross_validate(
                 if on_model_fit is not None:
                     on_model_fit(fold, name, model, fit)
                 # the test fold is touched once per training, here, after its selection
-                test = {} if test_loader is None else {
-                    "test_accuracy": evaluate(model, test_loader, device)["accuracy"]}
+                test = {}
+                if test_loader is not None:
+                    logits, targets["test"] = predict_logits(model, test_loader, device)
+                    # as evaluate() counts it: correct / total
+                    test["test_accuracy"] = (int((logits.argmax(-1) == targets["test"]).sum())
+                                             / max(targets["test"].numel(), 1))
+                    members["test"].append(logits)
+                if val_loader is not None:
+                    logits, targets["val"] = predict_logits(model, val_loader, device)
+                    members["val"].append(logits)
                 runs.append({
                     **test, "best_epoch": fit.best_epoch,
                     "val_accuracy": fit.best.score, "val_loss": fit.best.loss,
@@ -299,6 +342,8 @@ def cross_validate(
                     "best_epoch": runs[0]["best_epoch"],
                     "epochs_run": sum(r["epochs_run"] for r in runs),
                     "epoch_seconds": float(np.mean([r["epoch_seconds"] for r in runs])),
+                    **{f"ensemble_{split}_accuracy": ensemble_accuracy(logits, targets[split])
+                       for split, logits in members.items() if logits},
                     "runs": runs,
                 }
         per_fold.append(record)
@@ -310,6 +355,9 @@ def cross_validate(
         summary[name] = {
             **({"accuracy": summarize(r["test_accuracy"] for r in rows)} if evaluate_test else {}),
             "val_accuracy": summarize(r["val_accuracy"] for r in rows),
+            **{f"ensemble_{key}": summarize(r[f"ensemble_{split}_accuracy"] for r in rows)
+               for split, key in (("test", "accuracy"), ("val", "val_accuracy"))
+               if f"ensemble_{split}_accuracy" in rows[0]},
             "best_epoch": [r["best_epoch"] for r in rows],
             "config": asdict(configs[name]),
         }
