@@ -316,8 +316,14 @@ def test_tu_reassess_averages_runs_per_fold_and_keeps_run_zero(tmp_path):
     assert row["test_accuracy"]["values"] == means
     assert row["run0_accuracy"]["values"] == [runs[0] for runs in row["fold_runs"]]
     assert "3 trainings" not in row["protocol"] and "2 trainings per fold" in row["protocol"]
+    assert [0.0 <= acc <= 1.0 for acc in row["ensemble_accuracy"]["values"]] == [True, True]
+    assert len(row["ensemble_val_accuracy"]["values"]) == 2
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("| MUTAG")]
-    assert "| 2 |" in line and line.count("**") == 2
+    # bold: the best mean of the runs, and the best ensemble (the last cells)
+    assert "| 2 |" in line and line.count("**") == 4
+    ensemble = 100 * row["ensemble_accuracy"]["mean"]
+    assert line.rstrip(" |").split("|")[-2].strip() == f"**{ensemble:.1f} ± " + (
+        f"{100 * row['ensemble_accuracy']['std']:.1f}**")
 
 
 def test_tu_reassess_summary_joins_models_run_apart_and_refuses_duplicates():

@@ -318,6 +318,21 @@ def test_quick_cv_run_writes_results(tmp_path):
     assert f"{machine['processor']} ({machine['cpu_capability']})" in markdown  # provenance
     assert (out / "MUTAG" / "accuracy.png").stat().st_size > 0
     assert not (root / "MUTAG" / "processed").exists()  # the given root is left untouched
+    assert "ensemble_accuracy" not in markdown  # one training per fold: no ensemble
+
+
+def test_cli_with_several_runs_per_fold_reports_their_ensemble(tmp_path):
+    out = tmp_path / "out"
+    tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
+                    "--models", "gin", "--runs-per-fold", "2", "--max-folds", "1",
+                    "--out", str(out), "--no-progress"])
+    results = json.loads((out / "MUTAG" / "results.json").read_text())
+    gin = results["models"]["gin"]
+    assert gin["ensemble_accuracy"]["values"] == [
+        results["folds"][0]["models"]["gin"]["ensemble_test_accuracy"]]
+    assert "averaged class probabilities" in results["protocol"]
+    header = (out / "MUTAG" / "results.md").read_text()
+    assert "| model | accuracy | ensemble_accuracy |" in header
 
 
 def test_validation_only_never_scores_the_test_folds(mutag, monkeypatch):
