@@ -82,6 +82,46 @@ def test_run_subgraph_mode_gadbench_masks_and_options():
     assert sizes == [[120, 60, 120], [120, 60, 120]]
 
 
+def test_seed_ensemble_averages_each_models_seeds_on_their_shared_split(monkeypatch):
+    """``NAME_ensemble`` is the mean of the model's per-seed scores, thresholded on validation;
+    the deterministic trees' ensemble equals each of their seeds; test labels move no
+    threshold; seeds on different splits are refused."""
+    from et_graph.protocols.anomaly import choose_threshold, evaluate, seed_ensemble
+
+    data = planted_anomaly_graph(300, seed=2)
+    detectors = []
+    real = anomaly.make_detector
+
+    def keep(*args, **kwargs):
+        detectors.append(real(*args, **kwargs))
+        return detectors[-1]
+
+    monkeypatch.setattr(anomaly, "make_detector", keep)
+    results = anomaly.run(config("--models", "mlp,gbt", "--seeds", "2", "--epochs", "3",
+                                 "--hidden", "16", "--seed-ensemble", "--no-energy-row"),
+                          data=data)
+    assert set(results["models"]) == {"mlp", "gbt", "mlp_ensemble", "gbt_ensemble"}
+    assert "NAME_ensemble" in results["protocol"]
+    split = anomaly.make_splits(data, "paper", 1)[0]
+    y, val, test = data.y.numpy(), split.val.numpy(), split.test.numpy()
+    mlp = [d.decision_score_.double().numpy() for d in detectors[0::2]]
+    assert not (mlp[0] == mlp[1]).all()  # two seeds, two models
+    mean = (mlp[0] + mlp[1]) / 2
+    expected = evaluate(y[test], mean[test], choose_threshold(y[val], mean[val])[0])
+    got = results["seed_ensembles"]["mlp_ensemble"]
+    assert {m: got[m] for m in expected} == pytest.approx(expected)
+    assert results["models"]["mlp_ensemble"]["auroc"]["values"] == [got["auroc"]]
+    gbt = results["models"]["gbt"]
+    for metric, stat in results["models"]["gbt_ensemble"].items():
+        assert stat["values"] == [gbt[metric]["values"][0]] == [gbt[metric]["values"][1]]
+    scrambled = y.copy()
+    scrambled[test] = 1 - scrambled[test]
+    assert seed_ensemble(scrambled, mlp, split)[1:] == seed_ensemble(y, mlp, split)[1:]
+    with pytest.raises(ValueError, match="different splits"):
+        anomaly.run(config("--models", "gbt", "--seeds", "2", "--vary-split",
+                           "--seed-ensemble"), data=data)
+
+
 def test_run_rejects_bad_options_and_data():
     with pytest.raises(ValueError, match="unknown models"):
         anomaly.run(config("--models", "svm"), data=planted_anomaly_graph(100))

@@ -24,6 +24,7 @@ from ..protocols.anomaly import (
     energy_trajectory,
     evaluate,
     make_splits,
+    seed_ensemble,
 )
 from ..protocols.anomaly_config import (
     ENERGY_ROW,
@@ -59,12 +60,16 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     p = config.protocol
     dataset = str(getattr(data, "name", None) or config.data.dataset)
     splits = make_splits(data, p.protocol, p.seeds, p.train_ratio, p.split_seed, p.vary_split)
+    if p.seed_ensemble and any(not _same_split(splits[0], s) for s in splits[1:]):
+        raise ValueError("seed_ensemble averages the seeds of one split, but these seeds have "
+                         "different splits (vary_split, or several dataset masks)")
     progress = config.run.progress and rank == 0
     y = data.y.cpu().numpy()
     rows: dict[str, list[dict[str, float]]] = {}
     curves: dict[str, Any] = {"prob": {}, "history": {}, "energy": None}
     per_seed: list[dict[str, Any]] = []
     epoch_seconds: dict[str, list[float]] = {}
+    seed_scores: dict[str, list[np.ndarray]] = {}
     for seed, split in enumerate(tqdm(splits, desc=f"{dataset} seeds", disable=not progress)):
         train_mask, val_mask, _ = split.masks(data.num_nodes)
         test = split.test.numpy()
@@ -77,6 +82,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
             metrics = evaluate(y[test], score[test], det.threshold_)
             rows.setdefault(name, []).append(metrics)
             detail[name] = {**metrics, "threshold": det.threshold_, **det.fit_info_}
+            if p.seed_ensemble:
+                seed_scores.setdefault(name, []).append(score)
             if det.history_:
                 curves["history"].setdefault(name, []).append({
                     "loss": [r["train_loss"] for r in det.history_],
@@ -94,6 +101,12 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
                     curves["energy"] = energy_trajectory(det, data, split)
         per_seed.append(detail)
 
+    ensembles = {}
+    for name, scores in seed_scores.items():
+        metrics, threshold, val_auroc = seed_ensemble(y, scores, splits[0])
+        rows[f"{name}_ensemble"] = [metrics]
+        ensembles[f"{name}_ensemble"] = {**metrics, "threshold": threshold,
+                                         "val_auroc": val_auroc, "seeds": len(scores)}
     models = {name: {m: summarize(r[m] for r in runs) for m in METRICS}
               for name, runs in rows.items()}
     results = {
@@ -103,6 +116,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         "epoch_seconds_median": {k: float(np.median(v)) for k, v in epoch_seconds.items()},
         "seconds_total": time.perf_counter() - start,
         "per_seed": per_seed,
+        **({"seed_ensembles": ensembles} if ensembles else {}),
         "meta": run_metadata(config),
     }
     if rank == 0 and config.run.out:
@@ -110,6 +124,10 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     if rank == 0 and progress:
         print(markdown_table(models, METRICS))
     return results
+
+
+def _same_split(a: Split, b: Split) -> bool:
+    return all(torch.equal(getattr(a, part), getattr(b, part)) for part in ("train", "val", "test"))
 
 
 def _setup_distributed(ddp: bool) -> int:
@@ -137,6 +155,9 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     text = (f"{head}; {train}/{val}/{test} train/val/test nodes; {p.seeds} seeds; neural models: "
             f"up to {t.epochs} epochs, checkpoint = best validation {t.select_metric}; threshold "
             "from 0.05..0.95 (19) maximising validation macro-F1; test nodes scored once")
+    if p.seed_ensemble:
+        text += ("; NAME_ensemble = one detector: the mean of the model's scores over the seeds "
+                 "(same split), its threshold chosen on validation")
     if "et" in names and p.energy_row:
         text += (f"; {ENERGY_ROW} = node energy of the label-trained ET at its final state, sign "
                  "and threshold chosen on validation (not an unsupervised detector)")

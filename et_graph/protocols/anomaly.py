@@ -7,7 +7,8 @@ Everything that decides *what is measured* lives here, apart from the models:
 - :func:`mask_splits`: the dataset's own masks (GADBench mode; Tolokers carries 10);
 - :func:`choose_threshold`: the grid 0.05..0.95 (19 values) maximising *validation* macro-F1;
 - :func:`evaluate`: test AUROC, AUPRC, macro-F1 at that threshold, Rec@K (K = #true anomalies);
-- :meth:`Split.masks`: a split as the bool masks a detector's ``fit`` takes.
+- :meth:`Split.masks`: a split as the bool masks a detector's ``fit`` takes;
+- :func:`seed_ensemble`: one model's seeds averaged into one detector (same split).
 
 Training lives in :mod:`et_graph.training` and the models in :mod:`et_graph.detectors`. Test
 nodes never influence a choice: thresholds, checkpoints and the energy score's sign all come from
@@ -235,6 +236,21 @@ def evaluate_scores(
     prob = scores_to_unit(score, score[val]) if calibrate else np.asarray(score)
     threshold, _ = choose_threshold(y[val], prob[val])
     return evaluate(y[test], prob[test], threshold), threshold, prob
+
+
+def seed_ensemble(y: np.ndarray, scores: list[np.ndarray], split: Split
+                  ) -> tuple[dict[str, float], float, float]:
+    """The ensemble of one model's seeds on one shared split: the mean of their scores of every
+    node (probabilities), thresholded on validation macro-F1 like one model. Returns ``(test
+    metrics, threshold, validation AUROC)``; validation nodes alone decide the threshold."""
+    if not scores:
+        raise ValueError("an ensemble needs at least one seed's scores")
+    mean = np.mean(np.stack([np.asarray(s, dtype=np.float64) for s in scores]), axis=0)
+    val, test = split.val.numpy(), split.test.numpy()
+    threshold, _ = choose_threshold(y[val], mean[val])
+    both = 0 < y[val].sum() < val.size
+    val_auroc = float(roc_auc_score(y[val], mean[val])) if both else float("nan")
+    return evaluate(y[test], mean[test], threshold), threshold, val_auroc
 
 
 def class_weight(y_train: Tensor) -> float:

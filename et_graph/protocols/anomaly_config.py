@@ -82,6 +82,9 @@ class AnomalyProtocolConfig:
         ddp: data-parallel training over torch.distributed (launch with torchrun).
         inference_chunk_size: ET validates and scores this many destination nodes at a time,
             in bounded memory, with the same result (none = one full pass).
+        seed_ensemble: also report, per model, the ensemble of its seeds (``NAME_ensemble``):
+            the mean of the seeds' scores, its threshold chosen on validation. The seeds must
+            share one split (paper protocol without vary_split, or one mask).
     """
 
     protocol: str = "paper"
@@ -93,6 +96,7 @@ class AnomalyProtocolConfig:
     energy_row: bool = True
     ddp: bool = False
     inference_chunk_size: Optional[int] = None
+    seed_ensemble: bool = False
 
     def model_names(self) -> list[str]:
         names = [n.strip().lower() for n in self.models.split(",") if n.strip()]
