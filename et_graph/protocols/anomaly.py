@@ -248,8 +248,7 @@ def seed_ensemble(y: np.ndarray, scores: list[np.ndarray], split: Split
     mean = np.mean(np.stack([np.asarray(s, dtype=np.float64) for s in scores]), axis=0)
     val, test = split.val.numpy(), split.test.numpy()
     threshold, _ = choose_threshold(y[val], mean[val])
-    both = 0 < y[val].sum() < val.size
-    val_auroc = float(roc_auc_score(y[val], mean[val])) if both else float("nan")
+    val_auroc = evaluate(y[val], mean[val], threshold)["auroc"]  # NaN with one class
     return evaluate(y[test], mean[test], threshold), threshold, val_auroc
 
 

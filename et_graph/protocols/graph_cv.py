@@ -175,13 +175,19 @@ def predict_logits(model: nn.Module, loader: DataLoader, device: str | torch.dev
     return torch.cat(logits), torch.cat(targets)
 
 
+def argmax_accuracy(scores: Tensor, target: Tensor) -> float:
+    """Share of rows of ``scores [N, C]`` whose argmax is the target, counted as
+    :func:`evaluate` counts it (correct / total)."""
+    return int((scores.argmax(-1) == target).sum()) / max(target.numel(), 1)
+
+
 def ensemble_accuracy(logits: Sequence[Tensor], target: Tensor) -> float:
     """Accuracy of the ensemble that averages the members' class probabilities
     (``softmax(logits)``, one ``[N, C]`` tensor per member) and predicts their argmax."""
     if not logits:
         raise ValueError("an ensemble needs at least one member")
     probabilities = torch.stack([torch.softmax(x.double(), dim=-1) for x in logits]).mean(0)
-    return int((probabilities.argmax(-1) == target).sum()) / max(target.numel(), 1)
+    return argmax_accuracy(probabilities, target)
 
 
 class GraphClassificationTask:
@@ -321,9 +327,7 @@ def cross_validate(
                 test = {}
                 if test_loader is not None:
                     logits, targets["test"] = predict_logits(model, test_loader, device)
-                    # as evaluate() counts it: correct / total
-                    test["test_accuracy"] = (int((logits.argmax(-1) == targets["test"]).sum())
-                                             / max(targets["test"].numel(), 1))
+                    test["test_accuracy"] = argmax_accuracy(logits, targets["test"])
                     members["test"].append(logits)
                 if val_loader is not None:
                     logits, targets["val"] = predict_logits(model, val_loader, device)
