@@ -222,6 +222,43 @@ def test_ensemble_of_the_runs_averages_their_class_probabilities(mutag):
         f["models"]["gin"]["ensemble_test_accuracy"] for f in cv["folds"]]
 
 
+def test_label_smoothing_smooths_the_training_loss_only(mutag):
+    """The training loss is the smoothed cross-entropy (recomputed here by hand), validation
+    stays plain; 0 is the old loss bit for bit, and a smoothed fit trains another model."""
+    graphs, info = mutag
+    width, classes = info["node_feature_width"], info["classes"]
+    model = GINClassifier(width, classes, 16, 2, 0.0).eval()
+    batch = next(iter(DataLoader(graphs[:32], batch_size=32)))
+    with torch.no_grad():
+        logits = model_outputs(model, batch)
+    target = batch.y.view(-1)
+    log_p = torch.log_softmax(logits, -1)
+    plain = graph_cv.GraphClassificationTask(graphs[:32], graphs[32:48], 32)
+    smooth = graph_cv.GraphClassificationTask(graphs[:32], graphs[32:48], 32,
+                                              label_smoothing=0.2)
+    onehot = torch.nn.functional.one_hot(target, classes).double()
+    by_hand = -((0.8 * onehot + 0.2 / classes) * log_p.double()).sum(-1).mean()
+    with torch.no_grad():
+        assert float(smooth.loss(model, batch)) == pytest.approx(float(by_hand), rel=1e-6)
+        assert torch.equal(plain.loss(model, batch),
+                           torch.nn.functional.cross_entropy(logits, target))
+    assert plain.validate(model).loss == smooth.validate(model).loss  # validation unsmoothed
+
+    def fit(smoothing):
+        torch.manual_seed(0)
+        net = GINClassifier(width, classes, 16, 2, 0.5)
+        config = GraphTrainConfig(epochs=2, lr=5e-3, batch_size=32, label_smoothing=smoothing)
+        graph_cv.fit_graph_classifier(net, graphs[:96], graphs[96:128], config, progress=False)
+        return torch.cat([p.detach().flatten() for p in net.parameters()])
+
+    assert not torch.equal(fit(0.0), fit(0.3))
+    for bad in (-0.1, 1.0, True, "0.1"):
+        with pytest.raises(ValueError, match="label_smoothing"):
+            GraphTrainConfig(label_smoothing=bad)
+    config = parse(tudataset.CONFIG, ["--label-smoothing", "0.1"])
+    assert config.train.label_smoothing == 0.1
+
+
 def test_ensemble_accuracy_is_the_argmax_of_the_mean_probability():
     target = torch.tensor([0, 1, 1])
     # on graph 1, member a is more confident (and wrong) than b is right: their mean follows a

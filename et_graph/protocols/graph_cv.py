@@ -52,17 +52,27 @@ class GraphTrainConfig(TrainConfig):
 
     Attributes:
         batch_size: graphs per training batch.
+        label_smoothing: the training loss is the cross-entropy against targets smoothed by
+            this share (``F.cross_entropy(..., label_smoothing=)``: ``1 - s`` on the class,
+            ``s`` spread evenly over all classes); 0 = plain cross-entropy. Validation
+            accuracy and the validation loss (the tie-break) stay unsmoothed.
     """
 
     lr_schedule: str = "cosine"
     lr_floor: float = 0.05
     grad_clip: float = 5.0
     batch_size: int = 32
+    label_smoothing: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {self.batch_size}")
+        smoothing = self.label_smoothing
+        if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not (
+            0.0 <= smoothing < 1.0
+        ):
+            raise ValueError(f"label_smoothing must lie in [0, 1), got {smoothing!r}")
 
 
 def check_graph_labels(labels: Sequence[int] | Tensor | np.ndarray) -> np.ndarray:
@@ -192,11 +202,14 @@ def ensemble_accuracy(logits: Sequence[Tensor], target: Tensor) -> float:
 
 class GraphClassificationTask:
     """The :class:`~et_graph.training.TrainingTask` of graph classification: shuffled
-    mini-batches of the training graphs (a seeded generator), cross-entropy loss, validation
-    accuracy as the score and the mean validation cross-entropy as the tie-break."""
+    mini-batches of the training graphs (a seeded generator), cross-entropy loss (with
+    ``label_smoothing`` on the training batches only), validation accuracy as the score and the
+    mean validation cross-entropy (unsmoothed) as the tie-break."""
 
     def __init__(self, train_data: Sequence[Data], val_data: Sequence[Data], batch_size: int,
-                 seed: int = 0, device: str | torch.device = "cpu") -> None:
+                 seed: int = 0, device: str | torch.device = "cpu",
+                 label_smoothing: float = 0.0) -> None:
+        self.label_smoothing = float(label_smoothing)
         self.generator = torch.Generator().manual_seed(seed)
         self.loader = DataLoader(list(train_data), batch_size=batch_size, shuffle=True,
                                  generator=self.generator)
@@ -207,7 +220,8 @@ class GraphClassificationTask:
         return (batch.to(self.device) for batch in self.loader)
 
     def loss(self, model: nn.Module, batch: Any) -> Tensor:
-        return F.cross_entropy(model_outputs(model, batch), batch.y.view(-1))
+        return F.cross_entropy(model_outputs(model, batch), batch.y.view(-1),
+                               label_smoothing=self.label_smoothing)
 
     def validate(self, model: nn.Module) -> Validation:
         val = evaluate(model, self.val_loader, self.device)
@@ -228,7 +242,8 @@ def fit_graph_classifier(
     """Train on ``train_data`` with :class:`~et_graph.training.Trainer`; ``model`` then holds
     the epoch with the best validation accuracy (ties: lower validation loss, then earlier)."""
     seed_everything(seed)
-    task = GraphClassificationTask(train_data, val_data, config.batch_size, seed, device)
+    task = GraphClassificationTask(train_data, val_data, config.batch_size, seed, device,
+                                   label_smoothing=config.label_smoothing)
     trainer = Trainer(config, checkpoint=checkpoint, description=desc, progress=progress,
                       generators=[task.generator],
                       fingerprint=json.dumps([asdict(config), seed, len(train_data)]))
