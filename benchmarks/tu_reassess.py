@@ -11,13 +11,16 @@ processes is reported beside the mean.
 
     OMP_NUM_THREADS=1 python benchmarks/tu_reassess.py --datasets MUTAG,PROTEINS \\
         --presets configs/tudataset/tuned16 --runs-per-fold 3 --out runs/tu_reassess
-    python benchmarks/tu_reassess.py --summarize runs/tu_reassess/*/reassess.json
+    python benchmarks/tu_reassess.py --summarize runs/tu_reassess/*/reassess.json \\
+        --plot ensembles.png
 
 Writes ``OUT/DATASET/reassess.json`` and ``reassess.md``, and prints one table over the
 datasets: each model's mean ± std over folds of the R-run fold accuracy (the winner in bold),
 run 0's accuracy alone, and the spread between runs (mean over folds of the runs' std). With
 more than one run it also reports each model's ensemble of its runs: per fold, the accuracy of
-their averaged class probabilities (the same trainings; no training is added).
+their averaged class probabilities (the same trainings; no training is added). ``--plot FILE``
+draws the same table as a figure: per dataset, a bar per model for the mean of its runs (± the
+std over folds) and a diamond for its ensemble.
 """
 from __future__ import annotations
 
@@ -135,6 +138,61 @@ def summary_table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: One colour per model, the same in every figure of the page.
+COLORS = {"et": "#3182bd", "gin": "#e6550d", "structure_agnostic": "#31a354"}
+
+
+def plot_summary(reports: list[dict[str, Any]], path: Path) -> Path:
+    """The summary table as a figure: for each dataset and model, a bar at the mean over folds
+    of the R-run accuracy with the std over folds as error bar, and a diamond at the accuracy
+    of the model's ensemble of its R trainings (when the reports hold one). A model missing
+    on a dataset leaves its slot empty."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    reports = merge_reports(reports)
+    if not reports:
+        raise ValueError("nothing to plot: no reports")
+    width = 0.8 / len(MODELS)
+    has_ensembles = False
+    fig, ax = plt.subplots(figsize=(1.5 * len(reports) + 2.5, 4.0))
+    for i, report in enumerate(reports):
+        for j, model in enumerate(MODELS):
+            row = report["models"].get(model)
+            if row is None:
+                continue
+            x = i + (j - (len(MODELS) - 1) / 2) * width
+            stat = row["test_accuracy"]
+            ax.bar(x, 100 * stat["mean"], width, yerr=100 * stat["std"], capsize=2,
+                   color=COLORS[model], alpha=0.45, edgecolor=COLORS[model], label=NAMES[model])
+            if row.get("ensemble_accuracy"):
+                ax.plot(x, 100 * row["ensemble_accuracy"]["mean"], "D", color=COLORS[model],
+                        markeredgecolor="black", ms=5, zorder=3)
+                has_ensembles = True
+    ax.set_xticks(range(len(reports)), [r["dataset"] for r in reports])
+    low = min(100 * (row["test_accuracy"]["mean"] - row["test_accuracy"]["std"])
+              for r in reports for row in r["models"].values())
+    ax.set_ylim(max(0.0, 5 * int(low // 5) - 5), 100)
+    ax.set_ylabel("test accuracy % (10 folds)")
+    runs = sorted({r["runs_per_fold"] for r in reports})
+    ax.set_title(f"mean of {'/'.join(map(str, runs))} trainings per fold (bars, ± std over "
+                 "folds) and their ensemble (diamonds)", fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))  # one legend entry per model
+    if has_ensembles:
+        unique["ensemble of the runs"] = Line2D([], [], marker="D", linestyle="None",
+                                                color="0.6", markeredgecolor="black")
+    ax.legend(unique.values(), unique.keys(), fontsize=8, ncol=4, loc="upper center",
+              bbox_to_anchor=(0.5, -0.1), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -146,10 +204,15 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("runs/tu_reassess"))
     parser.add_argument("--summarize", nargs="+", metavar="REASSESS_JSON", default=None,
                         help="only print the table over these reassess.json files")
+    parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
+                        help="also draw the table (bars: mean of the runs; diamonds: ensembles)")
     args = parser.parse_args(argv)
     if args.summarize:
-        text = summary_table([json.loads(Path(p).read_text()) for p in args.summarize])
+        reports = [json.loads(Path(p).read_text()) for p in args.summarize]
+        text = summary_table(reports)
         print(text)
+        if args.plot:
+            plot_summary(reports, args.plot)
         return {"summary": text}
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -170,6 +233,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         reports.append(report)
     text = summary_table(reports)
     print(text)
+    if args.plot:
+        plot_summary(reports, args.plot)
     return {"reports": reports, "summary": text}
 
 

@@ -341,6 +341,30 @@ def test_tu_reassess_summary_joins_models_run_apart_and_refuses_duplicates():
         tu_reassess.summary_table([report(["et"]), report(["et"])])
 
 
+def test_tu_reassess_plot_draws_the_summary(tmp_path):
+    tu_reassess = benchmark_module("tu_reassess")
+    stat = {"mean": 0.8, "std": 0.01}
+    with_ensemble = {"test_accuracy": stat, "run0_accuracy": stat, "run_spread": 0.02,
+                     "ensemble_accuracy": {"mean": 0.82, "std": 0.01}}
+    reports = [
+        {"dataset": "NCI1", "runs_per_fold": 3, "models": {"et": with_ensemble}},
+        {"dataset": "NCI1", "runs_per_fold": 3, "models": {"gin": with_ensemble}},
+        {"dataset": "MUTAG", "runs_per_fold": 1,  # no ensemble, and a model missing
+         "models": {"gin": {k: with_ensemble[k] for k in ("test_accuracy", "run0_accuracy",
+                                                           "run_spread")}}},
+    ]
+    files = []
+    for i, report in enumerate(reports):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps(report))
+    plot = tmp_path / "summary.png"
+    out = tu_reassess.main(["--summarize", *map(str, files), "--plot", str(plot)])
+    assert "| NCI1 | 3 |" in out["summary"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="no reports"):
+        tu_reassess.plot_summary([], tmp_path / "none.png")
+
+
 def test_gnnbenchmark_holdout_probe_scores_the_tuning_objective_per_seed(tmp_path):
     """Each seed's value is a tuning trial's (test split dropped); their mean is the objective
     with as many tuning seeds."""
