@@ -13,6 +13,7 @@ processes is reported beside the mean.
         --presets configs/tudataset/tuned16 --runs-per-fold 3 --out runs/tu_reassess
     python benchmarks/tu_reassess.py --summarize runs/tu_reassess/*/reassess.json \\
         --plot ensembles.png
+    python benchmarks/tu_reassess.py --summarize A.json@gin,structure_agnostic B.json@et
 
 Writes ``OUT/DATASET/reassess.json`` and ``reassess.md``, and prints one table over the
 datasets: each model's mean ± std over folds of the R-run fold accuracy (the winner in bold),
@@ -138,6 +139,20 @@ def summary_table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_report(spec: str) -> dict[str, Any]:
+    """A stored reassessment, ``PATH`` or ``PATH@MODEL[,MODEL...]`` to keep only those models
+    (e.g. a dataset's baselines from one run and ET's current preset from another)."""
+    path, _, keep = spec.partition("@")
+    report = json.loads(Path(path).read_text())
+    if keep:
+        models = [m.strip() for m in keep.split(",") if m.strip()]
+        missing = [m for m in models if m not in report["models"]]
+        if missing:
+            raise ValueError(f"{path} holds no model {missing} (it has {list(report['models'])})")
+        report = {**report, "models": {m: report["models"][m] for m in models}}
+    return report
+
+
 #: One colour per model, the same in every figure of the page.
 COLORS = {"et": "#3182bd", "gin": "#e6550d", "structure_agnostic": "#31a354"}
 
@@ -202,13 +217,15 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--runs-per-fold", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("runs/tu_reassess"))
-    parser.add_argument("--summarize", nargs="+", metavar="REASSESS_JSON", default=None,
-                        help="only print the table over these reassess.json files")
+    parser.add_argument("--summarize", nargs="+", metavar="REASSESS_JSON[@MODELS]",
+                        default=None,
+                        help="only print the table over these reassess.json files; "
+                        "FILE@et,gin keeps only those models of FILE")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
                         help="also draw the table (bars: mean of the runs; diamonds: ensembles)")
     args = parser.parse_args(argv)
     if args.summarize:
-        reports = [json.loads(Path(p).read_text()) for p in args.summarize]
+        reports = [read_report(spec) for spec in args.summarize]
         text = summary_table(reports)
         print(text)
         if args.plot:

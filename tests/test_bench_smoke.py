@@ -360,6 +360,12 @@ def test_tu_reassess_plot_draws_the_summary(tmp_path):
     plot = tmp_path / "summary.png"
     out = tu_reassess.main(["--summarize", *map(str, files), "--plot", str(plot)])
     assert "| NCI1 | 3 |" in out["summary"]
+    # FILE@models keeps those models: GIN's row of file 1 alone, so ET's cells are empty
+    (line,) = [x for x in tu_reassess.main(["--summarize", f"{files[1]}@gin"])["summary"]
+               .splitlines() if x.startswith("| NCI1")]
+    assert line.startswith("| NCI1 | 3 | – | **80.0 ± 1.0** |")
+    with pytest.raises(ValueError, match="holds no model"):
+        tu_reassess.read_report(f"{files[0]}@gin")
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no reports"):
         tu_reassess.plot_summary([], tmp_path / "none.png")
