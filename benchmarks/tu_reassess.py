@@ -106,6 +106,12 @@ def merge_reports(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
+def has_ensembles(reports: list[dict[str, Any]]) -> bool:
+    """Whether any model row of ``reports`` holds the accuracy of an ensemble of its runs."""
+    return any("ensemble_accuracy" in row for report in reports
+               for row in report["models"].values())
+
+
 def _bold_best(rows: dict[str, Any], key: str) -> list[str]:
     """One cell per model of ``rows[model][key]`` (``–`` where absent), the best mean in bold."""
     means = {m: rows[m][key]["mean"] for m in MODELS if rows.get(m, {}).get(key)}
@@ -119,8 +125,7 @@ def summary_table(reports: list[dict[str, Any]]) -> str:
     accuracies and the spread between runs; with reports that hold it, the accuracy of each
     model's ensemble of its R trainings (averaged class probabilities; winner in bold) last."""
     reports = merge_reports(reports)
-    ensembles = any("ensemble_accuracy" in row for report in reports
-                    for row in report["models"].values())
+    ensembles = has_ensembles(reports)
     head = " | ".join(NAMES[m] for m in MODELS)
     single = " | ".join(f"{NAMES[m]}, run 0 alone" for m in MODELS)
     ensemble = " | " + " | ".join(f"{NAMES[m]}, ensemble" for m in MODELS) if ensembles else ""
@@ -172,7 +177,6 @@ def plot_summary(reports: list[dict[str, Any]], path: Path) -> Path:
     if not reports:
         raise ValueError("nothing to plot: no reports")
     width = 0.8 / len(MODELS)
-    has_ensembles = False
     fig, ax = plt.subplots(figsize=(1.5 * len(reports) + 2.5, 4.0))
     for i, report in enumerate(reports):
         for j, model in enumerate(MODELS):
@@ -183,10 +187,9 @@ def plot_summary(reports: list[dict[str, Any]], path: Path) -> Path:
             stat = row["test_accuracy"]
             ax.bar(x, 100 * stat["mean"], width, yerr=100 * stat["std"], capsize=2,
                    color=COLORS[model], alpha=0.45, edgecolor=COLORS[model], label=NAMES[model])
-            if row.get("ensemble_accuracy"):
+            if "ensemble_accuracy" in row:
                 ax.plot(x, 100 * row["ensemble_accuracy"]["mean"], "D", color=COLORS[model],
                         markeredgecolor="black", ms=5, zorder=3)
-                has_ensembles = True
     ax.set_xticks(range(len(reports)), [r["dataset"] for r in reports])
     low = min(100 * (row["test_accuracy"]["mean"] - row["test_accuracy"]["std"])
               for r in reports for row in r["models"].values())
@@ -197,7 +200,7 @@ def plot_summary(reports: list[dict[str, Any]], path: Path) -> Path:
                  "folds) and their ensemble (diamonds)", fontsize=9)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))  # one legend entry per model
-    if has_ensembles:
+    if has_ensembles(reports):
         unique["ensemble of the runs"] = Line2D([], [], marker="D", linestyle="None",
                                                 color="0.6", markeredgecolor="black")
     ax.legend(unique.values(), unique.keys(), fontsize=8, ncol=4, loc="upper center",
