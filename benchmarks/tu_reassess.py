@@ -54,20 +54,26 @@ def fold_runs(results: dict[str, Any], model: str) -> list[list[float]]:
 
 
 def reassess_dataset(dataset: str, presets: Path, models: list[str], runs_per_fold: int,
-                     out: Path, threads: int) -> dict[str, Any]:
+                     out: Path, threads: int,
+                     label_smoothing: Optional[float] = None) -> dict[str, Any]:
+    """Each model's preset cross-validated with ``runs_per_fold`` trainings per fold;
+    ``label_smoothing`` (if given) replaces the presets' ``train.label_smoothing``."""
     rows: dict[str, Any] = {}
     for model in models:
         preset = presets / f"{dataset}-{model}.toml"
         if not preset.is_file():
             raise SystemExit(f"no preset {preset}")
         started = time.time()
-        overrides = {"protocol": {"runs_per_fold": runs_per_fold},
-                     "run": {"threads": threads, "progress": False}}
+        overrides: dict[str, Any] = {"protocol": {"runs_per_fold": runs_per_fold},
+                                     "run": {"threads": threads, "progress": False}}
+        if label_smoothing is not None:
+            overrides["train"] = {"label_smoothing": label_smoothing}
         results = cross_validate_preset(preset, model, out, overrides)
         per_fold = fold_runs(results, model)
         stats = results["models"][model]
         rows[model] = {
             "preset": str(preset),
+            **({"label_smoothing": label_smoothing} if label_smoothing is not None else {}),
             "test_accuracy": stats["accuracy"],
             "run0_accuracy": summarize(runs[0] for runs in per_fold),
             "run_spread": float(np.mean([np.std(runs) for runs in per_fold])),
@@ -219,6 +225,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--runs-per-fold", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--label-smoothing", type=float, default=None, metavar="S",
+                        help="replace every preset's train.label_smoothing by S")
     parser.add_argument("--out", type=Path, default=Path("runs/tu_reassess"))
     parser.add_argument("--summarize", nargs="+", metavar="REASSESS_JSON[@MODELS]",
                         default=None,
@@ -247,7 +255,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         out = args.out / dataset
         out.mkdir(parents=True, exist_ok=True)
         report = reassess_dataset(dataset, args.presets, models, args.runs_per_fold, out,
-                                  args.threads)
+                                  args.threads, args.label_smoothing)
         (out / "reassess.json").write_text(json.dumps(report, indent=2))
         (out / "reassess.md").write_text(summary_table([report]))
         reports.append(report)

@@ -305,12 +305,15 @@ def test_tu_reassess_averages_runs_per_fold_and_keeps_run_zero(tmp_path):
     done = subprocess.run(
         [sys.executable, str(SCRIPT.parent / "tu_reassess.py"), "--datasets", "MUTAG",
          "--presets", str(presets), "--models", "gin", "--runs-per-fold", "2",
-         "--out", str(tmp_path / "out")],
+         "--label-smoothing", "0.1", "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "out" / "MUTAG" / "reassess.json").read_text())
     row = report["models"]["gin"]
+    assert row["label_smoothing"] == 0.1  # --label-smoothing reaches the trainings
+    cv = json.loads((tmp_path / "out" / "MUTAG" / "cv_gin" / "MUTAG" / "results.json").read_text())
+    assert cv["models"]["gin"]["config"]["label_smoothing"] == 0.1
     assert [len(runs) for runs in row["fold_runs"]] == [2, 2]
     means = [sum(runs) / 2 for runs in row["fold_runs"]]
     assert row["test_accuracy"]["values"] == means
@@ -512,3 +515,53 @@ def test_tu_validation_probe_ranks_variants_across_datasets(tmp_path):
         module.main(["--datasets", "PROTEINS", "--run",
                      f"a={tmp_path}/x-{{dataset}}/MUTAG/results.json",
                      "--what", "w", "--machine", "m", "--out", str(out)])
+
+
+def _candidate_report(models, val, test, dataset="PROTEINS", runs=3, seed=0):
+    """A stored tu_reassess report whose every model has these per-fold figures."""
+    def stat(values):
+        return {"mean": sum(values) / len(values), "std": 0.0, "values": list(values)}
+
+    row = {"val_accuracy": stat(val), "test_accuracy": stat(test),
+           "run0_accuracy": stat(test), "ensemble_accuracy": stat(test),
+           "fold_runs": [[t] * runs for t in test], "preset": "p.toml",
+           "protocol": f"stratified {len(val)}-fold CV (seed {seed}); in each training fold"}
+    return {"dataset": dataset, "runs_per_fold": runs, "models": {m: row for m in models}}
+
+
+def test_tu_fold_select_picks_on_validation_per_fold(tmp_path):
+    select = benchmark_module("tu_fold_select")
+
+    def write(name, report):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(report))
+        return str(path)
+
+    preset = write("preset", _candidate_report(["et", "gin"], [0.8, 0.7, 0.6], [0.1, 0.2, 0.3]))
+    other_et = write("other_et", _candidate_report(["et"], [0.9, 0.7, 0.5], [0.4, 0.5, 0.6]))
+    other_gin = write("other_gin", _candidate_report(["gin"], [0.7, 0.75, 0.6], [0.7, 0.8, 0.9]))
+    args = ["--candidate", f"preset={preset}", "--candidate", f"other={other_et}",
+            "--candidate", f"other={other_gin}", "--json", str(tmp_path / "s.json")]
+    report = select.main(args)
+    et, gin = report["models"]["et"], report["models"]["gin"]
+    # fold 1 is a tie: the first candidate keeps it
+    assert et["chosen"] == ["other", "preset", "preset"]
+    assert et["test_accuracy"]["values"] == [0.4, 0.2, 0.3]
+    assert gin["chosen"] == ["preset", "other", "preset"]
+    assert gin["times_chosen"] == {"preset": 2, "other": 1}
+    assert gin["ensemble_accuracy"]["values"] == [0.1, 0.8, 0.3]
+    assert json.loads((tmp_path / "s.json").read_text())["candidates"] == ["preset", "other"]
+    # the test figures never move the choice: scramble them and the choice stays
+    scrambled = write("scrambled", _candidate_report(["et"], [0.9, 0.7, 0.5], [0.9, 0.0, 0.0]))
+    again = select.main(["--candidate", f"preset={preset}@et",
+                         "--candidate", f"other={scrambled}"])
+    assert again["models"]["et"]["chosen"] == et["chosen"]
+    # an unequal grid, other folds or another dataset are refused
+    for bad in ([f"preset={preset}", f"other={other_et}"],
+                [f"preset={preset}@et", "other=" + write(
+                    "seed1", _candidate_report(["et"], [0.9] * 3, [0.1] * 3, seed=1))],
+                [f"preset={preset}@et", "other=" + write(
+                    "nci1", _candidate_report(["et"], [0.9] * 3, [0.1] * 3, dataset="NCI1"))],
+                [f"preset={preset}@et", f"preset={other_et}"]):
+        with pytest.raises(SystemExit):
+            select.main([x for c in bad for x in ("--candidate", c)])

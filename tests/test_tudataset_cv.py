@@ -434,3 +434,15 @@ def test_validation_only_cli_writes_no_test_figure(tmp_path):
          "--machine", "m", "--out", str(tmp_path / "probe.json")])
     assert payload["runs"][0]["mean_val_accuracy"] == pytest.approx(
         results["models"]["gin"]["val_accuracy"]["mean"])
+
+
+def test_select_per_fold_reads_validation_only_and_keeps_the_first_on_ties():
+    chosen = graph_cv.select_per_fold({"preset": [0.8, 0.7, 0.6], "a": [0.9, 0.7, 0.5],
+                                       "b": [0.85, 0.6, 0.6]})
+    assert chosen == ["a", "preset", "preset"]
+    with pytest.raises(ValueError, match="one score per fold"):
+        graph_cv.select_per_fold({"preset": [0.8, 0.7], "a": [0.9]})
+    with pytest.raises(ValueError, match="non-finite"):
+        graph_cv.select_per_fold({"preset": [float("nan")], "a": [0.9]})
+    with pytest.raises(ValueError, match="at least one"):
+        graph_cv.select_per_fold({})

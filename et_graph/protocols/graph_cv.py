@@ -1,6 +1,7 @@
 """Stratified k-fold cross-validation for graph classification with an inner validation split.
 
-Protocol (Errica et al., 2020, without the inner grid when a single configuration is given):
+Protocol (Errica et al., 2020; a single configuration per model, or, with
+:func:`select_per_fold`, the candidate of a declared grid that wins each fold's inner validation):
 for each of ``folds`` stratified outer folds, the training part is split again (stratified) into
 an inner training set and a validation set; the model is trained on the inner training set by
 the one engine, :class:`~et_graph.training.Trainer`, with :class:`GraphClassificationTask`
@@ -198,6 +199,30 @@ def ensemble_accuracy(logits: Sequence[Tensor], target: Tensor) -> float:
         raise ValueError("an ensemble needs at least one member")
     probabilities = torch.stack([torch.softmax(x.double(), dim=-1) for x in logits]).mean(0)
     return argmax_accuracy(probabilities, target)
+
+
+def select_per_fold(validation: Mapping[str, Sequence[float]]) -> list[str]:
+    """Errica et al.'s model selection inside each outer fold, over a declared grid.
+
+    ``validation[candidate][fold]`` is a candidate configuration's inner-validation accuracy in
+    that outer fold (with several trainings per fold, their mean). Returns, per fold, the
+    candidate with the highest; a tie goes to the candidate given first, so list the default
+    configuration first. Only validation figures are an input: no test fold can move the
+    choice. The caller then reports, per fold, the chosen candidate's test accuracy.
+    """
+    if not validation:
+        raise ValueError("select_per_fold needs at least one candidate")
+    lengths = {name: len(values) for name, values in validation.items()}
+    if len(set(lengths.values())) != 1 or 0 in lengths.values():
+        raise ValueError(f"every candidate needs one score per fold (>= 1 fold), got {lengths}")
+    chosen = []
+    for fold in range(next(iter(lengths.values()))):
+        scores = {name: float(values[fold]) for name, values in validation.items()}
+        bad = [name for name, score in scores.items() if not np.isfinite(score)]
+        if bad:
+            raise ValueError(f"fold {fold}: non-finite validation score for {bad}")
+        chosen.append(max(scores, key=scores.get))  # max keeps the first of equal scores
+    return chosen
 
 
 class GraphClassificationTask:
