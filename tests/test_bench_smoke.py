@@ -237,7 +237,15 @@ def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
                              zip(second["rows"], first["rows"])]
     assert {"reconstruction", "energy", "structure_sum", "max_rank(reconstruction, "
             "structure_mean)"} <= set(first["means"])
+    assert {"max_z(reconstruction, structure_sum)", "sum_z(reconstruction, structure_max)"
+            } <= set(first["means"])
     assert first["best"] == max(first["means"], key=lambda n: first["means"][n]["all"])
+    assert first["winners"]["auroc"] == first["best"] and first["criterion"] == "auroc"
+    means = first["means"]
+    assert first["winners"]["all_metrics"] == max(
+        means, key=lambda n: means[n]["all"] + means[n]["auprc"] + means[n]["rec_at_k"])
+    assert all(0.0 <= row["auprc"] <= 1.0 and 0.0 <= row["rec_at_k"] <= 1.0
+               for row in first["rows"])
 
 
 def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_path):

@@ -19,7 +19,7 @@ from et_graph.baselines.unsupervised import (
 from et_graph.cli import main as cli_main
 from et_graph.datasets.synthetic import planted_anomaly_graph
 from et_graph.detectors import ETDetector, UnsupervisedETDetector
-from et_graph.detectors.unsupervised import rank_score
+from et_graph.detectors.unsupervised import combine_scores, rank_score, robust_z
 from et_graph.experiments.unsupervised_anomaly import (
     UnsupervisedAnomalyConfig,
     compute_scores,
@@ -327,6 +327,34 @@ def test_combine_max_takes_the_larger_rank_and_reduce_reaches_the_scores(graph):
                        (rank_score(base.scores_["reconstruction"])
                         + rank_score(base.scores_["structure"])) / 2)
     assert torch.equal(other.decision_score_, other.scores_["combined"].float())
+
+
+def test_robust_z_is_scaled_by_the_mad_and_z_rules_join_it():
+    score = torch.tensor([1.0, 2.0, 3.0, 4.0, 100.0])
+    # median 3, absolute deviations 2, 1, 0, 1, 97: MAD 1
+    assert torch.allclose(robust_z(score), (score.double() - 3.0) / 1.4826)
+    # over half equal: the MAD is 0 and the mean absolute deviation takes its place
+    mostly_zero = torch.tensor([0.0, 0.0, 0.0, 5.0])
+    assert torch.allclose(robust_z(mostly_zero), mostly_zero.double() / (1.2533 * 1.25))
+    assert torch.equal(robust_z(torch.ones(4)), torch.zeros(4, dtype=torch.float64))
+    recon, structure = torch.tensor([0.0, 1.0, 2.0, 9.0]), torch.tensor([5.0, 1.0, 3.0, 2.0])
+    z = robust_z(recon), robust_z(structure)
+    assert torch.equal(combine_scores(recon, structure, "max_z"), torch.maximum(*z))
+    assert torch.equal(combine_scores(recon, structure, "sum_z"), z[0] + z[1])
+    # ranks flatten how far out node 3 lies on the reconstruction; z-scores keep it first
+    assert int(combine_scores(recon, structure, "max_z").argmax()) == 3
+    assert float(combine_scores(recon, structure, "max")[0]) == 1.0  # a rank tie at the top
+    with pytest.raises(ValueError, match="combine"):
+        combine_scores(recon, structure, "min")
+
+
+def test_combine_max_z_reaches_the_detector(graph):
+    data, _ = with_clique(graph)
+    det = UnsupervisedETDetector(seed=0, structure_weight=1.0, combine="max_z",
+                                 anomaly_score="combined", **FAST).fit(unlabelled(data))
+    assert torch.equal(det.scores_["combined"],
+                       torch.maximum(robust_z(det.scores_["reconstruction"]),
+                                     robust_z(det.scores_["structure"])))
 
 
 def test_score_rules_are_checked():

@@ -21,7 +21,9 @@ random into ``ceil(1 / mask_ratio)`` masks, so that each node is masked exactly 
   ``structure``, a node's edge-reconstruction loss over its in-edges (pooled by
   ``structure_reduce``: mean by default), averaged over the passes in which it is open; and
   ``combined``, the mean (or, with ``combine="max"``, the maximum) of the reconstruction and
-  structure scores' ranks (a fixed, label-free rule: the two errors have unrelated scales).
+  structure scores' ranks (a fixed, label-free rule: the two errors have unrelated scales), or,
+  with ``combine="max_z"`` / ``"sum_z"``, the maximum / sum of their robust z-scores (median
+  and MAD), which keep how far out a node lies where ranks flatten it.
 
 ``fit`` reads ``data.x`` and ``data.edge_index`` only; ``data.y`` and any mask are ignored, so
 scrambling the labels leaves every score bit-identical (tested).
@@ -51,8 +53,9 @@ from .config import HOPFIELD_KINDS
 #: The unsupervised ET scores; the last two need the edge decoder (``structure_weight > 0``).
 ANOMALY_SCORES = ("reconstruction", "energy", "structure", "combined")
 STRUCTURE_SCORES = ("structure", "combined")
-#: How ``combined`` joins the reconstruction and structure ranks.
-COMBINE_RULES = ("mean", "max")
+#: How ``combined`` joins the reconstruction and structure scores: the mean or maximum of their
+#: ranks, or the maximum or sum of their robust z-scores.
+COMBINE_RULES = ("mean", "max", "max_z", "sum_z")
 
 
 @dataclass
@@ -127,8 +130,10 @@ class UnsupervisedScoreConfig:
             two need structure_weight > 0.
         structure_reduce: how the structure score pools a node's in-edge losses: mean, sum
             or max.
-        combine: how combined joins the two ranks: mean, or max (a node is as anomalous as
-            its more anomalous rank, so an anomaly seen by one score only is not halved).
+        combine: how combined joins the two scores: mean or max of their ranks (max: a node
+            is as anomalous as its more anomalous rank, so an anomaly seen by one score only
+            is not halved), or max_z / sum_z, the max / sum of their robust z-scores (a node
+            far out on one score stays above one just inside the tail of the other).
         score_rounds: scoring rounds; each masks every node exactly once (ceil(1 / mask_ratio)
             passes), and the scores are averaged over the rounds.
         contamination: expected share of anomalies; predict flags the top share of the fitted
@@ -227,11 +232,27 @@ def rank_score(score: Tensor) -> Tensor:
     return rank / score.numel()
 
 
-def combine_ranks(reconstruction: Tensor, structure: Tensor, combine: str = "mean") -> Tensor:
-    """The ``combined`` score: the mean or the maximum (``combine``) of the two scores'
-    :func:`rank_score` ranks."""
+def robust_z(score: Tensor) -> Tensor:
+    """``(score - median) / (1.4826 MAD)`` in float64: a z-score that the anomalies themselves
+    (a heavy upper tail) barely move. Where the MAD is 0 (over half the scores equal), the mean
+    absolute deviation from the median takes its place; a constant score gives zeros."""
+    score = score.double()
+    deviation = (score - score.median()).abs()
+    scale = 1.4826 * float(deviation.median())
+    if scale == 0.0:
+        scale = 1.2533 * float(deviation.mean())  # the MAD's normal-consistent counterpart
+    return (score - score.median()) / scale if scale > 0.0 else torch.zeros_like(score)
+
+
+def combine_scores(reconstruction: Tensor, structure: Tensor, combine: str = "mean") -> Tensor:
+    """The ``combined`` score: the mean or the maximum of the two scores' :func:`rank_score`
+    ranks (``combine`` = ``"mean"`` / ``"max"``), or the maximum or sum of their
+    :func:`robust_z` scores (``"max_z"`` / ``"sum_z"``)."""
     if combine not in COMBINE_RULES:
         raise ValueError(f"combine must be one of {COMBINE_RULES}, got {combine!r}")
+    if combine in ("max_z", "sum_z"):
+        z = robust_z(reconstruction), robust_z(structure)
+        return torch.maximum(*z) if combine == "max_z" else z[0] + z[1]
     ranks = rank_score(reconstruction), rank_score(structure)
     return (ranks[0] + ranks[1]) / 2 if combine == "mean" else torch.maximum(*ranks)
 
@@ -245,9 +266,9 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
     ``"structure"`` and ``"combined"``): per round the nodes are split at random into
     ``ceil(1 / mask_ratio)`` masks; a node's reconstruction error is averaged over the passes in
     which it is masked, its final-token energy and structure error (its in-edge losses pooled by
-    ``structure_reduce``) over those in which it is open. ``combined`` is the ``combine``
-    (mean or max) of the reconstruction and structure ranks."""
-    if combine not in COMBINE_RULES:  # before the passes, not after them (combine_ranks)
+    ``structure_reduce``) over those in which it is open. ``combined`` joins the
+    reconstruction and structure scores by ``combine`` (:func:`combine_scores`)."""
+    if combine not in COMBINE_RULES:  # before the passes, not after them (combine_scores)
         raise ValueError(f"combine must be one of {COMBINE_RULES}, got {combine!r}")
     num_nodes = x.size(0)
     parts = max(math.ceil(1.0 / check_mask_ratio(mask_ratio)), 2)
@@ -270,7 +291,7 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
     out = {name: total / (rounds if name == "reconstruction" else open_count.clamp_min(1.0))
            for name, total in sums.items()}
     if "structure" in out:
-        out["combined"] = combine_ranks(out["reconstruction"], out["structure"], combine)
+        out["combined"] = combine_scores(out["reconstruction"], out["structure"], combine)
     return out
 
 
