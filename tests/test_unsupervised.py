@@ -19,7 +19,13 @@ from et_graph.baselines.unsupervised import (
 from et_graph.cli import main as cli_main
 from et_graph.datasets.synthetic import planted_anomaly_graph
 from et_graph.detectors import ETDetector, UnsupervisedETDetector
-from et_graph.detectors.unsupervised import combine_scores, rank_score, robust_z
+from et_graph.detectors.unsupervised import (
+    COMBINE_DESCRIPTIONS,
+    COMBINE_RULES,
+    combine_scores,
+    rank_score,
+    robust_z,
+)
 from et_graph.experiments.unsupervised_anomaly import (
     UnsupervisedAnomalyConfig,
     compute_scores,
@@ -346,6 +352,7 @@ def test_robust_z_is_scaled_by_the_mad_and_z_rules_join_it():
     assert float(combine_scores(recon, structure, "max")[0]) == 1.0  # a rank tie at the top
     with pytest.raises(ValueError, match="combine"):
         combine_scores(recon, structure, "min")
+    assert set(COMBINE_DESCRIPTIONS) == set(COMBINE_RULES)  # every rule is worded in reports
 
 
 def test_combine_max_z_reaches_the_detector(graph):

@@ -56,6 +56,13 @@ STRUCTURE_SCORES = ("structure", "combined")
 #: How ``combined`` joins the reconstruction and structure scores: the mean or maximum of their
 #: ranks, or the maximum or sum of their robust z-scores.
 COMBINE_RULES = ("mean", "max", "max_z", "sum_z")
+#: What each rule makes of the two scores, as run reports word it.
+COMBINE_DESCRIPTIONS = {
+    "mean": "mean of the reconstruction and structure ranks",
+    "max": "max of the reconstruction and structure ranks",
+    "max_z": "max of the reconstruction and structure robust z-scores (median, MAD)",
+    "sum_z": "sum of the reconstruction and structure robust z-scores (median, MAD)",
+}
 
 
 @dataclass
@@ -126,7 +133,7 @@ class UnsupervisedScoreConfig:
     Attributes:
         anomaly_score: decision_function's score: reconstruction (masked completion error),
             energy (node energy at the final tokens), structure (edge reconstruction loss) or
-            combined (the reconstruction and structure ranks joined by combine); the last
+            combined (the reconstruction and structure scores joined by combine); the last
             two need structure_weight > 0.
         structure_reduce: how the structure score pools a node's in-edge losses: mean, sum
             or max.

@@ -27,6 +27,7 @@ import numpy as np
 from torch_geometric.data import Data
 
 from ..config import parse, run_metadata
+from ..detectors.unsupervised import COMBINE_DESCRIPTIONS
 from ..protocols.unsupervised import (
     METRICS,
     UnsupervisedAnomalyConfig,
@@ -86,7 +87,7 @@ def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies:
         "energy at the final tokens while open (high = anomalous)"
         + (f"; edge decoder with loss weight {m.structure_weight}: et_structure = "
            f"{s.structure_reduce} edge reconstruction loss over a node's in-edges while open, "
-           f"et_combined = {s.combine} of the reconstruction and structure ranks"
+           "et_combined = " + COMBINE_DESCRIPTIONS[s.combine]
            if m.structure_weight else "")
     )
 
