@@ -4,7 +4,7 @@ Each candidate of the grid is one configuration cross-validated on the same 10 f
 (``tu_reassess.py``, usually three trainings per fold). In every outer fold this script keeps,
 for each model, the candidate with the best inner-validation accuracy (the mean of its runs;
 ties to the candidate named first) and reports that candidate's test accuracy in the fold:
-:func:`et_graph.protocols.graph_cv.select_per_fold`, which never sees a test figure. Every
+:func:`et_graph.protocols.graph_cv.fold_selection`, whose choice never sees a test figure. Every
 model must have the same candidates (the same budget).
 
     python benchmarks/tu_fold_select.py \\
@@ -32,8 +32,7 @@ from tu_reassess import NAMES, read_report  # noqa: E402
 from tu_tuned_cv import MODELS  # noqa: E402
 
 from et_graph.config import run_metadata  # noqa: E402
-from et_graph.protocols.graph_cv import select_per_fold  # noqa: E402
-from et_graph.reporting import summarize  # noqa: E402
+from et_graph.protocols.graph_cv import fold_selection  # noqa: E402
 
 
 def parse_candidate(text: str) -> tuple[str, str]:
@@ -86,32 +85,24 @@ def gather(candidates: list[tuple[str, str]]) -> tuple[str, int, dict[str, dict[
 
 
 def select(grid: dict[str, dict[str, Any]], model: str) -> dict[str, Any]:
-    """One model's per-fold selection over the grid and the figures it gives."""
-    names = list(grid)
-    rows = {name: grid[name][model] for name in names}
-    chosen = select_per_fold({name: rows[name]["val_accuracy"]["values"] for name in names})
-
-    def picked(key: str) -> Optional[list[float]]:
-        if not all(key in row for row in rows.values()):
-            return None
-        return [rows[name][key]["values"][fold] for fold, name in enumerate(chosen)]
-
-    out = {
-        "chosen": chosen,
-        "times_chosen": {name: chosen.count(name) for name in names},
-        "test_accuracy": summarize(picked("test_accuracy")),
-        "run0_accuracy": summarize(rows[name]["fold_runs"][fold][0]
-                                   for fold, name in enumerate(chosen)),
-        "val_accuracy": summarize(picked("val_accuracy")),
-        "candidates": {name: {"source": row["source"], "preset": row.get("preset"),
-                              "label_smoothing": row.get("label_smoothing"),
-                              "test_accuracy": row["test_accuracy"]["mean"],
-                              "val_accuracy": row["val_accuracy"]["mean"]}
-                       for name, row in rows.items()},
+    """One model's per-fold selection over the grid and the figures it gives
+    (:func:`et_graph.protocols.graph_cv.fold_selection` on the stored per-fold figures)."""
+    rows = {name: candidate[model] for name, candidate in grid.items()}
+    figures = {
+        name: {"val_accuracy": row["val_accuracy"]["values"],
+               "test_accuracy": row["test_accuracy"]["values"],
+               "run0_accuracy": [runs[0] for runs in row["fold_runs"]],
+               **({"ensemble_accuracy": row["ensemble_accuracy"]["values"]}
+                  if "ensemble_accuracy" in row else {})}
+        for name, row in rows.items()
     }
-    ensemble = picked("ensemble_accuracy")
-    if ensemble is not None:
-        out["ensemble_accuracy"] = summarize(ensemble)
+    out = fold_selection(figures)
+    del out["per_fold"]  # the stored reports keep the summaries only
+    out["candidates"] = {name: {"source": row["source"], "preset": row.get("preset"),
+                                "label_smoothing": row.get("label_smoothing"),
+                                "test_accuracy": row["test_accuracy"]["mean"],
+                                "val_accuracy": row["val_accuracy"]["mean"]}
+                         for name, row in rows.items()}
     return out
 
 

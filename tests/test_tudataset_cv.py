@@ -446,3 +446,106 @@ def test_select_per_fold_reads_validation_only_and_keeps_the_first_on_ties():
         graph_cv.select_per_fold({"preset": [float("nan")], "a": [0.9]})
     with pytest.raises(ValueError, match="at least one"):
         graph_cv.select_per_fold({})
+
+
+def test_fold_selection_chooses_on_validation_and_reads_the_rest_at_the_choice():
+    figures = {"preset": {"val_accuracy": [0.8, 0.7], "accuracy": [0.70, 0.60], "x": [1, 2]},
+               "a": {"val_accuracy": [0.9, 0.7], "accuracy": [0.50, 0.90]}}
+    out = graph_cv.fold_selection(figures)
+    assert out["chosen"] == ["a", "preset"] and out["times_chosen"] == {"preset": 1, "a": 1}
+    assert out["per_fold"]["accuracy"] == [0.50, 0.60]  # a in fold 0, the preset in fold 1
+    assert out["accuracy"]["mean"] == pytest.approx(0.55)
+    assert "x" not in out  # only metrics every candidate has
+    # any test figures at all: the choice does not move
+    scrambled = {name: {**f, "accuracy": [1.0 - v for v in f["accuracy"]]}
+                 for name, f in figures.items()}
+    assert graph_cv.fold_selection(scrambled)["chosen"] == out["chosen"]
+    with pytest.raises(ValueError, match="no 'val_accuracy'"):
+        graph_cv.fold_selection({"a": {"accuracy": [0.5]}})
+    with pytest.raises(ValueError, match="one figure per fold"):
+        graph_cv.fold_selection({"preset": {"val_accuracy": [0.8, 0.7], "accuracy": [0.7]},
+                                 "a": {"val_accuracy": [0.9, 0.7], "accuracy": [0.5, 0.9]}})
+
+
+def _grid(width, classes, lrs=(5e-3, 3e-2)):
+    names = ["preset", "fast"][:len(lrs)]
+    grid = {n: {"gin": lambda: GINClassifier(width, classes, 16, 2, 0.5),
+                "structure_agnostic": lambda: StructureAgnosticMLP(width, classes, 16, 0.5)}
+            for n in names}
+    configs = {n: {m: GraphTrainConfig(epochs=3, lr=lr, batch_size=32) for m in grid[n]}
+               for n, lr in zip(names, lrs)}
+    return grid, configs
+
+
+def test_cross_validate_selected_scores_each_fold_by_its_validation_winner(mutag):
+    """Every candidate trains in every fold on the same splits; each fold's figure is the test
+    accuracy of the candidate with the best inner validation there, and giving the test graphs
+    other labels moves the test figures but not one choice."""
+    graphs, info = mutag
+    grid, configs = _grid(info["node_feature_width"], info["classes"])
+    splits = stratified_folds(graph_labels(graphs), folds=5, seed=0)[:2]
+    out = graph_cv.cross_validate_selected(graphs, grid, configs, folds=5, splits=splits,
+                                           progress=False)
+    assert out["candidates"] == ["preset", "fast"]
+    for model in ("gin", "structure_agnostic"):
+        row = out["models"][model]
+        for fold, name in enumerate(row["chosen"]):
+            records = out["folds"][fold]["models"]
+            own = records[graph_cv.grid_model_name(model, name)]
+            assert row["per_fold"]["accuracy"][fold] == own["test_accuracy"]
+            assert own["val_accuracy"] == max(
+                records[graph_cv.grid_model_name(model, c)]["val_accuracy"]
+                for c in out["candidates"])
+        assert row["candidates"]["fast"]["config"]["lr"] == 3e-2
+    scrambled = [_scrambled(graphs, test, info["classes"]) for _, test in splits]
+    moved = []
+    for fold, data in enumerate(scrambled):
+        again = graph_cv.cross_validate_selected(data, grid, configs, folds=5,
+                                                 splits=splits[fold:fold + 1], progress=False)
+        for model, row in again["models"].items():
+            assert row["chosen"] == [out["models"][model]["chosen"][fold]]
+            moved.append(row["per_fold"]["accuracy"][0]
+                         != out["models"][model]["per_fold"]["accuracy"][fold])
+    assert any(moved)  # the scrambling did reach the test folds
+    unequal = {**grid, "fast": {"gin": grid["fast"]["gin"]}}
+    with pytest.raises(ValueError, match="same selection budget"):
+        graph_cv.cross_validate_selected(graphs, unequal, configs, splits=splits)
+    with pytest.raises(ValueError, match="validation-only"):
+        graph_cv.cross_validate_selected(graphs, grid, configs, splits=splits,
+                                         evaluate_test=False)
+
+
+def test_grid_flag_parses_checks_and_runs(tmp_path):
+    grid = "ls: train.label_smoothing=0.2; wide: et.hidden=24, train.lr=0.01"
+    assert tudataset.parse_grid(grid) == [
+        ("ls", {"train.label_smoothing": "0.2"}),
+        ("wide", {"et.hidden": "24", "train.lr": "0.01"})]
+    config = merge(tudataset.TUDatasetConfig(), {"protocol.grid": grid})
+    configs = tudataset.grid_configs(config)
+    assert list(configs) == ["preset", "ls", "wide"]
+    assert configs["preset"].train == config.train
+    assert configs["wide"].et.hidden == 24 and configs["wide"].train.lr == 0.01
+    for bad, message in [("wide", "NAME: section"), ("a: data.pe_dim=2", "may change"),
+                         ("preset: train.lr=1", "reserved"), ("a: train.lr=1; a: train.lr=2",
+                                                              "twice"),
+                         ("a: train.lr", "section.field=value"), (" ; ", "no candidate")]:
+        with pytest.raises(ValueError, match=message):
+            merge(tudataset.TUDatasetConfig(), {"protocol.grid": bad})
+    for bad, message in [("a: train.lrr=1", "unknown key"), ("a: et.hidden=wide", "'a'")]:
+        with pytest.raises(ValueError, match=message):
+            tudataset.grid_configs(merge(tudataset.TUDatasetConfig(), {"protocol.grid": bad}))
+    with pytest.raises(ValueError, match="validation-only probe"):
+        merge(tudataset.TUDatasetConfig(), {"protocol.grid": grid,
+                                            "protocol.validation_only": True})
+    out = tmp_path / "out"
+    tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
+                    "--models", "structure_agnostic", "--max-folds", "2", "--out", str(out),
+                    "--grid", "fast: train.lr=0.03", "--no-progress"])
+    results = json.loads((out / "MUTAG" / "results.json").read_text())
+    mlp = results["models"]["structure_agnostic"]
+    assert results["grid"] == {"preset": {}, "fast": {"train.lr": "0.03"}}
+    assert len(mlp["chosen"]) == 2 and sum(mlp["times_chosen"].values()) == 2
+    assert "declared grid (preset, fast)" in results["protocol"]
+    assert set(results["folds"][0]["models"]) == {"structure_agnostic@preset",
+                                                  "structure_agnostic@fast"}
+    assert "candidate chosen per fold" in (out / "MUTAG" / "results.md").read_text()

@@ -16,11 +16,11 @@ from typing import Any, ClassVar, Optional
 from tqdm.auto import tqdm
 
 from ..baselines.graph_baselines import GINClassifier, StructureAgnosticMLP
-from ..config import RunConfig, parse, run_metadata
+from ..config import RunConfig, merge, parse, run_metadata
 from ..datasets.tudataset import load_tudataset
 from ..nn.models.graph_model import ETGraphModel
 from ..plots.graph import plot_fold_accuracies
-from ..protocols.graph_cv import GraphTrainConfig, cross_validate
+from ..protocols.graph_cv import GraphTrainConfig, cross_validate, cross_validate_selected
 from ..reporting import provenance_note, write_results
 
 MODEL_NAMES = ("et", "gin", "structure_agnostic")
@@ -66,6 +66,12 @@ class TUProtocolConfig:
             test accuracy is their mean (Errica et al. use 3).
         validation_only: a validation probe: the test folds are never scored, and the outputs
             hold inner-validation accuracies only.
+        grid: Errica et al.'s selection inside each fold over declared candidates besides the
+            preset itself, as "NAME: section.field=value, ...; NAME: ...", e.g.
+            "ls0.1: train.label_smoothing=0.1; wide: et.hidden=64" (sections et, baselines,
+            train). Every model trains every candidate in every fold; each fold is scored by
+            the candidate with the best inner validation (ties: the preset, then the order
+            given). None = the preset alone.
     """
 
     folds: int = 10
@@ -75,6 +81,14 @@ class TUProtocolConfig:
     models: str = ",".join(MODEL_NAMES)
     runs_per_fold: int = 1
     validation_only: bool = False
+    grid: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.grid is not None:
+            parse_grid(self.grid)  # a malformed grid fails here, before any data is loaded
+            if self.validation_only:
+                raise ValueError("grid selects on validation and scores the test folds; a "
+                                 "validation-only probe of a grid is tu_validation_probe.py")
 
     @property
     def model_names(self) -> list[str]:
@@ -82,6 +96,41 @@ class TUProtocolConfig:
         if not names or set(names) - set(MODEL_NAMES):
             raise ValueError(f"models must be a subset of {MODEL_NAMES}, got {self.models!r}")
         return names
+
+
+#: Config sections a grid candidate may change (the data, protocol and run stay fixed).
+GRID_SECTIONS = ("et", "baselines", "train")
+#: The name of the unchanged preset, always the grid's first candidate.
+PRESET_CANDIDATE = "preset"
+
+
+def parse_grid(text: str) -> list[tuple[str, dict[str, str]]]:
+    """``"NAME: section.field=value, ...; NAME: ..."`` as ``[(NAME, {"section.field": value})]``
+    (values stay strings; :func:`~et_graph.config.merge` checks and converts them)."""
+    candidates: list[tuple[str, dict[str, str]]] = []
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        name, sep, body = part.partition(":")
+        name = name.strip()
+        if not sep or not name or not body.strip():
+            raise ValueError(f"grid candidate {part!r}: write NAME: section.field=value, ...")
+        if name == PRESET_CANDIDATE or name in {c for c, _ in candidates}:
+            raise ValueError(f"grid candidate name {name!r} is reserved or given twice")
+        overrides: dict[str, str] = {}
+        for item in (i.strip() for i in body.split(",")):
+            key, eq, value = item.partition("=")
+            key = key.strip()
+            if not eq or "." not in key or not value.strip():
+                raise ValueError(f"grid candidate {name!r}: {item!r} is not section.field=value")
+            if key.split(".", 1)[0] not in GRID_SECTIONS:
+                raise ValueError(f"grid candidate {name!r}: {key!r} is not in a section a "
+                                 f"candidate may change {GRID_SECTIONS}")
+            overrides[key] = value.strip()
+        candidates.append((name, overrides))
+    if not candidates:
+        raise ValueError(f"the grid {text!r} names no candidate")
+    return candidates
 
 
 @dataclass
@@ -202,6 +251,23 @@ def model_factories(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, 
     return {name: factories[name] for name in config.protocol.model_names}
 
 
+def parse_grid_with_preset(protocol: TUProtocolConfig) -> list[tuple[str, dict[str, str]]]:
+    """The grid's candidates, the unchanged preset first (no grid: the preset alone)."""
+    return [(PRESET_CANDIDATE, {}), *(parse_grid(protocol.grid) if protocol.grid else [])]
+
+
+def grid_configs(config: TUDatasetConfig) -> dict[str, TUDatasetConfig]:
+    """``{candidate: the full config it trains}`` for ``config.protocol.grid``, the preset
+    first; unknown fields and bad values raise here."""
+    out = {}
+    for name, overrides in parse_grid_with_preset(config.protocol):
+        try:
+            out[name] = merge(config, overrides)
+        except ValueError as error:
+            raise ValueError(f"grid candidate {name!r}: {error}") from None
+    return out
+
+
 def load_graphs(data: TUDataConfig, progress: bool = False) -> tuple[list, dict[str, Any]]:
     """The graphs and their description as ``data`` configures them (encodings and extra node
     features included); graphs of a dataset without edge features carry ``edge_attr=None``."""
@@ -218,6 +284,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     config.run.apply_threads()
     data, protocol, progress = config.data, config.protocol, config.run.progress
     _ = protocol.model_names  # a bad model list fails before the data are loaded
+    # every candidate's config is built (and checked) before the data are loaded
+    candidates = grid_configs(config)
     graphs, info = load_graphs(data, progress)
     factories = model_factories(config, info)
     out_dir = Path(config.run.out) / data.dataset if config.run.out else None
@@ -236,14 +304,23 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
 
     if out_dir is not None and (out_dir / "folds.jsonl").exists():
         (out_dir / "folds.jsonl").unlink()
-    cv = cross_validate(
-        graphs, factories, {name: config.train for name in factories},
+    options = dict(
         folds=protocol.folds, seed=protocol.seed, val_fraction=protocol.val_fraction,
         continuous_channels=info["node_attributes"], max_folds=protocol.max_folds,
         progress=progress, on_fold_end=log_fold, device=config.run.device,
         checkpoint=lambda fold, name: config.run.checkpoint(data.dataset, f"fold{fold}", name),
-        runs_per_fold=protocol.runs_per_fold, evaluate_test=not protocol.validation_only,
+        runs_per_fold=protocol.runs_per_fold,
     )
+    if len(candidates) > 1:
+        cv = cross_validate_selected(
+            graphs,
+            {name: model_factories(c, info) for name, c in candidates.items()},
+            {name: {m: c.train for m in factories} for name, c in candidates.items()},
+            **options,
+        )
+    else:
+        cv = cross_validate(graphs, factories, {name: config.train for name in factories},
+                            evaluate_test=not protocol.validation_only, **options)
     folds_run = len(cv["folds"])
     partial = folds_run < protocol.folds
     results = {
@@ -259,8 +336,15 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
                f"{protocol.runs_per_fold} trainings per fold from their own seeds, each "
                "selecting its epoch, the fold's accuracy their mean (Errica et al.), and "
                "ensemble_accuracy that of their averaged class probabilities; ")
-            + "fixed hyperparameters (no grid search); same folds for every model"
+            + (f"per outer fold, each model's candidate of the declared grid "
+               f"({', '.join(candidates)}) with the best inner-validation accuracy scores the "
+               "fold (Errica et al.; ties to the earlier candidate; the same candidates for "
+               "every model)" if len(candidates) > 1 else
+               "fixed hyperparameters (no grid search)")
+            + "; same folds for every model"
         ),
+        **({"grid": {name: overrides for name, overrides in parse_grid_with_preset(protocol)}}
+           if len(candidates) > 1 else {}),
         "models": cv["models"],
         "folds": cv["folds"],
         "data": info,
@@ -276,6 +360,13 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         + "; GIN and the structure-agnostic MLP ignore edge features",
         ("val_accuracy: inner-validation accuracy, mean ± std (population) over the folds"
          if protocol.validation_only else "accuracy: mean ± std (population) over the test folds"),
+        *(f"{name}: candidate chosen per fold "
+          + ", ".join(f"{c} {n}" for c, n in row["times_chosen"].items())
+          + "; each candidate alone: "
+          + ", ".join(f"{c} {100 * alone['accuracy']['mean']:.1f}"
+                      for c, alone in row["candidates"].items())
+          + " (context only: choosing among these would be selection on test)"
+          for name, row in results["models"].items() if "times_chosen" in row),
         f"wall time: {results['seconds']} s (shared CPU, noisy)",
         provenance_note(results["meta"]),
     ]

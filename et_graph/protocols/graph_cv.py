@@ -1,7 +1,8 @@
 """Stratified k-fold cross-validation for graph classification with an inner validation split.
 
 Protocol (Errica et al., 2020; a single configuration per model, or, with
-:func:`select_per_fold`, the candidate of a declared grid that wins each fold's inner validation):
+:func:`cross_validate_selected`, the candidate of a declared grid that wins each fold's inner
+validation):
 for each of ``folds`` stratified outer folds, the training part is split again (stratified) into
 an inner training set and a validation set; the model is trained on the inner training set by
 the one engine, :class:`~et_graph.training.Trainer`, with :class:`GraphClassificationTask`
@@ -223,6 +224,107 @@ def select_per_fold(validation: Mapping[str, Sequence[float]]) -> list[str]:
             raise ValueError(f"fold {fold}: non-finite validation score for {bad}")
         chosen.append(max(scores, key=scores.get))  # max keeps the first of equal scores
     return chosen
+
+
+def fold_selection(
+    candidates: Mapping[str, Mapping[str, Sequence[float]]], by: str = "val_accuracy"
+) -> dict[str, Any]:
+    """Per-fold selection over a grid whose per-fold figures are already known.
+
+    ``candidates[name][metric]`` is a candidate's figure in every outer fold (``"val_accuracy"``,
+    ``"test_accuracy"``, ...). :func:`select_per_fold` chooses on ``by`` alone; every other
+    metric is then read at the chosen candidate of each fold. Returns ``{"chosen": [name per
+    fold], "times_chosen": {name: count}, "per_fold": {metric: [value per fold]}, metric:
+    summarize(...)}`` for each metric that every candidate has.
+    """
+    if not candidates:
+        raise ValueError("fold_selection needs at least one candidate")
+    missing = [name for name, figures in candidates.items() if by not in figures]
+    if missing:
+        raise ValueError(f"candidates {missing} have no {by!r} figures to choose on")
+    chosen = select_per_fold({name: figures[by] for name, figures in candidates.items()})
+    metrics = [m for m in next(iter(candidates.values()))
+               if all(m in figures for figures in candidates.values())]
+    per_fold = {}
+    for metric in metrics:
+        lengths = {len(figures[metric]) for figures in candidates.values()}
+        if lengths != {len(chosen)}:
+            raise ValueError(f"{metric!r} needs one figure per fold ({len(chosen)}) for every "
+                             f"candidate, got lengths {sorted(lengths)}")
+        per_fold[metric] = [float(candidates[name][metric][fold])
+                            for fold, name in enumerate(chosen)]
+    return {
+        "chosen": chosen,
+        "times_chosen": {name: chosen.count(name) for name in candidates},
+        "per_fold": per_fold,
+        **{metric: summarize(values) for metric, values in per_fold.items()},
+    }
+
+
+def grid_model_name(model: str, candidate: str) -> str:
+    """The name one grid point of one model trains under inside :func:`cross_validate_selected`
+    (and in its fold records and checkpoints)."""
+    return f"{model}@{candidate}"
+
+
+def cross_validate_selected(
+    dataset: Sequence[Data],
+    grid: Mapping[str, Mapping[str, ModelFactory]],
+    configs: Mapping[str, Mapping[str, GraphTrainConfig]],
+    **cv_options: Any,
+) -> dict[str, Any]:
+    """Errica et al.'s protocol with its inner model selection: every candidate of a declared
+    grid is trained in every outer fold, and each fold is scored by the candidate that wins
+    *that fold's* inner validation.
+
+    ``grid[candidate][model]`` builds one model under one candidate configuration and
+    ``configs[candidate][model]`` trains it; list the default candidate first (it wins ties).
+    Every candidate must hold the same models, so that every model gets the same selection
+    budget. ``cv_options`` go to :func:`cross_validate` (folds, seed, ``runs_per_fold``, ...;
+    not ``evaluate_test=False``: a selection without a test score is just the CV of the grid).
+    All candidates of a model share the folds and inner splits, and the test fold is scored
+    once per training after it has selected its epoch; the choice reads validation figures only
+    (:func:`fold_selection`), so scrambling the test labels cannot move it.
+
+    Returns ``{"candidates": [...], "folds": [...] (records of every grid point, named by
+    :func:`grid_model_name`), "models": {model: {"accuracy", "val_accuracy",
+    ["ensemble_accuracy"], "chosen", "times_chosen", "per_fold", "candidates": {candidate: that
+    grid point's own CV summary}}}}``.
+    """
+    if not grid:
+        raise ValueError("the grid has no candidate")
+    if cv_options.get("evaluate_test") is False:
+        raise ValueError("cross_validate_selected scores the selected candidates on the test "
+                         "folds; for a validation-only probe call cross_validate on the grid")
+    names = list(grid)
+    models = list(grid[names[0]])
+    for name in names:
+        if set(grid[name]) != set(models):
+            raise ValueError(f"candidate {name!r} has models {sorted(grid[name])}, candidate "
+                             f"{names[0]!r} {sorted(models)}: every model needs the same "
+                             "candidates (the same selection budget)")
+        if set(configs.get(name, {})) != set(models):
+            raise ValueError(f"configs[{name!r}] must hold a training config for each of "
+                             f"{sorted(models)}")
+    flat = {grid_model_name(m, c): grid[c][m] for m in models for c in names}
+    flat_configs = {grid_model_name(m, c): configs[c][m] for m in models for c in names}
+    cv = cross_validate(dataset, flat, flat_configs, **cv_options)
+    selected = {}
+    for model in models:
+        figures = {}
+        for candidate in names:
+            rows = [record["models"][grid_model_name(model, candidate)] for record in cv["folds"]]
+            figures[candidate] = {
+                "val_accuracy": [r["val_accuracy"] for r in rows],
+                "accuracy": [r["test_accuracy"] for r in rows],
+                **({"ensemble_accuracy": [r["ensemble_test_accuracy"] for r in rows]}
+                   if "ensemble_test_accuracy" in rows[0] else {}),
+            }
+        selected[model] = {
+            **fold_selection(figures),
+            "candidates": {c: cv["models"][grid_model_name(model, c)] for c in names},
+        }
+    return {"candidates": names, "folds": cv["folds"], "models": selected}
 
 
 class GraphClassificationTask:
