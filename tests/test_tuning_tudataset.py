@@ -69,6 +69,10 @@ def test_tune_tudataset_cli(tmp_path):
                      "--trials", "1", "--tune-folds", "1", "--storage",
                      f"sqlite:///{tmp_path}/c.db", "--out", str(tmp_path / "o")])
     assert code == 0 and (tmp_path / "o" / "best_structure_agnostic.toml").exists()
+    with pytest.raises(ValueError, match="per-fold grid"):
+        cli_main(["tune", "tudataset", *SMALL, "--models", "structure_agnostic",
+                  "--grid", "fast: train.lr=0.03", "--trials", "1", "--tune-folds", "1",
+                  "--storage", f"sqlite:///{tmp_path}/d.db", "--out", str(tmp_path / "p")])
 
 
 def test_the_mlp_trials_set_the_mlps_own_width_and_dropout():

@@ -147,6 +147,12 @@ def tune_tudataset(config: Any, models: list[str], budget: TuneBudget, storage: 
     variant of :mod:`et_graph.tuning.tudataset`); write presets and the report."""
     from .tudataset import TUObjective
 
+    if getattr(config.protocol, "grid", None):
+        # Two ways of selecting at once would leave one of them silently unused.
+        raise ValueError("the config declares a per-fold grid (protocol.grid); the tuner "
+                         "selects one configuration itself: drop the grid to tune, or run "
+                         "the grid with et-graph tudataset")
+
     return _tune_models(
         "tudataset", models,
         lambda model: TUObjective(config, model, tune_folds, graphs, info, splits),
