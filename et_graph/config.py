@@ -220,6 +220,54 @@ def apply_keywords(config: T, **keywords: Any) -> T:
     return merge(config, nested)
 
 
+#: The name of the unchanged config, always the first candidate of a grid.
+PRESET_CANDIDATE = "preset"
+
+
+def parse_grid(text: str, allowed_sections: Sequence[str]) -> list[tuple[str, dict[str, str]]]:
+    """A declared grid of configs, ``"NAME: section.field=value, ...; NAME: ..."``, as
+    ``[(NAME, {"section.field": value})]``. Values stay strings (:func:`merge` checks and
+    converts them); only ``allowed_sections`` may change, and ``"preset"`` is reserved for the
+    unchanged config."""
+    candidates: list[tuple[str, dict[str, str]]] = []
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        name, sep, body = part.partition(":")
+        name = name.strip()
+        if not sep or not name or not body.strip():
+            raise ValueError(f"grid candidate {part!r}: write NAME: section.field=value, ...")
+        if name == PRESET_CANDIDATE or name in {c for c, _ in candidates}:
+            raise ValueError(f"grid candidate name {name!r} is reserved or given twice")
+        overrides: dict[str, str] = {}
+        for item in (i.strip() for i in body.split(",")):
+            key, eq, value = item.partition("=")
+            key = key.strip()
+            if not eq or "." not in key or not value.strip():
+                raise ValueError(f"grid candidate {name!r}: {item!r} is not section.field=value")
+            if key.split(".", 1)[0] not in allowed_sections:
+                raise ValueError(f"grid candidate {name!r}: {key!r} is not in a section a "
+                                 f"candidate may change {tuple(allowed_sections)}")
+            overrides[key] = value.strip()
+        candidates.append((name, overrides))
+    if not candidates:
+        raise ValueError(f"the grid {text!r} names no candidate")
+    return candidates
+
+
+def grid_configs(config: T, grid: Optional[str], allowed_sections: Sequence[str]) -> dict[str, T]:
+    """``{candidate: the full config it runs}``: ``"preset"`` (``config`` itself) first, then
+    each candidate of ``grid`` (:func:`parse_grid`) merged into it; unknown fields and bad
+    values raise here, naming the candidate."""
+    out = {PRESET_CANDIDATE: config}
+    for name, overrides in parse_grid(grid, allowed_sections) if grid else []:
+        try:
+            out[name] = merge(config, overrides)
+        except ValueError as error:
+            raise ValueError(f"grid candidate {name!r}: {error}") from None
+    return out
+
+
 def to_dict(config: Any) -> dict[str, Any]:
     """The fully resolved config as plain data (JSON-serialisable)."""
     return json.loads(json.dumps(dataclasses.asdict(config)))

@@ -9,263 +9,35 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 from tqdm.auto import tqdm
 
-from ..baselines.graph_baselines import GINClassifier, StructureAgnosticMLP
-from ..config import RunConfig, merge, parse, run_metadata
+from ..config import PRESET_CANDIDATE, parse, run_metadata
 from ..datasets.tudataset import load_tudataset
-from ..nn.models.graph_model import ETGraphModel
 from ..plots.graph import plot_fold_accuracies
-from ..protocols.graph_cv import GraphTrainConfig, cross_validate, cross_validate_selected
+from ..protocols.graph_cv import (
+    cross_validate,
+    cross_validate_selected,
+    describe_selection,
+    selection_notes,
+)
+from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re-exported here)
+    CONFIG,
+    GRID_SECTIONS,
+    MODEL_NAMES,
+    TUBaselinesConfig,
+    TUDataConfig,
+    TUDatasetConfig,
+    TUETConfig,
+    TUProtocolConfig,
+    et_model_kwargs,
+    grid_configs,
+    model_factories,
+    parse_grid,
+)
 from ..reporting import provenance_note, write_results
-
-MODEL_NAMES = ("et", "gin", "structure_agnostic")
-
-
-@dataclass
-class TUDataConfig:
-    """Which TU dataset and its structural encodings.
-
-    Attributes:
-        dataset: TU dataset name, e.g. MUTAG, PROTEINS, NCI1, ENZYMES, IMDB-BINARY.
-        root: folder holding NAME/raw/NAME_*.txt, read only (none = the shipped
-            datasets/TUDataset of the checkout).
-        cache: writable folder for the copy PyG processes (none = a temporary folder).
-        pe_dim: Laplacian eigenvectors k of the positional encoding.
-        rw_pe_dim: random-walk return probabilities (1..k steps) added to the ET tokens (0 = off).
-        degree_feature: append log1p(degree) to the node features (every model sees it).
-        incident_edge_sums: append each node's summed incoming edge features to its node
-            features (with one-hot bond types: its bonds counted by type; every model sees
-            them; only for datasets with edge labels, e.g. MUTAG and Mutagenicity).
-    """
-
-    dataset: str = "MUTAG"
-    root: Optional[str] = None
-    cache: Optional[str] = None
-    pe_dim: int = 0
-    rw_pe_dim: int = 16
-    degree_feature: bool = False
-    incident_edge_sums: bool = False
-
-
-@dataclass
-class TUProtocolConfig:
-    """The cross-validation protocol.
-
-    Attributes:
-        folds: stratified outer folds.
-        seed: seed of the folds, the inner splits and the models.
-        val_fraction: stratified validation share of each training fold (selects the epoch).
-        max_folds: run only the first this many folds (none = all).
-        models: comma-separated subset of et, gin, structure_agnostic.
-        runs_per_fold: final trainings per model and fold, each from its own seed; the fold's
-            test accuracy is their mean (Errica et al. use 3).
-        validation_only: a validation probe: the test folds are never scored, and the outputs
-            hold inner-validation accuracies only.
-        grid: Errica et al.'s selection inside each fold over declared candidates besides the
-            preset itself, as "NAME: section.field=value, ...; NAME: ...", e.g.
-            "ls0.1: train.label_smoothing=0.1; wide: et.hidden=64" (sections et, baselines,
-            train). Every model trains every candidate in every fold; each fold is scored by
-            the candidate with the best inner validation (ties: the preset, then the order
-            given). None = the preset alone.
-    """
-
-    folds: int = 10
-    seed: int = 0
-    val_fraction: float = 0.1
-    max_folds: Optional[int] = None
-    models: str = ",".join(MODEL_NAMES)
-    runs_per_fold: int = 1
-    validation_only: bool = False
-    grid: Optional[str] = None
-
-    def __post_init__(self) -> None:
-        if self.grid is not None:
-            parse_grid(self.grid)  # a malformed grid fails here, before any data is loaded
-            if self.validation_only:
-                raise ValueError("grid selects on validation and scores the test folds; a "
-                                 "validation-only probe of a grid is tu_validation_probe.py")
-
-    @property
-    def model_names(self) -> list[str]:
-        names = [m.strip() for m in self.models.split(",") if m.strip()]
-        if not names or set(names) - set(MODEL_NAMES):
-            raise ValueError(f"models must be a subset of {MODEL_NAMES}, got {self.models!r}")
-        return names
-
-
-#: Config sections a grid candidate may change (the data, protocol and run stay fixed).
-GRID_SECTIONS = ("et", "baselines", "train")
-#: The name of the unchanged preset, always the grid's first candidate.
-PRESET_CANDIDATE = "preset"
-
-
-def parse_grid(text: str) -> list[tuple[str, dict[str, str]]]:
-    """``"NAME: section.field=value, ...; NAME: ..."`` as ``[(NAME, {"section.field": value})]``
-    (values stay strings; :func:`~et_graph.config.merge` checks and converts them)."""
-    candidates: list[tuple[str, dict[str, str]]] = []
-    for part in (p.strip() for p in text.split(";")):
-        if not part:
-            continue
-        name, sep, body = part.partition(":")
-        name = name.strip()
-        if not sep or not name or not body.strip():
-            raise ValueError(f"grid candidate {part!r}: write NAME: section.field=value, ...")
-        if name == PRESET_CANDIDATE or name in {c for c, _ in candidates}:
-            raise ValueError(f"grid candidate name {name!r} is reserved or given twice")
-        overrides: dict[str, str] = {}
-        for item in (i.strip() for i in body.split(",")):
-            key, eq, value = item.partition("=")
-            key = key.strip()
-            if not eq or "." not in key or not value.strip():
-                raise ValueError(f"grid candidate {name!r}: {item!r} is not section.field=value")
-            if key.split(".", 1)[0] not in GRID_SECTIONS:
-                raise ValueError(f"grid candidate {name!r}: {key!r} is not in a section a "
-                                 f"candidate may change {GRID_SECTIONS}")
-            overrides[key] = value.strip()
-        candidates.append((name, overrides))
-    if not candidates:
-        raise ValueError(f"the grid {text!r} names no candidate")
-    return candidates
-
-
-@dataclass
-class TUETConfig:
-    """The graph-level ET (:class:`~et_graph.nn.models.graph_model.ETGraphModel`).
-
-    Attributes:
-        hidden: token width D.
-        blocks: stacked ET blocks S.
-        steps: descent steps T per block.
-        heads: attention heads.
-        head_dim: key/query width per head.
-        alpha: descent step size.
-        noise_std: noise added to the tokens at each step in training (paper eq. 27).
-        kernel_size: Conv2D adjacency-mask kernel (3 = paper, 1 = permutation-equivariant).
-        dropout: dropout in the readout MLP.
-        readout: cls (the CLS token), cls_sum_mean (CLS, sum and mean of the node tokens) or
-            jk (CLS and the sums of the node tokens at the input and after every block).
-        coupling: add the edge coupling energy (its step sums the neighbours' tokens: it counts).
-        hopfield_dim: Hopfield memories K per block (None = 4 × hidden, the paper's ratio;
-            0 = none, attention energy only).
-        message_passing_layers: residual GIN layers (sum aggregation) before the descent.
-    """
-
-    hidden: int = 32
-    blocks: int = 2
-    steps: int = 1
-    heads: int = 4
-    head_dim: int = 8
-    alpha: float = 0.34
-    noise_std: float = 0.02
-    kernel_size: int = 3
-    dropout: float = 0.07
-    readout: str = "cls_sum_mean"
-    coupling: bool = False
-    hopfield_dim: Optional[int] = None
-    message_passing_layers: int = 2
-
-
-@dataclass
-class TUBaselinesConfig:
-    """GIN and the structure-agnostic MLP (Errica et al., 2020).
-
-    Attributes:
-        gin_hidden: hidden width of GIN (and of the MLP where ``mlp_hidden`` is none).
-        gin_layers: GIN layers.
-        baseline_dropout: dropout of GIN (and of the MLP where ``mlp_dropout`` is none).
-        mlp_hidden: hidden width of the structure-agnostic MLP (none = ``gin_hidden``).
-        mlp_dropout: dropout of the structure-agnostic MLP (none = ``baseline_dropout``).
-    """
-
-    gin_hidden: int = 64
-    gin_layers: int = 4
-    baseline_dropout: float = 0.2
-    mlp_hidden: Optional[int] = 128
-    mlp_dropout: Optional[float] = 0.5
-
-
-@dataclass
-class TUDatasetConfig:
-    """Everything ``et-graph tudataset`` needs (presets: ``configs/tudataset/NAME.toml``).
-
-    The defaults are the best *general* preset found on inner validation (no test fold read):
-    ``benchmarks/tu_general_preset.py`` chose 16 random-walk encodings, two blocks of width 32,
-    T = 1, α = 0.34, learning rate 1.7e-3 (cosine), ≤ 80 epochs with patience 20; the mean rank
-    over five datasets (``tu_validation_probe.py --datasets``) then added two message-passing
-    layers with the CLS ‖ sum ‖ mean readout and gave GIN 4 layers; a later probe gave GIN
-    dropout 0.2 and the structure-agnostic MLP width 128 (each ranked on its own).
-    """
-
-    data: TUDataConfig = field(default_factory=TUDataConfig)
-    protocol: TUProtocolConfig = field(default_factory=TUProtocolConfig)
-    et: TUETConfig = field(default_factory=TUETConfig)
-    baselines: TUBaselinesConfig = field(default_factory=TUBaselinesConfig)
-    train: GraphTrainConfig = field(
-        default_factory=lambda: GraphTrainConfig(epochs=80, lr=1.7e-3, batch_size=64,
-                                                 patience=20)
-    )
-    run: RunConfig = field(default_factory=lambda: RunConfig(out="runs/tudataset", threads=1))
-
-    #: ``--quick``: the first 2 folds, 2 epochs, a small ET (one block of width 16).
-    QUICK: ClassVar[dict[str, Any]] = {
-        "protocol.max_folds": 2, "train.epochs": 2, "et.hidden": 16, "et.blocks": 1,
-        "et.steps": 2,
-    }
-
-
-CONFIG = TUDatasetConfig
-
-
-def et_model_kwargs(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, Any]:
-    """The :class:`ETGraphModel` constructor arguments of ``config`` for data described by
-    ``info`` (from :func:`~et_graph.datasets.load_tudataset`): what ``et-graph tudataset``
-    builds, and what benchmarks vary one argument of."""
-    et = config.et
-    return dict(
-        in_channels=info["node_feature_width"], out_channels=info["classes"],
-        hidden_channels=et.hidden, blocks=et.blocks, steps=et.steps, heads=et.heads,
-        head_dim=et.head_dim, alpha=et.alpha, noise_std=et.noise_std, pe_dim=config.data.pe_dim,
-        kernel_size=et.kernel_size, edge_dim=info["edge_features"] or None, dropout=et.dropout,
-        rw_pe_dim=config.data.rw_pe_dim, readout=et.readout, coupling=et.coupling,
-        hopfield_dim=et.hopfield_dim, message_passing_layers=et.message_passing_layers,
-    )
-
-
-def model_factories(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, Any]:
-    """``{name: () -> model}`` for the models of ``config.protocol.models``."""
-    width, classes = info["node_feature_width"], info["classes"]
-    base = config.baselines
-    factories = {
-        "et": lambda: ETGraphModel(**et_model_kwargs(config, info)),
-        "gin": lambda: GINClassifier(width, classes, base.gin_hidden, base.gin_layers,
-                                     base.baseline_dropout),
-        "structure_agnostic": lambda: StructureAgnosticMLP(
-            width, classes, base.gin_hidden if base.mlp_hidden is None else base.mlp_hidden,
-            base.baseline_dropout if base.mlp_dropout is None else base.mlp_dropout),
-    }
-    return {name: factories[name] for name in config.protocol.model_names}
-
-
-def parse_grid_with_preset(protocol: TUProtocolConfig) -> list[tuple[str, dict[str, str]]]:
-    """The grid's candidates, the unchanged preset first (no grid: the preset alone)."""
-    return [(PRESET_CANDIDATE, {}), *(parse_grid(protocol.grid) if protocol.grid else [])]
-
-
-def grid_configs(config: TUDatasetConfig) -> dict[str, TUDatasetConfig]:
-    """``{candidate: the full config it trains}`` for ``config.protocol.grid``, the preset
-    first; unknown fields and bad values raise here."""
-    out = {}
-    for name, overrides in parse_grid_with_preset(config.protocol):
-        try:
-            out[name] = merge(config, overrides)
-        except ValueError as error:
-            raise ValueError(f"grid candidate {name!r}: {error}") from None
-    return out
 
 
 def load_graphs(data: TUDataConfig, progress: bool = False) -> tuple[list, dict[str, Any]]:
@@ -336,15 +108,12 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
                f"{protocol.runs_per_fold} trainings per fold from their own seeds, each "
                "selecting its epoch, the fold's accuracy their mean (Errica et al.), and "
                "ensemble_accuracy that of their averaged class probabilities; ")
-            + (f"per outer fold, each model's candidate of the declared grid "
-               f"({', '.join(candidates)}) with the best inner-validation accuracy scores the "
-               "fold (Errica et al.; ties to the earlier candidate; the same candidates for "
-               "every model)" if len(candidates) > 1 else
-               "fixed hyperparameters (no grid search)")
+            + (describe_selection(candidates) if len(candidates) > 1
+               else "fixed hyperparameters (no grid search)")
             + "; same folds for every model"
         ),
-        **({"grid": {name: overrides for name, overrides in parse_grid_with_preset(protocol)}}
-           if len(candidates) > 1 else {}),
+        **({"grid": {PRESET_CANDIDATE: {}, **dict(parse_grid(protocol.grid))}}
+           if protocol.grid else {}),
         "models": cv["models"],
         "folds": cv["folds"],
         "data": info,
@@ -360,13 +129,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         + "; GIN and the structure-agnostic MLP ignore edge features",
         ("val_accuracy: inner-validation accuracy, mean ± std (population) over the folds"
          if protocol.validation_only else "accuracy: mean ± std (population) over the test folds"),
-        *(f"{name}: candidate chosen per fold "
-          + ", ".join(f"{c} {n}" for c, n in row["times_chosen"].items())
-          + "; each candidate alone: "
-          + ", ".join(f"{c} {100 * alone['accuracy']['mean']:.1f}"
-                      for c, alone in row["candidates"].items())
-          + " (context only: choosing among these would be selection on test)"
-          for name, row in results["models"].items() if "times_chosen" in row),
+        *selection_notes(results["models"]),
         f"wall time: {results['seconds']} s (shared CPU, noisy)",
         provenance_note(results["meta"]),
     ]

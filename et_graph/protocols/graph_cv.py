@@ -327,6 +327,27 @@ def cross_validate_selected(
     return {"candidates": names, "folds": cv["folds"], "models": selected}
 
 
+def describe_selection(candidates: Sequence[str]) -> str:
+    """The protocol sentence of a :func:`cross_validate_selected` run."""
+    return (f"per outer fold, each model's candidate of the declared grid "
+            f"({', '.join(candidates)}) with the best inner-validation accuracy scores the fold "
+            "(Errica et al.; ties to the earlier candidate; the same candidates for every model)")
+
+
+def selection_notes(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One report line per model of a :func:`cross_validate_selected` result: how often each
+    candidate won, and each candidate's own test accuracy as context."""
+    return [
+        f"{name}: candidate chosen per fold "
+        + ", ".join(f"{c} {n}" for c, n in row["times_chosen"].items())
+        + "; each candidate alone: "
+        + ", ".join(f"{c} {100 * alone['accuracy']['mean']:.1f}"
+                    for c, alone in row["candidates"].items())
+        + " (context only: choosing among these would be selection on test)"
+        for name, row in models.items() if "times_chosen" in row
+    ]
+
+
 class GraphClassificationTask:
     """The :class:`~et_graph.training.TrainingTask` of graph classification: shuffled
     mini-batches of the training graphs (a seeded generator), cross-entropy loss (with

@@ -147,7 +147,7 @@ def tune_tudataset(config: Any, models: list[str], budget: TuneBudget, storage: 
     variant of :mod:`et_graph.tuning.tudataset`); write presets and the report."""
     from .tudataset import TUObjective
 
-    if getattr(config.protocol, "grid", None):
+    if config.protocol.grid:
         # Two ways of selecting at once would leave one of them silently unused.
         raise ValueError("the config declares a per-fold grid (protocol.grid); the tuner "
                          "selects one configuration itself: drop the grid to tune, or run "
