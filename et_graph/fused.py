@@ -38,8 +38,6 @@ node sums are two sparse-dense products each.
 """
 from __future__ import annotations
 
-import functools
-import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -47,6 +45,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from ._sparse_warnings import quiet_sparse
 from .energy import attention_grad
 
 _INT32_MAX = 2**31 - 1
@@ -202,19 +201,6 @@ def _node_major(t: Tensor, heads: int) -> Tensor:
     return t.view(heads, -1, t.size(-1)).transpose(0, 1)
 
 
-def _quiet_sparse(fn):
-    """PyTorch flags CSR support as "beta" with a one-time warning; the kernels used here (CSR
-    construction, ``@`` and ``sampled_addmm``) are stable, so the warning is only noise."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
 def _paired_rows(
     rows: Tensor, incoming: Optional[Tensor], heads: int, incoming_first: bool
 ) -> Tensor:
@@ -235,7 +221,7 @@ def _paired_rows(
 
 class _FusedAttentionGrad(torch.autograd.Function):
     @staticmethod
-    @_quiet_sparse
+    @quiet_sparse
     def forward(
         ctx: Any,
         k: Tensor,
@@ -261,7 +247,7 @@ class _FusedAttentionGrad(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    @_quiet_sparse
+    @quiet_sparse
     def backward(ctx: Any, up_k: Optional[Tensor], up_q: Optional[Tensor]):
         k_rows, q_rows, beta, weight, probs, scores, coef_t = ctx.saved_tensors
         plan: EdgePlan = ctx.plan

@@ -1,6 +1,8 @@
 """Random-walk encodings, the log-degree feature, and their wiring through the TU loader and
 the TUDataset config."""
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,22 @@ def test_gnnbenchmark_et_readout():
     model = build_model("et", data, ETGraphModelConfig(hidden=8, heads=2, head_dim=4,
                                                        readout="cls_sum_mean"))
     assert model.readout == "cls_sum_mean" and model.head[0].in_features == 24
+
+
+def test_random_walk_pe_of_a_large_graph_prints_no_sparse_notice():
+    """Above PyG's dense-size limit the walk runs on a CSR matrix, whose one-time "beta" notices
+    are silenced. Run in a fresh interpreter (the notices fire once per process) with
+    UserWarnings raised as errors."""
+    script = (
+        "import torch\n"
+        "from torch_geometric.data import Data\n"
+        "from torch_geometric.utils import to_undirected\n"
+        "from et_graph.transforms import RandomWalkPE\n"
+        "i = torch.arange(3000)\n"
+        "data = Data(num_nodes=3000, edge_index=to_undirected(torch.stack([i, (i + 1) % 3000])))\n"
+        "pe = RandomWalkPE(4)(data).rw_pe\n"
+        "assert pe.shape == (3000, 4) and torch.allclose(pe[:, 1], torch.full((3000,), 0.5))\n"
+    )
+    result = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", script],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

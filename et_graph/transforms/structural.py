@@ -15,6 +15,8 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import AddRandomWalkPE, BaseTransform
 from torch_geometric.utils import degree, scatter
 
+from .._sparse_warnings import quiet_sparse
+
 
 class RandomWalkPE(BaseTransform):
     """``data[attr_name] = [P(return after 1 step), ..., P(return after k steps)]`` ``[N, k]``
@@ -31,6 +33,7 @@ class RandomWalkPE(BaseTransform):
         self.attr_name = attr_name
         self._transform = AddRandomWalkPE(walk_length=k, attr_name=attr_name)
 
+    @quiet_sparse  # PyG builds a CSR matrix for graphs above its dense-size limit
     def forward(self, data: Data) -> Data:
         if not data.num_nodes:
             raise ValueError("RandomWalkPE got a graph without nodes; drop empty graphs first")
