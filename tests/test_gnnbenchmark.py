@@ -317,6 +317,41 @@ def test_baselines_incident_edges_add_the_sum_of_incoming_encoded_edges(cls, zin
         cls(1, "regression", num_node_types=28, incident_edges=True)
 
 
+@pytest.mark.parametrize("cls", [GINBaseline, GatedGCNBaseline])
+def test_baselines_jk_readout_reads_every_layer(cls, zinc_val):
+    """readout="jk": the head sees the pooled states at the input and after every layer,
+    concatenated (checked against a hand-built concatenation); a bad name is an error."""
+    from torch_geometric.loader import DataLoader
+
+    batch = next(iter(DataLoader(zinc_val[:3], batch_size=3)))
+    torch.manual_seed(0)
+    model = cls(1, "regression", hidden=8, num_layers=2, num_node_types=28, num_edge_types=4,
+                readout="jk").eval()
+    assert model.head[0].in_features == 3 * 8
+    states, seen = [], []
+    model.node_encoder.register_forward_hook(lambda m, i, out: states.append(out))
+    model.head.register_forward_hook(lambda m, inputs, out: seen.append(inputs[0]))
+    with torch.no_grad():
+        out = model(batch.x, batch.edge_index, batch.edge_attr, batch.batch)
+        h = states[0]
+        layers = [h]
+        e = model.edge_encoder(batch.edge_attr)
+        for conv, norm in zip(model.convs, model.norms):
+            h = h + torch.relu(norm(conv(h, batch.edge_index, e)))
+            layers.append(h)
+        pooled = torch.cat([type(model).pooling(s, batch.batch) for s in layers], dim=1)
+    assert out.shape == (3,)
+    assert torch.allclose(seen[0], pooled, atol=1e-5)
+    last = cls(1, "regression", hidden=8, num_layers=2, num_node_types=28, num_edge_types=4)
+    assert last.head[0].in_features == 8
+    node_model = cls(2, "node", hidden=8, num_layers=3, node_dim=3, readout="jk")
+    x = torch.nn.functional.one_hot(batch.x.view(-1) % 3, 3).float()
+    assert node_model(x, batch.edge_index, None, batch.batch).shape == (batch.num_nodes, 2)
+    assert node_model.head[0].in_features == 4 * 8
+    with pytest.raises(ValueError, match="readout"):
+        cls(1, "regression", num_node_types=28, readout="sum")
+
+
 def test_random_walk_encoding_reaches_every_model(tmp_path):
     """``--rw-pe-dim`` gives the encoding to ET and both baselines (their parameter counts grow
     by the encoder), and the results say so."""
@@ -360,7 +395,8 @@ def test_quick_is_the_smallest_whole_pipeline():
 def test_config_rejects_bad_values():
     for argv in (["--models", "et,transformer"], ["--seeds", ""], ["--seeds", "0,x"],
                  ["--dataset", "TSP"], ["--source", "web"], ["--holdout-fraction", "1.5"],
-                 ["--generated-sizes", "10,10"], ["--epochs", "0"], ["--lr-schedule", "step"]):
+                 ["--generated-sizes", "10,10"], ["--epochs", "0"], ["--lr-schedule", "step"],
+                 ["--baseline-readout", "sum"]):
         with pytest.raises(ValueError):
             gnnbenchmark.main(argv)
 
@@ -492,6 +528,10 @@ def test_build_model_takes_typed_configs():
     assert len(layered.message_passing.mlps) == 2
     gin = build_model("gin", data, baselines=BaselineConfig(baseline_hidden=8, baseline_layers=3))
     assert len(gin.convs) == 3
+    jk = build_model("gatedgcn", data, baselines=BaselineConfig(baseline_hidden=8,
+                                                                 baseline_layers=3,
+                                                                 baseline_readout="jk"))
+    assert jk.readout == "jk" and jk.head[0].in_features == 4 * 8
     with pytest.raises(ValueError, match="unknown model"):
         build_model("transformer", data)
 

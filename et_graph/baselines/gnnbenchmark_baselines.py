@@ -3,7 +3,9 @@
 Both follow the benchmark's conventions (Dwivedi et al.): an input embedding, ``num_layers``
 residual blocks of convolution + BatchNorm + ReLU + dropout, then a readout: sum (GIN) or mean
 (GatedGCN) pooling and an MLP for graph tasks, a per-node MLP for node tasks. Edge features are
-used when present (``GINEConv``, ``ResGatedGraphConv(edge_dim=...)``).
+used when present (``GINEConv``, ``ResGatedGraphConv(edge_dim=...)``). ``readout="jk"`` feeds
+the head the states at the input and after every layer, concatenated (pooled for graph tasks):
+the jumping-knowledge readout of Xu et al. (2018), the counterpart of ET's ``readout="jk"``.
 
 Inputs follow one convention so ET and the baselines see identical data: ``x`` is either long
 ids ``[N]``/``[N, 1]`` (``num_node_types`` given) or float features ``[N, F]`` (``node_dim``
@@ -22,6 +24,9 @@ from torch_geometric.nn import GINEConv, ResGatedGraphConv, global_add_pool, glo
 from ..nn.validation import all_finite, check_batch, check_edge_index, check_rw_pe
 
 TASKS = ("classification", "regression", "node")
+#: What the head reads: the last layer's states ("last") or the states at the input and after
+#: every layer, concatenated ("jk", jumping knowledge).
+READOUTS = ("last", "jk")
 
 
 class InputEncoder(nn.Module):
@@ -74,16 +79,20 @@ class _BenchmarkGNN(nn.Module):
         edge_dim: Optional[int] = None,
         rw_pe_dim: int = 0,
         incident_edges: bool = False,
+        readout: str = "last",
     ) -> None:
         super().__init__()
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        if readout not in READOUTS:
+            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
         if num_layers < 1 or hidden < 1 or out_channels < 1:
             raise ValueError("num_layers, hidden and out_channels must be positive")
         if rw_pe_dim < 0:
             raise ValueError(f"rw_pe_dim must be >= 0, got {rw_pe_dim}")
         self.task = task
         self.dropout = dropout
+        self.readout = readout
         self.node_encoder = InputEncoder(hidden, num_node_types, node_dim)
         self.rw_encoder = nn.Linear(rw_pe_dim, hidden) if rw_pe_dim else None
         self.uses_edges = num_edge_types is not None or edge_dim is not None
@@ -97,7 +106,8 @@ class _BenchmarkGNN(nn.Module):
         self.incident_encoder = nn.Linear(hidden, hidden) if incident_edges else None
         self.convs = nn.ModuleList(self._conv(hidden) for _ in range(num_layers))
         self.norms = nn.ModuleList(nn.BatchNorm1d(hidden) for _ in range(num_layers))
-        self.head = _mlp(hidden, hidden, out_channels)
+        states = num_layers + 1 if readout == "jk" else 1
+        self.head = _mlp(states * hidden, hidden, out_channels)
 
     def _conv(self, hidden: int) -> nn.Module:
         raise NotImplementedError
@@ -126,13 +136,18 @@ class _BenchmarkGNN(nn.Module):
             if self.incident_encoder is not None:
                 incident = e.new_zeros(h.size(0), e.size(1)).index_add_(0, edge_index[1], e)
                 h = h + self.incident_encoder(incident)
+        states = [h]
         for conv, norm in zip(self.convs, self.norms):
             update = conv(h, edge_index, e) if e is not None else conv(h, edge_index)
             update = torch.relu(norm(update))
             h = h + nn.functional.dropout(update, self.dropout, self.training)
+            states.append(h)
+        if self.readout == "jk":
+            h = torch.cat(states, dim=1)
         if self.task != "node":
             if batch is None:
                 batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
+            # pooling is per column, so pooling the concatenation pools every state
             h = self.pooling(h, batch)
         out = self.head(h)
         return out.squeeze(-1) if self.task == "regression" else out
@@ -171,4 +186,4 @@ class GatedGCNBaseline(_BenchmarkGNN):
 
 BASELINES = {"gin": GINBaseline, "gatedgcn": GatedGCNBaseline}
 
-__all__ = ["BASELINES", "GINBaseline", "GatedGCNBaseline", "InputEncoder"]
+__all__ = ["BASELINES", "READOUTS", "GINBaseline", "GatedGCNBaseline", "InputEncoder"]

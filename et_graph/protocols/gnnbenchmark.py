@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
-from ..baselines.gnnbenchmark_baselines import BASELINES
+from ..baselines.gnnbenchmark_baselines import BASELINES, READOUTS
 from ..datasets.gnnbenchmark_common import BenchmarkData
 from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, seed_everything
 
@@ -133,12 +133,21 @@ class BaselineConfig:
         baseline_dropout: dropout after each baseline layer.
         baseline_incident_edges: add each node's sum of incoming encoded edge features to its
             input (the input ET's ``incident_edges`` adds); needs edge features.
+        baseline_readout: what the head reads: last (the last layer's states, pooled for
+            graph tasks) or jk (the states at the input and after every layer, concatenated:
+            jumping knowledge, the counterpart of ET's jk readout).
     """
 
     baseline_hidden: int = 64
     baseline_layers: int = 4
     baseline_dropout: float = 0.0
     baseline_incident_edges: bool = False
+    baseline_readout: str = "last"
+
+    def __post_init__(self) -> None:
+        if self.baseline_readout not in READOUTS:
+            raise ValueError(f"baseline_readout must be one of {READOUTS}, "
+                             f"got {self.baseline_readout!r}")
 
 
 @dataclass
@@ -188,6 +197,7 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
             num_node_types=data.num_node_types, node_dim=data.node_dim,
             num_edge_types=data.num_edge_types, edge_dim=data.edge_dim,
             rw_pe_dim=data.rw_pe_dim, incident_edges=baselines.baseline_incident_edges,
+            readout=baselines.baseline_readout,
         )
     raise ValueError(f"unknown model {name!r}; choose from {MODEL_NAMES}")
 
