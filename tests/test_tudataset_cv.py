@@ -13,6 +13,7 @@ from torch_geometric.loader import DataLoader
 from et_graph.baselines.graph_baselines import GINClassifier, StructureAgnosticMLP
 from et_graph.config import load_file, merge, parse
 from et_graph.datasets import load_tudataset, prepare_root
+from et_graph.datasets.locking import folder_lock
 from et_graph.experiments import tudataset
 from et_graph.nn.models.graph_model import ETGraphModel
 from et_graph.protocols import graph_cv
@@ -69,6 +70,36 @@ def test_label_and_graph_checks():
 def test_missing_raw_files_are_reported(tmp_path):
     with pytest.raises(ValueError, match="no TU raw files"):
         prepare_root(tmp_path, "MUTAG", tmp_path / "cache")
+
+
+def _load_mutag_after_marker(cache: str, marker: str) -> None:
+    Path(marker).write_text("about to load")
+    graphs, _ = load_tudataset(DATA, "MUTAG", cache, pe_dim=0, progress=False)
+    assert len(graphs) == 188
+
+
+def test_parallel_loads_wait_for_the_cache_lock(tmp_path):
+    """A second job on the same cache waits while another holds the lock (the copy of the raw
+    files and PyG's processing), then loads a complete dataset. Without the lock the child would
+    process MUTAG (well under a second) and exit while the parent still holds it."""
+    import multiprocessing
+    import time
+
+    cache, marker = tmp_path / "cache", tmp_path / "marker"
+    context = multiprocessing.get_context("spawn")
+    with folder_lock(cache, "MUTAG"):
+        child = context.Process(target=_load_mutag_after_marker, args=(str(cache), str(marker)))
+        child.start()
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the child never started loading"
+        time.sleep(2.0)
+        assert child.is_alive(), "the child loaded while the lock was held"
+        assert not (cache / "MUTAG" / "processed").exists()
+    child.join(120)
+    assert child.exitcode == 0
+    assert (cache / "MUTAG" / "processed").is_dir()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from typing import Optional, Union
 
 from torch_geometric.data import Data
 
+from .locking import folder_lock
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 GNN_BENCHMARK_NAMES = ("PATTERN", "CLUSTER", "MNIST", "CIFAR10")
@@ -69,12 +71,15 @@ def gnn_benchmark_required_file(root: PathLike, name: str) -> Path:
     return Path(root) / name / "raw" / f"{name}_v2.pt"
 
 
-def gnn_benchmark_present(root: PathLike, name: str) -> bool:
-    """Whether the raw file or PyG-2 processed files of ``name`` are under ``root``."""
-    if gnn_benchmark_required_file(root, name).is_file():
-        return True
+def gnn_benchmark_processed(root: PathLike, name: str) -> bool:
+    """Whether PyG-2's processed files of every split of ``name`` are under ``root``."""
     processed = Path(root) / name / "processed"
     return not missing_files([processed / f"{s}_data.pt" for s in SPLITS])
+
+
+def gnn_benchmark_present(root: PathLike, name: str) -> bool:
+    """Whether the raw file or PyG-2 processed files of ``name`` are under ``root``."""
+    return gnn_benchmark_required_file(root, name).is_file() or gnn_benchmark_processed(root, name)
 
 
 def load_gnn_benchmark(root: PathLike, name: str, split: str):
@@ -96,7 +101,11 @@ def load_gnn_benchmark(root: PathLike, name: str, split: str):
         def download(self) -> None:  # processed files exist: nothing to fetch
             return None
 
-    return _OfflineGNNBenchmark(str(root), name=name, split=split)
+    if gnn_benchmark_processed(root, name):
+        return _OfflineGNNBenchmark(str(root), name=name, split=split)
+    # The first load processes the raw file into root/name/processed: parallel jobs take turns.
+    with folder_lock(root, name):
+        return _OfflineGNNBenchmark(str(root), name=name, split=split)
 
 
 __all__ = [

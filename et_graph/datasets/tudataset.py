@@ -22,6 +22,7 @@ from torch_geometric.utils import degree
 from tqdm.auto import tqdm
 
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
+from .locking import folder_lock
 
 #: The raw TU files shipped with the repository (next to the package in a checkout).
 SHIPPED_TU_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "TUDataset"
@@ -33,6 +34,11 @@ def default_tu_root() -> Optional[Path]:
     return SHIPPED_TU_ROOT if SHIPPED_TU_ROOT.is_dir() else None
 
 
+def default_tu_cache() -> Path:
+    """Where the raw files are copied and PyG's ``processed/`` is written when no cache is given."""
+    return Path(tempfile.gettempdir()) / "et_graph_tudataset"
+
+
 def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
     """Copy ``root/name/raw`` into ``cache/name/raw`` (once) and return ``cache``."""
     source = Path(root) / name / "raw"
@@ -41,7 +47,7 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
             f"no TU raw files at {source} (expected {name}_A.txt, {name}_graph_indicator.txt, "
             f"{name}_graph_labels.txt, ...)"
         )
-    cache = Path(cache) if cache else Path(tempfile.gettempdir()) / "et_graph_tudataset"
+    cache = Path(cache) if cache else default_tu_cache()
     target = cache / name / "raw"
     if not target.is_dir() or sorted(p.name for p in target.iterdir()) != sorted(
         p.name for p in source.iterdir()
@@ -69,8 +75,12 @@ def load_tudataset(
         if root is None:
             raise ValueError("no TU root given and no shipped datasets/TUDataset folder found; "
                              "pass the folder holding NAME/raw/NAME_*.txt")
-    dataset = TUDataset(str(prepare_root(root, name, cache)), name, use_node_attr=True,
-                        use_edge_attr=True)
+    cache = Path(cache) if cache else default_tu_cache()
+    # Copying the raw files and PyG's processing run under one lock: parallel jobs on the same
+    # cache would otherwise race on processed/data.pt (a half-written file fails to load).
+    with folder_lock(cache, name):
+        dataset = TUDataset(str(prepare_root(root, name, cache)), name, use_node_attr=True,
+                            use_edge_attr=True)
     graphs = [dataset[i] for i in range(len(dataset))]
     info: dict[str, Any] = {
         "graphs": len(graphs),

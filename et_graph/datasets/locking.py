@@ -1,0 +1,50 @@
+"""An inter-process lock for dataset folders that PyG processes on first use.
+
+Two jobs started side by side on a fresh folder (the usual way to run benchmarks in parallel)
+would otherwise both write PyG's ``processed/*.pt`` at the same time, and one of them reads a
+half-written file ("PytorchStreamReader failed reading zip archive")."""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | Path, name: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder/.name.lock`` while the block runs.
+
+    The lock is advisory (``fcntl.flock`` on POSIX, ``msvcrt.locking`` on Windows) and the
+    operating system drops it when the process dies, so a killed job never leaves a stale lock.
+    A folder that cannot be written to is not locked: nothing can be processed into it either,
+    so there is no write to race with."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / f".{name}.lock", "a+b")
+    except OSError:
+        yield
+        return
+    with handle:
+        if os.name == "nt":  # pragma: no cover - exercised on Windows only
+            import msvcrt
+
+            handle.seek(0)
+            msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
+            try:
+                yield
+            finally:
+                handle.seek(0)
+                msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+__all__ = ["folder_lock"]
