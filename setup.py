@@ -38,5 +38,5 @@ setup(
         # pyg-lib or torch-sparse (built for your torch version).
         "pygod": ["pygod>=1.0"],
     },
-    entry_points={"console_scripts": ["et-graph=et_graph.cli:main"]},
+    entry_points={"console_scripts": ["et-graph=et_graph.cli:console_main"]},
 )

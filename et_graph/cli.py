@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Optional
 
+from . import __version__
 from .config import add_config_arguments, resolve
+
+#: Set (to anything) to see the whole traceback of a bad-input error instead of its one line.
+TRACEBACK_ENV = "ET_GRAPH_TRACEBACK"
 
 SUBCOMMANDS = {
     "anomaly": ("et_graph.experiments.anomaly", "graph anomaly detection (node level)"),
@@ -39,6 +44,11 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--version":
+        print(f"et-graph {__version__}")
+        return 0
+    if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
+        print(f"et-graph: unknown command {argv[0]!r}", file=sys.stderr)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         lines = [f"  {name:<14}{help_text}" for name, (_, help_text) in SUBCOMMANDS.items()]
         print("usage: et-graph COMMAND [options]\n\ncommands:\n" + "\n".join(lines))
@@ -53,5 +63,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+def console_main(argv: Optional[Sequence[str]] = None) -> int:
+    """The installed ``et-graph`` command: :func:`main`, with bad input (a ``ValueError`` or a
+    missing file, which the library raises with a message that names the fix) reported as one
+    line and exit status 2 instead of a traceback. ``ET_GRAPH_TRACEBACK=1`` shows the traceback;
+    library callers of :func:`main` get the exception itself."""
+    try:
+        return main(argv)
+    except (ValueError, FileNotFoundError) as error:
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        argv = list(sys.argv[1:] if argv is None else argv)
+        prog = f"et-graph {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "et-graph"
+        print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(console_main())

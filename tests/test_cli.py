@@ -1,0 +1,32 @@
+"""The installed ``et-graph`` command: version, unknown commands and one-line bad-input errors."""
+import pytest
+
+from et_graph import __version__
+from et_graph.cli import TRACEBACK_ENV, console_main, main
+
+
+def test_version(capsys):
+    assert console_main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"et-graph {__version__}"
+
+
+def test_unknown_command_is_named(capsys):
+    assert console_main(["tudatset"]) == 2
+    captured = capsys.readouterr()
+    assert "unknown command 'tudatset'" in captured.err
+    assert "tudataset" in captured.out  # the list of commands follows
+
+
+def test_bad_input_is_one_line_without_traceback(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    argv = ["tudataset", "--dataset", "NOPE", "--root", str(tmp_path)]
+    assert console_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("et-graph tudataset: error: no TU raw files at")
+    assert "Traceback" not in err and TRACEBACK_ENV in err
+    # Library callers (and ET_GRAPH_TRACEBACK=1) get the exception itself.
+    with pytest.raises(ValueError, match="no TU raw files"):
+        main(argv)
+    monkeypatch.setenv(TRACEBACK_ENV, "1")
+    with pytest.raises(ValueError, match="no TU raw files"):
+        console_main(argv)
