@@ -220,3 +220,33 @@ def test_gcn_adjacency_cache_is_not_fooled_by_a_reused_address():
         del edge_index
         other = torch.randint(0, 40, (2, 120))
         assert torch.allclose(net(x, other), fresh(x, other))
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_save_and_load_score_bit_for_bit(graph, name, tmp_path):
+    det = DETECTORS[name](epochs=2) if name != "gbt" else DETECTORS[name](max_iter=10)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        det.save(tmp_path / "unfitted.pt")
+    det.fit(graph)
+    det.save(tmp_path / "det.pt")
+    loaded = DETECTORS[name].load(tmp_path / "det.pt")
+    assert type(loaded) is type(det) and loaded is not det
+    assert loaded.threshold_ == det.threshold_ and loaded.get_config() == det.get_config()
+    assert torch.equal(loaded.decision_function(graph), det.decision_function(graph))
+    assert torch.equal(loaded.predict(graph), det.predict(graph))
+    # A file of another detector, and a file that is no detector, are refused by name.
+    other = MLPDetector if name != "mlp" else GBTDetector
+    with pytest.raises(TypeError, match=f"not a {other.__name__}"):
+        other.load(tmp_path / "det.pt")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "weights.pt")
+    with pytest.raises(ValueError, match="not a detector written by"):
+        ETDetector.load(tmp_path / "weights.pt")
+
+
+def test_unsupervised_detector_saves_too(graph, tmp_path):
+    from et_graph.detectors import UnsupervisedETDetector
+
+    det = UnsupervisedETDetector(seed=0, epochs=3, score_rounds=2).fit(graph)
+    det.save(tmp_path / "unsup.pt")
+    loaded = UnsupervisedETDetector.load(tmp_path / "unsup.pt")
+    assert torch.equal(loaded.decision_function(graph), det.decision_function(graph))

@@ -7,7 +7,8 @@ protocol), ``decision_score_`` (the scores of the graph it was fitted on) and ``
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Union
+import os
+from typing import Any, Optional, TypeVar, Union
 
 import numpy as np
 import torch
@@ -19,6 +20,11 @@ from ..protocols.anomaly import choose_threshold
 from ..transforms.features import check_node_graph
 
 Prediction = Union[Tensor, tuple[Tensor, ...]]
+DetectorT = TypeVar("DetectorT", bound="BaseDetector")
+
+#: The tag :meth:`BaseDetector.save` writes, so that :meth:`BaseDetector.load` can refuse other
+#: files with a clear error instead of unpickling whatever they hold into the wrong place.
+SAVE_FORMAT = "et_graph.detector/1"
 
 
 class BaseDetector:
@@ -72,6 +78,33 @@ class BaseDetector:
             for k, v in section.items()
         )
         return f"{type(self).__name__}({fields})"
+
+    # ------------------------------------------------------------------------------------------
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Write the fitted detector (config, weights, threshold, history) to ``path``.
+
+        One ``torch.save`` file; :meth:`load` reads it back and scores bit for bit as before.
+        The file is a pickle, so load only files you trust."""
+        if not self.fitted_:
+            raise RuntimeError(f"{type(self).__name__} is not fitted yet: fit it before save()")
+        from .. import __version__
+
+        torch.save({"format": SAVE_FORMAT, "et_graph_version": __version__,
+                    "class": type(self).__name__, "detector": self}, path)
+
+    @classmethod
+    def load(cls: type[DetectorT], path: Union[str, os.PathLike],
+             map_location: Union[str, torch.device] = "cpu") -> DetectorT:
+        """A detector written by :meth:`save`, its tensors moved to ``map_location`` (where it
+        will score). Called on a subclass, it refuses a file holding another detector."""
+        payload = torch.load(path, map_location=map_location, weights_only=False)
+        if not isinstance(payload, dict) or payload.get("format") != SAVE_FORMAT:
+            raise ValueError(f"{path} is not a detector written by et-graph's save()")
+        detector = payload["detector"]
+        if not isinstance(detector, cls):
+            raise TypeError(f"{path} holds a {payload['class']}, not a {cls.__name__}")
+        detector.device = torch.device(map_location)
+        return detector
 
     # ------------------------------------------------------------------------------------------
     def fit(self, data: Data, train_mask: Optional[Tensor] = None,
