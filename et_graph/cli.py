@@ -12,7 +12,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Optional
 
 from . import __version__
@@ -63,20 +63,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def console_main(argv: Optional[Sequence[str]] = None) -> int:
-    """The installed ``et-graph`` command: :func:`main`, with bad input (a ``ValueError`` or a
-    missing file, which the library raises with a message that names the fix) reported as one
-    line and exit status 2 instead of a traceback. ``ET_GRAPH_TRACEBACK=1`` shows the traceback;
-    library callers of :func:`main` get the exception itself."""
+def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
+    """Run ``call()``; report bad input (a ``ValueError`` or a missing file, which the library
+    raises with a message that names the fix) as one line on stderr and return exit status 2
+    instead of a traceback. ``ET_GRAPH_TRACEBACK=1`` lets the exception through."""
     try:
-        return main(argv)
+        call()
     except (ValueError, FileNotFoundError) as error:
         if os.environ.get(TRACEBACK_ENV):
             raise
-        argv = list(sys.argv[1:] if argv is None else argv)
-        prog = f"et-graph {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "et-graph"
         print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
         return 2
+    return 0
+
+
+def console_main(argv: Optional[Sequence[str]] = None) -> int:
+    """The installed ``et-graph`` command: :func:`main` under :func:`exit_on_bad_input`. Library
+    callers of :func:`main` get the exception itself."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = f"et-graph {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "et-graph"
+    status = 0
+
+    def call() -> None:
+        nonlocal status
+        status = main(argv)
+
+    return exit_on_bad_input(call, prog) or status
 
 
 if __name__ == "__main__":

@@ -11,12 +11,15 @@ them all, ``--config configs/anomaly/NAME.toml`` starts from a preset. With
 data-parallel (gloo on CPU).
 """
 import sys
+from pathlib import Path
 
+from et_graph.cli import exit_on_bad_input
 from et_graph.experiments import anomaly
 
 if __name__ == "__main__":
     # YelpChi is this script's default dataset; an explicit --dataset or --data wins.
     argv = sys.argv[1:]
-    if not any(a.startswith(("--dataset", "--data", "--config")) for a in argv):
+    # Match the flags exactly: "--data-root DIR" alone must still mean YelpChi.
+    if not any(a.split("=", 1)[0] in ("--dataset", "--data", "--config") for a in argv):
         argv = ["--dataset", "yelpchi", *argv]
-    anomaly.main(argv)
+    raise SystemExit(exit_on_bad_input(lambda: anomaly.main(argv), Path(__file__).name))

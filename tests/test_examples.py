@@ -68,3 +68,17 @@ def test_no_docstring_swallows_a_shell_line_continuation():
     bad = [f"{p.relative_to(ROOT)}:{line}" for p in files
            for line in _docstrings_that_join_command_lines(p.read_text())]
     assert not bad, f"write \\\\ or make the docstring raw: {bad}"
+
+
+def test_yelpchi_example_without_the_file_says_where_to_put_it(tmp_path):
+    """YelpChi cannot be downloaded here: the example exits with status 2 and one line that
+    names the file and the fix, not a traceback."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ET_GRAPH_CACHE": str(tmp_path)}
+    env.pop("ET_GRAPH_TRACEBACK", None)
+    env.pop("ET_GRAPH_DOWNLOAD", None)
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "yelpchi_anomaly.py"),
+                           "--data-root", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith("yelpchi_anomaly.py: error: yelpchi: YelpChi.mat not found")
+    assert "Traceback" not in done.stderr
