@@ -66,15 +66,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
     """Run ``call()``; report bad input (a ``ValueError`` or a missing file, which the library
     raises with a message that names the fix) as one line on stderr and return exit status 2
-    instead of a traceback. ``ET_GRAPH_TRACEBACK=1`` lets the exception through."""
+    instead of a traceback. ``ET_GRAPH_TRACEBACK=1`` lets the exception through. Otherwise the
+    exit status is ``call()``'s own when it returns an int (0 for anything else)."""
     try:
-        call()
+        result = call()
     except (ValueError, FileNotFoundError) as error:
         if os.environ.get(TRACEBACK_ENV):
             raise
         print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
         return 2
-    return 0
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
 def console_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -82,13 +83,7 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
     callers of :func:`main` get the exception itself."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"et-graph {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "et-graph"
-    status = 0
-
-    def call() -> None:
-        nonlocal status
-        status = main(argv)
-
-    return exit_on_bad_input(call, prog) or status
+    return exit_on_bad_input(lambda: main(argv), prog)
 
 
 if __name__ == "__main__":
