@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Optional
 
 from . import __version__
@@ -76,6 +77,15 @@ def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
         print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
         return 2
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+def run_example(call: Callable[[], object], script: str) -> None:
+    """An ``examples/`` script's entry: ``call()`` under :func:`exit_on_bad_input`, exiting
+    (status 2) only on bad input, so that a successful run returns normally (the tests run the
+    examples in-process with ``runpy``)."""
+    status = exit_on_bad_input(call, Path(script).name)
+    if status:
+        raise SystemExit(status)
 
 
 def console_main(argv: Optional[Sequence[str]] = None) -> int:

@@ -12,10 +12,8 @@ Same options as ``et-graph gnnbenchmark``; see docs/gnnbenchmark.md.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from et_graph.cli import exit_on_bad_input
+from et_graph.cli import run_example
 from et_graph.experiments.gnnbenchmark import main
 
 if __name__ == "__main__":
-    raise SystemExit(exit_on_bad_input(main, Path(__file__).name))
+    run_example(main, __file__)

@@ -7,10 +7,8 @@
 Writes results.json / results.md and PNG figures to --out (default results/image_completion).
 The same code runs as ``et-graph image ...``.
 """
-from pathlib import Path
-
-from et_graph.cli import exit_on_bad_input
+from et_graph.cli import run_example
 from et_graph.experiments.image_completion import main
 
 if __name__ == "__main__":
-    raise SystemExit(exit_on_bad_input(main, Path(__file__).name))
+    run_example(main, __file__)

@@ -6,10 +6,8 @@
 The data default to the shipped ``datasets/TUDataset`` (``--root`` reads another folder). Same
 options as ``et-graph tudataset`` (the same ``main``); see docs/graph_classification.md.
 """
-from pathlib import Path
-
-from et_graph.cli import exit_on_bad_input
+from et_graph.cli import run_example
 from et_graph.experiments.tudataset import main
 
 if __name__ == "__main__":
-    raise SystemExit(exit_on_bad_input(main, Path(__file__).name))
+    run_example(main, __file__)

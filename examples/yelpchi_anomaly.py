@@ -11,9 +11,8 @@ them all, ``--config configs/anomaly/NAME.toml`` starts from a preset. With
 data-parallel (gloo on CPU).
 """
 import sys
-from pathlib import Path
 
-from et_graph.cli import exit_on_bad_input
+from et_graph.cli import run_example
 from et_graph.experiments import anomaly
 
 if __name__ == "__main__":
@@ -22,4 +21,4 @@ if __name__ == "__main__":
     # Match the flags exactly: "--data-root DIR" alone must still mean YelpChi.
     if not any(a.split("=", 1)[0] in ("--dataset", "--data", "--config") for a in argv):
         argv = ["--dataset", "yelpchi", *argv]
-    raise SystemExit(exit_on_bad_input(lambda: anomaly.main(argv), Path(__file__).name))
+    run_example(lambda: anomaly.main(argv), __file__)
