@@ -14,6 +14,7 @@ processes is reported beside the mean.
     python benchmarks/tu_reassess.py --summarize runs/tu_reassess/*/reassess.json \\
         --plot ensembles.png
     python benchmarks/tu_reassess.py --summarize A.json@gin,structure_agnostic B.json@et
+    python benchmarks/tu_reassess.py --summarize docs/measured/tudataset/fold_select/NCI1.json
 
 Writes ``OUT/DATASET/reassess.json`` and ``reassess.md``, and prints one table over the
 datasets: each model's mean ± std over folds of the R-run fold accuracy (the winner in bold),
@@ -21,7 +22,8 @@ run 0's accuracy alone, and the spread between runs (mean over folds of the runs
 more than one run it also reports each model's ensemble of its runs: per fold, the accuracy of
 their averaged class probabilities (the same trainings; no training is added). ``--plot FILE``
 draws the same table as a figure: per dataset, a bar per model for the mean of its runs (± the
-std over folds) and a diamond for its ensemble.
+std over folds) and a diamond for its ensemble. ``--summarize`` also reads the per-fold
+selection results of ``tu_fold_select.py --json`` (the table then names each row's grid).
 """
 from __future__ import annotations
 
@@ -97,11 +99,12 @@ def _cell(stat: Optional[dict[str, Any]]) -> str:
 
 
 def merge_reports(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One report per (dataset, runs per fold): the models of runs made separately (e.g. ET and
-    GIN side by side, each with ``--models``) joined; a model given twice is an error."""
-    merged: dict[tuple[str, int], dict[str, Any]] = {}
+    """One report per (dataset, runs per fold, selection grid): the models of runs made
+    separately (e.g. ET and GIN side by side, each with ``--models``) joined; a model given twice
+    is an error."""
+    merged: dict[tuple[str, int, tuple[str, ...]], dict[str, Any]] = {}
     for report in reports:
-        key = (report["dataset"], report["runs_per_fold"])
+        key = (report["dataset"], report["runs_per_fold"], tuple(report.get("candidates", ())))
         if key not in merged:
             merged[key] = {**report, "models": dict(report["models"])}
             continue
@@ -126,27 +129,43 @@ def _bold_best(rows: dict[str, Any], key: str) -> list[str]:
             for m in MODELS]
 
 
+def is_selection(reports: list[dict[str, Any]]) -> bool:
+    """Whether any report is a per-fold selection (``tu_fold_select.py``'s JSON, which names
+    its ``candidates``) rather than one fixed preset per model."""
+    return any("candidates" in report for report in reports)
+
+
 def summary_table(reports: list[dict[str, Any]]) -> str:
     """One row per dataset: the R-run accuracy of each model (winner in bold), then run 0's
     accuracies and the spread between runs; with reports that hold it, the accuracy of each
-    model's ensemble of its R trainings (averaged class probabilities; winner in bold) last."""
+    model's ensemble of its R trainings (averaged class probabilities; winner in bold) last.
+    Per-fold selection reports (``tu_fold_select.py --json``) also name the grid each fold chose
+    from; they store no spread between runs (``–``; no column when no report has one)."""
     reports = merge_reports(reports)
     ensembles = has_ensembles(reports)
-    head = " | ".join(NAMES[m] for m in MODELS)
-    single = " | ".join(f"{NAMES[m]}, run 0 alone" for m in MODELS)
-    ensemble = " | " + " | ".join(f"{NAMES[m]}, ensemble" for m in MODELS) if ensembles else ""
-    lines = [f"| dataset | runs per fold | {head} | {single} | spread between runs, "
-             f"ET / GIN / s.-a. (mean std over folds, points){ensemble} |",
-             "|---" * (3 + (3 if ensembles else 2) * len(MODELS)) + "|"]
+    selection = is_selection(reports)
+    spreads = any("run_spread" in row for r in reports for row in r["models"].values())
+    columns = ["dataset", "runs per fold", *(["selected per fold among"] if selection else []),
+               *(NAMES[m] for m in MODELS), *(f"{NAMES[m]}, run 0 alone" for m in MODELS),
+               *(["spread between runs, ET / GIN / s.-a. (mean std over folds, points)"]
+                 if spreads else []),
+               *(f"{NAMES[m]}, ensemble" for m in MODELS if ensembles)]
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for report in reports:
         rows = report["models"]
-        cells = _bold_best(rows, "test_accuracy")
-        single = [_cell(rows[m]["run0_accuracy"]) if m in rows else "–" for m in MODELS]
-        spread = " / ".join(f"{100 * rows[m]['run_spread']:.1f}" if m in rows else "–"
-                            for m in MODELS)
-        tail = " | " + " | ".join(_bold_best(rows, "ensemble_accuracy")) if ensembles else ""
-        lines.append(f"| {report['dataset']} | {report['runs_per_fold']} | "
-                     + " | ".join(cells + single) + f" | {spread}{tail} |")
+        cells = [report["dataset"], str(report["runs_per_fold"])]
+        if selection:
+            candidates = report.get("candidates")
+            cells.append(f"{len(candidates)} ({', '.join(candidates)})" if candidates
+                         else "– (fixed preset)")
+        cells += _bold_best(rows, "test_accuracy")
+        cells += [_cell(rows[m]["run0_accuracy"]) if m in rows else "–" for m in MODELS]
+        if spreads:
+            cells.append(" / ".join(f"{100 * rows[m]['run_spread']:.1f}"
+                                    if "run_spread" in rows.get(m, {}) else "–" for m in MODELS))
+        if ensembles:
+            cells += _bold_best(rows, "ensemble_accuracy")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -183,7 +202,8 @@ def plot_summary(reports: list[dict[str, Any]], path: Path) -> Path:
     if not reports:
         raise ValueError("nothing to plot: no reports")
     width = 0.8 / len(MODELS)
-    fig, ax = plt.subplots(figsize=(1.5 * len(reports) + 2.5, 4.0))
+    height = 4.3 if is_selection(reports) else 4.0  # room for two-line ticks under selection
+    fig, ax = plt.subplots(figsize=(1.5 * len(reports) + 2.5, height))
     for i, report in enumerate(reports):
         for j, model in enumerate(MODELS):
             row = report["models"].get(model)
@@ -196,21 +216,25 @@ def plot_summary(reports: list[dict[str, Any]], path: Path) -> Path:
             if "ensemble_accuracy" in row:
                 ax.plot(x, 100 * row["ensemble_accuracy"]["mean"], "D", color=COLORS[model],
                         markeredgecolor="black", ms=5, zorder=3)
-    ax.set_xticks(range(len(reports)), [r["dataset"] for r in reports])
+    # Under selection the same dataset may appear with two grids: the tick names the grid size.
+    ax.set_xticks(range(len(reports)), [
+        f"{r['dataset']}\n{len(r['candidates'])} candidates" if r.get("candidates")
+        else r["dataset"] for r in reports])
     low = min(100 * (row["test_accuracy"]["mean"] - row["test_accuracy"]["std"])
               for r in reports for row in r["models"].values())
     ax.set_ylim(max(0.0, 5 * int(low // 5) - 5), 100)
     ax.set_ylabel("test accuracy % (10 folds)")
     runs = sorted({r["runs_per_fold"] for r in reports})
-    ax.set_title(f"mean of {'/'.join(map(str, runs))} trainings per fold (bars, ± std over "
-                 "folds) and their ensemble (diamonds)", fontsize=9)
+    chosen = "the candidate chosen per fold: " if is_selection(reports) else ""
+    ax.set_title(f"{chosen}mean of {'/'.join(map(str, runs))} trainings per fold (bars, ± std "
+                 "over folds) and their ensemble (diamonds)", fontsize=9)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))  # one legend entry per model
     if has_ensembles(reports):
         unique["ensemble of the runs"] = Line2D([], [], marker="D", linestyle="None",
                                                 color="0.6", markeredgecolor="black")
     ax.legend(unique.values(), unique.keys(), fontsize=8, ncol=4, loc="upper center",
-              bbox_to_anchor=(0.5, -0.1), frameon=False)
+              bbox_to_anchor=(0.5, -0.17 if is_selection(reports) else -0.1), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -230,8 +254,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("runs/tu_reassess"))
     parser.add_argument("--summarize", nargs="+", metavar="REASSESS_JSON[@MODELS]",
                         default=None,
-                        help="only print the table over these reassess.json files; "
-                        "FILE@et,gin keeps only those models of FILE")
+                        help="only print the table over these reassess.json files (or "
+                        "tu_fold_select.py --json files); FILE@et,gin keeps only those models")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
                         help="also draw the table (bars: mean of the runs; diamonds: ensembles)")
     args = parser.parse_args(argv)

@@ -352,6 +352,28 @@ def test_tu_reassess_summary_joins_models_run_apart_and_refuses_duplicates():
         tu_reassess.summary_table([report(["et"]), report(["et"])])
 
 
+def test_tu_reassess_summary_reads_per_fold_selection_reports():
+    tu_reassess = benchmark_module("tu_reassess")
+    stat = {"mean": 0.8, "std": 0.01}
+    fixed = {"dataset": "NCI1", "runs_per_fold": 3,
+             "models": {"et": {"test_accuracy": stat, "run0_accuracy": stat, "run_spread": 0.02}}}
+    # tu_fold_select.py's JSON: a grid, no spread between runs
+    chosen = {"dataset": "NCI1", "runs_per_fold": 3, "candidates": ["preset", "ls0.1"],
+              "models": {"et": {"test_accuracy": {**stat, "mean": 0.81}, "run0_accuracy": stat}}}
+    text = tu_reassess.summary_table([chosen])
+    header, _, row = text.splitlines()
+    assert "selected per fold among" in header and "spread" not in header
+    assert row.startswith("| NCI1 | 3 | 2 (preset, ls0.1) | **81.0 ± 1.0** |")
+    assert header.count("|") == row.count("|")
+    # beside a fixed-preset report of the same dataset: two rows, not merged
+    text = tu_reassess.summary_table([fixed, chosen])
+    rows = [x for x in text.splitlines() if x.startswith("| NCI1")]
+    assert rows[0].startswith("| NCI1 | 3 | – (fixed preset) |")
+    assert rows[0].endswith("| 2.0 / – / – |")
+    assert rows[1].startswith("| NCI1 | 3 | 2 (preset, ls0.1) |")
+    assert rows[1].endswith("| – / – / – |")
+
+
 def test_tu_reassess_plot_draws_the_summary(tmp_path):
     tu_reassess = benchmark_module("tu_reassess")
     stat = {"mean": 0.8, "std": 0.01}
