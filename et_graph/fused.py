@@ -4,8 +4,8 @@ r"""Fused closed-form attention gradient with a hand-written backward.
 :func:`et_graph.energy.attention_grad`, but as one :class:`torch.autograd.Function` that saves only
 per-edge, per-head quantities between forward and backward (the probabilities ``p``, the raw
 scores ``s`` and the coefficients ``c = w p`` in source order, each ``[E, H]``) besides the keys
-and queries ``[N, H, Y]``, so activation memory grows as ``O(E * H)`` rather than
-``O(E * H * Y)``.
+and queries ``[N, H, Y]`` (as given; their head-major copies are redone in backward), so
+activation memory grows as ``O(E * H)`` rather than ``O(E * H * Y)``.
 
 How it is computed. All heads are laid out as one block-diagonal sparse matrix of size
 ``[H*N, H*N]`` in CSR form: row ``h*N + C`` holds the edges into ``C`` for head ``h``, its columns
@@ -35,6 +35,11 @@ incoming gradients of the outputs ``dk = -sum c q_C`` and ``dq = -sum c k_B``)::
 
 ``dL/dc`` is again one SDDMM (of the concatenations ``[q | G_q]`` and ``[G_k | k]``), and the two
 node sums are two sparse-dense products each.
+
+Higher derivatives (``create_graph=True``: gradient penalties, Hessian-vector products) take a
+different route: backward then differentiates the reference closed form
+:func:`et_graph.energy.attention_grad` on the plan's edges with autograd, so every order of
+derivative is exact; the hand-written backward serves the usual first-order training step.
 """
 from __future__ import annotations
 
@@ -43,7 +48,6 @@ from typing import Any, Optional
 import numpy as np
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ._sparse_warnings import quiet_sparse
 from .energy import attention_grad
@@ -240,16 +244,59 @@ class _FusedAttentionGrad(torch.autograd.Function):
         grad_q = plan.matrix(coef) @ k_rows
         grad_k = plan.matrix_t(coef_t) @ q_rows
         ctx.plan = plan
-        ctx.save_for_backward(k_rows, q_rows, beta, weight, probs, scores, coef_t)
+        # k and q as given rather than their head-major copies: a create_graph backward
+        # differentiates through them (and the copies are cheap to redo).
+        ctx.save_for_backward(k, q, beta, weight, probs, scores, coef_t)
         grad_q.neg_()
         grad_k.neg_()
         return _node_major(grad_k, heads), _node_major(grad_q, heads)
 
     @staticmethod
-    @once_differentiable
-    @quiet_sparse
     def backward(ctx: Any, up_k: Optional[Tensor], up_q: Optional[Tensor]):
-        k_rows, q_rows, beta, weight, probs, scores, coef_t = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        if torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (*saved, up_k, up_q)
+        ):
+            # create_graph=True: the gradient must itself be differentiable.
+            return _FusedAttentionGrad._differentiable_backward(ctx, saved, up_k, up_q)
+        with torch.no_grad():
+            return _FusedAttentionGrad._fast_backward(ctx, saved, up_k, up_q)
+
+    @staticmethod
+    def _differentiable_backward(
+        ctx: Any, saved: tuple, up_k: Optional[Tensor], up_q: Optional[Tensor]
+    ) -> tuple[Optional[Tensor], ...]:
+        """The vector-Jacobian product of the reference closed form on the plan's (sorted)
+        edges, by autograd with ``create_graph=True``: slower, differentiable to any order."""
+        k, q, beta, weight, *_ = saved
+        plan: EdgePlan = ctx.plan
+        inputs = (k, q, beta, weight)
+        wanted = [i for i, need in enumerate(ctx.needs_input_grad[:4]) if need]
+        with torch.enable_grad():
+            # Leaves stand in for inputs that do not require grad, so autograd.grad accepts them.
+            leaves = [t if t is None or t.requires_grad else t.detach().requires_grad_()
+                      for t in inputs]
+            outputs = attention_grad(
+                leaves[0], leaves[1], plan.src, plan.dst, leaves[2],
+                None if weight is None else leaves[3].t(), plan.num_nodes,
+            )
+            ups = [torch.zeros_like(out) if up is None else up
+                   for out, up in zip(outputs, (up_k, up_q))]
+            grads = torch.autograd.grad(
+                outputs, [leaves[i] for i in wanted], ups, create_graph=True, allow_unused=True
+            )
+        result: list[Optional[Tensor]] = [None] * 5
+        for i, grad in zip(wanted, grads):
+            result[i] = grad if grad is not None else torch.zeros_like(inputs[i])
+        return tuple(result)
+
+    @staticmethod
+    @quiet_sparse
+    def _fast_backward(
+        ctx: Any, saved: tuple, up_k: Optional[Tensor], up_q: Optional[Tensor]
+    ) -> tuple[Optional[Tensor], ...]:
+        k, q, beta, weight, probs, scores, coef_t = saved
+        k_rows, q_rows = _head_major(k), _head_major(q)
         plan: EdgePlan = ctx.plan
         heads = plan.heads
         # dL/dc_e = -(<G_k[B], q_C> + <G_q[C], k_B>) as one SDDMM of the row pairs [q | G_q] and
