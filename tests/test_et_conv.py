@@ -276,12 +276,38 @@ def test_sparse_tensor_input_when_torch_sparse_is_installed():
 
 
 def test_sparse_values_act_as_edge_weights():
+    from torch_geometric.utils import coalesce
+
     conv = make_conv()
     x, edge_index = awkward_graph()
+    edge_index = coalesce(edge_index)
     n = x.size(0)
     weight = torch.rand(edge_index.size(1), dtype=torch.float64) + 0.5
     adj = torch.sparse_coo_tensor(edge_index.flip(0), weight, (n, n))
     assert torch.allclose(conv(x, adj), conv(x, edge_index, weight), atol=1e-12)
+
+
+def test_uncoalesced_coo_input_is_read_as_its_matrix_and_left_as_it_was():
+    """PyG's to_edge_index flags an uncoalesced COO tensor coalesced in place; the caller's
+    tensor would then convert to a wrong CSR matrix afterwards. The layer reads it as torch
+    does, as its coalesced sum, and the values keep their gradient."""
+    conv = make_conv()
+    x, edge_index = awkward_graph()  # with repeated edges, in no sorted order
+    n = x.size(0)
+    weight = (torch.rand(edge_index.size(1), dtype=torch.float64) + 0.5).requires_grad_(True)
+    adj = torch.sparse_coo_tensor(edge_index.flip(0), weight, (n, n))
+    assert not adj.is_coalesced()
+    csr_before = adj.detach().to_sparse_csr()
+    out = conv(x, adj)
+    assert not adj.is_coalesced()
+    csr_after = adj.detach().to_sparse_csr()
+    assert torch.equal(csr_before.crow_indices(), csr_after.crow_indices())
+    assert torch.equal(csr_before.values(), csr_after.values())
+    matrix = adj.detach().coalesce()
+    expected = conv(x, matrix.indices().flip(0), matrix.values())
+    assert torch.allclose(out, expected, atol=1e-12)
+    out.pow(2).sum().backward()
+    assert weight.grad is not None and weight.grad.abs().sum() > 0
 
 
 # --------------------------------------------------------------------------------------------

@@ -125,7 +125,8 @@ class ETConv(DescentSettings, MessagePassing):
 
     Defined behaviour: an edge ``B -> C`` (``edge_index[0] = B``, ``edge_index[1] = C``) lets
     ``C`` attend to ``B``; self-loops are ignored (the paper sums over ``B != C``); duplicate
-    edges count as often as they appear; a node without in-neighbours contributes no attention
+    edges count as often as they appear (a sparse adjacency is read as its matrix: each pair
+    once, the value its edge weight); a node without in-neighbours contributes no attention
     energy; ``N = 0`` returns an empty tensor. NaN/inf features, malformed ``edge_index`` and
     wrongly shaped weights raise ``ValueError``.
 

@@ -255,7 +255,15 @@ class ETEnergy(Module):
                     f"sparse adjacency must be [{num_nodes}, {num_nodes}], got {shape}"
                 )
             # PyG convention: the sparse input is adj_t, rows are destinations.
-            index, values = to_edge_index(edge_index)
+            if isinstance(edge_index, Tensor) and edge_index.layout == torch.sparse_coo:
+                # The matrix the tensor stands for, as torch reads it: a pair stored twice is one
+                # entry holding the sum. coalesce() makes a (differentiable) copy; PyG's
+                # to_edge_index would flag the caller's own tensor coalesced in place instead,
+                # which corrupts its later use (and has no derivative).
+                matrix = edge_index.coalesce()
+                index, values = matrix.indices(), matrix.values()
+            else:
+                index, values = to_edge_index(edge_index)
             edge_index = index.flip(0)
             if values is not None and not bool((values == 1).all()):
                 edge_weight = values.to(x.dtype)
