@@ -78,6 +78,15 @@ def test_clear_errors(graph):
     no_anomaly = graph.train_mask & (graph.y == 0)
     with pytest.raises(ValueError, match="no anomalous node"):
         det.fit(graph, train_mask=no_anomaly, val_mask=graph.val_mask)
+    # only anomalies: the class weight #normal / #anomalous would be 0 and nothing would train
+    only_anomalies = graph.train_mask & (graph.y == 1)
+    with pytest.raises(ValueError, match="no normal node"):
+        det.fit(graph, train_mask=only_anomalies, val_mask=graph.val_mask)
+    fractional = graph.clone()
+    fractional.y = fractional.y.float()
+    fractional.y[0] = 0.5  # y.long() would have made it a silent 0
+    with pytest.raises(ValueError, match="binary"):
+        det.fit(fractional)
     with pytest.raises(ValueError, match="overlap"):
         det.fit(graph, train_mask=graph.train_mask, val_mask=graph.train_mask)
     with pytest.raises(ValueError, match="bool tensor"):
@@ -250,3 +259,33 @@ def test_unsupervised_detector_saves_too(graph, tmp_path):
     det.save(tmp_path / "unsup.pt")
     loaded = UnsupervisedETDetector.load(tmp_path / "unsup.pt")
     assert torch.equal(loaded.decision_function(graph), det.decision_function(graph))
+
+
+@pytest.mark.parametrize("name", ["et", "mlp", "gcn"])
+def test_float64_and_integer_features_are_read_in_the_networks_dtype(graph, name):
+    """Features from NumPy often arrive as float64: the detector scores them as it would the
+    float32 copy, and leaves the caller's data as it was."""
+    det = DETECTORS[name](epochs=2, seed=0).fit(graph)
+    wide = graph.clone()
+    wide.x = wide.x.double()
+    assert torch.equal(det.decision_function(wide), det.decision_function(graph))
+    assert wide.x.dtype == torch.float64
+    refit = DETECTORS[name](epochs=2, seed=0).fit(wide)
+    assert torch.equal(refit.decision_function(graph), det.decision_function(graph))
+    counts = graph.clone()
+    counts.x = counts.x.round().long()
+    assert det.decision_function(counts).shape == (240,)
+
+
+def test_load_refuses_files_save_did_not_write(tmp_path):
+    text = tmp_path / "notes.pt"
+    text.write_text("not a detector")
+    with pytest.raises(ValueError, match="not a detector"):
+        ETDetector.load(text)
+    torch.save({"weights": torch.zeros(1000)}, tmp_path / "whole.pt")
+    truncated = tmp_path / "truncated.pt"  # a save cut short (a full disk, a killed copy)
+    truncated.write_bytes((tmp_path / "whole.pt").read_bytes()[:300])
+    with pytest.raises(ValueError, match="not a detector"):
+        MLPDetector.load(truncated)
+    with pytest.raises(FileNotFoundError, match="no detector file"):
+        MLPDetector.load(tmp_path / "missing.pt")

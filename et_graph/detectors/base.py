@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 from typing import Any, Optional, TypeVar, Union
 
 import numpy as np
@@ -97,7 +98,14 @@ class BaseDetector:
              map_location: Union[str, torch.device] = "cpu") -> DetectorT:
         """A detector written by :meth:`save`, its tensors moved to ``map_location`` (where it
         will score). Called on a subclass, it refuses a file holding another detector."""
-        payload = torch.load(path, map_location=map_location, weights_only=False)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no detector file at {path}")
+        try:
+            payload = torch.load(path, map_location=map_location, weights_only=False)
+        except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
+            # Not a file torch can read back (another format, or a truncated save).
+            raise ValueError(f"{path} is not a detector written by et-graph's save() "
+                             f"({type(error).__name__}: {str(error).splitlines()[0]})") from error
         if not isinstance(payload, dict) or payload.get("format") != SAVE_FORMAT:
             raise ValueError(f"{path} is not a detector written by et-graph's save()")
         detector = payload["detector"]
@@ -116,6 +124,7 @@ class BaseDetector:
         read.
         """
         x, edge_index = check_graph(data)
+        data = self._prepare(data)
         y = check_labels(data)
         train = resolve_mask(data, train_mask, "train_mask")
         val = resolve_mask(data, val_mask, "val_mask")
@@ -125,6 +134,11 @@ class BaseDetector:
             raise ValueError(
                 "the training split holds no anomalous node (y == 1); a supervised detector "
                 "needs at least one: pass a train_mask that includes anomalies"
+            )
+        if int(y[train].sum()) == int(train.sum()):
+            raise ValueError(
+                "the training split holds no normal node (y == 0); a supervised detector needs "
+                "both classes: pass a train_mask that includes normal nodes"
             )
         if int(y[val].sum()) == 0 or int(y[val].sum()) == int(val.sum()):
             raise ValueError(
@@ -147,6 +161,10 @@ class BaseDetector:
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         raise NotImplementedError
 
+    def _prepare(self, data: Data) -> Data:
+        """``data`` as ``_fit`` and ``_score`` read it (checked already); here unchanged."""
+        return data
+
     def decision_function(self, data: Data) -> Tensor:
         """Anomaly score ``[N]`` of every node of ``data`` (any graph with the fitted feature
         width); higher = more anomalous. For these detectors it is a probability in [0, 1]."""
@@ -158,7 +176,7 @@ class BaseDetector:
                 f"data.x has {x.size(1)} features but the detector was fitted on "
                 f"{self.in_channels_}; score graphs with the same feature columns"
             )
-        return self._score(data).detach().float().cpu()
+        return self._score(self._prepare(data)).detach().float().cpu()
 
     def _score(self, data: Data) -> Tensor:
         raise NotImplementedError
@@ -204,7 +222,8 @@ def check_labels(data: Data) -> Tensor:
     y = y.view(-1) if y.dim() == 2 and 1 in y.shape else y
     if y.dim() != 1 or y.numel() != data.num_nodes:
         raise ValueError(f"data.y must have shape [{data.num_nodes}], got {tuple(y.shape)}")
-    if not bool(torch.isin(y.long(), torch.tensor([0, 1])).all()):
+    # Compared as they are: y.long() first would turn a stray 0.5 into a silent 0.
+    if not bool(torch.isin(y, torch.tensor([0, 1], dtype=y.dtype, device=y.device)).all()):
         raise ValueError("data.y must be binary: 0 = normal, 1 = anomalous")
     return y.long().cpu()
 

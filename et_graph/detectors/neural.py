@@ -16,6 +16,7 @@ labels never enter.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -283,6 +284,15 @@ class NeuralDetector(BaseDetector):
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         raise NotImplementedError
+
+    def _prepare(self, data: Data) -> Data:
+        """A shallow copy whose features are in the networks' dtype (float32): features from
+        NumPy often come as float64 (or as integer counts), which the layers would refuse."""
+        if data.x.dtype == torch.get_default_dtype():
+            return data
+        data = copy.copy(data)
+        data.x = data.x.to(torch.get_default_dtype())
+        return data
 
     @property
     def label_trick(self) -> bool:
