@@ -181,11 +181,11 @@ class UnsupervisedETDetectorConfig:
 
 
 def label_free_graph(data: Data) -> Data:
-    """A new ``Data`` holding only ``x`` (float) and ``edge_index`` of ``data``, validated:
-    what the unsupervised detectors see, so that no label or mask can reach them."""
+    """A new ``Data`` holding only ``x`` (in the networks' dtype, float32) and ``edge_index`` of
+    ``data``, validated: what the unsupervised detectors see, so that no label or mask can
+    reach them."""
     x, edge_index = check_graph(data)
-    if not x.is_floating_point():
-        x = x.float()
+    x = x.to(torch.get_default_dtype())  # float64 (from NumPy) or integer counts
     return Data(x=x, edge_index=edge_index, num_nodes=x.size(0))
 
 
