@@ -46,7 +46,8 @@ class RunConfig:
         out: output folder for results.json, results.md and plots (none = do not write).
         threads: torch CPU threads (none = torch's default).
         device: cpu, cuda, cuda:1, ...
-        progress: show progress bars.
+        progress: show progress bars and per-fold/per-seed lines (the final table is printed
+            either way).
         checkpoint_dir: save resumable training checkpoints below this folder (none = off).
         checkpoint_every: save a checkpoint every this many epochs.
         resume: continue interrupted trainings from checkpoint_dir.

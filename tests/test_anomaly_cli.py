@@ -28,7 +28,7 @@ def config(*argv):
     return parse(AnomalyConfig, ["--no-progress", *argv])
 
 
-def test_cli_smoke_run_writes_all_outputs(tmp_path):
+def test_cli_smoke_run_writes_all_outputs(tmp_path, capsys):
     graph = tmp_path / "planted.pt"
     torch.save(planted_anomaly_graph(300, seed=2), graph)
     out = tmp_path / "run"
@@ -37,6 +37,8 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path):
         "--out", str(out), "--no-progress", "--steps", "2",
     ])
     assert code == 0
+    printed = capsys.readouterr().out  # --no-progress hides the bars, not the result
+    assert "| et |" in printed and "auroc" in printed
     for name in OUTPUTS:
         assert (out / name).stat().st_size > 0, name
     results = json.loads((out / "results.json").read_text())

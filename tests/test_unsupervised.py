@@ -215,6 +215,7 @@ def test_cli_quick_on_a_planted_graph(graph, tmp_path, capsys):
                      "--score-rounds", "1", "--epochs", "3", "--no-progress", "--out", str(out),
                      "--threads", "1"])
     assert code == 0
+    assert "et_reconstruction" in capsys.readouterr().out  # printed without progress bars too
     results = json.loads((out / "results.json").read_text())
     assert results["dataset"] == "planted"
     assert set(results["models"]) == {"et_reconstruction", "et_energy", "iforest"}

@@ -121,7 +121,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     }
     if rank == 0 and config.run.out:
         write_outputs(Path(config.run.out), results, curves, data, splits[0])
-    if rank == 0 and progress:
+    if rank == 0:  # the result is printed with or without progress bars
         print(markdown_table(models, METRICS))
     return results
 

@@ -216,8 +216,7 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
         "Figures (first seed): " + ", ".join(FIGURES) + ".",
     ]
     write_results(out, results, metrics=["mse"], title="Masked image completion", notes=notes)
-    if progress:
-        print((out / "results.md").read_text())
+    print((out / "results.md").read_text())  # with or without progress bars
     return results
 
 

@@ -139,8 +139,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
                   title=f"{data.dataset}: graph classification", notes=notes)
     if not protocol.validation_only:
         plot_fold_accuracies(results, out_dir / "accuracy.png")
-    if progress:
-        tqdm.write((out_dir / "results.md").read_text())
+    tqdm.write((out_dir / "results.md").read_text())  # with or without progress bars
     return results
 
 

@@ -66,10 +66,10 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     }
     if config.run.out:
         write_outputs(Path(config.run.out), results)
-    if config.run.progress:
-        print(markdown_table(models, METRICS))
-        for name, reason in skipped.items():
-            print(f"skipped {name}: {reason}")
+    # The table, and which baselines were skipped and why, with or without progress bars.
+    print(markdown_table(models, METRICS))
+    for name, reason in skipped.items():
+        print(f"skipped {name}: {reason}")
     return results
 
 
