@@ -66,6 +66,7 @@ class RunConfig:
             raise ValueError(f"threads must be positive, got {self.threads}")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("--resume needs --checkpoint-dir (the folder of the interrupted run)")
+        check_device(self.device)
 
     def apply_threads(self) -> None:
         if self.threads:
@@ -87,6 +88,27 @@ class RunConfig:
 # ----------------------------------------------------------------------------------------------
 # Introspection
 # ----------------------------------------------------------------------------------------------
+def check_device(device: str) -> None:
+    """``ValueError`` for a device string torch cannot parse, or one this machine lacks (a CUDA
+    device without a CUDA build or GPU, an index past the last GPU), before any work starts."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"device must be cpu, cuda, cuda:N, mps, ...; got {device!r}") from error
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: no CUDA GPU is available here (torch "
+                             f"{torch.__version__}); use --device cpu")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
+    elif parsed.type == "mps" and not (getattr(torch.backends, "mps", None)
+                                       and torch.backends.mps.is_available()):
+        raise ValueError(f"device {device!r}: MPS is not available here; use --device cpu")
+
+
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 

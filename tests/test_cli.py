@@ -30,3 +30,15 @@ def test_bad_input_is_one_line_without_traceback(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv(TRACEBACK_ENV, "1")
     with pytest.raises(ValueError, match="no TU raw files"):
         console_main(argv)
+
+
+@pytest.mark.parametrize("device, message", [
+    ("gpu", "device must be cpu, cuda"),
+    ("cuda:99", "cuda:99"),
+])
+def test_a_device_the_machine_lacks_is_one_line(capsys, monkeypatch, device, message):
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    assert console_main(["anomaly", "--dataset", "reddit", "--quick", "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("et-graph anomaly: error:") and message in err
+    assert "Traceback" not in err
