@@ -326,6 +326,16 @@ def test_pt_and_zipped_pt(tmp_path):
         assert torch.equal(data.test_mask, graph.test_mask)
 
 
+def test_pt_with_sparse_features_is_read_dense(tmp_path):
+    graph = small_graph()
+    dense = graph.x.clone()
+    graph.x = graph.x.to_sparse()  # bag-of-words features are often saved sparse
+    torch.save(graph, tmp_path / "sparse.pt")
+    data = load_anomaly_dataset(path=tmp_path / "sparse.pt")
+    assert_clean(data)
+    assert data.x.layout == torch.strided and torch.equal(data.x, dense.float())
+
+
 def test_pt_without_labels_is_rejected(tmp_path):
     torch.save(Data(x=torch.randn(5, 2), edge_index=torch.tensor([[0], [1]])), tmp_path / "a.pt")
     with pytest.raises(ValueError, match="no y"):

@@ -250,8 +250,11 @@ def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
     if missing:
         raise ValueError(f"{source}: the Data object has no {', '.join(missing)}")
     masks = {k: stored[k] for k in MASK_KEYS if stored.get(k) is not None}
+    x = stored["x"]
+    if isinstance(x, torch.Tensor) and x.layout != torch.strided:
+        x = x.to_dense()  # sparse features (bag-of-words) are stored sparse, read dense
     return prepare_anomaly_data(
-        stored["x"], stored["edge_index"], stored["y"], name=name, masks=masks or None,
+        x, stored["edge_index"], stored["y"], name=name, masks=masks or None,
         label_mask=stored.get("label_mask"), source=source, binarize=binarize,
     )
 
