@@ -180,11 +180,17 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     if base is int:
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise ValueError(f"{where} must be an integer, got {value!r}")
-        return int(value)
+        try:
+            return int(value)
+        except (TypeError, ValueError):  # e.g. epochs = "three" in a TOML file
+            raise ValueError(f"{where} must be an integer, got {value!r}") from None
     if base is float:
         if isinstance(value, bool):
             raise ValueError(f"{where} must be a number, got {value!r}")
-        return float(value)
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where} must be a number, got {value!r}") from None
     if base is str:
         if isinstance(value, (list, tuple)):  # a list field written as a TOML array
             return ",".join(str(item) for item in value)

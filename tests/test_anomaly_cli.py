@@ -167,6 +167,9 @@ def test_quick_preset_file_and_flags_resolve_in_order(tmp_path):
     (tmp_path / "bad.toml").write_text("[train]\nepochz = 3\n")
     with pytest.raises(ValueError, match="epochz"):
         config("--config", str(tmp_path / "bad.toml"))
+    (tmp_path / "bad_value.toml").write_text('[train]\nepochs = "three"\nlr = "fast"\n')
+    with pytest.raises(ValueError, match=r"train\.(epochs must be an integer|lr must be a number)"):
+        config("--config", str(tmp_path / "bad_value.toml"))
     (tmp_path / "p.yaml").write_text("train:\n  epochs: 4\n")
     assert config("--config", str(tmp_path / "p.yaml")).train.epochs == 4
 
