@@ -156,6 +156,9 @@ def test_missing_mat_says_where_to_put_it(tmp_path):
     message = str(info.value)
     assert str(tmp_path / "YelpChi.mat") in message and "FraudYelp.zip" in message
     assert "ET_GRAPH_DOWNLOAD" in message
+    assert "--data-root" in message and "--data FILE" in message  # the CLI's spelling too
+    with pytest.raises(ValueError, match="is a folder"):
+        load_anomaly_dataset(path=tmp_path)
 
 
 def test_download_is_opt_in_and_failures_are_reported(tmp_path, monkeypatch):
@@ -385,6 +388,9 @@ def test_data_folder_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("ET_GRAPH_DATA", str(tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match="ET_GRAPH_DATA"):
         data_dir()
+    # a loader reports the mistyped folder rather than skipping it and suggesting to set it
+    with pytest.raises(FileNotFoundError, match="ET_GRAPH_DATA points to"):
+        load_anomaly_dataset("reddit")
 
 
 def test_name_and_relation_errors():

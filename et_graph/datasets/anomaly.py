@@ -41,8 +41,9 @@ def _download_enabled(download: Optional[bool]) -> bool:
 def _search_roots(root: Optional[Path]) -> list[Path]:
     if root is not None:
         return [root]
-    roots = [folder for folder in (data_dir(required=False), cache_dir()) if folder is not None]
-    return roots
+    # A set ET_GRAPH_DATA that is not a folder is a mistake to report, not a folder to skip.
+    shipped = data_dir(required=bool(os.environ.get("ET_GRAPH_DATA")))
+    return [folder for folder in (shipped, cache_dir()) if folder is not None]
 
 
 def _placement_hint(root: Optional[Path]) -> Path:
@@ -52,6 +53,9 @@ def _placement_hint(root: Optional[Path]) -> Path:
 
 
 def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optional[bool]) -> Data:
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; path= (--data) takes one graph file (.mat, .npz, "
+                         ".pt); to search a folder for a named dataset pass root= (--data-root)")
     if not path.is_file():
         raise FileNotFoundError(f"No such file: {path}")
     suffixes = [suffix.lower() for suffix in path.suffixes]
@@ -140,7 +144,7 @@ def load_anomaly_dataset(
             raise FileNotFoundError(
                 f"{name}: {relative} not found in {[str(r) for r in roots]}. It ships in the "
                 f"repository's datasets/ folder; set ET_GRAPH_DATA to a folder holding "
-                f"{relative}, or pass root=DIR or path=FILE."
+                f"{relative}, or pass root=DIR (--data-root DIR) or path=FILE (--data FILE)."
             )
         default_binarize = EMBEDDED_FILES[name][1]
         return _load_path(found, name, "homo", default_binarize if binarize is None else binarize)
@@ -160,8 +164,9 @@ def load_anomaly_dataset(
             raise FileNotFoundError(
                 f"{name}: {filename} not found (searched {[str(r) for r in roots]}).{failure} "
                 f"Download {FRAUD_ARCHIVE_URLS[name]}, unzip it and put {filename} at "
-                f"{hint / filename} (or pass root=DIR holding {filename}, or path=FILE). "
-                f"To let et-graph fetch it, pass download=True or set {DOWNLOAD_ENV}=1."
+                f"{hint / filename} (or pass root=DIR / --data-root DIR holding {filename}, or "
+                f"path=FILE / --data FILE). To let et-graph fetch it, set {DOWNLOAD_ENV}=1 (in "
+                "Python also download=True)."
             )
         if binarize:
             raise ValueError("binarize does not apply to the CARE-GNN .mat datasets")
@@ -177,6 +182,6 @@ def load_anomaly_dataset(
         f"{name}: {filename} not found (searched {[str(r) for r in roots]}). {name} is "
         f"distributed as a DGL binary graph (BWGNN); on a machine with DGL run "
         f"`python datasets/tools/dgl_to_npz.py --input PATH/{name} --output "
-        f"{hint / filename}` and copy the result to {hint / filename} (or pass root=DIR or "
-        "path=FILE)."
+        f"{hint / filename}` and copy the result to {hint / filename} (or pass root=DIR / "
+        "--data-root DIR, or path=FILE / --data FILE)."
     )
