@@ -129,7 +129,7 @@ def load_anomaly_dataset(
     if name not in ANOMALY_DATASETS:
         raise ValueError(
             f"unknown anomaly dataset {name!r}; choose one of {list(ANOMALY_DATASETS)} "
-            "or pass path=FILE (.mat, .npz, .pt)"
+            "or pass path=FILE / --data FILE (.mat, .npz, .pt)"
         )
     if relation != "homo" and name not in FRAUD_FILES:
         raise ValueError(

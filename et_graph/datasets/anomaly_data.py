@@ -53,7 +53,7 @@ def data_dir(required: bool = True) -> Optional[Path]:
     raise FileNotFoundError(
         f"No data folder found: {folder} does not exist (et_graph is probably installed without "
         "its source checkout). Set ET_GRAPH_DATA to a folder holding the data files, or pass "
-        "root=DIR / path=FILE."
+        "root=DIR / path=FILE (--data-root DIR / --data FILE)."
     )
 
 
