@@ -195,8 +195,14 @@ def test_truncated_or_foreign_checkpoints_give_clear_errors(tmp_path):
         load_checkpoint(foreign)
     pickled = tmp_path / "pickled.pt"
     torch.save({"et_graph_checkpoint": 1, "obj": ScriptedTask([1.0])}, pickled)
-    with pytest.raises(CheckpointError):  # weights_only refuses arbitrary objects
+    with pytest.raises(CheckpointError) as refused:  # weights_only refuses arbitrary objects
         load_checkpoint(pickled)
+    # ... and the message does not pass on torch's advice to load it with weights_only=False
+    assert "weights_only" not in str(refused.value) and "not an et-graph" in str(refused.value)
+    text = tmp_path / "text.pt"
+    text.write_text("garbage")
+    with pytest.raises(CheckpointError, match="not an et-graph checkpoint"):
+        load_checkpoint(text)
     with pytest.raises(CheckpointError, match="no checkpoint"):
         load_checkpoint(tmp_path / "missing.pt")
 

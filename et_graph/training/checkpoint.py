@@ -59,7 +59,13 @@ def load_checkpoint(path: PathLike) -> dict[str, Any]:
         raise CheckpointError(f"no checkpoint at {path}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, OSError) as error:
+    except pickle.UnpicklingError as error:
+        # torch's text here advises weights_only=False, which an et-graph checkpoint never needs.
+        raise CheckpointError(
+            f"{path} is not an et-graph checkpoint: it does not load as plain tensors and "
+            "numbers (a foreign or corrupted file)"
+        ) from error
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as error:
         raise CheckpointError(
             f"{path} is not a readable et-graph checkpoint (truncated or foreign file): "
             f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
