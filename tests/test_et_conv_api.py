@@ -202,6 +202,13 @@ def test_other_flow_and_node_dim_are_rejected():
         ETConv(CHANNELS, node_dim=-2)
 
 
+def test_bipartite_input_is_refused_with_a_reason():
+    conv = ETConv(CHANNELS)
+    pair = (torch.randn(3, CHANNELS), torch.randn(2, CHANNELS))
+    with pytest.raises(ValueError, match="no bipartite input"):
+        conv(pair, torch.tensor([[0], [1]]))
+
+
 @pytest.mark.parametrize("aggr", ["add", "sum", SumAggregation()])
 def test_sum_aggregation_is_accepted(aggr):
     conv = ETConv(CHANNELS, heads=2, head_dim=4, aggr=aggr, flow="source_to_target")

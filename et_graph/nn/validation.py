@@ -26,6 +26,13 @@ def all_finite(values: Tensor) -> bool:
 
 
 def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2) -> None:
+    if isinstance(x, (tuple, list)) and name == "x":
+        # PyG's bipartite convention (to_hetero builds such calls too)
+        raise ValueError(
+            "x is a pair (x_src, x_dst): ET layers take no bipartite input, because every token "
+            "descends one shared energy; pass one [N, D] tensor of all nodes (for a "
+            "heterogeneous graph, a homogeneous copy such as data.to_homogeneous())"
+        )
     if not isinstance(x, Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != ndim:
