@@ -19,6 +19,8 @@ parser.add_argument('--hidden', type=int, default=64)
 parser.add_argument('--steps', type=int, default=2)
 parser.add_argument('--lr', type=float, default=0.01)
 args = parser.parse_args()
+if args.epochs < 1 or args.hidden < 1 or args.steps < 0 or args.lr <= 0:
+    parser.error('--epochs and --hidden must be >= 1, --steps >= 0 and --lr > 0')
 
 torch.manual_seed(0)
 data = load_anomaly_dataset('tolokers')
@@ -56,7 +58,7 @@ def train():
     loss = F.binary_cross_entropy_with_logits(out[train_mask], data.y[train_mask].float())
     loss.backward()
     optimizer.step()
-    return float(loss)
+    return loss.item()
 
 
 @torch.no_grad()

@@ -10,12 +10,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(script: str, *args: str) -> str:
+def _run(script: str, *args: str, status: int = 0) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args],
+    done = subprocess.run([sys.executable, "-W", "error::UserWarning",
+                           str(ROOT / "examples" / script), *args],
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+    assert done.returncode == status, done.stderr[-2000:]
+    return done.stdout if status == 0 else done.stderr
+
+
+@pytest.mark.parametrize("script, args", [
+    ("detector_quickstart.py", ["--epochs", "x"]),
+    ("detector_quickstart.py", ["--epochs", "0"]),
+    ("etconv_node_classification.py", ["--epochs", "0"]),
+    ("etconv_node_classification.py", ["--steps", "-1"]),
+])
+def test_bad_flags_are_one_line_errors(script, args):
+    err = _run(script, *args, status=2)
+    assert "error:" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
