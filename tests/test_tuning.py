@@ -87,6 +87,27 @@ def test_tune_cli_end_to_end(tmp_path):
         cli_main(["tune", "anomaly", "--trials", "0"])
 
 
+def test_a_relative_data_path_is_written_absolute(tmp_path, monkeypatch):
+    """The preset is run later from anywhere: a path relative to where the study ran would
+    name nothing there."""
+    import torch
+
+    (tmp_path / "files").mkdir()
+    torch.save(planted_anomaly_graph(200, seed=4), tmp_path / "files" / "g.pt")
+    monkeypatch.chdir(tmp_path)
+    code = cli_main(["tune", "anomaly", "--trials", "1", "--storage",
+                     f"sqlite:///{tmp_path}/rel.db", "--models", "gbt", "--data", "files/g.pt",
+                     "--out", "out", *SMALL])
+    assert code == 0
+    preset = load_file(tmp_path / "out" / "best_gbt.toml")
+    assert preset["data"]["data"] == str(tmp_path.resolve() / "files" / "g.pt")
+
+
+def test_tune_cli_refuses_no_trials():
+    with pytest.raises(ValueError, match="trials must be positive"):
+        cli_main(["tune", "anomaly", "--trials", "0"])
+
+
 TUNED = sorted((Path(__file__).resolve().parents[1] / "configs" / "anomaly" / "tuned")
                .glob("*.toml"))
 

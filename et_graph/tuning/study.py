@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..config import run_metadata, write_preset
+from ..config import merge, run_metadata, write_preset
 
 
 @dataclass
@@ -226,7 +226,25 @@ def plot_history(path: Path, summaries: dict[str, dict[str, Any]], metric: str) 
     plt.close(fig)
 
 
+#: Fields of a config's ``data`` section that name files or folders.
+DATA_PATH_FIELDS = ("data", "data_root", "root", "cache")
+
+
+def absolute_data_paths(config: Any) -> Any:
+    """``config`` with relative data paths that exist made absolute: a preset written by a study
+    is run later from anywhere, where ``files/graph.npz`` would name nothing."""
+    section = getattr(config, "data", None)
+    changes = {}
+    for name in DATA_PATH_FIELDS:
+        value = getattr(section, name, None)
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            if Path(value).expanduser().exists():
+                changes[f"data.{name}"] = str(Path(value).expanduser().resolve())
+    return merge(config, changes) if changes else config
+
+
 def save_best_preset(path: Path, config: Any, meta: dict[str, Any]) -> Path:
-    return write_preset(config, path, meta={k: v for k, v in meta.items()
-                                            if isinstance(v, (str, int, float, bool))})
+    return write_preset(absolute_data_paths(config), path,
+                        meta={k: v for k, v in meta.items()
+                              if isinstance(v, (str, int, float, bool))})
 
