@@ -292,3 +292,14 @@ def test_load_refuses_files_save_did_not_write(tmp_path):
         MLPDetector.load(truncated)
     with pytest.raises(FileNotFoundError, match="no detector file"):
         MLPDetector.load(tmp_path / "missing.pt")
+
+
+def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph):
+    weighted = graph.clone()
+    weighted.edge_weight = torch.rand(graph.edge_index.size(1))
+    with pytest.warns(UserWarning, match="ignores data.edge_weight"):
+        MLPDetector(epochs=1).fit(weighted)
+    from et_graph.detectors import UnsupervisedETDetector
+
+    with pytest.warns(UserWarning, match="ignores data.edge_weight"):
+        UnsupervisedETDetector(epochs=1, score_rounds=1).fit(weighted)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import warnings
 from typing import Any, Optional, TypeVar, Union
 
 import numpy as np
@@ -124,6 +125,7 @@ class BaseDetector:
         read.
         """
         x, edge_index = check_graph(data)
+        warn_unused_edge_data(data, type(self).__name__)
         data = self._prepare(data)
         y = check_labels(data)
         train = resolve_mask(data, train_mask, "train_mask")
@@ -207,6 +209,16 @@ class BaseDetector:
 # ----------------------------------------------------------------------------------------------
 # Input checks shared by every detector
 # ----------------------------------------------------------------------------------------------
+def warn_unused_edge_data(data: Data, detector: str) -> None:
+    """A ``UserWarning`` for per-edge data the detectors do not read, rather than silence: the
+    user may believe the weights or features shape the result."""
+    unused = [name for name in ("edge_weight", "edge_attr")
+              if getattr(data, name, None) is not None]
+    if unused:
+        warnings.warn(f"{detector} ignores data.{' and data.'.join(unused)}: the detectors read "
+                      "x, edge_index (and edge_type with multi_relation) only", stacklevel=3)
+
+
 def check_graph(data: Data) -> tuple[Tensor, Tensor]:
     if not isinstance(data, Data):
         raise TypeError(f"data must be a torch_geometric.data.Data, got {type(data).__name__}")

@@ -47,7 +47,7 @@ from ..nn.models.masked_reconstruction import (
     random_node_mask,
 )
 from ..training import CheckpointConfig, TrainConfig, Trainer, Validation
-from .base import BaseDetector, check_graph
+from .base import BaseDetector, check_graph, warn_unused_edge_data
 from .config import HOPFIELD_KINDS
 
 #: The unsupervised ET scores; the last two need the edge decoder (``structure_weight > 0``).
@@ -334,6 +334,7 @@ class UnsupervisedETDetector(BaseDetector):
         if train_mask is not None or val_mask is not None:
             raise ValueError("UnsupervisedETDetector.fit takes no train_mask/val_mask: it reads "
                              "no labels and draws its own label-free validation nodes")
+        warn_unused_edge_data(data, type(self).__name__)
         graph = label_free_graph(data)
         if graph.num_nodes < 4:
             raise ValueError(f"unsupervised fitting needs at least 4 nodes, got {graph.num_nodes}")
