@@ -67,8 +67,11 @@ def test_forward_equals_reference_closed_form(kind):
     assert torch.all(grad_q[7] == 0) and grad_k[7].abs().sum() > 0
 
 
+@pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.parametrize("kind", ["none", "flat", "per_edge", "per_head"])
-def test_backward_passes_gradcheck(kind):
+def test_backward_passes_gradcheck(kind, order):
+    """Order 2 (create_graph=True: gradient penalties, Hessian-vector products) must not
+    silently drop the second-order terms: the hand-written backward is first-order only."""
     src, dst = awkward_edges()
     k, q, beta = keys_queries()
     weight = make_weight(kind, src.numel())
@@ -78,23 +81,8 @@ def test_backward_passes_gradcheck(kind):
         w = tensors[3] if len(tensors) == 4 else None
         return fused_attention_grad(tensors[0], tensors[1], src, dst, tensors[2], w)
 
-    assert torch.autograd.gradcheck(function, inputs, atol=1e-8, rtol=1e-6)
-
-
-@pytest.mark.parametrize("kind", ["none", "flat", "per_head"])
-def test_second_derivatives_pass_gradgradcheck(kind):
-    """create_graph=True (gradient penalties, Hessian-vector products) must not silently drop
-    the second-order terms: the hand-written backward is first-order only."""
-    src, dst = awkward_edges()
-    k, q, beta = keys_queries()
-    weight = make_weight(kind, src.numel())
-    inputs = (k, q, beta) if weight is None else (k, q, beta, weight)
-
-    def function(*tensors):
-        w = tensors[3] if len(tensors) == 4 else None
-        return fused_attention_grad(tensors[0], tensors[1], src, dst, tensors[2], w)
-
-    assert torch.autograd.gradgradcheck(function, inputs, atol=1e-8, rtol=1e-6)
+    check = torch.autograd.gradcheck if order == 1 else torch.autograd.gradgradcheck
+    assert check(function, inputs, atol=1e-8, rtol=1e-6)
 
 
 def test_layer_hessian_vector_product_matches_autograd():
