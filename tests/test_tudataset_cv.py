@@ -70,6 +70,29 @@ def test_label_and_graph_checks():
 def test_missing_raw_files_are_reported(tmp_path):
     with pytest.raises(ValueError, match="no TU raw files"):
         prepare_root(tmp_path, "MUTAG", tmp_path / "cache")
+    # one required file missing: named, instead of PyG trying to download the dataset
+    partial = tmp_path / "partial"
+    shutil.copytree(Path(DATA) / "MUTAG", partial / "MUTAG")
+    (partial / "MUTAG" / "raw" / "MUTAG_graph_labels.txt").unlink()
+    with pytest.raises(ValueError, match="lacks MUTAG_graph_labels.txt"):
+        prepare_root(partial, "MUTAG", tmp_path / "cache")
+
+
+def test_the_cache_follows_the_raw_files_content(tmp_path):
+    """Another root with the same dataset name (or edited raw files) must not load the graphs
+    processed from the first one."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    shutil.copytree(Path(DATA) / "MUTAG", first / "MUTAG")
+    shutil.copytree(Path(DATA) / "MUTAG", second / "MUTAG")
+    labels = second / "MUTAG" / "raw" / "MUTAG_graph_labels.txt"
+    flipped = [str(-int(v)) for v in labels.read_text().split()]
+    labels.write_text("\n".join(flipped) + "\n")
+    cache = tmp_path / "cache"
+    graphs_a, _ = load_tudataset(first, "MUTAG", cache, pe_dim=0, progress=False)
+    graphs_b, _ = load_tudataset(second, "MUTAG", cache, pe_dim=0, progress=False)
+    y_a = torch.cat([g.y for g in graphs_a])
+    y_b = torch.cat([g.y for g in graphs_b])
+    assert torch.equal(y_b, 1 - y_a)  # the second root's labels, not the cached first ones
 
 
 def _load_mutag_after_marker(cache: str, marker: str) -> None:

@@ -10,6 +10,8 @@ in ``datasets/TUDataset`` (:func:`default_tu_root`).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -47,14 +49,25 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
             f"no TU raw files at {source} (expected {name}_A.txt, {name}_graph_indicator.txt, "
             f"{name}_graph_labels.txt, ...)"
         )
+    required = [f"{name}_{part}.txt" for part in ("A", "graph_indicator", "graph_labels")]
+    missing = [file for file in required if not (source / file).is_file()]
+    if missing:
+        # PyG would try to download the dataset instead (and fail offline with a DNS error).
+        raise ValueError(f"{source} lacks {', '.join(missing)}: a TU dataset needs "
+                         f"{', '.join(required)} (node and edge files are optional)")
     cache = Path(cache) if cache else default_tu_cache()
     target = cache / name / "raw"
-    if not target.is_dir() or sorted(p.name for p in target.iterdir()) != sorted(
-        p.name for p in source.iterdir()
-    ):
-        if target.exists():
-            shutil.rmtree(cache / name)
+    # By content, not by file names: another root (or edited files) under the same dataset name
+    # must not load the graphs processed from the first one.
+    stamp = cache / name / "raw_source.json"
+    fingerprint = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                   for p in sorted(source.iterdir()) if p.is_file()}
+    if (not target.is_dir() or not stamp.is_file()
+            or json.loads(stamp.read_text()) != fingerprint):
+        if (cache / name).exists():
+            shutil.rmtree(cache / name)  # the processed graphs go with the old raw files
         shutil.copytree(source, target)
+        stamp.write_text(json.dumps(fingerprint, indent=1))
     return cache
 
 
