@@ -180,6 +180,13 @@ def test_resume_refuses_a_checkpoint_of_another_configuration(tmp_path):
                       progress=False, fingerprint="something else")
     with pytest.raises(ValueError, match="another configuration"):
         trainer.fit(model, task)
+    # the same fingerprint but another model shape: a CheckpointError, not a raw state_dict error
+    wider = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.2), nn.Linear(16, 1))
+    trainer = Trainer(TrainConfig(epochs=3, lr=0.05, lr_schedule="cosine", grad_clip=1.0),
+                      CheckpointConfig(str(tmp_path), resume=True), progress=False,
+                      generators=[task.generator], fingerprint="regression")
+    with pytest.raises(CheckpointError, match="does not fit this model"):
+        trainer.fit(wider, task)
 
 
 def test_truncated_or_foreign_checkpoints_give_clear_errors(tmp_path):

@@ -603,3 +603,19 @@ def test_grid_flag_parses_checks_and_runs(tmp_path):
     assert set(results["folds"][0]["models"]) == {"structure_agnostic@preset",
                                                   "structure_agnostic@fast"}
     assert "candidate chosen per fold" in (out / "MUTAG" / "results.md").read_text()
+
+
+def test_resume_refuses_a_checkpoint_of_other_model_settings(tmp_path):
+    """The checkpoint fingerprint covered the training settings only: a resume with another
+    alpha reused the old weights' validation figure and scored the test fold with the new
+    model, and another width failed with a raw state_dict error."""
+    base = ["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--no-progress",
+            "--models", "et", "--epochs", "2", "--max-folds", "1", "--hidden", "16",
+            "--blocks", "1", "--checkpoint-dir", str(tmp_path / "ck"), "--out", "none",
+            "--threads", "1"]
+    first = tudataset.run(parse(tudataset.CONFIG, base))
+    again = tudataset.run(parse(tudataset.CONFIG, [*base, "--resume"]))
+    assert again["models"]["et"]["accuracy"] == first["models"]["et"]["accuracy"]
+    for change in (["--alpha", "5.0"], ["--hidden", "32"]):
+        with pytest.raises(ValueError, match="another configuration"):
+            tudataset.run(parse(tudataset.CONFIG, [*base, "--resume", *change]))

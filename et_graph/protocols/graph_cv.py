@@ -394,7 +394,10 @@ def fit_graph_classifier(
                                    label_smoothing=config.label_smoothing)
     trainer = Trainer(config, checkpoint=checkpoint, description=desc, progress=progress,
                       generators=[task.generator],
-                      fingerprint=json.dumps([asdict(config), seed, len(train_data)]))
+                      # The model's repr names its sizes and ET's step settings (alpha, steps,
+                      # heads, ...): a checkpoint of another model is refused, not resumed.
+                      fingerprint=json.dumps([asdict(config), seed, len(train_data),
+                                              repr(model)]))
     return trainer.fit(model.to(device), task)
 
 

@@ -35,7 +35,13 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 
 LR_SCHEDULES = ("none", "cosine", "plateau")
 OPTIMIZERS = ("adam", "adamw")
@@ -326,8 +332,14 @@ class Trainer:
                     f"{path} was written by a run with another configuration; use another "
                     "checkpoint_dir or drop resume"
                 )
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
+            try:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+            except (RuntimeError, ValueError, KeyError) as error:
+                # Same fingerprint, other shapes: the caller's fingerprint missed a setting.
+                raise CheckpointError(
+                    f"{path} does not fit this model ({str(error).splitlines()[0]}); use "
+                    "another checkpoint_dir or drop resume") from error
             if scheduler is not None and state.get("scheduler") is not None:
                 scheduler.load_state_dict(state["scheduler"])
             if average is not None:
