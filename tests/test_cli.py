@@ -42,3 +42,12 @@ def test_a_device_the_machine_lacks_is_one_line(capsys, monkeypatch, device, mes
     err = capsys.readouterr().err
     assert err.startswith("et-graph anomaly: error:") and message in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, row", [
+    (["tudataset", "--quick", "--models", "structure_agnostic"], "| structure_agnostic |"),
+    (["image", "--quick", "--seeds", "1", "--epochs", "1"], "| mean_patch |"),
+])
+def test_the_table_is_printed_without_out_and_without_progress(capsys, argv, row):
+    assert console_main([*argv, "--no-progress", "--out", "none", "--threads", "1"]) == 0
+    assert row in capsys.readouterr().out

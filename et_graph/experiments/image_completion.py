@@ -28,7 +28,7 @@ from ..protocols.image_completion import (
     train_image_completion,
     validation_split,
 )
-from ..reporting import summarize, write_results
+from ..reporting import markdown_table, summarize, write_results
 from ..reporting_images import FIGURES, write_figures
 
 BASELINES = ("mean_patch", "mean_patch_global", "nearest_open")
@@ -199,7 +199,8 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
         "mean_energy_per_step": trace["energies"].mean(0).tolist(),
         "update_norms_per_step": {key: value.tolist() for key, value in trace["norms"].items()},
     }
-    if config.run.out is None:
+    if config.run.out is None:  # nothing written, the table still printed
+        print(f"# Masked image completion\n\n{markdown_table(results['models'], ['mse'])}")
         return results
     out = Path(config.run.out)
     out.mkdir(parents=True, exist_ok=True)

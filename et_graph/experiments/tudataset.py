@@ -37,7 +37,7 @@ from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re
     model_factories,
     parse_grid,
 )
-from ..reporting import provenance_note, write_results
+from ..reporting import markdown_table, provenance_note, write_results
 
 
 def load_graphs(data: TUDataConfig, progress: bool = False) -> tuple[list, dict[str, Any]]:
@@ -120,7 +120,11 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         "seconds": round(time.time() - started, 1),
         "meta": run_metadata(config),
     }
-    if out_dir is None:
+    metric = "val_accuracy" if protocol.validation_only else "accuracy"
+    ensemble = [f"ensemble_{metric}"] if protocol.runs_per_fold > 1 else []
+    if out_dir is None:  # nothing written, the table still printed
+        tqdm.write(f"# {data.dataset}: graph classification\n\n"
+                   + markdown_table(results["models"], [metric, *ensemble]))
         return results
     edge_dim = info["edge_features"]
     notes = [
@@ -133,8 +137,6 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         f"wall time: {results['seconds']} s (shared CPU, noisy)",
         provenance_note(results["meta"]),
     ]
-    metric = "val_accuracy" if protocol.validation_only else "accuracy"
-    ensemble = [f"ensemble_{metric}"] if protocol.runs_per_fold > 1 else []
     write_results(out_dir, results, [metric, *ensemble],
                   title=f"{data.dataset}: graph classification", notes=notes)
     if not protocol.validation_only:
