@@ -57,6 +57,24 @@ def test_label_and_graph_checks():
               for _ in range(4)]
     with pytest.raises(ValueError, match="single class"):
         cross_validate(graphs, {}, {}, folds=2)
+    # classes other than 0..C-1 would fail deep inside the loss; float labels are refused
+    for labels in ([1, 2, 1, 2], [-1, 1, -1, 1], [0, 5, 0, 5]):
+        with pytest.raises(ValueError, match=r"0\.\.C-1"):
+            check_graph_labels(labels)
+    floats = [Data(x=torch.ones(2, 1), edge_index=torch.tensor([[0], [1]]),
+                   y=torch.tensor([float(i % 2)])) for i in range(4)]
+    with pytest.raises(ValueError, match="integer classes"):
+        cross_validate(floats, {}, {}, folds=2)
+    two = [Data(x=torch.ones(2, 1), edge_index=torch.tensor([[0], [1]]), y=torch.tensor([i % 2]))
+           for i in range(30)]
+    with pytest.raises(ValueError, match="max_folds"):
+        cross_validate(two, {}, {}, folds=2, max_folds=0)
+    with pytest.raises(ValueError, match="both train and test"):
+        cross_validate(two, {}, {}, splits=[(np.arange(30), np.arange(10))])
+    with pytest.raises(ValueError, match="non-empty"):
+        cross_validate(two, {}, {}, splits=[(np.arange(30), np.array([], dtype=int))])
+    with pytest.raises(ValueError, match="max_folds"):
+        parse(tudataset.CONFIG, ["--max-folds", "-1"])
     graphs.append(Data(x=torch.ones(0, 1), edge_index=torch.empty(2, 0, dtype=torch.long),
                        y=torch.tensor([1])))
     with pytest.raises(ValueError, match="without nodes"):

@@ -92,7 +92,37 @@ def check_graph_labels(labels: Sequence[int] | Tensor | np.ndarray) -> np.ndarra
             f"the label set has a single class ({classes.tolist()}); classification needs at "
             "least two classes"
         )
+    if not np.array_equal(classes, np.arange(classes.size)):
+        # The models' outputs are indexed by class: {1, 2} or {-1, 1} fail deep in the loss.
+        raise ValueError(
+            f"labels must be the classes 0..C-1, got {classes.tolist()[:10]}; remap them, e.g. "
+            "with np.unique(labels, return_inverse=True)"
+        )
     return labels
+
+
+def check_splits(splits: Sequence[tuple[np.ndarray, np.ndarray]], num_graphs: int
+                 ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Given ``(train_index, test_index)`` folds, validated: indices in range, a non-empty test
+    fold, and no test graph among the training graphs (its label would enter training)."""
+    checked = []
+    for fold, (train_index, test_index) in enumerate(splits):
+        train_index, test_index = np.asarray(train_index), np.asarray(test_index)
+        for name, index in (("train", train_index), ("test", test_index)):
+            if index.size and (not np.issubdtype(index.dtype, np.integer)
+                               or index.min() < 0 or index.max() >= num_graphs):
+                raise ValueError(f"fold {fold}: {name} indices must be integers in "
+                                 f"[0, {num_graphs})")
+        if train_index.size == 0 or test_index.size == 0:
+            raise ValueError(f"fold {fold}: the train and test indices must both be non-empty")
+        shared = np.intersect1d(train_index, test_index)
+        if shared.size:
+            raise ValueError(f"fold {fold}: {shared.size} graphs are in both train and test "
+                             f"(e.g. {shared[:5].tolist()}); a test graph must not be trained on")
+        checked.append((train_index, test_index))
+    if not checked:
+        raise ValueError("splits is empty")
+    return checked
 
 
 def stratified_folds(
@@ -127,6 +157,15 @@ def inner_split(
 
 
 def graph_labels(dataset: Sequence[Data]) -> np.ndarray:
+    """One integer class per graph; ``ValueError`` for a graph without ``y`` or with float
+    labels (``int()`` would truncate them, and the loss needs integer targets)."""
+    for index, graph in enumerate(dataset):
+        y = getattr(graph, "y", None)
+        if y is None or y.numel() == 0:
+            raise ValueError(f"graph {index} has no label y")
+        if y.is_floating_point() or y.is_complex():
+            raise ValueError(f"graph labels must be integer classes, got {y.dtype} (graph "
+                             f"{index}); convert with y.long() after checking the values")
     return np.array([int(d.y.view(-1)[0]) for d in dataset])
 
 
@@ -454,7 +493,10 @@ def cross_validate(
     if empty:
         raise ValueError(f"graphs without nodes at indices {empty[:10]}; drop them first")
     labels = check_graph_labels(graph_labels(dataset))
-    splits = list(splits) if splits is not None else stratified_folds(labels, folds, seed)
+    if max_folds is not None and (isinstance(max_folds, bool) or max_folds < 1):
+        raise ValueError(f"max_folds must be >= 1 (or None for every fold), got {max_folds!r}")
+    splits = (check_splits(splits, len(dataset)) if splits is not None
+              else stratified_folds(labels, folds, seed))
     # Seeds of runs 1.. are offset by the number of outer folds, so no two trainings share one.
     seed_stride = max(folds, len(splits))
     if max_folds is not None:

@@ -78,6 +78,9 @@ class TUProtocolConfig:
     grid: Optional[str] = None
 
     def __post_init__(self) -> None:
+        if self.max_folds is not None and self.max_folds < 1:
+            raise ValueError(f"max_folds must be >= 1 (or none for every fold), got "
+                             f"{self.max_folds}")
         if self.grid is not None:
             parse_grid(self.grid)  # a malformed grid fails here, before any data is loaded
             if self.validation_only:
