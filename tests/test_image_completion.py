@@ -362,3 +362,7 @@ def test_image_config_flags_quick_and_preset() -> None:
     assert config.train.epochs == 2 and config.data.train_limit == 200 and not config.run.progress
     preset = merge(CONFIG(), load_file(EXAMPLE.parents[1] / "configs" / "image" / "digits.toml"))
     assert preset == CONFIG()  # the documented run is the defaults
+    # a negative limit would slice images away ([:-5]), a zero one leave nothing to score
+    for flag, value in (("--train-limit", "-5"), ("--test-limit", "0")):
+        with pytest.raises(ValueError, match="must be positive"):
+            parse(CONFIG, [flag, value])

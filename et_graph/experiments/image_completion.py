@@ -56,6 +56,12 @@ class ImageDataConfig:
     def __post_init__(self) -> None:
         if self.color not in COLORS:
             raise ValueError(f"color must be one of {COLORS}, got {self.color!r}")
+        for name in ("train_limit", "test_limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:  # a slice [:-5] would drop images instead
+                raise ValueError(f"{name} must be positive (or none for all), got {value}")
+        if self.image_size < 1:
+            raise ValueError(f"image_size must be positive, got {self.image_size}")
 
 
 @dataclass
