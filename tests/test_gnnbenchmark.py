@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import contains_self_loops, is_undirected
 
 from et_graph.baselines.gnnbenchmark_baselines import GatedGCNBaseline, GINBaseline
-from et_graph.config import load_file, merge, resolve
+from et_graph.config import load_file, merge, parse, resolve
 from et_graph.datasets import (
     GNNBenchmarkDataConfig,
     SBMClusterRecipe,
@@ -396,9 +396,12 @@ def test_config_rejects_bad_values():
     for argv in (["--models", "et,transformer"], ["--seeds", ""], ["--seeds", "0,x"],
                  ["--dataset", "TSP"], ["--source", "web"], ["--holdout-fraction", "1.5"],
                  ["--generated-sizes", "10,10"], ["--epochs", "0"], ["--lr-schedule", "step"],
-                 ["--baseline-readout", "sum"]):
+                 ["--baseline-readout", "sum"], ["--seeds", "0,0"]):
         with pytest.raises(ValueError):
             gnnbenchmark.main(argv)
+    # a model named twice is trained once per seed (its results were listed twice)
+    assert parse(gnnbenchmark.CONFIG, ["--models", "gin,gin,et"]).protocol.model_names == [
+        "gin", "et"]
 
 
 @pytest.mark.parametrize("name, dataset, epochs, seeds, sizes", [
@@ -457,6 +460,7 @@ def test_runner_quick_zinc_proxy(tmp_path):
     assert results["split_sizes"] == {"train": 48, "val": 16, "test": 16}
     assert results["meta"]["config"]["protocol"]["seeds"] == "0,1"
     assert "ZINC proxy (trained on the official val split" in results["protocol"]
+    assert "limits the splits to random subsets (train 48, val 16, test 16)" in results["protocol"]
     assert "ZINC proxy" in (out / "results.md").read_text()
 
 

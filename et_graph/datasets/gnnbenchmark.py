@@ -112,11 +112,15 @@ def load_benchmark(config: GNNBenchmarkDataConfig) -> BenchmarkData:
                              config.data_seed)
     else:
         data = superpixel_benchmark(config.dataset, config.root, config.source)
+    limited = []
     for split, limit in config.limits.items():
         if limit is not None and limit < len(data.splits[split]):
             data.splits[split] = limit_graphs(data.splits[split], limit, config.split_seed)
             data.notes.append(f"{split} limited to {limit} graphs (random subset, split seed "
                               f"{config.split_seed}).")
+            limited.append(f"{split} {limit}")
+    if limited:  # the protocol sentence names the full splits; say what this run used
+        data.protocol += f"; this run limits the splits to random subsets ({', '.join(limited)})"
     for split, graphs in data.splits.items():
         if not graphs:
             raise ValueError(f"the {split} split is empty")

@@ -70,10 +70,15 @@ class ProtocolConfig:
             seeds = None
         if not seeds:
             raise ValueError(f"seeds must be comma-separated integers, got {self.seeds!r}")
+        if len(set(seeds)) != len(seeds):
+            # a repeated seed repeats a training bit for bit and shrinks the reported std
+            raise ValueError(f"seeds must be distinct, got {self.seeds!r}")
 
     @property
     def model_names(self) -> list[str]:
-        return [v.strip().lower() for v in self.models.split(",") if v.strip()]
+        """The models in the given order, each once (``gin,gin`` trains GIN once per seed)."""
+        names = [v.strip().lower() for v in self.models.split(",") if v.strip()]
+        return list(dict.fromkeys(names))
 
     @property
     def seed_list(self) -> list[int]:
@@ -171,9 +176,10 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
             fingerprint=f"{fingerprint}|{name}|{seed}",
         )
         runs[name].append(result)
-        tqdm.write(f"{data.name} {name} seed {seed}: test {metric} {result['test']:.4f} "
-                   f"(val {result['val']:.4f}, epoch {result['epoch']}, "
-                   f"{result['seconds']:.0f}s)")
+        if progress:
+            tqdm.write(f"{data.name} {name} seed {seed}: test {metric} {result['test']:.4f} "
+                       f"(val {result['val']:.4f}, epoch {result['epoch']}, "
+                       f"{result['seconds']:.0f}s)")
     models = {name: _summary(results, metric, seeds) for name, results in runs.items()}
     sizes = {split: len(graphs) for split, graphs in data.splits.items()}
     results = {
