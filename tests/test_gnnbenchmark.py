@@ -492,11 +492,21 @@ def test_runner_uses_official_zinc_when_present(tmp_path, zinc_val):
     assert results["source"] == "official" and results["split_sizes"]["train"] == 12
 
 
+def test_the_default_root_is_found_from_any_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # "datasets" does not exist here: the checkout's is used
+    out = tmp_path / "zinc"
+    _main("--dataset", "ZINC", "--models", "gin", "--out", str(out))
+    assert json.loads((out / "results.json").read_text())["source"] == "partial"
+
+
 def test_runner_errors_say_what_to_put_where(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"MNIST/raw/MNIST_v2\.pt"):
         _main("--dataset", "MNIST", "--root", str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"ZINC_subset_partial/processed/val\.pt"):
         _main("--dataset", "ZINC", "--root", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as missing:  # one path to put it at, not two
+        _main("--dataset", "ZINC", "--root", str(tmp_path))
+    assert f"at {tmp_path / 'ZINC_subset_partial' / 'processed' / 'val.pt'}" in str(missing.value)
     with pytest.raises(FileNotFoundError, match=r"PATTERN_v2\.pt"):
         _main("--dataset", "PATTERN", "--root", str(tmp_path), "--source", "official")
     with pytest.raises(ValueError, match="generated"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -43,7 +44,8 @@ class GNNBenchmarkDataConfig:
 
     Attributes:
         dataset: ZINC, PATTERN, CLUSTER, MNIST or CIFAR10.
-        root: folder with ZINC/, ZINC_subset_partial/, PATTERN/, ... (PyG layout).
+        root: folder with ZINC/, ZINC_subset_partial/, PATTERN/, ... (PyG layout); a relative
+            root missing from the working directory is looked up in the source checkout.
         source: auto (official files when present, else the ZINC proxy or generated SBM graphs),
             official, partial (the ZINC proxy) or generated (PATTERN/CLUSTER).
         holdout_fraction: ZINC proxy: share of the official val split held out for selection.
@@ -102,16 +104,27 @@ def limit_graphs(graphs: list[Data], limit: Optional[int], seed: int) -> list[Da
     return [graphs[i] for i in sorted(order)]
 
 
+def resolve_root(root: str) -> str:
+    """``root`` as given when it exists (or is absolute); a relative root that does not exist
+    from the working directory (the default ``datasets``) is looked up in the source checkout,
+    so that the shipped data are found from any folder."""
+    path = Path(root).expanduser()
+    if path.is_absolute() or path.exists():
+        return str(path)
+    shipped = Path(__file__).resolve().parents[2] / path
+    return str(shipped) if shipped.exists() else str(path)
+
+
 def load_benchmark(config: GNNBenchmarkDataConfig) -> BenchmarkData:
     """The splits ``config`` names (see the module docstring), limited and checked."""
+    root = resolve_root(config.root)
     if config.dataset == "ZINC":
-        data = zinc_benchmark(config.root, config.source, config.holdout_fraction,
-                              config.split_seed)
+        data = zinc_benchmark(root, config.source, config.holdout_fraction, config.split_seed)
     elif config.dataset in SBM_NAMES:
-        data = sbm_benchmark(config.dataset, config.root, config.source, config.sizes,
+        data = sbm_benchmark(config.dataset, root, config.source, config.sizes,
                              config.data_seed)
     else:
-        data = superpixel_benchmark(config.dataset, config.root, config.source)
+        data = superpixel_benchmark(config.dataset, root, config.source)
     limited = []
     for split, limit in config.limits.items():
         if limit is not None and limit < len(data.splits[split]):

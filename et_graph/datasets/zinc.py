@@ -179,10 +179,12 @@ def zinc_benchmark(root: PathLike, source: str = "auto", holdout_fraction: float
     for split in ZINC_PARTIAL_SPLITS:
         path = zinc_partial_file(partial_root, split)
         if not path.is_file():
+            target = partial_root / "processed" / f"{split}.pt" if path.parent == partial_root \
+                else path
             raise FileNotFoundError(
                 f"neither the official ZINC files (ROOT/ZINC/raw/{{train,val,test}}.pickle and "
-                f".index) nor the partial copy were found: put ZINC_subset_partial/processed/"
-                f"{split}.pt at {path}"
+                f".index) under {root} nor the partial copy were found: put the partial "
+                f"copy's processed/{split}.pt at {target}"
             )
     official_val = load_zinc_partial(partial_root, "val")
     test = load_zinc_partial(partial_root, "test")
