@@ -69,6 +69,16 @@ def test_tune_tudataset_cli(tmp_path):
                      "--trials", "1", "--tune-folds", "1", "--storage",
                      f"sqlite:///{tmp_path}/c.db", "--out", str(tmp_path / "o")])
     assert code == 0 and (tmp_path / "o" / "best_structure_agnostic.toml").exists()
+    # one pruner step per fold: with 1 tuned fold no trial can be pruned, and the report says so
+    report = (tmp_path / "o" / "study_report.md").read_text()
+    assert "no pruning" in report and "epochs" not in report.split("Budget")[1].split(".")[0]
+    with pytest.raises(ValueError, match="exceeds the 10 outer folds"):
+        cli_main(["tune", "tudataset", *SMALL, "--models", "structure_agnostic",
+                  "--trials", "1", "--tune-folds", "50", "--storage",
+                  f"sqlite:///{tmp_path}/e.db", "--out", str(tmp_path / "q")])
+    with pytest.raises(ValueError, match="--metric applies to `tune anomaly`"):
+        cli_main(["tune", "tudataset", *SMALL, "--models", "structure_agnostic",
+                  "--metric", "auprc", "--trials", "1", "--tune-folds", "1"])
     with pytest.raises(ValueError, match="per-fold grid"):
         cli_main(["tune", "tudataset", *SMALL, "--models", "structure_agnostic",
                   "--grid", "fast: train.lr=0.03", "--trials", "1", "--tune-folds", "1",

@@ -52,8 +52,9 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                       help="wall-clock limit per model for this invocation")
     tune.add_argument("--storage", default="sqlite:///runs/tune.db",
                       help="Optuna storage URL; the record that a restarted run continues")
-    tune.add_argument("--metric", choices=TUNE_METRICS, default="auroc",
-                      help="validation metric to maximise")
+    tune.add_argument("--metric", choices=TUNE_METRICS, default=None,
+                      help="anomaly: validation metric to maximise (default auroc); the other "
+                           "tasks have their own (accuracy, the benchmark's metric)")
     tune.add_argument("--sampler-seed", type=int, default=0)
     tune.add_argument("--prune-warmup", type=int, default=TuneBudget.prune_warmup,
                       help="epochs a trial runs before the median pruner may stop it")
@@ -77,7 +78,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     config = resolve(task_config(args.task), args)
     budget = TuneBudget(args.trials, args.timeout_minutes, args.sampler_seed,
                         args.prune_warmup)
-    out = Path(config.run.out or "runs/tune")
+    if args.metric is not None and args.task != "anomaly":
+        raise ValueError(f"--metric applies to `tune anomaly`; `tune {args.task}` selects on "
+                         "its task's own validation metric")
+    # The task's own results folder is not where a study's presets belong.
+    default_out = task_config(args.task)().run.out
+    out = Path(config.run.out if config.run.out and config.run.out != default_out
+               else f"runs/tune/{args.task}")
     if args.task == "tudataset":
         models = config.protocol.model_names  # --models: the models to tune, same budget each
         return tune_tudataset(config, list(models), budget, args.storage, out,
@@ -86,7 +93,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         return tune_gnnbenchmark(config, config.protocol.model_names, budget, args.storage, out,
                                  args.study_prefix, tune_seeds=args.tune_seeds)
     models = config.protocol.model_names()
-    return tune_anomaly(config, models, budget, args.storage, args.metric, out,
+    return tune_anomaly(config, models, budget, args.storage, args.metric or "auroc", out,
                         args.study_prefix)
 
 
@@ -103,8 +110,8 @@ def tune_anomaly(config: Any, models: list[str], budget: TuneBudget, storage: st
 def _tune_models(task: str, models: list[str], make_objective: Callable[[str], Any],
                  dataset_of: Callable[[Any], str], budget: TuneBudget, storage: str, out: Path,
                  prefix: str, config: Any, report_metric: str, preset_metric: str,
-                 study_suffix: str = "", report_dataset: Optional[str] = None
-                 ) -> dict[str, Any]:
+                 study_suffix: str = "", report_dataset: Optional[str] = None,
+                 pruning: Optional[str] = None) -> dict[str, Any]:
     """The loop every task shares: one study ``{prefix}{task}-{dataset}-{model}{suffix}`` per
     model with the same budget (in the objective's ``direction``, default maximise), each best
     trial written as ``OUT/best_<model>.toml``, then the report."""
@@ -129,7 +136,7 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                     "metric": preset_metric,
                 })
     write_report(out, task, report_dataset or dataset, report_metric, budget, summaries,
-                 presets, config)
+                 presets, config, pruning)
     print((out / "study_report.md").read_text())
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
 
@@ -153,13 +160,18 @@ def tune_tudataset(config: Any, models: list[str], budget: TuneBudget, storage: 
                          "selects one configuration itself: drop the grid to tune, or run "
                          "the grid with et-graph tudataset")
 
+    # A trial reports one pruner step per outer fold, not per epoch.
+    pruning = (f"median pruning after {budget.prune_warmup} outer folds"
+               if budget.prune_warmup < tune_folds else
+               f"no pruning (a trial reports once per outer fold, and the warmup of "
+               f"{budget.prune_warmup} steps is not shorter than the {tune_folds} tuned folds)")
     return _tune_models(
         "tudataset", models,
         lambda model: TUObjective(config, model, tune_folds, graphs, info, splits),
         lambda objective: config.data.dataset, budget, storage, out, prefix, config,
         "accuracy on the inner splits",
         f"mean inner-validation accuracy over the first {tune_folds} outer folds (one "
-        "selection for all folds: a cheaper variant of Errica et al.)")
+        "selection for all folds: a cheaper variant of Errica et al.)", pruning=pruning)
 
 
 def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storage: str,

@@ -175,8 +175,10 @@ def study_summary(study: Any, seconds: float) -> dict[str, Any]:
 
 def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBudget,
                  summaries: dict[str, dict[str, Any]], presets: dict[str, Path],
-                 config: Any) -> None:
-    """``study_report.{json,md}`` and ``optimization_history.png`` under ``out``."""
+                 config: Any, pruning: Optional[str] = None) -> None:
+    """``study_report.{json,md}`` and ``optimization_history.png`` under ``out``; ``pruning``
+    says how the pruner acts when a task's steps are not epochs."""
+    pruning = pruning or f"median pruning after {budget.prune_warmup} epochs"
     out.mkdir(parents=True, exist_ok=True)
     report = {"task": task, "dataset": dataset, "metric": f"validation {metric}",
               "budget": to_dict_budget(budget), "models": summaries,
@@ -185,7 +187,7 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
     lines = [f"# Tuning: {task} on {dataset}", "",
              f"Objective: validation {metric} (test labels are never read). Budget per model: "
              f"{budget.trials} finished trials, {budget.timeout_minutes:g} min per run, TPE "
-             f"(seed {budget.seed}), median pruning after {budget.prune_warmup} epochs.", "",
+             f"(seed {budget.seed}), {pruning}.", "",
              "| model | complete | pruned | failed | best validation | best trial | time (s) "
              "| preset |", "|---|---|---|---|---|---|---|---|"]
     for model, s in summaries.items():

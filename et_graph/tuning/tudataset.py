@@ -94,6 +94,8 @@ class TUObjective:
         self.labels = graph_labels(graphs)
         p = config.protocol
         splits = splits if splits is not None else stratified_folds(self.labels, p.folds, p.seed)
+        if tune_folds > len(splits):
+            raise ValueError(f"tune_folds ({tune_folds}) exceeds the {len(splits)} outer folds")
         self.splits = list(splits)[:tune_folds]
 
     def trial_config(self, trial: Any) -> TUDatasetConfig:
