@@ -82,10 +82,21 @@ def test_lr_schedules_lower_the_rate(schedule):
 @pytest.mark.parametrize("bad", [dict(epochs=0), dict(lr=0.0), dict(lr=float("nan")),
                                  dict(lr_schedule="step"), dict(patience=-1),
                                  dict(optimizer="sgd"), dict(ema_decay=1.0),
-                                 dict(ema_decay=-0.1)])
+                                 dict(ema_decay=-0.1), dict(epochs=2.5), dict(epochs=True),
+                                 dict(patience=1.5), dict(lr="0.1")])
 def test_bad_config_raises(bad):
     with pytest.raises(ValueError):
         TrainConfig(**bad)
+
+
+def test_a_task_without_training_batches_is_an_error():
+    class EmptyTask(ScriptedTask):
+        def batches(self, epoch):
+            self.epoch = epoch
+            return iter(())
+
+    with pytest.raises(ValueError, match="no training batch"):
+        Trainer(TrainConfig(epochs=2), progress=False).fit(nn.Linear(1, 1), EmptyTask([0.5] * 2))
 
 
 def test_non_finite_loss_and_oom_are_explained():

@@ -22,6 +22,7 @@ Otherwise the earlier epoch stays: among equals, the earliest epoch is kept.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -83,6 +84,15 @@ class TrainConfig:
     ema_decay: float = 0.0
 
     def __post_init__(self) -> None:
+        # Types first: epochs=2.5 would train a fraction of nothing, lr="0.1" fail mid-run.
+        for name in ("epochs", "patience", "lr_patience"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        for name in ("lr", "weight_decay", "lr_floor", "grad_clip", "ema_decay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"{name} must be a number, got {value!r}")
         if self.epochs <= 0:
             raise ValueError(f"epochs must be positive, got {self.epochs}")
         if not self.lr > 0 or not math.isfinite(self.lr):
@@ -389,6 +399,9 @@ class Trainer:
                     count += 1
             except RuntimeError as error:
                 raise _explain_oom(error, self.oom_hint) from error
+            if count == 0:  # nothing trained: an epoch would be "best" on untouched weights
+                raise ValueError(f"{self.description}: the task gave no training batch in epoch "
+                                 f"{epoch} (an empty training set?)")
             model.eval()
             # With weight averaging, validation and the best-epoch copy see the averaged weights.
             with average.swapped() if average is not None else nullcontext():
