@@ -128,6 +128,13 @@ def test_bad_input():
               cls_lap_pe=data.cls_lap_pe)
     with pytest.raises(ValueError, match="task"):
         small_model(task="ranking")
+    # num_graphs without a batch vector, and an edge between two graphs of a batch
+    with pytest.raises(ValueError, match="no batch vector"):
+        model(data.x, data.edge_index, lap_pe=data.lap_pe, cls_lap_pe=torch.ones(3, 4),
+              num_graphs=3)
+    two = torch.tensor([0, 0, 0, 1, 1])
+    with pytest.raises(ValueError, match="different graphs"):
+        model(data.x, data.edge_index, two, lap_pe=data.lap_pe, cls_lap_pe=torch.ones(2, 4))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -277,6 +277,9 @@ class ETGraphModel(nn.Module):
         if batch is None:
             batch = torch.zeros(num_nodes, dtype=torch.long, device=x.device)
         edge_index = check_edge_index(edge_index, num_nodes)
+        if edge_index.numel() and bool((batch[edge_index[0]] != batch[edge_index[1]]).any()):
+            # Such an edge would pass information between two graphs of the batch.
+            raise ValueError("edge_index joins nodes of different graphs of the batch")
         h = self.node_encoder(x)
         cls_offset = None
         if self.pe_encoder is not None:

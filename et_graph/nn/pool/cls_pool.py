@@ -35,6 +35,9 @@ def graph_sizes(
     if batch is None:
         if num_nodes == 0:
             raise ValueError("got a graph without nodes; every graph needs at least one node")
+        if num_graphs is not None and int(num_graphs) != 1:
+            raise ValueError(f"num_graphs={num_graphs} but no batch vector was given (one "
+                             "graph); pass batch to say which graph each node belongs to")
         return torch.tensor([num_nodes])
     check_batch(batch, num_nodes)
     if num_nodes and bool((batch[1:] < batch[:-1]).any()):
