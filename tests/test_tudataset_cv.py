@@ -75,6 +75,10 @@ def test_label_and_graph_checks():
         cross_validate(two, {}, {}, splits=[(np.arange(30), np.array([], dtype=int))])
     with pytest.raises(ValueError, match="max_folds"):
         parse(tudataset.CONFIG, ["--max-folds", "-1"])
+    wide = [Data(x=torch.ones(2, 1, dtype=torch.float64), edge_index=torch.tensor([[0], [1]]),
+                 y=torch.tensor([i % 2])) for i in range(30)]
+    with pytest.raises(ValueError, match="float64 node features"):
+        cross_validate(wide, {}, {}, folds=2)
     graphs.append(Data(x=torch.ones(0, 1), edge_index=torch.empty(2, 0, dtype=torch.long),
                        y=torch.tensor([1])))
     with pytest.raises(ValueError, match="without nodes"):

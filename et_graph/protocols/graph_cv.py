@@ -492,6 +492,11 @@ def cross_validate(
     empty = [i for i, d in enumerate(dataset) if not d.num_nodes]
     if empty:
         raise ValueError(f"graphs without nodes at indices {empty[:10]}; drop them first")
+    wide = next((i for i, d in enumerate(dataset) if getattr(d, "x", None) is not None
+                 and d.x.is_floating_point() and d.x.dtype != torch.get_default_dtype()), None)
+    if wide is not None:  # the baselines' layers would fail mid-fold on them
+        raise ValueError(f"graph {wide} has {dataset[wide].x.dtype} node features; the models "
+                         f"compute in {torch.get_default_dtype()}: convert with data.x.float()")
     labels = check_graph_labels(graph_labels(dataset))
     if max_folds is not None and (isinstance(max_folds, bool) or max_folds < 1):
         raise ValueError(f"max_folds must be >= 1 (or None for every fold), got {max_folds!r}")
