@@ -52,7 +52,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"et-graph: unknown command {argv[0]!r}", file=sys.stderr)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         lines = [f"  {name:<14}{help_text}" for name, (_, help_text) in SUBCOMMANDS.items()]
-        print("usage: et-graph COMMAND [options]\n\ncommands:\n" + "\n".join(lines))
+        print("usage: et-graph COMMAND [options]   (et-graph COMMAND --help: its options)\n"
+              "       et-graph --version\n\ncommands:\n" + "\n".join(lines))
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     command = argv[0]
     module = importlib.import_module(SUBCOMMANDS[command][0])

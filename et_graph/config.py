@@ -376,17 +376,19 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type,
+                         base: Optional[Any] = None) -> None:
     """One flag per field of every section of ``cls`` (flag names must be unique), plus
     ``--config FILE`` and ``--quick``. Defaults are suppressed so that only given flags
-    override; the help shows the dataclass default."""
+    override; the help shows the default of ``base`` (a ``cls`` instance; the dataclass
+    defaults when ``None``)."""
     parser.add_argument("--config", default=None, metavar="FILE",
                         help="TOML/YAML preset (one table per section); flags override it")
     quick = getattr(cls, "QUICK", None)
     parser.add_argument("--quick", action="store_true",
                         help="smoke preset: the smallest run that exercises the whole pipeline"
                              + (f" ({_describe(quick)})" if quick else ""))
-    defaults = cls()
+    defaults = cls() if base is None else base
     seen: dict[str, str] = {}
     for section_name, section_cls in _section_types(cls).items():
         group = parser.add_argument_group(section_name)
@@ -428,10 +430,10 @@ def _describe(overrides: Mapping[str, Any]) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in overrides.items())
 
 
-def resolve(cls: type[T], args: argparse.Namespace) -> T:
-    """The task config from parsed arguments: defaults, then ``--config``, then ``--quick``,
-    then the flags given."""
-    config = cls()
+def resolve(cls: type[T], args: argparse.Namespace, base: Optional[T] = None) -> T:
+    """The task config from parsed arguments: defaults (``base``, or the dataclass defaults),
+    then ``--config``, then ``--quick``, then the flags given."""
+    config = cls() if base is None else base
     if getattr(args, "config", None):
         config = merge(config, load_file(args.config))
     if getattr(args, "quick", False):
@@ -441,10 +443,14 @@ def resolve(cls: type[T], args: argparse.Namespace) -> T:
 
 
 def parse(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Optional[str] = None,
-          description: str = "") -> T:
+          description: str = "", defaults: Optional[Mapping[str, Any]] = None) -> T:
+    """``cls`` from command-line flags. ``defaults`` (``{"section.field": value}``) replace the
+    dataclass defaults of a script built on a task, e.g. an example's own dataset; a preset
+    (``--config``) and the flags still override them, and ``--help`` shows them."""
+    base = merge(cls(), defaults) if defaults else None
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    add_config_arguments(parser, cls)
-    return resolve(cls, parser.parse_args(argv))
+    add_config_arguments(parser, cls, base)
+    return resolve(cls, parser.parse_args(argv), base)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,8 +12,10 @@ Same options as ``et-graph gnnbenchmark``; see docs/gnnbenchmark.md.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from et_graph.cli import run_example
 from et_graph.experiments.gnnbenchmark import main
 
 if __name__ == "__main__":
-    run_example(main, __file__)
+    run_example(lambda: main(prog=Path(__file__).name), __file__)

@@ -7,8 +7,10 @@
 Writes results.json / results.md and PNG figures to --out (default results/image_completion).
 The same code runs as ``et-graph image ...``.
 """
+from pathlib import Path
+
 from et_graph.cli import run_example
 from et_graph.experiments.image_completion import main
 
 if __name__ == "__main__":
-    run_example(main, __file__)
+    run_example(lambda: main(prog=Path(__file__).name), __file__)

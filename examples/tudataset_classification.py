@@ -6,8 +6,10 @@
 The data default to the shipped ``datasets/TUDataset`` (``--root`` reads another folder). Same
 options as ``et-graph tudataset`` (the same ``main``); see docs/graph_classification.md.
 """
+from pathlib import Path
+
 from et_graph.cli import run_example
 from et_graph.experiments.tudataset import main
 
 if __name__ == "__main__":
-    run_example(main, __file__)
+    run_example(lambda: main(prog=Path(__file__).name), __file__)

@@ -10,15 +10,13 @@ them all, ``--config configs/anomaly/NAME.toml`` starts from a preset. With
 ``torchrun --nproc_per_node=2 examples/yelpchi_anomaly.py ... --ddp`` the neural models train
 data-parallel (gloo on CPU).
 """
-import sys
+from pathlib import Path
 
 from et_graph.cli import run_example
 from et_graph.experiments import anomaly
 
 if __name__ == "__main__":
-    # YelpChi is this script's default dataset; an explicit --dataset or --data wins.
-    argv = sys.argv[1:]
-    # Match the flags exactly: "--data-root DIR" alone must still mean YelpChi.
-    if not any(a.split("=", 1)[0] in ("--dataset", "--data", "--config") for a in argv):
-        argv = ["--dataset", "yelpchi", *argv]
-    run_example(lambda: anomaly.main(argv), __file__)
+    # YelpChi is this script's default dataset (--help shows it); --dataset, --data or a
+    # preset's data.dataset replace it.
+    run_example(lambda: anomaly.main(prog=Path(__file__).name,
+                                     defaults={"data.dataset": "yelpchi"}), __file__)

@@ -595,3 +595,11 @@ def test_tu_fold_select_picks_on_validation_per_fold(tmp_path):
                 [f"preset={preset}@et", f"preset={other_et}"]):
         with pytest.raises(SystemExit):
             select.main([x for c in bad for x in ("--candidate", c)])
+
+
+def test_sbm_statistics_prints_the_generated_graphs_statistics(capsys):
+    stats = benchmark_module("sbm_statistics").main(["CLUSTER", "3"])
+    assert stats["graphs"] == 3 and abs(sum(stats["label_fractions"]) - 1) < 1e-9
+    assert '"dataset": "CLUSTER"' in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        benchmark_module("sbm_statistics").main(["PATTERN", "0"])

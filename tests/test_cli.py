@@ -51,3 +51,43 @@ def test_a_device_the_machine_lacks_is_one_line(capsys, monkeypatch, device, mes
 def test_the_table_is_printed_without_out_and_without_progress(capsys, argv, row):
     assert console_main([*argv, "--no-progress", "--out", "none", "--threads", "1"]) == 0
     assert row in capsys.readouterr().out
+
+
+def test_python_dash_m_runs_the_command():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "et_graph", "--version"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"et-graph {__version__}"
+
+
+def test_help_lists_version_and_the_commands(capsys):
+    assert console_main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "et-graph --version" in out and "tudataset" in out
+
+
+def test_tune_help_writes_placeholders_as_the_task_flags_do(capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", "anomaly", "--help"])
+    out = capsys.readouterr().out
+    assert "--trials INT" in out and "--timeout-minutes FLOAT" in out
+    assert "--epochs INT" in out  # a task flag, written the same way
+    assert "TRIALS" not in out and "TIMEOUT_MINUTES" not in out
+
+
+def test_script_defaults_replace_the_dataclass_defaults_below_presets_and_flags(tmp_path):
+    from et_graph.config import parse
+    from et_graph.protocols.anomaly_config import AnomalyConfig
+
+    own = {"data.dataset": "yelpchi"}
+    assert parse(AnomalyConfig, [], defaults=own).data.dataset == "yelpchi"
+    assert parse(AnomalyConfig, []).data.dataset == "tolokers"
+    assert parse(AnomalyConfig, ["--dataset", "reddit"], defaults=own).data.dataset == "reddit"
+    preset = tmp_path / "p.toml"
+    preset.write_text('[data]\ndataset = "amazon"\n')
+    assert parse(AnomalyConfig, ["--config", str(preset)], defaults=own).data.dataset == "amazon"
+    with pytest.raises(ValueError, match="nope"):
+        parse(AnomalyConfig, [], defaults={"data.nope": 1})

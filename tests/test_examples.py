@@ -94,3 +94,20 @@ def test_yelpchi_example_without_the_file_says_where_to_put_it(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.startswith("yelpchi_anomaly.py: error: yelpchi: YelpChi.mat not found")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("script, default", [
+    ("yelpchi_anomaly.py", "(default: yelpchi)"),
+    ("tudataset_classification.py", None),
+    ("gnnbenchmark.py", None),
+    ("image_completion.py", None),
+])
+def test_example_help_names_the_script_and_its_own_defaults(script, default):
+    """An example's --help is its own: usage names the script, not `et-graph TASK`, and the
+    yelpchi example shows the dataset it runs by default."""
+    out = _run(script, "--help")
+    assert out.startswith(f"usage: {script} ")
+    assert "et-graph " not in out.splitlines()[0]
+    if default:
+        dataset_help = out[out.index("\n  --dataset TEXT"):]
+        assert default in dataset_help[:dataset_help.index("--data-root")]

@@ -262,12 +262,3 @@ def sbm_statistics(graphs: list[Data]) -> dict[str, float]:
         "label_fractions": (counts / counts.sum()).tolist(),
     }
 
-
-if __name__ == "__main__":
-    # python -m et_graph.datasets.synthetic PATTERN 1000 : statistics of generated graphs
-    import sys
-
-    name = sys.argv[1] if len(sys.argv) > 1 else "PATTERN"
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
-    generate = generate_sbm_pattern if name == "PATTERN" else generate_sbm_cluster
-    print(name, sbm_statistics(generate(count, 0, 0, seed=0)["train"]))

@@ -406,8 +406,9 @@ class ETDetector(NeuralDetector):
         self.num_relations_ = None
         if self.config.model.multi_relation:
             if self.chunk_size is not None:
-                raise ValueError("chunk_size (bounded-memory scoring) is not implemented for "
-                                 "the multi-relation ET (multi_relation=True)")
+                raise ValueError("chunk_size (--inference-chunk-size: bounded-memory scoring) "
+                                 "is not implemented for the multi-relation ET "
+                                 "(multi_relation=True, --multi-relation); leave it unset")
             self.num_relations_ = graph_relations(data)
         super()._fit(data, y, train, val)
 

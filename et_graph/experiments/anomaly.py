@@ -179,5 +179,7 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
     plot_curves(out, curves, data, split)
 
 
-def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    return run(parse(CONFIG, argv, prog="et-graph anomaly", description=__doc__))
+def main(argv: Optional[list[str]] = None, prog: str = "et-graph anomaly",
+         defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """``et-graph anomaly``; an example script passes its own ``prog`` and ``defaults``."""
+    return run(parse(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults))

@@ -211,8 +211,10 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     return results
 
 
-def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    return run(parse(CONFIG, argv, prog="et-graph gnnbenchmark", description=__doc__))
+def main(argv: Optional[list[str]] = None, prog: str = "et-graph gnnbenchmark",
+         defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """``et-graph gnnbenchmark``; an example script passes its own ``prog`` and ``defaults``."""
+    return run(parse(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults))
 
 
 if __name__ == "__main__":

@@ -250,5 +250,7 @@ def _collect(config: ImageCompletionConfig, per_seed: list[dict]) -> dict[str, A
     }
 
 
-def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    return run(parse(CONFIG, argv, prog="et-graph image", description=__doc__))
+def main(argv: Optional[list[str]] = None, prog: str = "et-graph image",
+         defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """``et-graph image``; an example script passes its own ``prog`` and ``defaults``."""
+    return run(parse(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults))

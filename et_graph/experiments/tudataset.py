@@ -145,5 +145,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     return results
 
 
-def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    return run(parse(CONFIG, argv, prog="et-graph tudataset", description=__doc__))
+def main(argv: Optional[list[str]] = None, prog: str = "et-graph tudataset",
+         defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """``et-graph tudataset``; an example script passes its own ``prog`` and ``defaults``."""
+    return run(parse(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults))

@@ -104,5 +104,7 @@ def write_outputs(out: Path, results: dict[str, Any]) -> None:
                   title=f"Unsupervised anomaly detection: {results['dataset']}", notes=notes)
 
 
-def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    return run(parse(CONFIG, argv, prog="et-graph unsupervised", description=__doc__))
+def main(argv: Optional[list[str]] = None, prog: str = "et-graph unsupervised",
+         defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """``et-graph unsupervised``; an example script passes its own ``prog`` and ``defaults``."""
+    return run(parse(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults))

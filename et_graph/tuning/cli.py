@@ -46,24 +46,34 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=TASKS)
     tune = parser.add_argument_group("tuning")
-    tune.add_argument("--trials", type=int, default=TuneBudget.trials,
-                      help="finished trials per model, counting earlier runs of the study")
+    # Placeholders and defaults written as the task's own flags write them (INT, FLOAT, TEXT).
+    tune.add_argument("--trials", type=int, default=TuneBudget.trials, metavar="INT",
+                      help="finished trials per model, counting earlier runs of the study "
+                           f"(default: {TuneBudget.trials})")
     tune.add_argument("--timeout-minutes", type=float, default=TuneBudget.timeout_minutes,
-                      help="wall-clock limit per model for this invocation")
-    tune.add_argument("--storage", default="sqlite:///runs/tune.db",
-                      help="Optuna storage URL; the record that a restarted run continues")
+                      metavar="FLOAT", help="wall-clock limit per model for this invocation "
+                                            f"(default: {TuneBudget.timeout_minutes})")
+    tune.add_argument("--storage", default="sqlite:///runs/tune.db", metavar="URL",
+                      help="Optuna storage URL; the record that a restarted run continues "
+                           "(default: sqlite:///runs/tune.db)")
     tune.add_argument("--metric", choices=TUNE_METRICS, default=None,
                       help="anomaly: validation metric to maximise (default auroc); the other "
                            "tasks have their own (accuracy, the benchmark's metric)")
-    tune.add_argument("--sampler-seed", type=int, default=0)
+    tune.add_argument("--sampler-seed", type=int, default=0, metavar="INT",
+                      help="seed of Optuna's sampler (default: 0)")
     tune.add_argument("--prune-warmup", type=int, default=TuneBudget.prune_warmup,
-                      help="epochs a trial runs before the median pruner may stop it")
-    tune.add_argument("--study-prefix", default="", help="prefix of the study names")
-    tune.add_argument("--tune-folds", type=int, default=3,
-                      help="tudataset: outer folds whose inner validation splits score a trial")
-    tune.add_argument("--tune-seeds", type=int, default=1,
+                      metavar="INT", help="epochs (tudataset: folds) a trial runs before the "
+                                          "median pruner may stop it "
+                                          f"(default: {TuneBudget.prune_warmup})")
+    tune.add_argument("--study-prefix", default="", metavar="TEXT",
+                      help="prefix of the study names (default: none)")
+    tune.add_argument("--tune-folds", type=int, default=3, metavar="INT",
+                      help="tudataset: outer folds whose inner validation splits score a trial "
+                           "(default: 3)")
+    tune.add_argument("--tune-seeds", type=int, default=1, metavar="INT",
                       help="gnnbenchmark: model seeds 0..N-1 whose mean validation metric "
-                           "scores a trial (a small validation split makes one seed noisy)")
+                           "scores a trial (a small validation split makes one seed noisy; "
+                           "default: 1)")
     if task is not None:
         add_config_arguments(parser, task_config(task))
     return parser
