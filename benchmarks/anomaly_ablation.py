@@ -18,6 +18,7 @@ import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 from et_graph.config import parse
 from et_graph.experiments import anomaly
@@ -37,7 +38,7 @@ VARIANTS = {
 }
 
 
-def main() -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="tolokers")
@@ -49,7 +50,7 @@ def main() -> None:
     parser.add_argument("--out", default="runs/ablation")
     parser.add_argument("--no-gbt", action="store_true",
                         help="skip the GBT reference rows (slow on wide features: inj_amazon)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = ["--dataset", args.dataset, "--seeds", str(args.seeds), "--epochs", str(args.epochs),

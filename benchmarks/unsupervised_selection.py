@@ -14,6 +14,7 @@ import argparse
 import json
 import time
 from dataclasses import replace
+from typing import Optional
 
 import torch
 
@@ -27,14 +28,14 @@ CANDIDATES = {
 }
 
 
-def main() -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="reddit")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--patience", type=int, default=30)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     config = UnsupervisedAnomalyConfig()
     graph, _sealed = load_graph(replace(config.data, dataset=args.dataset))  # never opened
