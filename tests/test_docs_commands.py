@@ -26,8 +26,9 @@ EXAMPLE_TASKS = {"yelpchi_anomaly.py": "anomaly", "tudataset_classification.py":
 COMMAND = re.compile(r"(et-graph|python examples/(\w+\.py))\s+(.*)")
 
 
-def shell_blocks(text: str) -> list[str]:
-    """The contents of the fenced shell blocks (bash, sh, console or no language)."""
+def shell_blocks(text: str, languages: tuple[str, ...] = ("bash", "sh", "console", "")
+                 ) -> list[str]:
+    """The contents of the fenced blocks in ``languages`` (by default the shell's)."""
     blocks, current, language = [], None, ""
     for line in text.splitlines():
         fence = line.strip()
@@ -35,7 +36,7 @@ def shell_blocks(text: str) -> list[str]:
             if current is None:
                 current, language = [], fence[3:].strip()
             else:
-                if language in ("bash", "sh", "console", ""):
+                if language in languages:
                     blocks.append("\n".join(current))
                 current = None
         elif current is not None:
@@ -132,3 +133,31 @@ def test_documented_benchmark_flags_exist(script, capsys):
     unknown = sorted(f"{page}: {flag}" for page, flag in BENCHMARK_FLAGS[script]
                      if flag not in options)
     assert not unknown, f"{script} has no such option: {unknown}"
+
+
+def test_python_snippets_compile_and_their_imports_exist():
+    """Every ```python block of the pages is valid Python, and each name it imports from
+    et_graph exists (a renamed function would leave the snippet failing on its first line)."""
+    import ast
+    import textwrap
+
+    snippets = [(page, block) for page in PAGES
+                for block in shell_blocks(page.read_text(), ("python",))]
+    assert len(snippets) > 10
+    missing = []
+    for page, block in snippets:
+        tree = ast.parse(textwrap.dedent(block), filename=str(page))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("et_graph"):
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    if not hasattr(module, alias.name):
+                        try:
+                            importlib.import_module(f"{node.module}.{alias.name}")
+                        except ImportError:
+                            missing.append(f"{page.name}: {node.module}.{alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("et_graph"):
+                        importlib.import_module(alias.name)
+    assert not missing, missing
