@@ -9,6 +9,7 @@ elisions (``...``) or optional parts in brackets are templates and are skipped. 
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import shlex
@@ -22,7 +23,8 @@ from et_graph.config import resolve
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 EXAMPLE_TASKS = {"yelpchi_anomaly.py": "anomaly", "tudataset_classification.py": "tudataset",
-                 "gnnbenchmark.py": "gnnbenchmark", "image_completion.py": "image"}
+                 "gnnbenchmark.py": "gnnbenchmark", "image_completion.py": "image",
+                 "unsupervised_anomaly.py": "unsupervised"}
 COMMAND = re.compile(r"(et-graph|python examples/(\w+\.py))\s+(.*)")
 
 
@@ -47,8 +49,12 @@ def shell_blocks(text: str, languages: tuple[str, ...] = ("bash", "sh", "console
 def documented_commands() -> list[tuple[str, str, list[str]]]:
     """``(page, task, argv)`` for every concrete command of the pages."""
     found = []
-    for page in PAGES:
-        for block in shell_blocks(page.read_text()):
+    # The pages' shell blocks, and the usage lines of the examples' docstrings.
+    sources = [(page, shell_blocks(page.read_text())) for page in PAGES]
+    sources += [(script, [ast.get_docstring(ast.parse(script.read_text())) or ""])
+                for script in sorted((ROOT / "examples").glob("*.py"))]
+    for page, blocks in sources:
+        for block in blocks:
             for line in re.sub(r"\\\n\s*", " ", block).splitlines():
                 line = re.sub(r"^(\w+=\S+\s+)+", "", line.strip())  # OMP_NUM_THREADS=1 ...
                 match = COMMAND.match(line)
@@ -138,7 +144,6 @@ def test_documented_benchmark_flags_exist(script, capsys):
 def test_python_snippets_compile_and_their_imports_exist():
     """Every ```python block of the pages is valid Python, and each name it imports from
     et_graph exists (a renamed function would leave the snippet failing on its first line)."""
-    import ast
     import textwrap
 
     snippets = [(page, block) for page in PAGES

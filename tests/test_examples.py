@@ -101,6 +101,7 @@ def test_yelpchi_example_without_the_file_says_where_to_put_it(tmp_path):
     ("tudataset_classification.py", None),
     ("gnnbenchmark.py", None),
     ("image_completion.py", None),
+    ("unsupervised_anomaly.py", None),
 ])
 def test_example_help_names_the_script_and_its_own_defaults(script, default):
     """An example's --help is its own: usage names the script, not `et-graph TASK`, and the
