@@ -7,6 +7,7 @@ label-free scoring of every detector (:func:`compute_scores`) and the all-node m
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
@@ -228,8 +229,12 @@ def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
                 try:
                     score = scorer(graph)
                 except BaselineUnavailable as reason:
+                    if name not in skipped:  # said once, not once per seed
+                        # A warning, not a print: library callers may route or silence it; the
+                        # runner's table lists the skipped baselines again.
+                        warnings.warn(f"skipped baseline {name}: {reason}", RuntimeWarning,
+                                      stacklevel=2)
                     skipped[name] = str(reason)
-                    print(f"skipped baseline {name}: {reason}")
                     continue
                 if score.shape != (graph.num_nodes,) or not np.isfinite(score).all():
                     raise ValueError(f"{name} returned scores of shape {score.shape} with "
