@@ -302,6 +302,26 @@ def test_multiclass_labels_need_binarize(tmp_path):
     assert load_anomaly_dataset(path=path, binarize=True).y.sum() == data.y.sum()
 
 
+def test_pygod_generated_graphs_are_binarized_by_name(tmp_path):
+    """PyGOD's gen_* graphs label anomalies 0..3 like its inj_* graphs."""
+    graph = small_graph()
+    del graph.train_mask, graph.val_mask, graph.test_mask, graph.label_mask
+    graph.y = torch.arange(30) % 4
+    torch.save(graph, tmp_path / "gen_100.pt")
+    data = load_anomaly_dataset(path=tmp_path / "gen_100.pt")
+    assert data.y.tolist() == [int(v % 4 > 0) for v in range(30)]
+    torch.save(graph, tmp_path / "mine.pt")
+    with pytest.raises(ValueError, match="binary"):
+        load_anomaly_dataset(path=tmp_path / "mine.pt")
+
+
+def test_yelpchi_found_in_dgl_cache_layout(tmp_path):
+    """DGL's FraudDataset extracts YelpChi.mat into ~/.dgl/yelp/ (not yelpchi/)."""
+    (tmp_path / "yelp").mkdir()
+    write_care_mat(tmp_path / "yelp" / "YelpChi.mat", YELP_RELATIONS)
+    assert load_anomaly_dataset("yelpchi", root=tmp_path).num_nodes == 60
+
+
 def test_not_an_npz_and_unknown_suffix(tmp_path):
     (tmp_path / "junk.npz").write_bytes(b"junk")
     with pytest.raises(ValueError, match="readable"):
@@ -450,6 +470,55 @@ def test_converter_script_end_to_end(tmp_path, monkeypatch):
     data = load_anomaly_dataset("tfinance", root=tmp_path / "out")
     assert torch.equal(data.y, graph.labels)
     assert torch.allclose(data.x, graph.ndata["feature"])
+
+
+class FakeGADBenchGraph(FakeDGLGraph):
+    """GADBench's released layout: 20 split columns per mask (0-9 supervised, 10-19
+    semi-supervised) and ``mark`` for the labelled nodes."""
+
+    def __init__(self, n=40):
+        super().__init__(n)
+        generator = torch.Generator().manual_seed(2)
+        role = torch.randint(0, 3, (n, 20), generator=generator)  # 0 train, 1 val, 2 test
+        role[:8] = torch.arange(8).view(-1, 1) % 3  # every column: both classes in each role
+        mark = torch.arange(n) % 10 != 9  # GADBench draws its splits among the marked nodes
+        role[~mark] = -1
+        self.ndata.update(train_masks=role == 0, val_masks=role == 1, test_masks=role == 2,
+                          mark=mark)
+        self.role = role
+
+
+@pytest.mark.parametrize("regime, columns", [("supervised", slice(0, 10)),
+                                             ("semi_supervised", slice(10, 20))])
+def test_converter_keeps_gadbench_splits_and_mark(tmp_path, monkeypatch, regime, columns):
+    """GADBench's masks are `*_masks` [N, 20]; they once vanished in conversion, and
+    `--protocol gadbench` then refused the converted file."""
+    from et_graph.protocols.anomaly import make_splits
+
+    graph = FakeGADBenchGraph()
+    monkeypatch.setitem(sys.modules, "dgl", types.SimpleNamespace(
+        load_graphs=lambda path: ([graph], {})))
+    assert load_converter().main(["--input", str(tmp_path / "tsocial"), "--output",
+                                  str(tmp_path / "out" / "tsocial.npz"),
+                                  "--gadbench-splits", regime]) == 0
+    data = load_anomaly_dataset("tsocial", root=tmp_path / "out")
+    assert data.train_mask.shape == (40, 10)
+    assert torch.equal(data.train_mask, graph.role[:, columns] == 0)
+    assert torch.equal(data.test_mask, graph.role[:, columns] == 2)
+    assert torch.equal(data.label_mask, graph.ndata["mark"])
+    split = make_splits(data, "gadbench", 4)[3]  # seed 3 -> column 3 of the regime
+    expected = graph.role[:, columns][:, 3] == 0  # the shipped split, as shipped
+    assert sorted(split.train.tolist()) == expected.nonzero().view(-1).tolist()
+
+
+def test_dgl_graph_to_data_refuses_partial_masks():
+    graph = FakeGADBenchGraph()
+    del graph.ndata["val_masks"]
+    with pytest.raises(ValueError, match="only some split masks"):
+        dgl_graph_to_data(graph, "tsocial")
+    with pytest.raises(ValueError, match="gadbench_splits"):
+        dgl_graph_to_data(FakeDGLGraph(), "tfinance", gadbench_splits="semi")
+
 
 
 def test_converter_without_dgl_explains(tmp_path, monkeypatch):

@@ -473,6 +473,24 @@ def test_runner_quick_generated_pattern(tmp_path):
     assert "p=0.5, q=0.35" in results["protocol"]
 
 
+@pytest.mark.parametrize("layout", ["ids", "float_one_hot", "long_one_hot"])
+def test_official_sbm_features_in_every_layout_become_one_hot_rows(tmp_path, layout):
+    """PyG ships one-hot float rows; integer ids are one-hot encoded; an integer one-hot
+    [N, 3] was once read as ids, giving 3N rows for N nodes."""
+    from et_graph.datasets.gnnbenchmark_sbm import sbm_benchmark
+
+    splits = generate_sbm_pattern(3, 2, 2, seed=4, recipe=SBMPatternRecipe(num_patterns=2))
+    encode = {"ids": lambda x: x.argmax(1), "float_one_hot": lambda x: x.float(),
+              "long_one_hot": lambda x: x.long()}[layout]
+    raw = tmp_path / "PATTERN" / "raw"
+    raw.mkdir(parents=True)
+    torch.save([[{"x": encode(g.x), "edge_index": g.edge_index, "y": g.y} for g in splits[s]]
+                for s in ("train", "val", "test")], raw / "PATTERN_v2.pt")
+    data = sbm_benchmark("PATTERN", tmp_path, source="official")
+    for mine, theirs in zip(data.splits["val"], splits["val"]):
+        assert mine.x.dtype == torch.float32 and torch.equal(mine.x, theirs.x.float())
+
+
 def test_runner_uses_official_files_when_present(tmp_path):
     splits = generate_sbm_cluster(8, 4, 4, seed=2)
     _write_fake_gnn_benchmark_raw(tmp_path, "CLUSTER", splits)

@@ -13,7 +13,9 @@ ICML 2022) are distributed as DGL binary graph files (``tfinance``, ``tsocial``)
 then copy the ``.npz`` to the machine running et-graph, into its data folder (``datasets/`` or
 ``$ET_GRAPH_DATA``) or any folder passed as ``root=``. The output holds ``x``, ``edge_index``
 [2, E] (as stored, the loader symmetrises), ``y`` and, if the graph carries them, the three split
-masks; it is read back and validated before the script reports success.
+masks (GADBench's ``*_masks`` [N, 20]: columns 0-9, its fully supervised splits, or with
+``--gadbench-splits semi_supervised`` columns 10-19) and ``label_mask`` (GADBench's ``mark``);
+it is read back and validated once before the script reports success.
 """
 from __future__ import annotations
 
@@ -42,14 +44,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", type=Path, required=True, help="DGL binary graph file")
     parser.add_argument("--output", type=Path, required=True, help="target .npz file")
     parser.add_argument("--name", default=None, help="dataset name (default: input file name)")
+    parser.add_argument("--gadbench-splits", default="supervised",
+                        choices=("supervised", "semi_supervised"),
+                        help="which of GADBench's 20 split columns to keep: 0-9 (default) or "
+                             "10-19; graphs without them are unaffected")
     args = parser.parse_args(argv)
 
     from et_graph.datasets import describe_anomaly_data, dgl_graph_to_data, save_anomaly_npz
     from et_graph.datasets.npz import load_anomaly_npz
 
     name = args.name or args.input.name.split(".")[0]
-    data = dgl_graph_to_data(load_dgl_graph(args.input), name=name)
-    save_anomaly_npz(data, args.output)
+    data = dgl_graph_to_data(load_dgl_graph(args.input), name=name,
+                             gadbench_splits=args.gadbench_splits)
+    # One validating read (T-Social's 73M edges are symmetrised on every read).
+    save_anomaly_npz(data, args.output, validate=False)
     print(f"wrote {args.output}: {describe_anomaly_data(load_anomaly_npz(args.output, name))}")
     return 0
 

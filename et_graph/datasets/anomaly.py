@@ -61,8 +61,9 @@ def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optiona
     suffixes = [suffix.lower() for suffix in path.suffixes]
     stem = path.name.split(".")[0]
     if binarize is None:
-        # PyGOD's injected graphs label contextual/structural anomalies as 1/2/3
-        binarize = (name or stem).lower().startswith("inj_")
+        # PyGOD's injected and generated graphs (inj_*, gen_*) label contextual/structural
+        # anomalies as 1/2/3 (pygod.utils.load_data)
+        binarize = (name or stem).lower().startswith(("inj_", "gen_"))
     if suffixes and suffixes[-1] == ".mat":
         if binarize:
             raise ValueError("binarize applies to .npz/.pt files, not to CARE-GNN .mat files")

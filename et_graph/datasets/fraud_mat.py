@@ -186,11 +186,18 @@ def load_fraud_mat(
     return data
 
 
+#: The sub-folder DGL's ``FraudDataset`` extracts each archive into (``~/.dgl/yelp/``), so a
+#: DGL cache can serve as ``root``.
+DGL_FOLDERS = {"yelpchi": "yelp", "amazon": "amazon"}
+
+
 def find_fraud_mat(dataset: str, roots: list[Path]) -> Optional[Path]:
-    """First ``YelpChi.mat`` / ``Amazon.mat`` (or lowercase) in ``roots`` or a sub-folder."""
+    """First ``YelpChi.mat`` / ``Amazon.mat`` (or lowercase) in ``roots`` or a sub-folder
+    (named after the dataset, the file, or DGL's cache folder)."""
     filename = FRAUD_FILES[dataset]
     for root in roots:
-        for folder in (root, root / dataset, root / filename[: -len(".mat")]):
+        for folder in (root, root / dataset, root / filename[: -len(".mat")],
+                       root / DGL_FOLDERS.get(dataset, dataset)):
             for candidate in (filename, filename.lower()):
                 path = folder / candidate
                 if path.is_file():

@@ -45,9 +45,10 @@ def sbm_benchmark(name: str, root: PathLike, source: str = "auto",
         splits = {s: list(load_gnn_benchmark(root, name, s)) for s in SPLITS}
         for split in splits.values():
             for d in split:
-                if d.x.is_floating_point():
+                if d.x.is_floating_point() or (d.x.dim() == 2 and d.x.size(1) > 1):
+                    # PyG's files: one-hot rows (float; an integer one-hot is read the same)
                     d.x = d.x.float().view(d.num_nodes, -1)
-                else:  # integer feature ids: one-hot, the layout of the generated graphs
+                else:  # one integer feature id per node: one-hot, as the generated graphs
                     d.x = nn.functional.one_hot(d.x.long().view(-1), vocab).float()
                 d.y = d.y.long().view(-1)
                 d.edge_attr = None

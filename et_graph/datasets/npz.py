@@ -89,12 +89,14 @@ def load_anomaly_npz(
     )
 
 
-def save_anomaly_npz(data: Data, path: Union[str, Path], compressed: bool = True) -> Path:
+def save_anomaly_npz(data: Data, path: Union[str, Path], compressed: bool = True,
+                     validate: bool = True) -> Path:
     """Write ``data`` in the open ``.npz`` layout that :func:`load_anomaly_npz` reads.
 
     ``data`` needs ``x``, ``edge_index`` and ``y``; the three split masks and ``label_mask`` are
     written when present. The edges are written as stored (no symmetrisation), and the file is
-    validated by reading it back, so a malformed ``data`` fails here rather than at load time.
+    validated by reading it back, so a malformed ``data`` fails here rather than at load time
+    (``validate=False`` leaves that read to the caller, who is about to load it anyway).
     """
     path = Path(path)
     arrays: dict[str, Any] = {}
@@ -111,18 +113,33 @@ def save_anomaly_npz(data: Data, path: Union[str, Path], compressed: bool = True
     # np.savez appends ".npz" to names without it; write to the exact path instead
     with open(path, "wb") as handle:
         (np.savez_compressed if compressed else np.savez)(handle, **arrays)
-    load_anomaly_npz(path)
+    if validate:
+        load_anomaly_npz(path)
     return path
 
 
-def dgl_graph_to_data(graph: Any, name: str) -> Data:
-    """Convert a DGL graph as BWGNN ships T-Finance / T-Social into a plain PyG ``Data``.
+#: GADBench's released DGL graphs (``datasets/preprocess.ipynb`` of ``squareRoot3/GADBench``)
+#: carry 20 split columns per mask: 0-9 fully supervised (T-Finance/T-Social: 40/20/40), 10-19
+#: semi-supervised. Mixing the two regimes under "seed i -> column i mod S" would be wrong.
+GADBENCH_SPLIT_COLUMNS = {"supervised": slice(0, 10), "semi_supervised": slice(10, 20)}
+
+
+def dgl_graph_to_data(graph: Any, name: str, gadbench_splits: str = "supervised") -> Data:
+    """Convert a DGL graph as BWGNN or GADBench ships T-Finance / T-Social into a plain PyG
+    ``Data``.
 
     Reads ``graph.edges()``, ``graph.ndata['feature']`` and ``graph.ndata['label']`` (a label
-    of shape ``[N, 2]`` is one-hot and becomes its ``argmax``), plus ``train_mask`` /
-    ``val_mask`` / ``test_mask`` node data when all three exist. Only the DGL graph API is used,
-    so this function itself does not import DGL.
+    of shape ``[N, 2]`` is one-hot and becomes its ``argmax``), plus the split masks when the
+    graph carries them: ``train_mask`` / ``val_mask`` / ``test_mask`` (``[N]``), or GADBench's
+    ``train_masks`` / ``val_masks`` / ``test_masks`` (``[N, 20]``), of which
+    ``gadbench_splits`` keeps columns 0-9 (``"supervised"``) or 10-19
+    (``"semi_supervised"``). GADBench's ``mark`` (the labelled nodes, e.g. of Amazon) becomes
+    ``label_mask``. Only the DGL graph API is used, so this function itself does not import
+    DGL.
     """
+    if gadbench_splits not in GADBENCH_SPLIT_COLUMNS:
+        raise ValueError(f"gadbench_splits must be one of {tuple(GADBENCH_SPLIT_COLUMNS)}, "
+                         f"got {gadbench_splits!r}")
     ndata = graph.ndata
     for key in ("feature", "label"):
         if key not in ndata:
@@ -135,9 +152,25 @@ def dgl_graph_to_data(graph: Any, name: str) -> Data:
         label = label.argmax(dim=1)
     edge_index = torch.stack([src.long(), dst.long()], dim=0)
     data = Data(x=ndata["feature"], edge_index=edge_index, y=label.reshape(-1).long())
+    plural = [key + "s" for key in MASK_KEYS]
     if all(key in ndata for key in MASK_KEYS):
         for key in MASK_KEYS:
             setattr(data, key, ndata[key].bool())
+    elif all(key in ndata for key in plural):
+        for key, stored in zip(MASK_KEYS, plural):
+            masks = ndata[stored].bool()
+            if masks.dim() == 2 and masks.size(1) == 20:
+                masks = masks[:, GADBENCH_SPLIT_COLUMNS[gadbench_splits]]
+            elif gadbench_splits != "supervised":
+                raise ValueError(
+                    f"{name}: {stored} has shape {tuple(masks.shape)}, not GADBench's [N, 20]; "
+                    "cannot tell its semi-supervised columns")
+            setattr(data, key, masks)
+    elif any(key in ndata for key in (*MASK_KEYS, *plural)):
+        found = sorted(k for k in ndata.keys() if k in (*MASK_KEYS, *plural))
+        raise ValueError(f"{name}: the DGL graph carries only some split masks ({found}); "
+                         "expected all three of train/val/test")
+    if "mark" in ndata:
+        data.label_mask = ndata["mark"].bool().reshape(-1)
     data.num_nodes = int(graph.num_nodes())
     return data
-
