@@ -44,6 +44,35 @@ def test_fit_decision_function_predict(graph, name):
         assert len(det.history_) == 3 and det.fit_info_["epochs_run"] == 3
 
 
+@pytest.mark.parametrize("name", ["et", "gbt"])
+def test_labels_outside_train_and_val_are_never_read(graph, name):
+    """Test nodes may be unlabelled (-1) or carry any label: fit blanks them before training,
+    so the scores are bit-identical; bool labels are read as 0/1."""
+    make = (lambda: ETDetector(epochs=2, hidden=16, label_trick=True)) if name == "et" else (
+        lambda: GBTDetector(max_iter=10))
+    reference = make().fit(graph).decision_function(graph)
+    unlabelled = graph.clone()
+    unlabelled.y = graph.y.clone()
+    unlabelled.y[graph.test_mask] = -1
+    assert torch.equal(make().fit(unlabelled).decision_function(graph), reference)
+    scrambled = graph.clone()
+    scrambled.y = graph.y.clone()
+    scrambled.y[graph.test_mask] = 1 - graph.y[graph.test_mask]
+    assert torch.equal(make().fit(scrambled).decision_function(graph), reference)
+    as_bool = graph.clone()
+    as_bool.y = graph.y.bool()
+    assert torch.equal(make().fit(as_bool).decision_function(graph), reference)
+    unlabelled.y[graph.train_mask.nonzero()[0]] = -1  # a training node must be labelled
+    with pytest.raises(ValueError, match="binary on the training and validation nodes"):
+        make().fit(unlabelled)
+
+
+def test_gbt_reads_features_that_require_grad(graph):
+    leaf = graph.clone()
+    leaf.x = graph.x.clone().requires_grad_()
+    assert GBTDetector(max_iter=5).fit(leaf).decision_function(leaf).shape == (240,)
+
+
 def test_inductive_scoring_of_another_graph(graph):
     det = MLPDetector(epochs=2).fit(graph)
     other = planted_anomaly_graph(90, seed=9)
@@ -84,7 +113,7 @@ def test_clear_errors(graph):
         det.fit(graph, train_mask=only_anomalies, val_mask=graph.val_mask)
     fractional = graph.clone()
     fractional.y = fractional.y.float()
-    fractional.y[0] = 0.5  # y.long() would have made it a silent 0
+    fractional.y[graph.train_mask.nonzero()[0]] = 0.5  # .long() would make it a silent 0
     with pytest.raises(ValueError, match="binary"):
         det.fit(fractional)
     with pytest.raises(ValueError, match="overlap"):
@@ -292,6 +321,28 @@ def test_load_refuses_files_save_did_not_write(tmp_path):
         MLPDetector.load(truncated)
     with pytest.raises(FileNotFoundError, match="no detector file"):
         MLPDetector.load(tmp_path / "missing.pt")
+
+
+def test_load_names_a_cut_file_and_a_missing_device_for_what_they_are(graph, tmp_path):
+    """A save cut anywhere (not only in its first bytes) is a ValueError naming the file; a
+    device this machine lacks is named as such, not blamed on a sound file."""
+    det = MLPDetector(epochs=1, hidden=8).fit(graph)
+    det.save(tmp_path / "d.pt")
+    whole = (tmp_path / "d.pt").read_bytes()
+    for fraction in (0.1, 0.5, 0.9, 0.99):
+        cut = tmp_path / f"cut{fraction}.pt"
+        cut.write_bytes(whole[:int(len(whole) * fraction)])
+        with pytest.raises(ValueError, match="truncated") as error:
+            MLPDetector.load(cut)
+        assert str(cut) in str(error.value)
+    with pytest.raises(ValueError, match="device must be"):
+        MLPDetector.load(tmp_path / "d.pt", map_location="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            MLPDetector.load(tmp_path / "d.pt", map_location="cuda")
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            MLPDetector(device="cuda")
+    assert MLPDetector.load(tmp_path / "d.pt", map_location="cpu:0").device.type == "cpu"
 
 
 def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph):

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import pickle
 import warnings
+import zipfile
 from typing import Any, Optional, TypeVar, Union
 
 import numpy as np
@@ -17,7 +18,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ..config import apply_keywords, to_dict
+from ..config import apply_keywords, check_device, to_dict
 from ..protocols.anomaly import choose_threshold
 from ..transforms.features import check_node_graph
 
@@ -55,6 +56,7 @@ class BaseDetector:
         self.config = apply_keywords(config, **keywords) if keywords else config
         self.seed = int(seed)
         self.progress = bool(progress)
+        check_device(device)  # a device this machine lacks fails here, not mid-fit
         self.device = torch.device(device)
         if chunk_size is not None:
             if not getattr(self, "supports_chunks", False):
@@ -101,18 +103,26 @@ class BaseDetector:
         will score). Called on a subclass, it refuses a file holding another detector."""
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no detector file at {path}")
+        # The device first: a device this machine lacks is not a fault of the file.
+        check_device(map_location)
+        device = torch.device(map_location)
+        if device.type == "cpu":  # torch.load cannot map to "cpu:0"; there is one CPU device
+            device = torch.device("cpu")
         try:
-            payload = torch.load(path, map_location=map_location, weights_only=False)
-        except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
-            # Not a file torch can read back (another format, or a truncated save).
-            raise ValueError(f"{path} is not a detector written by et-graph's save() "
-                             f"({type(error).__name__}: {str(error).splitlines()[0]})") from error
+            payload = torch.load(path, map_location=device, weights_only=False)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError,
+                zipfile.BadZipFile) as error:
+            # Not a file torch can read back (another format, or a truncated save: torch's
+            # zip reader reports a cut file as RuntimeError or OSError).
+            raise ValueError(f"{path} is not a detector written by et-graph's save(), or it "
+                             f"is truncated ({type(error).__name__}: "
+                             f"{str(error).splitlines()[0] if str(error) else ''})") from error
         if not isinstance(payload, dict) or payload.get("format") != SAVE_FORMAT:
             raise ValueError(f"{path} is not a detector written by et-graph's save()")
         detector = payload["detector"]
         if not isinstance(detector, cls):
             raise TypeError(f"{path} holds a {payload['class']}, not a {cls.__name__}")
-        detector.device = torch.device(map_location)
+        detector.device = device
         return detector
 
     # ------------------------------------------------------------------------------------------
@@ -122,16 +132,17 @@ class BaseDetector:
 
         Training nodes are ``train_mask`` (or ``data.train_mask``); the checkpoint and the
         decision threshold are chosen on ``val_mask`` (or ``data.val_mask``). No other label is
-        read.
+        read: the labels of the other nodes may be anything (e.g. -1 for unlabelled), and they
+        are replaced by 0 before training starts, so no code path can see them.
         """
         x, edge_index = check_graph(data)
         warn_unused_edge_data(data, type(self).__name__)
         data = self._prepare(data)
-        y = check_labels(data)
         train = resolve_mask(data, train_mask, "train_mask")
         val = resolve_mask(data, val_mask, "val_mask")
         if bool((train & val).any()):
             raise ValueError("train_mask and val_mask overlap; they must be disjoint")
+        y = check_labels(data, train | val)
         if int(y[train].sum()) == 0:
             raise ValueError(
                 "the training split holds no anomalous node (y == 1); a supervised detector "
@@ -225,7 +236,9 @@ def check_graph(data: Data) -> tuple[Tensor, Tensor]:
     return check_node_graph(data)
 
 
-def check_labels(data: Data) -> Tensor:
+def check_labels(data: Data, used: Tensor) -> Tensor:
+    """``data.y`` as a long tensor ``[N]`` holding the labels of the ``used`` nodes (which must
+    be 0 or 1; bool works) and 0 everywhere else."""
     y = getattr(data, "y", None)
     if y is None:
         raise ValueError(
@@ -234,10 +247,15 @@ def check_labels(data: Data) -> Tensor:
     y = y.view(-1) if y.dim() == 2 and 1 in y.shape else y
     if y.dim() != 1 or y.numel() != data.num_nodes:
         raise ValueError(f"data.y must have shape [{data.num_nodes}], got {tuple(y.shape)}")
-    # Compared as they are: y.long() first would turn a stray 0.5 into a silent 0.
-    if not bool(torch.isin(y, torch.tensor([0, 1], dtype=y.dtype, device=y.device)).all()):
-        raise ValueError("data.y must be binary: 0 = normal, 1 = anomalous")
-    return y.long().cpu()
+    y = y.detach().cpu()
+    if y.dtype == torch.bool:
+        y = y.long()
+    used_labels = y[used]
+    # Compared as they are: .long() first would turn a stray 0.5 into a silent 0.
+    if not bool(((used_labels == 0) | (used_labels == 1)).all()):
+        raise ValueError("data.y must be binary on the training and validation nodes: "
+                         "0 = normal, 1 = anomalous (other nodes' labels are not read)")
+    return torch.where(used, y, torch.zeros((), dtype=y.dtype)).long()
 
 
 def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:

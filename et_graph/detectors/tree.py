@@ -21,6 +21,7 @@ def neighbourhood_features(x: Tensor, edge_index: Tensor, kind: str = "x_mean_me
     """``x``, ``[x, mean(x)]`` or ``[x, mean(x), mean(mean(x))]`` over in-neighbours, float32."""
     if kind not in TREE_FEATURES:
         raise ValueError(f"features must be one of {TREE_FEATURES}, got {kind!r}")
+    x = x.detach()  # trees take no gradient; a tensor that requires one cannot be .numpy()
     parts = [x]
     if kind != "x":
         parts.append(mean_neighbours(x, edge_index))
