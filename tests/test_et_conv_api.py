@@ -415,3 +415,18 @@ def test_cached_edges_are_not_copied_pickled_or_kept_for_inference_tensors():
     assert cached._edge_cache._entry is None
     with pytest.raises(ValueError, match="cached"):
         ETConv(8, cached=1)
+
+
+def test_autograd_path_under_inference_mode_says_why():
+    """grad='autograd' cannot run inside torch.inference_mode(); it used to fail with
+    'element 0 of tensors does not require grad'. no_grad works, and so does the default."""
+    x = torch.randn(12, 8)
+    edge_index = torch.randint(0, 12, (2, 40))
+    conv = ETConv(8, heads=2, head_dim=4, grad="autograd")
+    with torch.no_grad():
+        expected = conv(x, edge_index)
+    with torch.inference_mode(), pytest.raises(ValueError, match="no_grad"):
+        conv(x, edge_index)
+    conv.grad = "analytic"
+    with torch.inference_mode():
+        assert torch.allclose(conv(x, edge_index), expected, atol=1e-5)

@@ -85,6 +85,13 @@ def test_refuses_edge_attr_and_integer_features():
     data.edge_attr = torch.randn(data.edge_index.size(1), 2)
     with pytest.raises(ValueError, match="edge_attr"):
         InjectAnomalies(1, 3, 0)(data)
+    # any per-edge tensor, not only edge_attr: they stayed [E] beside [2, E + clique edges]
+    for name in ("edge_weight", "edge_type"):
+        other = _graph()
+        other[name] = torch.ones(other.edge_index.size(1))
+        with pytest.raises(ValueError, match=name):
+            InjectAnomalies(1, 3, 0)(other)
+        assert InjectAnomalies(0, 3, 2)(other)[name].shape == (other.edge_index.size(1),)
     with pytest.raises(ValueError, match="float node features"):
         InjectAnomalies(1, 3, 0)(Data(x=torch.zeros(10, 2, dtype=torch.long),
                                       edge_index=torch.zeros(2, 0, dtype=torch.long)))

@@ -184,8 +184,16 @@ def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(tmp_path, ema_dec
 
 def test_resume_refuses_a_checkpoint_of_another_configuration(tmp_path):
     _fit(tmp_path, 2)
-    with pytest.raises(ValueError, match="no weight average"):
-        _fit(tmp_path, 3, resume=True, ema_decay=0.5)  # same fingerprint, but no average saved
+    # same fingerprint, other training settings: named, whatever fingerprint the caller gave
+    with pytest.raises(ValueError, match=r"ema_decay, epochs differ"):
+        _fit(tmp_path, 3, resume=True, ema_decay=0.5)
+    plain = Trainer(TrainConfig(epochs=2, lr=0.5), CheckpointConfig(str(tmp_path / "p"), 1),
+                    progress=False)  # no fingerprint at all
+    plain.fit(_model(), RegressionTask())
+    plain.config = TrainConfig(epochs=2, lr=0.01)
+    plain.checkpoint = CheckpointConfig(str(tmp_path / "p"), 1, True)
+    with pytest.raises(ValueError, match=r"\(lr differ\)"):
+        plain.fit(_model(), RegressionTask())
     model, task = _model(), RegressionTask()
     trainer = Trainer(TrainConfig(epochs=3), CheckpointConfig(str(tmp_path), resume=True),
                       progress=False, fingerprint="something else")
@@ -193,7 +201,7 @@ def test_resume_refuses_a_checkpoint_of_another_configuration(tmp_path):
         trainer.fit(model, task)
     # the same fingerprint but another model shape: a CheckpointError, not a raw state_dict error
     wider = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.2), nn.Linear(16, 1))
-    trainer = Trainer(TrainConfig(epochs=3, lr=0.05, lr_schedule="cosine", grad_clip=1.0),
+    trainer = Trainer(TrainConfig(epochs=2, lr=0.05, lr_schedule="cosine", grad_clip=1.0),
                       CheckpointConfig(str(tmp_path), resume=True), progress=False,
                       generators=[task.generator], fingerprint="regression")
     with pytest.raises(CheckpointError, match="does not fit this model"):

@@ -342,6 +342,16 @@ class Trainer:
                     f"{path} was written by a run with another configuration; use another "
                     "checkpoint_dir or drop resume"
                 )
+            # The training settings themselves are compared too, so that a caller who passes
+            # no fingerprint cannot resume a run under another lr, schedule or epoch count.
+            stored = state.get("config")
+            if stored is not None and stored != asdict(self.config):
+                changed = sorted(k for k in set(stored) | set(asdict(self.config))
+                                 if stored.get(k) != asdict(self.config).get(k))
+                raise ValueError(
+                    f"{path} was written under other training settings ({', '.join(changed)} "
+                    "differ); use another checkpoint_dir or drop resume"
+                )
             try:
                 model.load_state_dict(state["model"])
                 optimizer.load_state_dict(state["optimizer"])

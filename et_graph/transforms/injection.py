@@ -116,9 +116,13 @@ class InjectAnomalies(BaseTransform):
     def forward(self, data: Data) -> Data:
         if data.x is None or data.x.dim() != 2 or not data.x.is_floating_point():
             raise ValueError("InjectAnomalies needs float node features x [N, F]")
-        if self.num_cliques and getattr(data, "edge_attr", None) is not None:
-            raise ValueError("InjectAnomalies cannot invent edge_attr for the clique edges; "
-                             "drop edge_attr first")
+        per_edge = sorted(key for key in data.keys()
+                          if key != "edge_index" and data.is_edge_attr(key))
+        if self.num_cliques and per_edge:
+            # The clique edges would have no values, and the old per-edge tensors would be
+            # left one row per old edge: misaligned without any error.
+            raise ValueError(f"InjectAnomalies cannot invent {', '.join(per_edge)} for the "
+                             "clique edges; drop them first (or set num_cliques=0)")
         num_nodes = data.x.size(0)
         generator = torch.Generator().manual_seed(self.seed)
         edge_index, structural = inject_structural_anomalies(

@@ -475,6 +475,11 @@ class ETEnergy(Module):
 def _autograd_grad(g: Tensor, energy_of_g: Callable[[Tensor], Tensor]) -> Tensor:
     """``d(sum energy_of_g(g))/dg``, kept differentiable when the caller records gradients, so
     that training through it works."""
+    if torch.is_inference_mode_enabled():
+        # enable_grad cannot lift inference mode, so autograd would fail on an obscure error.
+        raise ValueError("grad='autograd' differentiates the energy with torch.autograd, which "
+                         "torch.inference_mode() forbids: score under torch.no_grad(), or use "
+                         "grad='analytic' (the same values, the default)")
     outer_grad = torch.is_grad_enabled()
     with torch.enable_grad():
         if not g.requires_grad:
