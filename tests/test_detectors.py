@@ -8,6 +8,7 @@ from et_graph.datasets.synthetic import planted_anomaly_graph
 from et_graph.detectors import (
     DETECTORS,
     ETDetector,
+    GATDetector,
     GBTDetector,
     GCNDetector,
     MLPDetector,
@@ -354,3 +355,22 @@ def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph):
 
     with pytest.warns(UserWarning, match="ignores data.edge_weight"):
         UnsupervisedETDetector(epochs=1, score_rounds=1).fit(weighted)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: ETDetector(alpha=-1), "alpha"),
+    (lambda: ETDetector(alpha=0), "alpha"),
+    (lambda: ETDetector(dropout=1.5), "dropout"),
+    (lambda: ETDetector(noise_std=-1), "noise_std"),
+    (lambda: ETDetector(hopfield_dim=-2), "hopfield_dim"),
+    (lambda: MLPDetector(dropout=-0.1), "dropout"),
+    (lambda: GATDetector(gat_heads=0), "gat_heads"),
+    (lambda: GBTDetector(max_iter=0), "max_iter"),
+    (lambda: GBTDetector(learning_rate=0), "learning_rate"),
+    (lambda: GBTDetector(max_leaf_nodes=1), "max_leaf_nodes"),
+])
+def test_bad_settings_are_refused_at_construction(make, message):
+    """Not first inside fit (scikit-learn's InvalidParameterError), nor never (alpha < 0
+    would ascend the energy)."""
+    with pytest.raises(ValueError, match=message):
+        make()

@@ -135,6 +135,31 @@ def test_bad_input():
     two = torch.tensor([0, 0, 0, 1, 1])
     with pytest.raises(ValueError, match="different graphs"):
         model(data.x, data.edge_index, two, lap_pe=data.lap_pe, cls_lap_pe=torch.ones(2, 4))
+    # featureless graphs (IMDB-BINARY) and a zero width: named for what they are
+    with pytest.raises(ValueError, match="degree features"):
+        model(None, data.edge_index, lap_pe=data.lap_pe, cls_lap_pe=data.cls_lap_pe)
+    with pytest.raises(ValueError, match="hidden_channels must be positive"):
+        small_model(hidden_channels=0)
+
+
+def test_explainer_edge_masks_are_refused_with_the_reason():
+    """PyG's explainer masks the caller's E edges; the blocks run on E + 2N (CLS) edges, so
+    PyG's own size assertion failed with a bare AssertionError. Node masks still work."""
+    from torch_geometric.explain import Explainer, GNNExplainer
+
+    model = small_model()
+    model.eval()
+    data = labelled(ring(5), 0)
+    config = dict(explanation_type="model", node_mask_type="attributes",
+                  model_config=dict(mode="multiclass_classification", task_level="graph",
+                                    return_type="raw"))
+    explainer = Explainer(model, GNNExplainer(epochs=2), edge_mask_type="object", **config)
+    with pytest.raises(ValueError, match="edge masks"):
+        explainer(data.x, data.edge_index, lap_pe=data.lap_pe, cls_lap_pe=data.cls_lap_pe)
+    explainer = Explainer(model, GNNExplainer(epochs=2), edge_mask_type=None, **config)
+    explanation = explainer(data.x, data.edge_index, lap_pe=data.lap_pe,
+                            cls_lap_pe=data.cls_lap_pe)
+    assert explanation.node_mask.shape == data.x.shape
 
 
 # ----------------------------------------------------------------------------------------------

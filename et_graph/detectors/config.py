@@ -83,6 +83,20 @@ class ETModelConfig:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.blocks < 1:
             raise ValueError(f"blocks must be >= 1, got {self.blocks}")
+        if self.hopfield_dim is not None and self.hopfield_dim < 0:
+            raise ValueError(f"hopfield_dim must be >= 0 (none = 4 * hidden), got "
+                             f"{self.hopfield_dim}")
+        # Checked here, not first in fit: alpha <= 0 ascends (or freezes) the energy.
+        if not self.alpha > 0:
+            raise ValueError(f"alpha (the descent step) must be positive, got {self.alpha}")
+        if not self.noise_std >= 0:
+            raise ValueError(f"noise_std must be >= 0, got {self.noise_std}")
+        _check_dropout(self.dropout)
+
+
+def _check_dropout(dropout: float) -> None:
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
 
 
 @dataclass
@@ -98,6 +112,12 @@ class GNNModelConfig:
     hidden: int = 64
     dropout: float = 0.0
     gat_heads: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "gat_heads"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        _check_dropout(self.dropout)
 
 
 @dataclass
@@ -198,6 +218,18 @@ class GBTModelConfig:
     binning: str = "weighted"
 
     def __post_init__(self) -> None:
+        # scikit-learn would refuse these only inside fit, after the features are built
+        for name in ("max_iter", "min_samples_leaf"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_leaf_nodes < 2:
+            raise ValueError(f"max_leaf_nodes must be >= 2, got {self.max_leaf_nodes}")
+        if self.max_depth is not None and self.max_depth < 1:
+            raise ValueError(f"max_depth must be >= 1 (none = unlimited), got {self.max_depth}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        if not self.l2_regularization >= 0:
+            raise ValueError(f"l2_regularization must be >= 0, got {self.l2_regularization}")
         if not 0.0 < self.max_features <= 1.0:
             raise ValueError(f"max_features must be in (0, 1], got {self.max_features}")
         if self.binning not in GBT_BINNINGS:

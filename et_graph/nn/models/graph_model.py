@@ -136,6 +136,8 @@ class ETGraphModel(nn.Module):
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         if out_channels <= 0:
             raise ValueError(f"out_channels must be positive, got {out_channels}")
+        if hidden_channels <= 0:  # checked here, or the node encoder names its own argument
+            raise ValueError(f"hidden_channels must be positive, got {hidden_channels}")
         if blocks <= 0:
             raise ValueError(f"blocks must be positive, got {blocks}")
         if pe_dim < 0:
@@ -270,8 +272,26 @@ class ETGraphModel(nn.Module):
         ``return_energy=True``) each block's detached energy trace ``[steps + 1]``. A list passed
         as ``block_states`` receives the tokens entering the first block and those leaving every
         block (``blocks + 1`` tensors, what ``readout="jk"`` reads)."""
+        if x is None:
+            raise ValueError("x is None: the graphs have no node features; give them some "
+                             "first, e.g. degree features (torch_geometric.transforms."
+                             "OneHotDegree / LocalDegreeProfile, or et-graph tudataset's "
+                             "--degree-feature)")
         if not isinstance(x, Tensor) or x.dim() not in (1, 2):
             raise ValueError("x must be a [N, F] (or [N] integer) tensor")
+        if any(conv.explain and getattr(conv, "_edge_mask", None) is not None
+               for conv in self.convs):
+            # PyG's explainer masks the caller's E edges, but the blocks attend over the
+            # CLS-augmented graph (E + 2N edges); its own size assertion would fail obscurely.
+            # The masks are removed first: PyG leaves them set when an explanation fails, and
+            # the model could not be explained without edge masks afterwards.
+            from torch_geometric.explain.algorithm.utils import clear_masks
+
+            clear_masks(self)
+            raise ValueError("ETGraphModel does not support edge masks of torch_geometric."
+                             "explain: its ET blocks attend over the CLS-augmented graph "
+                             "(E + 2N edges), not over edge_index; explain node features "
+                             "(edge_mask_type=None), or explain an ETConv model on its graph")
         num_nodes = x.size(0)
         sizes = graph_sizes(batch, num_nodes, num_graphs)
         if batch is None:
