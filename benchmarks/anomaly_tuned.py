@@ -43,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gbt-seeds", type=int, default=None,
                         help="model seeds of GBT (default: --seeds). scikit-learn's boosting "
                              "is deterministic below 10,000 training nodes (no internal "
-                             "early-stopping split), so 1 seed gives the same numbers")
+                             "early-stopping split) when every split sees every column, so 1 "
+                             "seed gives the same numbers; a tuned preset with max_features "
+                             "< 1 draws columns from the seed and runs --seeds seeds instead")
     parser.add_argument("--tune-models", default=",".join(MODELS),
                         help="comma list of the models to tune and evaluate")
     add_config_arguments(parser, anomaly.CONFIG)
@@ -84,7 +86,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         if row["preset"] is not None:
             model_overrides = dict(overrides)
             if model == "gbt" and args.gbt_seeds:
-                model_overrides["protocol.seeds"] = args.gbt_seeds
+                # Only a deterministic forest may run fewer seeds: with a column share below 1
+                # each split draws its columns from the seed, and one run is one draw.
+                share = load_file(row["preset"]).get("gbt", {}).get("max_features", 1.0)
+                if float(share) < 1.0:
+                    print(f"gbt: max_features = {share} draws columns from the seed; running "
+                          f"{config.protocol.seeds} seeds, not --gbt-seeds {args.gbt_seeds}")
+                else:
+                    model_overrides["protocol.seeds"] = args.gbt_seeds
             result = run_preset(Path(row["preset"]), model, out, model_overrides)
             row["test"] = {metric: result["models"][model][metric] for metric in METRICS}
             row["epoch_seconds_median"] = (result.get("epoch_seconds_median") or {}).get(model)
