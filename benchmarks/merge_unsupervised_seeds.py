@@ -4,7 +4,8 @@ A PyGOD fit can take 10-45 minutes here, so five seeds are often run in pieces
 (``--seed 0 --seeds 2``, then ``--seed 2 --seeds 3``). This joins the per-seed metrics of the
 chosen models (``--models``; default: every model present in all runs) and prints mean ± std
 over all seeds (population std, as the runner reports it), as a table and optionally JSON.
-It refuses runs on different graphs or with overlapping seeds.
+It refuses runs on different graphs, with overlapping seeds, or under different settings
+(the resolved configs must agree outside the seeds, the model list and the run section).
 
     python benchmarks/merge_unsupervised_seeds.py RUN_A/results.json RUN_B/results.json \\
         --models dominant,anomalydae --json merged.json
@@ -25,6 +26,13 @@ def merge(runs: list[dict[str, Any]], models: Optional[list[str]] = None) -> dic
     datasets = {run["dataset"] for run in runs}
     if len(datasets) != 1:
         raise SystemExit(f"the runs scored different graphs: {sorted(datasets)}")
+    settings = [_settings(run) for run in runs]
+    for setting in settings[1:]:
+        # A field one run does not record is older than that run: not comparable, not counted.
+        changed = sorted(key for key in set(setting) & set(settings[0])
+                         if setting[key] != settings[0][key])
+        if changed:
+            raise SystemExit(f"the runs differ in {changed}: their seeds are not one protocol")
     seeds = [entry["seed"] for run in runs for entry in run["per_seed"]]
     if len(set(seeds)) != len(seeds):
         raise SystemExit(f"the runs share seeds: {sorted(seeds)}")
@@ -40,7 +48,23 @@ def merge(runs: list[dict[str, Any]], models: Optional[list[str]] = None) -> dic
                                        for metric in METRICS}}
             for model in chosen}
     return {"dataset": datasets.pop(), "seeds": order, "models": rows,
-            "commits": [run.get("meta", {}).get("commit") for run in runs]}
+            "commits": [run.get("meta", {}).get("git_commit") for run in runs]}
+
+
+#: Config fields that may differ between the pieces of one protocol.
+_PIECE_FIELDS = {("protocol", "seed"), ("protocol", "seeds"), ("protocol", "models")}
+
+
+def _settings(run: dict[str, Any]) -> dict[str, Any]:
+    """``{"section.field": value}`` of a run's resolved config, without the fields that
+    splitting seeds into pieces changes (and the run section: output folder, threads)."""
+    config = run.get("meta", {}).get("config")
+    if config is None:
+        raise SystemExit(f"a run of {run.get('dataset')} records no config; cannot tell "
+                         "whether its seeds belong to the same protocol")
+    return {f"{section}.{name}": value for section, fields in config.items()
+            if section != "run" for name, value in fields.items()
+            if (section, name) not in _PIECE_FIELDS}
 
 
 def table(merged: dict[str, Any]) -> str:

@@ -20,8 +20,12 @@ def summarize(values: Iterable[float]) -> dict[str, Any]:
 
 
 def format_stat(stat: Mapping[str, Any], digits: int = 4) -> str:
+    """``mean ± std``; a single value is written as ``value (n = 1)``, since ``± 0`` under a
+    mean ± std caption would read as a measured zero spread."""
     if stat is None or stat.get("mean") is None or math.isnan(stat["mean"]):
         return "n/a"
+    if len(stat.get("values") or ()) == 1:
+        return f"{stat['mean']:.{digits}f} (n = 1)"
     return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
 
 

@@ -252,14 +252,17 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
 
     module = benchmark_module("merge_unsupervised_seeds")
 
-    def run(name, seeds, dataset="reddit"):
+    def run(name, seeds, dataset="reddit", epochs=100):
         per_seed = [{"seed": s, "metrics": {"dominant": {"auroc": 0.5 + s / 100, "auprc": 0.1,
                                                          "rec_at_k": 0.2},
                                             "lof": {"auroc": 0.6, "auprc": 0.1,
                                                     "rec_at_k": 0.2}}} for s in seeds]
+        config = {"protocol": {"seed": seeds[0], "seeds": len(seeds), "models": name},
+                  "train": {"epochs": epochs}, "run": {"out": f"runs/{name}"}}
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps({"dataset": dataset, "per_seed": per_seed,
-                                    "models": {"dominant": {}, "lof": {}}}))
+                                    "models": {"dominant": {}, "lof": {}},
+                                    "meta": {"git_commit": f"c-{name}", "config": config}}))
         return str(path)
 
     merged = module.main([run("a", [0, 1]), run("b", [2, 3, 4]), "--models", "dominant",
@@ -276,6 +279,9 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
         module.main([run("e", [0]), run("f", [1], dataset="inj_amazon")])
     with pytest.raises(SystemExit, match="not in every run"):
         module.main([run("g", [0]), run("h", [1]), "--models", "cola"])
+    assert merged["commits"] == ["c-a", "c-b"]  # recorded (a wrong key once gave None)
+    with pytest.raises(SystemExit, match=r"differ in \['train.epochs'\]"):
+        module.main([run("i", [0]), run("j", [1], epochs=50)])
 
 
 def test_numerics_sensitivity_control_repeats_and_a_changed_fold_is_counted(tmp_path):
