@@ -59,6 +59,57 @@ def test_killed_and_restarted_study_continues_its_numbering(tmp_path):
     assert "| gbt |" in (tmp_path / "b" / "study_report.md").read_text()
 
 
+def test_a_study_resumed_under_another_objective_is_refused(tmp_path):
+    """Studies are named by task, dataset and model; a second run with another metric once
+    resumed the first study and reported its AUROC values as the new metric's."""
+    data = planted_anomaly_graph(200, seed=4)
+    config = parse(AnomalyConfig, SMALL)
+    storage = f"sqlite:///{tmp_path}/study.db"
+    tune_anomaly(config, ["gbt"], TuneBudget(trials=1), storage, "auroc", tmp_path / "a",
+                 data=data)
+    with pytest.raises(ValueError, match="another objective"):
+        tune_anomaly(config, ["gbt"], TuneBudget(trials=2), storage, "auprc", tmp_path / "b",
+                     data=data)
+    resumed = tune_anomaly(config, ["gbt"], TuneBudget(trials=2), storage, "auroc",
+                           tmp_path / "c", data=data)  # the same objective resumes
+    assert resumed["models"]["gbt"]["trial_numbers"] == [0, 1]
+
+
+def test_failing_trials_stop_the_study_instead_of_running_to_the_time_limit():
+    """A diverging model fails every trial; optuna's trial-count callback ignores failures,
+    so 4,110 failed trials ran in 6 seconds of a 30-minute budget."""
+    from et_graph.tuning.study import run_study
+
+    def diverges(trial):
+        raise FloatingPointError("loss is nan")
+
+    with pytest.warns(RuntimeWarning, match="3 trials in a row failed"):
+        study = run_study("nan", diverges, TuneBudget(trials=3, timeout_minutes=5), None,
+                          progress=False)
+    assert len(study.trials) == 3
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: TuneBudget(trials=2.5), "integer"),
+    (lambda: TuneBudget(trials=True), "integer"),
+    (lambda: TuneBudget(seed=-1), "seed"),
+    (lambda: TuneBudget(timeout_minutes=float("inf")), "finite"),
+    (lambda: tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=1),
+                          "inmemory", data=planted_anomaly_graph(60)), "database URL"),
+    (lambda: tune_anomaly(parse(AnomalyConfig, SMALL), [], TuneBudget(trials=1), None,
+                          data=planted_anomaly_graph(60)), "no model"),
+])
+def test_tuning_api_input_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_in_memory_storage(tmp_path):
+    result = tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=1), None,
+                          out=tmp_path, data=planted_anomaly_graph(200, seed=4))
+    assert result["models"]["gbt"]["trial_numbers"] == [0]
+
+
 @pytest.mark.parametrize("model", ["et", "gbt"])
 def test_written_preset_reproduces_the_best_trial(tmp_path, model):
     data = planted_anomaly_graph(200, seed=4)
@@ -160,3 +211,34 @@ def test_resumed_study_whose_best_trial_predates_a_new_search_parameter(tmp_path
     assert summary["trial_numbers"] == [0, 1] and summary["best_trial"] == 0
     preset = load_file(result["presets"]["gbt"])["gbt"]
     assert (preset["max_iter"], preset["features"], preset["max_features"]) == (150, "x_mean", 0.3)
+
+
+def test_the_pruner_reads_the_tuned_metric_every_epoch():
+    """Tuning AUPRC, the pruner once read the selection score (macro-F1) instead: the
+    validation metrics lacked auprc and the callback fell back silently."""
+    from et_graph.tuning.study import pruning_callback
+
+    data = planted_anomaly_graph(200, seed=4)
+    split = make_splits(data, "paper", 1, 0.4, 2)[0]
+    data.train_mask, data.val_mask, data.test_mask = split.masks(200)
+    from et_graph.detectors import MLPDetector
+
+    det = MLPDetector(epochs=2).fit(data)
+    row = det.history_[-1]
+    assert {"val_auroc", "val_auprc", "val_f1_macro"} <= set(row)
+
+    reported = []
+
+    class Trial:
+        def report(self, value, step):
+            reported.append(value)
+
+        def should_prune(self):
+            return False
+
+    class Validation:
+        metrics = {"auroc": 0.7, "auprc": 0.3, "f1_macro": 0.5}
+        score = 0.5
+
+    pruning_callback(Trial(), "auprc")(0, Validation())
+    assert reported == [0.3]

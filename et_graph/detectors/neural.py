@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import average_precision_score, roc_auc_score
 from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
@@ -257,7 +257,9 @@ class NodeAnomalyTask:
         return Validation(
             score=score,
             loss=loss,
+            # every metric a tuner may maximise, so that its pruner reads the curve it tunes
             metrics={"auroc": float(roc_auc_score(self.y_val, prob)),
+                     "auprc": float(average_precision_score(self.y_val, prob)),
                      "f1_macro": macro_f1(self.y_val, prob, threshold)},
             extra={"threshold": threshold},
         )

@@ -125,6 +125,8 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
     """The loop every task shares: one study ``{prefix}{task}-{dataset}-{model}{suffix}`` per
     model with the same budget (in the objective's ``direction``, default maximise), each best
     trial written as ``OUT/best_<model>.toml``, then the report."""
+    if not models:
+        raise ValueError(f"no model to tune for {task}: name at least one (--models)")
     config.run.apply_threads()
     _ensure_sqlite_folder(storage)
     summaries, presets, dataset = {}, {}, ""
@@ -134,7 +136,8 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
         start = time.perf_counter()
         study = run_study(f"{prefix}{task}-{dataset}-{model}{study_suffix}", objective, budget,
                           storage, progress=config.run.progress,
-                          direction=getattr(objective, "direction", "maximize"))
+                          direction=getattr(objective, "direction", "maximize"),
+                          objective_label=preset_metric)
         summary = study_summary(study, time.perf_counter() - start)
         summaries[model] = summary
         if summary["best_trial"] is not None:
@@ -151,7 +154,14 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
 
 
-def _ensure_sqlite_folder(storage: str) -> None:
+def _ensure_sqlite_folder(storage: Optional[str]) -> None:
+    """Create the folder of a sqlite database; ``None`` (in memory) needs none, and a string
+    that is no database URL is refused here rather than deep inside SQLAlchemy."""
+    if storage is None:
+        return
+    if "://" not in storage:
+        raise ValueError(f"storage must be a database URL such as sqlite:///runs/tune.db (or "
+                         f"None for memory), got {storage!r}")
     prefix = "sqlite:///"
     if storage.startswith(prefix):
         Path(storage[len(prefix):]).expanduser().parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ run and starting it again with the same storage continues the same studies.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -34,12 +35,19 @@ class TuneBudget:
     prune_warmup: int = 5
 
     def __post_init__(self) -> None:
+        for name in ("trials", "seed", "prune_warmup"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
         if self.trials <= 0:
             raise ValueError(f"trials must be positive, got {self.trials}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.prune_warmup < 0:
             raise ValueError(f"prune_warmup must be >= 0, got {self.prune_warmup}")
-        if not self.timeout_minutes > 0:
-            raise ValueError(f"timeout_minutes must be positive, got {self.timeout_minutes}")
+        if not 0 < self.timeout_minutes < float("inf"):
+            raise ValueError(f"timeout_minutes must be positive and finite, got "
+                             f"{self.timeout_minutes}")
 
 
 #: What a replayed trial returns for a parameter it did not record (see :func:`space_overrides`).
@@ -103,11 +111,18 @@ def _optuna():
     return optuna
 
 
-def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget, storage: str,
-              progress: bool = True, direction: str = "maximize") -> Any:
+def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
+              storage: Optional[str], progress: bool = True, direction: str = "maximize",
+              objective_label: str = "") -> Any:
     """Create or load study ``name`` and run trials until it holds ``budget.trials`` finished
     trials or ``budget.timeout_minutes`` have passed. ``direction``: ``"maximize"`` or
-    ``"minimize"`` (an error such as MAE)."""
+    ``"minimize"`` (an error such as MAE). ``storage=None`` keeps the study in memory.
+
+    ``objective_label`` names what the trials measure (e.g. ``"validation auprc"``); it is
+    stored with the study, and resuming a study under another label or direction raises, since
+    its old values would be reported as the new objective's. If as many trials fail in a row
+    (a diverging loss) as the budget has trials, the run stops with a warning rather than
+    starting failing trials until the time limit."""
     if direction not in ("maximize", "minimize"):
         raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
     optuna = _optuna()
@@ -123,17 +138,54 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget, 
         pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
                                            n_warmup_steps=budget.prune_warmup),
     )
+    if study.direction.name.lower() != direction:
+        raise ValueError(f"study {name!r} in {storage} was created to "
+                         f"{study.direction.name.lower()}, not to {direction}: use another "
+                         "storage or study prefix")
+    stored = study.user_attrs.get("objective")
+    if objective_label and stored is not None and stored != objective_label:
+        raise ValueError(f"study {name!r} in {storage} holds trials of another objective "
+                         f"({stored!r}, not {objective_label!r}); its values would be reported "
+                         "as this one's: use another storage or study prefix")
+    if objective_label and stored is None:
+        study.set_user_attr("objective", objective_label)
     remaining = budget.trials - len(_finished(study))
     if remaining > 0:
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        failures = _FailureLimit(budget.trials)
         study.optimize(
             objective,
             timeout=budget.timeout_minutes * 60,
-            callbacks=[optuna.study.MaxTrialsCallback(budget.trials, states=states)],
+            callbacks=[optuna.study.MaxTrialsCallback(budget.trials, states=states), failures],
             show_progress_bar=progress,
             catch=(FloatingPointError,),
         )
+        if failures.stopped:
+            warnings.warn(f"study {name!r}: {failures.limit} trials in a row failed (non-finite "
+                          "loss or objective); stopped instead of running to the time limit",
+                          RuntimeWarning, stacklevel=2)
     return study
+
+
+class _FailureLimit:
+    """Stops a study after ``limit`` failed trials in a row (optuna's trial-count callback
+    counts only finished trials, so a diverging model would otherwise fail until the time
+    limit, thousands of trials in a minute)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_a_row = 0
+        self.stopped = False
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        optuna = _optuna()
+        failed = (trial.state == optuna.trial.TrialState.FAIL
+                  or (trial.state == optuna.trial.TrialState.COMPLETE
+                      and trial.value is not None and trial.value != trial.value))  # NaN
+        self.in_a_row = self.in_a_row + 1 if failed else 0
+        if self.in_a_row >= self.limit:
+            self.stopped = True
+            study.stop()
 
 
 def study_or_none(name: str, storage: str) -> Optional[Any]:
