@@ -251,6 +251,27 @@ def test_image_folder_loader(tmp_path) -> None:
     assert model(rgb, model.random_mask(2)).shape == (2, 6, 12)
 
 
+def test_sixteen_bit_and_transparent_images_and_bare_extensions(tmp_path) -> None:
+    """A 16-bit grey PNG at half scale once loaded as 1.0 everywhere (convert("L") clips);
+    transparency is named in a warning; "png" without its dot matched nothing."""
+    import numpy as np
+    from PIL import Image
+
+    half = np.full((6, 6), 32768, dtype=np.uint16)
+    Image.fromarray(half).save(tmp_path / "deep.png")
+    grey = load_image_folder(tmp_path, size=6)
+    torch.testing.assert_close(grey, torch.full((1, 1, 6, 6), 32768 / 65535))
+    rgb = load_image_folder(tmp_path, size=6, color="rgb")
+    assert rgb.shape == (1, 3, 6, 6)
+    torch.testing.assert_close(rgb[0, 1], grey[0, 0])
+    assert load_image_folder(tmp_path, size=6, extensions=("png",)).shape == (1, 1, 6, 6)
+    Image.new("RGBA", (6, 6), (255, 255, 255, 0)).save(tmp_path / "clear.png")
+    with pytest.warns(UserWarning, match="transparent pixels"):
+        load_image_folder(tmp_path, size=6)
+    with pytest.raises(ValueError, match="empty batch"):
+        small_model()(torch.zeros(0, 1, 4, 4), torch.zeros(0, 4, dtype=torch.bool))
+
+
 def test_image_folder_loader_errors(tmp_path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         load_image_folder(tmp_path / "missing")

@@ -4,9 +4,10 @@ Both loaders return a float32 tensor ``[N, C, H, W]`` with pixel values in ``[0,
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
@@ -59,7 +60,8 @@ def load_image_folder(
     folder = Path(root)
     if not folder.is_dir():
         raise ValueError(f"image folder {str(folder)!r} does not exist or is not a folder")
-    suffixes = {ext.lower() for ext in extensions}
+    # "png" and ".png" alike: Path.suffix keeps the dot, and without it nothing would match
+    suffixes = {ext.lower() if ext.startswith(".") else f".{ext.lower()}" for ext in extensions}
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
     if limit is not None:
         files = files[:limit]
@@ -68,21 +70,56 @@ def load_image_folder(
             f"no images with extensions {sorted(suffixes)} found under {str(folder)!r}"
         )
     arrays = []
+    transparent = []
     for path in files:
         try:
             with Image.open(path) as image:
-                converted = image.convert(COLOR_MODES[color]).resize(
-                    (width, height), Image.Resampling.BILINEAR
-                )
-                arrays.append(np.asarray(converted, dtype=np.float32) / 255.0)
+                arrays.append(_pixels(image, color, width, height, path))
+                if _has_transparency(image):
+                    transparent.append(path.name)
         except (UnidentifiedImageError, OSError) as error:
             raise ValueError(f"could not read image {str(path)!r}: {error}") from error
+    if transparent:
+        warnings.warn(f"{len(transparent)} image(s) have transparent pixels (e.g. "
+                      f"{transparent[0]}); their colour is read without the alpha channel",
+                      UserWarning, stacklevel=2)
     stacked = np.stack(arrays)
     if stacked.ndim == 3:
         stacked = stacked[:, None]
     else:
         stacked = stacked.transpose(0, 3, 1, 2)
     return torch.from_numpy(np.ascontiguousarray(stacked))
+
+
+#: Pillow's modes for more than 8 bits per sample: 16-bit greyscale PNGs open as one of these
+#: (``I``: 32-bit integers holding the 16-bit values), which ``convert("L")`` would clip to 255.
+_WIDE_INTEGER_MODES = {"I;16": 65535.0, "I;16B": 65535.0, "I;16L": 65535.0, "I": 65535.0}
+
+
+def _pixels(image: Any, color: str, width: int, height: int, path: Path) -> np.ndarray:
+    """One image as float32 ``[H, W]`` (grayscale) or ``[H, W, 3]`` (rgb) in ``[0, 1]``."""
+    from PIL import Image
+
+    if image.mode in _WIDE_INTEGER_MODES or image.mode == "F":
+        values = np.asarray(image, dtype=np.float64)
+        scale = _WIDE_INTEGER_MODES.get(image.mode, 1.0)
+        if values.size and (values.min() < 0 or values.max() > scale):
+            raise ValueError(f"image {str(path)!r} (mode {image.mode}) holds values outside "
+                             f"[0, {scale:g}]; convert it to 8 or 16 bits per sample first")
+        grey = Image.fromarray((values / scale).astype(np.float32), mode="F").resize(
+            (width, height), Image.Resampling.BILINEAR)
+        pixels = np.asarray(grey, dtype=np.float32)
+        return np.repeat(pixels[..., None], 3, axis=-1) if color == "rgb" else pixels
+    converted = image.convert(COLOR_MODES[color]).resize((width, height),
+                                                         Image.Resampling.BILINEAR)
+    return np.asarray(converted, dtype=np.float32) / 255.0
+
+
+def _has_transparency(image: Any) -> bool:
+    if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+        alpha = image.convert("RGBA").getchannel("A")
+        return alpha.getextrema()[0] < 255
+    return False
 
 
 def split_images(

@@ -36,6 +36,8 @@ def check_images(images: Tensor, channels: Optional[int] = None) -> None:
         raise ValueError(f"images must be a torch.Tensor, got {type(images).__name__}")
     if images.dim() != 4:
         raise ValueError(f"images must have shape [B, C, H, W], got {tuple(images.shape)}")
+    if images.size(0) == 0:
+        raise ValueError("images is an empty batch (B = 0)")
     if not images.is_floating_point():
         raise ValueError(f"images must be a floating-point tensor, got {images.dtype}")
     if channels is not None and images.size(1) != channels:
