@@ -242,3 +242,19 @@ def test_the_pruner_reads_the_tuned_metric_every_epoch():
 
     pruning_callback(Trial(), "auprc")(0, Validation())
     assert reported == [0.3]
+
+
+def test_a_preset_tuned_on_an_in_memory_graph_cannot_run_on_the_default_dataset(tmp_path):
+    """It used to say dataset = "tolokers" and run there; and its run.out was the tuning
+    folder, so its results landed beside the study report."""
+    data = planted_anomaly_graph(200, seed=4)
+    data.name = "planted"
+    result = tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=1), None,
+                          out=tmp_path / "tune", data=data)
+    preset = load_file(result["presets"]["gbt"])
+    assert "IN-MEMORY GRAPH planted" in preset["data"]["data"]
+    assert preset["run"]["out"] == "none"  # the task's default (no output), not tmp_path
+    assert "data_note = \"tuned on an in-memory graph (planted)" in Path(
+        result["presets"]["gbt"]).read_text()
+    with pytest.raises(FileNotFoundError, match="IN-MEMORY GRAPH"):
+        cli_main(["anomaly", "--config", result["presets"]["gbt"], "--no-progress"])

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..config import add_config_arguments, resolve
+from ..config import add_config_arguments, merge, resolve
 from .anomaly import TUNE_METRICS, AnomalyObjective
 from .study import TuneBudget, run_study, save_best_preset, study_summary, write_report
 
@@ -114,14 +114,16 @@ def tune_anomaly(config: Any, models: list[str], budget: TuneBudget, storage: st
     return _tune_models(
         "anomaly", models, lambda model: AnomalyObjective(config, model, metric, data=data),
         lambda objective: str(getattr(objective.data, "name", None) or config.data.dataset),
-        budget, storage, out, prefix, config, metric, f"validation {metric}")
+        budget, storage, out, prefix, config, metric, f"validation {metric}",
+        in_memory=None if data is None else str(getattr(data, "name", None) or "unnamed"))
 
 
 def _tune_models(task: str, models: list[str], make_objective: Callable[[str], Any],
                  dataset_of: Callable[[Any], str], budget: TuneBudget, storage: str, out: Path,
                  prefix: str, config: Any, report_metric: str, preset_metric: str,
                  study_suffix: str = "", report_dataset: Optional[str] = None,
-                 pruning: Optional[str] = None) -> dict[str, Any]:
+                 pruning: Optional[str] = None, in_memory: Optional[str] = None
+                 ) -> dict[str, Any]:
     """The loop every task shares: one study ``{prefix}{task}-{dataset}-{model}{suffix}`` per
     model with the same budget (in the objective's ``direction``, default maximise), each best
     trial written as ``OUT/best_<model>.toml``, then the report."""
@@ -141,17 +143,32 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
         summary = study_summary(study, time.perf_counter() - start)
         summaries[model] = summary
         if summary["best_trial"] is not None:
-            presets[model] = save_best_preset(
-                out / f"best_{model}.toml", objective.trial_config(study.best_trial), {
-                    "source": f"et-graph tune {task}, study {study.study_name}",
+            best = objective.trial_config(study.best_trial)
+            # A preset runs the task: its results go to the task's own folder, not next to
+            # the study report (the tuner resolved run.out to its own output folder).
+            best = merge(best, {"run.out": type(best)().run.out})
+            meta = {"source": f"et-graph tune {task}, study {study.study_name}",
                     "best_trial": summary["best_trial"],
                     "best_validation": summary["best_value"],
-                    "metric": preset_metric,
-                })
+                    "metric": preset_metric}
+            if in_memory is not None:
+                best = merge(best, in_memory_placeholder(task, in_memory))
+                meta["data_note"] = (f"tuned on an in-memory graph ({in_memory}); the [data] "
+                                     "section does not name it: set --data/--dataset to run")
+            presets[model] = save_best_preset(out / f"best_{model}.toml", best, meta)
     write_report(out, task, report_dataset or dataset, report_metric, budget, summaries,
                  presets, config, pruning)
     print((out / "study_report.md").read_text())
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
+
+
+def in_memory_placeholder(task: str, name: str) -> dict[str, Any]:
+    """Overrides that make a preset tuned on an in-memory graph fail loudly if run as it is,
+    instead of running on the config's default dataset (Tolokers, for anomaly)."""
+    if task == "anomaly":
+        return {"data.data": f"IN-MEMORY GRAPH {name}: replace with its file"}
+    return {"data.source": "official",
+            "data.root": f"IN-MEMORY GRAPHS {name}: replace with their folder"}
 
 
 def _ensure_sqlite_folder(storage: Optional[str]) -> None:
@@ -206,6 +223,7 @@ def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storag
     from ..datasets.gnnbenchmark import load_benchmark
     from .gnnbenchmark import GNNBenchmarkObjective
 
+    in_memory = None if data is None else str(getattr(data, "name", None) or "unnamed")
     data = load_benchmark(config.data) if data is None else data
     seeds = "model seed 0" if tune_seeds == 1 else f"the mean of model seeds 0-{tune_seeds - 1}"
     direction = "minimized" if data.lower_is_better else "maximized"
@@ -218,4 +236,4 @@ def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storag
         # Another seed count is another objective: it gets a study of its own, never resumes
         # (and mixes with) the trials of a one-seed study.
         study_suffix=f"-seeds{tune_seeds}" if tune_seeds > 1 else "",
-        report_dataset=data.name)
+        report_dataset=data.name, in_memory=in_memory)
