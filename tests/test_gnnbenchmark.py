@@ -399,6 +399,9 @@ def test_config_rejects_bad_values():
                  ["--baseline-readout", "sum"], ["--seeds", "0,0"]):
         with pytest.raises(ValueError):
             gnnbenchmark.main(argv)
+    # refused when the config is read, not after the data load (numpy's seed error)
+    with pytest.raises(ValueError, match="seeds must be >= 0"):
+        parse(gnnbenchmark.CONFIG, ["--seeds", "-1"])
     # a model named twice is trained once per seed (its results were listed twice)
     assert parse(gnnbenchmark.CONFIG, ["--models", "gin,gin,et"]).protocol.model_names == [
         "gin", "et"]
@@ -580,3 +583,23 @@ def test_tuned_presets_name_one_model_and_run(path, tmp_path):
     result = gnnbenchmark.main(["--config", str(path), "--quick", "--no-progress", "--out",
                                 str(tmp_path)])
     assert list(result["models"]) == [model]
+
+
+def test_a_diverging_training_names_itself_and_what_finished(monkeypatch):
+    from et_graph.experiments import gnnbenchmark as experiment
+
+    calls = []
+
+    def fake_train_one(name, data, seed, *args, **kwargs):
+        calls.append((name, seed))
+        if name == "et":
+            raise FloatingPointError("loss is nan")
+        return {"test": 0.5, "val": 0.5, "epoch": 1, "curve": [0.5], "seconds": 0.0,
+                "params": 1, "stopped_early": False}
+
+    monkeypatch.setattr(experiment, "train_one", fake_train_one)
+    config = parse(experiment.CONFIG, ["--dataset", "PATTERN", "--generated-sizes", "4,2,2",
+                                       "--models", "gin,et", "--seeds", "0,1", "--no-progress",
+                                       "--out", "none"])
+    with pytest.raises(FloatingPointError, match=r"et seed 0 diverged.*gin seed 0, gin seed 1"):
+        experiment.run(config)

@@ -140,6 +140,10 @@ def test_bad_input():
         model(None, data.edge_index, lap_pe=data.lap_pe, cls_lap_pe=data.cls_lap_pe)
     with pytest.raises(ValueError, match="hidden_channels must be positive"):
         small_model(hidden_channels=0)
+    categorical_edges = small_model(edge_categories=4)
+    with pytest.raises(ValueError, match="build the model with edge_dim"):
+        categorical_edges(data.x, data.edge_index, edge_attr=torch.ones(10, 2),
+                          lap_pe=data.lap_pe, cls_lap_pe=data.cls_lap_pe)
 
 
 def test_explainer_edge_masks_are_refused_with_the_reason():

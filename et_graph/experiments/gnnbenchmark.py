@@ -70,6 +70,8 @@ class ProtocolConfig:
             seeds = None
         if not seeds:
             raise ValueError(f"seeds must be comma-separated integers, got {self.seeds!r}")
+        if any(seed < 0 for seed in seeds):  # numpy would refuse them only after the data load
+            raise ValueError(f"seeds must be >= 0, got {self.seeds!r}")
         if len(set(seeds)) != len(seeds):
             # a repeated seed repeats a training bit for bit and shrinks the reported std
             raise ValueError(f"seeds must be distinct, got {self.seeds!r}")
@@ -169,12 +171,21 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     jobs = [(name, seed) for name in names for seed in seeds]
     for name, seed in tqdm(jobs, desc=f"{data.name}: models x seeds", disable=not progress):
-        result = train_one(
-            name, data, seed, config.train, config.et, config.baselines,
-            device=config.run.device, progress=progress,
-            checkpoint=config.run.checkpoint(config.data.dataset, name, f"seed_{seed}"),
-            fingerprint=f"{fingerprint}|{name}|{seed}",
-        )
+        try:
+            result = train_one(
+                name, data, seed, config.train, config.et, config.baselines,
+                device=config.run.device, progress=progress,
+                checkpoint=config.run.checkpoint(config.data.dataset, name, f"seed_{seed}"),
+                fingerprint=f"{fingerprint}|{name}|{seed}",
+            )
+        except FloatingPointError as error:
+            # Say which training diverged and what of the run is kept (nothing is written).
+            finished = [f"{n} seed {seeds[i]}" for n, rs in runs.items() for i in range(len(rs))]
+            raise FloatingPointError(
+                f"{name} seed {seed} diverged ({error}); no results were written"
+                + (f" (finished before it: {', '.join(finished)})" if finished else "")
+                + ". Lower --lr, or pass --checkpoint-dir so that finished trainings are "
+                "kept for --resume") from error
         runs[name].append(result)
         if progress:
             tqdm.write(f"{data.name} {name} seed {seed}: test {metric} {result['test']:.4f} "

@@ -90,7 +90,8 @@ class FeatureEncoder(Module):
         if self.linear is None:
             raise ValueError(
                 f"{self.name} is floating point but the encoder was built for integer categories "
-                "only (pass in_channels)"
+                "only (" + ("pass in_channels" if self.name == "x" else
+                            "build the model with edge_dim, EdgeEncoder with in_channels") + ")"
             )
         if x.dim() == 1:
             x = x.unsqueeze(-1)
