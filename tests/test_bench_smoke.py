@@ -171,7 +171,8 @@ def test_gnnbenchmark_select_chooses_on_validation_only(tmp_path):
     assert selection["models"]["et"]["selected"] == "rw"  # val 0.4 < 0.5; its test is worse
     assert selection["models"]["gin"]["selected"] == "base"
     assert json.loads(out.read_text())["models"]["et"]["selected"] == "rw"
-    assert "| et | 2 | rw | 0.6000 ± 0.0000 |" in out.with_suffix(".md").read_text()
+    # one seed each: written as n = 1, not as a measured zero spread
+    assert "| et | 2 | rw | 0.6000 (n = 1) |" in out.with_suffix(".md").read_text()
     # a run of one model (a tuned preset) is one more variant of that model only
     _gnnbenchmark_results(tmp_path / "t", {"et": 0.35}, {"et": 0.9})
     selection = module.main([str(tmp_path / p) for p in "abt"] + ["--names", "base,rw,tuned",
@@ -180,7 +181,7 @@ def test_gnnbenchmark_select_chooses_on_validation_only(tmp_path):
     assert selection["models"]["gin"]["selected"] == "base"
     assert list(selection["models"]["gin"]["variants"]) == ["base", "rw"]
     table = out.with_suffix(".md").read_text()
-    assert "| gin | 2 | base | 0.5000 ± 0.0000 | 0.4000 ± 0.0000 |" in table
+    assert "| gin | 2 | base | 0.5000 (n = 1) | 0.4000 (n = 1) |" in table
     assert table.count(" – |") == 1  # gin did not run the tuned variant
     _gnnbenchmark_results(tmp_path / "c", {"et": 0.1}, {"et": 0.1}, dataset="PATTERN")
     with pytest.raises(SystemExit, match="another dataset"):
