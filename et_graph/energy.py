@@ -58,13 +58,21 @@ def edge_scores(k: Tensor, q: Tensor, src: Tensor, dst: Tensor) -> Tensor:
     return (k.index_select(0, src) * q.index_select(0, dst)).sum(dim=-1)
 
 
+def edge_weight_columns(edge_weight: Optional[Tensor]) -> Optional[Tensor]:
+    """``edge_weight`` as ``[E, 1]`` or ``[E, H]``: a 1-D ``[E]`` weight would broadcast against
+    the ``[E, H]`` scores along the heads (wrong silently when ``E == H``)."""
+    return edge_weight.unsqueeze(-1) if edge_weight is not None and edge_weight.dim() == 1 \
+        else edge_weight
+
+
 def attention_logits(
     k: Tensor, q: Tensor, src: Tensor, dst: Tensor, beta: Tensor, edge_weight: Optional[Tensor]
 ) -> Tensor:
-    """``a_eh = beta_h * w_eh * <k_hB, q_hC>``: ``[E, H]``."""
+    """``a_eh = beta_h * w_eh * <k_hB, q_hC>``: ``[E, H]`` (``edge_weight``: ``[E]``, ``[E, 1]``
+    or ``[E, H]``)."""
     scores = edge_scores(k, q, src, dst)
     if edge_weight is not None:
-        scores = scores * edge_weight
+        scores = scores * edge_weight_columns(edge_weight)
     return scores * beta
 
 
@@ -131,7 +139,7 @@ def edge_coefficients(
 ) -> Tensor:
     """``c_eh = w_eh * softmax_C(a)_eh``: how strongly edge ``e`` couples its two ends."""
     probs = segment_softmax(attention_logits(k, q, src, dst, beta, edge_weight), dst, num_nodes)
-    return probs if edge_weight is None else probs * edge_weight
+    return probs if edge_weight is None else probs * edge_weight_columns(edge_weight)
 
 
 # --------------------------------------------------------------------------------------------

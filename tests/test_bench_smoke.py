@@ -610,3 +610,21 @@ def test_sbm_statistics_prints_the_generated_graphs_statistics(capsys):
     assert '"dataset": "CLUSTER"' in capsys.readouterr().out
     with pytest.raises(SystemExit):
         benchmark_module("sbm_statistics").main(["PATTERN", "0"])
+
+
+def test_descent_check_finds_the_known_rise_and_none_for_the_concave_hopfield_energy():
+    """docs/derivation.md: a discrete step can raise the attention energy (the smallest known
+    case), while the Hopfield energies, concave in g, descend for any step size."""
+    import torch
+
+    module = benchmark_module("descent_check")
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        trace = module.counterexample()
+        hopfield = [module.count(5, 4, 1000.0, None, edges=False, hopfield=kind)
+                    for kind in ("relu", "softmax")]
+    finally:
+        torch.set_default_dtype(default)
+    assert trace[1] > trace[0] + 10  # 1.40 -> 11.5
+    assert [row["rising"] for row in hopfield] == [0, 0]

@@ -245,3 +245,19 @@ def test_low_precision_falls_back_to_the_reference_closed_form():
         assert relative_error(a.double(), b) < 0.05
     got[0].float().sum().backward()
     assert all(t.grad is not None for t in low)
+
+
+def test_pure_energy_functions_read_a_one_dimensional_weight_per_edge():
+    """[E] weights broadcast along the heads of the [E, H] scores; with E == H the energy was
+    silently wrong (1.914 instead of -0.236 in an audit's example)."""
+    torch.manual_seed(0)
+    k, q = torch.randn(4, 3, 2, dtype=torch.float64), torch.randn(4, 3, 2, dtype=torch.float64)
+    src, dst = torch.tensor([0, 1, 2]), torch.tensor([1, 2, 3])  # E = 3 = H
+    beta = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    weight = torch.tensor([0.2, 1.5, -0.7], dtype=torch.float64)
+    flat = E.attention_energy(k, q, src, dst, beta, weight, 4)
+    column = E.attention_energy(k, q, src, dst, beta, weight[:, None], 4)
+    torch.testing.assert_close(flat, column)
+    for a, b in zip(E.attention_grad(k, q, src, dst, beta, weight, 4),
+                    E.attention_grad(k, q, src, dst, beta, weight[:, None], 4)):
+        torch.testing.assert_close(a, b)

@@ -3,8 +3,10 @@ r"""The parameterised adjacency of the graph-classification ET (paper eq. 24).
 :math:`\hat A = \mathrm{Conv2D}(X X^\top) \odot A'`: a 2-D convolution with ``heads`` filters,
 "SAME" padding and stride 1 over each graph's Gram matrix of initial tokens (CLS included), times
 :math:`A'`, a linear projection of the edge features to ``heads`` channels (or the padded adjacency
-when edges have no features). Only edges are read out, so non-edges are excluded exactly (they do
-not enter the attention sum at all, which is what setting them to :math:`-\infty` achieves).
+when edges have no features). Only edges are read out, so non-edges are excluded exactly: they do
+not enter the attention sum at all. (Eq. 25 multiplies the score by the mask inside the
+exponential, so a mask value of :math:`-\infty` would not do this: it gives :math:`+\infty` wherever
+:math:`K\cdot Q < 0`. Leaving the pair out of the sum is the meaning the paper intends.)
 
 Order dependence: with ``kernel_size > 1`` the value at ``(C, B)`` mixes Gram entries of the nodes
 stored next to ``C`` and ``B``, so it depends on the node order of the data set (as in the paper).

@@ -17,7 +17,9 @@ class EnergyLayerNorm(Module):
     ``g`` is the gradient of the Lagrangian
     :math:`L(x) = D\gamma\sqrt{\mathrm{var}(x)+\varepsilon} + \delta\cdot x`, whose Hessian is
     positive semi-definite exactly when ``gamma >= 0``; that is what makes ``x <- x - alpha dE/dg``
-    a descent on ``E(g(x))``. ``gamma`` is therefore stored as ``log_gamma`` and stays positive.
+    a descent on ``E(g(x))`` to first order in ``alpha`` (the continuous flow always descends; a
+    discrete step descends for small enough ``alpha``, see docs/derivation.md). ``gamma`` is
+    therefore stored as ``log_gamma`` and stays positive.
     """
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:

@@ -114,7 +114,10 @@ class ETConv(DescentSettings, MessagePassing):
         \mathbf{q}_{hC} \Big] + \boldsymbol{\xi}^\top r(\boldsymbol{\xi}\mathbf{g}_A),
 
     with :math:`c_{BCh} = w_{BCh}\,\mathrm{softmax}_{B \in \mathcal{N}(C)}(\beta_h w_{BCh}
-    \mathbf{k}_{hB}^\top \mathbf{q}_{hC})`.
+    \mathbf{k}_{hB}^\top \mathbf{q}_{hC})`. With ``coupling=True`` the energy also has
+    :math:`E_{GC} = -\tfrac12\sum_{B\to C} \mathbf{g}_B^\top W \mathbf{g}_C`, which adds
+    :math:`\tfrac12 W (\sum_{A \to C} \mathbf{g}_C + \sum_{B \to A} \mathbf{g}_B)` to
+    :math:`-\partial E/\partial \mathbf{g}_A`.
 
     The energy and its parameters are one :class:`~et_graph.nn.ETEnergy` module,
     ``conv.energy_fn``, shared by the sparse path (:meth:`forward`, over ``edge_index``) and
