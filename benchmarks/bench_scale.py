@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=2, help="timed full-batch steps")
     parser.add_argument("--batch-size", type=int, default=8192, help="seed nodes per batch")
     parser.add_argument("--num-neighbors", default="10",
-                        help="fanouts per hop (T = 1: one hop is what the query side reads)")
+                        help="fanouts per hop (T = 1 reads two hops, the query side one; see "
+                             "docs/scale.md)")
     parser.add_argument("--train-fraction", type=float, default=0.4,
                         help="share of the nodes that are training seeds (GADBench: 40%%)")
     parser.add_argument("--chunk-size", type=int, default=65536,

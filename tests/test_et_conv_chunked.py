@@ -81,3 +81,19 @@ def test_anomaly_net_scores_in_chunks_like_the_full_pass(readout):
                                        rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="inference"):
         net(x, edge_index, chunk_size=8)  # gradients enabled
+
+
+def test_a_numpy_integer_chunk_size_is_read_as_an_int():
+    import numpy as np
+
+    from et_graph.detectors import ETDetector
+
+    torch.manual_seed(0)
+    conv = ETConv(8, heads=2, head_dim=4, steps=2).double().eval()
+    x = torch.randn(20, 8, dtype=torch.float64)
+    edge_index = torch.randint(0, 20, (2, 60))
+    torch.testing.assert_close(conv.forward_chunked(x, edge_index, chunk_size=np.int64(7)),
+                               conv.forward_chunked(x, edge_index, chunk_size=7))
+    assert ETDetector(chunk_size=np.int32(64)).chunk_size == 64
+    with pytest.raises(ValueError, match="positive integer"):
+        ETDetector(chunk_size=7.0)

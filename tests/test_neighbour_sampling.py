@@ -180,3 +180,29 @@ def test_neighbour_sampled_detector_learns_and_scores_the_full_graph(graph):
                                                                      test_auroc(full))
     with pytest.raises(ValueError, match="needs batch_size"):
         ETDetector(num_neighbors="5")
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_symmetric_graph_needs_two_hops_per_step_for_exact_seed_outputs(steps):
+    """docs/scale.md's rule: each step reads two hops (the key side goes one hop out and reads
+    that node's softmax one hop in), so T steps need 2T hops of -1 for the seeds' outputs to
+    equal the full graph's; 2T - 1 hops are not enough. (The docs once said T hops.)"""
+    from torch_geometric.utils import to_undirected
+
+    from et_graph.nn import ETConv
+
+    torch.manual_seed(3)
+    num_nodes = 40
+    edge_index = to_undirected(torch.randint(0, num_nodes, (2, 70)), num_nodes=num_nodes)
+    x = torch.randn(num_nodes, 8, dtype=torch.float64)
+    conv = ETConv(8, heads=2, head_dim=4, steps=steps, alpha=0.5).double().eval()
+    seeds = torch.tensor([0, 5, 11])
+    with torch.no_grad():
+        full = conv(x, edge_index)[seeds]
+
+        def seed_outputs(hops):
+            batch = NeighbourSampler(edge_index, num_nodes, [-1] * hops).sample(seeds)
+            return conv(x[batch.nodes], batch.edge_index)[:len(seeds)]
+
+        torch.testing.assert_close(seed_outputs(2 * steps), full, rtol=0, atol=1e-12)
+        assert (seed_outputs(2 * steps - 1) - full).abs().max() > 1e-6

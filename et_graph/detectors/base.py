@@ -7,6 +7,7 @@ protocol), ``decision_score_`` (the scores of the graph it was fitted on) and ``
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import pickle
 import warnings
@@ -62,9 +63,11 @@ class BaseDetector:
             if not getattr(self, "supports_chunks", False):
                 raise ValueError(f"chunked scoring is implemented for ETDetector only, not "
                                  f"{type(self).__name__}")
-            if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+            # numbers.Integral: a NumPy integer (a computed chunk size) is as good as an int
+            if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
+                    or chunk_size <= 0):
                 raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-            self.chunk_size = chunk_size
+            self.chunk_size = int(chunk_size)
         self.threshold_: Optional[float] = None
         self.decision_score_: Optional[Tensor] = None
         self.history_: list[dict[str, float]] = []

@@ -496,8 +496,10 @@ class ETConv(DescentSettings, MessagePassing):
         if self.training and self.noise_std > 0:
             raise ValueError("forward_chunked is for inference: call conv.eval() first")
         self.energy_fn.check_sparse_only()
-        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
+        if (not isinstance(chunk_size, numbers.Integral) or isinstance(chunk_size, bool)
+                or chunk_size <= 0):
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        chunk_size = int(chunk_size)
         if not isinstance(edge_index, Tensor) or is_sparse(edge_index):
             raise ValueError("forward_chunked takes edge_index as a [2, E] tensor")
         num_steps = self._num_steps(steps)
