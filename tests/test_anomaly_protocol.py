@@ -137,6 +137,23 @@ def test_recall_at_k_and_calibration():
     assert unit.tolist() == [0.0, 0.25, 1.0, 1.0]
 
 
+def test_calibrated_scores_keep_their_own_ranking_for_auroc():
+    """The energy row maps a score to validation quantiles for its threshold; the ties that
+    creates (every test node between two validation values) once entered AUROC and AUPRC."""
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    rng = np.random.default_rng(0)
+    y = (rng.random(400) < 0.2).astype(int)
+    y[:4] = [0, 1, 0, 1]
+    score = rng.normal(size=400) + y  # distinct values, informative
+    split = Split(torch.arange(0, 8), torch.arange(8, 20), torch.arange(20, 400))  # 12 val nodes
+    metrics, _, prob = evaluate_scores(y, score, split, calibrate=True)
+    test = split.test.numpy()
+    assert len(np.unique(prob[test])) < len(np.unique(score[test]))  # the calibration ties
+    assert metrics["auroc"] == roc_auc_score(y[test], score[test])
+    assert metrics["auprc"] == average_precision_score(y[test], score[test])
+
+
 def test_class_weight_is_normal_over_anomalous():
     assert class_weight(torch.tensor([0, 0, 0, 1])) == 3.0
     with pytest.raises(ValueError, match="no anomalous"):
@@ -172,3 +189,36 @@ def test_split_masks_match_the_indices():
     assert train.tolist() == [True, False, True, False, False]
     assert val.tolist() == [False, True, False, False, False]
     assert test.tolist() == [False, False, False, True, True]
+
+
+def test_a_split_without_both_classes_is_refused_with_the_flag_to_change():
+    """A train ratio too small for the anomaly rate drew 6 training nodes and no anomaly (the
+    comment promised one of each), and a shipped test mask without anomalies ran to 'n/a'."""
+    y = torch.zeros(300, dtype=torch.long)
+    y[:9] = 1  # 3% anomalies
+    with pytest.raises(ValueError, match=r"training split holds 6 normal and 0 anomalous.*"
+                                         r"--train-ratio"):
+        stratified_split(y, 0.02, seed=0)
+    from torch_geometric.data import Data
+
+    data = Data(y=y, num_nodes=300)
+    data.train_mask = torch.zeros(300, dtype=torch.bool)
+    data.val_mask, data.test_mask = data.train_mask.clone(), data.train_mask.clone()
+    data.train_mask[[0, 1, 20, 21]] = True
+    data.val_mask[[2, 3, 22, 23]] = True
+    data.test_mask[30:60] = True  # normal nodes only
+    with pytest.raises(ValueError, match="test split holds 30 normal and 0 anomalous.*column 0"):
+        make_splits(data, "gadbench", 1)
+
+
+def test_protocol_config_refuses_what_a_run_would_not_use():
+    from et_graph.protocols.anomaly_config import AnomalyProtocolConfig
+
+    for bad, message in (({"seeds": 0}, "seeds"), ({"seeds": -1}, "seeds"),
+                         ({"train_ratio": 40}, "train_ratio"),
+                         ({"protocol": "gadbench", "vary_split": True}, "vary_split"),
+                         ({"models": "et,nope"}, "unknown models")):
+        with pytest.raises(ValueError, match=message):
+            AnomalyProtocolConfig(**bad)
+    # a model named twice runs once (its seeds were listed twice)
+    assert AnomalyProtocolConfig(models="mlp,MLP,et").model_names() == ["mlp", "et"]

@@ -96,7 +96,6 @@ def stratified_split(
     sub = labels[index]
     if np.bincount(sub, minlength=2).min() < 3:
         raise ValueError("need at least 3 normal and 3 anomalous eligible nodes to split")
-    # Tiny train ratios on small graphs could leave a class absent: keep at least one of each.
     train_size = max(int(round(train_ratio * index.size)), 2)
     train, rest, _, rest_y = train_test_split(
         index, sub, train_size=train_size, stratify=sub, random_state=seed
@@ -104,7 +103,21 @@ def stratified_split(
     val, test = train_test_split(
         rest, train_size=val_fraction_of_rest, stratify=rest_y, random_state=seed
     )
-    return Split(*(torch.from_numpy(np.sort(part)).long() for part in (train, val, test)))
+    split = Split(*(torch.from_numpy(np.sort(part)).long() for part in (train, val, test)))
+    check_split(split, labels, f"train_ratio {train_ratio} (raise --train-ratio)")
+    return split
+
+
+def check_split(split: Split, labels: np.ndarray, hint: str) -> None:
+    """Every part of ``split`` must hold both classes: training needs anomalies to learn from,
+    validation chooses the threshold, and test AUROC/AUPRC are undefined on one class (a run
+    used to report them as n/a, with a macro-F1 of a single class)."""
+    for part, nodes in (("training", split.train), ("validation", split.val),
+                        ("test", split.test)):
+        counts = np.bincount(labels[nodes.numpy()], minlength=2)
+        if counts.min() == 0:
+            raise ValueError(f"the {part} split holds {counts[0]} normal and {counts[1]} "
+                             f"anomalous nodes; it needs both classes ({hint})")
 
 
 def mask_splits(data: Data) -> list[Split]:
@@ -116,9 +129,13 @@ def mask_splits(data: Data) -> list[Split]:
             "use the 'paper' protocol (stratified splits) instead"
         )
     masks = [m.view(-1, 1) if m.dim() == 1 else m for m in masks]
-    return [
+    splits = [
         Split(*(m[:, s].nonzero().view(-1) for m in masks)) for s in range(masks[0].size(1))
     ]
+    labels = _check_labels(data.y)
+    for column, split in enumerate(splits):
+        check_split(split, labels, f"the dataset's mask column {column}")
+    return splits
 
 
 def make_splits(
@@ -217,7 +234,8 @@ def validation_score(y_val: np.ndarray, prob_val: np.ndarray, metric: str) -> tu
 def scores_to_unit(score: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """Map an unbounded score (e.g. an energy) into ``[0, 1]`` by the empirical CDF of the
     ``reference`` scores (validation nodes), so that the 0.05..0.95 threshold grid becomes a grid
-    of validation quantiles. Monotone, so AUROC/AUPRC/Rec@K are unchanged."""
+    of validation quantiles. Monotone but not strictly: scores between two validation values
+    tie, so rank metrics must be computed on the score itself (:func:`evaluate_scores` does)."""
     ref = np.sort(np.asarray(reference, dtype=np.float64))
     return np.searchsorted(ref, np.asarray(score, dtype=np.float64), side="right") / max(
         ref.size, 1
@@ -235,7 +253,13 @@ def evaluate_scores(
     val, test = split.val.numpy(), split.test.numpy()
     prob = scores_to_unit(score, score[val]) if calibrate else np.asarray(score)
     threshold, _ = choose_threshold(y[val], prob[val])
-    return evaluate(y[test], prob[test], threshold), threshold, prob
+    metrics = evaluate(y[test], prob[test], threshold)
+    if calibrate:
+        # The calibrated score ties every test node between two validation values; the rank
+        # metrics come from the score itself (macro-F1 stays at the calibrated threshold).
+        raw = evaluate(y[test], np.asarray(score, dtype=np.float64)[test], threshold)
+        metrics.update(auroc=raw["auroc"], auprc=raw["auprc"], rec_at_k=raw["rec_at_k"])
+    return metrics, threshold, prob
 
 
 def seed_ensemble(y: np.ndarray, scores: list[np.ndarray], split: Split

@@ -78,7 +78,8 @@ class AnomalyProtocolConfig:
         seeds: model seeds (runs).
         models: comma list of et, mlp, gcn, gat, gbt.
         energy_row: also report the node energy of the label-trained ET (sign and threshold
-            chosen on validation); it is not an unsupervised detector.
+            chosen on validation; needs et among the models); it is not an unsupervised
+            detector.
         ddp: data-parallel training over torch.distributed (launch with torchrun).
         inference_chunk_size: ET validates and scores this many destination nodes at a time,
             in bounded memory, with the same result (none = one full pass).
@@ -98,8 +99,27 @@ class AnomalyProtocolConfig:
     inference_chunk_size: Optional[int] = None
     seed_ensemble: bool = False
 
+    def __post_init__(self) -> None:
+        if self.protocol not in ("paper", "gadbench"):
+            raise ValueError(f"protocol must be 'paper' or 'gadbench', got {self.protocol!r}")
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
+            raise ValueError(f"seeds must be a positive integer (the number of runs), got "
+                             f"{self.seeds!r}")
+        if not 0.0 < self.train_ratio < 1.0:
+            raise ValueError(f"train_ratio must lie strictly between 0 and 1, got "
+                             f"{self.train_ratio}")
+        if self.protocol == "gadbench" and self.vary_split:
+            # The shipped masks are the splits; a vary_split recorded in the config would be
+            # a setting the run never used.
+            raise ValueError("vary_split draws stratified splits (paper protocol); with "
+                             "protocol gadbench seed i uses the dataset's mask i mod S")
+        self.model_names()  # unknown names fail here, not after the data load
+
     def model_names(self) -> list[str]:
-        names = [n.strip().lower() for n in self.models.split(",") if n.strip()]
+        """The models in the given order, each once (``mlp,MLP`` trains the MLP once per seed;
+        it used to train twice and list every seed twice)."""
+        names = list(dict.fromkeys(n.strip().lower() for n in self.models.split(",")
+                                   if n.strip()))
         unknown = sorted(set(names) - set(MODEL_NAMES))
         if unknown or not names:
             raise ValueError(f"unknown models {unknown or self.models!r}; choose from "
