@@ -46,6 +46,26 @@ def test_folds_are_stratified_and_test_folds_are_never_trained_on():
         assert np.bincount(labels[val]).tolist() == [6, 4, 2]
 
 
+def test_graph_labels_need_one_class_per_graph_and_inner_splits_name_their_settings():
+    """A one-hot y was read by its first entry (classes inverted), a per-node y by its first
+    node; a fold too small for its validation split gave sklearn's bare message."""
+    one_hot = [Data(y=torch.nn.functional.one_hot(torch.tensor([v % 2]), 2)) for v in range(4)]
+    with pytest.raises(ValueError, match=r"shape \(1, 2\).*argmax"):
+        graph_labels(one_hot)
+    with pytest.raises(ValueError, match="one integer class per graph"):
+        graph_labels([Data(y=torch.tensor([0, 1, 1]))])
+    labels = np.array([0] * 41 + [1])  # one graph of class 1 in the training fold
+    with pytest.raises(ValueError, match="--val-fraction"):
+        inner_split(np.arange(42), labels, 0.1, seed=0)
+
+
+def test_grid_names_may_not_contain_the_separator():
+    from et_graph.protocols.graph_cv import cross_validate_selected
+
+    with pytest.raises(ValueError, match="may not contain '@'"):
+        cross_validate_selected([], {"p": {"a": None, "a@x": None}}, {"p": {}})
+
+
 def test_label_and_graph_checks():
     with pytest.raises(ValueError, match="single class"):
         check_graph_labels([1, 1, 1, 1])

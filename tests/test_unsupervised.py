@@ -373,3 +373,20 @@ def test_score_rules_are_checked():
         UnsupervisedETDetector(structure_weight=1.0, structure_reduce="median")
     with pytest.raises(ValueError, match="combine"):
         UnsupervisedETDetector(structure_weight=1.0, combine="min")
+
+
+def test_contamination_range_is_pygods_and_ties_are_flagged_together():
+    """(0, 0.5] as in PyGOD (0.5 was refused); the flagged count follows the quantile, and a
+    block of identical scores at the threshold is flagged as a whole (documented)."""
+    from et_graph.detectors import UnsupervisedScoreConfig
+
+    assert UnsupervisedScoreConfig(contamination=0.5).contamination == 0.5
+    for bad in (0.0, 0.6):
+        with pytest.raises(ValueError, match=r"\(0, 0.5\]"):
+            UnsupervisedScoreConfig(contamination=bad)
+    det = UnsupervisedETDetector(seed=0, epochs=2, score_rounds=1, contamination=0.1)
+    det.fit(planted_anomaly_graph(num_nodes=200, seed=2))
+    score = det.decision_score_
+    assert int(det.predict(planted_anomaly_graph(num_nodes=200, seed=2)).sum()) == int(
+        (score >= det.threshold_).sum())
+    assert 20 <= int((score >= det.threshold_).sum()) <= 21

@@ -164,8 +164,8 @@ class UnsupervisedScoreConfig:
             raise ValueError(f"combine must be one of {COMBINE_RULES}, got {self.combine!r}")
         if self.score_rounds <= 0:
             raise ValueError(f"score_rounds must be positive, got {self.score_rounds}")
-        if not 0.0 < self.contamination < 0.5:
-            raise ValueError(f"contamination must lie in (0, 0.5), got {self.contamination}")
+        if not 0.0 < self.contamination <= 0.5:  # PyGOD's range
+            raise ValueError(f"contamination must lie in (0, 0.5], got {self.contamination}")
 
 
 @dataclass

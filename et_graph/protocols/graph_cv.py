@@ -149,10 +149,17 @@ def inner_split(
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction}")
     labels = np.asarray(labels)
-    inner, val = train_test_split(
-        np.asarray(train_index), test_size=val_fraction, random_state=seed,
-        stratify=labels[train_index],
-    )
+    try:
+        inner, val = train_test_split(
+            np.asarray(train_index), test_size=val_fraction, random_state=seed,
+            stratify=labels[train_index],
+        )
+    except ValueError as error:  # sklearn's message names neither setting to change
+        counts = np.bincount(labels[train_index])
+        raise ValueError(
+            f"cannot draw a stratified validation split of {val_fraction:g} from a training "
+            f"fold of {len(train_index)} graphs (class counts {counts.tolist()}): use fewer "
+            f"folds or a larger val_fraction (--folds, --val-fraction) ({error})") from None
     return np.sort(inner), np.sort(val)
 
 
@@ -166,6 +173,12 @@ def graph_labels(dataset: Sequence[Data]) -> np.ndarray:
         if y.is_floating_point() or y.is_complex():
             raise ValueError(f"graph labels must be integer classes, got {y.dtype} (graph "
                              f"{index}); convert with y.long() after checking the values")
+        if y.numel() != 1:
+            # Only the first entry was read: a one-hot y inverted the classes, and a
+            # per-node y gave the first node's label.
+            raise ValueError(f"graph {index} has a y of shape {tuple(y.shape)}; graph "
+                             "classification needs one integer class per graph (a one-hot "
+                             "y: y.argmax())")
     return np.array([int(d.y.view(-1)[0]) for d in dataset])
 
 
@@ -337,6 +350,10 @@ def cross_validate_selected(
                          "folds; for a validation-only probe call cross_validate on the grid")
     names = list(grid)
     models = list(grid[names[0]])
+    clashing = [n for n in [*names, *models] if "@" in n]
+    if clashing:
+        # grid_model_name joins them with "@": "a" + "x@p" and "a@x" + "p" would collide
+        raise ValueError(f"model and candidate names may not contain '@': {clashing}")
     for name in names:
         if set(grid[name]) != set(models):
             raise ValueError(f"candidate {name!r} has models {sorted(grid[name])}, candidate "
