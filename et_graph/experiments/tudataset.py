@@ -102,7 +102,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
             + (f", first {folds_run} folds only (max_folds)" if partial else "")
             + f"; in each training fold a stratified {protocol.val_fraction:.0%} validation "
             "split selects the epoch (best validation accuracy, ties: lower validation loss, up "
-            f"to {config.train.epochs} epochs); "
+            f"to {config.train.epochs} epochs"
+            + ("; a grid candidate may set its own" if len(candidates) > 1 else "") + "); "
             + ("validation only: the test folds are never scored; " if protocol.validation_only
                else "the test fold is evaluated once; " if protocol.runs_per_fold == 1 else
                f"{protocol.runs_per_fold} trainings per fold from their own seeds, each "
