@@ -265,3 +265,17 @@ def test_provenance_note_names_the_machine_and_the_numerics_environment():
     assert note == "et-graph 1.2, commit abc; CPU X (AVX2), 1 thread(s), MKL_CBWR=COMPATIBLE"
     assert provenance_note({"et_graph_version": "1.2", "git_commit": "abc"}) == (
         "et-graph 1.2, commit abc")  # results written before the machine was recorded
+
+
+def test_a_trees_only_run_says_it_has_no_training_curves(tmp_path):
+    """It wrote blank axes (and matplotlib's 'No artists with labels' warning)."""
+    import warnings
+
+    graph = tmp_path / "planted.pt"
+    torch.save(planted_anomaly_graph(300, seed=2), graph)
+    out = tmp_path / "trees"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert cli_main(["anomaly", "--data", str(graph), "--models", "gbt", "--seeds", "1",
+                         "--max-iter", "10", "--out", str(out), "--no-progress"]) == 0
+    assert (out / "training_curves.png").stat().st_size > 0

@@ -661,3 +661,13 @@ def test_resume_refuses_a_checkpoint_of_other_model_settings(tmp_path):
     for change in (["--alpha", "5.0"], ["--hidden", "32"]):
         with pytest.raises(ValueError, match="another configuration"):
             tudataset.run(parse(tudataset.CONFIG, [*base, "--resume", *change]))
+
+
+def test_a_model_with_fewer_outputs_than_classes_is_named_before_training():
+    """It failed inside the loss with 'Target 2 is out of bounds'."""
+    graphs = [Data(x=torch.ones(3, 2), edge_index=torch.tensor([[0, 1], [1, 2]]),
+                   y=torch.tensor([c % 3])) for c in range(60)]
+    factory = {"et": lambda: ETGraphModel(2, 2, hidden_channels=8, blocks=1, steps=1, heads=1,
+                                          head_dim=4, pe_dim=0)}
+    with pytest.raises(ValueError, match="2 outputs but the labels hold 3 classes"):
+        cross_validate(graphs, factory, {"et": GraphTrainConfig(epochs=1)}, folds=2)

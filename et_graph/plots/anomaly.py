@@ -49,14 +49,24 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> 
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     for name, histories in curves["history"].items():
         for i, hist in enumerate(histories):
-            label = name if i == 0 else None
+            # one colour per model, one line per seed (the legend counts them)
+            label = f"{name} ({len(histories)} seed{'s' if len(histories) > 1 else ''})" \
+                if i == 0 else None
             alpha = 1.0 if name == "et" else 0.5
             ax_loss.plot(hist["loss"], color=_color(name), alpha=alpha, label=label)
             ax_val.plot(hist["val_auroc"], color=_color(name), alpha=alpha, label=label)
-    ax_loss.set(xlabel="epoch", ylabel="weighted BCE (train)", title="Training loss")
-    ax_val.set(xlabel="epoch", ylabel="validation AUROC", title="Validation AUROC (all seeds)")
+    # The training loss is class-weighted BCE, unweighted under class-balanced sampling; under
+    # data-parallel training it is rank 0's share.
+    ax_loss.set(xlabel="epoch", ylabel="training BCE", title="Training loss (a line per seed)")
+    ax_val.set(xlabel="epoch", ylabel="validation AUROC",
+               title="Validation AUROC (a line per seed)")
+    if not curves["history"]:
+        for ax in (ax_loss, ax_val):  # trees only: no epochs to draw, said rather than blank
+            ax.text(0.5, 0.5, "no neural model in this run", ha="center", va="center",
+                    transform=ax.transAxes)
     for ax in (ax_loss, ax_val):
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "training_curves.png", dpi=120)
     plt.close(fig)

@@ -544,6 +544,11 @@ def cross_validate(
                 run_name = name if run == 0 else f"{name}-run{run}"
                 seed_everything(run_seed)
                 model = factory()
+                width = getattr(model, "out_channels", None)
+                if isinstance(width, int) and width < int(labels.max()) + 1:
+                    # it would fail inside the loss ("Target 2 is out of bounds")
+                    raise ValueError(f"model {name!r} has {width} outputs but the labels hold "
+                                     f"{int(labels.max()) + 1} classes")
                 fit = fit_graph_classifier(
                     model, [data[i] for i in inner], [data[i] for i in val], configs[name],
                     seed=run_seed, progress=progress,
