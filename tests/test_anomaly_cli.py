@@ -279,3 +279,13 @@ def test_a_trees_only_run_says_it_has_no_training_curves(tmp_path):
         assert cli_main(["anomaly", "--data", str(graph), "--models", "gbt", "--seeds", "1",
                          "--max-iter", "10", "--out", str(out), "--no-progress"]) == 0
     assert (out / "training_curves.png").stat().st_size > 0
+
+
+def test_torchrun_without_ddp_and_ddp_without_torchrun_are_refused(monkeypatch):
+    """Under torchrun without --ddp every process ran the whole job into the same folder."""
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(ValueError, match="ddp needs torchrun"):
+        cli_main(["anomaly", "--dataset", "reddit", "--quick", "--ddp", "--no-progress"])
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="without --ddp"):
+        cli_main(["anomaly", "--dataset", "reddit", "--quick", "--no-progress"])

@@ -136,6 +136,12 @@ def _setup_distributed(ddp: bool) -> int:
     import torch.distributed as dist
 
     if not ddp:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # torchrun without --ddp: every process would run the whole job and write the same
+            # output folder
+            raise ValueError("launched by torchrun with WORLD_SIZE > 1 but without --ddp: every "
+                             "process would run the whole job; add --ddp, or run it once "
+                             "without torchrun")
         return 0
     if not dist.is_initialized():
         if "RANK" not in os.environ:
