@@ -7,7 +7,6 @@ protocol), ``decision_score_`` (the scores of the graph it was fitted on) and ``
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import os
 import pickle
 import warnings
@@ -20,6 +19,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..config import apply_keywords, check_device, to_dict
+from ..nn.validation import check_chunk_size
 from ..protocols.anomaly import choose_threshold
 from ..transforms.features import check_node_graph
 
@@ -63,11 +63,7 @@ class BaseDetector:
             if not getattr(self, "supports_chunks", False):
                 raise ValueError(f"chunked scoring is implemented for ETDetector only, not "
                                  f"{type(self).__name__}")
-            # numbers.Integral: a NumPy integer (a computed chunk size) is as good as an int
-            if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
-                    or chunk_size <= 0):
-                raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-            self.chunk_size = int(chunk_size)
+            self.chunk_size = check_chunk_size(chunk_size)
         self.threshold_: Optional[float] = None
         self.decision_score_: Optional[Tensor] = None
         self.history_: list[dict[str, float]] = []

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+import numbers
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -154,3 +155,12 @@ def check_rw_pe(rw_pe: Optional[Tensor], num_nodes: int, dim: int) -> Tensor:
     if not rw_pe.is_floating_point() or not all_finite(rw_pe):
         raise ValueError("rw_pe must be finite floating point")
     return rw_pe
+
+
+def check_chunk_size(chunk_size: Any) -> int:
+    """``chunk_size`` as an ``int`` (a NumPy integer, e.g. a computed size, is as good as one);
+    ``ValueError`` unless it is a positive integer (``True`` is not)."""
+    if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
+            or chunk_size <= 0):
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    return int(chunk_size)

@@ -515,6 +515,7 @@ def cross_validate(
         raise ValueError(f"graph {wide} has {dataset[wide].x.dtype} node features; the models "
                          f"compute in {torch.get_default_dtype()}: convert with data.x.float()")
     labels = check_graph_labels(graph_labels(dataset))
+    num_classes = int(labels.max()) + 1  # labels are 0..C-1 (checked)
     if max_folds is not None and (isinstance(max_folds, bool) or max_folds < 1):
         raise ValueError(f"max_folds must be >= 1 (or None for every fold), got {max_folds!r}")
     splits = (check_splits(splits, len(dataset)) if splits is not None
@@ -545,10 +546,10 @@ def cross_validate(
                 seed_everything(run_seed)
                 model = factory()
                 width = getattr(model, "out_channels", None)
-                if isinstance(width, int) and width < int(labels.max()) + 1:
+                if isinstance(width, int) and width < num_classes:
                     # it would fail inside the loss ("Target 2 is out of bounds")
                     raise ValueError(f"model {name!r} has {width} outputs but the labels hold "
-                                     f"{int(labels.max()) + 1} classes")
+                                     f"{num_classes} classes")
                 fit = fit_graph_classifier(
                     model, [data[i] for i in inner], [data[i] for i in val], configs[name],
                     seed=run_seed, progress=progress,

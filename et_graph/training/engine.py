@@ -344,10 +344,10 @@ class Trainer:
                 )
             # The training settings themselves are compared too, so that a caller who passes
             # no fingerprint cannot resume a run under another lr, schedule or epoch count.
-            stored = state.get("config")
-            if stored is not None and stored != asdict(self.config):
-                changed = sorted(k for k in set(stored) | set(asdict(self.config))
-                                 if stored.get(k) != asdict(self.config).get(k))
+            stored, current = state.get("config"), asdict(self.config)
+            if stored is not None and stored != current:
+                changed = sorted(k for k in set(stored) | set(current)
+                                 if stored.get(k) != current.get(k))
                 raise ValueError(
                     f"{path} was written under other training settings ({', '.join(changed)} "
                     "differ); use another checkpoint_dir or drop resume"

@@ -115,7 +115,7 @@ def tune_anomaly(config: Any, models: list[str], budget: TuneBudget, storage: st
         "anomaly", models, lambda model: AnomalyObjective(config, model, metric, data=data),
         lambda objective: str(getattr(objective.data, "name", None) or config.data.dataset),
         budget, storage, out, prefix, config, metric, f"validation {metric}",
-        in_memory=None if data is None else str(getattr(data, "name", None) or "unnamed"))
+        in_memory=_in_memory_name(data))
 
 
 def _tune_models(task: str, models: list[str], make_objective: Callable[[str], Any],
@@ -160,6 +160,11 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                  presets, config, pruning)
     print((out / "study_report.md").read_text())
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
+
+
+def _in_memory_name(data: Any) -> Optional[str]:
+    """The name a preset gives a dataset passed in memory (``None``: loaded from the config)."""
+    return None if data is None else str(getattr(data, "name", None) or "unnamed")
 
 
 def in_memory_placeholder(task: str, name: str) -> dict[str, Any]:
@@ -223,7 +228,7 @@ def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storag
     from ..datasets.gnnbenchmark import load_benchmark
     from .gnnbenchmark import GNNBenchmarkObjective
 
-    in_memory = None if data is None else str(getattr(data, "name", None) or "unnamed")
+    in_memory = _in_memory_name(data)
     data = load_benchmark(config.data) if data is None else data
     seeds = "model seed 0" if tune_seeds == 1 else f"the mean of model seeds 0-{tune_seeds - 1}"
     direction = "minimized" if data.lower_is_better else "maximized"

@@ -178,10 +178,8 @@ class _FailureLimit:
         self.stopped = False
 
     def __call__(self, study: Any, trial: Any) -> None:
-        optuna = _optuna()
-        failed = (trial.state == optuna.trial.TrialState.FAIL
-                  or (trial.state == optuna.trial.TrialState.COMPLETE
-                      and trial.value is not None and trial.value != trial.value))  # NaN
+        # optuna records an exception caught by `catch` and a NaN objective alike as FAIL
+        failed = trial.state == _optuna().trial.TrialState.FAIL
         self.in_a_row = self.in_a_row + 1 if failed else 0
         if self.in_a_row >= self.limit:
             self.stopped = True

@@ -14,7 +14,7 @@ from torch_geometric.utils import is_sparse
 from ... import energy as E
 from ..edge_cache import EdgeCache
 from ..energy_layer_norm import EnergyLayerNorm
-from ..validation import check_batch, check_edge_index, check_edge_weight
+from ..validation import check_batch, check_chunk_size, check_edge_index, check_edge_weight
 from .et_energy import EdgeSet, ETEnergy, _check_positive
 
 GRAD_MODES = ("analytic", "autograd")
@@ -496,10 +496,7 @@ class ETConv(DescentSettings, MessagePassing):
         if self.training and self.noise_std > 0:
             raise ValueError("forward_chunked is for inference: call conv.eval() first")
         self.energy_fn.check_sparse_only()
-        if (not isinstance(chunk_size, numbers.Integral) or isinstance(chunk_size, bool)
-                or chunk_size <= 0):
-            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-        chunk_size = int(chunk_size)
+        chunk_size = check_chunk_size(chunk_size)
         if not isinstance(edge_index, Tensor) or is_sparse(edge_index):
             raise ValueError("forward_chunked takes edge_index as a [2, E] tensor")
         num_steps = self._num_steps(steps)
