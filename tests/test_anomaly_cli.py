@@ -124,6 +124,40 @@ def test_seed_ensemble_averages_each_models_seeds_on_their_shared_split(monkeypa
                            "--seed-ensemble"), data=data)
 
 
+def test_roc_plot_draws_every_row_with_the_tables_rank_metrics(monkeypatch, tmp_path):
+    """roc_pr.png left out the seed-ensemble rows (and any model outside its fixed order), and
+    drew the energy row from its validation-quantile map, whose ties gave another AUROC than
+    the table's. Every scored row is now drawn, from the score its table row ranks."""
+    from et_graph.plots import anomaly as plots
+    from et_graph.protocols.anomaly import evaluate
+
+    drawn = {}
+    real = plots.plot_curves
+
+    def capture(out, curves, data, split):
+        drawn.update(curves["prob"])
+        drawn["_split"] = split
+        return real(out, curves, data, split)
+
+    monkeypatch.setattr(plots, "plot_curves", capture)
+    data = planted_anomaly_graph(300, seed=2)
+    results = anomaly.run(config("--models", "et,mlp", "--seeds", "1", "--epochs", "2",
+                                 "--hidden", "16", "--seed-ensemble",
+                                 "--out", str(tmp_path / "run")), data=data)
+    split = drawn.pop("_split")
+    assert set(drawn) == set(results["models"]) == {
+        "et", "et_energy_trained", "mlp", "et_ensemble", "mlp_ensemble"}
+    assert plots.plotted_models(drawn) == [
+        "et", "et_ensemble", "et_energy_trained", "mlp", "mlp_ensemble"]
+    y, test = data.y.numpy(), split.test.numpy()
+    for name, score in drawn.items():
+        for metric in ("auroc", "auprc"):
+            assert evaluate(y[test], score[test], 0.5)[metric] == pytest.approx(
+                results["models"][name][metric]["values"][0], abs=1e-12), (name, metric)
+    assert plots.plotted_models({"zeta": 0, "et": 0, "alpha_ensemble": 0}) == [
+        "et", "alpha_ensemble", "zeta"]
+
+
 def test_run_rejects_bad_options_and_data():
     with pytest.raises(ValueError, match="unknown models"):
         anomaly.run(config("--models", "svm"), data=planted_anomaly_graph(100))

@@ -671,3 +671,27 @@ def test_a_model_with_fewer_outputs_than_classes_is_named_before_training():
                                           head_dim=4, pe_dim=0)}
     with pytest.raises(ValueError, match="2 outputs but the labels hold 3 classes"):
         cross_validate(graphs, factory, {"et": GraphTrainConfig(epochs=1)}, folds=2)
+
+
+@pytest.mark.parametrize("name", ["gin", "mlp", "custom"])
+def test_baselines_and_custom_models_with_too_few_outputs_are_named(name):
+    """The check read ``out_channels``, which only ETGraphModel had: GIN and the MLP still
+    failed inside the loss; a user's model without the attribute fails at its first batch."""
+    graphs = [Data(x=torch.ones(3, 2), edge_index=torch.tensor([[0, 1], [1, 2]]),
+                   y=torch.tensor([c % 3])) for c in range(60)]
+
+    class Custom(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = GINClassifier(2, 2, hidden_channels=8, num_layers=1)
+
+        def forward(self, x, edge_index, batch=None):
+            return self.inner(x, edge_index, batch)
+
+    build = {"gin": lambda: GINClassifier(2, 2, hidden_channels=8, num_layers=1),
+             "mlp": lambda: StructureAgnosticMLP(2, 2, hidden_channels=8),
+             "custom": Custom}[name]
+    message = ("2 outputs but the labels hold 3 classes" if name != "custom"
+               else r"logits of shape \(\d+, 2\), but the labels hold 3 classes")
+    with pytest.raises(ValueError, match=message):
+        cross_validate(graphs, {name: build}, {name: GraphTrainConfig(epochs=1)}, folds=2)

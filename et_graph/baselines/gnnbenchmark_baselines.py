@@ -91,6 +91,7 @@ class _BenchmarkGNN(nn.Module):
         if rw_pe_dim < 0:
             raise ValueError(f"rw_pe_dim must be >= 0, got {rw_pe_dim}")
         self.task = task
+        self.out_channels = out_channels
         self.dropout = dropout
         self.readout = readout
         self.node_encoder = InputEncoder(hidden, num_node_types, node_dim)

@@ -40,6 +40,7 @@ class GINClassifier(nn.Module):
     ) -> None:
         super().__init__()
         self.in_channels = in_channels
+        self.out_channels = out_channels
         self.gnn = GIN(in_channels, hidden_channels, num_layers, norm="batch_norm", jk="cat")
         self.head = _mlp(hidden_channels, hidden_channels, out_channels, dropout)
 
@@ -69,6 +70,7 @@ class StructureAgnosticMLP(nn.Module):
     ) -> None:
         super().__init__()
         self.in_channels = in_channels
+        self.out_channels = out_channels
         self.node = (
             nn.Sequential(nn.Linear(in_channels, hidden_channels), nn.ReLU())
             if node_layer

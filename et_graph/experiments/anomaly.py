@@ -93,11 +93,11 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
             if seed == 0:
                 curves["prob"][name] = score
             if name == "et" and p.energy_row:
-                metrics, prob, info = energy_row(det, data, split)
+                metrics, signed_energy, info = energy_row(det, data, split)
                 rows.setdefault(ENERGY_ROW, []).append(metrics)
                 detail[ENERGY_ROW] = {**metrics, **info}
                 if seed == 0:
-                    curves["prob"][ENERGY_ROW] = prob
+                    curves["prob"][ENERGY_ROW] = signed_energy
                     curves["energy"] = energy_trajectory(det, data, split)
         per_seed.append(detail)
 
@@ -105,6 +105,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     for name, scores in seed_scores.items():
         metrics, threshold, val_auroc = seed_ensemble(y, scores, splits[0])
         rows[f"{name}_ensemble"] = [metrics]
+        curves["prob"][f"{name}_ensemble"] = np.mean(np.stack(scores), axis=0)
         ensembles[f"{name}_ensemble"] = {**metrics, "threshold": threshold,
                                          "val_auroc": val_auroc, "seeds": len(scores)}
     models = {name: {m: summarize(r[m] for r in runs) for m in METRICS}

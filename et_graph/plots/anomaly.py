@@ -24,22 +24,24 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> 
     y = data.y.cpu().numpy()
     test = split.test.numpy()
     fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for name in MODEL_ORDER:
-        prob = curves["prob"].get(name)
-        if prob is None:
-            continue
-        metrics = evaluate(y[test], prob[test], 0.5)
+    for name in plotted_models(curves["prob"]):
+        prob = curves["prob"][name]
+        metrics = evaluate(y[test], prob[test], 0.5)  # AUROC/AUPRC do not read the threshold
         fpr, tpr, _ = roc_curve(y[test], prob[test])
         precision, recall, _ = precision_recall_curve(y[test], prob[test])
         style = "-" if name.startswith("et") else "--"
+        if name.endswith("_ensemble"):
+            style = ":"
         ax_roc.plot(fpr, tpr, style, label=f"{name} (AUROC {metrics['auroc']:.3f})")
         ax_pr.plot(recall, precision, style, label=f"{name} (AUPRC {metrics['auprc']:.3f})")
     ax_roc.plot([0, 1], [0, 1], ":", color="grey")
+    # Single-seed rows are seed 0's; a NAME_ensemble row is the mean score over the seeds.
     ax_roc.set(
-        xlabel="false positive rate", ylabel="true positive rate", title="ROC (test, seed 0)"
+        xlabel="false positive rate", ylabel="true positive rate",
+        title="ROC (test; seed 0, ensembles over the seeds)",
     )
     ax_pr.axhline(y[test].mean(), ls=":", color="grey")
-    ax_pr.set(xlabel="recall", ylabel="precision", title="Precision-recall (test, seed 0)")
+    ax_pr.set(xlabel="recall", ylabel="precision", title="Precision-recall (test)")
     for ax in (ax_roc, ax_pr):
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -89,6 +91,13 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> 
         fig.savefig(out / "energy_steps.png", dpi=120)
         plt.close(fig)
         (out / "energy_steps.json").write_text(json.dumps(energy, indent=2))
+
+
+def plotted_models(scores: dict[str, Any]) -> list[str]:
+    """The rows with scores, in :data:`MODEL_ORDER` first, each followed by its seed ensemble;
+    rows outside that order (other model names) after them, so that no row is left out."""
+    known = [n for base in MODEL_ORDER for n in (base, f"{base}_ensemble") if n in scores]
+    return known + sorted(n for n in scores if n not in known)
 
 
 def _color(name: str) -> str:

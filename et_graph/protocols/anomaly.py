@@ -298,12 +298,17 @@ def summarize_runs(per_seed: list[dict[str, float]]) -> dict[str, Any]:
 def energy_row(det: ETDetector, data: Data, split: Split
                ) -> tuple[dict[str, float], np.ndarray, dict[str, Any]]:
     """Test metrics of the label-trained ET's node energy. Its sign (does high energy mean
-    anomalous?) is chosen on *validation* AUROC, the threshold on validation quantiles."""
+    anomalous?) is chosen on *validation* AUROC, the threshold on validation quantiles.
+
+    Returns ``(test metrics, signed energy of every node, info)``: the signed energy is what
+    the rank metrics (AUROC, AUPRC, Rec@K) are computed on, so a ROC curve drawn from it
+    matches them (the validation-quantile map used for the threshold ties nodes)."""
     energy = det.node_energy(data).double().numpy()
     y, val = data.y.cpu().numpy(), split.val.numpy()
     sign = 1 if roc_auc_score(y[val], energy[val]) >= 0.5 else -1
-    metrics, threshold, prob = evaluate_scores(y, sign * energy, split, calibrate=True)
-    return metrics, prob, {"threshold_quantile": threshold, "sign": sign}
+    signed = sign * energy
+    metrics, threshold, _ = evaluate_scores(y, signed, split, calibrate=True)
+    return metrics, signed, {"threshold_quantile": threshold, "sign": sign}
 
 
 @torch.no_grad()

@@ -414,6 +414,10 @@ class GraphClassificationTask:
                  seed: int = 0, device: str | torch.device = "cpu",
                  label_smoothing: float = 0.0) -> None:
         self.label_smoothing = float(label_smoothing)
+        # The classes the labels need: a model with fewer outputs is named at the first batch
+        # (cross-entropy would fail with "Target 2 is out of bounds", naming no model).
+        self.num_classes = 1 + max((int(d.y.max()) for d in (*train_data, *val_data)
+                                    if d.y is not None and d.y.numel()), default=0)
         self.generator = torch.Generator().manual_seed(seed)
         self.loader = DataLoader(list(train_data), batch_size=batch_size, shuffle=True,
                                  generator=self.generator)
@@ -424,8 +428,14 @@ class GraphClassificationTask:
         return (batch.to(self.device) for batch in self.loader)
 
     def loss(self, model: nn.Module, batch: Any) -> Tensor:
-        return F.cross_entropy(model_outputs(model, batch), batch.y.view(-1),
-                               label_smoothing=self.label_smoothing)
+        logits = model_outputs(model, batch)
+        if logits.dim() != 2 or logits.size(1) < self.num_classes:
+            raise ValueError(
+                f"{type(model).__name__} returned logits of shape {tuple(logits.shape)}, but "
+                f"the labels hold {self.num_classes} classes: build it with out_channels >= "
+                f"{self.num_classes}"
+            )
+        return F.cross_entropy(logits, batch.y.view(-1), label_smoothing=self.label_smoothing)
 
     def validate(self, model: nn.Module) -> Validation:
         val = evaluate(model, self.val_loader, self.device)
