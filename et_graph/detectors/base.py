@@ -41,6 +41,9 @@ class BaseDetector:
         device: where the network trains and scores (``"cpu"``, ``"cuda"``, ...).
         chunk_size: ETDetector only: validate and score this many destination nodes at a time,
             in bounded memory, with the same result as one full pass (``None`` = full pass).
+        chunk_edges: ETDetector only: also cap each chunk's in-edges (a node with more is a
+            chunk alone), so that hubs cannot blow up a chunk; alone, it implies chunks of at
+            most 65,536 nodes.
         **keywords: any field of the config, e.g. ``epochs=50`` or ``hidden=32``.
     """
 
@@ -48,7 +51,7 @@ class BaseDetector:
 
     def __init__(self, config: Any = None, *, seed: int = 0, progress: bool = False,
                  device: Union[str, torch.device] = "cpu", chunk_size: Optional[int] = None,
-                 **keywords: Any) -> None:
+                 chunk_edges: Optional[int] = None, **keywords: Any) -> None:
         config = self.config_class() if config is None else config
         if not isinstance(config, self.config_class):
             raise TypeError(
@@ -59,11 +62,14 @@ class BaseDetector:
         self.progress = bool(progress)
         check_device(device)  # a device this machine lacks fails here, not mid-fit
         self.device = torch.device(device)
-        if chunk_size is not None:
+        if chunk_size is not None or chunk_edges is not None:
             if not getattr(self, "supports_chunks", False):
                 raise ValueError(f"chunked scoring is implemented for ETDetector only, not "
                                  f"{type(self).__name__}")
-            self.chunk_size = check_chunk_size(chunk_size)
+            if chunk_size is not None:
+                self.chunk_size = check_chunk_size(chunk_size)
+            if chunk_edges is not None:
+                self.chunk_edges = check_chunk_size(chunk_edges, "chunk_edges")
         self.threshold_: Optional[float] = None
         self.decision_score_: Optional[Tensor] = None
         self.history_: list[dict[str, float]] = []

@@ -84,7 +84,7 @@ class NodeAnomalyTask:
     def __init__(self, data: Data, y: Tensor, train: Tensor, val: Tensor,
                  config: NodeTrainConfig, generator: torch.Generator, pass_node_ids: bool,
                  device: torch.device, label_trick: bool = False,
-                 chunk_size: Optional[int] = None) -> None:
+                 chunking: Optional[dict[str, int]] = None) -> None:
         self.data = data
         self.y = y.to(device)
         self.y_val = y[val].numpy()
@@ -100,7 +100,8 @@ class NodeAnomalyTask:
         self.train_pos_weight = 1.0 if config.class_balance == "sample" else self.pos_weight
         self.device = device
         self.label_trick = label_trick
-        self.chunk_size = chunk_size
+        # the network's bounded-memory keywords (chunk_size, chunk_edges) for validation
+        self.chunking = dict(chunking or {})
         self.eval_x = data.x
         self.sampler = None
         fanouts = parse_fanouts(config.num_neighbors)
@@ -247,8 +248,7 @@ class NodeAnomalyTask:
         return weighted_bce_loss(logits[local], target, self.train_pos_weight)
 
     def validate(self, model: nn.Module) -> Validation:
-        extra = {} if self.chunk_size is None else {"chunk_size": self.chunk_size}
-        extra.update(relation_inputs(model, self.data))
+        extra = {**self.chunking, **relation_inputs(model, self.data)}
         logits = model(self.eval_x, self.data.edge_index, **extra)[self.val_index.to(self.device)]
         prob = torch.sigmoid(logits).double().cpu().numpy()
         score, threshold = validation_score(self.y_val, prob, self.config.select_metric)
@@ -277,6 +277,8 @@ class NeuralDetector(BaseDetector):
     #: Score (and validate) ``chunk_size`` destination nodes at a time in bounded memory
     #: (ETDetector only; ``None`` = one full pass).
     chunk_size: Optional[int] = None
+    #: With chunks: at most this many in-edges per chunk (ETDetector only; ``None`` = no cap).
+    chunk_edges: Optional[int] = None
     checkpoint: Optional[CheckpointConfig] = None
 
     #: After ``fit`` with the label trick: the training labels (-1 elsewhere) and the fitted
@@ -286,6 +288,12 @@ class NeuralDetector(BaseDetector):
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         raise NotImplementedError
+
+    def chunking(self) -> dict[str, int]:
+        """The network's bounded-memory scoring keywords: ``chunk_size`` and ``chunk_edges``
+        where set (empty: one full pass)."""
+        return {name: value for name in ("chunk_size", "chunk_edges")
+                if (value := getattr(self, name)) is not None}
 
     def _prepare(self, data: Data) -> Data:
         """A shallow copy whose features are in the networks' dtype (float32): features from
@@ -312,7 +320,7 @@ class NeuralDetector(BaseDetector):
         self.fit_edge_index_ = data.edge_index.cpu() if self.label_trick else None
         task = NodeAnomalyTask(data, y, train, val, train_config, generator,
                                getattr(model, "positional", None) is not None, self.device,
-                               label_trick=self.label_trick, chunk_size=self.chunk_size)
+                               label_trick=self.label_trick, chunking=self.chunking())
         trainer = Trainer(
             train_config,
             checkpoint=self.checkpoint,
@@ -358,8 +366,7 @@ class NeuralDetector(BaseDetector):
     def _score(self, data: Data) -> Tensor:
         self.model_.eval()
         data = data.to(self.device)
-        extra = {} if self.chunk_size is None else {"chunk_size": self.chunk_size}
-        extra.update(relation_inputs(self.model_, data))
+        extra = {**self.chunking(), **relation_inputs(self.model_, data)}
         return torch.sigmoid(self.model_(self.network_input(data), data.edge_index, **extra))
 
 
@@ -407,7 +414,7 @@ class ETDetector(NeuralDetector):
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         self.num_relations_ = None
         if self.config.model.multi_relation:
-            if self.chunk_size is not None:
+            if self.chunking():
                 raise ValueError("chunk_size (--inference-chunk-size: bounded-memory scoring) "
                                  "is not implemented for the multi-relation ET "
                                  "(multi_relation=True, --multi-relation); leave it unset")

@@ -157,10 +157,36 @@ def check_rw_pe(rw_pe: Optional[Tensor], num_nodes: int, dim: int) -> Tensor:
     return rw_pe
 
 
-def check_chunk_size(chunk_size: Any) -> int:
+#: Destination nodes per chunk of bounded-memory scoring when only an edge cap is given.
+DEFAULT_CHUNK_SIZE = 65536
+
+
+def check_chunk_size(chunk_size: Any, name: str = "chunk_size") -> int:
     """``chunk_size`` as an ``int`` (a NumPy integer, e.g. a computed size, is as good as one);
-    ``ValueError`` unless it is a positive integer (``True`` is not)."""
+    ``ValueError`` (naming the argument ``name``) unless it is a positive integer (``True`` is
+    not)."""
     if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
             or chunk_size <= 0):
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        raise ValueError(f"{name} must be a positive integer, got {chunk_size!r}")
     return int(chunk_size)
+
+
+def destination_chunks(in_ptr: Tensor, chunk_size: int, chunk_edges: Optional[int] = None
+                       ) -> list[tuple[int, int]]:
+    """Consecutive ``(start, end)`` ranges of destination nodes covering ``0..N`` for the
+    in-edge CSR pointer ``in_ptr [N + 1]``: at most ``chunk_size`` nodes each and, with
+    ``chunk_edges``, at most that many in-edges, except a single node with more in-edges than
+    that, which is a chunk alone (its softmax needs all of its in-edges at once)."""
+    num_nodes = in_ptr.numel() - 1
+    if chunk_edges is None:
+        return [(start, min(start + chunk_size, num_nodes))
+                for start in range(0, num_nodes, chunk_size)]
+    pointer = in_ptr.cpu()
+    chunks, start = [], 0
+    while start < num_nodes:
+        # the last end whose in-edges since start fit the budget
+        fits = int(torch.searchsorted(pointer, pointer[start] + chunk_edges, right=True)) - 1
+        end = min(start + chunk_size, num_nodes, max(fits, start + 1))
+        chunks.append((start, end))
+        start = end
+    return chunks

@@ -23,6 +23,7 @@ from ..detectors import (
     GNNModelConfig,
     NodeTrainConfig,
 )
+from ..nn.validation import check_chunk_size
 from ..transforms.features import check_bins, prepare_detection_data
 from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_stats
 
@@ -83,6 +84,9 @@ class AnomalyProtocolConfig:
         ddp: data-parallel training over torch.distributed (launch with torchrun).
         inference_chunk_size: ET validates and scores this many destination nodes at a time,
             in bounded memory, with the same result (none = one full pass).
+        inference_chunk_edges: with chunks, at most this many in-edges per chunk (a node with
+            more is a chunk alone), so that hubs cannot blow up a chunk; alone, it implies
+            chunks of at most 65,536 nodes (none = no edge cap).
         seed_ensemble: also report, per model, the ensemble of its seeds (``NAME_ensemble``):
             the mean of the seeds' scores, its threshold chosen on validation. The seeds must
             share one split (paper protocol without vary_split, or one mask).
@@ -97,6 +101,7 @@ class AnomalyProtocolConfig:
     energy_row: bool = True
     ddp: bool = False
     inference_chunk_size: Optional[int] = None
+    inference_chunk_edges: Optional[int] = None
     seed_ensemble: bool = False
 
     def __post_init__(self) -> None:
@@ -113,6 +118,9 @@ class AnomalyProtocolConfig:
             # a setting the run never used.
             raise ValueError("vary_split draws stratified splits (paper protocol); with "
                              "protocol gadbench seed i uses the dataset's mask i mod S")
+        for name in ("inference_chunk_size", "inference_chunk_edges"):
+            if getattr(self, name) is not None:  # a zero fails here, not after the training
+                check_chunk_size(getattr(self, name), name)
         self.model_names()  # unknown names fail here, not after the data load
 
     def model_names(self) -> list[str]:
@@ -195,9 +203,11 @@ def with_detector_config(config: AnomalyConfig, name: str, det: Any) -> AnomalyC
 
 def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = False
                   ) -> BaseDetector:
-    chunks = config.protocol.inference_chunk_size if name == "et" else None
+    p = config.protocol
+    chunks = ({"chunk_size": p.inference_chunk_size, "chunk_edges": p.inference_chunk_edges}
+              if name == "et" else {})
     detector = DETECTORS[name](detector_config(config, name), seed=seed, progress=progress,
-                               device=config.run.device, chunk_size=chunks)
+                               device=config.run.device, **chunks)
     if hasattr(detector, "checkpoint"):
         detector.checkpoint = config.run.checkpoint(name, f"seed{seed}")
     return detector

@@ -14,7 +14,14 @@ from torch_geometric.utils import is_sparse
 from ... import energy as E
 from ..edge_cache import EdgeCache
 from ..energy_layer_norm import EnergyLayerNorm
-from ..validation import check_batch, check_chunk_size, check_edge_index, check_edge_weight
+from ..validation import (
+    DEFAULT_CHUNK_SIZE,
+    check_batch,
+    check_chunk_size,
+    check_edge_index,
+    check_edge_weight,
+    destination_chunks,
+)
 from .et_energy import EdgeSet, ETEnergy, _check_positive
 
 GRAD_MODES = ("analytic", "autograd")
@@ -471,11 +478,15 @@ class ETConv(DescentSettings, MessagePassing):
         edge_index: Tensor,
         edge_weight: Optional[Tensor] = None,
         *,
-        chunk_size: int = 65536,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        chunk_edges: Optional[int] = None,
         steps: Optional[int] = None,
     ) -> Tensor:
         r"""Inference in bounded memory: the same tokens as :meth:`forward` (to float rounding),
         computed ``chunk_size`` destination nodes at a time, under ``torch.no_grad``.
+        ``chunk_edges`` also caps the in-edges of a chunk (a node with more in-edges than that
+        is a chunk alone): on a graph with hubs, a chunk's per-edge arrays are then bounded by
+        edges, whatever the degrees.
 
         The edges are sorted once by destination (one index per edge). Each step then makes
         one pass over chunks of destination nodes :math:`S` with their in-edges. Those edges
@@ -489,14 +500,18 @@ class ETConv(DescentSettings, MessagePassing):
         A last pass over node chunks adds the key side and the Hopfield term and takes the
         step. The work is one pass over the edges per step, as in the full pass. The memory is
         four ``[N, D]``-sized arrays (tokens, keys, the key-gradient accumulator, the next
-        tokens) plus the edges of one chunk: never an ``[E, H * Y]`` array, and the queries
-        only per chunk. Evaluation mode only (no noise); ``edge_index`` must be a ``[2, E]``
-        tensor.
+        tokens) plus the per-edge arrays of one chunk, ``[E_S, H, Y]`` for a chunk with
+        ``E_S`` in-edges (``E_S <= chunk_edges`` when it is given), and the queries only per
+        chunk. A single chunk holding every edge (``chunk_size >= N`` without ``chunk_edges``)
+        needs more memory than :meth:`forward`'s fused pass. Evaluation mode only (no noise);
+        ``edge_index`` must be a ``[2, E]`` tensor.
         """
         if self.training and self.noise_std > 0:
             raise ValueError("forward_chunked is for inference: call conv.eval() first")
         self.energy_fn.check_sparse_only()
         chunk_size = check_chunk_size(chunk_size)
+        if chunk_edges is not None:
+            chunk_edges = check_chunk_size(chunk_edges, "chunk_edges")
         if not isinstance(edge_index, Tensor) or is_sparse(edge_index):
             raise ValueError("forward_chunked takes edge_index as a [2, E] tensor")
         num_steps = self._num_steps(steps)
@@ -513,8 +528,10 @@ class ETConv(DescentSettings, MessagePassing):
         del order
         in_degree = torch.bincount(edge_index[1], minlength=num_nodes)
         in_ptr = torch.cat([in_degree.new_zeros(1), in_degree.cumsum(0)])
-        chunks = [(start, min(start + chunk_size, num_nodes))
-                  for start in range(0, num_nodes, chunk_size)]
+        # Node-only passes (keys, the step) take node chunks; the edge pass, edge-capped ones.
+        chunks = destination_chunks(in_ptr, chunk_size)
+        edge_chunks = chunks if chunk_edges is None else destination_chunks(
+            in_ptr, chunk_size, chunk_edges)
         beta, width = self.beta, fn.heads * fn.head_dim
         w_q = fn.w_q.reshape(width, fn.channels)
         for _ in range(num_steps):
@@ -523,7 +540,7 @@ class ETConv(DescentSettings, MessagePassing):
                 k[start:end] = fn.keys_queries(fn.layer_norm(out[start:end]))[0]
             grad_k = torch.zeros_like(k)
             new = out.new_empty(out.shape)  # holds the query side of dE/dg until the step
-            for start, end in chunks:
+            for start, end in edge_chunks:
                 lo, hi = int(in_ptr[start]), int(in_ptr[end])
                 src = in_src[lo:hi]
                 dst = torch.repeat_interleave(

@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 from ..conv import ETConv, RelationalETConv
 from ..conv.relational_et_conv import check_edge_type
 from ..edge_cache import EdgeCache
-from ..validation import check_features
+from ..validation import DEFAULT_CHUNK_SIZE, check_features
 
 #: Readouts of :class:`ETAnomalyNet`.
 READOUTS = ("first_last", "ego_neighbour", "ego_two_hop")
@@ -204,15 +204,20 @@ class ETAnomalyNet(nn.Module):
         chunk_size: Optional[int] = None,
         *,
         edge_type: Optional[Tensor] = None,
+        chunk_edges: Optional[int] = None,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Anomaly logits ``[N]``; with ``return_energy=True`` also the total energy before each
         ET step and after the last ``[steps + 1]`` (detached; ``[blocks, steps + 1]``, each block
         under its own energy, when ``blocks > 1``). ``chunk_size`` runs the descent
         in bounded memory (:meth:`ETConv.forward_chunked`; inference only, same result; not
-        with ``num_relations``). ``edge_type [E]``: the relation of each edge, required with
-        ``num_relations`` and refused without."""
+        with ``num_relations``); ``chunk_edges`` also caps each chunk's in-edges (alone, it
+        implies chunks of at most ``ETConv.forward_chunked``'s default 65,536 nodes).
+        ``edge_type [E]``: the relation of each edge, required with ``num_relations`` and
+        refused without."""
         first = self.embed(x, node_ids)
-        if chunk_size is not None:
+        if chunk_size is not None or chunk_edges is not None:
+            if chunk_size is None:
+                chunk_size = DEFAULT_CHUNK_SIZE
             if return_energy or torch.is_grad_enabled():
                 raise ValueError("chunk_size is for inference: use it under torch.no_grad() "
                                  "and without return_energy")
@@ -222,7 +227,8 @@ class ETAnomalyNet(nn.Module):
             self._relation_args(edge_type)
             last = first
             for conv in self.convs:
-                last = conv.forward_chunked(last, edge_index, chunk_size=chunk_size)
+                last = conv.forward_chunked(last, edge_index, chunk_size=chunk_size,
+                                            chunk_edges=chunk_edges)
             return self.chunked_logits(first, last, edge_index, chunk_size)
         elif return_energy:
             last, energies = self.descend(first, edge_index, edge_type, return_energy=True)
