@@ -225,6 +225,33 @@ def test_cli_quick_on_a_planted_graph(graph, tmp_path, capsys):
     assert results["meta"]["config"]["protocol"]["seeds"] == 2
     table = (out / "results.md").read_text()
     assert "et_reconstruction" in table and "rec_at_k" in table
+    assert (out / "roc_pr.png").stat().st_size > 0
+
+
+def test_roc_plot_draws_every_score_with_its_tables_first_seed_figures(graph, tmp_path,
+                                                                         monkeypatch):
+    """The unsupervised run wrote no figure; roc_pr.png now draws every row's first-seed score
+    over all nodes, and those curves' AUROC and AUPRC are the table's first-seed values."""
+    from et_graph.experiments import unsupervised_anomaly
+    from et_graph.protocols.anomaly import evaluate
+
+    drawn = {}
+    real = unsupervised_anomaly.plot_roc_pr
+
+    def capture(path, y, scores, scope):
+        drawn.update(y=y, scores=scores, scope=scope)
+        return real(path, y, scores, scope)
+
+    monkeypatch.setattr(unsupervised_anomaly, "plot_roc_pr", capture)
+    results = run(quick_config(**{"protocol.models": "et,iforest", "run.out": str(tmp_path)}),
+                  data=graph)
+    assert (tmp_path / "roc_pr.png").stat().st_size > 0
+    assert set(drawn["scores"]) == set(results["models"])
+    assert f"all {graph.num_nodes} nodes" in drawn["scope"]
+    for name, score in drawn["scores"].items():
+        for metric in ("auroc", "auprc"):
+            assert evaluate(drawn["y"], score, 0.5)[metric] == pytest.approx(
+                results["models"][name][metric]["values"][0], abs=1e-12), (name, metric)
 
 
 # ---------------------------------------------------------------------------------------------

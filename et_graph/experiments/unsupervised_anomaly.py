@@ -14,8 +14,9 @@ and the CLI):
 3. Only then are the labels opened, and each score is evaluated over *all* nodes: AUROC, AUPRC
    and Rec@K (K = number of anomalies), mean ± std over the seeds.
 
-Results: ``results.json`` (with the resolved config, version, commit and the skipped baselines)
-and ``results.md`` under ``run.out``.
+Results: ``results.json`` (with the resolved config, version, commit and the skipped baselines),
+``results.md`` and ``roc_pr.png`` (ROC and precision-recall curves of every score over all
+nodes, first seed) under ``run.out``.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from torch_geometric.data import Data
 
 from ..config import parse, run_metadata
 from ..detectors.unsupervised import COMBINE_DESCRIPTIONS
+from ..plots.anomaly import plot_roc_pr
 from ..protocols.unsupervised import (
     METRICS,
     UnsupervisedAnomalyConfig,
@@ -66,6 +68,9 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     }
     if config.run.out:
         write_outputs(Path(config.run.out), results)
+        first_seed = {row: per_seed[0] for row, per_seed in scores.items() if per_seed}
+        plot_roc_pr(Path(config.run.out) / "roc_pr.png", y, first_seed,
+                    f"all {graph.num_nodes} nodes, seed {config.seed_list[0]}")
     # The table, and which baselines were skipped and why, with or without progress bars.
     print(markdown_table(models, METRICS))
     for name, reason in skipped.items():

@@ -19,34 +19,13 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from sklearn.metrics import precision_recall_curve, roc_curve
 
     y = data.y.cpu().numpy()
     test = split.test.numpy()
-    fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for name in plotted_models(curves["prob"]):
-        prob = curves["prob"][name]
-        metrics = evaluate(y[test], prob[test], 0.5)  # AUROC/AUPRC do not read the threshold
-        fpr, tpr, _ = roc_curve(y[test], prob[test])
-        precision, recall, _ = precision_recall_curve(y[test], prob[test])
-        style = "-" if name.startswith("et") else "--"
-        if name.endswith("_ensemble"):
-            style = ":"
-        ax_roc.plot(fpr, tpr, style, label=f"{name} (AUROC {metrics['auroc']:.3f})")
-        ax_pr.plot(recall, precision, style, label=f"{name} (AUPRC {metrics['auprc']:.3f})")
-    ax_roc.plot([0, 1], [0, 1], ":", color="grey")
     # Single-seed rows are seed 0's; a NAME_ensemble row is the mean score over the seeds.
-    ax_roc.set(
-        xlabel="false positive rate", ylabel="true positive rate",
-        title="ROC (test; seed 0, ensembles over the seeds)",
-    )
-    ax_pr.axhline(y[test].mean(), ls=":", color="grey")
-    ax_pr.set(xlabel="recall", ylabel="precision", title="Precision-recall (test)")
-    for ax in (ax_roc, ax_pr):
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "roc_pr.png", dpi=120)
-    plt.close(fig)
+    plot_roc_pr(out / "roc_pr.png", y[test],
+                {name: curves["prob"][name][test] for name in plotted_models(curves["prob"])},
+                "test; seed 0, ensembles over the seeds")
 
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     for name, histories in curves["history"].items():
@@ -91,6 +70,36 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> 
         fig.savefig(out / "energy_steps.png", dpi=120)
         plt.close(fig)
         (out / "energy_steps.json").write_text(json.dumps(energy, indent=2))
+
+
+def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope: str) -> None:
+    """ROC and precision-recall curves of each score against binary ``y`` (same nodes), one
+    line per score in the given order, its AUROC / AUPRC in the legend; ``scope`` says which
+    nodes and seeds (the titles). ET rows solid, baselines dashed, ensembles dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import precision_recall_curve, roc_curve
+
+    fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for name, score in scores.items():
+        metrics = evaluate(y, score, 0.5)  # AUROC and AUPRC do not read the threshold
+        fpr, tpr, _ = roc_curve(y, score)
+        precision, recall, _ = precision_recall_curve(y, score)
+        style = ":" if name.endswith("_ensemble") else "-" if name.startswith("et") else "--"
+        ax_roc.plot(fpr, tpr, style, label=f"{name} (AUROC {metrics['auroc']:.3f})")
+        ax_pr.plot(recall, precision, style, label=f"{name} (AUPRC {metrics['auprc']:.3f})")
+    ax_roc.plot([0, 1], [0, 1], ":", color="grey")
+    ax_roc.set(xlabel="false positive rate", ylabel="true positive rate", title=f"ROC ({scope})")
+    ax_pr.axhline(y.mean(), ls=":", color="grey")
+    ax_pr.set(xlabel="recall", ylabel="precision", title=f"Precision-recall ({scope})")
+    for ax in (ax_roc, ax_pr):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plotted_models(scores: dict[str, Any]) -> list[str]:
