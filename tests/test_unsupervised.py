@@ -247,7 +247,7 @@ def test_roc_plot_draws_every_score_with_its_tables_first_seed_figures(graph, tm
                   data=graph)
     assert (tmp_path / "roc_pr.png").stat().st_size > 0
     assert set(drawn["scores"]) == set(results["models"])
-    assert f"all {graph.num_nodes} nodes" in drawn["scope"]
+    assert f"all {graph.num_nodes:,} nodes" in drawn["scope"]
     for name, score in drawn["scores"].items():
         for metric in ("auroc", "auprc"):
             assert evaluate(drawn["y"], score, 0.5)[metric] == pytest.approx(

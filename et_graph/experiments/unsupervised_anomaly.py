@@ -70,7 +70,7 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         write_outputs(Path(config.run.out), results)
         first_seed = {row: per_seed[0] for row, per_seed in scores.items() if per_seed}
         plot_roc_pr(Path(config.run.out) / "roc_pr.png", y, first_seed,
-                    f"all {graph.num_nodes} nodes, seed {config.seed_list[0]}")
+                    f"all {graph.num_nodes:,} nodes, seed {config.seed_list[0]}")
     # The table, and which baselines were skipped and why, with or without progress bars.
     print(markdown_table(models, METRICS))
     for name, reason in skipped.items():
