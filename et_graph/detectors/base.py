@@ -21,6 +21,7 @@ from torch_geometric.data import Data
 from ..config import apply_keywords, check_device, to_dict
 from ..nn.validation import check_chunk_size
 from ..protocols.anomaly import choose_threshold
+from ..training import private_rng
 from ..transforms.features import check_node_graph
 
 Prediction = Union[Tensor, tuple[Tensor, ...]]
@@ -165,7 +166,9 @@ class BaseDetector:
             )
         self.in_channels_ = x.size(1)
         self.threshold_ = None
-        self._fit(data, y, train, val)
+        # Seeded for reproducibility, without resetting the caller's random stream.
+        with private_rng(self.seed, self.device):
+            self._fit(data, y, train, val)
         self.fitted_ = True
         score = self.decision_function(data)
         self.decision_score_ = score

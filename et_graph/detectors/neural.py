@@ -20,7 +20,6 @@ import copy
 from collections.abc import Iterator
 from typing import Any, Optional
 
-import numpy as np
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torch import Tensor, nn
@@ -310,8 +309,7 @@ class NeuralDetector(BaseDetector):
         return bool(getattr(self.config.model, "label_trick", False))
 
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
-        torch.manual_seed(self.seed)
-        np.random.seed(self.seed)
+        # BaseDetector.fit runs this under private_rng(self.seed): torch and NumPy are seeded.
         data = data.to(self.device)
         model = self.build_network(data.num_features, data.num_nodes).to(self.device)
         train_config: NodeTrainConfig = self.config.train

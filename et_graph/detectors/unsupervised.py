@@ -35,7 +35,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
@@ -46,7 +45,7 @@ from ..nn.models.masked_reconstruction import (
     ETMaskedNodeReconstruction,
     random_node_mask,
 )
-from ..training import CheckpointConfig, TrainConfig, Trainer, Validation
+from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, private_rng
 from .base import BaseDetector, check_graph, warn_unused_edge_data
 from .config import HOPFIELD_KINDS
 
@@ -338,8 +337,18 @@ class UnsupervisedETDetector(BaseDetector):
         graph = label_free_graph(data)
         if graph.num_nodes < 4:
             raise ValueError(f"unsupervised fitting needs at least 4 nodes, got {graph.num_nodes}")
-        torch.manual_seed(self.seed)
-        np.random.seed(self.seed)
+        # Seeded for reproducibility, without resetting the caller's random stream.
+        with private_rng(self.seed, self.device):
+            self._train(graph)
+        self.fitted_ = True
+        self.scores_ = self.score_samples(graph)
+        self.decision_score_ = self.scores_[self.config.score.anomaly_score].float()
+        self.threshold_ = float(torch.quantile(self.decision_score_.double(),
+                                               1.0 - self.config.score.contamination))
+        return self
+
+    def _train(self, graph: Data) -> None:
+        """Train the network on the label-free ``graph`` (under the seeded generators)."""
         self.in_channels_ = graph.num_features
         x, edge_index = graph.x.to(self.device), graph.edge_index.to(self.device)
         model = self.build_network(graph.num_features).to(self.device)
@@ -355,12 +364,6 @@ class UnsupervisedETDetector(BaseDetector):
         self.model_ = model
         self.history_ = result.history
         self.fit_info_ = {**result.as_dict(), "num_val_nodes": int(val_nodes.sum())}
-        self.fitted_ = True
-        self.scores_ = self.score_samples(graph)
-        self.decision_score_ = self.scores_[self.config.score.anomaly_score].float()
-        self.threshold_ = float(torch.quantile(self.decision_score_.double(),
-                                               1.0 - self.config.score.contamination))
-        return self
 
     def score_samples(self, data: Data) -> dict[str, Tensor]:
         """``{"reconstruction": [N], "energy": [N]}`` (float64; plus ``"structure"`` and

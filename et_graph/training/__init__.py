@@ -9,6 +9,7 @@ from .engine import (
     Validation,
     WeightAverage,
     is_distributed,
+    private_rng,
     seed_everything,
 )
 
@@ -24,5 +25,6 @@ __all__ = [
     "is_distributed",
     "load_checkpoint",
     "save_checkpoint",
+    "private_rng",
     "seed_everything",
 ]
