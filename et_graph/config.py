@@ -437,9 +437,41 @@ def resolve(cls: type[T], args: argparse.Namespace, base: Optional[T] = None) ->
     if getattr(args, "config", None):
         config = merge(config, load_file(args.config))
     if getattr(args, "quick", False):
-        config = merge(config, getattr(cls, "QUICK", {}))
+        config = merge(config, quick_overrides(config, getattr(cls, "QUICK", {})))
     given = {k: v for k, v in vars(args).items() if "." in k}
     return merge(config, given)
+
+
+def quick_overrides(config: Any, quick: Mapping[str, Any]) -> dict[str, Any]:
+    """``--quick``'s values as caps on ``config``: a number already smaller (a preset's 3
+    epochs against the smoke run's 10) stays, so ``--quick`` never makes a run bigger; a
+    comma list of integers (seeds, generated sizes) keeps the shorter list, element-wise
+    smaller for lists of one length; anything else (and a ``None`` = no limit) takes the quick
+    value."""
+    out = {}
+    for key, value in quick.items():
+        current: Any = config
+        for part in key.split("."):
+            current = getattr(current, part, None)
+        out[key] = _smaller(current, value)
+    return out
+
+
+def _smaller(current: Any, quick: Any) -> Any:
+    numbers_ = (int, float)
+    if (isinstance(current, numbers_) and isinstance(quick, numbers_)
+            and not isinstance(current, bool) and not isinstance(quick, bool)):
+        return min(current, quick)
+    if isinstance(current, str) and isinstance(quick, str):
+        try:
+            mine = [int(v) for v in current.split(",")]
+            theirs = [int(v) for v in quick.split(",")]
+        except ValueError:
+            return quick
+        if len(mine) != len(theirs):
+            return current if len(mine) < len(theirs) else quick
+        return ",".join(str(min(a, b)) for a, b in zip(mine, theirs))
+    return quick
 
 
 def parse(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Optional[str] = None,

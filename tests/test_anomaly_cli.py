@@ -187,6 +187,22 @@ def test_run_rejects_bad_options_and_data():
         config("--epochs", "ten")
 
 
+def test_quick_caps_lists_and_numbers_but_keeps_other_values():
+    from et_graph.config import quick_overrides
+    from et_graph.experiments.gnnbenchmark import GNNBenchmarkConfig
+
+    base = GNNBenchmarkConfig()
+    assert quick_overrides(base, {"protocol.seeds": "0,1", "data.generated_sizes": "16,8,8",
+                                  "train.epochs": 2, "data.train_limit": 48}) == {
+        "protocol.seeds": "0,1", "data.generated_sizes": "16,8,8", "train.epochs": 2,
+        "data.train_limit": 48}  # defaults: 3 seeds, big sizes, no limit
+    small = parse(GNNBenchmarkConfig, ["--seeds", "4", "--generated-sizes", "10,30,5",
+                                       "--epochs", "1"])
+    assert quick_overrides(small, {"protocol.seeds": "0,1", "data.generated_sizes": "16,8,8",
+                                   "train.epochs": 2}) == {
+        "protocol.seeds": "4", "data.generated_sizes": "10,8,5", "train.epochs": 1}
+
+
 def test_quick_preset_file_and_flags_resolve_in_order(tmp_path):
     assert config("--quick").train.epochs == AnomalyConfig.QUICK["train.epochs"]
     assert config("--quick", "--seeds", "3").protocol.seeds == 3  # explicit flags win
@@ -197,7 +213,11 @@ def test_quick_preset_file_and_flags_resolve_in_order(tmp_path):
     from_file = config("--config", str(preset))
     assert from_file.train.epochs == 7 and from_file.data.dataset == "reddit"
     assert config("--config", str(preset), "--epochs", "9").train.epochs == 9
-    assert config("--config", str(preset), "--quick").train.epochs == 10
+    # --quick caps a preset's settings, never raises them (it used to set 7 epochs to 10)
+    assert config("--config", str(preset), "--quick").train.epochs == 7
+    preset.write_text(text.replace("epochs = 7", "epochs = 30").replace("seeds = 5", "seeds = 1"))
+    quick = config("--config", str(preset), "--quick")
+    assert (quick.train.epochs, quick.protocol.seeds) == (10, 1)
     (tmp_path / "bad.toml").write_text("[train]\nepochz = 3\n")
     with pytest.raises(ValueError, match="epochz"):
         config("--config", str(tmp_path / "bad.toml"))
