@@ -399,3 +399,21 @@ def test_fit_leaves_the_callers_random_streams_alone(graph, name):
         assert torch.equal(torch.rand(3), expected[0]), name
         assert np.array_equal(np.random.rand(3), expected[1]), name
     torch.testing.assert_close(scores[0], scores[1], rtol=0, atol=0)
+
+
+def test_self_loops_change_no_detector_that_reads_neighbours(graph):
+    """GBT's neighbour means and the neighbourhood statistics counted a self-loop as a
+    neighbour while ET ignores it: the same graph with self-loops gave GBT other scores
+    (0.86 apart). A node is nobody's neighbour of itself now, in every detector."""
+    from torch_geometric.utils import add_self_loops
+
+    from et_graph.transforms.neighbourhood import neighbourhood_statistics
+
+    looped = graph.clone()
+    looped.edge_index, _ = add_self_loops(graph.edge_index, num_nodes=graph.num_nodes)
+    for make in (lambda: GBTDetector(), lambda: ETDetector(epochs=2, hidden=16)):
+        plain = make().fit(graph).decision_function(graph)
+        torch.testing.assert_close(make().fit(looped).decision_function(looped), plain)
+    stats = ("mean", "sq_mean", "max", "min", "std", "degree")
+    torch.testing.assert_close(neighbourhood_statistics(graph.x, looped.edge_index, stats),
+                               neighbourhood_statistics(graph.x, graph.edge_index, stats))

@@ -98,5 +98,10 @@ class GATNet(_TwoLayerGNN):
 
 
 def mean_neighbours(x: Tensor, edge_index: Tensor) -> Tensor:
-    """Mean of the in-neighbours' features (zero for isolated nodes)."""
-    return scatter(x[edge_index[0]], edge_index[1], dim=0, dim_size=x.size(0), reduce="mean")
+    """Mean of the in-neighbours' features (zero for isolated nodes). Self-loops are ignored
+    (a node is not its own neighbour, as in ET's attention), duplicates counted."""
+    src, dst = edge_index[0], edge_index[1]
+    keep = src != dst
+    if not bool(keep.all()):
+        src, dst = src[keep], dst[keep]
+    return scatter(x[src], dst, dim=0, dim_size=x.size(0), reduce="mean")

@@ -46,8 +46,9 @@ def neighbourhood_statistics(x: Tensor, edge_index: Tensor,
                              stats: Sequence[str] = DEFAULT_NEIGHBOUR_STATS) -> Tensor:
     r"""Statistics of the in-neighbours' features, ``[N, k * F (+ 1 for degree)]``.
 
-    Node ``i``'s in-neighbours are the sources ``j`` of the edges ``j -> i``
-    (``edge_index[0] -> edge_index[1]``, PyG's ``source_to_target`` flow), with multiplicity.
+    Node ``i``'s in-neighbours are the sources ``j != i`` of the edges ``j -> i``
+    (``edge_index[0] -> edge_index[1]``, PyG's ``source_to_target`` flow), with multiplicity;
+    self-loops are ignored (a node is not its own neighbour, as in ET's attention).
     The blocks follow the order of ``stats``:
 
     - ``mean``: :math:`\frac{1}{d_i}\sum_j x_j`;
@@ -65,6 +66,9 @@ def neighbourhood_statistics(x: Tensor, edge_index: Tensor,
         raise ValueError(f"x must have shape [N, F], got {tuple(x.shape)}")
     num_nodes = x.size(0)
     src, dst = edge_index[0], edge_index[1]
+    keep = src != dst
+    if not bool(keep.all()):
+        src, dst = src[keep], dst[keep]
     messages = x[src]
     parts: list[Tensor] = []
     mean = None
