@@ -417,3 +417,15 @@ def test_self_loops_change_no_detector_that_reads_neighbours(graph):
     stats = ("mean", "sq_mean", "max", "min", "std", "degree")
     torch.testing.assert_close(neighbourhood_statistics(graph.x, looped.edge_index, stats),
                                neighbourhood_statistics(graph.x, graph.edge_index, stats))
+
+
+def test_positional_detector_refuses_another_graph_of_the_same_size(graph):
+    """positional=True learns an embedding per node of the fitted graph; another graph with as
+    many nodes was scored with them, silently (only another node count was refused)."""
+    det = ETDetector(epochs=2, hidden=16, positional=True).fit(graph)
+    same = graph.clone()
+    same.x = same.x + 0.1  # new features on the fitted graph: still the fitted graph
+    assert det.decision_function(same).shape == (graph.num_nodes,)
+    other = planted_anomaly_graph(graph.num_nodes, seed=9)
+    with pytest.raises(ValueError, match="positional=True"):
+        det.decision_function(other)

@@ -284,6 +284,9 @@ class NeuralDetector(BaseDetector):
     #: graph's ``edge_index``, from which :meth:`network_input` builds the label columns.
     train_labels_: Optional[Tensor] = None
     fit_edge_index_: Optional[Tensor] = None
+    #: After ``fit``: the fitted graph's number of nodes (its ``edge_index`` is kept as
+    #: ``fit_edge_index_`` when the network is transductive: label trick or positional).
+    fit_num_nodes_: Optional[int] = None
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         raise NotImplementedError
@@ -315,7 +318,9 @@ class NeuralDetector(BaseDetector):
         train_config: NodeTrainConfig = self.config.train
         generator = torch.Generator().manual_seed(self.seed)
         self.train_labels_ = known_labels(y, train) if self.label_trick else None
-        self.fit_edge_index_ = data.edge_index.cpu() if self.label_trick else None
+        transductive = self.label_trick or getattr(model, "positional", None) is not None
+        self.fit_edge_index_ = data.edge_index.cpu() if transductive else None
+        self.fit_num_nodes_ = data.num_nodes
         task = NodeAnomalyTask(data, y, train, val, train_config, generator,
                                getattr(model, "positional", None) is not None, self.device,
                                label_trick=self.label_trick, chunking=self.chunking())
@@ -356,12 +361,22 @@ class NeuralDetector(BaseDetector):
 
     def _is_fitted_graph(self, data: Data) -> bool:
         edge_index = self.fit_edge_index_
-        return (edge_index is not None and data.num_nodes == self.train_labels_.numel()
+        num_nodes = (self.fit_num_nodes_ if self.fit_num_nodes_ is not None
+                     else self.train_labels_.numel())  # files saved before fit_num_nodes_
+        return (edge_index is not None and data.num_nodes == num_nodes
                 and data.edge_index.shape == edge_index.shape
                 and torch.equal(data.edge_index.cpu(), edge_index))
 
     @torch.no_grad()
     def _score(self, data: Data) -> Tensor:
+        if getattr(self.model_, "positional", None) is not None and not self._is_fitted_graph(
+                data):
+            # A graph with the same number of nodes would silently get the fitted graph's
+            # per-node embeddings on unrelated nodes.
+            raise ValueError(
+                f"{type(self).__name__} was fitted with positional=True: its embeddings belong "
+                "to the nodes of the fitted graph (transductive), and this graph is another one "
+                "(another edge_index); score the fitted graph, or fit without positional")
         self.model_.eval()
         data = data.to(self.device)
         extra = {**self.chunking(), **relation_inputs(self.model_, data)}
