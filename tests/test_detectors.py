@@ -429,3 +429,17 @@ def test_positional_detector_refuses_another_graph_of_the_same_size(graph):
     other = planted_anomaly_graph(graph.num_nodes, seed=9)
     with pytest.raises(ValueError, match="positional=True"):
         det.decision_function(other)
+
+
+def test_numpy_attributes_are_read_or_named(graph):
+    """A NumPy train_mask or y on the Data object crashed with "'numpy.ndarray' object has no
+    attribute 'dim'" (the same arrays passed as arguments worked). Masks and labels are now
+    read like tensors; NumPy features are named with the fix."""
+    data = graph.clone()
+    data.train_mask, data.val_mask = graph.train_mask.numpy(), graph.val_mask.numpy()
+    data.y = graph.y.numpy()
+    scores = GBTDetector().fit(data).decision_function(graph)
+    torch.testing.assert_close(scores, GBTDetector().fit(graph).decision_function(graph))
+    data.x = graph.x.numpy()
+    with pytest.raises(TypeError, match=r"data.x is a ndarray.*torch.as_tensor"):
+        GBTDetector().fit(data)

@@ -252,6 +252,7 @@ def check_labels(data: Data, used: Tensor) -> Tensor:
         raise ValueError(
             "fit needs node labels data.y (0 = normal, 1 = anomalous) of shape [N]"
         )
+    y = torch.as_tensor(y)  # NumPy or list labels are read like a tensor
     y = y.view(-1) if y.dim() == 2 and 1 in y.shape else y
     if y.dim() != 1 or y.numel() != data.num_nodes:
         raise ValueError(f"data.y must have shape [{data.num_nodes}], got {tuple(y.shape)}")
@@ -274,6 +275,7 @@ def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:
                 f"no {name}: pass fit(data, train_mask=..., val_mask=...) as bool tensors [N], "
                 f"or set data.{name}"
             )
+        mask = torch.as_tensor(mask)  # a NumPy or list attribute, read like the argument
         if mask.dim() == 2:
             raise ValueError(
                 f"data.{name} has shape {tuple(mask.shape)} (one column per split); pass "

@@ -14,6 +14,11 @@ def check_node_graph(data: Data) -> tuple[Tensor, Tensor]:
     """``(x, edge_index)`` of a node-level graph, or a ``ValueError`` that says what is wrong:
     features ``[N, F]`` with ``N > 0``, finite, and an integer ``edge_index [2, E]`` of ids in
     ``[0, N)``."""
+    for name in ("x", "edge_index"):
+        value = getattr(data, name, None)
+        if value is not None and not isinstance(value, Tensor):
+            raise TypeError(f"data.{name} is a {type(value).__name__}; PyG Data attributes must "
+                            f"be tensors: data.{name} = torch.as_tensor(...)")
     x = getattr(data, "x", None)
     if x is None or x.dim() != 2 or x.size(0) == 0:
         raise ValueError("data.x must hold node features of shape [N, F] with N > 0")
