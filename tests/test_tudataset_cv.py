@@ -695,3 +695,18 @@ def test_baselines_and_custom_models_with_too_few_outputs_are_named(name):
                else r"logits of shape \(\d+, 2\), but the labels hold 3 classes")
     with pytest.raises(ValueError, match=message):
         cross_validate(graphs, {name: build}, {name: GraphTrainConfig(epochs=1)}, folds=2)
+
+
+def test_a_model_without_a_training_config_is_named_before_any_training(monkeypatch):
+    """A raw KeyError after the other models had trained a fold."""
+    graphs = [Data(x=torch.ones(3, 2), edge_index=torch.tensor([[0, 1], [1, 2]]),
+                   y=torch.tensor([c % 2])) for c in range(40)]
+    trained = []
+    monkeypatch.setattr(graph_cv, "fit_graph_classifier",
+                        lambda *a, **k: trained.append(1) or (_ for _ in ()).throw(AssertionError))
+    models = {"gin": lambda: GINClassifier(2, 2, hidden_channels=8, num_layers=1),
+              "et": lambda: ETGraphModel(2, 2, hidden_channels=8, blocks=1, steps=1, heads=1,
+                                         head_dim=4, pe_dim=0)}
+    with pytest.raises(ValueError, match=r"no GraphTrainConfig for models \['et'\]"):
+        cross_validate(graphs, models, {"gin": GraphTrainConfig(epochs=1)}, folds=2)
+    assert not trained

@@ -514,6 +514,12 @@ def cross_validate(
     """
     if not dataset:
         raise ValueError("the dataset is empty")
+    if not models:
+        raise ValueError("no model to cross-validate")
+    unconfigured = [name for name in models if name not in configs]
+    if unconfigured:  # a KeyError after the other models had trained a fold, before
+        raise ValueError(f"configs has no GraphTrainConfig for models {unconfigured} "
+                         f"(it has {sorted(configs)})")
     if isinstance(runs_per_fold, bool) or not isinstance(runs_per_fold, int) or runs_per_fold < 1:
         raise ValueError(f"runs_per_fold must be a positive int, got {runs_per_fold!r}")
     empty = [i for i, d in enumerate(dataset) if not d.num_nodes]
