@@ -153,3 +153,31 @@ def test_neighbour_means_gradient_equals_autograds_bit_for_bit():
         (tokens,))
     assert torch.autograd.gradgradcheck(lambda t: model.neighbour_means(edge_index, t) ** 2,
                                         (tokens,))
+
+
+def test_models_read_float64_features_and_errors_name_what_was_passed():
+    """ETAnomalyNet and the masked-reconstruction model failed with a raw 'mat1 and mat2 must
+    have the same dtype' on float64 features (ETGraphModel cast them); a list x was called a
+    bipartite pair; a 1-D edge_weight of the wrong length was reported as (E', 1)."""
+    from et_graph.nn import ETConv
+    from et_graph.nn.models import ETAnomalyNet
+    from et_graph.nn.models.masked_reconstruction import ETMaskedNodeReconstruction
+
+    torch.manual_seed(0)
+    x = torch.randn(30, 6)
+    edge_index = torch.randint(0, 30, (2, 90))
+    net = ETAnomalyNet(6, 8).eval()
+    torch.testing.assert_close(net(x.double(), edge_index), net(x, edge_index))
+    model = ETMaskedNodeReconstruction(6, 8).eval()
+    mask = torch.zeros(30, dtype=torch.bool)
+    mask[:5] = True
+    torch.testing.assert_close(model.reconstruction_error(x.double(), edge_index, mask).double(),
+                               model.reconstruction_error(x, edge_index, mask).double(),
+                               rtol=1e-5, atol=1e-6)
+    conv = ETConv(6, heads=2, head_dim=3)
+    with pytest.raises(ValueError, match="must be a torch.Tensor, got list"):
+        conv(x.tolist(), edge_index)
+    with pytest.raises(ValueError, match="bipartite"):
+        conv((x, x), edge_index)
+    with pytest.raises(ValueError, match=r"got \(89,\)"):
+        conv(x, edge_index, edge_weight=torch.rand(89))

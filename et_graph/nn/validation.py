@@ -27,7 +27,8 @@ def all_finite(values: Tensor) -> bool:
 
 
 def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2) -> None:
-    if isinstance(x, (tuple, list)) and name == "x":
+    if (isinstance(x, (tuple, list)) and name == "x" and len(x) == 2
+            and all(part is None or isinstance(part, Tensor) for part in x)):
         # PyG's bipartite convention (to_hetero builds such calls too)
         raise ValueError(
             "x is a pair (x_src, x_dst): ET layers take no bipartite input, because every token "
@@ -77,12 +78,13 @@ def check_edge_weight(
         return None
     if not isinstance(edge_weight, Tensor):
         raise ValueError(f"edge_weight must be a torch.Tensor, got {type(edge_weight).__name__}")
+    given = tuple(edge_weight.shape)  # named in the error as the caller passed it
     if edge_weight.dim() == 1:
         edge_weight = edge_weight.unsqueeze(-1)
     if edge_weight.dim() != 2 or edge_weight.size(0) != num_edges:
         raise ValueError(
             f"edge_weight must have shape [E] or [E, heads] with E={num_edges} "
-            f"(the number of edges), got {tuple(edge_weight.shape)}"
+            f"(the number of edges), got {given}"
         )
     if edge_weight.size(1) not in (1, heads):
         raise ValueError(

@@ -178,7 +178,9 @@ class ETAnomalyNet(nn.Module):
         """Tokens ``x^1 [N, hidden]`` (eq. 10). ``node_ids`` are the nodes' ids in the full graph
         (needed for the positional embedding when ``x`` is an induced subgraph)."""
         check_features(x, self.in_channels)
-        tokens = self.embedding(x)
+        # Raw features come in any float dtype (NumPy's float64): read in the model's, as
+        # ETGraphModel does; the bare ETConv refuses a mismatch instead (no silent cast there).
+        tokens = self.embedding(x.to(self.embedding.weight.dtype))
         if self.positional is not None:
             if node_ids is None:
                 if x.size(0) != self.positional.num_embeddings:

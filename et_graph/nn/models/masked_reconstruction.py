@@ -128,7 +128,8 @@ class ETMaskedNodeReconstruction(nn.Module):
         """Initial tokens ``x^1 [N, D]``: encoded features, or the MASK token where masked."""
         check_features(x, self.in_channels)
         mask = self._check_mask(mask, x.size(0))
-        tokens = self.encoder(x)
+        # Raw features in any float dtype (NumPy's float64) are read in the model's.
+        tokens = self.encoder(x.to(self.encoder.weight.dtype))
         return torch.where(mask.unsqueeze(-1), self.mask_token.to(tokens.dtype), tokens)
 
     def decode(self, tokens: Tensor) -> Tensor:
