@@ -430,3 +430,21 @@ def test_autograd_path_under_inference_mode_says_why():
     conv.grad = "analytic"
     with torch.inference_mode():
         assert torch.allclose(conv(x, edge_index), expected, atol=1e-5)
+
+
+def test_a_sparse_adjacency_is_the_transposed_matrix_as_the_readme_says():
+    """README: entry [C, B] of a sparse adjacency is the edge B -> C (PyG's adj_t), so the
+    flipped edge_index gives the same result and the unflipped one reverses a directed graph."""
+    from torch_geometric.utils import to_torch_coo_tensor
+
+    torch.manual_seed(0)
+    x = torch.randn(10, 8, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7]])  # a directed path
+    weight = torch.rand(7, dtype=torch.float64)
+    conv = ETConv(8, heads=2, head_dim=4, steps=2).double()
+    expected = conv(x, edge_index, weight)
+    flipped = to_torch_coo_tensor(edge_index.flip(0), weight, size=10)
+    torch.testing.assert_close(conv(x, flipped), expected)
+    torch.testing.assert_close(conv(x, flipped.to_sparse_csr()), expected)
+    assert not torch.allclose(conv(x, to_torch_coo_tensor(edge_index, weight, size=10)),
+                              expected)
