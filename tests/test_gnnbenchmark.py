@@ -603,3 +603,19 @@ def test_a_diverging_training_names_itself_and_what_finished(monkeypatch):
                                        "--out", "none"])
     with pytest.raises(FloatingPointError, match=r"et seed 0 diverged.*gin seed 0, gin seed 1"):
         experiment.run(config)
+
+
+def test_a_single_nonzero_seed_warns_that_seeds_is_a_list():
+    """--seeds 2 ran seed 2 once, silently: the other commands read --seeds as a count."""
+    import warnings
+
+    from et_graph.config import parse
+    from et_graph.experiments.gnnbenchmark import GNNBenchmarkConfig
+
+    with pytest.warns(UserWarning, match="runs the single seed 2"):
+        config = parse(GNNBenchmarkConfig, ["--seeds", "2"])
+    assert config.protocol.seed_list == [2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parse(GNNBenchmarkConfig, ["--seeds", "0"])
+        parse(GNNBenchmarkConfig, ["--seeds", "0,1,2"])

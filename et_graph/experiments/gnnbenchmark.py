@@ -20,6 +20,7 @@ seeds (population std). Presets of the documented runs: ``configs/gnnbenchmark/`
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
@@ -52,7 +53,8 @@ class ProtocolConfig:
 
     Attributes:
         models: comma-separated subset of et,gin,gatedgcn.
-        seeds: comma-separated seeds (initialisation and batch order), e.g. 0,1,2.
+        seeds: comma-separated list of the seeds (initialisation and batch order), e.g. 0,1,2
+            for three runs; not a count as in et-graph anomaly (2 runs seed 2 once).
     """
 
     models: str = ",".join(MODEL_NAMES)
@@ -75,6 +77,12 @@ class ProtocolConfig:
         if len(set(seeds)) != len(seeds):
             # a repeated seed repeats a training bit for bit and shrinks the reported std
             raise ValueError(f"seeds must be distinct, got {self.seeds!r}")
+        if len(seeds) == 1 and seeds[0] > 0:
+            # The other commands take --seeds as a count: --seeds 3 meant as three runs here
+            # runs seed 3 once, and said nothing.
+            warnings.warn(f"seeds={self.seeds!r} runs the single seed {seeds[0]}: gnnbenchmark's "
+                          f"seeds are a list (0,1,2 for three runs), not a count",
+                          UserWarning, stacklevel=2)
 
     @property
     def model_names(self) -> list[str]:
@@ -208,8 +216,10 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
         notes.append(f"Every model adds a random-walk encoding ({data.rw_pe_dim} steps) to its "
                      "node inputs.")
     notes.append("Split sizes: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + ".")
-    notes += [f"{name}: {m['params']:,} parameters, selected epochs {m['selected_epoch']}, "
-              f"{format_stat(m['train_seconds'], 0)} s training per seed"
+    # Epochs counted from 1 here (the anomaly and TU runners' best_epoch counts from 0); the
+    # seconds with one decimal, so that a quick run does not print "0 (n = 1) s".
+    notes += [f"{name}: {m['params']:,} parameters, selected epochs {m['selected_epoch']} "
+              f"(counted from 1), {format_stat(m['train_seconds'], 1)} s training per seed"
               for name, m in models.items()]
     title = f"GNNBenchmark: {data.name} ({METRIC_LABELS[metric]}, test)"
     if config.run.out:
