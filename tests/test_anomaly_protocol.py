@@ -222,3 +222,24 @@ def test_protocol_config_refuses_what_a_run_would_not_use():
             AnomalyProtocolConfig(**bad)
     # a model named twice runs once (its seeds were listed twice)
     assert AnomalyProtocolConfig(models="mlp,MLP,et").model_names() == ["mlp", "et"]
+
+
+def test_stratified_split_reads_only_eligible_labels_and_masks_know_their_graph():
+    """-1 labels outside `eligible` were refused as non-binary; masks(30) of a 40-node split
+    raised a raw IndexError and masks(100) returned 100-long masks, silently."""
+    from et_graph.protocols.anomaly import stratified_split
+
+    y = torch.tensor([0, 1] * 15 + [-1] * 10)
+    eligible = y >= 0
+    split = stratified_split(y, 0.4, seed=0, eligible=eligible)
+    plain = stratified_split(y.clamp_min(0), 0.4, seed=0, eligible=eligible)
+    for part in ("train", "val", "test"):
+        assert torch.equal(getattr(split, part), getattr(plain, part))
+        assert bool(eligible[getattr(split, part)].all())
+    train, val, test = split.masks()
+    assert train.shape == (40,) and not bool((train & val).any())
+    for wrong in (30, 100):
+        with pytest.raises(ValueError, match="40 nodes"):
+            split.masks(wrong)
+    with pytest.raises(ValueError, match="binary"):
+        stratified_split(y, 0.4, seed=0)  # without eligible, every label is read

@@ -38,17 +38,32 @@ SELECT_METRICS = ("f1_macro", "auroc", "auprc")
 
 @dataclass
 class Split:
-    """Node indices of one split (``int64`` tensors, disjoint)."""
+    """Node indices of one split (``int64`` tensors, disjoint); ``num_nodes``, when known, is
+    the size of the graph they index."""
 
     train: Tensor
     val: Tensor
     test: Tensor
+    num_nodes: Optional[int] = None
 
     def sizes(self) -> tuple[int, int, int]:
         return self.train.numel(), self.val.numel(), self.test.numel()
 
-    def masks(self, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
-        """``(train_mask, val_mask, test_mask)`` as bool tensors ``[num_nodes]``."""
+    def masks(self, num_nodes: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(train_mask, val_mask, test_mask)`` as bool tensors ``[num_nodes]`` (default: the
+        split's own graph size)."""
+        if num_nodes is None:
+            if self.num_nodes is None:
+                raise ValueError("masks() needs num_nodes: this split does not know its graph")
+            num_nodes = self.num_nodes
+        if self.num_nodes is not None and num_nodes != self.num_nodes:
+            raise ValueError(f"this split was drawn on a graph of {self.num_nodes} nodes, not "
+                             f"{num_nodes}")
+        largest = max((int(part.max()) for part in (self.train, self.val, self.test)
+                       if part.numel()), default=-1)
+        if largest >= num_nodes:
+            raise ValueError(f"the split indexes node {largest}, outside a graph of "
+                             f"{num_nodes} nodes")
         out = []
         for index in (self.train, self.val, self.test):
             mask = torch.zeros(num_nodes, dtype=torch.bool)
@@ -83,16 +98,24 @@ def stratified_split(
     ``train_ratio`` of the eligible nodes train; the rest is split 1:2 into validation and test
     (``val_fraction_of_rest = 1/3``), each part keeping the anomaly rate.
     """
-    labels = _check_labels(y)
     if not 0.0 < train_ratio < 1.0:
         raise ValueError(f"train_ratio must be in (0, 1), got {train_ratio}")
     if eligible is None:
+        labels = _check_labels(y)
         index = np.arange(labels.size)
     else:
-        mask = eligible.detach().cpu().numpy().astype(bool)
+        # Only the eligible nodes' labels are read: the others may be anything (-1 unlabelled).
+        labels = np.asarray(y.detach().cpu().numpy() if isinstance(y, Tensor) else y)
+        if labels.ndim != 1:
+            raise ValueError(f"labels must be a vector [N], got shape {labels.shape}")
+        mask = np.asarray(eligible.detach().cpu().numpy() if isinstance(eligible, Tensor)
+                          else eligible).astype(bool)
         if mask.shape != labels.shape:
             raise ValueError(f"eligible must be a bool mask [N]={labels.size}, got {mask.shape}")
         index = np.flatnonzero(mask)
+        labels = np.where(mask, labels, 0)
+        _check_labels(labels[index])
+        labels = labels.astype(np.int64)
     sub = labels[index]
     if np.bincount(sub, minlength=2).min() < 3:
         raise ValueError("need at least 3 normal and 3 anomalous eligible nodes to split")
@@ -103,7 +126,8 @@ def stratified_split(
     val, test = train_test_split(
         rest, train_size=val_fraction_of_rest, stratify=rest_y, random_state=seed
     )
-    split = Split(*(torch.from_numpy(np.sort(part)).long() for part in (train, val, test)))
+    split = Split(*(torch.from_numpy(np.sort(part)).long() for part in (train, val, test)),
+                  num_nodes=int(labels.size))
     check_split(split, labels, f"train_ratio {train_ratio} (raise --train-ratio)")
     return split
 
@@ -130,7 +154,8 @@ def mask_splits(data: Data) -> list[Split]:
         )
     masks = [m.view(-1, 1) if m.dim() == 1 else m for m in masks]
     splits = [
-        Split(*(m[:, s].nonzero().view(-1) for m in masks)) for s in range(masks[0].size(1))
+        Split(*(m[:, s].nonzero().view(-1) for m in masks), num_nodes=int(masks[0].size(0)))
+        for s in range(masks[0].size(1))
     ]
     labels = _check_labels(data.y)
     for column, split in enumerate(splits):
