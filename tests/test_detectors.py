@@ -443,3 +443,13 @@ def test_numpy_attributes_are_read_or_named(graph):
     data.x = graph.x.numpy()
     with pytest.raises(TypeError, match=r"data.x is a ndarray.*torch.as_tensor"):
         GBTDetector().fit(data)
+
+
+def test_a_list_or_heterodata_is_named_as_not_a_data_object(graph):
+    """ETDetector.fit([data]) said the data had no labels and suggested supervised=False."""
+    from torch_geometric.data import HeteroData
+
+    for wrong in ([graph], HeteroData()):
+        for make in (ETDetector, GBTDetector):
+            with pytest.raises(TypeError, match="must be a torch_geometric.data.Data"):
+                make().fit(wrong)

@@ -37,7 +37,7 @@ from ..nn.models.anomaly import (
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
 from ..training import CheckpointConfig, Trainer, Validation
 from ..training.engine import _rank_world
-from .base import BaseDetector
+from .base import BaseDetector, check_graph
 from .config import ETDetectorConfig, GNNDetectorConfig, NodeTrainConfig
 
 #: Number of input columns the label trick adds.
@@ -418,6 +418,7 @@ class ETDetector(NeuralDetector):
 
     def fit(self, data: Data, train_mask: Optional[Tensor] = None,
             val_mask: Optional[Tensor] = None) -> ETDetector:
+        check_graph(data)  # a list or HeteroData is named as such, not as "no labels"
         if getattr(data, "y", None) is None:
             raise ValueError(
                 "ETDetector is supervised and data has no labels (data.y); to fit without "
