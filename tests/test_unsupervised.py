@@ -417,3 +417,14 @@ def test_contamination_range_is_pygods_and_ties_are_flagged_together():
     assert int(det.predict(planted_anomaly_graph(num_nodes=200, seed=2)).sum()) == int(
         (score >= det.threshold_).sum())
     assert 20 <= int((score >= det.threshold_).sum()) <= 21
+
+
+def test_the_cli_points_an_unlabelled_graph_to_the_python_detector(graph, tmp_path, capsys):
+    """It said only "the Data object has no y", on a page that opens with "no label is known"."""
+    unlabelled = graph.clone()
+    del unlabelled.y
+    path = tmp_path / "noy.pt"
+    torch.save(unlabelled, path)
+    code = cli_main(["unsupervised", "--data", str(path), "--quick", "--no-progress"])
+    assert code != 0
+    assert "UnsupervisedETDetector().fit(data)" in capsys.readouterr().err

@@ -250,7 +250,10 @@ def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
     stored = data.to_dict()
     missing = [k for k in ("x", "edge_index", "y") if stored.get(k) is None]
     if missing:
-        raise ValueError(f"{source}: the Data object has no {', '.join(missing)}")
+        hint = ("; the runners evaluate against labels, so an unlabelled graph is scored in "
+                "Python: et_graph.detectors.UnsupervisedETDetector().fit(data)"
+                if missing == ["y"] else "")
+        raise ValueError(f"{source}: the Data object has no {', '.join(missing)}{hint}")
     masks = {k: stored[k] for k in MASK_KEYS if stored.get(k) is not None}
     x = stored["x"]
     if isinstance(x, torch.Tensor) and x.layout != torch.strided:
