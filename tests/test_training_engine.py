@@ -99,6 +99,16 @@ def test_a_task_without_training_batches_is_an_error():
         Trainer(TrainConfig(epochs=2), progress=False).fit(nn.Linear(1, 1), EmptyTask([0.5] * 2))
 
 
+def test_a_validate_that_returns_a_number_is_named():
+    """A custom task returning a float failed with "'float' object has no attribute 'beats'"."""
+    class FloatTask(ScriptedTask):
+        def validate(self, model):
+            return 0.5
+
+    with pytest.raises(TypeError, match=r"FloatTask.validate must return a .*Validation"):
+        Trainer(TrainConfig(epochs=2), progress=False).fit(nn.Linear(1, 1), FloatTask([0.5] * 2))
+
+
 def test_non_finite_loss_and_oom_are_explained():
     class NanTask(ScriptedTask):
         def loss(self, model, batch):

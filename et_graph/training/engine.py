@@ -417,6 +417,11 @@ class Trainer:
             with average.swapped() if average is not None else nullcontext():
                 with torch.no_grad():
                     validation = task.validate(model)
+                if not isinstance(validation, Validation):
+                    raise TypeError(
+                        f"{type(task).__name__}.validate must return a "
+                        f"et_graph.training.Validation(score=..., loss=...), got "
+                        f"{type(validation).__name__}")
                 improved = validation.beats(best)
                 if improved:
                     best_state = _clone_state(model)
