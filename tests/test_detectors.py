@@ -453,3 +453,14 @@ def test_a_list_or_heterodata_is_named_as_not_a_data_object(graph):
         for make in (ETDetector, GBTDetector):
             with pytest.raises(TypeError, match="must be a torch_geometric.data.Data"):
                 make().fit(wrong)
+
+
+def test_settings_a_detector_ignores_or_cannot_use_fail_at_construction():
+    """GBTDetector(features='zz') failed only in fit; MLPDetector(gat_heads=8) was accepted
+    and ignored (it shares GAT's config)."""
+    with pytest.raises(ValueError, match="features must be one of"):
+        GBTDetector(features="zz")
+    for make in (MLPDetector, GCNDetector):
+        with pytest.raises(ValueError, match="does not use gat_heads"):
+            make(gat_heads=8)
+    assert GATDetector(gat_heads=8).config.model.gat_heads == 8

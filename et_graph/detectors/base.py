@@ -49,6 +49,9 @@ class BaseDetector:
     """
 
     config_class: type = object
+    #: Fields of the shared config that this detector never reads: naming one as a keyword
+    #: is refused rather than accepted and ignored (MLPDetector(gat_heads=8)).
+    unused_settings: tuple[str, ...] = ()
 
     def __init__(self, config: Any = None, *, seed: int = 0, progress: bool = False,
                  device: Union[str, torch.device] = "cpu", chunk_size: Optional[int] = None,
@@ -58,6 +61,10 @@ class BaseDetector:
             raise TypeError(
                 f"config must be a {self.config_class.__name__}, got {type(config).__name__}"
             )
+        unused = sorted(set(keywords) & set(self.unused_settings))
+        if unused:
+            raise ValueError(f"{type(self).__name__} does not use {', '.join(unused)} (a "
+                             f"setting of the shared {self.config_class.__name__})")
         self.config = apply_keywords(config, **keywords) if keywords else config
         self.seed = int(seed)
         self.progress = bool(progress)

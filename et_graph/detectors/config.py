@@ -180,6 +180,8 @@ class NodeTrainConfig(TrainConfig):
 
 
 GBT_BINNINGS = ("weighted", "unweighted")
+#: The trees' input columns: the features, plus the neighbour mean, plus its neighbour mean.
+GBT_FEATURES = ("x", "x_mean", "x_mean_mean2")
 
 
 @dataclass
@@ -234,6 +236,8 @@ class GBTModelConfig:
             raise ValueError(f"max_features must be in (0, 1], got {self.max_features}")
         if self.binning not in GBT_BINNINGS:
             raise ValueError(f"binning must be one of {GBT_BINNINGS}, got {self.binning!r}")
+        if self.features not in GBT_FEATURES:
+            raise ValueError(f"features must be one of {GBT_FEATURES}, got {self.features!r}")
 
 
 @dataclass

@@ -465,6 +465,7 @@ class MLPDetector(NeuralDetector):
     """Two-layer perceptron on the node features alone (ignores the graph)."""
 
     config_class = GNNDetectorConfig
+    unused_settings = ("gat_heads",)
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         return MLPNet(in_channels, self.config.model.hidden, self.config.model.dropout)
@@ -474,6 +475,7 @@ class GCNDetector(NeuralDetector):
     """Two GCN layers and a linear head."""
 
     config_class = GNNDetectorConfig
+    unused_settings = ("gat_heads",)
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         # Never cached: a cached normalised adjacency would be reused on another graph.

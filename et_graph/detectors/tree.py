@@ -11,9 +11,9 @@ from torch_geometric.data import Data
 
 from ..baselines.node import mean_neighbours
 from .base import BaseDetector
-from .config import GBTDetectorConfig
+from .config import GBT_FEATURES, GBTDetectorConfig
 
-TREE_FEATURES = ("x", "x_mean", "x_mean_mean2")
+TREE_FEATURES = GBT_FEATURES
 
 
 def neighbourhood_features(x: Tensor, edge_index: Tensor, kind: str = "x_mean_mean2"
