@@ -526,3 +526,17 @@ def test_converter_without_dgl_explains(tmp_path, monkeypatch):
     converter = load_converter()
     with pytest.raises(SystemExit, match="pip install dgl"):
         converter.main(["--input", str(tmp_path / "x"), "--output", str(tmp_path / "x.npz")])
+
+
+def test_planted_anomaly_graph_checks_its_settings_and_small_sizes():
+    """num_nodes=10 crashed inside torch (an empty community), communities=1 likewise, and
+    anomaly_rate=1.5 or num_features=0 were accepted."""
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+
+    small = planted_anomaly_graph(10)
+    assert small.num_nodes == 10 and small.x.shape == (10, 8)
+    for bad, message in (({"communities": 1}, "communities"), ({"anomaly_rate": 1.5},
+                         "anomaly_rate"), ({"num_features": 0}, "num_features"),
+                         ({"num_nodes": 0}, "num_nodes")):
+        with pytest.raises(ValueError, match=message):
+            planted_anomaly_graph(**bad)

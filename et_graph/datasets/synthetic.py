@@ -12,6 +12,7 @@ graphs (seed 0).
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Optional, Union
 
@@ -35,6 +36,13 @@ def planted_anomaly_graph(
     cluster's centre, an anomalous node's around *another* cluster's centre. Every node's
     features alone look normal, so the anomalies are only visible against the neighbours.
     """
+    for name, value, low in (("num_nodes", num_nodes, 1), ("num_features", num_features, 1),
+                             ("communities", communities, 2), ("degree", degree, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            # one community leaves an anomaly no other centre to come from
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if not 0.0 <= anomaly_rate < 1.0:
+        raise ValueError(f"anomaly_rate must lie in [0, 1), got {anomaly_rate}")
     gen = torch.Generator().manual_seed(seed)
     community = torch.randint(communities, (num_nodes,), generator=gen)
     centres = 2.0 * torch.randn(communities, num_features, generator=gen)
@@ -45,6 +53,8 @@ def planted_anomaly_graph(
     src, dst = [], []
     for c in range(communities):
         members = (community == c).nonzero().view(-1)
+        if members.numel() == 0:  # a small graph can leave a community empty
+            continue
         picks = torch.randint(members.numel(), (members.numel(), degree), generator=gen)
         src.append(members.repeat_interleave(degree))
         dst.append(members[picks].view(-1))
