@@ -43,7 +43,8 @@ class RunConfig:
     """How and where a run executes (shared by every task's config as its ``run`` section).
 
     Attributes:
-        out: output folder for results.json, results.md and plots (none = do not write).
+        out: output folder for results.json, results.md and plots (none = do not write;
+            et-graph tudataset writes into a subfolder per dataset, OUT/NAME/).
         threads: torch CPU threads (none = torch's default).
         device: cpu, cuda, cuda:1, ...
         progress: show progress bars and per-fold/per-seed lines (the final table is printed
