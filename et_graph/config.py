@@ -30,7 +30,10 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
+
+if TYPE_CHECKING:
+    from .training import CheckpointConfig
 
 T = TypeVar("T")
 
@@ -75,7 +78,7 @@ class RunConfig:
 
             torch.set_num_threads(self.threads)
 
-    def checkpoint(self, *parts: str):
+    def checkpoint(self, *parts: str) -> Optional[CheckpointConfig]:
         """A :class:`~et_graph.training.CheckpointConfig` for one training of this run
         (``checkpoint_dir/part/part/...``), or ``None`` without a checkpoint folder."""
         if not self.checkpoint_dir:

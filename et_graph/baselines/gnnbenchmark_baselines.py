@@ -32,7 +32,8 @@ READOUTS = ("last", "jk")
 class InputEncoder(nn.Module):
     """Embedding for categorical ids, linear map for continuous features."""
 
-    def __init__(self, out_dim: int, num_types: Optional[int] = None, in_dim: Optional[int] = None):
+    def __init__(self, out_dim: int, num_types: Optional[int] = None,
+                 in_dim: Optional[int] = None) -> None:
         super().__init__()
         if (num_types is None) == (in_dim is None):
             raise ValueError("give exactly one of num_types (categorical) or in_dim (continuous)")
@@ -168,7 +169,7 @@ class GINBaseline(_BenchmarkGNN):
 
 
 class _GINNoEdge(nn.Module):
-    def __init__(self, mlp: nn.Module):
+    def __init__(self, mlp: nn.Module) -> None:
         super().__init__()
         from torch_geometric.nn import GINConv
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from torch_geometric.data import Data
 
 from .locking import folder_lock
+
+if TYPE_CHECKING:
+    from torch_geometric.datasets import GNNBenchmarkDataset
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -82,7 +85,7 @@ def gnn_benchmark_present(root: PathLike, name: str) -> bool:
     return gnn_benchmark_required_file(root, name).is_file() or gnn_benchmark_processed(root, name)
 
 
-def load_gnn_benchmark(root: PathLike, name: str, split: str):
+def load_gnn_benchmark(root: PathLike, name: str, split: str) -> "GNNBenchmarkDataset":
     """PyG's ``GNNBenchmarkDataset`` (PATTERN, CLUSTER, MNIST, CIFAR10) from local files only."""
     from torch_geometric.datasets import GNNBenchmarkDataset
 

@@ -16,12 +16,16 @@ Layout expected under a user root ``ROOT`` (PyG's own layout)::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from torch import Tensor
 from torch_geometric.data import Data
 
 from .gnnbenchmark_common import SPLITS, BenchmarkData, PathLike, missing_files
+
+if TYPE_CHECKING:
+    from torch_geometric.datasets import ZINC
 
 #: Atom types of ZINC-12k (``atom_dict.pickle``: C, O, N, F, C H1, ... 28 entries).
 ZINC_NUM_ATOM_TYPES = 28
@@ -110,7 +114,7 @@ def zinc_required_files(root: PathLike) -> list[Path]:
     return [raw / n for n in names]
 
 
-def load_zinc(root: PathLike, split: str, subset: bool = True):
+def load_zinc(root: PathLike, split: str, subset: bool = True) -> "ZINC":
     """PyG's ``ZINC`` (12k subset by default) from local files; raises instead of downloading.
 
     ``root`` is PyG's root for ZINC (it holds ``raw/``; PyG writes ``subset/processed/`` there, so

@@ -71,7 +71,8 @@ class CLSLaplacianPE(BaseTransform):
     space (it also does the training-time sign flips).
     """
 
-    def __init__(self, k: int = 8, attr_name: str = "lap_pe", cls_attr_name: str = "cls_lap_pe"):
+    def __init__(self, k: int = 8, attr_name: str = "lap_pe", cls_attr_name: str = "cls_lap_pe"
+                 ) -> None:
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
         self.k = k
