@@ -289,6 +289,11 @@ def test_unsupervised_detector_saves_too(graph, tmp_path):
     det.save(tmp_path / "unsup.pt")
     loaded = UnsupervisedETDetector.load(tmp_path / "unsup.pt")
     assert torch.equal(loaded.decision_function(graph), det.decision_function(graph))
+    # ETDetector(supervised=False) builds one, so ETDetector.load reads it back (it refused)
+    again = ETDetector.load(tmp_path / "unsup.pt")
+    assert isinstance(again, UnsupervisedETDetector)
+    with pytest.raises(TypeError, match="not a MLPDetector"):
+        MLPDetector.load(tmp_path / "unsup.pt")
     wide = graph.clone()
     wide.x = wide.x.double()  # float64 features are read as float32, as the supervised ones
     assert torch.equal(det.decision_function(wide), det.decision_function(graph))

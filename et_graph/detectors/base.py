@@ -110,6 +110,11 @@ class BaseDetector:
                     "class": type(self).__name__, "detector": self}, path)
 
     @classmethod
+    def _accepts(cls, detector: Any) -> bool:
+        """Whether :meth:`load` called on this class may return ``detector``."""
+        return isinstance(detector, cls)
+
+    @classmethod
     def load(cls: type[DetectorT], path: Union[str, os.PathLike],
              map_location: Union[str, torch.device] = "cpu") -> DetectorT:
         """A detector written by :meth:`save`, its tensors moved to ``map_location`` (where it
@@ -133,7 +138,7 @@ class BaseDetector:
         if not isinstance(payload, dict) or payload.get("format") != SAVE_FORMAT:
             raise ValueError(f"{path} is not a detector written by et-graph's save()")
         detector = payload["detector"]
-        if not isinstance(detector, cls):
+        if not cls._accepts(detector):
             raise TypeError(f"{path} holds a {payload['class']}, not a {cls.__name__}")
         detector.device = device
         return detector

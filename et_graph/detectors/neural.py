@@ -416,6 +416,14 @@ class ETDetector(NeuralDetector):
     def __init__(self, *args: Any, supervised: bool = True, **keywords: Any) -> None:
         super().__init__(*args, **keywords)
 
+    @classmethod
+    def _accepts(cls, detector: Any) -> bool:
+        # ETDetector(supervised=False) builds an UnsupervisedETDetector, so ETDetector.load
+        # reads its files back too.
+        from .unsupervised import UnsupervisedETDetector
+
+        return isinstance(detector, (cls, UnsupervisedETDetector))
+
     def fit(self, data: Data, train_mask: Optional[Tensor] = None,
             val_mask: Optional[Tensor] = None) -> ETDetector:
         check_graph(data)  # a list or HeteroData is named as such, not as "no labels"
