@@ -427,3 +427,37 @@ def test_the_cli_points_an_unlabelled_graph_to_the_python_detector(graph, tmp_pa
     torch.save(unlabelled, path)
     with pytest.raises(ValueError, match=r"has no y; .*UnsupervisedETDetector\(\)\.fit\(data\)"):
         cli_main(["unsupervised", "--data", str(path), "--quick", "--no-progress"])
+
+
+def test_pygod_baselines_are_seeded_without_resetting_the_callers_stream(graph, monkeypatch):
+    """pygod_scores seeded torch and NumPy globally and left them so; a stand-in PyGOD
+    detector (PyGOD is an optional extra) shows the fit seeded and the caller's stream kept."""
+    import types
+
+    import numpy as np
+
+    from et_graph.baselines import unsupervised as baselines
+
+    class FakeDominant:
+        def __init__(self, epoch, gpu, verbose):
+            pass
+
+        def fit(self, data):
+            self.decision_score_ = torch.rand(data.num_nodes) + float(np.random.rand())
+
+    fake = types.ModuleType("pygod.detector")
+    fake.DOMINANT = FakeDominant
+    monkeypatch.setitem(sys.modules, "pygod", types.ModuleType("pygod"))
+    monkeypatch.setitem(sys.modules, "pygod.detector", fake)
+    monkeypatch.setattr(baselines, "pygod_available", lambda: (True, ""))
+    runs = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        expected = (torch.rand(2), np.random.rand(2))
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        runs.append(baselines.pygod_scores("dominant", graph, seed=7))
+        assert torch.equal(torch.rand(2), expected[0])
+        assert np.array_equal(np.random.rand(2), expected[1])
+    assert np.array_equal(runs[0], runs[1])  # seeded by its own seed, not the caller's

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
+from ..training import private_rng
+
 #: PyGOD detector class names by the runner's model names.
 PYGOD_MODELS = {"dominant": "DOMINANT", "anomalydae": "AnomalyDAE", "cola": "CoLA",
                 "conad": "CONAD"}
@@ -81,15 +83,16 @@ def pygod_scores(name: str, data: Data, seed: int, epochs: int = 100,
     detector_module = importlib.import_module("pygod.detector")
     where = torch.device(device)
     gpu = (where.index or 0) if where.type == "cuda" else -1
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    detector = getattr(detector_module, PYGOD_MODELS[name])(epoch=epochs, gpu=gpu, verbose=0)
     graph = Data(x=data.x.float(), edge_index=data.edge_index)
-    try:
-        detector.fit(graph)
-    except ImportError as error:  # a sampler back-end missing only shows up when it is used
-        raise BaselineUnavailable(f"PyGOD {PYGOD_MODELS[name]} failed to import a "
-                                  f"dependency: {error}") from error
+    # Seeded as before, without leaving the caller's random streams reset.
+    with private_rng(seed, where):
+        detector = getattr(detector_module, PYGOD_MODELS[name])(epoch=epochs, gpu=gpu,
+                                                                verbose=0)
+        try:
+            detector.fit(graph)
+        except ImportError as error:  # a sampler back-end missing shows up only when used
+            raise BaselineUnavailable(f"PyGOD {PYGOD_MODELS[name]} failed to import a "
+                                      f"dependency: {error}") from error
     score = detector.decision_score_
     score = score.detach().cpu().numpy() if isinstance(score, torch.Tensor) else score
     return np.asarray(score, dtype=np.float64)
