@@ -306,10 +306,6 @@ def to_dict(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-def from_dict(cls: type[T], values: Mapping[str, Any]) -> T:
-    return merge(cls(), values)
-
-
 # ----------------------------------------------------------------------------------------------
 # Files
 # ----------------------------------------------------------------------------------------------

@@ -422,6 +422,10 @@ def test_self_loops_change_no_detector_that_reads_neighbours(graph):
     stats = ("mean", "sq_mean", "max", "min", "std", "degree")
     torch.testing.assert_close(neighbourhood_statistics(graph.x, looped.edge_index, stats),
                                neighbourhood_statistics(graph.x, graph.edge_index, stats))
+    from et_graph.transforms import prepare_detection_data
+
+    torch.testing.assert_close(prepare_detection_data(looped, degree_feature=True).x,
+                               prepare_detection_data(graph, degree_feature=True).x)
 
 
 def test_positional_detector_refuses_another_graph_of_the_same_size(graph):

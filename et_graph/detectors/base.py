@@ -13,7 +13,6 @@ import warnings
 import zipfile
 from typing import Any, Optional, TypeVar, Union
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
@@ -304,5 +303,3 @@ def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:
     return mask
 
 
-def as_numpy(t: Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()

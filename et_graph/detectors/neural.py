@@ -35,8 +35,7 @@ from ..nn.models.anomaly import (
     weighted_bce_loss,
 )
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
-from ..training import CheckpointConfig, Trainer, Validation
-from ..training.engine import _rank_world
+from ..training import CheckpointConfig, Trainer, Validation, rank_world
 from .base import BaseDetector, check_graph
 from .config import ETDetectorConfig, GNNDetectorConfig, NodeTrainConfig
 
@@ -155,7 +154,7 @@ class NodeAnomalyTask:
         nodes) or an induced subgraph on ``subgraph_ratio`` of the nodes (other ranks draw other
         nodes); in a subgraph only its training nodes carry a loss."""
         data, ratio = self.data, self.config.subgraph_ratio
-        rank, world = _rank_world()
+        rank, world = rank_world()
         x, targets = self.train_input()
         if self.sampler is not None:
             yield from self.neighbour_batches(x, targets, rank, world)
@@ -486,7 +485,8 @@ class GCNDetector(NeuralDetector):
     unused_settings = ("gat_heads",)
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
-        # Never cached: a cached normalised adjacency would be reused on another graph.
+        # GCNNet keys its normalised adjacency by the edge_index tensor's identity and
+        # version (EdgeCache), so another graph never reuses it.
         return GCNNet(in_channels, self.config.model.hidden, self.config.model.dropout)
 
 

@@ -13,14 +13,12 @@ from ..baselines.node import mean_neighbours
 from .base import BaseDetector
 from .config import GBT_FEATURES, GBTDetectorConfig
 
-TREE_FEATURES = GBT_FEATURES
-
 
 def neighbourhood_features(x: Tensor, edge_index: Tensor, kind: str = "x_mean_mean2"
                            ) -> np.ndarray:
     """``x``, ``[x, mean(x)]`` or ``[x, mean(x), mean(mean(x))]`` over in-neighbours, float32."""
-    if kind not in TREE_FEATURES:
-        raise ValueError(f"features must be one of {TREE_FEATURES}, got {kind!r}")
+    if kind not in GBT_FEATURES:
+        raise ValueError(f"features must be one of {GBT_FEATURES}, got {kind!r}")
     x = x.detach()  # trees take no gradient; a tensor that requires one cannot be .numpy()
     parts = [x]
     if kind != "x":

@@ -25,6 +25,7 @@ from ..protocols.anomaly import (
     evaluate,
     make_splits,
     seed_ensemble,
+    summarize_runs,
 )
 from ..protocols.anomaly_config import (
     ENERGY_ROW,
@@ -32,7 +33,7 @@ from ..protocols.anomaly_config import (
     load_data,
     make_detector,
 )
-from ..reporting import markdown_table, provenance_note, summarize, write_results
+from ..reporting import markdown_table, provenance_note, write_results
 from ..transforms.features import FEATURE_NORMS
 
 CONFIG = AnomalyConfig
@@ -108,8 +109,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         curves["prob"][f"{name}_ensemble"] = np.mean(np.stack(scores), axis=0)
         ensembles[f"{name}_ensemble"] = {**metrics, "threshold": threshold,
                                          "val_auroc": val_auroc, "seeds": len(scores)}
-    models = {name: {m: summarize(r[m] for r in runs) for m in METRICS}
-              for name, runs in rows.items()}
+    models = {name: summarize_runs(runs) for name, runs in rows.items()}
     results = {
         "dataset": dataset,
         "protocol": describe_protocol(config, splits, names),

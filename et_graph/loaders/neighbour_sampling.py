@@ -10,7 +10,7 @@ Two samplers give batches of that form:
 
 * :class:`NeighbourSampler`, pure torch (vectorised CSR gathers, no per-node Python loop), always
   available and bit-reproducible from a ``torch.Generator``;
-* PyG's ``NeighborLoader`` (:func:`pyg_neighbour_batches`), which needs ``pyg-lib`` or
+* PyG's ``NeighborLoader`` (:class:`PygNeighbourSampler`), which needs ``pyg-lib`` or
   ``torch-sparse`` (optional extras; ``pip install -e .[sampling]``).
 
 What it approximates for ET. One descent step at node :math:`C` reads the softmax over

@@ -10,6 +10,7 @@ from .engine import (
     WeightAverage,
     is_distributed,
     private_rng,
+    rank_world,
     seed_everything,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "load_checkpoint",
     "save_checkpoint",
     "private_rng",
+    "rank_world",
     "seed_everything",
 ]

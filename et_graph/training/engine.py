@@ -319,7 +319,7 @@ class Trainer:
         """Train ``model`` on ``task``; on return the model holds the best epoch's weights and
         is in eval mode."""
         cfg = self.config
-        rank, world = _rank_world()
+        rank, world = rank_world()
         train_model: nn.Module = model
         if world > 1:
             train_model = nn.parallel.DistributedDataParallel(model)
@@ -495,14 +495,16 @@ class Trainer:
         })
 
 
-def _rank_world() -> tuple[int, int]:
+def rank_world() -> tuple[int, int]:
+    """``(rank, world size)`` of this process under torch.distributed, ``(0, 1)`` outside it."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
 
 
 def is_distributed() -> bool:
-    return _rank_world()[1] > 1
+    """Whether this process is one of several under torch.distributed."""
+    return rank_world()[1] > 1
 
 
 def _clone_state(model: nn.Module) -> dict[str, Tensor]:

@@ -53,8 +53,8 @@ def check_detection_graph(data: Data) -> None:
 def prepare_detection_data(data: Data, feature_norm: str = "none",
                            degree_feature: bool = False, ple_bins: int = 16) -> Data:
     """A validated copy of ``data`` with float features, optionally ``log(1 + in-degree)``
-    appended and each column transformed over all nodes by :func:`transform_features`. Labels
-    are never read by the transform."""
+    (self-loops not counted) appended, and each column transformed over all nodes by
+    :func:`transform_features`. Labels are never read by the transform."""
     if feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
     check_detection_graph(data)
@@ -62,9 +62,10 @@ def prepare_detection_data(data: Data, feature_norm: str = "none",
     data.x = data.x.float()
     data.y = data.y.long()
     if degree_feature:
-        degree = torch.zeros(data.num_nodes).index_add_(
-            0, data.edge_index[1], torch.ones(data.edge_index.size(1))
-        )
+        # In-edges from other nodes, as the neighbourhood statistics count them (a self-loop
+        # makes no node its own neighbour).
+        dst = data.edge_index[1][data.edge_index[0] != data.edge_index[1]]
+        degree = torch.zeros(data.num_nodes).index_add_(0, dst, torch.ones(dst.numel()))
         data.x = torch.cat([data.x, degree.log1p().unsqueeze(-1)], dim=-1)
     data.x = transform_features(data.x, feature_norm, ple_bins)
     return data
