@@ -251,18 +251,18 @@ def test_baselines_shapes_and_bad_input(cls, zinc_val):
 
     batch = next(iter(DataLoader(zinc_val[:4], batch_size=4)))
     model = cls(1, "regression", hidden=16, num_layers=2, num_node_types=28, num_edge_types=4)
-    assert model(batch.x, batch.edge_index, batch.edge_attr, batch.batch).shape == (4,)
+    assert model(batch.x, batch.edge_index, batch.batch, batch.edge_attr).shape == (4,)
     with pytest.raises(ValueError, match="edge_attr"):
-        model(batch.x, batch.edge_index, batch.edge_attr[:-1], batch.batch)
+        model(batch.x, batch.edge_index, batch.batch, batch.edge_attr[:-1])
     with pytest.raises(ValueError, match="no nodes"):
-        model(batch.x[:0], batch.edge_index[:, :0], batch.edge_attr[:0], batch.batch[:0])
+        model(batch.x[:0], batch.edge_index[:, :0], batch.batch[:0], batch.edge_attr[:0])
     with pytest.raises(ValueError, match="category ids"):
-        model(batch.x + 30, batch.edge_index, batch.edge_attr, batch.batch)
+        model(batch.x + 30, batch.edge_index, batch.batch, batch.edge_attr)
     node_model = cls(2, "node", hidden=16, num_layers=2, node_dim=3)
     x = torch.nn.functional.one_hot(batch.x.view(-1) % 3, 3).float()
-    assert node_model(x, batch.edge_index, None, batch.batch).shape == (batch.num_nodes, 2)
+    assert node_model(x, batch.edge_index, batch.batch).shape == (batch.num_nodes, 2)
     with pytest.raises(ValueError, match="NaN"):
-        node_model(x * float("nan"), batch.edge_index, None, batch.batch)
+        node_model(x * float("nan"), batch.edge_index, batch.batch)
 
 
 @pytest.mark.parametrize("cls", [GINBaseline, GatedGCNBaseline])
@@ -277,7 +277,7 @@ def test_baselines_read_the_random_walk_encoding(cls, zinc_val):
     torch.manual_seed(0)
     model = cls(1, "regression", hidden=16, num_layers=2, num_node_types=28, num_edge_types=4,
                 rw_pe_dim=4).eval()
-    args = (batch.x, batch.edge_index, batch.edge_attr, batch.batch)
+    args = (batch.x, batch.edge_index, batch.batch, batch.edge_attr)
     out = model(*args, rw_pe=batch.rw_pe)
     assert out.shape == (4,)
     assert not torch.allclose(out, model(*args, rw_pe=torch.zeros_like(batch.rw_pe)))
@@ -305,13 +305,13 @@ def test_baselines_incident_edges_add_the_sum_of_incoming_encoded_edges(cls, zin
     seen = []
     model.convs[0].register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
     with torch.no_grad():
-        out = model(batch.x, batch.edge_index, batch.edge_attr, batch.batch)
+        out = model(batch.x, batch.edge_index, batch.batch, batch.edge_attr)
         e = model.edge_encoder(batch.edge_attr)
         incoming = torch.zeros(batch.num_nodes, 16).index_add_(0, batch.edge_index[1], e)
         expected = model.node_encoder(batch.x) + model.incident_encoder(incoming)
         assert torch.allclose(seen[0], expected, atol=1e-6)
         order = torch.randperm(batch.edge_index.size(1))
-        shuffled = model(batch.x, batch.edge_index[:, order], batch.edge_attr[order], batch.batch)
+        shuffled = model(batch.x, batch.edge_index[:, order], batch.batch, batch.edge_attr[order])
         assert torch.allclose(shuffled, out, atol=1e-5)
     with pytest.raises(ValueError, match="incident_edges"):
         cls(1, "regression", num_node_types=28, incident_edges=True)
@@ -332,7 +332,7 @@ def test_baselines_jk_readout_reads_every_layer(cls, zinc_val):
     model.node_encoder.register_forward_hook(lambda m, i, out: states.append(out))
     model.head.register_forward_hook(lambda m, inputs, out: seen.append(inputs[0]))
     with torch.no_grad():
-        out = model(batch.x, batch.edge_index, batch.edge_attr, batch.batch)
+        out = model(batch.x, batch.edge_index, batch.batch, batch.edge_attr)
         h = states[0]
         layers = [h]
         e = model.edge_encoder(batch.edge_attr)
@@ -346,7 +346,7 @@ def test_baselines_jk_readout_reads_every_layer(cls, zinc_val):
     assert last.head[0].in_features == 8
     node_model = cls(2, "node", hidden=8, num_layers=3, node_dim=3, readout="jk")
     x = torch.nn.functional.one_hot(batch.x.view(-1) % 3, 3).float()
-    assert node_model(x, batch.edge_index, None, batch.batch).shape == (batch.num_nodes, 2)
+    assert node_model(x, batch.edge_index, batch.batch).shape == (batch.num_nodes, 2)
     assert node_model.head[0].in_features == 4 * 8
     with pytest.raises(ValueError, match="readout"):
         cls(1, "regression", num_node_types=28, readout="sum")
@@ -619,3 +619,21 @@ def test_a_single_nonzero_seed_warns_that_seeds_is_a_list():
         warnings.simplefilter("error")
         parse(GNNBenchmarkConfig, ["--seeds", "0"])
         parse(GNNBenchmarkConfig, ["--seeds", "0,1,2"])
+
+
+@pytest.mark.parametrize("cls", [GINBaseline, GatedGCNBaseline])
+def test_benchmark_baselines_take_batch_third_like_the_other_graph_models(cls):
+    """forward(x, edge_index, edge_attr, batch) differed from ETGraphModel/GINClassifier: a
+    batch passed third became edge_attr, was ignored by a model without edge features, and
+    every node was pooled into one graph, silently."""
+    from torch_geometric.loader import DataLoader
+
+    graphs = [Data(x=torch.randint(0, 3, (4,)), edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]),
+                   y=torch.tensor([0.5])) for _ in range(3)]
+    batch = next(iter(DataLoader(graphs, batch_size=3)))
+    model = cls(1, "regression", hidden=8, num_layers=2, num_node_types=3).eval()
+    out = model(batch.x, batch.edge_index, batch.batch)
+    assert out.shape == (3,)
+    torch.testing.assert_close(model.forward_data(batch), out)
+    with pytest.raises(ValueError, match="without edge features"):
+        model(batch.x, batch.edge_index, batch.batch, torch.ones(batch.edge_index.size(1), 1))

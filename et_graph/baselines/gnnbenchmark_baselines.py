@@ -15,7 +15,7 @@ added to the node embedding, as ET adds it to its tokens.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor, nn
@@ -114,8 +114,10 @@ class _BenchmarkGNN(nn.Module):
     def _conv(self, hidden: int) -> nn.Module:
         raise NotImplementedError
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None, rw_pe: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
+                edge_attr: Optional[Tensor] = None, rw_pe: Optional[Tensor] = None) -> Tensor:
+        """Outputs of the graphs (``batch`` assigns nodes to graphs) or of the nodes
+        (``task="node"``). The argument order is ETGraphModel's and GINClassifier's."""
         if x.size(0) == 0:
             raise ValueError("the batch has no nodes")
         edge_index = check_edge_index(edge_index, x.size(0))
@@ -127,6 +129,9 @@ class _BenchmarkGNN(nn.Module):
         elif rw_pe is not None:
             raise ValueError("got rw_pe, but the model was built with rw_pe_dim=0")
         e = None
+        if edge_attr is not None and not self.uses_edges:
+            raise ValueError("edge_attr was given but the model was built without edge "
+                             "features (num_edge_types / edge_dim)")
         if self.uses_edges:
             if edge_attr is None or edge_attr.size(0) != edge_index.size(1):
                 got = None if edge_attr is None else edge_attr.size(0)
@@ -153,6 +158,13 @@ class _BenchmarkGNN(nn.Module):
             h = self.pooling(h, batch)
         out = self.head(h)
         return out.squeeze(-1) if self.task == "regression" else out
+
+    def forward_data(self, data: Any) -> Tensor:
+        """``forward`` on a PyG ``Data``/``Batch`` (``edge_attr`` only if the model uses edge
+        features, ``rw_pe`` only if it was built for it)."""
+        return self(data.x, data.edge_index, getattr(data, "batch", None),
+                    edge_attr=data.edge_attr if self.uses_edges else None,
+                    rw_pe=getattr(data, "rw_pe", None) if self.rw_encoder is not None else None)
 
 
 class GINBaseline(_BenchmarkGNN):

@@ -209,7 +209,8 @@ def predict(model: nn.Module, batch: Data) -> Tensor:
     if hasattr(model, "forward_data"):
         out = model.forward_data(batch)
     else:
-        out = model(batch.x, batch.edge_index, getattr(batch, "edge_attr", None), batch.batch,
+        out = model(batch.x, batch.edge_index, batch.batch,
+                    edge_attr=getattr(batch, "edge_attr", None),
                     rw_pe=getattr(batch, "rw_pe", None))
     return out.view(-1) if out.dim() == 2 and out.size(1) == 1 else out
 
