@@ -332,8 +332,9 @@ class NeuralDetector(BaseDetector):
             on_epoch=self.on_epoch,
             fingerprint=repr(self.config),
             oom_hint="full-batch training does not fit in memory: pass batch_size "
-                     "(--batch-size) to train on random node partitions, and "
-                     "--inference-chunk-size to score in bounded memory")
+                     "(--batch-size) to train on random node partitions, and chunk_size / "
+                     "chunk_edges (--inference-chunk-size / --inference-chunk-edges) to score "
+                     "in bounded memory")
         result = trainer.fit(model, task)
         self.model_ = model
         self.history_ = result.history

@@ -128,7 +128,7 @@ def stratified_split(
     )
     split = Split(*(torch.from_numpy(np.sort(part)).long() for part in (train, val, test)),
                   num_nodes=int(labels.size))
-    check_split(split, labels, f"train_ratio {train_ratio} (raise --train-ratio)")
+    check_split(split, labels, f"train_ratio {train_ratio} (raise train_ratio, --train-ratio)")
     return split
 
 
