@@ -473,3 +473,20 @@ def test_settings_a_detector_ignores_or_cannot_use_fail_at_construction():
         with pytest.raises(ValueError, match="does not use gat_heads"):
             make(gat_heads=8)
     assert GATDetector(gat_heads=8).config.model.gat_heads == 8
+
+
+def test_a_refused_resume_names_what_changed(graph, tmp_path):
+    """Through the detectors (and the CLI) every change gave the same generic message: their
+    whole config is the fingerprint, and it was compared before the training settings."""
+    from et_graph.training import CheckpointConfig
+
+    def fit(**settings):
+        det = ETDetector(**{"epochs": 2, "hidden": 16, **settings})
+        det.checkpoint = CheckpointConfig(str(tmp_path), resume=True)
+        return det.fit(graph)
+
+    fit()
+    with pytest.raises(ValueError, match=r"other training settings \(lr differ\)"):
+        fit(lr=0.05)
+    with pytest.raises(ValueError, match=r"another configuration \(now: hidden=8\)"):
+        fit(hidden=8)

@@ -205,9 +205,16 @@ def test_resume_refuses_a_checkpoint_of_another_configuration(tmp_path):
     with pytest.raises(ValueError, match=r"\(lr differ\)"):
         plain.fit(_model(), RegressionTask())
     model, task = _model(), RegressionTask()
-    trainer = Trainer(TrainConfig(epochs=3), CheckpointConfig(str(tmp_path), resume=True),
+    same_training = TrainConfig(epochs=2, lr=0.05, lr_schedule="cosine", grad_clip=1.0)
+    trainer = Trainer(same_training, CheckpointConfig(str(tmp_path), resume=True),
                       progress=False, fingerprint="something else")
     with pytest.raises(ValueError, match="another configuration"):
+        trainer.fit(model, task)
+    # other training settings are named even when the fingerprint differs too (the detectors
+    # and the CLI fingerprint their whole config, training settings included)
+    trainer = Trainer(TrainConfig(epochs=3), CheckpointConfig(str(tmp_path), resume=True),
+                      progress=False, fingerprint="something else")
+    with pytest.raises(ValueError, match="other training settings"):
         trainer.fit(model, task)
     # the same fingerprint but another model shape: a CheckpointError, not a raw state_dict error
     wider = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.2), nn.Linear(16, 1))

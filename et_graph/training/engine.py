@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -337,13 +338,9 @@ class Trainer:
         path = self.checkpoint_path
         if path is not None and self.checkpoint.resume and path.is_file():
             state = load_checkpoint(path)
-            if state.get("fingerprint", "") != self.fingerprint:
-                raise ValueError(
-                    f"{path} was written by a run with another configuration; use another "
-                    "checkpoint_dir or drop resume"
-                )
-            # The training settings themselves are compared too, so that a caller who passes
-            # no fingerprint cannot resume a run under another lr, schedule or epoch count.
+            # The training settings first, by name (a caller who passes no fingerprint cannot
+            # resume under another lr, schedule or epoch count either); then the caller's
+            # fingerprint of the model and data settings.
             stored, current = state.get("config"), asdict(self.config)
             if stored is not None and stored != current:
                 changed = sorted(k for k in set(stored) | set(current)
@@ -351,6 +348,13 @@ class Trainer:
                 raise ValueError(
                     f"{path} was written under other training settings ({', '.join(changed)} "
                     "differ); use another checkpoint_dir or drop resume"
+                )
+            if state.get("fingerprint", "") != self.fingerprint:
+                now = _new_settings(str(state.get("fingerprint", "")), str(self.fingerprint))
+                raise ValueError(
+                    f"{path} was written by a run with another configuration"
+                    + (f" (now: {', '.join(now)})" if now else "")
+                    + "; use another checkpoint_dir or drop resume"
                 )
             try:
                 model.load_state_dict(state["model"])
@@ -493,6 +497,16 @@ class Trainer:
             "stopped": stopped,
             "config": asdict(self.config),
         })
+
+
+def _new_settings(stored: str, current: str, limit: int = 6) -> list[str]:
+    """The ``name=value`` pieces of the ``current`` fingerprint (a config's repr or JSON) that
+    the ``stored`` one lacks: what a refused resume changed, as far as a text diff can tell."""
+    def pieces(text: str) -> list[str]:
+        return [p for p in re.split(r"[(),{}\[\]]\s*|,\s*", text) if "=" in p or ":" in p]
+
+    old = set(pieces(stored))
+    return [p.strip() for p in pieces(current) if p not in old][:limit]
 
 
 def rank_world() -> tuple[int, int]:
