@@ -490,3 +490,12 @@ def test_a_refused_resume_names_what_changed(graph, tmp_path):
         fit(lr=0.05)
     with pytest.raises(ValueError, match=r"another configuration \(now: hidden=8\)"):
         fit(hidden=8)
+
+
+def test_out_of_memory_hints_fit_the_detector():
+    """MLP/GCN/GAT were told to use chunk_size, which they refuse; a mini-batch run was told
+    that full-batch training did not fit."""
+    assert "chunk_size" in ETDetector()._oom_hint()
+    assert "chunk_size" not in MLPDetector()._oom_hint()
+    assert "smaller batch_size" in ETDetector(batch_size=64)._oom_hint()
+    assert "node partitions" in GATDetector()._oom_hint()

@@ -125,6 +125,14 @@ def test_non_finite_loss_and_oom_are_explained():
         Trainer(TrainConfig(epochs=1), progress=False, oom_hint="pass --batch-size").fit(
             nn.Linear(1, 1), OOMTask([0.1]))
 
+    class ValidationOOMTask(ScriptedTask):  # the validation pass ran out: a raw RuntimeError
+        def validate(self, model):
+            raise RuntimeError("DefaultCPUAllocator: not enough memory")
+
+    with pytest.raises(MemoryError, match="chunk"):
+        Trainer(TrainConfig(epochs=1), progress=False, oom_hint="score in chunks").fit(
+            nn.Linear(1, 1), ValidationOOMTask([0.1]))
+
 
 # ----------------------------------------------------------------------------------------------
 # Checkpoints

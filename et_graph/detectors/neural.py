@@ -290,6 +290,16 @@ class NeuralDetector(BaseDetector):
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         raise NotImplementedError
 
+    def _oom_hint(self) -> str:
+        """What an out-of-memory error in training or validation should suggest here."""
+        hint = ("train on random node partitions: pass batch_size (--batch-size)"
+                if not self.config.train.batch_size else
+                "pass a smaller batch_size (--batch-size)")
+        if getattr(self, "supports_chunks", False):
+            hint += (", and chunk_size / chunk_edges (--inference-chunk-size / "
+                     "--inference-chunk-edges) to validate and score in bounded memory")
+        return hint
+
     def chunking(self) -> dict[str, int]:
         """The network's bounded-memory scoring keywords: ``chunk_size`` and ``chunk_edges``
         where set (empty: one full pass)."""
@@ -331,10 +341,7 @@ class NeuralDetector(BaseDetector):
             generators=[generator],
             on_epoch=self.on_epoch,
             fingerprint=repr(self.config),
-            oom_hint="full-batch training does not fit in memory: pass batch_size "
-                     "(--batch-size) to train on random node partitions, and chunk_size / "
-                     "chunk_edges (--inference-chunk-size / --inference-chunk-edges) to score "
-                     "in bounded memory")
+            oom_hint=self._oom_hint())
         result = trainer.fit(model, task)
         self.model_ = model
         self.history_ = result.history

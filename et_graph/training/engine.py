@@ -267,7 +267,8 @@ class Trainer:
             tuner reports to its pruner here and may raise to stop the run).
         fingerprint: a string that identifies the run's configuration; resuming from a
             checkpoint with another fingerprint raises ``ValueError``.
-        oom_hint: appended to the message of an out-of-memory error raised during training.
+        oom_hint: appended to the message of an out-of-memory error raised in a training step
+            or a validation pass.
     """
 
     def __init__(
@@ -420,7 +421,10 @@ class Trainer:
             # With weight averaging, validation and the best-epoch copy see the averaged weights.
             with average.swapped() if average is not None else nullcontext():
                 with torch.no_grad():
-                    validation = task.validate(model)
+                    try:
+                        validation = task.validate(model)
+                    except RuntimeError as error:  # the validation pass can run out too
+                        raise _explain_oom(error, self.oom_hint) from error
                 if not isinstance(validation, Validation):
                     raise TypeError(
                         f"{type(task).__name__}.validate must return a "
