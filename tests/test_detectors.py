@@ -354,8 +354,11 @@ def test_load_names_a_cut_file_and_a_missing_device_for_what_they_are(graph, tmp
 def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph):
     weighted = graph.clone()
     weighted.edge_weight = torch.rand(graph.edge_index.size(1))
-    with pytest.warns(UserWarning, match="ignores data.edge_weight"):
-        MLPDetector(epochs=1).fit(weighted)
+    with pytest.warns(UserWarning, match="ignores data.edge_weight") as caught:
+        det = MLPDetector(epochs=1).fit(weighted)
+    assert len([w for w in caught if "ignores" in str(w.message)]) == 1  # once per fit
+    with pytest.warns(UserWarning, match="ignores data.edge_weight"):  # scoring said nothing
+        det.decision_function(weighted)
     from et_graph.detectors import UnsupervisedETDetector
 
     with pytest.warns(UserWarning, match="ignores data.edge_weight"):

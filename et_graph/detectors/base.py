@@ -181,7 +181,7 @@ class BaseDetector:
         with private_rng(self.seed, self.device):
             self._fit(data, y, train, val)
         self.fitted_ = True
-        score = self.decision_function(data)
+        score = self._decision(data)
         self.decision_score_ = score
         val_index = val.nonzero().view(-1)
         self.threshold_, val_f1 = choose_threshold(
@@ -202,6 +202,11 @@ class BaseDetector:
         width); higher = more anomalous. For these detectors it is a probability in [0, 1]."""
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
+        warn_unused_edge_data(data, type(self).__name__)  # fit warned for its own graph
+        return self._decision(data)
+
+    def _decision(self, data: Data) -> Tensor:
+        """:meth:`decision_function` without the warning (fit has given it already)."""
         x, _ = check_graph(data)
         if x.size(1) != self.in_channels_:
             raise ValueError(
