@@ -376,6 +376,11 @@ def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph):
     (lambda: GBTDetector(max_iter=0), "max_iter"),
     (lambda: GBTDetector(learning_rate=0), "learning_rate"),
     (lambda: GBTDetector(max_leaf_nodes=1), "max_leaf_nodes"),
+    # accepted before, and failed only in fit (or not at all)
+    (lambda: ETDetector(alpha=float("inf")), "alpha"),
+    (lambda: ETDetector(supervised=False, alpha=-1.0), "alpha"),
+    (lambda: ETDetector(supervised=False, noise_std=-1.0), "noise_std"),
+    (lambda: ETDetector(supervised=False, hopfield_dim=-1), "hopfield_dim"),
 ])
 def test_bad_settings_are_refused_at_construction(make, message):
     """Not first inside fit (scikit-learn's InvalidParameterError), nor never (alpha < 0

@@ -7,6 +7,7 @@ the same number of trials and the same time.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -83,15 +84,20 @@ class ETModelConfig:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.blocks < 1:
             raise ValueError(f"blocks must be >= 1, got {self.blocks}")
-        if self.hopfield_dim is not None and self.hopfield_dim < 0:
-            raise ValueError(f"hopfield_dim must be >= 0 (none = 4 * hidden), got "
-                             f"{self.hopfield_dim}")
-        # Checked here, not first in fit: alpha <= 0 ascends (or freezes) the energy.
-        if not self.alpha > 0:
-            raise ValueError(f"alpha (the descent step) must be positive, got {self.alpha}")
-        if not self.noise_std >= 0:
-            raise ValueError(f"noise_std must be >= 0, got {self.noise_std}")
+        check_descent_settings(self.alpha, self.noise_std, self.hopfield_dim)
         _check_dropout(self.dropout)
+
+
+def check_descent_settings(alpha: float, noise_std: float, hopfield_dim: Optional[int]) -> None:
+    """The descent's settings of an ET detector config, checked at construction (not first in
+    fit): alpha <= 0 ascends (or freezes) the energy, an infinite one diverges."""
+    if not 0 < alpha < math.inf:
+        raise ValueError(f"alpha (the descent step) must be a positive finite number, got "
+                         f"{alpha}")
+    if not 0 <= noise_std < math.inf:
+        raise ValueError(f"noise_std must be >= 0 and finite, got {noise_std}")
+    if hopfield_dim is not None and hopfield_dim < 0:
+        raise ValueError(f"hopfield_dim must be >= 0 (none = 4 * hidden), got {hopfield_dim}")
 
 
 def _check_dropout(dropout: float) -> None:

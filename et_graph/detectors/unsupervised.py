@@ -47,7 +47,7 @@ from ..nn.models.masked_reconstruction import (
 )
 from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, private_rng
 from .base import BaseDetector, check_graph, warn_unused_edge_data
-from .config import HOPFIELD_KINDS
+from .config import HOPFIELD_KINDS, check_descent_settings
 
 #: The unsupervised ET scores; the last two need the edge decoder (``structure_weight > 0``).
 ANOMALY_SCORES = ("reconstruction", "energy", "structure", "combined")
@@ -101,6 +101,7 @@ class MaskedETModelConfig:
         for name in ("hidden", "heads", "head_dim", "steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        check_descent_settings(self.alpha, self.noise_std, self.hopfield_dim)
         check_mask_ratio(self.mask_ratio)
 
 
