@@ -306,6 +306,17 @@ def to_dict(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
+def parse_model_list(text: str, allowed: Sequence[str]) -> list[str]:
+    """The model names of a comma-separated list, lower-cased, each once, in the given order
+    (``mlp,MLP`` trains the MLP once); ``ValueError`` naming the unknown ones. Every task's
+    ``models`` field is read by it."""
+    names = list(dict.fromkeys(n.strip().lower() for n in str(text).split(",") if n.strip()))
+    unknown = [n for n in names if n not in allowed]
+    if unknown or not names:
+        raise ValueError(f"unknown models {unknown or text!r}; choose from {list(allowed)}")
+    return names
+
+
 # ----------------------------------------------------------------------------------------------
 # Files
 # ----------------------------------------------------------------------------------------------

@@ -710,3 +710,18 @@ def test_a_model_without_a_training_config_is_named_before_any_training(monkeypa
     with pytest.raises(ValueError, match=r"no GraphTrainConfig for models \['et'\]"):
         cross_validate(graphs, models, {"gin": GraphTrainConfig(epochs=1)}, folds=2)
     assert not trained
+
+
+def test_every_task_reads_its_model_list_the_same_way():
+    """Four parsers: the TU one was case-sensitive, kept duplicates (et,et trained twice) and
+    checked the list only when the run started; gnnbenchmark named one unknown model."""
+    from et_graph.experiments.gnnbenchmark import GNNBenchmarkConfig
+    from et_graph.protocols.anomaly_config import AnomalyConfig
+    from et_graph.protocols.unsupervised import UnsupervisedAnomalyConfig
+
+    tu = parse(tudataset.CONFIG, ["--models", "ET,gin,et"])
+    assert tu.protocol.model_names == ["et", "gin"]
+    for cls in (tudataset.CONFIG, AnomalyConfig, UnsupervisedAnomalyConfig, GNNBenchmarkConfig):
+        with pytest.raises(ValueError, match=r"unknown models \['nope'\]; choose from"):
+            parse(cls, ["--models", "gin,nope"] if cls is not AnomalyConfig
+                  and cls is not UnsupervisedAnomalyConfig else ["--models", "et,nope"])

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..config import RunConfig, parse, run_metadata, to_dict
+from ..config import RunConfig, parse, parse_model_list, run_metadata, to_dict
 from ..datasets.gnnbenchmark import (
     BenchmarkData,
     GNNBenchmarkDataConfig,
@@ -61,11 +61,7 @@ class ProtocolConfig:
     seeds: str = "0,1,2"
 
     def __post_init__(self) -> None:
-        for name in self.model_names:
-            if name not in MODEL_NAMES:
-                raise ValueError(f"unknown model {name!r}; choose from {MODEL_NAMES}")
-        if not self.model_names:
-            raise ValueError("models must name at least one model")
+        parse_model_list(self.models, MODEL_NAMES)  # an unknown or empty list fails here
         try:
             seeds = self.seed_list
         except ValueError:
@@ -87,8 +83,7 @@ class ProtocolConfig:
     @property
     def model_names(self) -> list[str]:
         """The models in the given order, each once (``gin,gin`` trains GIN once per seed)."""
-        names = [v.strip().lower() for v in self.models.split(",") if v.strip()]
-        return list(dict.fromkeys(names))
+        return parse_model_list(self.models, MODEL_NAMES)
 
     @property
     def seed_list(self) -> list[int]:

@@ -55,7 +55,6 @@ def load_graphs(data: TUDataConfig, progress: bool = False) -> tuple[list, dict[
 def run(config: TUDatasetConfig) -> dict[str, Any]:
     config.run.apply_threads()
     data, protocol, progress = config.data, config.protocol, config.run.progress
-    _ = protocol.model_names  # a bad model list fails before the data are loaded
     # every candidate's config is built (and checked) before the data are loaded
     candidates = grid_configs(config)
     graphs, info = load_graphs(data, progress)

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Optional
 
 from torch_geometric.data import Data
 
-from ..config import RunConfig
+from ..config import RunConfig, parse_model_list
 from ..detectors import (
     DETECTORS,
     BaseDetector,
@@ -126,13 +126,7 @@ class AnomalyProtocolConfig:
     def model_names(self) -> list[str]:
         """The models in the given order, each once (``mlp,MLP`` trains the MLP once per seed;
         it used to train twice and list every seed twice)."""
-        names = list(dict.fromkeys(n.strip().lower() for n in self.models.split(",")
-                                   if n.strip()))
-        unknown = sorted(set(names) - set(MODEL_NAMES))
-        if unknown or not names:
-            raise ValueError(f"unknown models {unknown or self.models!r}; choose from "
-                             f"{list(MODEL_NAMES)}")
-        return names
+        return parse_model_list(self.models, MODEL_NAMES)
 
 
 @dataclass

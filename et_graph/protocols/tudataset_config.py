@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Optional
 
 from .. import config as config_grid
 from ..baselines.graph_baselines import GINClassifier, StructureAgnosticMLP
-from ..config import RunConfig
+from ..config import RunConfig, parse_model_list
 from ..nn.models.graph_model import ETGraphModel
 from .graph_cv import GraphTrainConfig
 
@@ -78,6 +78,7 @@ class TUProtocolConfig:
     grid: Optional[str] = None
 
     def __post_init__(self) -> None:
+        parse_model_list(self.models, MODEL_NAMES)  # an unknown model fails here
         if self.max_folds is not None and self.max_folds < 1:
             raise ValueError(f"max_folds must be >= 1 (or none for every fold), got "
                              f"{self.max_folds}")
@@ -89,10 +90,7 @@ class TUProtocolConfig:
 
     @property
     def model_names(self) -> list[str]:
-        names = [m.strip() for m in self.models.split(",") if m.strip()]
-        if not names or set(names) - set(MODEL_NAMES):
-            raise ValueError(f"models must be a subset of {MODEL_NAMES}, got {self.models!r}")
-        return names
+        return parse_model_list(self.models, MODEL_NAMES)
 
 
 #: Config sections a grid candidate may change (the data, protocol and run stay fixed).

@@ -25,7 +25,7 @@ from ..baselines.unsupervised import (
     BaselineUnavailable,
     baseline_scorer,
 )
-from ..config import RunConfig
+from ..config import RunConfig, parse_model_list
 from ..detectors.unsupervised import (
     MaskedETModelConfig,
     MaskedTrainConfig,
@@ -87,12 +87,7 @@ class UnsupervisedProtocolConfig:
         self.model_names()
 
     def model_names(self) -> list[str]:
-        names = [n.strip().lower() for n in self.models.split(",") if n.strip()]
-        unknown = sorted(set(names) - set(MODEL_NAMES))
-        if unknown or not names:
-            raise ValueError(f"unknown models {unknown or self.models!r}; choose from "
-                             f"{list(MODEL_NAMES)}")
-        return list(dict.fromkeys(names))
+        return parse_model_list(self.models, MODEL_NAMES)
 
 
 @dataclass
