@@ -514,12 +514,6 @@ def cross_validate(
     """
     if not dataset:
         raise ValueError("the dataset is empty")
-    if not models:
-        raise ValueError("no model to cross-validate")
-    unconfigured = [name for name in models if name not in configs]
-    if unconfigured:  # a KeyError after the other models had trained a fold, before
-        raise ValueError(f"configs has no GraphTrainConfig for models {unconfigured} "
-                         f"(it has {sorted(configs)})")
     if isinstance(runs_per_fold, bool) or not isinstance(runs_per_fold, int) or runs_per_fold < 1:
         raise ValueError(f"runs_per_fold must be a positive int, got {runs_per_fold!r}")
     empty = [i for i, d in enumerate(dataset) if not d.num_nodes]
@@ -532,6 +526,12 @@ def cross_validate(
                          f"compute in {torch.get_default_dtype()}: convert with data.x.float()")
     labels = check_graph_labels(graph_labels(dataset))
     num_classes = int(labels.max()) + 1  # labels are 0..C-1 (checked)
+    if not models:
+        raise ValueError("no model to cross-validate")
+    unconfigured = [name for name in models if name not in configs]
+    if unconfigured:  # a KeyError after the other models had trained a fold, before
+        raise ValueError(f"configs has no GraphTrainConfig for models {unconfigured} "
+                         f"(it has {sorted(configs)})")
     if max_folds is not None and (isinstance(max_folds, bool) or max_folds < 1):
         raise ValueError(f"max_folds must be >= 1 (or None for every fold), got {max_folds!r}")
     splits = (check_splits(splits, len(dataset)) if splits is not None
