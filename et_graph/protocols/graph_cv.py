@@ -526,8 +526,6 @@ def cross_validate(
                          f"compute in {torch.get_default_dtype()}: convert with data.x.float()")
     labels = check_graph_labels(graph_labels(dataset))
     num_classes = int(labels.max()) + 1  # labels are 0..C-1 (checked)
-    if not models:
-        raise ValueError("no model to cross-validate")
     unconfigured = [name for name in models if name not in configs]
     if unconfigured:  # a KeyError after the other models had trained a fold, before
         raise ValueError(f"configs has no GraphTrainConfig for models {unconfigured} "
