@@ -448,3 +448,17 @@ def test_a_sparse_adjacency_is_the_transposed_matrix_as_the_readme_says():
     torch.testing.assert_close(conv(x, flipped.to_sparse_csr()), expected)
     assert not torch.allclose(conv(x, to_torch_coo_tensor(edge_index, weight, size=10)),
                               expected)
+
+
+def test_descend_edges_is_forward_over_prebuilt_edges():
+    """The public form of what ETGraphModel did through private methods."""
+    torch.manual_seed(0)
+    x = torch.randn(12, 8, dtype=torch.float64)
+    edge_index = torch.randint(0, 12, (2, 40))
+    weight = torch.rand(40, 2, dtype=torch.float64)
+    conv = ETConv(8, heads=2, head_dim=4, steps=3).double()
+    edges = conv.energy_fn.edges(x, edge_index, weight, plan=True)
+    torch.testing.assert_close(conv.descend_edges(x, edges), conv(x, edge_index, weight))
+    out, trace = conv.descend_edges(x, edges, steps=1, return_energy=True)
+    torch.testing.assert_close(out, conv(x, edge_index, weight, steps=1))
+    assert trace.shape == (2,)

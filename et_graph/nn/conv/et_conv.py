@@ -451,6 +451,17 @@ class ETConv(DescentSettings, MessagePassing):
         edges = self._edges(out, edge_index, edge_weight, fused)
         return self._descend(x, out, edges, num_steps, return_energy)
 
+    def descend_edges(
+        self, x: Tensor, edges: EdgeSet, *, steps: Optional[int] = None,
+        return_energy: bool = False,
+    ) -> Union[Tensor, tuple[Tensor, Tensor]]:
+        """:meth:`forward` over edges built beforehand by ``self.energy_fn.edges(x, edge_index,
+        edge_weight, plan=True)``: a caller that runs several blocks with the same heads on one
+        graph (:class:`~et_graph.nn.ETGraphModel`) validates and sorts the edges once. No hooks
+        run, as with any method other than ``__call__``."""
+        return self._descend(x, self.energy_fn.check_tokens(x), edges, self._num_steps(steps),
+                             return_energy)
+
     def _descend(
         self, x: Tensor, out: Tensor, edges: EdgeSet, num_steps: int, return_energy: bool
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:

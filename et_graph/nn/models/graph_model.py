@@ -350,10 +350,10 @@ class ETGraphModel(nn.Module):
             if not shared:
                 result = conv(out, graph.edge_index, edge_weight, return_energy=return_energy)
             else:
-                tokens = conv.energy_fn.check_tokens(out)
                 if edges is None:
-                    edges = conv.energy_fn.edges(tokens, graph.edge_index, edge_weight, plan=True)
-                result = conv._descend(out, tokens, edges, conv._num_steps(None), return_energy)
+                    edges = conv.energy_fn.edges(conv.energy_fn.check_tokens(out),
+                                                 graph.edge_index, edge_weight, plan=True)
+                result = conv.descend_edges(out, edges, return_energy=return_energy)
             if return_energy:
                 out, trace = result
                 traces.append(trace)
