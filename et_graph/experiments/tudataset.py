@@ -15,7 +15,6 @@ from typing import Any, Optional
 from tqdm.auto import tqdm
 
 from ..config import PRESET_CANDIDATE, parse, run_metadata
-from ..datasets.tudataset import load_tudataset
 from ..plots.graph import plot_fold_accuracies
 from ..protocols.graph_cv import (
     cross_validate,
@@ -34,22 +33,11 @@ from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re
     TUProtocolConfig,
     et_model_kwargs,
     grid_configs,
+    load_graphs,
     model_factories,
     parse_grid,
 )
 from ..reporting import markdown_table, provenance_note, write_results
-
-
-def load_graphs(data: TUDataConfig, progress: bool = False) -> tuple[list, dict[str, Any]]:
-    """The graphs and their description as ``data`` configures them (encodings and extra node
-    features included); graphs of a dataset without edge features carry ``edge_attr=None``."""
-    graphs, info = load_tudataset(data.root, data.dataset, data.cache, data.pe_dim, progress,
-                                  rw_pe_dim=data.rw_pe_dim, degree_feature=data.degree_feature,
-                                  incident_edge_sums=data.incident_edge_sums)
-    if not info["edge_features"]:
-        for g in graphs:
-            g.edge_attr = None
-    return graphs, info
 
 
 def run(config: TUDatasetConfig) -> dict[str, Any]:

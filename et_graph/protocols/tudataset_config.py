@@ -224,3 +224,17 @@ def grid_configs(config: TUDatasetConfig) -> dict[str, TUDatasetConfig]:
     """``{candidate: the full config it trains}`` for ``config.protocol.grid``, the preset
     first; unknown fields and bad values raise here."""
     return config_grid.grid_configs(config, config.protocol.grid, GRID_SECTIONS)
+
+
+def load_graphs(data: TUDataConfig, progress: bool = False) -> tuple[list, dict[str, Any]]:
+    """The graphs and their description as ``data`` configures them (encodings and extra node
+    features included); graphs of a dataset without edge features carry ``edge_attr=None``."""
+    from ..datasets.tudataset import load_tudataset
+
+    graphs, info = load_tudataset(data.root, data.dataset, data.cache, data.pe_dim, progress,
+                                  rw_pe_dim=data.rw_pe_dim, degree_feature=data.degree_feature,
+                                  incident_edge_sums=data.incident_edge_sums)
+    if not info["edge_features"]:
+        for g in graphs:
+            g.edge_attr = None
+    return graphs, info

@@ -32,10 +32,10 @@ def task_config(task: str) -> type:
 
         return AnomalyConfig
     if task == "gnnbenchmark":
-        from ..experiments.gnnbenchmark import GNNBenchmarkConfig
+        from ..protocols.gnnbenchmark_config import GNNBenchmarkConfig
 
         return GNNBenchmarkConfig
-    from ..experiments.tudataset import TUDatasetConfig
+    from ..protocols.tudataset_config import TUDatasetConfig
 
     return TUDatasetConfig
 

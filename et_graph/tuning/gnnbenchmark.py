@@ -24,8 +24,8 @@ from ..datasets.gnnbenchmark import (
     add_random_walk_encoding,
     load_benchmark,
 )
-from ..experiments.gnnbenchmark import GNNBenchmarkConfig
 from ..protocols.gnnbenchmark import train_one
+from ..protocols.gnnbenchmark_config import GNNBenchmarkConfig
 from .study import pruning_callback, space_overrides
 
 #: Learning rates every model's space searches (the same range for each).

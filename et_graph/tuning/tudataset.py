@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..config import merge
-from ..experiments.tudataset import TUDatasetConfig, load_graphs, model_factories
 from ..protocols.graph_cv import (
     fit_graph_classifier,
     graph_labels,
@@ -24,6 +23,7 @@ from ..protocols.graph_cv import (
     standardized_copies,
     stratified_folds,
 )
+from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..training import seed_everything
 from .study import space_overrides
 
