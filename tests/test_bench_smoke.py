@@ -628,3 +628,20 @@ def test_descent_check_finds_the_known_rise_and_none_for_the_concave_hopfield_en
         torch.set_default_dtype(default)
     assert trace[1] > trace[0] + 10  # 1.40 -> 11.5
     assert [row["rising"] for row in hopfield] == [0, 0]
+
+
+def test_chunk_edges_memory_benchmark_runs_both_settings_and_compares_outputs(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "chunk_edges_memory.py"
+    out_json = tmp_path / "chunk_edges.json"
+    done = subprocess.run(
+        [sys.executable, str(script), "--nodes", "3000", "--edges", "12000",
+         "--chunk-size", "500", "--chunk-edges", "800", "--json", str(out_json)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out_json.read_text())
+    assert set(report["settings"]) == {"nodes_only", "edge_capped"}
+    assert report["hub_in_edges"] == 2999
+    assert report["max_abs_difference"] < 1e-4
+    assert all(s["peak_rss_mib"] >= s["rss_after_graph_mib"] > 0
+               for s in report["settings"].values())
