@@ -11,14 +11,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ..energy import HOPFIELD_KINDS
 from ..loaders.neighbour_sampling import SAMPLERS, parse_fanouts
+from ..nn.models.anomaly import READOUTS
+from ..protocols.anomaly import SELECT_METRICS
 from ..training import TrainConfig
 
-SELECT_METRICS = ("f1_macro", "auroc", "auprc")
 #: How training makes up for the rare anomalous class: a weighted loss or balanced draws.
 CLASS_BALANCE = ("weight", "sample")
-HOPFIELD_KINDS = ("relu", "softmax")
-READOUT_KINDS = ("first_last", "ego_neighbour", "ego_two_hop")
+# One definition each: the energy's Hopfield kinds and the anomaly network's readouts.
+READOUT_KINDS = READOUTS
 #: The readouts ET's search space chooses from. Fixed, so that studies made before
 #: ``ego_two_hop`` existed still resume (Optuna refuses a categorical whose choices changed).
 TUNED_READOUTS = ("first_last", "ego_neighbour")

@@ -31,9 +31,10 @@ from ..nn.models.anomaly import relation_inputs
 if TYPE_CHECKING:
     from ..detectors import ETDetector
 
+#: What validation may select the checkpoint by (the detectors' ``select_metric``).
+SELECT_METRICS = ("f1_macro", "auroc", "auprc")
 THRESHOLD_GRID = np.round(np.linspace(0.05, 0.95, 19), 2)
 METRICS = ("auroc", "auprc", "f1_macro", "rec_at_k")
-SELECT_METRICS = ("f1_macro", "auroc", "auprc")
 
 
 @dataclass
