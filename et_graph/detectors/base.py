@@ -32,7 +32,9 @@ SAVE_FORMAT = "et_graph.detector/1"
 
 
 class BaseDetector:
-    """Common fitting logic of the supervised node anomaly detectors.
+    """Common fitting, scoring, prediction and saving of the node anomaly detectors (the
+    supervised ones fit here; :class:`~et_graph.detectors.UnsupervisedETDetector` overrides
+    ``fit`` and reads no label).
 
     Args:
         config: the detector's config dataclass (default: its defaults).
@@ -199,7 +201,9 @@ class BaseDetector:
 
     def decision_function(self, data: Data) -> Tensor:
         """Anomaly score ``[N]`` of every node of ``data`` (any graph with the fitted feature
-        width); higher = more anomalous. For these detectors it is a probability in [0, 1]."""
+        width); higher = more anomalous. For the supervised detectors it is a probability in
+        [0, 1]; for :class:`~et_graph.detectors.UnsupervisedETDetector` the configured raw score
+        (reconstruction error, energy, ...)."""
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         warn_unused_edge_data(data, type(self).__name__)  # fit warned for its own graph

@@ -306,7 +306,9 @@ class UnsupervisedETDetector(BaseDetector):
     """Energy Transformer node anomaly detector trained without labels (masked completion).
 
     ``fit(data)`` reads only ``data.x`` and ``data.edge_index``. ``decision_function`` gives the
-    configured ``anomaly_score`` (``reconstruction`` or ``energy``); :meth:`score_samples` both.
+    configured ``anomaly_score`` (``reconstruction``, ``energy``, and with the edge decoder
+    ``structure`` or ``combined``); :meth:`score_samples` gives all of them (float64, while
+    ``decision_function`` returns float32 like every detector).
     ``threshold_`` is the ``1 - contamination`` quantile of the fitted graph's scores.
 
     Example:

@@ -519,7 +519,7 @@ class ETConv(DescentSettings, MessagePassing):
         """
         if self.training and self.noise_std > 0:
             raise ValueError("forward_chunked is for inference: call conv.eval() first")
-        self.energy_fn.check_sparse_only()
+        self.energy_fn.refuse_coupling()
         chunk_size = check_chunk_size(chunk_size)
         if chunk_edges is not None:
             chunk_edges = check_chunk_size(chunk_edges, "chunk_edges")

@@ -178,7 +178,7 @@ class ETEnergy(Module):
         raw = self.coupling_raw
         return None if raw is None else (raw + raw.t()) * 0.5
 
-    def check_sparse_only(self) -> None:
+    def refuse_coupling(self) -> None:
         """Raise ``NotImplementedError`` on the paths the coupling does not exist on (the dense
         path and chunked inference) when it is on."""
         if self.coupling:
@@ -368,7 +368,7 @@ class ETEnergy(Module):
     ) -> Tensor:
         """Each token's share of the energy ``[B, M]`` on the dense path (``mask`` and
         ``weight`` from :meth:`dense_edges`)."""
-        self.check_sparse_only()
+        self.refuse_coupling()
         k, q = self.keys_queries(g)
         att = E.dense_attention_energy(k, q, self.beta, mask, weight)
         return att + self.hopfield_energy_of_g(g)
@@ -429,7 +429,7 @@ class ETEnergy(Module):
 
     def dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None) -> Tensor:
         """Closed form of ``dE/dg`` ``[B, M, D]`` on the dense path."""
-        self.check_sparse_only()
+        self.refuse_coupling()
         k, q = self.keys_queries(g)
         grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
         return self.grad_from_attention_grads(g, grad_k, grad_q)
