@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from et_graph.reporting import add_probe_arguments, probe_variant, results_json, write_probe
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _probe import add_probe_arguments, probe_variant, results_json, write_probe  # noqa: E402
 
 
 def load_results(folder: Path) -> dict[str, Any]:

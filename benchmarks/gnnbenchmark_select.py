@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from et_graph.reporting import format_stat, results_json
+from et_graph.reporting import format_stat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _probe import results_json  # noqa: E402
 
 
 def load_run(folder: Path) -> dict[str, Any]:

@@ -31,17 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from et_graph.reporting import (
-    add_probe_arguments,
-    probe_variant,
-    rank_across_datasets,
-    results_json,
-    write_probe,
-)
+from et_graph.reporting import rank_across_datasets
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _probe import add_probe_arguments, probe_variant, results_json, write_probe  # noqa: E402
 
 
 def fold_signature(run: dict[str, Any]) -> tuple[Any, ...]:
