@@ -103,6 +103,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     difference = (outputs["nodes_only"] - outputs["edge_capped"]).abs().max().item()
     report["max_abs_difference"] = difference
     report["load_average_after"] = list(os.getloadavg())
+    if args.json:  # written first: the table below is printed from the same report
+        Path(args.json).write_text(json.dumps(report, indent=2))
     print(f"{args.nodes:,} nodes, {args.edges:,} random edges + a hub with {hub_edges:,} "
           f"in-edges; chunk_size {args.chunk_size:,}, {args.threads} thread(s)\n")
     print("| setting | peak RSS (MiB) | RSS with the graph loaded (MiB) | seconds |")
@@ -113,8 +115,6 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         print(f"| {label} | {s['peak_rss_mib']:,.0f} | {s['rss_after_graph_mib']:,.0f} | "
               f"{s['seconds']:.1f} |")
     print(f"\nlargest difference between the two outputs: {difference:.2e}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
     return report
 
 

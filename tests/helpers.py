@@ -4,7 +4,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Callable
 
+import numpy as np
 import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -33,3 +35,20 @@ def awkward_graph(num_nodes=12, num_edges=40, seed=1):
     )  # a self-loop and a duplicate edge
     x = torch.randn(num_nodes, 8, generator=gen, dtype=torch.float64)
     return x, edge_index
+
+
+def results_keeping_random_streams(call: Callable[[], Any], seeds=(1, 2)) -> list[Any]:
+    """``call()`` after seeding torch and NumPy with each of ``seeds``; asserts that the draws
+    after it are the ones the seed gives without the call (the caller's random streams are left
+    alone). Returns the results, one per seed."""
+    results = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        expected = (torch.rand(3), np.random.rand(3))
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        results.append(call())
+        assert torch.equal(torch.rand(3), expected[0])
+        assert np.array_equal(np.random.rand(3), expected[1])
+    return results

@@ -2,6 +2,7 @@
 source of defaults shared with the CLI."""
 import pytest
 import torch
+from helpers import results_keeping_random_streams
 
 from et_graph.config import parse
 from et_graph.datasets.synthetic import planted_anomaly_graph
@@ -393,7 +394,6 @@ def test_bad_settings_are_refused_at_construction(make, message):
 def test_fit_leaves_the_callers_random_streams_alone(graph, name):
     """fit seeded torch and NumPy globally: whatever seed the user had set, the draws after a
     fit were the same (seed 0's). The fit is still reproducible, whatever the caller's state."""
-    import numpy as np
 
     from et_graph.detectors import UnsupervisedETDetector
 
@@ -401,16 +401,7 @@ def test_fit_leaves_the_callers_random_streams_alone(graph, name):
             "mlp": lambda: MLPDetector(epochs=2, hidden=16),
             "gbt": lambda: GBTDetector(),
             "unsupervised": lambda: UnsupervisedETDetector(epochs=2, hidden=16)}[name]
-    scores = []
-    for seed in (1, 2):
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        expected = (torch.rand(3), np.random.rand(3))
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        scores.append(make().fit(graph).decision_function(graph))
-        assert torch.equal(torch.rand(3), expected[0]), name
-        assert np.array_equal(np.random.rand(3), expected[1]), name
+    scores = results_keeping_random_streams(lambda: make().fit(graph).decision_function(graph))
     torch.testing.assert_close(scores[0], scores[1], rtol=0, atol=0)
 
 

@@ -49,7 +49,8 @@ def test_chunked_rejects_bad_input():
         conv.forward_chunked(x, edge_index + 100)
 
 
-def test_detector_scores_in_chunks_like_the_full_pass():
+@pytest.mark.parametrize("chunking", [{"chunk_size": 17}, {"chunk_edges": 25}])
+def test_detector_scores_in_chunks_like_the_full_pass(chunking):
     from et_graph.datasets.synthetic import planted_anomaly_graph
     from et_graph.detectors import ETDetector, MLPDetector
     from et_graph.protocols.anomaly import make_splits
@@ -57,10 +58,11 @@ def test_detector_scores_in_chunks_like_the_full_pass():
     data = planted_anomaly_graph(200, seed=4)
     train, val, _ = make_splits(data, "paper", 1, 0.4, 0)[0].masks(200)
     full = ETDetector(epochs=3, steps=2, hidden=16).fit(data, train, val)
-    chunked = ETDetector(epochs=3, steps=2, hidden=16, chunk_size=17).fit(data, train, val)
+    chunked = ETDetector(epochs=3, steps=2, hidden=16, **chunking).fit(data, train, val)
     torch.testing.assert_close(chunked.decision_score_, full.decision_score_, rtol=1e-5,
                                atol=1e-6)
     assert chunked.fit_info_["best_epoch"] == full.fit_info_["best_epoch"]
+    assert chunked.chunking() == chunking
     with pytest.raises(ValueError, match="ETDetector only"):
         MLPDetector(chunk_size=10)
     with pytest.raises(ValueError, match="positive integer"):
@@ -161,10 +163,8 @@ def test_edge_capped_chunks_equal_the_full_pass_and_bound_each_chunk(chunk_edges
 
 def test_edge_caps_through_the_net_the_detector_and_the_config():
     from et_graph.config import parse
-    from et_graph.datasets.synthetic import planted_anomaly_graph
     from et_graph.detectors import ETDetector, MLPDetector
     from et_graph.nn.models import ETAnomalyNet
-    from et_graph.protocols.anomaly import make_splits
     from et_graph.protocols.anomaly_config import AnomalyConfig, make_detector
 
     x, edge_index = hub_graph(seed=2)
@@ -179,13 +179,6 @@ def test_edge_caps_through_the_net_the_detector_and_the_config():
     with pytest.raises(ValueError, match="inference"):
         net(x, edge_index, chunk_edges=8)  # gradients enabled
 
-    data = planted_anomaly_graph(200, seed=4)
-    train, val, _ = make_splits(data, "paper", 1, 0.4, 0)[0].masks(200)
-    full = ETDetector(epochs=2, steps=2, hidden=16).fit(data, train, val)
-    capped = ETDetector(epochs=2, steps=2, hidden=16, chunk_edges=25).fit(data, train, val)
-    torch.testing.assert_close(capped.decision_score_, full.decision_score_, rtol=1e-5,
-                               atol=1e-6)
-    assert capped.chunking() == {"chunk_edges": 25}
     with pytest.raises(ValueError, match="ETDetector only"):
         MLPDetector(chunk_edges=10)
     with pytest.raises(ValueError, match="chunk_edges must be a positive integer"):

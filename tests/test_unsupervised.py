@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from helpers import results_keeping_random_streams
 from sklearn.metrics import roc_auc_score
 from torch_geometric.data import Data
 
@@ -450,14 +451,6 @@ def test_pygod_baselines_are_seeded_without_resetting_the_callers_stream(graph, 
     monkeypatch.setitem(sys.modules, "pygod", types.ModuleType("pygod"))
     monkeypatch.setitem(sys.modules, "pygod.detector", fake)
     monkeypatch.setattr(baselines, "pygod_available", lambda: (True, ""))
-    runs = []
-    for seed in (1, 2):
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        expected = (torch.rand(2), np.random.rand(2))
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        runs.append(baselines.pygod_scores("dominant", graph, seed=7))
-        assert torch.equal(torch.rand(2), expected[0])
-        assert np.array_equal(np.random.rand(2), expected[1])
+    runs = results_keeping_random_streams(
+        lambda: baselines.pygod_scores("dominant", graph, seed=7))
     assert np.array_equal(runs[0], runs[1])  # seeded by its own seed, not the caller's
