@@ -456,19 +456,19 @@ def resolve(cls: type[T], args: argparse.Namespace, base: Optional[T] = None) ->
 def quick_overrides(config: Any, quick: Mapping[str, Any]) -> dict[str, Any]:
     """``--quick``'s values as caps on ``config``: a number already smaller (a preset's 3
     epochs against the smoke run's 10) stays, so ``--quick`` never makes a run bigger; a
-    comma list of integers (seeds, generated sizes) keeps the shorter list, element-wise
-    smaller for lists of one length; anything else (and a ``None`` = no limit) takes the quick
-    value."""
+    comma list of seeds keeps the preset's first seeds, as many as the quick list has; another
+    comma list of integers (generated sizes) keeps the shorter list, element-wise smaller for
+    lists of one length; anything else (and a ``None`` = no limit) takes the quick value."""
     out = {}
     for key, value in quick.items():
         current: Any = config
         for part in key.split("."):
             current = getattr(current, part, None)
-        out[key] = _smaller(current, value)
+        out[key] = _smaller(current, value, seeds=key.split(".")[-1] == "seeds")
     return out
 
 
-def _smaller(current: Any, quick: Any) -> Any:
+def _smaller(current: Any, quick: Any, seeds: bool = False) -> Any:
     numbers_ = (int, float)
     if (isinstance(current, numbers_) and isinstance(quick, numbers_)
             and not isinstance(current, bool) and not isinstance(quick, bool)):
@@ -479,6 +479,8 @@ def _smaller(current: Any, quick: Any) -> Any:
             theirs = [int(v) for v in quick.split(",")]
         except ValueError:
             return quick
+        if seeds:  # fewer of the preset's own seeds, not other seeds (and never a duplicate)
+            return ",".join(str(v) for v in mine[:len(theirs)])
         if len(mine) != len(theirs):
             return current if len(mine) < len(theirs) else quick
         return ",".join(str(min(a, b)) for a, b in zip(mine, theirs))

@@ -201,6 +201,9 @@ def test_quick_caps_lists_and_numbers_but_keeps_other_values():
     assert quick_overrides(small, {"protocol.seeds": "0,1", "data.generated_sizes": "16,8,8",
                                    "train.epochs": 2}) == {
         "protocol.seeds": "4", "data.generated_sizes": "10,8,5", "train.epochs": 1}
+    # a seed list keeps its own first seeds (an element-wise minimum gave "0,0" from "3,0")
+    other = parse(GNNBenchmarkConfig, ["--seeds", "3,0,7"])
+    assert quick_overrides(other, {"protocol.seeds": "0,1"}) == {"protocol.seeds": "3,0"}
 
 
 def test_quick_preset_file_and_flags_resolve_in_order(tmp_path):

@@ -418,6 +418,14 @@ def test_self_loops_change_no_detector_that_reads_neighbours(graph):
     for make in (lambda: GBTDetector(), lambda: ETDetector(epochs=2, hidden=16)):
         plain = make().fit(graph).decision_function(graph)
         torch.testing.assert_close(make().fit(looped).decision_function(looped), plain)
+    # a GBT saved before (no ignores_self_loops_) scores the features it was trained on
+    old = GBTDetector().fit(graph)
+    del old.ignores_self_loops_
+    from et_graph.detectors.tree import neighbourhood_features
+    counted = neighbourhood_features(graph.x, looped.edge_index, self_loops=True)
+    expected = old.model_.predict_proba(counted)[:, 1]
+    torch.testing.assert_close(old.decision_function(looped).double(),
+                               torch.from_numpy(expected).double(), rtol=1e-6, atol=1e-7)
     stats = ("mean", "sq_mean", "max", "min", "std", "degree")
     torch.testing.assert_close(neighbourhood_statistics(graph.x, looped.edge_index, stats),
                                neighbourhood_statistics(graph.x, graph.edge_index, stats))
@@ -434,9 +442,17 @@ def test_positional_detector_refuses_another_graph_of_the_same_size(graph):
     same = graph.clone()
     same.x = same.x + 0.1  # new features on the fitted graph: still the fitted graph
     assert det.decision_function(same).shape == (graph.num_nodes,)
+    shuffled = graph.clone()  # the fitted graph with its edges in another order
+    shuffled.edge_index = graph.edge_index[:, torch.randperm(graph.edge_index.size(1))]
+    torch.testing.assert_close(det.decision_function(shuffled), det.decision_function(graph))
     other = planted_anomaly_graph(graph.num_nodes, seed=9)
     with pytest.raises(ValueError, match="positional=True"):
         det.decision_function(other)
+    with pytest.raises(ValueError, match="positional=True"):  # the energy read them too
+        det.node_energy(other)
+    # a detector saved before the check (no fit_edge_index_) still scores its graph
+    det.fit_edge_index_ = det.fit_num_nodes_ = None
+    assert det.decision_function(graph).shape == (graph.num_nodes,)
 
 
 def test_numpy_attributes_are_read_or_named(graph):

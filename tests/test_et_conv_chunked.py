@@ -50,7 +50,7 @@ def test_chunked_rejects_bad_input():
 
 
 @pytest.mark.parametrize("chunking", [{"chunk_size": 17}, {"chunk_edges": 25}])
-def test_detector_scores_in_chunks_like_the_full_pass(chunking):
+def test_detector_scores_in_chunks_like_the_full_pass(chunking, monkeypatch):
     from et_graph.datasets.synthetic import planted_anomaly_graph
     from et_graph.detectors import ETDetector, MLPDetector
     from et_graph.protocols.anomaly import make_splits
@@ -58,7 +58,19 @@ def test_detector_scores_in_chunks_like_the_full_pass(chunking):
     data = planted_anomaly_graph(200, seed=4)
     train, val, _ = make_splits(data, "paper", 1, 0.4, 0)[0].masks(200)
     full = ETDetector(epochs=3, steps=2, hidden=16).fit(data, train, val)
+    calls = []
+    real = ETConv.forward_chunked
+
+    def spy(self, *args, **kwargs):
+        calls.append(kwargs)
+        return real(self, *args, **kwargs)
+
+    # the outputs match either way, so the settings must be seen to reach the layer
+    monkeypatch.setattr(ETConv, "forward_chunked", spy)
     chunked = ETDetector(epochs=3, steps=2, hidden=16, **chunking).fit(data, train, val)
+    assert len(calls) >= 4  # every epoch's validation and the final scoring
+    for name, value in chunking.items():
+        assert all(call[name] == value for call in calls), (name, calls[:2])
     torch.testing.assert_close(chunked.decision_score_, full.decision_score_, rtol=1e-5,
                                atol=1e-6)
     assert chunked.fit_info_["best_epoch"] == full.fit_info_["best_epoch"]

@@ -133,6 +133,14 @@ def test_non_finite_loss_and_oom_are_explained():
         Trainer(TrainConfig(epochs=1), progress=False, oom_hint="score in chunks").fit(
             nn.Linear(1, 1), ValidationOOMTask([0.1]))
 
+    class BrokenTask(ScriptedTask):  # any other error passes unchanged, not as its own cause
+        def validate(self, model):
+            raise NotImplementedError("not yet")
+
+    with pytest.raises(NotImplementedError) as caught:
+        Trainer(TrainConfig(epochs=1), progress=False).fit(nn.Linear(1, 1), BrokenTask([0.1]))
+    assert caught.value.__cause__ is not caught.value
+
 
 # ----------------------------------------------------------------------------------------------
 # Checkpoints

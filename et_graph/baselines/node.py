@@ -97,11 +97,12 @@ class GATNet(_TwoLayerGNN):
         self.conv2 = GATConv(hidden_channels, width, heads=heads)
 
 
-def mean_neighbours(x: Tensor, edge_index: Tensor) -> Tensor:
+def mean_neighbours(x: Tensor, edge_index: Tensor, self_loops: bool = False) -> Tensor:
     """Mean of the in-neighbours' features (zero for isolated nodes). Self-loops are ignored
-    (a node is not its own neighbour, as in ET's attention), duplicates counted."""
+    (a node is not its own neighbour, as in ET's attention) unless ``self_loops``; duplicates
+    are counted."""
     src, dst = edge_index[0], edge_index[1]
     keep = src != dst
-    if not bool(keep.all()):
+    if not self_loops and not bool(keep.all()):
         src, dst = src[keep], dst[keep]
     return scatter(x[src], dst, dim=0, dim_size=x.size(0), reduce="mean")

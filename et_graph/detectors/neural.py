@@ -71,6 +71,11 @@ def neighbour_label_features(edge_index: Tensor, labels: Tensor) -> Tensor:
     return torch.stack([anomalous / share, normal / share, (anomalous + normal).log1p()], dim=-1)
 
 
+def _edge_keys(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """The edges as sorted ``dst * N + src`` keys: equal for the same edges in any order."""
+    return (edge_index[1] * num_nodes + edge_index[0]).sort().values
+
+
 class NodeAnomalyTask:
     """Loss and validation of a node anomaly network ``model(x, edge_index[, node_ids])``.
 
@@ -367,23 +372,33 @@ class NeuralDetector(BaseDetector):
         return torch.cat([x, columns.to(x.dtype)], dim=-1)
 
     def _is_fitted_graph(self, data: Data) -> bool:
+        """Whether ``data`` is the fitted graph: as many nodes and the same edges, in any
+        order (sorting or coalescing the edges after the fit changes nothing per node)."""
         edge_index = self.fit_edge_index_
-        num_nodes = (self.fit_num_nodes_ if self.fit_num_nodes_ is not None
-                     else self.train_labels_.numel())  # files saved before fit_num_nodes_
-        return (edge_index is not None and data.num_nodes == num_nodes
-                and data.edge_index.shape == edge_index.shape
-                and torch.equal(data.edge_index.cpu(), edge_index))
+        if edge_index is None:
+            return False
+        num_nodes = self.fit_num_nodes_
+        if num_nodes is None:  # a file saved before fit_num_nodes_: the label trick's labels
+            num_nodes = self.train_labels_.numel() if self.train_labels_ is not None else None
+        if data.num_nodes != num_nodes or data.edge_index.shape != edge_index.shape:
+            return False
+        return torch.equal(_edge_keys(data.edge_index.cpu(), num_nodes),
+                           _edge_keys(edge_index, num_nodes))
 
-    @torch.no_grad()
-    def _score(self, data: Data) -> Tensor:
-        if getattr(self.model_, "positional", None) is not None and not self._is_fitted_graph(
-                data):
-            # A graph with the same number of nodes would silently get the fitted graph's
-            # per-node embeddings on unrelated nodes.
+    def _check_transductive(self, data: Data) -> None:
+        """Refuse another graph for a positional network: a graph with the same number of nodes
+        would silently get the fitted graph's per-node embeddings on unrelated nodes."""
+        if (getattr(self.model_, "positional", None) is not None
+                and self.fit_edge_index_ is not None  # files saved before the check: as then
+                and not self._is_fitted_graph(data)):
             raise ValueError(
                 f"{type(self).__name__} was fitted with positional=True: its embeddings belong "
                 "to the nodes of the fitted graph (transductive), and this graph is another one "
-                "(another edge_index); score the fitted graph, or fit without positional")
+                "(other edges); score the fitted graph, or fit without positional")
+
+    @torch.no_grad()
+    def _score(self, data: Data) -> Tensor:
+        self._check_transductive(data)
         self.model_.eval()
         data = data.to(self.device)
         extra = {**self.chunking(), **relation_inputs(self.model_, data)}
@@ -444,9 +459,10 @@ class ETDetector(NeuralDetector):
         self.num_relations_ = None
         if self.config.model.multi_relation:
             if self.chunking():
-                raise ValueError("chunk_size (--inference-chunk-size: bounded-memory scoring) "
+                raise ValueError("chunked scoring (chunk_size / chunk_edges, "
+                                 "--inference-chunk-size / --inference-chunk-edges) "
                                  "is not implemented for the multi-relation ET "
-                                 "(multi_relation=True, --multi-relation); leave it unset")
+                                 "(multi_relation=True, --multi-relation); leave both unset")
             self.num_relations_ = graph_relations(data)
         super()._fit(data, y, train, val)
 
@@ -470,6 +486,7 @@ class ETDetector(NeuralDetector):
         """Each node's energy ``[N]`` at the end of the learned descent. This model was trained
         on labels: its energy is not an unsupervised score."""
         self._check_fitted()
+        self._check_transductive(data)
         self.model_.eval()
         data = data.to(self.device)
         return self.model_.energy_score(self.network_input(data), data.edge_index,

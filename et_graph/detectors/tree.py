@@ -14,17 +14,19 @@ from .base import BaseDetector
 from .config import GBT_FEATURES, GBTDetectorConfig
 
 
-def neighbourhood_features(x: Tensor, edge_index: Tensor, kind: str = "x_mean_mean2"
-                           ) -> np.ndarray:
-    """``x``, ``[x, mean(x)]`` or ``[x, mean(x), mean(mean(x))]`` over in-neighbours, float32."""
+def neighbourhood_features(x: Tensor, edge_index: Tensor, kind: str = "x_mean_mean2",
+                           self_loops: bool = False) -> np.ndarray:
+    """``x``, ``[x, mean(x)]`` or ``[x, mean(x), mean(mean(x))]`` over in-neighbours, float32.
+    Self-loops are ignored unless ``self_loops`` (how detectors saved before they were
+    ignored computed them: a loaded one scores the features it was trained on)."""
     if kind not in GBT_FEATURES:
         raise ValueError(f"features must be one of {GBT_FEATURES}, got {kind!r}")
     x = x.detach()  # trees take no gradient; a tensor that requires one cannot be .numpy()
     parts = [x]
     if kind != "x":
-        parts.append(mean_neighbours(x, edge_index))
+        parts.append(mean_neighbours(x, edge_index, self_loops))
     if kind == "x_mean_mean2":
-        parts.append(mean_neighbours(parts[1], edge_index))
+        parts.append(mean_neighbours(parts[1], edge_index, self_loops))
     return torch.cat(parts, dim=-1).cpu().numpy().astype(np.float32)
 
 
@@ -92,9 +94,13 @@ class GBTDetector(BaseDetector):
         prob_val = self.model_.predict_proba(features[val.numpy()])[:, 1]
         self.fit_info_ = {"val_auroc": float(roc_auc_score(y_np[val.numpy()], prob_val))}
         self.history_ = []
+        self.ignores_self_loops_ = True
 
     def _score(self, data: Data) -> Tensor:
-        features = neighbourhood_features(data.x, data.edge_index, self.config.model.features)
+        # A detector saved before self-loops were ignored (no attribute) keeps counting them.
+        self_loops = not getattr(self, "ignores_self_loops_", False)
+        features = neighbourhood_features(data.x, data.edge_index, self.config.model.features,
+                                          self_loops)
         return torch.from_numpy(self.model_.predict_proba(self._binned(features))[:, 1])
 
     def _binned(self, features: np.ndarray) -> np.ndarray:

@@ -413,7 +413,7 @@ class Trainer:
                     total += float(loss.detach())
                     count += 1
             except RuntimeError as error:
-                raise _explain_oom(error, self.oom_hint) from error
+                _raise_explained(error, self.oom_hint)
             if count == 0:  # nothing trained: an epoch would be "best" on untouched weights
                 raise ValueError(f"{self.description}: the task gave no training batch in epoch "
                                  f"{epoch} (an empty training set?)")
@@ -424,7 +424,7 @@ class Trainer:
                     try:
                         validation = task.validate(model)
                     except RuntimeError as error:  # the validation pass can run out too
-                        raise _explain_oom(error, self.oom_hint) from error
+                        _raise_explained(error, self.oom_hint)
                 if not isinstance(validation, Validation):
                     raise TypeError(
                         f"{type(task).__name__}.validate must return a "
@@ -527,6 +527,15 @@ def is_distributed() -> bool:
 
 def _clone_state(model: nn.Module) -> dict[str, Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _raise_explained(error: RuntimeError, hint: str) -> None:
+    """Re-raise ``error``: as a ``MemoryError`` with ``hint`` if it is an out-of-memory error,
+    else unchanged (raising it "from" itself would make it its own cause)."""
+    explained = _explain_oom(error, hint)
+    if explained is error:
+        raise error
+    raise explained from error
 
 
 def _explain_oom(error: RuntimeError, hint: str) -> RuntimeError:

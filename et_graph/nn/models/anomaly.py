@@ -221,11 +221,12 @@ class ETAnomalyNet(nn.Module):
             if chunk_size is None:
                 chunk_size = DEFAULT_CHUNK_SIZE
             if return_energy or torch.is_grad_enabled():
-                raise ValueError("chunk_size is for inference: use it under torch.no_grad() "
-                                 "and without return_energy")
+                raise ValueError("chunked scoring (chunk_size / chunk_edges) is for "
+                                 "inference: use it under torch.no_grad() and without "
+                                 "return_energy")
             if self.num_relations is not None:
-                raise ValueError("chunk_size (bounded-memory scoring) is not implemented for "
-                                 "the multi-relation ET: score in one full pass")
+                raise ValueError("chunked scoring (chunk_size / chunk_edges) is not "
+                                 "implemented for the multi-relation ET: score in one full pass")
             self._relation_args(edge_type)
             last = first
             for conv in self.convs:
