@@ -171,7 +171,8 @@ def test_multi_relation_needs_edge_types_and_full_batch(typed_graph):
     with pytest.raises(ValueError, match="full batch"):
         ETDetector(multi_relation=True, subgraph_ratio=0.5)
     # The message names the CLI flags too: most users meet it through et-graph anomaly.
-    with pytest.raises(ValueError, match=r"chunked scoring \(chunk_size / chunk_edges.*--multi-relation"):
+    with pytest.raises(ValueError,
+                       match=r"chunked scoring \(chunk_size / chunk_edges.*--multi-relation"):
         ETDetector(epochs=1, multi_relation=True, chunk_size=16).fit(typed_graph)
     bad = typed_graph.clone()
     bad.edge_type = bad.edge_type + 3  # ids beyond the 3 relation names
