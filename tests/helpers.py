@@ -41,14 +41,17 @@ def results_keeping_random_streams(call: Callable[[], Any], seeds=(1, 2)) -> lis
     """``call()`` after seeding torch and NumPy with each of ``seeds``; asserts that the draws
     after it are the ones the seed gives without the call (the caller's random streams are left
     alone). Returns the results, one per seed."""
+    import random
+
     results = []
     for seed in seeds:
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        expected = (torch.rand(3), np.random.rand(3))
-        torch.manual_seed(seed)
-        np.random.seed(seed)
+        for reseed in (torch.manual_seed, np.random.seed, random.seed):
+            reseed(seed)
+        expected = (torch.rand(3), np.random.rand(3), random.random())
+        for reseed in (torch.manual_seed, np.random.seed, random.seed):
+            reseed(seed)
         results.append(call())
         assert torch.equal(torch.rand(3), expected[0])
         assert np.array_equal(np.random.rand(3), expected[1])
+        assert random.random() == expected[2]
     return results

@@ -13,6 +13,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
 
 from ..nn.edge_cache import EdgeCache
+from ..transforms.neighbourhood import in_edges_without_self_loops
 
 
 class MLPNet(nn.Module):
@@ -101,8 +102,6 @@ def mean_neighbours(x: Tensor, edge_index: Tensor, self_loops: bool = False) -> 
     """Mean of the in-neighbours' features (zero for isolated nodes). Self-loops are ignored
     (a node is not its own neighbour, as in ET's attention) unless ``self_loops``; duplicates
     are counted."""
-    src, dst = edge_index[0], edge_index[1]
-    keep = src != dst
-    if not self_loops and not bool(keep.all()):
-        src, dst = src[keep], dst[keep]
+    src, dst = ((edge_index[0], edge_index[1]) if self_loops
+                else in_edges_without_self_loops(edge_index))
     return scatter(x[src], dst, dim=0, dim_size=x.size(0), reduce="mean")

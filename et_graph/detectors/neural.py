@@ -36,6 +36,7 @@ from ..nn.models.anomaly import (
 )
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
 from ..training import CheckpointConfig, Trainer, Validation, rank_world
+from ..transforms.neighbourhood import in_edges_without_self_loops
 from .base import BaseDetector, check_graph
 from .config import ETDetectorConfig, GNNDetectorConfig, NodeTrainConfig
 
@@ -58,9 +59,7 @@ def neighbour_label_features(edge_index: Tensor, labels: Tensor) -> Tensor:
     own label never enters its row; a node without in-neighbours gets zeros, and so does every
     node when no label is known."""
     num_nodes = labels.numel()
-    src, dst = edge_index[0], edge_index[1]
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
+    src, dst = in_edges_without_self_loops(edge_index)
     source = labels[src]
     ones = torch.ones(dst.numel(), device=labels.device)
     degree = torch.zeros(num_nodes, device=labels.device).index_add_(0, dst, ones)
@@ -382,8 +381,10 @@ class NeuralDetector(BaseDetector):
             num_nodes = self.train_labels_.numel() if self.train_labels_ is not None else None
         if data.num_nodes != num_nodes or data.edge_index.shape != edge_index.shape:
             return False
-        return torch.equal(_edge_keys(data.edge_index.cpu(), num_nodes),
-                           _edge_keys(edge_index, num_nodes))
+        given = data.edge_index.cpu()
+        # the same order (the usual case) needs no sort
+        return torch.equal(given, edge_index) or torch.equal(
+            _edge_keys(given, num_nodes), _edge_keys(edge_index, num_nodes))
 
     def _check_transductive(self, data: Data) -> None:
         """Refuse another graph for a positional network: a graph with the same number of nodes

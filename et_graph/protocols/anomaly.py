@@ -76,10 +76,16 @@ class Split:
 # --------------------------------------------------------------------------------------------
 # Splits
 # --------------------------------------------------------------------------------------------
-def _check_labels(y: Tensor) -> np.ndarray:
+def _label_vector(y: Tensor) -> np.ndarray:
+    """``y`` (a tensor or array-like) as a NumPy vector, as given (not yet checked binary)."""
     labels = np.asarray(y.detach().cpu().numpy() if isinstance(y, Tensor) else y)
     if labels.ndim != 1:
         raise ValueError(f"labels must be a vector [N], got shape {labels.shape}")
+    return labels
+
+
+def _check_labels(y: Tensor) -> np.ndarray:
+    labels = _label_vector(y)
     if labels.size == 0:
         raise ValueError("no labelled nodes")
     if not np.isin(labels, (0, 1)).all():
@@ -106,9 +112,7 @@ def stratified_split(
         index = np.arange(labels.size)
     else:
         # Only the eligible nodes' labels are read: the others may be anything (-1 unlabelled).
-        labels = np.asarray(y.detach().cpu().numpy() if isinstance(y, Tensor) else y)
-        if labels.ndim != 1:
-            raise ValueError(f"labels must be a vector [N], got shape {labels.shape}")
+        labels = _label_vector(y)
         mask = np.asarray(eligible.detach().cpu().numpy() if isinstance(eligible, Tensor)
                           else eligible).astype(bool)
         if mask.shape != labels.shape:

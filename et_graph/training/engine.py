@@ -555,20 +555,21 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-
 @contextmanager
 def private_rng(seed: int, device: Optional[torch.device] = None) -> Iterator[None]:
-    """Seed torch's and NumPy's global generators with ``seed`` for the block, then give the
-    caller back the states it had: a library call that seeds for reproducibility (a detector's
-    ``fit``) must not reset the random stream of the program around it."""
+    """:func:`seed_everything` for the block, then give the caller back the generator states it
+    had: a library call that seeds for reproducibility (a detector's ``fit``) must not reset
+    the random stream of the program around it."""
+    import random
+
     devices: list[int] = []
     if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_initialized():
         devices = [torch.device(device).index or 0]
-    numpy_state = np.random.get_state()
+    python_state, numpy_state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            np.random.seed(seed)
+            seed_everything(seed)
             yield
     finally:
+        random.setstate(python_state)
         np.random.set_state(numpy_state)

@@ -5,6 +5,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from .neighbourhood import neighbourhood_statistics
+
 #: Per-column feature transforms over all nodes: none, z-scores, normal scores of the ranks, or
 #: the piecewise-linear encoding of quantile bins (``ple``: one column per bin).
 FEATURE_NORMS = ("none", "standard", "quantile", "ple")
@@ -61,12 +63,9 @@ def prepare_detection_data(data: Data, feature_norm: str = "none",
     data = data.clone()
     data.x = data.x.float()
     data.y = data.y.long()
-    if degree_feature:
-        # In-edges from other nodes, as the neighbourhood statistics count them (a self-loop
-        # makes no node its own neighbour).
-        dst = data.edge_index[1][data.edge_index[0] != data.edge_index[1]]
-        degree = torch.zeros(data.num_nodes).index_add_(0, dst, torch.ones(dst.numel()))
-        data.x = torch.cat([data.x, degree.log1p().unsqueeze(-1)], dim=-1)
+    if degree_feature:  # the neighbourhood statistics' degree column (self-loops not counted)
+        degree = neighbourhood_statistics(data.x, data.edge_index, ("degree",))
+        data.x = torch.cat([data.x, degree], dim=-1)
     data.x = transform_features(data.x, feature_norm, ple_bins)
     return data
 

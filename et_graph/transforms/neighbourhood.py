@@ -42,6 +42,16 @@ def parse_neighbour_stats(stats: Union[str, Sequence[str], None]) -> tuple[str, 
     return names
 
 
+def in_edges_without_self_loops(edge_index: Tensor) -> tuple[Tensor, Tensor]:
+    """``(src, dst)`` of the edges ``j -> i`` with ``j != i`` (a node is not its own
+    neighbour, as in ET's attention); no copy of the edges when there is no self-loop."""
+    src, dst = edge_index[0], edge_index[1]
+    keep = src != dst
+    if bool(keep.all()):
+        return src, dst
+    return src[keep], dst[keep]
+
+
 def neighbourhood_statistics(x: Tensor, edge_index: Tensor,
                              stats: Sequence[str] = DEFAULT_NEIGHBOUR_STATS) -> Tensor:
     r"""Statistics of the in-neighbours' features, ``[N, k * F (+ 1 for degree)]``.
@@ -65,10 +75,7 @@ def neighbourhood_statistics(x: Tensor, edge_index: Tensor,
     if x.dim() != 2:
         raise ValueError(f"x must have shape [N, F], got {tuple(x.shape)}")
     num_nodes = x.size(0)
-    src, dst = edge_index[0], edge_index[1]
-    keep = src != dst
-    if not bool(keep.all()):
-        src, dst = src[keep], dst[keep]
+    src, dst = in_edges_without_self_loops(edge_index)
     messages = x[src]
     parts: list[Tensor] = []
     mean = None
