@@ -22,6 +22,9 @@ encoders, CLS tokens and head only; the mask is then computed but unused). Their
 ratio to GIN's from the same rounds, show what each part of the default ET costs. They are
 diagnostics, not models anyone trains.
 
+``--device cuda`` runs both models on a GPU: each batch is copied to the device inside the timed
+epoch, and each epoch's clock stops after ``torch.cuda.synchronize``.
+
 ``--profile N`` then runs ``N`` ET training batches under cProfile and prints the functions with
 the most own time (``--profile-torch`` uses ``torch.profiler`` and prints its operator table).
 
@@ -86,20 +89,32 @@ def load(config: TUDatasetConfig, limit: Optional[int]) -> tuple[list, dict[str,
 
 
 def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
-                clip: float = 5.0, max_batches: Optional[int] = None) -> tuple[float, float]:
-    """Wall and CPU seconds of one training epoch (or ``max_batches`` batches)."""
+                clip: float = 5.0, max_batches: Optional[int] = None,
+                device: Optional[torch.device] = None) -> tuple[float, float]:
+    """Wall and CPU seconds of one training epoch (or ``max_batches`` batches). On CUDA each
+    batch is copied to the device inside the timed loop (as in training) and the clock stops
+    after the device has finished."""
+    device = device or torch.device("cpu")
     model.train()
+    synchronize(device)
     begin, begin_cpu = time.perf_counter(), time.process_time()
     for i, batch in enumerate(loader):
         if max_batches is not None and i >= max_batches:
             break
+        batch = batch.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model_outputs(model, batch), batch.y.view(-1))
         loss.backward()
         if clip:
             nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
+    synchronize(device)
     return time.perf_counter() - begin, time.process_time() - begin_cpu
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def loader_pass(loader: DataLoader) -> tuple[float, float]:
@@ -110,16 +125,17 @@ def loader_pass(loader: DataLoader) -> tuple[float, float]:
 
 
 def profile_et(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
-               batches: int, use_torch: bool, top: int, clip: float = 5.0) -> str:
+               batches: int, use_torch: bool, top: int, clip: float = 5.0,
+               device: Optional[torch.device] = None) -> str:
     if use_torch:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            train_epoch(model, optimizer, loader, clip, max_batches=batches)
+            train_epoch(model, optimizer, loader, clip, max_batches=batches, device=device)
         return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
     profiler = cProfile.Profile()
     profiler.enable()
-    train_epoch(model, optimizer, loader, clip, max_batches=batches)
+    train_epoch(model, optimizer, loader, clip, max_batches=batches, device=device)
     profiler.disable()
     stream = io.StringIO()
     pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(top)
@@ -155,6 +171,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
 
     graphs, info = load(config, args.limit)
     factories = model_factories(config, info)
+    device = torch.device(config.run.device)
     torch.manual_seed(0)
     models = {name: factories[name]() for name in ("et", "gin")}
     if args.breakdown:
@@ -164,6 +181,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                 continue
             torch.manual_seed(0)
             models[name] = ETGraphModel(**{**et_model_kwargs(config, info), **change})
+    models = {name: model.to(device) for name, model in models.items()}
     trainer = Trainer(config.train, progress=False)
     optimizers = {name: trainer.make_optimizer(m) for name, m in models.items()}
     clip = config.train.grad_clip
@@ -174,12 +192,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     if not args.skip_timing:
         for name, model in models.items():
             for _ in range(args.warmup):
-                train_epoch(model, optimizers[name], loader, clip)
+                train_epoch(model, optimizers[name], loader, clip, device=device)
         for round_ in range(args.repeats):
             # The order alternates, so that a drift in machine load affects every model alike.
             order = list(models) if round_ % 2 == 0 else list(reversed(models))
             for name in order:
-                wall, used = train_epoch(models[name], optimizers[name], loader, clip)
+                wall, used = train_epoch(models[name], optimizers[name], loader, clip,
+                                         device=device)
                 times[name].append(wall)
                 cpu[name].append(used)
             wall, used = loader_pass(loader)
@@ -204,10 +223,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "ratio_to_gin": {name: median[name] / median["gin"] for name in models} if median else {},
         "config": {k: to_dict(config)[k] for k in ("data", "et", "baselines", "train")},
         "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     }
     if median:
         print(f"{config.data.dataset}: {len(graphs)} graphs, batch {config.train.batch_size}, "
-              f"{torch.get_num_threads()} thread(s), median of {args.repeats} epochs")
+              f"{torch.get_num_threads()} thread(s), {result['device_name']}, median of "
+              f"{args.repeats} epochs")
         print("| | wall (s) | CPU (s) |")
         print("|---|---|---|")
         for key, label in (("et", "ET epoch"), ("gin", "GIN epoch"), ("loader", "loader pass")):
@@ -224,7 +246,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                       f"{median_cpu[name] / median_cpu['gin']:.2f} |")
     if args.profile:
         report = profile_et(models["et"], optimizers["et"], loader, args.profile,
-                            args.profile_torch, args.profile_top, clip)
+                            args.profile_torch, args.profile_top, clip, device)
         print(report)
         result["profile"] = report
     if args.json:

@@ -47,8 +47,12 @@ from bench_etconv import _status_kib, fmt, load_average, ratio  # noqa: E402
 
 FEATURES = 10
 HIDDEN = 64
-SIZES = {"tfinance": (39_357, 21_200_000), "tsocial": (5_781_065, 73_100_000)}
-QUICK_SIZES = {"tfinance": (400, 8_000), "tsocial": (3_000, 30_000)}
+SIZES = {"tfinance": (39_357, 21_200_000), "tsocial": (5_781_065, 73_100_000),
+         "tsocial_full": (5_781_065, 73_100_000)}
+QUICK_SIZES = {"tfinance": (400, 8_000), "tsocial": (3_000, 30_000),
+               "tsocial_full": (3_000, 30_000)}
+#: The cases trained full batch (the others: mini-batch at T-Social's size).
+FULL_BATCH_CASES = ("tfinance", "tsocial_full")
 FULL_BATCH_MODELS = ("et", "gcn", "gat")
 MINI_BATCH_MODELS = ("et", "sage")
 INFERENCE = "et_inference"
@@ -109,25 +113,57 @@ def training_step(model, optimizer, x, edge_index, y, loss_nodes=None) -> None:
     optimizer.step()
 
 
-def full_batch_worker(name: str, num_nodes: int, num_edges: int, repeats: int) -> dict[str, Any]:
-    x, edge_index, y = make_graph(num_nodes, num_edges)
-    model = make_model(name)
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gpu_memory(device: torch.device) -> dict[str, Any]:
+    """On CUDA, the peak of ``torch.cuda.max_memory_allocated`` so far (graph, model, optimiser
+    state, activations: the whole process) and the device's name."""
+    if device.type != "cuda":
+        return {}
+    return {"peak_gpu_bytes": torch.cuda.max_memory_allocated(device),
+            "device_name": torch.cuda.get_device_name(device)}
+
+
+def full_batch_worker(name: str, num_nodes: int, num_edges: int, repeats: int,
+                      device: str = "cpu") -> dict[str, Any]:
+    """``repeats`` timed training steps after a warm-up step, then one full-graph inference pass
+    (``eval``, no gradient), all on ``device``."""
+    device = torch.device(device)
+    x, edge_index, y = (t.to(device) for t in make_graph(num_nodes, num_edges))
+    model = make_model(name).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     rss_graph = _status_kib("VmRSS") * 1024
     seconds = []
     for step in range(repeats + 1):
+        synchronize(device)
         begin = time.perf_counter()
         training_step(model, optimizer, x, edge_index, y)
+        synchronize(device)
         if step:  # the first step is the warm-up
             seconds.append(time.perf_counter() - begin)
+    training_memory = gpu_memory(device)
+    model.eval()
+    begin = time.perf_counter()
+    with torch.no_grad():
+        scores = model(x, edge_index)
+    synchronize(device)
+    inference_s = time.perf_counter() - begin
     return {"step_s": statistics.median(seconds), "steps_s": seconds,
-            "rss_after_graph_bytes": rss_graph, "peak_rss_bytes": _status_kib("VmHWM") * 1024}
+            "rss_after_graph_bytes": rss_graph, "peak_rss_bytes": _status_kib("VmHWM") * 1024,
+            **training_memory, "inference_s": inference_s,
+            "inference_finite": bool(torch.isfinite(scores).all())}
 
 
 def mini_batch_worker(name: str, num_nodes: int, num_edges: int, args: dict[str, Any]
                       ) -> dict[str, Any]:
+    """One epoch; the sampler runs on the CPU, and on CUDA each batch is copied to the device
+    (inside the model's time)."""
     from et_graph.loaders import NeighbourSampler
 
+    device = torch.device(args.get("device", "cpu"))
     x, edge_index, y = make_graph(num_nodes, num_edges)
     begin = time.perf_counter()
     sampler = NeighbourSampler(edge_index, num_nodes, args["num_neighbors"])
@@ -135,7 +171,7 @@ def mini_batch_worker(name: str, num_nodes: int, num_edges: int, args: dict[str,
     generator = torch.Generator().manual_seed(1)
     seeds = torch.randperm(num_nodes, generator=generator)[
         :max(1, int(args["train_fraction"] * num_nodes))]
-    model = make_model(name)
+    model = make_model(name).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     sampling = torch.Generator().manual_seed(2)
     sample_s = model_s = 0.0
@@ -144,8 +180,10 @@ def mini_batch_worker(name: str, num_nodes: int, num_edges: int, args: dict[str,
         begin = time.perf_counter()
         batch = sampler.sample(seeds[start:start + args["batch_size"]], sampling)
         middle = time.perf_counter()
-        training_step(model, optimizer, x[batch.nodes], batch.edge_index, y[batch.nodes],
-                      torch.arange(batch.num_seeds))
+        training_step(model, optimizer, x[batch.nodes].to(device),
+                      batch.edge_index.to(device), y[batch.nodes].to(device),
+                      torch.arange(batch.num_seeds, device=device))
+        synchronize(device)
         model_s += time.perf_counter() - middle
         sample_s += middle - begin
         batches += 1
@@ -155,21 +193,25 @@ def mini_batch_worker(name: str, num_nodes: int, num_edges: int, args: dict[str,
         "epoch_model_s": model_s, "epoch_sampling_s": sample_s,
         "sampler_build_s": sampler_build_s, "batches": batches, "seeds": seeds.numel(),
         "mean_batch_nodes": sampled_nodes / batches, "mean_batch_edges": sampled_edges / batches,
-        "epoch_peak_rss_bytes": _status_kib("VmHWM") * 1024,
+        "epoch_peak_rss_bytes": _status_kib("VmHWM") * 1024, **gpu_memory(device),
     }
     return result
 
 
-def inference_worker(num_nodes: int, num_edges: int, chunk_size: int) -> dict[str, Any]:
+def inference_worker(num_nodes: int, num_edges: int, chunk_size: int, device: str = "cpu"
+                     ) -> dict[str, Any]:
     """One exact full-graph scoring pass of ET in chunks, in a fresh process."""
-    x, edge_index, _ = make_graph(num_nodes, num_edges)
-    model = make_model("et").eval()
+    device = torch.device(device)
+    x, edge_index, _ = (t.to(device) for t in make_graph(num_nodes, num_edges))
+    model = make_model("et").to(device).eval()
     rss_graph = _status_kib("VmRSS") * 1024
+    synchronize(device)
     begin = time.perf_counter()
     with torch.no_grad():
         scores = model(x, edge_index, chunk_size=chunk_size)
+    synchronize(device)
     return {"inference_s": time.perf_counter() - begin, "rss_after_graph_bytes": rss_graph,
-            "inference_peak_rss_bytes": _status_kib("VmHWM") * 1024,
+            "inference_peak_rss_bytes": _status_kib("VmHWM") * 1024, **gpu_memory(device),
             "inference_finite": bool(torch.isfinite(scores).all())}
 
 
@@ -192,7 +234,7 @@ def run_worker(case: str, name: str, args: argparse.Namespace) -> dict[str, Any]
     num_nodes, num_edges = (max(2, int(round(v * args.scale))) for v in sizes[case])
     settings = {"num_neighbors": [int(k) for k in args.num_neighbors.split(",")],
                 "batch_size": args.batch_size, "train_fraction": args.train_fraction,
-                "chunk_size": args.chunk_size, "repeats": args.repeats}
+                "chunk_size": args.chunk_size, "repeats": args.repeats, "device": args.device}
     # Unlike bench_etconv's per-step deltas, the whole-process peak is the figure here, with the
     # allocator's default behaviour (what a user's process gets).
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -242,22 +284,32 @@ def gib(value: Optional[float]) -> str:
 def render(report: dict[str, Any]) -> str:
     lines = [f"# Scale benchmark ({report['threads']} threads, load average before: "
              f"{report['load_before']})", ""]
-    full = {r["model"]: r for r in report["results"] if r["case"] == "tfinance"}
-    if full:
-        n, e = next(iter(full.values()))["num_nodes"], next(iter(full.values()))["num_edges"]
-        lines += [f"## T-Finance size, full batch ({n:,} nodes, {e:,} edges): one Adam step", "",
-                  "| model | step time (s) | peak RSS (GiB) | note |", "|---|---|---|---|"]
+    gpu = report.get("device", "cpu") != "cpu"
+    titles = {"tfinance": "T-Finance size", "tsocial_full": "T-Social size"}
+    for case in FULL_BATCH_CASES:
+        full = {r["model"]: r for r in report["results"] if r["case"] == case}
+        if not full:
+            continue
+        first = next(iter(full.values()))
+        lines += [f"## {titles[case]}, full batch ({first['num_nodes']:,} nodes, "
+                  f"{first['num_edges']:,} edges): one Adam step, one inference pass", "",
+                  "| model | step time (s) | inference (s) | peak RSS (GiB) |"
+                  + (" peak GPU (GiB) |" if gpu else "") + " note |",
+                  "|---|---|---|---|" + ("---|" if gpu else "") + "---|"]
         for name in FULL_BATCH_MODELS:
             r = full.get(name)
             if r is not None:
-                lines.append(f"| {name} | {fmt(r.get('step_s'))} | "
-                             f"{gib(r.get('peak_rss_bytes'))} | {r.get('error', '')} |")
+                lines.append(f"| {name} | {fmt(r.get('step_s'))} | {fmt(r.get('inference_s'))} | "
+                             f"{gib(r.get('peak_rss_bytes'))} |"
+                             + (f" {gib(r.get('peak_gpu_bytes'))} |" if gpu else "")
+                             + f" {r.get('error', '')} |")
         et, gcn = full.get("et", {}), full.get("gcn", {})
+        memory = "peak_gpu_bytes" if gpu else "peak_rss_bytes"
         lines += ["", "| ratio | value |", "|---|---|",
                   f"| ET / GCNConv step time | {fmt(ratio(et.get('step_s'), gcn.get('step_s')))} "
                   "|",
-                  f"| ET / GCNConv peak RSS | "
-                  f"{fmt(ratio(et.get('peak_rss_bytes'), gcn.get('peak_rss_bytes')))} |", ""]
+                  f"| ET / GCNConv peak {'GPU memory' if gpu else 'RSS'} | "
+                  f"{fmt(ratio(et.get(memory), gcn.get(memory)))} |", ""]
     mini = {r["model"]: r for r in report["results"] if r["case"] == "tsocial"}
     if mini:
         first = next(iter(mini.values()))
@@ -287,14 +339,24 @@ def render(report: dict[str, Any]) -> str:
                   f"{fmt(scoring.get('inference_s'), 1)} |",
                   f"| ET full-graph inference peak RSS (GiB) | "
                   f"{gib(scoring.get('inference_peak_rss_bytes'))} "
-                  f"{scoring.get('error', '')} |", ""]
+                  f"{scoring.get('error', '')} |"]
+        if gpu:
+            lines += [f"| peak GPU memory, ET epoch / GraphSAGE epoch / ET inference (GiB) | "
+                      f"{gib(et.get('peak_gpu_bytes'))} / {gib(sage.get('peak_gpu_bytes'))} / "
+                      f"{gib(scoring.get('peak_gpu_bytes'))} |"]
+        lines.append("")
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="tfinance,tsocial",
-                        help="comma-separated: tfinance (full batch), tsocial (mini-batch)")
+                        help="comma-separated: tfinance (full batch), tsocial (mini-batch), "
+                             "tsocial_full (T-Social's size, full batch: for a GPU)")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu or cuda[:i]: the models, graphs and batches go there (the "
+                             "sampler stays on the CPU); on CUDA the clock stops after "
+                             "torch.cuda.synchronize and the peak GPU memory is reported")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="timed full-batch steps")
     parser.add_argument("--batch-size", type=int, default=8192, help="seed nodes per batch")
@@ -324,14 +386,17 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         case, name = args.worker
         settings = json.loads(args.worker_settings)
         num_nodes, num_edges = (int(v) for v in args.worker_size.split("x"))
-        if case == "tfinance":
-            result = full_batch_worker(name, num_nodes, num_edges, settings["repeats"])
+        device = settings.get("device", "cpu")
+        if case in FULL_BATCH_CASES:
+            result = full_batch_worker(name, num_nodes, num_edges, settings["repeats"], device)
         elif name == INFERENCE:
-            result = inference_worker(num_nodes, num_edges, settings["chunk_size"])
+            result = inference_worker(num_nodes, num_edges, settings["chunk_size"], device)
         else:
             result = mini_batch_worker(name, num_nodes, num_edges, settings)
         print(json.dumps(result))
         return result
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: this PyTorch sees no CUDA device")
     if not os.path.exists("/proc/self/clear_refs"):
         raise SystemExit("bench_scale.py needs Linux /proc (peak RSS per subprocess)")
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -346,12 +411,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                      "repeats": args.repeats, "memory_cap_gb": args.memory_cap_gb},
         "machine": {"python": platform.python_version(), "torch": torch.__version__,
                     "cpu_count": os.cpu_count()},
+        "device": args.device,
         "results": [],
     }
     from tqdm.auto import tqdm
 
     jobs = [(case, name) for case in cases
-            for name in (FULL_BATCH_MODELS if case == "tfinance"
+            for name in (FULL_BATCH_MODELS if case in FULL_BATCH_CASES
                          else (*MINI_BATCH_MODELS, INFERENCE))]
     for case, name in tqdm(jobs, desc="bench_scale"):
         report["results"].append(run_worker(case, name, args))

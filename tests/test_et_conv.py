@@ -473,3 +473,35 @@ def test_layer_norm_is_the_gradient_of_its_lagrangian_with_psd_jacobian():
         jacobian = torch.autograd.functional.jacobian(norm, token.unsqueeze(0)).reshape(8, 8)
         assert torch.allclose(jacobian, jacobian.t(), atol=1e-12)
         assert torch.linalg.eigvalsh(jacobian).min() > -1e-12
+
+
+def test_autocast_leaves_the_descent_in_the_parameters_dtype():
+    """Under ``torch.autocast`` the projections would run in bfloat16 and the closed form
+    scatter them into float32 sums (an error before); the layers switch autocast off inside and
+    compute exactly what they compute without it."""
+    from et_graph.nn import RelationalETConv
+
+    torch.manual_seed(0)
+    x, edge_index = awkward_graph()
+    x = x.float()
+    conv = ETConv(8, heads=3, head_dim=4, steps=2)
+    relational = RelationalETConv(8, 2, heads=3, head_dim=4, steps=2)
+    edge_type = torch.arange(edge_index.size(1)) % 2
+    calls = {
+        "forward": lambda: conv(x, edge_index),
+        "energy_grad": lambda: conv.energy_grad(x, edge_index),
+        "energy": lambda: conv.energy(x, edge_index),
+        "chunked": lambda: conv.eval().forward_chunked(x, edge_index, chunk_size=3),
+        "dense": lambda: conv.forward_dense(x.unsqueeze(0)),
+        "relational": lambda: relational(x, edge_index, edge_type),
+    }
+    for name, call in calls.items():
+        expected = call()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = call()
+            # bfloat16 tokens (from an autocast layer before) are upcast and returned as such
+            low = conv(x.bfloat16(), edge_index) if name == "forward" else None
+        assert got.dtype == torch.float32, name
+        assert torch.equal(got, expected), name
+        if low is not None:
+            assert low.dtype == torch.bfloat16

@@ -22,7 +22,7 @@ from ..validation import (
     check_edge_weight,
     destination_chunks,
 )
-from .et_energy import EdgeSet, ETEnergy, _check_positive
+from .et_energy import EdgeSet, ETEnergy, _check_positive, in_parameter_precision
 
 GRAD_MODES = ("analytic", "autograd")
 
@@ -302,6 +302,7 @@ class ETConv(DescentSettings, MessagePassing):
     # ----------------------------------------------------------------------------------------
     # Energy
     # ----------------------------------------------------------------------------------------
+    @in_parameter_precision
     def node_energy(
         self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
     ) -> Tensor:
@@ -328,6 +329,7 @@ class ETConv(DescentSettings, MessagePassing):
         num_graphs = int(batch.max()) + 1 if batch.numel() else 0
         return per_node.new_zeros(num_graphs).index_add(0, batch, per_node)
 
+    @in_parameter_precision
     def energy_grad(
         self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
     ) -> Tensor:
@@ -426,6 +428,7 @@ class ETConv(DescentSettings, MessagePassing):
         steps: Optional[int] = None,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
 
+    @in_parameter_precision
     def forward(
         self,
         x: Tensor,
@@ -451,6 +454,7 @@ class ETConv(DescentSettings, MessagePassing):
         edges = self._edges(out, edge_index, edge_weight, fused)
         return self._descend(x, out, edges, num_steps, return_energy)
 
+    @in_parameter_precision
     def descend_edges(
         self, x: Tensor, edges: EdgeSet, *, steps: Optional[int] = None,
         return_energy: bool = False,
@@ -482,6 +486,7 @@ class ETConv(DescentSettings, MessagePassing):
             return out.to(x.dtype), torch.stack(energies).detach()
         return out.to(x.dtype)
 
+    @in_parameter_precision
     @torch.no_grad()
     def forward_chunked(
         self,
@@ -589,6 +594,7 @@ class ETConv(DescentSettings, MessagePassing):
             return self.energy_fn.dense_autograd_grad_of_g(g, mask, weight)
         return self.energy_fn.dense_grad_of_g(g, mask, weight)
 
+    @in_parameter_precision
     def dense_attention_and_hopfield_grads(
         self,
         x_dense: Tensor,
@@ -603,6 +609,7 @@ class ETConv(DescentSettings, MessagePassing):
         attention, hopfield = fn.dense_attention_and_hopfield_grads(fn.norm(x), mask, weight)
         return attention.to(x_dense.dtype), hopfield.to(x_dense.dtype)
 
+    @in_parameter_precision
     def dense_energy(
         self, x_dense: Tensor, mask: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None
     ) -> Tensor:
@@ -656,6 +663,7 @@ class ETConv(DescentSettings, MessagePassing):
         steps: Optional[int] = None,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
 
+    @in_parameter_precision
     def forward_dense(
         self,
         x_dense: Tensor,

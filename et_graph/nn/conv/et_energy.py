@@ -11,9 +11,10 @@ and validated inputs. :class:`~et_graph.nn.ETConv` is the descent loop around on
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, TypeVar
 
 import torch
 from torch import Tensor
@@ -31,6 +32,27 @@ from ..validation import (
     check_edge_weight,
     check_features,
 )
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def in_parameter_precision(method: Method) -> Method:
+    """Run a layer method (first argument: the tokens) with autocast off.
+
+    The closed form mixes the projections (which autocast would run in bfloat16 or float16)
+    with sums and softmaxes it keeps in float32, and scatters one into the other, so under
+    ``torch.autocast`` it would fail or round the descent. The layers therefore compute in
+    their parameters' dtype whatever the autocast state (the dtype rule of
+    :meth:`ETEnergy.check_tokens`), and return tokens in the input's dtype; the layers
+    around them keep their autocast."""
+
+    @functools.wraps(method)
+    def run(self: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+        device_type = x.device.type if isinstance(x, Tensor) else "cpu"
+        with torch.autocast(device_type, enabled=False):
+            return method(self, x, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 class EdgeSet(NamedTuple):

@@ -15,7 +15,7 @@ from ...fused import build_edge_plan, fused_attention_grad
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import check_batch, check_edge_index
 from .et_conv import DescentSettings
-from .et_energy import EdgeSet, ETEnergy, _autograd_grad
+from .et_energy import EdgeSet, ETEnergy, _autograd_grad, in_parameter_precision
 
 __all__ = ["RelationalETConv", "check_edge_type"]
 
@@ -289,6 +289,7 @@ class RelationalETConv(DescentSettings, Module):
     # ----------------------------------------------------------------------------------------
     # Energy of a state x
     # ----------------------------------------------------------------------------------------
+    @in_parameter_precision
     def node_energy(self, x: Tensor, edge_index: Adj, edge_type: Tensor) -> Tensor:
         """Each node's share of the energy ``[N]``; the shares sum to :meth:`energy`."""
         fn = self.energy_fn
@@ -308,6 +309,7 @@ class RelationalETConv(DescentSettings, Module):
         num_graphs = int(batch.max()) + 1 if batch.numel() else 0
         return per_node.new_zeros(num_graphs).index_add(0, batch, per_node)
 
+    @in_parameter_precision
     def energy_grad(self, x: Tensor, edge_index: Adj, edge_type: Tensor) -> Tensor:
         """``dE/dg`` at state ``x`` as ``[N, channels]``, by the method chosen with ``grad``."""
         fn = self.energy_fn
@@ -340,6 +342,7 @@ class RelationalETConv(DescentSettings, Module):
         steps: Optional[int] = None,
     ) -> tuple[Tensor, Tensor]: ...
 
+    @in_parameter_precision
     def forward(
         self,
         x: Tensor,
