@@ -299,7 +299,8 @@ def render(report: dict[str, Any]) -> str:
         for name in FULL_BATCH_MODELS:
             r = full.get(name)
             if r is not None:
-                lines.append(f"| {name} | {fmt(r.get('step_s'))} | {fmt(r.get('inference_s'))} | "
+                lines.append(f"| {name} | {fmt(r.get('step_s'), 3)} | "
+                             f"{fmt(r.get('inference_s'), 3)} | "
                              f"{gib(r.get('peak_rss_bytes'))} |"
                              + (f" {gib(r.get('peak_gpu_bytes'))} |" if gpu else "")
                              + f" {r.get('error', '')} |")
@@ -373,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="multiply the node and edge counts (e.g. 0.1 for a dry run)")
     parser.add_argument("--quick", action="store_true", help="tiny graphs (smoke test)")
     parser.add_argument("--json", default=None, help="write the report here")
+    parser.add_argument("--render", default=None, metavar="JSON",
+                        help="only print the tables of a saved --json report")
     parser.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-settings", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-size", default=None, help=argparse.SUPPRESS)
@@ -381,6 +384,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
+    if args.render:
+        report = json.loads(Path(args.render).read_text())
+        print(render(report))
+        return report
     torch.set_num_threads(args.threads)
     if args.worker:
         case, name = args.worker
