@@ -667,3 +667,15 @@ def test_chunk_edges_memory_benchmark_runs_both_settings_and_compares_outputs(tm
     assert report["max_abs_difference"] < 1e-4
     assert all(s["peak_rss_mib"] >= s["rss_after_graph_mib"] > 0
                for s in report["settings"].values())
+
+
+def test_cuda_checks_script_parses_and_names_every_output():
+    """benchmarks/cuda_checks.sh runs only where a GPU is lent; here: its syntax, and that it
+    runs the CUDA tests and writes the files docs/measured/cuda/README.md lists."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "cuda_checks.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    for part in ("tests/test_cuda.py", "bench_scale.py --device", "bench_etconv.py --device",
+                 "bench_graph_epoch.py --device", "scale.json", "bench_etconv.json",
+                 "graph_epoch.json", "junit.xml"):
+        assert part in text, part
