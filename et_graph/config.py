@@ -49,7 +49,8 @@ class RunConfig:
         out: output folder for results.json, results.md and plots (none = do not write;
             et-graph tudataset writes into a subfolder per dataset, OUT/NAME/).
         threads: torch CPU threads (none = torch's default).
-        device: cpu, cuda, cuda:1, ...
+        device: cpu, cuda, cuda:1, ..., or auto (cuda where a GPU is visible, else cpu;
+            resolved at construction, so results record the device used).
         progress: show progress bars and per-fold/per-seed lines (the final table is printed
             either way).
         checkpoint_dir: save resumable training checkpoints below this folder (none = off).
@@ -70,6 +71,7 @@ class RunConfig:
             raise ValueError(f"threads must be positive, got {self.threads}")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("--resume needs --checkpoint-dir (the folder of the interrupted run)")
+        self.device = resolve_device(self.device)
         check_device(self.device)
 
     def apply_threads(self) -> None:
@@ -92,6 +94,17 @@ class RunConfig:
 # ----------------------------------------------------------------------------------------------
 # Introspection
 # ----------------------------------------------------------------------------------------------
+def resolve_device(device: Any) -> Any:
+    """``"auto"`` becomes ``"cuda"`` where torch sees a CUDA GPU and ``"cpu"`` elsewhere; any
+    other value is returned as it is. Configs and detectors resolve it at construction, so the
+    device a run used is the one its results record."""
+    if isinstance(device, str) and device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 def check_device(device: str) -> None:
     """``ValueError`` for a device string torch cannot parse, or one this machine lacks (a CUDA
     device without a CUDA build or GPU, an index past the last GPU), before any work starts."""
@@ -100,7 +113,8 @@ def check_device(device: str) -> None:
     try:
         parsed = torch.device(device)
     except RuntimeError as error:
-        raise ValueError(f"device must be cpu, cuda, cuda:N, mps, ...; got {device!r}") from error
+        raise ValueError(f"device must be auto, cpu, cuda, cuda:N, mps, ...; got {device!r}"
+                         ) from error
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: no CUDA GPU is available here (torch "

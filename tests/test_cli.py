@@ -33,7 +33,7 @@ def test_bad_input_is_one_line_without_traceback(capsys, monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("device, message", [
-    ("gpu", "device must be cpu, cuda"),
+    ("gpu", "device must be auto, cpu, cuda"),
     ("cuda:99", "cuda:99"),
 ])
 def test_a_device_the_machine_lacks_is_one_line(capsys, monkeypatch, device, message):
@@ -42,6 +42,22 @@ def test_a_device_the_machine_lacks_is_one_line(capsys, monkeypatch, device, mes
     err = capsys.readouterr().err
     assert err.startswith("et-graph anomaly: error:") and message in err
     assert "Traceback" not in err
+
+
+def test_device_auto_takes_the_gpu_where_there_is_one_and_records_what_it_took(monkeypatch):
+    import torch
+
+    from et_graph.config import RunConfig, resolve_device
+    from et_graph.detectors import ETDetector
+
+    assert resolve_device("cpu") == "cpu" and resolve_device("cuda:1") == "cuda:1"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+    # Resolved at construction: the config (and so results.json) names the device, not "auto".
+    assert RunConfig(device="auto").device == "cpu"
+    assert ETDetector(device="auto").device == torch.device("cpu")
 
 
 @pytest.mark.parametrize("argv, row", [

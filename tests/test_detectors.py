@@ -350,6 +350,8 @@ def test_load_names_a_cut_file_and_a_missing_device_for_what_they_are(graph, tmp
         with pytest.raises(ValueError, match="no CUDA GPU"):
             MLPDetector(device="cuda")
     assert MLPDetector.load(tmp_path / "d.pt", map_location="cpu:0").device.type == "cpu"
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert MLPDetector.load(tmp_path / "d.pt", map_location="auto").device.type == expected
 
 
 def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph):

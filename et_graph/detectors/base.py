@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ..config import apply_keywords, check_device, to_dict
+from ..config import apply_keywords, check_device, resolve_device, to_dict
 from ..nn.validation import check_chunk_size
 from ..protocols.anomaly import choose_threshold
 from ..training import private_rng
@@ -40,7 +40,8 @@ class BaseDetector:
         config: the detector's config dataclass (default: its defaults).
         seed: seeds the initialisation and the training order.
         progress: show a progress bar while fitting.
-        device: where the network trains and scores (``"cpu"``, ``"cuda"``, ...).
+        device: where the network trains and scores (``"cpu"``, ``"cuda"``, ..., or ``"auto"``:
+            CUDA where torch sees a GPU, else the CPU).
         chunk_size: ETDetector only: validate and score this many destination nodes at a time,
             in bounded memory, with the same result as one full pass (``None`` = full pass).
         chunk_edges: ETDetector only: also cap each chunk's in-edges (a node with more is a
@@ -69,6 +70,7 @@ class BaseDetector:
         self.config = apply_keywords(config, **keywords) if keywords else config
         self.seed = int(seed)
         self.progress = bool(progress)
+        device = resolve_device(device)
         check_device(device)  # a device this machine lacks fails here, not mid-fit
         self.device = torch.device(device)
         if chunk_size is not None or chunk_edges is not None:
@@ -123,6 +125,7 @@ class BaseDetector:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no detector file at {path}")
         # The device first: a device this machine lacks is not a fault of the file.
+        map_location = resolve_device(map_location)
         check_device(map_location)
         device = torch.device(map_location)
         if device.type == "cpu":  # torch.load cannot map to "cpu:0"; there is one CPU device
