@@ -315,3 +315,69 @@ def test_gnnbenchmark_runner_on_device(tmp_path):
     assert results["meta"]["config"]["run"]["device"] == DEVICE
     for stats in results["models"].values():
         assert np.isfinite(stats["mae"]["mean"])
+
+
+def test_neighbour_sampled_label_trick_and_balanced_training_on_device(planted):
+    from et_graph.detectors import ETDetector
+
+    det = ETDetector(epochs=3, hidden=16, batch_size=64, num_neighbors=[5, 5],
+                     neighbor_sampler="builtin", label_trick=True, class_balance="sample",
+                     device=DEVICE).fit(planted)
+    score = det.decision_function(planted)
+    assert score.shape == (300,) and torch.isfinite(score).all()
+
+
+def test_resuming_a_device_checkpoint_ends_like_the_uninterrupted_run(tmp_path):
+    """Checkpoints hold device tensors and the device's random state: a run resumed from them
+    (here: from the finished trainings) reports what the uninterrupted run reported."""
+    from et_graph.config import parse
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.experiments import anomaly
+
+    data = planted_anomaly_graph(300, seed=11)
+    common = ["--models", "et,mlp", "--seeds", "1", "--epochs", "4", "--hidden", "16",
+              "--no-progress", "--no-energy-row", "--device", DEVICE,
+              "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "2"]
+    first = anomaly.run(parse(anomaly.CONFIG, common), data=data)
+    again = anomaly.run(parse(anomaly.CONFIG, [*common, "--resume"]), data=data)
+    assert again["models"] == first["models"]
+    assert again["per_seed"][0]["et"]["resumed_from_epoch"] == 4
+
+
+def test_explainer_on_device():
+    from torch_geometric.explain import Explainer, GNNExplainer
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = ETConv(8, heads=2, head_dim=4, steps=1)
+            self.head = torch.nn.Linear(8, 2)
+
+        def forward(self, x, edge_index):
+            return self.head(self.conv(x, edge_index))
+
+    x, edge_index = awkward_graph()
+    explainer = Explainer(
+        model=Model().to(DEVICE), algorithm=GNNExplainer(epochs=3), explanation_type="model",
+        node_mask_type="attributes", edge_mask_type="object",
+        model_config=dict(mode="multiclass_classification", return_type="raw", task_level="node"))
+    explanation = explainer(x.float().to(DEVICE), edge_index.to(DEVICE), index=0)
+    assert explanation.edge_mask.shape == (edge_index.size(1),)
+    assert explanation.edge_mask.abs().sum() > 0
+
+
+@pytest.mark.parametrize("argv", [
+    ["image", "--quick", "--seeds", "1", "--epochs", "1"],
+    ["unsupervised", "--quick", "--models", "et,iforest", "--score-rounds", "1", "--epochs", "2"],
+])
+def test_image_and_unsupervised_runners_on_device(argv, tmp_path, planted):
+    from et_graph.cli import main as cli_main
+
+    if argv[0] == "unsupervised":
+        torch.save(Data(x=planted.x, edge_index=planted.edge_index, y=planted.y),
+                   tmp_path / "g.pt")
+        argv = [*argv, "--data", str(tmp_path / "g.pt")]
+    out = tmp_path / "out"
+    assert cli_main([*argv, "--device", DEVICE, "--no-progress", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["meta"]["config"]["run"]["device"] == DEVICE
