@@ -57,6 +57,14 @@ _INT32_MAX = 2**31 - 1
 SPARSE_KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
+def functorch_active() -> bool:
+    """Whether a ``torch.func`` transform (``grad``, ``vmap``, ``jacrev``, ...) is running. Under
+    one the layers skip data-dependent checks and this kernel (a transform can trace neither)
+    and use the reference closed form, which gives the same values."""
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return bool(active is not None and active())
+
+
 #: Keys below this bound are sorted by NumPy's radix sort (16-bit keys) on the CPU.
 _RADIX_KEYS = 2**16
 
@@ -68,7 +76,9 @@ def stable_argsort(keys: Tensor, num_keys: int) -> Tensor:
     sort of 16-bit keys gives the same permutation (a stable sort has only one) about five times
     faster than PyTorch's comparison sort, which dominates building an :class:`EdgePlan` for a
     batch of small graphs."""
-    if keys.device.type == "cpu" and num_keys <= _RADIX_KEYS and keys.numel():
+    # NumPy cannot read a tensor wrapped by a torch.func transform.
+    if (keys.device.type == "cpu" and num_keys <= _RADIX_KEYS and keys.numel()
+            and not functorch_active()):
         order = np.argsort(keys.numpy().astype(np.uint16), kind="stable")
         return torch.from_numpy(order.astype(np.int64, copy=False))
     # PyTorch's stable sort is twice as fast on 32-bit keys.
@@ -371,9 +381,11 @@ def fused_attention_grad(
         return k * 0, q * 0
     if edge_weight is not None and edge_weight.dim() == 1:
         edge_weight = edge_weight.unsqueeze(-1)
-    if k.dtype not in SPARSE_KERNEL_DTYPES:
+    if k.dtype not in SPARSE_KERNEL_DTYPES or functorch_active():
         # The CPU sparse kernels take float32/float64 only; other dtypes (bfloat16, float16) use
-        # the reference closed form, differentiated by autograd: same values, more memory.
+        # the reference closed form, differentiated by autograd: same values, more memory. So
+        # do torch.func transforms, which cannot trace the sparse kernels or the hand-written
+        # autograd.Function.
         return attention_grad(k, q, src, dst, beta, edge_weight, num_nodes)
     if plan is None:
         plan = build_edge_plan(src, dst, num_nodes, heads)

@@ -505,3 +505,32 @@ def test_autocast_leaves_the_descent_in_the_parameters_dtype():
         assert torch.equal(got, expected), name
         if low is not None:
             assert low.dtype == torch.bfloat16
+
+
+def test_torch_func_grad_and_vmap_match_plain_autograd():
+    """Under ``torch.func`` transforms the fused kernel (an autograd.Function over sparse CSR
+    kernels, with a NumPy sort) cannot be traced; the layers then use the reference closed
+    form, with the same values. The cached edge layout and RelationalETConv too."""
+    from torch.func import grad, vmap
+
+    from et_graph.nn import RelationalETConv
+
+    conv = make_conv()
+    x, edge_index = awkward_graph()
+    loss = lambda t: conv(t, edge_index).pow(2).sum()  # noqa: E731
+    x_in = x.clone().requires_grad_(True)
+    loss(x_in).backward()
+    assert relative_error(grad(loss)(x), x_in.grad) < 1e-12
+    conv.cached = True
+    conv(x, edge_index)  # the cache now holds a fused layout
+    assert relative_error(grad(loss)(x), x_in.grad) < 1e-12
+    stacked = torch.stack([x, 2 * x, -x])
+    expected = torch.stack([conv(t, edge_index) for t in stacked])
+    assert relative_error(vmap(lambda t: conv(t, edge_index))(stacked), expected) < 1e-12
+    torch.manual_seed(0)
+    relational = RelationalETConv(8, 2, heads=3, head_dim=4).double()
+    edge_type = torch.arange(edge_index.size(1)) % 2
+    x_in = x.clone().requires_grad_(True)
+    relational(x_in, edge_index, edge_type).sum().backward()
+    got = grad(lambda t: relational(t, edge_index, edge_type).sum())(x)
+    assert relative_error(got, x_in.grad) < 1e-12

@@ -146,6 +146,22 @@ class ETConv(DescentSettings, MessagePassing):
     precision (float64 on a float32 layer) raise ``ValueError`` rather than being rounded
     silently: call ``conv.double()`` or ``x.float()``.
 
+    In PyG pipelines:
+
+    * **Receptive field.** One step reads two hops: the query side over ``C``'s in-neighbours,
+      the key side along ``C``'s out-edges into its out-neighbours' softmaxes. ``T`` steps
+      read ``2T`` hops, so a subgraph (``k_hop_subgraph``, a ``NeighborLoader`` batch) gives a
+      seed its full-graph tokens only with ``2T`` hops of a symmetric graph (see
+      :class:`~et_graph.loaders.NeighbourSampler`); fewer hops give an approximation, silently.
+    * **Heterogeneous graphs.** The output is the token state ``x`` after descent, not a
+      message: ``to_hetero(..., aggr="sum")`` would add ``x`` once per relation into a node
+      type. Use :class:`~et_graph.nn.RelationalETConv` (one energy summed over relations, the
+      exact model) on ``data.to_homogeneous()``.
+    * **Transforms.** ``torch.compile`` works (with graph breaks at the input checks;
+      ``fullgraph=True`` and ``torch.export`` do not). ``torch.func`` (``grad``, ``vmap``,
+      ``functional_call``) uses the reference closed form instead of the fused kernel, with
+      the same values. TorchScript (``torch.jit.script``/``trace``) is not supported.
+
     Args:
         channels: token width ``D``.
         heads: attention heads ``H``.
