@@ -362,6 +362,9 @@ def test_repr_and_reset_parameters():
     assert repr(conv) == (
         "ETConv(16, heads=2, head_dim=8, hopfield_dim=64, steps=3, alpha=0.1, hopfield='relu')"
     )
+    # settings away from their defaults are shown too
+    assert repr(ETConv(16, noise_std=0.1, coupling=True, grad="autograd", cached=True)).endswith(
+        "hopfield='relu', noise_std=0.1, coupling=True, grad='autograd', cached=True)")
     before = conv.w_q.detach().clone()
     conv.reset_parameters()
     assert not torch.equal(before, conv.w_q)

@@ -718,10 +718,17 @@ class ETConv(DescentSettings, MessagePassing):
         return out
 
     def __repr__(self) -> str:
+        # Settings that change the model are shown when they differ from their defaults.
+        extra = [(name, value) for name, value, default in (
+            ("hopfield_beta", self.hopfield_beta, 1.0), ("noise_std", self.noise_std, 0.0),
+            ("coupling", self.energy_fn.coupling_matrix is not None, False),
+            ("grad", self.grad, "analytic"), ("cached", self.cached, False),
+        ) if value != default]
         return (
             f"{self.__class__.__name__}({self.channels}, heads={self.heads}, "
             f"head_dim={self.head_dim}, hopfield_dim={self.hopfield_dim}, steps={self.steps}, "
-            f"alpha={self.alpha}, hopfield={self.hopfield!r})"
+            f"alpha={self.alpha}, hopfield={self.hopfield!r}"
+            + "".join(f", {name}={value!r}" for name, value in extra) + ")"
         )
 
 
