@@ -55,3 +55,40 @@ def results_keeping_random_streams(call: Callable[[], Any], seeds=(1, 2)) -> lis
         assert np.array_equal(np.random.rand(3), expected[1])
         assert random.random() == expected[2]
     return results
+
+
+def planted_graph_with_masks(num_nodes: int, seed: int):
+    """``planted_anomaly_graph(num_nodes, seed)`` with the paper's 40% training split (split
+    seed 0) stored as ``train_mask``, ``val_mask`` and ``test_mask``."""
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.protocols.anomaly import make_splits
+
+    data = planted_anomaly_graph(num_nodes, seed=seed)
+    split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
+    data.train_mask, data.val_mask, data.test_mask = split.masks(num_nodes)
+    return data
+
+
+class ExplainedModel(torch.nn.Module):
+    """An ETConv (8 channels, one step) and a linear head to 2 classes: what the explainer
+    tests explain."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from et_graph.nn import ETConv
+
+        self.conv = ETConv(8, heads=2, head_dim=4, steps=1)
+        self.head = torch.nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(x, edge_index))
+
+
+def node_explainer(model: torch.nn.Module):
+    """PyG's GNNExplainer (3 epochs) over ``model``'s node classification, edge masks per edge."""
+    from torch_geometric.explain import Explainer, GNNExplainer
+
+    return Explainer(
+        model=model, algorithm=GNNExplainer(epochs=3), explanation_type="model",
+        node_mask_type="attributes", edge_mask_type="object",
+        model_config=dict(mode="multiclass_classification", return_type="raw", task_level="node"))

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from helpers import planted_graph_with_masks
 from torch_geometric.data import Data
 
 from et_graph.cli import main as cli_main
@@ -192,10 +193,7 @@ def test_two_hop_readout_appends_the_mean_of_the_neighbour_means():
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def graph():
-    data = planted_anomaly_graph(240, seed=3)
-    split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
-    data.train_mask, data.val_mask, data.test_mask = split.masks(240)
-    return data
+    return planted_graph_with_masks(240, seed=3)
 
 
 def test_label_features_match_a_hand_computation():

@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import awkward_graph, relative_error
+from helpers import (
+    ExplainedModel,
+    awkward_graph,
+    node_explainer,
+    planted_graph_with_masks,
+    relative_error,
+)
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import coalesce, to_torch_csr_tensor, to_undirected
 
@@ -220,13 +226,7 @@ def test_graph_model_on_device_equals_the_cpu():
 # --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def planted():
-    from et_graph.datasets.synthetic import planted_anomaly_graph
-    from et_graph.protocols.anomaly import make_splits
-
-    data = planted_anomaly_graph(300, seed=3)
-    split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
-    data.train_mask, data.val_mask, data.test_mask = split.masks(300)
-    return data
+    return planted_graph_with_masks(300, seed=3)
 
 
 @pytest.mark.parametrize("name", ["et", "gcn", "gat", "mlp"])
@@ -345,22 +345,8 @@ def test_resuming_a_device_checkpoint_ends_like_the_uninterrupted_run(tmp_path):
 
 
 def test_explainer_on_device():
-    from torch_geometric.explain import Explainer, GNNExplainer
-
-    class Model(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = ETConv(8, heads=2, head_dim=4, steps=1)
-            self.head = torch.nn.Linear(8, 2)
-
-        def forward(self, x, edge_index):
-            return self.head(self.conv(x, edge_index))
-
     x, edge_index = awkward_graph()
-    explainer = Explainer(
-        model=Model().to(DEVICE), algorithm=GNNExplainer(epochs=3), explanation_type="model",
-        node_mask_type="attributes", edge_mask_type="object",
-        model_config=dict(mode="multiclass_classification", return_type="raw", task_level="node"))
+    explainer = node_explainer(ExplainedModel().to(DEVICE))
     explanation = explainer(x.float().to(DEVICE), edge_index.to(DEVICE), index=0)
     assert explanation.edge_mask.shape == (edge_index.size(1),)
     assert explanation.edge_mask.abs().sum() > 0

@@ -2,7 +2,7 @@
 source of defaults shared with the CLI."""
 import pytest
 import torch
-from helpers import results_keeping_random_streams
+from helpers import planted_graph_with_masks, results_keeping_random_streams
 
 from et_graph.config import parse
 from et_graph.datasets.synthetic import planted_anomaly_graph
@@ -14,7 +14,6 @@ from et_graph.detectors import (
     GCNDetector,
     MLPDetector,
 )
-from et_graph.protocols.anomaly import make_splits
 from et_graph.protocols.anomaly_config import AnomalyConfig, detector_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -22,10 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def graph():
-    data = planted_anomaly_graph(240, seed=3)
-    split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
-    data.train_mask, data.val_mask, data.test_mask = split.masks(240)
-    return data
+    return planted_graph_with_masks(240, seed=3)
 
 
 @pytest.mark.parametrize("name", sorted(DETECTORS))

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from helpers import awkward_graph, relative_error
+from helpers import ExplainedModel, awkward_graph, node_explainer, relative_error
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
@@ -383,26 +383,8 @@ def test_propagate_path_is_seen_by_message_hooks():
 
 
 def test_explainer_runs_on_etconv():
-    from torch_geometric.explain import Explainer, GNNExplainer
-
-    class Model(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = ETConv(8, heads=2, head_dim=4, steps=1)
-            self.head = torch.nn.Linear(8, 2)
-
-        def forward(self, x, edge_index):
-            return self.head(self.conv(x, edge_index))
-
     x, edge_index = awkward_graph()
-    explainer = Explainer(
-        model=Model(),
-        algorithm=GNNExplainer(epochs=3),
-        explanation_type="model",
-        node_mask_type="attributes",
-        edge_mask_type="object",
-        model_config=dict(mode="multiclass_classification", return_type="raw", task_level="node"),
-    )
+    explainer = node_explainer(ExplainedModel())
     explanation = explainer(x.float(), edge_index, index=0)
     assert explanation.edge_mask.shape == (edge_index.size(1),)
     assert explanation.edge_mask.abs().sum() > 0
