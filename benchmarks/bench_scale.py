@@ -349,6 +349,58 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(report: dict[str, Any], path: str) -> None:
+    """Step time and peak memory of the full-batch models, one group per graph size (log
+    scales: the models differ by up to an order of magnitude). Memory is the peak GPU memory on
+    CUDA, the peak RSS on the CPU; a model that did not fit has no bar and is named."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gpu = report.get("device", "cpu") != "cpu"
+    memory_key = "peak_gpu_bytes" if gpu else "peak_rss_bytes"
+    cases = [c for c in FULL_BATCH_CASES if any(r["case"] == c for r in report["results"])]
+    if not cases:
+        raise SystemExit("--plot: the report has no full-batch case")
+    titles = {"tfinance": "T-Finance size", "tsocial_full": "T-Social size"}
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    width = 0.8 / len(FULL_BATCH_MODELS)
+    for panel, (key, label, scale) in zip(axes, (("step_s", "training step (s)", 1.0),
+                                                 (memory_key, "peak memory (GiB)", 1 / GIB))):
+        for i, name in enumerate(FULL_BATCH_MODELS):
+            heights, missing = [], []
+            for case in cases:
+                row = next((r for r in report["results"]
+                            if r["case"] == case and r["model"] == name), {})
+                value = row.get(key) if "error" not in row else None
+                heights.append(value * scale if value is not None else 0.0)
+                if value is None:
+                    missing.append(case)
+            positions = [j + (i - (len(FULL_BATCH_MODELS) - 1) / 2) * width
+                         for j in range(len(cases))]
+            bars = panel.bar(positions, heights, width, label=name)
+            for bar, height in zip(bars, heights):
+                middle = bar.get_x() + bar.get_width() / 2
+                if height:
+                    panel.annotate(f"{height:.3g}", (middle, height), ha="center", va="bottom",
+                                   fontsize=7)
+                else:  # at the foot of the axis: a log scale has no zero
+                    panel.annotate("did not fit", (middle, 0.03),
+                                   xycoords=("data", "axes fraction"), ha="center",
+                                   va="bottom", rotation=90, fontsize=7, color=bar.get_facecolor())
+        panel.set_xticks(range(len(cases)), [titles[c] for c in cases])
+        panel.set_yscale("log")
+        panel.set_ylabel(label)
+    axes[0].legend(fontsize=8)
+    where = (f"{report['results'][0].get('device_name', 'GPU')}" if gpu
+             else f"CPU, {report['threads']} threads")
+    figure.suptitle(f"Full-batch ET, GCNConv and GATConv ({where})", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="tfinance,tsocial",
@@ -376,6 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", default=None, help="write the report here")
     parser.add_argument("--render", default=None, metavar="JSON",
                         help="only print the tables of a saved --json report")
+    parser.add_argument("--plot", default=None, metavar="PNG",
+                        help="also draw the full-batch step times and peak memory here")
     parser.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-settings", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-size", default=None, help=argparse.SUPPRESS)
@@ -387,6 +441,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     if args.render:
         report = json.loads(Path(args.render).read_text())
         print(render(report))
+        if args.plot:
+            plot(report, args.plot)
         return report
     torch.set_num_threads(args.threads)
     if args.worker:
@@ -436,6 +492,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2))
         Path(args.json).with_suffix(".md").write_text(text + "\n")
+    if args.plot:
+        plot(report, args.plot)
     return report
 
 

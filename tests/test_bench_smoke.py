@@ -91,6 +91,14 @@ def test_scale_benchmark_full_batch_at_tsocial_size_and_the_stored_gpu_report(tm
     assert rendered.returncode == 0, rendered.stderr
     assert "| et | 0.246 | 0.101 | 1.92 | 33.84 |" in rendered.stdout
     assert rendered.stdout.strip() == (stored.with_suffix(".md")).read_text().strip()
+    # The plot, also of the CPU run where GATConv did not fit (no bar, named instead).
+    cpu = stored.parents[1] / "scale" / "tfinance.json"
+    for report in (stored, cpu):
+        png = tmp_path / f"{report.parent.name}.png"
+        drawn = subprocess.run([sys.executable, str(SCALE), "--render", str(report), "--plot",
+                                str(png)], capture_output=True, text=True, timeout=60)
+        assert drawn.returncode == 0, drawn.stderr
+        assert png.stat().st_size > 10_000
 
 
 def test_tuned_cv_table_tunes_each_model_with_the_same_budget_then_cross_validates(tmp_path):
