@@ -512,3 +512,25 @@ def test_out_of_memory_hints_fit_the_detector():
     assert "chunk_size" not in MLPDetector()._oom_hint()
     assert "smaller batch_size" in ETDetector(batch_size=64)._oom_hint()
     assert "node partitions" in GATDetector()._oom_hint()
+
+
+def test_a_diverged_training_is_reported_not_thresholded(graph, monkeypatch):
+    """A learning rate far too large left every score equal (AUROC 0.5, no word of it), and
+    NaN scores reached scikit-learn's threshold search ("Input contains NaN")."""
+    monkeypatch.setattr(MLPDetector, "_decision",
+                        lambda self, data: torch.zeros(data.num_nodes))
+    with pytest.warns(RuntimeWarning, match=r"every validation node has the same score \(0\), "
+                                            r"so the model ranks nothing \(training loss"):
+        MLPDetector(epochs=2).fit(graph)
+    det = MLPDetector(epochs=2)
+    monkeypatch.setattr(MLPDetector, "_decision",
+                        lambda self, data: torch.full((data.num_nodes,), float("nan")))
+    with pytest.raises(FloatingPointError, match="scored 240 of 240 nodes of the training "
+                                                 "graph as NaN"):
+        det.fit(graph)
+    monkeypatch.undo()
+    det = MLPDetector(epochs=2).fit(graph)
+    monkeypatch.setattr(MLPDetector, "_decision",
+                        lambda self, data: torch.full((data.num_nodes,), float("inf")))
+    with pytest.raises(FloatingPointError, match="of this graph as NaN or inf"):
+        det.decision_function(graph)

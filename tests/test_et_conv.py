@@ -519,3 +519,31 @@ def test_torch_func_grad_and_vmap_match_plain_autograd():
     relational(x_in, edge_index, edge_type).sum().backward()
     got = grad(lambda t: relational(t, edge_index, edge_type).sum())(x)
     assert relative_error(got, x_in.grad) < 1e-12
+
+
+def test_overflow_inside_the_descent_is_an_error_not_nan_tokens():
+    """Finite inputs whose intermediate values leave float32's range (features near 1e20:
+    their variance overflows; weights near 1e30) gave NaN tokens silently; a float64 weight
+    beyond float32's range became inf after the check; eps <= 0 or NaN was accepted."""
+    torch.manual_seed(0)
+    conv = ETConv(8, heads=2, head_dim=4, steps=2)
+    x, edge_index = awkward_graph()
+    x = x.float()
+    for call in (lambda: conv(x * 1e20, edge_index),
+                 lambda: conv.eval().forward_chunked(x * 1e20, edge_index, chunk_size=4),
+                 lambda: conv.forward_dense(x.unsqueeze(0) * 1e20),  # was g = 0, silently
+                 lambda: conv.node_energy(x * 1e20, edge_index)):
+        with pytest.raises(ValueError, match="variance would overflow float32"):
+            call()
+    for call in (lambda: conv(x, edge_index, torch.full((edge_index.size(1),), 1e30)),
+                 lambda: conv.forward_chunked(x, edge_index, torch.full(
+                     (edge_index.size(1),), 1e30), chunk_size=4)):
+        with pytest.raises(FloatingPointError, match="left the float32 range"):
+            call()
+    huge = torch.full((edge_index.size(1),), 1e39, dtype=torch.float64)
+    with pytest.raises(ValueError, match="beyond the range of the layer's float32"):
+        conv(x, edge_index, huge)
+    assert torch.isfinite(conv.double()(x.double() * 1e20, edge_index)).all()  # float64: fine
+    for eps in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="eps must be a positive finite number"):
+            ETConv(8, eps=eps)

@@ -186,9 +186,15 @@ class BaseDetector:
         with private_rng(self.seed, self.device):
             self._fit(data, y, train, val)
         self.fitted_ = True
-        score = self._decision(data)
+        score = self._checked_scores(self._decision(data), "the training graph")
         self.decision_score_ = score
         val_index = val.nonzero().view(-1)
+        val_scores = score[val_index]
+        if bool((val_scores == val_scores[0]).all()):
+            warnings.warn(f"{type(self).__name__}: every validation node has the same score "
+                          f"({float(val_scores[0]):.4g}), so the model ranks nothing"
+                          f"{self._loss_trace()}; a lower learning rate may help",
+                          RuntimeWarning, stacklevel=2)
         self.threshold_, val_f1 = choose_threshold(
             y[val_index].numpy(), score[val_index].double().numpy()
         )
@@ -210,7 +216,24 @@ class BaseDetector:
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         warn_unused_edge_data(data, type(self).__name__)  # fit warned for its own graph
-        return self._decision(data)
+        return self._checked_scores(self._decision(data), "this graph")
+
+    def _loss_trace(self) -> str:
+        losses = [row["train_loss"] for row in self.history_ if "train_loss" in row]
+        if len(losses) < 2:
+            return ""
+        return f" (training loss {losses[0]:.4g} at the first epoch, {losses[-1]:.4g} at the last)"
+
+    def _checked_scores(self, score: Tensor, where: str) -> Tensor:
+        """``score``, or ``FloatingPointError`` when some are NaN or inf (a diverged training,
+        or features beyond the float32 range), rather than a threshold or ranking of NaN."""
+        bad = int((~torch.isfinite(score)).sum())
+        if bad:
+            raise FloatingPointError(
+                f"{type(self).__name__} scored {bad} of {score.numel()} nodes of {where} as NaN "
+                f"or inf{self._loss_trace()}: the training diverged (lower the learning rate) "
+                f"or the features are too large for float32 (rescale them)")
+        return score
 
     def _decision(self, data: Data) -> Tensor:
         """:meth:`decision_function` without the warning (fit has given it already)."""

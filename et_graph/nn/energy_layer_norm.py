@@ -24,8 +24,12 @@ class EnergyLayerNorm(Module):
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
         super().__init__()
+        if not (isinstance(eps, (int, float)) and not isinstance(eps, bool)
+                and math.isfinite(eps) and eps > 0):
+            # eps <= 0 divides by zero on a constant row; NaN poisons every token
+            raise ValueError(f"eps must be a positive finite number, got {eps!r}")
         self.channels = channels
-        self.eps = eps
+        self.eps = float(eps)
         self.log_gamma = Parameter(torch.zeros(()))
         self.delta = Parameter(torch.zeros(channels))
 

@@ -74,9 +74,12 @@ def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
 
 
 def check_edge_weight(
-    edge_weight: Optional[Tensor], num_edges: int, heads: int
+    edge_weight: Optional[Tensor], num_edges: int, heads: int,
+    dtype: Optional[torch.dtype] = None,
 ) -> Optional[Tensor]:
-    """Validate ``edge_weight`` of shape ``[E]`` or ``[E, heads]``; return ``[E, 1 or heads]``."""
+    """Validate ``edge_weight`` of shape ``[E]`` or ``[E, heads]``; return ``[E, 1 or heads]``,
+    in ``dtype`` when given (the layer's: the finiteness check runs after that cast, so that a
+    float64 weight beyond float32's range is refused rather than becoming inf)."""
     if edge_weight is None:
         return None
     if not isinstance(edge_weight, Tensor):
@@ -95,9 +98,31 @@ def check_edge_weight(
         )
     if not edge_weight.is_floating_point():
         edge_weight = edge_weight.float()
+    if dtype is not None and edge_weight.dtype != dtype:
+        if not all_finite(edge_weight):
+            raise ValueError("edge_weight contains NaN or inf values")
+        given_dtype = edge_weight.dtype
+        edge_weight = edge_weight.to(dtype)
+        if not all_finite(edge_weight):
+            raise ValueError(f"edge_weight has values beyond the range of the layer's "
+                             f"{_dtype_name(dtype)} (|w| > {torch.finfo(dtype).max:.3g}): "
+                             f"rescale the weights or use a {_dtype_name(given_dtype)} layer")
     if not all_finite(edge_weight):
         raise ValueError("edge_weight contains NaN or inf values")
     return edge_weight
+
+
+def check_finite_tokens(out: Tensor, owner: str = "ETConv") -> None:
+    """``FloatingPointError`` when a descent turned finite inputs into NaN or inf tokens: values
+    beyond the dtype's range somewhere (features or edge weights within a few orders of the
+    largest float32, an inverse temperature or LayerNorm gain that training blew up)."""
+    if not all_finite(out):
+        raise FloatingPointError(
+            f"{owner} produced NaN or inf tokens from finite inputs: an intermediate value left "
+            f"the {_dtype_name(out.dtype)} range (features or edge weights too large, e.g. "
+            f"|x| near 1e19 in float32, or parameters that training blew up: lower the "
+            f"learning rate). Rescale the inputs or use float64 (layer.double())."
+        )
 
 
 _DTYPE_METHODS = {

@@ -20,6 +20,7 @@ from ..validation import (
     check_chunk_size,
     check_edge_index,
     check_edge_weight,
+    check_finite_tokens,
     destination_chunks,
 )
 from .et_energy import EdgeSet, ETEnergy, _check_positive, in_parameter_precision
@@ -497,6 +498,8 @@ class ETConv(DescentSettings, MessagePassing):
             if return_energy:
                 energies.append(_detached_total(fn, g, edges))
             out = self._step(out, self._grad_of_g(g, edges))
+        if num_steps:
+            check_finite_tokens(out)
         if return_energy:
             energies.append(_detached_total(fn, fn.norm(out), edges))
             return out.to(x.dtype), torch.stack(energies).detach()
@@ -551,7 +554,7 @@ class ETConv(DescentSettings, MessagePassing):
         out = fn.check_tokens(x)
         num_nodes = out.size(0)
         edge_index = check_edge_index(edge_index, num_nodes)
-        weight = check_edge_weight(edge_weight, edge_index.size(1), fn.heads)
+        weight = check_edge_weight(edge_weight, edge_index.size(1), fn.heads, out.dtype)
         # In-edges grouped by destination (CSR); self-loops stay in the layout and are dropped
         # chunk by chunk, so that no second [E] copy of the edges is made.
         order = torch.argsort(edge_index[1], stable=True)
@@ -600,6 +603,8 @@ class ETConv(DescentSettings, MessagePassing):
                 torch.add(rows, grad, alpha=-self.alpha, out=new[start:end])
             del grad_k
             out = new
+        if num_steps:
+            check_finite_tokens(out)
         return out.to(x.dtype)
 
     # ----------------------------------------------------------------------------------------
@@ -710,6 +715,8 @@ class ETConv(DescentSettings, MessagePassing):
                 with torch.no_grad():
                     energies.append(fn.dense_node_energy_of_g(g, mask, weight).sum(-1))
             x = self._step(x, self._dense_grad_of_g(g, mask, weight))
+        if num_steps:
+            check_finite_tokens(x)
         out = x.to(x_dense.dtype)
         if return_energy:
             with torch.no_grad():

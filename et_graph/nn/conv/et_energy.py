@@ -23,7 +23,7 @@ from torch_geometric.typing import Adj
 from torch_geometric.utils import is_sparse, to_edge_index
 
 from ... import energy as E
-from ...fused import EdgePlan, build_edge_plan, fused_attention_grad
+from ...fused import EdgePlan, build_edge_plan, functorch_active, fused_attention_grad
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
     all_finite,
@@ -233,7 +233,17 @@ class ETEnergy(Module):
         """
         check_features(x, self.channels, name=name, ndim=ndim)
         check_dtype(x, self.dtype, name=name)
-        return x.to(self.dtype)
+        x = x.to(self.dtype)
+        # The LayerNorm squares the features: beyond sqrt(max / D) the variance overflows, and
+        # g comes out NaN (fused kernel) or silently zero (the formula), so such tokens are
+        # refused here. float32: about 1e19 / sqrt(D).
+        limit = math.sqrt(torch.finfo(self.dtype).max / max(self.channels, 1))
+        if x.numel() and not functorch_active() and float(x.detach().abs().amax()) > limit:
+            raise ValueError(
+                f"{name} has entries beyond {limit:.3g} in magnitude: the LayerNorm's variance "
+                f"would overflow {str(self.dtype).replace('torch.', '')}; rescale the features "
+                f"or use float64 (layer.double())")
+        return x
 
     def layer_norm(self, x: Tensor) -> Tensor:
         """``g = self.norm(x)`` through PyTorch's fused LayerNorm kernel: the same formula (scalar
@@ -315,12 +325,13 @@ class ETEnergy(Module):
         """``topology`` (from :meth:`topology`) with the caller's ``edge_weight`` (``[E]`` or
         ``[E, heads]``, one per edge of ``topology.edge_index``) validated, its self-loop rows
         dropped and cast to ``dtype``: ``[E', 1 or H]``."""
-        edge_weight = check_edge_weight(edge_weight, topology.edge_index.size(1), self.heads)
+        edge_weight = check_edge_weight(edge_weight, topology.edge_index.size(1), self.heads,
+                                        dtype)
         if edge_weight is None:
             return topology
         if topology.kept is not None:
             edge_weight = edge_weight[topology.kept]
-        return topology._replace(weight=edge_weight.to(dtype))
+        return topology._replace(weight=edge_weight)
 
     def dense_edges(
         self, x: Tensor, mask: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None
@@ -362,6 +373,9 @@ class ETEnergy(Module):
             if not all_finite(edge_weight):
                 raise ValueError("edge_weight contains NaN or inf values")
             edge_weight = edge_weight.to(x.dtype)
+            if not all_finite(edge_weight):
+                raise ValueError(f"edge_weight has values beyond the range of the layer's "
+                                 f"{x.dtype}: rescale the weights")
         return mask, edge_weight
 
     # ----------------------------------------------------------------------------------------
