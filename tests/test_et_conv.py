@@ -547,3 +547,14 @@ def test_overflow_inside_the_descent_is_an_error_not_nan_tokens():
     for eps in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="eps must be a positive finite number"):
             ETConv(8, eps=eps)
+
+
+def test_torchscript_is_refused_with_the_reason():
+    """torch.jit.script failed on a wrapper's line in another file, and torch.jit.trace with
+    'unordered_map::at' from inside the fused kernel."""
+    conv = ETConv(8, heads=2, head_dim=4)
+    x, edge_index = awkward_graph()
+    with pytest.raises(NotImplementedError, match="does not support TorchScript.*torch.compile"):
+        torch.jit.script(conv)
+    with pytest.raises(NotImplementedError, match="does not support torch.jit.trace"):
+        torch.jit.trace(conv, (x.float(), edge_index))

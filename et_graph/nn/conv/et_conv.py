@@ -463,6 +463,10 @@ class ETConv(DescentSettings, MessagePassing):
         tokens ``[N, channels]`` in ``x``'s dtype, and with ``return_energy=True`` also the
         (detached) total energy ``[steps + 1]`` before each update and after the last.
         """
+        if torch.jit.is_tracing():
+            raise NotImplementedError(
+                f"{type(self).__name__} does not support torch.jit.trace (its edge layout depends "
+                "on the data): use torch.compile, or export the eager module")
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)
@@ -723,6 +727,13 @@ class ETConv(DescentSettings, MessagePassing):
                 energies.append(fn.dense_node_energy_of_g(fn.norm(x), mask, weight).sum(-1))
             return out, torch.stack(energies, dim=-1).detach()
         return out
+
+    def __prepare_scriptable__(self) -> ETConv:
+        # torch.jit.script calls this first: without it the failure names a wrapper's line.
+        raise NotImplementedError(
+            f"{type(self).__name__} does not support TorchScript (keyword-only arguments, and "
+            "a hand-written autograd.Function over sparse kernels): use torch.compile, or the "
+            "eager module")
 
     def __repr__(self) -> str:
         # Settings that change the model are shown when they differ from their defaults.
