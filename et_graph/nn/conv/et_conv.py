@@ -138,8 +138,10 @@ class ETConv(DescentSettings, MessagePassing):
     ``C`` attend to ``B``; self-loops are ignored (the paper sums over ``B != C``); duplicate
     edges count as often as they appear (a sparse adjacency is read as its matrix: each pair
     once, the value its edge weight); a node without in-neighbours contributes no attention
-    energy; ``N = 0`` returns an empty tensor. NaN/inf features, malformed ``edge_index`` and
-    wrongly shaped weights raise ``ValueError``.
+    energy; ``N = 0`` returns an empty tensor. NaN/inf features, features whose square would
+    overflow the LayerNorm's variance (float32: beyond about ``1e19 / sqrt(D)``), malformed
+    ``edge_index`` and wrongly shaped or out-of-range weights raise ``ValueError``; a descent
+    that turns finite inputs into NaN or inf raises ``FloatingPointError``.
 
     Dtypes: everything is computed in the parameters' dtype. Features of lower precision (e.g.
     bfloat16/float16 on a float32 layer) are upcast and the tokens come back in the features'
