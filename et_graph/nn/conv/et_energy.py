@@ -238,7 +238,13 @@ class ETEnergy(Module):
         # g comes out NaN (fused kernel) or silently zero (the formula), so such tokens are
         # refused here. float32: about 1e19 / sqrt(D).
         limit = math.sqrt(torch.finfo(self.dtype).max / max(self.channels, 1))
-        if x.numel() and not functorch_active() and float(x.detach().abs().amax()) > limit:
+        if x.numel() and not functorch_active():
+            # aminmax, not abs().amax(): no [N, D] temporary (the chunked pass bounds its memory)
+            low, high = torch.aminmax(x.detach())
+            magnitude = max(-float(low), float(high))
+        else:
+            magnitude = 0.0
+        if magnitude > limit:
             raise ValueError(
                 f"{name} has entries beyond {limit:.3g} in magnitude: the LayerNorm's variance "
                 f"would overflow {str(self.dtype).replace('torch.', '')}; rescale the features "
