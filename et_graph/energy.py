@@ -35,10 +35,17 @@ HOPFIELD_KINDS = ("relu", "softmax")
 # --------------------------------------------------------------------------------------------
 # LayerNorm as the gradient of a Lagrangian
 # --------------------------------------------------------------------------------------------
+def _squares_dtype(t: Tensor) -> Tensor:
+    """``t`` in float32 when it is a 16-bit float: its squares (a variance) would overflow
+    float16 beyond 256 and lose bfloat16's few digits; PyTorch's layer_norm does the same."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def layer_norm(x: Tensor, gamma: Tensor, delta: Tensor, eps: float) -> Tensor:
     """``g = gamma * (x - mean) / sqrt(var + eps) + delta`` over the last dimension."""
     centred = x - x.mean(dim=-1, keepdim=True)
-    scale = torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
+    variance = _squares_dtype(centred).pow(2).mean(dim=-1, keepdim=True)
+    scale = torch.rsqrt(variance + eps).to(x.dtype)
     return gamma * centred * scale + delta
 
 
@@ -46,7 +53,7 @@ def layer_norm_lagrangian(x: Tensor, gamma: Tensor, delta: Tensor, eps: float) -
     """Per-token Lagrangian ``L`` whose gradient with respect to ``x`` is :func:`layer_norm`."""
     dim = x.size(-1)
     centred = x - x.mean(dim=-1, keepdim=True)
-    std = torch.sqrt(centred.pow(2).mean(dim=-1) + eps)
+    std = torch.sqrt(_squares_dtype(centred).pow(2).mean(dim=-1) + eps).to(x.dtype)
     return dim * gamma * std + (x * delta).sum(dim=-1)
 
 

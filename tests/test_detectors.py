@@ -520,8 +520,13 @@ def test_a_diverged_training_is_reported_not_thresholded(graph, monkeypatch):
     monkeypatch.setattr(MLPDetector, "_decision",
                         lambda self, data: torch.zeros(data.num_nodes))
     with pytest.warns(RuntimeWarning, match=r"every validation node has the same score \(0\), "
-                                            r"so the model ranks nothing \(training loss"):
+                                            r"so the model ranks nothing \(training loss.*"
+                                            r"a lower learning rate"):
         MLPDetector(epochs=2).fit(graph)
+    # Trees have no loss trace: the hint names their usual cause instead.
+    monkeypatch.setattr(GBTDetector, "_decision", lambda self, data: torch.zeros(data.num_nodes))
+    with pytest.warns(RuntimeWarning, match="ranks nothing; too few training nodes"):
+        GBTDetector(max_iter=5).fit(graph)
     det = MLPDetector(epochs=2)
     monkeypatch.setattr(MLPDetector, "_decision",
                         lambda self, data: torch.full((data.num_nodes,), float("nan")))

@@ -533,7 +533,7 @@ def test_overflow_inside_the_descent_is_an_error_not_nan_tokens():
                  lambda: conv.eval().forward_chunked(x * 1e20, edge_index, chunk_size=4),
                  lambda: conv.forward_dense(x.unsqueeze(0) * 1e20),  # was g = 0, silently
                  lambda: conv.node_energy(x * 1e20, edge_index)):
-        with pytest.raises(ValueError, match="variance would overflow float32"):
+        with pytest.raises(ValueError, match="beyond 3.26e\\+18 in magnitude: the LayerNorm"):
             call()
     for call in (lambda: conv(x, edge_index, torch.full((edge_index.size(1),), 1e30)),
                  lambda: conv.forward_chunked(x, edge_index, torch.full(
@@ -547,6 +547,9 @@ def test_overflow_inside_the_descent_is_an_error_not_nan_tokens():
     for eps in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="eps must be a positive finite number"):
             ETConv(8, eps=eps)
+    import numpy as np
+
+    assert ETConv(8, eps=np.float32(1e-5)).norm.eps == pytest.approx(1e-5)  # NumPy scalars too
 
 
 def test_torchscript_is_refused_with_the_reason():
@@ -558,3 +561,20 @@ def test_torchscript_is_refused_with_the_reason():
         torch.jit.script(conv)
     with pytest.raises(NotImplementedError, match="does not support torch.jit.trace"):
         torch.jit.trace(conv, (x.float(), edge_index))
+
+
+def test_sixteen_bit_layers_take_features_up_to_their_range():
+    """The magnitude limit of a float16 layer is its range (32,752), not the square root of it:
+    the LayerNorm forms the variance in float32 (the formula too, which gave g = 0 beyond 256)."""
+    torch.manual_seed(0)
+    x, edge_index = awkward_graph()
+    x = x.float() * 300
+    conv = ETConv(8, heads=2, head_dim=4, steps=1)
+    half = copy.deepcopy(conv).half()
+    want = conv.norm(x)
+    assert relative_error(half.norm(x.half()).float(), want) < 1e-2
+    assert relative_error(half(x.half(), edge_index).float(), conv(x, edge_index)) < 1e-2
+    dense = half.forward_dense(x_dense=x.half().unsqueeze(0))  # by keyword, too
+    assert relative_error(dense.float(), conv.forward_dense(x.unsqueeze(0))) < 1e-2
+    with pytest.raises(ValueError, match="beyond 3.28e\\+04 in magnitude"):
+        half(torch.full_like(x, 40000.0).half(), edge_index)

@@ -65,6 +65,21 @@ def test_best_weights_are_restored():
     assert not torch.equal(model.weight, snapshots[-1])
 
 
+def test_a_validation_pass_that_overflows_scores_nan_and_never_wins():
+    """ET layers raise FloatingPointError where a descent overflows; in a validation pass that
+    is a NaN score (never the best epoch), as a NaN output was before, not the end of the run."""
+
+    class Task(ScriptedTask):
+        def validate(self, model):
+            if self.epoch == 2:
+                raise FloatingPointError("ETConv produced NaN or inf tokens")
+            return super().validate(model)
+
+    result = Trainer(TrainConfig(epochs=4), progress=False).fit(
+        nn.Linear(1, 1), Task([0.5, 0.6, 0.9, 0.7]))
+    assert result.best_epoch == 3 and math.isnan(result.history[2]["val_score"])
+
+
 def test_patience_stops_early():
     task = ScriptedTask([0.5, 0.9, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
     result = Trainer(TrainConfig(epochs=8, patience=2), progress=False).fit(nn.Linear(1, 1), task)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import Tensor
@@ -24,7 +25,7 @@ class EnergyLayerNorm(Module):
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
         super().__init__()
-        if not (isinstance(eps, (int, float)) and not isinstance(eps, bool)
+        if not (isinstance(eps, numbers.Real) and not isinstance(eps, bool)
                 and math.isfinite(eps) and eps > 0):
             # eps <= 0 divides by zero on a constant row; NaN poisons every token
             raise ValueError(f"eps must be a positive finite number, got {eps!r}")

@@ -29,7 +29,21 @@ def all_finite(values: Tensor) -> bool:
     return math.isfinite(low.item()) and math.isfinite(high.item())
 
 
-def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2) -> None:
+def layer_norm_limit(dtype: torch.dtype, channels: int) -> float:
+    """The largest feature magnitude an ET layer of ``dtype`` accepts: ``x - mean`` must stay
+    finite, and so must the sum of its ``channels`` squares, which the LayerNorm forms in
+    float32 for 16-bit dtypes (PyTorch's layer_norm and :func:`et_graph.energy.layer_norm`).
+    float32: about ``9e18 / sqrt(D)``; float16: 32,752; float64: about ``7e153 / sqrt(D)``.
+    Beyond it the tokens came out NaN, or (the formula) silently ``g = 0``."""
+    info = torch.finfo(dtype)
+    squares = torch.finfo(torch.float32) if info.bits <= 16 else info
+    return min(info.max / 2, math.sqrt(squares.max / max(channels, 1)) / 2)
+
+
+def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2,
+                   limit: Optional[float] = None) -> None:
+    """Validate the shape, width, dtype and values of features ``x``; with ``limit``, also
+    refuse entries beyond it in magnitude (one min/max pass checks both)."""
     if (isinstance(x, (tuple, list)) and name == "x" and len(x) == 2
             and all(part is None or isinstance(part, Tensor) for part in x)):
         # PyG's bipartite convention (to_hetero builds such calls too)
@@ -48,9 +62,19 @@ def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2) -> 
         )
     if not x.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    if not all_finite(x):
+    if limit is None or not x.numel() or functorch_active() or x.is_complex():
+        finite, magnitude = all_finite(x), 0.0
+    else:
+        low, high = (float(v) for v in torch.aminmax(x.detach()))
+        finite, magnitude = math.isfinite(low) and math.isfinite(high), max(-low, high)
+    if not finite:
         bad = int((~torch.isfinite(x)).any(dim=-1).sum())
         raise ValueError(f"{name} contains NaN or inf values (in {bad} rows)")
+    if limit is not None and magnitude > limit:
+        raise ValueError(
+            f"{name} has entries beyond {limit:.3g} in magnitude: the LayerNorm's centring or "
+            f"variance would overflow the layer's dtype; rescale the features or use float64 "
+            f"(layer.double())")
 
 
 def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:

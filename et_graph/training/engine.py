@@ -423,6 +423,10 @@ class Trainer:
                 with torch.no_grad():
                     try:
                         validation = task.validate(model)
+                    except FloatingPointError:
+                        # A model that overflows on the validation data (ET layers raise rather
+                        # than return NaN) scores NaN there, which never wins an epoch.
+                        validation = Validation(score=float("nan"), loss=float("nan"))
                     except RuntimeError as error:  # the validation pass can run out too
                         _raise_explained(error, self.oom_hint)
                 if not isinstance(validation, Validation):

@@ -23,7 +23,7 @@ from torch_geometric.typing import Adj
 from torch_geometric.utils import is_sparse, to_edge_index
 
 from ... import energy as E
-from ...fused import EdgePlan, build_edge_plan, functorch_active, fused_attention_grad
+from ...fused import EdgePlan, build_edge_plan, fused_attention_grad
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
     all_finite,
@@ -31,6 +31,7 @@ from ..validation import (
     check_edge_index,
     check_edge_weight,
     check_features,
+    layer_norm_limit,
 )
 
 Method = TypeVar("Method", bound=Callable[..., Any])
@@ -47,10 +48,13 @@ def in_parameter_precision(method: Method) -> Method:
     around them keep their autocast."""
 
     @functools.wraps(method)
-    def run(self: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
-        device_type = x.device.type if isinstance(x, Tensor) else "cpu"
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # The tokens, positional or by keyword (x, x_dense): their device names the autocast.
+        tokens = args[0] if args else next(
+            (value for value in kwargs.values() if isinstance(value, Tensor)), None)
+        device_type = tokens.device.type if isinstance(tokens, Tensor) else "cpu"
         with torch.autocast(device_type, enabled=False):
-            return method(self, x, *args, **kwargs)
+            return method(self, *args, **kwargs)
 
     return run  # type: ignore[return-value]
 
@@ -231,25 +235,12 @@ class ETEnergy(Module):
         the input's dtype. Inputs of *higher* precision (float64 on a float32 layer) raise
         ``ValueError`` instead of being silently rounded.
         """
-        check_features(x, self.channels, name=name, ndim=ndim)
+        # One min/max pass checks both that the values are finite and that the LayerNorm can
+        # centre and square them in this dtype (layer_norm_limit).
+        check_features(x, self.channels, name=name, ndim=ndim,
+                       limit=layer_norm_limit(self.dtype, self.channels))
         check_dtype(x, self.dtype, name=name)
-        x = x.to(self.dtype)
-        # The LayerNorm squares the features: beyond sqrt(max / D) the variance overflows, and
-        # g comes out NaN (fused kernel) or silently zero (the formula), so such tokens are
-        # refused here. float32: about 1e19 / sqrt(D).
-        limit = math.sqrt(torch.finfo(self.dtype).max / max(self.channels, 1))
-        if x.numel() and not functorch_active():
-            # aminmax, not abs().amax(): no [N, D] temporary (the chunked pass bounds its memory)
-            low, high = torch.aminmax(x.detach())
-            magnitude = max(-float(low), float(high))
-        else:
-            magnitude = 0.0
-        if magnitude > limit:
-            raise ValueError(
-                f"{name} has entries beyond {limit:.3g} in magnitude: the LayerNorm's variance "
-                f"would overflow {str(self.dtype).replace('torch.', '')}; rescale the features "
-                f"or use float64 (layer.double())")
-        return x
+        return x.to(self.dtype)
 
     def layer_norm(self, x: Tensor) -> Tensor:
         """``g = self.norm(x)`` through PyTorch's fused LayerNorm kernel: the same formula (scalar
