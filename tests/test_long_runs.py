@@ -154,3 +154,19 @@ def test_ddp_two_processes_with_neighbour_sampled_batches(tmp_path):
     single_auroc = single["models"]["et"]["auroc"]["mean"]
     assert lines[1]["auroc"]["mean"] == ddp_auroc  # one model, scored alike on both ranks
     assert ddp_auroc > single_auroc - 0.05 and ddp_auroc > 0.8, (ddp_auroc, single_auroc)
+
+
+def test_resume_refuses_checkpoints_trained_on_another_split_or_features(tmp_path):
+    """A resume that changed only the split seed (or a feature setting) restored the model
+    trained on the old split and scored it on the new test nodes, some of which it had trained
+    on. The fingerprint now holds a digest of the training data."""
+    data = planted_anomaly_graph(200, seed=5)
+    common = ["--models", "mlp", "--seeds", "1", "--epochs", "2", "--hidden", "8",
+              "--no-progress", "--no-energy-row", "--threads", "1",
+              "--checkpoint-dir", str(tmp_path / "ckpt")]
+    anomaly.run(parse(anomaly.CONFIG, common), data=data)
+    same = anomaly.run(parse(anomaly.CONFIG, [*common, "--resume"]), data=data)
+    assert same["per_seed"][0]["mlp"]["resumed_from_epoch"] == 2
+    for change in (["--split-seed", "7"], ["--feature-norm", "standard"]):
+        with pytest.raises(ValueError, match="data="):
+            anomaly.run(parse(anomaly.CONFIG, [*common, *change, "--resume"]), data=data)

@@ -77,6 +77,25 @@ def load_checkpoint(path: PathLike) -> dict[str, Any]:
     return state
 
 
+def data_digest(*tensors: Any) -> str:
+    """A short SHA-256 of the tensors' dtypes, shapes and bytes (``None`` allowed): resume
+    fingerprints include it, so that a checkpoint trained on other data (another split, other
+    features, a normalisation) is refused instead of being scored on data it may have trained
+    on. Only computed when checkpoints are on."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for tensor in tensors:
+        if tensor is None:
+            digest.update(b"none;")
+            continue
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{tensor.dtype}{tuple(tensor.shape)};".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes()
+                      if tensor.numel() else b"")
+    return digest.hexdigest()[:16]
+
+
 def rng_state() -> dict[str, Any]:
     """The global RNG states of Python, NumPy and torch, as weights-only-loadable values."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()
