@@ -75,6 +75,23 @@ def test_a_study_resumed_under_another_objective_is_refused(tmp_path):
     assert resumed["models"]["gbt"]["trial_numbers"] == [0, 1]
 
 
+def test_a_study_resumed_under_other_fixed_settings_is_refused(tmp_path):
+    """A rerun with another fixed (untuned) setting, e.g. --epochs 3 after --epochs 2, trained
+    nothing and wrote a preset saying epochs = 3 with the score of a 2-epoch trial."""
+    data = planted_anomaly_graph(200, seed=4)
+    storage = f"sqlite:///{tmp_path}/study.db"
+    tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=1), storage,
+                 out=tmp_path / "a", data=data)
+    changed = parse(AnomalyConfig, [*SMALL, "--train-ratio", "0.5"])
+    with pytest.raises(ValueError, match=r"other fixed settings \(protocol.train_ratio"):
+        tune_anomaly(changed, ["gbt"], TuneBudget(trials=2), storage, out=tmp_path / "b",
+                     data=data)
+    # where the study runs is not what it measures: another output folder resumes it
+    again = tune_anomaly(parse(AnomalyConfig, [*SMALL, "--threads", "1"]), ["gbt"],
+                         TuneBudget(trials=2), storage, out=tmp_path / "c", data=data)
+    assert again["models"]["gbt"]["trial_numbers"] == [0, 1]
+
+
 def test_failing_trials_stop_the_study_instead_of_running_to_the_time_limit():
     """A diverging model fails every trial; optuna's trial-count callback ignores failures,
     so 4,110 failed trials ran in 6 seconds of a 30-minute budget."""

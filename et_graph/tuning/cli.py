@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..config import add_config_arguments, merge, resolve
+from ..config import add_config_arguments, merge, resolve, to_dict
 from .anomaly import TUNE_METRICS, AnomalyObjective
 from .study import TuneBudget, run_study, save_best_preset, study_summary, write_report
 
@@ -118,6 +118,13 @@ def tune_anomaly(config: Any, models: list[str], budget: TuneBudget, storage: st
         in_memory=_in_memory_name(data))
 
 
+def _fixed_settings(config: Any) -> dict[str, Any]:
+    """The config's fields as flat ``section.name: value`` pairs, without the ``run`` section
+    (where and how the study runs, not what its trials measure)."""
+    return {f"{section}.{name}": value for section, fields in to_dict(config).items()
+            if section != "run" and isinstance(fields, dict) for name, value in fields.items()}
+
+
 def _tune_models(task: str, models: list[str], make_objective: Callable[[str], Any],
                  dataset_of: Callable[[Any], str], budget: TuneBudget, storage: str, out: Path,
                  prefix: str, config: Any, report_metric: str, preset_metric: str,
@@ -139,7 +146,7 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
         study = run_study(f"{prefix}{task}-{dataset}-{model}{study_suffix}", objective, budget,
                           storage, progress=config.run.progress,
                           direction=getattr(objective, "direction", "maximize"),
-                          objective_label=preset_metric)
+                          objective_label=preset_metric, settings=_fixed_settings(config))
         summary = study_summary(study, time.perf_counter() - start)
         summaries[model] = summary
         if summary["best_trial"] is not None:

@@ -113,14 +113,17 @@ def _optuna():
 
 def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
               storage: Optional[str], progress: bool = True, direction: str = "maximize",
-              objective_label: str = "") -> Any:
+              objective_label: str = "", settings: Optional[dict[str, Any]] = None) -> Any:
     """Create or load study ``name`` and run trials until it holds ``budget.trials`` finished
     trials or ``budget.timeout_minutes`` have passed. ``direction``: ``"maximize"`` or
     ``"minimize"`` (an error such as MAE). ``storage=None`` keeps the study in memory.
 
     ``objective_label`` names what the trials measure (e.g. ``"validation auprc"``); it is
     stored with the study, and resuming a study under another label or direction raises, since
-    its old values would be reported as the new objective's. If as many trials fail in a row
+    its old values would be reported as the new objective's. ``settings`` (the fixed, untuned
+    config as a flat ``{name: value}``) is stored the same way: resuming under other fixed
+    settings raises, naming them, since the old trials were scored under the old ones. If as
+    many trials fail in a row
     (a diverging loss) as the budget has trials, the run stops with a warning rather than
     starting failing trials until the time limit."""
     if direction not in ("maximize", "minimize"):
@@ -149,6 +152,18 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
                          "as this one's: use another storage or study prefix")
     if objective_label and stored is None:
         study.set_user_attr("objective", objective_label)
+    if settings is not None:
+        before = study.user_attrs.get("settings")
+        if before is not None and before != settings:
+            changed = sorted(k for k in set(before) | set(settings)
+                             if before.get(k) != settings.get(k))
+            shown = ", ".join(f"{k}: {before.get(k)!r} -> {settings.get(k)!r}"
+                              for k in changed[:5])
+            raise ValueError(f"study {name!r} in {storage} was run under other fixed settings "
+                             f"({shown}); its trials were scored under those: use another "
+                             "storage or study prefix")
+        if before is None:
+            study.set_user_attr("settings", settings)
     remaining = budget.trials - len(_finished(study))
     if remaining > 0:
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
