@@ -118,6 +118,19 @@ def test_yelpchi_mat_homo_and_each_relation(tmp_path):
         load_anomaly_dataset("yelpchi", root=tmp_path, relation="net_upu")
 
 
+def test_stored_zeros_of_a_sparse_adjacency_are_no_edges(tmp_path):
+    """A sparse matrix may store explicit zeros (or duplicates that cancel); they became edges,
+    while the same matrix dense gave none."""
+    content = write_care_mat(tmp_path / "YelpChi.mat", YELP_RELATIONS)
+    homo = content["homo"].tocoo()
+    zeros = sp.coo_matrix((np.r_[homo.data, 0.0, 1.0, -1.0],
+                           (np.r_[homo.row, 0, 5, 5], np.r_[homo.col, 3, 9, 9])), homo.shape)
+    assert zeros.nnz == homo.nnz + 3
+    write_care_mat(tmp_path / "YelpChi.mat", YELP_RELATIONS, homo=zeros.tocsc())
+    data = load_anomaly_dataset("yelpchi", root=tmp_path)
+    assert edge_set(data.edge_index) == expected_edges(homo)
+
+
 def test_lowercase_file_and_path_argument(tmp_path):
     content = write_care_mat(tmp_path / "yelpchi.mat", YELP_RELATIONS, seed=3)
     by_root = load_anomaly_dataset("yelpchi", root=tmp_path)

@@ -83,6 +83,10 @@ def _edges(adjacency: Any, key: str, num_nodes: int, source: str) -> np.ndarray:
         )
     if hasattr(adjacency, "tocoo"):
         coo = adjacency.tocoo()
+        # A stored zero is no edge (as in a dense matrix); duplicates are summed first, so an
+        # entry whose duplicates cancel is none either.
+        coo.sum_duplicates()
+        coo.eliminate_zeros()
         rows, cols = coo.row, coo.col
     else:
         rows, cols = np.nonzero(np.asarray(adjacency))
