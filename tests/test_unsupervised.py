@@ -202,6 +202,27 @@ def test_runner_reports_skipped_pygod_and_never_reads_labels_before_scoring(grap
         compute_scores(graph, config)
 
 
+def test_runner_evaluates_only_the_labelled_nodes_of_a_label_mask(graph):
+    """A graph's label_mask (Amazon's first 3,305 nodes carry no label and y = 0) was ignored:
+    the unlabelled nodes were evaluated as normal. Now every node is scored and only the
+    labelled ones are evaluated, so what y says outside the mask changes nothing."""
+    config = quick_config(**{"protocol.models": "iforest"})
+    masked = graph.clone()
+    masked.label_mask = torch.arange(graph.num_nodes) >= 40
+    results = []
+    for outside in (0, 1):
+        data = masked.clone()
+        data.y = graph.y.clone()
+        data.y[:40] = outside
+        results.append(run(config, data=data))
+    assert results[0]["models"] == results[1]["models"]
+    assert "the 260 labelled ones (label_mask) evaluated" in results[0]["protocol"]
+    with pytest.raises(ValueError, match="label_mask must be a bool vector"):
+        bad = graph.clone()
+        bad.label_mask = torch.zeros(graph.num_nodes, dtype=torch.bool)
+        run(config, data=bad)
+
+
 def test_runner_bad_inputs(graph):
     with pytest.raises(ValueError, match="unknown models"):
         quick_config(**{"protocol.models": "et,svm"})

@@ -49,6 +49,10 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     graph, labels = load_graph(config.data, data)                 # phase 1: labels sealed
     scores, skipped, details = compute_scores(graph, config)       # phase 2: no labels
     y = labels.open()                                              # phase 3: first label read
+    evaluated = labels.evaluated()  # the labelled nodes (label_mask), or None for all
+    if evaluated is not None:
+        y = y[evaluated]
+        scores = {row: [s[evaluated] for s in per_seed] for row, per_seed in scores.items()}
     rows = {row: [evaluate_all_nodes(y, s) for s in per_seed] for row, per_seed in scores.items()}
     for detail in details:
         index = config.seed_list.index(detail["seed"])
@@ -58,7 +62,7 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     et_seconds = [d["et"]["epoch_seconds"] for d in details if "et" in d]
     results = {
         "dataset": graph.name,
-        "protocol": describe_protocol(config, graph, int(y.sum())),
+        "protocol": describe_protocol(config, graph, int(y.sum()), len(y)),
         "models": models,
         "skipped": skipped,
         "et_epoch_seconds_median": float(np.median(et_seconds)) if et_seconds else None,
@@ -70,7 +74,8 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         write_outputs(Path(config.run.out), results)
         first_seed = {row: per_seed[0] for row, per_seed in scores.items() if per_seed}
         plot_roc_pr(Path(config.run.out) / "roc_pr.png", y, first_seed,
-                    f"all {graph.num_nodes:,} nodes, seed {config.seed_list[0]}")
+                    f"{'all ' if len(y) == graph.num_nodes else 'the labelled '}{len(y):,} "
+                    f"nodes, seed {config.seed_list[0]}")
     # The table, and which baselines were skipped and why, with or without progress bars.
     print(markdown_table(models, METRICS))
     for name, reason in skipped.items():
@@ -78,11 +83,16 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     return results
 
 
-def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies: int) -> str:
+def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies: int,
+                      evaluated: Optional[int] = None) -> str:
     m, t, s = config.model, config.train, config.score
+    evaluated = graph.num_nodes if evaluated is None else evaluated
+    where = (f"all {graph.num_nodes} nodes scored and evaluated" if evaluated == graph.num_nodes
+             else f"all {graph.num_nodes} nodes scored, the {evaluated} labelled ones "
+                  f"(label_mask) evaluated")
     return (
         f"unsupervised (BOND/PyGOD): every detector fitted on x and edge_index only, labels "
-        f"sealed until every score existed; all {graph.num_nodes} nodes scored and evaluated "
+        f"sealed until every score existed; {where} "
         f"({anomalies} anomalies, K = {anomalies}); features: {config.data.feature_norm}; "
         f"{config.protocol.seeds} seeds. ET: masked-node completion, mask ratio "
         f"{m.mask_ratio}, {m.steps} descent steps, up to {t.epochs} epochs, checkpoint = lowest "

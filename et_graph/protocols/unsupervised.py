@@ -139,11 +139,18 @@ class SealedLabels:
     """A graph's labels, set aside at loading. Nothing in the scoring phase receives this
     object; :meth:`open` is called once every score exists."""
 
-    def __init__(self, y: Tensor) -> None:
+    def __init__(self, y: Tensor, evaluated: Optional[Tensor] = None) -> None:
         self._y = y.detach().cpu().long().clone()
+        # The labelled nodes (the graph's label_mask, e.g. Amazon's 3,305 unlabelled ones are
+        # out); None = every node. Every node is scored either way.
+        self._evaluated = None if evaluated is None else evaluated.detach().cpu().bool().clone()
 
     def open(self) -> np.ndarray:
         return self._y.numpy().copy()
+
+    def evaluated(self) -> Optional[np.ndarray]:
+        """Bool ``[N]`` of the nodes the metrics read, or ``None`` for all of them."""
+        return None if self._evaluated is None else self._evaluated.numpy().copy()
 
 
 def normalise_features(x: Tensor, feature_norm: str) -> Tensor:
@@ -175,10 +182,16 @@ def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
                          "(0 = normal, 1 = anomalous)")
     name = str(getattr(data, "name", None) or (Path(config.data).name.split(".")[0]
                                                if config.data else config.dataset))
+    label_mask = getattr(data, "label_mask", None)
+    if label_mask is not None:
+        label_mask = torch.as_tensor(label_mask).view(-1).bool()
+        if label_mask.shape != (data.num_nodes,) or not bool(label_mask.any()):
+            raise ValueError(f"data.label_mask must be a bool vector [{data.num_nodes}] "
+                             "marking at least one labelled node")
     graph = label_free_graph(data)
     graph.x = normalise_features(graph.x, config.feature_norm)
     graph.name = name
-    return graph, SealedLabels(y)
+    return graph, SealedLabels(y, label_mask)
 
 
 # ----------------------------------------------------------------------------------------------
