@@ -346,3 +346,15 @@ def test_torchrun_without_ddp_and_ddp_without_torchrun_are_refused(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match="without --ddp"):
         cli_main(["anomaly", "--dataset", "reddit", "--quick", "--no-progress"])
+
+
+def test_the_protocol_counts_anomalies_per_split_and_few_test_anomalies_warn():
+    """On a 20-node graph with 3 anomalies the split put one in each part; the report named
+    only node counts and printed an AUROC of 0 or 1 from a single test anomaly, unremarked."""
+    small = planted_anomaly_graph(40, seed=2)
+    small.y[:] = 0
+    small.y[:6] = 1
+    with pytest.warns(RuntimeWarning, match="a test split holds only 3 anomalous node"):
+        results = anomaly.run(config("--models", "mlp", "--seeds", "1", "--epochs", "1",
+                                     "--hidden", "8", "--no-energy-row"), data=small)
+    assert "train/val/test nodes (2/1/3 anomalous)" in results["protocol"], results["protocol"]
