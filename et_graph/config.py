@@ -71,6 +71,11 @@ class RunConfig:
             raise ValueError(f"threads must be positive, got {self.threads}")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("--resume needs --checkpoint-dir (the folder of the interrupted run)")
+        for name in ("out", "checkpoint_dir"):
+            folder = getattr(self, name)
+            # Found before the run trains, not when it writes its results at the end.
+            if folder and Path(folder).exists() and not Path(folder).is_dir():
+                raise ValueError(f"{name} {folder!r} is a file, not a folder")
         self.device = resolve_device(self.device)
         check_device(self.device)
 

@@ -60,6 +60,16 @@ def test_device_auto_takes_the_gpu_where_there_is_one_and_records_what_it_took(m
     assert ETDetector(device="auto").device == torch.device("cpu")
 
 
+def test_out_naming_a_file_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    """--out pointing at a file trained the whole run, then ended in a raw FileExistsError."""
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    existing = tmp_path / "afile"
+    existing.write_text("hi")
+    assert console_main(["anomaly", "--dataset", "reddit", "--quick", "--out",
+                         str(existing)]) == 2
+    assert f"out {str(existing)!r} is a file, not a folder" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, row", [
     (["tudataset", "--quick", "--models", "structure_agnostic"], "| structure_agnostic |"),
     (["image", "--quick", "--seeds", "1", "--epochs", "1"], "| mean_patch |"),
