@@ -243,3 +243,25 @@ def test_stratified_split_reads_only_eligible_labels_and_masks_know_their_graph(
             split.masks(wrong)
     with pytest.raises(ValueError, match="binary"):
         stratified_split(y, 0.4, seed=0)  # without eligible, every label is read
+
+
+def test_split_errors_point_train_ratio_the_right_way():
+    """A validation or test part short of a class needs a smaller train_ratio; the hint said
+    "raise train_ratio" for every part, and scikit-learn's own error came through raw."""
+    from et_graph.protocols.anomaly import Split, check_split, make_splits
+
+    data = planted_anomaly_graph(40, seed=2)
+    data.y[:] = 0
+    data.y[:6] = 1
+    with pytest.raises(ValueError, match="too few nodes to stratify .* lower train_ratio"):
+        make_splits(data, "paper", 1, 0.9, 0)
+    labels = np.array([1, 0, 1, 0, 0, 0])
+    hint = "train_ratio 0.9: {direction} train_ratio (--train-ratio)"
+    no_val_anomaly = Split(torch.tensor([0, 1]), torch.tensor([3, 4]), torch.tensor([2, 5]),
+                           num_nodes=6)
+    with pytest.raises(ValueError, match="validation split .* lower train_ratio"):
+        check_split(no_val_anomaly, labels, hint)
+    no_train_anomaly = Split(torch.tensor([1, 3]), torch.tensor([0, 4]), torch.tensor([2, 5]),
+                             num_nodes=6)
+    with pytest.raises(ValueError, match="training split .* raise train_ratio"):
+        check_split(no_train_anomaly, labels, hint)

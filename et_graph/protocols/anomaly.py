@@ -125,15 +125,23 @@ def stratified_split(
     if np.bincount(sub, minlength=2).min() < 3:
         raise ValueError("need at least 3 normal and 3 anomalous eligible nodes to split")
     train_size = max(int(round(train_ratio * index.size)), 2)
-    train, rest, _, rest_y = train_test_split(
-        index, sub, train_size=train_size, stratify=sub, random_state=seed
-    )
-    val, test = train_test_split(
-        rest, train_size=val_fraction_of_rest, stratify=rest_y, random_state=seed
-    )
+    try:
+        train, rest, _, rest_y = train_test_split(
+            index, sub, train_size=train_size, stratify=sub, random_state=seed
+        )
+        val, test = train_test_split(
+            rest, train_size=val_fraction_of_rest, stratify=rest_y, random_state=seed
+        )
+    except ValueError as error:  # scikit-learn: a class too small to stratify a part
+        counts = np.bincount(sub, minlength=2)
+        raise ValueError(
+            f"train_ratio {train_ratio} leaves too few nodes to stratify validation and test "
+            f"({counts[1]} anomalous of {index.size} eligible nodes): lower train_ratio "
+            f"(--train-ratio) or use a larger graph ({error})") from error
     split = Split(*(torch.from_numpy(np.sort(part)).long() for part in (train, val, test)),
                   num_nodes=int(labels.size))
-    check_split(split, labels, f"train_ratio {train_ratio} (raise train_ratio, --train-ratio)")
+    check_split(split, labels, f"train_ratio {train_ratio}: {{direction}} train_ratio "
+                               "(--train-ratio)")
     return split
 
 
@@ -145,8 +153,11 @@ def check_split(split: Split, labels: np.ndarray, hint: str) -> None:
                         ("test", split.test)):
         counts = np.bincount(labels[nodes.numpy()], minlength=2)
         if counts.min() == 0:
+            # training short of a class needs a larger share; validation or test a smaller one
+            direction = "raise" if part == "training" else "lower"
             raise ValueError(f"the {part} split holds {counts[0]} normal and {counts[1]} "
-                             f"anomalous nodes; it needs both classes ({hint})")
+                             f"anomalous nodes; it needs both classes "
+                             f"({hint.format(direction=direction)})")
 
 
 def mask_splits(data: Data) -> list[Split]:
