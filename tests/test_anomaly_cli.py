@@ -358,3 +358,21 @@ def test_the_protocol_counts_anomalies_per_split_and_few_test_anomalies_warn():
         results = anomaly.run(config("--models", "mlp", "--seeds", "1", "--epochs", "1",
                                      "--hidden", "8", "--no-energy-row"), data=small)
     assert "train/val/test nodes (2/1/3 anomalous)" in results["protocol"], results["protocol"]
+
+
+def test_a_files_own_masks_replaced_by_the_paper_split_are_named(tmp_path):
+    graph = planted_anomaly_graph(200, seed=2)
+    graph.train_mask = torch.arange(200) < 80
+    graph.val_mask = (torch.arange(200) >= 80) & (torch.arange(200) < 120)
+    graph.test_mask = torch.arange(200) >= 120
+    path = tmp_path / "masked.pt"
+    torch.save(graph, path)
+    argv = ["--data", str(path), "--models", "mlp", "--seeds", "1", "--epochs", "1",
+            "--hidden", "8", "--no-energy-row"]
+    with pytest.warns(RuntimeWarning, match="carries its own train/val/test masks"):
+        anomaly.run(config(*argv))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        anomaly.run(config(*argv, "--protocol", "gadbench"))  # the masks are used: no word

@@ -65,6 +65,12 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     start = time.perf_counter()
     p = config.protocol
     dataset = str(getattr(data, "name", None) or config.data.dataset)
+    if (p.protocol == "paper" and config.data.data and rank == 0
+            and getattr(data, "train_mask", None) is not None):
+        # A user's file with masks (the named datasets document their protocol instead)
+        warnings.warn(f"{config.data.data} carries its own train/val/test masks; the paper "
+                      "protocol draws stratified splits instead (--protocol gadbench uses the "
+                      "file's masks)", RuntimeWarning, stacklevel=2)
     splits = make_splits(data, p.protocol, p.seeds, p.train_ratio, p.split_seed, p.vary_split)
     if p.seed_ensemble and any(not _same_split(splits[0], s) for s in splits[1:]):
         raise ValueError("seed_ensemble averages the seeds of one split, but these seeds have "
