@@ -192,11 +192,12 @@ class BaseDetector:
         val_scores = score[val_index]
         if bool((val_scores == val_scores[0]).all()):
             # A network with a loss trace likely diverged; trees find no split on few nodes.
-            hint = ("a lower learning rate may help" if self._loss_trace() else
+            trace = self._loss_trace()
+            hint = ("a lower learning rate may help" if trace else
                     "too few training nodes to learn from? (trees: min_samples_leaf)")
             warnings.warn(f"{type(self).__name__}: every validation node has the same score "
-                          f"({float(val_scores[0]):.4g}), so the model ranks nothing"
-                          f"{self._loss_trace()}; {hint}", RuntimeWarning, stacklevel=2)
+                          f"({float(val_scores[0]):.4g}), so the model ranks nothing{trace}; "
+                          f"{hint}", RuntimeWarning, stacklevel=2)
         self.threshold_, val_f1 = choose_threshold(
             y[val_index].numpy(), score[val_index].double().numpy()
         )

@@ -122,17 +122,23 @@ def check_edge_weight(
         )
     if not edge_weight.is_floating_point():
         edge_weight = edge_weight.float()
-    if dtype is not None and edge_weight.dtype != dtype:
-        if not all_finite(edge_weight):
-            raise ValueError("edge_weight contains NaN or inf values")
-        given_dtype = edge_weight.dtype
-        edge_weight = edge_weight.to(dtype)
-        if not all_finite(edge_weight):
-            raise ValueError(f"edge_weight has values beyond the range of the layer's "
-                             f"{_dtype_name(dtype)} (|w| > {torch.finfo(dtype).max:.3g}): "
-                             f"rescale the weights or use a {_dtype_name(given_dtype)} layer")
+    return finite_weight_in(edge_weight, dtype)
+
+
+def finite_weight_in(edge_weight: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+    """``edge_weight`` cast to ``dtype`` (the layer's; ``None`` keeps its own), refused when it
+    holds NaN or inf, or when the cast makes a finite value inf (a float64 weight beyond
+    float32's range): the check runs on both sides of the cast."""
     if not all_finite(edge_weight):
         raise ValueError("edge_weight contains NaN or inf values")
+    if dtype is None or edge_weight.dtype == dtype:
+        return edge_weight
+    given_dtype = edge_weight.dtype
+    edge_weight = edge_weight.to(dtype)
+    if not all_finite(edge_weight):
+        raise ValueError(f"edge_weight has values beyond the range of the layer's "
+                         f"{_dtype_name(dtype)} (|w| > {torch.finfo(dtype).max:.3g}): "
+                         f"rescale the weights or use a {_dtype_name(given_dtype)} layer")
     return edge_weight
 
 

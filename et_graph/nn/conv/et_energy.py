@@ -26,11 +26,11 @@ from ... import energy as E
 from ...fused import EdgePlan, build_edge_plan, fused_attention_grad
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
-    all_finite,
     check_dtype,
     check_edge_index,
     check_edge_weight,
     check_features,
+    finite_weight_in,
     layer_norm_limit,
 )
 
@@ -367,12 +367,7 @@ class ETEnergy(Module):
                     f"dense edge_weight must have shape [B, heads, M, M]="
                     f"{[batch, self.heads, tokens, tokens]}, got {list(edge_weight.shape)}"
                 )
-            if not all_finite(edge_weight):
-                raise ValueError("edge_weight contains NaN or inf values")
-            edge_weight = edge_weight.to(x.dtype)
-            if not all_finite(edge_weight):
-                raise ValueError(f"edge_weight has values beyond the range of the layer's "
-                                 f"{x.dtype}: rescale the weights")
+            edge_weight = finite_weight_in(edge_weight, x.dtype)
         return mask, edge_weight
 
     # ----------------------------------------------------------------------------------------
