@@ -553,3 +553,31 @@ def test_planted_anomaly_graph_checks_its_settings_and_small_sizes():
                          ({"num_nodes": 0}, "num_nodes")):
         with pytest.raises(ValueError, match=message):
             planted_anomaly_graph(**bad)
+
+
+def test_entries_the_loaders_drop_are_named(tmp_path):
+    """Edge weights (or anything else stored) in a user's file are not read: a warning says so
+    rather than letting the user believe they shaped the result."""
+    graph = small_graph()
+    graph.edge_weight = torch.rand(graph.edge_index.size(1))
+    torch.save(graph, tmp_path / "weighted.pt")
+    with pytest.warns(UserWarning, match=r"\['edge_weight'\] are not read.*every edge counts"):
+        load_anomaly_dataset(path=tmp_path / "weighted.pt")
+    arrays = {key: getattr(graph, key).numpy() for key in ("x", "edge_index", "y")}
+    np.savez(tmp_path / "open.npz", **arrays, edge_attr=np.ones((graph.edge_index.size(1), 3)),
+             degree=np.ones(graph.num_nodes))
+    with pytest.warns(UserWarning, match=r"\['degree', 'edge_attr'\] are not read"):
+        load_anomaly_npz(tmp_path / "open.npz")
+    np.savez(tmp_path / "hetero.npz", node_features=arrays["x"], node_labels=arrays["y"],
+             edges=arrays["edge_index"].T, edge_weights=np.ones(graph.edge_index.size(1)))
+    with pytest.warns(UserWarning, match=r"\['edge_weights'\] are not read"):
+        load_anomaly_npz(tmp_path / "hetero.npz")
+    import warnings
+
+    with warnings.catch_warnings():  # a file holding only what is read loads quietly
+        warnings.simplefilter("error")
+        np.savez(tmp_path / "plain.npz", **arrays)
+        load_anomaly_npz(tmp_path / "plain.npz")
+        del graph.edge_weight
+        torch.save(graph, tmp_path / "plain.pt")
+        load_anomaly_dataset(path=tmp_path / "plain.pt")

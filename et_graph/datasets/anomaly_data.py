@@ -13,6 +13,7 @@ in :func:`prepare_anomaly_data`, so all of them return the same thing:
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -239,6 +240,24 @@ def prepare_anomaly_data(
     return data
 
 
+#: Entries of a graph file that the loaders read or that carry no data (a name).
+READ_ENTRIES = ("x", "edge_index", "y", *MASK_KEYS, "label_mask", "name")
+
+
+def warn_unread_entries(source: str, found: Any, read: Any = READ_ENTRIES) -> None:
+    """A ``UserWarning`` naming the entries of a graph file that the loaders drop, so that
+    nobody believes edge weights or types (or anything else stored) shaped the result."""
+    unread = sorted(set(found) - set(read))
+    if not unread:
+        return
+    edge = [key for key in unread if key.startswith("edge_")]
+    why = (f" ({', '.join(edge)}: every edge counts once, with one type; the detectors read x, "
+           "edge_index and y, and a multi-relation graph is loaded from a CARE-GNN .mat file)"
+           if edge else "")
+    warnings.warn(f"{source}: the entries {unread} are not read and play no part{why}",
+                  stacklevel=3)
+
+
 def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
                   binarize: bool = False) -> Data:
     """Normalise any PyG ``Data`` with ``x``, ``edge_index`` and a binary ``y``."""
@@ -254,6 +273,7 @@ def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
                 "Python: et_graph.detectors.UnsupervisedETDetector().fit(data)"
                 if missing == ["y"] else "")
         raise ValueError(f"{source}: the Data object has no {', '.join(missing)}{hint}")
+    warn_unread_entries(source, [k for k, v in stored.items() if v is not None])
     masks = {k: stored[k] for k in MASK_KEYS if stored.get(k) is not None}
     x = stored["x"]
     if isinstance(x, torch.Tensor) and x.layout != torch.strided:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from .anomaly_data import MASK_KEYS, prepare_anomaly_data
+from .anomaly_data import MASK_KEYS, prepare_anomaly_data, warn_unread_entries
 
 OPEN_KEYS = ("x", "edge_index", "y")
 HETEROPHILOUS_KEYS = ("node_features", "node_labels", "edges")
@@ -59,6 +59,7 @@ def load_anomaly_npz(
     arrays = _read_npz(path)
     source = str(path)
     if all(key in arrays for key in OPEN_KEYS):
+        warn_unread_entries(source, arrays)
         masks = {key: arrays[key] for key in MASK_KEYS if key in arrays}
         edge_index = arrays["edge_index"]
         if edge_index.ndim != 2 or edge_index.shape[0] != 2:
@@ -75,6 +76,8 @@ def load_anomaly_npz(
         edges = arrays["edges"]
         if edges.ndim != 2 or edges.shape[1] != 2:
             raise ValueError(f"{source}: edges must have shape [E, 2], got {edges.shape}")
+        warn_unread_entries(source, arrays,
+                            (*HETEROPHILOUS_KEYS, *(key + "s" for key in MASK_KEYS)))
         masks = {
             key: arrays[key + "s"] for key in MASK_KEYS if key + "s" in arrays
         }
