@@ -376,3 +376,34 @@ def test_a_files_own_masks_replaced_by_the_paper_split_are_named(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         anomaly.run(config(*argv, "--protocol", "gadbench"))  # the masks are used: no word
+
+
+def test_a_small_amazon_layout_file_runs_with_its_own_unlabelled_prefix(tmp_path):
+    """The 3,305 unlabelled leading nodes of Amazon.mat were fixed: a smaller file in the same
+    layout (a subsample, a user's own graph) could not be run from the command line."""
+    import numpy as np
+    import scipy.io
+    import scipy.sparse as sp
+
+    graph = planted_anomaly_graph(300, seed=2)
+    n = graph.num_nodes
+    src, dst = graph.edge_index.numpy()
+    relations = {name: sp.csc_matrix((np.ones(part.sum()), (src[part], dst[part])), shape=(n, n))
+                 for name, part in zip(("net_upu", "net_usu", "net_uvu"),
+                                       np.eye(3, dtype=bool)[np.arange(src.size) % 3].T)}
+    homo = sum(relations.values())
+    path = tmp_path / "Amazon.mat"
+    scipy.io.savemat(str(path), {"features": sp.csc_matrix(graph.x.numpy()), "homo": homo,
+                                 "label": graph.y.numpy()[None], **relations})
+    argv = ["anomaly", "--data", str(path), "--models", "mlp", "--seeds", "1", "--epochs", "1",
+            "--hidden", "8", "--no-energy-row", "--no-progress"]
+    with pytest.raises(ValueError, match=r"--unlabelled-prefix 0"):
+        cli_main(argv)  # the default 3,305 exceeds the 300 nodes, and the error names the flag
+    out = tmp_path / "run"
+    assert cli_main([*argv, "--unlabelled-prefix", "50", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert "100/50/100 train/val/test nodes" in results["protocol"]  # 250 labelled of 300
+    data = anomaly.load_data(config("--data", str(path), "--unlabelled-prefix", "50").data)
+    assert int(data.label_mask.sum()) == 250 and not data.label_mask[:50].any()
+    with pytest.raises(ValueError, match="only applies to yelpchi and amazon"):
+        anomaly.load_data(config("--dataset", "reddit", "--unlabelled-prefix", "5").data)

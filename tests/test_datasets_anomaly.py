@@ -581,3 +581,16 @@ def test_entries_the_loaders_drop_are_named(tmp_path):
         del graph.edge_weight
         torch.save(graph, tmp_path / "plain.pt")
         load_anomaly_dataset(path=tmp_path / "plain.pt")
+
+
+def test_unlabelled_prefix_is_checked_and_only_for_mat_files(tmp_path):
+    write_care_mat(tmp_path / "Amazon.mat", AMAZON_RELATIONS, n=40)
+    data = load_anomaly_dataset(path=tmp_path / "Amazon.mat", unlabelled_prefix=10)
+    assert int(data.label_mask.sum()) == 30
+    with pytest.raises(ValueError, match="count of nodes >= 0"):
+        load_anomaly_dataset(path=tmp_path / "Amazon.mat", unlabelled_prefix=-1)
+    torch.save(small_graph(), tmp_path / "g.pt")
+    with pytest.raises(ValueError, match="applies to CARE-GNN .mat files"):
+        load_anomaly_dataset(path=tmp_path / "g.pt", unlabelled_prefix=3)
+    with pytest.raises(ValueError, match="only applies to yelpchi and amazon"):
+        load_anomaly_dataset("reddit", unlabelled_prefix=3)

@@ -52,7 +52,8 @@ def _placement_hint(root: Optional[Path]) -> Path:
     return data_dir(required=False) or cache_dir()
 
 
-def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optional[bool]) -> Data:
+def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optional[bool],
+               unlabelled_prefix: Optional[int] = None) -> Data:
     if path.is_dir():
         raise ValueError(f"{path} is a folder; path= (--data) takes one graph file (.mat, .npz, "
                          ".pt); to search a folder for a named dataset pass root= (--data-root)")
@@ -67,7 +68,11 @@ def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optiona
     if suffixes and suffixes[-1] == ".mat":
         if binarize:
             raise ValueError("binarize applies to .npz/.pt files, not to CARE-GNN .mat files")
-        return load_fraud_mat(path, relation=relation, name=name)
+        return load_fraud_mat(path, relation=relation, name=name,
+                              unlabelled_prefix=unlabelled_prefix)
+    if unlabelled_prefix is not None:
+        raise ValueError(f"unlabelled_prefix applies to CARE-GNN .mat files, not to {path.name} "
+                         "(mark its labelled nodes in label_mask instead)")
     if relation != "homo":
         raise ValueError(
             f"relation={relation!r} only applies to CARE-GNN .mat files (YelpChi, Amazon); "
@@ -91,6 +96,7 @@ def load_anomaly_dataset(
     *,
     download: Optional[bool] = None,
     binarize: Optional[bool] = None,
+    unlabelled_prefix: Optional[int] = None,
 ) -> Data:
     """Load a node-anomaly graph as a normalised PyG ``Data``.
 
@@ -112,6 +118,8 @@ def load_anomaly_dataset(
             cache). Off unless ``True`` or the environment sets ``ET_GRAPH_DOWNLOAD=1``.
         binarize: collapse labels to ``y > 0``. Default: only for PyGOD injected graphs
             (``inj_*``), whose labels are 0..3.
+        unlabelled_prefix: leading nodes of a CARE-GNN ``.mat`` file that carry no label
+            (:func:`load_fraud_mat`); ``None`` = 3,305 for Amazon, 0 otherwise.
 
     Returns:
         ``Data`` with ``x`` float32 ``[N, F]``, symmetric coalesced ``edge_index`` without
@@ -124,7 +132,7 @@ def load_anomaly_dataset(
     """
     root_path = Path(root).expanduser() if root is not None else None
     if path is not None:
-        return _load_path(Path(path).expanduser(), name, relation, binarize)
+        return _load_path(Path(path).expanduser(), name, relation, binarize, unlabelled_prefix)
 
     name = (name or DEFAULT_ANOMALY_DATASET).lower()
     if name not in ANOMALY_DATASETS:
@@ -136,6 +144,8 @@ def load_anomaly_dataset(
         raise ValueError(
             f"relation={relation!r} only applies to yelpchi and amazon; {name} has one edge type"
         )
+    if unlabelled_prefix is not None and name not in FRAUD_FILES:
+        raise ValueError(f"unlabelled_prefix only applies to yelpchi and amazon, not to {name}")
     roots = _search_roots(root_path)
 
     if name in EMBEDDED_FILES:
@@ -171,7 +181,8 @@ def load_anomaly_dataset(
             )
         if binarize:
             raise ValueError("binarize does not apply to the CARE-GNN .mat datasets")
-        return load_fraud_mat(found, relation=relation, name=name)
+        return load_fraud_mat(found, relation=relation, name=name,
+                              unlabelled_prefix=unlabelled_prefix)
 
     filename = NPZ_FILES[name]
     for folder in roots:

@@ -161,13 +161,17 @@ def load_fraud_mat(
 
     if unlabelled_prefix is None:
         unlabelled_prefix = AMAZON_UNLABELLED_NODES if dataset == "amazon" else 0
+    if isinstance(unlabelled_prefix, bool) or int(unlabelled_prefix) != unlabelled_prefix \
+            or unlabelled_prefix < 0:
+        raise ValueError(f"unlabelled_prefix must be a count of nodes >= 0, got "
+                         f"{unlabelled_prefix!r}")
     label_mask = None
     if unlabelled_prefix:
         if unlabelled_prefix >= num_nodes:
             raise ValueError(
                 f"{source}: {unlabelled_prefix} leading nodes are unlabelled but the graph has "
                 f"only {num_nodes} nodes (Amazon.mat has 11,944); pass unlabelled_prefix=0 "
-                "for files without that prefix"
+                "(--unlabelled-prefix 0) for files without that prefix, or the file's own count"
             )
         label_mask = np.arange(num_nodes) >= unlabelled_prefix
 

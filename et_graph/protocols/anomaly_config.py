@@ -46,6 +46,9 @@ class AnomalyDataConfig:
         feature_norm: per-column transform over all nodes: none, standard, quantile, or ple
             (the piecewise-linear encoding of ple_bins quantile bins: one column per bin).
         ple_bins: bins per column for feature_norm = ple.
+        unlabelled_prefix: leading nodes of a CARE-GNN .mat file without labels, kept out of
+            every split (none = 3305 for Amazon, 0 otherwise; a smaller Amazon-layout file
+            gives its own count).
         degree_feature: append log(1 + degree) to the node features.
         neighbour_stats: append statistics of each node's in-neighbours' features (a comma list
             of mean, sq_mean, max, min, std, degree; none = off), computed on the raw features
@@ -60,10 +63,13 @@ class AnomalyDataConfig:
     degree_feature: bool = True
     neighbour_stats: str = "none"
     ple_bins: int = 16
+    unlabelled_prefix: Optional[int] = None
 
     def __post_init__(self) -> None:
         parse_neighbour_stats(self.neighbour_stats)  # ValueError for unknown names
         check_bins(self.ple_bins, "ple_bins")
+        if self.unlabelled_prefix is not None and self.unlabelled_prefix < 0:
+            raise ValueError(f"unlabelled_prefix must be >= 0, got {self.unlabelled_prefix}")
 
 
 @dataclass
@@ -215,10 +221,12 @@ def load_data(config: AnomalyDataConfig, data: Optional[Data] = None) -> Data:
 
     if data is None:
         if config.data:
-            data = load_anomaly_dataset(path=config.data, relation=config.relation)
+            data = load_anomaly_dataset(path=config.data, relation=config.relation,
+                                        unlabelled_prefix=config.unlabelled_prefix)
         else:
             data = load_anomaly_dataset(config.dataset, root=config.data_root,
-                                        relation=config.relation)
+                                        relation=config.relation,
+                                        unlabelled_prefix=config.unlabelled_prefix)
     stats = parse_neighbour_stats(config.neighbour_stats)
     if stats:
         data = NeighbourhoodStatistics(stats)(prepare_detection_data(data, "none", False))

@@ -53,14 +53,19 @@ class UnsupervisedDataConfig:
         feature_norm: per-column transform of the features over all nodes: none, standard
             (z-scores), quantile (normal scores of the ranks) or ple (piecewise-linear
             encoding of 16 quantile bins per column).
+        unlabelled_prefix: leading nodes of a CARE-GNN .mat file without labels, scored but
+            not evaluated (none = 3305 for Amazon, 0 otherwise).
     """
 
     dataset: str = "reddit"
     data: Optional[str] = None
     data_root: Optional[str] = None
     feature_norm: str = "standard"
+    unlabelled_prefix: Optional[int] = None
 
     def __post_init__(self) -> None:
+        if self.unlabelled_prefix is not None and self.unlabelled_prefix < 0:
+            raise ValueError(f"unlabelled_prefix must be >= 0, got {self.unlabelled_prefix}")
         if self.feature_norm not in FEATURE_NORMS:
             raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, "
                              f"got {self.feature_norm!r}")
@@ -168,9 +173,11 @@ def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
         from ..datasets import load_anomaly_dataset
 
         if config.data:
-            data = load_anomaly_dataset(path=config.data)
+            data = load_anomaly_dataset(path=config.data,
+                                        unlabelled_prefix=config.unlabelled_prefix)
         else:
-            data = load_anomaly_dataset(config.dataset, root=config.data_root)
+            data = load_anomaly_dataset(config.dataset, root=config.data_root,
+                                        unlabelled_prefix=config.unlabelled_prefix)
     y = getattr(data, "y", None)
     if y is None:
         raise ValueError("et-graph unsupervised evaluates the scores against labels, so the "
