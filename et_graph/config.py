@@ -412,8 +412,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type,
     ``--config FILE`` and ``--quick``. Defaults are suppressed so that only given flags
     override; the help shows the default of ``base`` (a ``cls`` instance; the dataclass
     defaults when ``None``)."""
-    parser.add_argument("--config", default=None, metavar="FILE",
-                        help="TOML/YAML preset (one table per section); flags override it")
+    parser.add_argument("--config", default=None, metavar="FILE", action="append",
+                        help="TOML/YAML preset (one table per section); given again, the "
+                             "presets apply in order (a later one overrides an earlier "
+                             "one's settings); flags override them all")
     quick = getattr(cls, "QUICK", None)
     parser.add_argument("--quick", action="store_true",
                         help="smoke preset: the smallest run that exercises the whole pipeline"
@@ -462,10 +464,16 @@ def _describe(overrides: Mapping[str, Any]) -> str:
 
 def resolve(cls: type[T], args: argparse.Namespace, base: Optional[T] = None) -> T:
     """The task config from parsed arguments: defaults (``base``, or the dataclass defaults),
-    then ``--config``, then ``--quick``, then the flags given."""
+    then each ``--config`` file in order, then ``--quick``, then the flags given."""
     config = cls() if base is None else base
-    if getattr(args, "config", None):
-        config = merge(config, load_file(args.config))
+    files = getattr(args, "config", None) or []
+    for path in [files] if isinstance(files, (str, Path)) else files:
+        try:
+            config = merge(config, load_file(path))
+        except ValueError as error:
+            if len(files) > 1 and not isinstance(files, (str, Path)):
+                raise ValueError(f"{path}: {error}") from None
+            raise
     if getattr(args, "quick", False):
         config = merge(config, quick_overrides(config, getattr(cls, "QUICK", {})))
     given = {k: v for k, v in vars(args).items() if "." in k}

@@ -117,3 +117,24 @@ def test_script_defaults_replace_the_dataclass_defaults_below_presets_and_flags(
     assert parse(AnomalyConfig, ["--config", str(preset)], defaults=own).data.dataset == "amazon"
     with pytest.raises(ValueError, match="nope"):
         parse(AnomalyConfig, [], defaults={"data.nope": 1})
+
+
+def test_presets_given_twice_apply_in_order(tmp_path):
+    """``--config a --config b`` kept only b, silently dropping a's settings."""
+    from et_graph.config import parse
+    from et_graph.protocols.anomaly_config import AnomalyConfig
+
+    data = tmp_path / "data.toml"
+    data.write_text('[data]\ndataset = "reddit"\n[train]\nepochs = 7\n')
+    model = tmp_path / "model.toml"
+    model.write_text('[train]\nepochs = 9\n[et]\nhidden = 16\n')
+    config = parse(AnomalyConfig, ["--config", str(data), "--config", str(model)])
+    assert (config.data.dataset, config.train.epochs, config.et.hidden) == ("reddit", 9, 16)
+    reverse = parse(AnomalyConfig, ["--config", str(model), "--config", str(data)])
+    assert (reverse.train.epochs, reverse.et.hidden) == (7, 16)
+    flags = parse(AnomalyConfig, ["--config", str(data), "--config", str(model), "--epochs", "3"])
+    assert flags.train.epochs == 3
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[train]\nnope = 1\n')
+    with pytest.raises(ValueError, match=r"bad\.toml: unknown key"):  # which file is wrong
+        parse(AnomalyConfig, ["--config", str(data), "--config", str(bad)])
