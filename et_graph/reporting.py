@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Union
 
 
 def summarize(values: Iterable[float]) -> dict[str, Any]:
@@ -103,3 +108,67 @@ def rank_across_datasets(scores: Mapping[str, Mapping[str, float]]) -> dict[str,
         entry["mean_rank"] = math.fsum(entry["rank"].values()) / len(scores)
         entry["mean_score"] = math.fsum(values[name] for values in scores.values()) / len(scores)
     return out
+
+
+#: Folders holding more files than this are not inventoried (``--out runs`` by mistake).
+MAX_INVENTORIED_FILES = 20_000
+
+
+def _inventory(folder: Path, skip: Sequence[Path]) -> dict[Path, int]:
+    """``{file: mtime_ns}`` below ``folder``, without the files below ``skip``."""
+    found: dict[Path, int] = {}
+    if not folder.is_dir():
+        return found
+    skipped = [path.resolve() for path in skip]
+    for path in folder.rglob("*"):
+        if len(found) >= MAX_INVENTORIED_FILES:
+            break
+        resolved = path.resolve()
+        if path.is_file() and not any(resolved.is_relative_to(s) for s in skipped):
+            found[path] = path.stat().st_mtime_ns
+    return found
+
+
+@contextmanager
+def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Path, None]] = (),
+                  enabled: bool = True) -> Iterator[None]:
+    """Around a run writing into ``out``: a ``RuntimeWarning`` at the start when ``out`` holds
+    an earlier run's ``results.json`` (it is about to be replaced), and at the end one naming
+    the earlier files that this run did not rewrite (plots of a model no longer run, another
+    model's curves), which would otherwise be read as this run's. Nothing is deleted: the
+    folder may hold the user's own files. ``skip`` (e.g. a checkpoint folder inside ``out``)
+    is left out."""
+    if not out or not enabled:
+        yield
+        return
+    folder = Path(out)
+    earlier = _inventory(folder, [Path(p) for p in skip if p])
+    results = [path for path in earlier if path.name == "results.json"]
+    if results:
+        written = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[results[0]] / 1e9))
+        warnings.warn(f"{folder} holds an earlier run's results ({results[0]}, written "
+                      f"{written}); this run replaces them", RuntimeWarning, stacklevel=3)
+    yield
+    left = sorted(str(path.relative_to(folder)) for path, stamp in earlier.items()
+                  if path.is_file() and path.stat().st_mtime_ns == stamp)
+    if left:
+        shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+        warnings.warn(f"{len(left)} file(s) in {folder} come from an earlier run and were not "
+                      f"rewritten by this one: {shown}. Remove them, or write each run to a new "
+                      "--out, so that they are not read as this run's.", RuntimeWarning,
+                      stacklevel=3)
+
+
+def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.run.out
+                         ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a runner ``run(config, ...)`` with :func:`output_folder` around
+    ``folder(config)`` (default ``config.run.out``), its checkpoint folder skipped; under
+    ``torchrun`` only rank 0, the one that writes, checks."""
+    def decorate(run: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(run)
+        def checked(config: Any, *args: Any, **kwargs: Any) -> Any:
+            with output_folder(folder(config), [config.run.checkpoint_dir],
+                               enabled=os.environ.get("RANK", "0") == "0"):
+                return run(config, *args, **kwargs)
+        return checked
+    return decorate

@@ -407,3 +407,29 @@ def test_a_small_amazon_layout_file_runs_with_its_own_unlabelled_prefix(tmp_path
     assert int(data.label_mask.sum()) == 250 and not data.label_mask[:50].any()
     with pytest.raises(ValueError, match="only applies to yelpchi and amazon"):
         anomaly.load_data(config("--dataset", "reddit", "--unlabelled-prefix", "5").data)
+
+
+def test_a_rerun_into_a_used_out_folder_names_what_it_replaces_and_what_it_left(tmp_path):
+    """A second run into the same --out replaced results.json without a word and left the
+    earlier run's other files beside it, to be read as the new run's."""
+    import warnings
+
+    graph = tmp_path / "planted.pt"
+    torch.save(planted_anomaly_graph(200, seed=2), graph)
+    out = tmp_path / "run"
+    argv = ["anomaly", "--data", str(graph), "--models", "mlp", "--seeds", "1", "--epochs", "1",
+            "--hidden", "8", "--no-energy-row", "--no-progress", "--out", str(out)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a new folder: not a word
+        assert cli_main(argv) == 0
+    (out / "gat_curve.png").write_bytes(b"an earlier run's plot")
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "state.pt").write_bytes(b"kept for --resume")
+    with pytest.warns(RuntimeWarning) as caught:
+        assert cli_main([*argv, "--checkpoint-dir", str(out / "checkpoints")]) == 0
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert any("holds an earlier run's results" in m for m in messages), messages
+    left = [m for m in messages if "come from an earlier run" in m]
+    assert len(left) == 1 and "1 file(s)" in left[0] and "gat_curve.png" in left[0], left
+    assert "state.pt" not in left[0]  # the checkpoint folder is the run's own, not a leftover
+    assert (out / "gat_curve.png").exists()  # reported, never deleted

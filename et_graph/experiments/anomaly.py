@@ -34,7 +34,7 @@ from ..protocols.anomaly_config import (
     load_data,
     make_detector,
 )
-from ..reporting import markdown_table, provenance_note, write_results
+from ..reporting import checks_output_folder, markdown_table, provenance_note, write_results
 from ..transforms.features import FEATURE_NORMS
 
 CONFIG = AnomalyConfig
@@ -43,6 +43,7 @@ CONFIG = AnomalyConfig
 # ----------------------------------------------------------------------------------------------
 # Run
 # ----------------------------------------------------------------------------------------------
+@checks_output_folder()
 def run(config: AnomalyConfig, data: Optional[Data] = None) -> dict[str, Any]:
     """Run the experiment; ``data`` (a PyG ``Data`` with binary ``y``) replaces loading."""
     names = config.protocol.model_names()

@@ -41,7 +41,7 @@ from ..protocols.gnnbenchmark_config import (  # noqa: F401  (the task's config,
     GNNBenchmarkConfig,
     ProtocolConfig,
 )
-from ..reporting import format_stat, markdown_table, summarize, write_results
+from ..reporting import checks_output_folder, format_stat, markdown_table, summarize, write_results
 
 CONFIG = GNNBenchmarkConfig
 
@@ -80,6 +80,7 @@ def _summary(results: list[dict[str, Any]], metric: str, seeds: list[int]) -> di
     }
 
 
+@checks_output_folder()
 def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     """Load the data, train every model with every seed; write results.json/.md and a plot of the
     validation curves to ``config.run.out`` (when set)."""

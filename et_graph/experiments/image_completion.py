@@ -33,7 +33,7 @@ from ..protocols.image_config import (  # noqa: F401  (the task's config, re-exp
     ImageModelConfig,
     ImageProtocolConfig,
 )
-from ..reporting import markdown_table, summarize, write_results
+from ..reporting import checks_output_folder, markdown_table, summarize, write_results
 from ..reporting_images import FIGURES, write_figures
 
 BASELINES = ("mean_patch", "mean_patch_global", "nearest_open")
@@ -57,6 +57,7 @@ def build_model(config: ImageModelConfig, images: Tensor) -> ETImageCompletion:
     )
 
 
+@checks_output_folder()
 def run(config: ImageCompletionConfig) -> dict[str, Any]:
     config.run.apply_threads()
     progress = config.run.progress

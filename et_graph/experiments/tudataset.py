@@ -37,9 +37,10 @@ from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re
     model_factories,
     parse_grid,
 )
-from ..reporting import markdown_table, provenance_note, write_results
+from ..reporting import checks_output_folder, markdown_table, provenance_note, write_results
 
 
+@checks_output_folder(lambda config: config.run.out and Path(config.run.out, config.data.dataset))
 def run(config: TUDatasetConfig) -> dict[str, Any]:
     config.run.apply_threads()
     data, protocol, progress = config.data, config.protocol, config.run.progress

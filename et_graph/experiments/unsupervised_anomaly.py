@@ -37,11 +37,18 @@ from ..protocols.unsupervised import (
     evaluate_all_nodes,
     load_graph,
 )
-from ..reporting import markdown_table, provenance_note, summarize, write_results
+from ..reporting import (
+    checks_output_folder,
+    markdown_table,
+    provenance_note,
+    summarize,
+    write_results,
+)
 
 CONFIG = UnsupervisedAnomalyConfig
 
 
+@checks_output_folder()
 def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[str, Any]:
     """Run the experiment; ``data`` (a PyG ``Data`` with binary ``y``) replaces loading."""
     config.run.apply_threads()
