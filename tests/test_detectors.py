@@ -539,3 +539,22 @@ def test_a_diverged_training_is_reported_not_thresholded(graph, monkeypatch):
                         lambda self, data: torch.full((data.num_nodes,), float("inf")))
     with pytest.raises(FloatingPointError, match="of this graph as NaN or inf"):
         det.decision_function(graph)
+
+
+@pytest.mark.parametrize("name", ["mlp", "gbt"])
+def test_index_masks_and_sparse_features_get_the_fix_in_the_error(graph, name):
+    """OGB-style index splits got a bare shape message; sparse features an ATen dispatch error
+    ("Could not run 'aten::ne.Scalar' with arguments from the 'SparseCPU' backend")."""
+    make = (lambda: MLPDetector(epochs=1)) if name == "mlp" else (lambda: GBTDetector(max_iter=5))
+    index = graph.train_mask.nonzero().view(-1)
+    with pytest.raises(ValueError, match=r"index_to_mask\(idx, size=240\)"):
+        make().fit(graph, train_mask=index)
+    with pytest.raises(ValueError, match=r"val_mask\.bool\(\)"):
+        make().fit(graph, val_mask=graph.val_mask.long())
+    sparse = graph.clone()
+    sparse.x = graph.x.to_sparse()
+    with pytest.raises(ValueError, match=r"sparse tensor.*to_dense\(\)"):
+        make().fit(sparse)
+    fitted = make().fit(graph)
+    with pytest.raises(ValueError, match=r"sparse tensor"):
+        fitted.decision_function(sparse)

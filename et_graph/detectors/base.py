@@ -331,6 +331,15 @@ def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:
                 f"{name}=data.{name}[:, i] for the split you want"
             )
     mask = torch.as_tensor(mask).cpu()
+    if mask.dim() == 1 and not mask.is_floating_point() and mask.dtype != torch.bool:
+        # OGB-style split_idx["train"] and 0/1 vectors both arrive as integers: which one is
+        # meant cannot be told apart in general, so neither is guessed.
+        raise ValueError(
+            f"{name} must be a bool tensor of shape [{data.num_nodes}], got {mask.dtype} of "
+            f"shape {tuple(mask.shape)}: for node indices pass "
+            f"torch_geometric.utils.index_to_mask(idx, size={data.num_nodes}), for a 0/1 "
+            f"vector pass {name}.bool()"
+        )
     if mask.dtype != torch.bool or mask.shape != (data.num_nodes,):
         raise ValueError(
             f"{name} must be a bool tensor of shape [{data.num_nodes}], got "

@@ -22,6 +22,9 @@ def check_node_graph(data: Data) -> tuple[Tensor, Tensor]:
             raise TypeError(f"data.{name} is a {type(value).__name__}; PyG Data attributes must "
                             f"be tensors: data.{name} = torch.as_tensor(...)")
     x = getattr(data, "x", None)
+    if x is not None and x.layout != torch.strided:
+        raise ValueError(f"data.x is a sparse tensor ({x.layout}); the models read dense "
+                         "features: data.x = data.x.to_dense() (the file loaders do this)")
     if x is None or x.dim() != 2 or x.size(0) == 0:
         raise ValueError("data.x must hold node features of shape [N, F] with N > 0")
     if not bool(torch.isfinite(x).all()):
