@@ -120,6 +120,32 @@ def test_missing_raw_files_are_reported(tmp_path):
         prepare_root(partial, "MUTAG", tmp_path / "cache")
 
 
+def _corrupt_mutag(tmp_path, part, change):
+    root = tmp_path / f"bad_{part}"
+    shutil.copytree(Path(DATA) / "MUTAG", root / "MUTAG")
+    path = root / "MUTAG" / "raw" / f"MUTAG_{part}.txt"
+    path.write_text(change(path.read_text().splitlines()))
+    return root
+
+
+@pytest.mark.parametrize("part, change, message", [
+    # PyG failed in its slicing: "start (180) + length (1) exceeds dimension size (180)"
+    ("graph_labels", lambda lines: "\n".join(lines[:180]), "has 180 labels, but the graph "
+                                                           "indicator names 188 graphs"),
+    # PyG splits nodes by counts in file order: two swapped lines moved nodes between graphs
+    ("graph_indicator", lambda lines: "\n".join([lines[20], *lines[1:20], lines[0], *lines[21:]]),
+     "ascending order.*line 2 goes back"),
+    ("A", lambda lines: "\n".join([*lines, "1, 99999"]), r"node ids in \[1, 99999\]"),
+    ("A", lambda lines: "\n".join([*lines[:-1], "1, x"]), "must hold integers.*'x'"),
+    ("node_labels", lambda lines: "\n".join(lines[:-3]), "3368 lines for 3371 nodes"),
+    ("edge_labels", lambda lines: "\n".join([*lines, "0"]), "for 7442 edges"),
+])
+def test_inconsistent_raw_files_are_named_before_pyg_reads_them(tmp_path, part, change, message):
+    root = _corrupt_mutag(tmp_path, part, change)
+    with pytest.raises(ValueError, match=message):
+        load_tudataset(root, "MUTAG", tmp_path / "cache", pe_dim=0, progress=False)
+
+
 def test_the_cache_follows_the_raw_files_content(tmp_path):
     """Another root with the same dataset name (or edited raw files) must not load the graphs
     processed from the first one."""

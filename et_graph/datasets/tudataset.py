@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 from threadpoolctl import threadpool_limits
 from torch_geometric.datasets import TUDataset
 from torch_geometric.transforms import OneHotDegree
@@ -64,11 +65,60 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
                    for p in sorted(source.iterdir()) if p.is_file()}
     if (not target.is_dir() or not stamp.is_file()
             or json.loads(stamp.read_text()) != fingerprint):
+        check_raw_files(source, name)  # new or changed files only
         if (cache / name).exists():
             shutil.rmtree(cache / name)  # the processed graphs go with the old raw files
         shutil.copytree(source, target)
         stamp.write_text(json.dumps(fingerprint, indent=1))
     return cache
+
+
+def _integers(path: Path) -> np.ndarray:
+    """The integers of a TU text file (one or more per line, comma separated)."""
+    text = path.read_text().replace(",", " ")
+    try:
+        return np.array(text.split(), dtype=np.int64)
+    except ValueError:
+        raise ValueError(f"{path} must hold integers (a TU raw file), found "
+                         f"{next(t for t in text.split() if not t.lstrip('-').isdigit())!r}"
+                         ) from None
+
+
+def _lines(path: Path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def check_raw_files(source: Path, name: str) -> None:
+    """``ValueError`` for TU raw files that disagree with each other. PyG reads them without
+    these checks: a short labels file failed deep inside its slicing ("start (180) + length
+    (1) exceeds dimension size (180)"), and an unsorted graph indicator assigned nodes to the
+    wrong graphs silently (it splits the nodes by counts, in file order)."""
+    indicator = _integers(source / f"{name}_graph_indicator.txt")
+    if indicator.size == 0 or int(indicator.min()) < 1:
+        raise ValueError(f"{source / f'{name}_graph_indicator.txt'}: graph ids start at 1")
+    if bool((np.diff(indicator) < 0).any()):
+        row = int(np.argmax(np.diff(indicator) < 0)) + 2
+        raise ValueError(f"{source / f'{name}_graph_indicator.txt'}: graph ids must be in "
+                         f"ascending order (node i belongs to the graph on line i), line {row} "
+                         "goes back")
+    num_graphs, num_nodes = int(indicator.max()), int(indicator.size)
+    labels = _lines(source / f"{name}_graph_labels.txt")
+    if labels != num_graphs:
+        raise ValueError(f"{source / f'{name}_graph_labels.txt'} has {labels} labels, but the "
+                         f"graph indicator names {num_graphs} graphs")
+    edges = _integers(source / f"{name}_A.txt")
+    if edges.size % 2:
+        raise ValueError(f"{source / f'{name}_A.txt'}: each line must hold two node ids")
+    if edges.size and (int(edges.min()) < 1 or int(edges.max()) > num_nodes):
+        raise ValueError(f"{source / f'{name}_A.txt'} names node ids in [{int(edges.min())}, "
+                         f"{int(edges.max())}], but the graph indicator has nodes 1..{num_nodes}")
+    for part, count, what in (("node_labels", num_nodes, "nodes"),
+                              ("node_attributes", num_nodes, "nodes"),
+                              ("edge_labels", edges.size // 2, "edges in A.txt"),
+                              ("edge_attributes", edges.size // 2, "edges in A.txt")):
+        path = source / f"{name}_{part}.txt"
+        if path.is_file() and _lines(path) != count:
+            raise ValueError(f"{path} has {_lines(path)} lines for {count} {what}")
 
 
 def load_tudataset(
