@@ -127,6 +127,26 @@ def test_pyg_wrappers_load_local_files(tmp_path, zinc_val):
     assert len(val) == 2 and torch.equal(val[1].y, splits["val"][1].y)
 
 
+def test_damaged_files_are_named_with_the_fix(tmp_path, zinc_val):
+    """A truncated download gave torch.load's advice to set weights_only=False, or a bare
+    "invalid load key"."""
+    splits = generate_sbm_cluster(4, 2, 2, seed=3)
+    _write_fake_gnn_benchmark_raw(tmp_path, "CLUSTER", splits)
+    raw = tmp_path / "CLUSTER" / "raw" / "CLUSTER_v2.pt"
+    raw.write_bytes(raw.read_bytes()[:200])  # an interrupted download
+    with pytest.raises(ValueError, match=r"cannot be read .*put a fresh CLUSTER_v2\.pt") as error:
+        load_gnn_benchmark(tmp_path, "CLUSTER", "train")
+    assert "weights_only" not in str(error.value)
+    _write_fake_zinc_raw(tmp_path / "ZINC", zinc_val)
+    (tmp_path / "ZINC" / "raw" / "val.pickle").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match=r"ZINC cannot be read .*invalid load key"):
+        load_zinc(tmp_path / "ZINC", "train")
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "val.pt").write_bytes(b"\x80\x04 truncated")
+    with pytest.raises(ValueError, match=r"val\.pt cannot be read.*copy ZINC_subset_partial"):
+        load_zinc_partial(tmp_path / "partial", "val")
+
+
 # ------------------------------------------------------------------------------------------
 # SBM generator
 # ------------------------------------------------------------------------------------------

@@ -9,9 +9,11 @@ Layout expected under a user root ``ROOT`` (PyG's own layout)::
 from __future__ import annotations
 
 import os
+import pickle
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar, Union
 
 from torch_geometric.data import Data
 
@@ -66,6 +68,27 @@ class BenchmarkData:
         return self.metric == "mae"
 
 
+#: What torch.load / pickle raise for a truncated, damaged or foreign file.
+UNREADABLE_FILE_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, zipfile.BadZipFile,
+                          ModuleNotFoundError, AttributeError, KeyError, TypeError)
+_Loaded = TypeVar("_Loaded")
+
+
+def read_local_files(read: Callable[[], _Loaded], where: Path, fix: str) -> _Loaded:
+    """``read()``, with the errors of a damaged file (``torch.load``'s advice to set
+    ``weights_only=False``, a bare ``invalid load key``) turned into a ``ValueError`` that
+    names the folder and the fix."""
+    try:
+        return read()
+    except UNREADABLE_FILE_ERRORS as error:
+        detail = (str(error).strip().splitlines() or [""])[0][:200]
+        if detail.startswith("Weights only load failed"):  # its advice is not the fix here
+            detail = "torch.load found no tensors it can read"
+        raise ValueError(f"the files under {where} cannot be read ({type(error).__name__}: "
+                         f"{detail}): a file is truncated, damaged or not the expected one; "
+                         f"{fix}") from error
+
+
 def missing_files(paths: list[Path]) -> list[Path]:
     return [p for p in paths if not p.is_file()]
 
@@ -104,11 +127,15 @@ def load_gnn_benchmark(root: PathLike, name: str, split: str) -> "GNNBenchmarkDa
         def download(self) -> None:  # processed files exist: nothing to fetch
             return None
 
+    fix = (f"delete {Path(root) / name / 'processed'} and put a fresh {name}_v2.pt (from PyG's "
+           f"{name}_v2.zip) at {raw_file}")
     if gnn_benchmark_processed(root, name):
-        return _OfflineGNNBenchmark(str(root), name=name, split=split)
+        return read_local_files(lambda: _OfflineGNNBenchmark(str(root), name=name, split=split),
+                                Path(root) / name, fix)
     # The first load processes the raw file into root/name/processed: parallel jobs take turns.
     with folder_lock(root, name):
-        return _OfflineGNNBenchmark(str(root), name=name, split=split)
+        return read_local_files(lambda: _OfflineGNNBenchmark(str(root), name=name, split=split),
+                                Path(root) / name, fix)
 
 
 __all__ = [

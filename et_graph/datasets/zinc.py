@@ -22,7 +22,7 @@ import numpy as np
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .gnnbenchmark_common import SPLITS, BenchmarkData, PathLike, missing_files
+from .gnnbenchmark_common import SPLITS, BenchmarkData, PathLike, missing_files, read_local_files
 
 if TYPE_CHECKING:
     from torch_geometric.datasets import ZINC
@@ -67,7 +67,8 @@ def load_zinc_partial(root: PathLike, split: str) -> list[Data]:
         )
     from torch_geometric.io import fs
 
-    loaded = fs.torch_load(str(path))
+    loaded = read_local_files(lambda: fs.torch_load(str(path)), path,
+                              f"copy ZINC_subset_partial/processed/{split}.pt again")
     if not (isinstance(loaded, (tuple, list)) and len(loaded) == 2):
         raise ValueError(f"{path} is not a PyG (Data, slices) pickle")
     collated, slices = loaded
@@ -139,7 +140,10 @@ def load_zinc(root: PathLike, split: str, subset: bool = True) -> "ZINC":
         def download(self) -> None:  # processed files exist: nothing to fetch
             return None
 
-    return _OfflineZINC(str(root), subset=subset, split=split)
+    return read_local_files(
+        lambda: _OfflineZINC(str(root), subset=subset, split=split), root,
+        f"delete {processed} and put fresh copies of molecules.zip's files and the split "
+        f"indices in {root / 'raw'}")
 
 
 def zinc_official_present(root: PathLike) -> bool:
