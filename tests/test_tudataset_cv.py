@@ -146,6 +146,57 @@ def test_inconsistent_raw_files_are_named_before_pyg_reads_them(tmp_path, part, 
         load_tudataset(root, "MUTAG", tmp_path / "cache", pe_dim=0, progress=False)
 
 
+def _write_tu(root, name, graphs, labels, final_newline=True):
+    """A tiny TU folder: ``graphs`` as (node count, [(u, v), ...] within the graph)."""
+    raw = root / name / "raw"
+    raw.mkdir(parents=True)
+    edges, indicator, offset = [], [], 0
+    for number, (nodes, pairs) in enumerate(graphs, start=1):
+        indicator += [str(number)] * nodes
+        edges += [f"{u + 1 + offset}, {v + 1 + offset}" for u, v in pairs]
+        offset += nodes
+    end = "\n" if final_newline else ""
+    for part, lines in (("A", edges), ("graph_indicator", indicator),
+                        ("graph_labels", [str(label) for label in labels])):
+        (raw / f"{name}_{part}.txt").write_text("\n".join(lines) + end)
+    return root
+
+
+TRIANGLE = (3, [(0, 1), (1, 0), (1, 2), (2, 1), (0, 2), (2, 0)])
+PATH = (3, [(0, 1), (1, 0), (1, 2), (2, 1)])
+
+
+def test_tiny_tu_files_load_exactly_or_are_refused(tmp_path):
+    """From an audit: PyG's reader dropped the last edge of an A.txt without a final newline
+    and every graph without edges at the end, silently; blank lines and a single graph failed
+    inside it."""
+    root = _write_tu(tmp_path / "a", "T", [TRIANGLE, PATH, TRIANGLE], [1, 0, 1], False)
+    graphs, _ = load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
+    assert [g.edge_index.size(1) for g in graphs] == [6, 4, 6]  # the last edge was lost
+    labels = root / "T" / "raw" / "T_graph_labels.txt"
+    labels.write_text("1\n0\n1\n\n\n")  # trailing blank lines are read as the end
+    assert len(load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)[0]) == 3
+    labels.write_text("1\n\n0\n1\n")
+    with pytest.raises(ValueError, match="line 2 is blank"):
+        load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
+    labels.write_text("1\n0.5\n1\n")
+    with pytest.raises(ValueError, match="must hold integers.*'0.5'"):
+        load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
+    cases = [
+        ([TRIANGLE, PATH, (2, [])], [1, 0, 1], r"graphs 3\.\.3 .* have no edge"),
+        ([TRIANGLE], [1], "needs at least 2"),
+        ([TRIANGLE, (3, [(0, 3), (1, 2)])], [1, 0], "line 7 joins a node of graph 2 to one of "
+                                                    "graph 3"),
+    ]
+    for number, (graphs, labels, message) in enumerate(cases):
+        if "joins" in message:
+            graphs = [*graphs, PATH]
+            labels = [*labels, 1]
+        root = _write_tu(tmp_path / f"case{number}", "T", graphs, labels)
+        with pytest.raises(ValueError, match=message):
+            load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
+
+
 def test_the_cache_follows_the_raw_files_content(tmp_path):
     """Another root with the same dataset name (or edited raw files) must not load the graphs
     processed from the first one."""

@@ -5,8 +5,10 @@ files are copied to a writable cache first, because PyG writes ``processed/`` ne
 given root is never written to. Datasets without node features (IMDB-BINARY, ...) get a one-hot
 encoding of the node degree; ``degree_feature=True`` appends ``log1p(degree)`` to every dataset's
 node features, ``incident_edge_sums=True`` appends each node's summed incoming edge features (bond
-counts by type) and ``rw_pe_dim=k`` adds random-walk encodings ``rw_pe``. The repository ships MUTAG, PROTEINS, NCI1, ENZYMES and IMDB-BINARY
-in ``datasets/TUDataset`` (:func:`default_tu_root`).
+counts by type) and ``rw_pe_dim=k`` adds random-walk encodings ``rw_pe``. The repository ships
+MUTAG, PROTEINS, NCI1, NCI109, ENZYMES, IMDB-BINARY and Mutagenicity in ``datasets/TUDataset``
+(:func:`default_tu_root`). The raw files are checked against each other first
+(:func:`check_raw_files`).
 """
 from __future__ import annotations
 
@@ -65,60 +67,98 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
                    for p in sorted(source.iterdir()) if p.is_file()}
     if (not target.is_dir() or not stamp.is_file()
             or json.loads(stamp.read_text()) != fingerprint):
-        check_raw_files(source, name)  # new or changed files only
+        texts = check_raw_files(source, name)  # new or changed files only
         if (cache / name).exists():
             shutil.rmtree(cache / name)  # the processed graphs go with the old raw files
         shutil.copytree(source, target)
+        for file_name, text in texts.items():  # what PyG reads: the normalised lines
+            (target / file_name).write_text(text)
         stamp.write_text(json.dumps(fingerprint, indent=1))
     return cache
 
 
-def _integers(path: Path) -> np.ndarray:
-    """The integers of a TU text file (one or more per line, comma separated)."""
-    text = path.read_text().replace(",", " ")
+def _integers(text: str, path: Path) -> np.ndarray:
+    """The integers of a TU text file's content (one or more per line, comma separated)."""
+    tokens = text.replace(",", " ").split()
     try:
-        return np.array(text.split(), dtype=np.int64)
+        return np.array(tokens, dtype=np.int64)
     except ValueError:
-        raise ValueError(f"{path} must hold integers (a TU raw file), found "
-                         f"{next(t for t in text.split() if not t.lstrip('-').isdigit())!r}"
-                         ) from None
+        bad = next(t for t in tokens if not t.lstrip("-").isdigit())
+        raise ValueError(f"{path} must hold integers (a TU raw file), found {bad!r}") from None
 
 
-def _lines(path: Path) -> int:
-    return sum(1 for line in path.read_text().splitlines() if line.strip())
+def _normalised_text(path: Path) -> str:
+    """The file's lines, trailing blank lines dropped and a final newline added: PyG's reader
+    drops the last line of a file without one (a lost edge in ``A.txt``), and fails on blank
+    lines with ``invalid literal for int() with base 10: ''``."""
+    lines = path.read_text().splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    blank = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+    if blank:
+        raise ValueError(f"{path}: line {blank[0]} is blank (one value per line, no gaps)")
+    return "\n".join(lines) + "\n" if lines else ""
 
 
-def check_raw_files(source: Path, name: str) -> None:
-    """``ValueError`` for TU raw files that disagree with each other. PyG reads them without
-    these checks: a short labels file failed deep inside its slicing ("start (180) + length
-    (1) exceeds dimension size (180)"), and an unsorted graph indicator assigned nodes to the
-    wrong graphs silently (it splits the nodes by counts, in file order)."""
-    indicator = _integers(source / f"{name}_graph_indicator.txt")
+def check_raw_files(source: Path, name: str) -> dict[str, str]:
+    """The raw files' normalised texts (:func:`_normalised_text`), or a ``ValueError`` for
+    files that disagree with each other. PyG reads them without these checks: a short labels
+    file failed deep inside its slicing ("start (180) + length (1) exceeds dimension size
+    (180)"); an unsorted graph indicator assigned nodes to the wrong graphs silently (it splits
+    the nodes by counts, in file order), and so did an edge joining two graphs; graphs without
+    edges at the end of the file were dropped."""
+    texts = {path.name: _normalised_text(path)
+             for path in sorted(source.glob(f"{name}_*.txt")) if path.is_file()}
+
+    def where(part: str) -> Path:
+        return source / f"{name}_{part}.txt"
+
+    def lines(part: str) -> int:
+        return texts[f"{name}_{part}.txt"].count("\n")
+
+    indicator = _integers(texts[f"{name}_graph_indicator.txt"], where("graph_indicator"))
     if indicator.size == 0 or int(indicator.min()) < 1:
-        raise ValueError(f"{source / f'{name}_graph_indicator.txt'}: graph ids start at 1")
+        raise ValueError(f"{where('graph_indicator')}: graph ids start at 1")
     if bool((np.diff(indicator) < 0).any()):
         row = int(np.argmax(np.diff(indicator) < 0)) + 2
-        raise ValueError(f"{source / f'{name}_graph_indicator.txt'}: graph ids must be in "
-                         f"ascending order (node i belongs to the graph on line i), line {row} "
-                         "goes back")
+        raise ValueError(f"{where('graph_indicator')}: graph ids must be in ascending order "
+                         f"(node i belongs to the graph on line i), line {row} goes back")
     num_graphs, num_nodes = int(indicator.max()), int(indicator.size)
-    labels = _lines(source / f"{name}_graph_labels.txt")
-    if labels != num_graphs:
-        raise ValueError(f"{source / f'{name}_graph_labels.txt'} has {labels} labels, but the "
+    if num_graphs < 2:
+        raise ValueError(f"{where('graph_indicator')} names {num_graphs} graph; a dataset for "
+                         "graph classification needs at least 2")
+    labels = _integers(texts[f"{name}_graph_labels.txt"], where("graph_labels"))
+    if labels.size != num_graphs or lines("graph_labels") != num_graphs:
+        raise ValueError(f"{where('graph_labels')} has {lines('graph_labels')} labels, but the "
                          f"graph indicator names {num_graphs} graphs")
-    edges = _integers(source / f"{name}_A.txt")
-    if edges.size % 2:
-        raise ValueError(f"{source / f'{name}_A.txt'}: each line must hold two node ids")
-    if edges.size and (int(edges.min()) < 1 or int(edges.max()) > num_nodes):
-        raise ValueError(f"{source / f'{name}_A.txt'} names node ids in [{int(edges.min())}, "
+    edges = _integers(texts[f"{name}_A.txt"], where("A"))
+    if edges.size % 2 or edges.size != 2 * lines("A"):
+        raise ValueError(f"{where('A')}: each line must hold two node ids")
+    if edges.size < 4:
+        raise ValueError(f"{where('A')} holds {edges.size // 2} edge; PyG's TU reader needs 2")
+    if int(edges.min()) < 1 or int(edges.max()) > num_nodes:
+        raise ValueError(f"{where('A')} names node ids in [{int(edges.min())}, "
                          f"{int(edges.max())}], but the graph indicator has nodes 1..{num_nodes}")
+    source_graph, target_graph = indicator[edges[0::2] - 1], indicator[edges[1::2] - 1]
+    if bool((source_graph != target_graph).any()):
+        row = int(np.argmax(source_graph != target_graph)) + 1
+        raise ValueError(f"{where('A')}: line {row} joins a node of graph "
+                         f"{source_graph[row - 1]} to one of graph {target_graph[row - 1]}")
+    if int(source_graph.max()) < num_graphs:
+        raise ValueError(f"graphs {int(source_graph.max()) + 1}..{num_graphs} (the last of "
+                         f"{where('graph_indicator')}) have no edge, and PyG's TU reader drops "
+                         "graphs without edges at the end; move them before a graph with edges")
     for part, count, what in (("node_labels", num_nodes, "nodes"),
                               ("node_attributes", num_nodes, "nodes"),
                               ("edge_labels", edges.size // 2, "edges in A.txt"),
                               ("edge_attributes", edges.size // 2, "edges in A.txt")):
-        path = source / f"{name}_{part}.txt"
-        if path.is_file() and _lines(path) != count:
-            raise ValueError(f"{path} has {_lines(path)} lines for {count} {what}")
+        if f"{name}_{part}.txt" not in texts:
+            continue
+        if lines(part) != count:
+            raise ValueError(f"{where(part)} has {lines(part)} lines for {count} {what}")
+        if part.endswith("labels"):
+            _integers(texts[f"{name}_{part}.txt"], where(part))
+    return texts
 
 
 def load_tudataset(
