@@ -147,6 +147,39 @@ def test_damaged_files_are_named_with_the_fix(tmp_path, zinc_val):
         load_zinc_partial(tmp_path / "partial", "val")
 
 
+def test_nan_targets_and_non_integer_ids_are_refused(tmp_path):
+    """From an audit: a NaN target in the test split printed 'mae n/a' with exit status 0 (in
+    training it 'diverged', with advice to lower the learning rate); a bare .long() read a
+    label 0.5 as 0 and an atom type 0.5 as 0."""
+    from torch_geometric.io import fs
+
+    def damaged(key, change):
+        collated, slices = fs.torch_load(str(PARTIAL / "processed" / "val.pt"))
+        store = collated.__dict__
+        store[key] = change(store[key].clone())
+        folder = tmp_path / key
+        folder.mkdir()
+        torch.save((collated, slices), folder / "val.pt")
+        return folder
+
+    with pytest.raises(ValueError, match="graph 0 target is NaN"):
+        load_zinc_partial(damaged("y", lambda y: y.index_fill_(0, torch.tensor([0]), float("nan"))),
+                          "val")
+    with pytest.raises(ValueError, match=r"atom types must be whole numbers \(category ids\), found 0.5"):
+        load_zinc_partial(damaged("x", lambda x: x.float().index_fill_(0, torch.tensor([0]), 0.5)),
+                          "val")
+    with pytest.raises(ValueError, match=r"bond types must be ids in 0\.\.3"):
+        load_zinc_partial(damaged("edge_attr", lambda e: e + 7), "val")
+    splits = generate_sbm_cluster(4, 2, 2, seed=3)
+    splits["val"][1].y = splits["val"][1].y.float()
+    splits["val"][1].y[0] = 0.5
+    _write_fake_gnn_benchmark_raw(tmp_path / "official", "CLUSTER", splits)
+    config = GNNBenchmarkDataConfig(dataset="CLUSTER", root=str(tmp_path / "official"),
+                                    source="official")
+    with pytest.raises(ValueError, match="CLUSTER val graph 1: node labels must be whole numbers"):
+        load_benchmark(config)
+
+
 # ------------------------------------------------------------------------------------------
 # SBM generator
 # ------------------------------------------------------------------------------------------

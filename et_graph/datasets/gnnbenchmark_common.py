@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, TypeVar, Union
 
+from torch import Tensor
 from torch_geometric.data import Data
 
 from .locking import folder_lock
@@ -89,6 +90,20 @@ def read_local_files(read: Callable[[], _Loaded], where: Path, fix: str) -> _Loa
                          f"{fix}") from error
 
 
+def category_ids(values: Tensor, what: str, count: int) -> Tensor:
+    """``values`` as ``long`` ids in ``[0, count)``; a ``ValueError`` naming ``what`` for other
+    values (a bare ``.long()`` turned a label 0.5 into 0, and an id past the vocabulary
+    failed later inside ``one_hot`` or the loss)."""
+    if values.is_floating_point() and not bool((values == values.round()).all()):
+        raise ValueError(f"{what} must be whole numbers (category ids), found "
+                         f"{values[values != values.round()][0].item()!r}")
+    ids = values.long()
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= count):
+        raise ValueError(f"{what} must be ids in 0..{count - 1}, found "
+                         f"{int(ids.min())}..{int(ids.max())}")
+    return ids
+
+
 def missing_files(paths: list[Path]) -> list[Path]:
     return [p for p in paths if not p.is_file()]
 
@@ -108,7 +123,7 @@ def gnn_benchmark_present(root: PathLike, name: str) -> bool:
     return gnn_benchmark_required_file(root, name).is_file() or gnn_benchmark_processed(root, name)
 
 
-def load_gnn_benchmark(root: PathLike, name: str, split: str) -> "GNNBenchmarkDataset":
+def load_gnn_benchmark(root: PathLike, name: str, split: str) -> GNNBenchmarkDataset:
     """PyG's ``GNNBenchmarkDataset`` (PATTERN, CLUSTER, MNIST, CIFAR10) from local files only."""
     from torch_geometric.datasets import GNNBenchmarkDataset
 

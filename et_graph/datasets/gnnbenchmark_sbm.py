@@ -13,6 +13,7 @@ from .gnnbenchmark_common import (
     SPLITS,
     BenchmarkData,
     PathLike,
+    category_ids,
     gnn_benchmark_present,
     gnn_benchmark_required_file,
     load_gnn_benchmark,
@@ -43,14 +44,18 @@ def sbm_benchmark(name: str, root: PathLike, source: str = "auto",
     common = dict(task="node", metric="weighted_accuracy", num_outputs=num_classes)
     if source in ("auto", "official") and gnn_benchmark_present(root, name):
         splits = {s: list(load_gnn_benchmark(root, name, s)) for s in SPLITS}
-        for split in splits.values():
-            for d in split:
+        for split_name, split in splits.items():
+            for index, d in enumerate(split):
+                where = f"{name} {split_name} graph {index}"
                 if d.x.is_floating_point() or (d.x.dim() == 2 and d.x.size(1) > 1):
                     # PyG's files: one-hot rows (float; an integer one-hot is read the same)
                     d.x = d.x.float().view(d.num_nodes, -1)
                 else:  # one integer feature id per node: one-hot, as the generated graphs
-                    d.x = nn.functional.one_hot(d.x.long().view(-1), vocab).float()
-                d.y = d.y.long().view(-1)
+                    ids = category_ids(d.x.view(-1), f"{where}: node feature ids", vocab)
+                    d.x = nn.functional.one_hot(ids, vocab).float()
+                d.y = category_ids(d.y.view(-1), f"{where}: node labels", num_classes)
+                if d.y.numel() != d.num_nodes:
+                    raise ValueError(f"{where}: {d.y.numel()} labels for {d.num_nodes} nodes")
                 d.edge_attr = None
         node_dim = splits["train"][0].x.size(1)
         return BenchmarkData(

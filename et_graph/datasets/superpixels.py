@@ -8,6 +8,7 @@ from .gnnbenchmark_common import (
     SPLITS,
     BenchmarkData,
     PathLike,
+    category_ids,
     gnn_benchmark_present,
     gnn_benchmark_required_file,
     load_gnn_benchmark,
@@ -38,7 +39,7 @@ def superpixel_benchmark(name: str, root: PathLike, source: str = "auto") -> Ben
             d.x = torch.cat(parts, dim=1)
             if getattr(d, "edge_attr", None) is not None:
                 d.edge_attr = d.edge_attr.float().view(d.edge_index.size(1), -1)
-            d.y = d.y.long().view(-1)
+            d.y = category_ids(d.y.view(-1), f"{name} graph label", 10)
     sample = splits["train"][0]
     edge_dim = None if sample.edge_attr is None else sample.edge_attr.size(1)
     return BenchmarkData(

@@ -19,10 +19,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .gnnbenchmark_common import SPLITS, BenchmarkData, PathLike, missing_files, read_local_files
+from .gnnbenchmark_common import (
+    SPLITS,
+    BenchmarkData,
+    PathLike,
+    category_ids,
+    missing_files,
+    read_local_files,
+)
 
 if TYPE_CHECKING:
     from torch_geometric.datasets import ZINC
@@ -34,6 +42,16 @@ ZINC_NUM_BOND_TYPES = 4
 ZINC_PARTIAL_SPLITS = ("val", "test")
 ZINC_SPLIT_SIZES = {"train": 10000, "val": 1000, "test": 1000}
 _PARTIAL_KEYS = ("x", "edge_index", "edge_attr", "y")
+
+
+def finite_targets(values: Tensor, what: str) -> Tensor:
+    """``values`` as a float vector, or a ``ValueError``: a NaN target made the test MAE NaN
+    (printed as n/a, without a reason) or the training 'diverge' with advice to lower the
+    learning rate."""
+    values = values.float().view(-1)
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError(f"{what} is NaN or infinite")
+    return values
 
 
 def zinc_partial_file(root: PathLike, split: str) -> Path:
@@ -92,10 +110,12 @@ def load_zinc_partial(root: PathLike, split: str) -> list[Data]:
             raise ValueError(f"{path}: graph {i} has edge ids outside 0..{num_nodes - 1}")
         graphs.append(
             Data(
-                x=parts["x"].long().view(num_nodes, -1),
+                x=category_ids(parts["x"], f"{path}: graph {i} atom types",
+                               ZINC_NUM_ATOM_TYPES).view(num_nodes, -1),
                 edge_index=edge_index,
-                edge_attr=parts["edge_attr"].long().view(-1),
-                y=parts["y"].float().view(-1),
+                edge_attr=category_ids(parts["edge_attr"], f"{path}: graph {i} bond types",
+                                       ZINC_NUM_BOND_TYPES).view(-1),
+                y=finite_targets(parts["y"], f"{path}: graph {i} target"),
                 num_nodes=num_nodes,
             )
         )
@@ -115,7 +135,7 @@ def zinc_required_files(root: PathLike) -> list[Path]:
     return [raw / n for n in names]
 
 
-def load_zinc(root: PathLike, split: str, subset: bool = True) -> "ZINC":
+def load_zinc(root: PathLike, split: str, subset: bool = True) -> ZINC:
     """PyG's ``ZINC`` (12k subset by default) from local files; raises instead of downloading.
 
     ``root`` is PyG's root for ZINC (it holds ``raw/``; PyG writes ``subset/processed/`` there, so
@@ -168,9 +188,11 @@ def zinc_benchmark(root: PathLike, source: str = "auto", holdout_fraction: float
     if source in ("auto", "official") and zinc_official_present(root / "ZINC"):
         splits = {s: list(load_zinc(root / "ZINC", s)) for s in SPLITS}
         for split in splits.values():
-            for d in split:
-                d.y = d.y.float().view(-1)
-                d.x = d.x.long().view(d.num_nodes, -1)
+            for index, d in enumerate(split):
+                where = f"ZINC graph {index}"
+                d.y = finite_targets(d.y, f"{where} target")
+                d.x = category_ids(d.x, f"{where} atom types",
+                                   ZINC_NUM_ATOM_TYPES).view(d.num_nodes, -1)
         return BenchmarkData(
             "ZINC", "official", splits, **common,
             protocol="ZINC-12k (official splits): train on train, select the epoch on val, "
