@@ -165,7 +165,7 @@ def test_nan_targets_and_non_integer_ids_are_refused(tmp_path):
     with pytest.raises(ValueError, match="graph 0 target is NaN"):
         load_zinc_partial(damaged("y", lambda y: y.index_fill_(0, torch.tensor([0]), float("nan"))),
                           "val")
-    with pytest.raises(ValueError, match=r"atom types must be whole numbers \(category ids\), found 0.5"):
+    with pytest.raises(ValueError, match=r"atom types must be whole .*, found 0.5"):
         load_zinc_partial(damaged("x", lambda x: x.float().index_fill_(0, torch.tensor([0]), 0.5)),
                           "val")
     with pytest.raises(ValueError, match=r"bond types must be ids in 0\.\.3"):
