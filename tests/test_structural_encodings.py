@@ -183,3 +183,32 @@ def test_random_walk_pe_of_a_large_graph_prints_no_sparse_notice():
     result = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", script],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_structure_transforms_check_their_input_and_ignore_edge_weights():
+    """From an audit: PyG's random-walk PE divided by the weighted degree without the weight (a
+    certain return read 0.25 with weights 2); integer bond ids were summed (1 + 3 = 4); a
+    missing or out-of-range edge_index gave raw errors."""
+    weighted = ring(6)
+    weighted.edge_weight = torch.full((weighted.edge_index.size(1),), 2.0)
+    pe = RandomWalkPE(4)(weighted)
+    assert torch.allclose(pe.rw_pe, torch.tensor([0.0, 0.5, 0.0, 0.375]).expand(6, 4))
+    assert torch.equal(pe.edge_weight, torch.full((12,), 2.0))  # kept on the graph
+    path = Data(x=torch.ones(3, 1), edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]),
+                edge_weight=torch.full((4,), 0.5))
+    assert torch.allclose(RandomWalkPE(2)(path).rw_pe, torch.tensor([[0.0, 0.5], [0.0, 1.0],
+                                                                     [0.0, 0.5]]))  # not 4.0
+    ids = Data(x=torch.ones(3, 1), edge_index=path.edge_index, edge_attr=torch.tensor([1, 1, 3, 3]))
+    with pytest.raises(ValueError, match="integer category ids.*one-hot"):
+        IncidentEdgeSum()(ids)
+    one_hot = Data(x=torch.ones(3, 1), edge_index=path.edge_index,
+                   edge_attr=torch.tensor([[1], [1], [0], [0]]))  # integer 0/1 columns are counts
+    assert IncidentEdgeSum()(one_hot).x[:, 1].tolist() == [1.0, 1.0, 0.0]
+    for transform in (RandomWalkPE(2), LogDegree(), IncidentEdgeSum()):
+        name = type(transform).__name__
+        with pytest.raises(ValueError, match=f"{name} reads data.edge_index"):
+            transform(Data(x=torch.ones(3, 1), edge_attr=torch.ones(4, 1)))
+        bad = Data(x=torch.ones(3, 1), edge_index=torch.tensor([[0, 5], [1, 0]]),
+                   edge_attr=torch.ones(2, 1))
+        with pytest.raises(ValueError, match=f"{name}: edge_index has node ids in \\[0, 5\\]"):
+            transform(bad)

@@ -16,6 +16,25 @@ from torch_geometric.transforms import AddRandomWalkPE, BaseTransform
 from torch_geometric.utils import degree, scatter
 
 from .._sparse_warnings import quiet_sparse
+from ..nn.validation import check_edge_index
+
+
+def _checked_structure(data: Data, transform: str) -> int:
+    """The node count of ``data``, after checking the ``edge_index`` the transform reads (a
+    missing one gave ``'NoneType' object is not subscriptable``, an id past the nodes a raw
+    scatter error)."""
+    edge_index = getattr(data, "edge_index", None)
+    if edge_index is None:
+        raise ValueError(f"{transform} reads data.edge_index, and this graph has none")
+    num_nodes = data.num_nodes
+    try:
+        check_edge_index(edge_index, num_nodes)
+    except ValueError as error:
+        raise ValueError(f"{transform}: {error}") from None
+    x = getattr(data, "x", None)
+    if x is not None and x.size(0) != num_nodes:
+        raise ValueError(f"{transform}: data.x has {x.size(0)} rows for {num_nodes} nodes")
+    return num_nodes
 
 
 class RandomWalkPE(BaseTransform):
@@ -24,6 +43,10 @@ class RandomWalkPE(BaseTransform):
 
     Unlike Laplacian eigenvectors, these are unique (no sign or basis ambiguity) and
     permutation-equivariant, and they see rings and branching that a degree cannot.
+
+    The walk is on the graph's structure: ``edge_weight`` is not read. (PyG's transform divides
+    by the weighted degree without multiplying by the weight, so with weights its values were
+    not probabilities: 0.25 for a return that is certain on a path with weights 2.)
     """
 
     def __init__(self, k: int = 16, attr_name: str = "rw_pe") -> None:
@@ -37,7 +60,13 @@ class RandomWalkPE(BaseTransform):
     def forward(self, data: Data) -> Data:
         if not data.num_nodes:
             raise ValueError("RandomWalkPE got a graph without nodes; drop empty graphs first")
+        _checked_structure(data, "RandomWalkPE")
+        weight = getattr(data, "edge_weight", None)
+        if weight is not None:
+            data.edge_weight = None
         data = self._transform(data)
+        if weight is not None:
+            data.edge_weight = weight
         data[self.attr_name] = data[self.attr_name].float()
         return data
 
@@ -51,7 +80,7 @@ class LogDegree(BaseTransform):
     when the graph has no features)."""
 
     def forward(self, data: Data) -> Data:
-        num_nodes = data.num_nodes
+        num_nodes = _checked_structure(data, "LogDegree")
         column = torch.log1p(degree(data.edge_index[0], num_nodes)).unsqueeze(-1)
         x = getattr(data, "x", None)
         if x is None:
@@ -85,6 +114,13 @@ class IncidentEdgeSum(BaseTransform):
                              "has none")
         if edge_attr.dim() == 1:
             edge_attr = edge_attr.unsqueeze(-1)
+        _checked_structure(data, "IncidentEdgeSum")
+        if not edge_attr.is_floating_point() and edge_attr.size(1) == 1 and edge_attr.numel() \
+                and int(edge_attr.max()) > 1:
+            raise ValueError("IncidentEdgeSum sums edge features, and edge_attr holds integer "
+                             "category ids (one column, values up to "
+                             f"{int(edge_attr.max())}), whose sums mean nothing: one-hot "
+                             "encode them first (torch.nn.functional.one_hot)")
         if edge_attr.size(0) != data.edge_index.size(1):
             raise ValueError(f"edge_attr has {edge_attr.size(0)} rows for "
                              f"{data.edge_index.size(1)} edges")
