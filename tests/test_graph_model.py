@@ -388,3 +388,23 @@ def test_mixed_precision_training_step_runs_under_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model.forward_data(batch)
     assert (logits.float() - expected).norm() / expected.norm() < 0.05
+
+
+def test_higher_precision_inputs_and_short_encodings_are_named():
+    """From an audit: float64 x and lap_pe were rounded to the float32 parameters silently,
+    and a lap_pe with too few rows was reported as a wrong batch shape."""
+    model = small_model().eval()
+    data = labelled(ring(5), 0)
+    for name in ("x", "lap_pe", "cls_lap_pe"):
+        inputs = {"x": data.x, "lap_pe": data.lap_pe, "cls_lap_pe": data.cls_lap_pe}
+        inputs[name] = inputs[name].double()
+        with pytest.raises(ValueError, match=f"{name} is float64 but the layer's parameters "
+                                             "are float32; call model.double"):
+            model(inputs["x"], data.edge_index, **{k: v for k, v in inputs.items() if k != "x"})
+    with pytest.raises(ValueError, match="lap_pe has 4 rows for 5 nodes"):
+        model(data.x, data.edge_index, lap_pe=data.lap_pe[:-1], cls_lap_pe=data.cls_lap_pe)
+    half = model(data.x.half(), data.edge_index, lap_pe=data.lap_pe, cls_lap_pe=data.cls_lap_pe)
+    assert half.dtype == torch.float32  # a lower-precision input is still read
+    double = small_model().double().eval()
+    assert double(data.x.double(), data.edge_index, lap_pe=data.lap_pe.double(),
+                  cls_lap_pe=data.cls_lap_pe.double()).dtype == torch.float64

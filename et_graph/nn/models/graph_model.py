@@ -12,7 +12,7 @@ from ..adjacency_mask import Conv2DAdjacencyMask
 from ..conv import ETConv
 from ..encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder, SumMessagePassing
 from ..pool import CLSGraph, CLSPool, graph_sizes
-from ..validation import check_edge_index, check_rw_pe
+from ..validation import check_dtype, check_edge_index, check_rw_pe
 
 TASKS = ("classification", "regression", "node")
 #: Graph readouts: the CLS token; the CLS token concatenated with the sum and the mean of the
@@ -84,7 +84,9 @@ class ETGraphModel(nn.Module):
             a learned symmetric bilinear term over the edges (CLS edges included) whose
             gradient *sums* the neighbours' tokens, so the descent can count.
         kernel_size: Conv2D kernel of the mask (3 = paper, order dependent; 1 =
-            permutation-equivariant); ``use_mask=False`` uses plain graph attention instead.
+            permutation-equivariant, the whole model too when ``pe_dim=0``: the Laplacian
+            PE's eigenvector basis depends on the node order where an eigenvalue repeats);
+            ``use_mask=False`` uses plain graph attention instead.
         mask_method: ``"sparse"`` or ``"dense"``, see :class:`Conv2DAdjacencyMask`.
         edge_dim: width of float edge features; ``edge_categories``: sizes of integer edge labels.
         edge_channels: width the edge features are encoded to before the projection to ``A'``.
@@ -293,6 +295,12 @@ class ETGraphModel(nn.Module):
                              "(E + 2N edges), not over edge_index; explain node features "
                              "(edge_mask_type=None), or explain an ETConv model on its graph")
         num_nodes = x.size(0)
+        # A float64 input was rounded to the float32 parameters without a word.
+        dtype = next(self.parameters()).dtype
+        for name, value in (("x", x), ("lap_pe", lap_pe), ("cls_lap_pe", cls_lap_pe),
+                            ("rw_pe", rw_pe)):
+            if value is not None:
+                check_dtype(value, dtype, name, owner="model")
         sizes = graph_sizes(batch, num_nodes, num_graphs)
         if batch is None:
             batch = torch.zeros(num_nodes, dtype=torch.long, device=x.device)
@@ -309,6 +317,8 @@ class ETGraphModel(nn.Module):
                     f"et_graph.transforms.CLSLaplacianPE(k={self.pe_dim}) to the data "
                     "(or build the model with pe_dim=0)"
                 )
+            if lap_pe.size(0) != num_nodes:  # named, not blamed on batch by the encoder
+                raise ValueError(f"lap_pe has {lap_pe.size(0)} rows for {num_nodes} nodes")
             if cls_lap_pe.size(0) != sizes.numel():
                 raise ValueError(
                     f"cls_lap_pe has {cls_lap_pe.size(0)} rows for {sizes.numel()} graphs"
