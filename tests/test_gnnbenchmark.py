@@ -690,3 +690,9 @@ def test_benchmark_baselines_take_batch_third_like_the_other_graph_models(cls):
     torch.testing.assert_close(model.forward_data(batch), out)
     with pytest.raises(ValueError, match="without edge features"):
         model(batch.x, batch.edge_index, batch.batch, torch.ones(batch.edge_index.size(1), 1))
+
+
+def test_a_holdout_that_leaves_nothing_to_train_names_the_flag():
+    config = GNNBenchmarkDataConfig(dataset="ZINC", holdout_fraction=0.9999, source="partial")
+    with pytest.raises(ValueError, match=r"--holdout-fraction\) holds out all 1000 graphs"):
+        load_benchmark(config)

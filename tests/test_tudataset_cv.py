@@ -802,3 +802,20 @@ def test_every_task_reads_its_model_list_the_same_way():
         with pytest.raises(ValueError, match=r"unknown models \['nope'\]; choose from"):
             parse(cls, ["--models", "gin,nope"] if cls is not AnomalyConfig
                   and cls is not UnsupervisedAnomalyConfig else ["--models", "et,nope"])
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--folds", "1", "folds must be >= 2"),
+    ("--val-fraction", "0", r"val_fraction must lie in \(0, 1\)"),
+    ("--runs-per-fold", "0", "runs_per_fold must be >= 1"),
+    ("--pe-dim", "-1", r"pe_dim must be >= 0 \(0 = off\)"),
+    ("--rw-pe-dim", "-2", "rw_pe_dim must be >= 0"),
+])
+def test_protocol_flags_are_checked_before_the_dataset_loads(flag, value, message, monkeypatch):
+    """They were refused only after the dataset was loaded and encoded (minutes on NCI1)."""
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the dataset was loaded before the flags were checked")
+
+    monkeypatch.setattr(tudataset, "load_graphs", no_loading, raising=False)
+    with pytest.raises(ValueError, match=message):
+        parse(tudataset.CONFIG, [flag, value])

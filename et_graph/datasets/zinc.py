@@ -221,6 +221,10 @@ def zinc_benchmark(root: PathLike, source: str = "auto", holdout_fraction: float
     order = np.random.default_rng(split_seed).permutation(len(official_val))
     num_holdout = max(1, int(round(holdout_fraction * len(official_val))))
     holdout_ids, train_ids = sorted(order[:num_holdout]), sorted(order[num_holdout:])
+    if not train_ids:
+        raise ValueError(f"holdout_fraction={holdout_fraction} (--holdout-fraction) holds out "
+                         f"all {len(official_val)} graphs of the ZINC proxy, so none is left "
+                         "to train on; lower it (the default is 0.2)")
     splits = {
         "train": [official_val[i] for i in train_ids],
         "val": [official_val[i] for i in holdout_ids],

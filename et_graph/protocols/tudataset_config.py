@@ -45,6 +45,11 @@ class TUDataConfig:
     degree_feature: bool = False
     incident_edge_sums: bool = False
 
+    def __post_init__(self) -> None:
+        for name in ("pe_dim", "rw_pe_dim"):  # named here; the transforms say only "k"
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 = off), got {getattr(self, name)}")
+
 
 @dataclass
 class TUProtocolConfig:
@@ -79,6 +84,13 @@ class TUProtocolConfig:
 
     def __post_init__(self) -> None:
         parse_model_list(self.models, MODEL_NAMES)  # an unknown model fails here
+        # Here, not after the dataset is loaded and its encodings computed (minutes on NCI1).
+        if self.folds < 2:
+            raise ValueError(f"folds must be >= 2, got {self.folds}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must lie in (0, 1), got {self.val_fraction}")
+        if self.runs_per_fold < 1:
+            raise ValueError(f"runs_per_fold must be >= 1, got {self.runs_per_fold}")
         if self.max_folds is not None and self.max_folds < 1:
             raise ValueError(f"max_folds must be >= 1 (or none for every fold), got "
                              f"{self.max_folds}")
