@@ -157,7 +157,7 @@ def test_nan_targets_and_non_integer_ids_are_refused(tmp_path):
         collated, slices = fs.torch_load(str(PARTIAL / "processed" / "val.pt"))
         store = collated.__dict__
         store[key] = change(store[key].clone())
-        folder = tmp_path / key
+        folder = tmp_path / f"{key}{len(list(tmp_path.iterdir()))}"
         folder.mkdir()
         torch.save((collated, slices), folder / "val.pt")
         return folder
@@ -170,6 +170,8 @@ def test_nan_targets_and_non_integer_ids_are_refused(tmp_path):
                           "val")
     with pytest.raises(ValueError, match=r"bond types must be ids in 0\.\.3"):
         load_zinc_partial(damaged("edge_attr", lambda e: e + 7), "val")
+    with pytest.raises(ValueError, match=r"val\.pt cannot be read \(RuntimeError: start"):
+        load_zinc_partial(damaged("y", lambda y: y[:10]), "val")  # shorter than its slices
     splits = generate_sbm_cluster(4, 2, 2, seed=3)
     splits["val"][1].y = splits["val"][1].y.float()
     splits["val"][1].y[0] = 0.5

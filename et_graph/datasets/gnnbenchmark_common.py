@@ -71,7 +71,7 @@ class BenchmarkData:
 
 #: What torch.load / pickle raise for a truncated, damaged or foreign file.
 UNREADABLE_FILE_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, zipfile.BadZipFile,
-                          ModuleNotFoundError, AttributeError, KeyError, TypeError)
+                          ModuleNotFoundError, AttributeError, KeyError, TypeError, IndexError)
 _Loaded = TypeVar("_Loaded")
 
 

@@ -83,10 +83,16 @@ def load_zinc_partial(root: PathLike, split: str) -> list[Data]:
             f"missing {path}: copy ZINC_subset_partial/processed/{split}.pt (provenance in "
             f"datasets/SOURCES.md) to {path}"
         )
+    # A damaged file fails in torch.load or, with slices that disagree with the tensors, in
+    # the slicing below: either way the file is named.
+    return read_local_files(lambda: _rebuild_partial(path), path,
+                            f"copy ZINC_subset_partial/processed/{split}.pt again")
+
+
+def _rebuild_partial(path: Path) -> list[Data]:
     from torch_geometric.io import fs
 
-    loaded = read_local_files(lambda: fs.torch_load(str(path)), path,
-                              f"copy ZINC_subset_partial/processed/{split}.pt again")
+    loaded = fs.torch_load(str(path))
     if not (isinstance(loaded, (tuple, list)) and len(loaded) == 2):
         raise ValueError(f"{path} is not a PyG (Data, slices) pickle")
     collated, slices = loaded
