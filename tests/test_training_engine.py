@@ -98,7 +98,10 @@ def test_lr_schedules_lower_the_rate(schedule):
                                  dict(lr_schedule="step"), dict(patience=-1),
                                  dict(optimizer="sgd"), dict(ema_decay=1.0),
                                  dict(ema_decay=-0.1), dict(epochs=2.5), dict(epochs=True),
-                                 dict(patience=1.5), dict(lr="0.1")])
+                                 dict(patience=1.5), dict(lr="0.1"),
+                                 # from an audit: each was accepted
+                                 dict(lr_floor=-1.0), dict(lr_floor=5.0), dict(lr_patience=-1),
+                                 dict(grad_clip=float("nan")), dict(weight_decay=float("inf"))])
 def test_bad_config_raises(bad):
     with pytest.raises(ValueError):
         TrainConfig(**bad)
@@ -357,3 +360,73 @@ def test_weight_average_is_validated_kept_and_checkpointed_beside_the_raw_weight
     for a, b in zip(state["model"].values(), raw_task.seen[-1]):
         torch.testing.assert_close(a, b)
     assert state["average"]["updates"] == 12
+
+
+def test_bad_checkpoint_every_and_malformed_task_outputs_are_named(tmp_path):
+    """From an audit: checkpoint_every=1.5 saved at epochs 3, 6, ...; a non-scalar, a float or
+    a detached loss gave torch's own messages; a NumPy score saved a checkpoint that the safe
+    loader then refused as foreign; a model without parameters, torch's empty-list error."""
+    import numpy as np
+
+    for every in (1.5, True):
+        with pytest.raises(ValueError, match="checkpoint_every must be an integer"):
+            CheckpointConfig(str(tmp_path), every)
+
+    def fit(task, model=None):
+        return Trainer(TrainConfig(epochs=2), progress=False).fit(model or nn.Linear(1, 1), task)
+
+    class Unreduced(ScriptedTask):
+        def loss(self, model, batch):
+            return model(torch.ones(3, 1)).pow(2)
+
+    class Plain(ScriptedTask):
+        def loss(self, model, batch):
+            return 0.5
+
+    class Detached(ScriptedTask):
+        def loss(self, model, batch):
+            return model(batch).pow(2).sum().detach()
+
+    with pytest.raises(ValueError, match=r"Unreduced.loss must return a scalar .*\(3, 1\)"):
+        fit(Unreduced([0.5] * 2))
+    with pytest.raises(TypeError, match="Plain.loss must return a scalar tensor, got float"):
+        fit(Plain([0.5] * 2))
+    with pytest.raises(ValueError, match="Detached.loss returned a tensor without a graph"):
+        fit(Detached([0.5] * 2))
+    frozen = nn.Linear(1, 1).requires_grad_(False)
+    with pytest.raises(ValueError, match="Linear has no trainable parameter"):
+        fit(ScriptedTask([0.5] * 2), frozen)
+    with pytest.raises(ValueError, match=r"Validation.metrics\['auc'\] must be a number"):
+        Validation(0.5, metrics={"auc": "high"})
+    with pytest.raises(ValueError, match="Validation.score must be a number, got None"):
+        Validation(None)
+    numpy_valued = Validation(np.float64(0.5), np.float32(0.25), {"auc": np.float64(0.7)},
+                              {"threshold": np.float32(0.3), "count": np.int64(3), "note": "x"})
+    assert type(numpy_valued.score) is float and type(numpy_valued.metrics["auc"]) is float
+    assert type(numpy_valued.extra["threshold"]) is float
+    assert numpy_valued.extra["count"] == 3 and type(numpy_valued.extra["count"]) is int
+
+    class NumpyScores(RegressionTask):
+        def validate(self, model):
+            error = float((model(self.x).squeeze(-1) - self.y).pow(2).mean())
+            return Validation(np.float64(-error), np.float64(error), extra={"t": np.float32(1)})
+
+    def stop(epoch, validation):
+        if epoch == 0:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _fit(tmp_path / "np", 3, on_epoch=stop, task=NumpyScores())
+    model, resumed = _fit(tmp_path / "np", 3, resume=True, task=NumpyScores())
+    assert resumed.resumed_from_epoch == 1  # the checkpoint loads: it holds plain numbers
+
+
+def test_resume_refuses_another_number_of_generators(tmp_path):
+    """zip() dropped the extra generators' states, so a resumed run drew other batches."""
+    _fit(tmp_path, 2)
+    task = RegressionTask()
+    trainer = Trainer(TrainConfig(epochs=2, lr=0.05, lr_schedule="cosine", grad_clip=1.0),
+                      CheckpointConfig(str(tmp_path), 1, True), progress=False,
+                      generators=[task.generator, torch.Generator()], fingerprint="regression")
+    with pytest.raises(ValueError, match="holds 1 generator states and this run has 2"):
+        trainer.fit(_model(), task)

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Union
 
 import numpy as np
 import torch
@@ -61,8 +61,9 @@ class TrainConfig:
         patience: stop after this many epochs without a new best validation epoch (0 = never).
         lr_schedule: ``"none"``, ``"cosine"`` (cosine decay to ``lr_floor * lr`` over ``epochs``)
             or ``"plateau"`` (halve the LR after ``lr_patience`` epochs without a validation
-            gain).
-        lr_floor: the cosine schedule's final LR, as a fraction of ``lr``.
+            gain; a gain is a rise of the score by more than 1e-4, PyTorch's default
+            threshold, so that rounding noise is no gain).
+        lr_floor: the cosine schedule's final LR, as a fraction of ``lr`` (0 to 1).
         lr_patience: the plateau schedule's patience in epochs.
         grad_clip: clip the gradient norm to this value (0 = no clipping).
         ema_decay: keep an exponential moving average of the weights, updated after every
@@ -98,16 +99,23 @@ class TrainConfig:
             raise ValueError(f"epochs must be positive, got {self.epochs}")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        # ``not value >= 0`` rather than ``value < 0``: NaN compares False either way, and a NaN
+        # clip norm or an infinite decay ended as a "non-finite training loss" instead.
+        for name in ("weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if not value >= 0 or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number >= 0 (0 = off), got {value}")
+        if not 0.0 <= self.lr_floor <= 1.0:  # -1 ran gradient ascent, 5 raised the LR
+            raise ValueError(f"lr_floor must be in [0, 1] (a fraction of lr), got "
+                             f"{self.lr_floor}")
+        if self.lr_patience < 0:  # -1 halved the LR every epoch
+            raise ValueError(f"lr_patience must be >= 0, got {self.lr_patience}")
         if self.patience < 0:
             raise ValueError(f"patience must be >= 0 (0 = no early stopping), got {self.patience}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.grad_clip < 0:
-            raise ValueError(f"grad_clip must be >= 0 (0 = off), got {self.grad_clip}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay must be in [0, 1) (0 = off), got {self.ema_decay}")
 
@@ -128,6 +136,11 @@ class CheckpointConfig:
     resume: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every,
+                                                                     numbers.Integral):
+            # 1.5 saved only at epochs 3, 6, ... ((epoch + 1) % 1.5 == 0)
+            raise ValueError(f"checkpoint_every must be an integer, got "
+                             f"{self.checkpoint_every!r}")
         if self.checkpoint_every <= 0:
             raise ValueError(f"checkpoint_every must be positive, got {self.checkpoint_every}")
         if self.resume and not self.checkpoint_dir:
@@ -145,6 +158,19 @@ class Validation:
     metrics: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Plain Python numbers: a NumPy scalar (what scikit-learn's metrics return) was saved
+        # into the checkpoint as a pickled object, which the safe loader then refused, blaming
+        # the file. Wrong types are named here, not in the engine.
+        self.score = _plain_number(self.score, "Validation.score")
+        self.loss = _plain_number(self.loss, "Validation.loss")
+        self.metrics = {str(k): _plain_number(v, f"Validation.metrics[{k!r}]")
+                        for k, v in self.metrics.items()}
+        self.extra = {str(k): v if isinstance(v, str) or v is None
+                      else _plain_number(v, f"Validation.extra[{k!r}] (a number or a string)",
+                                         keep_int=True)
+                      for k, v in self.extra.items()}
+
     def beats(self, other: Optional[Validation]) -> bool:
         """The tie rule: strictly higher score, or equal score and strictly lower loss."""
         if other is None:
@@ -154,6 +180,21 @@ class Validation:
         if self.score == other.score and not math.isnan(self.loss):
             return math.isnan(other.loss) or self.loss < other.loss
         return False
+
+
+def _plain_number(value: Any, name: str, keep_int: bool = False) -> Union[float, int]:
+    """``value`` as a Python float (an int stays an int with ``keep_int``), or a ``ValueError``
+    naming ``name``."""
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} must be a single number, got a tensor of shape "
+                             f"{tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and keep_int:
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError(f"{name} must be a number, got {value!r}")
 
 
 class TrainingTask(Protocol):
@@ -195,6 +236,21 @@ class FitResult:
 
 
 EpochCallback = Callable[[int, Validation], None]
+
+
+def _check_loss(loss: Any, task: Any) -> None:
+    """A ``TypeError``/``ValueError`` naming the task's ``loss`` for what torch reports as
+    "Boolean value of Tensor with more than one value is ambiguous" or "element 0 of tensors
+    does not require grad"."""
+    where = f"{type(task).__name__}.loss"
+    if not isinstance(loss, Tensor):
+        raise TypeError(f"{where} must return a scalar tensor, got {type(loss).__name__}")
+    if loss.numel() != 1:
+        raise ValueError(f"{where} must return a scalar (reduce it, e.g. .mean()), got shape "
+                         f"{tuple(loss.shape)}")
+    if not loss.requires_grad:
+        raise ValueError(f"{where} returned a tensor without a graph to the model's parameters "
+                         "(computed under torch.no_grad(), detached, or from no parameter)")
 
 #: Messages of allocation failures on CPU and CUDA.
 _OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
@@ -294,6 +350,9 @@ class Trainer:
     # ------------------------------------------------------------------------------------------
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         params = [p for p in model.parameters() if p.requires_grad]
+        if not params:  # torch: "optimizer got an empty parameter list"
+            raise ValueError(f"{type(model).__name__} has no trainable parameter (none, or "
+                             "all with requires_grad=False): there is nothing to train")
         kind = torch.optim.AdamW if self.config.optimizer == "adamw" else torch.optim.Adam
         return kind(params, lr=self.config.lr, weight_decay=self.config.weight_decay,
                     **_fused_step(params))
@@ -373,6 +432,10 @@ class Trainer:
                                      "ema_decay or use another checkpoint_dir")
                 average.load_state_dict(state["average"])
             set_rng_state(state["rng"])
+            if len(state["generators"]) != len(self.generators):  # zip dropped the rest
+                raise ValueError(f"{path} holds {len(state['generators'])} generator states and "
+                                 f"this run has {len(self.generators)}; use another "
+                                 "checkpoint_dir or drop resume")
             for generator, gen_state in zip(self.generators, state["generators"]):
                 generator.set_state(gen_state)
             history = list(state["history"])
@@ -400,6 +463,7 @@ class Trainer:
                 for batch in task.batches(epoch):
                     optimizer.zero_grad(set_to_none=True)
                     loss = task.loss(train_model, batch)
+                    _check_loss(loss, task)
                     if not torch.isfinite(loss):
                         raise FloatingPointError(
                             f"{self.description}: non-finite training loss at epoch {epoch}"
