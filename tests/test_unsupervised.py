@@ -424,9 +424,10 @@ def test_score_rules_are_checked():
         UnsupervisedETDetector(structure_weight=1.0, combine="min")
 
 
-def test_contamination_range_is_pygods_and_ties_are_flagged_together():
+def test_contamination_range_is_pygods_and_ties_never_flag_more_than_it():
     """(0, 0.5] as in PyGOD (0.5 was refused); the flagged count follows the quantile, and a
-    block of identical scores at the threshold is flagged as a whole (documented)."""
+    block of identical scores at the threshold is left unflagged as a whole, with a warning
+    (it flagged all 20 nodes of a graph whose scores all tied)."""
     from et_graph.detectors import UnsupervisedScoreConfig
 
     assert UnsupervisedScoreConfig(contamination=0.5).contamination == 0.5
@@ -437,8 +438,15 @@ def test_contamination_range_is_pygods_and_ties_are_flagged_together():
     det.fit(planted_anomaly_graph(num_nodes=200, seed=2))
     score = det.decision_score_
     assert int(det.predict(planted_anomaly_graph(num_nodes=200, seed=2)).sum()) == int(
-        (score >= det.threshold_).sum())
-    assert 20 <= int((score >= det.threshold_).sum()) <= 21
+        (score > det.threshold_).sum()) == 20
+    tied = Data(x=torch.ones(20, 5), edge_index=torch.empty(2, 0, dtype=torch.long))
+    with pytest.warns(RuntimeWarning) as caught:
+        det = UnsupervisedETDetector(seed=0, epochs=2, score_rounds=1).fit(tied)
+    messages = " ".join(str(w.message) for w in caught)
+    assert "same features" in messages and "no edges" in messages
+    if det.decision_score_.unique().numel() == 1:  # every score ties
+        assert "tie at the threshold" in messages
+    assert int(det.predict(tied).sum()) <= 2
 
 
 def test_the_cli_points_an_unlabelled_graph_to_the_python_detector(graph, tmp_path):

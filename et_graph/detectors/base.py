@@ -257,13 +257,17 @@ class BaseDetector:
         (for these detectors the probability is the score itself)."""
         self._check_fitted()
         score = self.decision_function(data)
-        pred = (score >= self.threshold_).long()
+        pred = self._flagged(score).long()
         out: list[Tensor] = [pred]
         if return_score:
             out.append(score)
         if return_prob:
             out.append(self._probability(score))
         return out[0] if len(out) == 1 else tuple(out)
+
+    def _flagged(self, score: Tensor) -> Tensor:
+        """``predict``'s rule: a score at or above the threshold chosen on validation."""
+        return score >= self.threshold_
 
     def _probability(self, score: Tensor) -> Tensor:
         """``predict``'s ``prob``: here the score itself (a probability for these detectors)."""

@@ -31,6 +31,7 @@ scrambling the labels leaves every score bit-identical (tested).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Optional
@@ -303,6 +304,21 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
     return out
 
 
+def _warn_uninformative(graph: Data, detector: str) -> None:
+    """A ``RuntimeWarning`` for graphs whose nodes the masked completion cannot tell apart
+    (equal features everywhere: the scores then only reflect the random masks) or complete
+    from nothing but the node itself (no edges)."""
+    x = graph.x
+    if bool((x == x[:1]).all()):
+        warnings.warn(f"{detector}: every node has the same features, so the scores differ "
+                      "only by the random masks and rank the nodes arbitrarily",
+                      RuntimeWarning, stacklevel=3)
+    if graph.edge_index.numel() == 0:
+        warnings.warn(f"{detector}: the graph has no edges, so the completion of a masked node "
+                      "reads no neighbour (the detector works as a feature autoencoder)",
+                      RuntimeWarning, stacklevel=3)
+
+
 class UnsupervisedETDetector(BaseDetector):
     """Energy Transformer node anomaly detector trained without labels (masked completion).
 
@@ -310,7 +326,9 @@ class UnsupervisedETDetector(BaseDetector):
     configured ``anomaly_score`` (``reconstruction``, ``energy``, and with the edge decoder
     ``structure`` or ``combined``); :meth:`score_samples` gives all of them (float64, while
     ``decision_function`` returns float32 like every detector).
-    ``threshold_`` is the ``1 - contamination`` quantile of the fitted graph's scores.
+    ``threshold_`` is the ``1 - contamination`` quantile of the fitted graph's scores, and
+    ``predict`` flags the scores strictly above it (PyOD's rule), so that tied scores never
+    flag more than ``contamination`` of the nodes.
 
     Example:
         >>> det = UnsupervisedETDetector(epochs=50).fit(data)     # no data.y needed
@@ -341,15 +359,25 @@ class UnsupervisedETDetector(BaseDetector):
         graph = label_free_graph(data)
         if graph.num_nodes < 4:
             raise ValueError(f"unsupervised fitting needs at least 4 nodes, got {graph.num_nodes}")
+        _warn_uninformative(graph, type(self).__name__)
         # Seeded for reproducibility, without resetting the caller's random stream.
         with private_rng(self.seed, self.device):
             self._train(graph)
         self.fitted_ = True
         self.scores_ = self.score_samples(graph)
         self.decision_score_ = self.scores_[self.config.score.anomaly_score].float()
-        self.threshold_ = float(torch.quantile(self.decision_score_.double(),
-                                               1.0 - self.config.score.contamination))
+        contamination = self.config.score.contamination
+        self.threshold_ = float(torch.quantile(self.decision_score_.double(), 1.0 - contamination))
+        flagged = float(self._flagged(self.decision_score_).float().mean())
+        if flagged < contamination / 2:
+            warnings.warn(
+                f"{type(self).__name__}: the scores tie at the threshold, so predict flags "
+                f"{flagged:.1%} of the fitted nodes instead of contamination={contamination} "
+                "(the ranking in decision_function still holds)", RuntimeWarning, stacklevel=2)
         return self
+
+    def _flagged(self, score: Tensor) -> Tensor:
+        return score > self.threshold_
 
     def _train(self, graph: Data) -> None:
         """Train the network on the label-free ``graph`` (under the seeded generators)."""
