@@ -401,3 +401,5 @@ def test_the_protocol_states_the_masked_count_a_ratio_rounds_to() -> None:
     assert results["per_seed"][0]["masked_patches"] == 1
     results = run(parse(CONFIG, [*base, "--mask-ratio", "0.5"]))
     assert "50% of patches masked at random" in results["protocol"]
+    with pytest.raises(ValueError, match="1 training image: .*raise --train-limit"):
+        run(parse(CONFIG, [*base, "--train-limit", "1"]))  # "need at least 2 images to split"

@@ -68,6 +68,10 @@ def validation_split(
     """A seeded random ``(fit, validation)`` split of the training images; both non-empty."""
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must lie strictly between 0 and 1, got {val_fraction}")
+    if train_images.size(0) < 2:
+        raise ValueError(f"{train_images.size(0)} training image: the epoch is chosen on a "
+                         "validation part of the training images, so at least 2 are needed "
+                         "(raise --train-limit, or give more images)")
     return split_images(train_images, val_fraction, VALIDATION_SEED + seed)
 
 
