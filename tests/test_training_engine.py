@@ -430,3 +430,22 @@ def test_resume_refuses_another_number_of_generators(tmp_path):
                       generators=[task.generator, torch.Generator()], fingerprint="regression")
     with pytest.raises(ValueError, match="holds 1 generator states and this run has 2"):
         trainer.fit(_model(), task)
+
+
+def test_checkpoint_folder_problems_are_found_before_the_first_epoch(tmp_path):
+    """They surfaced as raw OS errors at the first save, after an epoch of training; a last.pt
+    that is a folder made resume start from scratch silently first."""
+    trained = []
+
+    def fit(folder, resume=False):
+        trainer = Trainer(TrainConfig(epochs=1), CheckpointConfig(str(folder), 1, resume),
+                          progress=False, on_epoch=lambda epoch, v: trained.append(epoch))
+        return trainer.fit(nn.Linear(1, 1), ScriptedTask([0.5]))
+
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        fit(tmp_path / "file")
+    (tmp_path / "odd" / "last.pt").mkdir(parents=True)
+    with pytest.raises(ValueError, match="last.pt is not a file"):
+        fit(tmp_path / "odd", resume=True)
+    assert trained == []  # refused before any epoch

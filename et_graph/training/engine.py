@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -238,6 +239,23 @@ class FitResult:
 EpochCallback = Callable[[int, Validation], None]
 
 
+def _check_checkpoint_folder(path: Path) -> None:
+    """Before the first epoch, not at the first save after it: a checkpoint folder that is a
+    file, a ``last.pt`` that is a folder (resume then started from scratch, silently), or a
+    folder this process cannot write."""
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"checkpoint_dir {folder} is a file, not a folder")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path} is not a file; the checkpoint cannot be read or written there")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"checkpoint_dir {folder} cannot be created ({error})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"checkpoint_dir {folder} is not writable by this process")
+
+
 def _check_loss(loss: Any, task: Any) -> None:
     """A ``TypeError``/``ValueError`` naming the task's ``loss`` for what torch reports as
     "Boolean value of Tensor with more than one value is ambiguous" or "element 0 of tensors
@@ -396,6 +414,8 @@ class Trainer:
         start_epoch = 0
         resumed_from: Optional[int] = None
         path = self.checkpoint_path
+        if path is not None:
+            _check_checkpoint_folder(path)
         if path is not None and self.checkpoint.resume and path.is_file():
             state = load_checkpoint(path)
             # The training settings first, by name (a caller who passes no fingerprint cannot
