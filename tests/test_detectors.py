@@ -340,6 +340,11 @@ def test_load_names_a_cut_file_and_a_missing_device_for_what_they_are(graph, tmp
         assert str(cut) in str(error.value)
     with pytest.raises(ValueError, match="device must be"):
         MLPDetector.load(tmp_path / "d.pt", map_location="gpu")
+    for odd in (None, {"cuda:0": "cpu"}):  # torch.load's other forms: a raw TypeError before
+        with pytest.raises(TypeError, match="map_location must be a device"):
+            MLPDetector.load(tmp_path / "d.pt", map_location=odd)
+    with pytest.raises(ValueError, match="'meta' holds no values"):  # Tensor.item() failed
+        MLPDetector.load(tmp_path / "d.pt", map_location="meta")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA GPU"):
             MLPDetector.load(tmp_path / "d.pt", map_location="cuda")

@@ -125,8 +125,14 @@ class BaseDetector:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no detector file at {path}")
         # The device first: a device this machine lacks is not a fault of the file.
+        if not isinstance(map_location, (str, torch.device)):  # None, a dict: torch.load's
+            raise TypeError("map_location must be a device ('cpu', 'cuda', 'cuda:1', 'auto' or "
+                            f"a torch.device), got {map_location!r}")
         map_location = resolve_device(map_location)
         check_device(map_location)
+        if torch.device(map_location).type == "meta":
+            raise ValueError("map_location='meta' holds no values: a detector cannot score "
+                             "there; load it on 'cpu' or a GPU")
         device = torch.device(map_location)
         if device.type == "cpu":  # torch.load cannot map to "cpu:0"; there is one CPU device
             device = torch.device("cpu")
