@@ -389,13 +389,13 @@ def test_image_config_flags_quick_and_preset() -> None:
             parse(CONFIG, [flag, value])
 
 
-def test_the_protocol_states_the_masked_count_a_ratio_rounds_to() -> None:
+def test_the_protocol_states_the_masked_count_a_ratio_rounds_to(tmp_path) -> None:
     """From an audit: --mask-ratio 0.01 masks 1 of 16 patches (6%) and was reported as 1%."""
     from et_graph.config import parse
     from et_graph.experiments.image_completion import CONFIG, run
 
     base = ["--quick", "--seeds", "1", "--epochs", "1", "--train-limit", "40", "--test-limit",
-            "10", "--no-progress"]
+            "10", "--no-progress", "--out", str(tmp_path)]
     results = run(parse(CONFIG, [*base, "--mask-ratio", "0.01"]))
     assert "1 of 16 patches masked (6%; --mask-ratio 0.01 rounds to it)" in results["protocol"]
     assert results["per_seed"][0]["masked_patches"] == 1
