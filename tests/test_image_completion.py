@@ -395,11 +395,11 @@ def test_the_protocol_states_the_masked_count_a_ratio_rounds_to(tmp_path) -> Non
     from et_graph.experiments.image_completion import CONFIG, run
 
     base = ["--quick", "--seeds", "1", "--epochs", "1", "--train-limit", "40", "--test-limit",
-            "10", "--no-progress", "--out", str(tmp_path)]
-    results = run(parse(CONFIG, [*base, "--mask-ratio", "0.01"]))
+            "10", "--no-progress"]
+    results = run(parse(CONFIG, [*base, "--mask-ratio", "0.01", "--out", str(tmp_path / "a")]))
     assert "1 of 16 patches masked (6%; --mask-ratio 0.01 rounds to it)" in results["protocol"]
     assert results["per_seed"][0]["masked_patches"] == 1
-    results = run(parse(CONFIG, [*base, "--mask-ratio", "0.5"]))
+    results = run(parse(CONFIG, [*base, "--mask-ratio", "0.5", "--out", str(tmp_path / "b")]))
     assert "50% of patches masked at random" in results["protocol"]
     with pytest.raises(ValueError, match="1 training image: .*raise --train-limit"):
-        run(parse(CONFIG, [*base, "--train-limit", "1"]))  # "need at least 2 images to split"
+        run(parse(CONFIG, [*base, "--train-limit", "1", "--out", str(tmp_path / "c")]))  # "need at least 2 images to split"
