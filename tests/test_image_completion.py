@@ -402,4 +402,5 @@ def test_the_protocol_states_the_masked_count_a_ratio_rounds_to(tmp_path) -> Non
     results = run(parse(CONFIG, [*base, "--mask-ratio", "0.5", "--out", str(tmp_path / "b")]))
     assert "50% of patches masked at random" in results["protocol"]
     with pytest.raises(ValueError, match="1 training image: .*raise --train-limit"):
-        run(parse(CONFIG, [*base, "--train-limit", "1", "--out", str(tmp_path / "c")]))  # "need at least 2 images to split"
+        # it said "need at least 2 images to split"
+        run(parse(CONFIG, [*base, "--train-limit", "1", "--out", str(tmp_path / "c")]))
