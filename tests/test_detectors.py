@@ -563,3 +563,15 @@ def test_index_masks_and_sparse_features_get_the_fix_in_the_error(graph, name):
     fitted = make().fit(graph)
     with pytest.raises(ValueError, match=r"sparse tensor"):
         fitted.decision_function(sparse)
+
+
+def test_gbt_trains_every_iteration_on_every_training_node_at_any_size():
+    """From an audit: scikit-learn's early_stopping="auto" switches on above 10,000 training
+    nodes, holding out 10% of them and stopping on their loss, silently (YelpChi at 40%)."""
+    big = planted_anomaly_graph(12_000, num_features=4, seed=1)
+    order = torch.randperm(12_000, generator=torch.Generator().manual_seed(0))
+    train = torch.zeros(12_000, dtype=torch.bool)
+    train[order[:10_500]] = True
+    val = ~train
+    det = GBTDetector(max_iter=30, learning_rate=0.5).fit(big, train_mask=train, val_mask=val)
+    assert det.fit_info_["iterations"] == 30 and not det.model_.do_early_stopping_
