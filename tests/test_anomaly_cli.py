@@ -433,3 +433,16 @@ def test_a_rerun_into_a_used_out_folder_names_what_it_replaces_and_what_it_left(
     assert len(left) == 1 and "1 file(s)" in left[0] and "gat_curve.png" in left[0], left
     assert "state.pt" not in left[0]  # the checkpoint folder is the run's own, not a leftover
     assert (out / "gat_curve.png").exists()  # reported, never deleted
+
+
+def test_the_protocol_declares_inputs_that_differ_between_models():
+    """From an audit: the label trick (an input no baseline gets) and GBT's neighbourhood
+    columns appeared only in the resolved config, not in the table's protocol line."""
+    graph = planted_anomaly_graph(200, seed=2)
+    argv = ["--models", "et,mlp,gbt", "--seeds", "1", "--epochs", "1", "--hidden", "8",
+            "--max-iter", "5", "--no-energy-row"]
+    text = anomaly.run(config(*argv, "--label-trick"), data=graph)["protocol"]
+    assert "GBT reads x ‖ the mean of its neighbours' x ‖ the mean of their means" in text
+    assert "ET also reads its neighbours' training labels" in text
+    plain = anomaly.run(config(*argv, "--features", "x"), data=graph)["protocol"]
+    assert "GBT reads x only" in plain and "label trick" not in plain

@@ -185,6 +185,14 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
             "neural models: "
             f"up to {t.epochs} epochs, checkpoint = best validation {t.select_metric}; threshold "
             "from 0.05..0.95 (19) maximising validation macro-F1; test nodes scored once")
+    # What each model reads, where it differs (the tables' rows are not all the same input).
+    gbt_inputs = {"x": "x only", "x_mean": "x ‖ its neighbours' mean",
+                  "x_mean_mean2": "x ‖ the mean of its neighbours' x ‖ the mean of their means"}
+    if "gbt" in names:
+        text += f"; GBT reads {gbt_inputs[config.gbt.features]}"
+    if "et" in names and config.et.label_trick:
+        text += ("; ET also reads its neighbours' training labels (label trick: a node never "
+                 "its own, validation and test labels never), an input no baseline gets")
     if p.seed_ensemble:
         text += ("; NAME_ensemble = one detector: the mean of the model's scores over the seeds "
                  "(same split), its threshold chosen on validation")
