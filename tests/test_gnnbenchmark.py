@@ -520,6 +520,9 @@ def test_runner_quick_zinc_proxy(tmp_path):
     assert "ZINC proxy (trained on the official val split" in results["protocol"]
     assert "limits the splits to random subsets (train 48, val 16, test 16)" in results["protocol"]
     assert "ZINC proxy" in (out / "results.md").read_text()
+    pe_dim = results["meta"]["config"]["et"]["pe_dim"]
+    declared = f"ET alone reads a Laplacian PE ({pe_dim} eigenvectors); the baselines do not."
+    assert (declared in (out / "results.md").read_text()) == bool(pe_dim)  # undeclared before
 
 
 def test_runner_quick_generated_pattern(tmp_path):

@@ -529,6 +529,11 @@ def test_quick_cv_run_writes_results(tmp_path):
     assert (out / "MUTAG" / "accuracy.png").stat().st_size > 0
     assert not (root / "MUTAG" / "processed").exists()  # the given root is left untouched
     assert "ensemble_accuracy" not in markdown  # one training per fold: no ensemble
+    # From an audit: the ET-only encodings and the preset's selection outside the folds were
+    # not declared ("fixed hyperparameters (no grid search)").
+    assert ("structural encodings read by ET only: Laplacian PE (4 eigenvectors), random-walk "
+            "PE (16 steps)") in markdown
+    assert "not selected inside the folds" in results["protocol"]
 
 
 def test_cli_with_several_runs_per_fold_reports_their_ensemble(tmp_path):

@@ -133,6 +133,13 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     if data.rw_pe_dim:
         notes.append(f"Every model adds a random-walk encoding ({data.rw_pe_dim} steps) to its "
                      "node inputs.")
+    # What ET alone gets (the baselines' inputs are the node features and the walk encoding).
+    only_et = [part for part, on in (
+        (f"a Laplacian PE ({config.et.pe_dim} eigenvectors)", config.et.pe_dim),
+        ("node features standardised with training-split statistics",
+         data.node_dim and data.task == "classification")) if on]
+    if "et" in names and only_et:
+        notes.append(f"ET alone reads {' and '.join(only_et)}; the baselines do not.")
     notes.append("Split sizes: " + ", ".join(f"{k} {v}" for k, v in sizes.items()) + ".")
     # Epochs counted from 1 here (the anomaly and TU runners' best_epoch counts from 0); the
     # seconds with one decimal, so that a quick run does not print "0 (n = 1) s".
