@@ -275,3 +275,27 @@ def test_a_preset_tuned_on_an_in_memory_graph_cannot_run_on_the_default_dataset(
         result["presets"]["gbt"]).read_text()
     with pytest.raises(FileNotFoundError, match="IN-MEMORY GRAPH"):
         cli_main(["anomaly", "--config", result["presets"]["gbt"], "--no-progress"])
+
+
+def test_tuning_a_protocol_with_several_splits_warns_that_later_test_splits_saw_it():
+    """From an audit: the tuner selects on the first split only, and under --vary-split (or a
+    dataset's several gadbench masks) later seeds' test nodes include that split's validation
+    nodes, with no word."""
+    import warnings
+
+    import torch
+
+    data = planted_anomaly_graph(200, seed=4)
+    with pytest.warns(RuntimeWarning, match="has seen part of its test nodes"):
+        AnomalyObjective(parse(AnomalyConfig, [*SMALL, "--vary-split"]), "gbt", data=data)
+    masked = data.clone()
+    order = torch.stack([torch.randperm(200, generator=torch.Generator().manual_seed(s))
+                         for s in range(3)], dim=1)
+    masked.train_mask, masked.val_mask, masked.test_mask = (
+        order < 80, (order >= 80) & (order < 120), order >= 120)
+    with pytest.warns(RuntimeWarning, match="the dataset's masks"):
+        AnomalyObjective(parse(AnomalyConfig, [*SMALL, "--protocol", "gadbench"]), "gbt",
+                         data=masked)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        AnomalyObjective(parse(AnomalyConfig, SMALL), "gbt", data=data)  # one split: no word

@@ -3,6 +3,7 @@ configured split and score it on the *validation* nodes. No test label is read (
 them and checks that every trial's objective stays the same)."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -54,6 +55,18 @@ class AnomalyObjective:
         p = config.protocol
         split = make_splits(self.data, p.protocol, 1, p.train_ratio, p.split_seed)[0]
         self.train_mask, self.val_mask, _ = split.masks(self.data.num_nodes)
+        masks = getattr(self.data, "train_mask", None)
+        several = (p.vary_split and p.protocol == "paper") or (
+            p.protocol == "gadbench" and masks is not None and masks.dim() == 2
+            and masks.size(1) > 1)
+        if several:
+            warnings.warn(
+                "the tuner selects on the first split's validation nodes, but this protocol "
+                "gives later seeds other splits (" + ("--vary-split" if p.vary_split else
+                "the dataset's masks") + "), whose test nodes include them: a tuned preset "
+                "scored over those seeds has seen part of its test nodes. Score it on the "
+                "first split only (no --vary-split; under gadbench, one mask), or state it.",
+                RuntimeWarning, stacklevel=2)
         self.y_val = self.data.y[self.val_mask].numpy()
 
     def trial_config(self, trial: Any) -> AnomalyConfig:
