@@ -723,7 +723,11 @@ def test_grid_flag_parses_checks_and_runs(tmp_path):
     mlp = results["models"]["structure_agnostic"]
     assert results["grid"] == {"preset": {}, "fast": {"train.lr": "0.03"}}
     assert len(mlp["chosen"]) == 2 and sum(mlp["times_chosen"].values()) == 2
-    assert "declared grid (preset, fast)" in results["protocol"]
+    # each candidate's settings are spelled out (it said "the same candidates for every
+    # model", also of a candidate that changes only ET's settings)
+    assert "declared grid (preset, fast (train.lr=0.03))" in results["protocol"]
+    assert "one that changes no setting the model reads is its preset again" in results[
+        "protocol"]
     assert set(results["folds"][0]["models"]) == {"structure_agnostic@preset",
                                                   "structure_agnostic@fast"}
     assert "candidate chosen per fold" in (out / "MUTAG" / "results.md").read_text()

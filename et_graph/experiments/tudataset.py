@@ -97,7 +97,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
                f"{protocol.runs_per_fold} trainings per fold from their own seeds, each "
                "selecting its epoch, the fold's accuracy their mean (Errica et al.), and "
                "ensemble_accuracy that of their averaged class probabilities; ")
-            + (describe_selection(candidates) if len(candidates) > 1
+            + (describe_selection(candidates, dict(parse_grid(protocol.grid)))
+               if len(candidates) > 1
                else "fixed hyperparameters, not selected inside the folds (a preset tuned on "
                     "this dataset's folds has seen their graphs, so the estimate is mildly "
                     "optimistic; --grid selects inside each fold)")

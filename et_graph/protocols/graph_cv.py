@@ -383,11 +383,19 @@ def cross_validate_selected(
     return {"candidates": names, "folds": cv["folds"], "models": selected}
 
 
-def describe_selection(candidates: Sequence[str]) -> str:
-    """The protocol sentence of a :func:`cross_validate_selected` run."""
-    return (f"per outer fold, each model's candidate of the declared grid "
-            f"({', '.join(candidates)}) with the best inner-validation accuracy scores the fold "
-            "(Errica et al.; ties to the earlier candidate; the same candidates for every model)")
+def describe_selection(candidates: Sequence[str],
+                       changes: Optional[Mapping[str, Mapping[str, Any]]] = None) -> str:
+    """The protocol sentence of a :func:`cross_validate_selected` run; ``changes`` (``{name:
+    {"section.field": value}}``) spells out what each candidate sets, so that a candidate
+    changing only one model's settings reads as that, not as a choice for every model."""
+    listed = ", ".join(
+        name + (" (" + ", ".join(f"{k}={v}" for k, v in changes[name].items()) + ")"
+                if changes and changes.get(name) else "")
+        for name in candidates)
+    return (f"per outer fold, each model's candidate of the declared grid ({listed}) with the "
+            "best inner-validation accuracy scores the fold (Errica et al.; ties to the earlier "
+            "candidate; every model runs every candidate, and one that changes no setting the "
+            "model reads is its preset again, which the tie rule then keeps)")
 
 
 def selection_notes(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
