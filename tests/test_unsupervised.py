@@ -483,3 +483,25 @@ def test_pygod_baselines_are_seeded_without_resetting_the_callers_stream(graph, 
     runs = results_keeping_random_streams(
         lambda: baselines.pygod_scores("dominant", graph, seed=7))
     assert np.array_equal(runs[0], runs[1])  # seeded by its own seed, not the caller's
+
+
+def test_a_baseline_lost_after_its_first_seed_is_dropped_whole(graph, monkeypatch):
+    """From an audit: a baseline unavailable from the second seed on left a one-seed row that
+    crashed the runner with an IndexError after every training."""
+    from et_graph.protocols import unsupervised as protocol
+
+    real = protocol.baseline_scorer
+
+    def flaky(name, seed, *args, **kwargs):
+        if name == "lof" and seed > 0:
+            def unavailable(data):
+                raise BaselineUnavailable("the machine ran out of memory")
+            return unavailable
+        return real(name, seed, *args, **kwargs)
+
+    monkeypatch.setattr(protocol, "baseline_scorer", flaky)
+    with pytest.warns(RuntimeWarning, match="skipped baseline lof"):
+        results = run(quick_config(**{"protocol.models": "et,iforest,lof"}), data=graph)
+    assert "lof" not in results["models"]
+    assert "unavailable at seed 1" in results["skipped"]["lof"]
+    assert all(len(row["auroc"]["values"]) == 2 for row in results["models"].values())
