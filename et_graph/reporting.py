@@ -26,12 +26,21 @@ def summarize(values: Iterable[float]) -> dict[str, Any]:
 
 def format_stat(stat: Mapping[str, Any], digits: int = 4) -> str:
     """``mean ± std``; a single value is written as ``value (n = 1)``, since ``± 0`` under a
-    mean ± std caption would read as a measured zero spread."""
-    if stat is None or stat.get("mean") is None or math.isnan(stat["mean"]):
+    mean ± std caption would read as a measured zero spread, and a spread that rounds to zero
+    as ``± <0.0001``. A mean that is not finite names how many runs were (``n/a (1 of 5
+    runs NaN)``) rather than hiding the others."""
+    if stat is None or stat.get("mean") is None:
         return "n/a"
-    if len(stat.get("values") or ()) == 1:
+    values = [float(v) for v in stat.get("values") or () if v is not None]
+    if not math.isfinite(stat["mean"]):
+        bad = sum(not math.isfinite(v) for v in values)
+        return f"n/a ({bad} of {len(values)} runs not finite)" if bad else "n/a"
+    if len(values) == 1:
         return f"{stat['mean']:.{digits}f} (n = 1)"
-    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+    std = stat.get("std")
+    if std is not None and 0 < std < 0.5 * 10 ** -digits:
+        return f"{stat['mean']:.{digits}f} ± <{10 ** -digits:.{digits}f}"
+    return f"{stat['mean']:.{digits}f} ± {std:.{digits}f}"
 
 
 def provenance_note(meta: Mapping[str, Any]) -> str:
@@ -62,6 +71,26 @@ def markdown_table(
     return "\n".join([header, rule, *rows])
 
 
+def _strict(value: Any) -> Any:
+    """``value`` with every non-finite float as ``None``, NumPy and torch scalars as Python
+    numbers, and tuples as lists: what strict JSON allows."""
+    if isinstance(value, Mapping):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()  # a NumPy or torch scalar
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def json_text(value: Any, indent: Optional[int] = 2) -> str:
+    """Strict JSON of results: NaN and infinities become ``null`` (Python's default writes
+    ``NaN``, which JSON parsers other than Python's refuse; a mean over no values is NaN)."""
+    return json.dumps(_strict(value), indent=indent, allow_nan=False, default=float)
+
+
 def write_results(
     out_dir: str | Path,
     results: Mapping[str, Any],
@@ -73,11 +102,13 @@ def write_results(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "results.json"
-    json_path.write_text(json.dumps(results, indent=2, default=float))
+    json_path.write_text(json_text(results))
     lines = [f"# {title or results.get('dataset', 'results')}", ""]
     if results.get("protocol"):
         lines += [f"Protocol: {results['protocol']}", ""]
     lines += [markdown_table(results["models"], metrics), ""]
+    if not any("population" in note for note in notes):  # which std, where it is not said
+        notes = [*notes, "± is the population standard deviation (divisor n) over the runs"]
     lines += [f"- {note}" for note in notes]
     md_path = out / "results.md"
     md_path.write_text("\n".join(lines).rstrip() + "\n")

@@ -7,7 +7,6 @@ Loads any TU dataset offline from ``ROOT/NAME/raw/NAME_*.txt`` (default: the shi
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -37,7 +36,13 @@ from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re
     model_factories,
     parse_grid,
 )
-from ..reporting import checks_output_folder, markdown_table, provenance_note, write_results
+from ..reporting import (
+    checks_output_folder,
+    json_text,
+    markdown_table,
+    provenance_note,
+    write_results,
+)
 
 
 @checks_output_folder(lambda config: config.run.out and Path(config.run.out, config.data.dataset))
@@ -55,7 +60,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             with open(out_dir / "folds.jsonl", "a") as handle:
-                handle.write(json.dumps(record) + "\n")
+                handle.write(json_text(record, indent=None) + "\n")
         key = "val_accuracy" if protocol.validation_only else "test_accuracy"
         accs = ", ".join(f"{n}={r[key]:.3f}" for n, r in record["models"].items())
         accs += " (inner validation)" if protocol.validation_only else ""

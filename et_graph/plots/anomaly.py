@@ -1,7 +1,6 @@
 """Figures of a node anomaly run: ROC/PR curves, training curves, energy per ET step."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +8,7 @@ import numpy as np
 from torch_geometric.data import Data
 
 from ..protocols.anomaly import Split, evaluate
+from ..reporting import json_text
 
 #: Rows in the order they are plotted.
 MODEL_ORDER = ("et", "et_energy_trained", "mlp", "gcn", "gat", "gbt")
@@ -69,7 +69,7 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> 
         fig.tight_layout()
         fig.savefig(out / "energy_steps.png", dpi=120)
         plt.close(fig)
-        (out / "energy_steps.json").write_text(json.dumps(energy, indent=2))
+        (out / "energy_steps.json").write_text(json_text(energy))
 
 
 def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope: str) -> None:
