@@ -446,3 +446,31 @@ def test_the_protocol_declares_inputs_that_differ_between_models():
     assert "ET also reads its neighbours' training labels" in text
     plain = anomaly.run(config(*argv, "--features", "x"), data=graph)["protocol"]
     assert "GBT reads x only" in plain and "label trick" not in plain
+
+
+def test_the_plots_mark_the_kept_epoch_and_draw_precision_recall_as_steps(monkeypatch, tmp_path):
+    """From an audit: the validation-AUROC panel did not mark the epoch the checkpoint kept
+    (chosen on another metric, macro-F1); the PR curve joined its points by straight lines,
+    enclosing another area than the legend's AUPRC; the energy panels mixed node sets
+    unlabelled."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    data = planted_anomaly_graph(300, seed=2)
+    results = anomaly.run(config("--models", "et", "--seeds", "1", "--epochs", "3",
+                                 "--hidden", "16", "--out", str(tmp_path / "run")), data=data)
+    roc_pr, curves, energy = figures[:3]
+    pr_line = roc_pr.axes[1].get_lines()[0]
+    assert pr_line.get_drawstyle() == "steps-post"
+    recall, precision = (np.asarray(v) for v in pr_line.get_data())
+    area = float(np.sum(-np.diff(recall) * precision[:-1]))  # the area of the drawn steps
+    assert area == pytest.approx(results["models"]["et"]["auprc"]["values"][0], abs=1e-9)
+    val_ax = curves.axes[1]
+    assert "kept on validation f1_macro" in val_ax.get_title()
+    star = [line for line in val_ax.get_lines() if line.get_marker() == "*"]
+    kept = results["per_seed"][0]["et"]["best_epoch"]
+    assert len(star) == 1 and star[0].get_xdata()[0] == kept
+    assert "all nodes" in energy.axes[0].get_title()
+    assert "validation nodes only" in energy.axes[1].get_title()

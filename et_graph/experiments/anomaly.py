@@ -107,7 +107,9 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
                 curves["history"].setdefault(name, []).append({
                     "loss": [r["train_loss"] for r in det.history_],
                     "val_auroc": [r["val_auroc"] for r in det.history_],
+                    "best_epoch": det.fit_info_.get("best_epoch"),
                 })
+                curves["select_metric"] = config.train.select_metric
                 epoch_seconds.setdefault(name, []).append(det.fit_info_["epoch_seconds"])
             if seed == 0:
                 curves["prob"][name] = score

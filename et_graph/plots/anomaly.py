@@ -28,6 +28,7 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> 
                 "test; seed 0, ensembles over the seeds")
 
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
+    first = next(iter(curves["history"]), None)
     for name, histories in curves["history"].items():
         for i, hist in enumerate(histories):
             # one colour per model, one line per seed (the legend counts them)
@@ -36,11 +37,20 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> 
             alpha = 1.0 if name == "et" else 0.5
             ax_loss.plot(hist["loss"], color=_color(name), alpha=alpha, label=label)
             ax_val.plot(hist["val_auroc"], color=_color(name), alpha=alpha, label=label)
+            kept = hist.get("best_epoch")
+            if kept is not None and 0 <= kept < len(hist["val_auroc"]):
+                # The epoch the checkpoint kept, which the selection metric chose (it may not
+                # be the best AUROC drawn here).
+                ax_val.plot([kept], [hist["val_auroc"][kept]], "*", color=_color(name),
+                            markersize=11, markeredgecolor="black",
+                            label="kept epoch" if name == first and i == 0 else None)
     # The training loss is class-weighted BCE, unweighted under class-balanced sampling; under
     # data-parallel training it is rank 0's share.
     ax_loss.set(xlabel="epoch", ylabel="training BCE", title="Training loss (a line per seed)")
-    ax_val.set(xlabel="epoch", ylabel="validation AUROC",
-               title="Validation AUROC (a line per seed)")
+    select = curves.get("select_metric")
+    ax_val.set(xlabel="epoch (from 0)", ylabel="validation AUROC",
+               title="Validation AUROC (a line per seed)" + (
+                   f"; ★ kept on validation {select}" if select else ""))
     if not curves["history"]:
         for ax in (ax_loss, ax_val):  # trees only: no epochs to draw, said rather than blank
             ax.text(0.5, 0.5, "no neural model in this run", ha="center", va="center",
@@ -59,12 +69,14 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> 
         steps = np.arange(len(energy["all"]))
         ax_all.plot(steps, energy["all"], "o-")
         ax_all.axvline(trained, ls=":", color="grey", label=f"trained T = {trained}")
-        ax_all.set(xlabel="ET step", ylabel="mean node energy", title="Energy vs ET step (seed 0)")
+        ax_all.set(xlabel="ET step", ylabel="mean node energy",
+                   title="Energy vs ET step (seed 0, all nodes)")
         ax_all.legend(fontsize=8)
         ax_cls.plot(steps, energy["normal"], "o-", label="normal (validation)")
         ax_cls.plot(steps, energy["anomalous"], "s-", label="anomalous (validation)")
         ax_cls.axvline(trained, ls=":", color="grey")
-        ax_cls.set(xlabel="ET step", ylabel="mean node energy", title="By class")
+        ax_cls.set(xlabel="ET step", ylabel="mean node energy",
+                   title="By class (validation nodes only)")
         ax_cls.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / "energy_steps.png", dpi=120)
@@ -89,7 +101,10 @@ def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope:
         precision, recall, _ = precision_recall_curve(y, score)
         style = ":" if name.endswith("_ensemble") else "-" if name.startswith("et") else "--"
         ax_roc.plot(fpr, tpr, style, label=f"{name} (AUROC {metrics['auroc']:.3f})")
-        ax_pr.plot(recall, precision, style, label=f"{name} (AUPRC {metrics['auprc']:.3f})")
+        # Steps, as average precision sums them: a straight line between the points would
+        # enclose another area than the legend's AUPRC.
+        ax_pr.plot(recall, precision, style, drawstyle="steps-post",
+                   label=f"{name} (AUPRC {metrics['auprc']:.3f})")
     ax_roc.plot([0, 1], [0, 1], ":", color="grey")
     ax_roc.set(xlabel="false positive rate", ylabel="true positive rate", title=f"ROC ({scope})")
     ax_pr.axhline(y.mean(), ls=":", color="grey")
