@@ -399,6 +399,10 @@ def test_the_protocol_states_the_masked_count_a_ratio_rounds_to(tmp_path) -> Non
     results = run(parse(CONFIG, [*base, "--mask-ratio", "0.01", "--out", str(tmp_path / "a")]))
     assert "1 of 16 patches masked (6%; --mask-ratio 0.01 rounds to it)" in results["protocol"]
     assert results["per_seed"][0]["masked_patches"] == 1
+    # the limits are said in the protocol (it read as the whole 80%/20% split), and the table
+    # names the code and the machine like the other runners'
+    assert "this run limits the images to 40 training and 10 test" in results["protocol"]
+    assert "commit" in (tmp_path / "a" / "results.md").read_text()
     results = run(parse(CONFIG, [*base, "--mask-ratio", "0.5", "--out", str(tmp_path / "b")]))
     assert "50% of patches masked at random" in results["protocol"]
     with pytest.raises(ValueError, match="1 training image: .*raise --train-limit"):

@@ -33,7 +33,13 @@ from ..protocols.image_config import (  # noqa: F401  (the task's config, re-exp
     ImageModelConfig,
     ImageProtocolConfig,
 )
-from ..reporting import checks_output_folder, markdown_table, summarize, write_results
+from ..reporting import (
+    checks_output_folder,
+    markdown_table,
+    provenance_note,
+    summarize,
+    write_results,
+)
 from ..reporting_images import FIGURES, write_figures
 
 BASELINES = ("mean_patch", "mean_patch_global", "nearest_open")
@@ -126,6 +132,7 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
         f"every seed: {results['energy_monotone']} (tolerance {ENERGY_TOLERANCE:g} relative: a "
         f"step may raise the energy by at most {ENERGY_TOLERANCE:g} * max(1, |E|)).",
         "Figures (first seed): " + ", ".join(FIGURES) + ".",
+        provenance_note(results["meta"]),
     ]
     write_results(out, results, metrics=["mse"], title="Masked image completion", notes=notes)
     print((out / "results.md").read_text())  # with or without progress bars
@@ -143,6 +150,12 @@ def _collect(config: ImageCompletionConfig, per_seed: list[dict]) -> dict[str, A
     masking = (f"{masked} of {patches} patches masked ({masked / patches:.0%}; --mask-ratio "
                f"{ratio:g} rounds to it)" if abs(masked / patches - ratio) > 0.005 else
                f"{ratio:.0%} of patches masked")
+    # --train-limit/--test-limit (and --quick) cut the split: said in the protocol, not only
+    # in the per-seed counts.
+    first = per_seed[0]
+    used = (first["num_train"] + first["num_val"], first["num_test"])
+    limits = ("" if config.data.train_limit is None and config.data.test_limit is None else
+              f"; this run limits the images to {used[0]} training and {used[1]} test")
     return {
         "dataset": "sklearn digits" if config.data.data == "digits" else config.data.data,
         "protocol": (
@@ -150,7 +163,7 @@ def _collect(config: ImageCompletionConfig, per_seed: list[dict]) -> dict[str, A
             f"{1 - val:.0%} of the training images and keeps the epoch with the lowest masked MSE "
             f"on the other {val:.0%} (one fixed mask); {masking} at random (fresh masks per "
             "training batch, one fixed mask per held-out "
-            f"image); mean ± std over seeds {config.seed_list}"
+            f"image); mean ± std over seeds {config.seed_list}" + limits
         ),
         "mse": {name: summaries[name]["mean"] for name in names},
         "mse_std": {name: summaries[name]["std"] for name in names},
