@@ -701,3 +701,21 @@ def test_a_holdout_that_leaves_nothing_to_train_names_the_flag():
     config = GNNBenchmarkDataConfig(dataset="ZINC", holdout_fraction=0.9999, source="partial")
     with pytest.raises(ValueError, match=r"--holdout-fraction\) holds out all 1000 graphs"):
         load_benchmark(config)
+
+
+def test_the_selection_curve_keeps_the_epochs_of_seeds_that_ran_longer(monkeypatch, tmp_path):
+    """From an audit: the curve was cut to the shortest seed, so a seed stopped early by
+    --patience hid the others' later epochs (and perhaps their selected epochs)."""
+    import matplotlib.pyplot as plt
+
+    from et_graph.datasets.gnnbenchmark_common import BenchmarkData
+
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    data = BenchmarkData("toy", "generated", {"train": [], "val": [], "test": []},
+                         task="regression", metric="mae", num_outputs=1)
+    gnnbenchmark._plot_curves(tmp_path, {"et": [[3.0, 2.0], [3.0, 2.0, 1.0, 0.5]]}, data)
+    line = figures[0].axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [1, 2, 3, 4]
+    assert list(line.get_ydata()) == [3.0, 2.0, 1.0, 0.5]
+    assert "seeds end at epochs 2, 4" in line.get_label()

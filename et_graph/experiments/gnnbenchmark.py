@@ -54,15 +54,22 @@ def _plot_curves(out: Path, per_model: dict[str, list[list[float]]], data: Bench
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, curves in per_model.items():
-        length = min(len(c) for c in curves)
-        values = np.array([c[:length] for c in curves])
-        mean, std = values.mean(0), values.std(0)
-        epochs = np.arange(1, length + 1)
-        ax.plot(epochs, mean, label=name)
+        # Every epoch any seed ran, averaged over the seeds that ran it: cutting to the
+        # shortest seed (one stopped early by --patience) hid the others' later epochs.
+        lengths = [len(c) for c in curves]
+        values = np.full((len(curves), max(lengths)), np.nan)
+        for row, curve in enumerate(curves):
+            values[row, :len(curve)] = curve
+        mean, std = np.nanmean(values, 0), np.nanstd(values, 0)
+        epochs = np.arange(1, values.shape[1] + 1)
+        label = name + ("" if len(set(lengths)) == 1 else
+                        f" (seeds end at epochs {', '.join(map(str, lengths))})")
+        ax.plot(epochs, mean, label=label)
         ax.fill_between(epochs, mean - std, mean + std, alpha=0.2)
-    ax.set_xlabel("epoch")
+    ax.set_xlabel("epoch (from 1)")
     ax.set_ylabel(f"val {METRIC_LABELS[data.metric]}")
-    ax.set_title(f"{data.name}: selection curve (mean ± std over seeds)")
+    ax.set_title(f"{data.name}: selection curve (mean ± std over the seeds at each epoch)",
+                 fontsize=9)
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "val_curves.png", dpi=120)
