@@ -208,7 +208,8 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
                   split: Split) -> None:
     from ..plots.anomaly import plot_curves
 
-    notes = [f"total wall time: {results['seconds_total']:.1f} s"]
+    notes = [f"wall time of the trainings and scoring: {results['seconds_total']:.1f} s (data "
+             "loading and feature transforms excluded)"]
     notes += [f"{name} epoch (train + validation pass), median: {seconds:.2f} s"
               for name, seconds in results["epoch_seconds_median"].items()]
     notes.append("Rec@K: share of the test anomalies among the K top-scored test nodes, "

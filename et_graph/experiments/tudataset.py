@@ -137,7 +137,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         ("val_accuracy: inner-validation accuracy, mean ± std (population) over the folds"
          if protocol.validation_only else "accuracy: mean ± std (population) over the test folds"),
         *selection_notes(results["models"]),
-        f"wall time: {results['seconds']} s (shared CPU, noisy)",
+        f"wall time of the cross-validation: {results['seconds']} s (data loading and "
+        "encodings excluded; shared CPU, noisy)",
         provenance_note(results["meta"]),
     ]
     write_results(out_dir, results, [metric, *ensemble],

@@ -20,7 +20,8 @@ def plot_fold_accuracies(results: dict[str, Any], path: Path) -> Path:
                capsize=4)
         ax.plot([i] * len(stats["values"]), stats["values"], "o", color="#08519c", ms=3)
     ax.set_xticks(range(len(names)), names)
-    ax.set_ylabel("test accuracy per fold")
+    ax.set_ylabel("test accuracy (dots: folds;\nbar: mean, whisker: population std)",
+                  fontsize=8)
     ax.set_ylim(0, 1)
     ax.set_title(f"{results['dataset']}: {len(results['folds'])} test folds")
     fig.tight_layout()
