@@ -151,6 +151,8 @@ def test_tune_cli_end_to_end(tmp_path):
                      "--data", str(graph), "--out", str(out), *SMALL])
     assert code == 0
     assert (out / "best_gbt.toml").exists() and (out / "study_report.md").exists()
+    # the budget's inequalities are said where the budget is (from a fairness audit)
+    assert "Pruned trials count toward the trial budget" in (out / "study_report.md").read_text()
     with pytest.raises(ValueError, match="trials must be positive"):
         cli_main(["tune", "anomaly", "--trials", "0"])
 

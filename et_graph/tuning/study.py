@@ -252,7 +252,10 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
     lines = [f"# Tuning: {task} on {dataset}", "",
              f"Objective: validation {metric} (test labels are never read). Budget per model: "
              f"{budget.trials} finished trials, {budget.timeout_minutes:g} min per run, TPE "
-             f"(seed {budget.seed}), {pruning}.", "",
+             f"(seed {budget.seed}), {pruning}. Pruned trials count toward the trial budget, "
+             "and a model without epochs (the trees) is never pruned, so it completes every "
+             "trial; the time limit binds each model alone, so a slower model may finish fewer "
+             "(the table counts them).", "",
              "| model | complete | pruned | failed | best validation | best trial | time (s) "
              "| preset |", "|---|---|---|---|---|---|---|---|"]
     for model, s in summaries.items():
