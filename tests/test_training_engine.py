@@ -449,3 +449,58 @@ def test_checkpoint_folder_problems_are_found_before_the_first_epoch(tmp_path):
     with pytest.raises(ValueError, match="last.pt is not a file"):
         fit(tmp_path / "odd", resume=True)
     assert trained == []  # refused before any epoch
+
+
+def test_a_batch_without_a_training_target_takes_no_step():
+    """From an audit: a random part of a large graph with no training node returned a zero
+    loss, and Adam's momentum and weight decay still moved the weights, while the zero was
+    averaged into the epoch's loss. A task now returns None for it."""
+    class SomeEmpty(ScriptedTask):
+        def batches(self, epoch):
+            self.epoch = epoch
+            yield None  # no training target here
+            yield torch.ones(1, 1)
+            yield None
+
+        def loss(self, model, batch):
+            return None if batch is None else model(batch).pow(2).sum()
+
+    def run(task):
+        torch.manual_seed(0)
+        model = nn.Linear(1, 1)
+        result = Trainer(TrainConfig(epochs=3, weight_decay=0.1), progress=False).fit(model, task)
+        return model, result
+
+    empty_model, empty = run(SomeEmpty([0.5] * 3))
+    plain_model, plain = run(ScriptedTask([0.5] * 3))
+    assert torch.equal(empty_model.weight, plain_model.weight)  # the same three steps
+    assert [r["train_loss"] for r in empty.history] == [r["train_loss"] for r in plain.history]
+
+    class AllEmpty(SomeEmpty):
+        def batches(self, epoch):
+            self.epoch = epoch
+            yield None
+
+    _, nothing = run(AllEmpty([0.5] * 3))
+    assert all(math.isnan(r["train_loss"]) for r in nothing.history)
+
+
+def test_the_detector_skips_parts_without_training_nodes(monkeypatch):
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.detectors import ETDetector
+
+    graph = planted_anomaly_graph(200, seed=3)
+    train = torch.zeros(200, dtype=torch.bool)
+    train[torch.randperm(200, generator=torch.Generator().manual_seed(1))[:10]] = True
+    graph.y[train.nonzero()[:3]] = 1
+    val = ~train
+    steps = []
+    real = torch.optim.Adam.step
+
+    def counted(self, *args, **kwargs):
+        steps.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", counted)
+    ETDetector(epochs=1, hidden=8, batch_size=16).fit(graph, train_mask=train, val_mask=val)
+    assert 1 <= len(steps) <= 10  # one step per part holding a training node, of 13 parts

@@ -238,14 +238,18 @@ class NodeAnomalyTask:
             yield (x[nodes.to(x.device)], local_edges.to(self.device), nodes.to(self.device),
                    local.to(self.device))
 
-    def loss(self, model: nn.Module, batch: Any) -> Tensor:
+    def loss(self, model: nn.Module, batch: Any) -> Optional[Tensor]:
         x, edge_index, node_ids, local = batch
+        if local.numel() == 0 and rank_world()[1] == 1:
+            # A subgraph without training nodes: no step (nor a forward pass). Under DDP the
+            # zero loss below keeps the ranks' gradient all-reduces in step.
+            return None
         # The multi-relation ET trains full batch only (ETDetectorConfig), so these edge types
         # are the full graph's and line up with edge_index.
         relations = relation_inputs(model, self.data)
         logits = model(x, edge_index, node_ids, **relations) if (
             self.pass_node_ids and node_ids is not None) else model(x, edge_index, **relations)
-        if local.numel() == 0:  # a subgraph without training nodes: keeps DDP ranks in step
+        if local.numel() == 0:
             return logits.sum() * 0.0
         target = self.y[local if node_ids is None else node_ids[local]]
         return weighted_bce_loss(logits[local], target, self.train_pos_weight)

@@ -204,8 +204,9 @@ class TrainingTask(Protocol):
     def batches(self, epoch: int) -> Iterable[Any]:
         """The batches of one training epoch."""
 
-    def loss(self, model: nn.Module, batch: Any) -> Tensor:
-        """The training loss of one batch (a scalar with a graph to ``model``'s parameters)."""
+    def loss(self, model: nn.Module, batch: Any) -> Optional[Tensor]:
+        """The training loss of one batch (a scalar with a graph to ``model``'s parameters), or
+        ``None`` for a batch without a training target (no optimiser step is taken)."""
 
     def validate(self, model: nn.Module) -> Validation:
         """Validation of ``model`` (in eval mode) on validation data only."""
@@ -478,11 +479,17 @@ class Trainer:
         for epoch in bar:
             begin = time.perf_counter()
             train_model.train()
-            total, count = 0.0, 0
+            total, count, batches = 0.0, 0, 0
             try:
                 for batch in task.batches(epoch):
+                    batches += 1
                     optimizer.zero_grad(set_to_none=True)
                     loss = task.loss(train_model, batch)
+                    if loss is None:
+                        # A batch without a training target (a random part of a large graph):
+                        # no step, since Adam's momentum and weight decay would still move the
+                        # weights, and no zero averaged into the epoch's loss.
+                        continue
                     _check_loss(loss, task)
                     if not torch.isfinite(loss):
                         raise FloatingPointError(
@@ -498,7 +505,7 @@ class Trainer:
                     count += 1
             except RuntimeError as error:
                 _raise_explained(error, self.oom_hint)
-            if count == 0:  # nothing trained: an epoch would be "best" on untouched weights
+            if batches == 0:  # nothing trained: an epoch would be "best" on untouched weights
                 raise ValueError(f"{self.description}: the task gave no training batch in epoch "
                                  f"{epoch} (an empty training set?)")
             model.eval()
@@ -529,7 +536,7 @@ class Trainer:
                 scheduler.step()
             history.append({
                 "epoch": epoch,
-                "train_loss": total / max(count, 1),
+                "train_loss": total / count if count else float("nan"),
                 "val_score": validation.score,
                 "val_loss": validation.loss,
                 "lr": lr,
