@@ -296,6 +296,29 @@ def test_label_trick_trains_and_scores_end_to_end(graph):
     assert sub.decision_score_.shape == (240,)
 
 
+def test_the_fitted_graph_is_recognised_after_coalescing_or_self_loops(graph):
+    """From an audit: adding self-loops or coalescing the edges after the fit made it 'another
+    graph', whose label-trick columns were zeroed silently (scores moved by 0.1)."""
+    import warnings
+
+    from torch_geometric.utils import add_self_loops, coalesce
+
+    det = ETDetector(label_trick=True, epochs=2, hidden=16).fit(graph)
+    fitted = det.network_input(graph)[:, -3:]
+    looped, deduplicated = graph.clone(), graph.clone()
+    looped.edge_index = add_self_loops(graph.edge_index, num_nodes=240)[0]
+    doubled = torch.cat([graph.edge_index, graph.edge_index[:, :10]], dim=1)
+    deduplicated.edge_index = coalesce(doubled, num_nodes=240)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert torch.equal(det.network_input(looped)[:, -3:], fitted)
+        assert torch.equal(det.network_input(deduplicated)[:, -3:], fitted)
+    rewired = graph.clone()
+    rewired.edge_index = graph.edge_index[:, 10:]  # other edges on the same nodes
+    with pytest.warns(RuntimeWarning, match="scored as another graph: the label-trick columns"):
+        assert not det.network_input(rewired)[:, -3:].any()
+
+
 def assert_resumes_exactly(graph, folder, **options):
     """A run stopped after epoch 1 and resumed from its checkpoint equals an uninterrupted one:
     the same losses and the same scores (so every random draw was replayed)."""

@@ -17,6 +17,7 @@ labels never enter.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -72,8 +73,10 @@ def neighbour_label_features(edge_index: Tensor, labels: Tensor) -> Tensor:
 
 
 def _edge_keys(edge_index: Tensor, num_nodes: int) -> Tensor:
-    """The edges as sorted ``dst * N + src`` keys: equal for the same edges in any order."""
-    return (edge_index[1] * num_nodes + edge_index[0]).sort().values
+    """The edges as sorted unique ``dst * N + src`` keys without self-loops: equal for the same
+    edges in any order, after coalescing or adding self-loops too."""
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    return torch.unique(edge_index[1] * num_nodes + edge_index[0])
 
 
 class NodeAnomalyTask:
@@ -375,25 +378,33 @@ class NeuralDetector(BaseDetector):
             labels = self.train_labels_
         else:
             labels = torch.full((data.num_nodes,), -1, dtype=torch.long)
+            if data.num_nodes == self.train_labels_.numel():
+                warnings.warn(
+                    f"{type(self).__name__}: this graph has the fitted graph's {data.num_nodes} "
+                    "nodes but other edges, so it is scored as another graph: the label-trick "
+                    "columns are zero (no training label is known there). Score the fitted "
+                    "graph's edges to use its training labels.", RuntimeWarning, stacklevel=4)
         columns = neighbour_label_features(data.edge_index.to(self.device),
                                            labels.to(self.device))
         return torch.cat([x, columns.to(x.dtype)], dim=-1)
 
     def _is_fitted_graph(self, data: Data) -> bool:
         """Whether ``data`` is the fitted graph: as many nodes and the same edges, in any
-        order (sorting or coalescing the edges after the fit changes nothing per node)."""
+        order, repeats and self-loops aside (sorting or coalescing the edges, or adding
+        self-loops, after the fit does not make it another graph)."""
         edge_index = self.fit_edge_index_
         if edge_index is None:
             return False
         num_nodes = self.fit_num_nodes_
         if num_nodes is None:  # a file saved before fit_num_nodes_: the label trick's labels
             num_nodes = self.train_labels_.numel() if self.train_labels_ is not None else None
-        if data.num_nodes != num_nodes or data.edge_index.shape != edge_index.shape:
+        if data.num_nodes != num_nodes:
             return False
         given = data.edge_index.cpu()
         # the same order (the usual case) needs no sort
-        return torch.equal(given, edge_index) or torch.equal(
-            _edge_keys(given, num_nodes), _edge_keys(edge_index, num_nodes))
+        if given.shape == edge_index.shape and torch.equal(given, edge_index):
+            return True
+        return torch.equal(_edge_keys(given, num_nodes), _edge_keys(edge_index, num_nodes))
 
     def _check_transductive(self, data: Data) -> None:
         """Refuse another graph for a positional network: a graph with the same number of nodes
