@@ -161,6 +161,31 @@ def test_detector_fits_per_relation_attention(typed_graph):
     assert not isinstance(plain.model_.conv, RelationalETConv)
 
 
+def test_relation_names_empty_relations_and_list_edge_types_are_checked(typed_graph):
+    """From an audit: a graph with its relations in another order was scored with the
+    per-relation weights swapped, silently; a relation without training edges kept random
+    keys and queries unremarked; a list edge_type failed with "'list' object has no attribute
+    'numel'"."""
+    det = ETDetector(epochs=1, hidden=16, multi_relation=True).fit(typed_graph)
+    assert det.relation_names_ == ["a", "b", "c"]
+    reordered = typed_graph.clone()
+    reordered.relation_names = ["b", "a", "c"]
+    with pytest.raises(ValueError, match=r"relations are \['b', 'a', 'c'\], and the detector "
+                                         r"was fitted on \['a', 'b', 'c'\]"):
+        det.decision_function(reordered)
+    unnamed = typed_graph.clone()
+    del unnamed.relation_names  # nothing to compare: scored as before
+    assert det.decision_function(unnamed).shape == (160,)
+    sparse = typed_graph.clone()
+    sparse.edge_type = sparse.edge_type.clamp(max=1)  # relation "c" loses every edge
+    with pytest.warns(RuntimeWarning, match=r"relation\(s\) \['c'\] have no edge"):
+        ETDetector(epochs=1, hidden=16, multi_relation=True).fit(sparse)
+    listed = typed_graph.clone()
+    listed.edge_type = typed_graph.edge_type.tolist()
+    with pytest.raises(ValueError, match="edge_type must be a tensor"):
+        ETDetector(epochs=1, multi_relation=True).fit(listed)
+
+
 def test_multi_relation_needs_edge_types_and_full_batch(typed_graph):
     untyped = typed_graph.clone()
     del untyped.edge_type

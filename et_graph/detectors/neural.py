@@ -420,6 +420,13 @@ class NeuralDetector(BaseDetector):
     @torch.no_grad()
     def _score(self, data: Data) -> Tensor:
         self._check_transductive(data)
+        fitted = getattr(self, "relation_names_", None)
+        given = getattr(data, "relation_names", None)
+        if fitted is not None and given is not None and [str(n) for n in given] != fitted:
+            # The ids index per-relation weights: another order would swap them silently.
+            raise ValueError(f"this graph's relations are {list(given)}, and the detector was "
+                             f"fitted on {fitted} (the ids must mean the same relations, in "
+                             "the same order)")
         self.model_.eval()
         data = data.to(self.device)
         extra = {**self.chunking(), **relation_inputs(self.model_, data)}
@@ -448,6 +455,8 @@ class ETDetector(NeuralDetector):
     supports_chunks = True
     #: After ``fit`` with ``multi_relation``: the number of relations of the fitted graph.
     num_relations_: Optional[int] = None
+    #: ... and their names (``data.relation_names``), which a scored graph must share.
+    relation_names_: Optional[list[str]] = None
 
     def __new__(cls, *args: Any, supervised: bool = True, **keywords: Any) -> Any:
         if not supervised:
@@ -485,6 +494,17 @@ class ETDetector(NeuralDetector):
                                  "is not implemented for the multi-relation ET "
                                  "(multi_relation=True, --multi-relation); leave both unset")
             self.num_relations_ = graph_relations(data)
+            names = getattr(data, "relation_names", None)
+            self.relation_names_ = None if names is None else [str(n) for n in names]
+            counts = torch.bincount(data.edge_type.view(-1).long().cpu(),
+                                    minlength=self.num_relations_)
+            empty = [self.relation_names_[i] if self.relation_names_ else str(i)
+                     for i in range(self.num_relations_) if counts[i] == 0]
+            if empty:
+                warnings.warn(f"{type(self).__name__}: relation(s) {empty} have no edge in the "
+                              "fitted graph, so their keys and queries stay untrained; edges "
+                              "of them in a scored graph would meet random weights",
+                              RuntimeWarning, stacklevel=3)
         super()._fit(data, y, train, val)
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:

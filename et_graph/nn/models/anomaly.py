@@ -400,6 +400,9 @@ def graph_relations(data: Data) -> int:
             "multi_relation needs a graph with edge types (data.edge_type [E]): load YelpChi or "
             "Amazon with relation='multi' (CLI: --relation multi)"
         )
+    if not isinstance(edge_type, Tensor):  # a list or an array: .numel() failed below
+        raise ValueError(f"data.edge_type must be a tensor [E] of relation ids, got "
+                         f"{type(edge_type).__name__}: data.edge_type = torch.as_tensor(...)")
     names = getattr(data, "relation_names", None)
     count = len(names) if names is not None else (
         int(edge_type.max()) + 1 if edge_type.numel() else 1)
