@@ -206,3 +206,17 @@ def test_a_symmetric_graph_needs_two_hops_per_step_for_exact_seed_outputs(steps)
 
         torch.testing.assert_close(seed_outputs(2 * steps), full, rtol=0, atol=1e-12)
         assert (seed_outputs(2 * steps - 1) - full).abs().max() > 1e-6
+
+
+def test_sampling_a_directed_graph_warns_that_it_cannot_match_scoring():
+    """From an audit: on a directed graph the sampled batches never give the full-graph
+    outputs (not even with fanouts of -1), and only the module docstring said so."""
+    import warnings
+
+    from torch_geometric.utils import to_undirected
+
+    with pytest.warns(RuntimeWarning, match="directed graph: the sampler follows in-edges"):
+        make_sampler("builtin", random_graph(), 300, [-1, -1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        make_sampler("builtin", to_undirected(random_graph(), num_nodes=300), 300, [-1, -1])

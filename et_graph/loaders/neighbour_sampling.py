@@ -27,6 +27,7 @@ full-graph pass, chunked when the graph is large (:meth:`et_graph.nn.ETConv.forw
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Optional
 
@@ -219,7 +220,18 @@ class PygNeighbourSampler:
 
 def make_sampler(name: str, edge_index: Tensor, num_nodes: int, num_neighbors: Sequence[int]
                  ) -> NeighbourSampler | PygNeighbourSampler:
-    """The sampler ``name`` (``auto``/``builtin``/``pyg``, see :func:`resolve_sampler`)."""
+    """The sampler ``name`` (``auto``/``builtin``/``pyg``, see :func:`resolve_sampler`). On a
+    directed graph a ``RuntimeWarning`` says that the batches cannot give the full-graph
+    outputs (the key side of an ET step lies along out-edges, which no sampler follows)."""
+    from torch_geometric.utils import is_undirected
+
+    if edge_index.numel() and not is_undirected(edge_index, num_nodes=num_nodes):
+        warnings.warn(
+            "neighbour sampling on a directed graph: the sampler follows in-edges only, and an "
+            "ET step also reads along out-edges, so sampled training never sees the function "
+            "that scoring computes over the full graph (not even with fanouts of -1); make the "
+            "graph undirected (torch_geometric.transforms.ToUndirected) or train full batch",
+            RuntimeWarning, stacklevel=3)
     kind = resolve_sampler(name)
     cls = PygNeighbourSampler if kind == "pyg" else NeighbourSampler
     return cls(edge_index, num_nodes, num_neighbors)
