@@ -186,6 +186,18 @@ def test_relation_names_empty_relations_and_list_edge_types_are_checked(typed_gr
         ETDetector(epochs=1, multi_relation=True).fit(listed)
 
 
+def test_a_detector_that_ignores_edge_types_says_so(typed_graph):
+    """From an audit: a plain ETDetector (or a baseline) on a typed graph ignored edge_type
+    silently; edge_weight and edge_attr already warned."""
+    import warnings
+
+    with pytest.warns(UserWarning, match="ETDetector ignores data.edge_type"):
+        ETDetector(epochs=1, hidden=8).fit(typed_graph)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # the multi-relation ET reads them
+        ETDetector(epochs=1, hidden=8, multi_relation=True).fit(typed_graph)
+
+
 def test_multi_relation_needs_edge_types_and_full_batch(typed_graph):
     untyped = typed_graph.clone()
     del untyped.edge_type

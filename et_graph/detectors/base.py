@@ -164,7 +164,7 @@ class BaseDetector:
         are replaced by 0 before training starts, so no code path can see them.
         """
         x, edge_index = check_graph(data)
-        warn_unused_edge_data(data, type(self).__name__)
+        warn_unused_edge_data(data, type(self).__name__, self._reads_edge_type())
         data = self._prepare(data)
         train = resolve_mask(data, train_mask, "train_mask")
         val = resolve_mask(data, val_mask, "val_mask")
@@ -224,7 +224,8 @@ class BaseDetector:
         (reconstruction error, energy, ...)."""
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
-        warn_unused_edge_data(data, type(self).__name__)  # fit warned for its own graph
+        # fit warned for its own graph
+        warn_unused_edge_data(data, type(self).__name__, self._reads_edge_type())
         return self._checked_scores(self._decision(data), "this graph")
 
     def _loss_trace(self) -> str:
@@ -279,6 +280,10 @@ class BaseDetector:
         """``predict``'s ``prob``: here the score itself (a probability for these detectors)."""
         return score.clamp(0.0, 1.0)
 
+    def _reads_edge_type(self) -> bool:
+        """Whether this detector reads ``data.edge_type`` (the multi-relation ET only)."""
+        return bool(getattr(getattr(self.config, "model", None), "multi_relation", False))
+
     def _check_fitted(self) -> None:
         if self.threshold_ is None:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
@@ -287,11 +292,13 @@ class BaseDetector:
 # ----------------------------------------------------------------------------------------------
 # Input checks shared by every detector
 # ----------------------------------------------------------------------------------------------
-def warn_unused_edge_data(data: Data, detector: str) -> None:
+def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = False) -> None:
     """A ``UserWarning`` for per-edge data the detectors do not read, rather than silence: the
-    user may believe the weights or features shape the result."""
-    unused = [name for name in ("edge_weight", "edge_attr")
-              if getattr(data, name, None) is not None]
+    user may believe the weights, features or relation types shape the result (``edge_type``
+    is read only by the multi-relation ET)."""
+    unused = [name for name in ("edge_weight", "edge_attr", "edge_type")
+              if getattr(data, name, None) is not None
+              and not (name == "edge_type" and reads_edge_type)]
     if unused:
         warnings.warn(f"{detector} ignores data.{' and data.'.join(unused)}: the detectors read "
                       "x, edge_index (and edge_type with multi_relation) only", stacklevel=3)
