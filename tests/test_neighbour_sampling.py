@@ -220,3 +220,15 @@ def test_sampling_a_directed_graph_warns_that_it_cannot_match_scoring():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         make_sampler("builtin", to_undirected(random_graph(), num_nodes=300), 300, [-1, -1])
+
+
+def test_self_loops_do_not_take_a_neighbours_place_in_the_fanout():
+    """From an audit: ET ignores self-loops, yet the sampler drew them, so a node with a
+    self-loop and 2 in-neighbours kept only one real neighbour at fanout 2 (66% of draws)."""
+    # 1 - 0 - 2, both directions, and a self-loop on 0
+    edge_index = torch.tensor([[1, 2, 0, 0, 0], [0, 0, 1, 2, 0]])
+    sampler = make_sampler("builtin", edge_index, 3, [2])
+    for seed in range(20):
+        batch = sampler.sample(torch.tensor([0]), torch.Generator().manual_seed(seed))
+        sources = batch.nodes[batch.edge_index[0][batch.edge_index[1] == 0]]
+        assert sorted(sources.tolist()) == [1, 2]  # both real neighbours, every time

@@ -220,9 +220,10 @@ class PygNeighbourSampler:
 
 def make_sampler(name: str, edge_index: Tensor, num_nodes: int, num_neighbors: Sequence[int]
                  ) -> NeighbourSampler | PygNeighbourSampler:
-    """The sampler ``name`` (``auto``/``builtin``/``pyg``, see :func:`resolve_sampler`). On a
-    directed graph a ``RuntimeWarning`` says that the batches cannot give the full-graph
-    outputs (the key side of an ET step lies along out-edges, which no sampler follows)."""
+    """The sampler ``name`` (``auto``/``builtin``/``pyg``, see :func:`resolve_sampler`) over
+    the graph's edges without self-loops. On a directed graph a ``RuntimeWarning`` says that
+    the batches cannot give the full-graph outputs (the key side of an ET step lies along
+    out-edges, which no sampler follows)."""
     from torch_geometric.utils import is_undirected
 
     if edge_index.numel() and not is_undirected(edge_index, num_nodes=num_nodes):
@@ -233,5 +234,8 @@ def make_sampler(name: str, edge_index: Tensor, num_nodes: int, num_neighbors: S
             "graph undirected (torch_geometric.transforms.ToUndirected) or train full batch",
             RuntimeWarning, stacklevel=3)
     kind = resolve_sampler(name)
+    # ET gives a self-loop no weight (its attention skips them), so a drawn self-loop would
+    # only take a neighbour's place in the fanout.
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
     cls = PygNeighbourSampler if kind == "pyg" else NeighbourSampler
     return cls(edge_index, num_nodes, num_neighbors)
