@@ -22,7 +22,7 @@ from typing import Optional
 
 from et_graph.config import parse
 from et_graph.experiments import anomaly
-from et_graph.reporting import summarize
+from et_graph.reporting import format_stat, summarize
 
 VARIANTS = {
     "et (default)": [],
@@ -36,6 +36,10 @@ VARIANTS = {
     "+ 2 stacked blocks": ["--blocks", "2"],
     "+ class-balanced sampling": ["--class-balance", "sample"],
 }
+
+
+#: The key of the run settings in ablation.json (older files have none).
+SETTINGS_KEY = "_settings"
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -59,6 +63,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     # Finished variants are kept in ablation.json, so an interrupted run continues.
     saved = out / "ablation.json"
     rows = json.loads(saved.read_text()) if saved.exists() else {}
+    # Rows of another dataset, seed count or epoch budget must not join this table.
+    settings = {"dataset": args.dataset, "seeds": args.seeds, "epochs": args.epochs}
+    stored = rows.pop(SETTINGS_KEY, None)
+    if rows and stored is not None and stored != settings:
+        raise SystemExit(f"{saved} holds rows of {stored}, not {settings}: use another --out")
     for name in args.variants.split(";"):
         if name in rows:
             continue
@@ -71,7 +80,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                       "epoch_seconds": result["epoch_seconds_median"].get("et"),
                       "flags": VARIANTS[name]}
         print(name, rows[name]["val_auroc"]["mean"], rows[name]["test_auroc"]["mean"], flush=True)
-        saved.write_text(json.dumps(rows, indent=2, default=float))
+        saved.write_text(json.dumps({SETTINGS_KEY: settings, **rows}, indent=2, default=float))
     for inputs in () if args.no_gbt else ("plain", "stats"):
         extra = [] if inputs == "plain" else ["--neighbour-stats", "mean,sq_mean,max,min"]
         if f"gbt ({inputs} inputs)" in rows:
@@ -87,14 +96,14 @@ def main(argv: Optional[list[str]] = None) -> None:
              "checkpoint by validation AUROC)", "",
              "| variant | validation AUROC | test AUROC | test AUPRC | ET epoch (s) |",
              "|---|---|---|---|---|"]
+    fmt = format_stat  # one seed reads "(n = 1)", not a measured zero spread
     for name, row in rows.items():
-        def fmt(stat):
-            return f"{stat['mean']:.4f} ± {stat['std']:.4f}"
         seconds = "" if row["epoch_seconds"] is None else f"{row['epoch_seconds']:.2f}"
         lines.append(f"| {name} | {fmt(row['val_auroc'])} | {fmt(row['test_auroc'])} | "
                      f"{fmt(row['test_auprc'])} | {seconds} |")
     (out / "ablation.md").write_text("\n".join(lines) + "\n")
-    (out / "ablation.json").write_text(json.dumps(rows, indent=2, default=float))
+    (out / "ablation.json").write_text(json.dumps({SETTINGS_KEY: settings, **rows}, indent=2,
+                                                  default=float))
     print("\n".join(lines))
 
 

@@ -687,3 +687,18 @@ def test_cuda_checks_script_parses_and_names_every_output():
                  "bench_graph_epoch.py --device", "scale.json", "bench_etconv.json",
                  "graph_epoch.json", "junit.xml"):
         assert part in text, part
+
+
+def test_the_ablation_resumes_only_rows_of_its_own_settings(tmp_path):
+    """From an audit: an interrupted ablation resumed by variant name only, so rows of another
+    dataset, seed count or epoch budget joined the table silently."""
+    module = benchmark_module("anomaly_ablation")
+    out = str(tmp_path / "ablation")
+    argv = ["--dataset", "reddit", "--seeds", "1", "--epochs", "1", "--no-gbt",
+            "--variants", "et (default)", "--out", out]
+    module.main(argv)
+    table = (tmp_path / "ablation" / "ablation.md").read_text()
+    assert "(n = 1)" in table and "± 0.0000" not in table  # one seed is not a zero spread
+    module.main(argv)  # the same settings: the stored row is reused
+    with pytest.raises(SystemExit, match="holds rows of"):
+        module.main([*argv[:2], "--seeds", "2", *argv[4:]])
