@@ -112,8 +112,9 @@ def time_models(
     repeats: int,
     device: str = "cpu",
 ) -> dict[str, dict[str, Any]]:
-    """Median seconds per step of each model, measured round robin (on CUDA with CUDA events
-    around the step, so that asynchronous kernels are counted)."""
+    """Median seconds per step of each model, measured round robin with the order turning
+    every round (on CUDA with CUDA events around the step, so that asynchronous kernels are
+    counted)."""
     cuda = torch.device(device).type == "cuda"
     from tqdm import tqdm
 
@@ -122,7 +123,11 @@ def time_models(
     rounds = warmup + repeats
     with tqdm(total=rounds * len(models), desc="timing", leave=False, file=sys.stderr) as bar:
         for round_index in range(rounds):
-            for name, model in models.items():
+            # The order turns every round, so that no model always runs first after the
+            # previous round's last (cache and frequency effects land on every model alike).
+            order = list(models.items())
+            shift = round_index % len(order)
+            for name, model in order[shift:] + order[:shift]:
                 clear_grads(modules, x)
                 if cuda:
                     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
