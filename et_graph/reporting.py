@@ -28,7 +28,7 @@ def format_stat(stat: Mapping[str, Any], digits: int = 4) -> str:
     """``mean ± std``; a single value is written as ``value (n = 1)``, since ``± 0`` under a
     mean ± std caption would read as a measured zero spread, and a spread that rounds to zero
     as ``± <0.0001``. A mean that is not finite names how many runs were (``n/a (1 of 5
-    runs NaN)``) rather than hiding the others."""
+    runs not finite)``) rather than hiding the others."""
     if stat is None or stat.get("mean") is None:
         return "n/a"
     values = [float(v) for v in stat.get("values") or () if v is not None]
