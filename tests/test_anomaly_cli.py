@@ -474,3 +474,19 @@ def test_the_plots_mark_the_kept_epoch_and_draw_precision_recall_as_steps(monkey
     assert len(star) == 1 and star[0].get_xdata()[0] == kept
     assert "all nodes" in energy.axes[0].get_title()
     assert "validation nodes only" in energy.axes[1].get_title()
+
+
+def test_every_anomaly_preset_that_runs_et_names_its_readout():
+    """From an audit: four Tolokers presets had no readout key, so when the default became
+    ego_neighbour they silently stopped reproducing their first_last tables."""
+    from et_graph.config import load_file
+
+    presets = sorted(Path(__file__).resolve().parents[1].glob("configs/anomaly/*.toml"))
+    missing = []
+    for path in presets:
+        data = load_file(path)
+        models = data.get("protocol", {}).get("models", AnomalyConfig().protocol.models)
+        if "et" in [m.strip() for m in str(models).split(",")] and "et" in data \
+                and "readout" not in data["et"]:
+            missing.append(path.name)
+    assert not missing, missing
