@@ -593,3 +593,21 @@ def test_neural_detectors_warn_about_raw_feature_scales(graph):
         warnings.simplefilter("error", RuntimeWarning)
         MLPDetector(epochs=1, hidden=8).fit(prepare_detection_data(raw, "quantile"))
         GBTDetector(max_iter=5).fit(raw)  # trees do not care about scales
+
+
+def test_a_loaded_single_split_mask_fits_as_it_is(tmp_path):
+    """From a new-user audit: a .pt saved with [N] masks loads with [N, 1] masks (one split), and
+    fit(data), the README's pattern, refused them as 'one column per split'."""
+    from et_graph.datasets import load_anomaly_dataset
+
+    graph = planted_graph_with_masks(200, seed=3)
+    torch.save(graph, tmp_path / "mine.pt")
+    loaded = load_anomaly_dataset(path=tmp_path / "mine.pt")
+    assert loaded.train_mask.shape == (200, 1)
+    fitted = MLPDetector(epochs=1, hidden=8).fit(loaded)
+    direct = MLPDetector(epochs=1, hidden=8).fit(graph)
+    assert torch.equal(fitted.decision_score_, direct.decision_score_)
+    several = loaded.clone()
+    several.train_mask = torch.cat([loaded.train_mask, loaded.train_mask], dim=1)
+    with pytest.raises(ValueError, match="one column per split"):
+        MLPDetector(epochs=1).fit(several)

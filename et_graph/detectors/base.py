@@ -342,6 +342,8 @@ def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:
                 f"or set data.{name}"
             )
         mask = torch.as_tensor(mask)  # a NumPy or list attribute, read like the argument
+        if mask.dim() == 2 and mask.size(1) == 1:
+            mask = mask[:, 0]  # the loaders store one split as [N, 1]: nothing to choose
         if mask.dim() == 2:
             raise ValueError(
                 f"data.{name} has shape {tuple(mask.shape)} (one column per split); pass "
