@@ -594,3 +594,22 @@ def test_unlabelled_prefix_is_checked_and_only_for_mat_files(tmp_path):
         load_anomaly_dataset(path=tmp_path / "g.pt", unlabelled_prefix=3)
     with pytest.raises(ValueError, match="only applies to yelpchi and amazon"):
         load_anomaly_dataset("reddit", unlabelled_prefix=3)
+
+
+def test_text_labels_one_hot_labels_and_index_masks_get_the_fix(tmp_path):
+    """From a new-user audit: text labels gave torch's "can't convert np.ndarray of type
+    numpy.str_", one-hot [N, 2] labels a shape message, index lists a reshaped shape."""
+    graph = small_graph()
+    arrays = {key: getattr(graph, key).numpy() for key in ("x", "edge_index")}
+    np.savez(tmp_path / "text.npz", **arrays, y=np.where(graph.y.numpy() == 1, "fraud", "ok"))
+    with pytest.raises(ValueError, match="labels are text"):
+        load_anomaly_npz(tmp_path / "text.npz")
+    np.savez(tmp_path / "onehot.npz", **arrays, y=np.eye(2)[graph.y.numpy()])
+    with pytest.raises(ValueError, match=r"\[N, 2\]; if they are one-hot.*argmax"):
+        load_anomaly_npz(tmp_path / "onehot.npz")
+    index = {k: np.flatnonzero(getattr(graph, k)[:, 0].numpy()) for k in
+             ("train_mask", "val_mask", "test_mask")}
+    np.savez(tmp_path / "index.npz", **arrays, y=graph.y.numpy(), **index)
+    with pytest.raises(ValueError, match=r"train_mask holds 10 integers for 30 nodes.*"
+                                         r"index_to_mask\(idx, size=30\)"):
+        load_anomaly_npz(tmp_path / "index.npz")

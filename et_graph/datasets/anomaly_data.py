@@ -82,9 +82,17 @@ def _as_tensor(value: Any, what: str, source: str) -> Tensor:
 
 
 def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
+    if not isinstance(y, Tensor):
+        kind = np.asarray(y).dtype.kind
+        if kind in "USO":  # torch: "can't convert np.ndarray of type numpy.str_"
+            raise ValueError(f"{source}: labels are text ({np.asarray(y).dtype}); write them as "
+                             "numbers, 0 = normal and 1 = anomalous")
     y = _as_tensor(y, "y (labels)", source)
     if y.dim() == 2 and 1 in y.shape:
         y = y.reshape(-1)  # MATLAB stores label vectors as [1, N]
+    if y.dim() == 2 and y.size(0) == num_nodes and y.size(1) == 2:
+        raise ValueError(f"{source}: labels have shape [N, 2]; if they are one-hot, store "
+                         "their argmax (y.argmax(1): 0 = normal, 1 = anomalous)")
     if y.dim() != 1 or y.numel() != num_nodes:
         raise ValueError(
             f"{source}: labels must have shape [N]=[{num_nodes}], got {tuple(y.shape)}"
@@ -115,6 +123,12 @@ def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
 
 def _mask(value: Any, key: str, num_nodes: int, source: str) -> Tensor:
     mask = _as_tensor(value, key, source)
+    if mask.dim() == 1 and mask.numel() != num_nodes and not mask.is_floating_point() \
+            and mask.dtype != torch.bool:
+        # node indices (OGB's split_idx) read as a mask of the wrong length
+        raise ValueError(f"{source}: {key} holds {mask.numel()} integers for {num_nodes} nodes; "
+                         "node indices? store a boolean mask: torch_geometric.utils."
+                         f"index_to_mask(idx, size={num_nodes})")
     if mask.dim() == 1:
         mask = mask.unsqueeze(1)
     if mask.dim() != 2:
