@@ -613,3 +613,22 @@ def test_text_labels_one_hot_labels_and_index_masks_get_the_fix(tmp_path):
     with pytest.raises(ValueError, match=r"train_mask holds 10 integers for 30 nodes.*"
                                          r"index_to_mask\(idx, size=30\)"):
         load_anomaly_npz(tmp_path / "index.npz")
+
+
+def test_weighted_mat_adjacency_warns_and_heterophilous_npz_reads_label_mask(tmp_path):
+    """From a new-user audit: a .mat adjacency with weights 0.5 loaded unweighted without a
+    word; a heterophilous-layout .npz ignored its label_mask, so the unlabelled nodes the
+    library told the user to mark came back as labelled normal nodes."""
+    content = write_care_mat(tmp_path / "w.mat", YELP_RELATIONS, n=60)
+    weighted = dict(content)
+    weighted["homo"] = content["homo"] * 0.5
+    scipy.io.savemat(str(tmp_path / "w.mat"), weighted)
+    with pytest.warns(UserWarning, match="'homo' holds weights other than 1 .*0.5"):
+        load_fraud_mat(tmp_path / "w.mat")
+    graph = small_graph()
+    label_mask = np.arange(30) >= 5
+    np.savez(tmp_path / "hetero.npz", node_features=graph.x.numpy(),
+             node_labels=graph.y.numpy(), edges=graph.edge_index.numpy().T,
+             label_mask=label_mask)
+    data = load_anomaly_npz(tmp_path / "hetero.npz")
+    assert torch.equal(data.label_mask, torch.from_numpy(label_mask))

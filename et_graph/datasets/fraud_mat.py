@@ -24,6 +24,8 @@ sees those edges with that multiplicity.
 """
 from __future__ import annotations
 
+import warnings
+
 import shutil
 import tempfile
 import urllib.request
@@ -87,9 +89,16 @@ def _edges(adjacency: Any, key: str, num_nodes: int, source: str) -> np.ndarray:
         # entry whose duplicates cancel is none either.
         coo.sum_duplicates()
         coo.eliminate_zeros()
-        rows, cols = coo.row, coo.col
+        rows, cols, values = coo.row, coo.col, coo.data
     else:
         rows, cols = np.nonzero(np.asarray(adjacency))
+        values = np.asarray(adjacency)[rows, cols]
+    off_diagonal = values[rows != cols]
+    if off_diagonal.size and not bool(np.all(off_diagonal == 1)):
+        # The loaders keep a pair once, unweighted: say so rather than drop weights silently.
+        warnings.warn(f"{source}: '{key}' holds weights other than 1 (e.g. "
+                      f"{off_diagonal[off_diagonal != 1][0]:g}); every nonzero entry is read as "
+                      "one unweighted edge", UserWarning, stacklevel=3)
     return np.stack([rows, cols]).astype(np.int64)
 
 

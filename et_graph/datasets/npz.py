@@ -77,13 +77,15 @@ def load_anomaly_npz(
         if edges.ndim != 2 or edges.shape[1] != 2:
             raise ValueError(f"{source}: edges must have shape [E, 2], got {edges.shape}")
         warn_unread_entries(source, arrays,
-                            (*HETEROPHILOUS_KEYS, *(key + "s" for key in MASK_KEYS)))
+                            (*HETEROPHILOUS_KEYS, *(key + "s" for key in MASK_KEYS),
+                             "label_mask"))
         masks = {
             key: arrays[key + "s"] for key in MASK_KEYS if key + "s" in arrays
         }
         return prepare_anomaly_data(
             arrays["node_features"], edges.T, arrays["node_labels"], name=name,
-            masks=masks or None, source=source, binarize=binarize,
+            masks=masks or None, label_mask=arrays.get("label_mask"), source=source,
+            binarize=binarize,
         )
     raise ValueError(
         f"{source}: unrecognised .npz layout; found keys {sorted(arrays)}. Expected "
