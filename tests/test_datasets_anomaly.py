@@ -632,3 +632,18 @@ def test_weighted_mat_adjacency_warns_and_heterophilous_npz_reads_label_mask(tmp
              label_mask=label_mask)
     data = load_anomaly_npz(tmp_path / "hetero.npz")
     assert torch.equal(data.label_mask, torch.from_numpy(label_mask))
+
+
+def test_a_files_dataset_name_keeps_the_dots_of_its_name(tmp_path):
+    """From a new-user audit: 'My.Graph.v2.npz' was named 'My', and run.1.npz and run.2.npz
+    both 'run' in the results."""
+    from et_graph.datasets.anomaly_data import file_dataset_name
+
+    assert file_dataset_name("My.Graph.v2.npz") == "My.Graph.v2"
+    assert file_dataset_name("run.1.pt.zip") == "run.1" and file_dataset_name("CARE.MAT") == "CARE"
+    graph = small_graph()
+    arrays = {key: getattr(graph, key).numpy() for key in ("x", "edge_index", "y")}
+    np.savez(tmp_path / "run.1.npz", **arrays)
+    assert load_anomaly_npz(tmp_path / "run.1.npz").name == "run.1"
+    torch.save(graph, tmp_path / "run.2.pt")
+    assert load_anomaly_dataset(path=tmp_path / "run.2.pt").name == "run.2"

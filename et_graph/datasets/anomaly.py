@@ -7,7 +7,7 @@ from typing import Optional, Union
 
 from torch_geometric.data import Data
 
-from .anomaly_data import cache_dir, data_dir
+from .anomaly_data import cache_dir, data_dir, file_dataset_name
 from .embedded import EMBEDDED_FILES, find_embedded_file, load_pyg_file
 from .fraud_mat import (
     FRAUD_ARCHIVE_URLS,
@@ -60,7 +60,7 @@ def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optiona
     if not path.is_file():
         raise FileNotFoundError(f"No such file: {path}")
     suffixes = [suffix.lower() for suffix in path.suffixes]
-    stem = path.name.split(".")[0]
+    stem = file_dataset_name(path)
     if binarize is None:
         # PyGOD's injected and generated graphs (inj_*, gen_*) label contextual/structural
         # anomalies as 1/2/3 (pygod.utils.load_data)

@@ -254,6 +254,21 @@ def prepare_anomaly_data(
     return data
 
 
+#: The suffixes of the graph files, removed from a file name to name its dataset.
+DATA_SUFFIXES = (".pt.zip", ".pth", ".pt", ".npz", ".mat", ".zip")
+
+
+def file_dataset_name(path: Union[str, Path]) -> str:
+    """The dataset name of a graph file: its name without the data suffix (``My.Graph.v2.npz``
+    is ``My.Graph.v2``; cutting at the first dot named it ``My``, and ``run.1.npz`` and
+    ``run.2.npz`` both ``run``)."""
+    name = Path(path).name
+    for suffix in DATA_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return Path(name).stem
+
+
 #: Entries of a graph file that the loaders read or that carry no data (a name).
 READ_ENTRIES = ("x", "edge_index", "y", *MASK_KEYS, "label_mask", "name")
 

@@ -16,7 +16,7 @@ from typing import Optional, Union
 import torch
 from torch_geometric.data import Data
 
-from .anomaly_data import from_pyg_data
+from .anomaly_data import file_dataset_name, from_pyg_data
 
 # name -> (path inside the data folder, whether multi-type labels are collapsed to y > 0)
 EMBEDDED_FILES: dict[str, tuple[str, bool]] = {
@@ -64,7 +64,7 @@ def load_pyg_file(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No such file: {path}")
-    name = name or path.name.split(".")[0]
+    name = name or file_dataset_name(path)
     loaded = _read_torch_object(path)
     if isinstance(loaded, dict):
         loaded = Data(**loaded)

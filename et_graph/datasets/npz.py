@@ -24,7 +24,12 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from .anomaly_data import MASK_KEYS, prepare_anomaly_data, warn_unread_entries
+from .anomaly_data import (
+    MASK_KEYS,
+    file_dataset_name,
+    prepare_anomaly_data,
+    warn_unread_entries,
+)
 
 OPEN_KEYS = ("x", "edge_index", "y")
 HETEROPHILOUS_KEYS = ("node_features", "node_labels", "edges")
@@ -55,7 +60,7 @@ def load_anomaly_npz(
         ValueError: the file is not an ``.npz`` archive, lacks keys, or holds malformed arrays.
     """
     path = Path(path)
-    name = name or path.name.split(".")[0]
+    name = name or file_dataset_name(path)
     arrays = _read_npz(path)
     source = str(path)
     if all(key in arrays for key in OPEN_KEYS):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 import numpy as np
@@ -26,6 +25,7 @@ from ..baselines.unsupervised import (
     baseline_scorer,
 )
 from ..config import RunConfig, parse_model_list
+from ..datasets.anomaly_data import file_dataset_name
 from ..detectors.unsupervised import (
     MaskedETModelConfig,
     MaskedTrainConfig,
@@ -187,7 +187,7 @@ def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
     if y.shape != (data.num_nodes,) or not bool(torch.isin(y.long(), torch.tensor([0, 1])).all()):
         raise ValueError(f"data.y must be a binary vector [{data.num_nodes}] "
                          "(0 = normal, 1 = anomalous)")
-    name = str(getattr(data, "name", None) or (Path(config.data).name.split(".")[0]
+    name = str(getattr(data, "name", None) or (file_dataset_name(config.data)
                                                if config.data else config.dataset))
     label_mask = getattr(data, "label_mask", None)
     if label_mask is not None:
