@@ -534,6 +534,8 @@ def test_quick_cv_run_writes_results(tmp_path):
     assert ("structural encodings read by ET only: Laplacian PE (4 eigenvectors), random-walk "
             "PE (16 steps)") in markdown
     assert "not selected inside the folds" in results["protocol"]
+    # MUTAG has node labels and no attributes (the note said "TU node attributes + ...")
+    assert "node features: one-hot node labels (7)" in markdown
 
 
 def test_cli_with_several_runs_per_fold_reports_their_ensemble(tmp_path):

@@ -191,7 +191,11 @@ def load_tudataset(
         "node_attributes": int(dataset.num_node_attributes),
         "node_labels": int(dataset.num_node_labels),
         "edge_features": int(dataset.num_edge_features),
-        "node_features": "TU node attributes + one-hot node labels",
+        # What the file gave (MUTAG has labels only: "attributes + labels" misdescribed it).
+        "node_features": " + ".join(part for part, count in (
+            (f"TU node attributes ({dataset.num_node_attributes})", dataset.num_node_attributes),
+            (f"one-hot node labels ({dataset.num_node_labels})", dataset.num_node_labels))
+            if count),
     }
     if dataset.num_node_features == 0:
         max_degree = max(
