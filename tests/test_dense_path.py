@@ -164,3 +164,20 @@ def test_dense_bad_inputs_raise_value_error() -> None:
     bad[1, 2, 3] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         conv.forward_dense(bad)
+
+
+def test_the_node_mask_of_to_dense_batch_keeps_padding_out() -> None:
+    """From a new-user audit: the README's forward_dense(x_dense, mask=None) on a padded batch
+    let padding tokens take part (graph 0 moved by up to 4.69 against itself alone), and
+    to_dense_batch's own [B, M] mask was refused as the wrong shape."""
+    from torch_geometric.utils import to_dense_batch
+
+    conv = make_conv(steps=2).double()
+    x = torch.randn(7, CHANNELS, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    batch = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    x_dense, node_mask = to_dense_batch(x, batch)
+    out = conv.forward_dense(x_dense, node_mask)
+    alone = conv.forward_dense(x[:3].unsqueeze(0))
+    assert torch.allclose(out[0, :3], alone[0], atol=1e-12)
+    pairs = node_mask[:, :, None] & node_mask[:, None, :]
+    assert torch.equal(out, conv.forward_dense(x_dense, pairs))

@@ -335,7 +335,9 @@ class ETEnergy(Module):
     ) -> tuple[Tensor, Optional[Tensor]]:
         """Validated dense neighbourhoods of tokens ``x [B, M, D]``: the bool mask ``[B, M, M]``
         (``mask[b, C, B]`` = token ``C`` attends to token ``B``; ``None`` = all pairs; the
-        diagonal is always removed) and the weights ``[B, 1 or H, M, M]`` in ``x``'s dtype."""
+        diagonal is always removed; a node mask ``[B, M]``, as ``to_dense_batch`` returns it,
+        means all pairs of real tokens) and the weights ``[B, 1 or H, M, M]`` in ``x``'s
+        dtype."""
         check_features(x, self.channels, ndim=3)
         batch, tokens = x.size(0), x.size(1)
         eye = torch.eye(tokens, dtype=torch.bool, device=x.device)
@@ -345,6 +347,10 @@ class ETEnergy(Module):
             if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
                 dtype = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
                 raise ValueError(f"mask must be a bool tensor, got {dtype}")
+            if tuple(mask.shape) == (batch, tokens):
+                # A node mask, as torch_geometric.utils.to_dense_batch returns it: real tokens
+                # attend to real tokens only. Without it (mask=None) padding took part.
+                mask = mask[:, :, None] & mask[:, None, :]
             if tuple(mask.shape) != (batch, tokens, tokens):
                 raise ValueError(
                     f"mask must have shape [B, M, M]={[batch, tokens, tokens]}, "
