@@ -39,7 +39,9 @@ class AnomalyDataConfig:
         dataset: loader name: tolokers (embedded), reddit, inj_amazon, yelpchi, amazon, tfinance,
             tsocial.
         data_root: folder holding the dataset files (yelpchi/amazon .mat, ...).
-        data: path to a .mat/.npz/.pt graph file (overrides dataset).
+        data: path to a .mat/.npz/.pt graph file (overrides dataset); its edges are made
+            undirected, without self-loops and repeats (the Python detectors keep a graph's
+            direction as given).
         relation: YelpChi/Amazon relation: homo (all merged), multi (every relation as an edge
             type, for ET's multi_relation; models without edge types see a pair once per
             relation) or one relation matrix.
