@@ -593,6 +593,12 @@ def test_neural_detectors_warn_about_raw_feature_scales(graph):
         warnings.simplefilter("error", RuntimeWarning)
         MLPDetector(epochs=1, hidden=8).fit(prepare_detection_data(raw, "quantile"))
         GBTDetector(max_iter=5).fit(raw)  # trees do not care about scales
+    # Far beyond a float32 network: refused with the fix for both kinds of user (the layer's
+    # own error advised layer.double(), which neither can call).
+    huge = graph.clone()
+    huge.x = graph.x * 1e30
+    with pytest.raises(ValueError, match=r"reach .*--feature-norm quantile"):
+        ETDetector(epochs=1, hidden=8).fit(huge)
 
 
 def test_a_loaded_single_split_mask_fits_as_it_is(tmp_path):

@@ -275,8 +275,10 @@ class NodeAnomalyTask:
         )
 
 
-#: Feature magnitudes and column-scale ratios above which a neural detector warns.
+#: Feature magnitudes and column-scale ratios above which a neural detector warns, and the
+#: magnitude at which it refuses (a float32 network's products overflow near 1e19).
 RAW_SCALE_LIMIT = 1e3
+HOPELESS_SCALE = 1e15
 
 
 def warn_raw_scales(x: Tensor, detector: str) -> None:
@@ -289,6 +291,14 @@ def warn_raw_scales(x: Tensor, detector: str) -> None:
         return
     spread = x.std(0, unbiased=False) if x.size(0) > 1 else x.abs()[0]
     largest = float(x.abs().max())
+    if largest > HOPELESS_SCALE:
+        # The ET layer would refuse them later with advice (layer.double()) that a detector's
+        # or the command line's user cannot take.
+        raise ValueError(
+            f"{detector}: features reach {largest:.3g}, beyond what a float32 network can "
+            "train on; transform them: et_graph.transforms.prepare_detection_data(data, "
+            "'quantile') in Python, --feature-norm quantile (the default) or standard on the "
+            "command line")
     varying = spread[spread > 0]
     ratio = float(varying.max() / varying.min()) if varying.numel() else 1.0
     if largest > RAW_SCALE_LIMIT or ratio > RAW_SCALE_LIMIT:
