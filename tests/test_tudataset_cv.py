@@ -836,3 +836,10 @@ def test_protocol_flags_are_checked_before_the_dataset_loads(flag, value, messag
     monkeypatch.setattr(tudataset, "load_graphs", no_loading, raising=False)
     with pytest.raises(ValueError, match=message):
         parse(tudataset.CONFIG, [flag, value])
+
+
+def test_a_first_load_is_quiet_without_progress(tmp_path, capfd):
+    """From a new-user audit: PyG's "Processing... Done!" printed under --no-progress."""
+    load_tudataset(DATA, "MUTAG", tmp_path / "quiet", pe_dim=0, progress=False)
+    err = capfd.readouterr().err
+    assert "Processing" not in err and "Done!" not in err

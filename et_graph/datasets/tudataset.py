@@ -12,9 +12,12 @@ MUTAG, PROTEINS, NCI1, NCI109, ENZYMES, IMDB-BINARY and Mutagenicity in ``datase
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -181,9 +184,15 @@ def load_tudataset(
     cache = Path(cache) if cache else default_tu_cache()
     # Copying the raw files and PyG's processing run under one lock: parallel jobs on the same
     # cache would otherwise race on processed/data.pt (a half-written file fails to load).
-    with folder_lock(cache, name):
+    captured = io.StringIO()
+    with folder_lock(cache, name), contextlib.redirect_stderr(
+            captured) if not progress else contextlib.nullcontext():
+        # PyG prints "Processing... Done!" to stderr on a first load: quiet under --no-progress
+        # (anything else written there, a warning say, is passed on below).
         dataset = TUDataset(str(prepare_root(root, name, cache)), name, use_node_attr=True,
                             use_edge_attr=True)
+    sys.stderr.write("".join(line for line in captured.getvalue().splitlines(keepends=True)
+                             if line.strip() not in ("Processing...", "Done!")))
     graphs = [dataset[i] for i in range(len(dataset))]
     info: dict[str, Any] = {
         "graphs": len(graphs),
