@@ -24,11 +24,10 @@ sees those edges with that multiplicity.
 """
 from __future__ import annotations
 
-import warnings
-
 import shutil
 import tempfile
 import urllib.request
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, Optional, Union
