@@ -467,11 +467,12 @@ def resolve(cls: type[T], args: argparse.Namespace, base: Optional[T] = None) ->
     then each ``--config`` file in order, then ``--quick``, then the flags given."""
     config = cls() if base is None else base
     files = getattr(args, "config", None) or []
-    for path in [files] if isinstance(files, (str, Path)) else files:
+    paths = [files] if isinstance(files, (str, Path)) else list(files)  # a script may set one
+    for path in paths:
         try:
             config = merge(config, load_file(path))
         except ValueError as error:
-            if len(files) > 1 and not isinstance(files, (str, Path)):
+            if len(paths) > 1:  # say which of the layered presets is wrong
                 raise ValueError(f"{path}: {error}") from None
             raise
     if getattr(args, "quick", False):

@@ -90,8 +90,9 @@ def _edges(adjacency: Any, key: str, num_nodes: int, source: str) -> np.ndarray:
         coo.eliminate_zeros()
         rows, cols, values = coo.row, coo.col, coo.data
     else:
-        rows, cols = np.nonzero(np.asarray(adjacency))
-        values = np.asarray(adjacency)[rows, cols]
+        dense = np.asarray(adjacency)
+        rows, cols = np.nonzero(dense)
+        values = dense[rows, cols]
     off_diagonal = values[rows != cols]
     if off_diagonal.size and not bool(np.all(off_diagonal == 1)):
         # The loaders keep a pair once, unweighted: say so rather than drop weights silently.

@@ -144,13 +144,16 @@ def load_gnn_benchmark(root: PathLike, name: str, split: str) -> GNNBenchmarkDat
 
     fix = (f"delete {Path(root) / name / 'processed'} and put a fresh {name}_v2.pt (from PyG's "
            f"{name}_v2.zip) at {raw_file}")
-    if gnn_benchmark_processed(root, name):
+
+    def read() -> GNNBenchmarkDataset:
         return read_local_files(lambda: _OfflineGNNBenchmark(str(root), name=name, split=split),
                                 Path(root) / name, fix)
+
+    if gnn_benchmark_processed(root, name):
+        return read()
     # The first load processes the raw file into root/name/processed: parallel jobs take turns.
     with folder_lock(root, name):
-        return read_local_files(lambda: _OfflineGNNBenchmark(str(root), name=name, split=split),
-                                Path(root) / name, fix)
+        return read()
 
 
 __all__ = [
