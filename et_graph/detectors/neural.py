@@ -37,7 +37,7 @@ from ..nn.models.anomaly import (
 )
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
 from ..training import CheckpointConfig, Trainer, Validation, rank_world
-from ..training.checkpoint import data_digest
+from ..training.checkpoint import fingerprint_with_data
 from ..transforms.neighbourhood import in_edges_without_self_loops
 from .base import BaseDetector, check_graph
 from .config import ETDetectorConfig, GNNDetectorConfig, NodeTrainConfig
@@ -390,9 +390,8 @@ class NeuralDetector(BaseDetector):
             on_epoch=self.on_epoch,
             # With checkpoints, the data too: a resume with another split or other features
             # must not score a model that may have trained on the new test nodes.
-            fingerprint=repr(self.config) + (
-                f", data={data_digest(data.x, data.edge_index, y, train, val)}"
-                if self.checkpoint is not None else ""),
+            fingerprint=fingerprint_with_data(repr(self.config), self.checkpoint, data.x,
+                                              data.edge_index, y, train, val),
             oom_hint=self._oom_hint())
         result = trainer.fit(model, task)
         self.model_ = model

@@ -47,7 +47,7 @@ from ..nn.models.masked_reconstruction import (
     random_node_mask,
 )
 from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, private_rng
-from ..training.checkpoint import data_digest
+from ..training.checkpoint import fingerprint_with_data
 from .base import BaseDetector, check_graph, warn_unused_edge_data
 from .config import HOPFIELD_KINDS, check_descent_settings
 
@@ -391,9 +391,8 @@ class UnsupervisedETDetector(BaseDetector):
         trainer = Trainer(self.config.train, checkpoint=self.checkpoint,
                           description=type(self).__name__, progress=self.progress,
                           generators=[generator], on_epoch=self.on_epoch,
-                          fingerprint=repr(self.config) + (
-                              f", data={data_digest(graph.x, graph.edge_index)}"
-                              if self.checkpoint is not None else ""))
+                          fingerprint=fingerprint_with_data(repr(self.config), self.checkpoint,
+                                                            graph.x, graph.edge_index))
         result = trainer.fit(model, task)
         self.model_ = model
         self.history_ = result.history

@@ -77,6 +77,21 @@ def load_checkpoint(path: PathLike) -> dict[str, Any]:
     return state
 
 
+def changed_settings(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The sorted names whose values differ between two flat settings dicts (one missing on
+    either side counts): what a refused resume names."""
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+def fingerprint_with_data(fingerprint: str, checkpoint: Any, *tensors: Any) -> str:
+    """``fingerprint``, followed by :func:`data_digest` of ``tensors`` when ``checkpoint`` is
+    set (a resume must not score a model trained on other data); without checkpoints nothing
+    is hashed."""
+    if checkpoint is None:
+        return fingerprint
+    return f"{fingerprint}, data={data_digest(*tensors)}"
+
+
 def data_digest(*tensors: Any) -> str:
     """A short SHA-256 of the tensors' dtypes, shapes and bytes (``None`` allowed): resume
     fingerprints include it, so that a checkpoint trained on other data (another split, other

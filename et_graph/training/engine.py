@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import (
     CheckpointError,
+    changed_settings,
     load_checkpoint,
     rng_state,
     save_checkpoint,
@@ -424,8 +425,7 @@ class Trainer:
             # fingerprint of the model and data settings.
             stored, current = state.get("config"), asdict(self.config)
             if stored is not None and stored != current:
-                changed = sorted(k for k in set(stored) | set(current)
-                                 if stored.get(k) != current.get(k))
+                changed = changed_settings(stored, current)
                 raise ValueError(
                     f"{path} was written under other training settings ({', '.join(changed)} "
                     "differ); use another checkpoint_dir or drop resume"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..config import merge, run_metadata, write_preset
+from ..training.checkpoint import changed_settings
 
 
 @dataclass
@@ -155,8 +156,7 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
     if settings is not None:
         before = study.user_attrs.get("settings")
         if before is not None and before != settings:
-            changed = sorted(k for k in set(before) | set(settings)
-                             if before.get(k) != settings.get(k))
+            changed = changed_settings(before, settings)
             shown = ", ".join(f"{k}: {before.get(k)!r} -> {settings.get(k)!r}"
                               for k in changed[:5])
             raise ValueError(f"study {name!r} in {storage} was run under other fixed settings "
