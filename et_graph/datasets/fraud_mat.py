@@ -115,6 +115,15 @@ def _multi_relation_keys(dataset: Optional[str], available: list[str], source: s
     return available
 
 
+def check_unlabelled_prefix(value: Optional[int]) -> None:
+    """``ValueError`` unless ``value`` is ``None`` or a count of nodes ``>= 0`` (the loaders and
+    the configs' ``unlabelled_prefix`` share it, so that a bad flag fails before any loading)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or int(value) != value or value < 0:
+        raise ValueError(f"unlabelled_prefix must be a count of nodes >= 0, got {value!r}")
+
+
 def load_fraud_mat(
     path: Union[str, Path],
     relation: str = "homo",
@@ -170,10 +179,7 @@ def load_fraud_mat(
 
     if unlabelled_prefix is None:
         unlabelled_prefix = AMAZON_UNLABELLED_NODES if dataset == "amazon" else 0
-    if isinstance(unlabelled_prefix, bool) or int(unlabelled_prefix) != unlabelled_prefix \
-            or unlabelled_prefix < 0:
-        raise ValueError(f"unlabelled_prefix must be a count of nodes >= 0, got "
-                         f"{unlabelled_prefix!r}")
+    check_unlabelled_prefix(unlabelled_prefix)
     label_mask = None
     if unlabelled_prefix:
         if unlabelled_prefix >= num_nodes:

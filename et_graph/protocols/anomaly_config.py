@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Optional
 from torch_geometric.data import Data
 
 from ..config import RunConfig, parse_model_list
+from ..datasets.fraud_mat import check_unlabelled_prefix
 from ..detectors import (
     DETECTORS,
     BaseDetector,
@@ -70,8 +71,7 @@ class AnomalyDataConfig:
     def __post_init__(self) -> None:
         parse_neighbour_stats(self.neighbour_stats)  # ValueError for unknown names
         check_bins(self.ple_bins, "ple_bins")
-        if self.unlabelled_prefix is not None and self.unlabelled_prefix < 0:
-            raise ValueError(f"unlabelled_prefix must be >= 0, got {self.unlabelled_prefix}")
+        check_unlabelled_prefix(self.unlabelled_prefix)
 
 
 @dataclass

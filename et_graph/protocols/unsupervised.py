@@ -26,6 +26,7 @@ from ..baselines.unsupervised import (
 )
 from ..config import RunConfig, parse_model_list
 from ..datasets.anomaly_data import file_dataset_name
+from ..datasets.fraud_mat import check_unlabelled_prefix
 from ..detectors.unsupervised import (
     MaskedETModelConfig,
     MaskedTrainConfig,
@@ -64,8 +65,7 @@ class UnsupervisedDataConfig:
     unlabelled_prefix: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if self.unlabelled_prefix is not None and self.unlabelled_prefix < 0:
-            raise ValueError(f"unlabelled_prefix must be >= 0, got {self.unlabelled_prefix}")
+        check_unlabelled_prefix(self.unlabelled_prefix)
         if self.feature_norm not in FEATURE_NORMS:
             raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, "
                              f"got {self.feature_norm!r}")
