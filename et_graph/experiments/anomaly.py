@@ -85,7 +85,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
                       "of their range; read them as anecdotes (a larger graph gives more)",
                       RuntimeWarning, stacklevel=2)
     rows: dict[str, list[dict[str, float]]] = {}
-    curves: dict[str, Any] = {"prob": {}, "history": {}, "energy": None}
+    curves: dict[str, Any] = {"prob": {}, "history": {}, "energy": None,
+                              "select_metric": config.train.select_metric}
     per_seed: list[dict[str, Any]] = []
     epoch_seconds: dict[str, list[float]] = {}
     seed_scores: dict[str, list[np.ndarray]] = {}
@@ -109,7 +110,6 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
                     "val_auroc": [r["val_auroc"] for r in det.history_],
                     "best_epoch": det.fit_info_.get("best_epoch"),
                 })
-                curves["select_metric"] = config.train.select_metric
                 epoch_seconds.setdefault(name, []).append(det.fit_info_["epoch_seconds"])
             if seed == 0:
                 curves["prob"][name] = score

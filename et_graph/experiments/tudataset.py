@@ -88,6 +88,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
                             evaluate_test=not protocol.validation_only, **options)
     folds_run = len(cv["folds"])
     partial = folds_run < protocol.folds
+    grid = dict(parse_grid(protocol.grid)) if protocol.grid else {}
     results = {
         "dataset": data.dataset,
         "protocol": (
@@ -102,15 +103,14 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
                f"{protocol.runs_per_fold} trainings per fold from their own seeds, each "
                "selecting its epoch, the fold's accuracy their mean (Errica et al.), and "
                "ensemble_accuracy that of their averaged class probabilities; ")
-            + (describe_selection(candidates, dict(parse_grid(protocol.grid)))
+            + (describe_selection(candidates, grid)
                if len(candidates) > 1
                else "fixed hyperparameters, not selected inside the folds (a preset tuned on "
                     "this dataset's folds has seen their graphs, so the estimate is mildly "
                     "optimistic; --grid selects inside each fold)")
             + "; same folds for every model"
         ),
-        **({"grid": {PRESET_CANDIDATE: {}, **dict(parse_grid(protocol.grid))}}
-           if protocol.grid else {}),
+        **({"grid": {PRESET_CANDIDATE: {}, **grid}} if protocol.grid else {}),
         "models": cv["models"],
         "folds": cv["folds"],
         "data": info,

@@ -249,14 +249,11 @@ def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
                         # runner's table lists the skipped baselines again.
                         warnings.warn(f"skipped baseline {name}: {reason}", RuntimeWarning,
                                       stacklevel=2)
-                    skipped[name] = str(reason)
-                    if name in scores:
-                        # It scored earlier seeds: its row is dropped whole, so that every row
-                        # averages the same seeds (a shorter row crashed the runner later).
-                        del scores[name]
-                        skipped[name] = (f"unavailable at seed {seed} ({reason}); its earlier "
-                                         "seeds are dropped so that every row has the same "
-                                         "seeds")
+                    # A row that scored earlier seeds is dropped whole, so that every row
+                    # averages the same seeds (a shorter row crashed the runner later).
+                    skipped[name] = (f"unavailable at seed {seed} ({reason}); its earlier seeds "
+                                     "are dropped so that every row has the same seeds"
+                                     if scores.pop(name, None) is not None else str(reason))
                     continue
                 if score.shape != (graph.num_nodes,) or not np.isfinite(score).all():
                     raise ValueError(f"{name} returned scores of shape {score.shape} with "
