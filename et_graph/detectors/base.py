@@ -224,7 +224,7 @@ class BaseDetector:
         (reconstruction error, energy, ...)."""
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
-        # fit warned for its own graph
+        # (fit scores its own graph through _decision, so it warns once, not twice)
         warn_unused_edge_data(data, type(self).__name__, self._reads_edge_type())
         return self._checked_scores(self._decision(data), "this graph")
 

@@ -281,9 +281,10 @@ RAW_SCALE_LIMIT = 1e3
 HOPELESS_SCALE = 1e15
 
 
-def warn_raw_scales(x: Tensor, detector: str) -> None:
-    """A ``RuntimeWarning`` for features on raw scales (an amount in the thousands beside a
-    ratio near 1): a network trains poorly on them (Tolokers-like data with one column times
+def check_feature_scales(x: Tensor, detector: str) -> None:
+    """A ``ValueError`` for features no float32 network can take (beyond 1e15), and a
+    ``RuntimeWarning`` for features on raw scales (an amount in the thousands beside a ratio
+    near 1): a network trains poorly on them (Tolokers-like data with one column times
     1e4 gave ET an AUROC of 0.38 raw, 0.99 quantile-transformed), while ``et-graph anomaly``
     transforms every column by default. Trees do not care, so GBT does not warn."""
     x = x.detach().double()
@@ -369,7 +370,7 @@ class NeuralDetector(BaseDetector):
 
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         # BaseDetector.fit runs this under private_rng(self.seed): torch and NumPy are seeded.
-        warn_raw_scales(data.x, type(self).__name__)
+        check_feature_scales(data.x, type(self).__name__)
         data = data.to(self.device)
         model = self.build_network(data.num_features, data.num_nodes).to(self.device)
         train_config: NodeTrainConfig = self.config.train

@@ -236,6 +236,8 @@ def make_sampler(name: str, edge_index: Tensor, num_nodes: int, num_neighbors: S
     kind = resolve_sampler(name)
     # ET gives a self-loop no weight (its attention skips them), so a drawn self-loop would
     # only take a neighbour's place in the fanout.
-    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    loops = edge_index[0] == edge_index[1]
+    if bool(loops.any()):  # a copy of the edge list only when there is something to drop
+        edge_index = edge_index[:, ~loops]
     cls = PygNeighbourSampler if kind == "pyg" else NeighbourSampler
     return cls(edge_index, num_nodes, num_neighbors)

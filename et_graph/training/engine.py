@@ -272,6 +272,7 @@ def _check_loss(loss: Any, task: Any) -> None:
         raise ValueError(f"{where} returned a tensor without a graph to the model's parameters "
                          "(computed under torch.no_grad(), detached, or from no parameter)")
 
+
 #: Messages of allocation failures on CPU and CUDA.
 _OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
 

@@ -64,9 +64,11 @@ class RandomWalkPE(BaseTransform):
         weight = getattr(data, "edge_weight", None)
         if weight is not None:
             data.edge_weight = None
-        data = self._transform(data)
-        if weight is not None:
-            data.edge_weight = weight
+        try:
+            data = self._transform(data)
+        finally:  # the caller's graph keeps its weights, also when PyG's transform fails
+            if weight is not None:
+                data.edge_weight = weight
         data[self.attr_name] = data[self.attr_name].float()
         return data
 

@@ -124,9 +124,8 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
     its old values would be reported as the new objective's. ``settings`` (the fixed, untuned
     config as a flat ``{name: value}``) is stored the same way: resuming under other fixed
     settings raises, naming them, since the old trials were scored under the old ones. If as
-    many trials fail in a row
-    (a diverging loss) as the budget has trials, the run stops with a warning rather than
-    starting failing trials until the time limit."""
+    many trials fail in a row (a diverging loss) as the budget has trials, the run stops with
+    a warning rather than starting failing trials until the time limit."""
     if direction not in ("maximize", "minimize"):
         raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
     optuna = _optuna()

@@ -705,12 +705,11 @@ class ETConv(DescentSettings, MessagePassing):
         ``mask [B, M, M]`` (bool, ``mask[b, C, B]`` = token ``C`` attends to token ``B``; ``None``
         = all pairs ``B != C``; the diagonal is always excluded; the node mask ``[B, M]`` of
         ``to_dense_batch`` = all pairs of real tokens, so padding takes no part) and
-        ``edge_weight [B, heads, M,
-        M]`` indexed the same way. ``steps`` overrides ``self.steps`` for this call. Inputs of
-        lower precision than the parameters (e.g. bfloat16) are computed in the parameters'
-        dtype and returned in their own; higher precision raises ``ValueError`` (see the class
-        docstring). With ``return_energy=True`` also returns the detached energy of each item
-        ``[B, steps + 1]``.
+        ``edge_weight [B, heads, M, M]`` indexed the same way. ``steps`` overrides
+        ``self.steps`` for this call. Inputs of lower precision than the parameters (e.g.
+        bfloat16) are computed in the parameters' dtype and returned in their own; higher
+        precision raises ``ValueError`` (see the class docstring). With ``return_energy=True``
+        also returns the detached energy of each item ``[B, steps + 1]``.
         """
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
