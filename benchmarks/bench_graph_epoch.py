@@ -3,8 +3,8 @@
 Both models train for one epoch over the same graphs (all of the dataset, or ``--limit``), in
 mini-batches of the same size (``--batch-size``, default 64) from one shuffling loader (each
 epoch draws its own order, so the two models see different orders of the same graphs), the
-loss, gradient clipping and
-optimizer of :class:`et_graph.training.Trainer` (``Trainer.make_optimizer``). The models are
+loss, gradient clipping and optimizer of :class:`et_graph.training.Trainer`
+(``Trainer.make_optimizer``). The models are
 built by :func:`et_graph.experiments.tudataset.model_factories`, so every ``et-graph tudataset``
 flag (``--config configs/tudataset/NCI1.toml``, ``--hidden``, ``--blocks``, ``--readout``, ...)
 sets them; without ``--config`` the ET is the NCI1 preset's (hidden 32, one block, two steps),
