@@ -26,6 +26,13 @@ means over seeds. Only the planted labels are read. ``--criterion`` names the be
 reported tables show); both winners are printed. The rule chosen here is fixed before the
 reported graphs are scored.
 
+``--models et,iforest,lof`` gives the scikit-learn baselines the same selection on the same
+planted graphs (same seeds, same criterion): each has its own grid of 18 settings
+(:data:`BASELINE_CANDIDATES`: LOF's neighbour count, IsolationForest's sample size and feature
+share, each on the node features alone or with neighbour statistics appended), against ET's 17
+score rules, and its best setting is printed as a ``[baselines]`` preset section. Without it the
+baselines would run at their defaults against an ET whose score was chosen, an unequal budget.
+
     OMP_NUM_THREADS=1 python benchmarks/unsupervised_score_study.py --dataset inj_amazon \
         --num-cliques 10 --num-contextual 150 --seeds 2 --threads 1
 """
@@ -44,6 +51,8 @@ from sklearn.metrics import roc_auc_score
 from torch import Tensor
 from torch_geometric.data import Data
 
+from et_graph.baselines.unsupervised import isolation_forest_scores, lof_scores
+from et_graph.config import parse_model_list
 from et_graph.detectors import UnsupervisedETDetector
 from et_graph.detectors.unsupervised import COMBINE_RULES, combine_scores
 from et_graph.experiments.unsupervised_anomaly import UnsupervisedAnomalyConfig, load_graph
@@ -71,6 +80,37 @@ def candidate_scores(det: UnsupervisedETDetector, data: Data) -> dict[str, Tenso
             rule = f"{combine}_rank" if combine in ("mean", "max") else combine
             scores[f"{rule}(reconstruction, structure_{reduce})"] = combine_scores(
                 found["reconstruction"], found["structure"], combine)
+    return scores
+
+
+#: The neighbour statistics a baseline may see beside ``x`` (``none``: the features alone).
+BASELINE_FEATURE_SETS = ("none", "mean", "mean,std,degree")
+#: Each scikit-learn baseline's grid: name -> its ``[baselines]`` preset keys (18 each).
+BASELINE_CANDIDATES: dict[str, dict[str, dict[str, Any]]] = {
+    "lof": {f"lof(n_neighbors={k}, stats={stats})":
+            {"lof_neighbors": k, "lof_neighbour_stats": stats}
+            for stats in BASELINE_FEATURE_SETS for k in (5, 10, 20, 50, 100, 200)},
+    "iforest": {f"iforest(max_samples={n}, max_features={f}, stats={stats})":
+                {"iforest_trees": 100, "iforest_max_samples": n, "iforest_max_features": f,
+                 "iforest_neighbour_stats": stats}
+                for stats in BASELINE_FEATURE_SETS for n in (256, 1024, 4096)
+                for f in (1.0, 0.5)},
+}
+
+
+def baseline_candidate_scores(model: str, data: Data, seed: int) -> dict[str, Tensor]:
+    """Every setting of :data:`BASELINE_CANDIDATES` ``[model]`` scored on the label-free
+    ``data``, exactly as ``et-graph unsupervised`` scores with that ``[baselines]`` section."""
+    scores = {}
+    for name, settings in BASELINE_CANDIDATES[model].items():
+        if model == "lof":
+            found = lof_scores(data, settings["lof_neighbors"], settings["lof_neighbour_stats"])
+        else:
+            found = isolation_forest_scores(data, seed, settings["iforest_trees"],
+                                            settings["iforest_max_samples"],
+                                            settings["iforest_max_features"],
+                                            settings["iforest_neighbour_stats"])
+        scores[name] = torch.from_numpy(found)
     return scores
 
 
@@ -109,8 +149,12 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--candidates", type=int, default=50)
     parser.add_argument("--criterion", choices=sorted(CRITERIA), default="auroc",
                         help="which planted-anomaly figure names the best candidate")
+    parser.add_argument("--models", default="et",
+                        help="comma list of et, iforest, lof: whose candidates to score (each "
+                             "model's best is chosen among its own candidates)")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args(argv)
+    models = parse_model_list(args.models, ("et", *BASELINE_CANDIDATES))
     torch.set_num_threads(args.threads)
     config = UnsupervisedAnomalyConfig()
     # The graph's own labels are sealed by load_graph and never opened here.
@@ -130,32 +174,53 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         del data.y
         kind = data.anomaly_type
         del data.anomaly_type
-        start = time.perf_counter()
-        det = UnsupervisedETDetector(det_config, seed=seed).fit(data)
-        scores = candidate_scores(det, data)
-        seconds = time.perf_counter() - start
-        for name, score in scores.items():
-            row = {"seed": seed, "score": name, **planted_metrics(score, kind),
-                   "seconds": seconds}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        for model in models:
+            start = time.perf_counter()
+            if model == "et":
+                det = UnsupervisedETDetector(det_config, seed=seed).fit(data)
+                scores = candidate_scores(det, data)
+            else:
+                scores = baseline_candidate_scores(model, data, seed)
+            seconds = time.perf_counter() - start
+            for name, score in scores.items():
+                row = {"seed": seed, "model": model, "score": name,
+                       **planted_metrics(score, kind), "seconds": seconds}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     names = list(dict.fromkeys(row["score"] for row in rows))
+    model_of = {row["score"]: row["model"] for row in rows}
     means = {name: {key: statistics.mean(row[key] for row in rows if row["score"] == name)
                     for key in METRICS} for name in names}
-    winners = {criterion: max(names, key=lambda name: rank(means[name]))
-               for criterion, rank in CRITERIA.items()}
-    best = winners[args.criterion]
     print(f"\n{graph.name} + planted anomalies, {args.seeds} seed(s), mean over seeds")
     print("| score | AUROC: all | contextual | structural | AUPRC | Rec@K |")
     print("|---|---|---|---|---|---|")
     for name in names:
         print(f"| {name} | " + " | ".join(f"{means[name][key]:.4f}" for key in METRICS) + " |")
-    print(f"\nbest on the planted anomalies by mean AUROC over all nodes: {winners['auroc']}")
-    print("best by the mean of AUROC, AUPRC and Rec@K over all nodes: "
-          f"{winners['all_metrics']}")
-    print(f"chosen (--criterion {args.criterion}): {best}")
+    # Each model is chosen among its own candidates only.
+    model_winners = {
+        model: {criterion: max((n for n in names if model_of[n] == model),
+                               key=lambda name: rank(means[name]))
+                for criterion, rank in CRITERIA.items()}
+        for model in models}
+    for model, chosen in model_winners.items():
+        print(f"\n{model}: best on the planted anomalies by mean AUROC over all nodes: "
+              f"{chosen['auroc']}")
+        print(f"{model}: best by the mean of AUROC, AUPRC and Rec@K over all nodes: "
+              f"{chosen['all_metrics']}")
+        print(f"{model}: chosen (--criterion {args.criterion}): {chosen[args.criterion]}")
     result = {"args": vars(args), "graph": graph.name, "rows": rows, "means": means,
-              "winners": winners, "criterion": args.criterion, "best": best}
+              "criterion": args.criterion, "model_winners": model_winners}
+    if "et" in models:  # the keys of the earlier, ET-only files
+        result["winners"] = model_winners["et"]
+        result["best"] = model_winners["et"][args.criterion]
+    chosen_baselines = {model: BASELINE_CANDIDATES[model][winner[args.criterion]]
+                        for model, winner in model_winners.items() if model != "et"}
+    if chosen_baselines:
+        result["baseline_settings"] = chosen_baselines
+        print("\n[baselines]  # chosen on the planted anomalies")
+        for settings in chosen_baselines.values():
+            for key, value in settings.items():
+                print(f"{key} = {json.dumps(value)}")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=2)

@@ -1,6 +1,8 @@
 """Unsupervised node anomaly baselines for ``et-graph unsupervised``: no label is read.
 
-- :func:`isolation_forest_scores`, :func:`lof_scores`: scikit-learn on the node features alone.
+- :func:`isolation_forest_scores`, :func:`lof_scores`: scikit-learn on the node features, alone
+  or with label-free statistics of each node's neighbours appended (:func:`baseline_features`:
+  the structure these feature-space detectors otherwise never see).
 - :func:`pygod_scores`: PyGOD's DOMINANT, AnomalyDAE, CoLA and CONAD, an optional extra
   (``pip install -e .[pygod]``). PyGOD's samplers also need ``torch-sparse`` or ``pyg-lib``.
   When PyGOD or those are missing, :class:`BaselineUnavailable` says why, and the runner reports
@@ -12,13 +14,15 @@ node, higher = more anomalous.
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Sequence
+from typing import Callable, Union
 
 import numpy as np
 import torch
 from torch_geometric.data import Data
 
 from ..training import private_rng
+from ..transforms.neighbourhood import neighbourhood_statistics, parse_neighbour_stats
 
 #: PyGOD detector class names by the runner's model names.
 PYGOD_MODELS = {"dominant": "DOMINANT", "anomalydae": "AnomalyDAE", "cola": "CoLA",
@@ -30,22 +34,50 @@ class BaselineUnavailable(RuntimeError):
     """An optional baseline cannot run here; the message says why and how to install it."""
 
 
-def isolation_forest_scores(data: Data, seed: int, n_estimators: int = 100) -> np.ndarray:
-    """IsolationForest (scikit-learn) on ``data.x``: minus the mean isolation depth."""
+def baseline_features(data: Data, neighbour_stats: Union[str, Sequence[str], None] = ()
+                      ) -> np.ndarray:
+    """The float64 matrix the scikit-learn baselines score: ``data.x`` as it is, or, with
+    ``neighbour_stats`` (names of :func:`~et_graph.transforms.neighbourhood_statistics`, e.g.
+    ``"mean,std,degree"``), ``[x, statistics of the in-neighbours' x]`` with every column
+    z-scored over all nodes (so that no block outweighs another in LOF's distances; constant
+    columns become 0). Label-free: only ``x`` and ``edge_index`` are read."""
+    stats = parse_neighbour_stats(neighbour_stats)
+    x = data.x.double()
+    if not stats:
+        return x.numpy()
+    features = torch.cat([x, neighbourhood_statistics(x, data.edge_index, stats)], dim=-1)
+    spread = features.std(dim=0, unbiased=False)
+    features = (features - features.mean(dim=0)) / torch.where(spread > 0, spread,
+                                                               torch.ones_like(spread))
+    return features.numpy()
+
+
+def isolation_forest_scores(data: Data, seed: int, n_estimators: int = 100,
+                            max_samples: int = 256, max_features: float = 1.0,
+                            neighbour_stats: Union[str, Sequence[str], None] = ()
+                            ) -> np.ndarray:
+    """IsolationForest (scikit-learn) on :func:`baseline_features`: minus the mean isolation
+    depth. ``max_samples`` is capped at the node count (256 = scikit-learn's ``"auto"``);
+    ``max_features`` is the share of columns each tree draws."""
     from sklearn.ensemble import IsolationForest
 
-    forest = IsolationForest(n_estimators=n_estimators, random_state=seed)
-    forest.fit(data.x.double().numpy())
-    return -forest.score_samples(data.x.double().numpy())
+    features = baseline_features(data, neighbour_stats)
+    forest = IsolationForest(n_estimators=n_estimators,
+                             max_samples=min(max_samples, features.shape[0]),
+                             max_features=max_features, random_state=seed)
+    forest.fit(features)
+    return -forest.score_samples(features)
 
 
-def lof_scores(data: Data, n_neighbors: int = 20) -> np.ndarray:
-    """Local outlier factor (scikit-learn) of each node among all nodes' features
-    (deterministic: it has no seed)."""
+def lof_scores(data: Data, n_neighbors: int = 20,
+               neighbour_stats: Union[str, Sequence[str], None] = ()) -> np.ndarray:
+    """Local outlier factor (scikit-learn) of each node among all nodes'
+    :func:`baseline_features` (deterministic: it has no seed)."""
     from sklearn.neighbors import LocalOutlierFactor
 
-    lof = LocalOutlierFactor(n_neighbors=min(n_neighbors, data.num_nodes - 1))
-    lof.fit(data.x.double().numpy())
+    features = baseline_features(data, neighbour_stats)
+    lof = LocalOutlierFactor(n_neighbors=min(n_neighbors, features.shape[0] - 1))
+    lof.fit(features)
     return -lof.negative_outlier_factor_
 
 
@@ -99,13 +131,18 @@ def pygod_scores(name: str, data: Data, seed: int, epochs: int = 100,
 
 
 def baseline_scorer(name: str, seed: int, iforest_trees: int = 100, lof_neighbors: int = 20,
-                    pygod_epochs: int = 100, device: str = "cpu"
+                    pygod_epochs: int = 100, device: str = "cpu", *,
+                    iforest_max_samples: int = 256, iforest_max_features: float = 1.0,
+                    iforest_neighbour_stats: Union[str, Sequence[str], None] = (),
+                    lof_neighbour_stats: Union[str, Sequence[str], None] = ()
                     ) -> Callable[[Data], np.ndarray]:
     """A function ``data -> scores`` for baseline ``name`` (iforest, lof or a PyGOD model)."""
     if name == "iforest":
-        return lambda data: isolation_forest_scores(data, seed, iforest_trees)
+        return lambda data: isolation_forest_scores(data, seed, iforest_trees,
+                                                    iforest_max_samples, iforest_max_features,
+                                                    iforest_neighbour_stats)
     if name == "lof":
-        return lambda data: lof_scores(data, lof_neighbors)
+        return lambda data: lof_scores(data, lof_neighbors, lof_neighbour_stats)
     if name in PYGOD_MODELS:
         return lambda data: pygod_scores(name, data, seed, pygod_epochs, device)
     raise ValueError(f"unknown baseline {name!r}; choose from "

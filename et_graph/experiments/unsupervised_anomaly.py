@@ -111,6 +111,8 @@ def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies:
            f"{s.structure_reduce} edge reconstruction loss over a node's in-edges while open, "
            "et_combined = " + COMBINE_DESCRIPTIONS[s.combine]
            if m.structure_weight else "")
+        + (f"; baselines: {baselines}" if (baselines := config.baselines.describe(
+            config.protocol.model_names())) else "")
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from ..detectors.unsupervised import (
 )
 from ..protocols.anomaly import recall_at_k
 from ..transforms.features import FEATURE_NORMS, transform_features
+from ..transforms.neighbourhood import parse_neighbour_stats
 
 METRICS = ("auroc", "auprc", "rec_at_k")
 MODEL_NAMES = ("et", *SKLEARN_MODELS, *PYGOD_MODELS)
@@ -101,13 +102,65 @@ class UnsupervisedBaselineConfig:
 
     Attributes:
         iforest_trees: IsolationForest trees.
+        iforest_max_samples: nodes each IsolationForest tree draws, capped at the node count
+            (256 is scikit-learn's "auto").
+        iforest_max_features: share of the feature columns each tree draws, in (0, 1].
+        iforest_neighbour_stats: neighbour statistics appended to IsolationForest's features
+            (comma list of mean, sq_mean, max, min, std, degree; the columns are then z-scored),
+            or none: the node features alone.
         lof_neighbors: LOF neighbours.
+        lof_neighbour_stats: the same for LOF.
         pygod_epochs: training epochs of the PyGOD detectors (PyGOD's default is 100).
     """
 
     iforest_trees: int = 100
+    iforest_max_samples: int = 256
+    iforest_max_features: float = 1.0
+    iforest_neighbour_stats: str = "none"
     lof_neighbors: int = 20
+    lof_neighbour_stats: str = "none"
     pygod_epochs: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("iforest_trees", "lof_neighbors", "pygod_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"baselines.{name} must be at least 1, got {getattr(self, name)}")
+        if self.iforest_max_samples < 2:
+            raise ValueError("baselines.iforest_max_samples must be at least 2, got "
+                             f"{self.iforest_max_samples}")
+        if not 0.0 < self.iforest_max_features <= 1.0:
+            raise ValueError("baselines.iforest_max_features must be in (0, 1], got "
+                             f"{self.iforest_max_features}")
+        for name in ("iforest_neighbour_stats", "lof_neighbour_stats"):
+            try:
+                parse_neighbour_stats(getattr(self, name))
+            except ValueError as error:
+                raise ValueError(f"baselines.{name}: {error}") from None
+
+    def scorer(self, name: str, seed: int, device: str = "cpu") -> Callable[[Data], np.ndarray]:
+        """:func:`~et_graph.baselines.unsupervised.baseline_scorer` with these settings."""
+        return baseline_scorer(name, seed, self.iforest_trees, self.lof_neighbors,
+                               self.pygod_epochs, device,
+                               iforest_max_samples=self.iforest_max_samples,
+                               iforest_max_features=self.iforest_max_features,
+                               iforest_neighbour_stats=self.iforest_neighbour_stats,
+                               lof_neighbour_stats=self.lof_neighbour_stats)
+
+    def describe(self, names: list[str]) -> str:
+        """The settings of the scikit-learn baselines among ``names``, for the protocol line."""
+        def features(stats: str) -> str:
+            chosen = parse_neighbour_stats(stats)
+            return ("x" if not chosen else
+                    f"[x, in-neighbours' {', '.join(chosen)}], columns z-scored")
+        parts = []
+        if "iforest" in names:
+            parts.append(f"IsolationForest on {features(self.iforest_neighbour_stats)}: "
+                         f"{self.iforest_trees} trees, {self.iforest_max_samples} samples, "
+                         f"max_features {self.iforest_max_features:g}")
+        if "lof" in names:
+            parts.append(f"LOF on {features(self.lof_neighbour_stats)}: "
+                         f"{self.lof_neighbors} neighbours")
+        return "; ".join(parts)
 
 
 @dataclass
@@ -239,8 +292,7 @@ def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
                                 "epochs_run": info["epochs_run"],
                                 "epoch_seconds": info["epoch_seconds"]}
             else:
-                scorer = baseline_scorer(name, seed, b.iforest_trees, b.lof_neighbors,
-                                         b.pygod_epochs, config.run.device)
+                scorer = b.scorer(name, seed, config.run.device)
                 try:
                     score = scorer(graph)
                 except BaselineUnavailable as reason:
