@@ -428,12 +428,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type,
         section_default = getattr(defaults, section_name)
         hints = _hints(section_cls)
         for f in dataclasses.fields(section_cls):
-            if f.name in seen:
+            # A field may name its own flag (metadata "flag") where two sections share a name.
+            flag_name = f.metadata.get("flag", f.name)
+            if flag_name in seen:
                 raise TypeError(
-                    f"field {f.name!r} is in sections {seen[f.name]!r} and {section_name!r}: "
-                    "flag names must be unique"
+                    f"field {flag_name!r} is in sections {seen[flag_name]!r} and "
+                    f"{section_name!r}: flag names must be unique"
                 )
-            seen[f.name] = section_name
+            seen[flag_name] = section_name
             default = getattr(section_default, f.name)
             base, optional = _scalar_type(hints[f.name])
             text = docs.get(f.name, "")
@@ -441,12 +443,13 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type,
             text = text.replace("%", "%%")
             dest = f"{section_name}.{f.name}"
             if base is bool:
-                group.add_argument(_flag(f.name), dest=dest, action=argparse.BooleanOptionalAction,
+                group.add_argument(_flag(flag_name), dest=dest,
+                                   action=argparse.BooleanOptionalAction,
                                    default=argparse.SUPPRESS, help=text)
             else:
                 metavar = {int: "INT", float: "FLOAT", str: "TEXT"}[base]
                 parse = _optional_parser(base) if optional else base
-                group.add_argument(_flag(f.name), dest=dest, type=parse, metavar=metavar,
+                group.add_argument(_flag(flag_name), dest=dest, type=parse, metavar=metavar,
                                    default=argparse.SUPPRESS, help=text)
 
 

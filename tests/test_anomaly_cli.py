@@ -444,8 +444,14 @@ def test_the_protocol_declares_inputs_that_differ_between_models():
     text = anomaly.run(config(*argv, "--label-trick"), data=graph)["protocol"]
     assert "GBT reads x ‖ the mean of its neighbours' x ‖ the mean of their means" in text
     assert "ET also reads its neighbours' training labels" in text
+    assert "an input no baseline gets" in text
     plain = anomaly.run(config(*argv, "--features", "x"), data=graph)["protocol"]
     assert "GBT reads x only" in plain and "label trick" not in plain
+    both = anomaly.run(config(*argv, "--label-trick", "--gbt-label-trick"),
+                       data=graph)["protocol"]
+    assert ("GBT reads x ‖ the mean of its neighbours' x ‖ the mean of their means ‖ its "
+            "neighbours' training labels") in both
+    assert "an input GBT gets too" in both and "no baseline" not in both
 
 
 def test_the_plots_mark_the_kept_epoch_and_draw_precision_recall_as_steps(monkeypatch, tmp_path):

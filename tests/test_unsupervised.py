@@ -13,6 +13,7 @@ from torch_geometric.data import Data
 
 from et_graph.baselines.unsupervised import (
     BaselineUnavailable,
+    baseline_features,
     isolation_forest_scores,
     lof_scores,
     pygod_scores,
@@ -162,6 +163,72 @@ def test_sklearn_baselines_and_missing_pygod(graph, monkeypatch):
         pygod_scores("dominant", free, 0)
     with pytest.raises(ValueError, match="unknown PyGOD"):
         pygod_scores("gcn", free, 0)
+
+
+def test_default_isolation_forest_is_scikit_learns_auto_sample_size(graph):
+    """The new max_samples key keeps the earlier tables' IsolationForest (scikit-learn's
+    "auto" draws min(256, N) nodes), on a graph above and one below 256 nodes."""
+    from sklearn.ensemble import IsolationForest
+
+    for data in (unlabelled(graph), Data(x=graph.x[:100], edge_index=graph.edge_index[:, :0])):
+        features = data.x.double().numpy()
+        forest = IsolationForest(n_estimators=100, random_state=3).fit(features)
+        assert np.array_equal(isolation_forest_scores(data, 3), -forest.score_samples(features))
+
+
+def test_baseline_features_append_z_scored_neighbour_statistics():
+    x = torch.tensor([[1.0, 5.0], [3.0, 5.0], [2.0, 5.0]])
+    edges = torch.tensor([[1, 2, 0, 0], [0, 0, 1, 1]])  # 0 <- 1, 2; 1 <- 0 (twice); 2 alone
+    data = Data(x=x, edge_index=edges)
+    assert np.array_equal(baseline_features(data, "none"), x.double().numpy())
+    found = baseline_features(data, "mean,degree")
+    raw = np.array([[1, 5, 2.5, 5, np.log(3)], [3, 5, 1, 5, np.log(3)], [2, 5, 0, 0, 0]])
+    spread = raw.std(axis=0)
+    expected = (raw - raw.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
+    assert found.shape == (3, 5) and np.allclose(found, expected)
+    assert np.all(found[:, 1] == 0)  # a constant column becomes 0, not NaN
+    # LOF sees the neighbours: a node whose features are ordinary but whose neighbourhood is
+    # far from every other node's is found only with the statistics appended.
+    generator = torch.Generator().manual_seed(0)
+    n = 200
+    x = torch.randn(n, 4, generator=generator)
+    ring = torch.arange(n)
+    edge_index = torch.cat([torch.stack([ring, (ring + 1) % n]),
+                            torch.stack([(ring + 1) % n, ring])], dim=1)
+    x[[1, 199]] += 6.0  # node 0's two neighbours are far out, node 0 itself is not
+    data = Data(x=x, edge_index=edge_index)
+    alone, beside = lof_scores(data, 10), lof_scores(data, 10, "mean")
+    assert 0 not in alone.argsort()[::-1][:3] and 0 in beside.argsort()[::-1][:3]
+
+
+def test_baseline_settings_are_checked_and_reach_the_scores_and_protocol(graph):
+    from et_graph.experiments.unsupervised_anomaly import describe_protocol
+
+    for key, value, match in (("iforest_max_samples", 1, "at least 2"),
+                              ("iforest_max_features", 0.0, "in \\(0, 1\\]"),
+                              ("iforest_max_features", 1.5, "in \\(0, 1\\]"),
+                              ("lof_neighbors", 0, "at least 1"),
+                              ("lof_neighbour_stats", "mean,median", "lof_neighbour_stats"),
+                              ("iforest_neighbour_stats", "kurtosis", "iforest_neighbour")):
+        with pytest.raises(ValueError, match=match):
+            quick_config(**{f"baselines.{key}": value})
+    config = quick_config(**{"protocol.models": "et,iforest,lof",
+                             "baselines.lof_neighbors": 7,
+                             "baselines.lof_neighbour_stats": "mean,degree",
+                             "baselines.iforest_max_samples": 64,
+                             "baselines.iforest_max_features": 0.5})
+    free = unlabelled(graph)
+    assert np.array_equal(config.baselines.scorer("lof", 0)(free),
+                          lof_scores(free, 7, "mean,degree"))
+    assert np.array_equal(config.baselines.scorer("iforest", 2)(free),
+                          isolation_forest_scores(free, 2, 100, 64, 0.5))
+    assert not np.array_equal(config.baselines.scorer("iforest", 2)(free),
+                              isolation_forest_scores(free, 2))
+    line = describe_protocol(config, graph, 10)
+    assert ("IsolationForest on x: 100 trees, 64 samples, max_features 0.5; LOF on "
+            "[x, in-neighbours' mean, degree], columns z-scored: 7 neighbours") in line
+    assert "baselines:" not in describe_protocol(quick_config(**{"protocol.models": "et"}),
+                                                 graph, 10)
 
 
 def quick_config(**overrides) -> UnsupervisedAnomalyConfig:

@@ -215,6 +215,12 @@ class GBTModelConfig:
             training quantiles that scikit-learn computes without weights, found for all
             columns at once (``et_graph.detectors.tree.QuantileBinner``); the weights still
             weigh the loss.
+        label_trick: add ET's 3 label-trick columns (the share of a node's in-neighbours with
+            training label 1, with 0, and the log-count of labelled in-neighbours). The training
+            nodes are split into two random halves (seeded); each half's rows read the other
+            half's labels, so no row reads its own label, directly or through a neighbour.
+            Validation and test rows read every training label; validation and test labels
+            never enter. Off by default (every stored table).
     """
 
     max_iter: int = 200
@@ -226,6 +232,7 @@ class GBTModelConfig:
     features: str = "x_mean_mean2"
     max_features: float = 1.0
     binning: str = "weighted"
+    label_trick: bool = field(default=False, metadata={"flag": "gbt_label_trick"})
 
     def __post_init__(self) -> None:
         # scikit-learn would refuse these only inside fit, after the features are built

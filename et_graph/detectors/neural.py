@@ -38,45 +38,14 @@ from ..nn.models.anomaly import (
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
 from ..training import CheckpointConfig, Trainer, Validation, rank_world
 from ..training.checkpoint import fingerprint_with_data
-from ..transforms.neighbourhood import in_edges_without_self_loops
 from .base import BaseDetector, check_graph
 from .config import ETDetectorConfig, GNNDetectorConfig, NodeTrainConfig
-
-#: Number of input columns the label trick adds.
-NUM_LABEL_FEATURES = 3
-
-
-def known_labels(y: Tensor, nodes: Tensor) -> Tensor:
-    """``[N]`` long: ``y`` at ``nodes`` (index or bool mask), ``-1`` (unknown) elsewhere."""
-    labels = torch.full((y.numel(),), -1, dtype=torch.long, device=y.device)
-    labels[nodes] = y[nodes].long()
-    return labels
-
-
-def neighbour_label_features(edge_index: Tensor, labels: Tensor) -> Tensor:
-    """The label-trick columns ``[N, 3]`` (float32) from ``labels`` in {-1 (unknown), 0, 1}:
-    for each node, the share of its in-neighbours (sources of ``j -> i``, with multiplicity)
-    whose known label is 1 (anomalous), the share whose known label is 0, and
-    ``log(1 + number of in-neighbours with a known label)``. Self-loops are skipped, so a node's
-    own label never enters its row; a node without in-neighbours gets zeros, and so does every
-    node when no label is known."""
-    num_nodes = labels.numel()
-    src, dst = in_edges_without_self_loops(edge_index)
-    source = labels[src]
-    ones = torch.ones(dst.numel(), device=labels.device)
-    degree = torch.zeros(num_nodes, device=labels.device).index_add_(0, dst, ones)
-    anomalous = torch.zeros(num_nodes, device=labels.device).index_add_(
-        0, dst, (source == 1).float())
-    normal = torch.zeros(num_nodes, device=labels.device).index_add_(0, dst, (source == 0).float())
-    share = degree.clamp_min(1.0)
-    return torch.stack([anomalous / share, normal / share, (anomalous + normal).log1p()], dim=-1)
-
-
-def _edge_keys(edge_index: Tensor, num_nodes: int) -> Tensor:
-    """The edges as sorted unique ``dst * N + src`` keys without self-loops: equal for the same
-    edges in any order, after coalescing or adding self-loops too."""
-    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
-    return torch.unique(edge_index[1] * num_nodes + edge_index[0])
+from .label_trick import (
+    NUM_LABEL_FEATURES,
+    FittedGraphLabels,
+    known_labels,
+    neighbour_label_features,
+)
 
 
 class NodeAnomalyTask:
@@ -311,7 +280,7 @@ def check_feature_scales(x: Tensor, detector: str) -> None:
             RuntimeWarning, stacklevel=4)
 
 
-class NeuralDetector(BaseDetector):
+class NeuralDetector(FittedGraphLabels, BaseDetector):
     """A network trained by :class:`NodeAnomalyTask`; subclasses build the network.
 
     After ``fit``: ``model_`` (the network with the best validation epoch's weights),
@@ -326,14 +295,6 @@ class NeuralDetector(BaseDetector):
     #: With chunks: at most this many in-edges per chunk (ETDetector only; ``None`` = no cap).
     chunk_edges: Optional[int] = None
     checkpoint: Optional[CheckpointConfig] = None
-
-    #: After ``fit`` with the label trick: the training labels (-1 elsewhere) and the fitted
-    #: graph's ``edge_index``, from which :meth:`network_input` builds the label columns.
-    train_labels_: Optional[Tensor] = None
-    fit_edge_index_: Optional[Tensor] = None
-    #: After ``fit``: the fitted graph's number of nodes (its ``edge_index`` is kept as
-    #: ``fit_edge_index_`` when the network is transductive: label trick or positional).
-    fit_num_nodes_: Optional[int] = None
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         raise NotImplementedError
@@ -408,39 +369,8 @@ class NeuralDetector(BaseDetector):
         x = data.x.to(self.device)
         if not self.label_trick:
             return x
-        if self.train_labels_ is None:
-            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
-        if self._is_fitted_graph(data):
-            labels = self.train_labels_
-        else:
-            labels = torch.full((data.num_nodes,), -1, dtype=torch.long)
-            if data.num_nodes == self.train_labels_.numel():
-                warnings.warn(
-                    f"{type(self).__name__}: this graph has the fitted graph's {data.num_nodes} "
-                    "nodes but other edges, so it is scored as another graph: the label-trick "
-                    "columns are zero (no training label is known there). Score the fitted "
-                    "graph's edges to use its training labels.", RuntimeWarning, stacklevel=4)
-        columns = neighbour_label_features(data.edge_index.to(self.device),
-                                           labels.to(self.device))
+        columns = self.label_columns(data, self.device)
         return torch.cat([x, columns.to(x.dtype)], dim=-1)
-
-    def _is_fitted_graph(self, data: Data) -> bool:
-        """Whether ``data`` is the fitted graph: as many nodes and the same edges, in any
-        order, repeats and self-loops aside (sorting or coalescing the edges, or adding
-        self-loops, after the fit does not make it another graph)."""
-        edge_index = self.fit_edge_index_
-        if edge_index is None:
-            return False
-        num_nodes = self.fit_num_nodes_
-        if num_nodes is None:  # a file saved before fit_num_nodes_: the label trick's labels
-            num_nodes = self.train_labels_.numel() if self.train_labels_ is not None else None
-        if data.num_nodes != num_nodes:
-            return False
-        given = data.edge_index.cpu()
-        # the same order (the usual case) needs no sort
-        if given.shape == edge_index.shape and torch.equal(given, edge_index):
-            return True
-        return torch.equal(_edge_keys(given, num_nodes), _edge_keys(edge_index, num_nodes))
 
     def _check_transductive(self, data: Data) -> None:
         """Refuse another graph for a positional network: a graph with the same number of nodes

@@ -12,6 +12,7 @@ from torch_geometric.data import Data
 from ..baselines.node import mean_neighbours
 from .base import BaseDetector
 from .config import GBT_FEATURES, GBTDetectorConfig
+from .label_trick import FittedGraphLabels, known_labels, neighbour_label_features
 
 
 def neighbourhood_features(x: Tensor, edge_index: Tensor, kind: str = "x_mean_mean2",
@@ -67,16 +68,20 @@ class QuantileBinner:
         return out
 
 
-class GBTDetector(BaseDetector):
+class GBTDetector(FittedGraphLabels, BaseDetector):
     """scikit-learn ``HistGradientBoostingClassifier`` on :func:`neighbourhood_features`, with
     class-balanced sample weights (the analogue of ET's weighted loss). It trains on the training
-    nodes only; the validation nodes give the threshold and ``fit_info_["val_auroc"]``."""
+    nodes only; the validation nodes give the threshold and ``fit_info_["val_auroc"]``. With
+    ``label_trick`` the features gain ET's label-trick columns (see
+    :class:`~et_graph.detectors.config.GBTModelConfig`)."""
 
     config_class = GBTDetectorConfig
 
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         m = self.config.model
         features = neighbourhood_features(data.x, data.edge_index, m.features)
+        if m.label_trick:
+            features = self._with_label_columns(features, data, y, train)
         y_np = y.numpy()
         y_train = y_np[train.numpy()]
         positives = int(y_train.sum())
@@ -107,7 +112,28 @@ class GBTDetector(BaseDetector):
         self_loops = not getattr(self, "ignores_self_loops_", False)
         features = neighbourhood_features(data.x, data.edge_index, self.config.model.features,
                                           self_loops)
+        if getattr(self.config.model, "label_trick", False):
+            features = np.concatenate([features, self.label_columns(data).numpy()], axis=1)
         return torch.from_numpy(self.model_.predict_proba(self._binned(features))[:, 1])
+
+    def _with_label_columns(self, features: np.ndarray, data: Data, y: Tensor,
+                            train: Tensor) -> np.ndarray:
+        """``features`` with the label-trick columns: on the training rows from the other half
+        of the training nodes (two random halves, seeded by the detector's seed), on every
+        other row from all training labels, as scoring will give them."""
+        train_index = train.nonzero().view(-1)
+        order = torch.randperm(train_index.numel(),
+                               generator=torch.Generator().manual_seed(self.seed))
+        half = train_index.numel() // 2
+        halves = (train_index[order[:half]], train_index[order[half:]])
+        self.train_labels_ = known_labels(y, train)
+        self.fit_edge_index_ = data.edge_index.cpu()
+        self.fit_num_nodes_ = data.num_nodes
+        columns = neighbour_label_features(data.edge_index, self.train_labels_)
+        for rows, inputs in ((halves[0], halves[1]), (halves[1], halves[0])):
+            columns[rows] = neighbour_label_features(data.edge_index,
+                                                     known_labels(y, inputs))[rows]
+        return np.concatenate([features, columns.numpy()], axis=1)
 
     def _binned(self, features: np.ndarray) -> np.ndarray:
         return features if self.binner_ is None else self.binner_.transform(features)

@@ -190,11 +190,16 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     # What each model reads, where it differs (the tables' rows are not all the same input).
     gbt_inputs = {"x": "x only", "x_mean": "x ‖ its neighbours' mean",
                   "x_mean_mean2": "x ‖ the mean of its neighbours' x ‖ the mean of their means"}
+    gbt_trick = "gbt" in names and config.gbt.label_trick
     if "gbt" in names:
         text += f"; GBT reads {gbt_inputs[config.gbt.features]}"
+        if gbt_trick:
+            text += (" ‖ its neighbours' training labels (label trick: each half of the "
+                     "training nodes trains on columns from the other half's labels)")
     if "et" in names and config.et.label_trick:
         text += ("; ET also reads its neighbours' training labels (label trick: a node never "
-                 "its own, validation and test labels never), an input no baseline gets")
+                 "its own, validation and test labels never), an input "
+                 + ("GBT gets too" if gbt_trick else "no baseline gets"))
     if p.seed_ensemble:
         text += ("; NAME_ensemble = one detector: the mean of the model's scores over the seeds "
                  "(same split), its threshold chosen on validation")
