@@ -216,11 +216,11 @@ class GBTModelConfig:
             columns at once (``et_graph.detectors.tree.QuantileBinner``); the weights still
             weigh the loss.
         label_trick: add ET's 3 label-trick columns (the share of a node's in-neighbours with
-            training label 1, with 0, and the log-count of labelled in-neighbours). The training
-            nodes are split into two random halves (seeded); each half's rows read the other
-            half's labels, so no row reads its own label, directly or through a neighbour.
-            Validation and test rows read every training label; validation and test labels
-            never enter. Off by default (every stored table).
+            training label 1, with 0, and the log-count of labelled in-neighbours), from every
+            training label: the columns are one hop without self-loops, so no row reads its own
+            label (ET splits its training nodes into halves because its descent carries labels
+            over two hops; a tree does not). Validation and test labels never enter. Off by
+            default (every stored table).
     """
 
     max_iter: int = 200

@@ -118,21 +118,16 @@ class GBTDetector(FittedGraphLabels, BaseDetector):
 
     def _with_label_columns(self, features: np.ndarray, data: Data, y: Tensor,
                             train: Tensor) -> np.ndarray:
-        """``features`` with the label-trick columns: on the training rows from the other half
-        of the training nodes (two random halves, seeded by the detector's seed), on every
-        other row from all training labels, as scoring will give them."""
-        train_index = train.nonzero().view(-1)
-        order = torch.randperm(train_index.numel(),
-                               generator=torch.Generator().manual_seed(self.seed))
-        half = train_index.numel() // 2
-        halves = (train_index[order[:half]], train_index[order[half:]])
+        """``features`` with the label-trick columns from every training label, on every row.
+
+        A tree reads a node's row alone, and the columns are one hop without self-loops, so no
+        row holds its own label, directly or through a neighbour: the two-hop return that makes
+        ET split its training nodes into label and target halves cannot happen here. Every row
+        then sees the labels as a validation or test row will, the full training set known."""
         self.train_labels_ = known_labels(y, train)
         self.fit_edge_index_ = data.edge_index.cpu()
         self.fit_num_nodes_ = data.num_nodes
         columns = neighbour_label_features(data.edge_index, self.train_labels_)
-        for rows, inputs in ((halves[0], halves[1]), (halves[1], halves[0])):
-            columns[rows] = neighbour_label_features(data.edge_index,
-                                                     known_labels(y, inputs))[rows]
         return np.concatenate([features, columns.numpy()], axis=1)
 
     def _binned(self, features: np.ndarray) -> np.ndarray:

@@ -194,8 +194,8 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     if "gbt" in names:
         text += f"; GBT reads {gbt_inputs[config.gbt.features]}"
         if gbt_trick:
-            text += (" ‖ its neighbours' training labels (label trick: each half of the "
-                     "training nodes trains on columns from the other half's labels)")
+            text += (" ‖ its neighbours' training labels (label trick, one hop: a node never "
+                     "its own)")
     if "et" in names and config.et.label_trick:
         text += ("; ET also reads its neighbours' training labels (label trick: a node never "
                  "its own, validation and test labels never), an input "
