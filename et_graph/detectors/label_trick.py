@@ -3,10 +3,12 @@ the trees (Wang et al., "Bag of Tricks for Node Classification with Graph Neural
 
 A node's input gains 3 columns from its in-neighbours' *training* labels
 (:func:`neighbour_label_features`). A node never reads its own label, and validation and test
-labels never enter. In training, the labels that feed the columns and the nodes that carry the
-loss are disjoint halves of the training nodes (a neighbour's aggregate could otherwise carry a
-node's own label back over two hops); for scoring, every training label feeds the columns, and
-only on the graph the detector was fitted on (:class:`FittedGraphLabels`).
+labels never enter. ET's descent carries information over several hops, so in its training the
+labels that feed the columns and the nodes that carry the loss are disjoint halves of the
+training nodes (a neighbour's aggregate could otherwise carry a node's own label back); a tree
+reads its row's one-hop columns alone and trains on every training label. For scoring, every
+training label feeds the columns, only on the graph the detector was fitted on
+(:class:`FittedGraphLabels`).
 """
 from __future__ import annotations
 
