@@ -279,6 +279,39 @@ def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
                for row in first["rows"])
 
 
+def test_unsupervised_score_study_chooses_each_baseline_among_its_own_settings(tmp_path):
+    """--models lof,iforest: the baselines get ET's selection (planted anomalies, the same
+    criterion), each among its own 18 settings, and the choice is a valid [baselines] preset."""
+    import torch
+
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.protocols.unsupervised import UnsupervisedBaselineConfig
+
+    module = benchmark_module("unsupervised_score_study")
+    graph = planted_anomaly_graph(num_nodes=200, seed=0)
+    results = []
+    for name, y in (("a", graph.y), ("b", graph.y.flip(0))):
+        path = tmp_path / f"{name}.pt"
+        torch.save({"x": graph.x, "edge_index": graph.edge_index, "y": y}, path)
+        results.append(module.main(["--data", str(path), "--seeds", "1", "--models", "lof,iforest",
+                                    "--num-cliques", "2", "--clique-size", "5",
+                                    "--num-contextual", "10", "--candidates", "20",
+                                    "--criterion", "all_metrics"]))
+    first, second = results
+    assert [{k: v for k, v in row.items() if k != "seconds"} for row in first["rows"]] == \
+        [{k: v for k, v in row.items() if k != "seconds"} for row in second["rows"]]
+    assert "best" not in first  # ET's keys only when ET was scored
+    means = first["means"]
+    for model, grid in module.BASELINE_CANDIDATES.items():
+        assert len(grid) == 18
+        chosen = first["model_winners"][model]["all_metrics"]
+        assert chosen == max(grid, key=lambda n: means[n]["all"] + means[n]["auprc"]
+                             + means[n]["rec_at_k"])
+        assert first["baseline_settings"][model] == grid[chosen]
+    settings = {k: v for part in first["baseline_settings"].values() for k, v in part.items()}
+    UnsupervisedBaselineConfig(**settings)  # a valid preset section
+
+
 def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_path):
 
     module = benchmark_module("merge_unsupervised_seeds")
