@@ -247,9 +247,9 @@ def test_variant_selection_reads_tu_cross_validations(tmp_path):
         module.main([str(tmp_path / "plain"), str(tmp_path / "other")])
 
 
-def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
-    """Every candidate is scored against the planted anomalies; the graph's own labels (here
-    scrambled in a second file) change nothing."""
+def score_study_on_true_and_scrambled_labels(tmp_path, *flags):
+    """The planted-anomaly study run on one small graph saved twice, its own labels as they
+    are and reversed: ``(module, first result, second result)``."""
     import torch
 
     from et_graph.datasets.synthetic import planted_anomaly_graph
@@ -260,10 +260,16 @@ def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
     for name, y in (("a", graph.y), ("b", graph.y.flip(0))):
         path = tmp_path / f"{name}.pt"
         torch.save({"x": graph.x, "edge_index": graph.edge_index, "y": y}, path)
-        results.append(module.main(["--data", str(path), "--seeds", "1", "--epochs", "2",
-                                    "--num-cliques", "2", "--clique-size", "5",
-                                    "--num-contextual", "10", "--candidates", "20"]))
-    first, second = results
+        results.append(module.main(["--data", str(path), "--seeds", "1", "--num-cliques", "2",
+                                    "--clique-size", "5", "--num-contextual", "10",
+                                    "--candidates", "20", *flags]))
+    return (module, *results)
+
+
+def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
+    """Every candidate is scored against the planted anomalies; the graph's own labels (here
+    scrambled in a second file) change nothing."""
+    _, first, second = score_study_on_true_and_scrambled_labels(tmp_path, "--epochs", "2")
     assert first["rows"] == [dict(row, seconds=a["seconds"]) for row, a in
                              zip(second["rows"], first["rows"])]
     assert {"reconstruction", "energy", "structure_sum", "max_rank(reconstruction, "
@@ -282,22 +288,10 @@ def test_unsupervised_score_study_reads_only_the_planted_labels(tmp_path):
 def test_unsupervised_score_study_chooses_each_baseline_among_its_own_settings(tmp_path):
     """--models lof,iforest: the baselines get ET's selection (planted anomalies, the same
     criterion), each among its own 18 settings, and the choice is a valid [baselines] preset."""
-    import torch
-
-    from et_graph.datasets.synthetic import planted_anomaly_graph
     from et_graph.protocols.unsupervised import UnsupervisedBaselineConfig
 
-    module = benchmark_module("unsupervised_score_study")
-    graph = planted_anomaly_graph(num_nodes=200, seed=0)
-    results = []
-    for name, y in (("a", graph.y), ("b", graph.y.flip(0))):
-        path = tmp_path / f"{name}.pt"
-        torch.save({"x": graph.x, "edge_index": graph.edge_index, "y": y}, path)
-        results.append(module.main(["--data", str(path), "--seeds", "1", "--models", "lof,iforest",
-                                    "--num-cliques", "2", "--clique-size", "5",
-                                    "--num-contextual", "10", "--candidates", "20",
-                                    "--criterion", "all_metrics"]))
-    first, second = results
+    module, first, second = score_study_on_true_and_scrambled_labels(
+        tmp_path, "--models", "lof,iforest", "--criterion", "all_metrics")
     assert [{k: v for k, v in row.items() if k != "seconds"} for row in first["rows"]] == \
         [{k: v for k, v in row.items() if k != "seconds"} for row in second["rows"]]
     assert "best" not in first  # ET's keys only when ET was scored
