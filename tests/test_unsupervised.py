@@ -225,7 +225,7 @@ def test_baseline_settings_are_checked_and_reach_the_scores_and_protocol(graph):
     assert not np.array_equal(config.baselines.scorer("iforest", 2)(free),
                               isolation_forest_scores(free, 2))
     line = describe_protocol(config, graph, 10)
-    assert ("IsolationForest on x: 100 trees, 64 samples, max_features 0.5; LOF on "
+    assert ("IsolationForest on x: 100 trees, min(64, N) samples, max_features 0.5; LOF on "
             "[x, in-neighbours' mean, degree], columns z-scored: 7 neighbours") in line
     assert "baselines:" not in describe_protocol(quick_config(**{"protocol.models": "et"}),
                                                  graph, 10)

@@ -155,8 +155,8 @@ class UnsupervisedBaselineConfig:
         parts = []
         if "iforest" in names:
             parts.append(f"IsolationForest on {features(self.iforest_neighbour_stats)}: "
-                         f"{self.iforest_trees} trees, {self.iforest_max_samples} samples, "
-                         f"max_features {self.iforest_max_features:g}")
+                         f"{self.iforest_trees} trees, min({self.iforest_max_samples}, N) "
+                         f"samples, max_features {self.iforest_max_features:g}")
         if "lof" in names:
             parts.append(f"LOF on {features(self.lof_neighbour_stats)}: "
                          f"{self.lof_neighbors} neighbours")
