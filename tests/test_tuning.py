@@ -92,6 +92,27 @@ def test_a_study_resumed_under_other_fixed_settings_is_refused(tmp_path):
     assert again["models"]["gbt"]["trial_numbers"] == [0, 1]
 
 
+def test_a_study_from_before_a_new_setting_resumes_at_its_default_only(tmp_path):
+    """From an audit: adding gbt.label_trick made every stored study refuse to resume (its
+    stored settings lack the key); the older code ran at the default, so that value resumes."""
+    import optuna
+
+    data = planted_anomaly_graph(200, seed=4)
+    storage = f"sqlite:///{tmp_path}/study.db"
+    tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=1), storage,
+                 out=tmp_path / "a", data=data)
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    older = {k: v for k, v in study.user_attrs["settings"].items() if k != "gbt.label_trick"}
+    study.set_user_attr("settings", older)  # as a study stored before the field existed
+    again = tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=2), storage,
+                         out=tmp_path / "b", data=data)
+    assert again["models"]["gbt"]["trial_numbers"] == [0, 1]
+    with pytest.raises(ValueError, match=r"gbt.label_trick: False -> True"):
+        tune_anomaly(parse(AnomalyConfig, [*SMALL, "--gbt-label-trick"]), ["gbt"],
+                     TuneBudget(trials=3), storage, out=tmp_path / "c", data=data)
+
+
 def test_failing_trials_stop_the_study_instead_of_running_to_the_time_limit():
     """A diverging model fails every trial; optuna's trial-count callback ignores failures,
     so 4,110 failed trials ran in 6 seconds of a 30-minute budget."""

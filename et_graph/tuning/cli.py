@@ -146,7 +146,8 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
         study = run_study(f"{prefix}{task}-{dataset}-{model}{study_suffix}", objective, budget,
                           storage, progress=config.run.progress,
                           direction=getattr(objective, "direction", "maximize"),
-                          objective_label=preset_metric, settings=_fixed_settings(config))
+                          objective_label=preset_metric, settings=_fixed_settings(config),
+                          setting_defaults=_fixed_settings(type(config)()))
         summary = study_summary(study, time.perf_counter() - start)
         summaries[model] = summary
         if summary["best_trial"] is not None:

@@ -114,7 +114,8 @@ def _optuna():
 
 def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
               storage: Optional[str], progress: bool = True, direction: str = "maximize",
-              objective_label: str = "", settings: Optional[dict[str, Any]] = None) -> Any:
+              objective_label: str = "", settings: Optional[dict[str, Any]] = None,
+              setting_defaults: Optional[dict[str, Any]] = None) -> Any:
     """Create or load study ``name`` and run trials until it holds ``budget.trials`` finished
     trials or ``budget.timeout_minutes`` have passed. ``direction``: ``"maximize"`` or
     ``"minimize"`` (an error such as MAE). ``storage=None`` keeps the study in memory.
@@ -123,7 +124,9 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
     stored with the study, and resuming a study under another label or direction raises, since
     its old values would be reported as the new objective's. ``settings`` (the fixed, untuned
     config as a flat ``{name: value}``) is stored the same way: resuming under other fixed
-    settings raises, naming them, since the old trials were scored under the old ones. If as
+    settings raises, naming them, since the old trials were scored under the old ones; a
+    setting the stored study lacks (added to the library after it ran) counts as its value in
+    ``setting_defaults``, the one the older code ran with. If as
     many trials fail in a row (a diverging loss) as the budget has trials, the run stops with
     a warning rather than starting failing trials until the time limit."""
     if direction not in ("maximize", "minimize"):
@@ -154,6 +157,10 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
         study.set_user_attr("objective", objective_label)
     if settings is not None:
         before = study.user_attrs.get("settings")
+        if before is not None and setting_defaults:
+            # A field added since the study ran: the older code ran at its default.
+            before = {**{k: v for k, v in setting_defaults.items() if k not in before},
+                      **before}
         if before is not None and before != settings:
             changed = changed_settings(before, settings)
             shown = ", ".join(f"{k}: {before.get(k)!r} -> {settings.get(k)!r}"
