@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from et_graph.config import to_dict
+from et_graph.protocols.unsupervised import UnsupervisedAnomalyConfig
 from et_graph.reporting import markdown_table, summarize
 
 METRICS = ("auroc", "auprc", "rec_at_k")
@@ -26,11 +28,12 @@ def merge(runs: list[dict[str, Any]], models: Optional[list[str]] = None) -> dic
     datasets = {run["dataset"] for run in runs}
     if len(datasets) != 1:
         raise SystemExit(f"the runs scored different graphs: {sorted(datasets)}")
-    settings = [_settings(run) for run in runs]
+    # A field a run does not record is newer than that run, whose code ran at its default.
+    defaults = _settings({"meta": {"config": to_dict(UnsupervisedAnomalyConfig())}})
+    settings = [{**defaults, **_settings(run)} for run in runs]
     for setting in settings[1:]:
-        # A field one run does not record is older than that run: not comparable, not counted.
-        changed = sorted(key for key in set(setting) & set(settings[0])
-                         if setting[key] != settings[0][key])
+        changed = sorted(key for key in set(setting) | set(settings[0])
+                         if setting.get(key) != settings[0].get(key))
         if changed:
             raise SystemExit(f"the runs differ in {changed}: their seeds are not one protocol")
     seeds = [entry["seed"] for run in runs for entry in run["per_seed"]]

@@ -310,13 +310,15 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
 
     module = benchmark_module("merge_unsupervised_seeds")
 
-    def run(name, seeds, dataset="reddit", epochs=100):
+    def run(name, seeds, dataset="reddit", epochs=100, baselines=None):
         per_seed = [{"seed": s, "metrics": {"dominant": {"auroc": 0.5 + s / 100, "auprc": 0.1,
                                                          "rec_at_k": 0.2},
                                             "lof": {"auroc": 0.6, "auprc": 0.1,
                                                     "rec_at_k": 0.2}}} for s in seeds]
         config = {"protocol": {"seed": seeds[0], "seeds": len(seeds), "models": name},
                   "train": {"epochs": epochs}, "run": {"out": f"runs/{name}"}}
+        if baselines is not None:
+            config["baselines"] = baselines
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps({"dataset": dataset, "per_seed": per_seed,
                                     "models": {"dominant": {}, "lof": {}},
@@ -340,6 +342,11 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
     assert merged["commits"] == ["c-a", "c-b"]  # recorded (a wrong key once gave None)
     with pytest.raises(SystemExit, match=r"differ in \['train.epochs'\]"):
         module.main([run("i", [0]), run("j", [1], epochs=50)])
+    # From an audit: a piece from before a setting existed ran at its default; one that set
+    # it otherwise is another protocol, and one at the default joins.
+    with pytest.raises(SystemExit, match=r"differ in \['baselines.lof_neighbour_stats'\]"):
+        module.main([run("k", [0]), run("l", [1], baselines={"lof_neighbour_stats": "mean"})])
+    module.main([run("m", [0]), run("n", [1], baselines={"lof_neighbour_stats": "none"})])
 
 
 def test_numerics_sensitivity_control_repeats_and_a_changed_fold_is_counted(tmp_path):
