@@ -250,6 +250,17 @@ def test_detectors_train_and_score_on_device_like_on_the_cpu(planted, name, tmp_
     assert torch.allclose(loaded.decision_function(planted), score, rtol=1e-4, atol=1e-5)
 
 
+def test_gbt_label_trick_on_a_device_graph_equals_the_cpu(planted):
+    """From an audit: the trees fit on the CPU, but their label-trick columns were built from
+    the caller's edge_index, wherever it lay."""
+    from et_graph.detectors import GBTDetector
+
+    make = lambda: GBTDetector(label_trick=True, max_iter=20, seed=0)  # noqa: E731
+    on_device = planted.clone().to(DEVICE)
+    score = make().fit(on_device).decision_function(on_device)
+    assert torch.equal(score.cpu(), make().fit(planted).decision_function(planted))
+
+
 def test_et_detector_chunked_scoring_on_device_equals_the_full_pass(planted):
     from et_graph.detectors import ETDetector
 

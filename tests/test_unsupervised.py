@@ -226,9 +226,13 @@ def test_baseline_settings_are_checked_and_reach_the_scores_and_protocol(graph):
                               isolation_forest_scores(free, 2))
     line = describe_protocol(config, graph, 10)
     assert ("IsolationForest on x: 100 trees, min(64, N) samples, max_features 0.5; LOF on "
-            "[x, in-neighbours' mean, degree], columns z-scored: 7 neighbours") in line
-    assert "baselines:" not in describe_protocol(quick_config(**{"protocol.models": "et"}),
-                                                 graph, 10)
+            "[x, in-neighbours' mean, degree], columns z-scored: min(7, N - 1) neighbours") in line
+    only_et = describe_protocol(quick_config(**{"protocol.models": "et"}), graph, 10)
+    assert "baselines:" not in only_et and "ET: masked-node completion" in only_et
+    # without ET, the line does not describe ET
+    only_lof = describe_protocol(quick_config(**{"protocol.models": "lof"}), graph, 10)
+    assert "ET:" not in only_lof and "descent" not in only_lof
+    assert only_lof.endswith("2 seeds. baselines: LOF on x: min(20, N - 1) neighbours")
 
 
 def quick_config(**overrides) -> UnsupervisedAnomalyConfig:

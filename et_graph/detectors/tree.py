@@ -124,10 +124,11 @@ class GBTDetector(FittedGraphLabels, BaseDetector):
         row holds its own label, directly or through a neighbour: the two-hop return that makes
         ET split its training nodes into label and target halves cannot happen here. Every row
         then sees the labels as a validation or test row will, the full training set known."""
-        self.train_labels_ = known_labels(y, train)
+        # The trees fit on the CPU, wherever the graph lies.
+        self.train_labels_ = known_labels(y.cpu(), train.cpu())
         self.fit_edge_index_ = data.edge_index.cpu()
         self.fit_num_nodes_ = data.num_nodes
-        columns = neighbour_label_features(data.edge_index, self.train_labels_)
+        columns = neighbour_label_features(self.fit_edge_index_, self.train_labels_)
         return np.concatenate([features, columns.numpy()], axis=1)
 
     def _binned(self, features: np.ndarray) -> np.ndarray:

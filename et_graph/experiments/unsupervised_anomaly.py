@@ -97,11 +97,9 @@ def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies:
     where = (f"all {graph.num_nodes} nodes scored and evaluated" if evaluated == graph.num_nodes
              else f"all {graph.num_nodes} nodes scored, the {evaluated} labelled ones "
                   f"(label_mask) evaluated")
-    return (
-        f"unsupervised (BOND/PyGOD): every detector fitted on x and edge_index only, labels "
-        f"sealed until every score existed; {where} "
-        f"({anomalies} anomalies, K = {anomalies}); features: {config.data.feature_norm}; "
-        f"{config.protocol.seeds} seeds. ET: masked-node completion, mask ratio "
+    names = config.protocol.model_names()
+    et = (
+        f" ET: masked-node completion, mask ratio "
         f"{m.mask_ratio}, {m.steps} descent steps, up to {t.epochs} epochs, checkpoint = lowest "
         f"masked reconstruction error on a random {t.val_fraction:.0%} of the nodes (never "
         f"training targets, no labels); scores averaged over {s.score_rounds} rounds that mask "
@@ -111,8 +109,14 @@ def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies:
            f"{s.structure_reduce} edge reconstruction loss over a node's in-edges while open, "
            "et_combined = " + COMBINE_DESCRIPTIONS[s.combine]
            if m.structure_weight else "")
-        + (f"; baselines: {baselines}" if (baselines := config.baselines.describe(
-            config.protocol.model_names())) else "")
+    ) if "et" in names else ""
+    baselines = config.baselines.describe(names)
+    return (
+        f"unsupervised (BOND/PyGOD): every detector fitted on x and edge_index only, labels "
+        f"sealed until every score existed; {where} "
+        f"({anomalies} anomalies, K = {anomalies}); features: {config.data.feature_norm}; "
+        f"{config.protocol.seeds} seeds." + et
+        + (f"{';' if et else ''} baselines: {baselines}" if baselines else "")
     )
 
 

@@ -159,7 +159,7 @@ class UnsupervisedBaselineConfig:
                          f"samples, max_features {self.iforest_max_features:g}")
         if "lof" in names:
             parts.append(f"LOF on {features(self.lof_neighbour_stats)}: "
-                         f"{self.lof_neighbors} neighbours")
+                         f"min({self.lof_neighbors}, N - 1) neighbours")
         return "; ".join(parts)
 
 
