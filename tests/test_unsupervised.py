@@ -165,6 +165,24 @@ def test_sklearn_baselines_and_missing_pygod(graph, monkeypatch):
         pygod_scores("gcn", free, 0)
 
 
+def test_chosen_baseline_settings_are_shown_beside_the_defaults(graph):
+    """A run with other baseline settings also scores the defaults, in the same run (on
+    reddit LOF at its defaults beat LOF chosen on planted anomalies)."""
+    config = quick_config(**{"protocol.models": "iforest,lof", "baselines.lof_neighbors": 7})
+    free = unlabelled(graph)
+    free.name = "planted"
+    scores, _, _ = compute_scores(free, config)
+    assert set(scores) == {"iforest", "lof", "lof_defaults"}
+    assert all(np.array_equal(s, lof_scores(free)) for s in scores["lof_defaults"])
+    assert all(np.array_equal(s, lof_scores(free, 7)) for s in scores["lof"])
+    from et_graph.experiments.unsupervised_anomaly import describe_protocol
+
+    assert ("lof_defaults = the same detector at its defaults (x, min(20, N - 1) neighbours)"
+            in describe_protocol(config, graph, 10))
+    plain, _, _ = compute_scores(free, quick_config(**{"protocol.models": "iforest,lof"}))
+    assert set(plain) == {"iforest", "lof"}
+
+
 def test_default_isolation_forest_is_scikit_learns_auto_sample_size(graph):
     """The new max_samples key keeps the earlier tables' IsolationForest (scikit-learn's
     "auto" draws min(256, N) nodes), on a graph above and one below 256 nodes."""

@@ -146,6 +146,19 @@ class UnsupervisedBaselineConfig:
                                iforest_neighbour_stats=self.iforest_neighbour_stats,
                                lof_neighbour_stats=self.lof_neighbour_stats)
 
+    #: Each scikit-learn baseline's own settings.
+    FIELDS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "iforest": ("iforest_trees", "iforest_max_samples", "iforest_max_features",
+                    "iforest_neighbour_stats"),
+        "lof": ("lof_neighbors", "lof_neighbour_stats"),
+    }
+
+    def changed_from_defaults(self, name: str) -> bool:
+        """Whether scikit-learn baseline ``name`` runs with other settings than its defaults
+        (the runner then adds a ``NAME_defaults`` row, so both are shown)."""
+        defaults = type(self)()
+        return any(getattr(self, f) != getattr(defaults, f) for f in self.FIELDS.get(name, ()))
+
     def describe(self, names: list[str]) -> str:
         """The settings of the scikit-learn baselines among ``names``, for the protocol line."""
         def features(stats: str) -> str:
@@ -160,6 +173,10 @@ class UnsupervisedBaselineConfig:
         if "lof" in names:
             parts.append(f"LOF on {features(self.lof_neighbour_stats)}: "
                          f"min({self.lof_neighbors}, N - 1) neighbours")
+        at_defaults = {"iforest": "x, 100 trees, min(256, N) samples",
+                       "lof": "x, min(20, N - 1) neighbours"}
+        parts += [f"{n}_defaults = the same detector at its defaults ({at_defaults[n]}), in "
+                  "the same run" for n in names if self.changed_from_defaults(n)]
         return "; ".join(parts)
 
 
@@ -311,6 +328,11 @@ def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
                     raise ValueError(f"{name} returned scores of shape {score.shape} with "
                                      "non-finite values or the wrong length")
                 scores.setdefault(name, []).append(np.asarray(score, dtype=np.float64))
+                if b.changed_from_defaults(name):
+                    # Chosen settings are shown beside the defaults, which may do better.
+                    default = UnsupervisedBaselineConfig().scorer(name, seed)(graph)
+                    scores.setdefault(f"{name}_defaults", []).append(
+                        np.asarray(default, dtype=np.float64))
             detail.setdefault("seconds", {})[name] = time.perf_counter() - start
         details.append(detail)
     return scores, skipped, details
