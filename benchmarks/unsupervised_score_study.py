@@ -51,13 +51,16 @@ from sklearn.metrics import roc_auc_score
 from torch import Tensor
 from torch_geometric.data import Data
 
-from et_graph.baselines.unsupervised import isolation_forest_scores, lof_scores
 from et_graph.config import parse_model_list
 from et_graph.detectors import UnsupervisedETDetector
 from et_graph.detectors.unsupervised import COMBINE_RULES, combine_scores
 from et_graph.experiments.unsupervised_anomaly import UnsupervisedAnomalyConfig, load_graph
 from et_graph.nn.models.masked_reconstruction import STRUCTURE_REDUCES
-from et_graph.protocols.unsupervised import evaluate_all_nodes, normalise_features
+from et_graph.protocols.unsupervised import (
+    UnsupervisedBaselineConfig,
+    evaluate_all_nodes,
+    normalise_features,
+)
 from et_graph.transforms import InjectAnomalies
 from et_graph.transforms.injection import CONTEXTUAL, STRUCTURAL
 
@@ -101,17 +104,8 @@ BASELINE_CANDIDATES: dict[str, dict[str, dict[str, Any]]] = {
 def baseline_candidate_scores(model: str, data: Data, seed: int) -> dict[str, Tensor]:
     """Every setting of :data:`BASELINE_CANDIDATES` ``[model]`` scored on the label-free
     ``data``, exactly as ``et-graph unsupervised`` scores with that ``[baselines]`` section."""
-    scores = {}
-    for name, settings in BASELINE_CANDIDATES[model].items():
-        if model == "lof":
-            found = lof_scores(data, settings["lof_neighbors"], settings["lof_neighbour_stats"])
-        else:
-            found = isolation_forest_scores(data, seed, settings["iforest_trees"],
-                                            settings["iforest_max_samples"],
-                                            settings["iforest_max_features"],
-                                            settings["iforest_neighbour_stats"])
-        scores[name] = torch.from_numpy(found)
-    return scores
+    return {name: torch.from_numpy(UnsupervisedBaselineConfig(**settings).scorer(model, seed)(data))
+            for name, settings in BASELINE_CANDIDATES[model].items()}
 
 
 #: The columns of the table: AUROC over all nodes and per planted kind, AUPRC and Rec@K.
