@@ -183,6 +183,24 @@ def test_chosen_baseline_settings_are_shown_beside_the_defaults(graph):
     assert set(plain) == {"iforest", "lof"}
 
 
+def test_lof_explains_groups_of_identical_feature_rows():
+    """reddit holds one feature row 899 times; scikit-learn only said 'Duplicate values are
+    leading to incorrect results'."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(120, 3, generator=generator)
+    x[:40] = 0.0  # 40 identical rows
+    data = Data(x=x, edge_index=torch.zeros(2, 0, dtype=torch.long))
+    with pytest.warns(RuntimeWarning, match="the largest holds 40 nodes") as record:
+        lof_scores(data, 10)
+    assert not any("Duplicate values" in str(w.message) and w.category is UserWarning
+                   for w in record)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lof_scores(data, 60)  # more neighbours than the group: no warning
+
+
 def test_default_isolation_forest_is_scikit_learns_auto_sample_size(graph):
     """The new max_samples key keeps the earlier tables' IsolationForest (scikit-learn's
     "auto" draws min(256, N) nodes), on a graph above and one below 256 nodes."""

@@ -14,6 +14,7 @@ node, higher = more anomalous.
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Sequence
 from typing import Callable, Union
 
@@ -77,7 +78,24 @@ def lof_scores(data: Data, n_neighbors: int = 20,
 
     features = baseline_features(data, neighbour_stats)
     lof = LocalOutlierFactor(n_neighbors=min(n_neighbors, features.shape[0] - 1))
-    lof.fit(features)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lof.fit(features)
+    for warning in caught:
+        if "Duplicate values" not in str(warning.message):
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+            continue
+        # scikit-learn's own message names neither the cause's size nor a remedy.
+        _, counts = np.unique(features, axis=0, return_counts=True)
+        warnings.warn(
+            f"LOF: {int((lof.negative_outlier_factor_ < -1e7).sum())} nodes got an outlier "
+            f"factor above 1e7: groups of identical feature rows (the largest holds "
+            f"{int(counts.max())} nodes) put a member's {lof.n_neighbors_} nearest neighbours "
+            "at distance zero, so densities there are infinite and LOF ranks those nodes "
+            "arbitrarily (scikit-learn: 'Duplicate values are leading to incorrect results'). "
+            "More neighbours than the largest group, or neighbour statistics beside x "
+            "(lof_neighbour_stats), tell such nodes apart.", RuntimeWarning, stacklevel=2)
     return -lof.negative_outlier_factor_
 
 
