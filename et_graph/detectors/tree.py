@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 from ..baselines.node import mean_neighbours
 from .base import BaseDetector
 from .config import GBT_FEATURES, GBTDetectorConfig
-from .label_trick import FittedGraphLabels, known_labels, neighbour_label_features
+from .label_trick import FittedGraphLabels, known_labels
 
 
 def neighbourhood_features(x: Tensor, edge_index: Tensor, kind: str = "x_mean_mean2",
@@ -113,7 +113,7 @@ class GBTDetector(FittedGraphLabels, BaseDetector):
         features = neighbourhood_features(data.x, data.edge_index, self.config.model.features,
                                           self_loops)
         if getattr(self.config.model, "label_trick", False):
-            features = np.concatenate([features, self.label_columns(data).numpy()], axis=1)
+            features = self._append_label_columns(features, data)
         return torch.from_numpy(self.model_.predict_proba(self._binned(features))[:, 1])
 
     def _with_label_columns(self, features: np.ndarray, data: Data, y: Tensor,
@@ -128,8 +128,11 @@ class GBTDetector(FittedGraphLabels, BaseDetector):
         self.train_labels_ = known_labels(y.cpu(), train.cpu())
         self.fit_edge_index_ = data.edge_index.cpu()
         self.fit_num_nodes_ = data.num_nodes
-        columns = neighbour_label_features(self.fit_edge_index_, self.train_labels_)
-        return np.concatenate([features, columns.numpy()], axis=1)
+        # The columns scoring will give the fitted graph, from the same code path.
+        return self._append_label_columns(features, data)
+
+    def _append_label_columns(self, features: np.ndarray, data: Data) -> np.ndarray:
+        return np.concatenate([features, self.label_columns(data).numpy()], axis=1)
 
     def _binned(self, features: np.ndarray) -> np.ndarray:
         return features if self.binner_ is None else self.binner_.transform(features)

@@ -173,8 +173,10 @@ class UnsupervisedBaselineConfig:
         if "lof" in names:
             parts.append(f"LOF on {features(self.lof_neighbour_stats)}: "
                          f"min({self.lof_neighbors}, N - 1) neighbours")
-        at_defaults = {"iforest": "x, 100 trees, min(256, N) samples",
-                       "lof": "x, min(20, N - 1) neighbours"}
+        d = type(self)()
+        at_defaults = {"iforest": f"x, {d.iforest_trees} trees, min({d.iforest_max_samples}, N) "
+                                  "samples",
+                       "lof": f"x, min({d.lof_neighbors}, N - 1) neighbours"}
         parts += [f"{n}_defaults = the same detector at its defaults ({at_defaults[n]}), in "
                   "the same run" for n in names if self.changed_from_defaults(n)]
         return "; ".join(parts)
