@@ -224,6 +224,17 @@ class SumMessagePassing(Module):
     with :math:`\mathrm{MLP}_l = \mathrm{Linear} \to \mathrm{BatchNorm} \to \mathrm{ReLU} \to
     \mathrm{Linear}` (a GIN layer, Xu et al. 2019, with :math:`\epsilon = 0`, plus a skip).
 
+    With ``edge_channels > 0`` every message also reads the encoded features :math:`e_{ji}` of
+    its edge, in GINE's form (Hu et al. 2020):
+
+    .. math::
+        h_i \leftarrow h_i + \mathrm{MLP}_l\Big(h_i + \sum_{j \in \mathcal{N}(i)}
+        \mathrm{ReLU}\big(h_j + W_l e_{ji}\big)\Big),
+
+    so that a node's tokens can count its bonds *of each type* and tell which neighbour sits
+    behind which bond, as the GINE and GatedGCN baselines' layers do (the mask only re-weights
+    a softmax over the neighbours, and the incident sums lose which neighbour a bond leads to).
+
     ET's attention energy reads neighbours through a softmax, an average, which cannot count
     (an atom with three neighbours of one kind and an atom with one such neighbour look alike).
     A sum can; running a few such layers before the descent hands ET tokens that already tell
@@ -231,13 +242,20 @@ class SumMessagePassing(Module):
     GraphGPS.
     """
 
-    def __init__(self, channels: int, num_layers: int) -> None:
+    def __init__(self, channels: int, num_layers: int, edge_channels: int = 0) -> None:
         super().__init__()
         if channels <= 0 or num_layers <= 0:
             raise ValueError(
                 f"channels and num_layers must be positive, got {channels} and {num_layers}"
             )
+        if edge_channels < 0:
+            raise ValueError(f"edge_channels must be >= 0, got {edge_channels}")
         self.channels = channels
+        self.edge_channels = edge_channels
+        self.edge_linears = (
+            ModuleList(Linear(edge_channels, channels) for _ in range(num_layers))
+            if edge_channels else None
+        )
         self.mlps = ModuleList(
             torch.nn.Sequential(
                 Linear(channels, channels), torch.nn.BatchNorm1d(channels), torch.nn.ReLU(),
@@ -251,14 +269,31 @@ class SumMessagePassing(Module):
             for layer in mlp:
                 if hasattr(layer, "reset_parameters"):
                     layer.reset_parameters()
+        for linear in self.edge_linears or ():
+            linear.reset_parameters()
 
-    def forward(self, h: Tensor, edge_index: Tensor) -> Tensor:
+    def forward(self, h: Tensor, edge_index: Tensor,
+                edge_features: Optional[Tensor] = None) -> Tensor:
         """``h`` ``[N, channels]`` after every layer; ``edge_index`` ``[2, E]`` (source, target)
-        must already be validated (messages flow from ``edge_index[0]`` to ``edge_index[1]``)."""
+        must already be validated (messages flow from ``edge_index[0]`` to ``edge_index[1]``);
+        ``edge_features`` ``[E, edge_channels]`` exactly when the layers were built with
+        ``edge_channels > 0``."""
         if h.dim() != 2 or h.size(1) != self.channels:
             raise ValueError(f"h must be [N, {self.channels}], got {tuple(h.shape)}")
+        if self.edge_linears is None:
+            if edge_features is not None:
+                raise ValueError("edge_features were given but the layers were built with "
+                                 "edge_channels=0")
+        elif (edge_features is None or edge_features.dim() != 2
+              or tuple(edge_features.shape) != (edge_index.size(1), self.edge_channels)):
+            got = None if edge_features is None else tuple(edge_features.shape)
+            raise ValueError(f"edge_features must be [E, {self.edge_channels}] with E = "
+                             f"{edge_index.size(1)} edges, got {got}")
         source, target = edge_index[0], edge_index[1]
-        for mlp in self.mlps:
-            summed = h.index_add(0, target, h.index_select(0, source))
+        for layer, mlp in enumerate(self.mlps):
+            messages = h.index_select(0, source)
+            if self.edge_linears is not None:
+                messages = torch.relu(messages + self.edge_linears[layer](edge_features))
+            summed = h.index_add(0, target, messages)
             h = h + mlp(summed)
         return h

@@ -106,6 +106,8 @@ class ETGraphModelConfig:
         incident_edges: add each node's sum of incoming encoded edge features (bond types) to
             its token, so that ET can count them; needs a dataset with edge features.
         message_passing_layers: residual GIN layers (sum aggregation) before the descent.
+        message_passing_edges: those layers' messages also read the encoded edge features
+            (GINE's form), as the GIN and GatedGCN baselines' layers do; needs edge features.
     """
 
     hidden: int = 64
@@ -121,6 +123,7 @@ class ETGraphModelConfig:
     readout: str = "cls"
     incident_edges: bool = False
     message_passing_layers: int = 0
+    message_passing_edges: bool = False
 
 
 @dataclass
@@ -188,6 +191,7 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
             num_node_categories=data.num_node_types, dropout=et.dropout, readout=et.readout,
             rw_pe_dim=data.rw_pe_dim, incident_edges=et.incident_edges,
             message_passing_layers=et.message_passing_layers,
+            message_passing_edges=et.message_passing_edges,
         )
     if name in BASELINES:
         baselines = baselines or BaselineConfig()

@@ -134,6 +134,8 @@ class TUETConfig:
         hopfield_dim: Hopfield memories K per block (None = 4 × hidden, the paper's ratio;
             0 = none, attention energy only).
         message_passing_layers: residual GIN layers (sum aggregation) before the descent.
+        message_passing_edges: those layers' messages also read the encoded edge features
+            (GINE's form); needs a dataset with edge features (MUTAG, Mutagenicity).
     """
 
     hidden: int = 32
@@ -149,6 +151,7 @@ class TUETConfig:
     coupling: bool = False
     hopfield_dim: Optional[int] = None
     message_passing_layers: int = 2
+    message_passing_edges: bool = False
 
 
 @dataclass
@@ -214,6 +217,7 @@ def et_model_kwargs(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, 
         kernel_size=et.kernel_size, edge_dim=info["edge_features"] or None, dropout=et.dropout,
         rw_pe_dim=config.data.rw_pe_dim, readout=et.readout, coupling=et.coupling,
         hopfield_dim=et.hopfield_dim, message_passing_layers=et.message_passing_layers,
+        message_passing_edges=et.message_passing_edges,
     )
 
 

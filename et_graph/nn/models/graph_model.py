@@ -99,6 +99,9 @@ class ETGraphModel(nn.Module):
         message_passing_layers: residual sum-aggregation (GIN) layers applied to the encoded
             node tokens before the CLS token is attached and the descent starts
             (:class:`~et_graph.nn.encoders.SumMessagePassing`; 0 = none, the paper's model).
+        message_passing_edges: those layers' messages also read the encoded features of their
+            edges (GINE's form, ``ReLU(h_j + W e_ji)``), as the GIN and GatedGCN baselines'
+            layers do; needs edge features and ``message_passing_layers > 0``.
         dropout: dropout on the input tokens and in the head.
     """
 
@@ -132,6 +135,7 @@ class ETGraphModel(nn.Module):
         coupling: bool = False,
         incident_edges: bool = False,
         message_passing_layers: int = 0,
+        message_passing_edges: bool = False,
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -160,6 +164,10 @@ class ETGraphModel(nn.Module):
         if incident_edges and not has_edges:
             raise ValueError("incident_edges sums encoded edge features: give edge_dim or "
                              "edge_categories")
+        if message_passing_edges and not (has_edges and message_passing_layers):
+            raise ValueError("message_passing_edges lets the message-passing layers read edge "
+                             "features: give edge_dim or edge_categories, and "
+                             "message_passing_layers > 0")
         self.task = task
         self.in_channels = in_channels
         self.out_channels = out_channels
@@ -183,7 +191,8 @@ class ETGraphModel(nn.Module):
             nn.Linear(edge_channels, hidden_channels) if incident_edges else None
         )
         self.message_passing = (
-            SumMessagePassing(hidden_channels, message_passing_layers)
+            SumMessagePassing(hidden_channels, message_passing_layers,
+                              edge_channels if message_passing_edges else 0)
             if message_passing_layers else None
         )
         self.mask = (
@@ -336,7 +345,9 @@ class ETGraphModel(nn.Module):
             incident = encoded.new_zeros(num_nodes, encoded.size(1))
             h = h + self.incident_encoder(incident.index_add_(0, edge_index[1], encoded))
         if self.message_passing is not None:
-            h = self.message_passing(h, edge_index)
+            h = self.message_passing(
+                h, edge_index, encoded if self.message_passing.edge_channels else None
+            )
         h = self.dropout(h)
         # x, edge_index and batch are validated above: the pool and the mask skip their checks
         graph = self.pool.attach(h, edge_index, batch, sizes.numel(), cls_offset, sizes=sizes)
