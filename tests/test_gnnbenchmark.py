@@ -423,6 +423,21 @@ def test_random_walk_encoding_reaches_every_model(tmp_path):
         GNNBenchmarkDataConfig(rw_pe_dim=-1)
 
 
+def test_message_passing_edges_reach_ets_layers_from_the_command_line(tmp_path):
+    """``--message-passing-edges`` gives each of ET's message-passing layers a map of the
+    encoded bonds (16 -> 16 at --quick's width, plus a bias), and the results store it."""
+    root = str(REPO / "datasets")
+    common = ("--dataset", "ZINC", "--root", root, "--seeds", "0", "--models", "et",
+              "--message-passing-layers", "2")
+    blind = _main(*common, "--out", str(tmp_path / "blind"))
+    edges = _main(*common, "--message-passing-edges", "--out", str(tmp_path / "edges"))
+    hidden = edge_channels = 16
+    assert (edges["models"]["et"]["params"]
+            == blind["models"]["et"]["params"] + 2 * (edge_channels * hidden + hidden))
+    stored = json.loads((tmp_path / "edges" / "results.json").read_text())
+    assert stored["meta"]["config"]["et"]["message_passing_edges"] is True
+
+
 # ------------------------------------------------------------------------------------------
 # Config
 # ------------------------------------------------------------------------------------------
@@ -619,6 +634,7 @@ def test_build_model_takes_typed_configs():
     layered = build_model("et", data, ETGraphModelConfig(hidden=8, heads=1, head_dim=4,
                                                          message_passing_layers=2))
     assert len(layered.message_passing.mlps) == 2
+    assert layered.message_passing.edge_linears is None
     gin = build_model("gin", data, baselines=BaselineConfig(baseline_hidden=8, baseline_layers=3))
     assert len(gin.convs) == 3
     jk = build_model("gatedgcn", data, baselines=BaselineConfig(baseline_hidden=8,

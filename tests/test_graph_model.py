@@ -372,6 +372,67 @@ def test_message_passing_layers_build_the_tokens_entering_the_descent():
     assert losses[-1] < losses[0]
 
 
+def test_sum_message_passing_with_edges_is_gine_and_reads_each_bond():
+    from et_graph.nn import SumMessagePassing
+
+    torch.manual_seed(9)
+    layers = SumMessagePassing(6, 2, edge_channels=3).eval()
+    data = star(4)
+    h, edges = torch.randn(4, 6), torch.randn(data.edge_index.size(1), 3)
+    source, target = data.edge_index
+    expected = h
+    for mlp, edge_linear in zip(layers.mlps, layers.edge_linears):
+        messages = torch.relu(expected[source] + edge_linear(edges))
+        summed = expected + torch.zeros(4, 6).index_add_(0, target, messages)
+        expected = expected + mlp(summed)
+    with torch.no_grad():
+        out = layers(h, data.edge_index, edges)
+        assert torch.allclose(out, expected, atol=1e-5)
+        # one bond changes: after one layer only the node it points at moves
+        one = SumMessagePassing(6, 1, edge_channels=3).eval()
+        changed = edges.clone()
+        changed[0] += 1.0
+        moved = (one(h, data.edge_index, changed) - one(h, data.edge_index, edges)).abs().sum(1)
+        assert (moved > 1e-6).tolist() == [i == int(target[0]) for i in range(4)]
+        # the edge order does not matter
+        order = torch.randperm(source.numel())
+        assert torch.allclose(layers(h, data.edge_index[:, order], edges[order]), out, atol=1e-5)
+    with pytest.raises(ValueError, match="edge_features must be \\[E, 3\\]"):
+        layers(h, data.edge_index)
+    with pytest.raises(ValueError, match="edge_features must be \\[E, 3\\]"):
+        layers(h, data.edge_index, edges[:, :2])
+    with pytest.raises(ValueError, match="built with edge_channels=0"):
+        SumMessagePassing(6, 1)(h, data.edge_index, edges)
+    with pytest.raises(ValueError, match="edge_channels"):
+        SumMessagePassing(6, 1, edge_channels=-1)
+
+
+def test_message_passing_edges_let_the_tokens_read_bond_types():
+    torch.manual_seed(10)
+    data = ring(5)
+    data.x = torch.randint(0, 5, (5,))
+    data.edge_attr = torch.randint(0, 3, (data.edge_index.size(1),))
+    kwargs = dict(in_channels=None, out_channels=1, task="regression", hidden_channels=8,
+                  heads=2, head_dim=4, pe_dim=0, num_node_categories=5, edge_categories=3,
+                  message_passing_layers=2)
+    model = ETGraphModel(**kwargs, message_passing_edges=True).eval()
+    assert model.message_passing.edge_channels == model.edge_encoder.out_channels
+    with torch.no_grad():
+        states = []
+        _, graph, _ = model.tokens(data.x, data.edge_index, edge_attr=data.edge_attr,
+                                   block_states=states)
+        expected = model.message_passing(model.node_encoder(data.x), data.edge_index,
+                                         model.edge_encoder(data.edge_attr))
+        assert torch.allclose(CLSPool.node_states(states[0], graph), expected, atol=1e-6)
+        # the edge-blind layers: no edge parameters, so older checkpoints still load
+        blind = ETGraphModel(**kwargs).eval()
+        assert blind.message_passing.edge_linears is None
+        assert not any("edge_linears" in name for name in blind.state_dict())
+    for bad in (dict(message_passing_layers=0), dict(edge_categories=None)):
+        with pytest.raises(ValueError, match="message_passing_edges"):
+            ETGraphModel(**{**kwargs, **bad}, message_passing_edges=True)
+
+
 def test_mixed_precision_training_step_runs_under_autocast():
     """Under ``torch.autocast`` the message passing, mask and head run in bfloat16 and the ET
     blocks in float32 (they switch autocast off): a training step runs, and the logits stay
