@@ -463,6 +463,12 @@ def test_config_flags_and_quick():
     assert len(model.message_passing.mlps) == 2
     plain = parse(tudataset.CONFIG, ["--message-passing-layers", "0"])
     assert tudataset.model_factories(plain, info)["et"]().message_passing is None
+    # edge-aware messages need edge features (MUTAG's bond types); without them ET says so
+    edges = parse(tudataset.CONFIG, ["--message-passing-edges"])
+    with_bonds = tudataset.model_factories(edges, {**info, "edge_features": 4})["et"]()
+    assert len(with_bonds.message_passing.edge_linears) == 2
+    with pytest.raises(ValueError, match="message_passing_edges"):
+        tudataset.model_factories(edges, info)["et"]()
 
 
 @pytest.mark.parametrize("name", ["MUTAG", "PROTEINS", "NCI1", "ENZYMES", "IMDB-BINARY"])
