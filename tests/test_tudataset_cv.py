@@ -544,6 +544,18 @@ def test_quick_cv_run_writes_results(tmp_path):
     assert "node features: one-hot node labels (7)" in markdown
 
 
+def test_cli_says_when_ets_message_passing_reads_the_bonds(tmp_path):
+    out = tmp_path / "out"
+    tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
+                    "--models", "et", "--max-folds", "1", "--message-passing-edges",
+                    "--out", str(out), "--no-progress"])
+    markdown = (out / "MUTAG" / "results.md").read_text()
+    assert ("edge features: 4 (used by ET through A' and in its message-passing layers' "
+            "messages); GIN and the structure-agnostic MLP ignore edge features") in markdown
+    results = json.loads((out / "MUTAG" / "results.json").read_text())
+    assert results["meta"]["config"]["et"]["message_passing_edges"] is True
+
+
 def test_cli_with_several_runs_per_fold_reports_their_ensemble(tmp_path):
     out = tmp_path / "out"
     tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
