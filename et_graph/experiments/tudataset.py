@@ -124,13 +124,12 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
                    + markdown_table(results["models"], [metric, *ensemble]))
         return results
     edge_dim = info["edge_features"]
+    et_reads_edges = "A'" + (" and in its message-passing layers' messages"
+                             if config.et.message_passing_edges else "")
     notes = [
         f"node features: {info['node_features']}",
-        "edge features: " + (
-            f"{edge_dim} (used by ET through A'"
-            + (" and in its message-passing layers' messages"
-               if config.et.message_passing_edges else "") + ")"
-            if edge_dim else "none")
+        "edge features: " + (f"{edge_dim} (used by ET through {et_reads_edges})"
+                             if edge_dim else "none")
         + "; GIN and the structure-agnostic MLP ignore edge features",
         *(["structural encodings read by ET only: "
            + ", ".join(part for part, on in (

@@ -284,7 +284,7 @@ class SumMessagePassing(Module):
             if edge_features is not None:
                 raise ValueError("edge_features were given but the layers were built with "
                                  "edge_channels=0")
-        elif (edge_features is None or edge_features.dim() != 2
+        elif (edge_features is None
               or tuple(edge_features.shape) != (edge_index.size(1), self.edge_channels)):
             got = None if edge_features is None else tuple(edge_features.shape)
             raise ValueError(f"edge_features must be [E, {self.edge_channels}] with E = "
