@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from torch import Tensor, nn
-from torch_geometric.nn import global_add_pool
-from torch_geometric.nn.models import GIN
+from torch_geometric.nn import GINEConv, global_add_pool
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.models import GIN, MLP
 
 from ..nn.validation import check_features
 
@@ -25,10 +26,29 @@ def _num_graphs(batch: Optional[Tensor], num_graphs: Optional[int]) -> Optional[
     return None if batch is None else (int(batch.max()) + 1 if batch.numel() else 0)
 
 
+class _GINE(GIN):
+    r"""PyG's :class:`~torch_geometric.nn.models.GIN` with :class:`~torch_geometric.nn.GINEConv`
+    layers (Hu et al., 2020): each message is :math:`\mathrm{ReLU}(h_j + W e_{ji})`, the rest
+    (MLP updates, batch norm, jumping knowledge) unchanged."""
+
+    supports_edge_attr = True
+
+    def init_conv(self, in_channels: int, out_channels: int, **kwargs: Any) -> MessagePassing:
+        mlp = MLP([in_channels, out_channels, out_channels], act=self.act,
+                  act_first=self.act_first, norm=self.norm, norm_kwargs=self.norm_kwargs)
+        return GINEConv(mlp, **kwargs)
+
+
 class GINClassifier(nn.Module):
-    """PyG's :class:`~torch_geometric.nn.models.GIN` (sum aggregation, MLP updates, batch norm),
+    r"""PyG's :class:`~torch_geometric.nn.models.GIN` (sum aggregation, MLP updates, batch norm),
     jumping-knowledge concatenation of every layer, sum readout and an MLP head, as in Xu et al.
-    (2019) and the GIN of Errica et al. (2020). Edge features are not used."""
+    (2019) and the GIN of Errica et al. (2020).
+
+    Edge features are not used unless ``edge_channels > 0``: then every layer is a
+    :class:`~torch_geometric.nn.GINEConv` (Hu et al., 2020) whose messages read the edge's
+    features, :math:`\mathrm{ReLU}(h_j + W_l e_{ji})`, and ``forward`` requires ``edge_attr``
+    ``[E, edge_channels]``. That is the fair partner of an ET whose message-passing tokens read
+    the edges (``ETGraphModel(message_passing_edges=True)``)."""
 
     def __init__(
         self,
@@ -37,21 +57,48 @@ class GINClassifier(nn.Module):
         hidden_channels: int = 64,
         num_layers: int = 3,
         dropout: float = 0.5,
+        edge_channels: int = 0,
     ) -> None:
         super().__init__()
+        if isinstance(edge_channels, bool) or not isinstance(edge_channels, int) \
+                or edge_channels < 0:
+            raise ValueError(f"edge_channels must be an int >= 0, got {edge_channels!r}")
         self.in_channels = in_channels
         self.out_channels = out_channels
-        self.gnn = GIN(in_channels, hidden_channels, num_layers, norm="batch_norm", jk="cat")
+        self.edge_channels = edge_channels
+        self.gnn = (
+            _GINE(in_channels, hidden_channels, num_layers, norm="batch_norm", jk="cat",
+                  edge_dim=edge_channels)
+            if edge_channels
+            else GIN(in_channels, hidden_channels, num_layers, norm="batch_norm", jk="cat")
+        )
         self.head = _mlp(hidden_channels, hidden_channels, out_channels, dropout)
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
-                num_graphs: Optional[int] = None) -> Tensor:
+                num_graphs: Optional[int] = None, edge_attr: Optional[Tensor] = None) -> Tensor:
         check_features(x, self.in_channels)
-        h = self.gnn(x, edge_index)
+        if not self.edge_channels:
+            if edge_attr is not None:
+                raise ValueError("this GIN ignores edge features (edge_channels=0), but "
+                                 "edge_attr was given; build it with edge_channels="
+                                 f"{edge_attr.size(-1)} to use them")
+            h = self.gnn(x, edge_index)
+        else:
+            if edge_attr is None:
+                raise ValueError(f"this GIN reads edge features (edge_channels="
+                                 f"{self.edge_channels}), but edge_attr is None")
+            if edge_attr.dim() != 2 or edge_attr.shape != (edge_index.size(1),
+                                                           self.edge_channels):
+                raise ValueError(f"edge_attr must be [E, edge_channels] = "
+                                 f"[{edge_index.size(1)}, {self.edge_channels}], got "
+                                 f"{tuple(edge_attr.shape)}")
+            h = self.gnn(x, edge_index, edge_attr=edge_attr.to(x.dtype))
         return self.head(global_add_pool(h, batch, _num_graphs(batch, num_graphs)))
 
     def forward_data(self, data: Any) -> Tensor:
-        return self(data.x, data.edge_index, data.batch, getattr(data, "num_graphs", None))
+        edge_attr = getattr(data, "edge_attr", None) if self.edge_channels else None
+        return self(data.x, data.edge_index, data.batch, getattr(data, "num_graphs", None),
+                    edge_attr)
 
 
 class StructureAgnosticMLP(nn.Module):

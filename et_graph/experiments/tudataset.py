@@ -130,7 +130,9 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         f"node features: {info['node_features']}",
         "edge features: " + (f"{edge_dim} (used by ET through {et_reads_edges})"
                              if edge_dim else "none")
-        + "; GIN and the structure-agnostic MLP ignore edge features",
+        + ("; GIN reads them in its messages (GINE), the structure-agnostic MLP ignores them"
+           if config.baselines.gin_edges
+           else "; GIN and the structure-agnostic MLP ignore edge features"),
         *(["structural encodings read by ET only: "
            + ", ".join(part for part, on in (
                (f"Laplacian PE ({config.data.pe_dim} eigenvectors)", config.data.pe_dim),

@@ -164,6 +164,8 @@ class TUBaselinesConfig:
         baseline_dropout: dropout of GIN (and of the MLP where ``mlp_dropout`` is none).
         mlp_hidden: hidden width of the structure-agnostic MLP (none = ``gin_hidden``).
         mlp_dropout: dropout of the structure-agnostic MLP (none = ``baseline_dropout``).
+        gin_edges: GIN's layers read the edge features (``GINEConv``, Hu et al. 2020), the
+            partner of ``et.message_passing_edges``; refused on data without edge features.
     """
 
     gin_hidden: int = 64
@@ -171,6 +173,7 @@ class TUBaselinesConfig:
     baseline_dropout: float = 0.2
     mlp_hidden: Optional[int] = 128
     mlp_dropout: Optional[float] = 0.5
+    gin_edges: bool = False
 
 
 @dataclass
@@ -225,10 +228,14 @@ def model_factories(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, 
     """``{name: () -> model}`` for the models of ``config.protocol.models``."""
     width, classes = info["node_feature_width"], info["classes"]
     base = config.baselines
+    if base.gin_edges and "gin" in config.protocol.model_names and not info["edge_features"]:
+        raise ValueError(f"baselines.gin_edges needs edge features, and {config.data.dataset} "
+                         "has none here")
+    gin_edge_channels = info["edge_features"] if base.gin_edges else 0
     factories = {
         "et": lambda: ETGraphModel(**et_model_kwargs(config, info)),
         "gin": lambda: GINClassifier(width, classes, base.gin_hidden, base.gin_layers,
-                                     base.baseline_dropout),
+                                     base.baseline_dropout, edge_channels=gin_edge_channels),
         "structure_agnostic": lambda: StructureAgnosticMLP(
             width, classes, base.gin_hidden if base.mlp_hidden is None else base.mlp_hidden,
             base.baseline_dropout if base.mlp_dropout is None else base.mlp_dropout),
