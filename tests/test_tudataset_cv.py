@@ -545,16 +545,23 @@ def test_quick_cv_run_writes_results(tmp_path):
     assert "node features: one-hot node labels (7)" in markdown
 
 
-def test_cli_says_when_ets_message_passing_reads_the_bonds(tmp_path):
+@pytest.mark.parametrize("model, flag, section, note", [
+    ("et", "--message-passing-edges", "et",
+     "edge features: 4 (used by ET through A' and in its message-passing layers' messages); "
+     "GIN and the structure-agnostic MLP ignore edge features"),
+    ("gin", "--gin-edges", "baselines",
+     "edge features: 4 (used by ET through A'); GIN reads them in its messages (GINE), the "
+     "structure-agnostic MLP ignores them"),
+])
+def test_cli_says_which_model_reads_the_bonds(tmp_path, model, flag, section, note):
     out = tmp_path / "out"
     tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
-                    "--models", "et", "--max-folds", "1", "--message-passing-edges",
+                    "--models", model, "--max-folds", "1", flag,
                     "--out", str(out), "--no-progress"])
-    markdown = (out / "MUTAG" / "results.md").read_text()
-    assert ("edge features: 4 (used by ET through A' and in its message-passing layers' "
-            "messages); GIN and the structure-agnostic MLP ignore edge features") in markdown
+    assert note in (out / "MUTAG" / "results.md").read_text()
     results = json.loads((out / "MUTAG" / "results.json").read_text())
-    assert results["meta"]["config"]["et"]["message_passing_edges"] is True
+    setting = flag.removeprefix("--").replace("-", "_")
+    assert results["meta"]["config"][section][setting] is True
 
 
 def test_cli_with_several_runs_per_fold_reports_their_ensemble(tmp_path):
@@ -928,13 +935,3 @@ def test_gin_edges_config_builds_gine_and_refuses_edgeless_data():
     # without GIN among the models, the switch has nothing to refuse
     only_et = parse(tudataset.CONFIG, ["--gin-edges", "--models", "et"])
     assert set(tudataset.model_factories(only_et, info)) == {"et"}
-
-
-def test_cli_says_when_gin_reads_the_bonds(tmp_path):
-    out = tmp_path / "out"
-    tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
-                    "--models", "gin", "--max-folds", "1", "--gin-edges",
-                    "--out", str(out), "--no-progress"])
-    markdown = (out / "MUTAG" / "results.md").read_text()
-    assert ("GIN reads them in its messages (GINE), the structure-agnostic MLP ignores "
-            "them") in markdown
