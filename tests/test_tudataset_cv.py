@@ -177,6 +177,12 @@ def test_tiny_tu_files_load_exactly_or_are_refused(tmp_path):
     labels = root / "T" / "raw" / "T_graph_labels.txt"
     labels.write_text("1\n0\n1\n\n\n")  # trailing blank lines are read as the end
     assert len(load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)[0]) == 3
+    # the official zips ship a free-text T_label_readme.txt (Mutagenicity's has blank lines):
+    # not a raw part, so it is neither checked nor normalised
+    readme = "Node labels:\n\n0\tC\n1\tO\n"
+    (root / "T" / "raw" / "T_label_readme.txt").write_text(readme)
+    assert len(load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)[0]) == 3
+    assert (tmp_path / "cache" / "T" / "raw" / "T_label_readme.txt").read_text() == readme
     labels.write_text("1\n\n0\n1\n")
     with pytest.raises(ValueError, match="line 2 is blank"):
         load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)

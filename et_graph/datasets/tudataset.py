@@ -103,6 +103,12 @@ def _normalised_text(path: Path) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+#: The parts of a TU folder that PyG's reader reads (``{name}_{part}.txt``). Other files there
+#: (the official zips ship ``{name}_label_readme.txt``, free text) are copied as they are.
+TU_RAW_PARTS = ("A", "graph_indicator", "graph_labels", "graph_attributes", "node_labels",
+                "node_attributes", "edge_labels", "edge_attributes")
+
+
 def check_raw_files(source: Path, name: str) -> dict[str, str]:
     """The raw files' normalised texts (:func:`_normalised_text`), or a ``ValueError`` for
     files that disagree with each other. PyG reads them without these checks: a short labels
@@ -111,7 +117,8 @@ def check_raw_files(source: Path, name: str) -> dict[str, str]:
     the nodes by counts, in file order), and so did an edge joining two graphs; graphs without
     edges at the end of the file were dropped."""
     texts = {path.name: _normalised_text(path)
-             for path in sorted(source.glob(f"{name}_*.txt")) if path.is_file()}
+             for path in (source / f"{name}_{part}.txt" for part in TU_RAW_PARTS)
+             if path.is_file()}
 
     def where(part: str) -> Path:
         return source / f"{name}_{part}.txt"
