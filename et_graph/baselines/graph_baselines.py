@@ -87,8 +87,7 @@ class GINClassifier(nn.Module):
             if edge_attr is None:
                 raise ValueError(f"this GIN reads edge features (edge_channels="
                                  f"{self.edge_channels}), but edge_attr is None")
-            if edge_attr.dim() != 2 or edge_attr.shape != (edge_index.size(1),
-                                                           self.edge_channels):
+            if tuple(edge_attr.shape) != (edge_index.size(1), self.edge_channels):
                 raise ValueError(f"edge_attr must be [E, edge_channels] = "
                                  f"[{edge_index.size(1)}, {self.edge_channels}], got "
                                  f"{tuple(edge_attr.shape)}")

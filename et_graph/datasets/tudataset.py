@@ -116,12 +116,11 @@ def check_raw_files(source: Path, name: str) -> dict[str, str]:
     (180)"); an unsorted graph indicator assigned nodes to the wrong graphs silently (it splits
     the nodes by counts, in file order), and so did an edge joining two graphs; graphs without
     edges at the end of the file were dropped."""
-    texts = {path.name: _normalised_text(path)
-             for path in (source / f"{name}_{part}.txt" for part in TU_RAW_PARTS)
-             if path.is_file()}
-
     def where(part: str) -> Path:
         return source / f"{name}_{part}.txt"
+
+    texts = {path.name: _normalised_text(path)
+             for path in map(where, TU_RAW_PARTS) if path.is_file()}
 
     def lines(part: str) -> int:
         return texts[f"{name}_{part}.txt"].count("\n")
