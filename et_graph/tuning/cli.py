@@ -74,6 +74,11 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                       help="gnnbenchmark: model seeds 0..N-1 whose mean validation metric "
                            "scores a trial (a small validation split makes one seed noisy; "
                            "default: 1)")
+    tune.add_argument("--tune-bonds", action="store_true",
+                      help="tudataset: add to every model's space its one switch for reading "
+                           "edge features (ET: et.message_passing_edges; GIN: "
+                           "baselines.gin_edges; MLP: data.incident_edge_sums), the same one "
+                           "extra choice each; needs edge labels (MUTAG, Mutagenicity)")
     if task is not None:
         add_config_arguments(parser, task_config(task))
     return parser
@@ -91,6 +96,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     if args.metric is not None and args.task != "anomaly":
         raise ValueError(f"--metric applies to `tune anomaly`; `tune {args.task}` selects on "
                          "its task's own validation metric")
+    if args.tune_bonds and args.task != "tudataset":
+        raise ValueError(f"--tune-bonds applies to `tune tudataset`, not `tune {args.task}`")
     # The task's own results folder is not where a study's presets belong.
     default_out = task_config(args.task)().run.out
     out = Path(config.run.out if config.run.out and config.run.out != default_out
@@ -98,7 +105,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     if args.task == "tudataset":
         models = config.protocol.model_names  # --models: the models to tune, same budget each
         return tune_tudataset(config, list(models), budget, args.storage, out,
-                              args.study_prefix, args.tune_folds)
+                              args.study_prefix, args.tune_folds, bonds=args.tune_bonds)
     if args.task == "gnnbenchmark":
         return tune_gnnbenchmark(config, config.protocol.model_names, budget, args.storage, out,
                                  args.study_prefix, tune_seeds=args.tune_seeds)
@@ -199,9 +206,13 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
 
 def tune_tudataset(config: Any, models: list[str], budget: TuneBudget, storage: str,
                    out: Path = Path("runs/tune"), prefix: str = "", tune_folds: int = 3,
-                   graphs: Any = None, info: Any = None, splits: Any = None) -> dict[str, Any]:
+                   graphs: Any = None, info: Any = None, splits: Any = None,
+                   bonds: bool = False) -> dict[str, Any]:
     """Tune each TU model with the same budget on inner-validation accuracy (the cheaper
-    variant of :mod:`et_graph.tuning.tudataset`); write presets and the report."""
+    variant of :mod:`et_graph.tuning.tudataset`); write presets and the report. ``bonds``
+    adds each model's switch for reading edge features to its space
+    (:data:`~et_graph.tuning.tudataset.BOND_SWITCHES`); its studies are named ``...-bonds``,
+    so that a study of the plain space is never resumed with another space."""
     from .tudataset import TUObjective
 
     if config.protocol.grid:
@@ -217,14 +228,14 @@ def tune_tudataset(config: Any, models: list[str], budget: TuneBudget, storage: 
                f"{budget.prune_warmup} steps is not shorter than the {tune_folds} tuned folds)")
     return _tune_models(
         "tudataset", models,
-        lambda model: TUObjective(config, model, tune_folds, graphs, info, splits),
+        lambda model: TUObjective(config, model, tune_folds, graphs, info, splits, bonds),
         lambda objective: config.data.dataset, budget, storage, out, prefix, config,
         "accuracy on the inner splits",
         f"mean inner-validation accuracy over the first {tune_folds} outer folds (one "
         "selection for all folds: a cheaper variant of Errica et al.; those validation graphs "
         "are test graphs of the other outer folds, so a 10-fold CV of the chosen preset is "
         "mildly optimistic for every tuned model alike; `et-graph tudataset --grid` selects "
-        "inside each fold instead)", pruning=pruning)
+        "inside each fold instead)", pruning=pruning, study_suffix="-bonds" if bonds else "")
 
 
 def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storage: str,

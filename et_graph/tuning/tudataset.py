@@ -25,6 +25,7 @@ from ..protocols.graph_cv import (
 )
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..training import seed_everything
+from ..transforms import IncidentEdgeSum
 from .study import space_overrides
 
 
@@ -71,6 +72,46 @@ TU_SEARCH_SPACES: dict[str, Callable[[Any], dict[str, dict[str, Any]]]] = {
     "structure_agnostic": agnostic_space,
 }
 
+#: The one switch through which each model can read the edge features (bond types), as
+#: ``(config section, field)``: ET's message-passing tokens in GINE's form, GIN's layers as
+#: ``GINEConv``, and for the structure-agnostic MLP, which sees no edge, each node's summed
+#: incoming edge features as input columns. ``bonds=True`` adds exactly this one categorical
+#: to every model's space, so the budgets stay equal.
+BOND_SWITCHES: dict[str, tuple[str, str]] = {
+    "et": ("et", "message_passing_edges"),
+    "gin": ("baselines", "gin_edges"),
+    "structure_agnostic": ("data", "incident_edge_sums"),
+}
+
+
+def with_bond_switch(model: str) -> Callable[[Any], dict[str, dict[str, Any]]]:
+    """``model``'s search space plus its :data:`BOND_SWITCHES` entry (off or on)."""
+    section, name = BOND_SWITCHES[model]
+    space = TU_SEARCH_SPACES[model]
+
+    def bond_space(trial: Any) -> dict[str, dict[str, Any]]:
+        overrides = space(trial)
+        overrides.setdefault(section, {})[name] = trial.suggest_categorical(name, [False, True])
+        return overrides
+
+    return bond_space
+
+
+def check_bond_tuning(config: TUDatasetConfig, model: str, info: dict[str, Any]) -> None:
+    """Refuse ``bonds=True`` where a model's bond switch could not act: data without edge
+    features, an ET without message-passing layers, or input sums already on for every model."""
+    name = ".".join(BOND_SWITCHES[model])
+    if not info["edge_features"]:
+        raise ValueError(f"tuning the bond switches needs edge features, and "
+                         f"{config.data.dataset} has none here ({name} would refuse it)")
+    if model == "et" and not config.et.message_passing_layers:
+        raise ValueError("tuning ET's bond switch (et.message_passing_edges) needs "
+                         "message-passing layers: set et.message_passing_layers > 0 "
+                         "(--message-passing-layers)")
+    if model == "structure_agnostic" and config.data.incident_edge_sums:
+        raise ValueError("tuning the MLP's bond switch (data.incident_edge_sums) needs it off "
+                         "in the config: with it on every model already reads the sums")
+
 
 class TUObjective:
     """``objective(trial) -> mean inner-validation accuracy`` over the first ``tune_folds``
@@ -78,11 +119,13 @@ class TUObjective:
 
     ``graphs``/``info`` (as :func:`~et_graph.datasets.load_tudataset` returns them) and
     ``splits`` may be passed in; by default they are loaded and drawn as the 10-fold run does.
+    ``bonds=True`` adds the model's :data:`BOND_SWITCHES` entry to its space.
     """
 
     def __init__(self, config: TUDatasetConfig, model: str, tune_folds: int = 3,
                  graphs: Optional[list] = None, info: Optional[dict[str, Any]] = None,
-                 splits: Optional[Sequence[tuple[np.ndarray, np.ndarray]]] = None) -> None:
+                 splits: Optional[Sequence[tuple[np.ndarray, np.ndarray]]] = None,
+                 bonds: bool = False) -> None:
         if model not in TU_SEARCH_SPACES:
             raise ValueError(f"unknown model {model!r}; choose from {list(TU_SEARCH_SPACES)}")
         if tune_folds <= 0:
@@ -90,7 +133,11 @@ class TUObjective:
         self.config, self.model = config, model
         if graphs is None:
             graphs, info = load_graphs(config.data)
+        if bonds:
+            check_bond_tuning(config, model, info)
+        self.space = with_bond_switch(model) if bonds else TU_SEARCH_SPACES[model]
         self.graphs, self.info = graphs, info
+        self._with_sums: Optional[tuple[list, dict[str, Any]]] = None
         self.labels = graph_labels(graphs)
         p = config.protocol
         splits = splits if splits is not None else stratified_folds(self.labels, p.folds, p.seed)
@@ -101,17 +148,33 @@ class TUObjective:
     def trial_config(self, trial: Any) -> TUDatasetConfig:
         config = self.config
         if trial is not None:
-            config = merge(config, space_overrides(TU_SEARCH_SPACES[self.model], trial))
+            config = merge(config, space_overrides(self.space, trial))
         return replace(config, protocol=replace(config.protocol, models=self.model))
+
+    def graphs_for(self, config: TUDatasetConfig) -> tuple[list, dict[str, Any]]:
+        """The graphs and description a trial's ``config`` trains on: the objective's own, or,
+        when the trial switched ``data.incident_edge_sums`` on, copies with the summed incoming
+        edge features appended to ``x`` (made once; as loading with the switch on would)."""
+        if not config.data.incident_edge_sums or self.config.data.incident_edge_sums:
+            return self.graphs, self.info
+        if self._with_sums is None:
+            summing = IncidentEdgeSum()
+            graphs = [summing(g.clone()) for g in self.graphs]
+            info = {**self.info, "node_feature_width": int(graphs[0].x.size(1)),
+                    "node_features": f"{self.info.get('node_features', 'x')} + summed "
+                                     "incoming edge features"}
+            self._with_sums = (graphs, info)
+        return self._with_sums
 
     def __call__(self, trial: Any = None) -> float:
         config = self.trial_config(trial)
-        factory = model_factories(config, self.info)[self.model]
+        graphs, info = self.graphs_for(config)
+        factory = model_factories(config, info)[self.model]
         p = config.protocol
         accuracies = []
         for fold, (train_index, _test_index) in enumerate(self.splits):  # test never read
             inner, val = inner_split(train_index, self.labels, p.val_fraction, p.seed + fold)
-            data = standardized_copies(self.graphs, inner, self.info["node_attributes"])
+            data = standardized_copies(graphs, inner, info["node_attributes"])
             seed_everything(p.seed + fold)
             result = fit_graph_classifier(
                 factory(), [data[i] for i in inner], [data[i] for i in val], config.train,
