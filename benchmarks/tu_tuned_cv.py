@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="outer folds whose inner validation splits score a trial")
     parser.add_argument("--tune-models", default=",".join(MODELS),
                         help="comma list of the models to tune and cross-validate")
+    parser.add_argument("--tune-bonds", action="store_true",
+                        help="add each model's switch for reading edge features to its space "
+                             "(et-graph tune tudataset --tune-bonds)")
     parser.add_argument("--skip-cv", action="store_true", help="tune only")
     parser.add_argument("--summarize", nargs="+", metavar="TABLE_JSON", default=None,
                         help="only print one table over these datasets' table.json files")
@@ -88,7 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     budget = TuneBudget(args.trials, args.timeout_minutes)
     started = time.time()
     tuned = tune_tudataset(config, models, budget, f"sqlite:///{out / 'studies.db'}",
-                           out / "tune", tune_folds=args.tune_folds)
+                           out / "tune", tune_folds=args.tune_folds, bonds=args.tune_bonds)
     tune_seconds = round(time.time() - started, 1)
     rows: dict[str, Any] = {}
     for model in models:
@@ -125,7 +128,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
             f"folds (test folds never read); then stratified {config.protocol.folds}-fold CV "
             "of each best trial on the same folds (epoch chosen on inner validation, test "
             "fold read once); one selection for all folds (cheaper than Errica et al.)"
+            + ("; every model's space also held its one switch for reading the edge features "
+               "(ET et.message_passing_edges, GIN baselines.gin_edges, MLP "
+               "data.incident_edge_sums)" if args.tune_bonds else "")
         ),
+        "tune_bonds": args.tune_bonds,
         "start_config": to_dict(config),
         "budget": {"trials": budget.trials, "timeout_minutes": budget.timeout_minutes,
                    "tune_folds": args.tune_folds, "epochs": config.train.epochs,
