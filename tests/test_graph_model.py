@@ -397,7 +397,7 @@ def test_sum_message_passing_with_edges_is_gine_and_reads_each_bond():
         # the edge order does not matter
         order = torch.randperm(source.numel())
         assert torch.allclose(layers(h, data.edge_index[:, order], edges[order]), out, atol=1e-5)
-    with pytest.raises(ValueError, match="edge_features must be \\[E, 3\\]"):
+    with pytest.raises(ValueError, match="edge_channels=3\\), but edge_features is None"):
         layers(h, data.edge_index)
     with pytest.raises(ValueError, match="edge_features must be \\[E, 3\\]"):
         layers(h, data.edge_index, edges[:, :2])

@@ -921,7 +921,7 @@ def test_gin_edge_features_are_checked():
     x, edge_index = torch.randn(3, 2), torch.tensor([[0, 1], [1, 2]])
     with pytest.raises(ValueError, match="edge_attr is None"):
         GINClassifier(2, 2, 8, 1, edge_channels=3)(x, edge_index)
-    with pytest.raises(ValueError, match=r"\[2, 3\]"):
+    with pytest.raises(ValueError, match=r"edge_attr must be \[E, 3\] with E = 2 edges"):
         GINClassifier(2, 2, 8, 1, edge_channels=3)(x, edge_index, edge_attr=torch.ones(2, 4))
     with pytest.raises(ValueError, match="ignores edge features"):
         GINClassifier(2, 2, 8, 1)(x, edge_index, edge_attr=torch.ones(2, 3))

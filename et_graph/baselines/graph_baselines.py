@@ -8,7 +8,7 @@ from torch_geometric.nn import GINEConv, global_add_pool
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.models import GIN, MLP
 
-from ..nn.validation import check_features
+from ..nn.validation import check_edge_features, check_features
 
 
 def _mlp(in_channels: int, hidden_channels: int, out_channels: int, dropout: float) -> nn.Module:
@@ -77,20 +77,11 @@ class GINClassifier(nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
                 num_graphs: Optional[int] = None, edge_attr: Optional[Tensor] = None) -> Tensor:
         check_features(x, self.in_channels)
+        check_edge_features(edge_attr, edge_index.size(1), self.edge_channels, "edge_attr",
+                            "this GIN")
         if not self.edge_channels:
-            if edge_attr is not None:
-                raise ValueError("this GIN ignores edge features (edge_channels=0), but "
-                                 "edge_attr was given; build it with edge_channels="
-                                 f"{edge_attr.size(-1)} to use them")
             h = self.gnn(x, edge_index)
         else:
-            if edge_attr is None:
-                raise ValueError(f"this GIN reads edge features (edge_channels="
-                                 f"{self.edge_channels}), but edge_attr is None")
-            if tuple(edge_attr.shape) != (edge_index.size(1), self.edge_channels):
-                raise ValueError(f"edge_attr must be [E, edge_channels] = "
-                                 f"[{edge_index.size(1)}, {self.edge_channels}], got "
-                                 f"{tuple(edge_attr.shape)}")
             h = self.gnn(x, edge_index, edge_attr=edge_attr.to(x.dtype))
         return self.head(global_add_pool(h, batch, _num_graphs(batch, num_graphs)))
 

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch.nn import Embedding, Linear, Module, ModuleList
 
-from .validation import all_finite, check_batch
+from .validation import all_finite, check_batch, check_edge_features
 
 Categories = Union[int, Sequence[int], None]
 
@@ -280,15 +280,8 @@ class SumMessagePassing(Module):
         ``edge_channels > 0``."""
         if h.dim() != 2 or h.size(1) != self.channels:
             raise ValueError(f"h must be [N, {self.channels}], got {tuple(h.shape)}")
-        if self.edge_linears is None:
-            if edge_features is not None:
-                raise ValueError("edge_features were given but the layers were built with "
-                                 "edge_channels=0")
-        elif (edge_features is None
-              or tuple(edge_features.shape) != (edge_index.size(1), self.edge_channels)):
-            got = None if edge_features is None else tuple(edge_features.shape)
-            raise ValueError(f"edge_features must be [E, {self.edge_channels}] with E = "
-                             f"{edge_index.size(1)} edges, got {got}")
+        check_edge_features(edge_features, edge_index.size(1), self.edge_channels,
+                            "edge_features", "these message-passing layers")
         source, target = edge_index[0], edge_index[1]
         for layer, mlp in enumerate(self.mlps):
             messages = h.index_select(0, source)

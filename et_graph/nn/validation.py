@@ -202,6 +202,25 @@ def check_batch(batch: Optional[Tensor], num_nodes: int) -> None:
         raise ValueError("batch holds negative graph ids")
 
 
+def check_edge_features(edge_features: Optional[Tensor], num_edges: int, edge_channels: int,
+                        name: str = "edge_attr", owner: str = "this model") -> None:
+    """Edge features exactly when a layer was built to read them: ``[E, edge_channels]`` with
+    ``E = num_edges`` for ``edge_channels > 0``, and ``None`` for ``edge_channels == 0`` (given
+    features that nothing reads would be dropped without a word)."""
+    if not edge_channels:
+        if edge_features is not None:
+            raise ValueError(f"{owner} ignores edge features (built with edge_channels=0), but "
+                             f"{name} was given; build it with edge_channels="
+                             f"{edge_features.size(-1)} to use them")
+        return
+    if edge_features is None:
+        raise ValueError(f"{owner} reads edge features (edge_channels={edge_channels}), but "
+                         f"{name} is None")
+    if tuple(edge_features.shape) != (num_edges, edge_channels):
+        raise ValueError(f"{name} must be [E, {edge_channels}] with E = {num_edges} edges, got "
+                         f"{tuple(edge_features.shape)}")
+
+
 def check_rw_pe(rw_pe: Optional[Tensor], num_nodes: int, dim: int) -> Tensor:
     """A model built with ``rw_pe_dim=dim`` needs a finite float ``rw_pe`` ``[N, dim]``."""
     if rw_pe is None:
