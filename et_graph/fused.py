@@ -391,3 +391,81 @@ def fused_attention_grad(
         plan = build_edge_plan(src, dst, num_nodes, heads)
     weight = None if edge_weight is None else plan.edge_values(edge_weight.to(k.dtype))
     return _FusedAttentionGrad.apply(k, q, beta, weight, plan)
+
+
+#: Rows per block of :func:`fused_relu_hopfield_grad`: a ``[rows, K]`` block of activations
+#: (K = 4 x the width by default) stays in a core's cache between its two products.
+HOPFIELD_BLOCK_ROWS = 256
+
+
+def _relu_hopfield_blocks(g: Tensor, xi: Tensor, rows: int):
+    """``(start, g block, relu(g block xi^T))`` for consecutive row blocks of ``g [N, D]``."""
+    xi_t = xi.t()
+    for start in range(0, g.size(0), rows):
+        block = g[start:start + rows]
+        yield start, block, (block @ xi_t).relu_()
+
+
+class _FusedReluHopfieldGrad(torch.autograd.Function):
+    r"""``dE_HN/dg = -relu(g \xi^T) \xi`` for ``g [N, D]``, computed in row blocks that never
+    hold the ``[N, K]`` activations at once, and saving only ``g`` and ``\xi`` for backward
+    (the activations are recomputed there, one block at a time).
+
+    With ``A = relu(g \xi^T)``, ``M = [g \xi^T > 0]`` and the incoming gradient ``U`` of the
+    output ``-A \xi``: ``D = -(U \xi^T) \odot M``, ``dL/dg = D \xi`` and
+    ``dL/d\xi = -A^T U + D^T g``.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, g: Tensor, xi: Tensor, rows: int) -> Tensor:
+        out = g.new_empty(g.shape)
+        for start, _, act in _relu_hopfield_blocks(g, xi, rows):
+            torch.mm(act, xi, out=out[start:start + act.size(0)])
+        ctx.rows = rows
+        ctx.save_for_backward(g, xi)
+        return out.neg_()
+
+    @staticmethod
+    def backward(ctx: Any, up: Tensor):
+        g, xi = ctx.saved_tensors
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (g, xi, up)):
+            # create_graph=True: differentiate the reference closed form, to any order.
+            with torch.enable_grad():
+                leaves = [t if t.requires_grad else t.detach().requires_grad_() for t in (g, xi)]
+                out = -(leaves[0] @ leaves[1].t()).relu() @ leaves[1]
+                wanted = [i for i in range(2) if ctx.needs_input_grad[i]]
+                grads = torch.autograd.grad(out, [leaves[i] for i in wanted], up,
+                                            create_graph=True)
+            result: list[Optional[Tensor]] = [None, None, None]
+            for i, grad in zip(wanted, grads):
+                result[i] = grad
+            return tuple(result)
+        with torch.no_grad():
+            d_g = g.new_empty(g.shape) if ctx.needs_input_grad[0] else None
+            d_xi = torch.zeros_like(xi) if ctx.needs_input_grad[1] else None
+            xi_t = xi.t()
+            for start, block, act in _relu_hopfield_blocks(g, xi, ctx.rows):
+                stop = start + act.size(0)
+                up_block = up[start:stop]
+                d_act = (up_block @ xi_t).neg_().masked_fill_(act <= 0, 0.0)
+                if d_g is not None:
+                    torch.mm(d_act, xi, out=d_g[start:stop])
+                if d_xi is not None:
+                    d_xi.addmm_(act.t(), up_block, alpha=-1).addmm_(d_act.t(), block)
+        return d_g, d_xi, None
+
+
+def fused_relu_hopfield_grad(g: Tensor, xi: Tensor, rows: int = HOPFIELD_BLOCK_ROWS) -> Tensor:
+    r"""``-relu(g \xi^T) \xi`` for ``g [N, D]`` and memories ``xi [K, D]``: the value of
+    :func:`et_graph.energy.hopfield_grad` (``kind="relu"``) with a hand-written backward that
+    keeps no ``[N, K]`` activations between forward and backward (see
+    :class:`_FusedReluHopfieldGrad`). Other dtypes than float32/float64 and ``torch.func``
+    transforms take the reference expression."""
+    if rows <= 0:
+        raise ValueError(f"rows must be positive, got {rows}")
+    if g.dim() != 2 or xi.dim() != 2 or g.size(1) != xi.size(1):
+        raise ValueError(f"g must be [N, D] and xi [K, D], got {tuple(g.shape)} and "
+                         f"{tuple(xi.shape)}")
+    if g.dtype not in SPARSE_KERNEL_DTYPES or functorch_active() or g.dtype != xi.dtype:
+        return -(g @ xi.t()).relu() @ xi
+    return _FusedReluHopfieldGrad.apply(g, xi, rows)

@@ -261,3 +261,73 @@ def test_pure_energy_functions_read_a_one_dimensional_weight_per_edge():
     for a, b in zip(E.attention_grad(k, q, src, dst, beta, weight, 4),
                     E.attention_grad(k, q, src, dst, beta, weight[:, None], 4)):
         torch.testing.assert_close(a, b)
+
+
+# --- the ReLU Hopfield term in row blocks -----------------------------------------------------
+def hopfield_inputs(rows: int = 23, width: int = 5, memories: int = 11, seed: int = 3):
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(rows, width, generator=gen, dtype=torch.float64, requires_grad=True)
+    xi = torch.randn(memories, width, generator=gen, dtype=torch.float64, requires_grad=True)
+    return g, xi
+
+
+@pytest.mark.parametrize("block_rows", [1, 4, 23, 256])
+def test_blocked_hopfield_term_is_minus_the_energy_gradient(block_rows):
+    g, xi = hopfield_inputs()
+    got = fused.fused_relu_hopfield_grad(g, xi, rows=block_rows)
+    (want,) = torch.autograd.grad(E.hopfield_energy(g, xi, "relu").sum(), g)
+    assert want.abs().sum() > 0 and relative_error(got, want) < 1e-12
+    # the hand-written backward (several blocks, a last one shorter) against autograd
+    up = torch.randn_like(g)
+    expected = torch.autograd.grad(E.hopfield_grad(g, xi, "relu"), (g, xi), up)
+    for a, b in zip(torch.autograd.grad(got, (g, xi), up), expected):
+        assert b.abs().sum() > 0 and relative_error(a, b) < 1e-12
+
+
+def test_blocked_hopfield_term_passes_gradcheck_to_second_order():
+    g, xi = hopfield_inputs(rows=9, memories=6)
+    term = lambda g, xi: fused.fused_relu_hopfield_grad(g, xi, rows=4)  # noqa: E731
+    assert torch.autograd.gradcheck(term, (g, xi))
+    assert torch.autograd.gradgradcheck(term, (g, xi))
+
+
+def test_blocked_hopfield_term_keeps_no_activations_for_backward():
+    g, xi = hopfield_inputs(rows=40, memories=30)
+    out = fused.fused_relu_hopfield_grad(g, xi, rows=8)
+    saved = [t.shape for t in out.grad_fn.saved_tensors]
+    assert saved == [g.shape, xi.shape]  # no [N, K] tensor
+
+
+def test_blocked_hopfield_term_refuses_bad_shapes_and_falls_back_in_low_precision():
+    g, xi = hopfield_inputs()
+    with pytest.raises(ValueError, match="rows must be positive"):
+        fused.fused_relu_hopfield_grad(g, xi, rows=0)
+    with pytest.raises(ValueError, match=r"g must be \[N, D\] and xi \[K, D\]"):
+        fused.fused_relu_hopfield_grad(g, xi[:, :3])
+    low = fused.fused_relu_hopfield_grad(g.detach().bfloat16(), xi.detach().bfloat16())
+    assert low.dtype == torch.bfloat16
+    assert relative_error(low.double(), E.hopfield_grad(g, xi, "relu")) < 0.05
+
+
+def graph_node_names(node, depth: int = 4) -> set[str]:
+    """The autograd node types within ``depth`` steps of ``node``."""
+    if node is None or depth < 0:
+        return set()
+    names = {type(node).__name__}
+    for child, _ in node.next_functions:
+        names |= graph_node_names(child, depth - 1)
+    return names
+
+
+def test_the_layers_fused_path_uses_the_blocked_term_and_agrees_with_the_plain_one():
+    torch.manual_seed(0)
+    conv = ETConv(8, heads=HEADS, head_dim=HEAD_DIM, steps=2, alpha=0.2).double()
+    plain = copy.deepcopy(conv)
+    plain.fused = False  # the reference closed form: attention and memories unfused
+    x, edge_index = layer_graph()
+    fn = conv.energy_fn
+    g = fn.layer_norm(x)
+    edges = fn.edges(x, edge_index, None, plan=True)
+    grad = fn.grad_of_g(g.requires_grad_(True), edges, fused=True)
+    assert "_FusedReluHopfieldGradBackward" in graph_node_names(grad.grad_fn)
+    torch.testing.assert_close(conv(x, edge_index), plain(x, edge_index), rtol=1e-12, atol=1e-12)
