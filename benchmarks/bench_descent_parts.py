@@ -14,7 +14,10 @@ gradient:
 * ``reference_attention``: :func:`et_graph.energy.attention_grad` differentiated by autograd;
 * ``reference_attention_compiled`` (``--compile``): the same under ``torch.compile``
   (``dynamic=True``; the compile time is printed apart and not counted);
-* ``hopfield``: ``relu(g xi^T)`` and its product with ``xi`` (the memories' share of ``dE/dg``).
+* ``hopfield``: ``relu(g xi^T)`` and its product with ``xi`` (the memories' share of ``dE/dg``),
+  differentiated by autograd (which keeps the ``[N, K]`` activations for backward);
+* ``fused_hopfield``: the same values from :func:`et_graph.fused.fused_relu_hopfield_grad` (row
+  blocks, a hand-written backward that recomputes the activations), which the layers use.
 
 Median milliseconds over ``--repeats`` rounds of ``--inner`` calls each; JSON with ``--json``.
 
@@ -35,7 +38,7 @@ from torch_geometric.loader import DataLoader
 
 from et_graph import energy as E
 from et_graph.datasets.tudataset import load_tudataset
-from et_graph.fused import build_edge_plan, fused_attention_grad
+from et_graph.fused import build_edge_plan, fused_attention_grad, fused_relu_hopfield_grad
 from et_graph.nn.pool import add_cls_nodes
 
 
@@ -105,8 +108,12 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     def hopfield() -> None:
         torch.autograd.backward(E.hopfield_grad(g, xi, "relu"), up_g)
 
+    def blocked_hopfield() -> None:
+        torch.autograd.backward(fused_relu_hopfield_grad(g, xi), up_g)
+
     parts: dict[str, Callable[[], None]] = {
         "fused_attention": fused, "reference_attention": reference(), "hopfield": hopfield,
+        "fused_hopfield": blocked_hopfield,
     }
     result: dict[str, Any] = {
         "dataset": args.dataset, "graphs": batch.num_graphs, "nodes_with_cls": num_nodes,

@@ -393,8 +393,9 @@ def fused_attention_grad(
     return _FusedAttentionGrad.apply(k, q, beta, weight, plan)
 
 
-#: Rows per block of :func:`fused_relu_hopfield_grad`: a ``[rows, K]`` block of activations
-#: (K = 4 x the width by default) stays in a core's cache between its two products.
+#: Rows per block of :func:`fused_relu_hopfield_grad` on the CPU: a ``[rows, K]`` block of
+#: activations (K = 4 x the width by default) stays in a core's cache between its two products.
+#: On a GPU one block holds every row (many small kernels would cost more than they save).
 HOPFIELD_BLOCK_ROWS = 256
 
 
@@ -455,12 +456,15 @@ class _FusedReluHopfieldGrad(torch.autograd.Function):
         return d_g, d_xi, None
 
 
-def fused_relu_hopfield_grad(g: Tensor, xi: Tensor, rows: int = HOPFIELD_BLOCK_ROWS) -> Tensor:
+def fused_relu_hopfield_grad(g: Tensor, xi: Tensor, rows: Optional[int] = None) -> Tensor:
     r"""``-relu(g \xi^T) \xi`` for ``g [N, D]`` and memories ``xi [K, D]``: the value of
     :func:`et_graph.energy.hopfield_grad` (``kind="relu"``) with a hand-written backward that
     keeps no ``[N, K]`` activations between forward and backward (see
-    :class:`_FusedReluHopfieldGrad`). Other dtypes than float32/float64 and ``torch.func``
-    transforms take the reference expression."""
+    :class:`_FusedReluHopfieldGrad`), in blocks of ``rows`` rows (default
+    :data:`HOPFIELD_BLOCK_ROWS` on the CPU, all rows on other devices). Other dtypes than
+    float32/float64 and ``torch.func`` transforms take the reference expression."""
+    if rows is None:
+        rows = HOPFIELD_BLOCK_ROWS if g.device.type == "cpu" else max(g.size(0), 1)
     if rows <= 0:
         raise ValueError(f"rows must be positive, got {rows}")
     if g.dim() != 2 or xi.dim() != 2 or g.size(1) != xi.size(1):

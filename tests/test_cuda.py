@@ -28,7 +28,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.utils import coalesce, to_torch_csr_tensor, to_undirected
 
 from et_graph import energy as E
-from et_graph.fused import fused_attention_grad
+from et_graph.fused import fused_attention_grad, fused_relu_hopfield_grad
 from et_graph.nn import ETConv, RelationalETConv
 
 DEVICE = os.environ.get("ET_GRAPH_TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else "")
@@ -114,6 +114,24 @@ def test_fused_attention_grad_on_device_equals_the_reference_on_the_cpu(kind):
     assert torch.autograd.gradcheck(
         lambda kk, qq, bb, *ww: fused_attention_grad(kk, qq, s, d, bb, ww[0] if ww else None),
         (*inputs, *([w] if w is not None else [])), atol=1e-8, rtol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [None, 7])
+def test_fused_hopfield_term_on_device_equals_the_reference_on_the_cpu(rows):
+    gen = torch.Generator().manual_seed(2)
+    g = torch.randn(50, 6, generator=gen, dtype=torch.float64)
+    xi = torch.randn(24, 6, generator=gen, dtype=torch.float64)
+    up = torch.randn(50, 6, generator=gen, dtype=torch.float64)
+    leaves = [t.clone().requires_grad_(True) for t in (g, xi)]
+    want = E.hopfield_grad(*leaves, "relu")
+    want_grads = torch.autograd.grad(want, leaves, up)
+    on_device = [t.to(DEVICE).requires_grad_(True) for t in (g, xi)]
+    got = fused_relu_hopfield_grad(*on_device, rows=rows)
+    got_grads = torch.autograd.grad(got, on_device, up.to(DEVICE))
+    assert got.device.type == torch.device(DEVICE).type
+    assert relative_error(got.detach().cpu(), want.detach()) < EXACT
+    for a, b in zip(got_grads, want_grads):
+        assert relative_error(a.cpu(), b) < EXACT
 
 
 @pytest.mark.parametrize("hopfield", ["relu", "softmax"])
