@@ -257,7 +257,8 @@ def test_descent_parts_benchmark_times_every_part(tmp_path, capsys):
                              "--inner", "1", "--json", str(tmp_path / "parts.json")])
     finally:
         torch.set_num_threads(threads)
-    assert set(result["milliseconds"]) == {"fused_attention", "reference_attention", "hopfield"}
+    assert set(result["milliseconds"]) == {"fused_attention", "reference_attention", "hopfield",
+                                           "fused_hopfield"}
     assert all(ms > 0 for ms in result["milliseconds"].values())
     # 8 graphs: one CLS node each, linked both ways to each of the graph's nodes.
     assert result["nodes_with_cls"] - 8 == (result["edges_with_cls"] - result["edges"]) // 2
