@@ -17,7 +17,8 @@ gradient:
 * ``hopfield``: ``relu(g xi^T)`` and its product with ``xi`` (the memories' share of ``dE/dg``),
   differentiated by autograd (which keeps the ``[N, K]`` activations for backward);
 * ``fused_hopfield``: the same values from :func:`et_graph.fused.fused_relu_hopfield_grad` (row
-  blocks, a hand-written backward that recomputes the activations), which the layers use.
+  blocks, a hand-written backward that recomputes the activations; not used by the layers:
+  slower on NCI1, see docs/benchmarks.md).
 
 Median milliseconds over ``--repeats`` rounds of ``--inner`` calls each; JSON with ``--json``.
 

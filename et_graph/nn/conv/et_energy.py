@@ -23,12 +23,7 @@ from torch_geometric.typing import Adj
 from torch_geometric.utils import is_sparse, to_edge_index
 
 from ... import energy as E
-from ...fused import (
-    EdgePlan,
-    build_edge_plan,
-    fused_attention_grad,
-    fused_relu_hopfield_grad,
-)
+from ...fused import EdgePlan, build_edge_plan, fused_attention_grad
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
     check_dtype,
@@ -426,24 +421,18 @@ class ETEnergy(Module):
         )
 
     def grad_from_attention_grads(
-        self, g: Tensor, grad_k: Tensor, grad_q: Tensor, edges: Optional[EdgeSet] = None,
-        fused: bool = False,
+        self, g: Tensor, grad_k: Tensor, grad_q: Tensor, edges: Optional[EdgeSet] = None
     ) -> Tensor:
         """``dE/dg`` (shape of ``g``) from the attention gradients with respect to keys and
         queries plus the Hopfield term, accumulated into one buffer (addmm) so that no
         ``[tokens, hopfield_dim]`` tensor is negated or copied; with ``coupling``, plus the
-        edge coupling's gradient over ``edges`` (required then). ``fused=True`` computes a
-        ReLU memory's term by :func:`et_graph.fused.fused_relu_hopfield_grad` (row blocks, no
-        ``[tokens, hopfield_dim]`` activations kept for backward): the same values."""
+        edge coupling's gradient over ``edges`` (required then)."""
+        activation = E.hopfield_activation(
+            g.reshape(-1, self.channels), self.xi, self.hopfield, self.hopfield_beta
+        )
         out = self.attention_grad_to_g(grad_k, grad_q)
-        tokens = g.reshape(-1, self.channels)
-        if fused and self.hopfield == "relu":
-            grad = (out + fused_relu_hopfield_grad(tokens, self.xi)).view(g.shape)
-        else:
-            activation = E.hopfield_activation(tokens, self.xi, self.hopfield,
-                                               self.hopfield_beta)
-            # Negating xi [K, D] rather than the product keeps the sign off the [N, K] backward.
-            grad = torch.addmm(out, activation, self.xi.neg()).view(g.shape)
+        # Negating xi [K, D] rather than the product keeps the sign off the [N, K] backward.
+        grad = torch.addmm(out, activation, self.xi.neg()).view(g.shape)
         if not self.coupling:
             return grad
         if edges is None:
@@ -466,7 +455,7 @@ class ETEnergy(Module):
         r"""Closed form of :math:`\partial E/\partial \mathbf{g}` ``[N, D]`` (paper eq. 17)."""
         k, q = self.keys_queries(g)
         grad_k, grad_q = self.attention_grads(k, q, edges, fused)
-        return self.grad_from_attention_grads(g, grad_k, grad_q, edges, fused)
+        return self.grad_from_attention_grads(g, grad_k, grad_q, edges)
 
     def autograd_grad_of_g(self, g: Tensor, edges: EdgeSet) -> Tensor:
         """The reference ``dE/dg``: ``torch.autograd.grad`` of :meth:`node_energy_of_g`."""
