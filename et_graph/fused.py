@@ -40,9 +40,14 @@ Higher derivatives (``create_graph=True``: gradient penalties, Hessian-vector pr
 different route: backward then differentiates the reference closed form
 :func:`et_graph.energy.attention_grad` on the plan's edges with autograd, so every order of
 derivative is exact; the hand-written backward serves the usual first-order training step.
+
+:func:`fused_relu_hopfield_grad` does the same for the ReLU Hopfield term ``-relu(g xi^T) xi``:
+row blocks and a backward that recomputes the activations, so that no ``[N, K]`` tensor is kept
+(less memory; measured slower on small-graph mini-batches, so the layers keep autograd's form).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import numpy as np
@@ -395,11 +400,14 @@ def fused_attention_grad(
 
 #: Rows per block of :func:`fused_relu_hopfield_grad` on the CPU: a ``[rows, K]`` block of
 #: activations (K = 4 x the width by default) stays in a core's cache between its two products.
-#: On a GPU one block holds every row (many small kernels would cost more than they save).
+#: On a GPU one block holds every row (many small kernels would cost more than they save). The
+#: recomputation in backward still makes it slower than autograd's form on NCI1's mini-batches
+#: (docs/benchmarks.md), so the layers do not use it; it saves memory, not time.
 HOPFIELD_BLOCK_ROWS = 256
 
 
-def _relu_hopfield_blocks(g: Tensor, xi: Tensor, rows: int):
+def _relu_hopfield_blocks(g: Tensor, xi: Tensor, rows: int
+                          ) -> Iterator[tuple[int, Tensor, Tensor]]:
     """``(start, g block, relu(g block xi^T))`` for consecutive row blocks of ``g [N, D]``."""
     xi_t = xi.t()
     for start in range(0, g.size(0), rows):
