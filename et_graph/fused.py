@@ -55,7 +55,7 @@ import torch
 from torch import Tensor
 
 from ._sparse_warnings import quiet_sparse
-from .energy import attention_grad
+from .energy import attention_grad, hopfield_grad
 
 _INT32_MAX = 2**31 - 1
 #: dtypes the CSR kernels (``sampled_addmm``, CSR ``@``) support on every device.
@@ -441,7 +441,7 @@ class _FusedReluHopfieldGrad(torch.autograd.Function):
             # create_graph=True: differentiate the reference closed form, to any order.
             with torch.enable_grad():
                 leaves = [t if t.requires_grad else t.detach().requires_grad_() for t in (g, xi)]
-                out = -(leaves[0] @ leaves[1].t()).relu() @ leaves[1]
+                out = hopfield_grad(leaves[0], leaves[1], "relu")
                 wanted = [i for i in range(2) if ctx.needs_input_grad[i]]
                 grads = torch.autograd.grad(out, [leaves[i] for i in wanted], up,
                                             create_graph=True)
@@ -479,5 +479,5 @@ def fused_relu_hopfield_grad(g: Tensor, xi: Tensor, rows: Optional[int] = None) 
         raise ValueError(f"g must be [N, D] and xi [K, D], got {tuple(g.shape)} and "
                          f"{tuple(xi.shape)}")
     if g.dtype not in SPARSE_KERNEL_DTYPES or functorch_active() or g.dtype != xi.dtype:
-        return -(g @ xi.t()).relu() @ xi
+        return hopfield_grad(g, xi, "relu")
     return _FusedReluHopfieldGrad.apply(g, xi, rows)
