@@ -170,6 +170,21 @@ def check_raw_files(source: Path, name: str) -> dict[str, str]:
     return texts
 
 
+def with_incident_edge_sums(graphs: list, info: dict[str, Any], name: str
+                            ) -> tuple[list, dict[str, Any]]:
+    """Copies of ``graphs`` with each node's summed incoming edge features appended to ``x``
+    (:class:`~et_graph.transforms.IncidentEdgeSum`), and a copy of their description ``info``
+    (as :func:`load_tudataset` returns it) that says so; ``name`` names the dataset in the
+    error for graphs without edge features."""
+    if not info["edge_features"]:
+        raise ValueError(f"incident_edge_sums needs edge features, and {name} has none")
+    summing = IncidentEdgeSum()
+    graphs = [summing(g.clone()) for g in graphs]
+    info = {**info, "node_feature_width": int(graphs[0].x.size(1)),
+            "node_features": f"{info.get('node_features', 'x')} + summed incoming edge features"}
+    return graphs, info
+
+
 def load_tudataset(
     root: str | Path | None, name: str, cache: str | Path | None = None, pe_dim: int = 8,
     progress: bool = True, *, rw_pe_dim: int = 0, degree_feature: bool = False,
@@ -227,10 +242,7 @@ def load_tudataset(
         graphs = [LogDegree()(g) for g in graphs]
         info["node_features"] += " + log1p(degree)"
     if incident_edge_sums:
-        if not dataset.num_edge_features:
-            raise ValueError(f"incident_edge_sums needs edge features, and {name} has none")
-        graphs = [IncidentEdgeSum()(g) for g in graphs]
-        info["node_features"] += " + summed incoming edge features"
+        graphs, info = with_incident_edge_sums(graphs, info, name)
     if rw_pe_dim:
         walk = RandomWalkPE(rw_pe_dim)
         with threadpool_limits(limits=1):

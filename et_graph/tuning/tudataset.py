@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..config import merge
+from ..datasets.tudataset import with_incident_edge_sums
 from ..protocols.graph_cv import (
     fit_graph_classifier,
     graph_labels,
@@ -25,7 +26,6 @@ from ..protocols.graph_cv import (
 )
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..training import seed_everything
-from ..transforms import IncidentEdgeSum
 from .study import space_overrides
 
 
@@ -158,12 +158,8 @@ class TUObjective:
         if not config.data.incident_edge_sums or self.config.data.incident_edge_sums:
             return self.graphs, self.info
         if self._with_sums is None:
-            summing = IncidentEdgeSum()
-            graphs = [summing(g.clone()) for g in self.graphs]
-            info = {**self.info, "node_feature_width": int(graphs[0].x.size(1)),
-                    "node_features": f"{self.info.get('node_features', 'x')} + summed "
-                                     "incoming edge features"}
-            self._with_sums = (graphs, info)
+            self._with_sums = with_incident_edge_sums(self.graphs, self.info,
+                                                      self.config.data.dataset)
         return self._with_sums
 
     def __call__(self, trial: Any = None) -> float:
