@@ -32,6 +32,7 @@ from et_graph.config import add_config_arguments, load_file, merge, resolve, run
 from et_graph.experiments import tudataset
 from et_graph.tuning.cli import tune_tudataset
 from et_graph.tuning.study import TuneBudget
+from et_graph.tuning.tudataset import BOND_SWITCHES
 
 #: Errica et al. (ICLR 2020), fair comparison, accuracy % (the issue's anchors).
 ERRICA = {
@@ -128,9 +129,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
             f"folds (test folds never read); then stratified {config.protocol.folds}-fold CV "
             "of each best trial on the same folds (epoch chosen on inner validation, test "
             "fold read once); one selection for all folds (cheaper than Errica et al.)"
-            + ("; every model's space also held its one switch for reading the edge features "
-               "(ET et.message_passing_edges, GIN baselines.gin_edges, MLP "
-               "data.incident_edge_sums)" if args.tune_bonds else "")
+            + ("; every model's space also held its one switch for reading the edge features ("
+               + ", ".join(f"{model} {'.'.join(BOND_SWITCHES[model])}" for model in models)
+               + ")" if args.tune_bonds else "")
         ),
         "tune_bonds": args.tune_bonds,
         "start_config": to_dict(config),
