@@ -209,6 +209,18 @@ def test_bond_tuning_refuses_where_a_switch_cannot_act(mutag, mutag_bonds):
         cli_main(["tune", "gnnbenchmark", "--tune-bonds", "--trials", "1"])
 
 
+def test_tune_bonds_help_names_every_switch_the_tuner_adds(monkeypatch):
+    from et_graph.tuning import cli, tudataset
+
+    help_text = " ".join(cli.build_parser("tudataset").format_help().split())
+    for model, (section, name) in tudataset.BOND_SWITCHES.items():
+        assert f"{model}: {section}.{name}" in help_text
+    # The help is read from the table, not written beside it.
+    monkeypatch.setitem(tudataset.BOND_SWITCHES, "gin", ("baselines", "renamed_switch"))
+    assert "gin: baselines.renamed_switch" in " ".join(
+        cli.build_parser("tudataset").format_help().split())
+
+
 def test_tune_bonds_cli_names_its_studies_apart(tmp_path):
     code = cli_main(["tune", "tudataset", *BOND_SMALL, "--models", "structure_agnostic",
                      "--tune-bonds", "--trials", "2", "--tune-folds", "1", "--storage",

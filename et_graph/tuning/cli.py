@@ -40,6 +40,14 @@ def task_config(task: str) -> type:
     return TUDatasetConfig
 
 
+def bond_switches_text() -> str:
+    """``--tune-bonds``' list of switches, read from :data:`~et_graph.tuning.tudataset.
+    BOND_SWITCHES` so that the help names what the tuner adds."""
+    from .tudataset import BOND_SWITCHES
+
+    return "; ".join(f"{model}: {'.'.join(switch)}" for model, switch in BOND_SWITCHES.items())
+
+
 def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser of ``et-graph tune TASK``: the tuning options and the task's own flags."""
     parser = argparse.ArgumentParser(prog="et-graph tune", description=__doc__,
@@ -76,9 +84,8 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                            "default: 1)")
     tune.add_argument("--tune-bonds", action="store_true",
                       help="tudataset: add to every model's space its one switch for reading "
-                           "edge features (ET: et.message_passing_edges; GIN: "
-                           "baselines.gin_edges; MLP: data.incident_edge_sums), the same one "
-                           "extra choice each; needs edge labels (MUTAG, Mutagenicity)")
+                           f"edge features ({bond_switches_text()}), the same one extra "
+                           "choice each; needs edge labels (MUTAG, Mutagenicity)")
     if task is not None:
         add_config_arguments(parser, task_config(task))
     return parser
