@@ -11,6 +11,8 @@ setup(
     long_description=README.read_text() if README.exists() else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["et_graph", "et_graph.*"]),
+    # The opt-in attention kernel is compiled from its source on first use (et_graph.native).
+    package_data={"et_graph": ["csrc/*.cpp"]},
     python_requires=">=3.9",
     install_requires=[
         "torch>=2.3",
@@ -27,7 +29,9 @@ setup(
         "tomli; python_version < '3.11'",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "ruff"],
+        # ninja: torch builds the opt-in attention kernel with it (et_graph.native)
+        "test": ["pytest", "hypothesis", "ruff", "ninja"],
+        "native": ["ninja"],
         "docs": ["mkdocs-material", "mkdocstrings[python]", "latex2mathml"],
         "scatter": ["torch-scatter"],
         # PyG's NeighborLoader backend (builds from source here, see docs/scale.md); without it

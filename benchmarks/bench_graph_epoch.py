@@ -24,6 +24,11 @@ encoders, CLS tokens and head only; the mask is then computed but unused). Their
 ratio to GIN's from the same rounds, show what each part of the default ET costs. They are
 diagnostics, not models anyone trains.
 
+``--native-compare`` adds ``et_native`` to the same rotation: the same ET (same initial
+weights) with the compiled attention kernel of :mod:`et_graph.native` switched on for its epochs
+only, so that the default path and the opt-in kernel are timed against the same GIN epochs.
+``--native-attention`` instead switches the kernel on for every ET epoch.
+
 ``--device cuda`` runs both models on a GPU: each batch is copied to the device inside the timed
 epoch, and each epoch's clock stops after ``torch.cuda.synchronize``.
 
@@ -35,6 +40,7 @@ the most own time (``--profile-torch`` uses ``torch.profiler`` and prints its op
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -53,6 +59,7 @@ from torch_geometric.loader import DataLoader
 
 from et_graph.config import add_config_arguments, merge, resolve, to_dict
 from et_graph.experiments.tudataset import TUDatasetConfig, et_model_kwargs, model_factories
+from et_graph.native import native_attention, set_native_attention
 from et_graph.nn.models.graph_model import ETGraphModel
 from et_graph.protocols.graph_cv import model_outputs
 from et_graph.training import Trainer
@@ -161,6 +168,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                        help="also time ET without its mask, without its Hopfield memories, "
                        "without descent steps and without message-passing layers")
     bench.add_argument("--skip-timing", action="store_true", help="only profile")
+    bench.add_argument("--native-compare", action="store_true",
+                       help="also time ET with the compiled attention kernel (et_graph.native) "
+                            "switched on for its epochs only")
     bench.add_argument("--no-preset", action="store_true",
                        help="start from the config defaults (the general preset), not NCI1's")
     add_config_arguments(parser, TUDatasetConfig)
@@ -170,6 +180,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     config = resolve(TUDatasetConfig, args)
     config = merge(config, {"protocol.models": "et,gin"})
     torch.set_num_threads(config.run.threads or 1)
+    config.run.apply_threads()  # and the compiled attention kernel, if --native-attention
 
     graphs, info = load(config, args.limit)
     factories = model_factories(config, info)
@@ -183,24 +194,37 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                 continue
             torch.manual_seed(0)
             models[name] = ETGraphModel(**{**et_model_kwargs(config, info), **change})
+    if args.native_compare:
+        if device.type != "cpu":
+            raise ValueError("--native-compare times the CPU kernel; use --device cpu")
+        set_native_attention(True)  # built now, before any timing
+        set_native_attention(config.run.native_attention)
+        torch.manual_seed(0)
+        models["et_native"] = factories["et"]()
     models = {name: model.to(device) for name, model in models.items()}
     trainer = Trainer(config.train, progress=False)
     optimizers = {name: trainer.make_optimizer(m) for name, m in models.items()}
     clip = config.train.grad_clip
     loader = DataLoader(graphs, batch_size=config.train.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(0))
+    def epoch_setting(name: str) -> Any:
+        # The compiled kernel is a process-wide switch: on for et_native's epochs only.
+        return native_attention(True) if name == "et_native" else contextlib.nullcontext()
+
     times: dict[str, list[float]] = {name: [] for name in [*models, "loader"]}
     cpu: dict[str, list[float]] = {name: [] for name in [*models, "loader"]}
     if not args.skip_timing:
         for name, model in models.items():
             for _ in range(args.warmup):
-                train_epoch(model, optimizers[name], loader, clip, device=device)
+                with epoch_setting(name):
+                    train_epoch(model, optimizers[name], loader, clip, device=device)
         for round_ in range(args.repeats):
             # The order alternates, so that a drift in machine load affects every model alike.
             order = list(models) if round_ % 2 == 0 else list(reversed(models))
             for name in order:
-                wall, used = train_epoch(models[name], optimizers[name], loader, clip,
-                                         device=device)
+                with epoch_setting(name):
+                    wall, used = train_epoch(models[name], optimizers[name], loader, clip,
+                                             device=device)
                 times[name].append(wall)
                 cpu[name].append(used)
             wall, used = loader_pass(loader)
@@ -215,6 +239,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "ratio_et_gin": median["et"] / median["gin"] if median else None,
         "cpu_seconds": cpu, "median_cpu_seconds": median_cpu,
         "ratio_et_gin_cpu": median_cpu["et"] / median_cpu["gin"] if median_cpu else None,
+        # et's epochs ran with the compiled kernel on (--native-attention); et_native's always.
+        "native_attention": config.run.native_attention,
         "optimizer": type(optimizers["et"]).__name__
         + (" (fused)" if optimizers["et"].defaults.get("fused") else ""),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
@@ -238,7 +264,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
             print(f"| {label} | {median[key]:.3f} | {median_cpu[key]:.3f} |")
         print(f"| ET / GIN time | {result['ratio_et_gin']:.2f} | "
               f"{result['ratio_et_gin_cpu']:.2f} |")
-        variants = [name for name in models if name in BREAKDOWN]
+        variants = [name for name in models if name in BREAKDOWN or name == "et_native"]
         if variants:
             print("\n| ET variant | params | epoch wall (s) | / GIN wall | / GIN CPU |")
             print("|---|---|---|---|---|")

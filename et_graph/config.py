@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -56,6 +57,10 @@ class RunConfig:
         checkpoint_dir: save resumable training checkpoints below this folder (none = off).
         checkpoint_every: save a checkpoint every this many epochs.
         resume: continue interrupted trainings from checkpoint_dir.
+        native_attention: use the compiled CPU kernel for the attention gradient
+            (et_graph.native: opt-in, built on first use; for mini-batches of small graphs).
+            ET_GRAPH_NATIVE_ATTENTION=1 in the environment turns it on for every run; the
+            resolved value is what results record.
     """
 
     out: Optional[str] = None
@@ -65,6 +70,7 @@ class RunConfig:
     checkpoint_dir: Optional[str] = None
     checkpoint_every: int = 1
     resume: bool = False
+    native_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads <= 0:
@@ -78,12 +84,25 @@ class RunConfig:
                 raise ValueError(f"{name} {folder!r} is a file, not a folder")
         self.device = resolve_device(self.device)
         check_device(self.device)
+        if not isinstance(self.native_attention, bool):
+            raise ValueError(f"native_attention must be true or false, got "
+                             f"{self.native_attention!r}")
+        if not self.native_attention and os.environ.get("ET_GRAPH_NATIVE_ATTENTION"):
+            from .native import env_requests_native
+
+            self.native_attention = bool(env_requests_native())
 
     def apply_threads(self) -> None:
+        """Apply the process-wide settings of this run: the torch CPU threads and, when asked
+        for, the compiled attention kernel (built here, so a missing compiler stops the run
+        before it trains)."""
         if self.threads:
             import torch
 
             torch.set_num_threads(self.threads)
+        from .native import set_native_attention
+
+        set_native_attention(self.native_attention)
 
     def checkpoint(self, *parts: str) -> Optional[CheckpointConfig]:
         """A :class:`~et_graph.training.CheckpointConfig` for one training of this run

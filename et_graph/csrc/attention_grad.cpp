@@ -1,0 +1,252 @@
+// Closed-form attention gradient of ET's energy and its first-order backward, as one loop over
+// the destination-sorted edges (CPU). The math is et_graph/fused.py's, edge by edge:
+//
+//   forward:  s_e = <k_hB, q_hC>,  p = softmax over the edges into C of beta_h w_e s_e,
+//             c_e = w_e p_e,  dE/dq_C = -sum_e c_e k_B,  dE/dk_B = -sum_e c_e q_C
+//   backward: dL/dc_e = -(<G_k[B], q_C> + <G_q[C], k_B>), the softmax's vector-Jacobian
+//             product, and the node sums of fused.py's module docstring.
+//
+// Mini-batches of small graphs spend most of the sparse-kernel path's time in per-call
+// overhead (tens of small kernels per step); here one call does a step's work. Each edge
+// touches its source's and destination's [H, Y] rows whole (contiguous), and the per-edge
+// values are kept edge-major ([E, H]). One thread: the scatter into dE/dk would race across
+// destinations.
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+// H (heads) and Y (the head width) as compile-time constants where they are common ones, so
+// that the per-head loops unroll; 0 = read at run time.
+template <typename scalar_t, int kH, int kY>
+struct Kernel {
+  int64_t N, H_, Y, E, w_rows;
+  const scalar_t *K, *Q, *beta, *W;
+  const int64_t *S, *R;
+
+  inline int64_t width() const { return kY ? kY : Y; }
+  inline int64_t heads() const { return kH ? kH : H_; }
+  // out[h] = <a_h, b_h> for every head of the [H, Y] rows a and b. The heads' sums run side by
+  // side (independent chains, each still summed in y order), which hides the add latency that
+  // one head's chain of Y dependent adds would expose.
+  inline void dots(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
+                   scalar_t* __restrict__ out) const {
+    const int64_t H = heads(), Yw = width();
+    for (int64_t h = 0; h < H; ++h) out[h] = 0;
+    for (int64_t y = 0; y < Yw; ++y)
+      for (int64_t h = 0; h < H; ++h) out[h] += a[h * Yw + y] * b[h * Yw + y];
+  }
+  inline scalar_t weight(int64_t e, int64_t h) const {
+    return W == nullptr ? scalar_t(1) : W[(w_rows == 1 ? 0 : h) * E + e];
+  }
+  static inline scalar_t dot(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
+                             int64_t n) {
+    scalar_t acc = 0;
+    for (int64_t i = 0; i < (kY ? kY : n); ++i) acc += a[i] * b[i];
+    return acc;
+  }
+  static inline void axpy(scalar_t alpha, const scalar_t* __restrict__ x,
+                          scalar_t* __restrict__ y, int64_t n) {
+    for (int64_t i = 0; i < (kY ? kY : n); ++i) y[i] += alpha * x[i];
+  }
+
+  // probs, scores: [E, H] (edge-major, destination-sorted edges).
+  void forward(scalar_t* GK, scalar_t* GQ, scalar_t* P, scalar_t* SC) const {
+    const int64_t H = heads(), Yw = width(), HY = H * Yw;
+    std::vector<scalar_t> top(H), total(H);
+    for (int64_t c = 0; c < N; ++c) {
+      const int64_t begin = R[c], end = R[c + 1];
+      if (begin == end) continue;
+      const scalar_t* qc = Q + c * HY;
+      std::fill(top.begin(), top.end(), -std::numeric_limits<scalar_t>::infinity());
+      for (int64_t e = begin; e < end; ++e) {
+        dots(K + S[e] * HY, qc, SC + e * H);
+        for (int64_t h = 0; h < H; ++h) {
+          const scalar_t s = SC[e * H + h];
+          const scalar_t logit = beta[h] * weight(e, h) * s;
+          P[e * H + h] = logit;
+          top[h] = std::max(top[h], logit);
+        }
+      }
+      std::fill(total.begin(), total.end(), scalar_t(0));
+      for (int64_t e = begin; e < end; ++e)
+        for (int64_t h = 0; h < H; ++h) {
+          const scalar_t p = std::exp(P[e * H + h] - top[h]);
+          P[e * H + h] = p;
+          total[h] += p;
+        }
+      scalar_t* gq = GQ + c * HY;
+      for (int64_t e = begin; e < end; ++e) {
+        const scalar_t* kb = K + S[e] * HY;
+        scalar_t* gk = GK + S[e] * HY;
+        for (int64_t h = 0; h < H; ++h) {
+          const scalar_t p = P[e * H + h] / total[h];
+          P[e * H + h] = p;
+          const scalar_t coef = -p * weight(e, h);
+          axpy(coef, kb + h * Yw, gq + h * Yw, Yw);
+          axpy(coef, qc + h * Yw, gk + h * Yw, Yw);
+        }
+      }
+    }
+  }
+
+  void backward(const scalar_t* P, const scalar_t* SC, const scalar_t* UK, const scalar_t* UQ,
+                scalar_t* DK, scalar_t* DQ, scalar_t* DB, scalar_t* DW) const {
+    const int64_t H = heads(), Yw = width(), HY = H * Yw;
+    std::vector<scalar_t> d_coef, weighted(H), d_beta(H, scalar_t(0)), other(H);
+    for (int64_t c = 0; c < N; ++c) {
+      const int64_t begin = R[c], end = R[c + 1];
+      if (begin == end) continue;
+      const scalar_t* qc = Q + c * HY;
+      const scalar_t* uqc = UQ ? UQ + c * HY : nullptr;
+      d_coef.resize((end - begin) * H);
+      std::fill(weighted.begin(), weighted.end(), scalar_t(0));
+      // dL/dc_e = -(<G_k[B], q_C> + <G_q[C], k_B>), and sum_e p_e dL/dp_e per head.
+      for (int64_t e = begin; e < end; ++e) {
+        const int64_t b = S[e];
+        const scalar_t* kb = K + b * HY;
+        const scalar_t* ukb = UK ? UK + b * HY : nullptr;
+        scalar_t* dc_e = d_coef.data() + (e - begin) * H;
+        if (ukb) dots(ukb, qc, dc_e);
+        else std::fill(dc_e, dc_e + H, scalar_t(0));
+        if (uqc) {
+          dots(uqc, kb, other.data());
+          for (int64_t h = 0; h < H; ++h) dc_e[h] += other[h];
+        }
+        for (int64_t h = 0; h < H; ++h) {
+          const scalar_t dc = dc_e[h];
+          dc_e[h] = -dc;
+          weighted[h] -= P[e * H + h] * weight(e, h) * dc;
+        }
+      }
+      scalar_t* dqc = DQ + c * HY;
+      for (int64_t e = begin; e < end; ++e) {
+        const int64_t b = S[e];
+        const scalar_t* kb = K + b * HY;
+        const scalar_t* ukb = UK ? UK + b * HY : nullptr;
+        scalar_t* dkb = DK + b * HY;
+        for (int64_t h = 0; h < H; ++h) {
+          const scalar_t p = P[e * H + h], s = SC[e * H + h], w = weight(e, h);
+          const scalar_t dc = d_coef[(e - begin) * H + h];
+          const scalar_t d_logit = p * (w * dc - weighted[h]);
+          d_beta[h] += d_logit * s * w;
+          if (DW) DW[(w_rows == 1 ? 0 : h) * E + e] += p * dc + d_logit * beta[h] * s;
+          const scalar_t ds = d_logit * beta[h] * w, coef = p * w;
+          axpy(ds, kb + h * Yw, dqc + h * Yw, Yw);
+          axpy(ds, qc + h * Yw, dkb + h * Yw, Yw);
+          if (ukb) axpy(-coef, ukb + h * Yw, dqc + h * Yw, Yw);
+          if (uqc) axpy(-coef, uqc + h * Yw, dkb + h * Yw, Yw);
+        }
+      }
+    }
+    for (int64_t h = 0; h < H; ++h) DB[h] = d_beta[h];
+  }
+};
+
+template <typename scalar_t, typename F>
+void with_kernel(const torch::Tensor& k, const torch::Tensor& q, const torch::Tensor& beta,
+                 const torch::Tensor& weight, const torch::Tensor& src,
+                 const torch::Tensor& rowptr, F&& body) {
+  const int64_t H = k.size(1), Y = k.size(2);
+  auto fill = [&](auto& kern) {
+    kern.N = k.size(0);
+    kern.H_ = H;
+    kern.Y = Y;
+    kern.E = src.numel();
+    kern.w_rows = weight.numel() ? weight.size(0) : 0;
+    kern.K = k.data_ptr<scalar_t>();
+    kern.Q = q.data_ptr<scalar_t>();
+    kern.beta = beta.data_ptr<scalar_t>();
+    kern.W = weight.numel() ? weight.data_ptr<scalar_t>() : nullptr;
+    kern.S = src.data_ptr<int64_t>();
+    kern.R = rowptr.data_ptr<int64_t>();
+    body(kern);
+  };
+  if (H == 4 && Y == 8) {
+    Kernel<scalar_t, 4, 8> kern;
+    fill(kern);
+  } else if (H == 4 && Y == 16) {
+    Kernel<scalar_t, 4, 16> kern;
+    fill(kern);
+  } else {
+    Kernel<scalar_t, 0, 0> kern;
+    fill(kern);
+  }
+}
+
+void check_inputs(const torch::Tensor& k, const torch::Tensor& q, const torch::Tensor& beta,
+                  const torch::Tensor& weight, const torch::Tensor& src,
+                  const torch::Tensor& rowptr) {
+  TORCH_CHECK(k.device().is_cpu() && k.is_contiguous() && k.dim() == 3,
+              "k: a contiguous [N, H, Y] tensor on the CPU");
+  TORCH_CHECK(q.sizes() == k.sizes() && q.is_contiguous() && q.scalar_type() == k.scalar_type(),
+              "q: like k");
+  TORCH_CHECK(beta.numel() == k.size(1) && beta.is_contiguous() &&
+                  beta.scalar_type() == k.scalar_type(), "beta: [H], k's dtype");
+  TORCH_CHECK(src.scalar_type() == torch::kLong && src.is_contiguous() && src.dim() == 1,
+              "src: int64 [E]");
+  TORCH_CHECK(rowptr.scalar_type() == torch::kLong && rowptr.is_contiguous() &&
+                  rowptr.numel() == k.size(0) + 1, "rowptr: int64 [N + 1]");
+  if (weight.numel()) {
+    TORCH_CHECK(weight.dim() == 2 && weight.size(1) == src.numel() && weight.is_contiguous() &&
+                    (weight.size(0) == 1 || weight.size(0) == k.size(1)) &&
+                    weight.scalar_type() == k.scalar_type(), "weight: [1 or H, E]");
+  }
+}
+
+std::vector<torch::Tensor> attention_grad_forward(torch::Tensor k, torch::Tensor q,
+                                                  torch::Tensor beta, torch::Tensor weight,
+                                                  torch::Tensor src, torch::Tensor rowptr) {
+  check_inputs(k, q, beta, weight, src, rowptr);
+  auto grad_k = torch::zeros_like(k);
+  auto grad_q = torch::zeros_like(q);
+  auto probs = torch::empty({src.numel(), k.size(1)}, k.options());
+  auto scores = torch::empty({src.numel(), k.size(1)}, k.options());
+  AT_DISPATCH_FLOATING_TYPES(k.scalar_type(), "attention_grad_forward", [&] {
+    with_kernel<scalar_t>(k, q, beta, weight, src, rowptr, [&](const auto& kern) {
+      kern.forward(grad_k.data_ptr<scalar_t>(), grad_q.data_ptr<scalar_t>(),
+                   probs.data_ptr<scalar_t>(), scores.data_ptr<scalar_t>());
+    });
+  });
+  return {grad_k, grad_q, probs, scores};
+}
+
+std::vector<torch::Tensor> attention_grad_backward(
+    torch::Tensor k, torch::Tensor q, torch::Tensor beta, torch::Tensor weight,
+    torch::Tensor src, torch::Tensor rowptr, torch::Tensor probs, torch::Tensor scores,
+    torch::Tensor up_k, torch::Tensor up_q, bool need_weight) {
+  check_inputs(k, q, beta, weight, src, rowptr);
+  TORCH_CHECK(probs.sizes() == scores.sizes() && probs.size(0) == src.numel() &&
+                  probs.size(1) == k.size(1) && probs.is_contiguous() && scores.is_contiguous(),
+              "probs, scores: [E, H] from forward");
+  TORCH_CHECK(!up_k.numel() || (up_k.sizes() == k.sizes() && up_k.is_contiguous()),
+              "up_k: like k, or empty");
+  TORCH_CHECK(!up_q.numel() || (up_q.sizes() == q.sizes() && up_q.is_contiguous()),
+              "up_q: like q, or empty");
+  auto d_k = torch::zeros_like(k);
+  auto d_q = torch::zeros_like(q);
+  auto d_beta = torch::zeros_like(beta);
+  auto d_w = need_weight && weight.numel() ? torch::zeros_like(weight)
+                                           : torch::empty({0}, k.options());
+  AT_DISPATCH_FLOATING_TYPES(k.scalar_type(), "attention_grad_backward", [&] {
+    with_kernel<scalar_t>(k, q, beta, weight, src, rowptr, [&](const auto& kern) {
+      kern.backward(probs.data_ptr<scalar_t>(), scores.data_ptr<scalar_t>(),
+                    up_k.numel() ? up_k.data_ptr<scalar_t>() : nullptr,
+                    up_q.numel() ? up_q.data_ptr<scalar_t>() : nullptr,
+                    d_k.data_ptr<scalar_t>(), d_q.data_ptr<scalar_t>(),
+                    d_beta.data_ptr<scalar_t>(), d_w.numel() ? d_w.data_ptr<scalar_t>() : nullptr);
+    });
+  });
+  return {d_k, d_q, d_beta, d_w};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &attention_grad_forward, "ET's attention gradient (CPU, one loop)");
+  m.def("backward", &attention_grad_backward, "its first-order backward");
+}

@@ -1,0 +1,175 @@
+r"""An optional compiled CPU kernel for the attention gradient, for mini-batches of small graphs.
+
+:func:`et_graph.fused.fused_attention_grad` computes ``(dE_ATT/dk, dE_ATT/dq)`` with PyTorch's
+sparse CSR kernels: a sampled product, two segment reductions and two sparse-dense products per
+descent step, and as many again in backward. On a batch of small graphs (NCI1: 64 graphs, about
+2,100 tokens and 8,500 edges) each of those calls costs more in dispatch and bookkeeping than
+in arithmetic. ``et_graph/csrc/attention_grad.cpp`` does the same work as one loop over the
+destination-sorted edges in forward and one in backward (the equations of
+:mod:`et_graph.fused`'s docstring, edge by edge).
+
+It is **off by default** and opt-in, because it is compiled on first use (with
+:func:`torch.utils.cpp_extension.load`: a C++ compiler and ninja, about a minute, then cached
+by torch under ``~/.cache/torch_extensions`` or ``$TORCH_EXTENSIONS_DIR``), and because it sums
+in another order than the sparse kernels, so float32 results differ from the default path in the
+last bits (float64 agrees with the reference closed form to about 1e-14; the tests check both).
+It runs on one thread, so it suits the mini-batches of many small graphs it was written for,
+not one large graph on many cores. Turn it on with
+
+* ``set_native_attention(True)`` (or the context manager :func:`native_attention`),
+* the environment variable ``ET_GRAPH_NATIVE_ATTENTION=1`` (read at import),
+* ``--native-attention`` on every ``et-graph`` command (``run.native_attention``).
+
+When it is on, every first-order training step of the CPU float32/float64 path uses it;
+``create_graph=True`` (higher derivatives) takes the reference route of the sparse path, other
+dtypes, devices and ``torch.func`` transforms the same fallbacks as before. Asking for it where
+it cannot be built raises :class:`RuntimeError` with the compiler's message; it never falls
+back silently.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("csrc") / "attention_grad.cpp"
+ENV_VARIABLE = "ET_GRAPH_NATIVE_ATTENTION"
+
+_state: dict[str, Any] = {"enabled": False, "module": None}
+
+
+def load_native_attention() -> Any:
+    """The compiled extension (built on the first call of the process, then taken from torch's
+    build cache). Raises :class:`RuntimeError` naming the cause if it cannot be built."""
+    if _state["module"] is not None:
+        return _state["module"]
+    try:
+        from torch.utils.cpp_extension import load
+
+        module = load(name="et_graph_attention_grad", sources=[str(SOURCE)],
+                      extra_cflags=["-O3"], verbose=False)
+    except Exception as error:  # compiler, ninja or headers missing: say which
+        raise RuntimeError(
+            f"the native attention kernel could not be built from {SOURCE} "
+            f"({type(error).__name__}: {str(error).strip()[-600:]}); it needs a C++ compiler "
+            "and ninja (pip install ninja). Leave it off (the default) to use the sparse "
+            "kernels instead."
+        ) from error
+    _state["module"] = module
+    return module
+
+
+def native_attention_enabled() -> bool:
+    """Whether :func:`et_graph.fused.fused_attention_grad` uses the compiled kernel."""
+    return bool(_state["enabled"])
+
+
+def set_native_attention(enabled: bool) -> None:
+    """Turn the compiled kernel on or off for this process. Turning it on builds it first (see
+    :func:`load_native_attention`), so a missing compiler is reported here, not mid-training."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {enabled!r}")
+    if enabled:
+        load_native_attention()
+    _state["enabled"] = enabled
+
+
+@contextmanager
+def native_attention(enabled: bool = True) -> Iterator[None]:
+    """``with native_attention(): ...`` uses the compiled kernel inside the block only."""
+    before = native_attention_enabled()
+    set_native_attention(enabled)
+    try:
+        yield
+    finally:
+        _state["enabled"] = before
+
+
+def env_requests_native() -> Optional[bool]:
+    """``ET_GRAPH_NATIVE_ATTENTION`` as a bool (``None`` when unset); other values are refused."""
+    value = os.environ.get(ENV_VARIABLE)
+    if value is None or value == "":
+        return None
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{ENV_VARIABLE} must be 1/0 (or true/false, yes/no, on/off), got {value!r}")
+
+
+def dst_row_pointers(plan: Any) -> Tensor:
+    """``[N + 1]`` int64 offsets of each destination's edges in ``plan``'s sorted edge order
+    (kept on the plan: every step of a forward call and its backward share it)."""
+    rowptr = getattr(plan, "_native_rowptr", None)
+    if rowptr is None:
+        degree = plan.row_lengths[: plan.num_nodes]  # head 0's CSR rows: the in-degrees
+        rowptr = degree.new_zeros(plan.num_nodes + 1, dtype=torch.long)
+        torch.cumsum(degree, 0, out=rowptr[1:])
+        plan._native_rowptr = rowptr
+        plan._native_src = plan.src.contiguous().long()
+    return rowptr
+
+
+def _empty_like_values(k: Tensor) -> Tensor:
+    return k.new_empty(0)
+
+
+class NativeAttentionGrad(torch.autograd.Function):
+    """``(dE/dk, dE/dq)`` from the compiled kernel; the same inputs and outputs as
+    :class:`et_graph.fused._FusedAttentionGrad` (``weight`` in the plan's ``[1 or H, E]``
+    layout), and the same route for higher derivatives."""
+
+    @staticmethod
+    def forward(ctx: Any, k: Tensor, q: Tensor, beta: Tensor, weight: Optional[Tensor],
+                plan: Any) -> tuple[Tensor, Tensor]:
+        module = load_native_attention()
+        rowptr = dst_row_pointers(plan)
+        k_c, q_c = k.contiguous(), q.contiguous()
+        beta_c = beta.reshape(-1).contiguous()
+        w = _empty_like_values(k) if weight is None else weight.contiguous()
+        grad_k, grad_q, probs, scores = module.forward(k_c, q_c, beta_c, w, plan._native_src,
+                                                       rowptr)
+        ctx.plan = plan
+        ctx.save_for_backward(k, q, beta, weight, probs, scores)
+        return grad_k, grad_q
+
+    @staticmethod
+    def backward(ctx: Any, up_k: Optional[Tensor], up_q: Optional[Tensor]):
+        saved = ctx.saved_tensors
+        if torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (*saved, up_k, up_q)
+        ):
+            from .fused import _FusedAttentionGrad
+
+            # create_graph=True: the sparse path's reference route, differentiable to any order.
+            return _FusedAttentionGrad._differentiable_backward(ctx, saved, up_k, up_q)
+        k, q, beta, weight, probs, scores = saved
+        module = load_native_attention()
+        plan = ctx.plan
+        empty = _empty_like_values(k)
+        d_k, d_q, d_beta, d_w = module.backward(
+            k.contiguous(), q.contiguous(), beta.reshape(-1).contiguous(),
+            empty if weight is None else weight.contiguous(), plan._native_src,
+            dst_row_pointers(plan), probs, scores,
+            empty if up_k is None else up_k.contiguous(),
+            empty if up_q is None else up_q.contiguous(),
+            bool(ctx.needs_input_grad[3]),
+        )
+        needs = ctx.needs_input_grad
+        return (d_k if needs[0] else None, d_q if needs[1] else None,
+                d_beta.view(beta.shape) if needs[2] else None,
+                d_w if needs[3] and weight is not None else None, None)
+
+
+def _apply_environment() -> None:
+    requested = env_requests_native()
+    if requested:
+        set_native_attention(True)
+
+
+_apply_environment()

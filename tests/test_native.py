@@ -1,0 +1,227 @@
+"""The opt-in compiled attention kernel (et_graph.native): exact against the reference closed
+form, the same training step as the sparse path, and never on unless asked for."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from helpers import benchmark_module, relative_error
+from test_fused import (
+    HEADS,
+    NUM_NODES,
+    awkward_edges,
+    keys_queries,
+    make_weight,
+    reference_weight,
+)
+
+import et_graph.native as native
+from et_graph import energy as E
+from et_graph.config import RunConfig
+from et_graph.fused import fused_attention_grad
+from et_graph.nn import ETConv
+from et_graph.nn.models import ETGraphModel
+
+
+@pytest.fixture(autouse=True)
+def restore_switch():
+    """Every test leaves the process-wide switch as it found it."""
+    before = native.native_attention_enabled()
+    yield
+    native._state["enabled"] = before
+
+
+@pytest.fixture(scope="module")
+def built():
+    """The compiled extension; the tests that run it are skipped (with the compiler's message)
+    where it cannot be built, e.g. without a C++ compiler."""
+    try:
+        return native.load_native_attention()
+    except RuntimeError as error:
+        pytest.skip(str(error))
+
+
+@pytest.mark.parametrize("kind", ["none", "flat", "per_edge", "per_head"])
+def test_values_and_first_order_gradients_equal_the_reference(built, kind):
+    src, dst = awkward_edges()
+    k, q, beta = keys_queries()
+    weight = make_weight(kind, src.numel())
+    inputs = [t for t in (k, q, beta, weight) if t is not None]
+    with native.native_attention():
+        grad_k, grad_q = fused_attention_grad(k, q, src, dst, beta, weight)
+    ref_k, ref_q = E.attention_grad(k, q, src, dst, beta, reference_weight(weight), NUM_NODES)
+    assert relative_error(grad_k, ref_k) < 1e-12 and relative_error(grad_q, ref_q) < 1e-12
+    # Node 8 has no edge at all, node 7 no in-edge: exact zeros where the sums are empty.
+    assert torch.all(grad_k[8] == 0) and torch.all(grad_q[7] == 0)
+    up_k, up_q = torch.randn_like(grad_k), torch.randn_like(grad_q)
+    got = torch.autograd.grad((grad_k, grad_q), inputs, (up_k, up_q))
+    want = torch.autograd.grad((ref_k, ref_q), inputs, (up_k, up_q))
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and relative_error(g, w) < 1e-10
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_gradcheck_to_second_order(built, order):
+    """Second order (create_graph=True) takes the sparse path's reference route."""
+    src, dst = awkward_edges()
+    k, q, beta = keys_queries()
+    weight = make_weight("per_head", src.numel())
+
+    def function(k, q, beta, weight):
+        return fused_attention_grad(k, q, src, dst, beta, weight)
+
+    check = torch.autograd.gradcheck if order == 1 else torch.autograd.gradgradcheck
+    with native.native_attention():
+        assert check(function, (k, q, beta, weight), atol=1e-8, rtol=1e-6)
+
+
+def test_the_switch_routes_the_kernel(built, monkeypatch):
+    calls = []
+    original = native.NativeAttentionGrad.apply
+    monkeypatch.setattr(native.NativeAttentionGrad, "apply",
+                        lambda *a: calls.append(1) or original(*a))
+    src, dst = awkward_edges()
+    k, q, beta = keys_queries()
+    fused_attention_grad(k, q, src, dst, beta, None)
+    assert not calls  # off by default
+    with native.native_attention():
+        fused_attention_grad(k, q, src, dst, beta, None)
+        # Other dtypes keep the reference closed form.
+        fused_attention_grad(k.float().half(), q.float().half(), src, dst, beta.half(), None)
+    assert len(calls) == 1
+    assert not native.native_attention_enabled()  # the context manager restores it
+
+
+def test_repeated_edges_between_two_nodes(built):
+    """The sparse path needs a special case for more edges than matrix entries; the loop not."""
+    src, dst = torch.tensor([0, 1, 0, 1, 0, 1]), torch.tensor([1, 0, 1, 0, 1, 0])
+    gen = torch.Generator().manual_seed(3)
+    k, q = (torch.randn(2, 1, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+            for _ in range(2))
+    beta = torch.tensor([0.7], dtype=torch.float64, requires_grad=True)
+    with native.native_attention():
+        grad_k, grad_q = fused_attention_grad(k, q, src, dst, beta, None)
+    ref_k, ref_q = E.attention_grad(k, q, src, dst, beta, None, 2)
+    assert relative_error(grad_k, ref_k) < 1e-12 and relative_error(grad_q, ref_q) < 1e-12
+    got = torch.autograd.grad(grad_k.sum() + grad_q.pow(2).sum(), (k, q, beta))
+    want = torch.autograd.grad(ref_k.sum() + ref_q.pow(2).sum(), (k, q, beta))
+    assert all(relative_error(g, w) < 1e-10 for g, w in zip(got, want))
+
+
+def graph_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Three small graphs with edge labels, as a mini-batch."""
+    gen = torch.Generator().manual_seed(seed)
+    sizes = [5, 7, 4]
+    x = torch.randn(sum(sizes), 3, generator=gen, dtype=torch.float64)
+    edges, offset = [], 0
+    for n in sizes:
+        ring = torch.arange(n)
+        edges.append(torch.stack([ring, (ring + 1) % n]) + offset)
+        edges.append(torch.stack([(ring + 1) % n, ring]) + offset)
+        offset += n
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    return x, torch.cat(edges, dim=1), batch
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-10), (torch.float32, 1e-4)])
+def test_a_graph_model_training_step_equals_the_sparse_path(built, dtype, tolerance):
+    torch.manual_seed(0)
+    model = ETGraphModel(3, 2, hidden_channels=8, blocks=2, steps=2, heads=HEADS, head_dim=4,
+                         pe_dim=0, message_passing_layers=1).to(dtype)
+    x, edge_index, batch = graph_batch()
+    grads = {}
+    for name in ("sparse", "native"):
+        net = copy.deepcopy(model)
+        with native.native_attention(name == "native"):
+            loss = net(x.to(dtype), edge_index, batch).square().sum()
+            loss.backward()
+        grads[name] = (loss.detach(), [p.grad for p in net.parameters()])
+    assert relative_error(grads["native"][0], grads["sparse"][0]) < tolerance
+    # Some true gradients are zero up to rounding (1e-18): compared at the largest one's scale.
+    scale = max(b.abs().max() for b in grads["sparse"][1] if b is not None)
+    for a, b in zip(grads["native"][1], grads["sparse"][1]):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.allclose(a, b, rtol=tolerance, atol=tolerance * scale)
+
+
+def test_layer_with_edge_weights_matches_the_sparse_path(built):
+    torch.manual_seed(0)
+    conv = ETConv(8, heads=HEADS, head_dim=4, steps=2, alpha=0.2).double()
+    x = torch.randn(12, 8, dtype=torch.float64)
+    edge_index = torch.randint(0, 12, (2, 50))
+    weight = torch.rand(50, dtype=torch.float64, requires_grad=True)
+    results = {}
+    for name in ("sparse", "native"):
+        conv.zero_grad()
+        x_in = x.clone().requires_grad_(True)
+        with native.native_attention(name == "native"):
+            out = conv(x_in, edge_index, weight)
+            grads = torch.autograd.grad(out.pow(2).sum(), [x_in, weight, *conv.parameters()],
+                                        allow_unused=True)
+        results[name] = (out.detach(), grads)
+    assert relative_error(results["native"][0], results["sparse"][0]) < 1e-12
+    for a, b in zip(results["native"][1], results["sparse"][1]):
+        if b is not None:
+            assert relative_error(a, b) < 1e-10
+
+
+def test_a_kernel_that_cannot_be_built_is_reported_and_stays_off(monkeypatch):
+    import torch.utils.cpp_extension as cpp_extension
+
+    def no_compiler(*args, **kwargs):
+        raise OSError("no C++ compiler found")
+
+    monkeypatch.setattr(cpp_extension, "load", no_compiler)
+    monkeypatch.setitem(native._state, "module", None)
+    with pytest.raises(RuntimeError, match="could not be built.*no C\\+\\+ compiler"):
+        native.set_native_attention(True)
+    assert not native.native_attention_enabled()
+    with pytest.raises(TypeError, match="must be a bool"):
+        native.set_native_attention(1)
+
+
+@pytest.mark.parametrize("value, expected", [("1", True), ("on", True), ("0", False),
+                                             ("false", False), ("", None)])
+def test_environment_variable(monkeypatch, value, expected):
+    monkeypatch.setenv(native.ENV_VARIABLE, value)
+    assert native.env_requests_native() is expected
+
+
+def test_environment_variable_refuses_other_values(monkeypatch):
+    monkeypatch.setenv(native.ENV_VARIABLE, "fast")
+    with pytest.raises(ValueError, match="ET_GRAPH_NATIVE_ATTENTION must be 1/0"):
+        native.env_requests_native()
+
+
+def test_run_config_records_and_applies_the_setting(monkeypatch):
+    applied = []
+    monkeypatch.setattr(native, "set_native_attention", applied.append)
+    monkeypatch.delenv(native.ENV_VARIABLE, raising=False)
+    assert RunConfig().native_attention is False
+    RunConfig().apply_threads()
+    RunConfig(native_attention=True).apply_threads()
+    assert applied == [False, True]
+    # The environment turns it on, and the resolved config (what results record) says so.
+    monkeypatch.setenv(native.ENV_VARIABLE, "1")
+    assert RunConfig().native_attention is True
+    with pytest.raises(ValueError, match="native_attention must be true or false"):
+        RunConfig(native_attention="yes")
+
+
+def test_epoch_benchmark_times_the_kernel_beside_the_default(built, tmp_path, capsys):
+    bench = benchmark_module("bench_graph_epoch")
+    threads = torch.get_num_threads()
+    try:
+        result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
+                             "--limit", "40", "--cache", str(tmp_path / "cache"),
+                             "--native-compare", "--no-preset"])
+    finally:
+        torch.set_num_threads(threads)
+    assert set(result["ratio_to_gin"]) == {"et", "gin", "et_native"}
+    assert result["params"]["et_native"] == result["params"]["et"]
+    assert result["native_attention"] is False
+    assert "| et_native |" in capsys.readouterr().out
+    assert not native.native_attention_enabled()  # on for et_native's epochs only
