@@ -11,6 +11,8 @@ gradient:
 
 * ``fused_attention``: :func:`et_graph.fused.fused_attention_grad`, with the edge plan built as
   in training (once per batch, included);
+* ``native_attention`` (``--native``): the same call with the opt-in compiled kernel of
+  :mod:`et_graph.native` switched on (built before the timing);
 * ``reference_attention``: :func:`et_graph.energy.attention_grad` differentiated by autograd;
 * ``reference_attention_compiled`` (``--compile``): the same under ``torch.compile``
   (``dynamic=True``; the compile time is printed apart and not counted);
@@ -40,6 +42,7 @@ from torch_geometric.loader import DataLoader
 from et_graph import energy as E
 from et_graph.datasets.tudataset import load_tudataset
 from et_graph.fused import build_edge_plan, fused_attention_grad, fused_relu_hopfield_grad
+from et_graph.native import native_attention, set_native_attention
 from et_graph.nn.pool import add_cls_nodes
 
 
@@ -68,6 +71,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--inner", type=int, default=20)
     parser.add_argument("--compile", action="store_true",
                         help="also time the reference attention under torch.compile")
+    parser.add_argument("--native", action="store_true",
+                        help="also time the compiled attention kernel (et_graph.native)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -122,6 +127,15 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "heads": heads, "head_dim": head_dim, "hidden": args.hidden, "memories": args.memories,
         "threads": torch.get_num_threads(), "torch": torch.__version__,
     }
+    if args.native:
+        set_native_attention(True)  # built here, not inside the timing
+        set_native_attention(False)
+
+        def native() -> None:
+            with native_attention():
+                fused()
+
+        parts["native_attention"] = native
     if args.compile:
         compiled = reference(torch.compile(E.attention_grad, dynamic=True))
         begin = time.perf_counter()

@@ -225,3 +225,15 @@ def test_epoch_benchmark_times_the_kernel_beside_the_default(built, tmp_path, ca
     assert result["native_attention"] is False
     assert "| et_native |" in capsys.readouterr().out
     assert not native.native_attention_enabled()  # on for et_native's epochs only
+
+
+def test_descent_parts_benchmark_times_the_kernel(built, tmp_path):
+    bench = benchmark_module("bench_descent_parts")
+    threads = torch.get_num_threads()
+    try:
+        result = bench.main(["--dataset", "MUTAG", "--batch-size", "8", "--repeats", "1",
+                             "--inner", "1", "--native"])
+    finally:
+        torch.set_num_threads(threads)
+    assert result["milliseconds"]["native_attention"] > 0
+    assert not native.native_attention_enabled()
