@@ -48,6 +48,7 @@ row blocks and a backward that recomputes the activations, so that no ``[N, K]``
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cached_property
 from typing import Any, Optional
 
 import numpy as np
@@ -104,33 +105,61 @@ class EdgePlan:
         self.num_nodes = num_nodes
         self.heads = heads
         self.num_edges = src.numel()
-        device = src.device
-        # 32-bit sparse indices are markedly faster in the CPU sparse kernels.
-        index_dtype = (
-            torch.int32 if heads * max(num_nodes, self.num_edges) < _INT32_MAX else torch.int64
-        )
         # Sorting the destination-sorted sources stably gives (src, dst) order.
         self.order = stable_argsort(dst, num_nodes)
         self.src = src.index_select(0, self.order)
         self.dst = dst.index_select(0, self.order)
-        self.transpose = stable_argsort(self.src, num_nodes)
-        # The destination of every (head, edge) slot, for gathering per-node values to edges.
-        self.dst_per_head = self.dst.expand(heads, self.num_edges)
-        in_degree = torch.bincount(self.dst, minlength=num_nodes)
-        out_degree = torch.bincount(self.src, minlength=num_nodes)
-        # Lengths of the CSR rows (head-major): used by the per-destination softmax.
-        self.row_lengths = in_degree.repeat(heads)
-        head_nodes = torch.arange(heads, device=device).unsqueeze(1) * num_nodes
-        self.crow = self._compressed(in_degree, heads).to(index_dtype)
-        self.col = (self.src.unsqueeze(0) + head_nodes).reshape(-1).to(index_dtype)
-        self.crow_t = self._compressed(out_degree, heads).to(index_dtype)
-        self.col_t = (self.dst.index_select(0, self.transpose).unsqueeze(0) + head_nodes)
-        self.col_t = self.col_t.reshape(-1).to(index_dtype)
+        self.in_degree = torch.bincount(self.dst, minlength=num_nodes)
         self._values: Optional[tuple[Tensor, tuple, Tensor]] = None
         # More stored entries than the [H*N, H*N] matrix has (only repeated edges in a tiny
         # graph, e.g. 6 copies of the 2 edges between 2 nodes): sampled_addmm would re-pack
         # such a pattern and resize this plan's index arrays, so sddmm goes edge by edge.
         self.overfull = heads * self.num_edges > (heads * num_nodes) ** 2
+
+    # The CSR layout below is built on first use: the sparse kernels read it, the compiled
+    # kernel of et_graph.native needs only the sorted edges and the in-degrees above.
+    @cached_property
+    def _index_dtype(self) -> torch.dtype:
+        # 32-bit sparse indices are markedly faster in the CPU sparse kernels.
+        big = self.heads * max(self.num_nodes, self.num_edges) >= _INT32_MAX
+        return torch.int64 if big else torch.int32
+
+    @cached_property
+    def _head_nodes(self) -> Tensor:
+        return torch.arange(self.heads, device=self.src.device).unsqueeze(1) * self.num_nodes
+
+    @cached_property
+    def transpose(self) -> Tensor:
+        """Reorders the sorted edges by ``(src, dst)``."""
+        return stable_argsort(self.src, self.num_nodes)
+
+    @cached_property
+    def dst_per_head(self) -> Tensor:
+        """The destination of every (head, edge) slot, for gathering per-node values to edges."""
+        return self.dst.expand(self.heads, self.num_edges)
+
+    @cached_property
+    def row_lengths(self) -> Tensor:
+        """Lengths of the CSR rows (head-major): used by the per-destination softmax."""
+        return self.in_degree.repeat(self.heads)
+
+    @cached_property
+    def crow(self) -> Tensor:
+        return self._compressed(self.in_degree, self.heads).to(self._index_dtype)
+
+    @cached_property
+    def col(self) -> Tensor:
+        return (self.src.unsqueeze(0) + self._head_nodes).reshape(-1).to(self._index_dtype)
+
+    @cached_property
+    def crow_t(self) -> Tensor:
+        out_degree = torch.bincount(self.src, minlength=self.num_nodes)
+        return self._compressed(out_degree, self.heads).to(self._index_dtype)
+
+    @cached_property
+    def col_t(self) -> Tensor:
+        col_t = self.dst.index_select(0, self.transpose).unsqueeze(0) + self._head_nodes
+        return col_t.reshape(-1).to(self._index_dtype)
 
     @staticmethod
     def _compressed(degree: Tensor, heads: int) -> Tensor:

@@ -107,9 +107,8 @@ def dst_row_pointers(plan: Any) -> Tensor:
     (kept on the plan: every step of a forward call and its backward share it)."""
     rowptr = getattr(plan, "_native_rowptr", None)
     if rowptr is None:
-        degree = plan.row_lengths[: plan.num_nodes]  # head 0's CSR rows: the in-degrees
-        rowptr = degree.new_zeros(plan.num_nodes + 1, dtype=torch.long)
-        torch.cumsum(degree, 0, out=rowptr[1:])
+        rowptr = plan.in_degree.new_zeros(plan.num_nodes + 1, dtype=torch.long)
+        torch.cumsum(plan.in_degree, 0, out=rowptr[1:])
         plan._native_rowptr = rowptr
         plan._native_src = plan.src.contiguous().long()
     return rowptr

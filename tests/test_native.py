@@ -237,3 +237,20 @@ def test_descent_parts_benchmark_times_the_kernel(built, tmp_path):
         torch.set_num_threads(threads)
     assert result["milliseconds"]["native_attention"] > 0
     assert not native.native_attention_enabled()
+
+
+def test_the_kernel_leaves_the_sparse_layout_unbuilt(built):
+    """The edge plan builds its CSR arrays (a second sort among them) only for the sparse
+    kernels; a training step on the compiled kernel never asks for them."""
+    from et_graph.fused import build_edge_plan
+
+    src, dst = awkward_edges()
+    k, q, beta = keys_queries()
+    plan = build_edge_plan(src, dst, NUM_NODES, HEADS)
+    with native.native_attention():
+        grad_k, grad_q = fused_attention_grad(k, q, src, dst, beta, None, plan)
+        (grad_k.sum() + grad_q.pow(2).sum()).backward()
+    lazy = {"transpose", "crow", "col", "crow_t", "col_t", "row_lengths", "dst_per_head"}
+    assert not lazy & set(vars(plan))
+    fused_attention_grad(k, q, src, dst, beta, None, plan)  # the sparse path builds them
+    assert {"crow", "col", "row_lengths"} <= set(vars(plan))
