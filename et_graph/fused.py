@@ -268,6 +268,15 @@ def _paired_rows(
     return pair.view(rows.size(0), 2 * width)
 
 
+def wants_differentiable_backward(saved: tuple, up_k: Optional[Tensor],
+                                  up_q: Optional[Tensor]) -> bool:
+    """Whether an attention-gradient backward runs under ``create_graph=True`` (its result must
+    itself be differentiable), read off what it saved and what it received."""
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (*saved, up_k, up_q)
+    )
+
+
 class _FusedAttentionGrad(torch.autograd.Function):
     @staticmethod
     @quiet_sparse
@@ -299,10 +308,7 @@ class _FusedAttentionGrad(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, up_k: Optional[Tensor], up_q: Optional[Tensor]):
         saved = ctx.saved_tensors
-        if torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (*saved, up_k, up_q)
-        ):
-            # create_graph=True: the gradient must itself be differentiable.
+        if wants_differentiable_backward(saved, up_k, up_q):
             return _FusedAttentionGrad._differentiable_backward(ctx, saved, up_k, up_q)
         with torch.no_grad():
             return _FusedAttentionGrad._fast_backward(ctx, saved, up_k, up_q)

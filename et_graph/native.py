@@ -139,13 +139,11 @@ class NativeAttentionGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, up_k: Optional[Tensor], up_q: Optional[Tensor]):
-        saved = ctx.saved_tensors
-        if torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (*saved, up_k, up_q)
-        ):
-            from .fused import _FusedAttentionGrad
+        from .fused import _FusedAttentionGrad, wants_differentiable_backward
 
-            # create_graph=True: the sparse path's reference route, differentiable to any order.
+        saved = ctx.saved_tensors
+        if wants_differentiable_backward(saved, up_k, up_q):
+            # The sparse path's reference route, differentiable to any order.
             return _FusedAttentionGrad._differentiable_backward(ctx, saved, up_k, up_q)
         k, q, beta, weight, probs, scores = saved
         module = load_native_attention()
