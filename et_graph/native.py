@@ -102,16 +102,16 @@ def env_requests_native() -> Optional[bool]:
     raise ValueError(f"{ENV_VARIABLE} must be 1/0 (or true/false, yes/no, on/off), got {value!r}")
 
 
-def dst_row_pointers(plan: Any) -> Tensor:
-    """``[N + 1]`` int64 offsets of each destination's edges in ``plan``'s sorted edge order
-    (kept on the plan: every step of a forward call and its backward share it)."""
-    rowptr = getattr(plan, "_native_rowptr", None)
-    if rowptr is None:
+def sorted_edges(plan: Any) -> tuple[Tensor, Tensor]:
+    """``(src, rowptr)``: the int64 sources of ``plan``'s destination-sorted edges and the
+    ``[N + 1]`` offsets of each destination's edges among them. Kept on the plan: every step of
+    a forward call and its backward share them."""
+    cached = getattr(plan, "_native_edges", None)
+    if cached is None:
         rowptr = plan.in_degree.new_zeros(plan.num_nodes + 1, dtype=torch.long)
         torch.cumsum(plan.in_degree, 0, out=rowptr[1:])
-        plan._native_rowptr = rowptr
-        plan._native_src = plan.src.contiguous().long()
-    return rowptr
+        cached = plan._native_edges = (plan.src.contiguous().long(), rowptr)
+    return cached
 
 
 def _empty_like_values(k: Tensor) -> Tensor:
@@ -127,12 +127,10 @@ class NativeAttentionGrad(torch.autograd.Function):
     def forward(ctx: Any, k: Tensor, q: Tensor, beta: Tensor, weight: Optional[Tensor],
                 plan: Any) -> tuple[Tensor, Tensor]:
         module = load_native_attention()
-        rowptr = dst_row_pointers(plan)
-        k_c, q_c = k.contiguous(), q.contiguous()
-        beta_c = beta.reshape(-1).contiguous()
+        src, rowptr = sorted_edges(plan)
         w = _empty_like_values(k) if weight is None else weight.contiguous()
-        grad_k, grad_q, probs, scores = module.forward(k_c, q_c, beta_c, w, plan._native_src,
-                                                       rowptr)
+        grad_k, grad_q, probs, scores = module.forward(
+            k.contiguous(), q.contiguous(), beta.reshape(-1).contiguous(), w, src, rowptr)
         ctx.plan = plan
         ctx.save_for_backward(k, q, beta, weight, probs, scores)
         return grad_k, grad_q
@@ -147,12 +145,11 @@ class NativeAttentionGrad(torch.autograd.Function):
             return _FusedAttentionGrad._differentiable_backward(ctx, saved, up_k, up_q)
         k, q, beta, weight, probs, scores = saved
         module = load_native_attention()
-        plan = ctx.plan
+        src, rowptr = sorted_edges(ctx.plan)
         empty = _empty_like_values(k)
         d_k, d_q, d_beta, d_w = module.backward(
             k.contiguous(), q.contiguous(), beta.reshape(-1).contiguous(),
-            empty if weight is None else weight.contiguous(), plan._native_src,
-            dst_row_pointers(plan), probs, scores,
+            empty if weight is None else weight.contiguous(), src, rowptr, probs, scores,
             empty if up_k is None else up_k.contiguous(),
             empty if up_q is None else up_q.contiguous(),
             bool(ctx.needs_input_grad[3]),
