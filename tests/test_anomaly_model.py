@@ -181,3 +181,24 @@ def test_models_read_float64_features_and_errors_name_what_was_passed():
         conv((x, x), edge_index)
     with pytest.raises(ValueError, match=r"got \(89,\)"):
         conv(x, edge_index, edge_weight=torch.rand(89))
+
+
+def test_neighbour_means_raise_no_csr_notice_as_the_first_sparse_code_of_a_process():
+    """PyTorch warns once per process when a CSR tensor is built. The readout's neighbour
+    operator used to rely on the fused attention kernel having built one first (inside its
+    silencing wrapper); with the compiled kernel on, the readout came first and a caller that
+    turns warnings into errors failed. A fresh process calls the readout alone."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from et_graph.nn.models import ETAnomalyNet\n"
+        "net = ETAnomalyNet(3, hidden_channels=8, readout='ego_two_hop')\n"
+        "x = torch.randn(6, 8, requires_grad=True)\n"
+        "edge_index = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])\n"
+        "net.neighbour_means(edge_index, x).sum().backward()\n"
+    )
+    done = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", code],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-1500:]

@@ -26,9 +26,12 @@ from et_graph.nn.models import ETGraphModel
 
 
 @pytest.fixture(autouse=True)
-def restore_switch():
-    """Every test leaves the process-wide switch as it found it."""
+def restore_switch(monkeypatch):
+    """Every test starts with the switch off (whatever ET_GRAPH_NATIVE_ATTENTION says: the suite
+    also runs with it set) and leaves the process-wide switch as it found it."""
     before = native.native_attention_enabled()
+    monkeypatch.delenv(native.ENV_VARIABLE, raising=False)
+    native._state["enabled"] = False
     yield
     native._state["enabled"] = before
 

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from ..._sparse_warnings import quiet_sparse
 from ..conv import ETConv, RelationalETConv
 from ..conv.relational_et_conv import check_edge_type
 from ..edge_cache import EdgeCache
@@ -17,6 +18,12 @@ READOUTS = ("first_last", "ego_neighbour", "ego_two_hop")
 
 #: Token blocks each readout hands to the MLP (its input is this many times ``hidden`` wide).
 READOUT_WIDTHS = {"first_last": 2, "ego_neighbour": 3, "ego_two_hop": 4}
+
+
+@quiet_sparse
+def _transposed_csr(matrix: Tensor) -> Tensor:
+    """``matrix^T`` in CSR layout, PyTorch's beta notice for CSR tensors silenced."""
+    return matrix.t().to_sparse_csr()
 
 
 class _SparseProduct(torch.autograd.Function):
@@ -266,7 +273,7 @@ class ETAnomalyNet(nn.Module):
         if kept["transposed"] is None:
             # Built once, the first time a gradient needs it: autograd would otherwise convert
             # the transpose again in every backward, for every hop.
-            kept["transposed"] = kept["matrix"].t().to_sparse_csr()
+            kept["transposed"] = _transposed_csr(kept["matrix"])
         return _SparseProduct.apply(kept["matrix"], kept["transposed"], tokens)
 
     def chunked_logits(self, first: Tensor, last: Tensor, edge_index: Tensor, chunk_size: int
@@ -293,6 +300,7 @@ class ETAnomalyNet(nn.Module):
         its transpose once a gradient has needed it."""
         num_nodes, like_kind = like.size(0), (like.dtype, like.device)
 
+        @quiet_sparse
         def build() -> dict[str, Any]:
             src, dst = edge_index[0], edge_index[1]
             keep = src != dst
