@@ -172,6 +172,15 @@ void with_kernel(const torch::Tensor& k, const torch::Tensor& q, const torch::Te
   } else if (H == 4 && Y == 16) {
     Kernel<scalar_t, 4, 16> kern;
     fill(kern);
+  } else if (H == 1 && Y == 16) {
+    Kernel<scalar_t, 1, 16> kern;
+    fill(kern);
+  } else if (Y == 8) {
+    Kernel<scalar_t, 0, 8> kern;
+    fill(kern);
+  } else if (Y == 16) {
+    Kernel<scalar_t, 0, 16> kern;
+    fill(kern);
   } else {
     Kernel<scalar_t, 0, 0> kern;
     fill(kern);
