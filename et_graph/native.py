@@ -18,7 +18,8 @@ not one large graph: at Tolokers' size it took 1.05 x the sparse path's time on 
 1.4 x on two (``benchmarks/bench_native_attention.py``). Turn it on with
 
 * ``set_native_attention(True)`` (or the context manager :func:`native_attention`),
-* the environment variable ``ET_GRAPH_NATIVE_ATTENTION=1`` (read at import),
+* the environment variable ``ET_GRAPH_NATIVE_ATTENTION=1`` (read at import; the kernel is
+  then built on its first call),
 * ``--native-attention`` on every ``et-graph`` command (``run.native_attention``).
 
 When it is on, every first-order training step of the CPU float32/float64 path uses it;
@@ -162,9 +163,10 @@ class NativeAttentionGrad(torch.autograd.Function):
 
 
 def _apply_environment() -> None:
-    requested = env_requests_native()
-    if requested:
-        set_native_attention(True)
+    # Only the switch: importing the package never compiles (nor fails for want of a
+    # compiler). The kernel is built on its first call, or by RunConfig.apply_threads.
+    if env_requests_native():
+        _state["enabled"] = True
 
 
 _apply_environment()

@@ -311,3 +311,22 @@ def test_large_graph_benchmark_times_both_paths(built, tmp_path):
         torch.set_num_threads(threads)
     assert result["rounds"][0]["ratio"] > 0 and (tmp_path / "n.json").stat().st_size > 0
     assert not native.native_attention_enabled()
+
+
+def test_the_environment_switches_it_on_at_import_without_building(tmp_path):
+    """Importing the package with ET_GRAPH_NATIVE_ATTENTION=1 must neither compile nor fail
+    for want of a compiler: a fresh process with no compiler on PATH imports it, finds the switch
+    on, and the kernel's absence is reported only when it is first needed."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import et_graph.fused, et_graph.native as n\n"
+        "assert n.native_attention_enabled() and n._state['module'] is None\n"
+        "print('imported')\n"
+    )
+    env = {**os.environ, native.ENV_VARIABLE: "1", "PATH": str(tmp_path), "CXX": "missing-cxx",
+           "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and "imported" in done.stdout, done.stderr[-1500:]
