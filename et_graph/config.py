@@ -59,8 +59,9 @@ class RunConfig:
         resume: continue interrupted trainings from checkpoint_dir.
         native_attention: use the compiled CPU kernel for the attention gradient
             (et_graph.native: opt-in, built on first use; for mini-batches of small graphs).
-            ET_GRAPH_NATIVE_ATTENTION=1 in the environment turns it on for every run; the
-            resolved value is what results record.
+            ET_GRAPH_NATIVE_ATTENTION=1 in the environment (or set_native_attention(True)
+            earlier in the process) turns it on for every run; the value in force is what
+            results record.
     """
 
     out: Optional[str] = None
@@ -95,14 +96,19 @@ class RunConfig:
     def apply_threads(self) -> None:
         """Apply the process-wide settings of this run: the torch CPU threads and, when asked
         for, the compiled attention kernel (built here, so a missing compiler stops the run
-        before it trains)."""
+        before it trains). A kernel already switched on for the process (by
+        ``set_native_attention`` or the environment) stays on, and this config then records
+        it, so that results say which path ran."""
         if self.threads:
             import torch
 
             torch.set_num_threads(self.threads)
-        from .native import set_native_attention
+        from .native import native_attention_enabled, set_native_attention
 
-        set_native_attention(self.native_attention)
+        if self.native_attention:
+            set_native_attention(True)
+        elif native_attention_enabled():
+            self.native_attention = True
 
     def checkpoint(self, *parts: str) -> Optional[CheckpointConfig]:
         """A :class:`~et_graph.training.CheckpointConfig` for one training of this run

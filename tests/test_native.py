@@ -206,7 +206,12 @@ def test_run_config_records_and_applies_the_setting(monkeypatch):
     assert RunConfig().native_attention is False
     RunConfig().apply_threads()
     RunConfig(native_attention=True).apply_threads()
-    assert applied == [False, True]
+    assert applied == [True]
+    # Switched on for the process beforehand: a run does not turn it off, and records it.
+    native._state["enabled"] = True
+    config = RunConfig()
+    config.apply_threads()
+    assert config.native_attention is True and applied == [True]
     # The environment turns it on, and the resolved config (what results record) says so.
     monkeypatch.setenv(native.ENV_VARIABLE, "1")
     assert RunConfig().native_attention is True
