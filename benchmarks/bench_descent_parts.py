@@ -42,7 +42,7 @@ from torch_geometric.loader import DataLoader
 from et_graph import energy as E
 from et_graph.datasets.tudataset import load_tudataset
 from et_graph.fused import build_edge_plan, fused_attention_grad, fused_relu_hopfield_grad
-from et_graph.native import native_attention, set_native_attention
+from et_graph.native import load_native_attention, native_attention
 from et_graph.nn.pool import add_cls_nodes
 
 
@@ -128,8 +128,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "threads": torch.get_num_threads(), "torch": torch.__version__,
     }
     if args.native:
-        set_native_attention(True)  # built here, not inside the timing
-        set_native_attention(False)
+        load_native_attention()  # built here, not inside the timing
 
         def native() -> None:
             with native_attention():

@@ -59,7 +59,7 @@ from torch_geometric.loader import DataLoader
 
 from et_graph.config import add_config_arguments, merge, resolve, to_dict
 from et_graph.experiments.tudataset import TUDatasetConfig, et_model_kwargs, model_factories
-from et_graph.native import native_attention, set_native_attention
+from et_graph.native import load_native_attention, native_attention
 from et_graph.nn.models.graph_model import ETGraphModel
 from et_graph.protocols.graph_cv import model_outputs
 from et_graph.training import Trainer
@@ -197,8 +197,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     if args.native_compare:
         if device.type != "cpu":
             raise ValueError("--native-compare times the CPU kernel; use --device cpu")
-        set_native_attention(True)  # built now, before any timing
-        set_native_attention(config.run.native_attention)
+        load_native_attention()  # built now, before any timing
         torch.manual_seed(0)
         models["et_native"] = factories["et"]()
     models = {name: model.to(device) for name, model in models.items()}

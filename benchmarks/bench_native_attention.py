@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from et_graph.native import native_attention, set_native_attention
+from et_graph.native import load_native_attention, native_attention
 from et_graph.nn import ETConv
 
 
@@ -51,8 +51,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    set_native_attention(True)  # built before any timing
-    set_native_attention(False)
+    load_native_attention()  # built before any timing
     torch.manual_seed(0)
     conv = ETConv(args.channels, heads=args.heads, head_dim=args.head_dim, steps=args.steps)
     x = torch.randn(args.nodes, args.channels)
