@@ -116,8 +116,12 @@ def sorted_edges(plan: Any) -> tuple[Tensor, Tensor]:
     return cached
 
 
-def _empty_like_values(k: Tensor) -> Tensor:
-    return k.new_empty(0)
+def kernel_inputs(k: Tensor, q: Tensor, beta: Tensor, weight: Optional[Tensor], plan: Any
+                  ) -> tuple[Tensor, ...]:
+    """``(k, q, beta, weight, src, rowptr)`` as the compiled kernel takes them: contiguous,
+    beta flat, an empty tensor for no weight, and the plan's sorted edges."""
+    return (k.contiguous(), q.contiguous(), beta.reshape(-1).contiguous(),
+            k.new_empty(0) if weight is None else weight.contiguous(), *sorted_edges(plan))
 
 
 class NativeAttentionGrad(torch.autograd.Function):
@@ -128,11 +132,8 @@ class NativeAttentionGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, k: Tensor, q: Tensor, beta: Tensor, weight: Optional[Tensor],
                 plan: Any) -> tuple[Tensor, Tensor]:
-        module = load_native_attention()
-        src, rowptr = sorted_edges(plan)
-        w = _empty_like_values(k) if weight is None else weight.contiguous()
-        grad_k, grad_q, probs, scores = module.forward(
-            k.contiguous(), q.contiguous(), beta.reshape(-1).contiguous(), w, src, rowptr)
+        grad_k, grad_q, probs, scores = load_native_attention().forward(
+            *kernel_inputs(k, q, beta, weight, plan))
         ctx.plan = plan
         ctx.save_for_backward(k, q, beta, weight, probs, scores)
         return grad_k, grad_q
@@ -146,12 +147,9 @@ class NativeAttentionGrad(torch.autograd.Function):
             # The sparse path's reference route, differentiable to any order.
             return _FusedAttentionGrad._differentiable_backward(ctx, saved, up_k, up_q)
         k, q, beta, weight, probs, scores = saved
-        module = load_native_attention()
-        src, rowptr = sorted_edges(ctx.plan)
-        empty = _empty_like_values(k)
-        d_k, d_q, d_beta, d_w = module.backward(
-            k.contiguous(), q.contiguous(), beta.reshape(-1).contiguous(),
-            empty if weight is None else weight.contiguous(), src, rowptr, probs, scores,
+        empty = k.new_empty(0)
+        d_k, d_q, d_beta, d_w = load_native_attention().backward(
+            *kernel_inputs(k, q, beta, weight, ctx.plan), probs, scores,
             empty if up_k is None else up_k.contiguous(),
             empty if up_q is None else up_q.contiguous(),
             bool(ctx.needs_input_grad[3]),
