@@ -39,8 +39,15 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-SOURCE = Path(__file__).with_name("csrc") / "attention_grad.cpp"
+CSRC = Path(__file__).with_name("csrc")
+#: One extension: the attention gradient, the mask's Gram entries, and their Python bindings.
+SOURCES = tuple(CSRC / name for name in ("bindings.cpp", "attention_grad.cpp",
+                                         "gram_entries.cpp"))
 ENV_VARIABLE = "ET_GRAPH_NATIVE_ATTENTION"
+# -fopenmp-simd honours the source's `omp simd` loops (vectorised per head, sums included)
+# without linking an OpenMP runtime; no -march flag, so a build cached in a home directory
+# shared by different machines runs on all of them.
+COMPILE_FLAGS = ["-O3", "-fopenmp-simd"]
 
 _state: dict[str, Any] = {"enabled": False, "module": None}
 
@@ -53,11 +60,11 @@ def load_native_attention() -> Any:
     try:
         from torch.utils.cpp_extension import load
 
-        module = load(name="et_graph_attention_grad", sources=[str(SOURCE)],
-                      extra_cflags=["-O3"], verbose=False)
+        module = load(name="et_graph_native", sources=[str(path) for path in SOURCES],
+                      extra_cflags=COMPILE_FLAGS, verbose=False)
     except Exception as error:  # compiler, ninja or headers missing: say which
         raise RuntimeError(
-            f"the native attention kernel could not be built from {SOURCE} "
+            f"the native kernels could not be built from {CSRC} "
             f"({type(error).__name__}: {str(error).strip()[-600:]}); it needs a C++ compiler "
             "and ninja (pip install ninja). Leave it off (the default) to use the sparse "
             "kernels instead."
@@ -116,11 +123,23 @@ def sorted_edges(plan: Any) -> tuple[Tensor, Tensor]:
     return cached
 
 
+def rows_contiguous(t: Tensor) -> Tensor:
+    """``t [N, H, Y]`` itself when each row's ``[H, Y]`` block is contiguous (the kernel reads
+    rows at any stride: the keys and queries, views of one ``[N, 2HY]`` projection, are read
+    in place), else a contiguous copy."""
+    rows, heads, width = t.shape
+    # A stride along a dimension of size <= 1 is never used (PyTorch leaves it arbitrary).
+    if ((width <= 1 or t.stride(2) == 1) and (heads <= 1 or t.stride(1) == width)
+            and (rows <= 1 or t.stride(0) >= heads * width)):
+        return t
+    return t.contiguous()
+
+
 def kernel_inputs(k: Tensor, q: Tensor, beta: Tensor, weight: Optional[Tensor], plan: Any
                   ) -> tuple[Tensor, ...]:
-    """``(k, q, beta, weight, src, rowptr)`` as the compiled kernel takes them: contiguous,
-    beta flat, an empty tensor for no weight, and the plan's sorted edges."""
-    return (k.contiguous(), q.contiguous(), beta.reshape(-1).contiguous(),
+    """``(k, q, beta, weight, src, rowptr)`` as the compiled kernel takes them: rows
+    contiguous, beta flat, an empty tensor for no weight, and the plan's sorted edges."""
+    return (rows_contiguous(k), rows_contiguous(q), beta.reshape(-1).contiguous(),
             k.new_empty(0) if weight is None else weight.contiguous(), *sorted_edges(plan))
 
 
@@ -168,3 +187,69 @@ def _apply_environment() -> None:
 
 
 _apply_environment()
+
+
+# --------------------------------------------------------------------------------------------
+# The Conv2D adjacency mask's Gram entries at the edges
+# --------------------------------------------------------------------------------------------
+def gram_entries_reference(x: Tensor, src: Tensor, dst: Tensor, batch: Tensor, ptr: Tensor,
+                           radius: int) -> Tensor:
+    """``[E, k^2]``, ``k = 2 radius + 1``: entry ``(a + r) k + (b + r)`` of edge ``B -> C`` is
+    ``<x_{C+a}, x_{B+b}>``, or 0 where ``C + a`` leaves ``C``'s graph or ``B + b`` leaves
+    ``B``'s (graph ``g`` holds the tokens ``ptr[g] .. ptr[g + 1] - 1``; ``batch`` maps each
+    token to its graph). Plain PyTorch and differentiable to any order: what the compiled
+    kernel is tested against, and its backward under ``create_graph=True``."""
+    last = max(x.size(0) - 1, 0)
+    lo, hi = ptr.index_select(0, batch), ptr.index_select(0, batch + 1)
+    columns = []
+    for row_shift in range(-radius, radius + 1):
+        rows = dst + row_shift
+        row_inside = (rows >= lo[dst]) & (rows < hi[dst])
+        rows = rows.clamp(0, last)
+        for col_shift in range(-radius, radius + 1):
+            cols = src + col_shift
+            inside = row_inside & (cols >= lo[src]) & (cols < hi[src])
+            cols = cols.clamp(0, last)
+            dots = (x.index_select(0, rows) * x.index_select(0, cols)).sum(-1)
+            columns.append(dots * inside.to(x.dtype))
+    return torch.stack(columns, dim=1) if columns else x.new_zeros(src.numel(), 0)
+
+
+class NativeGramEntries(torch.autograd.Function):
+    """:func:`gram_entries_reference` from the compiled kernel (one loop over the edges each
+    way); its backward under ``create_graph=True`` differentiates the reference instead."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, src: Tensor, dst: Tensor, batch: Tensor, ptr: Tensor,
+                radius: int) -> Tensor:
+        edges = tuple(t.contiguous().long() for t in (src, dst, batch, ptr))
+        ctx.save_for_backward(x, *edges)
+        ctx.radius = radius
+        return load_native_attention().gram_entries_forward(x.contiguous(), *edges, radius)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor):
+        x, src, dst, batch, ptr = ctx.saved_tensors
+        if torch.is_grad_enabled() and (x.requires_grad or grad.requires_grad):
+            with torch.enable_grad():
+                values = gram_entries_reference(x, src, dst, batch, ptr, ctx.radius)
+                (d_x,) = torch.autograd.grad(values, x, grad, create_graph=True)
+        else:
+            d_x = load_native_attention().gram_entries_backward(
+                x.contiguous(), src, dst, batch, ptr, ctx.radius, grad.contiguous())
+        return d_x, None, None, None, None, None
+
+
+def gram_entries(x: Tensor, src: Tensor, dst: Tensor, batch: Tensor, ptr: Tensor,
+                 radius: int) -> Tensor:
+    """:func:`gram_entries_reference`'s values from the compiled kernel (CPU, float32/64)."""
+    return NativeGramEntries.apply(x, src, dst, batch, ptr, radius)
+
+
+def native_applies(x: Tensor) -> bool:
+    """Whether the compiled kernels take ``x``: switched on, a CPU tensor of float32/64, and
+    no ``torch.func`` transform in force (those keep the PyTorch route)."""
+    from .fused import SPARSE_KERNEL_DTYPES, functorch_active
+
+    return (native_attention_enabled() and x.device.type == "cpu"
+            and x.dtype in SPARSE_KERNEL_DTYPES and not functorch_active())

@@ -335,3 +335,123 @@ def test_the_environment_switches_it_on_at_import_without_building(tmp_path):
            "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0 and "imported" in done.stdout, done.stderr[-1500:]
+
+
+@pytest.mark.parametrize("layout", ["projection_halves", "heads_transposed"])
+def test_strided_keys_and_queries(built, layout, monkeypatch):
+    """Keys and queries as the layer makes them, halves of one [N, 2HY] projection, are read in
+    place (no copy); a layout whose rows are not contiguous is copied first. Both exact."""
+    src, dst = awkward_edges()
+    gen = torch.Generator().manual_seed(5)
+    heads, head_dim = 4, 8
+    if layout == "projection_halves":
+        kq = torch.randn(NUM_NODES, 2 * heads * head_dim, generator=gen, dtype=torch.float64,
+                         requires_grad=True)
+        k, q = (t.reshape(NUM_NODES, heads, head_dim) for t in kq.split(heads * head_dim, 1))
+        leaves = (kq,)
+    else:
+        base = torch.randn(2, NUM_NODES, head_dim, heads, generator=gen, dtype=torch.float64,
+                           requires_grad=True)
+        k, q = base[0].transpose(1, 2), base[1].transpose(1, 2)
+        leaves = (base,)
+    beta = torch.full((heads,), 0.7, dtype=torch.float64)
+    copies = []
+    real_contiguous = torch.Tensor.contiguous
+
+    def counting(t, *args, **kwargs):
+        if not t.is_contiguous():
+            copies.append(tuple(t.shape))
+        return real_contiguous(t, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "contiguous", counting)
+    assert (native.rows_contiguous(k) is k) == (layout == "projection_halves")
+    with native.native_attention():
+        got = fused_attention_grad(k, q, src, dst, beta, None)
+    key_copies = [s for s in copies if s == (NUM_NODES, heads, head_dim)]
+    assert (len(key_copies) == 0) == (layout == "projection_halves")
+    monkeypatch.setattr(torch.Tensor, "contiguous", real_contiguous)
+    want = E.attention_grad(k, q, src, dst, beta, None, NUM_NODES)
+    for g, w in zip(got, want):
+        assert relative_error(g, w) < 1e-12
+    ups = [torch.randn_like(t) for t in want]
+    for g, w in zip(torch.autograd.grad(got, leaves, ups), torch.autograd.grad(want, leaves, ups)):
+        assert relative_error(g, w) < 1e-10
+
+
+# ----------------------------------------------------------------------------------------------
+# The Conv2D mask's Gram entries
+# ----------------------------------------------------------------------------------------------
+def three_graphs() -> tuple[torch.Tensor, ...]:
+    """Graphs of 4, 1 and 6 tokens; edges inside each (a self-loop, both directions), and one
+    edge between two graphs, where each endpoint keeps its own graph's bounds."""
+    ptr = torch.tensor([0, 4, 5, 11])
+    batch = torch.repeat_interleave(torch.arange(3), torch.tensor([4, 1, 6]))
+    src = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 5, 10, 0, 3])
+    dst = torch.tensor([1, 0, 3, 2, 4, 6, 5, 8, 7, 10, 9, 10, 5, 3, 7])
+    return src, dst, batch, ptr
+
+
+@pytest.mark.parametrize("radius", [0, 1, 2])
+def test_gram_entries_equal_the_reference(built, radius):
+    src, dst, batch, ptr = three_graphs()
+    x = torch.randn(11, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(radius),
+                    requires_grad=True)
+    got = native.gram_entries(x, src, dst, batch, ptr, radius)
+    want = native.gram_entries_reference(x, src, dst, batch, ptr, radius)
+    assert got.shape == (15, (2 * radius + 1) ** 2)
+    assert relative_error(got, want) < 1e-14
+    # Spot checks of the definition: edge 1 -> 0 (graph 0, tokens 0..3), centre and corners.
+    k = 2 * radius + 1
+    centre = radius * k + radius
+    assert torch.isclose(got[1, centre], x[0] @ x[1])
+    if radius:
+        assert got[1, 0] == 0  # row 0 - radius leaves the graph
+        assert torch.isclose(got[1, k * k - 1], x[radius] @ x[1 + radius])
+    # The edge 3 -> 7 joins two graphs: row 7 + a stays in graph 2, column 3 + b in graph 0.
+    assert torch.isclose(got[14, centre], x[7] @ x[3])
+    function = lambda x: native.gram_entries(x, src, dst, batch, ptr, radius)  # noqa: E731
+    assert torch.autograd.gradcheck(function, (x,))
+    assert torch.autograd.gradgradcheck(function, (x,))
+
+
+@pytest.mark.parametrize("kernel_size", [1, 3, 5])
+@pytest.mark.parametrize("edge_dim", [None, 3])
+def test_mask_equals_the_default_path(built, kernel_size, edge_dim):
+    """With the switch on, the mask (both entry points) gives the default path's values and
+    gradients, and routes through the kernel."""
+    from test_graph_fast_paths import cls_batch
+
+    from et_graph.nn.adjacency_mask import Conv2DAdjacencyMask
+
+    graph, _ = cls_batch([1, 2, 5, 8, 3], seed=kernel_size)
+    mask = Conv2DAdjacencyMask(heads=3, kernel_size=kernel_size, edge_dim=edge_dim).double()
+    torch.nn.init.normal_(mask.weight)
+    torch.nn.init.normal_(mask.bias)
+    x = graph.x.detach().clone().requires_grad_(True)
+    graph = graph._replace(x=x)
+    attr = (torch.randn(graph.edge_index.size(1), edge_dim, dtype=torch.float64)
+            if edge_dim else None)
+    probe = torch.randn(graph.edge_index.size(1), 3, dtype=torch.float64)
+    calls = []
+    original = native.NativeGramEntries.apply
+
+    def counted(*args):
+        calls.append(1)
+        return original(*args)
+
+    runs = {"forward_cls_graph": lambda: mask.forward_cls_graph(graph, attr),
+            "forward": lambda: mask(x, graph.edge_index, graph.batch, attr)}
+    for run in runs.values():
+        results = {}
+        for name in ("default", "native"):
+            calls.clear()
+            with native.native_attention(name == "native"), \
+                    pytest.MonkeyPatch.context() as patch:
+                patch.setattr(native.NativeGramEntries, "apply", counted)
+                out = run()
+                grads = torch.autograd.grad((out * probe).sum(), [x, mask.weight, mask.bias])
+            assert bool(calls) == (name == "native")
+            results[name] = (out, grads)
+        assert relative_error(results["native"][0], results["default"][0]) < 1e-12
+        for a, b in zip(results["native"][1], results["default"][1]):
+            assert relative_error(a, b) < 1e-11

@@ -18,13 +18,20 @@
 #include <limits>
 #include <vector>
 
+#define ET_PRAGMA(x) _Pragma(#x)
+#define ET_SIMD ET_PRAGMA(omp simd)
+#define ET_SIMD_SUM(v) ET_PRAGMA(omp simd reduction(+ : v))
+
+namespace et_graph_native {
 namespace {
 
 // H (heads) and Y (the head width) as compile-time constants where they are common ones, so
 // that the per-head loops unroll; 0 = read at run time.
 template <typename scalar_t, int kH, int kY>
 struct Kernel {
-  int64_t N, H_, Y, E, w_rows;
+  // k_row, q_row: the row strides of K and Q (a row's [H, Y] block itself is contiguous, so
+  // the key and query halves of one projection are read in place).
+  int64_t N, H_, Y, E, w_rows, k_row, q_row;
   const scalar_t *K, *Q, *beta, *W;
   const int64_t *S, *R;
 
@@ -36,9 +43,14 @@ struct Kernel {
   inline void dots(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
                    scalar_t* __restrict__ out) const {
     const int64_t H = heads(), Yw = width();
-    for (int64_t h = 0; h < H; ++h) out[h] = 0;
-    for (int64_t y = 0; y < Yw; ++y)
-      for (int64_t h = 0; h < H; ++h) out[h] += a[h * Yw + y] * b[h * Yw + y];
+    for (int64_t h = 0; h < H; ++h) {
+      const scalar_t* __restrict__ ah = a + h * Yw;
+      const scalar_t* __restrict__ bh = b + h * Yw;
+      scalar_t acc = 0;
+      ET_SIMD_SUM(acc)
+      for (int64_t y = 0; y < Yw; ++y) acc += ah[y] * bh[y];
+      out[h] = acc;
+    }
   }
   inline scalar_t weight(int64_t e, int64_t h) const {
     return W == nullptr ? scalar_t(1) : W[(w_rows == 1 ? 0 : h) * E + e];
@@ -51,6 +63,7 @@ struct Kernel {
   }
   static inline void axpy(scalar_t alpha, const scalar_t* __restrict__ x,
                           scalar_t* __restrict__ y, int64_t n) {
+    ET_SIMD
     for (int64_t i = 0; i < (kY ? kY : n); ++i) y[i] += alpha * x[i];
   }
 
@@ -60,11 +73,15 @@ struct Kernel {
     std::vector<scalar_t> top(H), total(H);
     for (int64_t c = 0; c < N; ++c) {
       const int64_t begin = R[c], end = R[c + 1];
+      // Each destination's row of dE/dq is its own: written here whole (zero without edges),
+      // so the output needs no zero fill first.
+      scalar_t* gq = GQ + c * HY;
+      std::fill(gq, gq + HY, scalar_t(0));
       if (begin == end) continue;
-      const scalar_t* qc = Q + c * HY;
+      const scalar_t* qc = Q + c * q_row;
       std::fill(top.begin(), top.end(), -std::numeric_limits<scalar_t>::infinity());
       for (int64_t e = begin; e < end; ++e) {
-        dots(K + S[e] * HY, qc, SC + e * H);
+        dots(K + S[e] * k_row, qc, SC + e * H);
         for (int64_t h = 0; h < H; ++h) {
           const scalar_t s = SC[e * H + h];
           const scalar_t logit = beta[h] * weight(e, h) * s;
@@ -79,9 +96,8 @@ struct Kernel {
           P[e * H + h] = p;
           total[h] += p;
         }
-      scalar_t* gq = GQ + c * HY;
       for (int64_t e = begin; e < end; ++e) {
-        const scalar_t* kb = K + S[e] * HY;
+        const scalar_t* kb = K + S[e] * k_row;
         scalar_t* gk = GK + S[e] * HY;
         for (int64_t h = 0; h < H; ++h) {
           const scalar_t p = P[e * H + h] / total[h];
@@ -100,15 +116,17 @@ struct Kernel {
     std::vector<scalar_t> d_coef, weighted(H), d_beta(H, scalar_t(0)), other(H);
     for (int64_t c = 0; c < N; ++c) {
       const int64_t begin = R[c], end = R[c + 1];
+      scalar_t* dqc = DQ + c * HY;  // written whole here, as dE/dq's rows in forward
+      std::fill(dqc, dqc + HY, scalar_t(0));
       if (begin == end) continue;
-      const scalar_t* qc = Q + c * HY;
+      const scalar_t* qc = Q + c * q_row;
       const scalar_t* uqc = UQ ? UQ + c * HY : nullptr;
       d_coef.resize((end - begin) * H);
       std::fill(weighted.begin(), weighted.end(), scalar_t(0));
       // dL/dc_e = -(<G_k[B], q_C> + <G_q[C], k_B>), and sum_e p_e dL/dp_e per head.
       for (int64_t e = begin; e < end; ++e) {
         const int64_t b = S[e];
-        const scalar_t* kb = K + b * HY;
+        const scalar_t* kb = K + b * k_row;
         const scalar_t* ukb = UK ? UK + b * HY : nullptr;
         scalar_t* dc_e = d_coef.data() + (e - begin) * H;
         if (ukb) dots(ukb, qc, dc_e);
@@ -123,10 +141,9 @@ struct Kernel {
           weighted[h] -= P[e * H + h] * weight(e, h) * dc;
         }
       }
-      scalar_t* dqc = DQ + c * HY;
       for (int64_t e = begin; e < end; ++e) {
         const int64_t b = S[e];
-        const scalar_t* kb = K + b * HY;
+        const scalar_t* kb = K + b * k_row;
         const scalar_t* ukb = UK ? UK + b * HY : nullptr;
         scalar_t* dkb = DK + b * HY;
         for (int64_t h = 0; h < H; ++h) {
@@ -158,6 +175,8 @@ void with_kernel(const torch::Tensor& k, const torch::Tensor& q, const torch::Te
     kern.Y = Y;
     kern.E = src.numel();
     kern.w_rows = weight.numel() ? weight.size(0) : 0;
+    kern.k_row = k.stride(0);
+    kern.q_row = q.stride(0);
     kern.K = k.data_ptr<scalar_t>();
     kern.Q = q.data_ptr<scalar_t>();
     kern.beta = beta.data_ptr<scalar_t>();
@@ -187,12 +206,20 @@ void with_kernel(const torch::Tensor& k, const torch::Tensor& q, const torch::Te
   }
 }
 
+// Each row's [H, Y] block contiguous (the row stride free): k and q as views of one [N, 2HY]
+// projection qualify.
+bool rows_contiguous(const torch::Tensor& t) {
+  // A stride along a dimension of size <= 1 is never used (PyTorch leaves it arbitrary).
+  return (t.size(2) <= 1 || t.stride(2) == 1) && (t.size(1) <= 1 || t.stride(1) == t.size(2)) &&
+         (t.size(0) <= 1 || t.stride(0) >= t.size(1) * t.size(2));
+}
+
 void check_inputs(const torch::Tensor& k, const torch::Tensor& q, const torch::Tensor& beta,
                   const torch::Tensor& weight, const torch::Tensor& src,
                   const torch::Tensor& rowptr) {
-  TORCH_CHECK(k.device().is_cpu() && k.is_contiguous() && k.dim() == 3,
-              "k: a contiguous [N, H, Y] tensor on the CPU");
-  TORCH_CHECK(q.sizes() == k.sizes() && q.is_contiguous() && q.scalar_type() == k.scalar_type(),
+  TORCH_CHECK(k.device().is_cpu() && k.dim() == 3 && rows_contiguous(k),
+              "k: an [N, H, Y] tensor on the CPU whose rows are contiguous");
+  TORCH_CHECK(q.sizes() == k.sizes() && rows_contiguous(q) && q.scalar_type() == k.scalar_type(),
               "q: like k");
   TORCH_CHECK(beta.numel() == k.size(1) && beta.is_contiguous() &&
                   beta.scalar_type() == k.scalar_type(), "beta: [H], k's dtype");
@@ -207,12 +234,14 @@ void check_inputs(const torch::Tensor& k, const torch::Tensor& q, const torch::T
   }
 }
 
+}  // namespace
+
 std::vector<torch::Tensor> attention_grad_forward(torch::Tensor k, torch::Tensor q,
                                                   torch::Tensor beta, torch::Tensor weight,
                                                   torch::Tensor src, torch::Tensor rowptr) {
   check_inputs(k, q, beta, weight, src, rowptr);
-  auto grad_k = torch::zeros_like(k);
-  auto grad_q = torch::zeros_like(q);
+  auto grad_k = torch::zeros(k.sizes(), k.options());
+  auto grad_q = torch::empty(q.sizes(), q.options());  // every row written by the kernel
   auto probs = torch::empty({src.numel(), k.size(1)}, k.options());
   auto scores = torch::empty({src.numel(), k.size(1)}, k.options());
   AT_DISPATCH_FLOATING_TYPES(k.scalar_type(), "attention_grad_forward", [&] {
@@ -236,8 +265,8 @@ std::vector<torch::Tensor> attention_grad_backward(
               "up_k: like k, or empty");
   TORCH_CHECK(!up_q.numel() || (up_q.sizes() == q.sizes() && up_q.is_contiguous()),
               "up_q: like q, or empty");
-  auto d_k = torch::zeros_like(k);
-  auto d_q = torch::zeros_like(q);
+  auto d_k = torch::zeros(k.sizes(), k.options());
+  auto d_q = torch::empty(q.sizes(), q.options());  // every row written by the kernel
   auto d_beta = torch::zeros_like(beta);
   auto d_w = need_weight && weight.numel() ? torch::zeros_like(weight)
                                            : torch::empty({0}, k.options());
@@ -253,9 +282,4 @@ std::vector<torch::Tensor> attention_grad_backward(
   return {d_k, d_q, d_beta, d_w};
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("forward", &attention_grad_forward, "ET's attention gradient (CPU, one loop)");
-  m.def("backward", &attention_grad_backward, "its first-order backward");
-}
+}  // namespace et_graph_native

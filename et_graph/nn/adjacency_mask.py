@@ -24,6 +24,8 @@ from torch import Tensor
 from torch.nn import Module, Parameter
 from torch_geometric.utils import to_dense_batch
 
+from ..native import gram_entries as native_gram_entries
+from ..native import native_applies
 from .pool.cls_pool import CLSGraph
 from .validation import all_finite, check_batch, check_edge_index
 
@@ -236,8 +238,22 @@ class Conv2DAdjacencyMask(Module):
         index = (start + row * w + col) + (a * w + b)
         index_t = (start + col * w + row) + (b * w + a)
         values = _GramEntries.apply(dense, groups, index.view(-1), index_t.view(-1))
-        kernel = self.weight.reshape(self.heads, -1).to(x.dtype) / math.sqrt(channels)
-        return torch.addmm(self.bias.to(x.dtype), values.view(num_edges, -1), kernel.t())
+        return self._convolve_entries(values.view(num_edges, -1), channels)
+
+    def _convolve_entries(self, values: Tensor, channels: int) -> Tensor:
+        """The convolution ``[E, H]`` from each edge's ``k^2`` Gram entries ``values`` (kernel
+        offsets row-major, unscaled dot products of width ``channels``)."""
+        kernel = self.weight.reshape(self.heads, -1).to(values.dtype) / math.sqrt(channels)
+        return torch.addmm(self.bias.to(values.dtype), values, kernel.t())
+
+    def _conv_at_edges_native(self, x: Tensor, edge_index: Tensor, batch: Tensor,
+                              ptr: Tensor) -> Tensor:
+        """The convolution at every edge from the compiled kernel of :mod:`et_graph.native`
+        (opt-in): each edge's ``k^2`` Gram entries in one loop, ``ptr [G + 1]`` the first token
+        of each graph and the end. The same values as :meth:`_conv_at_edges_sparse`."""
+        src, dst = edge_index
+        values = native_gram_entries(x, src, dst, batch, ptr, self.kernel_size // 2)
+        return self._convolve_entries(values, x.size(1))
 
     def _conv_at_cls_edges(self, x: Tensor, batch: Tensor, cls_index: Tensor,
                            node_index: Tensor) -> Tensor:
@@ -287,7 +303,11 @@ class Conv2DAdjacencyMask(Module):
         num_nodes = graph.node_index.numel()
         num_original = edge_index.size(1) - 2 * num_nodes
         conv = None
-        if self.method == "sparse" and num_original >= 0 and x.size(0):
+        if self.method == "sparse" and num_original >= 0 and x.size(0) and native_applies(x):
+            # CLS nodes come first in their graphs: cls_index and the end delimit the graphs.
+            ptr = torch.cat([graph.cls_index, graph.cls_index.new_full((1,), x.size(0))])
+            conv = self._conv_at_edges_native(x, edge_index, batch, ptr)
+        elif self.method == "sparse" and num_original >= 0 and x.size(0):
             # CLS nodes come first in their graphs, so cls_index is where each graph starts.
             conv = self._conv_at_edges_gram(x, edge_index, batch, graph.cls_index)
         if conv is None and (self.method == "dense" or num_original < 0 or x.size(0) == 0):
@@ -341,6 +361,11 @@ class Conv2DAdjacencyMask(Module):
             return x.new_zeros(0, self.heads)
         if self.method == "dense":
             conv = self._conv_at_edges_dense(x, edge_index, batch)
+        elif native_applies(x):
+            num_graphs = int(batch[-1]) + 1 if batch.numel() else 0
+            ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=x.device)
+            torch.cumsum(torch.bincount(batch, minlength=num_graphs), 0, out=ptr[1:])
+            conv = self._conv_at_edges_native(x, edge_index, batch, ptr)
         else:
             conv = self._conv_at_edges_sparse(x, edge_index, batch)
         return conv if factor is None else conv * factor.to(conv.dtype)

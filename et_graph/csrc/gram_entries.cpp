@@ -1,0 +1,137 @@
+// The Gram entries that the Conv2D adjacency mask reads at each edge (CPU), for
+// et_graph/nn/adjacency_mask.py: for edge B -> C and kernel offsets (a, b) in [-r, r]^2,
+//
+//   V[e, (a + r) k + (b + r)] = <x_{C+a}, x_{B+b}>,   k = 2r + 1,
+//
+// and 0 where C + a leaves C's graph or B + b leaves B's graph (the convolution's "SAME" zero
+// padding, graph by graph). The tokens of graph g are ptr[g] .. ptr[g + 1] - 1, in order.
+// The Python path gathers these from dense per-graph Gram matrices through tens of index
+// tensors per batch; here one loop does it, and one more the backward,
+//
+//   dL/dx_{C+a} += G[e, ab] x_{B+b},   dL/dx_{B+b} += G[e, ab] x_{C+a}.
+//
+// One thread: the backward's scatter would race.
+#include <torch/extension.h>
+
+#define ET_PRAGMA(x) _Pragma(#x)
+#define ET_SIMD ET_PRAGMA(omp simd)
+#define ET_SIMD_SUM(v) ET_PRAGMA(omp simd reduction(+ : v))
+
+namespace et_graph_native {
+namespace {
+
+struct Bounds {
+  int64_t lo, hi;  // the token range of one endpoint's graph
+};
+
+template <typename scalar_t>
+struct GramKernel {
+  const scalar_t* X;
+  int64_t D, E, r;
+  const int64_t *S, *T, *batch, *ptr;
+
+  inline Bounds bounds(int64_t token) const {
+    const int64_t g = batch[token];
+    return {ptr[g], ptr[g + 1]};
+  }
+  static inline scalar_t dot(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
+                             int64_t n) {
+    scalar_t acc = 0;
+    ET_SIMD_SUM(acc)
+    for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+    return acc;
+  }
+  static inline void axpy(scalar_t alpha, const scalar_t* __restrict__ x,
+                          scalar_t* __restrict__ y, int64_t n) {
+    ET_SIMD
+    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  }
+
+  // body(e, i, j, entry) for every kernel entry of every edge whose two tokens lie in their
+  // graphs; other entries are left to the caller (forward writes zeros first).
+  template <typename F>
+  void for_each_entry(F&& body) const {
+    const int64_t k = 2 * r + 1;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t c = T[e], b = S[e];
+      const Bounds rows = bounds(c), cols = bounds(b);
+      for (int64_t da = -r; da <= r; ++da) {
+        const int64_t i = c + da;
+        if (i < rows.lo || i >= rows.hi) continue;
+        for (int64_t db = -r; db <= r; ++db) {
+          const int64_t j = b + db;
+          if (j < cols.lo || j >= cols.hi) continue;
+          body(e, i, j, e * k * k + (da + r) * k + (db + r));
+        }
+      }
+    }
+  }
+
+  void forward(scalar_t* V) const {
+    for_each_entry([&](int64_t, int64_t i, int64_t j, int64_t entry) {
+      V[entry] = dot(X + i * D, X + j * D, D);
+    });
+  }
+
+  void backward(const scalar_t* G, scalar_t* DX) const {
+    for_each_entry([&](int64_t, int64_t i, int64_t j, int64_t entry) {
+      const scalar_t g = G[entry];
+      if (g == scalar_t(0)) return;
+      axpy(g, X + j * D, DX + i * D, D);
+      axpy(g, X + i * D, DX + j * D, D);
+    });
+  }
+};
+
+template <typename scalar_t>
+GramKernel<scalar_t> make_kernel(const torch::Tensor& x, const torch::Tensor& src,
+                                 const torch::Tensor& dst, const torch::Tensor& batch,
+                                 const torch::Tensor& ptr, int64_t radius) {
+  return {x.data_ptr<scalar_t>(), x.size(1), src.numel(), radius,
+          src.data_ptr<int64_t>(), dst.data_ptr<int64_t>(), batch.data_ptr<int64_t>(),
+          ptr.data_ptr<int64_t>()};
+}
+
+void check_inputs(const torch::Tensor& x, const torch::Tensor& src, const torch::Tensor& dst,
+                  const torch::Tensor& batch, const torch::Tensor& ptr, int64_t radius) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.is_contiguous(),
+              "x: a contiguous [T, D] tensor on the CPU");
+  for (const auto* t : {&src, &dst, &batch, &ptr})
+    TORCH_CHECK(t->scalar_type() == torch::kLong && t->is_contiguous() && t->dim() == 1,
+                "src, dst, batch, ptr: contiguous int64 vectors");
+  TORCH_CHECK(src.numel() == dst.numel(), "src and dst: one entry per edge");
+  TORCH_CHECK(batch.numel() == x.size(0), "batch: one graph index per token");
+  TORCH_CHECK(ptr.numel() >= 1, "ptr: [graphs + 1] token offsets");
+  TORCH_CHECK(radius >= 0, "radius: kernel_size // 2, not negative");
+}
+
+}  // namespace
+
+torch::Tensor gram_entries_forward(torch::Tensor x, torch::Tensor src, torch::Tensor dst,
+                                   torch::Tensor batch, torch::Tensor ptr, int64_t radius) {
+  check_inputs(x, src, dst, batch, ptr, radius);
+  const int64_t k = 2 * radius + 1;
+  auto values = torch::zeros({src.numel(), k * k}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "gram_entries_forward", [&] {
+    make_kernel<scalar_t>(x, src, dst, batch, ptr, radius).forward(values.data_ptr<scalar_t>());
+  });
+  return values;
+}
+
+torch::Tensor gram_entries_backward(torch::Tensor x, torch::Tensor src, torch::Tensor dst,
+                                    torch::Tensor batch, torch::Tensor ptr, int64_t radius,
+                                    torch::Tensor grad) {
+  check_inputs(x, src, dst, batch, ptr, radius);
+  const int64_t k = 2 * radius + 1;
+  TORCH_CHECK(grad.sizes() == torch::IntArrayRef({src.numel(), k * k}) && grad.is_contiguous() &&
+                  grad.scalar_type() == x.scalar_type(),
+              "grad: a contiguous [E, k * k] tensor of x's dtype");
+  auto d_x = torch::zeros_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "gram_entries_backward", [&] {
+    make_kernel<scalar_t>(x, src, dst, batch, ptr, radius)
+        .backward(grad.data_ptr<scalar_t>(), d_x.data_ptr<scalar_t>());
+  });
+  return d_x;
+}
+
+}  // namespace et_graph_native
