@@ -25,9 +25,9 @@ ratio to GIN's from the same rounds, show what each part of the default ET costs
 diagnostics, not models anyone trains.
 
 ``--native-compare`` adds ``et_native`` to the same rotation: the same ET (same initial
-weights) with the compiled attention kernel of :mod:`et_graph.native` switched on for its epochs
-only, so that the default path and the opt-in kernel are timed against the same GIN epochs.
-``--native-attention`` instead switches the kernel on for every ET epoch.
+weights) with the compiled kernels of :mod:`et_graph.native` (attention gradient, mask) switched on
+for its epochs only, so that the default path and the opt-in kernel are timed against the same GIN epochs.
+``--native-attention`` instead switches them on for every ET epoch.
 
 ``--device cuda`` runs both models on a GPU: each batch is copied to the device inside the timed
 epoch, and each epoch's clock stops after ``torch.cuda.synchronize``.
@@ -169,7 +169,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                        "without descent steps and without message-passing layers")
     bench.add_argument("--skip-timing", action="store_true", help="only profile")
     bench.add_argument("--native-compare", action="store_true",
-                       help="also time ET with the compiled attention kernel (et_graph.native) "
+                       help="also time ET with the compiled kernels (et_graph.native) "
                             "switched on for its epochs only")
     bench.add_argument("--no-preset", action="store_true",
                        help="start from the config defaults (the general preset), not NCI1's")

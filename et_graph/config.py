@@ -57,8 +57,9 @@ class RunConfig:
         checkpoint_dir: save resumable training checkpoints below this folder (none = off).
         checkpoint_every: save a checkpoint every this many epochs.
         resume: continue interrupted trainings from checkpoint_dir.
-        native_attention: use the compiled CPU kernel for the attention gradient
-            (et_graph.native: opt-in, built on first use; for mini-batches of small graphs).
+        native_attention: use the compiled CPU kernels for the attention gradient and the
+            Conv2D mask's Gram entries (et_graph.native: opt-in, built on first use; for
+            mini-batches of small graphs).
             ET_GRAPH_NATIVE_ATTENTION=1 in the environment (or set_native_attention(True)
             earlier in the process) turns it on for every run; the value in force is what
             results record.
@@ -95,7 +96,7 @@ class RunConfig:
 
     def apply_threads(self) -> None:
         """Apply the process-wide settings of this run: the torch CPU threads and, when asked
-        for, the compiled attention kernel (built here, so a missing compiler stops the run
+        for, the compiled kernels (built here, so a missing compiler stops the run
         before it trains). A kernel already switched on for the process (by
         ``set_native_attention`` or the environment) stays on, and this config then records
         it, so that results say which path ran."""

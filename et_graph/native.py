@@ -1,4 +1,5 @@
-r"""An optional compiled CPU kernel for the attention gradient, for mini-batches of small graphs.
+r"""Optional compiled CPU kernels (the attention gradient, the Conv2D mask's Gram entries), for
+mini-batches of small graphs.
 
 :func:`et_graph.fused.fused_attention_grad` computes ``(dE_ATT/dk, dE_ATT/dq)`` with PyTorch's
 sparse CSR kernels: a sampled product, two segment reductions and two sparse-dense products per
@@ -6,24 +7,30 @@ descent step, and as many again in backward. On a batch of small graphs (NCI1: 6
 2,100 tokens and 8,500 edges) each of those calls costs more in dispatch and bookkeeping than
 in arithmetic. ``et_graph/csrc/attention_grad.cpp`` does the same work as one loop over the
 destination-sorted edges in forward and one in backward (the equations of
-:mod:`et_graph.fused`'s docstring, edge by edge).
+:mod:`et_graph.fused`'s docstring, edge by edge), each head's products vectorised, the keys
+and queries read in place from their shared projection. ``et_graph/csrc/gram_entries.cpp``
+does the same for :class:`~et_graph.nn.adjacency_mask.Conv2DAdjacencyMask`: the ``k^2`` Gram
+entries its convolution reads at each edge, in one loop (:func:`gram_entries`), where the
+PyTorch path builds per-graph Gram matrices and tens of index tensors per batch. Both are one
+extension (``bindings.cpp``), built together.
 
 It is **off by default** and opt-in, because it is compiled on first use (with
 :func:`torch.utils.cpp_extension.load`: a C++ compiler and ninja, about a minute, then cached
 by torch under ``~/.cache/torch_extensions`` or ``$TORCH_EXTENSIONS_DIR``), and because it sums
 in another order than the sparse kernels, so float32 results differ from the default path in the
 last bits (float64 agrees with the reference closed form to about 1e-14; the tests check both).
-It runs on one thread, so it suits the mini-batches of many small graphs it was written for,
-not one large graph: at Tolokers' size it took 1.05 x the sparse path's time on one thread and
-1.4 x on two (``benchmarks/bench_native_attention.py``). Turn it on with
+It runs on one thread, so it suits the mini-batches of many small graphs it was written for
+more than one large graph (``benchmarks/bench_native_attention.py`` times both paths there;
+docs/benchmarks.md has the figures). Turn it on with
 
 * ``set_native_attention(True)`` (or the context manager :func:`native_attention`),
 * the environment variable ``ET_GRAPH_NATIVE_ATTENTION=1`` (read at import; the kernel is
   then built on its first call),
 * ``--native-attention`` on every ``et-graph`` command (``run.native_attention``).
 
-When it is on, every first-order training step of the CPU float32/float64 path uses it;
-``create_graph=True`` (higher derivatives) takes the reference route of the sparse path, other
+When it is on, every first-order training step of the CPU float32/float64 path uses them (the
+mask's kernel wherever the mask's ``method="sparse"``); ``create_graph=True`` (higher
+derivatives) takes the reference routes (the sparse path's; :func:`gram_entries_reference`), other
 dtypes, devices and ``torch.func`` transforms the same fallbacks as before. Asking for it where
 it cannot be built raises :class:`RuntimeError` with the compiler's message; it never falls
 back silently.
