@@ -55,12 +55,6 @@ struct Kernel {
   inline scalar_t weight(int64_t e, int64_t h) const {
     return W == nullptr ? scalar_t(1) : W[(w_rows == 1 ? 0 : h) * E + e];
   }
-  static inline scalar_t dot(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
-                             int64_t n) {
-    scalar_t acc = 0;
-    for (int64_t i = 0; i < (kY ? kY : n); ++i) acc += a[i] * b[i];
-    return acc;
-  }
   static inline void axpy(scalar_t alpha, const scalar_t* __restrict__ x,
                           scalar_t* __restrict__ y, int64_t n) {
     ET_SIMD
@@ -113,50 +107,56 @@ struct Kernel {
   void backward(const scalar_t* P, const scalar_t* SC, const scalar_t* UK, const scalar_t* UQ,
                 scalar_t* DK, scalar_t* DQ, scalar_t* DB, scalar_t* DW) const {
     const int64_t H = heads(), Yw = width(), HY = H * Yw;
-    std::vector<scalar_t> d_coef, weighted(H), d_beta(H, scalar_t(0)), other(H);
+    std::vector<scalar_t> d_coef, weighted(H), d_beta(H, scalar_t(0)), ds(H), coef(H);
+    // An absent upstream gradient reads as zero rows: one branch-free loop serves all cases.
+    const std::vector<scalar_t> zero_row(HY, scalar_t(0));
     for (int64_t c = 0; c < N; ++c) {
       const int64_t begin = R[c], end = R[c + 1];
-      scalar_t* dqc = DQ + c * HY;  // written whole here, as dE/dq's rows in forward
+      scalar_t* __restrict__ dqc = DQ + c * HY;  // written whole here, as dE/dq's rows in forward
       std::fill(dqc, dqc + HY, scalar_t(0));
       if (begin == end) continue;
-      const scalar_t* qc = Q + c * q_row;
-      const scalar_t* uqc = UQ ? UQ + c * HY : nullptr;
+      const scalar_t* __restrict__ qc = Q + c * q_row;
+      const scalar_t* __restrict__ uqc = UQ ? UQ + c * HY : zero_row.data();
       d_coef.resize((end - begin) * H);
       std::fill(weighted.begin(), weighted.end(), scalar_t(0));
       // dL/dc_e = -(<G_k[B], q_C> + <G_q[C], k_B>), and sum_e p_e dL/dp_e per head.
       for (int64_t e = begin; e < end; ++e) {
         const int64_t b = S[e];
-        const scalar_t* kb = K + b * k_row;
-        const scalar_t* ukb = UK ? UK + b * HY : nullptr;
+        const scalar_t* __restrict__ kb = K + b * k_row;
+        const scalar_t* __restrict__ ukb = UK ? UK + b * HY : zero_row.data();
         scalar_t* dc_e = d_coef.data() + (e - begin) * H;
-        if (ukb) dots(ukb, qc, dc_e);
-        else std::fill(dc_e, dc_e + H, scalar_t(0));
-        if (uqc) {
-          dots(uqc, kb, other.data());
-          for (int64_t h = 0; h < H; ++h) dc_e[h] += other[h];
-        }
         for (int64_t h = 0; h < H; ++h) {
-          const scalar_t dc = dc_e[h];
-          dc_e[h] = -dc;
-          weighted[h] -= P[e * H + h] * weight(e, h) * dc;
+          scalar_t acc = 0;
+          ET_SIMD_SUM(acc)
+          for (int64_t y = 0; y < Yw; ++y)
+            acc += ukb[h * Yw + y] * qc[h * Yw + y] + uqc[h * Yw + y] * kb[h * Yw + y];
+          dc_e[h] = -acc;
+          weighted[h] -= P[e * H + h] * weight(e, h) * acc;
         }
       }
       for (int64_t e = begin; e < end; ++e) {
         const int64_t b = S[e];
-        const scalar_t* kb = K + b * k_row;
-        const scalar_t* ukb = UK ? UK + b * HY : nullptr;
-        scalar_t* dkb = DK + b * HY;
+        const scalar_t* __restrict__ kb = K + b * k_row;
+        const scalar_t* __restrict__ ukb = UK ? UK + b * HY : zero_row.data();
+        scalar_t* __restrict__ dkb = DK + b * HY;
         for (int64_t h = 0; h < H; ++h) {
           const scalar_t p = P[e * H + h], s = SC[e * H + h], w = weight(e, h);
           const scalar_t dc = d_coef[(e - begin) * H + h];
           const scalar_t d_logit = p * (w * dc - weighted[h]);
           d_beta[h] += d_logit * s * w;
           if (DW) DW[(w_rows == 1 ? 0 : h) * E + e] += p * dc + d_logit * beta[h] * s;
-          const scalar_t ds = d_logit * beta[h] * w, coef = p * w;
-          axpy(ds, kb + h * Yw, dqc + h * Yw, Yw);
-          axpy(ds, qc + h * Yw, dkb + h * Yw, Yw);
-          if (ukb) axpy(-coef, ukb + h * Yw, dqc + h * Yw, Yw);
-          if (uqc) axpy(-coef, uqc + h * Yw, dkb + h * Yw, Yw);
+          ds[h] = d_logit * beta[h] * w;
+          coef[h] = p * w;
+        }
+        // Both rows' updates in one pass over the heads: each row read and written once.
+        for (int64_t h = 0; h < H; ++h) {
+          const scalar_t dsh = ds[h], ch = coef[h];
+          ET_SIMD
+          for (int64_t y = 0; y < Yw; ++y) {
+            const int64_t i = h * Yw + y;
+            dqc[i] += dsh * kb[i] - ch * ukb[i];
+            dkb[i] += dsh * qc[i] - ch * uqc[i];
+          }
         }
       }
     }
