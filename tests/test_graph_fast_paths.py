@@ -20,9 +20,9 @@ def cls_batch(sizes, channels=6, seed=0, dtype=torch.float64):
     return pool.attach(batch.x, batch.edge_index, batch.batch), batch
 
 
-@pytest.mark.parametrize("kernel_size", [1, 3, 5])
-@pytest.mark.parametrize("edge_dim", [None, 3])
-def test_cls_graph_mask_equals_the_generic_mask(kernel_size, edge_dim):
+def mask_case(kernel_size, edge_dim):
+    """A float64 CLS graph of five graphs (sizes 1-8), a 3-head mask with random weights,
+    the tokens as a leaf, edge features (or None) and a probe for the mask's output."""
     graph, _ = cls_batch([1, 2, 5, 8, 3], seed=kernel_size)
     mask = Conv2DAdjacencyMask(heads=3, kernel_size=kernel_size, edge_dim=edge_dim).double()
     torch.nn.init.normal_(mask.weight)
@@ -32,6 +32,13 @@ def test_cls_graph_mask_equals_the_generic_mask(kernel_size, edge_dim):
     attr = (torch.randn(graph.edge_index.size(1), edge_dim, dtype=torch.float64)
             if edge_dim else None)
     probe = torch.randn(graph.edge_index.size(1), 3, dtype=torch.float64)
+    return graph, mask, x, attr, probe
+
+
+@pytest.mark.parametrize("kernel_size", [1, 3, 5])
+@pytest.mark.parametrize("edge_dim", [None, 3])
+def test_cls_graph_mask_equals_the_generic_mask(kernel_size, edge_dim):
+    graph, mask, x, attr, probe = mask_case(kernel_size, edge_dim)
     fast = mask.forward_cls_graph(graph, attr)
     grads_fast = torch.autograd.grad((fast * probe).sum(), [x, mask.weight, mask.bias])
     slow = mask(x, graph.edge_index, graph.batch, attr)

@@ -419,19 +419,9 @@ def test_gram_entries_equal_the_reference(built, radius):
 def test_mask_equals_the_default_path(built, kernel_size, edge_dim):
     """With the switch on, the mask (both entry points) gives the default path's values and
     gradients, and routes through the kernel."""
-    from test_graph_fast_paths import cls_batch
+    from test_graph_fast_paths import mask_case
 
-    from et_graph.nn.adjacency_mask import Conv2DAdjacencyMask
-
-    graph, _ = cls_batch([1, 2, 5, 8, 3], seed=kernel_size)
-    mask = Conv2DAdjacencyMask(heads=3, kernel_size=kernel_size, edge_dim=edge_dim).double()
-    torch.nn.init.normal_(mask.weight)
-    torch.nn.init.normal_(mask.bias)
-    x = graph.x.detach().clone().requires_grad_(True)
-    graph = graph._replace(x=x)
-    attr = (torch.randn(graph.edge_index.size(1), edge_dim, dtype=torch.float64)
-            if edge_dim else None)
-    probe = torch.randn(graph.edge_index.size(1), 3, dtype=torch.float64)
+    graph, mask, x, attr, probe = mask_case(kernel_size, edge_dim)
     calls = []
     original = native.NativeGramEntries.apply
 
