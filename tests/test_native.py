@@ -445,3 +445,24 @@ def test_mask_equals_the_default_path(built, kernel_size, edge_dim):
         assert relative_error(results["native"][0], results["default"][0]) < 1e-12
         for a, b in zip(results["native"][1], results["default"][1]):
             assert relative_error(a, b) < 1e-11
+
+
+def test_mask_keeps_its_pytorch_route_for_other_dtypes(built):
+    """A bfloat16 mask takes the PyTorch path with the switch on (the kernel is float32/64)."""
+    from test_graph_fast_paths import mask_case
+
+    graph, mask, x, _, _ = mask_case(3, None)
+    calls = []
+    original = native.NativeGramEntries.apply
+
+    def counted(*args):
+        calls.append(1)
+        return original(*args)
+
+    tokens = x.detach().to(torch.bfloat16)
+    with native.native_attention(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native.NativeGramEntries, "apply", counted)
+        got = mask.to(torch.bfloat16).forward_cls_graph(graph._replace(x=tokens))
+    assert not calls and got.dtype == torch.bfloat16
+    want = mask.forward_cls_graph(graph._replace(x=tokens))
+    assert torch.equal(got, want)

@@ -26,7 +26,6 @@ torch::Tensor gram_entries_backward(torch::Tensor x, torch::Tensor src, torch::T
 
 }  // namespace et_graph_native
 
-
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace et_graph_native;
   m.def("forward", &attention_grad_forward, "ET's attention gradient (CPU, one loop)");
