@@ -25,8 +25,9 @@ ratio to GIN's from the same rounds, show what each part of the default ET costs
 diagnostics, not models anyone trains.
 
 ``--native-compare`` adds ``et_native`` to the same rotation: the same ET (same initial
-weights) with the compiled kernels of :mod:`et_graph.native` (attention gradient, mask) switched on
-for its epochs only, so that the default path and the opt-in kernel are timed against the same GIN epochs.
+weights) with the compiled kernels of :mod:`et_graph.native` (attention gradient, mask)
+switched on for its epochs only, so that the default path and the opt-in kernels are timed
+against the same GIN epochs.
 ``--native-attention`` instead switches them on for every ET epoch.
 
 ``--device cuda`` runs both models on a GPU: each batch is copied to the device inside the timed

@@ -24,6 +24,7 @@ from torch import Tensor
 from torch.nn import Module, Parameter
 from torch_geometric.utils import to_dense_batch
 
+from ..fused import functorch_active
 from ..native import gram_entries as native_gram_entries
 from ..native import native_applies
 from .pool.cls_pool import CLSGraph
@@ -307,8 +308,10 @@ class Conv2DAdjacencyMask(Module):
             # CLS nodes come first in their graphs: cls_index and the end delimit the graphs.
             ptr = torch.cat([graph.cls_index, graph.cls_index.new_full((1,), x.size(0))])
             conv = self._conv_at_edges_native(x, edge_index, batch, ptr)
-        elif self.method == "sparse" and num_original >= 0 and x.size(0):
+        elif self.method == "sparse" and num_original >= 0 and x.size(0) and not functorch_active():
             # CLS nodes come first in their graphs, so cls_index is where each graph starts.
+            # (A torch.func transform cannot trace _GramEntries' hand-written backward; it takes
+            # the per-edge route below, the same values.)
             conv = self._conv_at_edges_gram(x, edge_index, batch, graph.cls_index)
         if conv is None and (self.method == "dense" or num_original < 0 or x.size(0) == 0):
             conv = (self._conv_at_edges_dense(x, edge_index, batch) if self.method == "dense"
