@@ -57,7 +57,7 @@ from torch import Tensor
 
 from ._sparse_warnings import quiet_sparse
 from .energy import attention_grad, hopfield_grad
-from .native import NativeAttentionGrad, native_attention_enabled
+from .native import NativeAttentionGrad, native_applies
 
 _INT32_MAX = 2**31 - 1
 #: dtypes the CSR kernels (``sampled_addmm``, CSR ``@``) support on every device.
@@ -431,7 +431,7 @@ def fused_attention_grad(
     if plan is None:
         plan = build_edge_plan(src, dst, num_nodes, heads)
     weight = None if edge_weight is None else plan.edge_values(edge_weight.to(k.dtype))
-    if k.device.type == "cpu" and native_attention_enabled():
+    if native_applies(k):
         # Opt-in compiled kernel (et_graph.native): one loop where the sparse path calls tens of
         # small kernels per step.
         return NativeAttentionGrad.apply(k, q, beta.to(k.dtype), weight, plan)
