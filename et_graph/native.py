@@ -37,6 +37,7 @@ back silently.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,6 +60,18 @@ COMPILE_FLAGS = ["-O3", "-fopenmp-simd"]
 _state: dict[str, Any] = {"enabled": False, "module": None}
 
 
+def extension_name() -> str:
+    """``et_graph_native_<hash>``: the build's name in torch's extension cache, a hash of the
+    sources and flags. Two checkouts or versions of the package in one environment (or sharing a
+    home directory) then keep builds of their own instead of rebuilding over each other's; the
+    same sources share one."""
+    digest = hashlib.sha1(" ".join(COMPILE_FLAGS).encode())
+    for path in SOURCES:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return f"et_graph_native_{digest.hexdigest()[:12]}"
+
+
 def load_native_attention() -> Any:
     """The compiled extension (built on the first call of the process, then taken from torch's
     build cache). Raises :class:`RuntimeError` naming the cause if it cannot be built."""
@@ -67,7 +80,7 @@ def load_native_attention() -> Any:
     try:
         from torch.utils.cpp_extension import load
 
-        module = load(name="et_graph_native", sources=[str(path) for path in SOURCES],
+        module = load(name=extension_name(), sources=[str(path) for path in SOURCES],
                       extra_cflags=COMPILE_FLAGS, verbose=False)
     except Exception as error:  # compiler, ninja or headers missing: say which
         raise RuntimeError(

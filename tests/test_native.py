@@ -466,3 +466,23 @@ def test_mask_keeps_its_pytorch_route_for_other_dtypes(built):
     assert not calls and got.dtype == torch.bfloat16
     want = mask.forward_cls_graph(graph._replace(x=tokens))
     assert torch.equal(got, want)
+
+
+def test_the_build_is_named_by_its_sources(tmp_path, monkeypatch):
+    """The extension's cache name hashes the sources and flags: stable for the same sources,
+    new when one changes, so two versions of the package never rebuild over each other."""
+    copies = []
+    for path in native.SOURCES:
+        copy = tmp_path / path.name
+        copy.write_bytes(path.read_bytes())
+        copies.append(copy)
+    name = native.extension_name()
+    assert name.startswith("et_graph_native_")
+    monkeypatch.setattr(native, "SOURCES", tuple(copies))
+    assert native.extension_name() == name  # same contents elsewhere: the same build
+    monkeypatch.setattr(native, "COMPILE_FLAGS", [*native.COMPILE_FLAGS, "-g"])
+    assert native.extension_name() != name  # other flags: another build
+    monkeypatch.undo()
+    monkeypatch.setattr(native, "SOURCES", tuple(copies))
+    copies[1].write_text(copies[1].read_text() + "\n// changed\n")
+    assert native.extension_name() != name  # other sources: another build
