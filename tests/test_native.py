@@ -480,9 +480,8 @@ def test_the_build_is_named_by_its_sources(tmp_path, monkeypatch):
     assert name.startswith("et_graph_native_")
     monkeypatch.setattr(native, "SOURCES", tuple(copies))
     assert native.extension_name() == name  # same contents elsewhere: the same build
-    monkeypatch.setattr(native, "COMPILE_FLAGS", [*native.COMPILE_FLAGS, "-g"])
-    assert native.extension_name() != name  # other flags: another build
-    monkeypatch.undo()
-    monkeypatch.setattr(native, "SOURCES", tuple(copies))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native, "COMPILE_FLAGS", [*native.COMPILE_FLAGS, "-g"])
+        assert native.extension_name() != name  # other flags: another build
     copies[1].write_text(copies[1].read_text() + "\n// changed\n")
     assert native.extension_name() != name  # other sources: another build
