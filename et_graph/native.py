@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,10 +78,15 @@ def load_native_attention() -> Any:
     build cache). Raises :class:`RuntimeError` naming the cause if it cannot be built."""
     if _state["module"] is not None:
         return _state["module"]
+    name = extension_name()
+    if not is_built(name):
+        # A minute without output would look like a hang.
+        print(f"et-graph: building the compiled kernels ({name}, once per version; about a "
+              "minute)", file=sys.stderr, flush=True)
     try:
         from torch.utils.cpp_extension import load
 
-        module = load(name=extension_name(), sources=[str(path) for path in SOURCES],
+        module = load(name=name, sources=[str(path) for path in SOURCES],
                       extra_cflags=COMPILE_FLAGS, verbose=False)
     except Exception as error:  # compiler, ninja or headers missing: say which
         raise RuntimeError(
@@ -91,6 +97,15 @@ def load_native_attention() -> Any:
         ) from error
     _state["module"] = module
     return module
+
+
+def is_built(name: str) -> bool:
+    """Whether torch's extension cache already holds a build called ``name`` (its layout:
+    ``<root>/<python and device tag>/<name>/<name>.so``)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    return any(root.glob(f"*/{name}/{name}*.so"))
 
 
 def native_attention_enabled() -> bool:

@@ -485,3 +485,21 @@ def test_the_build_is_named_by_its_sources(tmp_path, monkeypatch):
         assert native.extension_name() != name  # other flags: another build
     copies[1].write_text(copies[1].read_text() + "\n// changed\n")
     assert native.extension_name() != name  # other sources: another build
+
+
+def test_a_first_build_says_so(tmp_path, monkeypatch, capsys):
+    """A build (about a minute) is announced on stderr; a cached one loads silently."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: object())
+    monkeypatch.setitem(native._state, "module", None)
+    native.load_native_attention()
+    name = native.extension_name()
+    assert f"building the compiled kernels ({name}" in capsys.readouterr().err
+    cached = tmp_path / "py_tag" / name
+    cached.mkdir(parents=True)
+    (cached / f"{name}.so").write_bytes(b"")
+    monkeypatch.setitem(native._state, "module", None)
+    native.load_native_attention()
+    assert capsys.readouterr().err == ""
