@@ -152,8 +152,9 @@ def sorted_edges(plan: Any) -> tuple[Tensor, Tensor]:
     a forward call and its backward share them."""
     cached = getattr(plan, "_native_edges", None)
     if cached is None:
-        rowptr = plan.in_degree.new_zeros(plan.num_nodes + 1, dtype=torch.long)
-        torch.cumsum(plan.in_degree, 0, out=rowptr[1:])
+        from torch_geometric.utils import cumsum
+
+        rowptr = cumsum(plan.in_degree.long())
         cached = plan._native_edges = (plan.src.contiguous().long(), rowptr)
     return cached
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Module, Parameter
-from torch_geometric.utils import to_dense_batch
+from torch_geometric.utils import cumsum, to_dense_batch
 
 from ..fused import functorch_active
 from ..native import gram_entries as native_gram_entries
@@ -304,15 +304,15 @@ class Conv2DAdjacencyMask(Module):
         num_nodes = graph.node_index.numel()
         num_original = edge_index.size(1) - 2 * num_nodes
         conv = None
-        if self.method == "sparse" and num_original >= 0 and x.size(0) and native_applies(x):
-            # CLS nodes come first in their graphs: cls_index and the end delimit the graphs.
-            ptr = torch.cat([graph.cls_index, graph.cls_index.new_full((1,), x.size(0))])
-            conv = self._conv_at_edges_native(x, edge_index, batch, ptr)
-        elif self.method == "sparse" and num_original >= 0 and x.size(0) and not functorch_active():
+        if self.method == "sparse" and num_original >= 0 and x.size(0):
             # CLS nodes come first in their graphs, so cls_index is where each graph starts.
-            # (A torch.func transform cannot trace _GramEntries' hand-written backward; it takes
-            # the per-edge route below, the same values.)
-            conv = self._conv_at_edges_gram(x, edge_index, batch, graph.cls_index)
+            if native_applies(x):
+                ptr = torch.cat([graph.cls_index, graph.cls_index.new_full((1,), x.size(0))])
+                conv = self._conv_at_edges_native(x, edge_index, batch, ptr)
+            elif not functorch_active():
+                # (A torch.func transform cannot trace _GramEntries' hand-written backward; it
+                # takes the per-edge route below, the same values.)
+                conv = self._conv_at_edges_gram(x, edge_index, batch, graph.cls_index)
         if conv is None and (self.method == "dense" or num_original < 0 or x.size(0) == 0):
             conv = (self._conv_at_edges_dense(x, edge_index, batch) if self.method == "dense"
                     else self._conv_at_edges_sparse(x, edge_index, batch))
@@ -366,8 +366,7 @@ class Conv2DAdjacencyMask(Module):
             conv = self._conv_at_edges_dense(x, edge_index, batch)
         elif native_applies(x):
             num_graphs = int(batch[-1]) + 1 if batch.numel() else 0
-            ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=x.device)
-            torch.cumsum(torch.bincount(batch, minlength=num_graphs), 0, out=ptr[1:])
+            ptr = cumsum(torch.bincount(batch, minlength=num_graphs))
             conv = self._conv_at_edges_native(x, edge_index, batch, ptr)
         else:
             conv = self._conv_at_edges_sparse(x, edge_index, batch)
