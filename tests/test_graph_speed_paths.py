@@ -232,14 +232,19 @@ def test_epoch_benchmark_breakdown_times_each_variant_against_gin(tmp_path, caps
     try:
         result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
                              "--limit", "40", "--cache", str(tmp_path / "cache"), "--breakdown",
-                             "--no-preset"])
+                             "--no-preset", "--preloaded", "--profile", "1", "--profile-shapes"])
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     # MUTAG's bond types enter through the mask, so the variant without it cannot be built.
     assert "et_no_mask: skipped" in out
     assert set(result["ratio_to_gin"]) == {"et", "gin", "et_no_hopfield", "et_no_descent",
-                                           "et_no_message_passing"}
+                                           "et_no_message_passing", "et_no_noise_dropout"}
+    # the batches were collated once; the profile is torch.profiler's, grouped by shapes
+    assert result["preloaded"] is True and "collated once (--preloaded)" in out
+    assert "Input Shapes" in out and "aten::mm" in out
+    # without noise and dropout the model is the same model: only the random draws go
+    assert result["params"]["et_no_noise_dropout"] == result["params"]["et"]
     assert result["ratio_to_gin"]["gin"] == 1.0
     # The variants are the default ET less one part: fewer parameters without the memories.
     assert result["params"]["et_no_hopfield"] < result["params"]["et"]
