@@ -51,12 +51,12 @@ from torch import Tensor
 CSRC = Path(__file__).with_name("csrc")
 #: One extension: the attention gradient, the mask's Gram entries, and their Python bindings.
 SOURCES = tuple(CSRC / name for name in ("bindings.cpp", "attention_grad.cpp",
-                                         "gram_entries.cpp"))
+                                         "gram_entries.cpp", "random.cpp"))
 ENV_VARIABLE = "ET_GRAPH_NATIVE_ATTENTION"
 # -fopenmp-simd honours the source's `omp simd` loops (vectorised per head, sums included)
 # without linking an OpenMP runtime; no -march flag, so a build cached in a home directory
 # shared by different machines runs on all of them.
-COMPILE_FLAGS = ["-O3", "-fopenmp-simd"]
+COMPILE_FLAGS = ["-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"]
 
 _state: dict[str, Any] = {"enabled": False, "module": None}
 
@@ -289,3 +289,43 @@ def native_applies(x: Tensor) -> bool:
 
     return (native_attention_enabled() and x.device.type == "cpu"
             and x.dtype in SPARSE_KERNEL_DTYPES and not functorch_active())
+
+
+# --------------------------------------------------------------------------------------------
+# Random numbers: training noise and dropout
+# --------------------------------------------------------------------------------------------
+def _draw_seed() -> int:
+    """A 63-bit key for the compiled generator, drawn from PyTorch's default CPU generator, so
+    that ``torch.manual_seed`` reproduces the compiled draws as it does PyTorch's."""
+    return int(torch.empty((), dtype=torch.int64).random_())
+
+
+def _native_values(x: Tensor) -> bool:
+    if x.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"the compiled generator draws float32 or float64, got {x.dtype}")
+    return x.dtype == torch.float64
+
+
+def random_normal_like(x: Tensor) -> Tensor:
+    """Standard normals of ``x``'s shape and dtype (CPU) from the compiled Philox4x32-10
+    generator (``csrc/random.cpp``): each value the inverse CDF of 24 random bits, computed in
+    float32, so ``|z| <= 5.42``."""
+    values = load_native_attention().random_normal(x.numel(), _draw_seed(), _native_values(x))
+    return values.view(x.shape)
+
+
+def dropout(x: Tensor, p: float) -> Tensor:
+    """``x`` with each value zeroed with probability ``p`` (rounded to a multiple of
+    ``2^-24``) and the rest scaled by ``1 / (1 - p)``, the draws from the compiled generator.
+    Differentiable to any order (a product with a fixed mask)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must lie in [0, 1), got {p}")
+    scale = load_native_attention().dropout_scale(x.numel(), float(p), _draw_seed(),
+                                                  _native_values(x))
+    return x * scale.view(x.shape)
+
+
+def normal_like(x: Tensor) -> Tensor:
+    """Training noise: :func:`random_normal_like` where the compiled kernels apply
+    (:func:`native_applies`), else ``torch.randn_like``."""
+    return random_normal_like(x) if native_applies(x) else torch.randn_like(x)

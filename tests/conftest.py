@@ -11,3 +11,28 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def native_switch_off(monkeypatch):
+    """The compiled kernels' switch off for the test (whatever ET_GRAPH_NATIVE_ATTENTION says:
+    the suite also runs with it set), and the process-wide switch left as it was found."""
+    import et_graph.native as native
+
+    before = native.native_attention_enabled()
+    monkeypatch.delenv(native.ENV_VARIABLE, raising=False)
+    native._state["enabled"] = False
+    yield
+    native._state["enabled"] = before
+
+
+@pytest.fixture(scope="session")
+def built():
+    """The compiled extension (et_graph.native); the tests that run it are skipped (with the
+    compiler's message) where it cannot be built, e.g. without a C++ compiler."""
+    import et_graph.native as native
+
+    try:
+        return native.load_native_attention()
+    except RuntimeError as error:
+        pytest.skip(str(error))

@@ -24,26 +24,8 @@ from et_graph.fused import fused_attention_grad
 from et_graph.nn import ETConv
 from et_graph.nn.models import ETGraphModel
 
-
-@pytest.fixture(autouse=True)
-def restore_switch(monkeypatch):
-    """Every test starts with the switch off (whatever ET_GRAPH_NATIVE_ATTENTION says: the suite
-    also runs with it set) and leaves the process-wide switch as it found it."""
-    before = native.native_attention_enabled()
-    monkeypatch.delenv(native.ENV_VARIABLE, raising=False)
-    native._state["enabled"] = False
-    yield
-    native._state["enabled"] = before
-
-
-@pytest.fixture(scope="module")
-def built():
-    """The compiled extension; the tests that run it are skipped (with the compiler's message)
-    where it cannot be built, e.g. without a C++ compiler."""
-    try:
-        return native.load_native_attention()
-    except RuntimeError as error:
-        pytest.skip(str(error))
+# Every test starts with the switch off (conftest.py's native_switch_off).
+pytestmark = pytest.mark.usefixtures("native_switch_off")
 
 
 @pytest.mark.parametrize("kind", ["none", "flat", "per_edge", "per_head"])

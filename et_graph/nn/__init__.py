@@ -1,5 +1,6 @@
 from .adjacency_mask import Conv2DAdjacencyMask
 from .conv import EdgeSet, ETConv, ETEnergy, RelationalETConv
+from .dropout import Dropout
 from .encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder, SumMessagePassing
 from .energy_layer_norm import EnergyLayerNorm
 from .models.graph_model import ETGraphModel
@@ -9,6 +10,7 @@ __all__ = [
     "CLSGraph",
     "CLSPool",
     "Conv2DAdjacencyMask",
+    "Dropout",
     "ETConv",
     "ETEnergy",
     "EdgeSet",

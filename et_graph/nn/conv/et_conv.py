@@ -12,6 +12,7 @@ from torch_geometric.typing import Adj
 from torch_geometric.utils import is_sparse
 
 from ... import energy as E
+from ...native import normal_like
 from ..edge_cache import EdgeCache
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
@@ -400,7 +401,7 @@ class ETConv(DescentSettings, MessagePassing):
         # One kernel per term (sub/add with alpha) rather than a scaled temporary each.
         x = torch.sub(x, grad, alpha=self.alpha)
         if self.training and self.noise_std > 0:
-            x = torch.add(x, torch.randn_like(x), alpha=math.sqrt(self.alpha) * self.noise_std)
+            x = torch.add(x, normal_like(x), alpha=math.sqrt(self.alpha) * self.noise_std)
         return x
 
     @overload

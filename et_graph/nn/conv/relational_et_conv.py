@@ -12,6 +12,7 @@ from torch_geometric.utils import is_sparse
 
 from ... import energy as E
 from ...fused import build_edge_plan, fused_attention_grad
+from ...native import normal_like
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import check_batch, check_edge_index, check_finite_tokens
 from .et_conv import DescentSettings
@@ -371,7 +372,7 @@ class RelationalETConv(DescentSettings, Module):
                 energies.append(self._detached_total(g, edges))
             out = out - self.alpha * self.grad_of_g(g, edges)
             if self.training and self.noise_std > 0:
-                out = out + math.sqrt(self.alpha) * self.noise_std * torch.randn_like(out)
+                out = out + math.sqrt(self.alpha) * self.noise_std * normal_like(out)
         if num_steps:
             check_finite_tokens(out, type(self).__name__)
         if return_energy:

@@ -10,6 +10,7 @@ from torch.nn.modules import module as _module
 
 from ..adjacency_mask import Conv2DAdjacencyMask
 from ..conv import ETConv
+from ..dropout import Dropout
 from ..encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder, SumMessagePassing
 from ..pool import CLSGraph, CLSPool, graph_sizes
 from ..validation import check_dtype, check_edge_index, check_rw_pe
@@ -217,12 +218,12 @@ class ETGraphModel(nn.Module):
             )
             for _ in range(blocks)
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         readout_width = hidden_channels * {"cls": 1, "cls_sum_mean": 3, "jk": 2 + blocks}[readout]
         self.head = nn.Sequential(
             nn.Linear(readout_width, hidden_channels),
             nn.GELU(),
-            nn.Dropout(dropout),
+            Dropout(dropout),
             nn.Linear(hidden_channels, out_channels),
         )
 

@@ -1,0 +1,174 @@
+"""The compiled generator for training noise and dropout (et_graph/csrc/random.cpp): Philox's
+published answer, normals and dropout equal to a reference built from its raw words,
+the right distribution, reproducible under torch.manual_seed, and used only when switched on."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import et_graph.native as native
+from et_graph.nn import Dropout, ETConv
+from et_graph.nn.models import ETGraphModel
+
+# conftest.py: every test starts with the switch off; `built` is the compiled extension.
+pytestmark = pytest.mark.usefixtures("native_switch_off")
+
+MASK32 = 0xFFFFFFFF
+
+
+def philox_reference(counter: int, key: int) -> list[int]:
+    """Philox4x32-10 of the block (counter, 0, 0, 0) under a 64-bit key, in plain Python."""
+    c = [counter & MASK32, (counter >> 32) & MASK32, 0, 0]
+    k0, k1 = key & MASK32, (key >> 32) & MASK32
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [((p1 >> 32) ^ c[1] ^ k0) & MASK32, p1 & MASK32,
+             ((p0 >> 32) ^ c[3] ^ k1) & MASK32, p0 & MASK32]
+        k0, k1 = (k0 + 0x9E3779B9) & MASK32, (k1 + 0xBB67AE85) & MASK32
+    return c
+
+
+def planar_words(built, values: int, seed: int) -> torch.Tensor:
+    """The word behind each of ``values`` outputs: block i's four words go to i, i + B, i + 2B,
+    i + 3B (``B`` blocks)."""
+    return built.philox_words(values // 4, seed).t().reshape(-1)
+
+
+def test_philox_gives_the_published_answer_and_the_reference(built):
+    # Random123's known-answer vector for philox4x32-10, counter 0 and key 0.
+    assert built.philox_words(1, 0)[0].tolist() == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C,
+                                                    0x9B00DBD8]
+    seed = 0x0123456789ABCDEF
+    words = built.philox_words(64, seed)
+    assert words.tolist() == [philox_reference(i, seed) for i in range(64)]
+    assert words.min() >= 0 and words.max() <= MASK32
+
+
+def test_normals_are_the_inverse_cdf_of_the_words(built):
+    seed, values = 987654321, 4 * 4096
+    z = built.random_normal(values, seed, True)
+    assert z.dtype == torch.float64 and z.shape == (values,)
+    top = planar_words(built, values, seed) >> 8
+    expected = math.sqrt(2) * torch.erfinv((2 * top + 1 - 2**24).double() / 2**24)
+    # Giles' single-precision erfinv and the polynomial log: within 1e-6 of the exact value.
+    assert (z - expected).abs().max() < 1e-6 * (1 + expected.abs()).max()
+    # float32 draws the same values; a count that is not a multiple of 4 takes a prefix.
+    assert torch.equal(built.random_normal(values, seed, False).double(), z)
+    assert torch.equal(built.random_normal(values - 3, seed, True), z[:values - 3])
+
+
+def test_normals_have_the_standard_normal_distribution(built):
+    n = 1 << 20
+    z = built.random_normal(n, 2024, True)
+    assert abs(z.mean()) < 5 / math.sqrt(n) and abs(z.std() - 1) < 5 / math.sqrt(n)
+    # Kolmogorov-Smirnov distance to the normal CDF (about 0.0009 expected for this n).
+    ordered = z.sort().values
+    cdf = 0.5 * (1 + torch.erf(ordered / math.sqrt(2)))
+    ranks = torch.arange(1, n + 1, dtype=torch.float64) / n
+    distance = torch.maximum((ranks - cdf).abs(), (cdf - (ranks - 1 / n)).abs()).max()
+    assert distance < 2e-3
+    # The tails are there, at their rates (P(|z| > 3) = 0.0027), and bounded by the 24 bits.
+    assert abs((z.abs() > 3).double().mean() - 0.0027) < 3e-4
+    assert z.abs().max() <= 5.43
+
+
+@pytest.mark.parametrize("p", [0.07, 0.5, 0.9])
+def test_dropout_factors_follow_the_words(built, p):
+    seed, values = 77, 4 * 5000
+    scale = built.dropout_scale(values, p, seed, False)
+    kept = (planar_words(built, values, seed) >> 8) < round((1 - p) * 2**24)
+    assert torch.equal(scale, torch.where(kept, torch.tensor(1 / (1 - p)), torch.tensor(0.0)))
+    assert abs(kept.double().mean() - (1 - p)) < 4 * math.sqrt(p * (1 - p) / values)
+    with pytest.raises(RuntimeError, match=r"p must lie in \[0, 1\)"):
+        built.dropout_scale(4, 1.0, seed, False)
+
+
+def test_draws_are_reproducible_under_manual_seed(built):
+    x = torch.zeros(5, 7)
+    torch.manual_seed(3)
+    first, second = native.random_normal_like(x), native.random_normal_like(x)
+    torch.manual_seed(3)
+    assert torch.equal(native.random_normal_like(x), first)
+    assert not torch.equal(first, second) and first.shape == x.shape
+    torch.manual_seed(3)
+    a = native.dropout(torch.ones(5, 7, dtype=torch.float64), 0.5)
+    torch.manual_seed(3)
+    assert torch.equal(native.dropout(torch.ones(5, 7, dtype=torch.float64), 0.5), a)
+    assert a.dtype == torch.float64 and set(a.unique().tolist()) <= {0.0, 2.0}
+    with pytest.raises(ValueError, match="float32 or float64"):
+        native.random_normal_like(torch.zeros(3, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        native.dropout(x, 1.0)
+
+
+def test_dropout_gradient_is_the_mask(built):
+    x = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
+    out = native.dropout(x, 0.3)
+    (grad,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    assert torch.equal(grad * x.detach(), out.detach())  # the same factors, 0 or 1 / 0.7
+    assert torch.autograd.gradcheck(lambda t: t * grad.detach(), (x,))
+
+
+def count_calls(monkeypatch, name: str) -> list[int]:
+    calls: list[int] = []
+    original = getattr(native, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(native, name, counted)
+    return calls
+
+
+def test_noise_uses_the_compiled_generator_only_when_switched_on(built, monkeypatch):
+    conv = ETConv(8, heads=2, head_dim=4, steps=3, noise_std=0.1).train()
+    x = torch.randn(10, 8)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9]])
+    calls = count_calls(monkeypatch, "random_normal_like")
+    conv(x, edge_index)
+    assert calls == []  # off: torch.randn_like
+    with native.native_attention():
+        torch.manual_seed(0)
+        first = conv(x, edge_index)
+        assert len(calls) == 3  # one draw per step
+        torch.manual_seed(0)
+        assert torch.equal(conv(x, edge_index), first)
+        conv.eval()
+        conv(x, edge_index)
+        assert len(calls) == 6  # no noise in evaluation
+
+
+def test_model_dropout_uses_the_compiled_generator_only_when_switched_on(built, monkeypatch):
+    torch.manual_seed(0)
+    model = ETGraphModel(3, 2, hidden_channels=8, blocks=1, steps=1, heads=2, head_dim=4,
+                         pe_dim=0, dropout=0.3).train()
+    x = torch.randn(9, 3)
+    edge_index = torch.tensor([[0, 1, 2, 4, 5, 6, 7], [1, 2, 3, 5, 6, 7, 8]])
+    batch = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 1])
+    calls = count_calls(monkeypatch, "dropout")
+    model(x, edge_index, batch)
+    assert calls == []
+    with native.native_attention():
+        model(x, edge_index, batch)
+        assert len(calls) == 2  # the tokens' dropout and the head's
+        model.eval()
+        model(x, edge_index, batch)
+        assert len(calls) == 2
+
+
+def test_dropout_module_is_torch_dropout_when_off(built):
+    x = torch.randn(20, 6)
+    torch.manual_seed(5)
+    ours = Dropout(0.4)(x)
+    torch.manual_seed(5)
+    assert torch.equal(ours, torch.nn.Dropout(0.4)(x))
+    with native.native_attention():
+        assert torch.equal(Dropout(0.0)(x), x) and torch.equal(Dropout(0.4).eval()(x), x)
+        assert torch.equal(Dropout(1.0)(x), torch.zeros_like(x))
+        inplace = x.clone()
+        Dropout(0.4, inplace=True)(inplace)  # torch's own in-place route
+        assert ((inplace == 0) | torch.isclose(inplace, x / 0.6)).all()
