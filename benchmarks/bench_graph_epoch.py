@@ -31,9 +31,12 @@ models pay alike in training and which dilute the ratio. ``loader`` still report
 collation pass, for reference.
 
 ``--native-compare`` adds ``et_native`` to the same rotation: the same ET (same initial
-weights) with the compiled kernels of :mod:`et_graph.native` (attention gradient, mask)
-switched on for its epochs only, so that the default path and the opt-in kernels are timed
+weights) with the compiled kernels of :mod:`et_graph.native` (attention gradient, mask, the
+generator for noise and dropout) switched on for its epochs only, so that the default path and the opt-in kernels are timed
 against the same GIN epochs.
+``et_native_torch_random`` beside it has the kernels on but draws its training noise and
+dropout from PyTorch's generator, as the default path does: the difference is what the
+compiled generator (``et_graph/csrc/random.cpp``) saves.
 ``--native-attention`` instead switches them on for every ET epoch.
 
 ``--device cuda`` runs both models on a GPU: each batch is copied to the device inside the timed
@@ -56,9 +59,10 @@ import platform
 import pstats
 import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Optional
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -129,6 +133,21 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Iter
         optimizer.step()
     synchronize(device)
     return time.perf_counter() - begin, time.process_time() - begin_cpu
+
+
+@contextlib.contextmanager
+def torch_random_with_native_kernels() -> Iterator[None]:
+    """The compiled kernels on, but noise and dropout drawn by PyTorch's generator as on the
+    default path: what the compiled generator alone saves (a diagnostic)."""
+    import et_graph.native as native
+
+    def torch_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+        return F.dropout(x, p, training=True)
+
+    with native_attention(True), mock.patch.object(native, "random_normal_like",
+                                                   torch.randn_like), \
+            mock.patch.object(native, "dropout", torch_dropout):
+        yield
 
 
 def synchronize(device: torch.device) -> None:
@@ -217,6 +236,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         load_native_attention()  # built now, before any timing
         torch.manual_seed(0)
         models["et_native"] = factories["et"]()
+        torch.manual_seed(0)
+        models["et_native_torch_random"] = factories["et"]()
     models = {name: model.to(device) for name, model in models.items()}
     trainer = Trainer(config.train, progress=False)
     optimizers = {name: trainer.make_optimizer(m) for name, m in models.items()}
@@ -228,7 +249,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
 
     def epoch_setting(name: str) -> Any:
         # The compiled kernel is a process-wide switch: on for et_native's epochs only.
-        return native_attention(True) if name == "et_native" else contextlib.nullcontext()
+        if name == "et_native":
+            return native_attention(True)
+        if name == "et_native_torch_random":
+            return torch_random_with_native_kernels()
+        return contextlib.nullcontext()
 
     times: dict[str, list[float]] = {name: [] for name in [*models, "loader"]}
     cpu: dict[str, list[float]] = {name: [] for name in [*models, "loader"]}
@@ -285,7 +310,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
             print(f"| {label} | {median[key]:.3f} | {median_cpu[key]:.3f} |")
         print(f"| ET / GIN time | {result['ratio_et_gin']:.2f} | "
               f"{result['ratio_et_gin_cpu']:.2f} |")
-        variants = [name for name in models if name in BREAKDOWN or name == "et_native"]
+        variants = [name for name in models if name in BREAKDOWN or name.startswith("et_native")]
         if variants:
             print("\n| ET variant | params | epoch wall (s) | / GIN wall | / GIN CPU |")
             print("|---|---|---|---|---|")

@@ -11,8 +11,12 @@ destination-sorted edges in forward and one in backward (the equations of
 and queries read in place from their shared projection. ``et_graph/csrc/gram_entries.cpp``
 does the same for :class:`~et_graph.nn.adjacency_mask.Conv2DAdjacencyMask`: the ``k^2`` Gram
 entries its convolution reads at each edge, in one loop (:func:`gram_entries`), where the
-PyTorch path builds per-graph Gram matrices and tens of index tensors per batch. Both are one
-extension (``bindings.cpp``), built together.
+PyTorch path builds per-graph Gram matrices and tens of index tensors per batch.
+``et_graph/csrc/random.cpp`` draws the training noise (:func:`normal_like`, ETConv's
+``noise_std``) and dropout (:func:`dropout`, :class:`et_graph.nn.Dropout`) from a Philox
+generator, seeded from PyTorch's so that ``torch.manual_seed`` still reproduces a run, where
+PyTorch's CPU generator spends about a twentieth of an NCI1 training step drawing them. All
+three are one extension (``bindings.cpp``), built together.
 
 It is **off by default** and opt-in, because it is compiled on first use (with
 :func:`torch.utils.cpp_extension.load`: a C++ compiler and ninja, about a minute, then cached
@@ -29,7 +33,8 @@ docs/benchmarks.md has the figures). Turn it on with
 * ``--native-attention`` on every ``et-graph`` command (``run.native_attention``).
 
 When it is on, every first-order training step of the CPU float32/float64 path uses them (the
-mask's kernel wherever the mask's ``method="sparse"``); ``create_graph=True`` (higher
+mask's kernel wherever the mask's ``method="sparse"``; noise and dropout then come from another
+random stream than PyTorch's: the same distributions, other draws); ``create_graph=True`` (higher
 derivatives) takes the reference routes (the sparse path's; :func:`gram_entries_reference`), other
 dtypes, devices and ``torch.func`` transforms the same fallbacks as before. Asking for it where
 it cannot be built raises :class:`RuntimeError` with the compiler's message; it never falls

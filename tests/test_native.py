@@ -210,7 +210,7 @@ def test_epoch_benchmark_times_the_kernel_beside_the_default(built, tmp_path, ca
                              "--native-compare", "--no-preset"])
     finally:
         torch.set_num_threads(threads)
-    assert set(result["ratio_to_gin"]) == {"et", "gin", "et_native"}
+    assert set(result["ratio_to_gin"]) == {"et", "gin", "et_native", "et_native_torch_random"}
     assert result["params"]["et_native"] == result["params"]["et"]
     assert result["native_attention"] is False
     assert "| et_native |" in capsys.readouterr().out
