@@ -12,7 +12,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["et_graph", "et_graph.*"]),
     # The opt-in attention kernel is compiled from its source on first use (et_graph.native).
-    package_data={"et_graph": ["csrc/*.cpp"]},
+    package_data={"et_graph": ["csrc/*.cpp", "csrc/*.h"]},
     python_requires=">=3.9",
     install_requires=[
         "torch>=2.3",

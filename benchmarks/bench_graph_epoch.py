@@ -32,8 +32,8 @@ collation pass, for reference.
 
 ``--native-compare`` adds ``et_native`` to the same rotation: the same ET (same initial
 weights) with the compiled kernels of :mod:`et_graph.native` (attention gradient, mask, the
-generator for noise and dropout) switched on for its epochs only, so that the default path and the opt-in kernels are timed
-against the same GIN epochs.
+generator for noise and dropout) switched on for its epochs only, so that the default path and
+the opt-in kernels are timed against the same GIN epochs.
 ``et_native_torch_random`` beside it has the kernels on but draws its training noise and
 dropout from PyTorch's generator, as the default path does: the difference is what the
 compiled generator (``et_graph/csrc/random.cpp``) saves.

@@ -57,6 +57,9 @@ CSRC = Path(__file__).with_name("csrc")
 #: One extension: the attention gradient, the mask's Gram entries, and their Python bindings.
 SOURCES = tuple(CSRC / name for name in ("bindings.cpp", "attention_grad.cpp",
                                          "gram_entries.cpp", "random.cpp"))
+#: Included by every source; hashed into the build's name with them (torch's cache would not
+#: see a change to it).
+HEADERS = (CSRC / "et_native.h",)
 ENV_VARIABLE = "ET_GRAPH_NATIVE_ATTENTION"
 # -fopenmp-simd honours the source's `omp simd` loops (vectorised per head, sums included)
 # without linking an OpenMP runtime; no -march flag, so a build cached in a home directory
@@ -68,11 +71,11 @@ _state: dict[str, Any] = {"enabled": False, "module": None}
 
 def extension_name() -> str:
     """``et_graph_native_<hash>``: the build's name in torch's extension cache, a hash of the
-    sources and flags. Two checkouts or versions of the package in one environment (or sharing a
-    home directory) then keep builds of their own instead of rebuilding over each other's; the
-    same sources share one."""
+    sources, their header and the flags. Two checkouts or versions of the package in one
+    environment (or sharing a home directory) then keep builds of their own instead of
+    rebuilding over each other's; the same files share one."""
     digest = hashlib.sha1(" ".join(COMPILE_FLAGS).encode())
-    for path in SOURCES:
+    for path in (*SOURCES, *HEADERS):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return f"et_graph_native_{digest.hexdigest()[:12]}"

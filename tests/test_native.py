@@ -451,17 +451,23 @@ def test_mask_keeps_its_pytorch_route_for_other_dtypes(built):
 
 
 def test_the_build_is_named_by_its_sources(tmp_path, monkeypatch):
-    """The extension's cache name hashes the sources and flags: stable for the same sources,
+    """The extension's cache name hashes the sources, header and flags: stable for the same files,
     new when one changes, so two versions of the package never rebuild over each other."""
-    copies = []
-    for path in native.SOURCES:
+    copies, original_header = [], native.HEADERS[0].read_bytes()
+    for path in (*native.SOURCES, *native.HEADERS):
         copy = tmp_path / path.name
         copy.write_bytes(path.read_bytes())
         copies.append(copy)
     name = native.extension_name()
     assert name.startswith("et_graph_native_")
-    monkeypatch.setattr(native, "SOURCES", tuple(copies))
+    monkeypatch.setattr(native, "SOURCES", tuple(copies[:len(native.SOURCES)]))
+    monkeypatch.setattr(native, "HEADERS", tuple(copies[len(native.SOURCES):]))
     assert native.extension_name() == name  # same contents elsewhere: the same build
+    header = copies[-1]
+    header.write_text(header.read_text() + "\n// changed\n")
+    assert native.extension_name() != name  # a changed header: another build
+    header.write_bytes(original_header)
+    assert native.extension_name() == name
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(native, "COMPILE_FLAGS", [*native.COMPILE_FLAGS, "-g"])
         assert native.extension_name() != name  # other flags: another build

@@ -11,16 +11,12 @@
 // touches its source's and destination's [H, Y] rows whole (contiguous), and the per-edge
 // values are kept edge-major ([E, H]). One thread: the scatter into dE/dk would race across
 // destinations.
-#include <torch/extension.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#define ET_PRAGMA(x) _Pragma(#x)
-#define ET_SIMD ET_PRAGMA(omp simd)
-#define ET_SIMD_SUM(v) ET_PRAGMA(omp simd reduction(+ : v))
+#include "et_native.h"
 
 namespace et_graph_native {
 namespace {

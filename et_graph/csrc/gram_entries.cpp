@@ -11,11 +11,7 @@
 //   dL/dx_{C+a} += G[e, ab] x_{B+b},   dL/dx_{B+b} += G[e, ab] x_{C+a}.
 //
 // One thread: the backward's scatter would race.
-#include <torch/extension.h>
-
-#define ET_PRAGMA(x) _Pragma(#x)
-#define ET_SIMD ET_PRAGMA(omp simd)
-#define ET_SIMD_SUM(v) ET_PRAGMA(omp simd reduction(+ : v))
+#include "et_native.h"
 
 namespace et_graph_native {
 namespace {

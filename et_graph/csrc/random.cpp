@@ -13,29 +13,11 @@
 // erfinv ("Approximating the erfinv function", GPU Computing Gems, 2011) and a polynomial log:
 // no branch and no libm call in the loop. u = (m + 1/2) / 2^24 for the top 24 bits m of a
 // word, so |z| <= 5.42 (a tail of probability 6e-8 is never drawn).
-#include <torch/extension.h>
-
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#define ET_PRAGMA(x) _Pragma(#x)
-#define ET_SIMD ET_PRAGMA(omp simd)
-
-// The extension is built without -march (a build cached in a shared home directory must run on
-// every machine), so the fill loops would be SSE2 only: slower than PyTorch's own generator for
-// the normals. GCC's target_clones compiles them for AVX-512 and AVX2 as well and picks one at
-// load time (an ifunc); elsewhere they are built once, for the baseline.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define ET_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ET_CLONES
-#endif
-// The per-value functions must be inlined into each clone (a call would run them scalar).
-#if defined(__GNUC__)
-#define ET_ALWAYS_INLINE inline __attribute__((always_inline))
-#else
-#define ET_ALWAYS_INLINE inline
-#endif
+#include "et_native.h"
 
 namespace et_graph_native {
 namespace {

@@ -1,0 +1,55 @@
+// Shared by et_graph.native's compiled kernels: the loop macros and every function the Python
+// module binds. et_graph/native.py hashes this header with the sources into the build's name,
+// so a change here makes a new build (torch's cache alone would track the sources only).
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <vector>
+
+#define ET_PRAGMA(x) _Pragma(#x)
+// Loops vectorised with `omp simd` (-fopenmp-simd: no OpenMP runtime).
+#define ET_SIMD ET_PRAGMA(omp simd)
+#define ET_SIMD_SUM(v) ET_PRAGMA(omp simd reduction(+ : v))
+
+// The extension is built without -march (a build cached in a shared home directory must run on
+// every machine). Where a loop gains much from wider vectors, GCC's target_clones compiles it
+// for AVX-512 and AVX2 as well and picks one at load time (an ifunc); elsewhere it is built
+// once, for the baseline.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define ET_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ET_CLONES
+#endif
+// What a clone's loop calls must be inlined into it (a call would run it scalar).
+#if defined(__GNUC__)
+#define ET_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ET_ALWAYS_INLINE inline
+#endif
+
+namespace et_graph_native {
+
+// attention_grad.cpp: ET's closed-form attention gradient and its first-order backward.
+std::vector<torch::Tensor> attention_grad_forward(torch::Tensor k, torch::Tensor q,
+                                                  torch::Tensor beta, torch::Tensor weight,
+                                                  torch::Tensor src, torch::Tensor rowptr);
+std::vector<torch::Tensor> attention_grad_backward(
+    torch::Tensor k, torch::Tensor q, torch::Tensor beta, torch::Tensor weight,
+    torch::Tensor src, torch::Tensor rowptr, torch::Tensor probs, torch::Tensor scores,
+    torch::Tensor up_k, torch::Tensor up_q, bool need_weight);
+
+// gram_entries.cpp: the Gram entries the Conv2D adjacency mask reads at each edge.
+torch::Tensor gram_entries_forward(torch::Tensor x, torch::Tensor src, torch::Tensor dst,
+                                   torch::Tensor batch, torch::Tensor ptr, int64_t radius);
+torch::Tensor gram_entries_backward(torch::Tensor x, torch::Tensor src, torch::Tensor dst,
+                                    torch::Tensor batch, torch::Tensor ptr, int64_t radius,
+                                    torch::Tensor grad);
+
+// random.cpp: Philox4x32-10 normals and dropout factors.
+torch::Tensor random_normal(int64_t numel, uint64_t seed, bool float64);
+torch::Tensor dropout_scale(int64_t numel, double p, uint64_t seed, bool float64);
+torch::Tensor philox_words(int64_t blocks, uint64_t seed);
+
+}  // namespace et_graph_native
