@@ -33,6 +33,7 @@ from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
+from torch_geometric.utils import cumsum
 
 SAMPLERS = ("auto", "builtin", "pyg")
 
@@ -119,7 +120,7 @@ class NeighbourSampler:
         order = torch.argsort(edge_index[1], stable=True)
         self.in_src = edge_index[0, order].contiguous()
         counts = torch.bincount(edge_index[1], minlength=num_nodes)
-        self.in_ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+        self.in_ptr = cumsum(counts)
         self._local = torch.full((num_nodes,), -1, dtype=torch.long)
 
     def sample(self, seeds: Tensor, generator: Optional[torch.Generator] = None) -> SampledBatch:

@@ -9,7 +9,7 @@ from torch import Tensor
 from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.typing import Adj
-from torch_geometric.utils import is_sparse
+from torch_geometric.utils import cumsum, is_sparse
 
 from ... import energy as E
 from ...native import normal_like
@@ -569,7 +569,7 @@ class ETConv(DescentSettings, MessagePassing):
         in_weight = None if weight is None else weight[order].to(out.dtype)
         del order
         in_degree = torch.bincount(edge_index[1], minlength=num_nodes)
-        in_ptr = torch.cat([in_degree.new_zeros(1), in_degree.cumsum(0)])
+        in_ptr = cumsum(in_degree)
         # Node-only passes (keys, the step) take node chunks; the edge pass, edge-capped ones.
         chunks = destination_chunks(in_ptr, chunk_size)
         edge_chunks = chunks if chunk_edges is None else destination_chunks(

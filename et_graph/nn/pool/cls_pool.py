@@ -6,6 +6,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 from torch.nn import Module, Parameter
+from torch_geometric.utils import cumsum
 
 from ..validation import check_batch, check_edge_index, check_features
 
@@ -90,7 +91,7 @@ def _insert_cls_nodes(
     sizes = sizes.to(x.device)
     num_graphs = sizes.numel()
     graph_ids = torch.arange(num_graphs, device=x.device)
-    ptr = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])
+    ptr = cumsum(sizes)[:-1]
     cls_index = ptr + graph_ids
     node_index = torch.arange(num_nodes, device=x.device) + batch + 1
     total = num_nodes + num_graphs
