@@ -172,3 +172,20 @@ def test_dropout_module_is_torch_dropout_when_off(built):
         inplace = x.clone()
         Dropout(0.4, inplace=True)(inplace)  # torch's own in-place route
         assert ((inplace == 0) | torch.isclose(inplace, x / 0.6)).all()
+
+
+def test_random_benchmark_times_both_generators(built, tmp_path, capsys):
+    from helpers import benchmark_module
+
+    bench = benchmark_module("bench_random")
+    threads = torch.get_num_threads()
+    try:
+        result = bench.main(["--tokens", "50", "--repeats", "1", "--inner", "2",
+                             "--json", str(tmp_path / "r.json")])
+    finally:
+        torch.set_num_threads(threads)
+    assert set(result["microseconds"]) == {"normal_torch", "normal_native", "dropout_torch",
+                                           "dropout_native"}
+    assert all(v > 0 for v in result["native_over_torch"].values())
+    assert "| normals (noise) |" in capsys.readouterr().out
+    assert (tmp_path / "r.json").stat().st_size > 0

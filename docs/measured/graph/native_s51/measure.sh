@@ -8,6 +8,9 @@ for r in 1 2 3; do
   OMP_NUM_THREADS=1 python benchmarks/bench_graph_epoch.py --dataset NCI1 --no-preset --threads 1 \
       --repeats 7 --native-compare --json $OUT/bench_graph_epoch_nci1_r$r.json | tail -5
 done
+# one longer rotation (15 epochs per model)
+OMP_NUM_THREADS=1 python benchmarks/bench_graph_epoch.py --dataset NCI1 --no-preset --threads 1 \
+    --repeats 15 --native-compare --json $OUT/bench_graph_epoch_nci1_long.json | tail -5
 # the models' own work: batches collated once
 OMP_NUM_THREADS=1 python benchmarks/bench_graph_epoch.py --dataset NCI1 --no-preset --threads 1 \
     --repeats 7 --native-compare --preloaded --json $OUT/bench_graph_epoch_nci1_preloaded.json | tail -5
