@@ -160,6 +160,23 @@ def test_model_dropout_uses_the_compiled_generator_only_when_switched_on(built, 
         assert len(calls) == 2
 
 
+def test_anomaly_network_dropout_and_noise_use_the_generator_when_switched_on(built,
+                                                                          monkeypatch):
+    from et_graph.nn.models import ETAnomalyNet
+
+    torch.manual_seed(0)
+    net = ETAnomalyNet(5, 8, heads=2, head_dim=4, steps=2, noise_std=0.1, dropout=0.3).train()
+    x = torch.randn(12, 5)
+    edge_index = torch.randint(0, 12, (2, 40))
+    dropouts = count_calls(monkeypatch, "dropout")
+    normals = count_calls(monkeypatch, "random_normal_like")
+    net(x, edge_index)
+    assert dropouts == [] and normals == []
+    with native.native_attention():
+        net(x, edge_index)
+    assert len(dropouts) == 1 and len(normals) == 2  # the readout's dropout, one draw a step
+
+
 def test_dropout_module_is_torch_dropout_when_off(built):
     x = torch.randn(20, 6)
     torch.manual_seed(5)

@@ -10,6 +10,7 @@ from torch_geometric.data import Data
 from ..._sparse_warnings import quiet_sparse
 from ..conv import ETConv, RelationalETConv
 from ..conv.relational_et_conv import check_edge_type
+from ..dropout import Dropout
 from ..edge_cache import EdgeCache
 from ..validation import DEFAULT_CHUNK_SIZE, check_features
 
@@ -155,7 +156,7 @@ class ETAnomalyNet(nn.Module):
         self.readout = nn.Sequential(
             nn.Linear(READOUT_WIDTHS[readout] * hidden_channels, mlp_hidden),
             nn.ReLU(),
-            nn.Dropout(dropout),
+            Dropout(dropout),
             nn.Linear(mlp_hidden, 1),
         )
         self.reset_parameters()
