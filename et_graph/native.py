@@ -309,8 +309,11 @@ def _draw_seed() -> int:
 
 
 def _native_values(x: Tensor) -> bool:
+    """Whether to draw float64 (else float32) for ``x``; refuses what the generator cannot give."""
     if x.dtype not in (torch.float32, torch.float64):
         raise ValueError(f"the compiled generator draws float32 or float64, got {x.dtype}")
+    if x.device.type != "cpu":
+        raise ValueError(f"the compiled generator runs on the CPU, got a tensor on {x.device}")
     return x.dtype == torch.float64
 
 

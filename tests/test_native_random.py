@@ -102,6 +102,8 @@ def test_draws_are_reproducible_under_manual_seed(built):
         native.random_normal_like(torch.zeros(3, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match=r"\[0, 1\)"):
         native.dropout(x, 1.0)
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        native.random_normal_like(torch.zeros(3, device="meta"))
 
 
 def test_dropout_gradient_is_the_mask(built):
