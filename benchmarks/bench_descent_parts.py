@@ -13,6 +13,9 @@ gradient:
   in training (once per batch, included);
 * ``native_attention`` (``--native``): the same call with the opt-in compiled kernel of
   :mod:`et_graph.native` switched on (built before the timing);
+* ``native_mask_gram`` (``--native``): the Conv2D mask's ``3 x 3`` Gram entries at every edge
+  from the compiled kernel (:func:`et_graph.native.gram_entries`, once per batch in the model,
+  not per step) and their backward;
 * ``reference_attention``: :func:`et_graph.energy.attention_grad` differentiated by autograd;
 * ``reference_attention_compiled`` (``--compile``): the same under ``torch.compile``
   (``dynamic=True``; the compile time is printed apart and not counted);
@@ -42,7 +45,7 @@ from torch_geometric.loader import DataLoader
 from et_graph import energy as E
 from et_graph.datasets.tudataset import load_tudataset
 from et_graph.fused import build_edge_plan, fused_attention_grad, fused_relu_hopfield_grad
-from et_graph.native import load_native_attention, native_attention
+from et_graph.native import gram_entries, load_native_attention, native_attention
 from et_graph.nn.pool import add_cls_nodes
 
 
@@ -135,6 +138,14 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                 fused()
 
         parts["native_attention"] = native
+        ptr = torch.cat([graph.cls_index, graph.cls_index.new_full((1,), num_nodes)])
+        up_gram = torch.randn(src.numel(), 9, generator=generator)
+
+        def native_mask_gram() -> None:
+            values = gram_entries(g, src, dst, graph.batch, ptr, 1)
+            torch.autograd.backward(values, up_gram)
+
+        parts["native_mask_gram"] = native_mask_gram
     if args.compile:
         compiled = reference(torch.compile(E.attention_grad, dynamic=True))
         begin = time.perf_counter()

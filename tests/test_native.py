@@ -226,6 +226,7 @@ def test_descent_parts_benchmark_times_the_kernel(built, tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert result["milliseconds"]["native_attention"] > 0
+    assert result["milliseconds"]["native_mask_gram"] > 0
     assert not native.native_attention_enabled()
 
 

@@ -27,8 +27,10 @@
 // What a clone's loop calls must be inlined into it (a call would run it scalar).
 #if defined(__GNUC__)
 #define ET_ALWAYS_INLINE inline __attribute__((always_inline))
+#define ET_LAMBDA_INLINE __attribute__((always_inline))
 #else
 #define ET_ALWAYS_INLINE inline
+#define ET_LAMBDA_INLINE
 #endif
 
 namespace et_graph_native {
