@@ -1,5 +1,6 @@
 #!/bin/bash
 # Session 51 timings (the compiled generator for noise and dropout), nothing else running.
+# Run twice: first_set/ holds the first run's files (before the Gram backward's per-CPU build).
 set -e
 cd "$(dirname "$0")/../../../.."
 OUT=docs/measured/graph/native_s51
