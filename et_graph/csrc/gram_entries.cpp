@@ -30,15 +30,15 @@ struct GramKernel {
     const int64_t g = batch[token];
     return {ptr[g], ptr[g + 1]};
   }
-  static ET_ALWAYS_INLINE scalar_t dot(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
-                             int64_t n) {
+  static ET_ALWAYS_INLINE scalar_t dot(const scalar_t* __restrict__ a,
+                                       const scalar_t* __restrict__ b, int64_t n) {
     scalar_t acc = 0;
     ET_SIMD_SUM(acc)
     for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
     return acc;
   }
   static ET_ALWAYS_INLINE void axpy(scalar_t alpha, const scalar_t* __restrict__ x,
-                          scalar_t* __restrict__ y, int64_t n) {
+                                    scalar_t* __restrict__ y, int64_t n) {
     ET_SIMD
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
   }
