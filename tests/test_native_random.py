@@ -208,3 +208,38 @@ def test_random_benchmark_times_both_generators(built, tmp_path, capsys):
     assert all(v > 0 for v in result["native_over_torch"].values())
     assert "| normals (noise) |" in capsys.readouterr().out
     assert (tmp_path / "r.json").stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def baseline_build(built):
+    """The same sources built without the per-CPU clones (-DET_NO_CLONES): what a CPU without
+    AVX2 runs, which this machine's ifunc never picks."""
+    from torch.utils.cpp_extension import load
+
+    try:
+        return load(name=f"{native.extension_name()}_baseline",
+                    sources=[str(path) for path in native.SOURCES],
+                    extra_cflags=[*native.COMPILE_FLAGS, "-DET_NO_CLONES"], verbose=False)
+    except Exception as error:  # no compiler: the `built` fixture has skipped already
+        pytest.skip(str(error))
+
+
+def test_the_baseline_build_gives_the_same_draws_and_gradients(built, baseline_build):
+    for seed in (0, 2**62 + 12345):
+        fast, plain = built.random_normal(4099, seed, True), baseline_build.random_normal(
+            4099, seed, True)
+        # the same words; only the erfinv's rounding (FMA contraction) may differ
+        assert (fast - plain).abs().max() < 1e-6
+        for p in (0.07, 0.5):
+            assert torch.equal(built.dropout_scale(4099, p, seed, False),
+                               baseline_build.dropout_scale(4099, p, seed, False))
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(30, 8, dtype=torch.float64, generator=generator)
+    batch = torch.repeat_interleave(torch.arange(3), torch.tensor([12, 10, 8]))
+    ptr = torch.tensor([0, 12, 22, 30])
+    src = torch.randint(0, 30, (90,), generator=generator)
+    dst = torch.randint(0, 30, (90,), generator=generator)
+    grad = torch.randn(90, 9, dtype=torch.float64, generator=generator)
+    fast = built.gram_entries_backward(x, src, dst, batch, ptr, 1, grad)
+    plain = baseline_build.gram_entries_backward(x, src, dst, batch, ptr, 1, grad)
+    assert (fast - plain).abs().max() < 1e-12 * fast.abs().max()

@@ -17,9 +17,10 @@
 // every machine). Where a loop gains much from wider vectors, GCC's target_clones compiles it
 // for AVX-512 and AVX2 as well and picks one at load time (an ifunc); elsewhere it is built
 // once, for the baseline.
-// (GCC 11 named the x86-64-v3/v4 levels.)
+// (GCC 11 named the x86-64-v3/v4 levels. -DET_NO_CLONES builds the baseline only: the tests
+// compare that build with this one.)
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__x86_64__) && \
-    defined(__linux__)
+    defined(__linux__) && !defined(ET_NO_CLONES)
 #define ET_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define ET_CLONES
