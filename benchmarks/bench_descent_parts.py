@@ -138,7 +138,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                 fused()
 
         parts["native_attention"] = native
-        ptr = torch.cat([graph.cls_index, graph.cls_index.new_full((1,), num_nodes)])
+        ptr = graph.token_ptr()
         up_gram = torch.randn(src.numel(), 9, generator=generator)
 
         def native_mask_gram() -> None:

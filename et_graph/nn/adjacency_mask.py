@@ -307,8 +307,7 @@ class Conv2DAdjacencyMask(Module):
         if self.method == "sparse" and num_original >= 0 and x.size(0):
             # CLS nodes come first in their graphs, so cls_index is where each graph starts.
             if native_applies(x):
-                ptr = torch.cat([graph.cls_index, graph.cls_index.new_full((1,), x.size(0))])
-                conv = self._conv_at_edges_native(x, edge_index, batch, ptr)
+                conv = self._conv_at_edges_native(x, edge_index, batch, graph.token_ptr())
             elif not functorch_active():
                 # (A torch.func transform cannot trace _GramEntries' hand-written backward; it
                 # takes the per-edge route below, the same values.)

@@ -28,6 +28,11 @@ class CLSGraph(NamedTuple):
     cls_index: Tensor
     node_index: Tensor
 
+    def token_ptr(self) -> Tensor:
+        """``[G + 1]``: the first token of each graph (its CLS token, which comes first) and
+        then the number of tokens, so graph ``g`` holds tokens ``ptr[g] .. ptr[g + 1] - 1``."""
+        return torch.cat([self.cls_index, self.cls_index.new_full((1,), self.x.size(0))])
+
 
 def graph_sizes(
     batch: Optional[Tensor], num_nodes: int, num_graphs: Optional[int] = None
