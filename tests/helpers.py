@@ -20,6 +20,21 @@ def benchmark_module(name: str) -> ModuleType:
     return module
 
 
+def count_calls(patch: Any, owner: Any, name: str) -> list[int]:
+    """Replace ``owner.name`` through ``patch`` (pytest's ``monkeypatch``, or a
+    ``MonkeyPatch.context()``) by a wrapper that calls the original and records each call; the
+    returned list grows by one entry a call."""
+    calls: list[int] = []
+    original = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    patch.setattr(owner, name, counted)
+    return calls
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """``|a - b| / |b|`` (Frobenius norms), detached."""
     return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))

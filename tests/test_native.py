@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from helpers import benchmark_module, relative_error
+from helpers import benchmark_module, count_calls, relative_error
 from test_fused import (
     HEADS,
     NUM_NODES,
@@ -63,10 +63,7 @@ def test_gradcheck_to_second_order(built, order):
 
 
 def test_the_switch_routes_the_kernel(built, monkeypatch):
-    calls = []
-    original = native.NativeAttentionGrad.apply
-    monkeypatch.setattr(native.NativeAttentionGrad, "apply",
-                        lambda *a: calls.append(1) or original(*a))
+    calls = count_calls(monkeypatch, native.NativeAttentionGrad, "apply")
     src, dst = awkward_edges()
     k, q, beta = keys_queries()
     fused_attention_grad(k, q, src, dst, beta, None)
@@ -399,28 +396,20 @@ def test_gram_entries_equal_the_reference(built, radius):
 
 @pytest.mark.parametrize("kernel_size", [1, 3, 5])
 @pytest.mark.parametrize("edge_dim", [None, 3])
-def test_mask_equals_the_default_path(built, kernel_size, edge_dim):
+def test_mask_equals_the_default_path(built, kernel_size, edge_dim, monkeypatch):
     """With the switch on, the mask (both entry points) gives the default path's values and
     gradients, and routes through the kernel."""
     from test_graph_fast_paths import mask_case
 
     graph, mask, x, attr, probe = mask_case(kernel_size, edge_dim)
-    calls = []
-    original = native.NativeGramEntries.apply
-
-    def counted(*args):
-        calls.append(1)
-        return original(*args)
-
+    calls = count_calls(monkeypatch, native.NativeGramEntries, "apply")
     runs = {"forward_cls_graph": lambda: mask.forward_cls_graph(graph, attr),
             "forward": lambda: mask(x, graph.edge_index, graph.batch, attr)}
     for run in runs.values():
         results = {}
         for name in ("default", "native"):
             calls.clear()
-            with native.native_attention(name == "native"), \
-                    pytest.MonkeyPatch.context() as patch:
-                patch.setattr(native.NativeGramEntries, "apply", counted)
+            with native.native_attention(name == "native"):
                 out = run()
                 grads = torch.autograd.grad((out * probe).sum(), [x, mask.weight, mask.bias])
             assert bool(calls) == (name == "native")
@@ -435,16 +424,9 @@ def test_mask_keeps_its_pytorch_route_for_other_dtypes(built):
     from test_graph_fast_paths import mask_case
 
     graph, mask, x, _, _ = mask_case(3, None)
-    calls = []
-    original = native.NativeGramEntries.apply
-
-    def counted(*args):
-        calls.append(1)
-        return original(*args)
-
     tokens = x.detach().to(torch.bfloat16)
     with native.native_attention(), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native.NativeGramEntries, "apply", counted)
+        calls = count_calls(patch, native.NativeGramEntries, "apply")
         got = mask.to(torch.bfloat16).forward_cls_graph(graph._replace(x=tokens))
     assert not calls and got.dtype == torch.bfloat16
     want = mask.forward_cls_graph(graph._replace(x=tokens))

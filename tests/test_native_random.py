@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from helpers import count_calls
 
 import et_graph.native as native
 from et_graph.nn import Dropout, ETConv
@@ -114,23 +115,11 @@ def test_dropout_gradient_is_the_mask(built):
     assert torch.autograd.gradcheck(lambda t: t * grad.detach(), (x,))
 
 
-def count_calls(monkeypatch, name: str) -> list[int]:
-    calls: list[int] = []
-    original = getattr(native, name)
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(native, name, counted)
-    return calls
-
-
 def test_noise_uses_the_compiled_generator_only_when_switched_on(built, monkeypatch):
     conv = ETConv(8, heads=2, head_dim=4, steps=3, noise_std=0.1).train()
     x = torch.randn(10, 8)
     edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9]])
-    calls = count_calls(monkeypatch, "random_normal_like")
+    calls = count_calls(monkeypatch, native, "random_normal_like")
     conv(x, edge_index)
     assert calls == []  # off: torch.randn_like
     with native.native_attention():
@@ -151,7 +140,7 @@ def test_model_dropout_uses_the_compiled_generator_only_when_switched_on(built, 
     x = torch.randn(9, 3)
     edge_index = torch.tensor([[0, 1, 2, 4, 5, 6, 7], [1, 2, 3, 5, 6, 7, 8]])
     batch = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 1])
-    calls = count_calls(monkeypatch, "dropout")
+    calls = count_calls(monkeypatch, native, "dropout")
     model(x, edge_index, batch)
     assert calls == []
     with native.native_attention():
@@ -170,8 +159,8 @@ def test_anomaly_network_dropout_and_noise_use_the_generator_when_switched_on(bu
     net = ETAnomalyNet(5, 8, heads=2, head_dim=4, steps=2, noise_std=0.1, dropout=0.3).train()
     x = torch.randn(12, 5)
     edge_index = torch.randint(0, 12, (2, 40))
-    dropouts = count_calls(monkeypatch, "dropout")
-    normals = count_calls(monkeypatch, "random_normal_like")
+    dropouts = count_calls(monkeypatch, native, "dropout")
+    normals = count_calls(monkeypatch, native, "random_normal_like")
     net(x, edge_index)
     assert dropouts == [] and normals == []
     with native.native_attention():
