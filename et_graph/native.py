@@ -23,9 +23,13 @@ It is **off by default** and opt-in, because it is compiled on first use (with
 by torch under ``~/.cache/torch_extensions`` or ``$TORCH_EXTENSIONS_DIR``), and because it sums
 in another order than the sparse kernels, so float32 results differ from the default path in the
 last bits (float64 agrees with the reference closed form to about 1e-14; the tests check both).
-It runs on one thread, so it suits the mini-batches of many small graphs it was written for
-more than one large graph (``benchmarks/bench_native_attention.py`` times both paths there;
-docs/benchmarks.md has the figures). Turn it on with
+It runs on PyTorch's intra-op threads (``torch.set_num_threads``; OpenMP, on Linux): with more
+than one thread the attention gradient splits its loops in two passes, over destinations and
+then over sources (the scatter into ``dE/dk`` would race otherwise), the mask's backward runs
+graph by graph and the generator block by block, and every result is the same, bit for bit,
+whatever the number of threads (:func:`source_layout`). It was written for mini-batches of many
+small graphs; ``benchmarks/bench_native_attention.py`` times both paths on one large graph too
+(docs/benchmarks.md has the figures). Turn it on with
 
 * ``set_native_attention(True)`` (or the context manager :func:`native_attention`),
 * the environment variable ``ET_GRAPH_NATIVE_ATTENTION=1`` (read at import; the kernel is
@@ -61,10 +65,13 @@ SOURCES = tuple(CSRC / name for name in ("bindings.cpp", "attention_grad.cpp",
 #: see a change to it).
 HEADERS = (CSRC / "et_native.h",)
 ENV_VARIABLE = "ET_GRAPH_NATIVE_ATTENTION"
-# -fopenmp-simd honours the source's `omp simd` loops (vectorised per head, sums included)
-# without linking an OpenMP runtime; no -march flag, so a build cached in a home directory
-# shared by different machines runs on all of them.
-COMPILE_FLAGS = ["-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"]
+# No -march flag, so a build cached in a home directory shared by different machines runs on
+# all of them. On Linux -fopenmp: at::parallel_for's OpenMP loops run on torch's threads (the
+# extension's libgomp.so.1 is the one torch has loaded: one runtime, one thread count); elsewhere
+# -fopenmp-simd honours the `omp simd` loops alone and at::parallel_for runs one thread.
+OPENMP_FLAGS = ["-fopenmp"] if sys.platform.startswith("linux") else ["-fopenmp-simd"]
+COMPILE_FLAGS = ["-O3", *OPENMP_FLAGS, "-fno-math-errno", "-fno-trapping-math"]
+LINK_FLAGS = ["-fopenmp"] if sys.platform.startswith("linux") else []
 
 _state: dict[str, Any] = {"enabled": False, "module": None}
 
@@ -74,7 +81,7 @@ def extension_name() -> str:
     sources, their header and the flags. Two checkouts or versions of the package in one
     environment (or sharing a home directory) then keep builds of their own instead of
     rebuilding over each other's; the same files share one."""
-    digest = hashlib.sha1(" ".join(COMPILE_FLAGS).encode())
+    digest = hashlib.sha1(" ".join([*COMPILE_FLAGS, *LINK_FLAGS]).encode())
     for path in (*SOURCES, *HEADERS):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
@@ -95,7 +102,7 @@ def load_native_attention() -> Any:
         from torch.utils.cpp_extension import load
 
         module = load(name=name, sources=[str(path) for path in SOURCES],
-                      extra_cflags=COMPILE_FLAGS, verbose=False)
+                      extra_cflags=COMPILE_FLAGS, extra_ldflags=LINK_FLAGS, verbose=False)
     except Exception as error:  # compiler, ninja or headers missing: say which
         raise RuntimeError(
             f"the native kernels could not be built from {CSRC} "
@@ -109,11 +116,14 @@ def load_native_attention() -> Any:
 
 def is_built(name: str) -> bool:
     """Whether torch's extension cache already holds a build called ``name`` (its layout:
-    ``<root>/<python and device tag>/<name>/<name>.so``)."""
+    ``$TORCH_EXTENSIONS_DIR/<name>/<name>.so`` where that is set, else
+    ``<default root>/<python and device tag>/<name>/<name>.so``)."""
     from torch.utils.cpp_extension import get_default_build_root
 
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
-    return any(root.glob(f"*/{name}/{name}*.so"))
+    chosen = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if chosen:
+        return any(Path(chosen).glob(f"{name}/{name}*.so"))
+    return any(Path(get_default_build_root()).glob(f"*/{name}/{name}*.so"))
 
 
 def native_attention_enabled() -> bool:
@@ -179,12 +189,36 @@ def rows_contiguous(t: Tensor) -> Tensor:
     return t.contiguous()
 
 
+def source_layout(plan: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """``(t_ptr, t_perm, dst)``: the offsets ``[N + 1]`` of each source's edges in ``plan``'s
+    source-sorted order, that order as indices into the destination-sorted edges (the stable
+    sort by source: each source's edges keep their destination-sorted order) and each
+    destination-sorted edge's destination, int64. With them the attention kernel runs its two
+    threaded passes, whose every row sums the same terms in the same order as the one-pass
+    loop; kept on the plan."""
+    cached = getattr(plan, "_native_layout", None)
+    if cached is None:
+        from torch_geometric.utils import cumsum
+
+        src, _ = sorted_edges(plan)
+        t_ptr = cumsum(torch.bincount(src, minlength=plan.num_nodes))
+        cached = plan._native_layout = (t_ptr, plan.transpose.long(), plan.dst.long())
+    return cached
+
+
 def kernel_inputs(k: Tensor, q: Tensor, beta: Tensor, weight: Optional[Tensor], plan: Any
                   ) -> tuple[Tensor, ...]:
-    """``(k, q, beta, weight, src, rowptr)`` as the compiled kernel takes them: rows
-    contiguous, beta flat, an empty tensor for no weight, and the plan's sorted edges."""
+    """``(k, q, beta, weight, src, rowptr, t_ptr, t_perm, dst)`` as the compiled kernel takes
+    them: rows contiguous, beta flat, an empty tensor for no weight, the plan's sorted edges,
+    and its source-sorted layout when PyTorch runs more than one thread (three empty tensors
+    otherwise: one pass, no scratch)."""
+    if torch.get_num_threads() > 1:
+        layout = source_layout(plan)
+    else:
+        layout = (k.new_empty(0, dtype=torch.long),) * 3
     return (rows_contiguous(k), rows_contiguous(q), beta.reshape(-1).contiguous(),
-            k.new_empty(0) if weight is None else weight.contiguous(), *sorted_edges(plan))
+            k.new_empty(0) if weight is None else weight.contiguous(), *sorted_edges(plan),
+            *layout)
 
 
 class NativeAttentionGrad(torch.autograd.Function):

@@ -227,19 +227,26 @@ def test_descent_parts_benchmark_times_the_kernel(built, tmp_path):
     assert not native.native_attention_enabled()
 
 
-def test_the_kernel_leaves_the_sparse_layout_unbuilt(built):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_kernel_leaves_the_sparse_layout_unbuilt(built, threads):
     """The edge plan builds its CSR arrays (a second sort among them) only for the sparse
-    kernels; a training step on the compiled kernel never asks for them."""
+    kernels; a training step on the compiled kernel never asks for them. With more than one
+    thread it sorts the edges by source (the threaded passes' layout), and nothing else."""
     from et_graph.fused import build_edge_plan
 
     src, dst = awkward_edges()
     k, q, beta = keys_queries()
     plan = build_edge_plan(src, dst, NUM_NODES, HEADS)
-    with native.native_attention():
-        grad_k, grad_q = fused_attention_grad(k, q, src, dst, beta, None, plan)
-        (grad_k.sum() + grad_q.pow(2).sum()).backward()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with native.native_attention():
+            grad_k, grad_q = fused_attention_grad(k, q, src, dst, beta, None, plan)
+            (grad_k.sum() + grad_q.pow(2).sum()).backward()
+    finally:
+        torch.set_num_threads(before)
     lazy = {"transpose", "crow", "col", "crow_t", "col_t", "row_lengths", "dst_per_head"}
-    assert not lazy & set(vars(plan))
+    assert lazy & set(vars(plan)) == ({"transpose"} if threads > 1 else set())
     fused_attention_grad(k, q, src, dst, beta, None, plan)  # the sparse path builds them
     assert {"crow", "col", "row_lengths"} <= set(vars(plan))
 
@@ -468,9 +475,18 @@ def test_a_first_build_says_so(tmp_path, monkeypatch, capsys):
     native.load_native_attention()
     name = native.extension_name()
     assert f"building the compiled kernels ({name}" in capsys.readouterr().err
-    cached = tmp_path / "py_tag" / name
+    # torch's layout under $TORCH_EXTENSIONS_DIR: <dir>/<name>/<name>.so (no python tag
+    # folder, which only the default root has)
+    cached = tmp_path / name
     cached.mkdir(parents=True)
     (cached / f"{name}.so").write_bytes(b"")
     monkeypatch.setitem(native._state, "module", None)
     native.load_native_attention()
     assert capsys.readouterr().err == ""
+    # Without the variable: torch's default root, one folder per python and device tag.
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
+    monkeypatch.setattr(cpp_extension, "get_default_build_root", lambda: str(tmp_path / "home"))
+    assert not native.is_built(name)
+    (tmp_path / "home" / "py311_cpu" / name).mkdir(parents=True)
+    (tmp_path / "home" / "py311_cpu" / name / f"{name}.so").write_bytes(b"")
+    assert native.is_built(name)

@@ -9,8 +9,18 @@
 // Mini-batches of small graphs spend most of the sparse-kernel path's time in per-call
 // overhead (tens of small kernels per step); here one call does a step's work. Each edge
 // touches its source's and destination's [H, Y] rows whole (contiguous), and the per-edge
-// values are kept edge-major ([E, H]). One thread: the scatter into dE/dk would race across
-// destinations.
+// values are kept edge-major ([E, H]).
+//
+// Threads (at::parallel_for, torch's intra-op threads). The scatter into dE/dk (and, in
+// backward, into dL/dk) would race across destinations, so with the source-sorted layout
+// given (T_ptr, T_perm, Dst) the work splits in two passes: one over blocks of destinations
+// (everything but the scatter; backward also keeps ds per edge), one over blocks of sources
+// that gathers the scatter's terms. The source-sorted order is the stable sort of the
+// destination-sorted edges by source, so each row of dE/dk adds the same terms in the same
+// order as the one-pass loop: the results do not depend on the number of threads, bit for bit
+// (dL/dbeta too: it is summed per destination, then over the destinations in order).
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -30,6 +40,14 @@ struct Kernel {
   int64_t N, H_, Y, E, w_rows, k_row, q_row;
   const scalar_t *K, *Q, *beta, *W;
   const int64_t *S, *R;
+  // The source-sorted layout, for the two-pass (threaded) loops: each source's offsets among
+  // the sorted edges (T_ptr [N + 1]), those edges as indices into the destination-sorted ones
+  // (T_perm [E]) and every destination-sorted edge's destination (Dst [E]). Null: one pass.
+  const int64_t *T_ptr = nullptr, *T_perm = nullptr, *Dst = nullptr;
+  // Destinations (or sources) per block of the threaded loops.
+  static constexpr int64_t kGrain = 256;
+
+  inline bool two_pass() const { return T_perm != nullptr; }
 
   inline int64_t width() const { return kY ? kY : Y; }
   inline int64_t heads() const { return kH ? kH : H_; }
@@ -59,9 +77,21 @@ struct Kernel {
 
   // probs, scores: [E, H] (edge-major, destination-sorted edges).
   void forward(scalar_t* GK, scalar_t* GQ, scalar_t* P, scalar_t* SC) const {
+    if (!two_pass()) return forward_destinations(0, N, GK, GQ, P, SC);
+    at::parallel_for(0, N, kGrain, [&](int64_t c0, int64_t c1) {
+      forward_destinations(c0, c1, nullptr, GQ, P, SC);
+    });
+    at::parallel_for(0, N, kGrain, [&](int64_t b0, int64_t b1) {
+      forward_sources(b0, b1, P, GK);
+    });
+  }
+
+  // Destinations [c0, c1): scores, softmax and dE/dq; with GK also dE/dk's terms, scattered.
+  void forward_destinations(int64_t c0, int64_t c1, scalar_t* GK, scalar_t* GQ, scalar_t* P,
+                            scalar_t* SC) const {
     const int64_t H = heads(), Yw = width(), HY = H * Yw;
     std::vector<scalar_t> top(H), total(H);
-    for (int64_t c = 0; c < N; ++c) {
+    for (int64_t c = c0; c < c1; ++c) {
       const int64_t begin = R[c], end = R[c + 1];
       // Each destination's row of dE/dq is its own: written here whole (zero without edges),
       // so the output needs no zero fill first.
@@ -88,25 +118,64 @@ struct Kernel {
         }
       for (int64_t e = begin; e < end; ++e) {
         const scalar_t* kb = K + S[e] * k_row;
-        scalar_t* gk = GK + S[e] * HY;
         for (int64_t h = 0; h < H; ++h) {
           const scalar_t p = P[e * H + h] / total[h];
           P[e * H + h] = p;
           const scalar_t coef = -p * weight(e, h);
           axpy(coef, kb + h * Yw, gq + h * Yw, Yw);
-          axpy(coef, qc + h * Yw, gk + h * Yw, Yw);
+          if (GK) axpy(coef, qc + h * Yw, GK + S[e] * HY + h * Yw, Yw);
         }
       }
     }
   }
 
-  void backward(const scalar_t* P, const scalar_t* SC, const scalar_t* UK, const scalar_t* UQ,
-                scalar_t* DK, scalar_t* DQ, scalar_t* DB, scalar_t* DW) const {
+  // Sources [b0, b1): dE/dk_B = -sum_{e: src = B} c_e q_C, gathered (GK zero on entry).
+  void forward_sources(int64_t b0, int64_t b1, const scalar_t* P, scalar_t* GK) const {
     const int64_t H = heads(), Yw = width(), HY = H * Yw;
-    std::vector<scalar_t> d_coef, weighted(H), d_beta(H, scalar_t(0)), ds(H), coef(H);
+    for (int64_t b = b0; b < b1; ++b) {
+      scalar_t* gk = GK + b * HY;
+      for (int64_t i = T_ptr[b]; i < T_ptr[b + 1]; ++i) {
+        const int64_t e = T_perm[i];
+        const scalar_t* qc = Q + Dst[e] * q_row;
+        for (int64_t h = 0; h < H; ++h)
+          axpy(-P[e * H + h] * weight(e, h), qc + h * Yw, gk + h * Yw, Yw);
+      }
+    }
+  }
+
+  // DBC: [N, H] scratch for dL/dbeta per destination; DS: [E, H] scratch for ds per edge (two
+  // passes only).
+  void backward(const scalar_t* P, const scalar_t* SC, const scalar_t* UK, const scalar_t* UQ,
+                scalar_t* DK, scalar_t* DQ, scalar_t* DB, scalar_t* DW, scalar_t* DBC,
+                scalar_t* DS) const {
+    const int64_t H = heads();
+    if (!two_pass()) {
+      backward_destinations(0, N, P, SC, UK, UQ, DK, DQ, DBC, DW, nullptr);
+    } else {
+      at::parallel_for(0, N, kGrain, [&](int64_t c0, int64_t c1) {
+        backward_destinations(c0, c1, P, SC, UK, UQ, nullptr, DQ, DBC, DW, DS);
+      });
+      at::parallel_for(0, N, kGrain, [&](int64_t b0, int64_t b1) {
+        backward_sources(b0, b1, P, UQ, DS, DK);
+      });
+    }
+    for (int64_t h = 0; h < H; ++h) DB[h] = scalar_t(0);
+    for (int64_t c = 0; c < N; ++c)
+      for (int64_t h = 0; h < H; ++h) DB[h] += DBC[c * H + h];
+  }
+
+  // Destinations [c0, c1): dL/dq, dL/dbeta per destination, dL/dw; with DK also dL/dk's terms,
+  // scattered, else ds per edge into DS for backward_sources.
+  void backward_destinations(int64_t c0, int64_t c1, const scalar_t* P, const scalar_t* SC,
+                             const scalar_t* UK, const scalar_t* UQ, scalar_t* DK, scalar_t* DQ,
+                             scalar_t* DBC, scalar_t* DW, scalar_t* DS) const {
+    const int64_t H = heads(), Yw = width(), HY = H * Yw;
+    std::vector<scalar_t> d_coef, weighted(H), ds(H), coef(H);
     // An absent upstream gradient reads as zero rows: one branch-free loop serves all cases.
     const std::vector<scalar_t> zero_row(HY, scalar_t(0));
-    for (int64_t c = 0; c < N; ++c) {
+    for (int64_t c = c0; c < c1; ++c) {
+      scalar_t* d_beta = DBC + c * H;
+      std::fill(d_beta, d_beta + H, scalar_t(0));
       const int64_t begin = R[c], end = R[c + 1];
       scalar_t* __restrict__ dqc = DQ + c * HY;  // written whole here, as dE/dq's rows in forward
       std::fill(dqc, dqc + HY, scalar_t(0));
@@ -134,7 +203,6 @@ struct Kernel {
         const int64_t b = S[e];
         const scalar_t* __restrict__ kb = K + b * k_row;
         const scalar_t* __restrict__ ukb = UK ? UK + b * HY : zero_row.data();
-        scalar_t* __restrict__ dkb = DK + b * HY;
         for (int64_t h = 0; h < H; ++h) {
           const scalar_t p = P[e * H + h], s = SC[e * H + h], w = weight(e, h);
           const scalar_t dc = d_coef[(e - begin) * H + h];
@@ -143,8 +211,19 @@ struct Kernel {
           if (DW) DW[(w_rows == 1 ? 0 : h) * E + e] += p * dc + d_logit * beta[h] * s;
           ds[h] = d_logit * beta[h] * w;
           coef[h] = p * w;
+          if (DS) DS[e * H + h] = ds[h];
+        }
+        if (!DK) {
+          for (int64_t h = 0; h < H; ++h) {
+            const scalar_t dsh = ds[h], ch = coef[h];
+            ET_SIMD
+            for (int64_t y = 0; y < Yw; ++y)
+              dqc[h * Yw + y] += dsh * kb[h * Yw + y] - ch * ukb[h * Yw + y];
+          }
+          continue;
         }
         // Both rows' updates in one pass over the heads: each row read and written once.
+        scalar_t* __restrict__ dkb = DK + b * HY;
         for (int64_t h = 0; h < H; ++h) {
           const scalar_t dsh = ds[h], ch = coef[h];
           ET_SIMD
@@ -156,14 +235,41 @@ struct Kernel {
         }
       }
     }
-    for (int64_t h = 0; h < H; ++h) DB[h] = d_beta[h];
   }
+
+  // Sources [b0, b1): dL/dk_B = sum_{e: src = B} (ds_e q_C - c_e G_q[C]), gathered (DK zero on
+  // entry), the terms and their order as backward_destinations scatters them.
+  void backward_sources(int64_t b0, int64_t b1, const scalar_t* P, const scalar_t* UQ,
+                        const scalar_t* DS, scalar_t* DK) const {
+    const int64_t H = heads(), Yw = width(), HY = H * Yw;
+    const std::vector<scalar_t> zero_row(HY, scalar_t(0));
+    for (int64_t b = b0; b < b1; ++b) {
+      scalar_t* __restrict__ dkb = DK + b * HY;
+      for (int64_t i = T_ptr[b]; i < T_ptr[b + 1]; ++i) {
+        const int64_t e = T_perm[i], c = Dst[e];
+        const scalar_t* __restrict__ qc = Q + c * q_row;
+        const scalar_t* __restrict__ uqc = UQ ? UQ + c * HY : zero_row.data();
+        for (int64_t h = 0; h < H; ++h) {
+          const scalar_t dsh = DS[e * H + h], ch = P[e * H + h] * weight(e, h);
+          ET_SIMD
+          for (int64_t y = 0; y < Yw; ++y)
+            dkb[h * Yw + y] += dsh * qc[h * Yw + y] - ch * uqc[h * Yw + y];
+        }
+      }
+    }
+  }
+};
+
+// The source-sorted layout of the two-pass loops, or three empty tensors (one pass).
+struct Layout {
+  torch::Tensor t_ptr, t_perm, dst;
+  bool two_pass() const { return t_perm.numel() > 0; }
 };
 
 template <typename scalar_t, typename F>
 void with_kernel(const torch::Tensor& k, const torch::Tensor& q, const torch::Tensor& beta,
                  const torch::Tensor& weight, const torch::Tensor& src,
-                 const torch::Tensor& rowptr, F&& body) {
+                 const torch::Tensor& rowptr, const Layout& layout, F&& body) {
   const int64_t H = k.size(1), Y = k.size(2);
   auto fill = [&](auto& kern) {
     kern.N = k.size(0);
@@ -179,6 +285,11 @@ void with_kernel(const torch::Tensor& k, const torch::Tensor& q, const torch::Te
     kern.W = weight.numel() ? weight.data_ptr<scalar_t>() : nullptr;
     kern.S = src.data_ptr<int64_t>();
     kern.R = rowptr.data_ptr<int64_t>();
+    if (layout.two_pass()) {
+      kern.T_ptr = layout.t_ptr.data_ptr<int64_t>();
+      kern.T_perm = layout.t_perm.data_ptr<int64_t>();
+      kern.Dst = layout.dst.data_ptr<int64_t>();
+    }
     body(kern);
   };
   if (H == 4 && Y == 8) {
@@ -212,7 +323,7 @@ bool rows_contiguous(const torch::Tensor& t) {
 
 void check_inputs(const torch::Tensor& k, const torch::Tensor& q, const torch::Tensor& beta,
                   const torch::Tensor& weight, const torch::Tensor& src,
-                  const torch::Tensor& rowptr) {
+                  const torch::Tensor& rowptr, const Layout& layout) {
   TORCH_CHECK(k.device().is_cpu() && k.dim() == 3 && rows_contiguous(k),
               "k: an [N, H, Y] tensor on the CPU whose rows are contiguous");
   TORCH_CHECK(q.sizes() == k.sizes() && rows_contiguous(q) && q.scalar_type() == k.scalar_type(),
@@ -228,20 +339,31 @@ void check_inputs(const torch::Tensor& k, const torch::Tensor& q, const torch::T
                     (weight.size(0) == 1 || weight.size(0) == k.size(1)) &&
                     weight.scalar_type() == k.scalar_type(), "weight: [1 or H, E]");
   }
+  if (layout.two_pass() || layout.t_ptr.numel() || layout.dst.numel()) {
+    for (const auto* t : {&layout.t_ptr, &layout.t_perm, &layout.dst})
+      TORCH_CHECK(t->scalar_type() == torch::kLong && t->is_contiguous() && t->dim() == 1,
+                  "t_ptr, t_perm, dst: contiguous int64 vectors, or all three empty");
+    TORCH_CHECK(layout.t_ptr.numel() == k.size(0) + 1 && layout.t_perm.numel() == src.numel() &&
+                    layout.dst.numel() == src.numel(),
+                "t_ptr: [N + 1]; t_perm, dst: [E] (or all three empty)");
+  }
 }
 
 }  // namespace
 
 std::vector<torch::Tensor> attention_grad_forward(torch::Tensor k, torch::Tensor q,
                                                   torch::Tensor beta, torch::Tensor weight,
-                                                  torch::Tensor src, torch::Tensor rowptr) {
-  check_inputs(k, q, beta, weight, src, rowptr);
+                                                  torch::Tensor src, torch::Tensor rowptr,
+                                                  torch::Tensor t_ptr, torch::Tensor t_perm,
+                                                  torch::Tensor dst) {
+  const Layout layout{t_ptr, t_perm, dst};
+  check_inputs(k, q, beta, weight, src, rowptr, layout);
   auto grad_k = torch::zeros(k.sizes(), k.options());
   auto grad_q = torch::empty(q.sizes(), q.options());  // every row written by the kernel
   auto probs = torch::empty({src.numel(), k.size(1)}, k.options());
   auto scores = torch::empty({src.numel(), k.size(1)}, k.options());
   AT_DISPATCH_FLOATING_TYPES(k.scalar_type(), "attention_grad_forward", [&] {
-    with_kernel<scalar_t>(k, q, beta, weight, src, rowptr, [&](const auto& kern) {
+    with_kernel<scalar_t>(k, q, beta, weight, src, rowptr, layout, [&](const auto& kern) {
       kern.forward(grad_k.data_ptr<scalar_t>(), grad_q.data_ptr<scalar_t>(),
                    probs.data_ptr<scalar_t>(), scores.data_ptr<scalar_t>());
     });
@@ -251,9 +373,11 @@ std::vector<torch::Tensor> attention_grad_forward(torch::Tensor k, torch::Tensor
 
 std::vector<torch::Tensor> attention_grad_backward(
     torch::Tensor k, torch::Tensor q, torch::Tensor beta, torch::Tensor weight,
-    torch::Tensor src, torch::Tensor rowptr, torch::Tensor probs, torch::Tensor scores,
-    torch::Tensor up_k, torch::Tensor up_q, bool need_weight) {
-  check_inputs(k, q, beta, weight, src, rowptr);
+    torch::Tensor src, torch::Tensor rowptr, torch::Tensor t_ptr, torch::Tensor t_perm,
+    torch::Tensor dst, torch::Tensor probs, torch::Tensor scores, torch::Tensor up_k,
+    torch::Tensor up_q, bool need_weight) {
+  const Layout layout{t_ptr, t_perm, dst};
+  check_inputs(k, q, beta, weight, src, rowptr, layout);
   TORCH_CHECK(probs.sizes() == scores.sizes() && probs.size(0) == src.numel() &&
                   probs.size(1) == k.size(1) && probs.is_contiguous() && scores.is_contiguous(),
               "probs, scores: [E, H] from forward");
@@ -266,13 +390,17 @@ std::vector<torch::Tensor> attention_grad_backward(
   auto d_beta = torch::zeros_like(beta);
   auto d_w = need_weight && weight.numel() ? torch::zeros_like(weight)
                                            : torch::empty({0}, k.options());
+  auto d_beta_per_node = torch::empty({k.size(0), k.size(1)}, k.options());
+  auto ds = torch::empty({layout.two_pass() ? src.numel() : 0, k.size(1)}, k.options());
   AT_DISPATCH_FLOATING_TYPES(k.scalar_type(), "attention_grad_backward", [&] {
-    with_kernel<scalar_t>(k, q, beta, weight, src, rowptr, [&](const auto& kern) {
+    with_kernel<scalar_t>(k, q, beta, weight, src, rowptr, layout, [&](const auto& kern) {
       kern.backward(probs.data_ptr<scalar_t>(), scores.data_ptr<scalar_t>(),
                     up_k.numel() ? up_k.data_ptr<scalar_t>() : nullptr,
                     up_q.numel() ? up_q.data_ptr<scalar_t>() : nullptr,
                     d_k.data_ptr<scalar_t>(), d_q.data_ptr<scalar_t>(),
-                    d_beta.data_ptr<scalar_t>(), d_w.numel() ? d_w.data_ptr<scalar_t>() : nullptr);
+                    d_beta.data_ptr<scalar_t>(), d_w.numel() ? d_w.data_ptr<scalar_t>() : nullptr,
+                    d_beta_per_node.data_ptr<scalar_t>(),
+                    ds.numel() ? ds.data_ptr<scalar_t>() : nullptr);
     });
   });
   return {d_k, d_q, d_beta, d_w};

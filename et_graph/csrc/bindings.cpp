@@ -1,5 +1,25 @@
 // The Python module of et_graph.native's compiled kernels (one extension, built once).
+#include <ATen/Parallel.h>
+
+#include <atomic>
+
 #include "et_native.h"
+
+namespace {
+// How many of torch's threads an at::parallel_for of this build runs on: one where it was
+// built without an OpenMP runtime. For the tests.
+int64_t threads_used() {
+  const int64_t n = at::get_num_threads();
+  std::atomic<int64_t> highest{0};
+  at::parallel_for(0, n, 1, [&](int64_t, int64_t) {
+    const int64_t id = at::get_thread_num();
+    int64_t seen = highest.load();
+    while (id > seen && !highest.compare_exchange_weak(seen, id)) {
+    }
+  });
+  return highest.load() + 1;
+}
+}  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace et_graph_native;
@@ -11,4 +31,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("random_normal", &random_normal, "numel standard normals from Philox4x32-10");
   m.def("dropout_scale", &dropout_scale, "numel dropout factors: 0 or 1 / (1 - p)");
   m.def("philox_words", &philox_words, "the generator's raw words, [blocks, 4]");
+  m.def("threads_used", &threads_used, "threads an at::parallel_for runs on (tests)");
 }

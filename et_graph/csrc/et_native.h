@@ -9,7 +9,7 @@
 #include <vector>
 
 #define ET_PRAGMA(x) _Pragma(#x)
-// Loops vectorised with `omp simd` (-fopenmp-simd: no OpenMP runtime).
+// Loops vectorised with `omp simd`.
 #define ET_SIMD ET_PRAGMA(omp simd)
 #define ET_SIMD_SUM(v) ET_PRAGMA(omp simd reduction(+ : v))
 
@@ -37,13 +37,17 @@
 namespace et_graph_native {
 
 // attention_grad.cpp: ET's closed-form attention gradient and its first-order backward.
+// t_ptr, t_perm, dst: the source-sorted layout for the threaded two-pass loops, or empty.
 std::vector<torch::Tensor> attention_grad_forward(torch::Tensor k, torch::Tensor q,
                                                   torch::Tensor beta, torch::Tensor weight,
-                                                  torch::Tensor src, torch::Tensor rowptr);
+                                                  torch::Tensor src, torch::Tensor rowptr,
+                                                  torch::Tensor t_ptr, torch::Tensor t_perm,
+                                                  torch::Tensor dst);
 std::vector<torch::Tensor> attention_grad_backward(
     torch::Tensor k, torch::Tensor q, torch::Tensor beta, torch::Tensor weight,
-    torch::Tensor src, torch::Tensor rowptr, torch::Tensor probs, torch::Tensor scores,
-    torch::Tensor up_k, torch::Tensor up_q, bool need_weight);
+    torch::Tensor src, torch::Tensor rowptr, torch::Tensor t_ptr, torch::Tensor t_perm,
+    torch::Tensor dst, torch::Tensor probs, torch::Tensor scores, torch::Tensor up_k,
+    torch::Tensor up_q, bool need_weight);
 
 // gram_entries.cpp: the Gram entries the Conv2D adjacency mask reads at each edge.
 torch::Tensor gram_entries_forward(torch::Tensor x, torch::Tensor src, torch::Tensor dst,

@@ -10,7 +10,14 @@
 //
 //   dL/dx_{C+a} += G[e, ab] x_{B+b},   dL/dx_{B+b} += G[e, ab] x_{C+a}.
 //
-// One thread: the backward's scatter would race.
+// Threads (at::parallel_for): forward splits the edges anywhere (each writes its own row).
+// The backward's scatter stays inside the edge's graph, so it splits the edges between graphs
+// where they come graph by graph (a PyG batch's do; else it runs one thread): every token then
+// adds the same terms in the same order whatever the number of threads.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
 #include "et_native.h"
 
 namespace et_graph_native {
@@ -43,12 +50,12 @@ struct GramKernel {
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
   }
 
-  // body(e, i, j, entry) for every kernel entry of every edge whose two tokens lie in their
-  // graphs; other entries are left to the caller (forward writes zeros first).
+  // body(e, i, j, entry) for every kernel entry of every edge in [e0, e1) whose two tokens lie
+  // in their graphs; other entries are left to the caller (forward writes zeros first).
   template <typename F>
-  ET_ALWAYS_INLINE void for_each_entry(F&& body) const {
+  ET_ALWAYS_INLINE void for_each_entry(int64_t e0, int64_t e1, F&& body) const {
     const int64_t k = 2 * r + 1;
-    for (int64_t e = 0; e < E; ++e) {
+    for (int64_t e = e0; e < e1; ++e) {
       const int64_t c = T[e], b = S[e];
       const Bounds rows = bounds(c), cols = bounds(b);
       for (int64_t da = -r; da <= r; ++da) {
@@ -64,13 +71,39 @@ struct GramKernel {
   }
 
   void forward(scalar_t* V) const {
-    for_each_entry([&](int64_t, int64_t i, int64_t j, int64_t entry) {
-      V[entry] = dot(X + i * D, X + j * D, D);
+    at::parallel_for(0, E, 1024, [&](int64_t e0, int64_t e1) {
+      for_each_entry(e0, e1, [&](int64_t, int64_t i, int64_t j, int64_t entry) {
+        V[entry] = dot(X + i * D, X + j * D, D);
+      });
     });
   }
 
-  ET_ALWAYS_INLINE void backward(const scalar_t* G, scalar_t* DX) const {
-    for_each_entry([&](int64_t, int64_t i, int64_t j, int64_t entry) ET_LAMBDA_INLINE {
+  // The graph of edge e (its destination's; its source's is the same in a batch of graphs).
+  ET_ALWAYS_INLINE int64_t graph_of(int64_t e) const { return batch[T[e]]; }
+
+  // Whether the edges come graph by graph (graph indices non-decreasing) and none joins two
+  // graphs: then blocks of whole graphs touch disjoint tokens.
+  bool edges_by_graph() const {
+    for (int64_t e = 0; e < E; ++e) {
+      if (batch[S[e]] != graph_of(e)) return false;
+      if (e > 0 && graph_of(e) < graph_of(e - 1)) return false;
+    }
+    return true;
+  }
+
+  // The first edge of graph g or a later one (edges by graph).
+  int64_t first_edge_of(int64_t g) const {
+    int64_t lo = 0, hi = E;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (graph_of(mid) < g) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  }
+
+  ET_ALWAYS_INLINE void backward(int64_t e0, int64_t e1, const scalar_t* G,
+                                 scalar_t* DX) const {
+    for_each_entry(e0, e1, [&](int64_t, int64_t i, int64_t j, int64_t entry) ET_LAMBDA_INLINE {
       const scalar_t g = G[entry];
       if (g == scalar_t(0)) return;
       axpy(g, X + j * D, DX + i * D, D);
@@ -90,11 +123,25 @@ GramKernel<scalar_t> make_kernel(const torch::Tensor& x, const torch::Tensor& sr
 
 // The backward's scatter gains from wider vectors (AVX2/AVX-512 clones: about a third off);
 // the forward's short dot products do not, so it keeps one build.
-ET_CLONES void run_backward(const GramKernel<float>& kernel, const float* G, float* DX) {
-  kernel.backward(G, DX);
+ET_CLONES void backward_edges(const GramKernel<float>& kernel, int64_t e0, int64_t e1,
+                              const float* G, float* DX) {
+  kernel.backward(e0, e1, G, DX);
 }
-ET_CLONES void run_backward(const GramKernel<double>& kernel, const double* G, double* DX) {
-  kernel.backward(G, DX);
+ET_CLONES void backward_edges(const GramKernel<double>& kernel, int64_t e0, int64_t e1,
+                              const double* G, double* DX) {
+  kernel.backward(e0, e1, G, DX);
+}
+
+template <typename scalar_t>
+void run_backward(const GramKernel<scalar_t>& kernel, int64_t graphs, const scalar_t* G,
+                  scalar_t* DX) {
+  if (at::get_num_threads() == 1 || kernel.E == 0 || !kernel.edges_by_graph()) {
+    backward_edges(kernel, 0, kernel.E, G, DX);
+    return;
+  }
+  at::parallel_for(0, graphs, 8, [&](int64_t g0, int64_t g1) {
+    backward_edges(kernel, kernel.first_edge_of(g0), kernel.first_edge_of(g1), G, DX);
+  });
 }
 
 void check_inputs(const torch::Tensor& x, const torch::Tensor& src, const torch::Tensor& dst,
@@ -133,7 +180,7 @@ torch::Tensor gram_entries_backward(torch::Tensor x, torch::Tensor src, torch::T
               "grad: a contiguous [E, k * k] tensor of x's dtype");
   auto d_x = torch::zeros_like(x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "gram_entries_backward", [&] {
-    run_backward(make_kernel<scalar_t>(x, src, dst, batch, ptr, radius),
+    run_backward(make_kernel<scalar_t>(x, src, dst, batch, ptr, radius), ptr.numel() - 1,
                  grad.data_ptr<scalar_t>(), d_x.data_ptr<scalar_t>());
   });
   return d_x;

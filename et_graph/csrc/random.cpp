@@ -14,6 +14,10 @@
 // no branch in the loop, and no libm call but a square root (one instruction with
 // -fno-math-errno). u = (m + 1/2) / 2^24 for the top 24 bits m of a
 // word, so |z| <= 5.42 (a tail of probability 6e-8 is never drawn).
+//
+// Threads (at::parallel_for) take blocks of counters: the values do not depend on their number.
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -99,13 +103,14 @@ ET_ALWAYS_INLINE float normal_from_word(uint32_t word) {
   return 1.41421356f * (w < 5.0f ? p : q) * x;
 }
 
-// Fills block i's four values at i, i + B, i + 2B, i + 3B (B = blocks): contiguous stores per
-// vector lane. value(word) maps one 32-bit word to one output.
+// Fills block i's four values at i, i + B, i + 2B, i + 3B (B = blocks), for the blocks i in
+// [i0, i1): contiguous stores per vector lane. value(word) maps one 32-bit word to one output.
 template <typename scalar_t, typename F>
-ET_ALWAYS_INLINE void fill_blocks(scalar_t* out, int64_t blocks, uint64_t seed, F value) {
+ET_ALWAYS_INLINE void fill_blocks(scalar_t* out, int64_t blocks, int64_t i0, int64_t i1,
+                                  uint64_t seed, F value) {
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   ET_SIMD
-  for (int64_t i = 0; i < blocks; ++i) {
+  for (int64_t i = i0; i < i1; ++i) {
     const Words words = philox_block(static_cast<uint64_t>(i), k0, k1);
     out[i] = value(words.w0);
     out[i + blocks] = value(words.w1);
@@ -132,20 +137,24 @@ struct KeepValue {
 
 // One plain function per output (target_clones takes no templates). The normals' FMA
 // contraction differs between the clones, so their last bits may differ between CPUs.
-ET_CLONES void fill_normal(float* out, int64_t blocks, uint64_t seed) {
-  fill_blocks(out, blocks, seed, NormalValue<float>{});
+ET_CLONES void fill_normal(float* out, int64_t blocks, int64_t i0, int64_t i1, uint64_t seed) {
+  fill_blocks(out, blocks, i0, i1, seed, NormalValue<float>{});
 }
-ET_CLONES void fill_normal(double* out, int64_t blocks, uint64_t seed) {
-  fill_blocks(out, blocks, seed, NormalValue<double>{});
+ET_CLONES void fill_normal(double* out, int64_t blocks, int64_t i0, int64_t i1, uint64_t seed) {
+  fill_blocks(out, blocks, i0, i1, seed, NormalValue<double>{});
 }
-ET_CLONES void fill_dropout(float* out, int64_t blocks, uint64_t seed, uint32_t threshold,
-                            float keep) {
-  fill_blocks(out, blocks, seed, KeepValue<float>{threshold, keep});
+ET_CLONES void fill_dropout(float* out, int64_t blocks, int64_t i0, int64_t i1, uint64_t seed,
+                            uint32_t threshold, float keep) {
+  fill_blocks(out, blocks, i0, i1, seed, KeepValue<float>{threshold, keep});
 }
-ET_CLONES void fill_dropout(double* out, int64_t blocks, uint64_t seed, uint32_t threshold,
-                            double keep) {
-  fill_blocks(out, blocks, seed, KeepValue<double>{threshold, keep});
+ET_CLONES void fill_dropout(double* out, int64_t blocks, int64_t i0, int64_t i1, uint64_t seed,
+                            uint32_t threshold, double keep) {
+  fill_blocks(out, blocks, i0, i1, seed, KeepValue<double>{threshold, keep});
 }
+
+// Blocks per thread at least: a block costs a few nanoseconds, a thread's start a few
+// microseconds.
+constexpr int64_t kBlockGrain = 16384;
 
 torch::Tensor filled(int64_t numel, bool float64, const char* name) {
   TORCH_CHECK(numel >= 0, name, ": numel must be >= 0");
@@ -159,7 +168,11 @@ torch::Tensor filled(int64_t numel, bool float64, const char* name) {
 torch::Tensor random_normal(int64_t numel, uint64_t seed, bool float64) {
   auto out = filled(numel, float64, "random_normal");
   AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "random_normal", [&] {
-    fill_normal(out.data_ptr<scalar_t>(), out.numel() / 4, seed);
+    scalar_t* data = out.data_ptr<scalar_t>();
+    const int64_t blocks = out.numel() / 4;
+    at::parallel_for(0, blocks, kBlockGrain, [&](int64_t i0, int64_t i1) {
+      fill_normal(data, blocks, i0, i1, seed);
+    });
   });
   return out.narrow(0, 0, numel);
 }
@@ -170,8 +183,12 @@ torch::Tensor dropout_scale(int64_t numel, double p, uint64_t seed, bool float64
   // A value is kept with probability round((1 - p) 2^24) / 2^24.
   const uint32_t threshold = static_cast<uint32_t>((1.0 - p) * 16777216.0 + 0.5);
   AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "dropout_scale", [&] {
-    fill_dropout(out.data_ptr<scalar_t>(), out.numel() / 4, seed, threshold,
-                 static_cast<scalar_t>(1.0 / (1.0 - p)));
+    scalar_t* data = out.data_ptr<scalar_t>();
+    const int64_t blocks = out.numel() / 4;
+    const scalar_t keep = static_cast<scalar_t>(1.0 / (1.0 - p));
+    at::parallel_for(0, blocks, kBlockGrain, [&](int64_t i0, int64_t i1) {
+      fill_dropout(data, blocks, i0, i1, seed, threshold, keep);
+    });
   });
   return out.narrow(0, 0, numel);
 }
