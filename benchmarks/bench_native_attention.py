@@ -3,7 +3,8 @@ the opt-in compiled attention kernel of :mod:`et_graph.native`, alternating in t
 
 The compiled kernel was written for mini-batches of many small graphs
 (``bench_graph_epoch.py --native-compare``); this script shows what it does on one large graph,
-where it runs on one thread while the sparse kernels may use several. The default size is
+with as many threads as the sparse kernels (``--threads``; since session 52 the compiled loops
+run on torch's threads too). The default size is
 Tolokers' (11,758 nodes, 1.04M edges) with the anomaly detector's attention (1 head of width
 16, 64 channels, 2 steps). Each round times both paths (best of ``--repeats`` steps each, after
 one untimed step); the ratio is compiled ÷ sparse.

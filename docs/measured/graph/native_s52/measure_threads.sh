@@ -1,0 +1,26 @@
+#!/bin/bash
+# Session 52, after the kernels learned to use torch's threads (nothing else running):
+# one thread again (no regression?), then both models on two threads.
+set -e
+cd "$(dirname "$0")/../../../.."
+OUT=docs/measured/graph/native_s52
+uptime; lscpu | grep "Model name"
+for r in 1 2 3; do
+  OMP_NUM_THREADS=1 python benchmarks/bench_graph_epoch.py --dataset NCI1 --no-preset --threads 1 \
+      --repeats 7 --native-compare --json $OUT/threaded_kernels_1thread_r$r.json | tail -5
+done
+for r in 1 2 3; do
+  OMP_NUM_THREADS=2 python benchmarks/bench_graph_epoch.py --dataset NCI1 --no-preset --threads 2 \
+      --repeats 7 --native-compare --json $OUT/threaded_kernels_2threads_r$r.json | tail -5
+done
+uptime
+# The session-51 kernels on this machine, for comparison (a worktree of f069837 at /tmp/old52,
+# its own build):
+#   cd /tmp/old52 && PYTHONPATH=/tmp/old52 OMP_NUM_THREADS=2 python benchmarks/bench_graph_epoch.py \
+#       --dataset NCI1 --no-preset --threads 2 --repeats 7 --native-compare \
+#       --json $OUT/session51_kernels_2threads_r1.json            # and _r2
+#   PYTHONPATH=/tmp/old52 OMP_NUM_THREADS=T python benchmarks/bench_native_attention.py --threads T \
+#       --json $OUT/session51_kernels_large_graph_tT.json         # T = 2, then 1
+# and this code's (before the anomaly timings, docs/measured/anomaly/epoch_time_s52/measure.sh):
+#   OMP_NUM_THREADS=T python benchmarks/bench_native_attention.py --threads T \
+#       --json $OUT/large_graph_tT.json                            # T = 1, then 2
