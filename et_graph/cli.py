@@ -30,6 +30,8 @@ SUBCOMMANDS = {
     "gnnbenchmark": ("et_graph.experiments.gnnbenchmark", "GNNBenchmark runner"),
     "image": ("et_graph.experiments.image_completion", "masked image completion (dense ET)"),
     "tune": ("et_graph.tuning.cli", "hyperparameter search with Optuna (validation data only)"),
+    "native": ("et_graph.native_cli",
+               "build the opt-in compiled CPU kernels now and check them"),
 }
 
 
@@ -57,9 +59,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     command = argv[0]
     module = importlib.import_module(SUBCOMMANDS[command][0])
-    if not hasattr(module, "CONFIG"):  # e.g. tune: its own parser around a task's config
-        module.main(argv[1:])
-        return 0
+    if not hasattr(module, "CONFIG"):  # tune, native: their own parsers
+        result = module.main(argv[1:])
+        return result if isinstance(result, int) and not isinstance(result, bool) else 0
     args = build_parser(command).parse_args(argv[1:])
     module.run(resolve(module.CONFIG, args))
     return 0

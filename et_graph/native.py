@@ -102,7 +102,9 @@ def load_native_attention() -> Any:
         from torch.utils.cpp_extension import load
 
         module = load(name=name, sources=[str(path) for path in SOURCES],
-                      extra_cflags=COMPILE_FLAGS, extra_ldflags=LINK_FLAGS, verbose=False)
+                      # copies: load() appends torch's libraries to the lists it is given
+                      extra_cflags=list(COMPILE_FLAGS), extra_ldflags=list(LINK_FLAGS),
+                      verbose=False)
     except Exception as error:  # compiler, ninja or headers missing: say which
         raise RuntimeError(
             f"the native kernels could not be built from {CSRC} "

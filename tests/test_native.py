@@ -4,6 +4,7 @@ form, the same training step as the sparse path, and never on unless asked for."
 from __future__ import annotations
 
 import copy
+import sys
 
 import pytest
 import torch
@@ -463,6 +464,14 @@ def test_the_build_is_named_by_its_sources(tmp_path, monkeypatch):
         assert native.extension_name() != name  # other flags: another build
     copies[1].write_text(copies[1].read_text() + "\n// changed\n")
     assert native.extension_name() != name  # other sources: another build
+
+
+def test_loading_leaves_the_flags_and_the_name_unchanged(built):
+    """torch's load() appends its libraries to the flag lists it is given: it must get copies,
+    or the build's name (a hash of the flags) would change once the kernels are loaded."""
+    assert native.LINK_FLAGS == (["-fopenmp"] if sys.platform.startswith("linux") else [])
+    assert native.COMPILE_FLAGS[0] == "-O3" and len(native.COMPILE_FLAGS) == 4
+    assert built.__name__ == native.extension_name()
 
 
 def test_a_first_build_says_so(tmp_path, monkeypatch, capsys):

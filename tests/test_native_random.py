@@ -209,7 +209,7 @@ def baseline_build(built):
         return load(name=f"{native.extension_name()}_baseline",
                     sources=[str(path) for path in native.SOURCES],
                     extra_cflags=[*native.COMPILE_FLAGS, "-DET_NO_CLONES"],
-                    extra_ldflags=native.LINK_FLAGS, verbose=False)
+                    extra_ldflags=list(native.LINK_FLAGS), verbose=False)
     except Exception as error:  # no compiler: the `built` fixture has skipped already
         pytest.skip(str(error))
 
