@@ -49,6 +49,9 @@ std::vector<torch::Tensor> attention_grad_backward(
     torch::Tensor dst, torch::Tensor probs, torch::Tensor scores, torch::Tensor up_k,
     torch::Tensor up_q, bool need_weight);
 
+// exp(x) for x <= 0 as the softmax computes it (float32: a vectorised polynomial; tests).
+torch::Tensor exp_nonpositive(torch::Tensor x);
+
 // gram_entries.cpp: the Gram entries the Conv2D adjacency mask reads at each edge.
 torch::Tensor gram_entries_forward(torch::Tensor x, torch::Tensor src, torch::Tensor dst,
                                    torch::Tensor batch, torch::Tensor ptr, int64_t radius);
