@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -33,6 +35,19 @@ def count_calls(patch: Any, owner: Any, name: str) -> list[int]:
 
     patch.setattr(owner, name, counted)
     return calls
+
+
+@contextmanager
+def torch_threads(count: Optional[int] = None) -> Iterator[None]:
+    """Run the block on ``count`` torch threads (``None``: as many as it finds) and restore the
+    number after it, which the benchmarks' ``main`` functions set for themselves."""
+    before = torch.get_num_threads()
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -1,7 +1,7 @@
 """The speed paths of the graph-level ET (issue 10, part 2) give the reference results."""
 import pytest
 import torch
-from helpers import benchmark_module
+from helpers import benchmark_module, torch_threads
 from torch import nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import to_undirected
@@ -212,13 +212,10 @@ def test_blocks_share_one_edge_plan_with_the_same_result(monkeypatch):
 
 def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
     bench = benchmark_module("bench_graph_epoch")
-    threads = torch.get_num_threads()
-    try:
+    with torch_threads():
         result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
                              "--cache", str(tmp_path / "cache"), "--profile", "2",
                              "--json", str(tmp_path / "e.json")])
-    finally:
-        torch.set_num_threads(threads)
     out = capsys.readouterr().out
     assert "| ET / GIN time |" in out and "ncalls" in out
     assert result["graphs"] == 188 and result["ratio_et_gin"] > 0
@@ -228,13 +225,10 @@ def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
 
 def test_epoch_benchmark_breakdown_times_each_variant_against_gin(tmp_path, capsys):
     bench = benchmark_module("bench_graph_epoch")
-    threads = torch.get_num_threads()
-    try:
+    with torch_threads():
         result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
                              "--limit", "40", "--cache", str(tmp_path / "cache"), "--breakdown",
                              "--no-preset", "--preloaded", "--profile", "1", "--profile-shapes"])
-    finally:
-        torch.set_num_threads(threads)
     out = capsys.readouterr().out
     # MUTAG's bond types enter through the mask, so the variant without it cannot be built.
     assert "et_no_mask: skipped" in out
@@ -256,12 +250,9 @@ def test_epoch_benchmark_breakdown_times_each_variant_against_gin(tmp_path, caps
 
 def test_descent_parts_benchmark_times_every_part(tmp_path, capsys):
     bench = benchmark_module("bench_descent_parts")
-    threads = torch.get_num_threads()
-    try:
+    with torch_threads():
         result = bench.main(["--dataset", "MUTAG", "--batch-size", "8", "--repeats", "1",
                              "--inner", "1", "--json", str(tmp_path / "parts.json")])
-    finally:
-        torch.set_num_threads(threads)
     assert set(result["milliseconds"]) == {"fused_attention", "reference_attention", "hopfield",
                                            "fused_hopfield"}
     assert all(ms > 0 for ms in result["milliseconds"].values())

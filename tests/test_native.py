@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from helpers import benchmark_module, count_calls, relative_error
+from helpers import benchmark_module, count_calls, relative_error, torch_threads
 from test_fused import (
     HEADS,
     NUM_NODES,
@@ -201,13 +201,10 @@ def test_run_config_records_and_applies_the_setting(monkeypatch):
 
 def test_epoch_benchmark_times_the_kernel_beside_the_default(built, tmp_path, capsys):
     bench = benchmark_module("bench_graph_epoch")
-    threads = torch.get_num_threads()
-    try:
+    with torch_threads():
         result = bench.main(["--dataset", "MUTAG", "--repeats", "1", "--warmup", "0",
                              "--limit", "40", "--cache", str(tmp_path / "cache"),
                              "--native-compare", "--no-preset"])
-    finally:
-        torch.set_num_threads(threads)
     assert set(result["ratio_to_gin"]) == {"et", "gin", "et_native", "et_native_torch_random"}
     assert result["params"]["et_native"] == result["params"]["et"]
     assert result["native_attention"] is False
@@ -217,12 +214,9 @@ def test_epoch_benchmark_times_the_kernel_beside_the_default(built, tmp_path, ca
 
 def test_descent_parts_benchmark_times_the_kernel(built, tmp_path):
     bench = benchmark_module("bench_descent_parts")
-    threads = torch.get_num_threads()
-    try:
+    with torch_threads():
         result = bench.main(["--dataset", "MUTAG", "--batch-size", "8", "--repeats", "1",
                              "--inner", "1", "--native"])
-    finally:
-        torch.set_num_threads(threads)
     assert result["milliseconds"]["native_attention"] > 0
     assert result["milliseconds"]["native_mask_gram"] > 0
     assert not native.native_attention_enabled()
@@ -238,14 +232,9 @@ def test_the_kernel_leaves_the_sparse_layout_unbuilt(built, threads):
     src, dst = awkward_edges()
     k, q, beta = keys_queries()
     plan = build_edge_plan(src, dst, NUM_NODES, HEADS)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with native.native_attention():
-            grad_k, grad_q = fused_attention_grad(k, q, src, dst, beta, None, plan)
-            (grad_k.sum() + grad_q.pow(2).sum()).backward()
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(threads), native.native_attention():
+        grad_k, grad_q = fused_attention_grad(k, q, src, dst, beta, None, plan)
+        (grad_k.sum() + grad_q.pow(2).sum()).backward()
     lazy = {"transpose", "crow", "col", "crow_t", "col_t", "row_lengths", "dst_per_head"}
     assert lazy & set(vars(plan)) == ({"transpose"} if threads > 1 else set())
     fused_attention_grad(k, q, src, dst, beta, None, plan)  # the sparse path builds them
@@ -296,12 +285,9 @@ def test_every_compiled_head_layout_equals_the_reference(built, heads, head_dim)
 
 def test_large_graph_benchmark_times_both_paths(built, tmp_path):
     bench = benchmark_module("bench_native_attention")
-    threads = torch.get_num_threads()
-    try:
+    with torch_threads():
         result = bench.main(["--nodes", "60", "--edges", "400", "--rounds", "1", "--repeats", "1",
                              "--json", str(tmp_path / "n.json")])
-    finally:
-        torch.set_num_threads(threads)
     assert result["rounds"][0]["ratio"] > 0 and (tmp_path / "n.json").stat().st_size > 0
     assert not native.native_attention_enabled()
 

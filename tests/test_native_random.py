@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from helpers import count_calls
+from helpers import count_calls, torch_threads
 
 import et_graph.native as native
 from et_graph.nn import Dropout, ETConv
@@ -186,12 +186,9 @@ def test_random_benchmark_times_both_generators(built, tmp_path, capsys):
     from helpers import benchmark_module
 
     bench = benchmark_module("bench_random")
-    threads = torch.get_num_threads()
-    try:
+    with torch_threads():
         result = bench.main(["--tokens", "50", "--repeats", "1", "--inner", "2",
                              "--json", str(tmp_path / "r.json")])
-    finally:
-        torch.set_num_threads(threads)
     assert set(result["microseconds"]) == {"normal_torch", "normal_native", "dropout_torch",
                                            "dropout_native"}
     assert all(v > 0 for v in result["native_over_torch"].values())

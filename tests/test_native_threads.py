@@ -4,12 +4,11 @@ as on one, and the threads really used where the build links OpenMP (Linux)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import pytest
 import torch
-from helpers import relative_error
+from helpers import relative_error, torch_threads
 
 import et_graph.native as native
 from et_graph import energy as E
@@ -20,20 +19,10 @@ pytestmark = pytest.mark.usefixtures("native_switch_off")
 HEADS, WIDTH = 4, 8
 
 
-@contextmanager
-def threads(count: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def on_one_and_two_threads(run: Callable[[], list[torch.Tensor]]) -> tuple[list, list]:
-    with threads(1):
+    with torch_threads(1):
         one = run()
-    with threads(2):
+    with torch_threads(2):
         two = run()
     return one, two
 
@@ -41,7 +30,7 @@ def on_one_and_two_threads(run: Callable[[], list[torch.Tensor]]) -> tuple[list,
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="OpenMP is linked on Linux")
 def test_the_build_runs_on_torchs_threads(built):
     for count in (1, 2):
-        with threads(count):
+        with torch_threads(count):
             assert built.threads_used() == count
 
 
@@ -128,10 +117,10 @@ def test_one_thread_passes_no_layout(built):
     src, dst = random_graph(50, 400, seed=6)
     plan = build_edge_plan(src, dst, 50, HEADS)
     k = torch.randn(50, HEADS, WIDTH)
-    with threads(1):
+    with torch_threads(1):
         inputs = native.kernel_inputs(k, k, torch.ones(HEADS), None, plan)
     assert [t.numel() for t in inputs[-3:]] == [0, 0, 0]
-    with threads(2):
+    with torch_threads(2):
         inputs = native.kernel_inputs(k, k, torch.ones(HEADS), None, plan)
     assert [t.numel() for t in inputs[-3:]] == [51, plan.num_edges, plan.num_edges]
 
