@@ -139,14 +139,21 @@ def many_graphs(count: int, seed: int) -> tuple[torch.Tensor, ...]:
     return torch.cat(src), torch.cat(dst), batch, ptr
 
 
-@pytest.mark.parametrize("by_graph", [True, False])
-def test_gram_entries_are_the_same_on_two_threads(built, by_graph):
-    """Edges graph by graph: the backward splits between graphs; shuffled, it runs one thread.
-    Both give the reference's values (float64) and the same bits on one and two threads."""
+@pytest.mark.parametrize("order", ["by_graph", "cls_runs", "shuffled", "one_cross_edge"])
+def test_gram_entries_are_the_same_on_two_threads(built, order):
+    """The backward groups the edges by graph (a stable counting sort) and splits the graphs
+    between threads: graph by graph, in runs over the graphs (a CLS graph's three), shuffled;
+    one edge joining two graphs makes it run one thread. Every order gives the reference's
+    values (float64) and the same bits on one and two threads."""
     src, dst, batch, ptr = many_graphs(300, seed=7)
-    if not by_graph:
-        order = torch.randperm(src.numel(), generator=torch.Generator().manual_seed(8))
-        src, dst = src[order], dst[order]
+    if order == "cls_runs":
+        src, dst = torch.cat([src, src, dst]), torch.cat([dst, dst, src])
+    elif order == "shuffled":
+        shuffle = torch.randperm(src.numel(), generator=torch.Generator().manual_seed(8))
+        src, dst = src[shuffle], dst[shuffle]
+    elif order == "one_cross_edge":
+        src, dst = torch.cat([src, torch.tensor([0])]), torch.cat([dst, batch.new_tensor(
+            [int(ptr[-2])])])
     x = torch.randn(int(ptr[-1]), 16, dtype=torch.float64,
                     generator=torch.Generator().manual_seed(9))
     grad = torch.randn(src.numel(), 9, dtype=torch.float64,

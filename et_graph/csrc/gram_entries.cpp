@@ -11,12 +11,16 @@
 //   dL/dx_{C+a} += G[e, ab] x_{B+b},   dL/dx_{B+b} += G[e, ab] x_{C+a}.
 //
 // Threads (at::parallel_for): forward splits the edges anywhere (each writes its own row).
-// The backward's scatter stays inside the edge's graph, so it splits the edges between graphs
-// where they come graph by graph (a PyG batch's do; else it runs one thread): every token then
-// adds the same terms in the same order whatever the number of threads.
+// The backward's scatter stays inside the edge's graph, so it groups the edges by graph (a
+// stable counting sort: a CLS graph's edges come in three runs over the graphs) and splits the
+// graphs between threads: every token then adds the same terms in the same order whatever the
+// number of threads. An edge between two graphs (never in a batch of graphs) makes it run one
+// thread.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "et_native.h"
 
@@ -50,12 +54,15 @@ struct GramKernel {
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
   }
 
-  // body(e, i, j, entry) for every kernel entry of every edge in [e0, e1) whose two tokens lie
-  // in their graphs; other entries are left to the caller (forward writes zeros first).
+  // body(e, i, j, entry) for every kernel entry of the edges at positions [p0, p1) of `order`
+  // (null: the edges p0 .. p1 - 1 themselves) whose two tokens lie in their graphs; other
+  // entries are left to the caller (forward writes zeros first).
   template <typename F>
-  ET_ALWAYS_INLINE void for_each_entry(int64_t e0, int64_t e1, F&& body) const {
+  ET_ALWAYS_INLINE void for_each_entry(int64_t p0, int64_t p1, const int64_t* order,
+                                       F&& body) const {
     const int64_t k = 2 * r + 1;
-    for (int64_t e = e0; e < e1; ++e) {
+    for (int64_t position = p0; position < p1; ++position) {
+      const int64_t e = order ? order[position] : position;
       const int64_t c = T[e], b = S[e];
       const Bounds rows = bounds(c), cols = bounds(b);
       for (int64_t da = -r; da <= r; ++da) {
@@ -71,7 +78,7 @@ struct GramKernel {
   }
 
   void forward_edges(int64_t e0, int64_t e1, scalar_t* V) const {
-    for_each_entry(e0, e1, [&](int64_t, int64_t i, int64_t j, int64_t entry) {
+    for_each_entry(e0, e1, nullptr, [&](int64_t, int64_t i, int64_t j, int64_t entry) {
       V[entry] = dot(X + i * D, X + j * D, D);
     });
   }
@@ -83,32 +90,25 @@ struct GramKernel {
     at::parallel_for(0, E, 1024, [&](int64_t e0, int64_t e1) { forward_edges(e0, e1, V); });
   }
 
-  // The graph of edge e (its destination's; its source's is the same in a batch of graphs).
-  ET_ALWAYS_INLINE int64_t graph_of(int64_t e) const { return batch[T[e]]; }
-
-  // Whether the edges come graph by graph (graph indices non-decreasing) and none joins two
-  // graphs: then blocks of whole graphs touch disjoint tokens.
-  bool edges_by_graph() const {
+  // The edges grouped by graph, each graph's in their order: (offsets [graphs + 1], order
+  // [E]); empty when an edge joins two graphs or names a graph out of range.
+  std::pair<std::vector<int64_t>, std::vector<int64_t>> edges_by_graph(int64_t graphs) const {
+    std::vector<int64_t> offsets(graphs + 1, 0), order(E);
     for (int64_t e = 0; e < E; ++e) {
-      if (batch[S[e]] != graph_of(e)) return false;
-      if (e > 0 && graph_of(e) < graph_of(e - 1)) return false;
+      const int64_t g = batch[T[e]];
+      if (g < 0 || g >= graphs || batch[S[e]] != g) return {};
+      ++offsets[g + 1];
     }
-    return true;
+    for (int64_t g = 0; g < graphs; ++g) offsets[g + 1] += offsets[g];
+    std::vector<int64_t> next(offsets.begin(), offsets.end() - 1);
+    for (int64_t e = 0; e < E; ++e) order[next[batch[T[e]]]++] = e;
+    return {std::move(offsets), std::move(order)};
   }
 
-  // The first edge of graph g or a later one (edges by graph).
-  int64_t first_edge_of(int64_t g) const {
-    int64_t lo = 0, hi = E;
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (graph_of(mid) < g) lo = mid + 1; else hi = mid;
-    }
-    return lo;
-  }
-
-  ET_ALWAYS_INLINE void backward(int64_t e0, int64_t e1, const scalar_t* G,
-                                 scalar_t* DX) const {
-    for_each_entry(e0, e1, [&](int64_t, int64_t i, int64_t j, int64_t entry) ET_LAMBDA_INLINE {
+  ET_ALWAYS_INLINE void backward(int64_t p0, int64_t p1, const int64_t* order,
+                                 const scalar_t* G, scalar_t* DX) const {
+    for_each_entry(p0, p1, order,
+                   [&](int64_t, int64_t i, int64_t j, int64_t entry) ET_LAMBDA_INLINE {
       const scalar_t g = G[entry];
       if (g == scalar_t(0)) return;
       axpy(g, X + j * D, DX + i * D, D);
@@ -128,24 +128,29 @@ GramKernel<scalar_t> make_kernel(const torch::Tensor& x, const torch::Tensor& sr
 
 // The backward's scatter gains from wider vectors (AVX2/AVX-512 clones: about a third off);
 // the forward's short dot products do not, so it keeps one build.
-ET_CLONES void backward_edges(const GramKernel<float>& kernel, int64_t e0, int64_t e1,
-                              const float* G, float* DX) {
-  kernel.backward(e0, e1, G, DX);
+ET_CLONES void backward_edges(const GramKernel<float>& kernel, int64_t p0, int64_t p1,
+                              const int64_t* order, const float* G, float* DX) {
+  kernel.backward(p0, p1, order, G, DX);
 }
-ET_CLONES void backward_edges(const GramKernel<double>& kernel, int64_t e0, int64_t e1,
-                              const double* G, double* DX) {
-  kernel.backward(e0, e1, G, DX);
+ET_CLONES void backward_edges(const GramKernel<double>& kernel, int64_t p0, int64_t p1,
+                              const int64_t* order, const double* G, double* DX) {
+  kernel.backward(p0, p1, order, G, DX);
 }
 
 template <typename scalar_t>
 void run_backward(const GramKernel<scalar_t>& kernel, int64_t graphs, const scalar_t* G,
                   scalar_t* DX) {
-  if (at::get_num_threads() == 1 || kernel.E == 0 || !kernel.edges_by_graph()) {
-    backward_edges(kernel, 0, kernel.E, G, DX);
+  if (at::get_num_threads() == 1 || kernel.E == 0 || graphs < 2) {
+    backward_edges(kernel, 0, kernel.E, nullptr, G, DX);
+    return;
+  }
+  const auto [offsets, order] = kernel.edges_by_graph(graphs);
+  if (order.empty()) {
+    backward_edges(kernel, 0, kernel.E, nullptr, G, DX);
     return;
   }
   at::parallel_for(0, graphs, 8, [&](int64_t g0, int64_t g1) {
-    backward_edges(kernel, kernel.first_edge_of(g0), kernel.first_edge_of(g1), G, DX);
+    backward_edges(kernel, offsets[g0], offsets[g1], order.data(), G, DX);
   });
 }
 
