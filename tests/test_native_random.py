@@ -198,17 +198,50 @@ def test_random_benchmark_times_both_generators(built, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def baseline_build(built):
-    """The same sources built without the per-CPU clones (-DET_NO_CLONES): what a CPU without
-    AVX2 runs, which this machine's ifunc never picks."""
+    """The same sources built without the per-CPU clones (-DET_NO_CLONES: what a CPU without
+    AVX2 runs, which this machine's ifunc never picks) and without an OpenMP runtime
+    (-fopenmp-simd, no link flag: the build off Linux, whose at::parallel_for runs one
+    thread)."""
     from torch.utils.cpp_extension import load
 
+    flags = ["-fopenmp-simd" if flag == "-fopenmp" else flag for flag in native.COMPILE_FLAGS]
     try:
         return load(name=f"{native.extension_name()}_baseline",
                     sources=[str(path) for path in native.SOURCES],
-                    extra_cflags=[*native.COMPILE_FLAGS, "-DET_NO_CLONES"],
-                    extra_ldflags=list(native.LINK_FLAGS), verbose=False)
+                    extra_cflags=[*flags, "-DET_NO_CLONES"], verbose=False)
     except Exception as error:  # no compiler: the `built` fixture has skipped already
         pytest.skip(str(error))
+
+
+def attention_step(build, inputs: tuple, up: torch.Tensor) -> list[torch.Tensor]:
+    """A build's attention gradient, probabilities and first-order backward (both upstream
+    gradients ``up``)."""
+    grad_k, grad_q, probs, scores = build.forward(*inputs)
+    backward = build.backward(*inputs, probs, scores, up, up, False)
+    return [grad_k, grad_q, probs, *backward[:3]]
+
+
+def test_the_baseline_build_runs_one_thread_with_the_same_attention(built, baseline_build):
+    """Without OpenMP the loops run on one thread whatever torch's count, and give the same
+    attention gradient and backward as this build on two threads (float64: the same bits,
+    float32: within the exponential's last bits)."""
+    from et_graph.fused import build_edge_plan
+
+    with torch_threads(2):
+        assert baseline_build.threads_used() == 1
+        generator = torch.Generator().manual_seed(3)
+        src = torch.randint(0, 600, (5000,), generator=generator)
+        dst = torch.randint(0, 600, (5000,), generator=generator)
+        keep = src != dst
+        plan = build_edge_plan(src[keep], dst[keep], 600, 4)
+        for dtype, tolerance in ((torch.float64, 0.0), (torch.float32, 1e-5)):
+            k, q, up = (torch.randn(600, 4, 8, generator=generator, dtype=dtype)
+                        for _ in range(3))
+            beta = torch.rand(4, generator=generator, dtype=dtype) + 0.5
+            inputs = native.kernel_inputs(k, q, beta, None, plan)
+            fast, plain = (attention_step(build, inputs, up) for build in (built, baseline_build))
+            for a, b in zip(fast, plain):
+                assert (a - b).abs().max() <= tolerance * a.abs().max()
 
 
 def test_the_baseline_build_gives_the_same_draws_and_gradients(built, baseline_build):
