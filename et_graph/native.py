@@ -191,6 +191,11 @@ def rows_contiguous(t: Tensor) -> Tensor:
     return t.contiguous()
 
 
+#: Destinations per block of the attention kernel's threaded loops (``kGrain`` in
+#: attention_grad.cpp): a graph with no more nodes is one block, which one pass serves.
+KERNEL_GRAIN = 256
+
+
 def source_layout(plan: Any) -> tuple[Tensor, Tensor, Tensor]:
     """``(t_ptr, t_perm, dst)``: the offsets ``[N + 1]`` of each source's edges in ``plan``'s
     source-sorted order, that order as indices into the destination-sorted edges (the stable
@@ -212,9 +217,10 @@ def kernel_inputs(k: Tensor, q: Tensor, beta: Tensor, weight: Optional[Tensor], 
                   ) -> tuple[Tensor, ...]:
     """``(k, q, beta, weight, src, rowptr, t_ptr, t_perm, dst)`` as the compiled kernel takes
     them: rows contiguous, beta flat, an empty tensor for no weight, the plan's sorted edges,
-    and its source-sorted layout when PyTorch runs more than one thread (three empty tensors
-    otherwise: one pass, no scratch)."""
-    if torch.get_num_threads() > 1:
+    and its source-sorted layout when PyTorch runs more than one thread and the graph has more
+    than one block of destinations (three empty tensors otherwise: one pass, no scratch, no
+    second sort)."""
+    if torch.get_num_threads() > 1 and plan.num_nodes > KERNEL_GRAIN:
         layout = source_layout(plan)
     else:
         layout = (k.new_empty(0, dtype=torch.long),) * 3

@@ -226,12 +226,18 @@ def test_descent_parts_benchmark_times_the_kernel(built, tmp_path):
 def test_the_kernel_leaves_the_sparse_layout_unbuilt(built, threads):
     """The edge plan builds its CSR arrays (a second sort among them) only for the sparse
     kernels; a training step on the compiled kernel never asks for them. With more than one
-    thread it sorts the edges by source (the threaded passes' layout), and nothing else."""
+    thread (and more than one block of destinations) it sorts the edges by source (the
+    threaded passes' layout), and nothing else."""
     from et_graph.fused import build_edge_plan
 
-    src, dst = awkward_edges()
-    k, q, beta = keys_queries()
-    plan = build_edge_plan(src, dst, NUM_NODES, HEADS)
+    generator = torch.Generator().manual_seed(0)
+    nodes = 2 * native.KERNEL_GRAIN
+    src = torch.randint(0, nodes, (4 * nodes,), generator=generator)
+    dst = (src + torch.randint(1, nodes, (4 * nodes,), generator=generator)) % nodes
+    k, q = (torch.randn(nodes, HEADS, 4, dtype=torch.float64, requires_grad=True)
+            for _ in range(2))
+    beta = torch.ones(HEADS, dtype=torch.float64, requires_grad=True)
+    plan = build_edge_plan(src, dst, nodes, HEADS)
     with torch_threads(threads), native.native_attention():
         grad_k, grad_q = fused_attention_grad(k, q, src, dst, beta, None, plan)
         (grad_k.sum() + grad_q.pow(2).sum()).backward()

@@ -113,16 +113,22 @@ def test_the_source_layout_keeps_each_sources_edges_in_order(built):
     assert native.source_layout(plan)[1] is t_perm  # kept on the plan
 
 
-def test_one_thread_passes_no_layout(built):
-    src, dst = random_graph(50, 400, seed=6)
-    plan = build_edge_plan(src, dst, 50, HEADS)
-    k = torch.randn(50, HEADS, WIDTH)
+@pytest.mark.parametrize("nodes", [native.KERNEL_GRAIN, native.KERNEL_GRAIN + 1])
+def test_the_layout_only_for_threads_and_more_than_one_block(built, nodes):
+    """One thread, or a graph of one block of destinations: one pass, no second sort."""
+    src, dst = random_graph(nodes, 8 * nodes, seed=6)
+    plan = build_edge_plan(src, dst, nodes, HEADS)
+    k = torch.randn(nodes, HEADS, WIDTH)
     with torch_threads(1):
         inputs = native.kernel_inputs(k, k, torch.ones(HEADS), None, plan)
     assert [t.numel() for t in inputs[-3:]] == [0, 0, 0]
     with torch_threads(2):
         inputs = native.kernel_inputs(k, k, torch.ones(HEADS), None, plan)
-    assert [t.numel() for t in inputs[-3:]] == [51, plan.num_edges, plan.num_edges]
+    if nodes > native.KERNEL_GRAIN:
+        assert [t.numel() for t in inputs[-3:]] == [nodes + 1, plan.num_edges, plan.num_edges]
+    else:
+        assert [t.numel() for t in inputs[-3:]] == [0, 0, 0]
+        assert "transpose" not in vars(plan)
 
 
 def many_graphs(count: int, seed: int) -> tuple[torch.Tensor, ...]:

@@ -79,7 +79,7 @@ struct Kernel {
   // the sorted edges (T_ptr [N + 1]), those edges as indices into the destination-sorted ones
   // (T_perm [E]) and every destination-sorted edge's destination (Dst [E]). Null: one pass.
   const int64_t *T_ptr = nullptr, *T_perm = nullptr, *Dst = nullptr;
-  // Destinations (or sources) per block of the threaded loops.
+  // Destinations (or sources) per block of the threaded loops (native.py's KERNEL_GRAIN).
   static constexpr int64_t kGrain = 256;
 
   inline bool two_pass() const { return T_perm != nullptr; }
