@@ -69,9 +69,10 @@ ENV_VARIABLE = "ET_GRAPH_NATIVE_ATTENTION"
 # all of them. On Linux -fopenmp: at::parallel_for's OpenMP loops run on torch's threads (the
 # extension's libgomp.so.1 is the one torch has loaded: one runtime, one thread count); elsewhere
 # -fopenmp-simd honours the `omp simd` loops alone and at::parallel_for runs one thread.
-OPENMP_FLAGS = ["-fopenmp"] if sys.platform.startswith("linux") else ["-fopenmp-simd"]
-COMPILE_FLAGS = ["-O3", *OPENMP_FLAGS, "-fno-math-errno", "-fno-trapping-math"]
-LINK_FLAGS = ["-fopenmp"] if sys.platform.startswith("linux") else []
+_OPENMP_RUNTIME = sys.platform.startswith("linux")
+COMPILE_FLAGS = ["-O3", "-fopenmp" if _OPENMP_RUNTIME else "-fopenmp-simd", "-fno-math-errno",
+                 "-fno-trapping-math"]
+LINK_FLAGS = ["-fopenmp"] if _OPENMP_RUNTIME else []
 
 _state: dict[str, Any] = {"enabled": False, "module": None}
 
