@@ -1,20 +1,5 @@
 #!/bin/bash
-# Session 52: the session-51 measurement repeated unchanged on this session's machine (AMD EPYC, AVX-512), nothing else running.
+# Session 52: the session-51 measurement repeated unchanged on this session's machine (AMD EPYC,
+# AVX-512), nothing else running.
 set -e
-cd "$(dirname "$0")/../../../.."
-OUT=docs/measured/graph/native_s52
-uptime; lscpu | grep "Model name"
-for r in 1 2 3; do
-  OMP_NUM_THREADS=1 python benchmarks/bench_graph_epoch.py --dataset NCI1 --no-preset --threads 1 \
-      --repeats 7 --native-compare --json $OUT/bench_graph_epoch_nci1_r$r.json | tail -5
-done
-# one longer rotation (15 epochs per model)
-OMP_NUM_THREADS=1 python benchmarks/bench_graph_epoch.py --dataset NCI1 --no-preset --threads 1 \
-    --repeats 15 --native-compare --json $OUT/bench_graph_epoch_nci1_long.json | tail -5
-# the models' own work: batches collated once
-OMP_NUM_THREADS=1 python benchmarks/bench_graph_epoch.py --dataset NCI1 --no-preset --threads 1 \
-    --repeats 7 --native-compare --preloaded --json $OUT/bench_graph_epoch_nci1_preloaded.json | tail -5
-# what each part costs with the compiled kernels (noise and dropout included)
-OMP_NUM_THREADS=1 python benchmarks/bench_graph_epoch.py --dataset NCI1 --no-preset --threads 1 \
-    --repeats 5 --native-attention --breakdown --json $OUT/bench_graph_epoch_nci1_breakdown_native.json | tail -10
-uptime; lscpu | grep "Model name"
+exec bash "$(dirname "$0")/../native_s51/measure.sh" docs/measured/graph/native_s52
