@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """``|got - want| / |want|`` (Frobenius norms), detached (the tests use it too)."""
     got, want = got.detach(), want.detach()
     return float((got - want).norm() / want.norm().clamp_min(1e-300))
 
@@ -51,10 +52,10 @@ def checks(module: Any) -> dict[str, float]:
     ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
     batch = torch.repeat_interleave(torch.arange(3), sizes)
     nodes = int(ptr[-1])
-    src = torch.cat([int(ptr[g]) + torch.randint(0, int(sizes[g]), (4 * int(sizes[g]),),
-                                                    generator=generator) for g in range(3)])
-    dst = torch.cat([int(ptr[g]) + torch.randint(0, int(sizes[g]), (4 * int(sizes[g]),),
-                                                    generator=generator) for g in range(3)])
+    graphs = [(int(first), int(size)) for first, size in zip(ptr, sizes)]
+    # four edges per node inside each graph: the sources' draws, then the destinations'
+    src, dst = (torch.cat([first + torch.randint(0, size, (4 * size,), generator=generator)
+                           for first, size in graphs]) for _ in range(2))
     keep = src != dst
     src, dst = src[keep], dst[keep]
     k, q = (torch.randn(nodes, 4, 8, dtype=torch.float64, generator=generator,

@@ -11,6 +11,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
+from et_graph.native_cli import relative_error  # noqa: F401  (the tests' one too)
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -48,11 +50,6 @@ def torch_threads(count: Optional[int] = None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    """``|a - b| / |b|`` (Frobenius norms), detached."""
-    return float((a - b).detach().norm() / b.detach().norm().clamp_min(1e-300))
 
 
 def awkward_graph(num_nodes=12, num_edges=40, seed=1):
