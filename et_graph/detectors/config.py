@@ -57,6 +57,9 @@ class ETModelConfig:
         multi_relation: attention energy summed over the graph's relations, with keys, queries
             and temperatures per relation (RelationalETConv; heads per relation); needs a graph
             with data.edge_type (e.g. --relation multi) and full-batch training.
+        message_passing_layers: residual mean-aggregation layers with separate ego and
+            neighbour weights between the embedding and the descent (MeanMessagePassing; 0 =
+            none): the descent starts from tokens that already carry their neighbourhood.
     """
 
     hidden: int = 64
@@ -73,6 +76,7 @@ class ETModelConfig:
     readout: str = "ego_neighbour"
     label_trick: bool = False
     multi_relation: bool = False
+    message_passing_layers: int = 0
 
     def __post_init__(self) -> None:
         if self.hopfield not in HOPFIELD_KINDS:
@@ -86,6 +90,9 @@ class ETModelConfig:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.blocks < 1:
             raise ValueError(f"blocks must be >= 1, got {self.blocks}")
+        if self.message_passing_layers < 0:
+            raise ValueError("message_passing_layers must be >= 0, got "
+                             f"{self.message_passing_layers}")
         check_descent_settings(self.alpha, self.noise_std, self.hopfield_dim)
         _check_dropout(self.dropout)
 

@@ -486,6 +486,7 @@ class ETDetector(NeuralDetector):
             noise_std=m.noise_std, num_nodes=num_nodes if m.positional else None,
             positional=m.positional, dropout=m.dropout, readout=m.readout,
             num_relations=self.num_relations_, blocks=m.blocks,
+            message_passing_layers=m.message_passing_layers,
         )
 
     @torch.no_grad()

@@ -1,7 +1,13 @@
 from .adjacency_mask import Conv2DAdjacencyMask
 from .conv import EdgeSet, ETConv, ETEnergy, RelationalETConv
 from .dropout import Dropout
-from .encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder, SumMessagePassing
+from .encoders import (
+    EdgeEncoder,
+    LaplacianPEEncoder,
+    MeanMessagePassing,
+    NodeEncoder,
+    SumMessagePassing,
+)
 from .energy_layer_norm import EnergyLayerNorm
 from .models.graph_model import ETGraphModel
 from .pool import CLSGraph, CLSPool
@@ -18,6 +24,7 @@ __all__ = [
     "EdgeEncoder",
     "EnergyLayerNorm",
     "LaplacianPEEncoder",
+    "MeanMessagePassing",
     "NodeEncoder",
     "RelationalETConv",
     "SumMessagePassing",

@@ -363,8 +363,8 @@ def energy_trajectory(det: ETDetector, data: Data, split: Split, extra_steps: in
     relations = relation_inputs(model, data)
     y, val = data.y.cpu().numpy(), split.val.numpy()
     groups = {"normal": val[y[val] == 0], "anomalous": val[y[val] == 1]}
-    x = model.descend(model.embed(det.network_input(data)), data.edge_index, **relations,
-                      blocks=slice(0, -1))
+    x = model.descend(model.input_tokens(det.network_input(data), data.edge_index),
+                      data.edge_index, **relations, blocks=slice(0, -1))
     out: dict[str, list[float]] = {"all": [], "normal": [], "anomalous": []}
     last = conv.steps + extra_steps
     for step in range(last + 1):

@@ -12,6 +12,7 @@ from ..conv import ETConv, RelationalETConv
 from ..conv.relational_et_conv import check_edge_type
 from ..dropout import Dropout
 from ..edge_cache import EdgeCache
+from ..encoders import MeanMessagePassing
 from ..validation import DEFAULT_CHUNK_SIZE, check_features
 
 #: Readouts of :class:`ETAnomalyNet`.
@@ -84,6 +85,13 @@ class ETAnomalyNet(nn.Module):
     readout still averages over all in-edges (a neighbour linked in two relations counts
     twice). :func:`relation_inputs` gives that keyword for a graph.
 
+    With ``message_passing_layers = L > 0`` the embedded tokens first pass ``L`` residual
+    mean-aggregation layers with separate ego and neighbour weights
+    (:class:`~et_graph.nn.encoders.MeanMessagePassing`, over the same in-neighbour mean as the
+    readout), and their output is ``x^1``, where the descent starts and what ``LN(x^1)`` reads:
+    ET's attention then works on tokens that already carry their neighbourhood, the "local
+    message passing, then attention" split of graph transformers (GraphGPS).
+
     Args:
         in_channels: raw feature width ``F``.
         hidden_channels: token width ``D``.
@@ -102,6 +110,8 @@ class ETAnomalyNet(nn.Module):
             (edge types) instead of an :class:`~et_graph.nn.ETConv` (``None``).
         blocks: stacked ET blocks ``S`` (``>= 1``). ``conv`` is the first; the others are
             ``stacked``, so a one-block network keeps the state-dict keys it always had.
+        message_passing_layers: mean-aggregation layers between the embedding and the descent
+            (``0``: none, the network as before); their hidden layers share ``dropout``.
     """
 
     def __init__(
@@ -122,8 +132,13 @@ class ETAnomalyNet(nn.Module):
         readout: str = "first_last",
         num_relations: Optional[int] = None,
         blocks: int = 1,
+        message_passing_layers: int = 0,
     ) -> None:
         super().__init__()
+        if (isinstance(message_passing_layers, bool) or not isinstance(message_passing_layers, int)
+                or message_passing_layers < 0):
+            raise ValueError("message_passing_layers must be an int >= 0, got "
+                             f"{message_passing_layers!r}")
         if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
             raise ValueError(f"blocks must be an int >= 1, got {blocks!r}")
         if in_channels <= 0 or hidden_channels <= 0:
@@ -152,6 +167,10 @@ class ETAnomalyNet(nn.Module):
         self.conv: Union[ETConv, RelationalETConv] = block()
         self._neighbour_cache = EdgeCache()
         self.stacked = nn.ModuleList(block() for _ in range(blocks - 1))
+        self.message_passing = (
+            MeanMessagePassing(hidden_channels, message_passing_layers, dropout)
+            if message_passing_layers else None
+        )
         mlp_hidden = hidden_channels if mlp_hidden is None else mlp_hidden
         self.readout = nn.Sequential(
             nn.Linear(READOUT_WIDTHS[readout] * hidden_channels, mlp_hidden),
@@ -168,6 +187,8 @@ class ETAnomalyNet(nn.Module):
             nn.init.normal_(self.positional.weight, std=0.02)
         for conv in self.convs:
             conv.reset_parameters()
+        if self.message_passing is not None:
+            self.message_passing.reset_parameters()
         for layer in self.readout:
             if isinstance(layer, nn.Linear):
                 layer.reset_parameters()
@@ -205,6 +226,15 @@ class ETAnomalyNet(nn.Module):
                 tokens = tokens + self.positional(node_ids)
         return tokens
 
+    def input_tokens(self, x: Tensor, edge_index: Tensor, node_ids: Optional[Tensor] = None
+                     ) -> Tensor:
+        """``x^1 [N, hidden]``, where the descent starts: :meth:`embed`, then the
+        message-passing layers over ``edge_index`` when the network has any."""
+        tokens = self.embed(x, node_ids)
+        if self.message_passing is None:
+            return tokens
+        return self.message_passing(tokens, lambda h: self.neighbour_means(edge_index, h))
+
     def forward(
         self,
         x: Tensor,
@@ -224,7 +254,7 @@ class ETAnomalyNet(nn.Module):
         implies chunks of at most ``ETConv.forward_chunked``'s default 65,536 nodes).
         ``edge_type [E]``: the relation of each edge, required with ``num_relations`` and
         refused without."""
-        first = self.embed(x, node_ids)
+        first = self.input_tokens(x, edge_index, node_ids)
         if chunk_size is not None or chunk_edges is not None:
             if chunk_size is None:
                 chunk_size = DEFAULT_CHUNK_SIZE
@@ -379,7 +409,7 @@ class ETAnomalyNet(nn.Module):
     ) -> Tensor:
         """Each node's energy ``[N]`` at the final ET state (higher = less typical under the
         learned energy, before any sign calibration)."""
-        last = self.descend(self.embed(x, node_ids), edge_index, edge_type)
+        last = self.descend(self.input_tokens(x, edge_index, node_ids), edge_index, edge_type)
         return self.node_energy(last, edge_index, edge_type)
 
 
