@@ -183,13 +183,9 @@ def sorted_edges(plan: Any) -> tuple[Tensor, Tensor]:
 def rows_contiguous(t: Tensor) -> Tensor:
     """``t [N, H, Y]`` itself when each row's ``[H, Y]`` block is contiguous (the kernel reads
     rows at any stride: the keys and queries, views of one ``[N, 2HY]`` projection, are read
-    in place), else a contiguous copy."""
-    rows, heads, width = t.shape
-    # A stride along a dimension of size <= 1 is never used (PyTorch leaves it arbitrary).
-    if ((width <= 1 or t.stride(2) == 1) and (heads <= 1 or t.stride(1) == width)
-            and (rows <= 1 or t.stride(0) >= heads * width)):
-        return t
-    return t.contiguous()
+    in place), else a contiguous copy. The test is the kernels' own input check (one definition
+    of the layout, in ``attention_grad.cpp``), so a tensor passed on is never refused there."""
+    return t if load_native_attention().rows_contiguous(t) else t.contiguous()
 
 
 #: Destinations per block of the attention kernel's threaded loops (``kGrain`` in

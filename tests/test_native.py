@@ -358,6 +358,31 @@ def test_strided_keys_and_queries(built, layout, monkeypatch):
         assert relative_error(g, w) < 1e-10
 
 
+
+def test_the_layout_test_is_the_kernels_own(built):
+    """``native.rows_contiguous`` asks the kernels' own input check: what it passes on is read
+    in place, what the kernel would refuse is copied, and the two cannot disagree."""
+    base = torch.randn(6, 2 * 3 * 4, dtype=torch.float64)
+    one_row = torch.randn(1, 3, 4, dtype=torch.float64).as_strided((1, 3, 4), (999, 4, 1))
+    unit_head = torch.randn(5, 1, 4, dtype=torch.float64).as_strided((5, 1, 4), (4, 77, 1))
+    layouts = {
+        "contiguous": (torch.randn(6, 3, 4, dtype=torch.float64), True),
+        "projection half": (base[:, 12:].reshape(6, 3, 4), True),
+        "one row, any row stride": (one_row, True),
+        "one head, any head stride": (unit_head, True),
+        "heads transposed": (torch.randn(6, 4, 3, dtype=torch.float64).transpose(1, 2), False),
+        "every other column": (base[:, ::2].reshape(6, 3, 4), False),
+    }
+    module = built
+    for name, (t, in_place) in layouts.items():
+        assert bool(module.rows_contiguous(t)) is in_place, name
+        out = native.rows_contiguous(t)
+        assert (out is t) is in_place, name
+        assert module.rows_contiguous(out) and torch.equal(out, t), name
+    with pytest.raises(RuntimeError, match=r"\[N, H, Y\]"):
+        module.rows_contiguous(base)
+
+
 # ----------------------------------------------------------------------------------------------
 # The Conv2D mask's Gram entries
 # ----------------------------------------------------------------------------------------------

@@ -170,18 +170,28 @@ struct Kernel {
     }
   }
 
+  // The second pass's order: every edge out of the sources [b0, b1), source by source, each
+  // source's edges in their destination-sorted order (the stable source sort of the plan), so
+  // a source's row adds the terms in the order the one-pass loop scatters them.
+  // visit(b, e, c): the edge e from b into its destination c.
+  template <typename Visit>
+  void for_source_edges(int64_t b0, int64_t b1, Visit&& visit) const {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t i = T_ptr[b]; i < T_ptr[b + 1]; ++i) {
+        const int64_t e = T_perm[i];
+        visit(b, e, Dst[e]);
+      }
+  }
+
   // Sources [b0, b1): dE/dk_B = -sum_{e: src = B} c_e q_C, gathered (GK zero on entry).
   void forward_sources(int64_t b0, int64_t b1, const scalar_t* P, scalar_t* GK) const {
     const int64_t H = heads(), Yw = width(), HY = H * Yw;
-    for (int64_t b = b0; b < b1; ++b) {
+    for_source_edges(b0, b1, [&](int64_t b, int64_t e, int64_t c) {
       scalar_t* gk = GK + b * HY;
-      for (int64_t i = T_ptr[b]; i < T_ptr[b + 1]; ++i) {
-        const int64_t e = T_perm[i];
-        const scalar_t* qc = Q + Dst[e] * q_row;
-        for (int64_t h = 0; h < H; ++h)
-          axpy(-P[e * H + h] * weight(e, h), qc + h * Yw, gk + h * Yw, Yw);
-      }
-    }
+      const scalar_t* qc = Q + c * q_row;
+      for (int64_t h = 0; h < H; ++h)
+        axpy(-P[e * H + h] * weight(e, h), qc + h * Yw, gk + h * Yw, Yw);
+    });
   }
 
   // DBC: [N, H] scratch for dL/dbeta per destination; DS: [E, H] scratch for ds per edge (two
@@ -284,20 +294,17 @@ struct Kernel {
                         const scalar_t* DS, scalar_t* DK) const {
     const int64_t H = heads(), Yw = width(), HY = H * Yw;
     const std::vector<scalar_t> zero_row(HY, scalar_t(0));
-    for (int64_t b = b0; b < b1; ++b) {
+    for_source_edges(b0, b1, [&](int64_t b, int64_t e, int64_t c) {
       scalar_t* __restrict__ dkb = DK + b * HY;
-      for (int64_t i = T_ptr[b]; i < T_ptr[b + 1]; ++i) {
-        const int64_t e = T_perm[i], c = Dst[e];
-        const scalar_t* __restrict__ qc = Q + c * q_row;
-        const scalar_t* __restrict__ uqc = UQ ? UQ + c * HY : zero_row.data();
-        for (int64_t h = 0; h < H; ++h) {
-          const scalar_t dsh = DS[e * H + h], ch = P[e * H + h] * weight(e, h);
-          ET_SIMD
-          for (int64_t y = 0; y < Yw; ++y)
-            dkb[h * Yw + y] += dsh * qc[h * Yw + y] - ch * uqc[h * Yw + y];
-        }
+      const scalar_t* __restrict__ qc = Q + c * q_row;
+      const scalar_t* __restrict__ uqc = UQ ? UQ + c * HY : zero_row.data();
+      for (int64_t h = 0; h < H; ++h) {
+        const scalar_t dsh = DS[e * H + h], ch = P[e * H + h] * weight(e, h);
+        ET_SIMD
+        for (int64_t y = 0; y < Yw; ++y)
+          dkb[h * Yw + y] += dsh * qc[h * Yw + y] - ch * uqc[h * Yw + y];
       }
-    }
+    });
   }
 };
 
@@ -354,14 +361,6 @@ void with_kernel(const torch::Tensor& k, const torch::Tensor& q, const torch::Te
   }
 }
 
-// Each row's [H, Y] block contiguous (the row stride free): k and q as views of one [N, 2HY]
-// projection qualify.
-bool rows_contiguous(const torch::Tensor& t) {
-  // A stride along a dimension of size <= 1 is never used (PyTorch leaves it arbitrary).
-  return (t.size(2) <= 1 || t.stride(2) == 1) && (t.size(1) <= 1 || t.stride(1) == t.size(2)) &&
-         (t.size(0) <= 1 || t.stride(0) >= t.size(1) * t.size(2));
-}
-
 void check_inputs(const torch::Tensor& k, const torch::Tensor& q, const torch::Tensor& beta,
                   const torch::Tensor& weight, const torch::Tensor& src,
                   const torch::Tensor& rowptr, const Layout& layout) {
@@ -391,6 +390,15 @@ void check_inputs(const torch::Tensor& k, const torch::Tensor& q, const torch::T
 }
 
 }  // namespace
+
+// Each row's [H, Y] block contiguous (the row stride free): k and q as views of one [N, 2HY]
+// projection qualify.
+bool rows_contiguous(const torch::Tensor& t) {
+  TORCH_CHECK(t.dim() == 3, "rows_contiguous: an [N, H, Y] tensor, got ", t.dim(), " dimensions");
+  // A stride along a dimension of size <= 1 is never used (PyTorch leaves it arbitrary).
+  return (t.size(2) <= 1 || t.stride(2) == 1) && (t.size(1) <= 1 || t.stride(1) == t.size(2)) &&
+         (t.size(0) <= 1 || t.stride(0) >= t.size(1) * t.size(2));
+}
 
 torch::Tensor exp_nonpositive(torch::Tensor x) {
   TORCH_CHECK(x.device().is_cpu() && (x.scalar_type() == torch::kFloat ||

@@ -31,6 +31,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("random_normal", &random_normal, "numel standard normals from Philox4x32-10");
   m.def("dropout_scale", &dropout_scale, "numel dropout factors: 0 or 1 / (1 - p)");
   m.def("philox_words", &philox_words, "the generator's raw words, [blocks, 4]");
+  m.def("rows_contiguous", &rows_contiguous,
+        "whether the kernels read an [N, H, Y] tensor in place (each row's block contiguous)");
   m.def("threads_used", &threads_used, "threads an at::parallel_for runs on (tests)");
   m.def("exp_nonpositive", &exp_nonpositive, "exp(x), x <= 0, as the softmax computes it (tests)");
 }

@@ -49,6 +49,10 @@ std::vector<torch::Tensor> attention_grad_backward(
     torch::Tensor dst, torch::Tensor probs, torch::Tensor scores, torch::Tensor up_k,
     torch::Tensor up_q, bool need_weight);
 
+// Whether the kernel reads t [N, H, Y] in place: each row's [H, Y] block contiguous, the row
+// stride free (native.rows_contiguous copies the tensor when not).
+bool rows_contiguous(const torch::Tensor& t);
+
 // exp(x) for x <= 0 as the softmax computes it (float32: a vectorised polynomial; tests).
 torch::Tensor exp_nonpositive(torch::Tensor x);
 
