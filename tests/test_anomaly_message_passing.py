@@ -86,6 +86,15 @@ def test_descent_readout_chunks_and_energy_start_from_the_message_passing_tokens
     assert torch.allclose(logits, expected.squeeze(-1), atol=1e-6)
     with torch.no_grad():
         assert torch.allclose(model(data.x, data.edge_index, chunk_size=7), logits, atol=1e-5)
+        # The layers' MLPs run chunk by chunk too (no [N, 2 * hidden] input held).
+        calls = []
+        hook = model.message_passing.mlps[0].register_forward_hook(
+            lambda module, inputs, output: calls.append(inputs[0].size(0)))
+        chunked_first = model.input_tokens(data.x, data.edge_index, chunk_size=7)
+        hook.remove()
+        assert calls == [7] * 8 + [4] and torch.allclose(chunked_first, first, atol=1e-6)
+    with pytest.raises(ValueError, match="inference"):
+        model.input_tokens(data.x, data.edge_index, chunk_size=7)
     assert torch.allclose(model.energy_score(data.x, data.edge_index),
                           model.conv.node_energy(last, data.edge_index), atol=1e-6)
 

@@ -338,12 +338,28 @@ class MeanMessagePassing(Module):
                 if isinstance(layer, Linear):
                     layer.reset_parameters()
 
-    def forward(self, h: Tensor, neighbour_mean: Callable[[Tensor], Tensor]) -> Tensor:
+    def forward(self, h: Tensor, neighbour_mean: Callable[[Tensor], Tensor],
+                chunk_size: Optional[int] = None) -> Tensor:
         """``h`` ``[N, channels]`` after every layer; ``neighbour_mean`` maps ``[N, channels]``
-        tokens to every node's mean in-neighbour token (zero for a node without one)."""
+        tokens to every node's mean in-neighbour token (zero for a node without one).
+
+        ``chunk_size`` (inference, under ``torch.no_grad()``) applies each layer's MLP that many
+        nodes at a time, so that no ``[N, 2 * channels]`` input is ever held; same result."""
         if h.dim() != 2 or h.size(1) != self.channels:
             raise ValueError(f"h must be [N, {self.channels}], got {tuple(h.shape)}")
+        if chunk_size is not None:
+            if torch.is_grad_enabled():
+                raise ValueError("chunk_size is for inference: call under torch.no_grad()")
+            if chunk_size <= 0:
+                raise ValueError(f"chunk_size must be positive, got {chunk_size}")
         for norm, mlp in zip(self.norms, self.mlps):
             normed = norm(h)
-            h = h + mlp(torch.cat([normed, neighbour_mean(normed)], dim=-1))
+            neighbours = neighbour_mean(normed)
+            if chunk_size is None:
+                h = h + mlp(torch.cat([normed, neighbours], dim=-1))
+                continue
+            h = h.clone()
+            for start in range(0, h.size(0), chunk_size):
+                rows = slice(start, start + chunk_size)
+                h[rows] += mlp(torch.cat([normed[rows], neighbours[rows]], dim=-1))
         return h

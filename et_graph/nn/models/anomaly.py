@@ -226,14 +226,16 @@ class ETAnomalyNet(nn.Module):
                 tokens = tokens + self.positional(node_ids)
         return tokens
 
-    def input_tokens(self, x: Tensor, edge_index: Tensor, node_ids: Optional[Tensor] = None
-                     ) -> Tensor:
+    def input_tokens(self, x: Tensor, edge_index: Tensor, node_ids: Optional[Tensor] = None,
+                     chunk_size: Optional[int] = None) -> Tensor:
         """``x^1 [N, hidden]``, where the descent starts: :meth:`embed`, then the
-        message-passing layers over ``edge_index`` when the network has any."""
+        message-passing layers over ``edge_index`` when the network has any (their MLPs
+        ``chunk_size`` nodes at a time when given: inference only)."""
         tokens = self.embed(x, node_ids)
         if self.message_passing is None:
             return tokens
-        return self.message_passing(tokens, lambda h: self.neighbour_means(edge_index, h))
+        return self.message_passing(tokens, lambda h: self.neighbour_means(edge_index, h),
+                                    chunk_size=chunk_size)
 
     def forward(
         self,
@@ -254,8 +256,8 @@ class ETAnomalyNet(nn.Module):
         implies chunks of at most ``ETConv.forward_chunked``'s default 65,536 nodes).
         ``edge_type [E]``: the relation of each edge, required with ``num_relations`` and
         refused without."""
-        first = self.input_tokens(x, edge_index, node_ids)
-        if chunk_size is not None or chunk_edges is not None:
+        chunked = chunk_size is not None or chunk_edges is not None
+        if chunked:
             if chunk_size is None:
                 chunk_size = DEFAULT_CHUNK_SIZE
             if return_energy or torch.is_grad_enabled():
@@ -266,6 +268,8 @@ class ETAnomalyNet(nn.Module):
                 raise ValueError("chunked scoring (chunk_size / chunk_edges) is not "
                                  "implemented for the multi-relation ET: score in one full pass")
             self._relation_args(edge_type)
+        first = self.input_tokens(x, edge_index, node_ids, chunk_size if chunked else None)
+        if chunked:
             last = first
             for conv in self.convs:
                 last = conv.forward_chunked(last, edge_index, chunk_size=chunk_size,
