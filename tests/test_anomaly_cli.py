@@ -134,10 +134,10 @@ def test_roc_plot_draws_every_row_with_the_tables_rank_metrics(monkeypatch, tmp_
     drawn = {}
     real = plots.plot_curves
 
-    def capture(out, curves, data, split):
+    def capture(out, curves, data, split, scored="test"):
         drawn.update(curves["prob"])
-        drawn["_split"] = split
-        return real(out, curves, data, split)
+        drawn["_split"], drawn["_scored"] = split, scored
+        return real(out, curves, data, split, scored)
 
     monkeypatch.setattr(plots, "plot_curves", capture)
     data = planted_anomaly_graph(300, seed=2)
@@ -145,6 +145,7 @@ def test_roc_plot_draws_every_row_with_the_tables_rank_metrics(monkeypatch, tmp_
                                  "--hidden", "16", "--seed-ensemble",
                                  "--out", str(tmp_path / "run")), data=data)
     split = drawn.pop("_split")
+    assert drawn.pop("_scored") == "test"
     assert set(drawn) == set(results["models"]) == {
         "et", "et_energy_trained", "mlp", "et_ensemble", "mlp_ensemble"}
     assert plots.plotted_models(drawn) == [

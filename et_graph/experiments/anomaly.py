@@ -61,6 +61,10 @@ def run(config: AnomalyConfig, data: Optional[Data] = None) -> dict[str, Any]:
 #: Fewer anomalous test nodes than this draw a warning: the metrics move in steps of 1/k.
 MIN_TEST_ANOMALIES = 5
 
+#: Printed above a validation-only run's table, so that nobody reads it as a test result.
+VALIDATION_ONLY_NOTE = ("Validation only (--validation-only): every figure below is measured "
+                        "on the validation nodes; no test node was scored.")
+
 
 def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict[str, Any]:
     start = time.perf_counter()
@@ -78,11 +82,19 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
                          "different splits (vary_split, or several dataset masks)")
     progress = config.run.progress and rank == 0
     y = data.y.cpu().numpy()
-    fewest = min(int(y[split.test.numpy()].sum()) for split in splits)
+    # The nodes every table scores: test, or validation alone for a probe (no test node is
+    # scored and no test label read from here on).
+    scored_part = "validation" if p.validation_only else "test"
+
+    def scored(split: Split) -> np.ndarray:
+        return (split.val if p.validation_only else split.test).numpy()
+
+    fewest = min(int(y[scored(split)].sum()) for split in splits)
     if fewest < MIN_TEST_ANOMALIES and rank == 0:
-        warnings.warn(f"a test split holds only {fewest} anomalous node(s): its AUROC, AUPRC "
-                      f"and Rec@K rest on so few that one node moves them by 1/{max(fewest, 1)} "
-                      "of their range; read them as anecdotes (a larger graph gives more)",
+        warnings.warn(f"a {scored_part} split holds only {fewest} anomalous node(s): its "
+                      "AUROC, AUPRC and Rec@K rest on so few that one node moves them by "
+                      f"1/{max(fewest, 1)} of their range; read them as anecdotes (a larger "
+                      "graph gives more)",
                       RuntimeWarning, stacklevel=2)
     rows: dict[str, list[dict[str, float]]] = {}
     curves: dict[str, Any] = {"prob": {}, "history": {}, "energy": None,
@@ -92,7 +104,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     seed_scores: dict[str, list[np.ndarray]] = {}
     for seed, split in enumerate(tqdm(splits, desc=f"{dataset} seeds", disable=not progress)):
         train_mask, val_mask, _ = split.masks(data.num_nodes)
-        test = split.test.numpy()
+        test = scored(split)
         detail: dict[str, Any] = {"seed": seed, "split_sizes": list(split.sizes())}
         for name in names:
             torch.manual_seed(seed)
@@ -113,7 +125,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
                 epoch_seconds.setdefault(name, []).append(det.fit_info_["epoch_seconds"])
             if seed == 0:
                 curves["prob"][name] = score
-            if name == "et" and p.energy_row:
+            if name == "et" and p.energy_row and not p.validation_only:
                 metrics, signed_energy, info = energy_row(det, data, split)
                 rows.setdefault(ENERGY_ROW, []).append(metrics)
                 detail[ENERGY_ROW] = {**metrics, **info}
@@ -132,6 +144,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     models = {name: summarize_runs(runs) for name, runs in rows.items()}
     results = {
         "dataset": dataset,
+        "scored": scored_part,
         "protocol": describe_protocol(config, splits, names, y),
         "models": models,
         "epoch_seconds_median": {k: float(np.median(v)) for k, v in epoch_seconds.items()},
@@ -143,6 +156,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     if rank == 0 and config.run.out:
         write_outputs(Path(config.run.out), results, curves, data, splits[0])
     if rank == 0:  # the result is printed with or without progress bars
+        if p.validation_only:
+            print(VALIDATION_ONLY_NOTE)
         print(markdown_table(models, METRICS))
     return results
 
@@ -175,9 +190,10 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
                       y: Optional[np.ndarray] = None) -> str:
     p, t = config.protocol, config.train
     train, val, test = splits[0].sizes()
+    # A validation-only run counts no test label either.
+    parts = (splits[0].train, splits[0].val, *(() if p.validation_only else (splits[0].test,)))
     anomalous = ("" if y is None else " (" + "/".join(
-        str(int(y[part.numpy()].sum())) for part in (splits[0].train, splits[0].val,
-                                                      splits[0].test)) + " anomalous)")
+        str(int(y[part.numpy()].sum())) for part in parts) + " anomalous)")
     if p.protocol == "gadbench":
         head = "GADBench: the dataset's own train/val/test masks (seed i uses mask i mod S)"
     else:
@@ -186,7 +202,9 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     text = (f"{head}; {train}/{val}/{test} train/val/test nodes{anomalous}; {p.seeds} seeds; "
             "neural models: "
             f"up to {t.epochs} epochs, checkpoint = best validation {t.select_metric}; threshold "
-            "from 0.05..0.95 (19) maximising validation macro-F1; test nodes scored once")
+            "from 0.05..0.95 (19) maximising validation macro-F1; "
+            + ("VALIDATION ONLY: the tables score the validation nodes, no test node is scored"
+               if p.validation_only else "test nodes scored once"))
     # What each model reads, where it differs (the tables' rows are not all the same input).
     gbt_inputs = {"x": "x only", "x_mean": "x ‖ its neighbours' mean",
                   "x_mean_mean2": "x ‖ the mean of its neighbours' x ‖ the mean of their means"}
@@ -217,12 +235,15 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
              "loading and feature transforms excluded)"]
     notes += [f"{name} epoch (train + validation pass), median: {seconds:.2f} s"
               for name, seconds in results["epoch_seconds_median"].items()]
-    notes.append("Rec@K: share of the test anomalies among the K top-scored test nodes, "
+    part = results.get("scored", "test")
+    if part == "validation":
+        notes.insert(0, VALIDATION_ONLY_NOTE)
+    notes.append(f"Rec@K: share of the {part} anomalies among the K top-scored {part} nodes, "
                  "K = #anomalies")
     notes.append(provenance_note(results["meta"]))
     write_results(out, results, METRICS, title=f"Anomaly detection: {results['dataset']}",
                   notes=notes)
-    plot_curves(out, curves, data, split)
+    plot_curves(out, curves, data, split, scored=results.get("scored", "test"))
 
 
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph anomaly",

@@ -14,18 +14,23 @@ from ..reporting import json_text
 MODEL_ORDER = ("et", "et_energy_trained", "mlp", "gcn", "gat", "gbt")
 
 
-def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split) -> None:
+def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
+                scored: str = "test") -> None:
+    """ROC/PR curves of seed 0 on the ``scored`` nodes (``"test"``, or ``"validation"`` for a
+    validation-only run, which reads no test label) and the training curves."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if scored not in ("test", "validation"):
+        raise ValueError(f"scored must be 'test' or 'validation', got {scored!r}")
     y = data.y.cpu().numpy()
-    test = split.test.numpy()
+    nodes = (split.test if scored == "test" else split.val).numpy()
     # Single-seed rows are seed 0's; a NAME_ensemble row is the mean score over the seeds.
-    plot_roc_pr(out / "roc_pr.png", y[test],
-                {name: curves["prob"][name][test] for name in plotted_models(curves["prob"])},
-                "test; seed 0, ensembles over the seeds")
+    plot_roc_pr(out / "roc_pr.png", y[nodes],
+                {name: curves["prob"][name][nodes] for name in plotted_models(curves["prob"])},
+                f"{scored}; seed 0, ensembles over the seeds")
 
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     first = next(iter(curves["history"]), None)

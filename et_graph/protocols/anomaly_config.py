@@ -98,6 +98,11 @@ class AnomalyProtocolConfig:
         seed_ensemble: also report, per model, the ensemble of its seeds (``NAME_ensemble``):
             the mean of the seeds' scores, its threshold chosen on validation. The seeds must
             share one split (paper protocol without vary_split, or one mask).
+        validation_only: score the validation nodes only, for a probe that decides what will
+            later run on test: no test node is scored, no test label is read once the split is
+            drawn, and the tables, plots and results.json hold validation metrics (macro-F1 at
+            the threshold chosen on those same nodes, so optimistic). The energy row is
+            skipped; not with seed_ensemble.
     """
 
     protocol: str = "paper"
@@ -111,6 +116,7 @@ class AnomalyProtocolConfig:
     inference_chunk_size: Optional[int] = None
     inference_chunk_edges: Optional[int] = None
     seed_ensemble: bool = False
+    validation_only: bool = False
 
     def __post_init__(self) -> None:
         if self.protocol not in ("paper", "gadbench"):
@@ -126,6 +132,9 @@ class AnomalyProtocolConfig:
             # a setting the run never used.
             raise ValueError("vary_split draws stratified splits (paper protocol); with "
                              "protocol gadbench seed i uses the dataset's mask i mod S")
+        if self.validation_only and self.seed_ensemble:
+            raise ValueError("seed_ensemble reports test metrics of the seeds' ensemble; a "
+                             "validation_only run scores no test node: drop one of the two")
         for name in ("inference_chunk_size", "inference_chunk_edges"):
             if getattr(self, name) is not None:  # a zero fails here, not after the training
                 check_chunk_size(getattr(self, name), name)

@@ -1,0 +1,91 @@
+"""``et-graph anomaly --validation-only``: a probe run that scores the validation nodes and never
+a test node, so that a choice made from it cannot have seen a test figure."""
+import json
+
+import pytest
+import torch
+
+from et_graph.config import parse
+from et_graph.datasets.synthetic import planted_anomaly_graph
+from et_graph.experiments import anomaly
+from et_graph.protocols.anomaly_config import AnomalyConfig, AnomalyProtocolConfig
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def masked_graph():
+    """A planted graph with one fixed split as masks (``--protocol gadbench``): the split does
+    not depend on the labels, so test labels can be changed without moving it."""
+    data = planted_anomaly_graph(240, seed=5)
+    order = torch.randperm(240, generator=torch.Generator().manual_seed(1))
+    for name, part in (("train_mask", order[:100]), ("val_mask", order[100:160]),
+                       ("test_mask", order[160:])):
+        mask = torch.zeros(240, dtype=torch.bool)
+        mask[part] = True
+        setattr(data, name, mask)
+    return data
+
+
+def scrambled_test_labels(data):
+    """The same graph with every test label redrawn (each class kept at least once)."""
+    other = data.clone()
+    test = other.test_mask.nonzero().view(-1)
+    labels = torch.randint(0, 2, (test.numel(),), generator=torch.Generator().manual_seed(9))
+    labels[:2] = torch.tensor([0, 1])
+    other.y = other.y.clone()
+    other.y[test] = labels
+    assert not torch.equal(other.y, data.y)
+    return other
+
+
+def run(data, *flags, out=None):
+    config = parse(AnomalyConfig, ["--no-progress", "--protocol", "gadbench", "--seeds", "2",
+                                   "--models", "et,gbt", "--epochs", "3", "--hidden", "16",
+                                   "--select-metric", "auroc", *flags,
+                                   *(["--out", str(out)] if out else [])])
+    return anomaly.run(config, data=data)
+
+
+def figures(results):
+    """Every per-seed figure of both models but the clock's."""
+    return {name: [{key: value for key, value in seed[name].items() if "seconds" not in key}
+                   for seed in results["per_seed"]] for name in ("et", "gbt")}
+
+
+def test_no_test_label_is_read(capsys):
+    data = masked_graph()
+    probe = run(data, "--validation-only")
+    assert probe["scored"] == "validation"
+    assert figures(run(scrambled_test_labels(data), "--validation-only")) == figures(probe)
+    # The same change moves an ordinary run's figures: the comparison can fail.
+    assert figures(run(scrambled_test_labels(data))) != figures(run(data))
+    assert "Validation only" in capsys.readouterr().out
+
+
+def test_the_figures_are_the_validation_nodes():
+    probe = run(masked_graph(), "--validation-only")
+    for seed in probe["per_seed"]:
+        # ET kept the checkpoint with the best validation AUROC: the table's AUROC is that one.
+        assert seed["et"]["auroc"] == pytest.approx(seed["et"]["best_score"], abs=1e-6)
+        assert seed["gbt"]["auroc"] == pytest.approx(seed["gbt"]["val_auroc"], abs=1e-9)
+        assert seed["split_sizes"] == [100, 60, 80]
+
+
+def test_the_outputs_say_so_and_the_energy_row_is_skipped(tmp_path):
+    probe = run(masked_graph(), "--validation-only", out=tmp_path / "probe")
+    assert "et_energy_trained" not in probe["models"]  # it is scored on test nodes
+    assert "VALIDATION ONLY" in probe["protocol"] and "test nodes scored once" not in \
+        probe["protocol"]
+    # The protocol line counts the anomalies of the training and validation parts only.
+    assert "train/val/test nodes (" in probe["protocol"]
+    assert probe["protocol"].split(" anomalous)")[0].split("(")[-1].count("/") == 1
+    text = (tmp_path / "probe" / "results.md").read_text()
+    assert "Validation only" in text and "validation anomalies" in text
+    assert json.loads((tmp_path / "probe" / "results.json").read_text())["scored"] == \
+        "validation"
+    assert (tmp_path / "probe" / "roc_pr.png").exists()
+
+
+def test_seed_ensembles_are_refused():
+    with pytest.raises(ValueError, match="validation_only"):
+        AnomalyProtocolConfig(validation_only=True, seed_ensemble=True)
