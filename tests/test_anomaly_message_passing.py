@@ -138,3 +138,25 @@ def test_detector_fits_scores_and_traces_with_the_switch(graph):
     sampled = ETDetector(message_passing_layers=1, epochs=2, hidden=16, batch_size=64,
                          num_neighbors=[5, 5]).fit(graph)
     assert torch.isfinite(sampled.decision_function(graph)).all()
+
+
+def test_multi_relation_network_averages_over_every_relation():
+    """With per-relation attention the layers read all in-edges, whatever their relation (as
+    the ego/neighbour readout does); the descent keeps its relations."""
+    torch.manual_seed(3)
+    data = planted_anomaly_graph(60, num_features=6, seed=6)
+    edge_type = torch.randint(0, 3, (data.edge_index.size(1),),
+                              generator=torch.Generator().manual_seed(0))
+    model = ETAnomalyNet(6, 8, num_relations=3, message_passing_layers=1,
+                         readout="ego_neighbour").eval()
+    first = model.input_tokens(data.x, data.edge_index)
+    untyped = ETAnomalyNet(6, 8, message_passing_layers=1).eval()
+    untyped.embedding.load_state_dict(model.embedding.state_dict())
+    untyped.message_passing.load_state_dict(model.message_passing.state_dict())
+    assert torch.equal(first, untyped.input_tokens(data.x, data.edge_index))
+    last = model.descend(first, data.edge_index, edge_type)
+    logits = model(data.x, data.edge_index, edge_type=edge_type)
+    normed = model.conv.norm(last)
+    expected = model.readout(torch.cat(
+        [model.conv.norm(first), normed, model.neighbour_means(data.edge_index, normed)], -1))
+    assert torch.allclose(logits, expected.squeeze(-1), atol=1e-6)
