@@ -104,14 +104,14 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     seed_scores: dict[str, list[np.ndarray]] = {}
     for seed, split in enumerate(tqdm(splits, desc=f"{dataset} seeds", disable=not progress)):
         train_mask, val_mask, _ = split.masks(data.num_nodes)
-        test = scored(split)
+        nodes = scored(split)  # the test nodes, or the validation nodes of a probe
         detail: dict[str, Any] = {"seed": seed, "split_sizes": list(split.sizes())}
         for name in names:
             torch.manual_seed(seed)
             det = make_detector(config, name, seed, progress)
             det.fit(data, train_mask, val_mask)
             score = det.decision_score_.double().numpy()
-            metrics = evaluate(y[test], score[test], det.threshold_)
+            metrics = evaluate(y[nodes], score[nodes], det.threshold_)
             rows.setdefault(name, []).append(metrics)
             detail[name] = {**metrics, "threshold": det.threshold_, **det.fit_info_}
             if p.seed_ensemble:
