@@ -62,7 +62,6 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Optional
-from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +70,7 @@ from torch_geometric.loader import DataLoader
 
 from et_graph.config import add_config_arguments, merge, resolve, to_dict
 from et_graph.experiments.tudataset import TUDatasetConfig, et_model_kwargs, model_factories
-from et_graph.native import load_native_attention, native_attention
+from et_graph.native import load_native_attention, native_attention, native_random
 from et_graph.nn.models.graph_model import ETGraphModel
 from et_graph.protocols.graph_cv import model_outputs
 from et_graph.training import Trainer
@@ -139,14 +138,7 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Iter
 def torch_random_with_native_kernels() -> Iterator[None]:
     """The compiled kernels on, but noise and dropout drawn by PyTorch's generator as on the
     default path: what the compiled generator alone saves (a diagnostic)."""
-    import et_graph.native as native
-
-    def torch_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-        return F.dropout(x, p, training=True)
-
-    with native_attention(True), mock.patch.object(native, "random_normal_like",
-                                                   torch.randn_like), \
-            mock.patch.object(native, "dropout", torch_dropout):
+    with native_attention(True), native_random(False):
         yield
 
 

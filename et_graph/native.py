@@ -74,7 +74,7 @@ COMPILE_FLAGS = ["-O3", "-fopenmp" if _OPENMP_RUNTIME else "-fopenmp-simd", "-fn
                  "-fno-trapping-math"]
 LINK_FLAGS = ["-fopenmp"] if _OPENMP_RUNTIME else []
 
-_state: dict[str, Any] = {"enabled": False, "module": None}
+_state: dict[str, Any] = {"enabled": False, "module": None, "random": True}
 
 
 def extension_name() -> str:
@@ -153,6 +153,33 @@ def native_attention(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         _state["enabled"] = before
+
+
+def native_random_enabled() -> bool:
+    """Whether training noise and dropout draw from the compiled generator where the compiled
+    kernels apply (the default), rather than from PyTorch's."""
+    return bool(_state["random"])
+
+
+def set_native_random(enabled: bool) -> None:
+    """With ``False`` the compiled kernels (when on) keep PyTorch's generator for the training
+    noise and dropout: the same draws, for a seed, as without the kernels, so a run differs
+    from one on the default path by the kernels' rounding alone (and the generator's speed is
+    given up). ``True`` (the default) draws them from the compiled generator."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {enabled!r}")
+    _state["random"] = enabled
+
+
+@contextmanager
+def native_random(enabled: bool = True) -> Iterator[None]:
+    """``with native_random(False): ...`` sets :func:`set_native_random` inside the block only."""
+    before = native_random_enabled()
+    set_native_random(enabled)
+    try:
+        yield
+    finally:
+        _state["random"] = before
 
 
 def env_requests_native() -> Optional[bool]:
@@ -341,6 +368,12 @@ def native_applies(x: Tensor) -> bool:
 # --------------------------------------------------------------------------------------------
 # Random numbers: training noise and dropout
 # --------------------------------------------------------------------------------------------
+def native_random_applies(x: Tensor) -> bool:
+    """Whether noise and dropout for ``x`` come from the compiled generator:
+    :func:`native_applies` and :func:`native_random_enabled`."""
+    return native_random_enabled() and native_applies(x)
+
+
 def _draw_seed() -> int:
     """A 63-bit key for the compiled generator, drawn from PyTorch's default CPU generator, so
     that ``torch.manual_seed`` reproduces the compiled draws as it does PyTorch's."""
@@ -376,6 +409,6 @@ def dropout(x: Tensor, p: float) -> Tensor:
 
 
 def normal_like(x: Tensor) -> Tensor:
-    """Training noise: :func:`random_normal_like` where the compiled kernels apply
-    (:func:`native_applies`), else ``torch.randn_like``."""
-    return random_normal_like(x) if native_applies(x) else torch.randn_like(x)
+    """Training noise: :func:`random_normal_like` where the compiled generator applies
+    (:func:`native_random_applies`), else ``torch.randn_like``."""
+    return random_normal_like(x) if native_random_applies(x) else torch.randn_like(x)

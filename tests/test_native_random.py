@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from helpers import count_calls, torch_threads
+from helpers import count_calls, relative_error, torch_threads
 
 import et_graph.native as native
 from et_graph.nn import Dropout, ETConv
@@ -167,6 +167,35 @@ def test_anomaly_network_dropout_and_noise_use_the_generator_when_switched_on(bu
         net(x, edge_index)
     assert len(dropouts) == 1 and len(normals) == 2  # the readout's dropout, one draw a step
 
+
+
+def test_kernels_with_pytorchs_generator_draw_as_the_default_path(built, monkeypatch):
+    """``native_random(False)``: the kernels compute, PyTorch draws the noise and dropout, the
+    same draws for a seed as without the kernels, so a float64 training step equals the
+    default path's to rounding; with the compiled generator the draws differ."""
+    torch.manual_seed(0)
+    model = ETGraphModel(3, 2, hidden_channels=8, blocks=1, steps=2, heads=2, head_dim=4,
+                         pe_dim=0, dropout=0.3, noise_std=0.1).double().train()
+    x = torch.randn(9, 3, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1, 2, 4, 5, 6, 7], [1, 2, 3, 5, 6, 7, 8]])
+    batch = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 1])
+
+    def step() -> torch.Tensor:
+        torch.manual_seed(7)
+        return model(x, edge_index, batch)
+
+    default = step()
+    dropouts = count_calls(monkeypatch, native, "dropout")
+    normals = count_calls(monkeypatch, native, "random_normal_like")
+    with native.native_attention(), native.native_random(False):
+        assert native.native_attention_enabled() and not native.native_random_enabled()
+        kernels_torch_draws = step()
+    assert dropouts == normals == [] and native.native_random_enabled()  # restored
+    assert relative_error(kernels_torch_draws, default) < 1e-10
+    with native.native_attention():
+        assert relative_error(step(), default) > 1e-3
+    with pytest.raises(TypeError, match="bool"):
+        native.set_native_random(1)
 
 def test_dropout_module_is_torch_dropout_when_off(built):
     x = torch.randn(20, 6)

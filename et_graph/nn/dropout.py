@@ -11,12 +11,13 @@ class Dropout(nn.Dropout):
     training on the CPU with the compiled kernels switched on
     (:func:`et_graph.native.set_native_attention`), come from
     :func:`et_graph.native.dropout`: a Philox generator about five times faster than
-    PyTorch's Bernoulli sampling on a batch of tokens. Otherwise, and for ``inplace=True`` or
-    ``p = 1``, it is :class:`torch.nn.Dropout` itself.
+    PyTorch's Bernoulli sampling on a batch of tokens. Otherwise (also under
+    :func:`et_graph.native.native_random` ``(False)``), and for ``inplace=True`` or ``p = 1``,
+    it is :class:`torch.nn.Dropout` itself.
     """
 
     def forward(self, input: Tensor) -> Tensor:
         if (self.training and 0.0 < self.p < 1.0 and not self.inplace
-                and native.native_applies(input)):
+                and native.native_random_applies(input)):
             return native.dropout(input, self.p)
         return super().forward(input)
