@@ -49,8 +49,8 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -145,14 +145,19 @@ def set_native_attention(enabled: bool) -> None:
 
 
 @contextmanager
-def native_attention(enabled: bool = True) -> Iterator[None]:
-    """``with native_attention(): ...`` uses the compiled kernel inside the block only."""
-    before = native_attention_enabled()
-    set_native_attention(enabled)
+def _switched(key: str, setter: Callable[[bool], None], enabled: bool) -> Iterator[None]:
+    """``setter(enabled)`` for the block, then ``_state[key]`` as it was (even on error)."""
+    before = _state[key]
+    setter(enabled)
     try:
         yield
     finally:
-        _state["enabled"] = before
+        _state[key] = before
+
+
+def native_attention(enabled: bool = True) -> AbstractContextManager[None]:
+    """``with native_attention(): ...`` uses the compiled kernel inside the block only."""
+    return _switched("enabled", set_native_attention, enabled)
 
 
 def native_random_enabled() -> bool:
@@ -171,15 +176,9 @@ def set_native_random(enabled: bool) -> None:
     _state["random"] = enabled
 
 
-@contextmanager
-def native_random(enabled: bool = True) -> Iterator[None]:
+def native_random(enabled: bool = True) -> AbstractContextManager[None]:
     """``with native_random(False): ...`` sets :func:`set_native_random` inside the block only."""
-    before = native_random_enabled()
-    set_native_random(enabled)
-    try:
-        yield
-    finally:
-        _state["random"] = before
+    return _switched("random", set_native_random, enabled)
 
 
 def env_requests_native() -> Optional[bool]:
