@@ -4,9 +4,9 @@ import json
 
 import pytest
 import torch
+from helpers import planted_graph_with_masks
 
 from et_graph.config import parse
-from et_graph.datasets.synthetic import planted_anomaly_graph
 from et_graph.experiments import anomaly
 from et_graph.protocols.anomaly_config import AnomalyConfig, AnomalyProtocolConfig
 
@@ -14,16 +14,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def masked_graph():
-    """A planted graph with one fixed split as masks (``--protocol gadbench``): the split does
-    not depend on the labels, so test labels can be changed without moving it."""
-    data = planted_anomaly_graph(240, seed=5)
-    order = torch.randperm(240, generator=torch.Generator().manual_seed(1))
-    for name, part in (("train_mask", order[:100]), ("val_mask", order[100:160]),
-                       ("test_mask", order[160:])):
-        mask = torch.zeros(240, dtype=torch.bool)
-        mask[part] = True
-        setattr(data, name, mask)
-    return data
+    """A planted graph with one split stored as masks, read by ``--protocol gadbench``: once
+    stored, the split no longer depends on the labels, so test labels can be changed without
+    moving it."""
+    return planted_graph_with_masks(240, seed=5)
 
 
 def scrambled_test_labels(data):
@@ -68,7 +62,7 @@ def test_the_figures_are_the_validation_nodes():
         # ET kept the checkpoint with the best validation AUROC: the table's AUROC is that one.
         assert seed["et"]["auroc"] == pytest.approx(seed["et"]["best_score"], abs=1e-6)
         assert seed["gbt"]["auroc"] == pytest.approx(seed["gbt"]["val_auroc"], abs=1e-9)
-        assert seed["split_sizes"] == [100, 60, 80]
+        assert seed["split_sizes"] == [96, 48, 96]  # the stored masks, 40 % / 1:2
 
 
 def test_the_outputs_say_so_and_the_energy_row_is_skipped(tmp_path):
@@ -89,3 +83,12 @@ def test_the_outputs_say_so_and_the_energy_row_is_skipped(tmp_path):
 def test_seed_ensembles_are_refused():
     with pytest.raises(ValueError, match="validation_only"):
         AnomalyProtocolConfig(validation_only=True, seed_ensemble=True)
+
+
+def test_a_split_names_the_nodes_each_run_scores():
+    from et_graph.protocols.anomaly import make_splits
+
+    split = make_splits(masked_graph(), "gadbench", 1, 0.4)[0]
+    assert split.scored() is split.test and split.scored("validation") is split.val
+    with pytest.raises(ValueError, match="scored part"):
+        split.scored("train")

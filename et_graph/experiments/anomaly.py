@@ -85,11 +85,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     # The nodes every table scores: test, or validation alone for a probe (no test node is
     # scored and no test label read from here on).
     scored_part = "validation" if p.validation_only else "test"
-
-    def scored(split: Split) -> np.ndarray:
-        return (split.val if p.validation_only else split.test).numpy()
-
-    fewest = min(int(y[scored(split)].sum()) for split in splits)
+    fewest = min(int(y[split.scored(scored_part).numpy()].sum()) for split in splits)
     if fewest < MIN_TEST_ANOMALIES and rank == 0:
         warnings.warn(f"a {scored_part} split holds only {fewest} anomalous node(s): its "
                       "AUROC, AUPRC and Rec@K rest on so few that one node moves them by "
@@ -104,7 +100,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     seed_scores: dict[str, list[np.ndarray]] = {}
     for seed, split in enumerate(tqdm(splits, desc=f"{dataset} seeds", disable=not progress)):
         train_mask, val_mask, _ = split.masks(data.num_nodes)
-        nodes = scored(split)  # the test nodes, or the validation nodes of a probe
+        nodes = split.scored(scored_part).numpy()
         detail: dict[str, Any] = {"seed": seed, "split_sizes": list(split.sizes())}
         for name in names:
             torch.manual_seed(seed)

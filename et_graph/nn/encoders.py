@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.nn import Embedding, Linear, Module, ModuleList
 
 from .dropout import Dropout
-from .validation import all_finite, check_batch, check_edge_features
+from .validation import all_finite, check_batch, check_chunk_size, check_edge_features
 
 Categories = Union[int, Sequence[int], None]
 
@@ -350,8 +350,7 @@ class MeanMessagePassing(Module):
         if chunk_size is not None:
             if torch.is_grad_enabled():
                 raise ValueError("chunk_size is for inference: call under torch.no_grad()")
-            if chunk_size <= 0:
-                raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+            chunk_size = check_chunk_size(chunk_size)
         for norm, mlp in zip(self.norms, self.mlps):
             normed = norm(h)
             neighbours = neighbour_mean(normed)

@@ -23,10 +23,8 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if scored not in ("test", "validation"):
-        raise ValueError(f"scored must be 'test' or 'validation', got {scored!r}")
     y = data.y.cpu().numpy()
-    nodes = (split.test if scored == "test" else split.val).numpy()
+    nodes = split.scored(scored).numpy()
     # Single-seed rows are seed 0's; a NAME_ensemble row is the mean score over the seeds.
     plot_roc_pr(out / "roc_pr.png", y[nodes],
                 {name: curves["prob"][name][nodes] for name in plotted_models(curves["prob"])},

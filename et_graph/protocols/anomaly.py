@@ -37,6 +37,10 @@ THRESHOLD_GRID = np.round(np.linspace(0.05, 0.95, 19), 2)
 METRICS = ("auroc", "auprc", "f1_macro", "rec_at_k")
 
 
+#: What a run's tables can score: the test nodes, or the validation nodes of a probe.
+SCORED_PARTS = ("test", "validation")
+
+
 @dataclass
 class Split:
     """Node indices of one split (``int64`` tensors, disjoint); ``num_nodes``, when known, is
@@ -49,6 +53,13 @@ class Split:
 
     def sizes(self) -> tuple[int, int, int]:
         return self.train.numel(), self.val.numel(), self.test.numel()
+
+    def scored(self, part: str = "test") -> Tensor:
+        """The nodes a run's tables score: ``"test"``, or ``"validation"`` for a
+        validation-only probe (which scores no test node)."""
+        if part not in SCORED_PARTS:
+            raise ValueError(f"the scored part must be one of {SCORED_PARTS}, got {part!r}")
+        return self.test if part == "test" else self.val
 
     def masks(self, num_nodes: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(train_mask, val_mask, test_mask)`` as bool tensors ``[num_nodes]`` (default: the
