@@ -140,18 +140,17 @@ ET_CLONES void backward_edges(const GramKernel<double>& kernel, int64_t p0, int6
 template <typename scalar_t>
 void run_backward(const GramKernel<scalar_t>& kernel, int64_t graphs, const scalar_t* G,
                   scalar_t* DX) {
-  if (at::get_num_threads() == 1 || kernel.E == 0 || graphs < 2) {
-    backward_edges(kernel, 0, kernel.E, nullptr, G, DX);
-    return;
+  if (at::get_num_threads() > 1 && kernel.E > 0 && graphs > 1) {
+    const auto [offsets, order] = kernel.edges_by_graph(graphs);
+    if (!order.empty()) {
+      at::parallel_for(0, graphs, 8, [&](int64_t g0, int64_t g1) {
+        backward_edges(kernel, offsets[g0], offsets[g1], order.data(), G, DX);
+      });
+      return;
+    }
   }
-  const auto [offsets, order] = kernel.edges_by_graph(graphs);
-  if (order.empty()) {
-    backward_edges(kernel, 0, kernel.E, nullptr, G, DX);
-    return;
-  }
-  at::parallel_for(0, graphs, 8, [&](int64_t g0, int64_t g1) {
-    backward_edges(kernel, offsets[g0], offsets[g1], order.data(), G, DX);
-  });
+  // One thread, one graph, or an edge between two graphs: the edges in their order.
+  backward_edges(kernel, 0, kernel.E, nullptr, G, DX);
 }
 
 void check_inputs(const torch::Tensor& x, const torch::Tensor& src, const torch::Tensor& dst,
