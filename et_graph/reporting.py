@@ -97,8 +97,10 @@ def write_results(
     metrics: Sequence[str],
     title: str = "",
     notes: Sequence[str] = (),
+    sections: Sequence[str] = (),
 ) -> tuple[Path, Path]:
-    """Write ``results.json`` and ``results.md`` (title, protocol, table, notes) to ``out_dir``."""
+    """Write ``results.json`` and ``results.md`` (title, protocol, table, ``sections``: more
+    Markdown blocks such as a difference table, then notes) to ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "results.json"
@@ -107,6 +109,7 @@ def write_results(
     if results.get("protocol"):
         lines += [f"Protocol: {results['protocol']}", ""]
     lines += [markdown_table(results["models"], metrics), ""]
+    lines += [line for section in sections if section for line in (section, "")]
     if not any("population" in note for note in notes):  # which std, where it is not said
         notes = [*notes, "± is the population standard deviation (divisor n) over the runs"]
     lines += [f"- {note}" for note in notes]

@@ -60,6 +60,13 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path, capsys):
     assert machine["threads"] == torch.get_num_threads()
     energy = json.loads((out / "energy_steps.json").read_text())
     assert len(energy["all"]) >= 3
+    # ET minus each baseline (not ET's own energy row), Welch over the seeds of one split
+    differences = results["differences"]
+    assert {(d["second"], d["metric"]) for d in differences} == {
+        (m, metric) for m in ("mlp", "gcn", "gat", "gbt") for metric in ("auroc", "auprc")}
+    assert {d["design"] for d in differences} == {"seeds"}
+    assert "Welch's t-test over 2 seeds of one fixed split" in table
+    assert "| et − gbt | auroc |" in table and "| et − gbt | auroc |" in printed
 
 
 def test_run_subgraph_mode_gadbench_masks_and_options():
@@ -82,6 +89,12 @@ def test_run_subgraph_mode_gadbench_masks_and_options():
     assert "GADBench" in results["protocol"]
     sizes = [seed["split_sizes"] for seed in results["per_seed"]]
     assert sizes == [[120, 60, 120], [120, 60, 120]]
+    # two different masks: ET and the MLP pair up over them, corrected for the overlap of
+    # their training sets (120 test nodes per 120 training nodes)
+    [auroc, auprc] = results["differences"]
+    assert (auroc["second"], auroc["design"], auroc["metric"]) == ("mlp", "folds", "auroc")
+    assert auroc["test_train_ratio"] == pytest.approx(1.0) and sum(auroc["wins"]) == 2
+    assert "seeds' own splits (test nodes)" in results["differences_design"]
 
 
 def test_seed_ensemble_averages_each_models_seeds_on_their_shared_split(monkeypatch):

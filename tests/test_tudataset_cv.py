@@ -549,6 +549,18 @@ def test_quick_cv_run_writes_results(tmp_path):
     assert "not selected inside the folds" in results["protocol"]
     # MUTAG has node labels and no attributes (the note said "TU node attributes + ...")
     assert "node features: one-hot node labels (7)" in markdown
+    # ET minus each baseline, paired over the folds run, corrected for 10-fold overlap
+    differences = results["differences"]
+    assert [(d["first"], d["second"]) for d in differences] == [
+        ("et", "gin"), ("et", "structure_agnostic")]
+    for d in differences:
+        et, other = (results["models"][name]["accuracy"]["values"]
+                     for name in (d["first"], d["second"]))
+        assert d["mean"] == pytest.approx(np.mean(et) - np.mean(other))
+        assert d["n"] == 2 and d["test_train_ratio"] == pytest.approx(1 / 9)
+        assert d["low"] <= d["mean"] <= d["high"]
+    assert "| et − gin | accuracy |" in markdown
+    assert "corrected resampled t-test" in markdown
 
 
 @pytest.mark.parametrize("model, flag, section, note", [

@@ -355,6 +355,10 @@ def test_cli_quick_on_a_planted_graph(graph, tmp_path, capsys):
     table = (out / "results.md").read_text()
     assert "et_reconstruction" in table and "rec_at_k" in table
     assert (out / "roc_pr.png").stat().st_size > 0
+    # ET's headline row minus each baseline (never minus ET's other rows)
+    assert [(d["first"], d["second"], d["metric"]) for d in results["differences"]] == [
+        ("et_reconstruction", "iforest", "auroc"), ("et_reconstruction", "iforest", "auprc")]
+    assert "| et_reconstruction − iforest | auroc |" in table
 
 
 def test_roc_plot_draws_every_score_with_its_tables_first_seed_figures(graph, tmp_path,

@@ -34,6 +34,12 @@ from ..protocols.anomaly_config import (
     load_data,
     make_detector,
 )
+from ..protocols.significance import (
+    Difference,
+    compare_to,
+    describe_design,
+    difference_section,
+)
 from ..reporting import checks_output_folder, markdown_table, provenance_note, write_results
 from ..transforms.features import FEATURE_NORMS
 
@@ -138,6 +144,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         ensembles[f"{name}_ensemble"] = {**metrics, "threshold": threshold,
                                          "val_auroc": val_auroc, "seeds": len(scores)}
     models = {name: summarize_runs(runs) for name, runs in rows.items()}
+    differences, design_note = et_differences(models, splits, scored_part)
     results = {
         "dataset": dataset,
         "scored": scored_part,
@@ -147,6 +154,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         "seconds_total": time.perf_counter() - start,
         "per_seed": per_seed,
         **({"seed_ensembles": ensembles} if ensembles else {}),
+        **({"differences": [d.as_dict() for d in differences],
+            "differences_design": design_note} if differences else {}),
         "meta": run_metadata(config),
     }
     if rank == 0 and config.run.out:
@@ -155,7 +164,34 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         if p.validation_only:
             print(VALIDATION_ONLY_NOTE)
         print(markdown_table(models, METRICS))
+        if differences:
+            print("\n" + difference_section(results))
     return results
+
+
+#: The metrics whose ET-minus-baseline differences a run reports (the headline two).
+DIFFERENCE_METRICS = ("auroc", "auprc")
+
+
+def et_differences(models: dict[str, Any], splits: list[Split],
+                   scored_part: str) -> tuple[list[Difference], str]:
+    """ET minus every other row, with a confidence interval: Welch over the seeds of one
+    split, or paired over the seeds' own splits (corrected for their overlapping training
+    sets) when the splits differ. Nothing where ET or the seeds' spread is missing."""
+    if "et" not in models or len(splits) < 2:
+        return [], ""
+    if all(_same_split(splits[0], split) for split in splits[1:]):
+        design, ratio = "seeds", None
+    else:
+        train = float(np.mean([split.train.numel() for split in splits]))
+        scored = float(np.mean([split.scored(scored_part).numel() for split in splits]))
+        design, ratio = "folds", scored / train
+    baselines = [name for name in models if not name.startswith("et")]  # not ET's own rows
+    differences = compare_to(models, "et", DIFFERENCE_METRICS, design, test_train_ratio=ratio,
+                             others=baselines)
+    note = describe_design(design, len(splits), ratio,
+                           paired_over=f"seeds' own splits ({scored_part} nodes)")
+    return differences, note
 
 
 def _same_split(a: Split, b: Split) -> bool:
@@ -238,7 +274,7 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
                  "K = #anomalies")
     notes.append(provenance_note(results["meta"]))
     write_results(out, results, METRICS, title=f"Anomaly detection: {results['dataset']}",
-                  notes=notes)
+                  notes=notes, sections=[difference_section(results)])
     plot_curves(out, curves, data, split, scored=results.get("scored", "test"))
 
 

@@ -21,6 +21,12 @@ from ..protocols.graph_cv import (
     describe_selection,
     selection_notes,
 )
+from ..protocols.significance import (
+    compare_to,
+    cv_test_train_ratio,
+    describe_design,
+    difference_section,
+)
 from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re-exported here)
     CONFIG,
     GRID_SECTIONS,
@@ -119,9 +125,20 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     }
     metric = "val_accuracy" if protocol.validation_only else "accuracy"
     ensemble = [f"ensemble_{metric}"] if protocol.runs_per_fold > 1 else []
-    if out_dir is None:  # nothing written, the table still printed
+    # ET against each baseline, paired over the shared folds: is a lead above the noise?
+    # The inner validation parts are carved from each training fold, so their overlap is
+    # val / train rather than the outer folds' 1 / (K - 1).
+    ratio = (protocol.val_fraction / (1 - protocol.val_fraction) if protocol.validation_only
+             else cv_test_train_ratio(protocol.folds))
+    differences = (compare_to(results["models"], "et", [metric, *ensemble], "folds",
+                              test_train_ratio=ratio) if "et" in results["models"] else [])
+    if differences:
+        results["differences"] = [d.as_dict() for d in differences]
+        results["differences_design"] = describe_design("folds", differences[0].n, ratio)
+    if out_dir is None:  # nothing written, the tables still printed
         tqdm.write(f"# {data.dataset}: graph classification\n\n"
-                   + markdown_table(results["models"], [metric, *ensemble]))
+                   + markdown_table(results["models"], [metric, *ensemble])
+                   + ("\n\n" + difference_section(results) if differences else ""))
         return results
     edge_dim = info["edge_features"]
     et_reads_edges = "A'" + (" and in its message-passing layers' messages"
@@ -147,7 +164,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         provenance_note(results["meta"]),
     ]
     write_results(out_dir, results, [metric, *ensemble],
-                  title=f"{data.dataset}: graph classification", notes=notes)
+                  title=f"{data.dataset}: graph classification", notes=notes,
+                  sections=[difference_section(results)])
     if not protocol.validation_only:
         plot_fold_accuracies(results, out_dir / "accuracy.png")
     tqdm.write((out_dir / "results.md").read_text())  # with or without progress bars

@@ -30,6 +30,11 @@ from torch_geometric.data import Data
 from ..config import parse, run_metadata
 from ..detectors.unsupervised import COMBINE_DESCRIPTIONS
 from ..plots.anomaly import plot_roc_pr
+from ..protocols.significance import (
+    compare_to,
+    describe_design,
+    difference_section,
+)
 from ..protocols.unsupervised import (
     METRICS,
     UnsupervisedAnomalyConfig,
@@ -66,6 +71,12 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         detail["metrics"] = {row: runs[index] for row, runs in rows.items()}
     models = {row: {m: summarize(r[m] for r in runs) for m in METRICS}
               for row, runs in rows.items()}
+    # ET's headline row (the combined score when the edge decoder is on) minus each baseline:
+    # Welch over the seeds, since every seed scores the same nodes.
+    reference = next((row for row in ("et_combined", "et_reconstruction") if row in models), None)
+    baselines = [name for name in models if not name.startswith("et_")]
+    differences = (compare_to(models, reference, ("auroc", "auprc"), "seeds", others=baselines)
+                   if reference else [])
     et_seconds = [d["et"]["epoch_seconds"] for d in details if "et" in d]
     results = {
         "dataset": graph.name,
@@ -75,6 +86,9 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         "et_epoch_seconds_median": float(np.median(et_seconds)) if et_seconds else None,
         "seconds_total": time.perf_counter() - start,
         "per_seed": details,
+        **({"differences": [d.as_dict() for d in differences],
+            "differences_design": describe_design("seeds", len(config.seed_list))}
+           if differences else {}),
         "meta": run_metadata(config),
     }
     if config.run.out:
@@ -85,6 +99,8 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
                     f"nodes, seed {config.seed_list[0]}")
     # The table, and which baselines were skipped and why, with or without progress bars.
     print(markdown_table(models, METRICS))
+    if differences:
+        print("\n" + difference_section(results))
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
     return results
@@ -129,7 +145,8 @@ def write_outputs(out: Path, results: dict[str, Any]) -> None:
     notes += [f"skipped {name}: {reason}" for name, reason in results["skipped"].items()]
     notes.append(provenance_note(results["meta"]))
     write_results(out, results, METRICS,
-                  title=f"Unsupervised anomaly detection: {results['dataset']}", notes=notes)
+                  title=f"Unsupervised anomaly detection: {results['dataset']}", notes=notes,
+                  sections=[difference_section(results)])
 
 
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph unsupervised",

@@ -1,0 +1,266 @@
+"""Is one model's lead larger than the noise? Confidence intervals for the difference of two
+models' scores, in the two designs this library's protocols produce.
+
+A mean ± std table invites reading a 0.1-point lead as a win. Each function here returns the
+difference of the means, a confidence interval and a two-sided p-value, so that a report can
+say "ahead", "behind" or "no significant difference" and mean it.
+
+**Folds, or splits drawn again per seed** (:func:`fold_difference`; the TU cross-validation,
+an anomaly run with ``vary_split``). Both models are scored on the same test part of each
+split, so the differences pair up: ``d_j = a_j - b_j``, ``j = 1..n``. The training sets of
+the splits overlap, which makes the ``d_j`` positively correlated, and the plain paired
+*t*-test, whose variance ``s^2 / n`` assumes independence, then claims far more than it
+should. The corrected resampled *t*-test of Nadeau and Bengio (Machine Learning 52, 2003)
+inflates the variance by the overlap:
+
+.. math::
+
+    t = \\frac{\\bar d}{\\sqrt{\\left(\\frac{1}{n} + \\frac{n_\\text{test}}{n_\\text{train}}
+    \\right) s_d^2}}, \\qquad \\text{df} = n - 1,
+
+with ``s_d^2`` the sample variance of the ``d_j``. For ``K``-fold cross-validation
+``n_test / n_train = 1 / (K - 1)`` (:func:`cv_test_train_ratio`); with ``0`` it is the plain
+paired test (splits with disjoint training sets).
+
+**Seeds on one fixed split** (:func:`seed_difference`; the anomaly protocol's default, the
+unsupervised runs). Every seed scores the same nodes, and a model's seed ``i`` has nothing to
+do with another model's seed ``i``, so nothing pairs up: Welch's unequal-variance *t*-test
+on the two samples. Its interval covers the training randomness only: it says nothing about
+another split of the same graph, let alone another graph.
+
+Both are small-sample *t* procedures; with 5 seeds or 10 folds they are rough, and the
+correction is a heuristic (Bouckaert and Frank, PAKDD 2004, found it well calibrated for
+repeated cross-validation). A lead inside the interval is reported as no significant
+difference, not as a tie proven.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from scipy import stats
+
+#: The two designs: paired over shared test parts, or two independent samples of seeds.
+DESIGNS = ("folds", "seeds")
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``first - second`` on ``metric``: the mean difference, its confidence interval
+    ``[low, high]`` and the two-sided p-value of "no difference"."""
+
+    first: str
+    second: str
+    metric: str
+    design: str
+    n: int
+    mean: float
+    low: float
+    high: float
+    p_value: float
+    confidence: float
+    #: folds only: in how many folds ``first`` scored higher, the same, lower
+    wins: Optional[tuple[int, int, int]] = None
+    #: folds only: the correction's ``n_test / n_train`` (0 = the plain paired test)
+    test_train_ratio: Optional[float] = None
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 0 (equivalently, ``p < 1 - confidence``)."""
+        return self.low > 0 or self.high < 0
+
+    def verdict(self) -> str:
+        if not self.significant:
+            return "no significant difference"
+        return f"{self.first if self.mean > 0 else self.second} ahead"
+
+    def as_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["wins"] = list(self.wins) if self.wins is not None else None
+        record["verdict"] = self.verdict()
+        return record
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Difference:
+        """The inverse of :meth:`as_dict` (a stored ``results.json`` entry)."""
+        fields = {k: v for k, v in record.items() if k != "verdict"}
+        if fields.get("wins") is not None:
+            fields["wins"] = tuple(fields["wins"])
+        return cls(**fields)
+
+
+def cv_test_train_ratio(folds: int) -> float:
+    """``n_test / n_train`` of ``folds``-fold cross-validation: ``1 / (folds - 1)``."""
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ValueError(f"folds must be an integer >= 2, got {folds!r}")
+    return 1.0 / (folds - 1)
+
+
+def _scores(values: Sequence[float], name: str) -> list[float]:
+    scores = [float(v) for v in values]
+    if len(scores) < 2:
+        raise ValueError(f"{name}: a difference needs at least 2 scores per model, got "
+                         f"{len(scores)} (one fold or one seed has no spread to measure)")
+    if not all(math.isfinite(v) for v in scores):
+        raise ValueError(f"{name}: scores must be finite, got {scores}")
+    return scores
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+
+
+def _variance(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
+def _interval(mean: float, standard_error: float, dof: float,
+              confidence: float) -> tuple[float, float, float]:
+    """``(low, high, p)`` of a t statistic; a zero standard error (every score the same, or
+    every difference) is an exact difference: an interval of one point."""
+    if standard_error == 0.0:
+        return mean, mean, 1.0 if mean == 0.0 else 0.0
+    half = stats.t.ppf(0.5 + confidence / 2, dof) * standard_error
+    p_value = 2.0 * stats.t.sf(abs(mean) / standard_error, dof)
+    return float(mean - half), float(mean + half), float(p_value)
+
+
+def fold_difference(first: Sequence[float], second: Sequence[float], *,
+                    test_train_ratio: float, confidence: float = 0.95,
+                    names: tuple[str, str] = ("first", "second"),
+                    metric: str = "") -> Difference:
+    """``first - second`` over paired folds (or splits), by the corrected resampled t-test.
+
+    ``first[j]`` and ``second[j]`` must be the two models' scores on the same split ``j``;
+    ``test_train_ratio`` is ``n_test / n_train`` of one split (:func:`cv_test_train_ratio`
+    for K folds; 0 for splits with disjoint training sets, the plain paired t-test).
+    """
+    a, b = _scores(first, names[0]), _scores(second, names[1])
+    if len(a) != len(b):
+        raise ValueError(f"paired folds need as many scores for {names[0]} as for {names[1]}, "
+                         f"got {len(a)} and {len(b)} (were they run on the same folds?)")
+    if not (math.isfinite(test_train_ratio) and test_train_ratio >= 0):
+        raise ValueError(f"test_train_ratio must be finite and >= 0, got {test_train_ratio!r}")
+    _check_confidence(confidence)
+    differences = [x - y for x, y in zip(a, b)]
+    n = len(differences)
+    mean = sum(differences) / n
+    standard_error = math.sqrt((1.0 / n + test_train_ratio) * _variance(differences))
+    low, high, p_value = _interval(mean, standard_error, n - 1, confidence)
+    wins = (sum(d > 0 for d in differences), sum(d == 0 for d in differences),
+            sum(d < 0 for d in differences))
+    return Difference(names[0], names[1], metric, "folds", n, mean, low, high, p_value,
+                      confidence, wins, test_train_ratio)
+
+
+def seed_difference(first: Sequence[float], second: Sequence[float], *,
+                    confidence: float = 0.95, names: tuple[str, str] = ("first", "second"),
+                    metric: str = "") -> Difference:
+    """``mean(first) - mean(second)`` over independent seeds on one split: Welch's t-test."""
+    a, b = _scores(first, names[0]), _scores(second, names[1])
+    _check_confidence(confidence)
+    share_a, share_b = _variance(a) / len(a), _variance(b) / len(b)
+    standard_error = math.sqrt(share_a + share_b)
+    mean = sum(a) / len(a) - sum(b) / len(b)
+    dof = (standard_error ** 4 / (share_a ** 2 / (len(a) - 1) + share_b ** 2 / (len(b) - 1))
+           if standard_error > 0 else math.inf)
+    low, high, p_value = _interval(mean, standard_error, dof, confidence)
+    return Difference(names[0], names[1], metric, "seeds", min(len(a), len(b)), mean, low,
+                      high, p_value, confidence)
+
+
+def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
+               metrics: Sequence[str], design: str, *,
+               test_train_ratio: Optional[float] = None,
+               confidence: float = 0.95,
+               others: Optional[Sequence[str]] = None) -> list[Difference]:
+    """``reference - other`` for every other model (or those in ``others``) and metric of a
+    results table.
+
+    ``models`` maps a name to its metrics, each a :func:`et_graph.reporting.summarize` dict
+    (its ``values`` in fold or seed order). Models or metrics with fewer than two values (a
+    seed ensemble, a one-fold run) are left out, not failed; a ``reference`` that is not in
+    the table is an error. ``design`` is ``"folds"`` (needs ``test_train_ratio``) or
+    ``"seeds"``.
+    """
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
+    if design == "folds" and test_train_ratio is None:
+        raise ValueError("the folds design needs test_train_ratio (cv_test_train_ratio(K) "
+                         "for K folds)")
+    missing = [name for name in (reference, *(others or ())) if name not in models]
+    if missing:
+        raise ValueError(f"{missing} not among the models {sorted(models)}")
+
+    def values(name: str, metric: str) -> list[float]:
+        stat = models[name].get(metric) or {}
+        return [v for v in stat.get("values") or () if v is not None]
+
+    differences = []
+    for metric in metrics:
+        mine = values(reference, metric)
+        for other in models if others is None else others:
+            theirs = values(other, metric)
+            if other == reference or len(mine) < 2 or len(theirs) < 2:
+                continue
+            names = (reference, other)
+            differences.append(
+                fold_difference(mine, theirs, test_train_ratio=test_train_ratio,
+                                confidence=confidence, names=names, metric=metric)
+                if design == "folds" else
+                seed_difference(mine, theirs, confidence=confidence, names=names,
+                                metric=metric))
+    return differences
+
+
+def _signed(value: float, digits: int) -> str:
+    return f"{value:+.{digits}f}".replace("-", "−")
+
+
+def difference_table(differences: Sequence[Difference], digits: int = 4) -> str:
+    """A Markdown table of :class:`Difference` rows (folds won / tied / lost where paired)."""
+    if not differences:
+        return ""
+    paired = any(d.wins is not None for d in differences)
+    level = {f"{d.confidence:.0%}" for d in differences}
+    header = (f"| difference | metric | mean | {'/'.join(sorted(level))} interval | p "
+              + ("| folds ahead / level / behind " if paired else "") + "| verdict |")
+    rule = "|---|---|---|---|---|" + ("---|" if paired else "") + "---|"
+    rows = []
+    for d in differences:
+        cells = [f"{d.first} − {d.second}", d.metric, _signed(d.mean, digits),
+                 f"[{_signed(d.low, digits)}, {_signed(d.high, digits)}]",
+                 "< 0.001" if d.p_value < 0.001 else f"{d.p_value:.3f}"]
+        if paired:
+            cells.append("/".join(map(str, d.wins)) if d.wins is not None else "")
+        cells.append(d.verdict())
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join([header, rule, *rows])
+
+
+def describe_design(design: str, n: int, test_train_ratio: Optional[float] = None,
+                    confidence: float = 0.95, paired_over: str = "shared test folds") -> str:
+    """One line for a report: which test the difference table used, and what it covers."""
+    if design == "folds":
+        correction = (f"Nadeau and Bengio's corrected resampled t-test (variance × (1/{n} + "
+                      f"{test_train_ratio:.3g}) for the overlapping training sets)"
+                      if test_train_ratio else "the paired t-test")
+        return (f"differences: paired over {n} {paired_over}, {confidence:.0%} interval "
+                f"and two-sided p from {correction}")
+    return (f"differences: Welch's t-test over {n} seeds of one fixed split, {confidence:.0%} "
+            "interval and two-sided p; they cover the training randomness only, not another "
+            "split or graph")
+
+
+def difference_section(results: Mapping[str, Any], digits: int = 4) -> str:
+    """The stored ``results["differences"]`` as a Markdown table with its design line under
+    it ("" when a run has none): what ``results.md`` shows below the scores."""
+    differences = [Difference.from_dict(d) for d in results.get("differences") or ()]
+    if not differences:
+        return ""
+    design = results.get("differences_design")
+    return difference_table(differences, digits) + (f"\n\n{design}." if design else "")

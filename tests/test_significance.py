@@ -1,0 +1,143 @@
+"""Differences between two models with a confidence interval: the corrected resampled t-test
+over shared folds and Welch's test over seeds, checked against SciPy, by hand and by
+simulation; and the runners' difference tables."""
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from et_graph.protocols.significance import (
+    Difference,
+    compare_to,
+    cv_test_train_ratio,
+    describe_design,
+    difference_section,
+    difference_table,
+    fold_difference,
+    seed_difference,
+)
+from et_graph.reporting import summarize
+
+ET = [0.80, 0.82, 0.79, 0.81, 0.83, 0.78, 0.84, 0.80, 0.81, 0.82]
+GIN = [0.78, 0.80, 0.80, 0.79, 0.81, 0.79, 0.82, 0.79, 0.80, 0.80]
+
+
+def test_the_uncorrected_fold_test_is_scipys_paired_t_test():
+    d = fold_difference(ET, GIN, test_train_ratio=0.0, names=("et", "gin"), metric="accuracy")
+    reference = stats.ttest_rel(ET, GIN)
+    interval = reference.confidence_interval(0.95)
+    assert d.p_value == pytest.approx(reference.pvalue, rel=1e-9)
+    assert (d.low, d.high) == pytest.approx((interval.low, interval.high), rel=1e-9)
+    assert d.mean == pytest.approx(np.mean(ET) - np.mean(GIN))
+    assert d.wins == (8, 0, 2) and d.n == 10 and d.design == "folds"
+    assert type(d.low) is float and type(d.p_value) is float  # JSON-ready, not NumPy scalars
+
+
+def test_the_corrected_fold_test_by_hand():
+    """Nadeau and Bengio: variance (1/n + n_test/n_train) s^2, n - 1 degrees of freedom. For 10
+    folds the interval is sqrt((1/10 + 1/9) / (1/10)) = 1.45 times the plain one."""
+    differences = np.subtract(ET, GIN)
+    ratio = cv_test_train_ratio(10)
+    assert ratio == pytest.approx(1 / 9)
+    d = fold_difference(ET, GIN, test_train_ratio=ratio)
+    standard_error = math.sqrt((0.1 + 1 / 9) * differences.var(ddof=1))
+    half = stats.t.ppf(0.975, 9) * standard_error
+    assert (d.low, d.high) == pytest.approx((differences.mean() - half,
+                                             differences.mean() + half), rel=1e-9)
+    assert d.p_value == pytest.approx(2 * stats.t.sf(differences.mean() / standard_error, 9))
+    plain = fold_difference(ET, GIN, test_train_ratio=0.0)
+    assert (d.high - d.low) / (plain.high - plain.low) == pytest.approx(
+        math.sqrt((0.1 + 1 / 9) / 0.1))
+    assert plain.significant and not d.significant  # the correction decides this example
+    assert d.verdict() == "no significant difference"
+    assert plain.verdict() == "first ahead"
+    assert fold_difference(GIN, ET, test_train_ratio=0.0, names=("gin", "et")).verdict() == (
+        "et ahead")
+
+
+def test_the_correction_holds_its_coverage_where_the_plain_test_does_not():
+    """Overlapping training sets make the fold differences correlated. With equicorrelated
+    normal differences of correlation rho = r / (1 + r), the corrected statistic is exactly
+    t-distributed, so its 95% interval covers the true difference 95% of the time; the plain
+    paired interval covers far less."""
+    rng = np.random.default_rng(0)
+    folds, ratio, true_difference, repeats = 10, 1 / 9, 0.01, 4000
+    rho = ratio / (1 + ratio)
+    shared = rng.normal(size=(repeats, 1)) * math.sqrt(rho)
+    own = rng.normal(size=(repeats, folds)) * math.sqrt(1 - rho)
+    draws = true_difference + 0.02 * (shared + own)
+    covered = {0.0: 0, ratio: 0}
+    for row in draws:
+        for r in covered:
+            d = fold_difference(row, np.zeros(folds), test_train_ratio=r)
+            covered[r] += d.low <= true_difference <= d.high
+    assert 0.93 <= covered[ratio] / repeats <= 0.97
+    assert covered[0.0] / repeats < 0.90
+
+
+def test_the_seed_test_is_scipys_welch_test():
+    a, b = [0.851, 0.848, 0.850, 0.849, 0.853], [0.844, 0.845, 0.845, 0.846, 0.845]
+    d = seed_difference(a, b, names=("et", "gbt"), metric="auroc")
+    reference = stats.ttest_ind(a, b, equal_var=False)
+    interval = reference.confidence_interval(0.95)
+    assert d.p_value == pytest.approx(reference.pvalue, rel=1e-9)
+    assert (d.low, d.high) == pytest.approx((interval.low, interval.high), rel=1e-9)
+    assert d.significant and d.verdict() == "et ahead" and d.wins is None
+    # a deterministic baseline (no spread): the interval is ET's alone, not an error
+    lof = seed_difference(a, [0.84] * 3)
+    assert lof.low < lof.mean < lof.high and lof.n == 3
+    width = stats.t.ppf(0.975, 4) * np.std(a, ddof=1) / math.sqrt(5)
+    assert lof.high - lof.mean == pytest.approx(width)
+
+
+def test_scores_without_spread_give_an_exact_difference():
+    same = fold_difference([0.5, 0.6], [0.5, 0.6], test_train_ratio=0.1)
+    assert (same.mean, same.low, same.high, same.p_value) == (0.0, 0.0, 0.0, 1.0)
+    assert not same.significant and same.wins == (0, 2, 0)
+    shifted = seed_difference([0.7, 0.7], [0.6, 0.6])
+    assert shifted.low == shifted.high == pytest.approx(0.1) and shifted.p_value == 0.0
+    assert shifted.significant
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: fold_difference([0.5, 0.6, 0.7], [0.5, 0.6], test_train_ratio=0.1),
+     "as many scores"),
+    (lambda: fold_difference([0.5], [0.5], test_train_ratio=0.1), "at least 2 scores"),
+    (lambda: seed_difference([0.5, float("nan")], [0.5, 0.6]), "finite"),
+    (lambda: fold_difference([0.5, 0.6], [0.5, 0.7], test_train_ratio=-1), "test_train_ratio"),
+    (lambda: seed_difference([0.5, 0.6], [0.5, 0.7], confidence=95), "confidence"),
+    (lambda: cv_test_train_ratio(1), "folds must be an integer >= 2"),
+    (lambda: compare_to({"et": {}}, "et", ["auroc"], "splits"), "design"),
+    (lambda: compare_to({"et": {}}, "et", ["auroc"], "folds"), "test_train_ratio"),
+    (lambda: compare_to({"gin": {}}, "et", ["auroc"], "seeds"), "'et'"),
+    (lambda: compare_to({"et": {}}, "et", ["auroc"], "seeds", others=["gbt"]), "'gbt'"),
+])
+def test_bad_input_is_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_compare_to_takes_reference_minus_each_model_and_skips_single_values():
+    models = {"et": {"accuracy": summarize(ET), "ensemble_accuracy": summarize([0.8])},
+              "gin": {"accuracy": summarize(GIN), "ensemble_accuracy": summarize([0.7])},
+              "mlp": {"accuracy": summarize([v - 0.1 for v in ET])}}
+    differences = compare_to(models, "et", ["accuracy", "ensemble_accuracy"], "folds",
+                             test_train_ratio=cv_test_train_ratio(10))
+    assert [(d.first, d.second, d.metric) for d in differences] == [
+        ("et", "gin", "accuracy"), ("et", "mlp", "accuracy")]
+    assert differences[1].mean == pytest.approx(0.1) and differences[1].wins == (10, 0, 0)
+    table = difference_table(differences)
+    assert "| et − gin | accuracy | +0.0120 |" in table
+    assert "| folds ahead / level / behind |" in table and "| 8/0/2 |" in table
+    assert "et ahead" in table and "no significant difference" in table
+    record = json.loads(json.dumps(differences[0].as_dict()))
+    assert Difference.from_dict(record) == differences[0]
+    assert record["verdict"] == "no significant difference"
+    section = difference_section({"differences": [record],
+                                  "differences_design": describe_design("folds", 10, 1 / 9)})
+    assert section.startswith("| difference |") and "corrected resampled t-test" in section
+    assert difference_section({}) == ""
+    seeds = compare_to(models, "et", ["accuracy"], "seeds")
+    assert "folds ahead" not in difference_table(seeds)  # nothing pairs over seeds
