@@ -40,7 +40,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tu_tuned_cv import MODELS, cross_validate_preset  # noqa: E402
 
 from et_graph.config import run_metadata  # noqa: E402
-from et_graph.reporting import summarize  # noqa: E402
+from et_graph.protocols.significance import (  # noqa: E402
+    compare_to,
+    cv_test_train_ratio,
+    format_p,
+    signed,
+)
+from et_graph.reporting import json_text, summarize  # noqa: E402
 
 NAMES = {"et": "ET", "gin": "GIN", "structure_agnostic": "structure-agnostic"}
 
@@ -159,7 +165,7 @@ def summary_table(reports: list[dict[str, Any]]) -> str:
             cells.append(f"{len(candidates)} ({', '.join(candidates)})" if candidates
                          else "– (fixed preset)")
         cells += _bold_best(rows, "test_accuracy")
-        cells += [_cell(rows[m]["run0_accuracy"]) if m in rows else "–" for m in MODELS]
+        cells += [_cell(rows.get(m, {}).get("run0_accuracy")) for m in MODELS]
         if spreads:
             cells.append(" / ".join(f"{100 * rows[m]['run_spread']:.1f}"
                                     if "run_spread" in rows.get(m, {}) else "–" for m in MODELS))
@@ -169,11 +175,66 @@ def summary_table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The estimators a difference is reported for, in the summary table's order.
+ESTIMATORS = {"test_accuracy": "mean of the runs", "run0_accuracy": "run 0 alone",
+              "ensemble_accuracy": "ensemble"}
+
+
+def differences(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """ET minus each baseline per dataset and estimator, paired over the folds, with the
+    corrected resampled t-test's 95% interval (``et_graph.protocols.significance``; every stored
+    report is a full K-fold CV, K = the number of fold values)."""
+    rows = []
+    for report in merge_reports(reports):
+        models = report["models"]
+        if "et" not in models:
+            continue
+        folds = len(models["et"]["test_accuracy"].get("values") or ())
+        if folds < 2:  # a summary without its fold values: nothing to pair
+            continue
+        estimators = [key for key in ESTIMATORS if key in models["et"]]
+        others = [m for m in MODELS if m in models and m != "et"]
+        for d in compare_to(models, "et", estimators, "folds", others=others,
+                            test_train_ratio=cv_test_train_ratio(folds)):
+            rows.append({"dataset": report["dataset"], "runs_per_fold": report["runs_per_fold"],
+                         "candidates": len(report.get("candidates", ())) or None, **d.as_dict()})
+    return rows
+
+
+def differences_table(rows: list[dict[str, Any]]) -> str:
+    """One line per dataset (and grid) and estimator: ET minus GIN and minus the
+    structure-agnostic MLP in points, the 95% interval, p and the folds ET leads / ties /
+    trails."""
+    if not rows:
+        return ""
+    others = [m for m in MODELS if m != "et"]
+    columns = ["dataset", "estimator", *(f"ET − {NAMES[m]}: points [95% interval], p, folds "
+                                         "ahead/level/behind" for m in others)]
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    keyed = {(r["dataset"], r["candidates"], r["metric"], r["second"]): r for r in rows}
+    for dataset, candidates, metric, runs in dict.fromkeys(
+            (r["dataset"], r["candidates"], r["metric"], r["runs_per_fold"]) for r in rows):
+        cells = [dataset + (f" ({candidates} candidates)" if candidates else ""),
+                 "one training" if runs == 1 else ESTIMATORS[metric]]
+        for other in others:
+            r = keyed.get((dataset, candidates, metric, other))
+            if r is None:
+                cells.append("–")
+                continue
+            points = [signed(100 * r[key], 1) for key in ("mean", "low", "high")]
+            text = (f"{points[0]} [{points[1]}, {points[2]}], p {format_p(r['p_value'])}, "
+                    + "/".join(map(str, r["wins"])))
+            cells.append(f"**{text}**" if r["low"] > 0 or r["high"] < 0 else text)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def read_report(spec: str) -> dict[str, Any]:
     """A stored reassessment, ``PATH`` or ``PATH@MODEL[,MODEL...]`` to keep only those models
     (e.g. a dataset's baselines from one run and ET's current preset from another)."""
     path, _, keep = spec.partition("@")
     report = json.loads(Path(path).read_text())
+    report.setdefault("runs_per_fold", 1)  # a tu_tuned_cv.py table: one training per fold
     if keep:
         models = [m.strip() for m in keep.split(",") if m.strip()]
         missing = [m for m in models if m not in report["models"]]
@@ -258,14 +319,23 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                         "tu_fold_select.py --json files); FILE@et,gin keeps only those models")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
                         help="also draw the table (bars: mean of the runs; diamonds: ensembles)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="with --summarize: write the summary and the differences as JSON")
     args = parser.parse_args(argv)
     if args.summarize:
         reports = [read_report(spec) for spec in args.summarize]
         text = summary_table(reports)
+        rows = differences(reports)
         print(text)
+        if rows:
+            print("ET minus each baseline, paired over the folds (corrected resampled t-test; "
+                  "bold: the interval excludes 0):\n")
+            print(differences_table(rows))
         if args.plot:
             plot_summary(reports, args.plot)
-        return {"summary": text}
+        if args.json:
+            args.json.write_text(json_text({"summary": text, "differences": rows}))
+        return {"summary": text, "differences": rows}
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if not datasets:

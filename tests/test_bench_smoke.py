@@ -445,6 +445,47 @@ def test_tu_reassess_summary_reads_per_fold_selection_reports():
     assert rows[1].endswith("| – / – / – |")
 
 
+def test_tu_reassess_reports_et_minus_each_baseline_paired_over_the_folds(tmp_path):
+    """The differences read the stored fold values in order (a shuffled baseline changes
+    them), use 10-fold CV's correction, and a tu_tuned_cv.py table (one training, no run 0
+    column) is read too."""
+    import numpy as np
+
+    from et_graph.protocols.significance import fold_difference
+    from et_graph.reporting import summarize
+
+    tu_reassess = benchmark_module("tu_reassess")
+    et = [0.80, 0.82, 0.79, 0.81, 0.83, 0.78, 0.84, 0.80, 0.81, 0.82]
+    gin = [v - 0.03 + 0.002 * i for i, v in enumerate(et)]
+    mlp = [0.70] * 10
+
+    def row(values):
+        return {"test_accuracy": summarize(values)}
+
+    report = {"dataset": "NCI1", "models": {"et": row(et), "gin": row(gin),
+                                            "structure_agnostic": row(mlp)}}
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(report))
+    out = tu_reassess.main(["--summarize", str(path), "--json", str(tmp_path / "out.json")])
+    by_model = {r["second"]: r for r in out["differences"]}
+    expected = fold_difference(et, gin, test_train_ratio=1 / 9)
+    assert by_model["gin"]["mean"] == pytest.approx(0.03 - 0.009)
+    assert (by_model["gin"]["low"], by_model["gin"]["high"]) == pytest.approx(
+        (expected.low, expected.high))
+    assert by_model["gin"]["wins"] == [10, 0, 0] and by_model["gin"]["runs_per_fold"] == 1
+    stored = json.loads((tmp_path / "out.json").read_text())
+    assert stored["differences"] == json.loads(json.dumps(out["differences"]))
+    shuffled = {**report, "runs_per_fold": 1, "models": {**report["models"],
+                                     "gin": row(list(np.roll(gin, 3)))}}
+    moved = {r["second"]: r for r in tu_reassess.differences([shuffled])}["gin"]
+    assert moved["mean"] == pytest.approx(by_model["gin"]["mean"])  # same mean, other pairs
+    assert moved["high"] - moved["low"] > by_model["gin"]["high"] - by_model["gin"]["low"]
+    table = tu_reassess.differences_table(out["differences"])
+    (line,) = [x for x in table.splitlines() if x.startswith("| NCI1")]
+    assert line.startswith("| NCI1 | one training | **+2.1 [")
+    assert "p < 0.001, 10/0/0**" in line  # the MLP trails in every fold
+
+
 def test_tu_reassess_plot_draws_the_summary(tmp_path):
     tu_reassess = benchmark_module("tu_reassess")
     stat = {"mean": 0.8, "std": 0.01}

@@ -217,8 +217,13 @@ def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
     return differences
 
 
-def _signed(value: float, digits: int) -> str:
+def signed(value: float, digits: int) -> str:
+    """``value`` with its sign, a true minus sign for negatives (``+0.0120``, ``−0.0030``)."""
     return f"{value:+.{digits}f}".replace("-", "−")
+
+
+def format_p(p_value: float) -> str:
+    return "< 0.001" if p_value < 0.001 else f"{p_value:.3f}"
 
 
 def difference_table(differences: Sequence[Difference], digits: int = 4) -> str:
@@ -232,9 +237,9 @@ def difference_table(differences: Sequence[Difference], digits: int = 4) -> str:
     rule = "|---|---|---|---|---|" + ("---|" if paired else "") + "---|"
     rows = []
     for d in differences:
-        cells = [f"{d.first} − {d.second}", d.metric, _signed(d.mean, digits),
-                 f"[{_signed(d.low, digits)}, {_signed(d.high, digits)}]",
-                 "< 0.001" if d.p_value < 0.001 else f"{d.p_value:.3f}"]
+        cells = [f"{d.first} − {d.second}", d.metric, signed(d.mean, digits),
+                 f"[{signed(d.low, digits)}, {signed(d.high, digits)}]",
+                 format_p(d.p_value)]
         if paired:
             cells.append("/".join(map(str, d.wins)) if d.wins is not None else "")
         cells.append(d.verdict())
