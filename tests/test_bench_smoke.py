@@ -486,6 +486,49 @@ def test_tu_reassess_reports_et_minus_each_baseline_paired_over_the_folds(tmp_pa
     assert "p < 0.001, 10/0/0**" in line  # the MLP trails in every fold
 
 
+def test_anomaly_differences_joins_runs_of_one_split_and_refuses_others(tmp_path):
+    from et_graph.protocols.significance import seed_difference
+    from et_graph.reporting import summarize
+
+    module = benchmark_module("anomaly_differences")
+    protocol = ("paper/BWGNN: stratified split, train ratio 0.4, rest 1:2 val:test, split seed "
+                "2 (fixed); 40/20/40 train/val/test nodes; 5 seeds")
+    et, gbt = [0.85, 0.84, 0.86, 0.85, 0.85], [0.80, 0.80, 0.80, 0.80, 0.80]
+
+    def write(name, models, **fields):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"dataset": "tolokers", "protocol": protocol, **fields,
+                                    "models": {m: {"auroc": summarize(v), "auprc": summarize(v)}
+                                               for m, v in models.items()}}))
+        return str(path)
+
+    ours, theirs = write("ours", {"et": et}), write("theirs", {"gbt": gbt, "et": gbt})
+    payload = module.main([ours, theirs + "@gbt", "--metrics", "auroc",
+                           "--json", str(tmp_path / "out.json")])
+    [row] = payload["differences"]
+    expected = seed_difference(et, gbt)
+    assert (row["first"], row["second"]) == ("et", "gbt")
+    assert (row["mean"], row["low"], row["high"]) == pytest.approx(
+        (expected.mean, expected.low, expected.high))
+    assert json.loads((tmp_path / "out.json").read_text())["differences"][0]["verdict"] == (
+        "et ahead")
+    renamed = module.main([ours, theirs + "@et=et_old", "--metrics", "auroc"])
+    assert [r["second"] for r in renamed["differences"]] == ["et_old"]
+    refusals = [
+        ([ours, theirs], "appear twice"),
+        ([ours, theirs + "@gat"], "no model 'gat'"),
+        ([ours, write("probe", {"gbt": gbt}, scored="validation")], "scored part"),
+        ([ours, write("other", {"gbt": gbt}, dataset="reddit")], "same dataset"),
+        ([write("vary", {"et": et}, protocol=protocol.replace("(fixed)", "+ seed"))],
+         "draw their own splits"),
+    ]
+    for argv, message in refusals:
+        with pytest.raises(SystemExit):
+            module.main(argv)
+        with pytest.raises(ValueError, match=message):
+            module.join(argv)
+
+
 def test_tu_reassess_plot_draws_the_summary(tmp_path):
     tu_reassess = benchmark_module("tu_reassess")
     stat = {"mean": 0.8, "std": 0.01}

@@ -1,4 +1,4 @@
 """Evaluation protocols (splits, thresholds, metrics, training loops), apart from the models."""
-from . import anomaly, gnnbenchmark, graph_cv, image_completion
+from . import anomaly, gnnbenchmark, graph_cv, image_completion, significance
 
-__all__ = ["anomaly", "gnnbenchmark", "graph_cv", "image_completion"]
+__all__ = ["anomaly", "gnnbenchmark", "graph_cv", "image_completion", "significance"]

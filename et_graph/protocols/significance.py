@@ -256,9 +256,9 @@ def describe_design(design: str, n: int, test_train_ratio: Optional[float] = Non
                       if test_train_ratio else "the paired t-test")
         return (f"differences: paired over {n} {paired_over}, {confidence:.0%} interval "
                 f"and two-sided p from {correction}")
-    return (f"differences: Welch's t-test over {n} seeds of one fixed split, {confidence:.0%} "
-            "interval and two-sided p; they cover the training randomness only, not another "
-            "split or graph")
+    return (f"differences: Welch's t-test over {n} seeds scoring the same nodes, "
+            f"{confidence:.0%} interval and two-sided p; they cover the training randomness "
+            "only, not another split or graph")
 
 
 def difference_section(results: Mapping[str, Any], digits: int = 4) -> str:
