@@ -60,6 +60,18 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path, capsys):
     assert machine["threads"] == torch.get_num_threads()
     energy = json.loads((out / "energy_steps.json").read_text())
     assert len(energy["all"]) >= 3
+    # scores.npz: every row's scores on the scored nodes per seed, the table's figures
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    stored = np.load(out / "scores.npz")
+    for seed in range(2):
+        labels = stored[f"labels__seed{seed}"]
+        assert len(stored[f"nodes__seed{seed}"]) == len(labels) == results["per_seed"][seed][
+            "split_sizes"][2]
+        for model in MODELS:
+            assert roc_auc_score(labels, stored[f"{model}__seed{seed}"]) == pytest.approx(
+                results["models"][model]["auroc"]["values"][seed], abs=1e-12), model
     # ET minus each baseline (not ET's own energy row), Welch over the seeds of one split
     differences = results["differences"]
     assert {(d["second"], d["metric"]) for d in differences} == {

@@ -104,10 +104,15 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     per_seed: list[dict[str, Any]] = []
     epoch_seconds: dict[str, list[float]] = {}
     seed_scores: dict[str, list[np.ndarray]] = {}
+    # Every row's scores on the scored nodes, per seed: scores.npz, for tests over the nodes
+    # (DeLong) and for joining runs made apart.
+    scored_scores: dict[str, np.ndarray] = {}
     for seed, split in enumerate(tqdm(splits, desc=f"{dataset} seeds", disable=not progress)):
         train_mask, val_mask, _ = split.masks(data.num_nodes)
         nodes = split.scored(scored_part).numpy()
         detail: dict[str, Any] = {"seed": seed, "split_sizes": list(split.sizes())}
+        scored_scores[f"nodes__seed{seed}"] = nodes
+        scored_scores[f"labels__seed{seed}"] = y[nodes]
         for name in names:
             torch.manual_seed(seed)
             det = make_detector(config, name, seed, progress)
@@ -115,6 +120,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
             score = det.decision_score_.double().numpy()
             metrics = evaluate(y[nodes], score[nodes], det.threshold_)
             rows.setdefault(name, []).append(metrics)
+            scored_scores[f"{name}__seed{seed}"] = score[nodes]
             detail[name] = {**metrics, "threshold": det.threshold_, **det.fit_info_}
             if p.seed_ensemble:
                 seed_scores.setdefault(name, []).append(score)
@@ -130,6 +136,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
             if name == "et" and p.energy_row and not p.validation_only:
                 metrics, signed_energy, info = energy_row(det, data, split)
                 rows.setdefault(ENERGY_ROW, []).append(metrics)
+                scored_scores[f"{ENERGY_ROW}__seed{seed}"] = signed_energy[nodes]
                 detail[ENERGY_ROW] = {**metrics, **info}
                 if seed == 0:
                     curves["prob"][ENERGY_ROW] = signed_energy
@@ -160,6 +167,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     }
     if rank == 0 and config.run.out:
         write_outputs(Path(config.run.out), results, curves, data, splits[0])
+        np.savez_compressed(Path(config.run.out) / "scores.npz", **scored_scores)
     if rank == 0:  # the result is printed with or without progress bars
         if p.validation_only:
             print(VALIDATION_ONLY_NOTE)
