@@ -17,6 +17,11 @@ covers the training randomness only.
 ``PATH@a,b`` keeps only those models of a file; ``PATH@a=b`` renames one (two files with an
 ``et`` row, say). Files of different datasets, splits or scored parts (a validation-only
 probe beside a test run), and runs whose seeds draw their own splits, are refused.
+
+Where every file has its run's per-node scores beside it (``scores.npz`` next to a
+``results.json``, or ``NAME.scores.npz`` next to ``NAME.json``), the reference's AUROC minus
+each other row's is also reported paired over the scored nodes (DeLong) and the seeds, which
+covers the sampling of the test nodes too; the files must then hold the same nodes and labels.
 """
 from __future__ import annotations
 
@@ -25,10 +30,13 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
+
 from et_graph.protocols.significance import (
     compare_to,
     describe_design,
     difference_table,
+    node_difference,
 )
 from et_graph.reporting import json_text
 
@@ -47,6 +55,44 @@ def read_models(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
             raise ValueError(f"{path} holds no model {name!r} (it has {list(models)})")
         chosen[alias or name] = models[name]
     return results, chosen
+
+
+def scores_file(path: Path) -> Path:
+    """Where a results file's per-node scores are kept."""
+    return (path.parent / "scores.npz" if path.name == "results.json"
+            else path.with_name(path.stem + ".scores.npz"))
+
+
+def read_scores(specs: list[str]) -> Optional[tuple[np.ndarray, dict[str, list[np.ndarray]]]]:
+    """``(labels, {model: per-seed scores})`` over every spec's kept models, or ``None`` when a
+    file has no scores beside it. Refuses files whose seeds scored other nodes or labels."""
+    labels, nodes, scores = None, None, {}
+    for spec in specs:
+        path = Path(spec.partition("@")[0])
+        if not scores_file(path).exists():
+            return None
+        stored = np.load(scores_file(path))
+        _, chosen = read_models(spec)
+        seeds = sorted(int(k.split("__seed")[1]) for k in stored.files
+                       if k.startswith("nodes__seed"))
+        for seed in seeds:
+            mine = stored[f"nodes__seed{seed}"], stored[f"labels__seed{seed}"]
+            if nodes is None:
+                nodes, labels = mine
+            elif not (np.array_equal(nodes, mine[0]) and np.array_equal(labels, mine[1])):
+                raise ValueError(f"{path}: seed {seed} scored other nodes or labels than the "
+                                 "files before it")
+        originals = _originals(spec)
+        for name in chosen:
+            scores[name] = [stored[f"{originals.get(name, name)}__seed{seed}"] for seed in seeds]
+    return labels, scores
+
+
+def _originals(spec: str) -> dict[str, str]:
+    """``{new name: stored name}`` of a spec's renames (``PATH@a=b``)."""
+    keep = spec.partition("@")[2]
+    return {alias: name for name, _, alias in (item.strip().partition("=")
+                                               for item in keep.split(",")) if alias}
 
 
 def split_signature(results: dict[str, Any]) -> tuple[str, str, str]:
@@ -105,6 +151,20 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         f" (seed counts per row: {seeds})" if len(seeds) > 1 else ""))
     payload = {"files": args.files, "differences": [d.as_dict() for d in rows],
                "design": design}
+    try:
+        stored = read_scores(args.files) if "auroc" in metrics else None
+        if stored is not None:
+            labels, scores = stored
+            nodes = [node_difference(labels, scores[args.reference], scores[other],
+                                     confidence=args.confidence, names=(args.reference, other))
+                     for other in others]
+            nodes_design = describe_design("nodes", len(scores[args.reference]),
+                                           confidence=args.confidence)
+            print("\n" + difference_table(nodes) + f"\n\n{nodes_design}")
+            payload.update(node_differences=[d.as_dict() for d in nodes],
+                           node_design=nodes_design)
+    except (ValueError, KeyError) as error:
+        parser.error(f"per-node scores: {error}")
     if args.json:
         args.json.write_text(json_text(payload))
     return payload

@@ -79,6 +79,18 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path, capsys):
     assert {d["design"] for d in differences} == {"seeds"}
     assert "Welch's t-test over 2 seeds scoring the same nodes" in table
     assert "| et − gbt | auroc |" in table and "| et − gbt | auroc |" in printed
+    # and AUROC paired over the test nodes (DeLong) and the seeds, from the stored scores
+    from et_graph.protocols.significance import node_difference
+
+    nodes = {d["second"]: d for d in results["node_differences"]}
+    assert set(nodes) == {"mlp", "gcn", "gat", "gbt"}
+    expected = node_difference(stored["labels__seed0"], [stored[f"et__seed{s}"] for s in (0, 1)],
+                               [stored[f"gbt__seed{s}"] for s in (0, 1)])
+    assert (nodes["gbt"]["low"], nodes["gbt"]["high"]) == pytest.approx(
+        (expected.low, expected.high))
+    assert nodes["gbt"]["mean"] == pytest.approx(
+        results["models"]["et"]["auroc"]["mean"] - results["models"]["gbt"]["auroc"]["mean"])
+    assert "paired over the scored nodes (DeLong)" in table
 
 
 def test_run_subgraph_mode_gadbench_masks_and_options():
@@ -107,6 +119,7 @@ def test_run_subgraph_mode_gadbench_masks_and_options():
     assert (auroc["second"], auroc["design"], auroc["metric"]) == ("mlp", "folds", "auroc")
     assert auroc["test_train_ratio"] == pytest.approx(1.0) and sum(auroc["wins"]) == 2
     assert "seeds' own splits (test nodes)" in results["differences_design"]
+    assert "node_differences" not in results  # the seeds scored different nodes
 
 
 def test_seed_ensemble_averages_each_models_seeds_on_their_shared_split(monkeypatch):

@@ -527,6 +527,36 @@ def test_anomaly_differences_joins_runs_of_one_split_and_refuses_others(tmp_path
             module.main(argv)
         with pytest.raises(ValueError, match=message):
             module.join(argv)
+    # with the runs' per-node scores beside them: AUROC over the nodes and seeds (DeLong)
+    import numpy as np
+
+    from et_graph.protocols.significance import node_difference
+
+    assert "node_differences" not in payload  # no scores stored yet
+    rng = np.random.default_rng(0)
+    labels = rng.random(60) < 0.3
+    nodes = np.arange(60)
+    draws = {m: [labels + rng.normal(size=60) for _ in range(5)] for m in ("et", "gbt")}
+
+    def keep(path, names, node_ids=nodes):
+        arrays = {f"{k}__seed{i}": v for k in names for i, v in enumerate(draws[k])}
+        arrays |= {f"nodes__seed{i}": node_ids for i in range(5)}
+        arrays |= {f"labels__seed{i}": labels for i in range(5)}
+        np.savez(path.replace(".json", ".scores.npz"), **arrays)
+
+    keep(ours, ["et"])
+    keep(theirs, ["et", "gbt"])
+    payload = module.main([ours, theirs + "@gbt", "--metrics", "auroc"])
+    [row] = payload["node_differences"]
+    expected = node_difference(labels, draws["et"], draws["gbt"])
+    assert (row["second"], row["design"]) == ("gbt", "nodes")
+    assert (row["low"], row["high"]) == pytest.approx((expected.low, expected.high))
+    renamed = module.main([ours, theirs + "@et=et_old", "--metrics", "auroc"])
+    assert renamed["node_differences"][0]["mean"] == pytest.approx(
+        node_difference(labels, draws["et"], draws["et"]).mean)
+    keep(theirs, ["et", "gbt"], node_ids=nodes[::-1])
+    with pytest.raises(SystemExit):
+        module.main([ours, theirs + "@gbt", "--metrics", "auroc"])
 
 
 def test_tu_reassess_plot_draws_the_summary(tmp_path):

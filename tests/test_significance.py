@@ -141,3 +141,64 @@ def test_compare_to_takes_reference_minus_each_model_and_skips_single_values():
     assert difference_section({}) == ""
     seeds = compare_to(models, "et", ["accuracy"], "seeds")
     assert "folds ahead" not in difference_table(seeds)  # nothing pairs over seeds
+
+
+def _psi_components(labels, scores):
+    """DeLong's components from the full comparison matrix (O(m n)), for the midrank check."""
+    positives, negatives = scores[labels], scores[~labels]
+    psi = (positives[:, None] > negatives[None, :]) + 0.5 * (
+        positives[:, None] == negatives[None, :])
+    return psi.mean(axis=1), psi.mean(axis=0)
+
+
+def test_delong_components_by_midranks_match_the_comparison_matrix_with_ties():
+    from sklearn.metrics import roc_auc_score
+
+    from et_graph.protocols.significance import auroc_components, delong_variance
+
+    rng = np.random.default_rng(1)
+    labels = rng.random(200) < 0.25
+    first = np.round(rng.normal(size=200) + labels, 1)  # rounded: many ties
+    second = np.round(rng.normal(size=200) + 0.5 * labels, 1)
+    auc, v10, v01 = auroc_components(labels, first)
+    assert auc == pytest.approx(roc_auc_score(labels, first), abs=1e-12)
+    brute10, brute01 = _psi_components(labels, first)
+    np.testing.assert_allclose(v10, brute10, atol=1e-12)
+    np.testing.assert_allclose(v01, brute01, atol=1e-12)
+    difference, variance = delong_variance(labels, first, second)
+    b10, b01 = _psi_components(labels, second)
+    expected = (np.var(brute10 - b10, ddof=1) / labels.sum()
+                + np.var(brute01 - b01, ddof=1) / (~labels).sum())
+    assert variance == pytest.approx(expected, rel=1e-10)
+    assert difference == pytest.approx(roc_auc_score(labels, first)
+                                       - roc_auc_score(labels, second), abs=1e-12)
+
+
+def test_node_difference_covers_a_zero_difference_and_adds_the_seeds_spread():
+    """Two detectors of equal quality scored on fresh nodes: the 95% interval covers the true
+    difference (0) about 95% of the time. Seeds with identical scores add nothing to DeLong's
+    variance; seeds that disagree widen the interval."""
+    from et_graph.protocols.significance import delong_variance, node_difference
+
+    rng = np.random.default_rng(2)
+    covered, repeats = 0, 400
+    for _ in range(repeats):
+        labels = rng.random(300) < 0.2
+        shared = rng.normal(size=300)
+        first = labels + shared + 0.8 * rng.normal(size=300)
+        second = labels + shared + 0.8 * rng.normal(size=300)
+        d = node_difference(labels, [first], [second])
+        covered += d.low <= 0.0 <= d.high
+    assert 0.92 <= covered / repeats <= 0.98
+    one = node_difference(labels, [first], [second], names=("et", "gbt"))
+    twice = node_difference(labels, [first, first], [second, second])
+    assert (twice.low, twice.high) == pytest.approx((one.low, one.high))
+    _, variance = delong_variance(labels, first, second)
+    assert one.high - one.mean == pytest.approx(stats.norm.ppf(0.975) * math.sqrt(variance))
+    spread = node_difference(labels, [first, first + rng.normal(size=300)], [second, second])
+    assert spread.high - spread.low > one.high - one.low
+    assert (one.design, one.metric, one.first, one.n) == ("nodes", "auroc", "et", 1)
+    with pytest.raises(ValueError, match="same number of seeds"):
+        node_difference(labels, [first], [second, second])
+    with pytest.raises(ValueError, match="both classes"):
+        node_difference(np.zeros(300, bool), [first], [second])

@@ -39,6 +39,7 @@ from ..protocols.significance import (
     compare_to,
     describe_design,
     difference_section,
+    node_difference,
 )
 from ..reporting import checks_output_folder, markdown_table, provenance_note, write_results
 from ..transforms.features import FEATURE_NORMS
@@ -152,6 +153,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
                                          "val_auroc": val_auroc, "seeds": len(scores)}
     models = {name: summarize_runs(runs) for name, runs in rows.items()}
     differences, design_note = et_differences(models, splits, scored_part)
+    node_differences = et_node_differences(scored_scores, list(models), splits)
     results = {
         "dataset": dataset,
         "scored": scored_part,
@@ -163,6 +165,9 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         **({"seed_ensembles": ensembles} if ensembles else {}),
         **({"differences": [d.as_dict() for d in differences],
             "differences_design": design_note} if differences else {}),
+        **({"node_differences": [d.as_dict() for d in node_differences],
+            "node_differences_design": describe_design("nodes", len(splits))}
+           if node_differences else {}),
         "meta": run_metadata(config),
     }
     if rank == 0 and config.run.out:
@@ -172,9 +177,18 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         if p.validation_only:
             print(VALIDATION_ONLY_NOTE)
         print(markdown_table(models, METRICS))
-        if differences:
-            print("\n" + difference_section(results))
+        for section in difference_sections(results):
+            print("\n" + section)
     return results
+
+
+def difference_sections(results: dict[str, Any]) -> list[str]:
+    """The run's difference tables: over the seeds (every metric of DIFFERENCE_METRICS), then
+    AUROC over the scored nodes and the seeds (DeLong)."""
+    nodes = {"differences": results.get("node_differences"),
+             "differences_design": results.get("node_differences_design")}
+    return [section for section in (difference_section(results), difference_section(nodes))
+            if section]
 
 
 #: The metrics whose ET-minus-baseline differences a run reports (the headline two).
@@ -200,6 +214,25 @@ def et_differences(models: dict[str, Any], splits: list[Split],
     note = describe_design(design, len(splits), ratio,
                            paired_over=f"seeds' own splits ({scored_part} nodes)")
     return differences, note
+
+
+def et_node_differences(scores: dict[str, np.ndarray], names: list[str],
+                        splits: list[Split]) -> list[Difference]:
+    """ET's AUROC minus every baseline's, paired over the scored nodes (DeLong) and the seeds:
+    only where every seed scored the same nodes (a fixed split)."""
+    if "et" not in names or any(not _same_split(splits[0], s) for s in splits[1:]):
+        return []
+    seeds = range(len(splits))
+    labels = scores["labels__seed0"]
+    if labels.all() or not labels.any():
+        return []  # one class among the scored nodes: no AUROC
+
+    def per_seed(name: str) -> list[np.ndarray]:
+        return [scores[f"{name}__seed{seed}"] for seed in seeds]
+
+    return [node_difference(labels, per_seed("et"), per_seed(name), names=("et", name))
+            for name in names if not name.startswith("et")
+            and all(f"{name}__seed{seed}" in scores for seed in seeds)]
 
 
 def _same_split(a: Split, b: Split) -> bool:
@@ -282,7 +315,7 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
                  "K = #anomalies")
     notes.append(provenance_note(results["meta"]))
     write_results(out, results, METRICS, title=f"Anomaly detection: {results['dataset']}",
-                  notes=notes, sections=[difference_section(results)])
+                  notes=notes, sections=difference_sections(results))
     plot_curves(out, curves, data, split, scored=results.get("scored", "test"))
 
 

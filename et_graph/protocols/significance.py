@@ -40,9 +40,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+import numpy as np
 from scipy import stats
 
-#: The two designs: paired over shared test parts, or two independent samples of seeds.
+#: The designs of :func:`compare_to`: paired over shared test parts, or two independent
+#: samples of seeds. (:func:`node_difference` adds ``"nodes"``: AUROC paired over the scored
+#: nodes themselves.)
 DESIGNS = ("folds", "seeds")
 
 
@@ -173,6 +176,73 @@ def seed_difference(first: Sequence[float], second: Sequence[float], *,
                       high, p_value, confidence)
 
 
+def auroc_components(labels: np.ndarray, scores: np.ndarray
+                     ) -> tuple[float, np.ndarray, np.ndarray]:
+    """AUROC and DeLong's structural components by midranks (Sun and Xu, IEEE SPL 2014):
+    ``v10[i]``, the share of negatives that positive ``i`` outscores (ties count half), and
+    ``v01[j]``, the share of positives that outscore negative ``j``. AUROC is the mean of
+    either."""
+    labels = np.asarray(labels).astype(bool)
+    scores = np.asarray(scores, dtype=np.float64)
+    if labels.shape != scores.shape or labels.ndim != 1:
+        raise ValueError(f"labels and scores must be 1-d and of one length, got "
+                         f"{labels.shape} and {scores.shape}")
+    positives, negatives = scores[labels], scores[~labels]
+    m, n = len(positives), len(negatives)
+    if m == 0 or n == 0:
+        raise ValueError("AUROC needs both classes among the scored nodes")
+    if not np.isfinite(scores).all():
+        raise ValueError("scores must be finite")
+    overall = stats.rankdata(np.concatenate([positives, negatives]))
+    v10 = (overall[:m] - stats.rankdata(positives)) / n
+    v01 = 1.0 - (overall[m:] - stats.rankdata(negatives)) / m
+    return float(v10.mean()), v10, v01
+
+
+def delong_variance(labels: np.ndarray, first: np.ndarray, second: np.ndarray
+                    ) -> tuple[float, float]:
+    """``(AUROC(first) - AUROC(second), its DeLong variance)`` on the same nodes: the variance
+    of the difference over the sampling of the positives and the negatives."""
+    auc_a, v10_a, v01_a = auroc_components(labels, first)
+    auc_b, v10_b, v01_b = auroc_components(labels, second)
+    m, n = len(v10_a), len(v01_a)
+    d10, d01 = v10_a - v10_b, v01_a - v01_b
+    variance = (d10.var(ddof=1) / m if m > 1 else 0.0) + (d01.var(ddof=1) / n if n > 1 else 0.0)
+    return auc_a - auc_b, float(variance)
+
+
+def node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
+                    second: Sequence[np.ndarray], *, confidence: float = 0.95,
+                    names: tuple[str, str] = ("first", "second")) -> Difference:
+    """AUROC of ``first`` minus ``second`` over seeds that score the same nodes, with an
+    interval that covers the test nodes' sampling as well as the training randomness.
+
+    ``first[i]`` and ``second[i]`` are seed ``i``'s scores of the nodes whose labels are
+    ``labels``. The mean difference is the mean over seeds of each seed's AUROC difference;
+    its variance is DeLong's test-node variance, averaged over the seeds (the seeds share the
+    nodes, so their node errors are not averaged away: the mean is an upper bound of the
+    variance of their mean), plus the seeds' own variance of each model's AUROC over the seed
+    count, as in Welch's test. The interval is normal (many nodes)."""
+    if len(first) != len(second) or not len(first):
+        raise ValueError(f"node_difference needs the same number of seeds for both models, "
+                         f"got {len(first)} and {len(second)}")
+    _check_confidence(confidence)
+    pairs = [delong_variance(labels, a, b) for a, b in zip(first, second)]
+    differences = [d for d, _ in pairs]
+    node_variance = float(np.mean([v for _, v in pairs]))
+    seeds = len(first)
+    seed_variance = 0.0
+    if seeds > 1:
+        for scores in (first, second):
+            aucs = [auroc_components(labels, s)[0] for s in scores]
+            seed_variance += _variance(aucs) / seeds
+    mean = float(np.mean(differences))
+    standard_error = math.sqrt(node_variance + seed_variance)
+    low, high, p_value = _interval(mean, standard_error, math.inf, confidence)
+    return Difference(names[0], names[1], "auroc", "nodes", seeds, mean, low, high, p_value,
+                      confidence)
+
+
 def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
                metrics: Sequence[str], design: str, *,
                test_train_ratio: Optional[float] = None,
@@ -250,6 +320,11 @@ def difference_table(differences: Sequence[Difference], digits: int = 4) -> str:
 def describe_design(design: str, n: int, test_train_ratio: Optional[float] = None,
                     confidence: float = 0.95, paired_over: str = "shared test folds") -> str:
     """One line for a report: which test the difference table used, and what it covers."""
+    if design == "nodes":
+        return (f"AUROC differences paired over the scored nodes (DeLong) and {n} seed(s): "
+                f"{confidence:.0%} normal interval and two-sided p, with DeLong's test-node "
+                "variance (mean over the seeds) plus the seeds' own variance; they cover the "
+                "sampling of these nodes and the training randomness, not another split")
     if design == "folds":
         correction = (f"Nadeau and Bengio's corrected resampled t-test (variance × (1/{n} + "
                       f"{test_train_ratio:.3g}) for the overlapping training sets)"
