@@ -309,7 +309,7 @@ def test_runner_reports_skipped_pygod_and_never_reads_labels_before_scoring(grap
         compute_scores(graph, config)
 
 
-def test_runner_evaluates_only_the_labelled_nodes_of_a_label_mask(graph):
+def test_runner_evaluates_only_the_labelled_nodes_of_a_label_mask(graph, tmp_path):
     """A graph's label_mask (Amazon's first 3,305 nodes carry no label and y = 0) was ignored:
     the unlabelled nodes were evaluated as normal. Now every node is scored and only the
     labelled ones are evaluated, so what y says outside the mask changes nothing."""
@@ -321,9 +321,14 @@ def test_runner_evaluates_only_the_labelled_nodes_of_a_label_mask(graph):
         data = masked.clone()
         data.y = graph.y.clone()
         data.y[:40] = outside
-        results.append(run(config, data=data))
+        out = {"run.out": str(tmp_path / str(outside))}
+        results.append(run(quick_config(**{"protocol.models": "iforest", **out}), data=data))
     assert results[0]["models"] == results[1]["models"]
     assert "the 260 labelled ones (label_mask) evaluated" in results[0]["protocol"]
+    import numpy as np  # the kept scores are the evaluated nodes', with their ids
+    stored = np.load(tmp_path / "0" / "scores.npz")
+    assert stored["nodes__seed0"].tolist() == list(range(40, graph.num_nodes))
+    assert stored["labels__seed0"].tolist() == graph.y[40:].tolist()
     with pytest.raises(ValueError, match="label_mask must be a bool vector"):
         bad = graph.clone()
         bad.label_mask = torch.zeros(graph.num_nodes, dtype=torch.bool)
@@ -359,6 +364,19 @@ def test_cli_quick_on_a_planted_graph(graph, tmp_path, capsys):
     assert [(d["first"], d["second"], d["metric"]) for d in results["differences"]] == [
         ("et_reconstruction", "iforest", "auroc"), ("et_reconstruction", "iforest", "auprc")]
     assert "| et_reconstruction − iforest | auroc |" in table
+    # per-node scores kept (the table's AUROC from them) and AUROC over the nodes (DeLong)
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    stored = np.load(out / "scores.npz")
+    labels = stored["labels__seed1"]
+    assert len(stored["nodes__seed0"]) == len(labels) == graph.num_nodes
+    assert roc_auc_score(labels, stored["iforest__seed1"]) == pytest.approx(
+        results["models"]["iforest"]["auroc"]["values"][1], abs=1e-12)
+    [nodes] = results["node_differences"]
+    assert (nodes["first"], nodes["second"], nodes["design"]) == (
+        "et_reconstruction", "iforest", "nodes")
+    assert "paired over the scored nodes (DeLong)" in table
 
 
 def test_roc_plot_draws_every_score_with_its_tables_first_seed_figures(graph, tmp_path,

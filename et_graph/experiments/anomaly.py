@@ -36,10 +36,10 @@ from ..protocols.anomaly_config import (
 )
 from ..protocols.significance import (
     Difference,
+    compare_nodes,
     compare_to,
     describe_design,
-    difference_section,
-    node_difference,
+    difference_sections,
 )
 from ..reporting import checks_output_folder, markdown_table, provenance_note, write_results
 from ..transforms.features import FEATURE_NORMS
@@ -182,15 +182,6 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     return results
 
 
-def difference_sections(results: dict[str, Any]) -> list[str]:
-    """The run's difference tables: over the seeds (every metric of DIFFERENCE_METRICS), then
-    AUROC over the scored nodes and the seeds (DeLong)."""
-    nodes = {"differences": results.get("node_differences"),
-             "differences_design": results.get("node_differences_design")}
-    return [section for section in (difference_section(results), difference_section(nodes))
-            if section]
-
-
 #: The metrics whose ET-minus-baseline differences a run reports (the headline two).
 DIFFERENCE_METRICS = ("auroc", "auprc")
 
@@ -223,16 +214,10 @@ def et_node_differences(scores: dict[str, np.ndarray], names: list[str],
     if "et" not in names or any(not _same_split(splits[0], s) for s in splits[1:]):
         return []
     seeds = range(len(splits))
-    labels = scores["labels__seed0"]
-    if labels.all() or not labels.any():
-        return []  # one class among the scored nodes: no AUROC
-
-    def per_seed(name: str) -> list[np.ndarray]:
-        return [scores[f"{name}__seed{seed}"] for seed in seeds]
-
-    return [node_difference(labels, per_seed("et"), per_seed(name), names=("et", name))
-            for name in names if not name.startswith("et")
-            and all(f"{name}__seed{seed}" in scores for seed in seeds)]
+    per_seed = {name: [scores[f"{name}__seed{seed}"] for seed in seeds] for name in names
+                if all(f"{name}__seed{seed}" in scores for seed in seeds)}
+    baselines = [name for name in per_seed if not name.startswith("et")]
+    return compare_nodes(scores["labels__seed0"], per_seed, "et", baselines)
 
 
 def _same_split(a: Split, b: Split) -> bool:

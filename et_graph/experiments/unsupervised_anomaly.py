@@ -31,9 +31,10 @@ from ..config import parse, run_metadata
 from ..detectors.unsupervised import COMBINE_DESCRIPTIONS
 from ..plots.anomaly import plot_roc_pr
 from ..protocols.significance import (
+    compare_nodes,
     compare_to,
     describe_design,
-    difference_section,
+    difference_sections,
 )
 from ..protocols.unsupervised import (
     METRICS,
@@ -77,6 +78,8 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     baselines = [name for name in models if not name.startswith("et_")]
     differences = (compare_to(models, reference, ("auroc", "auprc"), "seeds", others=baselines)
                    if reference else [])
+    # and AUROC over the scored nodes too (DeLong), which the seeds' spread does not cover
+    node_differences = compare_nodes(y, scores, reference, baselines) if reference else []
     et_seconds = [d["et"]["epoch_seconds"] for d in details if "et" in d]
     results = {
         "dataset": graph.name,
@@ -89,21 +92,39 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         **({"differences": [d.as_dict() for d in differences],
             "differences_design": describe_design("seeds", len(config.seed_list))}
            if differences else {}),
+        **({"node_differences": [d.as_dict() for d in node_differences],
+            "node_differences_design": describe_design("nodes", len(config.seed_list))}
+           if node_differences else {}),
         "meta": run_metadata(config),
     }
     if config.run.out:
         write_outputs(Path(config.run.out), results)
+        nodes = np.arange(graph.num_nodes)[evaluated] if evaluated is not None else None
+        write_scores(Path(config.run.out) / "scores.npz", scores, y, config.seed_list, nodes)
         first_seed = {row: per_seed[0] for row, per_seed in scores.items() if per_seed}
         plot_roc_pr(Path(config.run.out) / "roc_pr.png", y, first_seed,
                     f"{'all ' if len(y) == graph.num_nodes else 'the labelled '}{len(y):,} "
                     f"nodes, seed {config.seed_list[0]}")
     # The table, and which baselines were skipped and why, with or without progress bars.
     print(markdown_table(models, METRICS))
-    if differences:
-        print("\n" + difference_section(results))
+    for section in difference_sections(results):
+        print("\n" + section)
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
     return results
+
+
+def write_scores(path: Path, scores: dict[str, list[np.ndarray]], labels: np.ndarray,
+                 seeds: list[int], nodes: Optional[np.ndarray] = None) -> None:
+    """``scores.npz`` as ``et-graph anomaly`` writes it: ``ROW__seed{s}``, ``nodes__seed{s}``
+    and ``labels__seed{s}`` for every seed ``s`` (the nodes: all, or the labelled ones)."""
+    nodes = np.arange(len(labels)) if nodes is None else nodes
+    arrays = {}
+    for index, seed in enumerate(seeds):
+        arrays[f"nodes__seed{seed}"], arrays[f"labels__seed{seed}"] = nodes, labels
+        arrays.update({f"{row}__seed{seed}": per_seed[index]
+                       for row, per_seed in scores.items()})
+    np.savez_compressed(path, **arrays)
 
 
 def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies: int,
@@ -146,7 +167,7 @@ def write_outputs(out: Path, results: dict[str, Any]) -> None:
     notes.append(provenance_note(results["meta"]))
     write_results(out, results, METRICS,
                   title=f"Unsupervised anomaly detection: {results['dataset']}", notes=notes,
-                  sections=[difference_section(results)])
+                  sections=difference_sections(results))
 
 
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph unsupervised",

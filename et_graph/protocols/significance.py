@@ -243,6 +243,19 @@ def node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
                       confidence)
 
 
+def compare_nodes(labels: np.ndarray, scores: Mapping[str, Sequence[np.ndarray]],
+                  reference: str, others: Sequence[str],
+                  confidence: float = 0.95) -> list[Difference]:
+    """:func:`node_difference` of ``reference`` against each of ``others``; ``scores[name]``
+    holds a model's per-seed scores of the nodes whose labels are ``labels``. Nothing when
+    the nodes hold one class only (no AUROC)."""
+    labels = np.asarray(labels).astype(bool)
+    if labels.all() or not labels.any():
+        return []
+    return [node_difference(labels, scores[reference], scores[other], confidence=confidence,
+                            names=(reference, other)) for other in others]
+
+
 def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
                metrics: Sequence[str], design: str, *,
                test_train_ratio: Optional[float] = None,
@@ -344,3 +357,13 @@ def difference_section(results: Mapping[str, Any], digits: int = 4) -> str:
         return ""
     design = results.get("differences_design")
     return difference_table(differences, digits) + (f"\n\n{design}." if design else "")
+
+
+def difference_sections(results: Mapping[str, Any], digits: int = 4) -> list[str]:
+    """A run's difference tables: ``results["differences"]`` (over folds or seeds), then
+    ``results["node_differences"]`` (AUROC over the scored nodes and the seeds), each with its
+    design line; empty ones left out."""
+    nodes = {"differences": results.get("node_differences"),
+             "differences_design": results.get("node_differences_design")}
+    return [section for section in (difference_section(results, digits),
+                                    difference_section(nodes, digits)) if section]
