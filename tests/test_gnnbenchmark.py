@@ -538,6 +538,14 @@ def test_runner_quick_zinc_proxy(tmp_path):
     pe_dim = results["meta"]["config"]["et"]["pe_dim"]
     declared = f"ET alone reads a Laplacian PE ({pe_dim} eigenvectors); the baselines do not."
     assert (declared in (out / "results.md").read_text()) == bool(pe_dim)  # undeclared before
+    # ET minus each baseline over the seeds; an error metric: the lower mean is the one ahead
+    differences = {d["second"]: d for d in results["differences"]}
+    assert set(differences) == {"gin", "gatedgcn"}
+    for name, d in differences.items():
+        assert d["higher_is_better"] is False and d["metric"] == "mae"
+        assert d["mean"] == pytest.approx(results["models"]["et"]["mae"]["mean"]
+                                          - results["models"][name]["mae"]["mean"])
+    assert "| et − gin | mae |" in (out / "results.md").read_text()
 
 
 def test_runner_quick_generated_pattern(tmp_path):

@@ -141,6 +141,12 @@ def test_compare_to_takes_reference_minus_each_model_and_skips_single_values():
     assert difference_section({}) == ""
     seeds = compare_to(models, "et", ["accuracy"], "seeds")
     assert "folds ahead" not in difference_table(seeds)  # nothing pairs over seeds
+    # an error metric (MAE): the lower mean is ahead, whatever the sign says for accuracy
+    errors = compare_to(models, "et", ["accuracy"], "seeds", others=["mlp"],
+                        higher_is_better=False)
+    assert errors[0].mean > 0 and errors[0].verdict() == "mlp ahead"
+    assert Difference.from_dict(errors[0].as_dict()) == errors[0]
+    assert seeds[1].verdict() == "et ahead"
 
 
 def _psi_components(labels, scores):

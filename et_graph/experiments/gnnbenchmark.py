@@ -41,6 +41,7 @@ from ..protocols.gnnbenchmark_config import (  # noqa: F401  (the task's config,
     GNNBenchmarkConfig,
     ProtocolConfig,
 )
+from ..protocols.significance import compare_to, describe_design, difference_sections
 from ..reporting import checks_output_folder, format_stat, markdown_table, summarize, write_results
 
 CONFIG = GNNBenchmarkConfig
@@ -125,6 +126,10 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
                        f"(val {result['val']:.4f}, epoch {result['epoch']}, "
                        f"{result['seconds']:.0f}s)")
     models = {name: _summary(results, metric, seeds) for name, results in runs.items()}
+    # ET minus each baseline on the test metric: Welch over the seeds (one fixed split)
+    differences = (compare_to(models, "et", [metric], "seeds",
+                              higher_is_better=not data.lower_is_better)
+                   if "et" in models else [])
     sizes = {split: len(graphs) for split, graphs in data.splits.items()}
     results = {
         "dataset": data.name,
@@ -134,6 +139,8 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
         "lower_is_better": data.lower_is_better,
         "split_sizes": sizes,
         "models": models,
+        **({"differences": [d.as_dict() for d in differences],
+            "differences_design": describe_design("seeds", len(seeds))} if differences else {}),
         "meta": run_metadata(config),
     }
     notes = list(data.notes)
@@ -156,11 +163,13 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     title = f"GNNBenchmark: {data.name} ({METRIC_LABELS[metric]}, test)"
     if config.run.out:
         out = Path(config.run.out)
-        write_results(out, results, [metric, f"val_{metric}"], title=title, notes=notes)
+        write_results(out, results, [metric, f"val_{metric}"], title=title, notes=notes,
+                      sections=difference_sections(results))
         _plot_curves(out, {name: [r["curve"] for r in rs] for name, rs in runs.items()}, data)
         print((out / "results.md").read_text())
     else:
-        print(f"# {title}\n\n{markdown_table(models, [metric, f'val_{metric}'])}")
+        print(f"# {title}\n\n{markdown_table(models, [metric, f'val_{metric}'])}"
+              + "".join("\n\n" + section for section in difference_sections(results)))
     return results
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -68,6 +68,8 @@ class Difference:
     wins: Optional[tuple[int, int, int]] = None
     #: folds only: the correction's ``n_test / n_train`` (0 = the plain paired test)
     test_train_ratio: Optional[float] = None
+    #: False for an error (MAE): then the model with the lower mean is the one ahead
+    higher_is_better: bool = True
 
     @property
     def significant(self) -> bool:
@@ -77,7 +79,8 @@ class Difference:
     def verdict(self) -> str:
         if not self.significant:
             return "no significant difference"
-        return f"{self.first if self.mean > 0 else self.second} ahead"
+        first_ahead = (self.mean > 0) == self.higher_is_better
+        return f"{self.first if first_ahead else self.second} ahead"
 
     def as_dict(self) -> dict[str, Any]:
         record = asdict(self)
@@ -260,7 +263,8 @@ def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
                metrics: Sequence[str], design: str, *,
                test_train_ratio: Optional[float] = None,
                confidence: float = 0.95,
-               others: Optional[Sequence[str]] = None) -> list[Difference]:
+               others: Optional[Sequence[str]] = None,
+               higher_is_better: bool = True) -> list[Difference]:
     """``reference - other`` for every other model (or those in ``others``) and metric of a
     results table.
 
@@ -291,12 +295,13 @@ def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
             if other == reference or len(mine) < 2 or len(theirs) < 2:
                 continue
             names = (reference, other)
-            differences.append(
+            difference = (
                 fold_difference(mine, theirs, test_train_ratio=test_train_ratio,
                                 confidence=confidence, names=names, metric=metric)
                 if design == "folds" else
                 seed_difference(mine, theirs, confidence=confidence, names=names,
                                 metric=metric))
+            differences.append(replace(difference, higher_is_better=higher_is_better))
     return differences
 
 
