@@ -77,7 +77,7 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path, capsys):
     assert {(d["second"], d["metric"]) for d in differences} == {
         (m, metric) for m in ("mlp", "gcn", "gat", "gbt") for metric in ("auroc", "auprc")}
     assert {d["design"] for d in differences} == {"seeds"}
-    assert "Welch's t-test over 2 seeds scoring the same nodes" in table
+    assert "Welch's t-test over 2 seeds scoring the same test set" in table
     assert "| et − gbt | auroc |" in table and "| et − gbt | auroc |" in printed
     # and AUROC paired over the test nodes (DeLong) and the seeds, from the stored scores
     from et_graph.protocols.significance import node_difference

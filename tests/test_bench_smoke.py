@@ -486,11 +486,11 @@ def test_tu_reassess_reports_et_minus_each_baseline_paired_over_the_folds(tmp_pa
     assert "p < 0.001, 10/0/0**" in line  # the MLP trails in every fold
 
 
-def test_anomaly_differences_joins_runs_of_one_split_and_refuses_others(tmp_path):
+def test_seed_differences_joins_runs_of_one_split_and_refuses_others(tmp_path):
     from et_graph.protocols.significance import seed_difference
     from et_graph.reporting import summarize
 
-    module = benchmark_module("anomaly_differences")
+    module = benchmark_module("seed_differences")
     protocol = ("paper/BWGNN: stratified split, train ratio 0.4, rest 1:2 val:test, split seed "
                 "2 (fixed); 40/20/40 train/val/test nodes; 5 seeds")
     et, gbt = [0.85, 0.84, 0.86, 0.85, 0.85], [0.80, 0.80, 0.80, 0.80, 0.80]

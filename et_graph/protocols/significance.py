@@ -349,7 +349,7 @@ def describe_design(design: str, n: int, test_train_ratio: Optional[float] = Non
                       if test_train_ratio else "the paired t-test")
         return (f"differences: paired over {n} {paired_over}, {confidence:.0%} interval "
                 f"and two-sided p from {correction}")
-    return (f"differences: Welch's t-test over {n} seeds scoring the same nodes, "
+    return (f"differences: Welch's t-test over {n} seeds scoring the same test set, "
             f"{confidence:.0%} interval and two-sided p; they cover the training randomness "
             "only, not another split or graph")
 

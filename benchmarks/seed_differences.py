@@ -1,18 +1,23 @@
-"""ET minus each baseline, with a confidence interval, from stored anomaly results.
+"""ET minus each baseline, with a confidence interval, from stored runs scored over seeds.
 
 A README row often joins runs made apart on the same split and seeds (ET's preset in one run,
-the baselines' in others). This reads their ``results.json`` files (``et-graph anomaly`` or
-``et-graph unsupervised``), joins the models, and reports ``reference - other`` per metric by
-Welch's t-test over the seeds (``et_graph.protocols.significance``): every seed of a fixed
-split (or of an unsupervised run) scores the same nodes, so nothing pairs up, and the interval
-covers the training randomness only.
+the baselines' in others). This reads their ``results.json`` files (``et-graph anomaly``,
+``et-graph unsupervised`` or ``et-graph gnnbenchmark``), joins the models, and reports
+``reference - other`` per metric by Welch's t-test over the seeds
+(``et_graph.protocols.significance``): every seed of a fixed split (or of an unsupervised run)
+scores the same nodes or graphs, so nothing pairs up, and the interval covers the training
+randomness only. An error metric (a run with ``lower_is_better``, ZINC's MAE) is read the right
+way round.
 
-    python benchmarks/anomaly_differences.py \\
+    python benchmarks/seed_differences.py \\
         docs/measured/anomaly/tolokers40_v4_et_two_hop.json \\
         docs/measured/anomaly/tolokers40_tuned_v3.json@gbt \\
         docs/measured/anomaly/tolokers40_mlp_extra_trial.json
-    python benchmarks/anomaly_differences.py --reference et_combined --metrics auroc \\
+    python benchmarks/seed_differences.py --reference et_combined --metrics auroc \\
         docs/measured/unsupervised/reddit_planted_baselines.json
+    python benchmarks/seed_differences.py --metrics mae \\
+        docs/measured/graph/zinc_lr/test-et/results.json \\
+        docs/measured/graph/zinc_lr/test-gatedgcn-l9-h128-jk-lr0.00025/results.json
 
 ``PATH@a,b`` keeps only those models of a file; ``PATH@a=b`` renames one (two files with an
 ``et`` row, say). Files of different datasets, splits or scored parts (a validation-only
@@ -95,20 +100,21 @@ def _originals(spec: str) -> dict[str, str]:
                                                for item in keep.split(",")) if alias}
 
 
-def split_signature(results: dict[str, Any]) -> tuple[str, str, str]:
-    """What must agree for two runs' seeds to be comparable: the dataset, the scored part and
-    the protocol up to its node counts (split rule, split seed and sizes)."""
+def split_signature(results: dict[str, Any]) -> tuple[str, str, str, bool]:
+    """What must agree for two runs' seeds to be comparable: the dataset, the scored part, the
+    protocol up to its node counts (split rule, split seed and sizes) and the metric's
+    direction."""
     protocol = results.get("protocol", "")
     if "+ seed" in protocol:
         raise ValueError("these seeds draw their own splits (vary_split): compare them paired "
                          "within one run (its results.json holds the differences) instead")
     return (results.get("dataset", ""), results.get("scored", "test"),
-            protocol.split(" nodes")[0])
+            protocol.split(" nodes")[0], bool(results.get("lower_is_better", False)))
 
 
-def join(specs: list[str]) -> tuple[dict[str, Any], list[int]]:
+def join(specs: list[str]) -> tuple[dict[str, Any], list[int], bool]:
     """The models of every spec in one table; refuses mismatched runs and duplicate names.
-    Also returns each model's seed count."""
+    Also returns the seed counts and whether lower is better."""
     models: dict[str, Any] = {}
     signature = None
     for spec in specs:
@@ -123,8 +129,9 @@ def join(specs: list[str]) -> tuple[dict[str, Any], list[int]]:
             raise ValueError(f"model(s) {sorted(twice)} appear twice: keep one with PATH@MODEL "
                              "or rename one with PATH@MODEL=NAME")
         models.update(chosen)
-    return models, sorted({len(stat.get("values") or ()) for row in models.values()
-                           for stat in row.values() if isinstance(stat, dict)})
+    seeds = sorted({len(stat.get("values") or ()) for row in models.values()
+                    for stat in row.values() if isinstance(stat, dict) and "values" in stat})
+    return models, seeds, bool(signature and signature[3])
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
@@ -139,11 +146,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
     args = parser.parse_args(argv)
     try:
-        models, seeds = join(args.files)
+        models, seeds, lower_is_better = join(args.files)
         metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
         others = [name for name in models if name != args.reference]
         rows = compare_to(models, args.reference, metrics, "seeds", others=others,
-                          confidence=args.confidence)
+                          confidence=args.confidence, higher_is_better=not lower_is_better)
     except ValueError as error:
         parser.error(str(error))
     design = describe_design("seeds", min(seeds) if seeds else 0, confidence=args.confidence)
