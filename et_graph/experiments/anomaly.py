@@ -40,6 +40,7 @@ from ..protocols.significance import (
     compare_to,
     describe_design,
     difference_sections,
+    results_entries,
 )
 from ..reporting import checks_output_folder, markdown_table, provenance_note, write_results
 from ..transforms.features import FEATURE_NORMS
@@ -163,11 +164,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         "seconds_total": time.perf_counter() - start,
         "per_seed": per_seed,
         **({"seed_ensembles": ensembles} if ensembles else {}),
-        **({"differences": [d.as_dict() for d in differences],
-            "differences_design": design_note} if differences else {}),
-        **({"node_differences": [d.as_dict() for d in node_differences],
-            "node_differences_design": describe_design("nodes", len(splits))}
-           if node_differences else {}),
+        **results_entries(differences, design_note),
+        **results_entries(node_differences, describe_design("nodes", len(splits)), "node_"),
         "meta": run_metadata(config),
     }
     if rank == 0 and config.run.out:

@@ -41,7 +41,12 @@ from ..protocols.gnnbenchmark_config import (  # noqa: F401  (the task's config,
     GNNBenchmarkConfig,
     ProtocolConfig,
 )
-from ..protocols.significance import compare_to, describe_design, difference_sections
+from ..protocols.significance import (
+    compare_to,
+    describe_design,
+    difference_sections,
+    results_entries,
+)
 from ..reporting import checks_output_folder, format_stat, markdown_table, summarize, write_results
 
 CONFIG = GNNBenchmarkConfig
@@ -139,8 +144,7 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
         "lower_is_better": data.lower_is_better,
         "split_sizes": sizes,
         "models": models,
-        **({"differences": [d.as_dict() for d in differences],
-            "differences_design": describe_design("seeds", len(seeds))} if differences else {}),
+        **results_entries(differences, describe_design("seeds", len(seeds))),
         "meta": run_metadata(config),
     }
     notes = list(data.notes)

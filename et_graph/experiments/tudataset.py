@@ -25,7 +25,8 @@ from ..protocols.significance import (
     compare_to,
     cv_test_train_ratio,
     describe_design,
-    difference_section,
+    difference_sections,
+    results_entries,
 )
 from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re-exported here)
     CONFIG,
@@ -132,13 +133,12 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
              else cv_test_train_ratio(protocol.folds))
     differences = (compare_to(results["models"], "et", [metric, *ensemble], "folds",
                               test_train_ratio=ratio) if "et" in results["models"] else [])
-    if differences:
-        results["differences"] = [d.as_dict() for d in differences]
-        results["differences_design"] = describe_design("folds", differences[0].n, ratio)
+    results.update(results_entries(
+        differences, describe_design("folds", len(cv["folds"]), ratio)))
     if out_dir is None:  # nothing written, the tables still printed
         tqdm.write(f"# {data.dataset}: graph classification\n\n"
                    + markdown_table(results["models"], [metric, *ensemble])
-                   + ("\n\n" + difference_section(results) if differences else ""))
+                   + "".join("\n\n" + section for section in difference_sections(results)))
         return results
     edge_dim = info["edge_features"]
     et_reads_edges = "A'" + (" and in its message-passing layers' messages"
@@ -165,7 +165,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     ]
     write_results(out_dir, results, [metric, *ensemble],
                   title=f"{data.dataset}: graph classification", notes=notes,
-                  sections=[difference_section(results)])
+                  sections=difference_sections(results))
     if not protocol.validation_only:
         plot_fold_accuracies(results, out_dir / "accuracy.png")
     tqdm.write((out_dir / "results.md").read_text())  # with or without progress bars

@@ -35,6 +35,7 @@ from ..protocols.significance import (
     compare_to,
     describe_design,
     difference_sections,
+    results_entries,
 )
 from ..protocols.unsupervised import (
     METRICS,
@@ -89,12 +90,9 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         "et_epoch_seconds_median": float(np.median(et_seconds)) if et_seconds else None,
         "seconds_total": time.perf_counter() - start,
         "per_seed": details,
-        **({"differences": [d.as_dict() for d in differences],
-            "differences_design": describe_design("seeds", len(config.seed_list))}
-           if differences else {}),
-        **({"node_differences": [d.as_dict() for d in node_differences],
-            "node_differences_design": describe_design("nodes", len(config.seed_list))}
-           if node_differences else {}),
+        **results_entries(differences, describe_design("seeds", len(config.seed_list))),
+        **results_entries(node_differences, describe_design("nodes", len(config.seed_list)),
+                          "node_"),
         "meta": run_metadata(config),
     }
     if config.run.out:

@@ -372,3 +372,13 @@ def difference_sections(results: Mapping[str, Any], digits: int = 4) -> list[str
              "differences_design": results.get("node_differences_design")}
     return [section for section in (difference_section(results, digits),
                                     difference_section(nodes, digits)) if section]
+
+
+def results_entries(differences: Sequence[Difference], design: str,
+                    prefix: str = "") -> dict[str, Any]:
+    """``{PREFIXdifferences: [...], PREFIXdifferences_design: design}`` for a results dict,
+    or ``{}`` when there is no difference to report (``prefix="node_"`` for DeLong's)."""
+    if not differences:
+        return {}
+    return {f"{prefix}differences": [d.as_dict() for d in differences],
+            f"{prefix}differences_design": design}
