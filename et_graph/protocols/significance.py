@@ -202,16 +202,24 @@ def auroc_components(labels: np.ndarray, scores: np.ndarray
     return float(v10.mean()), v10, v01
 
 
-def delong_variance(labels: np.ndarray, first: np.ndarray, second: np.ndarray
-                    ) -> tuple[float, float]:
-    """``(AUROC(first) - AUROC(second), its DeLong variance)`` on the same nodes: the variance
-    of the difference over the sampling of the positives and the negatives."""
-    auc_a, v10_a, v01_a = auroc_components(labels, first)
-    auc_b, v10_b, v01_b = auroc_components(labels, second)
-    m, n = len(v10_a), len(v01_a)
-    d10, d01 = v10_a - v10_b, v01_a - v01_b
+def delong_variance(labels: np.ndarray, first: Sequence[np.ndarray],
+                    second: Sequence[np.ndarray]) -> tuple[float, float]:
+    """``(mean over seeds of AUROC(first[i]) - AUROC(second[i]), its DeLong variance)`` on the
+    same nodes: the variance over the sampling of the positives and the negatives. AUROC is a
+    mean of structural components, so the seeds' mean difference is the mean of their
+    averaged components, and DeLong's variance applies to it exactly."""
+    if len(first) != len(second) or not len(first):
+        raise ValueError(f"DeLong's test needs the same number of seeds for both models, got "
+                         f"{len(first)} and {len(second)}")
+    d10, d01 = 0.0, 0.0
+    for a, b in zip(first, second):
+        _, v10_a, v01_a = auroc_components(labels, a)
+        _, v10_b, v01_b = auroc_components(labels, b)
+        d10, d01 = d10 + (v10_a - v10_b), d01 + (v01_a - v01_b)
+    d10, d01 = d10 / len(first), d01 / len(first)
+    m, n = len(d10), len(d01)
     variance = (d10.var(ddof=1) / m if m > 1 else 0.0) + (d01.var(ddof=1) / n if n > 1 else 0.0)
-    return auc_a - auc_b, float(variance)
+    return float(d10.mean()), float(variance)
 
 
 def node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
@@ -221,29 +229,66 @@ def node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
     interval that covers the test nodes' sampling as well as the training randomness.
 
     ``first[i]`` and ``second[i]`` are seed ``i``'s scores of the nodes whose labels are
-    ``labels``. The mean difference is the mean over seeds of each seed's AUROC difference;
-    its variance is DeLong's test-node variance, averaged over the seeds (the seeds share the
-    nodes, so their node errors are not averaged away: the mean is an upper bound of the
-    variance of their mean), plus the seeds' own variance of each model's AUROC over the seed
-    count, as in Welch's test. The interval is normal (many nodes)."""
-    if len(first) != len(second) or not len(first):
-        raise ValueError(f"node_difference needs the same number of seeds for both models, "
-                         f"got {len(first)} and {len(second)}")
+    ``labels``. The difference is the mean over seeds of each seed's AUROC difference; its
+    variance is DeLong's for that mean (:func:`delong_variance`), plus the seeds' own variance
+    of each model's AUROC over the seed count, as in Welch's test. The interval is normal
+    (many nodes)."""
     _check_confidence(confidence)
-    pairs = [delong_variance(labels, a, b) for a, b in zip(first, second)]
-    differences = [d for d, _ in pairs]
-    node_variance = float(np.mean([v for _, v in pairs]))
+    mean, node_variance = delong_variance(labels, first, second)
     seeds = len(first)
     seed_variance = 0.0
     if seeds > 1:
         for scores in (first, second):
             aucs = [auroc_components(labels, s)[0] for s in scores]
             seed_variance += _variance(aucs) / seeds
-    mean = float(np.mean(differences))
     standard_error = math.sqrt(node_variance + seed_variance)
     low, high, p_value = _interval(mean, standard_error, math.inf, confidence)
     return Difference(names[0], names[1], "auroc", "nodes", seeds, mean, low, high, p_value,
                       confidence)
+
+
+def bootstrap_node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
+                              second: Sequence[np.ndarray], metric: Any, *,
+                              rounds: int = 2000, seed: int = 0, confidence: float = 0.95,
+                              names: tuple[str, str] = ("first", "second"),
+                              metric_name: str = "") -> Difference:
+    """``metric(first) - metric(second)`` over seeds that score the same nodes, with the node
+    sampling estimated by a paired, class-stratified bootstrap (any metric, e.g. AUPRC, which
+    has no DeLong).
+
+    ``metric(labels, scores, sample_weight)`` is a scikit-learn style metric; each round draws
+    the positives and the negatives with replacement (as integer weights, the same draw for
+    every seed and both models) and takes the mean over seeds of the difference. Its variance
+    over the rounds plus the seeds' own variance over the seed count (as in
+    :func:`node_difference`) gives a normal interval.
+    """
+    labels = np.asarray(labels).astype(bool)
+    if len(first) != len(second) or not len(first):
+        raise ValueError(f"the bootstrap needs the same number of seeds for both models, got "
+                         f"{len(first)} and {len(second)}")
+    if rounds < 100:
+        raise ValueError(f"rounds must be >= 100 for a variance, got {rounds}")
+    if labels.all() or not labels.any():
+        raise ValueError("the bootstrap needs both classes among the scored nodes")
+    _check_confidence(confidence)
+    positives, negatives = np.flatnonzero(labels), np.flatnonzero(~labels)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(rounds):
+        weight = np.zeros(len(labels))
+        np.add.at(weight, rng.choice(positives, len(positives)), 1.0)
+        np.add.at(weight, rng.choice(negatives, len(negatives)), 1.0)
+        draws.append(np.mean([metric(labels, a, sample_weight=weight)
+                              - metric(labels, b, sample_weight=weight)
+                              for a, b in zip(first, second)]))
+    per_seed = {id(scores): [metric(labels, s) for s in scores] for scores in (first, second)}
+    mean = float(np.mean(per_seed[id(first)]) - np.mean(per_seed[id(second)]))
+    seed_variance = (sum(_variance(v) / len(v) for v in per_seed.values())
+                     if len(first) > 1 else 0.0)
+    standard_error = math.sqrt(float(np.var(draws, ddof=1)) + seed_variance)
+    low, high, p_value = _interval(mean, standard_error, math.inf, confidence)
+    return Difference(names[0], names[1], metric_name, "nodes", len(first), mean, low, high,
+                      p_value, confidence)
 
 
 def compare_nodes(labels: np.ndarray, scores: Mapping[str, Sequence[np.ndarray]],
