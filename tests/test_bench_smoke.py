@@ -551,6 +551,10 @@ def test_seed_differences_joins_runs_of_one_split_and_refuses_others(tmp_path):
     expected = node_difference(labels, draws["et"], draws["gbt"])
     assert (row["second"], row["design"]) == ("gbt", "nodes")
     assert (row["low"], row["high"]) == pytest.approx((expected.low, expected.high))
+    with_auprc = module.main([ours, theirs + "@gbt", "--bootstrap", "100"])
+    assert [(r["metric"], r["design"]) for r in with_auprc["node_differences"]] == [
+        ("auroc", "nodes"), ("auprc", "nodes")]
+    assert "paired class-stratified bootstrap" in with_auprc["node_design"]
     renamed = module.main([ours, theirs + "@et=et_old", "--metrics", "auroc"])
     assert renamed["node_differences"][0]["mean"] == pytest.approx(
         node_difference(labels, draws["et"], draws["et"]).mean)
