@@ -385,9 +385,9 @@ def describe_design(design: str, n: int, test_train_ratio: Optional[float] = Non
     """One line for a report: which test the difference table used, and what it covers."""
     if design == "nodes":
         return (f"AUROC differences paired over the scored nodes (DeLong) and {n} seed(s): "
-                f"{confidence:.0%} normal interval and two-sided p, with DeLong's test-node "
-                "variance (mean over the seeds) plus the seeds' own variance; they cover the "
-                "sampling of these nodes and the training randomness, not another split")
+                f"{confidence:.0%} normal interval and two-sided p, with DeLong's variance of the "
+                "seeds' mean difference plus the seeds' own variance; they cover the sampling "
+                "of these nodes and the training randomness, not another split")
     if design == "folds":
         correction = (f"Nadeau and Bengio's corrected resampled t-test (variance × (1/{n} + "
                       f"{test_train_ratio:.3g}) for the overlapping training sets)"
