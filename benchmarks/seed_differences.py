@@ -38,14 +38,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from sklearn.metrics import average_precision_score
 
 from et_graph.protocols.significance import (
-    bootstrap_node_difference,
+    compare_nodes,
     compare_to,
     describe_design,
     difference_table,
-    node_difference,
 )
 from et_graph.reporting import json_text
 
@@ -169,19 +167,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         stored = read_scores(args.files) if "auroc" in metrics else None
         if stored is not None:
             labels, scores = stored
-            nodes = [node_difference(labels, scores[args.reference], scores[other],
-                                     confidence=args.confidence, names=(args.reference, other))
-                     for other in others]
-            if args.bootstrap and "auprc" in metrics:
-                nodes += [bootstrap_node_difference(
-                    labels, scores[args.reference], scores[other], average_precision_score,
-                    rounds=args.bootstrap, confidence=args.confidence,
-                    names=(args.reference, other), metric_name="auprc") for other in others]
+            rounds = args.bootstrap if "auprc" in metrics else 0
+            nodes = compare_nodes(labels, scores, args.reference, others, args.confidence,
+                                  bootstrap_rounds=rounds)
             nodes_design = describe_design("nodes", len(scores[args.reference]),
-                                           confidence=args.confidence)
-            if args.bootstrap and "auprc" in metrics:
-                nodes_design += (f"; AUPRC by a paired class-stratified bootstrap over the "
-                                 f"nodes ({args.bootstrap} draws, seed 0) in place of DeLong")
+                                           confidence=args.confidence, bootstrap_rounds=rounds)
             print("\n" + difference_table(nodes) + f"\n\n{nodes_design}")
             payload.update(node_differences=[d.as_dict() for d in nodes],
                            node_design=nodes_design)

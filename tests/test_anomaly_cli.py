@@ -535,3 +535,19 @@ def test_every_anomaly_preset_that_runs_et_names_its_readout():
                 and "readout" not in data["et"]:
             missing.append(path.name)
     assert not missing, missing
+
+
+def test_bootstrap_rounds_add_auprc_over_the_nodes_and_refuse_too_few():
+    """--bootstrap-rounds adds AUPRC rows to the DeLong table: the seeds' mean AUPRC
+    difference, its interval from the paired bootstrap of the stored per-node scores."""
+    data = planted_anomaly_graph(300, seed=5)
+    results = anomaly.run(config("--seeds", "2", "--epochs", "2", "--hidden", "16",
+                                 "--models", "et,mlp", "--no-energy-row",
+                                 "--bootstrap-rounds", "100"), data=data)
+    rows = {(d["second"], d["metric"]): d for d in results["node_differences"]}
+    assert set(rows) == {("mlp", "auroc"), ("mlp", "auprc")}
+    auprc = results["models"]["et"]["auprc"]["mean"] - results["models"]["mlp"]["auprc"]["mean"]
+    assert rows[("mlp", "auprc")]["mean"] == pytest.approx(auprc)
+    assert "bootstrap (100 draws, seed 0)" in results["node_differences_design"]
+    with pytest.raises(ValueError, match="bootstrap_rounds must be 0"):
+        config("--bootstrap-rounds", "50")

@@ -554,7 +554,7 @@ def test_seed_differences_joins_runs_of_one_split_and_refuses_others(tmp_path):
     with_auprc = module.main([ours, theirs + "@gbt", "--bootstrap", "100"])
     assert [(r["metric"], r["design"]) for r in with_auprc["node_differences"]] == [
         ("auroc", "nodes"), ("auprc", "nodes")]
-    assert "paired class-stratified bootstrap" in with_auprc["node_design"]
+    assert "paired class-stratified bootstrap (100 draws" in with_auprc["node_design"]
     renamed = module.main([ours, theirs + "@et=et_old", "--metrics", "auroc"])
     assert renamed["node_differences"][0]["mean"] == pytest.approx(
         node_difference(labels, draws["et"], draws["et"]).mean)

@@ -350,7 +350,7 @@ def test_cli_quick_on_a_planted_graph(graph, tmp_path, capsys):
     out = tmp_path / "out"
     code = cli_main(["unsupervised", "--data", str(path), "--quick", "--models", "et,iforest",
                      "--score-rounds", "1", "--epochs", "3", "--no-progress", "--out", str(out),
-                     "--threads", "1"])
+                     "--threads", "1", "--bootstrap-rounds", "100"])
     assert code == 0
     assert "et_reconstruction" in capsys.readouterr().out  # printed without progress bars too
     results = json.loads((out / "results.json").read_text())
@@ -373,9 +373,10 @@ def test_cli_quick_on_a_planted_graph(graph, tmp_path, capsys):
     assert len(stored["nodes__seed0"]) == len(labels) == graph.num_nodes
     assert roc_auc_score(labels, stored["iforest__seed1"]) == pytest.approx(
         results["models"]["iforest"]["auroc"]["values"][1], abs=1e-12)
-    [nodes] = results["node_differences"]
+    nodes, precision = results["node_differences"]  # AUROC by DeLong, AUPRC bootstrapped
     assert (nodes["first"], nodes["second"], nodes["design"]) == (
         "et_reconstruction", "iforest", "nodes")
+    assert (precision["metric"], precision["design"]) == ("auprc", "nodes")
     assert "paired over the scored nodes (DeLong)" in table
 
 

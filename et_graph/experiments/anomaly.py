@@ -154,7 +154,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
                                          "val_auroc": val_auroc, "seeds": len(scores)}
     models = {name: summarize_runs(runs) for name, runs in rows.items()}
     differences, design_note = et_differences(models, splits, scored_part)
-    node_differences = et_node_differences(scored_scores, list(models), splits)
+    node_differences = et_node_differences(scored_scores, list(models), splits,
+                                           p.bootstrap_rounds)
     results = {
         "dataset": dataset,
         "scored": scored_part,
@@ -165,7 +166,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         "per_seed": per_seed,
         **({"seed_ensembles": ensembles} if ensembles else {}),
         **results_entries(differences, design_note),
-        **results_entries(node_differences, describe_design("nodes", len(splits)), "node_"),
+        **results_entries(node_differences, describe_design(
+            "nodes", len(splits), bootstrap_rounds=p.bootstrap_rounds), "node_"),
         "meta": run_metadata(config),
     }
     if rank == 0 and config.run.out:
@@ -206,16 +208,18 @@ def et_differences(models: dict[str, Any], splits: list[Split],
 
 
 def et_node_differences(scores: dict[str, np.ndarray], names: list[str],
-                        splits: list[Split]) -> list[Difference]:
-    """ET's AUROC minus every baseline's, paired over the scored nodes (DeLong) and the seeds:
-    only where every seed scored the same nodes (a fixed split)."""
+                        splits: list[Split], bootstrap_rounds: int = 0) -> list[Difference]:
+    """ET's AUROC minus every baseline's, paired over the scored nodes (DeLong) and the seeds,
+    and AUPRC's by a bootstrap when ``bootstrap_rounds``: only where every seed scored the same
+    nodes (a fixed split)."""
     if "et" not in names or any(not _same_split(splits[0], s) for s in splits[1:]):
         return []
     seeds = range(len(splits))
     per_seed = {name: [scores[f"{name}__seed{seed}"] for seed in seeds] for name in names
                 if all(f"{name}__seed{seed}" in scores for seed in seeds)}
     baselines = [name for name in per_seed if not name.startswith("et")]
-    return compare_nodes(scores["labels__seed0"], per_seed, "et", baselines)
+    return compare_nodes(scores["labels__seed0"], per_seed, "et", baselines,
+                         bootstrap_rounds=bootstrap_rounds)
 
 
 def _same_split(a: Split, b: Split) -> bool:

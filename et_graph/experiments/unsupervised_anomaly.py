@@ -80,7 +80,9 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     differences = (compare_to(models, reference, ("auroc", "auprc"), "seeds", others=baselines)
                    if reference else [])
     # and AUROC over the scored nodes too (DeLong), which the seeds' spread does not cover
-    node_differences = compare_nodes(y, scores, reference, baselines) if reference else []
+    rounds = config.protocol.bootstrap_rounds
+    node_differences = (compare_nodes(y, scores, reference, baselines, bootstrap_rounds=rounds)
+                        if reference else [])
     et_seconds = [d["et"]["epoch_seconds"] for d in details if "et" in d]
     results = {
         "dataset": graph.name,
@@ -91,8 +93,8 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         "seconds_total": time.perf_counter() - start,
         "per_seed": details,
         **results_entries(differences, describe_design("seeds", len(config.seed_list))),
-        **results_entries(node_differences, describe_design("nodes", len(config.seed_list)),
-                          "node_"),
+        **results_entries(node_differences, describe_design(
+            "nodes", len(config.seed_list), bootstrap_rounds=rounds), "node_"),
         "meta": run_metadata(config),
     }
     if config.run.out:

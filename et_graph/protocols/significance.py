@@ -266,8 +266,9 @@ def bootstrap_node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
     if len(first) != len(second) or not len(first):
         raise ValueError(f"the bootstrap needs the same number of seeds for both models, got "
                          f"{len(first)} and {len(second)}")
-    if rounds < 100:
-        raise ValueError(f"rounds must be >= 100 for a variance, got {rounds}")
+    if not rounds:
+        raise ValueError("rounds must be >= 100 for a variance, got 0")
+    check_bootstrap_rounds(rounds)
     if labels.all() or not labels.any():
         raise ValueError("the bootstrap needs both classes among the scored nodes")
     _check_confidence(confidence)
@@ -291,17 +292,34 @@ def bootstrap_node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
                       p_value, confidence)
 
 
+def check_bootstrap_rounds(rounds: int) -> None:
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or (rounds and rounds < 100):
+        raise ValueError(f"bootstrap_rounds must be 0 (off) or an integer >= 100, got "
+                         f"{rounds!r}")
+
+
 def compare_nodes(labels: np.ndarray, scores: Mapping[str, Sequence[np.ndarray]],
-                  reference: str, others: Sequence[str],
-                  confidence: float = 0.95) -> list[Difference]:
-    """:func:`node_difference` of ``reference`` against each of ``others``; ``scores[name]``
+                  reference: str, others: Sequence[str], confidence: float = 0.95,
+                  bootstrap_rounds: int = 0) -> list[Difference]:
+    """:func:`node_difference` (AUROC) of ``reference`` against each of ``others``, and with
+    ``bootstrap_rounds`` also :func:`bootstrap_node_difference` on AUPRC; ``scores[name]``
     holds a model's per-seed scores of the nodes whose labels are ``labels``. Nothing when
-    the nodes hold one class only (no AUROC)."""
+    the nodes hold one class only."""
+    from sklearn.metrics import average_precision_score
+
+    check_bootstrap_rounds(bootstrap_rounds)
     labels = np.asarray(labels).astype(bool)
     if labels.all() or not labels.any():
         return []
-    return [node_difference(labels, scores[reference], scores[other], confidence=confidence,
-                            names=(reference, other)) for other in others]
+    differences = [node_difference(labels, scores[reference], scores[other],
+                                   confidence=confidence, names=(reference, other))
+                   for other in others]
+    if bootstrap_rounds:
+        differences += [bootstrap_node_difference(
+            labels, scores[reference], scores[other], average_precision_score,
+            rounds=bootstrap_rounds, confidence=confidence, names=(reference, other),
+            metric_name="auprc") for other in others]
+    return differences
 
 
 def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
@@ -381,13 +399,16 @@ def difference_table(differences: Sequence[Difference], digits: int = 4) -> str:
 
 
 def describe_design(design: str, n: int, test_train_ratio: Optional[float] = None,
-                    confidence: float = 0.95, paired_over: str = "shared test folds") -> str:
+                    confidence: float = 0.95, paired_over: str = "shared test folds",
+                    bootstrap_rounds: int = 0) -> str:
     """One line for a report: which test the difference table used, and what it covers."""
     if design == "nodes":
         return (f"AUROC differences paired over the scored nodes (DeLong) and {n} seed(s): "
                 f"{confidence:.0%} normal interval and two-sided p, with DeLong's variance of the "
                 "seeds' mean difference plus the seeds' own variance; they cover the sampling "
-                "of these nodes and the training randomness, not another split")
+                "of these nodes and the training randomness, not another split"
+                + (f"; AUPRC the same way, its node variance from a paired class-stratified "
+                   f"bootstrap ({bootstrap_rounds} draws, seed 0)" if bootstrap_rounds else ""))
     if design == "folds":
         correction = (f"Nadeau and Bengio's corrected resampled t-test (variance × (1/{n} + "
                       f"{test_train_ratio:.3g}) for the overlapping training sets)"
