@@ -201,8 +201,17 @@ def test_node_difference_covers_a_zero_difference_and_adds_the_seeds_spread():
     assert (twice.low, twice.high) == pytest.approx((one.low, one.high))
     _, variance = delong_variance(labels, [first], [second])
     assert one.high - one.mean == pytest.approx(stats.norm.ppf(0.975) * math.sqrt(variance))
-    spread = node_difference(labels, [first, first + rng.normal(size=300)], [second, second])
+    moved = first + rng.normal(size=300)
+    spread = node_difference(labels, [first, moved], [second, second])
     assert spread.high - spread.low > one.high - one.low
+    # the seeds' part is estimated from two seeds: t with Welch-Satterthwaite's dof
+    from et_graph.protocols.significance import auroc_components
+    aucs = [auroc_components(labels, s)[0] for s in (first, moved)]
+    share = np.var(aucs, ddof=1) / 2
+    node_part = delong_variance(labels, [first, moved], [second, second])[1]
+    dof = (node_part + share) ** 2 / share ** 2
+    assert spread.high - spread.mean == pytest.approx(
+        stats.t.ppf(0.975, dof) * math.sqrt(node_part + share))
     assert (one.design, one.metric, one.first, one.n) == ("nodes", "auroc", "et", 1)
     with pytest.raises(ValueError, match="same number of seeds"):
         node_difference(labels, [first], [second, second])
@@ -216,7 +225,11 @@ def test_the_paired_bootstrap_agrees_with_delong_on_auroc_and_takes_any_metric()
     average out), and gives AUPRC, which has no closed form, an interval of its own."""
     from sklearn.metrics import average_precision_score, roc_auc_score
 
-    from et_graph.protocols.significance import bootstrap_node_difference, node_difference
+    from et_graph.protocols.significance import (
+        bootstrap_node_difference,
+        delong_variance,
+        node_difference,
+    )
 
     rng = np.random.default_rng(3)
     labels = rng.random(800) < 0.2
@@ -230,9 +243,9 @@ def test_the_paired_bootstrap_agrees_with_delong_on_auroc_and_takes_any_metric()
         assert boot.mean == pytest.approx(closed.mean, abs=1e-12)
         assert boot.high - boot.low == pytest.approx(closed.high - closed.low, rel=0.12)
     assert (boot.first, boot.metric, boot.design) == ("et", "auroc", "nodes")
-    three, one = node_difference(labels, first, second), node_difference(labels, first[:1],
-                                                                         second[:1])
-    assert three.high - three.low < one.high - one.low  # the seeds' node errors average out
+    # the seeds' node errors partly average out (their own spread is added separately)
+    assert delong_variance(labels, first, second)[1] < delong_variance(
+        labels, first[:1], second[:1])[1]
     precision = bootstrap_node_difference(labels, first, second, average_precision_score,
                                           rounds=100)
     assert precision.mean == pytest.approx(

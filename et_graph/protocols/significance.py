@@ -231,20 +231,28 @@ def node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
     ``first[i]`` and ``second[i]`` are seed ``i``'s scores of the nodes whose labels are
     ``labels``. The difference is the mean over seeds of each seed's AUROC difference; its
     variance is DeLong's for that mean (:func:`delong_variance`), plus the seeds' own variance
-    of each model's AUROC over the seed count, as in Welch's test. The interval is normal
-    (many nodes)."""
+    of each model's AUROC over the seed count, as in Welch's test; the interval is a t
+    interval with Welch-Satterthwaite's degrees of freedom (normal for one seed)."""
     _check_confidence(confidence)
     mean, node_variance = delong_variance(labels, first, second)
-    seeds = len(first)
-    seed_variance = 0.0
-    if seeds > 1:
-        for scores in (first, second):
-            aucs = [auroc_components(labels, s)[0] for s in scores]
-            seed_variance += _variance(aucs) / seeds
-    standard_error = math.sqrt(node_variance + seed_variance)
-    low, high, p_value = _interval(mean, standard_error, math.inf, confidence)
-    return Difference(names[0], names[1], "auroc", "nodes", seeds, mean, low, high, p_value,
-                      confidence)
+    aucs = [[auroc_components(labels, s)[0] for s in scores] for scores in (first, second)]
+    low, high, p_value = _nodes_and_seeds_interval(mean, node_variance, aucs, confidence)
+    return Difference(names[0], names[1], "auroc", "nodes", len(first), mean, low, high,
+                      p_value, confidence)
+
+
+def _nodes_and_seeds_interval(mean: float, node_variance: float,
+                              per_seed: Sequence[Sequence[float]],
+                              confidence: float) -> tuple[float, float, float]:
+    """The interval of a difference whose variance is a node part (known, from many nodes)
+    plus each model's seed variance over its seed count (estimated from few seeds): a t
+    interval with Welch-Satterthwaite's degrees of freedom, which the seed parts alone set
+    (normal when there is one seed, or no spread between seeds)."""
+    shares = [_variance(v) / len(v) if len(v) > 1 else 0.0 for v in per_seed]
+    total = node_variance + sum(shares)
+    spread = sum(share ** 2 / (len(v) - 1) for share, v in zip(shares, per_seed) if share)
+    dof = total ** 2 / spread if spread else math.inf
+    return _interval(mean, math.sqrt(total), dof, confidence)
 
 
 def bootstrap_node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
@@ -259,8 +267,8 @@ def bootstrap_node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
     ``metric(labels, scores, sample_weight)`` is a scikit-learn style metric; each round draws
     the positives and the negatives with replacement (as integer weights, the same draw for
     every seed and both models) and takes the mean over seeds of the difference. Its variance
-    over the rounds plus the seeds' own variance over the seed count (as in
-    :func:`node_difference`) gives a normal interval.
+    over the rounds plus the seeds' own variance over the seed count gives the interval, as in
+    :func:`node_difference`.
     """
     labels = np.asarray(labels).astype(bool)
     if len(first) != len(second) or not len(first):
@@ -282,12 +290,10 @@ def bootstrap_node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
         draws.append(np.mean([metric(labels, a, sample_weight=weight)
                               - metric(labels, b, sample_weight=weight)
                               for a, b in zip(first, second)]))
-    per_seed = {id(scores): [metric(labels, s) for s in scores] for scores in (first, second)}
-    mean = float(np.mean(per_seed[id(first)]) - np.mean(per_seed[id(second)]))
-    seed_variance = (sum(_variance(v) / len(v) for v in per_seed.values())
-                     if len(first) > 1 else 0.0)
-    standard_error = math.sqrt(float(np.var(draws, ddof=1)) + seed_variance)
-    low, high, p_value = _interval(mean, standard_error, math.inf, confidence)
+    per_seed = [[metric(labels, s) for s in scores] for scores in (first, second)]
+    mean = float(np.mean(per_seed[0]) - np.mean(per_seed[1]))
+    low, high, p_value = _nodes_and_seeds_interval(mean, float(np.var(draws, ddof=1)),
+                                                   per_seed, confidence)
     return Difference(names[0], names[1], metric_name, "nodes", len(first), mean, low, high,
                       p_value, confidence)
 
@@ -404,8 +410,9 @@ def describe_design(design: str, n: int, test_train_ratio: Optional[float] = Non
     """One line for a report: which test the difference table used, and what it covers."""
     if design == "nodes":
         return (f"AUROC differences paired over the scored nodes (DeLong) and {n} seed(s): "
-                f"{confidence:.0%} normal interval and two-sided p, with DeLong's variance of the "
-                "seeds' mean difference plus the seeds' own variance; they cover the sampling "
+                f"{confidence:.0%} interval and two-sided p, with DeLong's variance of the "
+                "seeds' mean difference plus the seeds' own variance (t, Welch-Satterthwaite "
+                "degrees of freedom); they cover the sampling "
                 "of these nodes and the training randomness, not another split"
                 + (f"; AUPRC the same way, its node variance from a paired class-stratified "
                    f"bootstrap ({bootstrap_rounds} draws, seed 0)" if bootstrap_rounds else ""))
