@@ -32,6 +32,8 @@ SUBCOMMANDS = {
     "tune": ("et_graph.tuning.cli", "hyperparameter search with Optuna (validation data only)"),
     "native": ("et_graph.native_cli",
                "build the opt-in compiled CPU kernels now and check them"),
+    "compare": ("et_graph.compare_cli",
+                "ET minus each baseline with confidence intervals, from stored runs"),
 }
 
 

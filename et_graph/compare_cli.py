@@ -1,0 +1,246 @@
+"""``et-graph compare``: ET minus each baseline, with confidence intervals, from stored runs.
+
+A comparison often joins runs made apart on the same folds or split and seeds (ET's preset in
+one run, the baselines' in others). This reads their ``results.json`` files (``et-graph
+tudataset``, ``anomaly``, ``unsupervised`` or ``gnnbenchmark``), joins the models and reports
+``reference - other`` per metric (:mod:`et_graph.protocols.significance`):
+
+* a cross-validation (``tudataset``): paired over the shared folds, by Nadeau and Bengio's
+  corrected resampled t-test;
+* seeds on one fixed split (the others): Welch's t-test over the seeds, which covers the
+  training randomness only. An error metric (``lower_is_better``, ZINC's MAE) is read the right
+  way round.
+
+::
+
+    et-graph compare runs/tolokers-et/results.json runs/tolokers-gbt/results.json
+    et-graph compare --reference et_combined runs/unsup/results.json@et_combined,iforest,lof
+    et-graph compare runs/nci1-et/NCI1/results.json runs/nci1-gin/NCI1/results.json
+
+``PATH@a,b`` keeps only those models of a file; ``PATH@a=b`` renames one (two files with an
+``et`` row, say). Files of different datasets, folds, splits or scored parts (a
+validation-only probe beside a test run), and runs whose seeds draw their own splits, are
+refused.
+
+Where every file has its run's per-node scores beside it (``scores.npz`` next to a
+``results.json``, or ``NAME.scores.npz`` next to ``NAME.json``), the reference's AUROC minus
+each other row's is also reported paired over the scored nodes (DeLong) and the seeds, which
+covers the sampling of the test nodes too; the files must then hold the same nodes and labels.
+``--bootstrap ROUNDS`` adds AUPRC over the nodes and seeds by a paired, class-stratified
+bootstrap (AUPRC has no closed form like DeLong's).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from .cli import exit_on_bad_input
+from .protocols.significance import (
+    Difference,
+    check_bootstrap_rounds,
+    compare_nodes,
+    compare_to,
+    cv_test_train_ratio,
+    describe_design,
+    difference_table,
+)
+from .reporting import json_text
+
+
+def read_models(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(results, models)`` of ``PATH[@MODEL[=NAME],...]``."""
+    path, _, keep = spec.partition("@")
+    results = json.loads(Path(path).read_text())
+    models = results["models"]
+    if not keep:
+        return results, dict(models)
+    chosen = {}
+    for item in (part.strip() for part in keep.split(",") if part.strip()):
+        name, _, alias = item.partition("=")
+        if name not in models:
+            raise ValueError(f"{path} holds no model {name!r} (it has {list(models)})")
+        chosen[alias or name] = models[name]
+    return results, chosen
+
+
+def _originals(spec: str) -> dict[str, str]:
+    """``{new name: stored name}`` of a spec's renames (``PATH@a=b``)."""
+    keep = spec.partition("@")[2]
+    return {alias: name for name, _, alias in (item.strip().partition("=")
+                                               for item in keep.split(",")) if alias}
+
+
+def scores_file(path: Path) -> Path:
+    """Where a results file's per-node scores are kept."""
+    return (path.parent / "scores.npz" if path.name == "results.json"
+            else path.with_name(path.stem + ".scores.npz"))
+
+
+def read_scores(specs: list[str]) -> Optional[tuple[np.ndarray, dict[str, list[np.ndarray]]]]:
+    """``(labels, {model: per-seed scores})`` over every spec's kept models, or ``None`` when a
+    file has no scores beside it. Refuses files whose seeds scored other nodes or labels."""
+    labels, nodes, scores = None, None, {}
+    for spec in specs:
+        path = Path(spec.partition("@")[0])
+        if not scores_file(path).exists():
+            return None
+        stored = np.load(scores_file(path))
+        _, chosen = read_models(spec)
+        seeds = sorted(int(k.split("__seed")[1]) for k in stored.files
+                       if k.startswith("nodes__seed"))
+        for seed in seeds:
+            mine = stored[f"nodes__seed{seed}"], stored[f"labels__seed{seed}"]
+            if nodes is None:
+                nodes, labels = mine
+            elif not (np.array_equal(nodes, mine[0]) and np.array_equal(labels, mine[1])):
+                raise ValueError(f"{path}: seed {seed} scored other nodes or labels than the "
+                                 "files before it")
+        originals = _originals(spec)
+        for name in chosen:
+            keys = [f"{originals.get(name, name)}__seed{seed}" for seed in seeds]
+            missing = [key for key in keys if key not in stored.files]
+            if missing:
+                raise ValueError(f"{scores_file(path)} holds no scores {missing}")
+            scores[name] = [stored[key] for key in keys]
+    return labels, scores
+
+
+def is_cross_validation(results: dict[str, Any]) -> bool:
+    """An ``et-graph tudataset`` result: per-fold records under ``folds``."""
+    return isinstance(results.get("folds"), list)
+
+
+def design_of(results: dict[str, Any]) -> tuple[str, Optional[float]]:
+    """``("folds", n_test / n_train)`` for a cross-validation (its inner validation parts for a
+    validation-only run), ``("seeds", None)`` for seeds on one fixed split."""
+    if is_cross_validation(results):
+        protocol = results["meta"]["config"]["protocol"]
+        if protocol.get("validation_only"):
+            share = protocol["val_fraction"]
+            return "folds", share / (1 - share)
+        return "folds", cv_test_train_ratio(int(protocol["folds"]))
+    if "+ seed" in results.get("protocol", ""):
+        raise ValueError("these seeds draw their own splits (vary_split): compare them paired "
+                         "within one run (its results.json holds the differences) instead")
+    return "seeds", None
+
+
+def signature(results: dict[str, Any]) -> tuple[Any, ...]:
+    """What must agree for two runs to be compared: the dataset, the scored part, the metric's
+    direction and the folds (the CV's seed, count and test sizes) or the split (the protocol up
+    to its node counts: split rule, split seed and sizes)."""
+    design, ratio = design_of(results)
+    if design == "folds":
+        protocol = results["meta"]["config"]["protocol"]
+        where: Any = (protocol["seed"], protocol["folds"], protocol.get("val_fraction"),
+                      tuple(fold.get("test") for fold in results["folds"]))
+    else:
+        where = results.get("protocol", "").split(" nodes")[0]
+    return (results.get("dataset", ""), results.get("scored", "test"), design, ratio, where,
+            bool(results.get("lower_is_better", False)))
+
+
+def default_metrics(results: dict[str, Any], models: dict[str, Any]) -> list[str]:
+    """The run's headline metrics: GNNBenchmark's own, a CV's accuracy (and its ensemble's),
+    else AUROC and AUPRC."""
+    if "metric" in results:
+        return [results["metric"]]
+    if is_cross_validation(results):
+        first = next(iter(models.values()), {})
+        base = "accuracy" if "accuracy" in first else "val_accuracy"  # a validation-only run
+        return [m for m in (base, f"ensemble_{base}") if m in first]
+    return ["auroc", "auprc"]
+
+
+def join(specs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The models of every spec in one table, and the first file's results (for its design);
+    refuses mismatched runs and duplicate names."""
+    models: dict[str, Any] = {}
+    first: Optional[tuple[dict[str, Any], tuple[Any, ...]]] = None
+    for spec in specs:
+        results, chosen = read_models(spec)
+        mine = signature(results)
+        if first is not None and mine != first[1]:
+            raise ValueError(f"{spec} is not the same dataset, folds or split, and scored part "
+                             f"as the files before it:\n  {mine}\n  {first[1]}")
+        first = first or (results, mine)
+        twice = set(models) & set(chosen)
+        if twice:
+            raise ValueError(f"model(s) {sorted(twice)} appear twice: keep one with PATH@MODEL "
+                             "or rename one with PATH@MODEL=NAME")
+        models.update(chosen)
+    assert first is not None
+    return models, first[0]
+
+
+def compare(files: list[str], reference: str = "et", metrics: Optional[list[str]] = None,
+            confidence: float = 0.95, bootstrap: int = 0) -> dict[str, Any]:
+    """The differences of ``reference`` against every other model of the joined ``files``
+    (``{"differences", "design"}``, plus ``node_differences`` where per-node scores are kept),
+    as ``et-graph compare`` prints them."""
+    check_bootstrap_rounds(bootstrap)
+    models, results = join(files)
+    design, ratio = design_of(results)
+    metrics = metrics or default_metrics(results, models)
+    others = [name for name in models if name != reference]
+    rows = compare_to(models, reference, metrics, design, test_train_ratio=ratio,
+                      confidence=confidence, others=others,
+                      higher_is_better=not results.get("lower_is_better", False))
+    counts = sorted({d.n for d in rows})
+    payload: dict[str, Any] = {
+        "files": files, "differences": [d.as_dict() for d in rows],
+        "design": describe_design(design, min(counts) if counts else 0, ratio, confidence)
+        + (f" (pairs per row: {counts})" if len(counts) > 1 else "")}
+    stored = read_scores(files) if "auroc" in metrics and design == "seeds" else None
+    if stored is not None:
+        labels, scores = stored
+        rounds = bootstrap if "auprc" in metrics else 0
+        nodes = compare_nodes(labels, scores, reference, others, confidence,
+                              bootstrap_rounds=rounds)
+        payload.update(node_differences=[d.as_dict() for d in nodes],
+                       node_design=describe_design("nodes", len(scores[reference]),
+                                                   confidence=confidence,
+                                                   bootstrap_rounds=rounds))
+    return payload
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="et-graph compare", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.split("\n\n")[0],
+        epilog="Files: PATH@a,b keeps models a and b; PATH@a=b renames a to b.")
+    parser.add_argument("files", nargs="+", metavar="RESULTS_JSON[@MODELS]")
+    parser.add_argument("--reference", default="et",
+                        help="the row every other is compared with (default et; for an "
+                             "unsupervised run et_combined or et_reconstruction)")
+    parser.add_argument("--metrics", default=None,
+                        help="comma list (default: the run's headline metrics)")
+    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--bootstrap", type=int, default=0, metavar="ROUNDS",
+                        help="with per-node scores: AUPRC over the nodes by a paired bootstrap "
+                             "of ROUNDS draws (0: off; 2000 is a good value)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write the differences here")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    metrics = ([m.strip() for m in args.metrics.split(",") if m.strip()]
+               if args.metrics else None)
+
+    def report() -> None:
+        payload = compare(args.files, args.reference, metrics, args.confidence, args.bootstrap)
+        rows = [Difference.from_dict(d) for d in payload["differences"]]
+        print(difference_table(rows) + f"\n\n{payload['design']}")
+        if payload.get("node_differences"):
+            nodes = [Difference.from_dict(d) for d in payload["node_differences"]]
+            print("\n" + difference_table(nodes) + f"\n\n{payload['node_design']}")
+        if args.json:
+            args.json.write_text(json_text(payload))
+
+    return exit_on_bad_input(report, "et-graph compare")

@@ -1,0 +1,123 @@
+"""``et-graph compare``: stored runs joined and compared, over seeds, nodes or folds."""
+import json
+
+import numpy as np
+import pytest
+
+from et_graph import compare_cli
+from et_graph.cli import main as cli_main
+from et_graph.compare_cli import compare
+from et_graph.experiments import tudataset
+from et_graph.protocols.significance import (
+    cv_test_train_ratio,
+    fold_difference,
+    node_difference,
+    seed_difference,
+)
+from et_graph.reporting import summarize
+
+PROTOCOL = ("paper/BWGNN: stratified split, train ratio 0.4, rest 1:2 val:test, split seed "
+            "2 (fixed); 40/20/40 train/val/test nodes; 5 seeds")
+ET, GBT = [0.85, 0.84, 0.86, 0.85, 0.85], [0.80, 0.80, 0.80, 0.80, 0.80]
+
+
+@pytest.fixture
+def write(tmp_path):
+    def write(name, models, **fields):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"dataset": "tolokers", "protocol": PROTOCOL, **fields,
+                                    "models": {m: {"auroc": summarize(v), "auprc": summarize(v)}
+                                               for m, v in models.items()}}))
+        return str(path)
+
+    return write
+
+
+def test_compare_joins_seeded_runs_of_one_split_and_refuses_others(write, tmp_path, capsys):
+    ours, theirs = write("ours", {"et": ET}), write("theirs", {"gbt": GBT, "et": GBT})
+    out = tmp_path / "out.json"
+    assert cli_main(["compare", ours, theirs + "@gbt", "--metrics", "auroc",
+                     "--json", str(out)]) == 0
+    assert "| et − gbt | auroc |" in capsys.readouterr().out
+    [row] = json.loads(out.read_text())["differences"]
+    expected = seed_difference(ET, GBT)
+    assert (row["first"], row["second"], row["verdict"]) == ("et", "gbt", "et ahead")
+    assert (row["mean"], row["low"], row["high"]) == pytest.approx(
+        (expected.mean, expected.low, expected.high))
+    renamed = compare([ours, theirs + "@et=et_old"], metrics=["auroc"])
+    assert [r["second"] for r in renamed["differences"]] == ["et_old"]
+    assert [r["metric"] for r in compare([ours, theirs + "@gbt"])["differences"]] == [
+        "auroc", "auprc"]  # an anomaly run's headline metrics by default
+    refusals = [
+        ([ours, theirs], "appear twice"),
+        ([ours, theirs + "@gat"], "no model 'gat'"),
+        ([ours, write("probe", {"gbt": GBT}, scored="validation")], "scored part"),
+        ([ours, write("other", {"gbt": GBT}, dataset="reddit")], "same dataset"),
+        ([write("vary", {"et": ET}, protocol=PROTOCOL.replace("(fixed)", "+ seed"))],
+         "draw their own splits"),
+    ]
+    for argv, message in refusals:
+        assert compare_cli.main(argv) == 2  # one line on stderr, no traceback
+        assert message in capsys.readouterr().err
+        with pytest.raises(ValueError, match=message):
+            compare(argv)
+
+
+def test_compare_reads_per_node_scores_for_delong_and_the_bootstrap(write):
+    ours, theirs = write("ours", {"et": ET}), write("theirs", {"gbt": GBT, "et": GBT})
+    assert "node_differences" not in compare([ours, theirs + "@gbt"])  # no scores stored
+    rng = np.random.default_rng(0)
+    labels = rng.random(60) < 0.3
+    nodes = np.arange(60)
+    draws = {m: [labels + rng.normal(size=60) for _ in range(5)] for m in ("et", "gbt")}
+
+    def keep(path, names, node_ids=nodes):
+        arrays = {f"{k}__seed{i}": v for k in names for i, v in enumerate(draws[k])}
+        arrays |= {f"nodes__seed{i}": node_ids for i in range(5)}
+        arrays |= {f"labels__seed{i}": labels for i in range(5)}
+        np.savez(path.replace(".json", ".scores.npz"), **arrays)
+
+    keep(ours, ["et"])
+    keep(theirs, ["et", "gbt"])
+    [row] = compare([ours, theirs + "@gbt"], metrics=["auroc"])["node_differences"]
+    expected = node_difference(labels, draws["et"], draws["gbt"])
+    assert (row["second"], row["design"]) == ("gbt", "nodes")
+    assert (row["low"], row["high"]) == pytest.approx((expected.low, expected.high))
+    with_auprc = compare([ours, theirs + "@gbt"], bootstrap=100)
+    assert [(r["metric"], r["design"]) for r in with_auprc["node_differences"]] == [
+        ("auroc", "nodes"), ("auprc", "nodes")]
+    assert "paired class-stratified bootstrap (100 draws" in with_auprc["node_design"]
+    renamed = compare([ours, theirs + "@et=et_old"], metrics=["auroc"])
+    assert renamed["node_differences"][0]["mean"] == pytest.approx(
+        node_difference(labels, draws["et"], draws["et"]).mean)
+    keep(theirs, ["et"])  # the renamed model's scores are not there
+    with pytest.raises(ValueError, match="holds no scores"):
+        compare([ours, theirs + "@gbt"], metrics=["auroc"])
+    keep(theirs, ["et", "gbt"], node_ids=nodes[::-1])
+    with pytest.raises(ValueError, match="other nodes or labels"):
+        compare([ours, theirs + "@gbt"], metrics=["auroc"])
+    with pytest.raises(ValueError, match="bootstrap_rounds"):
+        compare([ours, theirs + "@gbt"], bootstrap=10)
+
+
+def test_compare_pairs_cross_validations_run_apart_over_their_folds(tmp_path):
+    """ET and GIN cross-validated in two runs on the same folds: the joined comparison is the
+    corrected paired test over the folds, as one run with both models reports it; runs on
+    other folds are refused."""
+    def cv(models, out, seed="0"):
+        tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
+                        "--models", models, "--max-folds", "3", "--seed", seed,
+                        "--out", str(tmp_path / out), "--no-progress"])
+        return str(tmp_path / out / "MUTAG" / "results.json")
+
+    et, gin = cv("et", "et"), cv("gin", "gin")
+    [row] = compare([et, gin])["differences"]
+    values = {name: json.loads(open(path).read())["models"][name]["accuracy"]["values"]
+              for name, path in (("et", et), ("gin", gin))}
+    expected = fold_difference(values["et"], values["gin"],
+                               test_train_ratio=cv_test_train_ratio(10))
+    assert (row["design"], row["metric"], row["n"]) == ("folds", "accuracy", 3)
+    assert (row["mean"], row["low"], row["high"]) == pytest.approx(
+        (expected.mean, expected.low, expected.high))
+    with pytest.raises(ValueError, match="same dataset, folds or split"):
+        compare([et, cv("gin", "gin_other_folds", seed="1")])
