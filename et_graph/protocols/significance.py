@@ -1,5 +1,6 @@
 """Is one model's lead larger than the noise? Confidence intervals for the difference of two
-models' scores, in the two designs this library's protocols produce.
+models' scores, in the designs this library's protocols produce: shared folds, seeds on one
+split, and (for node scores) the scored nodes themselves.
 
 A mean ± std table invites reading a 0.1-point lead as a win. Each function here returns the
 difference of the means, a confidence interval and a two-sided p-value, so that a report can
@@ -28,9 +29,13 @@ do with another model's seed ``i``, so nothing pairs up: Welch's unequal-varianc
 on the two samples. Its interval covers the training randomness only: it says nothing about
 another split of the same graph, let alone another graph.
 
-Both are small-sample *t* procedures; with 5 seeds or 10 folds they are rough, and the
-correction is a heuristic (Bouckaert and Frank, PAKDD 2004, found it well calibrated for
-repeated cross-validation). A lead inside the interval is reported as no significant
+**The scored nodes** (:func:`node_difference`, :func:`bootstrap_node_difference`). On one
+split the test nodes are a sample too: AUROC paired over them by DeLong's test (computed by
+midranks), any metric by a paired class-stratified bootstrap, plus the seeds' own spread.
+
+The fold and seed tests are small-sample *t* procedures; with 5 seeds or 10 folds they are
+rough, and the correction is a heuristic (Bouckaert and Frank, PAKDD 2004, found it well
+calibrated for repeated cross-validation). A lead inside the interval is reported as no significant
 difference, not as a tie proven.
 """
 from __future__ import annotations
