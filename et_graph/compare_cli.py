@@ -55,7 +55,9 @@ def read_models(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(results, models)`` of ``PATH[@MODEL[=NAME],...]``."""
     path, _, keep = spec.partition("@")
     results = json.loads(Path(path).read_text())
-    models = results["models"]
+    models = results.get("models") if isinstance(results, dict) else None
+    if not isinstance(models, dict):
+        raise ValueError(f"{path} is not a results.json of et-graph (no 'models' table)")
     if not keep:
         return results, dict(models)
     chosen = {}
@@ -114,11 +116,21 @@ def is_cross_validation(results: dict[str, Any]) -> bool:
     return isinstance(results.get("folds"), list)
 
 
+def _cv_protocol(results: dict[str, Any]) -> dict[str, Any]:
+    """A cross-validation's protocol settings (its folds decide the correction)."""
+    protocol = results.get("meta", {}).get("config", {}).get("protocol")
+    if not protocol or "folds" not in protocol:
+        raise ValueError(f"a cross-validation of {results.get('dataset')!r} without "
+                         "meta.config.protocol (an older or hand-made file): its fold count, "
+                         "which sets the correction, is unknown")
+    return protocol
+
+
 def design_of(results: dict[str, Any]) -> tuple[str, Optional[float]]:
     """``("folds", n_test / n_train)`` for a cross-validation (its inner validation parts for a
     validation-only run), ``("seeds", None)`` for seeds on one fixed split."""
     if is_cross_validation(results):
-        protocol = results["meta"]["config"]["protocol"]
+        protocol = _cv_protocol(results)
         if protocol.get("validation_only"):
             share = protocol["val_fraction"]
             return "folds", share / (1 - share)
@@ -135,7 +147,7 @@ def signature(results: dict[str, Any]) -> tuple[Any, ...]:
     to its node counts: split rule, split seed and sizes)."""
     design, ratio = design_of(results)
     if design == "folds":
-        protocol = results["meta"]["config"]["protocol"]
+        protocol = _cv_protocol(results)
         where: Any = (protocol["seed"], protocol["folds"], protocol.get("val_fraction"),
                       tuple(fold.get("test") for fold in results["folds"]))
     else:

@@ -55,7 +55,9 @@ def test_compare_joins_seeded_runs_of_one_split_and_refuses_others(write, tmp_pa
         ([ours, write("other", {"gbt": GBT}, dataset="reddit")], "same dataset"),
         ([write("vary", {"et": ET}, protocol=PROTOCOL.replace("(fixed)", "+ seed"))],
          "draw their own splits"),
+        ([ours, str(tmp_path / "plain.json")], "not a results.json of et-graph"),
     ]
+    (tmp_path / "plain.json").write_text("[1, 2]")
     for argv, message in refusals:
         assert compare_cli.main(argv) == 2  # one line on stderr, no traceback
         assert message in capsys.readouterr().err
@@ -121,3 +123,8 @@ def test_compare_pairs_cross_validations_run_apart_over_their_folds(tmp_path):
         (expected.mean, expected.low, expected.high))
     with pytest.raises(ValueError, match="same dataset, folds or split"):
         compare([et, cv("gin", "gin_other_folds", seed="1")])
+    stripped = json.loads(open(gin).read())
+    del stripped["meta"]
+    (tmp_path / "bare.json").write_text(json.dumps(stripped))
+    with pytest.raises(ValueError, match="fold count, which sets the correction, is unknown"):
+        compare([et, str(tmp_path / "bare.json")])
