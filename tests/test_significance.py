@@ -3,9 +3,11 @@ over shared folds and Welch's test over seeds, checked against SciPy, by hand an
 simulation; and the runners' difference tables."""
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import benchmark_module
 from scipy import stats
 
 from et_graph.protocols.significance import (
@@ -261,3 +263,36 @@ def test_the_paired_bootstrap_agrees_with_delong_on_auroc_and_takes_any_metric()
     ]:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+def test_the_forest_plot_mirrors_error_metrics_and_draws_the_stored_tables(tmp_path,
+                                                                           monkeypatch):
+    """Right is better for the first model: an error metric's difference is drawn mirrored.
+    The README's figure script reads every stored table it names."""
+    import matplotlib.axes
+
+    from et_graph.plots.significance import plot_differences
+
+    drawn = []
+    real = matplotlib.axes.Axes.plot
+
+    def watch(self, *args, **kwargs):
+        drawn.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", watch)
+    # the first model's error is the lower one
+    mae = replace(seed_difference([0.40, 0.41, 0.42], [0.45, 0.46, 0.44]), higher_is_better=False)
+    path = plot_differences({"MAE": [("zinc", mae)]}, tmp_path / "forest.png")
+    assert path.stat().st_size > 0
+    point = [args for args in drawn if len(args) == 3][0]  # (x, y, "o")
+    assert point[0] == pytest.approx(-mae.mean) and -mae.mean > 0  # drawn right: ET better
+    with pytest.raises(ValueError, match="every panel is empty"):
+        plot_differences({"empty": []}, tmp_path / "none.png")
+    monkeypatch.undo()
+    script = benchmark_module("significance_plot")
+    figure = script.main(["--out", str(tmp_path / "readme.png")])
+    assert figure.stat().st_size > 0
+    rows = script.panels()
+    assert sum(len(r) for r in rows.values()) == len(script.TU_ROWS) + len(
+        script.ANOMALY_ROWS) + 1
