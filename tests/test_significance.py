@@ -296,3 +296,20 @@ def test_the_forest_plot_mirrors_error_metrics_and_draws_the_stored_tables(tmp_p
     rows = script.panels()
     assert sum(len(r) for r in rows.values()) == len(script.TU_ROWS) + len(
         script.ANOMALY_ROWS) + 1
+
+
+def test_holm_adjusts_a_family_of_p_values_step_down_and_the_tables_show_it():
+    from et_graph.protocols.significance import holm
+
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5]) == [0.5] and holm([]) == []
+    assert holm([0.6, 0.7]) == [1.0, 1.0]  # capped at 1
+    models = {"et": {"auroc": summarize([0.85, 0.86, 0.84])},
+              "gbt": {"auroc": summarize([0.80, 0.80, 0.81])},
+              "mlp": {"auroc": summarize([0.84, 0.85, 0.86])}}
+    rows = compare_to(models, "et", ["auroc"], "seeds")
+    table = difference_table(rows)
+    assert "| p, Holm over this table |" in table
+    first = table.splitlines()[2].split(" | ")
+    assert float(first[5]) == pytest.approx(min(1.0, 2 * rows[0].p_value), abs=1e-3)
+    assert "Holm" not in difference_table(rows[:1])  # one row: no family

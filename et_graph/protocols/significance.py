@@ -384,24 +384,44 @@ def signed(value: float, digits: int) -> str:
     return f"{value:+.{digits}f}".replace("-", "−")
 
 
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of ``p_values`` (one family of tests), in their order: the
+    k-th smallest is multiplied by ``m - k + 1`` and made monotone; a family-wise error rate
+    of 5% rejects where the adjusted p is below 0.05."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [0.0] * len(p_values)
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
 def format_p(p_value: float) -> str:
     return "< 0.001" if p_value < 0.001 else f"{p_value:.3f}"
 
 
 def difference_table(differences: Sequence[Difference], digits: int = 4) -> str:
-    """A Markdown table of :class:`Difference` rows (folds won / tied / lost where paired)."""
+    """A Markdown table of :class:`Difference` rows (folds won / tied / lost where paired),
+    with each p also adjusted by Holm over the table's rows (one family), since a table of
+    several baselines and metrics flags some true-zero differences by chance. The verdict
+    reads the row's own interval."""
     if not differences:
         return ""
     paired = any(d.wins is not None for d in differences)
+    family = len(differences) > 1
     level = {f"{d.confidence:.0%}" for d in differences}
     header = (f"| difference | metric | mean | {'/'.join(sorted(level))} interval | p "
+              + ("| p, Holm over this table " if family else "")
               + ("| folds ahead / level / behind " if paired else "") + "| verdict |")
-    rule = "|---|---|---|---|---|" + ("---|" if paired else "") + "---|"
+    rule = "|---|---|---|---|---|" + ("---|" if family else "") + ("---|" if paired else "")
+    rule += "---|"
+    adjusted = holm([d.p_value for d in differences])
     rows = []
-    for d in differences:
+    for d, p_family in zip(differences, adjusted):
         cells = [f"{d.first} − {d.second}", d.metric, signed(d.mean, digits),
                  f"[{signed(d.low, digits)}, {signed(d.high, digits)}]",
-                 format_p(d.p_value)]
+                 format_p(d.p_value), *([format_p(p_family)] if family else [])]
         if paired:
             cells.append("/".join(map(str, d.wins)) if d.wins is not None else "")
         cells.append(d.verdict())
