@@ -174,12 +174,8 @@ def seed_difference(first: Sequence[float], second: Sequence[float], *,
     """``mean(first) - mean(second)`` over independent seeds on one split: Welch's t-test."""
     a, b = _scores(first, names[0]), _scores(second, names[1])
     _check_confidence(confidence)
-    share_a, share_b = _variance(a) / len(a), _variance(b) / len(b)
-    standard_error = math.sqrt(share_a + share_b)
     mean = sum(a) / len(a) - sum(b) / len(b)
-    dof = (standard_error ** 4 / (share_a ** 2 / (len(a) - 1) + share_b ** 2 / (len(b) - 1))
-           if standard_error > 0 else math.inf)
-    low, high, p_value = _interval(mean, standard_error, dof, confidence)
+    low, high, p_value = _welch_interval(mean, 0.0, [a, b], confidence)
     return Difference(names[0], names[1], metric, "seeds", min(len(a), len(b)), mean, low,
                       high, p_value, confidence)
 
@@ -241,20 +237,20 @@ def node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
     _check_confidence(confidence)
     mean, node_variance = delong_variance(labels, first, second)
     aucs = [[auroc_components(labels, s)[0] for s in scores] for scores in (first, second)]
-    low, high, p_value = _nodes_and_seeds_interval(mean, node_variance, aucs, confidence)
+    low, high, p_value = _welch_interval(mean, node_variance, aucs, confidence)
     return Difference(names[0], names[1], "auroc", "nodes", len(first), mean, low, high,
                       p_value, confidence)
 
 
-def _nodes_and_seeds_interval(mean: float, node_variance: float,
-                              per_seed: Sequence[Sequence[float]],
-                              confidence: float) -> tuple[float, float, float]:
-    """The interval of a difference whose variance is a node part (known, from many nodes)
-    plus each model's seed variance over its seed count (estimated from few seeds): a t
-    interval with Welch-Satterthwaite's degrees of freedom, which the seed parts alone set
-    (normal when there is one seed, or no spread between seeds)."""
+def _welch_interval(mean: float, known_variance: float, per_seed: Sequence[Sequence[float]],
+                    confidence: float) -> tuple[float, float, float]:
+    """The interval of a difference whose variance is a known part (0 for Welch's test; the
+    nodes' part, from many nodes, over the nodes) plus each model's seed variance over its
+    seed count (estimated from few seeds): a t interval with Welch-Satterthwaite's degrees of
+    freedom, which the seed parts alone set (normal when there is one seed, or no spread
+    between seeds)."""
     shares = [_variance(v) / len(v) if len(v) > 1 else 0.0 for v in per_seed]
-    total = node_variance + sum(shares)
+    total = known_variance + sum(shares)
     spread = sum(share ** 2 / (len(v) - 1) for share, v in zip(shares, per_seed) if share)
     dof = total ** 2 / spread if spread else math.inf
     return _interval(mean, math.sqrt(total), dof, confidence)
@@ -297,8 +293,8 @@ def bootstrap_node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
                               for a, b in zip(first, second)]))
     per_seed = [[metric(labels, s) for s in scores] for scores in (first, second)]
     mean = float(np.mean(per_seed[0]) - np.mean(per_seed[1]))
-    low, high, p_value = _nodes_and_seeds_interval(mean, float(np.var(draws, ddof=1)),
-                                                   per_seed, confidence)
+    low, high, p_value = _welch_interval(mean, float(np.var(draws, ddof=1)), per_seed,
+                                         confidence)
     return Difference(names[0], names[1], metric_name, "nodes", len(first), mean, low, high,
                       p_value, confidence)
 
