@@ -48,66 +48,54 @@ from .protocols.significance import (
     describe_design,
     difference_table,
 )
-from .reporting import json_text
+from .reporting import SCORES_FILE, json_text, load_scores
 
 
-def read_models(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(results, models)`` of ``PATH[@MODEL[=NAME],...]``."""
+def read_models(spec: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """``(results, models, names)`` of ``PATH[@MODEL[=NAME],...]``: the file's results, the
+    kept models under their new names, and ``names``, ``{new name: stored name}``."""
     path, _, keep = spec.partition("@")
     results = json.loads(Path(path).read_text())
     models = results.get("models") if isinstance(results, dict) else None
     if not isinstance(models, dict):
         raise ValueError(f"{path} is not a results.json of et-graph (no 'models' table)")
-    if not keep:
-        return results, dict(models)
-    chosen = {}
-    for item in (part.strip() for part in keep.split(",") if part.strip()):
-        name, _, alias = item.partition("=")
-        if name not in models:
-            raise ValueError(f"{path} holds no model {name!r} (it has {list(models)})")
-        chosen[alias or name] = models[name]
-    return results, chosen
-
-
-def _originals(spec: str) -> dict[str, str]:
-    """``{new name: stored name}`` of a spec's renames (``PATH@a=b``)."""
-    keep = spec.partition("@")[2]
-    return {alias: name for name, _, alias in (item.strip().partition("=")
-                                               for item in keep.split(",")) if alias}
+    names = {name: name for name in models}
+    if keep:
+        names = {}
+        for item in (part.strip() for part in keep.split(",") if part.strip()):
+            name, _, alias = item.partition("=")
+            if name not in models:
+                raise ValueError(f"{path} holds no model {name!r} (it has {list(models)})")
+            names[alias or name] = name
+    return results, {new: models[old] for new, old in names.items()}, names
 
 
 def scores_file(path: Path) -> Path:
     """Where a results file's per-node scores are kept."""
-    return (path.parent / "scores.npz" if path.name == "results.json"
+    return (path.parent / SCORES_FILE if path.name == "results.json"
             else path.with_name(path.stem + ".scores.npz"))
 
 
-def read_scores(specs: list[str]) -> Optional[tuple[np.ndarray, dict[str, list[np.ndarray]]]]:
-    """``(labels, {model: per-seed scores})`` over every spec's kept models, or ``None`` when a
-    file has no scores beside it. Refuses files whose seeds scored other nodes or labels."""
+def read_scores(picks: list[tuple[Path, dict[str, str]]]
+                ) -> Optional[tuple[np.ndarray, dict[str, list[np.ndarray]]]]:
+    """``(labels, {model: per-seed scores})`` over every file's kept models (``picks``: each
+    results file with its ``{new name: stored name}``), or ``None`` when a file has no scores
+    beside it. Refuses files whose seeds scored other nodes or labels."""
     labels, nodes, scores = None, None, {}
-    for spec in specs:
-        path = Path(spec.partition("@")[0])
+    for path, names in picks:
         if not scores_file(path).exists():
             return None
-        stored = np.load(scores_file(path))
-        _, chosen = read_models(spec)
-        seeds = sorted(int(k.split("__seed")[1]) for k in stored.files
-                       if k.startswith("nodes__seed"))
-        for seed in seeds:
-            mine = stored[f"nodes__seed{seed}"], stored[f"labels__seed{seed}"]
+        seeds, seed_nodes, seed_labels, rows = load_scores(scores_file(path))
+        for seed, mine in zip(seeds, zip(seed_nodes, seed_labels)):
             if nodes is None:
                 nodes, labels = mine
             elif not (np.array_equal(nodes, mine[0]) and np.array_equal(labels, mine[1])):
                 raise ValueError(f"{path}: seed {seed} scored other nodes or labels than the "
                                  "files before it")
-        originals = _originals(spec)
-        for name in chosen:
-            keys = [f"{originals.get(name, name)}__seed{seed}" for seed in seeds]
-            missing = [key for key in keys if key not in stored.files]
-            if missing:
-                raise ValueError(f"{scores_file(path)} holds no scores {missing}")
-            scores[name] = [stored[key] for key in keys]
+        missing = [stored for stored in names.values() if stored not in rows]
+        if missing:
+            raise ValueError(f"{scores_file(path)} holds no scores of {missing}")
+        scores.update({new: rows[stored] for new, stored in names.items()})
     return labels, scores
 
 
@@ -168,13 +156,17 @@ def default_metrics(results: dict[str, Any], models: dict[str, Any]) -> list[str
     return ["auroc", "auprc"]
 
 
-def join(specs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The models of every spec in one table, and the first file's results (for its design);
-    refuses mismatched runs and duplicate names."""
+def join(specs: list[str]
+         ) -> tuple[dict[str, Any], dict[str, Any], list[tuple[Path, dict[str, str]]]]:
+    """The models of every spec in one table, the first file's results (for its design) and
+    each file with its ``{new name: stored name}``; refuses mismatched runs and duplicate
+    names."""
     models: dict[str, Any] = {}
+    picks = []
     first: Optional[tuple[dict[str, Any], tuple[Any, ...]]] = None
     for spec in specs:
-        results, chosen = read_models(spec)
+        results, chosen, names = read_models(spec)
+        picks.append((Path(spec.partition("@")[0]), names))
         mine = signature(results)
         if first is not None and mine != first[1]:
             raise ValueError(f"{spec} is not the same dataset, folds or split, and scored part "
@@ -186,7 +178,7 @@ def join(specs: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
                              "or rename one with PATH@MODEL=NAME")
         models.update(chosen)
     assert first is not None
-    return models, first[0]
+    return models, first[0], picks
 
 
 def compare(files: list[str], reference: str = "et", metrics: Optional[list[str]] = None,
@@ -195,7 +187,7 @@ def compare(files: list[str], reference: str = "et", metrics: Optional[list[str]
     (``{"differences", "design"}``, plus ``node_differences`` where per-node scores are kept),
     as ``et-graph compare`` prints them."""
     check_bootstrap_rounds(bootstrap)
-    models, results = join(files)
+    models, results, picks = join(files)
     design, ratio = design_of(results)
     metrics = metrics or default_metrics(results, models)
     others = [name for name in models if name != reference]
@@ -207,7 +199,7 @@ def compare(files: list[str], reference: str = "et", metrics: Optional[list[str]
         "files": files, "differences": [d.as_dict() for d in rows],
         "design": describe_design(design, min(counts) if counts else 0, ratio, confidence)
         + (f" (pairs per row: {counts})" if len(counts) > 1 else "")}
-    stored = read_scores(files) if "auroc" in metrics and design == "seeds" else None
+    stored = read_scores(picks) if "auroc" in metrics and design == "seeds" else None
     if stored is not None:
         labels, scores = stored
         rounds = bootstrap if "auprc" in metrics else 0

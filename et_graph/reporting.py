@@ -118,6 +118,42 @@ def write_results(
     return json_path, md_path
 
 
+#: A run's per-node scores, beside its results.json (``et-graph anomaly`` and ``unsupervised``).
+SCORES_FILE = "scores.npz"
+
+
+def write_scores(path: str | Path, scores: Mapping[str, Sequence[Any]], seeds: Sequence[int],
+                 nodes: Sequence[Any], labels: Sequence[Any]) -> Path:
+    """``scores.npz``: for seed ``seeds[i]``, ``ROW__seed{s}`` (``scores[ROW][i]``, the row's
+    scores of the scored nodes), ``nodes__seed{s}`` (``nodes[i]``, their ids) and
+    ``labels__seed{s}`` (``labels[i]``). :func:`load_scores` reads it back."""
+    import numpy as np
+
+    arrays = {}
+    for index, seed in enumerate(seeds):
+        arrays[f"nodes__seed{seed}"] = nodes[index]
+        arrays[f"labels__seed{seed}"] = labels[index]
+        arrays.update({f"{row}__seed{seed}": per_seed[index]
+                       for row, per_seed in scores.items()})
+    np.savez_compressed(path, **arrays)
+    return Path(path)
+
+
+def load_scores(path: str | Path) -> tuple[list[int], list[Any], list[Any], dict[str, list[Any]]]:
+    """``(seeds, nodes per seed, labels per seed, {row: scores per seed})`` of a
+    :func:`write_scores` file; a row missing for some seed is left out."""
+    import numpy as np
+
+    stored = np.load(path)
+    seeds = sorted(int(key.split("__seed")[1]) for key in stored.files
+                   if key.startswith("nodes__seed"))
+    rows = {key.split("__seed")[0] for key in stored.files} - {"nodes", "labels"}
+    scores = {row: [stored[f"{row}__seed{seed}"] for seed in seeds] for row in sorted(rows)
+              if all(f"{row}__seed{seed}" in stored.files for seed in seeds)}
+    return (seeds, [stored[f"nodes__seed{seed}"] for seed in seeds],
+            [stored[f"labels__seed{seed}"] for seed in seeds], scores)
+
+
 def rank_across_datasets(scores: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:
     """Rank the same candidates on several datasets and summarise: how one configuration is
     chosen for every dataset (a default, a general preset).

@@ -23,8 +23,11 @@ from ..protocols.anomaly import (
     Split,
     energy_row,
     energy_trajectory,
+    et_differences,
+    et_node_differences,
     evaluate,
     make_splits,
+    same_split,
     seed_ensemble,
     summarize_runs,
 )
@@ -34,15 +37,15 @@ from ..protocols.anomaly_config import (
     load_data,
     make_detector,
 )
-from ..protocols.significance import (
-    Difference,
-    compare_nodes,
-    compare_to,
-    describe_design,
-    difference_sections,
-    results_entries,
+from ..protocols.significance import describe_design, difference_sections, results_entries
+from ..reporting import (
+    SCORES_FILE,
+    checks_output_folder,
+    markdown_table,
+    provenance_note,
+    write_results,
+    write_scores,
 )
-from ..reporting import checks_output_folder, markdown_table, provenance_note, write_results
 from ..transforms.features import FEATURE_NORMS
 
 CONFIG = AnomalyConfig
@@ -85,7 +88,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
                       "protocol draws stratified splits instead (--protocol gadbench uses the "
                       "file's masks)", RuntimeWarning, stacklevel=2)
     splits = make_splits(data, p.protocol, p.seeds, p.train_ratio, p.split_seed, p.vary_split)
-    if p.seed_ensemble and any(not _same_split(splits[0], s) for s in splits[1:]):
+    one_split = same_split(splits)
+    if p.seed_ensemble and not one_split:
         raise ValueError("seed_ensemble averages the seeds of one split, but these seeds have "
                          "different splits (vary_split, or several dataset masks)")
     progress = config.run.progress and rank == 0
@@ -106,15 +110,15 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     per_seed: list[dict[str, Any]] = []
     epoch_seconds: dict[str, list[float]] = {}
     seed_scores: dict[str, list[np.ndarray]] = {}
-    # Every row's scores on the scored nodes, per seed: scores.npz, for tests over the nodes
+    # Every row's scores of the scored nodes, per seed: scores.npz, for tests over the nodes
     # (DeLong) and for joining runs made apart.
-    scored_scores: dict[str, np.ndarray] = {}
+    kept_scores: dict[str, list[np.ndarray]] = {}
+    scored_nodes: list[np.ndarray] = []
     for seed, split in enumerate(tqdm(splits, desc=f"{dataset} seeds", disable=not progress)):
         train_mask, val_mask, _ = split.masks(data.num_nodes)
         nodes = split.scored(scored_part).numpy()
         detail: dict[str, Any] = {"seed": seed, "split_sizes": list(split.sizes())}
-        scored_scores[f"nodes__seed{seed}"] = nodes
-        scored_scores[f"labels__seed{seed}"] = y[nodes]
+        scored_nodes.append(nodes)
         for name in names:
             torch.manual_seed(seed)
             det = make_detector(config, name, seed, progress)
@@ -122,7 +126,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
             score = det.decision_score_.double().numpy()
             metrics = evaluate(y[nodes], score[nodes], det.threshold_)
             rows.setdefault(name, []).append(metrics)
-            scored_scores[f"{name}__seed{seed}"] = score[nodes]
+            kept_scores.setdefault(name, []).append(score[nodes])
             detail[name] = {**metrics, "threshold": det.threshold_, **det.fit_info_}
             if p.seed_ensemble:
                 seed_scores.setdefault(name, []).append(score)
@@ -138,7 +142,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
             if name == "et" and p.energy_row and not p.validation_only:
                 metrics, signed_energy, info = energy_row(det, data, split)
                 rows.setdefault(ENERGY_ROW, []).append(metrics)
-                scored_scores[f"{ENERGY_ROW}__seed{seed}"] = signed_energy[nodes]
+                kept_scores.setdefault(ENERGY_ROW, []).append(signed_energy[nodes])
                 detail[ENERGY_ROW] = {**metrics, **info}
                 if seed == 0:
                     curves["prob"][ENERGY_ROW] = signed_energy
@@ -153,9 +157,9 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         ensembles[f"{name}_ensemble"] = {**metrics, "threshold": threshold,
                                          "val_auroc": val_auroc, "seeds": len(scores)}
     models = {name: summarize_runs(runs) for name, runs in rows.items()}
-    differences, design_note = et_differences(models, splits, scored_part)
-    node_differences = et_node_differences(scored_scores, list(models), splits,
-                                           p.bootstrap_rounds)
+    differences, design_note = et_differences(models, splits, scored_part, one_split)
+    node_differences = (et_node_differences(kept_scores, y[scored_nodes[0]], p.bootstrap_rounds)
+                        if one_split else [])
     results = {
         "dataset": dataset,
         "scored": scored_part,
@@ -172,7 +176,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     }
     if rank == 0 and config.run.out:
         write_outputs(Path(config.run.out), results, curves, data, splits[0])
-        np.savez_compressed(Path(config.run.out) / "scores.npz", **scored_scores)
+        write_scores(Path(config.run.out) / SCORES_FILE, kept_scores, range(len(splits)),
+                     scored_nodes, [y[nodes] for nodes in scored_nodes])
     if rank == 0:  # the result is printed with or without progress bars
         if p.validation_only:
             print(VALIDATION_ONLY_NOTE)
@@ -180,50 +185,6 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         for section in difference_sections(results):
             print("\n" + section)
     return results
-
-
-#: The metrics whose ET-minus-baseline differences a run reports (the headline two).
-DIFFERENCE_METRICS = ("auroc", "auprc")
-
-
-def et_differences(models: dict[str, Any], splits: list[Split],
-                   scored_part: str) -> tuple[list[Difference], str]:
-    """ET minus every other row, with a confidence interval: Welch over the seeds of one
-    split, or paired over the seeds' own splits (corrected for their overlapping training
-    sets) when the splits differ. Nothing where ET or the seeds' spread is missing."""
-    if "et" not in models or len(splits) < 2:
-        return [], ""
-    if all(_same_split(splits[0], split) for split in splits[1:]):
-        design, ratio = "seeds", None
-    else:
-        train = float(np.mean([split.train.numel() for split in splits]))
-        scored = float(np.mean([split.scored(scored_part).numel() for split in splits]))
-        design, ratio = "folds", scored / train
-    baselines = [name for name in models if not name.startswith("et")]  # not ET's own rows
-    differences = compare_to(models, "et", DIFFERENCE_METRICS, design, test_train_ratio=ratio,
-                             others=baselines)
-    note = describe_design(design, len(splits), ratio,
-                           paired_over=f"seeds' own splits ({scored_part} nodes)")
-    return differences, note
-
-
-def et_node_differences(scores: dict[str, np.ndarray], names: list[str],
-                        splits: list[Split], bootstrap_rounds: int = 0) -> list[Difference]:
-    """ET's AUROC minus every baseline's, paired over the scored nodes (DeLong) and the seeds,
-    and AUPRC's by a bootstrap when ``bootstrap_rounds``: only where every seed scored the same
-    nodes (a fixed split)."""
-    if "et" not in names or any(not _same_split(splits[0], s) for s in splits[1:]):
-        return []
-    seeds = range(len(splits))
-    per_seed = {name: [scores[f"{name}__seed{seed}"] for seed in seeds] for name in names
-                if all(f"{name}__seed{seed}" in scores for seed in seeds)}
-    baselines = [name for name in per_seed if not name.startswith("et")]
-    return compare_nodes(scores["labels__seed0"], per_seed, "et", baselines,
-                         bootstrap_rounds=bootstrap_rounds)
-
-
-def _same_split(a: Split, b: Split) -> bool:
-    return all(torch.equal(getattr(a, part), getattr(b, part)) for part in ("train", "val", "test"))
 
 
 def _setup_distributed(ddp: bool) -> int:

@@ -45,11 +45,13 @@ from ..protocols.unsupervised import (
     load_graph,
 )
 from ..reporting import (
+    SCORES_FILE,
     checks_output_folder,
     markdown_table,
     provenance_note,
     summarize,
     write_results,
+    write_scores,
 )
 
 CONFIG = UnsupervisedAnomalyConfig
@@ -99,8 +101,11 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     }
     if config.run.out:
         write_outputs(Path(config.run.out), results)
-        nodes = np.arange(graph.num_nodes)[evaluated] if evaluated is not None else None
-        write_scores(Path(config.run.out) / "scores.npz", scores, y, config.seed_list, nodes)
+        # every node, or the labelled ones
+        nodes = np.arange(graph.num_nodes)[evaluated if evaluated is not None else slice(None)]
+        seeds = config.seed_list
+        write_scores(Path(config.run.out) / SCORES_FILE, scores, seeds, [nodes] * len(seeds),
+                     [y] * len(seeds))
         first_seed = {row: per_seed[0] for row, per_seed in scores.items() if per_seed}
         plot_roc_pr(Path(config.run.out) / "roc_pr.png", y, first_seed,
                     f"{'all ' if len(y) == graph.num_nodes else 'the labelled '}{len(y):,} "
@@ -112,19 +117,6 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
     return results
-
-
-def write_scores(path: Path, scores: dict[str, list[np.ndarray]], labels: np.ndarray,
-                 seeds: list[int], nodes: Optional[np.ndarray] = None) -> None:
-    """``scores.npz`` as ``et-graph anomaly`` writes it: ``ROW__seed{s}``, ``nodes__seed{s}``
-    and ``labels__seed{s}`` for every seed ``s`` (the nodes: all, or the labelled ones)."""
-    nodes = np.arange(len(labels)) if nodes is None else nodes
-    arrays = {}
-    for index, seed in enumerate(seeds):
-        arrays[f"nodes__seed{seed}"], arrays[f"labels__seed{seed}"] = nodes, labels
-        arrays.update({f"{row}__seed{seed}": per_seed[index]
-                       for row, per_seed in scores.items()})
-    np.savez_compressed(path, **arrays)
 
 
 def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies: int,

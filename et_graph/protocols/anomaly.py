@@ -27,6 +27,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..nn.models.anomaly import relation_inputs
+from .significance import Difference, compare_nodes, compare_to, describe_design
 
 if TYPE_CHECKING:
     from ..detectors import ETDetector
@@ -60,6 +61,11 @@ class Split:
         if part not in SCORED_PARTS:
             raise ValueError(f"the scored part must be one of {SCORED_PARTS}, got {part!r}")
         return self.test if part == "test" else self.val
+
+    def same_as(self, other: Split) -> bool:
+        """Whether ``other`` holds the same train, validation and test nodes, in order."""
+        return all(torch.equal(getattr(self, part), getattr(other, part))
+                   for part in ("train", "val", "test"))
 
     def masks(self, num_nodes: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(train_mask, val_mask, test_mask)`` as bool tensors ``[num_nodes]`` (default: the
@@ -389,3 +395,46 @@ def energy_trajectory(det: ETDetector, data: Data, split: Split, extra_steps: in
     return out
 
 
+
+
+def same_split(splits: list[Split]) -> bool:
+    """Whether every seed's split is the first one's (a fixed split, or one dataset mask)."""
+    return all(splits[0].same_as(split) for split in splits[1:])
+
+
+#: The metrics whose ET-minus-baseline differences a run reports (the headline two).
+DIFFERENCE_METRICS = ("auroc", "auprc")
+
+
+def et_differences(models: dict[str, Any], splits: list[Split], scored_part: str,
+                   one_split: bool) -> tuple[list[Difference], str]:
+    """ET minus every other row, with a confidence interval: Welch over the seeds of one
+    split (``one_split``), or paired over the seeds' own splits (corrected for their
+    overlapping training sets) when the splits differ. Nothing where ET or the seeds' spread is
+    missing. Returns the differences and the line that describes their design."""
+    if "et" not in models or len(splits) < 2:
+        return [], ""
+    if one_split:
+        design, ratio = "seeds", None
+    else:
+        train = float(np.mean([split.train.numel() for split in splits]))
+        scored = float(np.mean([split.scored(scored_part).numel() for split in splits]))
+        design, ratio = "folds", scored / train
+    baselines = [name for name in models if not name.startswith("et")]  # not ET's own rows
+    differences = compare_to(models, "et", DIFFERENCE_METRICS, design, test_train_ratio=ratio,
+                             others=baselines)
+    note = describe_design(design, len(splits), ratio,
+                           paired_over=f"seeds' own splits ({scored_part} nodes)")
+    return differences, note
+
+
+def et_node_differences(scores: dict[str, list[np.ndarray]], labels: np.ndarray,
+                        bootstrap_rounds: int = 0) -> list[Difference]:
+    """ET's AUROC minus every baseline's, paired over the scored nodes (DeLong) and the seeds,
+    and AUPRC's by a bootstrap when ``bootstrap_rounds``. ``scores[row]`` holds the row's
+    per-seed scores of the nodes whose labels are ``labels``: every seed must have scored the
+    same nodes (a fixed split)."""
+    if "et" not in scores:
+        return []
+    baselines = [name for name in scores if not name.startswith("et")]
+    return compare_nodes(labels, scores, "et", baselines, bootstrap_rounds=bootstrap_rounds)
