@@ -44,9 +44,9 @@ from .protocols.significance import (
     check_bootstrap_rounds,
     compare_nodes,
     compare_to,
-    cv_test_train_ratio,
     describe_design,
     difference_table,
+    scored_parts_ratio,
 )
 from .reporting import SCORES_FILE, json_text, load_scores
 
@@ -119,10 +119,8 @@ def design_of(results: dict[str, Any]) -> tuple[str, Optional[float]]:
     validation-only run), ``("seeds", None)`` for seeds on one fixed split."""
     if is_cross_validation(results):
         protocol = _cv_protocol(results)
-        if protocol.get("validation_only"):
-            share = protocol["val_fraction"]
-            return "folds", share / (1 - share)
-        return "folds", cv_test_train_ratio(int(protocol["folds"]))
+        return "folds", scored_parts_ratio(int(protocol["folds"]), protocol.get("val_fraction"),
+                                           bool(protocol.get("validation_only")))
     if "+ seed" in results.get("protocol", ""):
         raise ValueError("these seeds draw their own splits (vary_split): compare them paired "
                          "within one run (its results.json holds the differences) instead")

@@ -43,6 +43,10 @@ def test_the_corrected_fold_test_by_hand():
     differences = np.subtract(ET, GIN)
     ratio = cv_test_train_ratio(10)
     assert ratio == pytest.approx(1 / 9)
+    from et_graph.protocols.significance import scored_parts_ratio
+
+    assert scored_parts_ratio(10, 0.2, validation_only=False) == ratio  # the test folds
+    assert scored_parts_ratio(10, 0.2, validation_only=True) == pytest.approx(0.25)  # inner val
     d = fold_difference(ET, GIN, test_train_ratio=ratio)
     standard_error = math.sqrt((0.1 + 1 / 9) * differences.var(ddof=1))
     half = stats.t.ppf(0.975, 9) * standard_error

@@ -23,10 +23,10 @@ from ..protocols.graph_cv import (
 )
 from ..protocols.significance import (
     compare_to,
-    cv_test_train_ratio,
     describe_design,
     difference_sections,
     results_entries,
+    scored_parts_ratio,
 )
 from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re-exported here)
     CONFIG,
@@ -127,10 +127,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     metric = "val_accuracy" if protocol.validation_only else "accuracy"
     ensemble = [f"ensemble_{metric}"] if protocol.runs_per_fold > 1 else []
     # ET against each baseline, paired over the shared folds: is a lead above the noise?
-    # The inner validation parts are carved from each training fold, so their overlap is
-    # val / train rather than the outer folds' 1 / (K - 1).
-    ratio = (protocol.val_fraction / (1 - protocol.val_fraction) if protocol.validation_only
-             else cv_test_train_ratio(protocol.folds))
+    ratio = scored_parts_ratio(protocol.folds, protocol.val_fraction, protocol.validation_only)
     differences = (compare_to(results["models"], "et", [metric, *ensemble], "folds",
                               test_train_ratio=ratio) if "et" in results["models"] else [])
     results.update(results_entries(

@@ -109,6 +109,15 @@ def cv_test_train_ratio(folds: int) -> float:
     return 1.0 / (folds - 1)
 
 
+def scored_parts_ratio(folds: int, val_fraction: float, validation_only: bool) -> float:
+    """``n_test / n_train`` of the parts a cross-validation scores: the test folds
+    (:func:`cv_test_train_ratio`), or for a validation-only run the inner validation parts,
+    carved from each training fold, whose overlap is ``val / train``."""
+    if validation_only:
+        return val_fraction / (1 - val_fraction)
+    return cv_test_train_ratio(folds)
+
+
 def _scores(values: Sequence[float], name: str) -> list[float]:
     scores = [float(v) for v in values]
     if len(scores) < 2:
