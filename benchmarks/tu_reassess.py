@@ -39,6 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tu_tuned_cv import MODELS, cross_validate_preset  # noqa: E402
 
+from et_graph.compare_cli import read_models  # noqa: E402
 from et_graph.config import run_metadata  # noqa: E402
 from et_graph.protocols.significance import (  # noqa: E402
     compare_to,
@@ -231,16 +232,11 @@ def differences_table(rows: list[dict[str, Any]]) -> str:
 
 def read_report(spec: str) -> dict[str, Any]:
     """A stored reassessment, ``PATH`` or ``PATH@MODEL[,MODEL...]`` to keep only those models
-    (e.g. a dataset's baselines from one run and ET's current preset from another)."""
-    path, _, keep = spec.partition("@")
-    report = json.loads(Path(path).read_text())
+    (e.g. a dataset's baselines from one run and ET's current preset from another), read as
+    ``et-graph compare`` reads its files."""
+    results, models, _ = read_models(spec)
+    report = {**results, "models": models}
     report.setdefault("runs_per_fold", 1)  # a tu_tuned_cv.py table: one training per fold
-    if keep:
-        models = [m.strip() for m in keep.split(",") if m.strip()]
-        missing = [m for m in models if m not in report["models"]]
-        if missing:
-            raise ValueError(f"{path} holds no model {missing} (it has {list(report['models'])})")
-        report = {**report, "models": {m: report["models"][m] for m in models}}
     return report
 
 
