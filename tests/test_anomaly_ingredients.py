@@ -449,6 +449,19 @@ def test_class_balanced_sampling_draws_equal_classes_each_epoch(graph, label_tri
         ETDetector(class_balance="oversample")
 
 
+def test_unweighted_loss_trains_on_every_training_node(graph):
+    """``class_balance="none"``: every training node each epoch (no draw), an unweighted
+    training loss; validation keeps the weighted loss, comparable across runs."""
+    config = ETDetector(class_balance="none").config.train
+    task = NodeAnomalyTask(graph, graph.y, graph.train_mask, graph.val_mask, config,
+                           torch.Generator().manual_seed(0), False, torch.device("cpu"))
+    assert task.train_pos_weight == 1.0 and task.pos_weight > 1.0
+    for epoch in range(2):
+        assert torch.equal(next(iter(task.batches(epoch)))[3],
+                           graph.train_mask.nonzero().view(-1))
+    assert parse(AnomalyConfig, ["--class-balance", "none"]).train.class_balance == "none"
+
+
 def test_class_balanced_training_fits_and_resumes_exactly(graph, tmp_path):
     assert_resumes_exactly(graph, tmp_path, class_balance="sample")
     assert parse(AnomalyConfig, ["--class-balance", "sample"]).train.class_balance == "sample"

@@ -240,6 +240,29 @@ def test_gbt_unweighted_binning_is_an_option(graph):
         GBTDetector(binning="exact")
 
 
+def test_gbt_class_balance_none_fits_without_sample_weights(graph, monkeypatch):
+    """The trees weigh anomalies by #normal / #anomalous unless ``class_balance="none"``, which
+    hands scikit-learn no sample weights at all (so its binning is unweighted too)."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    seen = []
+    original = HistGradientBoostingClassifier.fit
+
+    def recording(self, features, y, sample_weight=None):
+        seen.append(sample_weight)
+        return original(self, features, y, sample_weight=sample_weight)
+
+    monkeypatch.setattr(HistGradientBoostingClassifier, "fit", recording)
+    weighted = GBTDetector(max_iter=10).fit(graph)
+    plain = GBTDetector(max_iter=10, class_balance="none").fit(graph)
+    assert seen[0] is not None and seen[0].max() > 1.0 and seen[0].min() == 1.0
+    assert seen[1] is None
+    assert not torch.equal(weighted.decision_function(graph), plain.decision_function(graph))
+    assert parse(AnomalyConfig, ["--gbt-class-balance", "none"]).gbt.class_balance == "none"
+    with pytest.raises(ValueError, match="class_balance"):
+        GBTDetector(class_balance="sample")
+
+
 def test_gcn_adjacency_cache_is_not_fooled_by_a_reused_address():
     """A new mini-batch's edge_index may land in a freed batch's memory with the same shape; a
     cache keyed on the address would hand it the old adjacency."""

@@ -18,7 +18,7 @@ from ..protocols.anomaly import SELECT_METRICS
 from ..training import TrainConfig
 
 #: How training makes up for the rare anomalous class: a weighted loss or balanced draws.
-CLASS_BALANCE = ("weight", "sample")
+CLASS_BALANCE = ("weight", "sample", "none")
 # One definition each: the energy's Hopfield kinds and the anomaly network's readouts.
 READOUT_KINDS = READOUTS
 #: The readouts ET's search space chooses from. Fixed, so that studies made before
@@ -156,7 +156,8 @@ class NodeTrainConfig(TrainConfig):
         class_balance: weight (the loss weighs each anomalous training node by #normal /
             #anomalous, paper eq. 12) or sample (class-balanced sampling: each epoch the loss
             is taken, unweighted, on as many normal as anomalous training nodes, every node of
-            the rarer class and a fresh random draw of the other).
+            the rarer class and a fresh random draw of the other) or none (the loss is taken,
+            unweighted, on every training node: the classes count as often as they occur).
     """
 
     epochs: int = 100
@@ -195,6 +196,8 @@ class NodeTrainConfig(TrainConfig):
 
 
 GBT_BINNINGS = ("weighted", "unweighted")
+#: The trees' class weighting: class-balanced sample weights, or none.
+GBT_CLASS_BALANCE = ("weight", "none")
 #: The trees' input columns: the features, plus the neighbour mean, plus its neighbour mean.
 GBT_FEATURES = ("x", "x_mean", "x_mean_mean2")
 
@@ -228,6 +231,9 @@ class GBTModelConfig:
             label (ET splits its training nodes into halves because its descent carries labels
             over two hops; a tree does not). Validation and test labels never enter. Off by
             default (every stored table).
+        class_balance: weight (each anomalous training node weighs #normal / #anomalous in
+            the loss, the analogue of ET's weighted loss; every stored table) or none (no
+            sample weights, so ``binning="weighted"`` bins on the plain training quantiles).
     """
 
     max_iter: int = 200
@@ -240,6 +246,7 @@ class GBTModelConfig:
     max_features: float = 1.0
     binning: str = "weighted"
     label_trick: bool = field(default=False, metadata={"flag": "gbt_label_trick"})
+    class_balance: str = field(default="weight", metadata={"flag": "gbt_class_balance"})
 
     def __post_init__(self) -> None:
         # scikit-learn would refuse these only inside fit, after the features are built
@@ -258,6 +265,9 @@ class GBTModelConfig:
             raise ValueError(f"max_features must be in (0, 1], got {self.max_features}")
         if self.binning not in GBT_BINNINGS:
             raise ValueError(f"binning must be one of {GBT_BINNINGS}, got {self.binning!r}")
+        if self.class_balance not in GBT_CLASS_BALANCE:
+            raise ValueError(f"class_balance must be one of {GBT_CLASS_BALANCE}, got "
+                             f"{self.class_balance!r}")
         if self.features not in GBT_FEATURES:
             raise ValueError(f"features must be one of {GBT_FEATURES}, got {self.features!r}")
 

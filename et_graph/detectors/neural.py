@@ -71,8 +71,9 @@ class NodeAnomalyTask:
         self.pass_node_ids = pass_node_ids
         self.pos_weight = class_weight(y[train])
         # With class-balanced sampling the training loss sees both classes equally often, so it
-        # is not weighted; validation still reports the weighted loss, comparable across runs.
-        self.train_pos_weight = 1.0 if config.class_balance == "sample" else self.pos_weight
+        # is not weighted, nor under "none"; validation still reports the weighted loss,
+        # comparable across runs.
+        self.train_pos_weight = (self.pos_weight if config.class_balance == "weight" else 1.0)
         self.device = device
         self.label_trick = label_trick
         # the network's bounded-memory keywords (chunk_size, chunk_edges) for validation

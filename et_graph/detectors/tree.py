@@ -70,7 +70,8 @@ class QuantileBinner:
 
 class GBTDetector(FittedGraphLabels, BaseDetector):
     """scikit-learn ``HistGradientBoostingClassifier`` on :func:`neighbourhood_features`, with
-    class-balanced sample weights (the analogue of ET's weighted loss). It trains on the training
+    class-balanced sample weights (the analogue of ET's weighted loss; ``class_balance="none"``
+    drops them). It trains on the training
     nodes only; the validation nodes give the threshold and ``fit_info_["val_auroc"]``. With
     ``label_trick`` the features gain ET's label-trick columns (see
     :class:`~et_graph.detectors.config.GBTModelConfig`)."""
@@ -85,7 +86,8 @@ class GBTDetector(FittedGraphLabels, BaseDetector):
         y_np = y.numpy()
         y_train = y_np[train.numpy()]
         positives = int(y_train.sum())
-        weight = np.where(y_train == 1, (y_train.size - positives) / positives, 1.0)
+        weight = (np.where(y_train == 1, (y_train.size - positives) / positives, 1.0)
+                  if m.class_balance == "weight" else None)
         self.model_ = HistGradientBoostingClassifier(
             max_iter=m.max_iter, learning_rate=m.learning_rate, max_depth=m.max_depth,
             max_leaf_nodes=m.max_leaf_nodes, min_samples_leaf=m.min_samples_leaf,
