@@ -70,13 +70,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
-    """Run ``call()``; report bad input (a ``ValueError`` or a missing file, which the library
-    raises with a message that names the fix) as one line on stderr and return exit status 2
-    instead of a traceback. ``ET_GRAPH_TRACEBACK=1`` lets the exception through. Otherwise the
-    exit status is ``call()``'s own when it returns an int (0 for anything else)."""
+    """Run ``call()``; report bad input (a ``ValueError``, or a path that is missing, of the
+    wrong kind or not permitted, which the library and the OS name in their message) as one
+    line on stderr and return exit status 2 instead of a traceback. ``ET_GRAPH_TRACEBACK=1``
+    lets the exception through. Otherwise the exit status is ``call()``'s own when it returns
+    an int (0 for anything else)."""
     try:
         result = call()
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+            PermissionError) as error:
         if os.environ.get(TRACEBACK_ENV):
             raise
         print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)

@@ -18,9 +18,11 @@ tudataset``, ``anomaly``, ``unsupervised`` or ``gnnbenchmark``), joins the model
     et-graph compare runs/nci1-et/NCI1/results.json runs/nci1-gin/NCI1/results.json
 
 ``PATH@a,b`` keeps only those models of a file; ``PATH@a=b`` renames one (two files with an
-``et`` row, say). Files of different datasets, folds, splits or scored parts (a
-validation-only probe beside a test run), and runs whose seeds draw their own splits, are
-refused.
+``et`` row, say). A file read whole leaves out, as its run's own table does, the rows derived
+from ET's or another model's seeds (ET's energy and score rows ``et_*``, the seed ensembles
+``*_ensemble``): name one after ``@`` to compare it. Files of different datasets, folds,
+splits or scored parts (a validation-only probe beside a test run), and runs whose seeds draw
+their own splits, are refused.
 
 Where every file has its run's per-node scores beside it (``scores.npz`` next to a
 ``results.json``, or ``NAME.scores.npz`` next to ``NAME.json``), the reference's AUROC minus
@@ -34,7 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -50,12 +52,29 @@ from .protocols.significance import (
 )
 from .reporting import SCORES_FILE, json_text, load_scores
 
+#: The default reference, the first of these a run holds (an unsupervised run has no ``et``).
+REFERENCES = ("et", "et_combined", "et_reconstruction")
+
+
+def is_derived_row(name: str) -> bool:
+    """A row a run derives from a model's own seeds rather than a rival: ET's energy and score
+    rows (``et_energy_trained``, an unsupervised run's ``et_*``) and the seed ensembles."""
+    return name.startswith("et_") or name.endswith("_ensemble")
+
+
+def read_json(path: Union[str, Path]) -> Any:
+    """A JSON file's contents; an unreadable one is refused with its name."""
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not a JSON file ({error})") from None
+
 
 def read_models(spec: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
     """``(results, models, names)`` of ``PATH[@MODEL[=NAME],...]``: the file's results, the
     kept models under their new names, and ``names``, ``{new name: stored name}``."""
     path, _, keep = spec.partition("@")
-    results = json.loads(Path(path).read_text())
+    results = read_json(path)
     models = results.get("models") if isinstance(results, dict) else None
     if not isinstance(models, dict):
         raise ValueError(f"{path} is not a results.json of et-graph (no 'models' table)")
@@ -154,16 +173,22 @@ def default_metrics(results: dict[str, Any], models: dict[str, Any]) -> list[str
     return ["auroc", "auprc"]
 
 
-def join(specs: list[str]
+def join(specs: list[str], reference: Optional[str] = None
          ) -> tuple[dict[str, Any], dict[str, Any], list[tuple[Path, dict[str, str]]]]:
     """The models of every spec in one table, the first file's results (for its design) and
     each file with its ``{new name: stored name}``; refuses mismatched runs and duplicate
-    names."""
+    names. A file read whole (no ``@``) leaves out its derived rows (:func:`is_derived_row`),
+    except ``reference`` (by default the first of :data:`REFERENCES` it holds)."""
     models: dict[str, Any] = {}
     picks = []
     first: Optional[tuple[dict[str, Any], tuple[Any, ...]]] = None
     for spec in specs:
         results, chosen, names = read_models(spec)
+        if "@" not in spec:
+            kept = reference or next((name for name in REFERENCES if name in chosen), None)
+            names = {new: old for new, old in names.items()
+                     if new == kept or not is_derived_row(old)}
+            chosen = {new: chosen[new] for new in names}
         picks.append((Path(spec.partition("@")[0]), names))
         mine = signature(results)
         if first is not None and mine != first[1]:
@@ -179,19 +204,45 @@ def join(specs: list[str]
     return models, first[0], picks
 
 
-def compare(files: list[str], reference: str = "et", metrics: Optional[list[str]] = None,
-            confidence: float = 0.95, bootstrap: int = 0) -> dict[str, Any]:
-    """The differences of ``reference`` against every other model of the joined ``files``
-    (``{"differences", "design"}``, plus ``node_differences`` where per-node scores are kept),
-    as ``et-graph compare`` prints them."""
+def known_metrics(models: dict[str, Any]) -> list[str]:
+    """The metrics every joined model reports with per-seed or per-fold values."""
+    per_model = [{name for name, value in rows.items()
+                  if isinstance(value, dict) and "values" in value}
+                 for rows in models.values()]
+    return sorted(set.intersection(*per_model)) if per_model else []
+
+
+def compare(files: list[str], reference: Optional[str] = None,
+            metrics: Optional[list[str]] = None, confidence: float = 0.95,
+            bootstrap: int = 0) -> dict[str, Any]:
+    """The differences of ``reference`` (default: the first of :data:`REFERENCES` present)
+    against every other model of the joined ``files`` (``{"differences", "design"}``, plus
+    ``node_differences`` where per-node scores are kept), as ``et-graph compare`` prints them.
+    Refuses a reference or metric the files do not hold, and a join that leaves nothing to
+    compare."""
     check_bootstrap_rounds(bootstrap)
-    models, results, picks = join(files)
+    models, results, picks = join(files, reference)
+    if reference is None:
+        reference = next((name for name in REFERENCES if name in models), REFERENCES[0])
+    if reference not in models:
+        raise ValueError(f"no model {reference!r} among {list(models)}: name the row to compare "
+                         "with --reference")
     design, ratio = design_of(results)
     metrics = metrics or default_metrics(results, models)
+    unknown = sorted(set(metrics) - set(known_metrics(models)))
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}: these files' models all report "
+                         f"{known_metrics(models)}")
     others = [name for name in models if name != reference]
+    if not others:
+        raise ValueError(f"nothing to compare {reference!r} with: the files hold no other "
+                         "model (ET's own derived rows are left out unless named after @)")
     rows = compare_to(models, reference, metrics, design, test_train_ratio=ratio,
                       confidence=confidence, others=others,
                       higher_is_better=not results.get("lower_is_better", False))
+    if not rows:
+        raise ValueError(f"nothing to compare: {design} with fewer than 2 values each "
+                         f"(a difference needs at least 2 {design} per model)")
     counts = sorted({d.n for d in rows})
     payload: dict[str, Any] = {
         "files": files, "differences": [d.as_dict() for d in rows],
@@ -216,12 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         epilog="Files: PATH@a,b keeps models a and b; PATH@a=b renames a to b.")
     parser.add_argument("files", nargs="+", metavar="RESULTS_JSON[@MODELS]")
-    parser.add_argument("--reference", default="et",
-                        help="the row every other is compared with (default et; for an "
-                             "unsupervised run et_combined or et_reconstruction)")
+    parser.add_argument("--reference", default=None,
+                        help="the row every other is compared with (default: the first of "
+                             f"{', '.join(REFERENCES)} that the files hold)")
     parser.add_argument("--metrics", default=None,
                         help="comma list (default: the run's headline metrics)")
-    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--confidence", type=float, default=0.95,
+                        help="two-sided level of the intervals (default 0.95)")
     parser.add_argument("--bootstrap", type=int, default=0, metavar="ROUNDS",
                         help="with per-node scores: AUPRC over the nodes by a paired bootstrap "
                              "of ROUNDS draws (0: off; 2000 is a good value)")
@@ -236,6 +288,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                if args.metrics else None)
 
     def report() -> None:
+        if args.json and not args.json.parent.is_dir():  # before the work, not after it
+            raise FileNotFoundError(f"--json {args.json}: its folder does not exist")
         payload = compare(args.files, args.reference, metrics, args.confidence, args.bootstrap)
         rows = [Difference.from_dict(d) for d in payload["differences"]]
         print(difference_table(rows) + f"\n\n{payload['design']}")

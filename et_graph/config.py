@@ -369,7 +369,8 @@ def load_file(path: Union[str, Path]) -> dict[str, Any]:
     """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) preset into nested dicts."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
+        raise FileNotFoundError(f"config file {path} " + (
+            "is a folder, not a file" if path.is_dir() else "does not exist"))
     suffix = path.suffix.lower()
     if suffix == ".toml":
         if sys.version_info >= (3, 11):

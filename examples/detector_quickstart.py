@@ -25,7 +25,8 @@ def main() -> None:
     det = ETDetector(epochs=epochs).fit(data)  # checkpoint and threshold chosen on data.val_mask
     score = det.decision_function(data)  # [N], higher = more anomalous
     pred = det.predict(data)  # 0/1 at det.threshold_
-    print(f"best epoch {det.fit_info_['best_epoch']}, threshold {det.threshold_:.2f}, "
+    best = det.fit_info_["best_epoch"] + 1  # counted from 1 here (from 0 in fit_info_)
+    print(f"best epoch {best} of {epochs}, threshold {det.threshold_:.2f}, "
           f"test AUROC {roc_auc_score(data.y[test], score[test]):.4f}, "
           f"flagged {int(pred[test].sum())} of {int(test.sum())} test nodes")
 

@@ -32,6 +32,21 @@ def test_bad_input_is_one_line_without_traceback(capsys, monkeypatch, tmp_path):
         console_main(argv)
 
 
+def test_a_path_of_the_wrong_kind_is_one_line(capsys, monkeypatch, tmp_path):
+    """A folder where a file belongs (and a file where a folder belongs) is bad input like a
+    missing file: one line, exit status 2, no traceback."""
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    for argv, message in [
+        (["anomaly", "--config", str(tmp_path)], "is a folder, not a file"),
+        (["tudataset", "--quick", "--cache", str(a_file)], "Not a directory"),
+    ]:
+        assert console_main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("device, message", [
     ("gpu", "device must be auto, cpu, cuda"),
     ("cuda:99", "cuda:99"),

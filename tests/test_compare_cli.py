@@ -128,3 +128,37 @@ def test_compare_pairs_cross_validations_run_apart_over_their_folds(tmp_path):
     (tmp_path / "bare.json").write_text(json.dumps(stripped))
     with pytest.raises(ValueError, match="fold count, which sets the correction, is unknown"):
         compare([et, str(tmp_path / "bare.json")])
+
+
+def test_compare_leaves_out_derived_rows_and_refuses_empty_or_unknown_requests(
+        write, tmp_path, capsys):
+    """A file read whole is compared as its run's own table is: without ET's energy and score
+    rows and the seed ensembles (one value each), unless they are named; the reference defaults
+    to an unsupervised run's ``et_combined``; a request that leaves nothing to compare, an
+    unknown metric and an unreadable path are refused with one line."""
+    run = write("run", {"et": ET, "et_energy_trained": GBT, "gbt": GBT})
+    stored = json.loads(open(run).read())
+    stored["models"]["gbt_ensemble"] = {"auroc": summarize([0.8]), "auprc": summarize([0.8])}
+    (tmp_path / "run.json").write_text(json.dumps(stored))
+    assert {r["second"] for r in compare([run])["differences"]} == {"gbt"}
+    assert {r["second"] for r in compare([run + "@et,et_energy_trained"])["differences"]} == {
+        "et_energy_trained"}
+    unsupervised = write("unsup", {"et_combined": ET, "et_reconstruction": GBT, "lof": GBT})
+    rows = compare([unsupervised])["differences"]
+    assert {(r["first"], r["second"]) for r in rows} == {("et_combined", "lof")}
+    rows = compare([unsupervised], reference="et_reconstruction")["differences"]
+    assert {(r["first"], r["second"]) for r in rows} == {("et_reconstruction", "lof")}
+    (tmp_path / "text.json").write_text("not json")
+    refusals = [
+        ([run, "--metrics", "AUROC"], "unknown metric(s) ['AUROC']"),
+        ([write("alone", {"et": ET})], "nothing to compare 'et' with"),
+        ([write("one_seed", {"et": ET[:1], "gbt": GBT[:1]})], "nothing to compare: seeds"),
+        ([run, "--reference", "gat"], "no model 'gat'"),
+        ([str(tmp_path / "text.json")], "text.json is not a JSON file"),
+        ([str(tmp_path)], "Is a directory"),
+        ([run, "--json", str(tmp_path / "missing" / "out.json")], "folder does not exist"),
+    ]
+    for argv, message in refusals:
+        assert compare_cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err

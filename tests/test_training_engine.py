@@ -94,6 +94,14 @@ def test_lr_schedules_lower_the_rate(schedule):
     assert rates[0] == 0.1 and rates[-1] < 0.1
 
 
+def test_plateau_patience_counts_as_documented():
+    """``lr_patience=1`` tolerates one epoch without a gain and halves the LR after the second
+    (PyTorch's rule, which the help once described one epoch early); the count restarts."""
+    config = TrainConfig(epochs=7, lr=0.1, lr_schedule="plateau", lr_patience=1)
+    result = Trainer(config, progress=False).fit(nn.Linear(1, 1), ScriptedTask([0.5] * 7))
+    assert [row["lr"] for row in result.history] == [0.1, 0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
+
+
 @pytest.mark.parametrize("bad", [dict(epochs=0), dict(lr=0.0), dict(lr=float("nan")),
                                  dict(lr_schedule="step"), dict(patience=-1),
                                  dict(optimizer="sgd"), dict(ema_decay=1.0),

@@ -207,6 +207,11 @@ def test_bond_tuning_refuses_where_a_switch_cannot_act(mutag, mutag_bonds):
                     "structure_agnostic", 1, graphs, info, bonds=True)
     with pytest.raises(ValueError, match="--tune-bonds applies to `tune tudataset`"):
         cli_main(["tune", "gnnbenchmark", "--tune-bonds", "--trials", "1"])
+    # each task's own budget flag: given to another task it is refused, not ignored
+    with pytest.raises(ValueError, match="--tune-folds applies to `tune tudataset`"):
+        cli_main(["tune", "anomaly", "--tune-folds", "5", "--trials", "1"])
+    with pytest.raises(ValueError, match="--tune-seeds applies to `tune gnnbenchmark`"):
+        cli_main(["tune", "tudataset", "--tune-seeds", "3", "--trials", "1"])
 
 
 def test_tune_bonds_help_names_every_switch_the_tuner_adds(monkeypatch):

@@ -62,11 +62,13 @@ class TrainConfig:
         optimizer: ``"adam"`` or ``"adamw"``.
         patience: stop after this many epochs without a new best validation epoch (0 = never).
         lr_schedule: ``"none"``, ``"cosine"`` (cosine decay to ``lr_floor * lr`` over ``epochs``)
-            or ``"plateau"`` (halve the LR after ``lr_patience`` epochs without a validation
-            gain; a gain is a rise of the score by more than 1e-4, PyTorch's default
-            threshold, so that rounding noise is no gain).
+            or ``"plateau"`` (halve the LR once more than ``lr_patience`` epochs in a row bring
+            no validation gain, PyTorch's ``ReduceLROnPlateau`` rule: with ``lr_patience=1``
+            the second such epoch halves it; a gain is a rise of the score by more than 1e-4,
+            PyTorch's default threshold, so that rounding noise is no gain).
         lr_floor: the cosine schedule's final LR, as a fraction of ``lr`` (0 to 1).
-        lr_patience: the plateau schedule's patience in epochs.
+        lr_patience: the plateau schedule's patience: the epochs without a gain that it
+            tolerates (the next one halves the LR).
         grad_clip: clip the gradient norm to this value (0 = no clipping).
         ema_decay: keep an exponential moving average of the weights, updated after every
             optimiser step with this decay (0 = off). Validation, the best-epoch checkpoint and
@@ -215,7 +217,8 @@ class TrainingTask(Protocol):
 
 @dataclass
 class FitResult:
-    """What :meth:`Trainer.fit` returns; the model already holds the best epoch's weights."""
+    """What :meth:`Trainer.fit` returns; the model already holds the best epoch's weights.
+    Epochs count from 0 here and in ``history`` (``best_epoch=0``: the first epoch's weights)."""
 
     best_epoch: int
     best: Validation

@@ -75,10 +75,10 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                                           f"(default: {TuneBudget.prune_warmup})")
     tune.add_argument("--study-prefix", default="", metavar="TEXT",
                       help="prefix of the study names (default: none)")
-    tune.add_argument("--tune-folds", type=int, default=3, metavar="INT",
+    tune.add_argument("--tune-folds", type=int, default=None, metavar="INT",
                       help="tudataset: outer folds whose inner validation splits score a trial "
                            "(default: 3)")
-    tune.add_argument("--tune-seeds", type=int, default=1, metavar="INT",
+    tune.add_argument("--tune-seeds", type=int, default=None, metavar="INT",
                       help="gnnbenchmark: model seeds 0..N-1 whose mean validation metric "
                            "scores a trial (a small validation split makes one seed noisy; "
                            "default: 1)")
@@ -105,17 +105,24 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                          "its task's own validation metric")
     if args.tune_bonds and args.task != "tudataset":
         raise ValueError(f"--tune-bonds applies to `tune tudataset`, not `tune {args.task}`")
+    # Their defaults are None so that a flag given to another task is refused, not ignored.
+    for flag, value, owner in (("--tune-folds", args.tune_folds, "tudataset"),
+                               ("--tune-seeds", args.tune_seeds, "gnnbenchmark")):
+        if value is not None and args.task != owner:
+            raise ValueError(f"{flag} applies to `tune {owner}`, not `tune {args.task}`")
     # The task's own results folder is not where a study's presets belong.
     default_out = task_config(args.task)().run.out
     out = Path(config.run.out if config.run.out and config.run.out != default_out
                else f"runs/tune/{args.task}")
     if args.task == "tudataset":
         models = config.protocol.model_names  # --models: the models to tune, same budget each
+        folds = 3 if args.tune_folds is None else args.tune_folds
         return tune_tudataset(config, list(models), budget, args.storage, out,
-                              args.study_prefix, args.tune_folds, bonds=args.tune_bonds)
+                              args.study_prefix, folds, bonds=args.tune_bonds)
     if args.task == "gnnbenchmark":
+        seeds = 1 if args.tune_seeds is None else args.tune_seeds
         return tune_gnnbenchmark(config, config.protocol.model_names, budget, args.storage, out,
-                                 args.study_prefix, tune_seeds=args.tune_seeds)
+                                 args.study_prefix, tune_seeds=seeds)
     models = config.protocol.model_names()
     return tune_anomaly(config, models, budget, args.storage, args.metric or "auroc", out,
                         args.study_prefix)
