@@ -57,12 +57,15 @@ def probe_row(label: str, folder: Path, run: dict[str, Any], model: str) -> dict
     per_seed = run["per_seed"]
     if any(model not in seed for seed in per_seed):
         raise SystemExit(f"{folder}: model {model!r} did not run there")
-    scores = [float(seed[model]["best_score"]) for seed in per_seed]
+    # The trees keep no checkpoint: their one fit's validation AUROC is what they are read on.
+    trees = all("best_score" not in seed[model] for seed in per_seed)
+    key = "val_auroc" if trees else "best_score"
+    scores = [float(seed[model][key]) for seed in per_seed]
     return {
         "variant": label,
         "results": str(folder),
         "git_commit": run["meta"].get("git_commit"),
-        "select_metric": run["meta"]["config"]["train"]["select_metric"],
+        "select_metric": "auroc" if trees else run["meta"]["config"]["train"]["select_metric"],
         "seeds": [seed["seed"] for seed in per_seed],
         "best_epochs": [seed[model].get("best_epoch") for seed in per_seed],
         "validation": scores,

@@ -580,6 +580,18 @@ def test_anomaly_validation_probe_keeps_validation_only(tmp_path):
     with pytest.raises(SystemExit, match="not comparable"):
         module.main(["--run", f"a={tmp_path / 'a'}", "--run", f"c={tmp_path / 'c'}",
                      "--what", "w", "--machine", "m", "--out", str(out)])
+    # the trees keep no checkpoint: their fit's validation AUROC is read, never the test's
+    for name, val in (("gbt_a", 0.84), ("gbt_b", 0.85)):
+        _anomaly_results(tmp_path / name, [val], [0.567891])
+        stored = json.loads((tmp_path / name / "results.json").read_text())
+        stored["per_seed"][0]["gbt"] = {"auroc": 0.567891, "val_auroc": val}
+        del stored["per_seed"][0]["et"]
+        stored["meta"]["config"]["train"]["select_metric"] = "f1_macro"  # the neural models'
+        (tmp_path / name / "results.json").write_text(json.dumps(stored))
+    payload = module.main(["--run", f"w={tmp_path / 'gbt_a'}", "--run", f"n={tmp_path / 'gbt_b'}",
+                           "--model", "gbt", "--what", "w", "--machine", "m", "--out", str(out)])
+    assert [row["validation"] for row in payload["runs"]] == [[0.84], [0.85]]
+    assert "567891" not in out.read_text() and payload["runs"][0]["select_metric"] == "auroc"
 
 
 def _tu_probe_results(folder: Path, val: list[float], test: list[float], seed: int = 0,
