@@ -161,6 +161,37 @@ def test_written_preset_reproduces_the_best_trial(tmp_path, model):
     assert value == pytest.approx(result["models"][model]["best_value"], abs=1e-12)
 
 
+def test_class_balance_tuning_adds_one_switch_to_every_space_and_its_preset(tmp_path):
+    """``--tune-class-balance``: every model's space gains its weighting (weight or none), the
+    studies get their own names, and the written preset carries the trial's choice."""
+    optuna = pytest.importorskip("optuna")
+    from et_graph.detectors import SEARCH_SPACES
+    from et_graph.tuning.anomaly import CLASS_BALANCE_SWITCHES, search_space
+
+    assert set(CLASS_BALANCE_SWITCHES) == set(SEARCH_SPACES)
+    for model, (section, name) in CLASS_BALANCE_SWITCHES.items():
+        study = optuna.create_study()
+        plain = study.ask()
+        assert name not in SEARCH_SPACES[model](plain).get(section, {})
+        switched = study.ask()
+        assert search_space(model, class_balance=True)(switched)[section][name] in (
+            "weight", "none")
+        assert switched.params[name] in ("weight", "none")
+    data = planted_anomaly_graph(200, seed=4)
+    result = tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=3),
+                          f"sqlite:///{tmp_path}/cb.db", out=tmp_path, data=data,
+                          class_balance=True)
+    assert result["models"]["gbt"]["study"].endswith("-gbt-class-balance")
+    preset = load_file(result["presets"]["gbt"])
+    best = result["models"]["gbt"]["best_params"]["class_balance"]
+    assert preset["gbt"]["class_balance"] == best
+    reloaded = merge(AnomalyConfig(), preset)
+    value = AnomalyObjective(reloaded, "gbt", data=data)()
+    assert value == pytest.approx(result["models"]["gbt"]["best_value"], abs=1e-12)
+    with pytest.raises(ValueError, match="--tune-class-balance applies to `tune anomaly`"):
+        cli_main(["tune", "tudataset", "--tune-class-balance", "--trials", "1"])
+
+
 def test_tune_cli_end_to_end(tmp_path):
     graph = tmp_path / "g.pt"
     import torch

@@ -21,9 +21,29 @@ from ..protocols.anomaly_config import (
     load_data,
     with_detector_config,
 )
-from .study import pruning_callback, space_overrides
+from .study import pruning_callback, space_overrides, with_switch
 
 TUNE_METRICS = ("auroc", "auprc", "f1_macro")
+
+#: Where each detector's class weighting lives (``--tune-class-balance`` adds it to every
+#: model's space, the same two choices each): the neural models' training loss, weighted or
+#: not, and the trees' sample weights.
+CLASS_BALANCE_SWITCHES: dict[str, tuple[str, str]] = {
+    "et": ("train", "class_balance"), "mlp": ("train", "class_balance"),
+    "gcn": ("train", "class_balance"), "gat": ("train", "class_balance"),
+    "gbt": ("model", "class_balance"),
+}
+CLASS_BALANCE_CHOICES = ("weight", "none")
+
+
+def search_space(model: str, class_balance: bool = False) -> Any:
+    """``model``'s search space, with ``class_balance`` plus its weighting switch
+    (:data:`CLASS_BALANCE_SWITCHES`)."""
+    space = SEARCH_SPACES[model]
+    if not class_balance:
+        return space
+    section, name = CLASS_BALANCE_SWITCHES[model]
+    return with_switch(space, section, name, CLASS_BALANCE_CHOICES)
 
 
 def validation_metric(y_val: np.ndarray, score_val: np.ndarray, metric: str) -> float:
@@ -41,16 +61,18 @@ class AnomalyObjective:
 
     The split is the config's first split (split seed, train ratio); the model seed is 0. With
     ``trial=None`` the objective evaluates the config as it is (used to check that a written
-    preset reproduces its trial).
+    preset reproduces its trial). ``class_balance=True`` adds the model's class weighting to
+    its space (:func:`search_space`).
     """
 
     def __init__(self, config: AnomalyConfig, model: str, metric: str = "auroc",
-                 data: Data | None = None) -> None:
+                 data: Data | None = None, class_balance: bool = False) -> None:
         if model not in DETECTORS:
             raise ValueError(f"unknown model {model!r}; choose from {list(DETECTORS)}")
         if metric not in TUNE_METRICS:
             raise ValueError(f"metric must be one of {TUNE_METRICS}, got {metric!r}")
         self.config, self.model, self.metric = config, model, metric
+        self.space = search_space(model, class_balance)
         self.data = load_data(config.data, data)
         p = config.protocol
         split = make_splits(self.data, p.protocol, 1, p.train_ratio, p.split_seed)[0]
@@ -72,7 +94,7 @@ class AnomalyObjective:
     def trial_config(self, trial: Any) -> AnomalyConfig:
         """The run config with the trial's suggestions applied to this model's settings."""
         base = detector_config(self.config, self.model)
-        det_config = (merge(base, space_overrides(SEARCH_SPACES[self.model], trial))
+        det_config = (merge(base, space_overrides(self.space, trial))
                       if trial is not None else base)
         config = with_detector_config(self.config, self.model, det_config)
         return replace(config, protocol=replace(config.protocol, models=self.model))

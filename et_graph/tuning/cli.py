@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..config import add_config_arguments, merge, resolve, to_dict
-from .anomaly import TUNE_METRICS, AnomalyObjective
+from .anomaly import CLASS_BALANCE_CHOICES, TUNE_METRICS, AnomalyObjective
 from .study import TuneBudget, run_study, save_best_preset, study_summary, write_report
 
 TASKS = ("anomaly", "tudataset", "gnnbenchmark")
@@ -82,6 +82,11 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                       help="gnnbenchmark: model seeds 0..N-1 whose mean validation metric "
                            "scores a trial (a small validation split makes one seed noisy; "
                            "default: 1)")
+    tune.add_argument("--tune-class-balance", action="store_true",
+                      help="anomaly: add to every model's space its class weighting (the "
+                           "neural models' train.class_balance, the trees' "
+                           f"gbt.class_balance), {' or '.join(CLASS_BALANCE_CHOICES)}, the "
+                           "same one extra choice each; its studies are named ...-class-balance")
     tune.add_argument("--tune-bonds", action="store_true",
                       help="tudataset: add to every model's space its one switch for reading "
                            f"edge features ({bond_switches_text()}), the same one extra "
@@ -105,6 +110,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                          "its task's own validation metric")
     if args.tune_bonds and args.task != "tudataset":
         raise ValueError(f"--tune-bonds applies to `tune tudataset`, not `tune {args.task}`")
+    if args.tune_class_balance and args.task != "anomaly":
+        raise ValueError("--tune-class-balance applies to `tune anomaly`, not "
+                         f"`tune {args.task}`")
     # Their defaults are None so that a flag given to another task is refused, not ignored.
     for flag, value, owner in (("--tune-folds", args.tune_folds, "tudataset"),
                                ("--tune-seeds", args.tune_seeds, "gnnbenchmark")):
@@ -125,18 +133,24 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                                  args.study_prefix, tune_seeds=seeds)
     models = config.protocol.model_names()
     return tune_anomaly(config, models, budget, args.storage, args.metric or "auroc", out,
-                        args.study_prefix)
+                        args.study_prefix, class_balance=args.tune_class_balance)
 
 
 def tune_anomaly(config: Any, models: list[str], budget: TuneBudget, storage: str,
                  metric: str = "auroc", out: Path = Path("runs/tune"), prefix: str = "",
-                 data: Any = None) -> dict[str, Any]:
-    """Tune every model in ``models`` with the same budget; write presets and the report."""
+                 data: Any = None, class_balance: bool = False) -> dict[str, Any]:
+    """Tune every model in ``models`` with the same budget; write presets and the report.
+    ``class_balance`` adds each model's class weighting to its space
+    (:func:`~et_graph.tuning.anomaly.search_space`); its studies are named
+    ``...-class-balance``, apart from the studies without it."""
     return _tune_models(
-        "anomaly", models, lambda model: AnomalyObjective(config, model, metric, data=data),
+        "anomaly", models,
+        lambda model: AnomalyObjective(config, model, metric, data=data,
+                                       class_balance=class_balance),
         lambda objective: str(getattr(objective.data, "name", None) or config.data.dataset),
         budget, storage, out, prefix, config, metric, f"validation {metric}",
-        in_memory=_in_memory_name(data))
+        in_memory=_in_memory_name(data),
+        study_suffix="-class-balance" if class_balance else "")
 
 
 def _fixed_settings(config: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -87,6 +88,21 @@ def space_overrides(space: Callable[[Any], dict[str, Any]], trial: Any) -> dict[
     if isinstance(trial, FrozenTrial):
         return _without_unrecorded(space(_RecordedTrial(dict(trial.params))))
     return space(trial)
+
+
+def with_switch(space: Callable[[Any], dict[str, dict[str, Any]]], section: str, name: str,
+                choices: Sequence[Any]) -> Callable[[Any], dict[str, dict[str, Any]]]:
+    """``space`` plus one categorical: the trial parameter ``name``, drawn from ``choices``, set
+    at ``section.name`` of the overrides (a switch every model of a study gets, one each, so
+    that the budgets stay equal)."""
+    options = list(choices)
+
+    def switched(trial: Any) -> dict[str, dict[str, Any]]:
+        overrides = space(trial)
+        overrides.setdefault(section, {})[name] = trial.suggest_categorical(name, options)
+        return overrides
+
+    return switched
 
 
 def pruning_callback(trial: Any, metric: str) -> Callable[[int, Any], None]:

@@ -26,7 +26,7 @@ from ..protocols.graph_cv import (
 )
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..training import seed_everything
-from .study import space_overrides
+from .study import space_overrides, with_switch
 
 
 def et_graph_space(trial: Any) -> dict[str, dict[str, Any]]:
@@ -87,14 +87,7 @@ BOND_SWITCHES: dict[str, tuple[str, str]] = {
 def with_bond_switch(model: str) -> Callable[[Any], dict[str, dict[str, Any]]]:
     """``model``'s search space plus its :data:`BOND_SWITCHES` entry (off or on)."""
     section, name = BOND_SWITCHES[model]
-    space = TU_SEARCH_SPACES[model]
-
-    def bond_space(trial: Any) -> dict[str, dict[str, Any]]:
-        overrides = space(trial)
-        overrides.setdefault(section, {})[name] = trial.suggest_categorical(name, [False, True])
-        return overrides
-
-    return bond_space
+    return with_switch(TU_SEARCH_SPACES[model], section, name, [False, True])
 
 
 def check_bond_tuning(config: TUDatasetConfig, model: str, info: dict[str, Any]) -> None:
