@@ -34,7 +34,7 @@ TU_ROWS = [
     ("DD (vs MLP, presets)", "tu_presets.json", "DD", None, "structure_agnostic"),
 ]
 ANOMALY_ROWS = [
-    ("Tolokers (vs GBT)", "tolokers.json", "gbt"),
+    ("Tolokers (vs GBT)", "tolokers_v5.json", "gbt"),
     ("reddit (vs GAT)", "reddit.json", "gat"),
     ("inj_amazon (vs GBT)", "inj_amazon.json", "gbt"),
     ("inj_amazon (vs MLP)", "inj_amazon.json", "mlp"),
