@@ -631,6 +631,12 @@ def test_train_one_selects_on_val_and_resumes_from_its_checkpoint(tmp_path):
     again = train_one("gin", data, 0, train, baselines=small, progress=False,
                       checkpoint=CheckpointConfig(str(tmp_path), resume=True))
     assert again["test"] == pytest.approx(first["test"]) and again["epoch"] == first["epoch"]
+    # other graphs under the same settings (another file at the same path): refused
+    data.splits["train"] = [g.clone() for g in data.splits["train"]]
+    data.splits["train"][0].y = data.splits["train"][0].y + 1.0
+    with pytest.raises(ValueError, match="another configuration"):
+        train_one("gin", data, 0, train, baselines=small, progress=False,
+                  checkpoint=CheckpointConfig(str(tmp_path), resume=True))
 
 
 def test_build_model_takes_typed_configs():

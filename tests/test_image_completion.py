@@ -307,6 +307,23 @@ def test_baselines_on_a_hand_made_image() -> None:
     assert masked_mse(mean, patchify(image, 2), mask) == pytest.approx(0.25)
 
 
+def test_resume_refuses_a_checkpoint_trained_on_other_images(digits, tmp_path) -> None:
+    """Other images under the same settings (another folder's files at the same path) are
+    refused, not resumed; the same images resume."""
+    from et_graph.training import CheckpointConfig
+
+    def fit(images, resume):
+        torch.manual_seed(0)
+        return train_image_completion(small_model(), images, ImageTrainConfig(epochs=1),
+                                      progress=False,
+                                      checkpoint=CheckpointConfig(str(tmp_path), resume=resume))
+
+    first = fit(digits[:16], resume=False)
+    assert fit(digits[:16], resume=True).best_epoch == first.best_epoch
+    with pytest.raises(ValueError, match="another configuration"):
+        fit(1.0 - digits[:16], resume=True)
+
+
 def test_short_training_beats_the_mean_patch_baseline(digits) -> None:
     """Seconds of training must beat the training-set mean patch at each grid position on
     held-out digits (the stronger of the two mean-patch baselines). 4x4 patches (4 tokens) and

@@ -22,6 +22,7 @@ from et_graph.protocols.graph_cv import (
     GraphTrainConfig,
     check_graph_labels,
     cross_validate,
+    fit_graph_classifier,
     graph_labels,
     inner_split,
     model_outputs,
@@ -799,6 +800,30 @@ def test_resume_refuses_a_checkpoint_of_other_model_settings(tmp_path):
     for change in (["--alpha", "5.0"], ["--hidden", "32"]):
         with pytest.raises(ValueError, match="another configuration"):
             tudataset.run(parse(tudataset.CONFIG, [*base, "--resume", *change]))
+
+
+
+def test_resume_refuses_a_checkpoint_trained_on_other_graphs(tmp_path):
+    """The fingerprint named the settings and the training set's size, not its contents: a copy
+    of MUTAG with its labels flipped resumed the original's finished checkpoints silently and
+    scored 1 minus their accuracy (an audit). Now the graphs' digest is in the fingerprint."""
+    from et_graph.training import CheckpointConfig
+
+    graphs = [Data(x=torch.randn(4, 3), edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]),
+                   y=torch.tensor([c % 2])) for c in range(12)]
+    flipped = [Data(x=g.x, edge_index=g.edge_index, y=1 - g.y) for g in graphs]
+    config = GraphTrainConfig(epochs=2, batch_size=4)
+
+    def fit(data, resume):
+        torch.manual_seed(0)
+        model = GINClassifier(3, 2, hidden_channels=8, num_layers=1)
+        return fit_graph_classifier(model, data[:8], data[8:], config, progress=False,
+                                    checkpoint=CheckpointConfig(str(tmp_path), resume=resume))
+
+    first = fit(graphs, resume=False)
+    assert fit(graphs, resume=True).best_epoch == first.best_epoch  # the same graphs resume
+    with pytest.raises(ValueError, match="another configuration"):
+        fit(flipped, resume=True)
 
 
 def test_a_model_with_fewer_outputs_than_classes_is_named_before_training():

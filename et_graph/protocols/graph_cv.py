@@ -38,6 +38,7 @@ from ..training import (
     Validation,
     seed_everything,
 )
+from ..training.checkpoint import fingerprint_with_data, graph_tensors
 
 ModelFactory = Callable[[], nn.Module]
 #: ``checkpoint(fold, model_name)``: where one training of the CV checkpoints (or ``None``).
@@ -474,9 +475,11 @@ def fit_graph_classifier(
     trainer = Trainer(config, checkpoint=checkpoint, description=desc, progress=progress,
                       generators=[task.generator],
                       # The model's repr names its sizes and ET's step settings (alpha, steps,
-                      # heads, ...): a checkpoint of another model is refused, not resumed.
-                      fingerprint=json.dumps([asdict(config), seed, len(train_data),
-                                              repr(model)]))
+                      # heads, ...), and the graphs' digest their contents: a checkpoint of
+                      # another model or of other graphs is refused, not resumed.
+                      fingerprint=fingerprint_with_data(
+                          json.dumps([asdict(config), seed, len(train_data), repr(model)]),
+                          checkpoint, *graph_tensors(train_data), *graph_tensors(val_data)))
     return trainer.fit(model.to(device), task)
 
 

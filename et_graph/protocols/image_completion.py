@@ -21,6 +21,7 @@ from torch import Tensor
 from ..datasets.images import split_images
 from ..nn.models.image_completion import ETImageCompletion, check_images, patchify
 from ..training import CheckpointConfig, FitResult, TrainConfig, Trainer, Validation
+from ..training.checkpoint import fingerprint_with_data
 
 ENERGY_TOLERANCE = 1e-4
 #: Seed offset of the validation split of the training images and of its fixed mask.
@@ -125,7 +126,9 @@ def train_image_completion(
     fit_images, val_images = validation_split(train_images, val_fraction, seed)
     task = ImageCompletionTask(model, fit_images, val_images, config.batch_size, seed)
     trainer = Trainer(config, checkpoint=checkpoint, description="train ET", progress=progress,
-                      generators=[task.generator], fingerprint=fingerprint)
+                      generators=[task.generator],
+                      # other images under the same folder are refused, not resumed
+                      fingerprint=fingerprint_with_data(fingerprint, checkpoint, train_images))
     return trainer.fit(model, task)
 
 

@@ -92,6 +92,14 @@ def fingerprint_with_data(fingerprint: str, checkpoint: Any, *tensors: Any) -> s
     return f"{fingerprint}, data={data_digest(*tensors)}"
 
 
+def graph_tensors(graphs: Any) -> list[Any]:
+    """Every tensor of every graph in ``graphs`` (a sequence of PyG ``Data``), each graph's in
+    sorted key order: what :func:`data_digest` reads of a graph dataset (features, edges,
+    labels, encodings added to it)."""
+    return [graph[key] for graph in graphs for key in sorted(graph.keys())
+            if isinstance(graph[key], torch.Tensor)]
+
+
 def data_digest(*tensors: Any) -> str:
     """A short SHA-256 of the tensors' dtypes, shapes and bytes (``None`` allowed): resume
     fingerprints include it, so that a checkpoint trained on other data (another split, other
