@@ -98,13 +98,29 @@ def test_the_seed_test_is_scipys_welch_test():
     assert lof.high - lof.mean == pytest.approx(width)
 
 
-def test_scores_without_spread_give_an_exact_difference():
+def test_scores_without_spread_fall_back_to_exact_tests():
+    """No spread at all leaves the t procedure no noise to size. Equal scores are no
+    difference (p 1); differing scores without spread get an exact test of the pattern: the
+    sign test over paired folds (every fold one way: p = 2 / 2^n), the rank test over seeds
+    (complete separation: p = 2 / C(n1 + n2, n1)). Two seeds of equal scores once read "ahead,
+    p < 0.001" (a quick GNNBenchmark run, an audit); the rank test gives 0.33."""
     same = fold_difference([0.5, 0.6], [0.5, 0.6], test_train_ratio=0.1)
     assert (same.mean, same.low, same.high, same.p_value) == (0.0, 0.0, 0.0, 1.0)
     assert not same.significant and same.wins == (0, 2, 0)
-    shifted = seed_difference([0.7, 0.7], [0.6, 0.6])
-    assert shifted.low == shifted.high == pytest.approx(0.1) and shifted.p_value == 0.0
-    assert shifted.significant
+    two_seeds = seed_difference([0.7, 0.7], [0.6, 0.6])
+    assert two_seeds.low == two_seeds.high == pytest.approx(0.1)
+    assert two_seeds.p_value == pytest.approx(1 / 3) and not two_seeds.significant
+    assert two_seeds.verdict() == "no significant difference"
+    five_seeds = seed_difference([0.7] * 5, [0.6] * 5)
+    assert five_seeds.p_value == pytest.approx(2 / 252) and five_seeds.significant
+    assert five_seeds.p_value == pytest.approx(
+        stats.mannwhitneyu([0.7] * 5, [0.6] * 5, method="exact").pvalue)
+    two_folds = fold_difference([0.6, 0.7], [0.5, 0.6], test_train_ratio=1 / 9)
+    assert two_folds.p_value == pytest.approx(0.5) and not two_folds.significant
+    ten_folds = fold_difference([0.6] * 10, [0.5] * 10, test_train_ratio=1 / 9)
+    assert ten_folds.p_value == pytest.approx(2 / 1024) and ten_folds.significant
+    assert ten_folds.p_value == pytest.approx(
+        stats.binomtest(10, 10, 0.5).pvalue)
 
 
 @pytest.mark.parametrize("call, message", [

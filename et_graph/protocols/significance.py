@@ -78,7 +78,11 @@ class Difference:
 
     @property
     def significant(self) -> bool:
-        """The interval excludes 0 (equivalently, ``p < 1 - confidence``)."""
+        """The interval excludes 0 (equivalently, ``p < 1 - confidence``). Where the scores
+        showed no spread the interval is one point, and the exact test's p decides
+        (:func:`_interval`)."""
+        if self.low == self.high:
+            return self.p_value < 1 - self.confidence
         return self.low > 0 or self.high < 0
 
     def verdict(self) -> str:
@@ -138,12 +142,15 @@ def _variance(values: Sequence[float]) -> float:
     return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
 
 
-def _interval(mean: float, standard_error: float, dof: float,
-              confidence: float) -> tuple[float, float, float]:
-    """``(low, high, p)`` of a t statistic; a zero standard error (every score the same, or
-    every difference) is an exact difference: an interval of one point."""
+def _interval(mean: float, standard_error: float, dof: float, confidence: float,
+              exact_p: float = 1.0) -> tuple[float, float, float]:
+    """``(low, high, p)`` of a t statistic. A zero standard error (every difference the same,
+    or each model's scores constant) leaves the t procedure no noise to size: the interval is
+    the one observed point, and p is ``exact_p``, the caller's exact test of that pattern (a
+    sign test over paired folds, a rank test over seeds), or 1 where the difference is 0. It
+    once said "ahead, p < 0.001" from two seeds of equal scores; the rank test says p 0.33."""
     if standard_error == 0.0:
-        return mean, mean, 1.0 if mean == 0.0 else 0.0
+        return mean, mean, 1.0 if mean == 0.0 else exact_p
     half = stats.t.ppf(0.5 + confidence / 2, dof) * standard_error
     p_value = 2.0 * stats.t.sf(abs(mean) / standard_error, dof)
     return float(mean - half), float(mean + half), float(p_value)
@@ -170,7 +177,9 @@ def fold_difference(first: Sequence[float], second: Sequence[float], *,
     n = len(differences)
     mean = sum(differences) / n
     standard_error = math.sqrt((1.0 / n + test_train_ratio) * _variance(differences))
-    low, high, p_value = _interval(mean, standard_error, n - 1, confidence)
+    # without spread every fold favours one model: the exact two-sided sign test
+    low, high, p_value = _interval(mean, standard_error, n - 1, confidence,
+                                   exact_p=min(1.0, 2.0 * 0.5 ** n))
     wins = (sum(d > 0 for d in differences), sum(d == 0 for d in differences),
             sum(d < 0 for d in differences))
     return Difference(names[0], names[1], metric, "folds", n, mean, low, high, p_value,
@@ -262,7 +271,11 @@ def _welch_interval(mean: float, known_variance: float, per_seed: Sequence[Seque
     total = known_variance + sum(shares)
     spread = sum(share ** 2 / (len(v) - 1) for share, v in zip(shares, per_seed) if share)
     dof = total ** 2 / spread if spread else math.inf
-    return _interval(mean, math.sqrt(total), dof, confidence)
+    # without spread every seed of one model beats every seed of the other: the exact
+    # two-sided rank (Mann-Whitney) test of that complete separation
+    sizes = [len(v) for v in per_seed]
+    exact_p = min(1.0, 2.0 / math.comb(sum(sizes), sizes[0]))
+    return _interval(mean, math.sqrt(total), dof, confidence, exact_p=exact_p)
 
 
 def bootstrap_node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
