@@ -97,10 +97,18 @@ def run_example(call: Callable[[], object], script: str) -> None:
 
 def console_main(argv: Optional[Sequence[str]] = None) -> int:
     """The installed ``et-graph`` command: :func:`main` under :func:`exit_on_bad_input`. Library
-    callers of :func:`main` get the exception itself."""
+    callers of :func:`main` get the exception itself. Ctrl-C ends it with one line and exit
+    status 130 (the shell's for SIGINT), not a traceback; with ``--checkpoint-dir`` the run
+    resumes from its last checkpoint under ``--resume``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"et-graph {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "et-graph"
-    return exit_on_bad_input(lambda: main(argv), prog)
+    try:
+        return exit_on_bad_input(lambda: main(argv), prog)
+    except KeyboardInterrupt:
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

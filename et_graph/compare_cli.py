@@ -161,6 +161,15 @@ def signature(results: dict[str, Any]) -> tuple[Any, ...]:
             bool(results.get("lower_is_better", False)))
 
 
+def scored_part(results: dict[str, Any]) -> str:
+    """The part a run scored: its test nodes or folds, or in a validation-only run the
+    validation nodes (anomaly) or the folds' inner validation parts (tudataset)."""
+    if is_cross_validation(results):
+        return ("inner validation" if _cv_protocol(results).get("validation_only")
+                else "test")
+    return str(results.get("scored", "test"))
+
+
 def default_metrics(results: dict[str, Any], models: dict[str, Any]) -> list[str]:
     """The run's headline metrics: GNNBenchmark's own, a CV's accuracy (and its ensemble's),
     else AUROC and AUPRC."""
@@ -246,7 +255,8 @@ def compare(files: list[str], reference: Optional[str] = None,
     counts = sorted({d.n for d in rows})
     payload: dict[str, Any] = {
         "files": files, "differences": [d.as_dict() for d in rows],
-        "design": describe_design(design, min(counts) if counts else 0, ratio, confidence)
+        "design": describe_design(design, min(counts) if counts else 0, ratio, confidence,
+                                  scored=scored_part(results))
         + (f" (pairs per row: {counts})" if len(counts) > 1 else "")}
     stored = read_scores(picks) if "auroc" in metrics and design == "seeds" else None
     if stored is not None:

@@ -78,6 +78,9 @@ def test_the_outputs_say_so_and_the_energy_row_is_skipped(tmp_path):
     assert json.loads((tmp_path / "probe" / "results.json").read_text())["scored"] == \
         "validation"
     assert (tmp_path / "probe" / "roc_pr.png").exists()
+    # the difference table's design line names the part scored (it said "the same test set")
+    assert "the same validation set" in probe["differences_design"]
+    assert "test set" not in probe["differences_design"]
 
 
 def test_seed_ensembles_are_refused():

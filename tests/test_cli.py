@@ -47,6 +47,22 @@ def test_a_path_of_the_wrong_kind_is_one_line(capsys, monkeypatch, tmp_path):
         assert message in err and "Traceback" not in err, err
 
 
+def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch):
+    """An interrupted command printed a full KeyboardInterrupt traceback (an audit)."""
+    import et_graph.cli as cli
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    monkeypatch.setattr(cli, "main", interrupted)
+    assert console_main(["anomaly", "--quick"]) == 130
+    assert capsys.readouterr().err.strip() == "et-graph anomaly: interrupted"
+    monkeypatch.setenv(TRACEBACK_ENV, "1")
+    with pytest.raises(KeyboardInterrupt):
+        console_main(["anomaly", "--quick"])
+
+
 @pytest.mark.parametrize("device, message", [
     ("gpu", "device must be auto, cpu, cuda"),
     ("cuda:99", "cuda:99"),

@@ -653,6 +653,13 @@ def test_validation_only_cli_writes_no_test_figure(tmp_path):
     assert len(results["models"]["gin"]["val_accuracy"]["values"]) == 2
     assert "val_accuracy" in (out / "MUTAG" / "results.md").read_text()
     assert not (out / "MUTAG" / "accuracy.png").exists()
+    # ET beside GIN: the difference line names the inner validation parts, not test folds
+    both = tmp_path / "both"
+    tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
+                    "--models", "et,gin", "--validation-only", "--out", str(both),
+                    "--no-progress"])
+    design = json.loads((both / "MUTAG" / "results.json").read_text())["differences_design"]
+    assert "shared folds' inner validation parts" in design and "test fold" not in design
     # and the probe script reads it
     payload = benchmark_module("tu_validation_probe").main(
         ["--run", f"gin={out}", "--model", "gin", "--what", "w",

@@ -146,7 +146,9 @@ class UnsupervisedScoreConfig:
         score_rounds: scoring rounds; each masks every node exactly once (ceil(1 / mask_ratio)
             passes), and the scores are averaged over the rounds.
         contamination: expected share of anomalies; predict flags the top share of the fitted
-            graph's scores (PyGOD's convention).
+            graph's scores (PyGOD's convention). ``et-graph unsupervised`` reports ranking
+            metrics only (AUROC, AUPRC, Rec@K), which it does not change: it sets what
+            ``UnsupervisedETDetector.predict`` flags, and a preset keeps it for that.
     """
 
     anomaly_score: str = "reconstruction"

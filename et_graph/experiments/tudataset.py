@@ -131,7 +131,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     differences = (compare_to(results["models"], "et", [metric, *ensemble], "folds",
                               test_train_ratio=ratio) if "et" in results["models"] else [])
     results.update(results_entries(
-        differences, describe_design("folds", len(cv["folds"]), ratio)))
+        differences, describe_design("folds", len(cv["folds"]), ratio, scored=(
+            "inner validation" if protocol.validation_only else "test"))))
     if out_dir is None:  # nothing written, the tables still printed
         tqdm.write(f"# {data.dataset}: graph classification\n\n"
                    + markdown_table(results["models"], [metric, *ensemble])

@@ -26,9 +26,11 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
     y = data.y.cpu().numpy()
     nodes = split.scored(scored).numpy()
     # Single-seed rows are seed 0's; a NAME_ensemble row is the mean score over the seeds.
+    plotted = plotted_models(curves["prob"])
+    ensembles = any(name.endswith("_ensemble") for name in plotted)
     plot_roc_pr(out / "roc_pr.png", y[nodes],
-                {name: curves["prob"][name][nodes] for name in plotted_models(curves["prob"])},
-                f"{scored}; seed 0, ensembles over the seeds")
+                {name: curves["prob"][name][nodes] for name in plotted},
+                f"{scored}; seed 0" + (", ensembles over the seeds" if ensembles else ""))
 
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     first = next(iter(curves["history"]), None)

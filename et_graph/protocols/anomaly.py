@@ -424,7 +424,8 @@ def et_differences(models: dict[str, Any], splits: list[Split], scored_part: str
     differences = compare_to(models, "et", DIFFERENCE_METRICS, design, test_train_ratio=ratio,
                              others=baselines)
     note = describe_design(design, len(splits), ratio,
-                           paired_over=f"seeds' own splits ({scored_part} nodes)")
+                           paired_over=f"seeds' own splits ({scored_part} nodes)",
+                           scored=scored_part)
     return differences, note
 
 

@@ -448,9 +448,14 @@ def difference_table(differences: Sequence[Difference], digits: int = 4) -> str:
 
 
 def describe_design(design: str, n: int, test_train_ratio: Optional[float] = None,
-                    confidence: float = 0.95, paired_over: str = "shared test folds",
-                    bootstrap_rounds: int = 0) -> str:
-    """One line for a report: which test the difference table used, and what it covers."""
+                    confidence: float = 0.95, paired_over: Optional[str] = None,
+                    bootstrap_rounds: int = 0, scored: str = "test") -> str:
+    """One line for a report: which test the difference table used, and what it covers.
+    ``scored`` names the part the scores come from (``"validation"`` in a validation-only
+    run, whose lines once said "test")."""
+    if paired_over is None:
+        paired_over = ("shared test folds" if scored == "test"
+                       else f"shared folds' {scored} parts")
     if design == "nodes":
         return (f"AUROC differences paired over the scored nodes (DeLong) and {n} seed(s): "
                 f"{confidence:.0%} interval and two-sided p, with DeLong's variance of the "
@@ -465,7 +470,7 @@ def describe_design(design: str, n: int, test_train_ratio: Optional[float] = Non
                       if test_train_ratio else "the paired t-test")
         return (f"differences: paired over {n} {paired_over}, {confidence:.0%} interval "
                 f"and two-sided p from {correction}")
-    return (f"differences: Welch's t-test over {n} seeds scoring the same test set, "
+    return (f"differences: Welch's t-test over {n} seeds scoring the same {scored} set, "
             f"{confidence:.0%} interval and two-sided p; they cover the training randomness "
             "only, not another split or graph")
 
