@@ -9,8 +9,8 @@ on) beside the test AUROC (read off once, never used to choose). Run:
 
 Variants: the default ET; + neighbourhood statistics (mean, sq_mean, max, min as inputs);
 + ego/neighbour readout; + label trick; + all three; T = 2 steps; cosine LR with patience;
-+ 2 stacked blocks; + class-balanced sampling; + 1 or 2 message-passing layers (mean
-aggregation before the descent). Each adds its flags to today's defaults.
++ 2 stacked blocks; + class-balanced sampling; + an unweighted loss; + 1 or 2 message-passing
+layers (mean aggregation before the descent). Each adds its flags to today's defaults.
 GBT on the same inputs is run beside them for reference.
 """
 from __future__ import annotations
@@ -36,6 +36,7 @@ VARIANTS = {
     "cosine LR + patience 20": ["--lr-schedule", "cosine", "--patience", "20"],
     "+ 2 stacked blocks": ["--blocks", "2"],
     "+ class-balanced sampling": ["--class-balance", "sample"],
+    "+ unweighted loss": ["--class-balance", "none"],
     "+ 1 message-passing layer": ["--message-passing-layers", "1"],
     "+ 2 message-passing layers": ["--message-passing-layers", "2"],
 }
