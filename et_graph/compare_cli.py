@@ -237,8 +237,10 @@ def compare(files: list[str], reference: Optional[str] = None,
         raise ValueError(f"no model {reference!r} among {list(models)}: name the row to compare "
                          "with --reference")
     design, ratio = design_of(results)
+    # a metric asked for must exist; the defaults are the run's headline ones, which a
+    # joined file may lack (a CV of one training per fold has no ensemble column)
+    unknown = sorted(set(metrics or ()) - set(known_metrics(models)))
     metrics = metrics or default_metrics(results, models)
-    unknown = sorted(set(metrics) - set(known_metrics(models)))
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}: these files' models all report "
                          f"{known_metrics(models)}")
