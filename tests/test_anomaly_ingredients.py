@@ -319,6 +319,39 @@ def test_the_fitted_graph_is_recognised_after_coalescing_or_self_loops(graph):
         assert not det.network_input(rewired)[:, -3:].any()
 
 
+@pytest.mark.parametrize("detector", ["et", "gbt"])
+def test_the_fitted_graph_grown_by_new_nodes_keeps_its_training_labels(graph, detector):
+    """From an audit: one new node appended to the fitted graph made it 'another graph', whose
+    label-trick columns were zeroed without a warning (ET's test AUROC fell from 1.0 to 0.70,
+    GBT's to 0.5). The fitted nodes keep their ids, so their known labels still apply; the
+    new nodes have none; a graph that drops a fitted edge is another graph and warns."""
+    import warnings
+
+    from et_graph.detectors import GBTDetector
+
+    det = (ETDetector(label_trick=True, epochs=2, hidden=16) if detector == "et"
+           else GBTDetector(label_trick=True, max_iter=10)).fit(graph)
+    fitted = det.label_columns(graph)
+    known = int(graph.train_mask.nonzero()[0])  # a training node links to the new node 240
+    grown = Data(x=torch.cat([graph.x, torch.randn(2, graph.x.size(1))]),
+                 edge_index=torch.cat([graph.edge_index,
+                                       torch.tensor([[240, known, 241], [3, 240, 5]])], dim=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        columns = det.label_columns(grown)
+        scores = det.decision_function(grown)
+    new_edge_rows = {3, 5, 240}  # their in-neighbours changed
+    old = [n for n in range(240) if n not in new_edge_rows]
+    assert torch.equal(columns[old], fitted[old]) and columns[240:, :2].sum() > 0
+    # the old nodes' scores stay close (those near the new edges move a little: the model
+    # reads more than one hop); with their labels zeroed they moved by up to 0.56
+    change = (scores[:240] - det.decision_function(graph)).abs()
+    assert float(change.median()) < 1e-5 and float(change.max()) < 0.1, float(change.max())
+    shrunk = Data(x=grown.x, edge_index=grown.edge_index[:, 5:])  # fitted edges dropped
+    with pytest.warns(RuntimeWarning, match="does not keep its edges"):
+        assert not det.label_columns(shrunk).any()
+
+
 def assert_resumes_exactly(graph, folder, **options):
     """A run stopped after epoch 1 and resumed from its checkpoint equals an uninterrupted one:
     the same losses and the same scores (so every random draw was replayed)."""

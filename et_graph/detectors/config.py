@@ -52,8 +52,9 @@ class ETModelConfig:
             in-neighbours that are training anomalies / training normals, log(1 + labelled
             in-neighbours)); a node never sees its own label, validation and test labels never
             enter, and each epoch half of the training nodes feed labels while the other half
-            carry the loss. Scoring the fitted graph uses every training label; another graph
-            gets zeros (no labels known).
+            carry the loss. Scoring the fitted graph uses every training label, and so
+            does the fitted graph grown by nodes appended after its own (its edges kept);
+            another graph gets zeros (no labels known) and a warning.
         multi_relation: attention energy summed over the graph's relations, with keys, queries
             and temperatures per relation (RelationalETConv; heads per relation); needs a graph
             with data.edge_type (e.g. --relation multi) and full-batch training.

@@ -63,8 +63,10 @@ class FittedGraphLabels:
 
     ``fit`` sets ``train_labels_`` (:func:`known_labels` of the training nodes),
     ``fit_edge_index_`` and ``fit_num_nodes_``. :meth:`label_columns` then gives the columns of
-    any graph: the training labels' on the fitted graph, zeros on any other (no label is known
-    there; a graph with the fitted node count but other edges also warns).
+    any graph: the training labels' on the fitted graph and on the fitted graph *grown* (new
+    nodes appended after the fitted ones, every fitted edge kept, new edges allowed: the
+    fitted nodes keep their ids, so their known labels still apply, and the new nodes have
+    none); zeros on any other graph, with a warning (no label is known there).
     """
 
     #: After ``fit`` with the label trick: the training labels (-1 elsewhere) and the fitted
@@ -93,18 +95,38 @@ class FittedGraphLabels:
             return True
         return torch.equal(_edge_keys(given, num_nodes), _edge_keys(edge_index, num_nodes))
 
+    def _is_grown_fitted_graph(self, data: Data) -> bool:
+        """Whether ``data`` is the fitted graph with nodes appended: more nodes, and every
+        fitted edge among its first ``fit_num_nodes_`` nodes (new edges may be added)."""
+        fitted = self.train_labels_.numel()
+        if self.fit_edge_index_ is None or data.num_nodes <= fitted:
+            return False
+        size = int(data.num_nodes)
+        old = _edge_keys(self.fit_edge_index_, size)
+        return bool(torch.isin(old, _edge_keys(data.edge_index.cpu(), size)).all())
+
     def label_columns(self, data: Data, device: Union[torch.device, str] = "cpu") -> Tensor:
         """The ``[N, 3]`` label-trick columns of ``data`` (float32 on ``device``)."""
         if self.train_labels_ is None:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         if self._is_fitted_graph(data):
             labels = self.train_labels_
+        elif self._is_grown_fitted_graph(data):
+            # New accounts joined the fitted graph: its nodes keep their ids and their known
+            # training labels (it once zeroed every column here, and the scores of the old
+            # nodes collapsed without a word); the new nodes have no label.
+            labels = torch.full((data.num_nodes,), -1, dtype=torch.long)
+            labels[: self.train_labels_.numel()] = self.train_labels_
         else:
             labels = torch.full((data.num_nodes,), -1, dtype=torch.long)
-            if data.num_nodes == self.train_labels_.numel():
-                warnings.warn(
-                    f"{type(self).__name__}: this graph has the fitted graph's {data.num_nodes} "
-                    "nodes but other edges, so it is scored as another graph: the label-trick "
-                    "columns are zero (no training label is known there). Score the fitted "
-                    "graph's edges to use its training labels.", RuntimeWarning, stacklevel=5)
+            fitted = self.train_labels_.numel()
+            what = ("the fitted graph's nodes but other edges" if data.num_nodes == fitted
+                    else f"{data.num_nodes} nodes (the fitted graph {fitted}) and does not keep "
+                         "its edges among its first nodes")
+            warnings.warn(
+                f"{type(self).__name__}: this graph has {what}, so it is scored as another "
+                "graph: the label-trick columns are zero (no training label is known there), "
+                "which lowers the scores' quality. Score the fitted graph, or the fitted graph "
+                "with new nodes appended after its own (its edges kept), to use its training "
+                "labels.", RuntimeWarning, stacklevel=5)
         return neighbour_label_features(data.edge_index.to(device), labels.to(device))
