@@ -550,10 +550,19 @@ def parse(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Optional[str
     """``cls`` from command-line flags. ``defaults`` (``{"section.field": value}``) replace the
     dataclass defaults of a script built on a task, e.g. an example's own dataset; a preset
     (``--config``) and the flags still override them, and ``--help`` shows them."""
+    return parse_given(cls, argv, prog, description, defaults)[0]
+
+
+def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Optional[str] = None,
+                description: str = "", defaults: Optional[Mapping[str, Any]] = None
+                ) -> tuple[T, set[str]]:
+    """:func:`parse`, and the ``section.field`` names of the flags given on the command line
+    (a task can then say which of them its chosen models never read)."""
     base = merge(cls(), defaults) if defaults else None
     parser = argparse.ArgumentParser(prog=prog, description=description)
     add_config_arguments(parser, cls, base)
-    return resolve(cls, parser.parse_args(argv), base)
+    args = parser.parse_args(argv)
+    return resolve(cls, args, base), {key for key in vars(args) if "." in key}
 
 
 # ----------------------------------------------------------------------------------------------

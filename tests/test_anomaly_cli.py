@@ -551,3 +551,21 @@ def test_bootstrap_rounds_add_auprc_over_the_nodes_and_refuse_too_few():
     assert "bootstrap (100 draws, seed 0)" in results["node_differences_design"]
     with pytest.raises(ValueError, match="bootstrap_rounds must be 0"):
         config("--bootstrap-rounds", "50")
+
+
+def test_flags_no_chosen_model_reads_are_named(monkeypatch):
+    """``--label-trick --models gbt`` ran GBT unchanged without a word (an audit): ET's flags,
+    the neural baselines' and the trees' are named when none of their models runs; flags of
+    the shared sections and of a chosen model are not."""
+    import warnings
+
+    from et_graph.experiments import anomaly as runner
+
+    monkeypatch.setattr(runner, "run", lambda config: config)
+    with pytest.warns(RuntimeWarning, match=r"flags for et\.label_trick: no model"):
+        runner.main(["--models", "gbt", "--label-trick", "--epochs", "2"])
+    with pytest.warns(RuntimeWarning, match=r"gbt\.max_iter"):
+        runner.main(["--models", "et", "--max-iter", "50"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        runner.main(["--models", "et,gbt", "--label-trick", "--max-iter", "50", "--epochs", "2"])

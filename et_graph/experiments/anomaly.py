@@ -17,7 +17,7 @@ import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from ..config import parse, run_metadata
+from ..config import parse_given, run_metadata
 from ..protocols.anomaly import (
     METRICS,
     Split,
@@ -36,6 +36,7 @@ from ..protocols.anomaly_config import (
     AnomalyConfig,
     load_data,
     make_detector,
+    warn_unread_flags,
 )
 from ..protocols.significance import describe_design, difference_sections, results_entries
 from ..reporting import (
@@ -270,4 +271,6 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph anomaly",
          defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``et-graph anomaly``; an example script passes its own ``prog`` and ``defaults``."""
-    return run(parse(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults))
+    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
+    warn_unread_flags(given, config.protocol.model_names())
+    return run(config)

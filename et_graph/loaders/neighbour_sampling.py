@@ -20,10 +20,11 @@ softmaxes). So one ET step reads two hops, one of them along out-edges. A sample
 only sampled in-edges towards the seeds: the query side of a seed is exact when its fanout is at
 least its in-degree, and the key side is present only for the edges the sampler happened to
 include. ``T`` steps read ``2T`` hops: on a symmetric graph, fanouts of ``-1`` over ``2T`` hops
-(plus the readout's, and one per message-passing layer) give the seeds exactly their full-graph outputs, and fewer do not (a test
-checks both); on a directed graph the key side lies along out-edges, which this sampler never
-follows. Scoring (``decision_function``) is never sampled: it is the exact
-full-graph pass, chunked when the graph is large (:meth:`et_graph.nn.ETConv.forward_chunked`).
+(plus the readout's, and one per message-passing layer) give the seeds exactly their
+full-graph outputs, and fewer do not (a test checks both); on a directed graph the key side
+lies along out-edges, which this sampler never follows. Scoring (``decision_function``) is
+never sampled: it is the exact full-graph pass, chunked when the graph is large
+(:meth:`et_graph.nn.ETConv.forward_chunked`).
 """
 from __future__ import annotations
 
