@@ -17,7 +17,7 @@ from torch_geometric.loader import DataLoader
 from ..baselines.gnnbenchmark_baselines import BASELINES, READOUTS
 from ..datasets.gnnbenchmark_common import BenchmarkData
 from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, seed_everything
-from ..training.checkpoint import fingerprint_with_data, graph_tensors
+from ..training.checkpoint import fingerprint_with_graphs
 
 MODEL_NAMES = ("et", "gin", "gatedgcn")
 METRIC_LABELS = {"mae": "MAE", "weighted_accuracy": "weighted accuracy (%)",
@@ -284,9 +284,8 @@ def train_one(name: str, data: BenchmarkData, seed: int, train: GNNBenchmarkTrai
         model.fit_feature_scaling(torch.cat([g.x for g in data.splits["train"]]).to(device))
     # the graphs' digest too: a checkpoint trained on other files under the same path is
     # refused, not resumed
-    fingerprint = fingerprint_with_data(
-        fingerprint, checkpoint, *graph_tensors(data.splits["train"]),
-        *graph_tensors(data.splits["val"]))
+    fingerprint = fingerprint_with_graphs(fingerprint, checkpoint, data.splits["train"],
+                                          data.splits["val"])
     trainer = Trainer(train, checkpoint=checkpoint, description=f"{name} seed {seed}",
                       progress=progress, generators=[generator], fingerprint=fingerprint,
                       on_epoch=on_epoch)

@@ -38,7 +38,7 @@ from ..training import (
     Validation,
     seed_everything,
 )
-from ..training.checkpoint import fingerprint_with_data, graph_tensors
+from ..training.checkpoint import fingerprint_with_graphs
 
 ModelFactory = Callable[[], nn.Module]
 #: ``checkpoint(fold, model_name)``: where one training of the CV checkpoints (or ``None``).
@@ -477,9 +477,9 @@ def fit_graph_classifier(
                       # The model's repr names its sizes and ET's step settings (alpha, steps,
                       # heads, ...), and the graphs' digest their contents: a checkpoint of
                       # another model or of other graphs is refused, not resumed.
-                      fingerprint=fingerprint_with_data(
+                      fingerprint=fingerprint_with_graphs(
                           json.dumps([asdict(config), seed, len(train_data), repr(model)]),
-                          checkpoint, *graph_tensors(train_data), *graph_tensors(val_data)))
+                          checkpoint, train_data, val_data))
     return trainer.fit(model.to(device), task)
 
 

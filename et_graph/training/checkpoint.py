@@ -92,12 +92,15 @@ def fingerprint_with_data(fingerprint: str, checkpoint: Any, *tensors: Any) -> s
     return f"{fingerprint}, data={data_digest(*tensors)}"
 
 
-def graph_tensors(graphs: Any) -> list[Any]:
-    """Every tensor of every graph in ``graphs`` (a sequence of PyG ``Data``), each graph's in
-    sorted key order: what :func:`data_digest` reads of a graph dataset (features, edges,
-    labels, encodings added to it)."""
-    return [graph[key] for graph in graphs for key in sorted(graph.keys())
-            if isinstance(graph[key], torch.Tensor)]
+def fingerprint_with_graphs(fingerprint: str, checkpoint: Any, *graph_sets: Any) -> str:
+    """:func:`fingerprint_with_data` of graph datasets (sequences of PyG ``Data``): every
+    tensor of every graph, each graph's in sorted key order (features, edges, labels,
+    encodings added to it). Without checkpoints nothing is gathered or hashed."""
+    if checkpoint is None:
+        return fingerprint
+    tensors = [graph[key] for graphs in graph_sets for graph in graphs
+               for key in sorted(graph.keys()) if isinstance(graph[key], torch.Tensor)]
+    return fingerprint_with_data(fingerprint, checkpoint, *tensors)
 
 
 def data_digest(*tensors: Any) -> str:
