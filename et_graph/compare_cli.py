@@ -46,6 +46,7 @@ from .protocols.significance import (
     check_bootstrap_rounds,
     compare_nodes,
     compare_to,
+    cv_scored_part,
     describe_design,
     difference_table,
     scored_parts_ratio,
@@ -165,8 +166,7 @@ def scored_part(results: dict[str, Any]) -> str:
     """The part a run scored: its test nodes or folds, or in a validation-only run the
     validation nodes (anomaly) or the folds' inner validation parts (tudataset)."""
     if is_cross_validation(results):
-        return ("inner validation" if _cv_protocol(results).get("validation_only")
-                else "test")
+        return cv_scored_part(bool(_cv_protocol(results).get("validation_only")))
     return str(results.get("scored", "test"))
 
 

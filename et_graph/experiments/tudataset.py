@@ -23,6 +23,7 @@ from ..protocols.graph_cv import (
 )
 from ..protocols.significance import (
     compare_to,
+    cv_scored_part,
     describe_design,
     difference_sections,
     results_entries,
@@ -131,8 +132,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     differences = (compare_to(results["models"], "et", [metric, *ensemble], "folds",
                               test_train_ratio=ratio) if "et" in results["models"] else [])
     results.update(results_entries(
-        differences, describe_design("folds", len(cv["folds"]), ratio, scored=(
-            "inner validation" if protocol.validation_only else "test"))))
+        differences, describe_design("folds", len(cv["folds"]), ratio,
+                                     scored=cv_scored_part(protocol.validation_only))))
     if out_dir is None:  # nothing written, the tables still printed
         tqdm.write(f"# {data.dataset}: graph classification\n\n"
                    + markdown_table(results["models"], [metric, *ensemble])

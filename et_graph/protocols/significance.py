@@ -122,6 +122,12 @@ def scored_parts_ratio(folds: int, val_fraction: float, validation_only: bool) -
     return cv_test_train_ratio(folds)
 
 
+def cv_scored_part(validation_only: bool) -> str:
+    """What a cross-validation scores, as its difference lines name it: the test folds, or in
+    a validation-only run the folds' inner validation parts."""
+    return "inner validation" if validation_only else "test"
+
+
 def _scores(values: Sequence[float], name: str) -> list[float]:
     scores = [float(v) for v in values]
     if len(scores) < 2:
