@@ -110,16 +110,16 @@ class FittedGraphLabels:
         if self.train_labels_ is None:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         if self._is_fitted_graph(data):
-            labels = self.train_labels_
-        elif self._is_grown_fitted_graph(data):
+            return neighbour_label_features(data.edge_index.to(device),
+                                            self.train_labels_.to(device))
+        fitted = self.train_labels_.numel()
+        labels = torch.full((data.num_nodes,), -1, dtype=torch.long)
+        if self._is_grown_fitted_graph(data):
             # New accounts joined the fitted graph: its nodes keep their ids and their known
             # training labels (it once zeroed every column here, and the scores of the old
             # nodes collapsed without a word); the new nodes have no label.
-            labels = torch.full((data.num_nodes,), -1, dtype=torch.long)
-            labels[: self.train_labels_.numel()] = self.train_labels_
+            labels[:fitted] = self.train_labels_
         else:
-            labels = torch.full((data.num_nodes,), -1, dtype=torch.long)
-            fitted = self.train_labels_.numel()
             what = ("the fitted graph's nodes but other edges" if data.num_nodes == fitted
                     else f"{data.num_nodes} nodes (the fitted graph {fitted}) and does not keep "
                          "its edges among its first nodes")
