@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -563,6 +564,23 @@ def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Option
     add_config_arguments(parser, cls, base)
     args = parser.parse_args(argv)
     return resolve(cls, args, base), {key for key in vars(args) if "." in key}
+
+
+def warn_unread_flags(given: set[str], models: Sequence[str],
+                      readers: Mapping[str, Sequence[str]]) -> list[str]:
+    """Warn about flags given on the command line that no chosen model reads (``--label-trick``
+    with ``--models gbt`` ran the trees unchanged without a word). ``readers`` maps a config
+    section, or a ``section.field`` where the models of one section differ, to the models that
+    read it; what it does not name every model reads. Returns those ``section.field`` names."""
+    def read_by(key: str) -> Sequence[str]:
+        return readers.get(key, readers.get(key.split(".")[0], models))
+
+    unread = sorted(key for key in given if not set(read_by(key)) & set(models))
+    if unread:
+        warnings.warn(f"flags for {', '.join(unread)}: no model of this run reads them "
+                      f"(models: {', '.join(models)}); they change nothing, though the config "
+                      "records them", RuntimeWarning, stacklevel=2)
+    return unread
 
 
 # ----------------------------------------------------------------------------------------------

@@ -749,3 +749,18 @@ def test_the_selection_curve_keeps_the_epochs_of_seeds_that_ran_longer(monkeypat
     assert list(line.get_xdata()) == [1, 2, 3, 4]
     assert list(line.get_ydata()) == [3.0, 2.0, 1.0, 0.5]
     assert "seeds end at epochs 2, 4" in line.get_label()
+
+
+def test_flags_no_chosen_model_reads_are_named(monkeypatch):
+    """ET's flags with ``--models gin`` (and the baselines' with ``--models et``) changed
+    nothing without a word."""
+    import warnings
+
+    monkeypatch.setattr(gnnbenchmark, "run", lambda config: config)
+    with pytest.warns(RuntimeWarning, match=r"flags for et\.blocks: no model"):
+        gnnbenchmark.main(["--models", "gin,gatedgcn", "--blocks", "3"])
+    with pytest.warns(RuntimeWarning, match=r"flags for baselines\.baseline_layers: no model"):
+        gnnbenchmark.main(["--models", "et", "--baseline-layers", "3"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        gnnbenchmark.main(["--models", "et,gatedgcn", "--blocks", "3", "--baseline-layers", "3"])

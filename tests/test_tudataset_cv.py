@@ -985,3 +985,22 @@ def test_gin_edges_config_builds_gine_and_refuses_edgeless_data():
     # without GIN among the models, the switch has nothing to refuse
     only_et = parse(tudataset.CONFIG, ["--gin-edges", "--models", "et"])
     assert set(tudataset.model_factories(only_et, info)) == {"et"}
+
+
+def test_flags_no_chosen_model_reads_are_named(monkeypatch):
+    """ET's flags with ``--models gin`` changed nothing without a word (the anomaly task warned
+    since an audit, this one did not): a flag is named when none of its readers runs, field by
+    field where the baselines' section splits between GIN and the MLP."""
+    import warnings
+
+    monkeypatch.setattr(tudataset, "run", lambda config: config)
+    with pytest.warns(RuntimeWarning, match=r"flags for data\.rw_pe_dim, et\.blocks: no model"):
+        tudataset.main(["--models", "gin,structure_agnostic", "--blocks", "3", "--rw-pe-dim", "4"])
+    with pytest.warns(RuntimeWarning, match=r"flags for baselines\.gin_layers: no model"):
+        tudataset.main(["--models", "et,structure_agnostic", "--gin-layers", "3"])
+    with pytest.warns(RuntimeWarning, match=r"flags for baselines\.mlp_hidden: no model"):
+        tudataset.main(["--models", "gin", "--mlp-hidden", "32"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        tudataset.main(["--models", "et,gin", "--blocks", "3", "--gin-layers", "3",
+                        "--baseline-dropout", "0.1", "--epochs", "2"])

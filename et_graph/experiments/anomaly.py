@@ -17,7 +17,7 @@ import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from ..config import parse_given, run_metadata
+from ..config import parse_given, run_metadata, warn_unread_flags
 from ..protocols.anomaly import (
     METRICS,
     Split,
@@ -33,10 +33,10 @@ from ..protocols.anomaly import (
 )
 from ..protocols.anomaly_config import (
     ENERGY_ROW,
+    SECTION_READERS,
     AnomalyConfig,
     load_data,
     make_detector,
-    warn_unread_flags,
 )
 from ..protocols.significance import describe_design, difference_sections, results_entries
 from ..reporting import (
@@ -272,5 +272,5 @@ def main(argv: Optional[list[str]] = None, prog: str = "et-graph anomaly",
          defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``et-graph anomaly``; an example script passes its own ``prog`` and ``defaults``."""
     config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
-    warn_unread_flags(given, config.protocol.model_names())
+    warn_unread_flags(given, config.protocol.model_names(), SECTION_READERS)
     return run(config)

@@ -26,7 +26,7 @@ from typing import Any, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..config import parse, run_metadata, to_dict
+from ..config import parse_given, run_metadata, to_dict, warn_unread_flags
 from ..datasets.gnnbenchmark import (
     BenchmarkData,
     add_positional_encoding,
@@ -38,6 +38,7 @@ from ..protocols.gnnbenchmark import (
     train_one,
 )
 from ..protocols.gnnbenchmark_config import (  # noqa: F401  (the task's config, re-exported)
+    FLAG_READERS,
     GNNBenchmarkConfig,
     ProtocolConfig,
 )
@@ -180,7 +181,9 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph gnnbenchmark",
          defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``et-graph gnnbenchmark``; an example script passes its own ``prog`` and ``defaults``."""
-    return run(parse(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults))
+    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
+    warn_unread_flags(given, config.protocol.model_names, FLAG_READERS)
+    return run(config)
 
 
 if __name__ == "__main__":

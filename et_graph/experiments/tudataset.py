@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from tqdm.auto import tqdm
 
-from ..config import PRESET_CANDIDATE, parse, run_metadata
+from ..config import PRESET_CANDIDATE, parse_given, run_metadata, warn_unread_flags
 from ..plots.graph import plot_fold_accuracies
 from ..protocols.graph_cv import (
     cross_validate,
@@ -31,6 +31,7 @@ from ..protocols.significance import (
 )
 from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re-exported here)
     CONFIG,
+    FLAG_READERS,
     GRID_SECTIONS,
     MODEL_NAMES,
     TUBaselinesConfig,
@@ -174,4 +175,6 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph tudataset",
          defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``et-graph tudataset``; an example script passes its own ``prog`` and ``defaults``."""
-    return run(parse(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults))
+    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
+    warn_unread_flags(given, config.protocol.model_names, FLAG_READERS)
+    return run(config)

@@ -6,7 +6,6 @@ config (:mod:`et_graph.detectors.config`), :func:`with_detector_config` back.
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Optional
 
@@ -188,20 +187,6 @@ class AnomalyConfig:
 
 #: The models that read each model-specific section of :class:`AnomalyConfig`.
 SECTION_READERS = {"et": ("et",), "baselines": ("mlp", "gcn", "gat"), "gbt": ("gbt",)}
-
-
-def warn_unread_flags(given: set[str], models: list[str]) -> list[str]:
-    """Warn about flags given on the command line that no chosen model reads (``--label-trick``
-    with ``--models gbt`` ran GBT unchanged without a word; the trees' own switch is
-    ``--gbt-label-trick``). Returns those ``section.field`` names."""
-    unread = sorted(key for key in given
-                    if not set(SECTION_READERS.get(key.split(".")[0], models)) & set(models))
-    if unread:
-        warnings.warn(f"flags for {', '.join(unread)}: no model of this run reads them "
-                      f"(models: {', '.join(models)}); they change nothing, though the config "
-                      "records them", RuntimeWarning, stacklevel=2)
-    return unread
-
 
 
 # ----------------------------------------------------------------------------------------------

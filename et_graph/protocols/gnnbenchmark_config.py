@@ -17,6 +17,9 @@ from .gnnbenchmark import (
     GNNBenchmarkTrainConfig,
 )
 
+#: The models that read each model-specific config section (the rest are read by all).
+FLAG_READERS = {"et": ("et",), "baselines": ("gin", "gatedgcn")}
+
 
 @dataclass
 class ProtocolConfig:

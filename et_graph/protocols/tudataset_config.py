@@ -105,6 +105,16 @@ class TUProtocolConfig:
         return parse_model_list(self.models, MODEL_NAMES)
 
 
+#: The models that read each model-specific config section or field (the rest read by all):
+#: the structural encodings go to ET's tokens only.
+FLAG_READERS = {
+    "et": ("et",), "data.pe_dim": ("et",), "data.rw_pe_dim": ("et",),
+    "baselines": ("gin", "structure_agnostic"), "baselines.gin_layers": ("gin",),
+    "baselines.gin_edges": ("gin",), "baselines.mlp_hidden": ("structure_agnostic",),
+    "baselines.mlp_dropout": ("structure_agnostic",),
+}
+
+
 #: Config sections a grid candidate may change (the data, protocol and run stay fixed).
 GRID_SECTIONS = ("et", "baselines", "train")
 
