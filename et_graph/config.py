@@ -563,7 +563,30 @@ def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Option
     parser = argparse.ArgumentParser(prog=prog, description=description)
     add_config_arguments(parser, cls, base)
     args = parser.parse_args(argv)
-    return resolve(cls, args, base), {key for key in vars(args) if "." in key}
+    given = {key for key in vars(args) if "." in key}
+    config = resolve(cls, args, base)
+    warn_inactive_schedule_flags(config, given)
+    return config, given
+
+
+#: The learning-rate schedule that reads each schedule-specific training field.
+SCHEDULE_FIELDS = {"lr_patience": "plateau", "lr_floor": "cosine"}
+
+
+def warn_inactive_schedule_flags(config: Any, given: set[str]) -> list[str]:
+    """Warn about a schedule's flag given beside another schedule (``--lr-patience 3`` with the
+    cosine schedule changed nothing without a word). Returns those ``section.field`` names."""
+    inactive = []
+    for key in sorted(given):
+        section, _, name = key.partition(".")
+        schedule = getattr(getattr(config, section, None), "lr_schedule", None)
+        if name in SCHEDULE_FIELDS and schedule is not None and schedule != SCHEDULE_FIELDS[name]:
+            inactive.append(f"{key} (read by lr_schedule={SCHEDULE_FIELDS[name]!r}, this run's "
+                            f"is {schedule!r})")
+    if inactive:
+        warnings.warn(f"flags that change nothing: {'; '.join(inactive)}", RuntimeWarning,
+                      stacklevel=3)
+    return inactive
 
 
 def warn_unread_flags(given: set[str], models: Sequence[str],

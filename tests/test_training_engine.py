@@ -102,6 +102,28 @@ def test_plateau_patience_counts_as_documented():
     assert [row["lr"] for row in result.history] == [0.1, 0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
 
 
+@pytest.mark.parametrize("task", ["anomaly", "tudataset", "gnnbenchmark", "image_completion",
+                                  "unsupervised_anomaly"])
+def test_a_schedule_flag_beside_another_schedule_is_named(task):
+    """``--lr-patience 3`` with the cosine schedule (or ``--lr-floor`` with the plateau one)
+    changed nothing without a word; a flag the chosen schedule reads stays silent."""
+    import importlib
+    import warnings
+
+    from et_graph.config import parse
+
+    config = importlib.import_module(f"et_graph.experiments.{task}").CONFIG
+    with pytest.warns(RuntimeWarning, match=r"train\.lr_patience \(read by lr_schedule='plateau', "
+                      r"this run's is 'cosine'\)"):
+        parse(config, ["--lr-schedule", "cosine", "--lr-patience", "3"])
+    with pytest.warns(RuntimeWarning, match=r"train\.lr_floor \(read by lr_schedule='cosine'"):
+        parse(config, ["--lr-schedule", "plateau", "--lr-floor", "0.1"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        parse(config, ["--lr-schedule", "plateau", "--lr-patience", "3"])
+        parse(config, ["--lr-schedule", "cosine", "--lr-floor", "0.1"])
+
+
 @pytest.mark.parametrize("bad", [dict(epochs=0), dict(lr=0.0), dict(lr=float("nan")),
                                  dict(lr_schedule="step"), dict(patience=-1),
                                  dict(optimizer="sgd"), dict(ema_decay=1.0),
