@@ -14,6 +14,11 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 
+def counted(n: int, noun: str) -> str:
+    """``"1 seed"``, ``"5 seeds"``: a count and its noun, plural unless one."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def summarize(values: Iterable[float]) -> dict[str, Any]:
     """``{"mean", "std", "values"}`` with the population std (0 for a single value)."""
     values = [float(v) for v in values]

@@ -635,3 +635,14 @@ def test_a_baseline_lost_after_its_first_seed_is_dropped_whole(graph, monkeypatc
     assert "lof" not in results["models"]
     assert "unavailable at seed 1" in results["skipped"]["lof"]
     assert all(len(row["auroc"]["values"]) == 2 for row in results["models"].values())
+
+
+def test_the_protocol_line_counts_one_seed_in_the_singular(graph):
+    from et_graph.experiments.unsupervised_anomaly import describe_protocol
+    from et_graph.reporting import counted
+
+    assert (counted(1, "seed"), counted(0, "seed"), counted(5, "fold")) == (
+        "1 seed", "0 seeds", "5 folds")
+    one = describe_protocol(quick_config(**{"protocol.seeds": 1}), graph, 10)
+    assert "; 1 seed." in one and "1 seeds" not in one
+    assert "; 2 seeds." in describe_protocol(quick_config(), graph, 10)

@@ -42,6 +42,7 @@ from ..protocols.significance import describe_design, difference_sections, resul
 from ..reporting import (
     SCORES_FILE,
     checks_output_folder,
+    counted,
     markdown_table,
     provenance_note,
     write_results,
@@ -221,8 +222,8 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     else:
         head = (f"paper/BWGNN: stratified split, train ratio {p.train_ratio}, rest 1:2 val:test, "
                 f"split seed {p.split_seed}" + (" + seed" if p.vary_split else " (fixed)"))
-    text = (f"{head}; {train}/{val}/{test} train/val/test nodes{anomalous}; {p.seeds} seeds; "
-            "neural models: "
+    text = (f"{head}; {train}/{val}/{test} train/val/test nodes{anomalous}; "
+            f"{counted(p.seeds, 'seed')}; neural models: "
             f"up to {t.epochs} epochs, checkpoint = best validation {t.select_metric}; threshold "
             "from 0.05..0.95 (19) maximising validation macro-F1; "
             + ("VALIDATION ONLY: the tables score the validation nodes, no test node is scored"

@@ -47,6 +47,7 @@ from ..protocols.unsupervised import (
 from ..reporting import (
     SCORES_FILE,
     checks_output_folder,
+    counted,
     markdown_table,
     provenance_note,
     summarize,
@@ -144,7 +145,7 @@ def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies:
         f"unsupervised (BOND/PyGOD): every detector fitted on x and edge_index only, labels "
         f"sealed until every score existed; {where} "
         f"({anomalies} anomalies, K = {anomalies}); features: {config.data.feature_norm}; "
-        f"{config.protocol.seeds} seeds." + et
+        f"{counted(config.protocol.seeds, 'seed')}." + et
         + (f"{';' if et else ''} baselines: {baselines}" if baselines else "")
     )
 
