@@ -114,12 +114,15 @@ class RunConfig:
 
     def checkpoint(self, *parts: str) -> Optional[CheckpointConfig]:
         """A :class:`~et_graph.training.CheckpointConfig` for one training of this run
-        (``checkpoint_dir/part/part/...``), or ``None`` without a checkpoint folder."""
+        (``checkpoint_dir/part/part/...``, the first part the dataset's name so that runs on two
+        datasets sharing a folder never overwrite each other's; characters other than letters,
+        digits, ``.``, ``-`` and ``_`` become ``_``), or ``None`` without a checkpoint folder."""
         if not self.checkpoint_dir:
             return None
         from .training import CheckpointConfig
 
-        return CheckpointConfig(str(Path(self.checkpoint_dir, *parts)), self.checkpoint_every,
+        folders = [re.sub(r"[^\w.-]", "_", str(part)) or "_" for part in parts]
+        return CheckpointConfig(str(Path(self.checkpoint_dir, *folders)), self.checkpoint_every,
                                 self.resume)
 
 

@@ -170,3 +170,20 @@ def test_resume_refuses_checkpoints_trained_on_another_split_or_features(tmp_pat
     for change in (["--split-seed", "7"], ["--feature-norm", "standard"]):
         with pytest.raises(ValueError, match="data="):
             anomaly.run(parse(anomaly.CONFIG, [*common, *change, "--resume"]), data=data)
+
+
+def test_two_datasets_share_a_checkpoint_folder(tmp_path):
+    """The anomaly runs wrote DIR/<model>/seed<k>: a second graph's run overwrote the first's
+    checkpoints, and with --resume it was refused on the first's data. Each graph now has its
+    own folder, and both resume."""
+    first, second = planted_anomaly_graph(200, seed=5), planted_anomaly_graph(150, seed=6)
+    first.name, second.name = "graph_a", "graph/b"
+    common = ["--models", "mlp", "--seeds", "1", "--epochs", "2", "--hidden", "8",
+              "--no-progress", "--no-energy-row", "--threads", "1",
+              "--checkpoint-dir", str(tmp_path / "ckpt"), "--resume"]
+    anomaly.run(parse(anomaly.CONFIG, common), data=first)
+    anomaly.run(parse(anomaly.CONFIG, common), data=second)  # refused before
+    assert (tmp_path / "ckpt" / "graph_a" / "mlp" / "seed0" / "last.pt").is_file()
+    assert (tmp_path / "ckpt" / "graph_b" / "mlp" / "seed0" / "last.pt").is_file()
+    again = anomaly.run(parse(anomaly.CONFIG, common), data=first)
+    assert again["per_seed"][0]["mlp"]["resumed_from_epoch"] == 2

@@ -123,7 +123,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         scored_nodes.append(nodes)
         for name in names:
             torch.manual_seed(seed)
-            det = make_detector(config, name, seed, progress)
+            det = make_detector(config, name, seed, progress, dataset)
             det.fit(data, train_mask, val_mask)
             score = det.decision_score_.double().numpy()
             metrics = evaluate(y[nodes], score[nodes], det.threshold_)

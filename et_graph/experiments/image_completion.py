@@ -79,7 +79,8 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
         start = time.perf_counter()
         fit = train_image_completion(
             model, train_images, config.train, val_fraction=config.protocol.val_fraction,
-            seed=seed, progress=progress, checkpoint=config.run.checkpoint(f"seed{seed}"),
+            seed=seed, progress=progress, checkpoint=config.run.checkpoint(
+                Path(config.data.data).name or config.data.data, f"seed{seed}"),
             fingerprint=json.dumps([to_dict(config.data), to_dict(config.model),
                                     to_dict(config.protocol), to_dict(config.train), seed]),
         )

@@ -222,15 +222,19 @@ def with_detector_config(config: AnomalyConfig, name: str, det: Any) -> AnomalyC
                                                               weight_decay=config.train.weight_decay))
 
 
-def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = False
-                  ) -> BaseDetector:
+def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = False,
+                  dataset: Optional[str] = None) -> BaseDetector:
+    """Detector ``name`` as the run configures it; its checkpoints (with ``run.checkpoint_dir``)
+    go to ``checkpoint_dir/dataset/name/seedS`` (``dataset``: the graph's name, by default the
+    configured dataset's)."""
     p = config.protocol
     chunks = ({"chunk_size": p.inference_chunk_size, "chunk_edges": p.inference_chunk_edges}
               if name == "et" else {})
     detector = DETECTORS[name](detector_config(config, name), seed=seed, progress=progress,
                                device=config.run.device, **chunks)
     if hasattr(detector, "checkpoint"):
-        detector.checkpoint = config.run.checkpoint(name, f"seed{seed}")
+        detector.checkpoint = config.run.checkpoint(dataset or config.data.dataset, name,
+                                                    f"seed{seed}")
     return detector
 
 

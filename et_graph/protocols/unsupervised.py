@@ -308,7 +308,7 @@ def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
             if name == "et":
                 det = UnsupervisedETDetector(config.detector_config(), seed=seed,
                                              progress=progress, device=config.run.device)
-                det.checkpoint = config.run.checkpoint("et", f"seed{seed}")
+                det.checkpoint = config.run.checkpoint(graph.name, "et", f"seed{seed}")
                 det.fit(graph)
                 for key, value in det.scores_.items():
                     scores.setdefault(f"et_{key}", []).append(value.numpy())
