@@ -336,8 +336,16 @@ def test_prepare_data_feature_options_are_label_free():
     flipped = data.clone()
     flipped.y = 1 - data.y
     assert torch.equal(prepare_detection_data(flipped, "quantile", True).x, rich.x)
+    # A graph without labels (to score, or for the unsupervised detector, whose warning about
+    # raw features advises this call) was refused: "the graph needs a binary node label y".
+    unlabelled = data.clone()
+    del unlabelled.y
+    bare = prepare_detection_data(unlabelled, "quantile", True)
+    assert torch.equal(bare.x, rich.x) and getattr(bare, "y", None) is None
     with pytest.raises(ValueError, match="feature_norm"):
         prepare_detection_data(data, "minmax")
+    with pytest.raises(ValueError, match="binary"):
+        prepare_detection_data(type(data)(x=data.x, edge_index=data.edge_index, y=data.y + 1))
 
 
 def test_machine_metadata_records_the_numerics_environment(monkeypatch):

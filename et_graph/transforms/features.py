@@ -59,13 +59,20 @@ def prepare_detection_data(data: Data, feature_norm: str = "none",
                            degree_feature: bool = False, ple_bins: int = 16) -> Data:
     """A validated copy of ``data`` with float features, optionally ``log(1 + in-degree)``
     (self-loops not counted) appended, and each column transformed over all nodes by
-    :func:`transform_features`. Labels are never read by the transform."""
+    :func:`transform_features`. Labels are never read by the transform: a graph without ``y``
+    (one to score, or the unsupervised detector's) is transformed the same way; a given ``y``
+    must be binary and becomes ``long``."""
     if feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
-    check_detection_graph(data)
+    labelled = getattr(data, "y", None) is not None
+    if labelled:
+        check_detection_graph(data)
+    else:
+        check_node_graph(data)
     data = data.clone()
     data.x = data.x.float()
-    data.y = data.y.long()
+    if labelled:
+        data.y = data.y.long()
     if degree_feature:  # the neighbourhood statistics' degree column (self-loops not counted)
         degree = neighbourhood_statistics(data.x, data.edge_index, ("degree",))
         data.x = torch.cat([data.x, degree], dim=-1)
