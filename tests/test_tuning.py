@@ -353,3 +353,34 @@ def test_tuning_a_protocol_with_several_splits_warns_that_later_test_splits_saw_
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         AnomalyObjective(parse(AnomalyConfig, SMALL), "gbt", data=data)  # one split: no word
+
+
+def test_flags_a_study_overrides_or_no_model_reads_are_named():
+    """``tune anomaly --models et --hidden 32`` tuned the width anyway, and ``tune tudataset
+    --models gin --blocks 3`` set a model that did not run, both without a word. Flags of
+    untuned settings of a chosen model stay silent."""
+    import warnings
+
+    from et_graph.config import parse_given
+    from et_graph.tuning.cli import task_config, warn_flags_of_tuning
+
+    def named(task, *argv, **switches):
+        config, given = parse_given(task_config(task), list(argv))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            names = warn_flags_of_tuning(task, config, given, **switches)
+        assert bool(caught) == bool(names)
+        return names
+
+    assert named("anomaly", "--models", "et,gbt", "--hidden", "32", "--epochs", "5",
+                 "--max-iter", "50") == ["et.hidden", "gbt.max_iter"]
+    assert named("anomaly", "--models", "mlp", "--baseline-hidden", "32", "--hidden", "8") == [
+        "et.hidden", "baselines.baseline_hidden"]
+    assert named("anomaly", "--models", "et", "--class-balance", "none") == []
+    assert named("anomaly", "--models", "et", "--class-balance", "none",
+                 class_balance=True) == ["train.class_balance"]
+    assert named("tudataset", "--models", "gin", "--blocks", "3", "--gin-layers", "3") == [
+        "et.blocks", "baselines.gin_layers"]
+    assert named("tudataset", "--models", "et", "--noise-std", "0.1") == []
+    assert named("gnnbenchmark", "--models", "gin", "--baseline-layers", "3") == [
+        "baselines.baseline_layers"]

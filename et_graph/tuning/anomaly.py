@@ -46,6 +46,15 @@ def search_space(model: str, class_balance: bool = False) -> Any:
     return with_switch(space, section, name, CLASS_BALANCE_CHOICES)
 
 
+def trial_config(config: AnomalyConfig, model: str, space: Any, trial: Any) -> AnomalyConfig:
+    """``config`` with ``trial``'s suggestions from ``space`` applied to ``model``'s settings
+    (``trial=None``: ``config`` itself)."""
+    if trial is None:
+        return config
+    base = detector_config(config, model)
+    return with_detector_config(config, model, merge(base, space_overrides(space, trial)))
+
+
 def validation_metric(y_val: np.ndarray, score_val: np.ndarray, metric: str) -> float:
     if metric == "auroc":
         return float(roc_auc_score(y_val, score_val))
@@ -93,10 +102,7 @@ class AnomalyObjective:
 
     def trial_config(self, trial: Any) -> AnomalyConfig:
         """The run config with the trial's suggestions applied to this model's settings."""
-        base = detector_config(self.config, self.model)
-        det_config = (merge(base, space_overrides(self.space, trial))
-                      if trial is not None else base)
-        config = with_detector_config(self.config, self.model, det_config)
+        config = trial_config(self.config, self.model, self.space, trial)
         return replace(config, protocol=replace(config.protocol, models=self.model))
 
     def __call__(self, trial: Any = None) -> float:

@@ -21,7 +21,16 @@ from typing import Any, Callable, Optional
 
 from ..config import add_config_arguments, merge, resolve, to_dict
 from .anomaly import CLASS_BALANCE_CHOICES, TUNE_METRICS, AnomalyObjective
-from .study import TuneBudget, run_study, save_best_preset, study_summary, write_report
+from .study import (
+    TuneBudget,
+    run_study,
+    save_best_preset,
+    space_overrides,
+    study_summary,
+    tuned_fields,
+    warn_tuned_flags,
+    write_report,
+)
 
 TASKS = ("anomaly", "tudataset", "gnnbenchmark")
 
@@ -103,6 +112,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     task = argv[0] if argv and argv[0] in TASKS else None
     args = build_parser(task).parse_args(argv)
     config = resolve(task_config(args.task), args)
+    given = {key for key in vars(args) if "." in key}
     budget = TuneBudget(args.trials, args.timeout_minutes, args.sampler_seed,
                         args.prune_warmup)
     if args.metric is not None and args.task != "anomaly":
@@ -118,6 +128,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                                ("--tune-seeds", args.tune_seeds, "gnnbenchmark")):
         if value is not None and args.task != owner:
             raise ValueError(f"{flag} applies to `tune {owner}`, not `tune {args.task}`")
+    warn_flags_of_tuning(args.task, config, given, class_balance=args.tune_class_balance,
+                         bonds=args.tune_bonds)
     # The task's own results folder is not where a study's presets belong.
     default_out = task_config(args.task)().run.out
     out = Path(config.run.out if config.run.out and config.run.out != default_out
@@ -134,6 +146,38 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     models = config.protocol.model_names()
     return tune_anomaly(config, models, budget, args.storage, args.metric or "auroc", out,
                         args.study_prefix, class_balance=args.tune_class_balance)
+
+
+def warn_flags_of_tuning(task: str, config: Any, given: set[str], class_balance: bool = False,
+                         bonds: bool = False) -> list[str]:
+    """Warn about the flags that change nothing in this tuning run: those no chosen model reads
+    (:func:`et_graph.config.warn_unread_flags`), and those the chosen models' studies set in
+    every trial (:func:`~et_graph.tuning.study.warn_tuned_flags`). Returns them."""
+    from ..config import warn_unread_flags
+
+    if task == "anomaly":
+        from ..protocols.anomaly_config import SECTION_READERS as readers
+        from .anomaly import search_space, trial_config
+
+        models = config.protocol.model_names()
+        tuned = {m: tuned_fields(lambda trial, m=m: trial_config(
+            config, m, search_space(m, class_balance), trial)) for m in models}
+    else:
+        if task == "tudataset":
+            from ..protocols.tudataset_config import FLAG_READERS as readers
+            from .tudataset import search_space
+
+            def space(model: str) -> Any:
+                return search_space(model, bonds)
+        else:
+            from ..protocols.gnnbenchmark_config import FLAG_READERS as readers
+            from .gnnbenchmark import BENCHMARK_SEARCH_SPACES
+
+            space = BENCHMARK_SEARCH_SPACES.__getitem__
+        models = config.protocol.model_names
+        tuned = {m: tuned_fields(lambda trial, m=m: merge(config, space_overrides(space(m), trial)))
+                 for m in models}
+    return warn_unread_flags(given, models, readers) + warn_tuned_flags(given, tuned)
 
 
 def tune_anomaly(config: Any, models: list[str], budget: TuneBudget, storage: str,

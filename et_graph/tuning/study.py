@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..config import merge, run_metadata, write_preset
+from ..config import merge, run_metadata, to_dict, write_preset
 from ..training.checkpoint import changed_settings
 
 
@@ -67,6 +67,51 @@ class _RecordedTrial:
         return self._params.get(name, _NOT_RECORDED)
 
     suggest_categorical = suggest_int = suggest_float = _recorded
+
+
+class _ProbeTrial:
+    """A trial that takes every first choice and lowest value (``last=False``), or every last
+    choice and highest value: two of them tell which settings a search space sets."""
+
+    def __init__(self, last: bool) -> None:
+        self.last = last
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        return list(choices)[-1 if self.last else 0]
+
+    def suggest_int(self, name: str, low: int, high: int, **kwargs: Any) -> int:
+        return high if self.last else low
+
+    def suggest_float(self, name: str, low: float, high: float, **kwargs: Any) -> float:
+        return high if self.last else low
+
+
+def tuned_fields(trial_config: Callable[[Any], Any]) -> set[str]:
+    """The ``section.field`` names of a run config that a study's trials set, where
+    ``trial_config(trial)`` is the config a trial runs with: those that differ between a trial
+    at every first choice and lowest value and one at every last and highest (none where a
+    probe's extreme combination is refused: the check must never stop a study)."""
+    try:
+        low, high = ({f"{section}.{name}": value for section, fields in
+                      to_dict(trial_config(_ProbeTrial(last))).items()
+                      if isinstance(fields, dict) for name, value in fields.items()}
+                     for last in (False, True))
+    except ValueError:
+        return set()
+    return {key for key, value in low.items() if high.get(key) != value}
+
+
+def warn_tuned_flags(given: set[str], tuned: dict[str, set[str]]) -> list[str]:
+    """Warn about command-line flags that a model's study sets in every trial (``tune anomaly
+    --models et --hidden 32`` tuned the width anyway, without a word). ``tuned`` maps each
+    model to its :func:`tuned_fields`. Returns the warned ``section.field`` names."""
+    named = sorted(key for key in given if any(key in fields for fields in tuned.values()))
+    if named:
+        which = "; ".join(f"{key} (tuned for {', '.join(m for m in tuned if key in tuned[m])})"
+                          for key in named)
+        warnings.warn(f"flags that a study sets in every trial: {which}; that study's trials "
+                      "never use the flag's value", RuntimeWarning, stacklevel=2)
+    return named
 
 
 def _without_unrecorded(overrides: dict[str, Any]) -> dict[str, Any]:

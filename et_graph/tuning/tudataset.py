@@ -90,6 +90,11 @@ def with_bond_switch(model: str) -> Callable[[Any], dict[str, dict[str, Any]]]:
     return with_switch(TU_SEARCH_SPACES[model], section, name, [False, True])
 
 
+def search_space(model: str, bonds: bool = False) -> Callable[[Any], dict[str, dict[str, Any]]]:
+    """``model``'s search space, with ``bonds`` plus its bond switch (:func:`with_bond_switch`)."""
+    return with_bond_switch(model) if bonds else TU_SEARCH_SPACES[model]
+
+
 def check_bond_tuning(config: TUDatasetConfig, model: str, info: dict[str, Any]) -> None:
     """Refuse ``bonds=True`` where a model's bond switch could not act: data without edge
     features, an ET without message-passing layers, or input sums already on for every model."""
@@ -128,7 +133,7 @@ class TUObjective:
             graphs, info = load_graphs(config.data)
         if bonds:
             check_bond_tuning(config, model, info)
-        self.space = with_bond_switch(model) if bonds else TU_SEARCH_SPACES[model]
+        self.space = search_space(model, bonds)
         self.graphs, self.info = graphs, info
         self._with_sums: Optional[tuple[list, dict[str, Any]]] = None
         self.labels = graph_labels(graphs)
