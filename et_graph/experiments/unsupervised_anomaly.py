@@ -27,7 +27,7 @@ from typing import Any, Optional
 import numpy as np
 from torch_geometric.data import Data
 
-from ..config import parse, run_metadata
+from ..config import parse_given, run_metadata, warn_unread_flags
 from ..detectors.unsupervised import COMBINE_DESCRIPTIONS
 from ..plots.anomaly import plot_roc_pr
 from ..protocols.significance import (
@@ -38,6 +38,7 @@ from ..protocols.significance import (
     results_entries,
 )
 from ..protocols.unsupervised import (
+    FLAG_READERS,
     METRICS,
     UnsupervisedAnomalyConfig,
     compute_scores,
@@ -166,4 +167,6 @@ def write_outputs(out: Path, results: dict[str, Any]) -> None:
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph unsupervised",
          defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``et-graph unsupervised``; an example script passes its own ``prog`` and ``defaults``."""
-    return run(parse(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults))
+    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
+    warn_unread_flags(given, config.protocol.model_names(), FLAG_READERS)
+    return run(config)

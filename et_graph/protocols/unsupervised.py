@@ -42,6 +42,14 @@ from .significance import check_bootstrap_rounds
 
 METRICS = ("auroc", "auprc", "rec_at_k")
 MODEL_NAMES = ("et", *SKLEARN_MODELS, *PYGOD_MODELS)
+#: The models that read each model-specific config section or field (the rest read by all).
+FLAG_READERS = {
+    "model": ("et",), "train": ("et",), "score": ("et",),
+    **{f"baselines.iforest_{name}": ("iforest",)
+       for name in ("trees", "max_samples", "max_features", "neighbour_stats")},
+    "baselines.lof_neighbors": ("lof",), "baselines.lof_neighbour_stats": ("lof",),
+    "baselines.pygod_epochs": PYGOD_MODELS,
+}
 
 
 @dataclass
