@@ -160,3 +160,18 @@ def test_multi_relation_network_averages_over_every_relation():
     expected = model.readout(torch.cat(
         [model.conv.norm(first), normed, model.neighbour_means(data.edge_index, normed)], -1))
     assert torch.allclose(logits, expected.squeeze(-1), atol=1e-6)
+
+
+@pytest.mark.parametrize("edge_index, message", [
+    (torch.tensor([[3, 4, 5, 6], [4, 5, 3, 7]]), "node ids in \\[3, 7\\] but there are 6 nodes"),
+    (torch.tensor([[0.0, 1.0], [1.0, 2.0]]), "edge_index must have dtype"),
+])
+def test_message_passing_tokens_check_the_graph_before_reading_it(edge_index, message):
+    """From a layer audit: with message-passing layers, an id past the last node reached an
+    unchecked sparse tensor and aborted the process (heap corruption); a float edge_index gave
+    "bincount_cpu not implemented for 'Float'"."""
+    from et_graph.nn.models import ETAnomalyNet
+
+    net = ETAnomalyNet(3, 8, message_passing_layers=1).eval()
+    with pytest.raises(ValueError, match=message):
+        net(torch.randn(6, 3), edge_index)

@@ -181,3 +181,14 @@ def test_the_node_mask_of_to_dense_batch_keeps_padding_out() -> None:
     assert torch.allclose(out[0, :3], alone[0], atol=1e-12)
     pairs = node_mask[:, :, None] & node_mask[:, None, :]
     assert torch.equal(out, conv.forward_dense(x_dense, pairs))
+    # The energies, too, are those of the real tokens (a layer audit: each padding token added
+    # the Hopfield term of g = LN(0); softmax memories even at initialisation).
+    for hopfield in ("softmax", "relu"):
+        conv = make_conv(steps=2, hopfield=hopfield).double()
+        with torch.no_grad():
+            conv.norm.delta.add_(0.3)  # relu's padding term vanished only while delta = 0
+        alone_energy = conv.dense_energy(x[:3].unsqueeze(0))[0]
+        assert torch.allclose(conv.dense_energy(x_dense, node_mask)[0], alone_energy)
+        _, trace = conv.forward_dense(x_dense, node_mask, return_energy=True)
+        _, alone_trace = conv.forward_dense(x[:3].unsqueeze(0), return_energy=True)
+        assert torch.allclose(trace[0], alone_trace[0])

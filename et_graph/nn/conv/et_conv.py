@@ -641,11 +641,14 @@ class ETConv(DescentSettings, MessagePassing):
     def dense_energy(
         self, x_dense: Tensor, mask: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None
     ) -> Tensor:
-        """Energy of each item of a dense batch ``[B]``, in ``x_dense``'s dtype."""
+        """Energy of each item of a dense batch ``[B]``, in ``x_dense``'s dtype (with the node
+        mask ``[B, M]`` of ``to_dense_batch``, of its real tokens only)."""
         fn = self.energy_fn
         x = fn.check_tokens(x_dense, ndim=3)
+        real = _node_mask(mask)
         mask, weight = fn.dense_edges(x, mask, edge_weight)
-        return fn.dense_node_energy_of_g(fn.norm(x), mask, weight).sum(-1).to(x_dense.dtype)
+        return _item_energy(fn.dense_node_energy_of_g(fn.norm(x), mask, weight),
+                            real).to(x_dense.dtype)
 
     @overload
     def forward_dense(
@@ -715,20 +718,23 @@ class ETConv(DescentSettings, MessagePassing):
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         x = fn.check_tokens(x_dense, ndim=3)
+        real = _node_mask(mask)
         mask, weight = fn.dense_edges(x, mask, edge_weight)
         energies = []
         for _ in range(num_steps):
             g = fn.norm(x)
             if return_energy:
                 with torch.no_grad():
-                    energies.append(fn.dense_node_energy_of_g(g, mask, weight).sum(-1))
+                    energies.append(_item_energy(fn.dense_node_energy_of_g(g, mask, weight),
+                                                 real))
             x = self._step(x, self._dense_grad_of_g(g, mask, weight))
         if num_steps:
             check_finite_tokens(x)
         out = x.to(x_dense.dtype)
         if return_energy:
             with torch.no_grad():
-                energies.append(fn.dense_node_energy_of_g(fn.norm(x), mask, weight).sum(-1))
+                energies.append(_item_energy(fn.dense_node_energy_of_g(fn.norm(x), mask, weight),
+                                             real))
             return out, torch.stack(energies, dim=-1).detach()
         return out
 
@@ -767,3 +773,19 @@ def _rename_legacy_keys(
         old = prefix + name
         if old in state_dict:
             state_dict.setdefault(prefix + "energy_fn." + name, state_dict.pop(old))
+
+
+def _node_mask(mask: Optional[Tensor]) -> Optional[Tensor]:
+    """The node mask ``[B, M]`` of ``to_dense_batch`` when ``mask`` is one (the dense methods
+    also take a pair mask ``[B, M, M]``, which says nothing about padding)."""
+    if isinstance(mask, Tensor) and mask.dtype == torch.bool and mask.dim() == 2:
+        return mask
+    return None
+
+
+def _item_energy(node_energy: Tensor, real: Optional[Tensor]) -> Tensor:
+    """Each item's energy ``[B]`` from its tokens' ``[B, M]``, padding tokens left out: their
+    Hopfield term (that of ``g = LN(0)``) was counted, though padding takes no part."""
+    if real is not None:
+        node_energy = node_energy.masked_fill(~real, 0.0)
+    return node_energy.sum(-1)

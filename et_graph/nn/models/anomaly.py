@@ -13,7 +13,7 @@ from ..conv.relational_et_conv import check_edge_type
 from ..dropout import Dropout
 from ..edge_cache import EdgeCache
 from ..encoders import MeanMessagePassing
-from ..validation import DEFAULT_CHUNK_SIZE, check_features
+from ..validation import DEFAULT_CHUNK_SIZE, check_edge_index, check_features
 
 #: Readouts of :class:`ETAnomalyNet`.
 READOUTS = ("first_last", "ego_neighbour", "ego_two_hop")
@@ -337,7 +337,9 @@ class ETAnomalyNet(nn.Module):
 
         @quiet_sparse
         def build() -> dict[str, Any]:
-            src, dst = edge_index[0], edge_index[1]
+            # Checked here, before ETConv sees the graph: an id past the last node made the
+            # unchecked sparse tensor below corrupt the heap (the process aborted).
+            src, dst = check_edge_index(edge_index, num_nodes)
             keep = src != dst
             src, dst = src[keep], dst[keep]
             degree = torch.bincount(dst, minlength=num_nodes).to(like.dtype)
