@@ -80,8 +80,10 @@ def token_movement(model: nn.Module, batch: Any) -> dict[str, Any]:
         out, graph, _ = model.tokens(
             batch.x, batch.edge_index, batch.batch,
             edge_attr=batch.edge_attr if model.has_edge_features else None,
-            lap_pe=getattr(batch, "lap_pe", None), cls_lap_pe=getattr(batch, "cls_lap_pe", None),
-            num_graphs=batch.num_graphs, rw_pe=getattr(batch, "rw_pe", None),
+            **{name: getattr(batch, name, None) for name, read in (
+                ("lap_pe", model.pe_encoder), ("cls_lap_pe", model.pe_encoder),
+                ("rw_pe", model.rw_encoder)) if read is not None},
+            num_graphs=batch.num_graphs,
         )
     finally:
         for handle in handles:

@@ -72,3 +72,18 @@ def test_bad_input():
         pool.attach(torch.randn(2, 4), torch.tensor([[0], [5]]))
     with pytest.raises(ValueError, match="NaN"):
         pool.attach(torch.tensor([[float("nan")] * 4]), torch.empty(2, 0, dtype=torch.long))
+
+
+def test_an_edge_between_two_graphs_is_refused_and_an_int32_batch_read():
+    """From a layer audit: attach and add_cls_nodes linked two graphs of a batch through such
+    an edge without a word (ETGraphModel refused it), and an int32 batch failed in
+    index_copy_."""
+    x, batch = torch.randn(5, 4), torch.tensor([0, 0, 0, 1, 1])
+    across = torch.tensor([[0, 1, 0], [1, 2, 4]])
+    with pytest.raises(ValueError, match="different graphs"):
+        add_cls_nodes(x, across, torch.zeros(2, 4), batch)
+    with pytest.raises(ValueError, match="different graphs"):
+        CLSPool(4).attach(x, across, batch)
+    within = across[:, :2]
+    assert torch.equal(add_cls_nodes(x, within, torch.zeros(2, 4), batch.int()).edge_index,
+                       add_cls_nodes(x, within, torch.zeros(2, 4), batch).edge_index)

@@ -95,3 +95,12 @@ def test_bad_input():
         mask(data.x, data.edge_index, edge_attr=torch.ones(data.edge_index.size(1), 2))
     with pytest.raises(ValueError, match="node ids"):
         Conv2DAdjacencyMask(2)(data.x, torch.tensor([[0], [9]]))
+
+
+@pytest.mark.parametrize("method", ["sparse", "dense"])
+def test_an_edge_between_two_graphs_is_refused(method):
+    """From a layer audit: such an edge was accepted, and the two methods gave it different
+    values (ETGraphModel refused it)."""
+    x, batch = torch.randn(5, 4), torch.tensor([0, 0, 0, 1, 1])
+    with pytest.raises(ValueError, match="different graphs"):
+        Conv2DAdjacencyMask(2, 3, method=method)(x, torch.tensor([[0, 1, 0], [1, 2, 4]]), batch)

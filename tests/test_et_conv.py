@@ -285,6 +285,13 @@ def test_sparse_values_act_as_edge_weights():
     weight = torch.rand(edge_index.size(1), dtype=torch.float64) + 0.5
     adj = torch.sparse_coo_tensor(edge_index.flip(0), weight, (n, n))
     assert torch.allclose(conv(x, adj), conv(x, edge_index, weight), atol=1e-12)
+    # Learnable weights that start at 1 keep their gradient (a layer audit: all-ones values were
+    # read as a plain adjacency and dropped, gradient and all).
+    ones = torch.ones(edge_index.size(1), dtype=torch.float64, requires_grad=True)
+    conv(x, torch.sparse_coo_tensor(edge_index.flip(0), ones, (n, n))).square().sum().backward()
+    as_weights = ones.detach().clone().requires_grad_(True)
+    conv(x, edge_index, as_weights).square().sum().backward()
+    assert ones.grad is not None and torch.allclose(ones.grad, as_weights.grad, atol=1e-12)
 
 
 def test_uncoalesced_coo_input_is_read_as_its_matrix_and_left_as_it_was():

@@ -144,6 +144,17 @@ def test_bad_input():
     with pytest.raises(ValueError, match="build the model with edge_dim"):
         categorical_edges(data.x, data.edge_index, edge_attr=torch.ones(10, 2),
                           lap_pe=data.lap_pe, cls_lap_pe=data.cls_lap_pe)
+    # From a layer audit: encodings a model was built without were dropped without a word
+    # (forward_data still leaves them out), and an int32 batch failed in index_copy_.
+    without_pe = small_model(pe_dim=0).eval()
+    for name, value in (("lap_pe", data.lap_pe), ("cls_lap_pe", data.cls_lap_pe),
+                        ("rw_pe", torch.ones(5, 4))):
+        with pytest.raises(ValueError, match=f"{name} was given but the model was built with"):
+            without_pe(data.x, data.edge_index, **{name: value})
+    assert without_pe.forward_data(data).shape == without_pe(data.x, data.edge_index).shape
+    pair = Batch.from_data_list([data, data])
+    assert torch.equal(without_pe(pair.x, pair.edge_index, pair.batch.int()),
+                       without_pe(pair.x, pair.edge_index, pair.batch))
 
 
 def test_explainer_edge_masks_are_refused_with_the_reason():

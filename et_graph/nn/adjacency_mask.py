@@ -28,7 +28,7 @@ from ..fused import functorch_active
 from ..native import gram_entries as native_gram_entries
 from ..native import native_applies
 from .pool.cls_pool import CLSGraph
-from .validation import all_finite, check_batch, check_edge_index
+from .validation import all_finite, check_batch, check_edge_index, check_within_graphs
 
 METHODS = ("sparse", "dense")
 
@@ -133,9 +133,10 @@ class Conv2DAdjacencyMask(Module):
         edge_index = check_edge_index(edge_index, x.size(0))
         if batch is None:
             batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
-        check_batch(batch, x.size(0))
+        batch = check_batch(batch, x.size(0))
         if x.size(0) and bool((batch[1:] < batch[:-1]).any()):
             raise ValueError("batch must be sorted (PyG's DataLoader produces sorted batches)")
+        check_within_graphs(edge_index, batch)
         return edge_index, batch
 
     @staticmethod

@@ -185,10 +185,11 @@ def check_dtype(x: Tensor, dtype: torch.dtype, name: str = "x", owner: str = "co
         )
 
 
-def check_batch(batch: Optional[Tensor], num_nodes: int) -> None:
-    """``batch`` must be an integer ``[N]`` tensor of non-negative graph ids."""
+def check_batch(batch: Optional[Tensor], num_nodes: int) -> Optional[Tensor]:
+    """``batch`` must be an integer ``[N]`` tensor of non-negative graph ids; returned as
+    ``int64`` (an int32 batch failed later in ``index_copy_``)."""
     if batch is None:
-        return
+        return None
     if not isinstance(batch, Tensor):
         raise ValueError(f"batch must be a torch.Tensor, got {type(batch).__name__}")
     if batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
@@ -200,6 +201,14 @@ def check_batch(batch: Optional[Tensor], num_nodes: int) -> None:
         raise ValueError(f"batch must have shape [N]=[{num_nodes}], got {tuple(batch.shape)}")
     if batch.numel() and int(batch.min()) < 0:
         raise ValueError("batch holds negative graph ids")
+    return batch.long()
+
+
+def check_within_graphs(edge_index: Tensor, batch: Tensor) -> None:
+    """``ValueError`` for an edge between two graphs of the batch: it would pass information
+    between them (``edge_index`` and ``batch`` already validated)."""
+    if edge_index.numel() and bool((batch[edge_index[0]] != batch[edge_index[1]]).any()):
+        raise ValueError("edge_index joins nodes of different graphs of the batch")
 
 
 def check_edge_features(edge_features: Optional[Tensor], num_edges: int, edge_channels: int,

@@ -294,7 +294,9 @@ class ETEnergy(Module):
             else:
                 index, values = to_edge_index(edge_index)
             edge_index = index.flip(0)
-            if values is not None and not bool((values == 1).all()):
+            # All-ones values are a plain adjacency, unless a gradient must reach them
+            # (learnable weights initialised to 1 lost theirs).
+            if values is not None and (values.requires_grad or not bool((values == 1).all())):
                 edge_weight = values.to(x.dtype)
         return self.weighted(self.topology(x, edge_index, plan), edge_weight, x.dtype)
 

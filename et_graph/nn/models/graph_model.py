@@ -13,7 +13,7 @@ from ..conv import ETConv
 from ..dropout import Dropout
 from ..encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder, SumMessagePassing
 from ..pool import CLSGraph, CLSPool, graph_sizes
-from ..validation import check_dtype, check_edge_index, check_rw_pe
+from ..validation import check_dtype, check_edge_index, check_rw_pe, check_within_graphs
 
 TASKS = ("classification", "regression", "node")
 #: Graph readouts: the CLS token; the CLS token concatenated with the sum and the mean of the
@@ -312,12 +312,19 @@ class ETGraphModel(nn.Module):
             if value is not None:
                 check_dtype(value, dtype, name, owner="model")
         sizes = graph_sizes(batch, num_nodes, num_graphs)
-        if batch is None:
-            batch = torch.zeros(num_nodes, dtype=torch.long, device=x.device)
+        batch = (torch.zeros(num_nodes, dtype=torch.long, device=x.device) if batch is None
+                 else batch.long())
         edge_index = check_edge_index(edge_index, num_nodes)
-        if edge_index.numel() and bool((batch[edge_index[0]] != batch[edge_index[1]]).any()):
-            # Such an edge would pass information between two graphs of the batch.
-            raise ValueError("edge_index joins nodes of different graphs of the batch")
+        check_within_graphs(edge_index, batch)
+        # Encodings the model was built without were dropped without a word (forward_data
+        # passes only those it reads).
+        for name, value, reads in (("lap_pe", lap_pe, self.pe_encoder is not None),
+                                   ("cls_lap_pe", cls_lap_pe, self.pe_encoder is not None),
+                                   ("rw_pe", rw_pe, self.rw_encoder is not None)):
+            if value is not None and not reads:
+                dim = "pe_dim" if name != "rw_pe" else "rw_pe_dim"
+                raise ValueError(f"{name} was given but the model was built with {dim}=0: "
+                                 f"build it with {dim} > 0 to read it, or leave it out")
         h = self.node_encoder(x)
         cls_offset = None
         if self.pe_encoder is not None:
@@ -441,8 +448,8 @@ class ETGraphModel(nn.Module):
             data.edge_index,
             getattr(data, "batch", None),
             edge_attr=data.edge_attr if self.has_edge_features else None,
-            lap_pe=getattr(data, "lap_pe", None),
-            cls_lap_pe=getattr(data, "cls_lap_pe", None),
+            lap_pe=getattr(data, "lap_pe", None) if self.pe_encoder is not None else None,
+            cls_lap_pe=getattr(data, "cls_lap_pe", None) if self.pe_encoder is not None else None,
             num_graphs=getattr(data, "num_graphs", None),
             rw_pe=getattr(data, "rw_pe", None) if self.rw_encoder is not None else None,
         )

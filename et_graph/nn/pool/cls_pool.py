@@ -8,7 +8,7 @@ from torch import Tensor
 from torch.nn import Module, Parameter
 from torch_geometric.utils import cumsum
 
-from ..validation import check_batch, check_edge_index, check_features
+from ..validation import check_batch, check_edge_index, check_features, check_within_graphs
 
 
 class CLSGraph(NamedTuple):
@@ -75,8 +75,8 @@ def add_cls_nodes(
     of its graph (``2N`` extra edges in all, O(N) per graph)."""
     num_nodes = x.size(0)
     sizes = graph_sizes(batch, num_nodes, num_graphs)
-    if batch is None:
-        batch = torch.zeros(num_nodes, dtype=torch.long, device=x.device)
+    batch = (torch.zeros(num_nodes, dtype=torch.long, device=x.device) if batch is None
+             else batch.long())
     num_graphs = sizes.numel()
     if cls_tokens.shape != (num_graphs, x.size(1)):
         raise ValueError(
@@ -84,6 +84,7 @@ def add_cls_nodes(
             f"got {list(cls_tokens.shape)}"
         )
     edge_index = check_edge_index(edge_index, num_nodes)
+    check_within_graphs(edge_index, batch)
     return _insert_cls_nodes(x, edge_index, cls_tokens, batch, sizes)
 
 
