@@ -462,3 +462,39 @@ def test_descend_edges_is_forward_over_prebuilt_edges():
     out, trace = conv.descend_edges(x, edges, steps=1, return_energy=True)
     torch.testing.assert_close(out, conv(x, edge_index, weight, steps=1))
     assert trace.shape == (2,)
+
+
+def test_energy_layer_norm_names_a_wrong_width_and_gain():
+    """From a layer audit: a width-1 input broadcast to [N, channels] of delta alone, another
+    width gave a raw broadcasting error, and set_gamma(0) a 'math domain error'."""
+    from et_graph.nn.energy_layer_norm import EnergyLayerNorm
+
+    norm = EnergyLayerNorm(4)
+    for bad in (torch.randn(3, 1), torch.randn(3, 8)):
+        with pytest.raises(ValueError, match=r"EnergyLayerNorm\(4\) normalises the last"):
+            norm(bad)
+        with pytest.raises(ValueError, match="must be 4 wide"):
+            norm.lagrangian(bad)
+    for gamma in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="gamma must be a positive finite number"):
+            norm.set_gamma(gamma)
+    with pytest.raises(ValueError, match="channels must be a positive int"):
+        EnergyLayerNorm(0)
+    norm.set_gamma(2.0)
+    assert norm(torch.randn(2, 5, 4)).shape == (2, 5, 4) and float(norm.gamma) == pytest.approx(2)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "0.1", True])
+def test_noise_std_is_checked_when_set_later_too(bad):
+    """From a layer audit: ``conv.noise_std = -1`` (or NaN) was accepted, and the constructor
+    took infinity."""
+    from et_graph.nn import RelationalETConv
+
+    for layer in (ETConv(4, heads=1, head_dim=2), RelationalETConv(4, 2, heads=1, head_dim=2)):
+        with pytest.raises(ValueError, match="noise_std must be a finite number >= 0"):
+            layer.noise_std = bad
+        with pytest.raises(ValueError, match="noise_std must be a finite number >= 0"):
+            type(layer)(*((4,) if isinstance(layer, ETConv) else (4, 2)), heads=1, head_dim=2,
+                        noise_std=bad)
+        layer.noise_std = 0.1
+        assert layer.noise_std == 0.1

@@ -29,6 +29,8 @@ class EnergyLayerNorm(Module):
                 and math.isfinite(eps) and eps > 0):
             # eps <= 0 divides by zero on a constant row; NaN poisons every token
             raise ValueError(f"eps must be a positive finite number, got {eps!r}")
+        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+            raise ValueError(f"channels must be a positive int, got {channels!r}")
         self.channels = channels
         self.eps = float(eps)
         self.log_gamma = Parameter(torch.zeros(()))
@@ -44,12 +46,24 @@ class EnergyLayerNorm(Module):
         return self.log_gamma.exp()
 
     def forward(self, x: Tensor) -> Tensor:
-        return layer_norm(x, self.gamma, self.delta, self.eps)
+        return layer_norm(self._checked(x), self.gamma, self.delta, self.eps)
 
     def lagrangian(self, x: Tensor) -> Tensor:
-        return layer_norm_lagrangian(x, self.gamma, self.delta, self.eps)
+        return layer_norm_lagrangian(self._checked(x), self.gamma, self.delta, self.eps)
+
+    def _checked(self, x: Tensor) -> Tensor:
+        # A width-1 input broadcast against delta and returned [N, channels] of delta alone.
+        if not isinstance(x, Tensor) or x.dim() == 0 or x.size(-1) != self.channels:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"EnergyLayerNorm({self.channels}) normalises the last dimension, "
+                             f"which must be {self.channels} wide; got shape {shape}")
+        return x
 
     def set_gamma(self, value: float) -> None:
+        """Set the scalar gain ``gamma`` (stored as its log, so it stays positive)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+                math.isfinite(value) and value > 0):
+            raise ValueError(f"gamma must be a positive finite number, got {value!r}")
         with torch.no_grad():
             self.log_gamma.fill_(math.log(value))
 

@@ -43,7 +43,23 @@ def _check_steps(steps: Any) -> int:
 
 class DescentSettings:
     """The validated descent hyper-parameters shared by :class:`ETConv` and
-    :class:`~et_graph.nn.conv.RelationalETConv`: ``steps``, ``alpha``, ``grad`` and ``cached``."""
+    :class:`~et_graph.nn.conv.RelationalETConv`: ``steps``, ``alpha``, ``noise_std``, ``grad``
+    and ``cached``."""
+
+    @property
+    def noise_std(self) -> float:
+        """Standard deviation of the training-time noise (a finite number ``>= 0``)."""
+        if "_noise_std" not in self.__dict__:  # a layer pickled when it was a plain attribute
+            return float(self.__dict__.get("noise_std", 0.0))
+        return self._noise_std
+
+    @noise_std.setter
+    def noise_std(self, value: float) -> None:
+        # Set after construction too: -1 or NaN was accepted there without a word.
+        if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                or not math.isfinite(value) or value < 0):
+            raise ValueError(f"noise_std must be a finite number >= 0, got {value!r}")
+        self._noise_std = float(value)
 
     @property
     def steps(self) -> int:
@@ -165,6 +181,12 @@ class ETConv(DescentSettings, MessagePassing):
       ``fullgraph=True`` and ``torch.export`` do not). ``torch.func`` (``grad``, ``vmap``,
       ``functional_call``) uses the reference closed form instead of the fused kernel, with
       the same values. TorchScript (``torch.jit.script``/``trace``) is not supported.
+    * **Message hooks.** The fused kernel does not call ``propagate``, so PyG's
+      ``register_message_forward_hook`` and ``register_propagate_forward_hook`` hooks fire only
+      on the reference path (``conv.fused = False``, or an explainer's edge mask), which gives
+      the same values. Module forward hooks fire on every path. An explainer's edge mask
+      multiplies the messages after the softmax (PyG's convention), so a mask value of 0 is
+      not the same as removing the edge.
 
     Args:
         channels: token width ``D``.
@@ -236,13 +258,6 @@ class ETConv(DescentSettings, MessagePassing):
         super().__init__(node_dim=0, **kwargs)
         if grad not in GRAD_MODES:
             raise ValueError(f"grad must be one of {GRAD_MODES}, got {grad!r}")
-        if (
-            isinstance(noise_std, bool)
-            or not isinstance(noise_std, numbers.Real)
-            or math.isnan(noise_std)
-            or noise_std < 0
-        ):
-            raise ValueError(f"noise_std must be >= 0, got {noise_std!r}")
         self.energy_fn = ETEnergy(
             channels,
             heads=heads,
@@ -256,7 +271,7 @@ class ETConv(DescentSettings, MessagePassing):
         )
         self.steps = steps
         self.alpha = alpha
-        self.noise_std = float(noise_std)
+        self.noise_std = noise_std
         self.grad = grad
         self.cached = cached
         self.register_load_state_dict_pre_hook(_rename_legacy_keys)

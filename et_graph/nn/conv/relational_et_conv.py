@@ -146,13 +146,6 @@ class RelationalETConv(DescentSettings, Module):
         for name, value in (("num_relations", num_relations), ("heads", heads)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if (
-            isinstance(noise_std, bool)
-            or not isinstance(noise_std, numbers.Real)
-            or math.isnan(noise_std)
-            or noise_std < 0
-        ):
-            raise ValueError(f"noise_std must be >= 0, got {noise_std!r}")
         self.num_relations = int(num_relations)
         self._heads = int(heads)
         self.energy_fn = ETEnergy(
@@ -167,7 +160,7 @@ class RelationalETConv(DescentSettings, Module):
         )
         self.steps = steps
         self.alpha = alpha
-        self.noise_std = float(noise_std)
+        self.noise_std = noise_std
         self.grad = grad
         self.cached = cached
 
