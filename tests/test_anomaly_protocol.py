@@ -86,11 +86,25 @@ def test_make_splits_paper_and_gadbench():
     data.train_mask, data.val_mask, data.test_mask = masks.clone(), masks.clone(), masks.clone()
     data.train_mask[:100, 0] = data.val_mask[100:150, 0] = data.test_mask[150:, 0] = True
     data.train_mask[100:, 1] = data.val_mask[:50, 1] = data.test_mask[50:100, 1] = True
-    splits = make_splits(data, "gadbench", 3)
+    splits = make_splits(data, "gadbench", 2)
     assert torch.equal(splits[0].train, torch.arange(100))
     assert torch.equal(splits[1].test, torch.arange(50, 100))
-    assert torch.equal(splits[2].train, splits[0].train)
     assert len(mask_splits(data)) == 2
+    # From a fraud-data audit: seed 2 reused column 0, and the paired differences counted the
+    # two scorings of one split as independent folds.
+    with pytest.raises(ValueError, match="2 split columns, and 3 seeds would score"):
+        make_splits(data, "gadbench", 3)
+    one = data.clone()
+    one.train_mask, one.val_mask, one.test_mask = (m[:, :1] for m in (
+        data.train_mask, data.val_mask, data.test_mask))
+    reused = make_splits(one, "gadbench", 3)
+    assert all(split.same_as(reused[0]) for split in reused)
+    # ... and masks reaching past label_mask trained and scored unlabelled nodes as normal.
+    data.label_mask = torch.ones(200, dtype=torch.bool)
+    data.label_mask[::40] = False
+    with pytest.raises(ValueError, match="train_mask \\(column 0\\) holds 3 nodes that its "
+                                         "label_mask marks unlabelled"):
+        mask_splits(data)
     with pytest.raises(ValueError, match="protocol"):
         make_splits(data, "random", 1)
 

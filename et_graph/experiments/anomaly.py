@@ -218,7 +218,8 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     anomalous = ("" if y is None else " (" + "/".join(
         str(int(y[part.numpy()].sum())) for part in parts) + " anomalous)")
     if p.protocol == "gadbench":
-        head = "GADBench: the dataset's own train/val/test masks (seed i uses mask i mod S)"
+        head = ("GADBench: the dataset's own train/val/test masks (seed i uses mask column i, or "
+                "the one column)")
     else:
         head = (f"paper/BWGNN: stratified split, train ratio {p.train_ratio}, rest 1:2 val:test, "
                 f"split seed {p.split_seed}" + (" + seed" if p.vary_split else " (fixed)"))

@@ -191,8 +191,19 @@ def mask_splits(data: Data) -> list[Split]:
         for s in range(masks[0].size(1))
     ]
     labels = _check_labels(data.y)
+    labelled = getattr(data, "label_mask", None)
     for column, split in enumerate(splits):
         check_split(split, labels, f"the dataset's mask column {column}")
+        if labelled is not None:
+            # Unlabelled nodes carry a placeholder 0: they trained and scored as normal nodes.
+            for part in ("train", "val", "test"):
+                nodes = getattr(split, part)
+                outside = int((~labelled[nodes]).sum())
+                if outside:
+                    raise ValueError(
+                        f"the dataset's {part}_mask (column {column}) holds {outside} nodes that "
+                        "its label_mask marks unlabelled; their placeholder labels would count "
+                        "as normal: keep the masks inside label_mask")
     return splits
 
 
@@ -216,6 +227,12 @@ def make_splits(
         return [cache[s] for s in seeds]
     if protocol == "gadbench":
         splits = mask_splits(data)
+        if 1 < len(splits) < num_seeds:
+            # The paired differences would count a split scored twice as two independent ones.
+            raise ValueError(
+                f"the dataset has {len(splits)} split columns, and {num_seeds} seeds would score "
+                f"some of them twice: use at most {len(splits)} seeds (one per split), or the "
+                "paper protocol")
         return [splits[s % len(splits)] for s in range(num_seeds)]
     raise ValueError(f"protocol must be 'paper' or 'gadbench', got {protocol!r}")
 
