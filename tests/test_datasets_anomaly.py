@@ -289,6 +289,9 @@ def write_npz(path, **arrays):
         (lambda a: a.update(edge_index=a["edge_index"].T), "transpose"),
         (lambda a: a["edge_index"].__setitem__((0, 0), 99), "node ids"),
         (lambda a: a["x"].__setitem__((3, 1), np.nan), "NaN"),
+        # a finite float64 beyond float32 was reported as "NaN or inf" (a fraud-data audit)
+        (lambda a: a.update(x=np.where(np.arange(4) == 1, 1e39, a["x"].astype(np.float64))),
+         r"features reach 1e\+39, beyond float32's range"),
         (lambda a: a.update(y=np.arange(30) % 3), "binary"),
         (lambda a: a.update(y=np.zeros(29, dtype=np.int64)), "shape"),
         (lambda a: a.update(x=np.zeros((0, 4))), "no nodes"),

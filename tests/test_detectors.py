@@ -13,6 +13,7 @@ from et_graph.detectors import (
     GBTDetector,
     GCNDetector,
     MLPDetector,
+    UnsupervisedETDetector,
 )
 from et_graph.protocols.anomaly_config import AnomalyConfig, detector_config
 
@@ -622,6 +623,32 @@ def test_neural_detectors_warn_about_raw_feature_scales(graph):
     huge.x = graph.x * 1e30
     with pytest.raises(ValueError, match=r"reach .*--feature-norm quantile"):
         ETDetector(epochs=1, hidden=8).fit(huge)
+    # From a fraud-data audit: a finite float64 value beyond float32's range became inf in the
+    # cast, reported as "NaN or inf" (ET), a "non-finite training loss" (MLP), or fitted by the
+    # trees as inf; the transform, run in float64, brings it back.
+    beyond = graph.clone()
+    beyond.x = graph.x.double()
+    beyond.x[0, 0] = 1e39
+    for detector in (ETDetector(epochs=1, hidden=8), MLPDetector(epochs=1, hidden=8),
+                     GBTDetector(max_iter=5), UnsupervisedETDetector(epochs=1, hidden=8)):
+        with pytest.raises(ValueError, match=r"reaches 1e\+39, beyond float32's range"):
+            detector.fit(beyond)
+    transformed = prepare_detection_data(beyond, "quantile")
+    assert transformed.x.dtype == torch.float32 and bool(torch.isfinite(transformed.x).all())
+
+
+def test_a_graph_with_more_nodes_than_feature_rows_is_named(graph):
+    """From a fraud-data audit: num_nodes above x's rows gave an IndexError deep in the loss
+    (ET), NumPy's (GBT), or 500 scores for a '510-node' graph (unsupervised)."""
+    from torch_geometric.data import Data
+
+    n = graph.num_nodes
+    longer = Data(x=graph.x, edge_index=graph.edge_index,
+                  y=torch.cat([graph.y, torch.zeros(10, dtype=graph.y.dtype)]), num_nodes=n + 10)
+    for detector in (ETDetector(epochs=1, hidden=8), GBTDetector(max_iter=5),
+                     UnsupervisedETDetector(epochs=1, hidden=8)):
+        with pytest.raises(ValueError, match=f"data.x has {n} rows but data.num_nodes is {n + 10}"):
+            detector.fit(longer)
 
 
 def test_a_loaded_single_split_mask_fits_as_it_is(tmp_path):

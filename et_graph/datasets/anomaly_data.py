@@ -195,6 +195,14 @@ def prepare_anomaly_data(
         raise ValueError(f"{source}: the nodes have no features (x has shape {tuple(x.shape)})")
     if x.is_complex():
         raise ValueError(f"{source}: features must be real numbers, got {x.dtype}")
+    if x.is_floating_point() and bool(torch.isfinite(x).all()):
+        # Checked in the file's own precision: cast first, a finite 1e39 became inf and was
+        # reported as "NaN or inf".
+        largest = float(x.abs().max())
+        if largest > torch.finfo(torch.float32).max:
+            raise ValueError(f"{source}: features reach {largest:.3g}, beyond float32's range "
+                             "(about 3.4e38), in which et-graph stores them: rescale them "
+                             "(log1p, ranks) before saving the file")
     x = x.to(torch.float32)
     try:
         check_features(x, x.size(1), name=f"{source}: x")

@@ -12,10 +12,28 @@ from .neighbourhood import neighbourhood_statistics
 FEATURE_NORMS = ("none", "standard", "quantile", "ple")
 
 
-def check_node_graph(data: Data) -> tuple[Tensor, Tensor]:
+#: The largest magnitude float32 holds, the precision the models compute in.
+FLOAT32_LIMIT = float(torch.finfo(torch.float32).max)
+
+
+def check_float32_range(x: Tensor, what: str = "data.x") -> None:
+    """``ValueError`` for finite features beyond float32's range: cast for the models, they
+    became inf and were reported as "NaN or inf" (or as a non-finite training loss)."""
+    if x.numel() and (x.is_floating_point() and torch.finfo(x.dtype).max > FLOAT32_LIMIT):
+        largest = float(x.abs().max())
+        if largest > FLOAT32_LIMIT:
+            raise ValueError(
+                f"{what} reaches {largest:.3g}, beyond float32's range (about 3.4e38), in which "
+                "the models compute: transform the features first, e.g. "
+                "et_graph.transforms.prepare_detection_data(data, 'quantile') (or 'standard'), "
+                "--feature-norm quantile or standard on the command line")
+
+
+def check_node_graph(data: Data, float32_range: bool = True) -> tuple[Tensor, Tensor]:
     """``(x, edge_index)`` of a node-level graph, or a ``ValueError`` that says what is wrong:
-    features ``[N, F]`` with ``N > 0``, finite, and an integer ``edge_index [2, E]`` of ids in
-    ``[0, N)``."""
+    features ``[N, F]`` with ``N > 0`` rows (``data.num_nodes``, where set, must agree),
+    finite (and, with ``float32_range``, within float32's range), and an integer
+    ``edge_index [2, E]`` of ids in ``[0, N)``."""
     for name in ("x", "edge_index"):
         value = getattr(data, name, None)
         if value is not None and not isinstance(value, Tensor):
@@ -29,6 +47,13 @@ def check_node_graph(data: Data) -> tuple[Tensor, Tensor]:
         raise ValueError("data.x must hold node features of shape [N, F] with N > 0")
     if not bool(torch.isfinite(x).all()):
         raise ValueError("data.x contains NaN or inf values")
+    if float32_range:
+        check_float32_range(x)
+    if data.num_nodes != x.size(0):
+        # The labels and masks of the extra nodes indexed past x (an IndexError deep in the
+        # loss), or the scores came back shorter than the graph.
+        raise ValueError(f"data.x has {x.size(0)} rows but data.num_nodes is {data.num_nodes}: "
+                         "every node needs a feature row")
     edge_index = getattr(data, "edge_index", None)
     if edge_index is None:
         raise ValueError("data.edge_index is missing (a [2, E] tensor of node ids is needed)")
@@ -45,9 +70,9 @@ def check_node_graph(data: Data) -> tuple[Tensor, Tensor]:
     return x, edge_index
 
 
-def check_detection_graph(data: Data) -> None:
+def check_detection_graph(data: Data, float32_range: bool = True) -> None:
     """``ValueError`` for a graph that node anomaly detection cannot use."""
-    check_node_graph(data)
+    check_node_graph(data, float32_range)
     y = getattr(data, "y", None)
     if y is None or y.dim() != 1 or y.numel() != data.num_nodes:
         raise ValueError("the graph needs a binary node label y of shape [N]")
@@ -65,18 +90,22 @@ def prepare_detection_data(data: Data, feature_norm: str = "none",
     if feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
     labelled = getattr(data, "y", None) is not None
+    # A transform can bring features beyond float32's range back into it: they are checked
+    # after it, and the transform runs in the features' own precision (float64 stays float64).
     if labelled:
-        check_detection_graph(data)
+        check_detection_graph(data, float32_range=False)
     else:
-        check_node_graph(data)
+        check_node_graph(data, float32_range=False)
     data = data.clone()
-    data.x = data.x.float()
+    x = data.x if data.x.is_floating_point() else data.x.float()
     if labelled:
         data.y = data.y.long()
     if degree_feature:  # the neighbourhood statistics' degree column (self-loops not counted)
-        degree = neighbourhood_statistics(data.x, data.edge_index, ("degree",))
-        data.x = torch.cat([data.x, degree], dim=-1)
-    data.x = transform_features(data.x, feature_norm, ple_bins)
+        degree = neighbourhood_statistics(x, data.edge_index, ("degree",))
+        x = torch.cat([x, degree], dim=-1)
+    x = transform_features(x, feature_norm, ple_bins)
+    check_float32_range(x, f"data.x after the {feature_norm!r} transform")
+    data.x = x.float()
     return data
 
 
