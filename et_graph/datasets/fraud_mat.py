@@ -37,13 +37,14 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_undirected
 
-from .anomaly_data import prepare_anomaly_data
+from .anomaly_data import prepare_anomaly_data, warn_unread_entries
 
 CARE_RELATIONS: dict[str, tuple[str, ...]] = {
     "yelpchi": ("net_rur", "net_rtr", "net_rsr"),
     "amazon": ("net_upu", "net_usu", "net_uvu"),
 }
 AMAZON_UNLABELLED_NODES = 3305
+AMAZON_NODES = 11944
 FRAUD_FILES: dict[str, str] = {"yelpchi": "YelpChi.mat", "amazon": "Amazon.mat"}
 FRAUD_ARCHIVE_URLS: dict[str, str] = {
     "yelpchi": "https://data.dgl.ai/dataset/FraudYelp.zip",
@@ -137,10 +138,15 @@ def load_fraud_mat(
         relation: ``"homo"`` (all relations merged), ``"multi"`` (every relation kept as an
             edge type: ``edge_index`` concatenated over the relations, ``edge_type [E]`` and
             ``relation_names``) or one relation key such as ``"net_rur"`` (or ``"rur"``).
-        name: ``data.name``; by default ``"yelpchi"`` / ``"amazon"`` when the relation keys
-            identify the dataset, else the file name.
+        name: ``data.name``; by default ``"yelpchi"`` / ``"amazon"`` for ``YelpChi.mat`` /
+            ``Amazon.mat`` (any case), else the file name (a user's file in the same layout is
+            not titled YelpChi).
         unlabelled_prefix: how many leading nodes carry no label and must stay out of splits
-            (``label_mask`` False). Defaults to 3,305 for Amazon (the usual protocol), 0 else.
+            (``label_mask`` False). Defaults to 3,305 for Amazon's layout (the usual protocol;
+            a warning says so when the file is not Amazon's 11,944 nodes), 0 else.
+
+    Keys outside the layout (``features``, ``label``, ``homo``, ``net_*``) are named in a
+    warning: masks, a ``label_mask`` or edge weights stored there are not read.
 
     Raises:
         FileNotFoundError: the file does not exist.
@@ -166,6 +172,7 @@ def load_fraud_mat(
         )
     dataset = _detect_dataset(keys)
     relations = sorted(key for key in keys if key.startswith("net_"))
+    warn_unread_entries(source, keys, ("features", "label", "homo", *relations))
     key = _relation_key(relation, relations, source)
     features = mat["features"]
     num_nodes = features.shape[0]
@@ -179,6 +186,12 @@ def load_fraud_mat(
 
     if unlabelled_prefix is None:
         unlabelled_prefix = AMAZON_UNLABELLED_NODES if dataset == "amazon" else 0
+        if dataset == "amazon" and AMAZON_UNLABELLED_NODES < num_nodes != AMAZON_NODES:
+            warnings.warn(
+                f"{source}: Amazon's layout, so its first {AMAZON_UNLABELLED_NODES} nodes are "
+                f"taken as unlabelled (kept out of every split), but the file has {num_nodes} "
+                f"nodes, not Amazon.mat's {AMAZON_NODES}: pass unlabelled_prefix "
+                "(--unlabelled-prefix) with the file's own count, 0 for none", stacklevel=2)
     check_unlabelled_prefix(unlabelled_prefix)
     label_mask = None
     if unlabelled_prefix:
@@ -190,8 +203,9 @@ def load_fraud_mat(
             )
         label_mask = np.arange(num_nodes) >= unlabelled_prefix
 
+    known = dataset is not None and path.name.lower() == FRAUD_FILES[dataset].lower()
     data = prepare_anomaly_data(
-        features, edge_index, mat["label"], name=name or dataset or path.stem.lower(),
+        features, edge_index, mat["label"], name=name or (dataset if known else path.stem.lower()),
         label_mask=label_mask, source=source,
     )
     if key == MULTI_RELATION:

@@ -223,10 +223,16 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     else:
         head = (f"paper/BWGNN: stratified split, train ratio {p.train_ratio}, rest 1:2 val:test, "
                 f"split seed {p.split_seed}" + (" + seed" if p.vary_split else " (fixed)"))
+    d = config.data
+    features = f"{d.feature_norm} transform of x" + (
+        f" ‖ its in-neighbours' {d.neighbour_stats}" if d.neighbour_stats != "none" else "") + (
+        " ‖ log(1 + degree)" if d.degree_feature else "")
+    neural = any(name != "gbt" for name in names)  # a trees-only run trains no epoch
     text = (f"{head}; {train}/{val}/{test} train/val/test nodes{anomalous}; "
-            f"{counted(p.seeds, 'seed')}; neural models: "
-            f"up to {t.epochs} epochs, checkpoint = best validation {t.select_metric}; threshold "
-            "from 0.05..0.95 (19) maximising validation macro-F1; "
+            f"{counted(p.seeds, 'seed')}; every model's input features: {features}; "
+            + (f"neural models: up to {t.epochs} epochs, checkpoint = best validation "
+               f"{t.select_metric}; " if neural else "")
+            + "threshold from 0.05..0.95 (19) maximising validation macro-F1; "
             + ("VALIDATION ONLY: the tables score the validation nodes, no test node is scored"
                if p.validation_only else "test nodes scored once"))
     # What each model reads, where it differs (the tables' rows are not all the same input).
