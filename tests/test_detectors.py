@@ -409,6 +409,9 @@ def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph):
     (lambda: ETDetector(supervised=False, alpha=-1.0), "alpha"),
     (lambda: ETDetector(supervised=False, noise_std=-1.0), "noise_std"),
     (lambda: ETDetector(supervised=False, hopfield_dim=-1), "hopfield_dim"),
+    # a fraud-data audit: seed=1.7 ran as seed 1
+    (lambda: ETDetector(seed=1.7), "seed must be an int >= 0"),
+    (lambda: GBTDetector(seed=-1), "seed must be an int >= 0"),
 ])
 def test_bad_settings_are_refused_at_construction(make, message):
     """Not first inside fit (scikit-learn's InvalidParameterError), nor never (alpha < 0

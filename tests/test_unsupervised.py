@@ -577,6 +577,10 @@ def test_contamination_range_is_pygods_and_ties_never_flag_more_than_it():
     if det.decision_score_.unique().numel() == 1:  # every score ties
         assert "tie at the threshold" in messages
     assert int(det.predict(tied).sum()) <= 2
+    # Self-loops alone are no edges between nodes either (a fraud-data audit: no warning).
+    loops = Data(x=torch.randn(20, 5), edge_index=torch.arange(20).repeat(2, 1))
+    with pytest.warns(RuntimeWarning, match="no edges between two nodes"):
+        UnsupervisedETDetector(seed=0, epochs=1, score_rounds=1).fit(loops)
 
 
 def test_the_cli_points_an_unlabelled_graph_to_the_python_detector(graph, tmp_path):

@@ -7,6 +7,7 @@ protocol), ``decision_score_`` (the scores of the graph it was fitted on) and ``
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import pickle
 import warnings
@@ -68,6 +69,9 @@ class BaseDetector:
             raise ValueError(f"{type(self).__name__} does not use {', '.join(unused)} (a "
                              f"setting of the shared {self.config_class.__name__})")
         self.config = apply_keywords(config, **keywords) if keywords else config
+        # 1.7 became seed 1 without a word; NumPy and torch refuse negative seeds only mid-fit.
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.seed = int(seed)
         self.progress = bool(progress)
         device = resolve_device(device)

@@ -315,8 +315,12 @@ def _warn_uninformative(graph: Data, detector: str) -> None:
         warnings.warn(f"{detector}: every node has the same features, so the scores differ "
                       "only by the random masks and rank the nodes arbitrarily",
                       RuntimeWarning, stacklevel=3)
-    if graph.edge_index.numel() == 0:
-        warnings.warn(f"{detector}: the graph has no edges, so the completion of a masked node "
+    edge_index = graph.edge_index
+    # Self-loops are no neighbours: ET's attention skips them (a graph of self-loops alone
+    # scored as one without edges, and said nothing).
+    if not bool((edge_index[0] != edge_index[1]).any()):
+        warnings.warn(f"{detector}: the graph has no edges between two nodes (self-loops at "
+                      "most), so the completion of a masked node "
                       "reads no neighbour (the detector works as a feature autoencoder)",
                       RuntimeWarning, stacklevel=3)
 
