@@ -319,6 +319,18 @@ def test_multiclass_labels_need_binarize(tmp_path):
     data = load_anomaly_npz(path, binarize=True)
     assert data.y.tolist() == [int(v > 0) for v in np.arange(30) % 4]
     assert load_anomaly_dataset(path=path, binarize=True).y.sum() == data.y.sum()
+    # The refusal advised binarize=True, which a command-line user could not pass (a
+    # fraud-data audit): both commands take --binarize now.
+    from et_graph.config import parse
+    from et_graph.protocols.anomaly_config import AnomalyConfig, load_data
+    from et_graph.protocols.unsupervised import UnsupervisedAnomalyConfig, load_graph
+
+    with pytest.raises(ValueError, match="--binarize on the command line"):
+        load_data(parse(AnomalyConfig, ["--data", str(path)]).data)
+    loaded = load_data(parse(AnomalyConfig, ["--data", str(path), "--binarize"]).data)
+    assert torch.equal(loaded.y, data.y)
+    config = parse(UnsupervisedAnomalyConfig, ["--data", str(path), "--binarize"])
+    assert int(load_graph(config.data)[1].open().sum()) == int(data.y.sum())
 
 
 def test_pygod_generated_graphs_are_binarized_by_name(tmp_path):

@@ -146,6 +146,9 @@ def load_anomaly_dataset(
         )
     if unlabelled_prefix is not None and name not in FRAUD_FILES:
         raise ValueError(f"unlabelled_prefix only applies to yelpchi and amazon, not to {name}")
+    if binarize is not None and name not in EMBEDDED_FILES:
+        raise ValueError(f"binarize applies to graph files (path=) and to the embedded "
+                         f"{', '.join(EMBEDDED_FILES)}, not to {name}")
     roots = _search_roots(root_path)
 
     if name in EMBEDDED_FILES:

@@ -114,7 +114,8 @@ def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
         raise ValueError(
             f"{source}: labels must be binary (0 = normal, 1 = anomalous), found values "
             f"{values.tolist()[:10]}. For multi-type anomaly labels (e.g. PyGOD's 0..3) "
-            "pass binarize=True (load_anomaly_dataset) to treat every label > 0 as anomalous; "
+            "pass binarize=True (load_anomaly_dataset; --binarize on the command line) to treat "
+            "every label > 0 as anomalous; "
             "for unlabelled nodes (e.g. -1), give them 0 and mark the labelled ones in "
             "data.label_mask, which keeps them out of every split."
         )

@@ -57,6 +57,8 @@ class AnomalyDataConfig:
         neighbour_stats: append statistics of each node's in-neighbours' features (a comma list
             of mean, sq_mean, max, min, std, degree; none = off), computed on the raw features
             before feature_norm, label-free, the same for every model.
+        binarize: read a .npz/.pt file's labels as anomalous where > 0 (multi-type anomaly
+            labels such as PyGOD's 0..3); none = only for PyGOD's inj_*/gen_* files.
     """
 
     dataset: str = "tolokers"
@@ -68,6 +70,7 @@ class AnomalyDataConfig:
     neighbour_stats: str = "none"
     ple_bins: int = 16
     unlabelled_prefix: Optional[int] = None
+    binarize: Optional[bool] = None
 
     def __post_init__(self) -> None:
         parse_neighbour_stats(self.neighbour_stats)  # ValueError for unknown names
@@ -247,11 +250,13 @@ def load_data(config: AnomalyDataConfig, data: Optional[Data] = None) -> Data:
     if data is None:
         if config.data:
             data = load_anomaly_dataset(path=config.data, relation=config.relation,
-                                        unlabelled_prefix=config.unlabelled_prefix)
+                                        unlabelled_prefix=config.unlabelled_prefix,
+                                        binarize=config.binarize)
         else:
             data = load_anomaly_dataset(config.dataset, root=config.data_root,
                                         relation=config.relation,
-                                        unlabelled_prefix=config.unlabelled_prefix)
+                                        unlabelled_prefix=config.unlabelled_prefix,
+                                        binarize=config.binarize)
     stats = parse_neighbour_stats(config.neighbour_stats)
     if stats:
         data = NeighbourhoodStatistics(stats)(prepare_detection_data(data, "none", False))

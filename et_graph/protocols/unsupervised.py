@@ -66,6 +66,8 @@ class UnsupervisedDataConfig:
             encoding of 16 quantile bins per column).
         unlabelled_prefix: leading nodes of a CARE-GNN .mat file without labels, scored but
             not evaluated (none = 3305 for Amazon, 0 otherwise).
+        binarize: read a .npz/.pt file's labels as anomalous where > 0 (multi-type anomaly
+            labels); none = only for PyGOD's inj_*/gen_* files.
     """
 
     dataset: str = "reddit"
@@ -73,6 +75,7 @@ class UnsupervisedDataConfig:
     data_root: Optional[str] = None
     feature_norm: str = "standard"
     unlabelled_prefix: Optional[int] = None
+    binarize: Optional[bool] = None
 
     def __post_init__(self) -> None:
         check_unlabelled_prefix(self.unlabelled_prefix)
@@ -261,10 +264,12 @@ def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
 
         if config.data:
             data = load_anomaly_dataset(path=config.data,
-                                        unlabelled_prefix=config.unlabelled_prefix)
+                                        unlabelled_prefix=config.unlabelled_prefix,
+                                        binarize=config.binarize)
         else:
             data = load_anomaly_dataset(config.dataset, root=config.data_root,
-                                        unlabelled_prefix=config.unlabelled_prefix)
+                                        unlabelled_prefix=config.unlabelled_prefix,
+                                        binarize=config.binarize)
     y = getattr(data, "y", None)
     if y is None:
         raise ValueError("et-graph unsupervised evaluates the scores against labels, so the "
