@@ -178,7 +178,7 @@ def test_nan_targets_and_non_integer_ids_are_refused(tmp_path):
     _write_fake_gnn_benchmark_raw(tmp_path / "official", "CLUSTER", splits)
     config = GNNBenchmarkDataConfig(dataset="CLUSTER", root=str(tmp_path / "official"),
                                     source="official")
-    with pytest.raises(ValueError, match="CLUSTER val graph 1: node labels must be whole numbers"):
+    with pytest.raises(ValueError, match="CLUSTER_v2.pt: val graph 1: node labels must be whole"):
         load_benchmark(config)
 
 
@@ -764,3 +764,106 @@ def test_flags_no_chosen_model_reads_are_named(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         gnnbenchmark.main(["--models", "et,gatedgcn", "--blocks", "3", "--baseline-layers", "3"])
+
+
+def _write_raw(root: Path, name: str, payload: list) -> Path:
+    raw = root / name / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    torch.save(payload, raw / f"{name}_v2.pt")
+    return raw / f"{name}_v2.pt"
+
+
+def _pattern_payload(change=None) -> list:
+    splits = generate_sbm_pattern(3, 2, 2, seed=1)
+    payload = [[{"x": g.x.argmax(1), "edge_index": g.edge_index, "y": g.y} for g in splits[s]]
+               for s in ("train", "val", "test")]
+    if change is not None:
+        change(payload)
+    return payload
+
+
+def _superpixel_payload(channels: int = 1, node_labels: bool = False, pos: bool = True) -> list:
+    def graph(seed: int) -> dict:
+        g = torch.Generator().manual_seed(seed)
+        graph = {"x": torch.rand(6, channels, generator=g),
+                 "edge_index": torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]]),
+                 "edge_attr": torch.rand(6, generator=g),
+                 "y": torch.randint(0, 10, (6,) if node_labels else (1,), generator=g)}
+        if pos:
+            graph["pos"] = torch.rand(6, 2, generator=g)
+        return graph
+    return [[graph(3 * s + i) for i in range(3)] for s in range(3)]
+
+
+def test_official_files_are_checked_when_they_load_and_named(tmp_path):
+    """From a benchmark audit: NaN features or an edge id past the last node failed only at the
+    test evaluation, after the training, naming no file; a float id column trained as one
+    continuous feature and five one-hot columns under PATTERN ran; an MNIST file with a label
+    per node failed inside the loss; a file of two splits, or with an empty split, read as a
+    damaged file."""
+    def load(name, payload, folder):
+        _write_raw(tmp_path / folder, name, payload)
+        return load_benchmark(GNNBenchmarkDataConfig(dataset=name, root=str(tmp_path / folder),
+                                                     source="official"))
+
+    def nan_x(payload):
+        payload[2][0]["x"] = torch.full((payload[2][0]["y"].numel(),), float("nan"))
+
+    def edge_past_end(payload):
+        payload[1][1]["edge_index"] = payload[1][1]["edge_index"].clone()
+        payload[1][1]["edge_index"][0, 0] = 10_000
+
+    def wide(payload):
+        for split in payload:
+            for graph in split:
+                graph["x"] = torch.nn.functional.one_hot(graph["x"], 5).float()
+
+    with pytest.raises(ValueError, match=r"PATTERN_v2\.pt: test graph 0: x holds NaN or inf"):
+        load("PATTERN", _pattern_payload(nan_x), "nan")
+    with pytest.raises(ValueError, match=r"PATTERN_v2\.pt: val graph 1: edge_index holds node"):
+        load("PATTERN", _pattern_payload(edge_past_end), "edges")
+    with pytest.raises(ValueError, match=r"5 feature columns; PATTERN's one-hot node features"):
+        load("PATTERN", _pattern_payload(wide), "wide")
+
+    def float_ids(payload):
+        for split in payload:
+            for graph in split:
+                graph["x"] = graph["x"].float().view(-1, 1)
+
+    as_floats = load("PATTERN", _pattern_payload(float_ids), "floats")
+    as_ints = load("PATTERN", _pattern_payload(), "ints")
+    assert as_floats.node_dim == 3
+    assert torch.equal(as_floats.splits["train"][0].x, as_ints.splits["train"][0].x)
+    with pytest.raises(ValueError, match=r"train graph 0: 6 labels, but a graph task needs one"):
+        load("MNIST", _superpixel_payload(node_labels=True), "node_labels")
+    with pytest.raises(ValueError, match=r"3 pixel channels .*MNIST's superpixels have 1 "):
+        load("MNIST", _superpixel_payload(channels=3), "rgb")
+    with pytest.raises(ValueError, match=r"no coordinates; CIFAR10's superpixels have 3"):
+        load("CIFAR10", _superpixel_payload(channels=3, pos=False), "no_pos")
+    assert load("MNIST", _superpixel_payload(), "mnist").node_dim == 3
+    with pytest.raises(ValueError, match=r"holds 2 splits; PyG's PATTERN_v2\.pt holds three"):
+        load("PATTERN", _pattern_payload()[:2], "two")
+    with pytest.raises(ValueError, match=r"its test split holds no graph"):
+        load("PATTERN", _pattern_payload(lambda p: p[2].clear()), "empty")
+
+
+def test_a_replaced_raw_file_is_processed_again(tmp_path):
+    """From a benchmark audit: PyG reuses processed/ whenever it exists, so a raw file replaced
+    after a first run trained the old data, with identical numbers and no word."""
+    import os
+
+    config = GNNBenchmarkDataConfig(dataset="PATTERN", root=str(tmp_path), source="official")
+    raw = _write_raw(tmp_path, "PATTERN", _pattern_payload())
+    first = load_benchmark(config)
+
+    def flipped(payload):
+        for split in payload:
+            for graph in split:
+                graph["y"] = 1 - graph["y"]
+
+    _write_raw(tmp_path, "PATTERN", _pattern_payload(flipped))
+    later = max(p.stat().st_mtime for p in (tmp_path / "PATTERN" / "processed").iterdir()) + 5
+    os.utime(raw, (later, later))
+    with pytest.warns(UserWarning, match="newer than the processed copies"):
+        second = load_benchmark(config)
+    assert torch.equal(second.splits["test"][0].y, 1 - first.splits["test"][0].y)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, TypeVar, Union
 
+import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
@@ -104,6 +106,67 @@ def category_ids(values: Tensor, what: str, count: int) -> Tensor:
     return ids
 
 
+def check_benchmark_graph(d: Data, where: str, node_task: bool) -> None:
+    """``ValueError`` naming ``where`` (the file, split and graph) for a graph no model can use:
+    no nodes, NaN/inf features, edge ids past the last node, edge features that do not match
+    the edges, or labels of the wrong count (one per node for a node task, one per graph
+    else). Checked when the files load: these failed only at the test evaluation, after the
+    training, naming no file."""
+    n = d.num_nodes
+    if not n:
+        raise ValueError(f"{where} has no nodes")
+    for name in ("x", "pos", "edge_attr"):
+        value = getattr(d, name, None)
+        if isinstance(value, Tensor) and value.is_floating_point() and not bool(
+                torch.isfinite(value).all()):
+            raise ValueError(f"{where}: {name} holds NaN or inf")
+    edge_index = d.edge_index
+    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= n):
+        raise ValueError(f"{where}: edge_index holds node ids outside 0..{n - 1} "
+                         f"({int(edge_index.min())}..{int(edge_index.max())})")
+    edge_attr = getattr(d, "edge_attr", None)
+    if edge_attr is not None and edge_attr.size(0) != edge_index.size(1):
+        raise ValueError(f"{where}: {edge_attr.size(0)} edge feature rows for "
+                         f"{edge_index.size(1)} edges")
+    labels, wanted = d.y.numel(), (n if node_task else 1)
+    if labels != wanted:
+        raise ValueError(f"{where}: {labels} labels, but a "
+                         + (f"node task needs one per node ({n})" if node_task
+                            else "graph task needs one per graph"))
+
+
+def check_raw_splits(raw_file: Path, name: str) -> None:
+    """``ValueError`` for a raw ``<NAME>_v2.pt`` that is not three non-empty splits (PyG's
+    layout): PyG's processing failed on it with an IndexError or a missing processed file,
+    which read as a damaged file."""
+    from torch_geometric.io import fs
+
+    fix = f"put a fresh {name}_v2.pt (from PyG's {name}_v2.zip) at {raw_file}"
+    loaded = read_local_files(lambda: fs.torch_load(str(raw_file)), raw_file, fix)
+    if not isinstance(loaded, (list, tuple)) or len(loaded) != len(SPLITS):
+        count = len(loaded) if isinstance(loaded, (list, tuple)) else type(loaded).__name__
+        raise ValueError(f"{raw_file} holds {count} splits; PyG's {name}_v2.pt holds three "
+                         "lists of graphs (train, val, test)")
+    for split, graphs in zip(SPLITS, loaded):
+        if not len(graphs):
+            raise ValueError(f"{raw_file}: its {split} split holds no graph")
+
+
+def drop_stale_processed(raw_files: list[Path], processed_files: list[Path]) -> None:
+    """Delete PyG's processed copies when a raw file is newer than one of them: PyG processes
+    only when they are missing, so a replaced raw file was ignored and the old data trained
+    without a word."""
+    if missing_files(raw_files) or missing_files(processed_files):
+        return
+    newest_raw = max(path.stat().st_mtime for path in raw_files)
+    if newest_raw <= min(path.stat().st_mtime for path in processed_files):
+        return
+    warnings.warn(f"{raw_files[0].parent} holds files newer than the processed copies in "
+                  f"{processed_files[0].parent}: processing them again", stacklevel=3)
+    for path in processed_files:
+        path.unlink()
+
+
 def missing_files(paths: list[Path]) -> list[Path]:
     return [p for p in paths if not p.is_file()]
 
@@ -149,16 +212,23 @@ def load_gnn_benchmark(root: PathLike, name: str, split: str) -> GNNBenchmarkDat
         return read_local_files(lambda: _OfflineGNNBenchmark(str(root), name=name, split=split),
                                 Path(root) / name, fix)
 
-    if gnn_benchmark_processed(root, name):
+    processed = [Path(root) / name / "processed" / f"{s}_data.pt" for s in SPLITS]
+    if gnn_benchmark_processed(root, name) and not (
+            raw_file.is_file() and raw_file.stat().st_mtime > min(
+                path.stat().st_mtime for path in processed)):
         return read()
     # The first load processes the raw file into root/name/processed: parallel jobs take turns.
     with folder_lock(root, name):
+        drop_stale_processed([raw_file], processed)
+        if not gnn_benchmark_processed(root, name):
+            check_raw_splits(raw_file, name)
         return read()
 
 
 __all__ = [
     "GNN_BENCHMARK_NAMES",
     "BenchmarkData",
+    "check_benchmark_graph",
     "gnn_benchmark_present",
     "gnn_benchmark_required_file",
     "load_gnn_benchmark",

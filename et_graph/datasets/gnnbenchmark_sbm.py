@@ -14,6 +14,7 @@ from .gnnbenchmark_common import (
     BenchmarkData,
     PathLike,
     category_ids,
+    check_benchmark_graph,
     gnn_benchmark_present,
     gnn_benchmark_required_file,
     load_gnn_benchmark,
@@ -44,18 +45,21 @@ def sbm_benchmark(name: str, root: PathLike, source: str = "auto",
     common = dict(task="node", metric="weighted_accuracy", num_outputs=num_classes)
     if source in ("auto", "official") and gnn_benchmark_present(root, name):
         splits = {s: list(load_gnn_benchmark(root, name, s)) for s in SPLITS}
+        raw_file = gnn_benchmark_required_file(root, name)
         for split_name, split in splits.items():
             for index, d in enumerate(split):
-                where = f"{name} {split_name} graph {index}"
-                if d.x.is_floating_point() or (d.x.dim() == 2 and d.x.size(1) > 1):
+                where = f"{raw_file}: {split_name} graph {index}"
+                check_benchmark_graph(d, where, node_task=True)
+                if d.x.dim() == 2 and d.x.size(1) > 1:
                     # PyG's files: one-hot rows (float; an integer one-hot is read the same)
-                    d.x = d.x.float().view(d.num_nodes, -1)
-                else:  # one integer feature id per node: one-hot, as the generated graphs
+                    if d.x.size(1) != vocab:
+                        raise ValueError(f"{where}: {d.x.size(1)} feature columns; {name}'s "
+                                         f"one-hot node features have {vocab}")
+                    d.x = d.x.float()
+                else:  # one feature id per node (a float id too): one-hot, as generated graphs
                     ids = category_ids(d.x.view(-1), f"{where}: node feature ids", vocab)
                     d.x = nn.functional.one_hot(ids, vocab).float()
                 d.y = category_ids(d.y.view(-1), f"{where}: node labels", num_classes)
-                if d.y.numel() != d.num_nodes:
-                    raise ValueError(f"{where}: {d.y.numel()} labels for {d.num_nodes} nodes")
                 d.edge_attr = None
         node_dim = splits["train"][0].x.size(1)
         return BenchmarkData(

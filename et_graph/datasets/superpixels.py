@@ -9,12 +9,15 @@ from .gnnbenchmark_common import (
     BenchmarkData,
     PathLike,
     category_ids,
+    check_benchmark_graph,
     gnn_benchmark_present,
     gnn_benchmark_required_file,
     load_gnn_benchmark,
 )
 
 SUPERPIXEL_NAMES = ("MNIST", "CIFAR10")
+#: Pixel channels of each dataset's superpixels (grey, RGB).
+SUPERPIXEL_CHANNELS = {"MNIST": 1, "CIFAR10": 3}
 
 
 def superpixel_benchmark(name: str, root: PathLike, source: str = "auto") -> BenchmarkData:
@@ -30,16 +33,27 @@ def superpixel_benchmark(name: str, root: PathLike, source: str = "auto") -> Ben
             f"{gnn_benchmark_required_file(root, name)}"
         )
     splits = {s: list(load_gnn_benchmark(root, name, s)) for s in SPLITS}
-    for split in splits.values():
-        for d in split:
-            parts = [d.x.float().view(d.num_nodes, -1)]
-            if getattr(d, "pos", None) is not None:
-                parts.append(d.pos.float().view(d.num_nodes, -1))
-                d.pos = None
-            d.x = torch.cat(parts, dim=1)
+    raw_file = gnn_benchmark_required_file(root, name)
+    channels = SUPERPIXEL_CHANNELS[name]
+    for split_name, split in splits.items():
+        for index, d in enumerate(split):
+            where = f"{raw_file}: {split_name} graph {index}"
+            check_benchmark_graph(d, where, node_task=False)
+            # The protocol promises pixel values and coordinates: a file of another width (or
+            # without coordinates) ran and was described as that.
+            x = d.x.float().view(d.num_nodes, -1)
+            pos = getattr(d, "pos", None)
+            if x.size(1) != channels or pos is None or pos.numel() != 2 * d.num_nodes:
+                raise ValueError(
+                    f"{where}: {x.size(1)} pixel channels and "
+                    + ("no coordinates" if pos is None else f"pos of shape {tuple(pos.shape)}")
+                    + f"; {name}'s superpixels have {channels} channel"
+                    + ("s" if channels > 1 else "") + " and 2 coordinates (pos [N, 2])")
+            d.x = torch.cat([x, pos.float().view(d.num_nodes, 2)], dim=1)
+            d.pos = None
             if getattr(d, "edge_attr", None) is not None:
                 d.edge_attr = d.edge_attr.float().view(d.edge_index.size(1), -1)
-            d.y = category_ids(d.y.view(-1), f"{name} graph label", 10)
+            d.y = category_ids(d.y.view(-1), f"{where}: graph label", 10)
     sample = splits["train"][0]
     edge_dim = None if sample.edge_attr is None else sample.edge_attr.size(1)
     return BenchmarkData(

@@ -28,6 +28,8 @@ from .gnnbenchmark_common import (
     BenchmarkData,
     PathLike,
     category_ids,
+    check_benchmark_graph,
+    drop_stale_processed,
     missing_files,
     read_local_files,
 )
@@ -166,6 +168,7 @@ def load_zinc(root: PathLike, split: str, subset: bool = True) -> ZINC:
         def download(self) -> None:  # processed files exist: nothing to fetch
             return None
 
+    drop_stale_processed(zinc_required_files(root), processed_files)
     return read_local_files(
         lambda: _OfflineZINC(str(root), subset=subset, split=split), root,
         f"delete {processed} and put fresh copies of molecules.zip's files and the split "
@@ -193,12 +196,17 @@ def zinc_benchmark(root: PathLike, source: str = "auto", holdout_fraction: float
                   num_node_types=ZINC_NUM_ATOM_TYPES, num_edge_types=ZINC_NUM_BOND_TYPES)
     if source in ("auto", "official") and zinc_official_present(root / "ZINC"):
         splits = {s: list(load_zinc(root / "ZINC", s)) for s in SPLITS}
-        for split in splits.values():
+        for split_name, split in splits.items():
             for index, d in enumerate(split):
-                where = f"ZINC graph {index}"
+                where = f"{root / 'ZINC'}: {split_name} graph {index}"
+                check_benchmark_graph(d, where, node_task=False)
                 d.y = finite_targets(d.y, f"{where} target")
                 d.x = category_ids(d.x, f"{where} atom types",
                                    ZINC_NUM_ATOM_TYPES).view(d.num_nodes, -1)
+                # Checked here as the proxy's are: a bond type past the embedding failed only
+                # at the test evaluation, after the training.
+                d.edge_attr = category_ids(d.edge_attr, f"{where} bond types",
+                                           ZINC_NUM_BOND_TYPES).view(-1)
         return BenchmarkData(
             "ZINC", "official", splits, **common,
             protocol="ZINC-12k (official splits): train on train, select the epoch on val, "
