@@ -212,7 +212,14 @@ def _attribute_docs(doc: str) -> dict[str, str]:
             docs[current] = head.group(2).strip()
         elif current and line.strip():
             docs[current] += " " + line.strip()
-    return docs
+    return {name: plain_text(text) for name, text in docs.items()}
+
+
+def plain_text(text: str) -> str:
+    """A docstring fragment as ``--help`` shows it: Sphinx roles (``:class:`~a.b.C```) become
+    their last name (``C``), and double backquotes single words."""
+    text = re.sub(r":\w+:`~?(?:[\w.]*\.)?([\w]+)`", r"\1", text)
+    return text.replace("``", "")
 
 
 # ----------------------------------------------------------------------------------------------

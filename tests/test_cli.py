@@ -169,3 +169,17 @@ def test_presets_given_twice_apply_in_order(tmp_path):
     bad.write_text('[train]\nnope = 1\n')
     with pytest.raises(ValueError, match=r"bad\.toml: unknown key"):  # which file is wrong
         parse(AnomalyConfig, ["--config", str(data), "--config", str(bad)])
+
+
+def test_flag_help_shows_plain_text_not_sphinx_markup():
+    """From a benchmark audit: --rw-pe-dim's help read ':class:`~et_graph.transforms.
+    RandomWalkPE`'."""
+    from et_graph.config import field_docs, plain_text
+    from et_graph.datasets.gnnbenchmark import GNNBenchmarkDataConfig
+
+    assert plain_text("see :class:`~et_graph.transforms.RandomWalkPE` and ``x``") == (
+        "see RandomWalkPE and x")
+    assert plain_text(":func:`load_zinc`") == "load_zinc"
+    helps = field_docs(GNNBenchmarkDataConfig)
+    assert "RandomWalkPE" in helps["rw_pe_dim"]
+    assert not any(":class:" in text or "``" in text for text in helps.values())

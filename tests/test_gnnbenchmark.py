@@ -550,8 +550,11 @@ def test_runner_quick_zinc_proxy(tmp_path):
 
 def test_runner_quick_generated_pattern(tmp_path):
     out = tmp_path / "pattern"
-    _main("--dataset", "PATTERN", "--root", str(tmp_path / "none"), "--models", "et,gin",
-          "--seeds", "0", "--out", str(out))
+    # A root that does not exist generates the graphs, and says so (a benchmark audit: a
+    # mistyped --root switched to generated graphs without a word).
+    with pytest.warns(RuntimeWarning, match="does not exist: PATTERN is generated"):
+        _main("--dataset", "PATTERN", "--root", str(tmp_path / "none"), "--models", "et,gin",
+              "--seeds", "0", "--out", str(out))
     results = _check_outputs(out, "weighted_accuracy", ["et", "gin"])
     assert results["source"] == "generated" and "generated" in results["dataset"]
     assert "p=0.5, q=0.35" in results["protocol"]
@@ -641,7 +644,7 @@ def test_train_one_selects_on_val_and_resumes_from_its_checkpoint(tmp_path):
 
 def test_build_model_takes_typed_configs():
     data = load_benchmark(GNNBenchmarkDataConfig(dataset="CLUSTER", root="/nonexistent",
-                                                 generated_sizes="2,1,1"))
+                                                 source="generated", generated_sizes="2,1,1"))
     et = build_model("et", data, ETGraphModelConfig(hidden=8, blocks=3, heads=1, head_dim=4))
     assert (et.hidden_channels, len(et.convs), et.task, et.out_channels) == (8, 3, "node", 6)
     assert et.message_passing is None
@@ -867,3 +870,30 @@ def test_a_replaced_raw_file_is_processed_again(tmp_path):
     with pytest.warns(UserWarning, match="newer than the processed copies"):
         second = load_benchmark(config)
     assert torch.equal(second.splits["test"][0].y, 1 - first.splits["test"][0].y)
+
+
+def test_a_root_folder_without_the_file_and_settings_no_source_reads_are_named(tmp_path):
+    """From a benchmark audit: ROOT/PATTERN/raw/PATTERN.pt (not _v2) ran on generated graphs
+    without a word; --holdout-fraction on PATTERN and --generated-sizes on official files
+    changed nothing and were recorded as settings of the run."""
+    import warnings
+
+    (tmp_path / "PATTERN" / "raw").mkdir(parents=True)
+    torch.save(_pattern_payload(), tmp_path / "PATTERN" / "raw" / "PATTERN.pt")
+    with pytest.raises(FileNotFoundError, match=r"holds no PATTERN_v2\.pt .*--source generated"):
+        load_benchmark(GNNBenchmarkDataConfig(dataset="PATTERN", root=str(tmp_path)))
+    with pytest.warns(RuntimeWarning, match=r"holdout_fraction=0\.5: not read by this run's "
+                                            r"PATTERN data \(generated source\)"):
+        load_benchmark(GNNBenchmarkDataConfig(dataset="PATTERN", root=str(tmp_path),
+                                              source="generated", holdout_fraction=0.5,
+                                              generated_sizes="4,2,2"))
+    _write_raw(tmp_path / "official", "PATTERN", _pattern_payload())
+    with pytest.warns(RuntimeWarning, match=r"generated_sizes='4,2,2', data_seed=3: not read"):
+        official = load_benchmark(GNNBenchmarkDataConfig(
+            dataset="PATTERN", root=str(tmp_path / "official"), generated_sizes="4,2,2",
+            data_seed=3))
+    assert f"data read from {(tmp_path / 'official').resolve()}" in official.notes
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        load_benchmark(GNNBenchmarkDataConfig(dataset="PATTERN", root=str(tmp_path / "official"),
+                                              generated_sizes="16,8,8"))  # --quick's sizes

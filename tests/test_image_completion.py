@@ -422,6 +422,15 @@ def test_the_protocol_states_the_masked_count_a_ratio_rounds_to(tmp_path) -> Non
     assert "commit" in (tmp_path / "a" / "results.md").read_text()
     results = run(parse(CONFIG, [*base, "--mask-ratio", "0.5", "--out", str(tmp_path / "b")]))
     assert "50% of patches masked at random" in results["protocol"]
+    # A limit above a split's size cuts nothing, and the protocol said it did (an audit).
+    wide = run(parse(CONFIG, [*base[:5], "--train-limit", "100000", "--test-limit", "100000",
+                              "--no-progress", "--out", str(tmp_path / "c")]))
+    assert "limits the images" not in wide["protocol"]
+    # The digits are 8x8 grayscale whatever --image-size and --color say: named (an audit).
+    with pytest.warns(RuntimeWarning, match="image_size=16, color=rgb: the digits are 8x8"):
+        from et_graph.experiments.image_completion import load_images
+
+        load_images(parse(CONFIG, ["--image-size", "16", "--color", "rgb"]).data)
     with pytest.raises(ValueError, match="1 training image: .*raise --train-limit"):
         # it said "need at least 2 images to split"
         run(parse(CONFIG, [*base, "--train-limit", "1", "--out", str(tmp_path / "c")]))

@@ -9,6 +9,7 @@ splits a run uses, from a typed :class:`GNNBenchmarkDataConfig`. Nothing is ever
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,30 @@ def resolve_root(root: str) -> str:
     return str(shipped) if shipped.exists() else str(path)
 
 
+#: The settings each data source reads, where they are not read by every source.
+SOURCE_SETTINGS = {"holdout_fraction": ("partial",), "generated_sizes": ("generated",),
+                   "data_seed": ("generated",)}
+#: ``--quick``'s generated sizes (``GNNBenchmarkConfig.QUICK``): a smoke run sets them for every
+#: dataset, so they are no user's choice to warn about.
+QUICK_GENERATED_SIZES = "16,8,8"
+
+
+def warn_unused_data_settings(config: GNNBenchmarkDataConfig, source: str) -> list[str]:
+    """Warn about settings moved from their defaults that the source a run used never reads
+    (``--holdout-fraction`` on PATTERN, ``--generated-sizes`` on official files): the results
+    recorded them as if they had shaped the data. Returns their names."""
+    default = GNNBenchmarkDataConfig()
+    quick = {"generated_sizes": QUICK_GENERATED_SIZES}
+    unused = [name for name, readers in SOURCE_SETTINGS.items()
+              if source not in readers
+              and getattr(config, name) not in (getattr(default, name), quick.get(name))]
+    if unused:
+        warnings.warn(f"{', '.join(f'{n}={getattr(config, n)!r}' for n in unused)}: not read "
+                      f"by this run's {config.dataset} data ({source} source)", RuntimeWarning,
+                      stacklevel=3)
+    return unused
+
+
 def load_benchmark(config: GNNBenchmarkDataConfig) -> BenchmarkData:
     """The splits ``config`` names (see the module docstring), limited and checked."""
     root = resolve_root(config.root)
@@ -125,6 +150,9 @@ def load_benchmark(config: GNNBenchmarkDataConfig) -> BenchmarkData:
                              config.data_seed)
     else:
         data = superpixel_benchmark(config.dataset, root, config.source)
+    warn_unused_data_settings(config, data.source)
+    if data.source != "generated":  # which folder a relative --root resolved to
+        data.notes.append(f"data read from {Path(root).resolve()}")
     limited = []
     for split, limit in config.limits.items():
         if limit is not None and limit < len(data.splits[split]):

@@ -7,6 +7,9 @@ layout whichever source is used.
 """
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 from torch import nn
 
 from .gnnbenchmark_common import (
@@ -74,6 +77,19 @@ def sbm_benchmark(name: str, root: PathLike, source: str = "auto",
         )
     if source == "partial":
         raise ValueError(f"{name} has no partial copy; use --source generated or official")
+    if source == "auto":
+        # A mistyped --root, or a file under another name, switched to generated graphs with
+        # only "(generated)" in the title to show it.
+        folder = Path(root) / name
+        if folder.is_dir():
+            raise FileNotFoundError(
+                f"{folder} holds no {name}_v2.pt in raw/ (nor PyG's processed files): put the "
+                f"file at {gnn_benchmark_required_file(root, name)}, or pass --source generated "
+                "for graphs generated with the published recipe")
+        if not Path(root).is_dir():
+            warnings.warn(f"the data root {root} does not exist: {name} is generated with the "
+                          "published recipe (--source generated says so without this warning)",
+                          RuntimeWarning, stacklevel=3)
     num_train, num_val, num_test = generated_sizes
     if name == "PATTERN":
         recipe = SBMPatternRecipe()

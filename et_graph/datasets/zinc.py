@@ -227,8 +227,9 @@ def zinc_benchmark(root: PathLike, source: str = "auto", holdout_fraction: float
                 else path
             raise FileNotFoundError(
                 f"neither the official ZINC files (ROOT/ZINC/raw/{{train,val,test}}.pickle and "
-                f".index) under {root} nor the partial copy were found: put the partial "
-                f"copy's processed/{split}.pt at {target}"
+                f".index) under {root.resolve()} nor the partial copy were found: put the "
+                f"partial copy's processed/{split}.pt at {target.resolve()} (a relative "
+                "--root is looked up in the working directory first, then in the checkout)"
             )
     official_val = load_zinc_partial(partial_root, "val")
     test = load_zinc_partial(partial_root, "test")
@@ -248,9 +249,10 @@ def zinc_benchmark(root: PathLike, source: str = "auto", holdout_fraction: float
         "ZINC proxy", "partial", splits, **common,
         protocol=(
             "ZINC proxy (trained on the official val split; the train split is missing): the "
-            f"1000 official val graphs are split {len(train_ids)} train / {num_holdout} holdout "
-            f"(split seed {split_seed}); the epoch with the best holdout MAE is selected "
-            "and the official test split (1000 graphs) is evaluated once with those weights"
+            f"{len(official_val)} official val graphs are split {len(train_ids)} train / "
+            f"{num_holdout} holdout (split seed {split_seed}); the epoch with the best holdout "
+            f"MAE is selected and the official test split ({len(test)} graphs) is evaluated "
+            "once with those weights"
         ),
         notes=["Not comparable with published ZINC results (10k training graphs there)."],
     )

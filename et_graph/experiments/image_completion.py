@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -50,6 +51,13 @@ CONFIG = ImageCompletionConfig
 
 def load_images(config: ImageDataConfig) -> Tensor:
     if config.data == "digits":
+        default = ImageDataConfig()
+        ignored = [f"{name}={getattr(config, name)}" for name in ("image_size", "color")
+                   if getattr(config, name) != getattr(default, name)]
+        if ignored:  # the results recorded them as if they had shaped the images
+            warnings.warn(f"{', '.join(ignored)}: the digits are 8x8 grayscale as they ship; "
+                          "image_size and color apply to a folder of images", RuntimeWarning,
+                          stacklevel=2)
         return load_digits_images()
     return load_image_folder(config.data, size=config.image_size, color=config.color)
 
@@ -72,6 +80,10 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
     shown: Optional[dict[str, Any]] = None
     for seed in config.seed_list:
         train_images, test_images = split_images(images, config.protocol.test_fraction, seed)
+        # Whether a limit cut a split (a limit above its size cuts nothing, and the protocol
+        # said it did).
+        limited = [limit is not None and limit < part.size(0) for part, limit in (
+            (train_images, config.data.train_limit), (test_images, config.data.test_limit))]
         train_images = train_images[: config.data.train_limit]
         test_images = test_images[: config.data.test_limit]
         torch.manual_seed(seed)
@@ -99,7 +111,7 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
             "best_epoch": fit.best_epoch, "val_mse": fit.best.loss, "epochs_run": fit.epochs_run,
             "final_train_loss": fit.history[-1]["train_loss"],
             "num_train": int(train_images.size(0)) - num_val, "num_val": num_val,
-            "num_test": int(test_images.size(0)),
+            "num_test": int(test_images.size(0)), "limited": limited,
             "masked_patches": int(test_mask[0].sum()), "num_patches": int(test_mask.size(1)),
         })
         if progress:
@@ -155,8 +167,8 @@ def _collect(config: ImageCompletionConfig, per_seed: list[dict]) -> dict[str, A
     # in the per-seed counts.
     first = per_seed[0]
     used = (first["num_train"] + first["num_val"], first["num_test"])
-    limits = ("" if config.data.train_limit is None and config.data.test_limit is None else
-              f"; this run limits the images to {used[0]} training and {used[1]} test")
+    limits = (f"; this run limits the images to {used[0]} training and {used[1]} test"
+              if any(any(r["limited"]) for r in per_seed) else "")
     return {
         "dataset": "sklearn digits" if config.data.data == "digits" else config.data.data,
         "protocol": (

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..config import RunConfig, parse_model_list
-from ..datasets.gnnbenchmark import GNNBenchmarkDataConfig
+from ..datasets.gnnbenchmark import QUICK_GENERATED_SIZES, GNNBenchmarkDataConfig
 from .gnnbenchmark import (
     MODEL_NAMES,
     BaselineConfig,
@@ -89,7 +89,7 @@ class GNNBenchmarkConfig:
     QUICK: ClassVar[dict[str, Any]] = {
         "train.epochs": 2, "train.batch_size": 16, "protocol.seeds": "0,1",
         "data.train_limit": 48, "data.val_limit": 16, "data.test_limit": 16,
-        "data.generated_sizes": "16,8,8",
+        "data.generated_sizes": QUICK_GENERATED_SIZES,
         "et.hidden": 16, "et.head_dim": 8, "et.heads": 2, "et.blocks": 1, "et.steps": 1,
         "et.pe_dim": 4, "baselines.baseline_hidden": 16, "baselines.baseline_layers": 2,
     }
