@@ -175,3 +175,23 @@ def test_message_passing_tokens_check_the_graph_before_reading_it(edge_index, me
     net = ETAnomalyNet(3, 8, message_passing_layers=1).eval()
     with pytest.raises(ValueError, match=message):
         net(torch.randn(6, 3), edge_index)
+
+
+def test_a_fitted_detector_keeps_nothing_of_the_graphs_it_scored():
+    """From a large-graph audit: a fitted detector kept the graph-sized neighbour-mean matrix
+    (and ETConv the graph's sorted edges) after scoring, as long as the detector lived."""
+    from et_graph.detectors import UnsupervisedETDetector
+    from et_graph.nn.edge_cache import EdgeCache
+
+    graph = planted_graph_with_masks(120, seed=4)
+
+    def kept(model):
+        return [value._entry for layer in model.modules() for value in vars(layer).values()
+                if isinstance(value, EdgeCache) and value._entry is not None]
+
+    det = ETDetector(epochs=2, hidden=8, message_passing_layers=1).fit(graph)
+    assert not kept(det.model_)
+    det.decision_function(graph)
+    assert not kept(det.model_)
+    unsupervised = UnsupervisedETDetector(epochs=1, hidden=8).fit(graph)
+    assert not kept(unsupervised.model_)

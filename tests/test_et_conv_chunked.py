@@ -201,3 +201,22 @@ def test_edge_caps_through_the_net_the_detector_and_the_config():
     assert make_detector(config, "mlp", 0).chunking() == {}
     with pytest.raises(ValueError, match="inference_chunk_edges must be a positive integer"):
         parse(AnomalyConfig, ["--inference-chunk-edges", "0"])
+
+
+def test_a_chunked_run_leaves_out_the_full_graph_energy_row(tmp_path):
+    """From a large-graph audit: the energy row (on by default) and its trajectory ran full
+    graph passes beside chunked scoring, 4 GiB above the chunks' 77 MiB on a hub graph."""
+    from et_graph.config import parse
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.experiments import anomaly
+    from et_graph.protocols.anomaly_config import AnomalyConfig
+
+    argv = ["--models", "et", "--seeds", "1", "--epochs", "2", "--hidden", "8", "--no-progress",
+            "--threads", "1", "--inference-chunk-size", "50", "--out", str(tmp_path / "a")]
+    data = planted_anomaly_graph(200, seed=2)
+    with pytest.warns(RuntimeWarning, match="energy row and its trajectory are full-graph"):
+        chunked = anomaly.run(parse(AnomalyConfig, argv), data=data)
+    assert set(chunked["models"]) == {"et"} and "et_energy_trained" not in chunked["protocol"]
+    full = anomaly.run(parse(AnomalyConfig, [*argv[:-6], "--out", str(tmp_path / "b")]),
+                       data=data)
+    assert "et_energy_trained" in full["models"]

@@ -232,3 +232,14 @@ def test_self_loops_do_not_take_a_neighbours_place_in_the_fanout():
         batch = sampler.sample(torch.tensor([0]), torch.Generator().manual_seed(seed))
         sources = batch.nodes[batch.edge_index[0][batch.edge_index[1] == 0]]
         assert sorted(sources.tolist()) == [1, 2]  # both real neighbours, every time
+
+
+def test_a_sampler_choice_without_sampling_is_refused_and_fanouts_have_one_spelling():
+    """From a large-graph audit: neighbor_sampler="pyg" without num_neighbors was accepted
+    (pyg-lib missing or not) and ignored; " 5 , 3 " and "5,3" were two configs to resume."""
+    with pytest.raises(ValueError, match="neighbor_sampler='pyg' needs num_neighbors"):
+        NodeTrainConfig(neighbor_sampler="pyg")
+    with pytest.raises(ValueError, match="needs num_neighbors"):
+        NodeTrainConfig(batch_size=50, neighbor_sampler="builtin")
+    assert NodeTrainConfig(batch_size=8, num_neighbors=" 5 , 3 ").num_neighbors == "5,3"
+    assert NodeTrainConfig(batch_size=8, num_neighbors=[5, 3]).num_neighbors == "5,3"

@@ -147,6 +147,27 @@ def test_a_task_without_training_batches_is_an_error():
         Trainer(TrainConfig(epochs=2), progress=False).fit(nn.Linear(1, 1), EmptyTask([0.5] * 2))
 
 
+def test_an_epoch_without_an_optimiser_step_is_never_selected():
+    """From a large-graph audit: with a tiny subgraph_ratio no batch of epoch 0 held a training
+    node, and that epoch (the initial weights) was selected as the best."""
+    class SkippingTask(ScriptedTask):
+        def loss(self, model, batch):
+            return None if self.epoch == 0 else super().loss(model, batch)
+
+    with pytest.warns(RuntimeWarning, match="epoch 0 took no optimiser step"):
+        result = Trainer(TrainConfig(epochs=3), progress=False).fit(
+            nn.Linear(1, 1), SkippingTask([0.9, 0.5, 0.6]))
+    assert result.best_epoch == 2  # 0.9 on untouched weights does not count
+
+    class NeverTask(ScriptedTask):
+        def loss(self, model, batch):
+            return None
+
+    with pytest.raises(ValueError, match="no epoch took an optimiser step"), pytest.warns(
+            RuntimeWarning):
+        Trainer(TrainConfig(epochs=2), progress=False).fit(nn.Linear(1, 1), NeverTask([0.5] * 2))
+
+
 def test_a_validate_that_returns_a_number_is_named():
     """A custom task returning a float failed with "'float' object has no attribute 'beats'"."""
     class FloatTask(ScriptedTask):
@@ -179,6 +200,12 @@ def test_non_finite_loss_and_oom_are_explained():
 
     with pytest.raises(MemoryError, match="chunk"):
         Trainer(TrainConfig(epochs=1), progress=False, oom_hint="score in chunks").fit(
+            nn.Linear(1, 1), ValidationOOMTask([0.1]))
+    # The phase and its own advice (a large-graph audit: GCN's full-graph validation ran out
+    # and the message said "out of memory during training: pass a smaller batch_size").
+    with pytest.raises(MemoryError, match="during the validation pass: one pass, any batch"):
+        Trainer(TrainConfig(epochs=1), progress=False, oom_hint="pass --batch-size",
+                validation_oom_hint="one pass, any batch").fit(
             nn.Linear(1, 1), ValidationOOMTask([0.1]))
 
     class BrokenTask(ScriptedTask):  # any other error passes unchanged, not as its own cause
@@ -511,8 +538,11 @@ def test_a_batch_without_a_training_target_takes_no_step():
             self.epoch = epoch
             yield None
 
-    _, nothing = run(AllEmpty([0.5] * 3))
-    assert all(math.isnan(r["train_loss"]) for r in nothing.history)
+    # No step in any epoch: the untouched initial weights are no trained model (since an
+    # audit: they were returned as the best epoch's).
+    with pytest.raises(ValueError, match="no epoch took an optimiser step"), pytest.warns(
+            RuntimeWarning, match="took no optimiser step"):
+        run(AllEmpty([0.5] * 3))
 
 
 def test_the_detector_skips_parts_without_training_nodes(monkeypatch):

@@ -184,13 +184,17 @@ class NodeTrainConfig(TrainConfig):
             raise ValueError(f"subgraph_ratio must be in [0, 1), got {self.subgraph_ratio}")
         if self.batch_size < 0:
             raise ValueError(f"batch_size must be >= 0 (0 = full batch), got {self.batch_size}")
-        if not isinstance(self.num_neighbors, str):  # accept [10, 5] from Python callers
-            self.num_neighbors = ",".join(str(k) for k in parse_fanouts(self.num_neighbors))
+        # One spelling per fanout list (" 5 , 3 " and [5, 3] are "5,3"): resume compares them.
+        self.num_neighbors = ",".join(str(k) for k in parse_fanouts(self.num_neighbors))
         if parse_fanouts(self.num_neighbors) and not self.batch_size:
             raise ValueError("num_neighbors needs batch_size (the seed nodes per batch)")
         if self.neighbor_sampler not in SAMPLERS:
             raise ValueError(f"neighbor_sampler must be one of {SAMPLERS}, got "
                              f"{self.neighbor_sampler!r}")
+        if self.neighbor_sampler != "auto" and not self.num_neighbors:
+            # It chooses the sampler of neighbour-sampled batches; without them it was ignored.
+            raise ValueError(f"neighbor_sampler={self.neighbor_sampler!r} needs num_neighbors "
+                             "(neighbour-sampled batches); without them nothing is sampled")
         if self.batch_size and self.subgraph_ratio:
             raise ValueError("choose one of batch_size (random node partitions every epoch) and "
                              "subgraph_ratio (one random subgraph per epoch)")

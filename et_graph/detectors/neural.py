@@ -29,6 +29,7 @@ from torch_geometric.utils import subgraph
 
 from ..baselines.node import GATNet, GCNNet, MLPNet
 from ..loaders.neighbour_sampling import make_sampler, parse_fanouts
+from ..nn.edge_cache import clear_graph_caches
 from ..nn.models.anomaly import (
     ETAnomalyNet,
     graph_relations,
@@ -310,6 +311,16 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
                      "--inference-chunk-edges) to validate and score in bounded memory")
         return hint
 
+    def _validation_oom_hint(self) -> str:
+        """What an out-of-memory error in the (full-graph) validation pass should suggest."""
+        if getattr(self, "supports_chunks", False):
+            return ("pass chunk_size / chunk_edges (--inference-chunk-size / "
+                    "--inference-chunk-edges) to validate and score in bounded memory")
+        # A smaller batch_size, the training advice, cannot shrink this pass (an audit).
+        return (f"{type(self).__name__} validates and scores the whole graph in one pass, "
+                "whatever the batch size; only ETDetector validates and scores in chunks "
+                "(chunk_size), or use a machine with more memory")
+
     def chunking(self) -> dict[str, int]:
         """The network's bounded-memory scoring keywords: ``chunk_size`` and ``chunk_edges``
         where set (empty: one full pass)."""
@@ -355,7 +366,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
             # must not score a model that may have trained on the new test nodes.
             fingerprint=fingerprint_with_data(repr(self.config), self.checkpoint, data.x,
                                               data.edge_index, y, train, val),
-            oom_hint=self._oom_hint())
+            oom_hint=self._oom_hint(), validation_oom_hint=self._validation_oom_hint())
         result = trainer.fit(model, task)
         self.model_ = model
         self.history_ = result.history
@@ -397,7 +408,10 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         self.model_.eval()
         data = data.to(self.device)
         extra = {**self.chunking(), **relation_inputs(self.model_, data)}
-        return torch.sigmoid(self.model_(self.network_input(data), data.edge_index, **extra))
+        try:
+            return torch.sigmoid(self.model_(self.network_input(data), data.edge_index, **extra))
+        finally:  # a fitted detector held the scored graph's operators (graph-sized) after it
+            clear_graph_caches(self.model_)
 
 
 class ETDetector(NeuralDetector):

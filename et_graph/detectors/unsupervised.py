@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from ..nn.edge_cache import clear_graph_caches
 from ..nn.models.image_completion import check_mask_ratio
 from ..nn.models.masked_reconstruction import (
     STRUCTURE_REDUCES,
@@ -417,10 +418,13 @@ class UnsupervisedETDetector(BaseDetector):
                 f"{self.in_channels_}; score graphs with the same feature columns")
         # Its own generator: the scores do not depend on what was drawn before.
         generator = torch.Generator().manual_seed(self.seed + 1_000_003)
-        return masked_scores(self.model_, graph.x.to(self.device),
-                             graph.edge_index.to(self.device), self.config.model.mask_ratio,
-                             self.config.score.score_rounds, generator,
-                             self.config.score.structure_reduce, self.config.score.combine)
+        try:
+            return masked_scores(self.model_, graph.x.to(self.device),
+                                 graph.edge_index.to(self.device), self.config.model.mask_ratio,
+                                 self.config.score.score_rounds, generator,
+                                 self.config.score.structure_reduce, self.config.score.combine)
+        finally:  # what the layers kept of the scored graph would live as long as the detector
+            clear_graph_caches(self.model_)
 
     def _score(self, data: Data) -> Tensor:
         return self.score_samples(data)[self.config.score.anomaly_score]

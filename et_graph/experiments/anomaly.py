@@ -89,6 +89,10 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         warnings.warn(f"{config.data.data} carries its own train/val/test masks; the paper "
                       "protocol draws stratified splits instead (--protocol gadbench uses the "
                       "file's masks)", RuntimeWarning, stacklevel=2)
+    if p.energy_row and p.chunked and "et" in names and not p.validation_only and rank == 0:
+        warnings.warn("the energy row and its trajectory are full-graph passes, which the "
+                      "inference chunks avoid: they are left out (--no-energy-row says so "
+                      "without this warning)", RuntimeWarning, stacklevel=2)
     splits = make_splits(data, p.protocol, p.seeds, p.train_ratio, p.split_seed, p.vary_split)
     one_split = same_split(splits)
     if p.seed_ensemble and not one_split:
@@ -141,7 +145,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
                 epoch_seconds.setdefault(name, []).append(det.fit_info_["epoch_seconds"])
             if seed == 0:
                 curves["prob"][name] = score
-            if name == "et" and p.energy_row and not p.validation_only:
+            if name == "et" and p.reports_energy:
                 metrics, signed_energy, info = energy_row(det, data, split)
                 rows.setdefault(ENERGY_ROW, []).append(metrics)
                 kept_scores.setdefault(ENERGY_ROW, []).append(signed_energy[nodes])
@@ -251,7 +255,7 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     if p.seed_ensemble:
         text += ("; NAME_ensemble = one detector: the mean of the model's scores over the seeds "
                  "(same split), its threshold chosen on validation")
-    if "et" in names and p.energy_row:
+    if "et" in names and p.reports_energy:
         text += (f"; {ENERGY_ROW} = node energy of the label-trained ET at its final state, sign "
                  "and threshold chosen on validation (not an unsupervised detector)")
     return text

@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["EdgeCache"]
+__all__ = ["EdgeCache", "clear_graph_caches"]
 
 
 class EdgeCache:
@@ -60,3 +60,13 @@ class EdgeCache:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_entry": None}
+
+
+def clear_graph_caches(module: torch.nn.Module) -> None:
+    """Empty every :class:`EdgeCache` of ``module``'s layers: what they derived from the last
+    graph (sorted edges, the graph itself, a graph-sized sparse operator) would otherwise stay
+    in memory as long as the module does, e.g. in a fitted detector after scoring."""
+    for layer in module.modules():
+        for value in vars(layer).values():
+            if isinstance(value, EdgeCache):
+                value.clear()

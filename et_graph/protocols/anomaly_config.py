@@ -92,7 +92,8 @@ class AnomalyProtocolConfig:
         models: comma list of et, mlp, gcn, gat, gbt.
         energy_row: also report the node energy of the label-trained ET (sign and threshold
             chosen on validation; needs et among the models); it is not an unsupervised
-            detector.
+            detector. It takes full-graph passes, so a run with inference chunks leaves it out
+            (with a warning).
         ddp: data-parallel training over torch.distributed (launch with torchrun).
         inference_chunk_size: ET validates and scores this many destination nodes at a time,
             in bounded memory, with the same result (none = one full pass).
@@ -141,7 +142,7 @@ class AnomalyProtocolConfig:
             # The shipped masks are the splits; a vary_split recorded in the config would be
             # a setting the run never used.
             raise ValueError("vary_split draws stratified splits (paper protocol); with "
-                             "protocol gadbench seed i uses the dataset's mask i mod S")
+                             "protocol gadbench seed i uses the dataset's mask column i")
         if self.validation_only and self.seed_ensemble:
             raise ValueError("seed_ensemble reports test metrics of the seeds' ensemble; a "
                              "validation_only run scores no test node: drop one of the two")
@@ -149,6 +150,17 @@ class AnomalyProtocolConfig:
             if getattr(self, name) is not None:  # a zero fails here, not after the training
                 check_chunk_size(getattr(self, name), name)
         self.model_names()  # unknown names fail here, not after the data load
+
+    @property
+    def chunked(self) -> bool:
+        """Whether ET validates and scores in chunks (bounded memory)."""
+        return self.inference_chunk_size is not None or self.inference_chunk_edges is not None
+
+    @property
+    def reports_energy(self) -> bool:
+        """Whether the energy row runs: asked for, and no chunks (its node energies and the
+        energy trajectory are full-graph passes, which a large graph's chunks avoid)."""
+        return self.energy_row and not self.chunked and not self.validation_only
 
     def model_names(self) -> list[str]:
         """The models in the given order, each once (``mlp,MLP`` trains the MLP once per seed;

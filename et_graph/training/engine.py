@@ -26,6 +26,7 @@ import numbers
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
@@ -347,8 +348,8 @@ class Trainer:
             tuner reports to its pruner here and may raise to stop the run).
         fingerprint: a string that identifies the run's configuration; resuming from a
             checkpoint with another fingerprint raises ``ValueError``.
-        oom_hint: appended to the message of an out-of-memory error raised in a training step
-            or a validation pass.
+        oom_hint: appended to the message of an out-of-memory error raised in a training step.
+        validation_oom_hint: the same for the validation pass (default: ``oom_hint``).
     """
 
     def __init__(
@@ -361,6 +362,7 @@ class Trainer:
         on_epoch: Optional[EpochCallback] = None,
         fingerprint: str = "",
         oom_hint: str = "",
+        validation_oom_hint: Optional[str] = None,
     ) -> None:
         self.config = config
         self.checkpoint = checkpoint or CheckpointConfig()
@@ -370,6 +372,7 @@ class Trainer:
         self.on_epoch = on_epoch
         self.fingerprint = fingerprint
         self.oom_hint = oom_hint
+        self.validation_oom_hint = oom_hint if validation_oom_hint is None else validation_oom_hint
 
     # ------------------------------------------------------------------------------------------
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
@@ -508,7 +511,13 @@ class Trainer:
                     total += float(loss.detach())
                     count += 1
             except RuntimeError as error:
-                _raise_explained(error, self.oom_hint)
+                _raise_explained(error, self.oom_hint, "training")
+            if batches and not count:
+                # Every batch lacked a training target (a tiny subgraph_ratio): the weights did
+                # not move, and epoch 0 so could return the initial weights as the "best".
+                warnings.warn(f"{self.description}: epoch {epoch} took no optimiser step (no "
+                              "batch held a training node), so it cannot be the selected "
+                              "epoch", RuntimeWarning, stacklevel=2)
             if batches == 0:  # nothing trained: an epoch would be "best" on untouched weights
                 raise ValueError(f"{self.description}: the task gave no training batch in epoch "
                                  f"{epoch} (an empty training set?)")
@@ -523,13 +532,13 @@ class Trainer:
                         # than return NaN) scores NaN there, which never wins an epoch.
                         validation = Validation(score=float("nan"), loss=float("nan"))
                     except RuntimeError as error:  # the validation pass can run out too
-                        _raise_explained(error, self.oom_hint)
+                        _raise_explained(error, self.validation_oom_hint, "the validation pass")
                 if not isinstance(validation, Validation):
                     raise TypeError(
                         f"{type(task).__name__}.validate must return a "
                         f"et_graph.training.Validation(score=..., loss=...), got "
                         f"{type(validation).__name__}")
-                improved = validation.beats(best)
+                improved = count > 0 and validation.beats(best)
                 if improved:
                     best_state = _clone_state(model)
             seconds = time.perf_counter() - begin
@@ -567,6 +576,10 @@ class Trainer:
                 stopped_early = True
                 break
         if best is None:
+            if all(math.isnan(row["train_loss"]) for row in history):
+                raise ValueError(f"{self.description}: no epoch took an optimiser step (no "
+                                 "batch held a training node): raise subgraph_ratio or "
+                                 "batch_size")
             raise FloatingPointError(f"{self.description}: no epoch gave a finite validation score")
         model.load_state_dict(best_state)
         model.eval()
@@ -628,20 +641,21 @@ def _clone_state(model: nn.Module) -> dict[str, Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _raise_explained(error: RuntimeError, hint: str) -> None:
-    """Re-raise ``error``: as a ``MemoryError`` with ``hint`` if it is an out-of-memory error,
-    else unchanged (raising it "from" itself would make it its own cause)."""
-    explained = _explain_oom(error, hint)
+def _raise_explained(error: RuntimeError, hint: str, phase: str = "training") -> None:
+    """Re-raise ``error``: as a ``MemoryError`` that names the ``phase`` and gives ``hint`` if
+    it is an out-of-memory error, else unchanged (raising it "from" itself would make it its
+    own cause)."""
+    explained = _explain_oom(error, hint, phase)
     if explained is error:
         raise error
     raise explained from error
 
 
-def _explain_oom(error: RuntimeError, hint: str) -> RuntimeError:
+def _explain_oom(error: RuntimeError, hint: str, phase: str = "training") -> RuntimeError:
     text = str(error)
     if any(marker in text.lower() for marker in _OOM_MARKERS):
         advice = hint or "train on mini-batches or a smaller model"
-        return MemoryError(f"out of memory during training: {advice}. ({text.splitlines()[0]})")
+        return MemoryError(f"out of memory during {phase}: {advice}. ({text.splitlines()[0]})")
     return error
 
 
