@@ -261,3 +261,20 @@ def test_the_docs_multi_relation_snippet_runs(tmp_path, monkeypatch):
     exec(compile(snippet, "docs/anomaly.md", "exec"), namespace)
     assert namespace["det"].num_relations_ == 3
     assert namespace["det"].decision_function(namespace["data"]).shape == (60,)
+
+
+def test_multi_relation_with_mini_batches_is_refused_before_any_data_loads(monkeypatch):
+    """From a large-graph audit: the other bad combinations failed at parse time, this one
+    only once the data had loaded and the first detector was built."""
+    from et_graph.config import parse
+    from et_graph.protocols import anomaly_config
+    from et_graph.protocols.anomaly_config import AnomalyConfig
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the data loaded before the settings were checked")
+
+    monkeypatch.setattr(anomaly_config, "load_data", no_loading)
+    for flags in (["--batch-size", "64"], ["--subgraph-ratio", "0.5"]):
+        with pytest.raises(ValueError, match="multi_relation trains full batch only"):
+            parse(AnomalyConfig, ["--multi-relation", "--relation", "multi", *flags])
+    parse(AnomalyConfig, ["--multi-relation", "--batch-size", "64", "--models", "gbt"])

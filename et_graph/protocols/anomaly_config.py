@@ -199,6 +199,12 @@ class AnomalyConfig:
 
     QUICK: ClassVar[dict[str, Any]] = {"train.epochs": 10, "protocol.seeds": 2}
 
+    def __post_init__(self) -> None:
+        # ET's settings together (multi_relation with batch_size, say) are checked here, not
+        # once the data has loaded and the first seed's detector is built.
+        if "et" in self.protocol.model_names():
+            ETDetectorConfig(model=self.et, train=self.train)
+
 
 #: The models that read each model-specific section of :class:`AnomalyConfig`.
 SECTION_READERS = {"et": ("et",), "baselines": ("mlp", "gcn", "gat"), "gbt": ("gbt",)}
