@@ -599,16 +599,21 @@ def warn_inactive_schedule_flags(config: Any, given: set[str]) -> list[str]:
     return inactive
 
 
+def reading_models(key: str, models: Sequence[str], readers: Mapping[str, Sequence[str]]
+                   ) -> Sequence[str]:
+    """The models that read ``section.field`` ``key``: its entry in ``readers``, else its
+    section's, else every one of ``models``."""
+    return readers.get(key, readers.get(key.split(".")[0], models))
+
+
 def warn_unread_flags(given: set[str], models: Sequence[str],
                       readers: Mapping[str, Sequence[str]]) -> list[str]:
     """Warn about flags given on the command line that no chosen model reads (``--label-trick``
     with ``--models gbt`` ran the trees unchanged without a word). ``readers`` maps a config
     section, or a ``section.field`` where the models of one section differ, to the models that
     read it; what it does not name every model reads. Returns those ``section.field`` names."""
-    def read_by(key: str) -> Sequence[str]:
-        return readers.get(key, readers.get(key.split(".")[0], models))
-
-    unread = sorted(key for key in given if not set(read_by(key)) & set(models))
+    unread = sorted(key for key in given
+                    if not set(reading_models(key, models, readers)) & set(models))
     if unread:
         warnings.warn(f"flags for {', '.join(unread)}: no model of this run reads them "
                       f"(models: {', '.join(models)}); they change nothing, though the config "

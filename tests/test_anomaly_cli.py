@@ -570,8 +570,12 @@ def test_flags_no_chosen_model_reads_are_named(monkeypatch):
     from et_graph.experiments import anomaly as runner
 
     monkeypatch.setattr(runner, "run", lambda config: config)
-    with pytest.warns(RuntimeWarning, match=r"flags for et\.label_trick: no model"):
+    with pytest.warns(RuntimeWarning, match=r"flags for et\.label_trick, train\.epochs: no"):
         runner.main(["--models", "gbt", "--label-trick", "--epochs", "2"])
+    # ... and the ET's learning rate beside the MLP alone, which reads baselines.baseline_lr
+    # (a tuning audit: --models mlp --lr 0.5 and --lr 0.0001 gave identical results).
+    with pytest.warns(RuntimeWarning, match=r"flags for train\.lr: no model"):
+        runner.main(["--models", "mlp", "--lr", "0.5", "--epochs", "2"])
     with pytest.warns(RuntimeWarning, match=r"gbt\.max_iter"):
         runner.main(["--models", "et", "--max-iter", "50"])
     with warnings.catch_warnings():

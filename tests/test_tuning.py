@@ -83,7 +83,7 @@ def test_a_study_resumed_under_other_fixed_settings_is_refused(tmp_path):
     tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=1), storage,
                  out=tmp_path / "a", data=data)
     changed = parse(AnomalyConfig, [*SMALL, "--train-ratio", "0.5"])
-    with pytest.raises(ValueError, match=r"other fixed settings \(protocol.train_ratio"):
+    with pytest.raises(ValueError, match=r"other fixed settings \(.*protocol.train_ratio: 0.4"):
         tune_anomaly(changed, ["gbt"], TuneBudget(trials=2), storage, out=tmp_path / "b",
                      data=data)
     # where the study runs is not what it measures: another output folder resumes it
@@ -384,3 +384,115 @@ def test_flags_a_study_overrides_or_no_model_reads_are_named():
     assert named("tudataset", "--models", "et", "--noise-std", "0.1") == []
     assert named("gnnbenchmark", "--models", "gin", "--baseline-layers", "3") == [
         "baselines.baseline_layers"]
+
+
+def test_a_study_resumes_only_on_the_data_and_settings_its_trials_read(tmp_path):
+    """From a tuning audit: (1) a study was matched by name and settings only, so the same
+    relative file name in another folder (other labels) continued the first one's study and
+    wrote its score into the second one's preset; (2) a resume was refused over settings no
+    trial of that model reads (which models run, the task's seed count, ET's epochs for the
+    trees), and (3) a refusal of the second model's study came after the first model's new
+    trials, with no report."""
+    import optuna
+
+    storage = f"sqlite:///{tmp_path}/study.db"
+    graph = planted_anomaly_graph(200, seed=4)
+    flipped = graph.clone()
+    flipped.y = 1 - graph.y
+    tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=1), storage,
+                 out=tmp_path / "a", data=graph)
+    with pytest.raises(ValueError, match=r"other fixed settings \(data\.digest"):
+        tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=2), storage,
+                     out=tmp_path / "b", data=flipped)
+    more = parse(AnomalyConfig, [*SMALL, "--seeds", "2", "--models", "gbt,mlp",
+                                 "--epochs", "4", "--no-energy-row"])
+    again = tune_anomaly(more, ["gbt"], TuneBudget(trials=2), storage, out=tmp_path / "c",
+                         data=graph)
+    assert again["models"]["gbt"]["trial_numbers"] == [0, 1]
+    tune_anomaly(parse(AnomalyConfig, SMALL), ["mlp"], TuneBudget(trials=1), storage,
+                 out=tmp_path / "d", data=graph)
+    # The MLP's study refuses another epoch count (the trees' does not read it); the trees'
+    # study, first in line, takes no new trial before that refusal.
+    with pytest.raises(ValueError, match=r"anomaly-planted-mlp.*train\.epochs: 3 -> 5"):
+        tune_anomaly(parse(AnomalyConfig, [*SMALL, "--epochs", "5"]), ["gbt", "mlp"],
+                     TuneBudget(trials=3), storage, out=tmp_path / "e", data=graph)
+    trees = optuna.load_study(study_name="anomaly-planted-gbt", storage=storage)
+    assert len(trees.trials) == 2
+
+
+def test_the_report_says_which_labels_trials_read_and_counts_unfinished_trials(tmp_path):
+    """From a tuning audit: the graph-classification report said "test labels are never
+    read", though with several tuned folds one fold's test graphs train another; a trial
+    killed mid-run stayed RUNNING and no column showed it; the MLP's best parameters were
+    shown under GIN's names (gin_hidden) while its preset sets mlp_hidden."""
+    import optuna
+
+    from et_graph.tuning.study import study_summary, write_report
+
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=0.5))
+    study.ask()  # started and never told: a trial its run was killed during
+    summary = {**study_summary(study, 1.0), "best_settings": {"baselines.mlp_hidden": 64}}
+    write_report(tmp_path, "tudataset", "MUTAG", "accuracy", TuneBudget(trials=1),
+                 {"structure_agnostic": summary}, {}, parse(AnomalyConfig, []),
+                 labels_read="the labels of the first 2 test folds enter the selection")
+    text = (tmp_path / "study_report.md").read_text()
+    assert "(the labels of the first 2 test folds enter the selection)" in text
+    assert "test labels are never read" not in text and "the trees" not in text
+    assert "| structure_agnostic | 1 | 0 | 0 | 1 | 0.5000 |" in text
+    assert '`{"baselines.mlp_hidden": 64}`' in text
+
+
+def test_storage_urls_that_cannot_persist_or_open_are_named():
+    """From a tuning audit: sqlite:/// (in memory) ran and kept nothing; a database without
+    its driver ended in a raw ImportError; the hint offered "None", which no flag can pass."""
+    from et_graph.tuning.cli import _ensure_sqlite_folder
+
+    with pytest.raises(ValueError, match="names no file, so nothing would persist"):
+        _ensure_sqlite_folder("sqlite:///")
+    with pytest.raises(ValueError, match="cannot be opened here"):
+        _ensure_sqlite_folder("nosuchdatabase://user@host/db")
+    with pytest.raises(ValueError, match="in Python, storage=None"):
+        _ensure_sqlite_folder("bogus")
+
+
+def test_the_study_outputs_go_to_out_given_on_the_command_line_only(tmp_path, monkeypatch):
+    """From a tuning audit: a preset given with --config carries the task's results folder in
+    run.out, and the study's report and presets were written there, not to runs/tune/<task>
+    as documented."""
+    from et_graph.tuning import cli as tune_cli
+
+    seen = {}
+    monkeypatch.setattr(tune_cli, "tune_anomaly",
+                        lambda config, models, budget, storage, metric, out, *args, **kwargs:
+                        seen.setdefault("out", out))
+    preset = tmp_path / "preset.toml"
+    preset.write_text('[run]\nout = "results/anomaly/mine"\n')
+    monkeypatch.chdir(tmp_path)
+    tune_cli.main(["anomaly", "--config", str(preset), "--models", "gbt"])
+    assert seen.pop("out") == Path("runs/tune/anomaly")
+    tune_cli.main(["anomaly", "--config", str(preset), "--models", "gbt", "--out", "mine"])
+    assert seen.pop("out") == Path("mine")
+
+
+def test_flags_the_tuner_never_reads_are_named():
+    """From a tuning audit: tune anomaly built its detectors without --inference-chunk-size or
+    --checkpoint-dir, and said nothing."""
+    import warnings
+
+    from et_graph.config import parse_given
+    from et_graph.tuning.cli import task_config, warn_flags_of_tuning
+
+    config, given = parse_given(task_config("anomaly"), [
+        "--models", "et", "--inference-chunk-size", "64", "--checkpoint-dir", "ck"])
+    with pytest.warns(RuntimeWarning, match=r"protocol\.inference_chunk_size, "
+                                            r"run\.checkpoint_dir: the tuner's trials never"):
+        assert warn_flags_of_tuning("anomaly", config, given) == [
+            "protocol.inference_chunk_size", "run.checkpoint_dir"]
+    config, given = parse_given(task_config("tudataset"), ["--models", "gin", "--max-folds", "2"])
+    with pytest.warns(RuntimeWarning, match=r"protocol\.max_folds"):
+        warn_flags_of_tuning("tudataset", config, given)
+    config, given = parse_given(task_config("anomaly"), ["--models", "et,gbt"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert warn_flags_of_tuning("anomaly", config, given) == []

@@ -207,7 +207,11 @@ class AnomalyConfig:
 
 
 #: The models that read each model-specific section of :class:`AnomalyConfig`.
-SECTION_READERS = {"et": ("et",), "baselines": ("mlp", "gcn", "gat"), "gbt": ("gbt",)}
+SECTION_READERS = {"et": ("et",), "baselines": ("mlp", "gcn", "gat"), "gbt": ("gbt",),
+                   # the neural models train; the baselines take their own learning rate and
+                   # weight decay (baselines.baseline_lr, baseline_weight_decay)
+                   "train": ("et", "mlp", "gcn", "gat"), "train.lr": ("et",),
+                   "train.weight_decay": ("et",)}
 
 
 # ----------------------------------------------------------------------------------------------

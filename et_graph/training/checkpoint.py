@@ -12,6 +12,7 @@ import pickle
 import random
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Union
 
@@ -98,9 +99,15 @@ def fingerprint_with_graphs(fingerprint: str, checkpoint: Any, *graph_sets: Any)
     encodings added to it). Without checkpoints nothing is gathered or hashed."""
     if checkpoint is None:
         return fingerprint
-    tensors = [graph[key] for graphs in graph_sets for graph in graphs
-               for key in sorted(graph.keys()) if isinstance(graph[key], torch.Tensor)]
-    return fingerprint_with_data(fingerprint, checkpoint, *tensors)
+    return fingerprint_with_data(fingerprint, checkpoint, *graph_tensors(*graph_sets))
+
+
+def graph_tensors(*graph_sets: Any, skip: Sequence[str] = ()) -> list[torch.Tensor]:
+    """Every tensor of every graph (PyG ``Data``) of ``graph_sets``, each graph's in sorted key
+    order, without the keys in ``skip``: what :func:`data_digest` hashes of graph datasets."""
+    return [graph[key] for graphs in graph_sets for graph in graphs
+            for key in sorted(graph.keys())
+            if key not in skip and isinstance(graph[key], torch.Tensor)]
 
 
 def data_digest(*tensors: Any) -> str:

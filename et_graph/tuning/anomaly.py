@@ -21,6 +21,7 @@ from ..protocols.anomaly_config import (
     load_data,
     with_detector_config,
 )
+from ..training.checkpoint import data_digest
 from .study import pruning_callback, space_overrides, with_switch
 
 TUNE_METRICS = ("auroc", "auprc", "f1_macro")
@@ -99,6 +100,15 @@ class AnomalyObjective:
                 "first split only (no --vary-split; under gadbench, one mask), or state it.",
                 RuntimeWarning, stacklevel=2)
         self.y_val = self.data.y[self.val_mask].numpy()
+
+    def data_digest(self) -> str:
+        """A digest of what the trials read: the graph, the split, and the training and
+        validation labels (no test label), stored with the study so that it is never resumed
+        on other data under the same name."""
+        read = self.train_mask | self.val_mask
+        return data_digest(self.data.x, self.data.edge_index,
+                           getattr(self.data, "edge_type", None), self.train_mask,
+                           self.val_mask, self.data.y[read])
 
     def trial_config(self, trial: Any) -> AnomalyConfig:
         """The run config with the trial's suggestions applied to this model's settings."""

@@ -19,13 +19,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..config import add_config_arguments, merge, resolve, to_dict
+from ..config import add_config_arguments, merge, reading_models, resolve, to_dict
 from .anomaly import CLASS_BALANCE_CHOICES, TUNE_METRICS, AnomalyObjective
 from .study import (
     TuneBudget,
+    check_resumable,
     run_study,
     save_best_preset,
     space_overrides,
+    study_or_none,
     study_summary,
     tuned_fields,
     warn_tuned_flags,
@@ -130,9 +132,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
             raise ValueError(f"{flag} applies to `tune {owner}`, not `tune {args.task}`")
     warn_flags_of_tuning(args.task, config, given, class_balance=args.tune_class_balance,
                          bonds=args.tune_bonds)
-    # The task's own results folder is not where a study's presets belong.
-    default_out = task_config(args.task)().run.out
-    out = Path(config.run.out if config.run.out and config.run.out != default_out
+    # The task's own results folder is not where a study's presets belong, nor a preset's
+    # (--config's run.out): only --out on this command line moves the study's outputs.
+    out = Path(config.run.out if "run.out" in given and config.run.out
                else f"runs/tune/{args.task}")
     if args.task == "tudataset":
         models = config.protocol.model_names  # --models: the models to tune, same budget each
@@ -148,15 +150,41 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                         args.study_prefix, class_balance=args.tune_class_balance)
 
 
+def flag_readers(task: str) -> dict[str, tuple[str, ...]]:
+    """The task's map of which models read a config section or field (the rest: every model)."""
+    if task == "anomaly":
+        from ..protocols.anomaly_config import SECTION_READERS
+
+        return SECTION_READERS
+    if task == "tudataset":
+        from ..protocols.tudataset_config import FLAG_READERS
+
+        return FLAG_READERS
+    from ..protocols.gnnbenchmark_config import FLAG_READERS as readers
+
+    return readers
+
+
 def warn_flags_of_tuning(task: str, config: Any, given: set[str], class_balance: bool = False,
                          bonds: bool = False) -> list[str]:
-    """Warn about the flags that change nothing in this tuning run: those no chosen model reads
-    (:func:`et_graph.config.warn_unread_flags`), and those the chosen models' studies set in
-    every trial (:func:`~et_graph.tuning.study.warn_tuned_flags`). Returns them."""
+    """Warn about the flags that change nothing in this tuning run: those no trial reads (the
+    task's seeds, reports and checkpoints: :data:`UNREAD_BY_TRIALS`), those no chosen model
+    reads (:func:`et_graph.config.warn_unread_flags`), and those the chosen models' studies
+    set in every trial (:func:`~et_graph.tuning.study.warn_tuned_flags`). Returns them."""
+    import warnings
+
     from ..config import warn_unread_flags
 
+    readers = flag_readers(task)
+    # (--models is read by the tuner itself: it names the models to tune)
+    ignored = sorted(given & ({*UNREAD_BY_TRIALS[task], *UNUSED_RUN_FIELDS} - {"protocol.models"}))
+    if ignored:  # --inference-chunk-size or --checkpoint-dir were dropped without a word
+        warnings.warn(f"flags for {', '.join(ignored)}: the tuner's trials never read them "
+                      "(each trial fits one model once, on the validation split, without "
+                      "checkpoints); they apply when the task runs a written preset",
+                      RuntimeWarning, stacklevel=2)
+    given = given - set(ignored)
     if task == "anomaly":
-        from ..protocols.anomaly_config import SECTION_READERS as readers
         from .anomaly import search_space, trial_config
 
         models = config.protocol.model_names()
@@ -164,20 +192,18 @@ def warn_flags_of_tuning(task: str, config: Any, given: set[str], class_balance:
             config, m, search_space(m, class_balance), trial)) for m in models}
     else:
         if task == "tudataset":
-            from ..protocols.tudataset_config import FLAG_READERS as readers
             from .tudataset import search_space
 
             def space(model: str) -> Any:
                 return search_space(model, bonds)
         else:
-            from ..protocols.gnnbenchmark_config import FLAG_READERS as readers
             from .gnnbenchmark import BENCHMARK_SEARCH_SPACES
 
             space = BENCHMARK_SEARCH_SPACES.__getitem__
         models = config.protocol.model_names
         tuned = {m: tuned_fields(lambda trial, m=m: merge(config, space_overrides(space(m), trial)))
                  for m in models}
-    return warn_unread_flags(given, models, readers) + warn_tuned_flags(given, tuned)
+    return ignored + warn_unread_flags(given, models, readers) + warn_tuned_flags(given, tuned)
 
 
 def tune_anomaly(config: Any, models: list[str], budget: TuneBudget, storage: str,
@@ -197,19 +223,39 @@ def tune_anomaly(config: Any, models: list[str], budget: TuneBudget, storage: st
         study_suffix="-class-balance" if class_balance else "")
 
 
-def _fixed_settings(config: Any) -> dict[str, Any]:
+#: Settings of each task that no trial reads (which models run, how many seeds or folds the
+#: task itself would run, what it reports): they never refuse a resume, and given as flags to
+#: `tune` they change nothing (a warning says so), nor do the ``run`` section's checkpoints.
+UNREAD_BY_TRIALS = {
+    "anomaly": ("protocol.models", "protocol.seeds", "protocol.energy_row", "protocol.ddp",
+                "protocol.inference_chunk_size", "protocol.inference_chunk_edges",
+                "protocol.seed_ensemble", "protocol.validation_only",
+                "protocol.bootstrap_rounds"),
+    "tudataset": ("protocol.models", "protocol.max_folds", "protocol.runs_per_fold",
+                  "protocol.validation_only", "protocol.grid"),
+    "gnnbenchmark": ("protocol.models", "protocol.seeds", "data.test_limit"),
+}
+#: The ``run`` fields that tuning never uses (a trial trains without checkpoints).
+UNUSED_RUN_FIELDS = ("run.checkpoint_dir", "run.checkpoint_every", "run.resume")
+
+
+def _fixed_settings(config: Any, task: Optional[str] = None,
+                    tuned: frozenset = frozenset()) -> dict[str, Any]:
     """The config's fields as flat ``section.name: value`` pairs, without the ``run`` section
-    (where and how the study runs, not what its trials measure)."""
-    return {f"{section}.{name}": value for section, fields in to_dict(config).items()
-            if section != "run" and isinstance(fields, dict) for name, value in fields.items()}
+    (where and how the study runs, not what its trials measure), the ``task``'s settings no
+    trial reads, and the ``tuned`` ones (a trial sets them)."""
+    skip = set(UNREAD_BY_TRIALS.get(task, ())) | set(tuned)
+    return {key: value for section, fields in to_dict(config).items()
+            if section != "run" and isinstance(fields, dict)
+            for name, value in fields.items() if (key := f"{section}.{name}") not in skip}
 
 
 def _tune_models(task: str, models: list[str], make_objective: Callable[[str], Any],
                  dataset_of: Callable[[Any], str], budget: TuneBudget, storage: str, out: Path,
                  prefix: str, config: Any, report_metric: str, preset_metric: str,
                  study_suffix: str = "", report_dataset: Optional[str] = None,
-                 pruning: Optional[str] = None, in_memory: Optional[str] = None
-                 ) -> dict[str, Any]:
+                 pruning: Optional[str] = None, in_memory: Optional[str] = None,
+                 labels_read: str = "test labels are never read") -> dict[str, Any]:
     """The loop every task shares: one study ``{prefix}{task}-{dataset}-{model}{suffix}`` per
     model with the same budget (in the objective's ``direction``, default maximise), each best
     trial written as ``OUT/best_<model>.toml``, then the report."""
@@ -218,19 +264,44 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
     config.run.apply_threads()
     _ensure_sqlite_folder(storage)
     summaries, presets, dataset = {}, {}, ""
+    plans = {}
     for model in models:
         objective = make_objective(model)
+        tuned = frozenset(tuned_fields(objective.trial_config))
+        # Neither a tuned setting's base value nor a setting only other models read changes
+        # what this model's trials measure.
+        settings = {key: value for key, value in _fixed_settings(config, task, tuned).items()
+                    if model in reading_models(key, models, flag_readers(task))}
+        if hasattr(objective, "data_digest"):
+            # The study's name and settings do not tell two datasets at one relative path
+            # apart: the digest of what its trials read does.
+            settings["data.digest"] = objective.data_digest()
+        plans[model] = (objective, f"{prefix}{task}-{dataset_of(objective)}-{model}"
+                        f"{study_suffix}", settings, tuned)
+    defaults = _fixed_settings(type(config)(), task)
+    for objective, name, settings, _ in plans.values():
+        # Every study is checked before any trial runs: a refusal of the second model's came
+        # after the first model's whole study, with no report written.
+        existing = study_or_none(name, storage) if storage is not None else None
+        if existing is not None:
+            check_resumable(existing, storage, getattr(objective, "direction", "maximize"),
+                            preset_metric, settings, defaults)
+    for model, (objective, name, settings, tuned) in plans.items():
         dataset = dataset_of(objective)
         start = time.perf_counter()
-        study = run_study(f"{prefix}{task}-{dataset}-{model}{study_suffix}", objective, budget,
-                          storage, progress=config.run.progress,
+        study = run_study(name, objective, budget, storage, progress=config.run.progress,
                           direction=getattr(objective, "direction", "maximize"),
-                          objective_label=preset_metric, settings=_fixed_settings(config),
-                          setting_defaults=_fixed_settings(type(config)()))
+                          objective_label=preset_metric, settings=settings,
+                          setting_defaults=defaults)
         summary = study_summary(study, time.perf_counter() - start)
         summaries[model] = summary
         if summary["best_trial"] is not None:
             best = objective.trial_config(study.best_trial)
+            # The best trial's values under the config's own names (the MLP's space calls its
+            # width gin_hidden, which its preset writes as baselines.mlp_hidden).
+            chosen = _fixed_settings(best)
+            summary["best_settings"] = {key: chosen[key] for key in sorted(tuned)
+                                        if key in chosen}
             # A preset runs the task: its results go to the task's own folder, not next to
             # the study report (the tuner resolved run.out to its own output folder).
             best = merge(best, {"run.out": type(best)().run.out})
@@ -244,7 +315,7 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                                      "section does not name it: set --data/--dataset to run")
             presets[model] = save_best_preset(out / f"best_{model}.toml", best, meta)
     write_report(out, task, report_dataset or dataset, report_metric, budget, summaries,
-                 presets, config, pruning)
+                 presets, config, pruning, labels_read)
     print((out / "study_report.md").read_text())
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
 
@@ -269,11 +340,25 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
     if storage is None:
         return
     if "://" not in storage:
-        raise ValueError(f"storage must be a database URL such as sqlite:///runs/tune.db (or "
-                         f"None for memory), got {storage!r}")
+        raise ValueError(f"storage must be a database URL such as sqlite:///runs/tune.db (in "
+                         f"Python, storage=None keeps a study in memory), got {storage!r}")
     prefix = "sqlite:///"
     if storage.startswith(prefix):
-        Path(storage[len(prefix):]).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        path = storage[len(prefix):]
+        if not path or path == ":memory:":
+            # SQLite's in-memory database: accepted by Optuna, but no restart continues it.
+            raise ValueError(f"storage {storage!r} names no file, so nothing would persist "
+                             "for a restart to continue: give one, e.g. sqlite:///runs/tune.db")
+        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        return
+    try:  # another database: its driver must be installed (else a raw ImportError, late)
+        import sqlalchemy
+
+        sqlalchemy.create_engine(storage)
+    except (ImportError, sqlalchemy.exc.ArgumentError,
+            sqlalchemy.exc.NoSuchModuleError) as error:
+        raise ValueError(f"storage {storage!r} cannot be opened here ({type(error).__name__}: "
+                         f"{error}); install its database driver or use sqlite:///FILE") from None
 
 
 def tune_tudataset(config: Any, models: list[str], budget: TuneBudget, storage: str,
@@ -307,7 +392,15 @@ def tune_tudataset(config: Any, models: list[str], budget: TuneBudget, storage: 
         "selection for all folds: a cheaper variant of Errica et al.; those validation graphs "
         "are test graphs of the other outer folds, so a 10-fold CV of the chosen preset is "
         "mildly optimistic for every tuned model alike; `et-graph tudataset --grid` selects "
-        "inside each fold instead)", pruning=pruning, study_suffix="-bonds" if bonds else "")
+        "inside each fold instead)", pruning=pruning, study_suffix="-bonds" if bonds else "",
+        labels_read=("a trial reads the training and validation graphs of the first outer "
+                     "fold, never its test graphs" if tune_folds == 1 else
+                     f"a trial reads the training and validation graphs of the first "
+                     f"{tune_folds} outer folds, never a fold's own test graphs; but one "
+                     "fold's test graphs are another's training and validation graphs, so the "
+                     f"labels of the first {tune_folds} test folds enter the selection, and a "
+                     "10-fold CV of the chosen preset is mildly optimistic for every tuned "
+                     "model alike"))
 
 
 def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storage: str,
@@ -332,4 +425,5 @@ def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storag
         # Another seed count is another objective: it gets a study of its own, never resumes
         # (and mixes with) the trials of a one-seed study.
         study_suffix=f"-seeds{tune_seeds}" if tune_seeds > 1 else "",
-        report_dataset=data.name, in_memory=in_memory)
+        report_dataset=data.name, in_memory=in_memory,
+        labels_read="the test split is dropped before any trial")

@@ -26,6 +26,7 @@ from ..datasets.gnnbenchmark import (
 )
 from ..protocols.gnnbenchmark import train_one
 from ..protocols.gnnbenchmark_config import GNNBenchmarkConfig
+from ..training.checkpoint import data_digest, graph_tensors
 from .study import pruning_callback, space_overrides
 
 #: Learning rates every model's space searches (the same range for each).
@@ -92,6 +93,11 @@ class GNNBenchmarkObjective:
         if model == "et":
             add_positional_encoding(self.data, config.et.pe_dim, progress=False)
         self.direction = "minimize" if self.data.lower_is_better else "maximize"
+
+    def data_digest(self) -> str:
+        """A digest of the training and validation graphs the trials read (the test split is
+        dropped), stored with the study."""
+        return data_digest(*graph_tensors(self.data.splits["train"], self.data.splits["val"]))
 
     def trial_config(self, trial: Any) -> GNNBenchmarkConfig:
         config = self.config

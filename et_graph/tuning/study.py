@@ -195,7 +195,11 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
     optuna = _optuna()
     # A resumed study gets a sampler seeded past its finished trials, so that its random
     # start-up trials do not repeat the ones it already holds.
-    done = len(_finished(study_or_none(name, storage)))
+    existing = study_or_none(name, storage)
+    if existing is not None:
+        check_resumable(existing, storage, direction, objective_label, settings,
+                        setting_defaults)
+    done = len(_finished(existing))
     study = optuna.create_study(
         study_name=name,
         storage=storage,
@@ -205,32 +209,13 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
         pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
                                            n_warmup_steps=budget.prune_warmup),
     )
-    if study.direction.name.lower() != direction:
-        raise ValueError(f"study {name!r} in {storage} was created to "
-                         f"{study.direction.name.lower()}, not to {direction}: use another "
-                         "storage or study prefix")
-    stored = study.user_attrs.get("objective")
-    if objective_label and stored is not None and stored != objective_label:
-        raise ValueError(f"study {name!r} in {storage} holds trials of another objective "
-                         f"({stored!r}, not {objective_label!r}); its values would be reported "
-                         "as this one's: use another storage or study prefix")
-    if objective_label and stored is None:
+    check_resumable(study, storage, direction, objective_label, settings, setting_defaults)
+    if objective_label and study.user_attrs.get("objective") is None:
         study.set_user_attr("objective", objective_label)
     if settings is not None:
-        before = study.user_attrs.get("settings")
-        if before is not None and setting_defaults:
-            # A field added since the study ran: the older code ran at its default.
-            before = {**{k: v for k, v in setting_defaults.items() if k not in before},
-                      **before}
-        if before is not None and before != settings:
-            changed = changed_settings(before, settings)
-            shown = ", ".join(f"{k}: {before.get(k)!r} -> {settings.get(k)!r}"
-                              for k in changed[:5])
-            raise ValueError(f"study {name!r} in {storage} was run under other fixed settings "
-                             f"({shown}); its trials were scored under those: use another "
-                             "storage or study prefix")
-        if before is None:
-            study.set_user_attr("settings", settings)
+        # Recorded with what this run adds (a data digest a study from an older version
+        # lacks), so that a later resume compares those too.
+        study.set_user_attr("settings", {**study.user_attrs.get("settings", {}), **settings})
     remaining = budget.trials - len(_finished(study))
     if remaining > 0:
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -247,6 +232,37 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
                           "loss or objective); stopped instead of running to the time limit",
                           RuntimeWarning, stacklevel=2)
     return study
+
+
+def check_resumable(study: Any, storage: Optional[str], direction: str, objective_label: str,
+                    settings: Optional[dict[str, Any]],
+                    setting_defaults: Optional[dict[str, Any]] = None) -> None:
+    """``ValueError`` when the stored ``study`` cannot be continued by this run: another
+    direction or objective, or other fixed ``settings`` than its trials were scored under.
+    Only settings both record are compared: one the study lacks (added to the library since)
+    counts as its value in ``setting_defaults`` or, without one, is not compared; one this run
+    no longer records (no trial reads it) is not compared either."""
+    name = study.study_name
+    if study.direction.name.lower() != direction:
+        raise ValueError(f"study {name!r} in {storage} was created to "
+                         f"{study.direction.name.lower()}, not to {direction}: use another "
+                         "storage or study prefix")
+    stored = study.user_attrs.get("objective")
+    if objective_label and stored is not None and stored != objective_label:
+        raise ValueError(f"study {name!r} in {storage} holds trials of another objective "
+                         f"({stored!r}, not {objective_label!r}); its values would be reported "
+                         "as this one's: use another storage or study prefix")
+    before = study.user_attrs.get("settings")
+    if settings is None or before is None:
+        return
+    before = {**{k: v for k, v in (setting_defaults or {}).items() if k not in before}, **before}
+    shared = [key for key in settings if key in before]
+    changed = changed_settings({k: before[k] for k in shared}, {k: settings[k] for k in shared})
+    if changed:
+        shown = ", ".join(f"{k}: {before.get(k)!r} -> {settings.get(k)!r}" for k in changed[:5])
+        raise ValueError(f"study {name!r} in {storage} was run under other fixed settings "
+                         f"({shown}); its trials were scored under those: use another "
+                         "storage or study prefix")
 
 
 class _FailureLimit:
@@ -289,7 +305,7 @@ def study_summary(study: Any, seconds: float) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
     count = {state.name.lower(): sum(t.state == state for t in trials)
              for state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
-                           optuna.trial.TrialState.FAIL)}
+                           optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)}
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     best = study.best_trial if complete else None
     return {
@@ -307,31 +323,42 @@ def study_summary(study: Any, seconds: float) -> dict[str, Any]:
 
 def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBudget,
                  summaries: dict[str, dict[str, Any]], presets: dict[str, Path],
-                 config: Any, pruning: Optional[str] = None) -> None:
+                 config: Any, pruning: Optional[str] = None,
+                 labels_read: str = "test labels are never read") -> None:
     """``study_report.{json,md}`` and ``optimization_history.png`` under ``out``; ``pruning``
-    says how the pruner acts when a task's steps are not epochs."""
+    says how the pruner acts when a task's steps are not epochs, ``labels_read`` which labels
+    the trials read."""
     pruning = pruning or f"median pruning after {budget.prune_warmup} epochs"
     out.mkdir(parents=True, exist_ok=True)
     report = {"task": task, "dataset": dataset, "metric": f"validation {metric}",
-              "budget": to_dict_budget(budget), "models": summaries,
-              "presets": {k: str(v) for k, v in presets.items()}, "meta": run_metadata(config)}
+              "labels_read": labels_read, "budget": to_dict_budget(budget),
+              "models": summaries, "presets": {k: str(v) for k, v in presets.items()},
+              "meta": run_metadata(config)}
     (out / "study_report.json").write_text(json.dumps(report, indent=2, default=str))
+    trees = ("; a model without epochs (the trees) is never pruned, so it completes every "
+             "trial" if "gbt" in summaries else "")
+    held = {s["trials"]["complete"] + s["trials"]["pruned"] for s in summaries.values()}
+    resumed = (f" The studies hold {', '.join(map(str, sorted(held)))} finished trials: "
+               "resumed studies keep their earlier trials, and the best is chosen among all "
+               "of them." if any(count != budget.trials for count in held) else "")
     lines = [f"# Tuning: {task} on {dataset}", "",
-             f"Objective: validation {metric} (test labels are never read). Budget per model: "
+             f"Objective: validation {metric} ({labels_read}). Budget per model: "
              f"{budget.trials} finished trials, {budget.timeout_minutes:g} min per run, TPE "
-             f"(seed {budget.seed}), {pruning}. Pruned trials count toward the trial budget, "
-             "and a model without epochs (the trees) is never pruned, so it completes every "
-             "trial; the time limit binds each model alone, so a slower model may finish fewer "
-             "(the table counts them).", "",
-             "| model | complete | pruned | failed | best validation | best trial | time (s) "
-             "| preset |", "|---|---|---|---|---|---|---|---|"]
+             f"(seed {budget.seed}), {pruning}. Pruned trials count toward the trial "
+             f"budget{trees}; the time limit binds each model alone, so a slower model may "
+             f"finish fewer (the table counts them).{resumed} \"unfinished\" counts trials "
+             "that never ended (a run killed during them); they count toward no budget.", "",
+             "| model | complete | pruned | failed | unfinished | best validation | best trial "
+             "| time this run (s) | preset |", "|---|---|---|---|---|---|---|---|---|"]
     for model, s in summaries.items():
         best = "n/a" if s["best_value"] is None else f"{s['best_value']:.4f}"
         lines.append(f"| {model} | {s['trials']['complete']} | {s['trials']['pruned']} | "
-                     f"{s['trials']['fail']} | {best} | {s['best_trial']} | "
-                     f"{s['seconds_this_run']:.0f} | {presets.get(model, '')} |")
-    lines += ["", "Best parameters:", ""]
-    lines += [f"- {model}: `{json.dumps(s['best_params'])}`" for model, s in summaries.items()]
+                     f"{s['trials']['fail']} | {s['trials'].get('running', 0)} | {best} | "
+                     f"{s['best_trial']} | {s['seconds_this_run']:.0f} | "
+                     f"{presets.get(model, '')} |")
+    lines += ["", "Best settings (the config's names, as the presets write them):", ""]
+    lines += [f"- {model}: `{json.dumps(s.get('best_settings', s['best_params']))}`"
+              for model, s in summaries.items()]
     (out / "study_report.md").write_text("\n".join(lines) + "\n")
     plot_history(out / "optimization_history.png", summaries, metric)
 

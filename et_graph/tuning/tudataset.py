@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any, Callable, Optional
 
 import numpy as np
+import torch
 
 from ..config import merge
 from ..datasets.tudataset import with_incident_edge_sums
@@ -26,6 +27,7 @@ from ..protocols.graph_cv import (
 )
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..training import seed_everything
+from ..training.checkpoint import data_digest, graph_tensors
 from .study import space_overrides, with_switch
 
 
@@ -142,6 +144,14 @@ class TUObjective:
         if tune_folds > len(splits):
             raise ValueError(f"tune_folds ({tune_folds}) exceeds the {len(splits)} outer folds")
         self.splits = list(splits)[:tune_folds]
+
+    def data_digest(self) -> str:
+        """A digest of what the trials read: every graph without its label, the folds, and the
+        labels of the graphs the tuned folds train and validate on (stored with the study)."""
+        read = np.unique(np.concatenate([np.asarray(train) for train, _ in self.splits]))
+        return data_digest(*graph_tensors(self.graphs, skip=("y",)),
+                           *(torch.as_tensor(np.asarray(part)) for split in self.splits
+                             for part in split), torch.as_tensor(self.labels[read]))
 
     def trial_config(self, trial: Any) -> TUDatasetConfig:
         config = self.config
