@@ -119,3 +119,20 @@ def node_explainer(model: torch.nn.Module):
         model=model, algorithm=GNNExplainer(epochs=3), explanation_type="model",
         node_mask_type="attributes", edge_mask_type="object",
         model_config=dict(mode="multiclass_classification", return_type="raw", task_level="node"))
+
+
+def assert_unread_flags_named(runner: ModuleType, monkeypatch: Any,
+                              warned: list[tuple[list[str], str]], silent: list[str]) -> None:
+    """``runner.main`` (its ``run`` stubbed out) warns with each pattern for its command line,
+    and says nothing about ``silent``'s: the unread-flag check of every task's command."""
+    import warnings
+
+    import pytest
+
+    monkeypatch.setattr(runner, "run", lambda config: config)
+    for argv, pattern in warned:
+        with pytest.warns(RuntimeWarning, match=pattern):
+            runner.main(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        runner.main(silent)

@@ -565,19 +565,15 @@ def test_flags_no_chosen_model_reads_are_named(monkeypatch):
     """``--label-trick --models gbt`` ran GBT unchanged without a word (an audit): ET's flags,
     the neural baselines' and the trees' are named when none of their models runs; flags of
     the shared sections and of a chosen model are not."""
-    import warnings
+    from helpers import assert_unread_flags_named
 
     from et_graph.experiments import anomaly as runner
 
-    monkeypatch.setattr(runner, "run", lambda config: config)
-    with pytest.warns(RuntimeWarning, match=r"flags for et\.label_trick, train\.epochs: no"):
-        runner.main(["--models", "gbt", "--label-trick", "--epochs", "2"])
-    # ... and the ET's learning rate beside the MLP alone, which reads baselines.baseline_lr
-    # (a tuning audit: --models mlp --lr 0.5 and --lr 0.0001 gave identical results).
-    with pytest.warns(RuntimeWarning, match=r"flags for train\.lr: no model"):
-        runner.main(["--models", "mlp", "--lr", "0.5", "--epochs", "2"])
-    with pytest.warns(RuntimeWarning, match=r"gbt\.max_iter"):
-        runner.main(["--models", "et", "--max-iter", "50"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        runner.main(["--models", "et,gbt", "--label-trick", "--max-iter", "50", "--epochs", "2"])
+    assert_unread_flags_named(runner, monkeypatch, [
+        (["--models", "gbt", "--label-trick", "--epochs", "2"],
+         r"flags for et\.label_trick, train\.epochs: no"),
+        # ... and the ET's learning rate beside the MLP alone, which reads baselines.baseline_lr
+        # (a tuning audit: --models mlp --lr 0.5 and --lr 0.0001 gave identical results).
+        (["--models", "mlp", "--lr", "0.5", "--epochs", "2"], r"flags for train\.lr: no model"),
+        (["--models", "et", "--max-iter", "50"], r"gbt\.max_iter"),
+    ], ["--models", "et,gbt", "--label-trick", "--max-iter", "50", "--epochs", "2"])

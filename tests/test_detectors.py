@@ -624,7 +624,7 @@ def test_neural_detectors_warn_about_raw_feature_scales(graph):
     # own error advised layer.double(), which neither can call).
     huge = graph.clone()
     huge.x = graph.x * 1e30
-    with pytest.raises(ValueError, match=r"reach .*--feature-norm quantile"):
+    with pytest.raises(ValueError, match=r"data.x reaches .*--feature-norm quantile"):
         ETDetector(epochs=1, hidden=8).fit(huge)
     # From a fraud-data audit: a finite float64 value beyond float32's range became inf in the
     # cast, reported as "NaN or inf" (ET), a "non-finite training loss" (MLP), or fitted by the

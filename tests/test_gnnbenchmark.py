@@ -757,16 +757,13 @@ def test_the_selection_curve_keeps_the_epochs_of_seeds_that_ran_longer(monkeypat
 def test_flags_no_chosen_model_reads_are_named(monkeypatch):
     """ET's flags with ``--models gin`` (and the baselines' with ``--models et``) changed
     nothing without a word."""
-    import warnings
+    from helpers import assert_unread_flags_named
 
-    monkeypatch.setattr(gnnbenchmark, "run", lambda config: config)
-    with pytest.warns(RuntimeWarning, match=r"flags for et\.blocks: no model"):
-        gnnbenchmark.main(["--models", "gin,gatedgcn", "--blocks", "3"])
-    with pytest.warns(RuntimeWarning, match=r"flags for baselines\.baseline_layers: no model"):
-        gnnbenchmark.main(["--models", "et", "--baseline-layers", "3"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        gnnbenchmark.main(["--models", "et,gatedgcn", "--blocks", "3", "--baseline-layers", "3"])
+    assert_unread_flags_named(gnnbenchmark, monkeypatch, [
+        (["--models", "gin,gatedgcn", "--blocks", "3"], r"flags for et\.blocks: no model"),
+        (["--models", "et", "--baseline-layers", "3"],
+         r"flags for baselines\.baseline_layers: no model"),
+    ], ["--models", "et,gatedgcn", "--blocks", "3", "--baseline-layers", "3"])
 
 
 def _write_raw(root: Path, name: str, payload: list) -> Path:

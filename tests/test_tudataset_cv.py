@@ -991,16 +991,13 @@ def test_flags_no_chosen_model_reads_are_named(monkeypatch):
     """ET's flags with ``--models gin`` changed nothing without a word (the anomaly task warned
     since an audit, this one did not): a flag is named when none of its readers runs, field by
     field where the baselines' section splits between GIN and the MLP."""
-    import warnings
+    from helpers import assert_unread_flags_named
 
-    monkeypatch.setattr(tudataset, "run", lambda config: config)
-    with pytest.warns(RuntimeWarning, match=r"flags for data\.rw_pe_dim, et\.blocks: no model"):
-        tudataset.main(["--models", "gin,structure_agnostic", "--blocks", "3", "--rw-pe-dim", "4"])
-    with pytest.warns(RuntimeWarning, match=r"flags for baselines\.gin_layers: no model"):
-        tudataset.main(["--models", "et,structure_agnostic", "--gin-layers", "3"])
-    with pytest.warns(RuntimeWarning, match=r"flags for baselines\.mlp_hidden: no model"):
-        tudataset.main(["--models", "gin", "--mlp-hidden", "32"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        tudataset.main(["--models", "et,gin", "--blocks", "3", "--gin-layers", "3",
-                        "--baseline-dropout", "0.1", "--epochs", "2"])
+    assert_unread_flags_named(tudataset, monkeypatch, [
+        (["--models", "gin,structure_agnostic", "--blocks", "3", "--rw-pe-dim", "4"],
+         r"flags for data\.rw_pe_dim, et\.blocks: no model"),
+        (["--models", "et,structure_agnostic", "--gin-layers", "3"],
+         r"flags for baselines\.gin_layers: no model"),
+        (["--models", "gin", "--mlp-hidden", "32"], r"flags for baselines\.mlp_hidden: no model"),
+    ], ["--models", "et,gin", "--blocks", "3", "--gin-layers", "3", "--baseline-dropout", "0.1",
+        "--epochs", "2"])

@@ -655,15 +655,13 @@ def test_the_protocol_line_counts_one_seed_in_the_singular(graph):
 def test_flags_no_chosen_model_reads_are_named(monkeypatch):
     """ET's flags with ``--models lof`` (or LOF's with ``--models iforest``) changed nothing
     without a word."""
-    import warnings
+    from helpers import assert_unread_flags_named
 
     from et_graph.experiments import unsupervised_anomaly as runner
 
-    monkeypatch.setattr(runner, "run", lambda config: config)
-    with pytest.warns(RuntimeWarning, match=r"flags for score\.score_rounds, train\.epochs: no"):
-        runner.main(["--models", "lof", "--epochs", "3", "--score-rounds", "2"])
-    with pytest.warns(RuntimeWarning, match=r"flags for baselines\.lof_neighbors: no model"):
-        runner.main(["--models", "et,iforest", "--lof-neighbors", "5"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        runner.main(["--models", "et,lof", "--epochs", "3", "--lof-neighbors", "5"])
+    assert_unread_flags_named(runner, monkeypatch, [
+        (["--models", "lof", "--epochs", "3", "--score-rounds", "2"],
+         r"flags for score\.score_rounds, train\.epochs: no"),
+        (["--models", "et,iforest", "--lof-neighbors", "5"],
+         r"flags for baselines\.lof_neighbors: no model"),
+    ], ["--models", "et,lof", "--epochs", "3", "--lof-neighbors", "5"])

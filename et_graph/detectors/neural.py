@@ -39,6 +39,7 @@ from ..nn.models.anomaly import (
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
 from ..training import CheckpointConfig, Trainer, Validation, rank_world
 from ..training.checkpoint import fingerprint_with_data
+from ..transforms.features import check_feature_limit
 from .base import BaseDetector, check_graph
 from .config import ETDetectorConfig, GNNDetectorConfig, NodeTrainConfig
 from .label_trick import (
@@ -263,14 +264,10 @@ def check_feature_scales(x: Tensor, detector: str) -> None:
         return
     spread = x.std(0, unbiased=False) if x.size(0) > 1 else x.abs()[0]
     largest = float(x.abs().max())
-    if largest > HOPELESS_SCALE:
-        # The ET layer would refuse them later with advice (layer.double()) that a detector's
-        # or the command line's user cannot take.
-        raise ValueError(
-            f"{detector}: features reach {largest:.3g}, beyond what a float32 network can "
-            "train on; transform them: et_graph.transforms.prepare_detection_data(data, "
-            "'quantile') in Python, --feature-norm quantile (the default) or standard on the "
-            "command line")
+    # The ET layer would refuse them later with advice (layer.double()) that a detector's or
+    # the command line's user cannot take.
+    check_feature_limit(x, HOPELESS_SCALE, f"{detector}: data.x",
+                        "beyond what a float32 network can train on")
     varying = spread[spread > 0]
     ratio = float(varying.max() / varying.min()) if varying.numel() else 1.0
     if largest > RAW_SCALE_LIMIT or ratio > RAW_SCALE_LIMIT:

@@ -19,14 +19,20 @@ FLOAT32_LIMIT = float(torch.finfo(torch.float32).max)
 def check_float32_range(x: Tensor, what: str = "data.x") -> None:
     """``ValueError`` for finite features beyond float32's range: cast for the models, they
     became inf and were reported as "NaN or inf" (or as a non-finite training loss)."""
-    if x.numel() and (x.is_floating_point() and torch.finfo(x.dtype).max > FLOAT32_LIMIT):
-        largest = float(x.abs().max())
-        if largest > FLOAT32_LIMIT:
-            raise ValueError(
-                f"{what} reaches {largest:.3g}, beyond float32's range (about 3.4e38), in which "
-                "the models compute: transform the features first, e.g. "
-                "et_graph.transforms.prepare_detection_data(data, 'quantile') (or 'standard'), "
-                "--feature-norm quantile or standard on the command line")
+    if x.is_floating_point() and torch.finfo(x.dtype).max > FLOAT32_LIMIT:
+        check_feature_limit(x, FLOAT32_LIMIT, what,
+                            "beyond float32's range (about 3.4e38), in which the models compute")
+
+
+def check_feature_limit(x: Tensor, limit: float, what: str, beyond: str) -> None:
+    """``ValueError`` naming ``what`` when a value of ``x`` exceeds ``limit`` in magnitude
+    (``beyond`` says what that limit is), with the transform that brings it back."""
+    largest = float(x.abs().max()) if x.numel() else 0.0
+    if largest > limit:
+        raise ValueError(
+            f"{what} reaches {largest:.3g}, {beyond}: transform the features first, "
+            "et_graph.transforms.prepare_detection_data(data, 'quantile') (or 'standard') in "
+            "Python, --feature-norm quantile or standard on the command line")
 
 
 def check_node_graph(data: Data, float32_range: bool = True) -> tuple[Tensor, Tensor]:
