@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import __version__
-from .config import add_config_arguments, resolve
+from .config import add_config_arguments
 
 #: Set (to anything) to see the whole traceback of a bad-input error instead of its one line.
 TRACEBACK_ENV = "ET_GRAPH_TRACEBACK"
@@ -64,8 +64,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not hasattr(module, "CONFIG"):  # tune, native: their own parsers
         result = module.main(argv[1:])
         return result if isinstance(result, int) and not isinstance(result, bool) else 0
-    args = build_parser(command).parse_args(argv[1:])
-    module.run(resolve(module.CONFIG, args))
+    # Through the task's own main, as the examples go: its checks of the given flags (those
+    # no chosen model reads) ran for the examples only, never for `et-graph`.
+    module.main(argv[1:], prog=f"et-graph {command}")
     return 0
 
 

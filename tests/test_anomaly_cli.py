@@ -465,7 +465,7 @@ def test_a_rerun_into_a_used_out_folder_names_what_it_replaces_and_what_it_left(
     torch.save(planted_anomaly_graph(200, seed=2), graph)
     out = tmp_path / "run"
     argv = ["anomaly", "--data", str(graph), "--models", "mlp", "--seeds", "1", "--epochs", "1",
-            "--hidden", "8", "--no-energy-row", "--no-progress", "--out", str(out)]
+            "--baseline-hidden", "8", "--no-energy-row", "--no-progress", "--out", str(out)]
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a new folder: not a word
         assert cli_main(argv) == 0

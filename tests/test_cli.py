@@ -183,3 +183,24 @@ def test_flag_help_shows_plain_text_not_sphinx_markup():
     helps = field_docs(GNNBenchmarkDataConfig)
     assert "RandomWalkPE" in helps["rw_pe_dim"]
     assert not any(":class:" in text or "``" in text for text in helps.values())
+
+
+@pytest.mark.parametrize("command, argv, pattern", [
+    ("unsupervised", ["--models", "lof", "--epochs", "3"], r"train\.epochs: no model"),
+    ("anomaly", ["--models", "gbt", "--label-trick"], r"et\.label_trick: no model"),
+    ("tudataset", ["--models", "gin", "--blocks", "3"], r"et\.blocks: no model"),
+    ("gnnbenchmark", ["--models", "gin", "--blocks", "3"], r"et\.blocks: no model"),
+    ("image", ["--lr-patience", "3"], r"train\.lr_patience \(read by lr_schedule='plateau'"),
+])
+def test_the_command_checks_its_flags_as_the_examples_do(command, argv, pattern, monkeypatch):
+    """From an audit: `et-graph` parsed and ran the task itself, so the checks of the given
+    flags (those no chosen model reads, a schedule's flag beside another schedule) ran for the
+    example scripts only."""
+    import importlib
+
+    from et_graph.cli import SUBCOMMANDS
+
+    module = importlib.import_module(SUBCOMMANDS[command][0])
+    monkeypatch.setattr(module, "run", lambda config: config)
+    with pytest.warns(RuntimeWarning, match=pattern):
+        assert main([command, *argv]) == 0
