@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,6 +29,12 @@ def merge(runs: list[dict[str, Any]], models: Optional[list[str]] = None) -> dic
     datasets = {run["dataset"] for run in runs}
     if len(datasets) != 1:
         raise SystemExit(f"the runs scored different graphs: {sorted(datasets)}")
+    # One name for two graphs (the same relative file name in two folders) was merged into
+    # one mean: the protocol lines' node and anomaly counts tell them apart.
+    sizes = {_graph_size(run) for run in runs}
+    if len(sizes) != 1:
+        raise SystemExit(f"the runs scored graphs of different sizes under one name "
+                         f"{datasets.pop()!r}: {sorted(sizes, key=str)}")
     # A field a run does not record is newer than that run, whose code ran at its default.
     defaults = _settings({"meta": {"config": to_dict(UnsupervisedAnomalyConfig())}})
     settings = [{**defaults, **_settings(run)} for run in runs]
@@ -52,6 +59,13 @@ def merge(runs: list[dict[str, Any]], models: Optional[list[str]] = None) -> dic
             for model in chosen}
     return {"dataset": datasets.pop(), "seeds": order, "models": rows,
             "commits": [run.get("meta", {}).get("git_commit") for run in runs]}
+
+
+def _graph_size(run: dict[str, Any]) -> tuple[Optional[str], ...]:
+    """``(nodes, anomalies)`` as the run's protocol line states them (``None`` where absent)."""
+    protocol = run.get("protocol", "")
+    return tuple(match.group(1) if (match := re.search(pattern, protocol)) else None
+                 for pattern in (r"(\d+) nodes", r"\((\d+) anomalies"))
 
 
 #: Config fields that may differ between the pieces of one protocol.

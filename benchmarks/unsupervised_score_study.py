@@ -19,7 +19,8 @@ Candidates (each computed exactly as the fitted detector gives it for that confi
   structure_R)``: ``combined`` with that ``combine`` rule (ranks, or robust z-scores).
 
 It prints AUROC over all nodes and per planted kind (contextual only, structural only, each
-against the rest), and AUPRC and Rec@K over all nodes, per seed as JSON lines and as a table of
+kind's nodes against the normal nodes, a node of both kinds left out of both), and AUPRC and
+Rec@K over all nodes, per seed as JSON lines and as a table of
 means over seeds. Only the planted labels are read. ``--criterion`` names the best candidate:
 ``auroc`` (the mean AUROC over all nodes; the default, and the earlier sessions' criterion) or
 ``all_metrics`` (the mean of AUROC, AUPRC and Rec@K over all nodes: the three figures the

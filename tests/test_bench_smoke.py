@@ -310,7 +310,7 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
 
     module = benchmark_module("merge_unsupervised_seeds")
 
-    def run(name, seeds, dataset="reddit", epochs=100, baselines=None):
+    def run(name, seeds, dataset="reddit", epochs=100, baselines=None, nodes=400):
         per_seed = [{"seed": s, "metrics": {"dominant": {"auroc": 0.5 + s / 100, "auprc": 0.1,
                                                          "rec_at_k": 0.2},
                                             "lof": {"auroc": 0.6, "auprc": 0.1,
@@ -320,7 +320,9 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
         if baselines is not None:
             config["baselines"] = baselines
         path = tmp_path / f"{name}.json"
+        protocol = f"...; all {nodes} nodes scored and evaluated (30 anomalies, K = 30); ..."
         path.write_text(json.dumps({"dataset": dataset, "per_seed": per_seed,
+                                    "protocol": protocol,
                                     "models": {"dominant": {}, "lof": {}},
                                     "meta": {"git_commit": f"c-{name}", "config": config}}))
         return str(path)
@@ -337,6 +339,9 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
         module.main([run("c", [0, 1]), run("d", [1, 2])])
     with pytest.raises(SystemExit, match="different graphs"):
         module.main([run("e", [0]), run("f", [1], dataset="inj_amazon")])
+    # one file name in two folders: two graphs under one name (an unsupervised audit)
+    with pytest.raises(SystemExit, match=r"different sizes under one name 'reddit'"):
+        module.main([run("e2", [0]), run("f2", [1], nodes=500)])
     with pytest.raises(SystemExit, match="not in every run"):
         module.main([run("g", [0]), run("h", [1]), "--models", "cola"])
     assert merged["commits"] == ["c-a", "c-b"]  # recorded (a wrong key once gave None)

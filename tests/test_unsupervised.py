@@ -665,3 +665,57 @@ def test_flags_no_chosen_model_reads_are_named(monkeypatch):
         (["--models", "et,iforest", "--lof-neighbors", "5"],
          r"flags for baselines\.lof_neighbors: no model"),
     ], ["--models", "et,lof", "--epochs", "3", "--lof-neighbors", "5"])
+
+
+def test_combined_scores_on_another_graph_and_unread_score_settings_are_named(graph):
+    """From an unsupervised audit: the combined score ranks within the graph scored, so on
+    another graph predict flagged 3 of 30 anomalies it flagged in the fitted graph, without
+    a word; combine/structure_reduce without the edge decoder were read by nothing;
+    structure_weight=inf and a graph without edges failed mid-training."""
+    import warnings
+
+    from torch_geometric.data import Data
+
+    free = unlabelled(graph)
+    det = UnsupervisedETDetector(seed=0, epochs=1, score_rounds=1, structure_weight=1.0,
+                                 anomaly_score="combined", combine="sum_z").fit(free)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        det.decision_function(free)  # the fitted graph: no word
+    part = free.subgraph(torch.arange(60))
+    with pytest.warns(RuntimeWarning, match="relative to that graph: threshold_ and predict"):
+        det.decision_function(part)
+    for keywords in ({"combine": "max"}, {"structure_reduce": "sum"}):
+        with pytest.raises(ValueError, match="shape the structure score, which needs the edge"):
+            UnsupervisedETDetector(**keywords)
+    with pytest.raises(ValueError, match="structure_weight must be a finite number"):
+        UnsupervisedETDetector(structure_weight=float("inf"))
+    lonely = Data(x=torch.randn(20, 5), edge_index=torch.arange(20).repeat(2, 1))
+    with pytest.raises(ValueError, match="no edge between two nodes: set structure_weight=0"):
+        UnsupervisedETDetector(epochs=1, structure_weight=1.0).fit(lonely)
+
+
+def test_the_differences_compare_the_configured_anomaly_score(graph, tmp_path):
+    """From an unsupervised audit: with --anomaly-score energy the significance tables still
+    compared et_reconstruction with the baselines."""
+    config = quick_config(**{"protocol.models": "et,lof", "score.anomaly_score": "energy",
+                             "run.out": str(tmp_path)})
+    results = run(config, data=graph)
+    assert {d["first"] for d in results["differences"]} == {"et_energy"}
+    assert {d["first"] for d in results["node_differences"]} == {"et_energy"}
+
+
+def test_a_run_whose_detectors_were_all_skipped_fails_and_defaults_have_one_spelling(
+        graph, monkeypatch):
+    """From an unsupervised audit: --models dominant,cola without PyGOD exited 0 with an empty
+    table; --lof-neighbour-stats NONE added a lof_defaults row identical to lof's."""
+    from et_graph.protocols.unsupervised import UnsupervisedBaselineConfig
+
+    monkeypatch.setitem(sys.modules, "pygod", None)
+    monkeypatch.setitem(sys.modules, "pygod.detector", None)
+    with pytest.raises(ValueError, match="every chosen detector was skipped"), pytest.warns(
+            RuntimeWarning):
+        run(quick_config(**{"protocol.models": "dominant,cola"}), data=graph)
+    spelled = UnsupervisedBaselineConfig(iforest_neighbour_stats="NONE", lof_neighbour_stats="")
+    assert (spelled.iforest_neighbour_stats, spelled.lof_neighbour_stats) == ("none", "none")
+    assert not spelled.changed_from_defaults("lof")

@@ -48,7 +48,7 @@ from ..nn.models.masked_reconstruction import (
     random_node_mask,
 )
 from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, private_rng
-from ..training.checkpoint import fingerprint_with_data
+from ..training.checkpoint import data_digest, fingerprint_with_data
 from .base import BaseDetector, check_graph, warn_unused_edge_data
 from .config import HOPFIELD_KINDS, check_descent_settings
 
@@ -97,8 +97,10 @@ class MaskedETModelConfig:
     structure_weight: float = 0.0
 
     def __post_init__(self) -> None:
-        if not self.structure_weight >= 0.0:
-            raise ValueError(f"structure_weight must be >= 0, got {self.structure_weight}")
+        if not (self.structure_weight >= 0.0 and math.isfinite(self.structure_weight)):
+            # inf passed here and ended as a "non-finite training loss" traceback
+            raise ValueError(f"structure_weight must be a finite number >= 0, got "
+                             f"{self.structure_weight}")
         if self.hopfield not in HOPFIELD_KINDS:
             raise ValueError(f"hopfield must be one of {HOPFIELD_KINDS}, got {self.hopfield!r}")
         for name in ("hidden", "heads", "head_dim", "steps"):
@@ -183,6 +185,15 @@ class UnsupervisedETDetectorConfig:
         if self.score.anomaly_score in STRUCTURE_SCORES and not self.model.structure_weight:
             raise ValueError(f"anomaly_score={self.score.anomaly_score!r} needs the edge "
                              "decoder: set structure_weight > 0")
+        default = UnsupervisedScoreConfig()
+        unread = [f"{name}={getattr(self.score, name)!r}"
+                  for name in ("combine", "structure_reduce")
+                  if getattr(self.score, name) != getattr(default, name)]
+        if unread and not self.model.structure_weight:
+            # They shape the structure and combined scores only, which need the edge decoder:
+            # without it they were accepted, recorded, and read by nothing.
+            raise ValueError(f"{', '.join(unread)} shape the structure score, which needs the "
+                             "edge decoder: set structure_weight > 0, or leave them out")
 
 
 def label_free_graph(data: Data) -> Data:
@@ -366,7 +377,13 @@ class UnsupervisedETDetector(BaseDetector):
         graph = label_free_graph(data)
         if graph.num_nodes < 4:
             raise ValueError(f"unsupervised fitting needs at least 4 nodes, got {graph.num_nodes}")
+        linked = bool((graph.edge_index[0] != graph.edge_index[1]).any())
+        if self.config.model.structure_weight and not linked:
+            # Refused here, not as "the structure loss needs at least one edge" mid-training
+            raise ValueError("structure_weight > 0 trains an edge decoder, and this graph has no "
+                             "edge between two nodes: set structure_weight=0")
         _warn_uninformative(graph, type(self).__name__)
+        self.fitted_graph_ = data_digest(graph.x, graph.edge_index)
         # Seeded for reproducibility, without resetting the caller's random stream.
         with private_rng(self.seed, self.device):
             self._train(graph)
@@ -416,6 +433,16 @@ class UnsupervisedETDetector(BaseDetector):
             raise ValueError(
                 f"data.x has {graph.num_features} features but the detector was fitted on "
                 f"{self.in_channels_}; score graphs with the same feature columns")
+        fitted = getattr(self, "fitted_graph_", None)
+        if (self.config.score.anomaly_score == "combined" and fitted is not None
+                and data_digest(graph.x, graph.edge_index) != fitted):
+            warnings.warn(
+                f"{type(self).__name__}: the combined score ranks (or robust-z-scores) the two "
+                "scores among the nodes of the graph scored, so on another graph than the "
+                "fitted one it is relative to that graph: threshold_ and predict, set on the "
+                "fitted graph's scores, do not carry over; compare graphs by "
+                "score_samples()['reconstruction'] or ['structure']", RuntimeWarning,
+                stacklevel=3)
         # Its own generator: the scores do not depend on what was drawn before.
         generator = torch.Generator().manual_seed(self.seed + 1_000_003)
         try:

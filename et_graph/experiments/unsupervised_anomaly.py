@@ -66,6 +66,9 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     start = time.perf_counter()
     graph, labels = load_graph(config.data, data)                 # phase 1: labels sealed
     scores, skipped, details = compute_scores(graph, config)       # phase 2: no labels
+    if not scores:  # exit 0 with an empty table said nothing had failed
+        raise ValueError("every chosen detector was skipped (" + "; ".join(
+            f"{name}: {why}" for name, why in skipped.items()) + "): nothing was scored")
     y = labels.open()                                              # phase 3: first label read
     evaluated = labels.evaluated()  # the labelled nodes (label_mask), or None for all
     if evaluated is not None:
@@ -77,9 +80,11 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         detail["metrics"] = {row: runs[index] for row, runs in rows.items()}
     models = {row: {m: summarize(r[m] for r in runs) for m in METRICS}
               for row, runs in rows.items()}
-    # ET's headline row (the combined score when the edge decoder is on) minus each baseline:
-    # Welch over the seeds, since every seed scores the same nodes.
-    reference = next((row for row in ("et_combined", "et_reconstruction") if row in models), None)
+    # ET's headline row, its configured anomaly score (its decision_function's: an energy or
+    # reconstruction score chosen beside an edge decoder was compared as et_combined), minus
+    # each baseline: Welch over the seeds, since every seed scores the same nodes.
+    reference = next((row for row in (f"et_{config.score.anomaly_score}", "et_combined",
+                                      "et_reconstruction") if row in models), None)
     baselines = [name for name in models if not name.startswith("et_")]
     differences = (compare_to(models, reference, ("auroc", "auprc"), "seeds", others=baselines)
                    if reference else [])

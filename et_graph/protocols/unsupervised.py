@@ -151,9 +151,12 @@ class UnsupervisedBaselineConfig:
                              f"{self.iforest_max_features}")
         for name in ("iforest_neighbour_stats", "lof_neighbour_stats"):
             try:
-                parse_neighbour_stats(getattr(self, name))
+                chosen = parse_neighbour_stats(getattr(self, name))
             except ValueError as error:
                 raise ValueError(f"baselines.{name}: {error}") from None
+            # One spelling ("NONE" and "" are "none"): a default spelled otherwise added a
+            # NAME_defaults row identical to the main one, described as other settings.
+            setattr(self, name, ",".join(chosen) if chosen else "none")
 
     def scorer(self, name: str, seed: int, device: str = "cpu") -> Callable[[Data], np.ndarray]:
         """:func:`~et_graph.baselines.unsupervised.baseline_scorer` with these settings."""
