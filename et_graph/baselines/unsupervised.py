@@ -29,6 +29,9 @@ from ..transforms.neighbourhood import neighbourhood_statistics, parse_neighbour
 PYGOD_MODELS = {"dominant": "DOMINANT", "anomalydae": "AnomalyDAE", "cola": "CoLA",
                 "conad": "CONAD"}
 SKLEARN_MODELS = ("iforest", "lof")
+#: Baselines without any learning: a node's in-degree (self-loops not counted), the floor a
+#: structural score must clear (the injected cliques of PyGOD's graphs raise it).
+STRUCTURE_MODELS = ("degree",)
 
 
 class BaselineUnavailable(RuntimeError):
@@ -51,6 +54,13 @@ def baseline_features(data: Data, neighbour_stats: Union[str, Sequence[str], Non
     features = (features - features.mean(dim=0)) / torch.where(spread > 0, spread,
                                                                torch.ones_like(spread))
     return features.numpy()
+
+
+def degree_scores(data: Data) -> np.ndarray:
+    """Each node's in-degree, self-loops not counted (float64; label-free, no seed)."""
+    source, target = data.edge_index
+    kept = target[source != target]
+    return torch.bincount(kept, minlength=data.num_nodes).double().numpy()
 
 
 def isolation_forest_scores(data: Data, seed: int, n_estimators: int = 100,
@@ -161,7 +171,9 @@ def baseline_scorer(name: str, seed: int, iforest_trees: int = 100, lof_neighbor
                                                     iforest_neighbour_stats)
     if name == "lof":
         return lambda data: lof_scores(data, lof_neighbors, lof_neighbour_stats)
+    if name == "degree":
+        return degree_scores
     if name in PYGOD_MODELS:
         return lambda data: pygod_scores(name, data, seed, pygod_epochs, device)
     raise ValueError(f"unknown baseline {name!r}; choose from "
-                     f"{list(SKLEARN_MODELS) + list(PYGOD_MODELS)}")
+                     f"{list(SKLEARN_MODELS) + list(STRUCTURE_MODELS) + list(PYGOD_MODELS)}")

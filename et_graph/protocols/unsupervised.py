@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from ..baselines.unsupervised import (
     PYGOD_MODELS,
     SKLEARN_MODELS,
+    STRUCTURE_MODELS,
     BaselineUnavailable,
     baseline_scorer,
 )
@@ -41,7 +42,7 @@ from ..transforms.neighbourhood import parse_neighbour_stats
 from .significance import check_bootstrap_rounds
 
 METRICS = ("auroc", "auprc", "rec_at_k")
-MODEL_NAMES = ("et", *SKLEARN_MODELS, *PYGOD_MODELS)
+MODEL_NAMES = ("et", *SKLEARN_MODELS, *STRUCTURE_MODELS, *PYGOD_MODELS)
 #: The models that read each model-specific config section or field (the rest read by all).
 FLAG_READERS = {
     "model": ("et",), "train": ("et",), "score": ("et",),
@@ -91,8 +92,9 @@ class UnsupervisedProtocolConfig:
     Attributes:
         seeds: number of runs; run i uses seed seed + i for every detector.
         seed: the first seed.
-        models: comma list of et, iforest, lof, dominant, anomalydae, cola, conad (the last four
-            need pip install -e .[pygod]; missing ones are reported as skipped).
+        models: comma list of et, iforest, lof, degree (each node's in-degree), dominant,
+            anomalydae, cola, conad (the last four need pip install -e .[pygod]; missing ones
+            are reported as skipped).
         bootstrap_rounds: also AUPRC differences over the scored nodes (ET minus each baseline,
             beside DeLong's for AUROC), their node variance from a paired class-stratified
             bootstrap of this many draws: 0 = off, 2000 a good value (it evaluates AUPRC
@@ -101,7 +103,7 @@ class UnsupervisedProtocolConfig:
 
     seeds: int = 5
     seed: int = 0
-    models: str = "et,iforest,lof,dominant,anomalydae,cola,conad"
+    models: str = "et,iforest,lof,degree,dominant,anomalydae,cola,conad"
     bootstrap_rounds: int = 0
 
     def __post_init__(self) -> None:
@@ -194,6 +196,9 @@ class UnsupervisedBaselineConfig:
         if "lof" in names:
             parts.append(f"LOF on {features(self.lof_neighbour_stats)}: "
                          f"min({self.lof_neighbors}, N - 1) neighbours")
+        if "degree" in names:
+            parts.append("degree = each node's in-degree (no learning, no feature: the floor "
+                         "a structural score must clear)")
         d = type(self)()
         at_defaults = {"iforest": f"x, {d.iforest_trees} trees, min({d.iforest_max_samples}, N) "
                                   "samples",
