@@ -719,3 +719,17 @@ def test_a_run_whose_detectors_were_all_skipped_fails_and_defaults_have_one_spel
     spelled = UnsupervisedBaselineConfig(iforest_neighbour_stats="NONE", lof_neighbour_stats="")
     assert (spelled.iforest_neighbour_stats, spelled.lof_neighbour_stats) == ("none", "none")
     assert not spelled.changed_from_defaults("lof")
+
+
+def test_the_degree_baseline_counts_in_edges_without_self_loops(graph):
+    from torch_geometric.data import Data
+
+    from et_graph.baselines.unsupervised import baseline_scorer, degree_scores
+
+    tiny = Data(x=torch.zeros(4, 2), edge_index=torch.tensor([[0, 1, 2, 3, 3], [1, 1, 1, 0, 3]]))
+    assert degree_scores(tiny).tolist() == [1.0, 2.0, 0.0, 0.0]  # 1 -> 1 and 3 -> 3 not counted
+    assert baseline_scorer("degree", seed=0)(tiny).tolist() == [1.0, 2.0, 0.0, 0.0]
+    results = run(quick_config(**{"protocol.models": "degree,lof"}), data=graph)
+    assert results["models"]["degree"]["auroc"]["values"][0] == results["models"]["degree"][
+        "auroc"]["values"][1]  # no seed in it
+    assert "degree = each node's in-degree" in results["protocol"]
