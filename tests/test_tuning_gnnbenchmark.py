@@ -76,7 +76,8 @@ def test_no_trial_is_pruned_before_the_warmup(zinc, tmp_path):
     config, data = zinc  # 2 epochs per trial: a warm-up of 2 leaves the pruner nothing to stop
     result = tune_gnnbenchmark(config, ["gin"], TuneBudget(trials=6, prune_warmup=2),
                                f"sqlite:///{tmp_path}/w.db", tmp_path, data=data)
-    assert result["models"]["gin"]["trials"] == {"complete": 6, "pruned": 0, "fail": 0}
+    assert result["models"]["gin"]["trials"] == {"complete": 6, "pruned": 0, "fail": 0,
+                                                 "running": 0}
     assert "median pruning after 2 epochs" in (tmp_path / "study_report.md").read_text()
     with pytest.raises(ValueError, match="prune_warmup"):
         TuneBudget(prune_warmup=-1)
