@@ -76,10 +76,12 @@ def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
     line on stderr and return exit status 2 instead of a traceback. ``ET_GRAPH_TRACEBACK=1``
     lets the exception through. Otherwise the exit status is ``call()``'s own when it returns
     an int (0 for anything else)."""
+    from .native import NativeBuildError
+
     try:
         result = call()
     except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-            PermissionError) as error:
+            PermissionError, NativeBuildError) as error:
         if os.environ.get(TRACEBACK_ENV):
             raise
         print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)

@@ -576,6 +576,13 @@ def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Option
     given = {key for key in vars(args) if "." in key}
     config = resolve(cls, args, base)
     warn_inactive_schedule_flags(config, given)
+    if ("run.native_attention" in given and not getattr(args, "run.native_attention")
+            and getattr(getattr(config, "run", None), "native_attention", False)):
+        # The environment switches the kernels on for every run (documented), so the flag's
+        # "no" could never win, and the results recorded them on without a word.
+        warnings.warn("ET_GRAPH_NATIVE_ATTENTION in the environment turns the compiled kernels "
+                      "on whatever --no-native-attention says: unset it to run without them",
+                      RuntimeWarning, stacklevel=3)
     return config, given
 
 

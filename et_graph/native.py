@@ -49,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -99,6 +100,12 @@ def load_native_attention() -> Any:
         # A minute without output would look like a hang.
         print(f"et-graph: building the compiled kernels ({name}, once per version; about a "
               "minute)", file=sys.stderr, flush=True)
+        for lock in build_locks(name):
+            # torch waits on this file for ever: a build killed (a timeout, kill, the OOM
+            # killer; not Ctrl-C) leaves it, and every later run then hung without a word.
+            print(f"et-graph: {lock} exists: another process is building the kernels, or a "
+                  "killed build left it; if none is building, delete it", file=sys.stderr,
+                  flush=True)
     try:
         from torch.utils.cpp_extension import load
 
@@ -107,7 +114,7 @@ def load_native_attention() -> Any:
                       extra_cflags=list(COMPILE_FLAGS), extra_ldflags=list(LINK_FLAGS),
                       verbose=False)
     except Exception as error:  # compiler, ninja or headers missing: say which
-        raise RuntimeError(
+        raise NativeBuildError(
             f"the native kernels could not be built from {CSRC} "
             f"({type(error).__name__}: {str(error).strip()[-600:]}); it needs a C++ compiler "
             "and ninja (pip install ninja). Leave it off (the default) to use the sparse "
@@ -115,6 +122,22 @@ def load_native_attention() -> Any:
         ) from error
     _state["module"] = module
     return module
+
+
+class NativeBuildError(RuntimeError):
+    """The compiled kernels could not be built here (the message says why). The command line
+    reports it in one line, as bad input: it is the machine's, not a bug."""
+
+
+def build_locks(name: str) -> list[Path]:
+    """The lock files torch's extension builder left for build ``name`` (it waits while one
+    exists)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    chosen = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if chosen:
+        return sorted(Path(chosen).glob(f"{name}/lock"))
+    return sorted(Path(get_default_build_root()).glob(f"*/{name}/lock"))
 
 
 def is_built(name: str) -> bool:
@@ -290,8 +313,15 @@ class NativeAttentionGrad(torch.autograd.Function):
 
 def _apply_environment() -> None:
     # Only the switch: importing the package never compiles (nor fails for want of a
-    # compiler). The kernel is built on its first call, or by RunConfig.apply_threads.
-    if env_requests_native():
+    # compiler). The kernel is built on its first call, or by RunConfig.apply_threads. A
+    # value it cannot read is said here and left to RunConfig, which refuses it in one line:
+    # raised at import, it broke every command (and --version) with a traceback.
+    try:
+        requested = env_requests_native()
+    except ValueError as error:
+        warnings.warn(str(error), RuntimeWarning, stacklevel=2)
+        return
+    if requested:
         _state["enabled"] = True
 
 

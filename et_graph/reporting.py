@@ -217,6 +217,12 @@ def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Pat
         yield
         return
     folder = Path(out)
+    try:  # made now: a folder that cannot be (under a file, not permitted) failed after training
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise ValueError(f"the output folder {folder} cannot be created ({reason}): choose "
+                         "another --out") from None
     earlier = _inventory(folder, [Path(p) for p in skip if p])
     results = [path for path in earlier if path.name == "results.json"]
     if results:

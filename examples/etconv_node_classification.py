@@ -19,8 +19,9 @@ parser.add_argument('--hidden', type=int, default=64)
 parser.add_argument('--steps', type=int, default=2)
 parser.add_argument('--lr', type=float, default=0.01)
 args = parser.parse_args()
-if args.epochs < 1 or args.hidden < 1 or args.steps < 0 or args.lr <= 0:
-    parser.error('--epochs and --hidden must be >= 1, --steps >= 0 and --lr > 0')
+# (not lr > 0 also refuses NaN; inf is refused by name)
+if args.epochs < 1 or args.hidden < 1 or args.steps < 0 or not 0 < args.lr < float('inf'):
+    parser.error('--epochs and --hidden must be >= 1, --steps >= 0 and --lr a finite number > 0')
 
 torch.manual_seed(0)
 data = load_anomaly_dataset('tolokers')

@@ -24,6 +24,7 @@ def _run(script: str, *args: str, status: int = 0) -> str:
     ("detector_quickstart.py", ["--epochs", "0"]),
     ("etconv_node_classification.py", ["--epochs", "0"]),
     ("etconv_node_classification.py", ["--steps", "-1"]),
+    ("etconv_node_classification.py", ["--lr", "nan"]),  # a traceback before (an audit)
 ])
 def test_bad_flags_are_one_line_errors(script, args):
     err = _run(script, *args, status=2)

@@ -53,3 +53,69 @@ def test_a_failed_build_is_reported(monkeypatch, tmp_path, capsys):
 def test_the_command_is_listed(capsys):
     assert cli.main(["--help"]) == 0
     assert "native" in capsys.readouterr().out
+
+
+def test_a_failed_build_under_a_task_is_one_line_and_a_left_lock_is_named(monkeypatch, tmp_path,
+                                                                          capsys):
+    """From an examples audit: a build that failed under `et-graph anomaly --native-attention`
+    ended in three chained tracebacks; a build killed mid-way left torch's lock file, and every
+    later run waited on it for ever without a word."""
+    import types
+
+    def cannot_build(**kwargs):
+        raise OSError("no compiler here")
+
+    monkeypatch.setattr(native, "_state", {**native._state, "module": None})
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    lock = tmp_path / native.extension_name() / "lock"
+    lock.parent.mkdir()
+    lock.write_text("")
+    monkeypatch.setitem(sys.modules, "torch.utils.cpp_extension",
+                        types.SimpleNamespace(load=cannot_build,
+                                              get_default_build_root=lambda: str(tmp_path)))
+    with pytest.raises(native.NativeBuildError, match="no compiler here"):
+        native.load_native_attention()
+    assert f"{lock} exists: another process is building" in capsys.readouterr().err
+    def failed_build(on):
+        raise native.NativeBuildError("the native kernels could not be built (no compiler)")
+
+    monkeypatch.setattr(native, "set_native_attention", failed_build)
+    assert cli.console_main(["image", "--quick", "--native-attention", "--out",
+                             str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "et-graph image: error: " in err and "Traceback" not in err
+
+
+def test_an_unreadable_environment_switch_does_not_break_the_import(tmp_path):
+    """From an examples audit: ET_GRAPH_NATIVE_ATTENTION=maybe raised at import, so every
+    command (--version too) ended in a traceback; a task refuses it in one line."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "ET_GRAPH_NATIVE_ATTENTION": "maybe"}
+    version = subprocess.run([sys.executable, "-m", "et_graph", "--version"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and "et-graph" in version.stdout, version.stderr
+    task = subprocess.run([sys.executable, "-m", "et_graph", "anomaly", "--quick", "--models",
+                           "gbt", "--out", str(tmp_path / "a")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert task.returncode == 2 and "must be 1/0" in task.stderr and "Traceback" not in (
+        task.stderr)
+
+
+def test_the_environment_beside_no_native_attention_and_unused_kernels_are_named(monkeypatch):
+    """From an examples audit: --no-native-attention lost to ET_GRAPH_NATIVE_ATTENTION=1
+    without a word; --native-attention on the dense image ET (which calls no kernel) or on a
+    trees-only anomaly run was accepted silently."""
+    from et_graph.config import parse
+    from et_graph.experiments import anomaly, image_completion
+
+    monkeypatch.setenv("ET_GRAPH_NATIVE_ATTENTION", "1")
+    with pytest.warns(RuntimeWarning, match="whatever --no-native-attention says"):
+        parse(anomaly.CONFIG, ["--no-native-attention"])
+    monkeypatch.delenv("ET_GRAPH_NATIVE_ATTENTION")
+    for module, argv in ((image_completion, ["--native-attention"]),
+                         (anomaly, ["--models", "gbt", "--native-attention"])):
+        monkeypatch.setattr(module, "run", lambda config: config)
+        with pytest.warns(RuntimeWarning, match=r"run\.native_attention: no model"):
+            module.main(argv)

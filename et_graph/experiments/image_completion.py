@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from ..config import parse, run_metadata, to_dict
+from ..config import parse_given, run_metadata, to_dict, warn_unread_flags
 from ..datasets.images import load_digits_images, load_image_folder, split_images
 from ..nn.models.image_completion import ETImageCompletion
 from ..protocols.image_completion import (
@@ -191,4 +191,7 @@ def _collect(config: ImageCompletionConfig, per_seed: list[dict]) -> dict[str, A
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph image",
          defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``et-graph image``; an example script passes its own ``prog`` and ``defaults``."""
-    return run(parse(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults))
+    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
+    # The dense ET calls no compiled kernel: --native-attention built them for nothing.
+    warn_unread_flags(given, ["et (dense)"], {"run.native_attention": ()})
+    return run(config)

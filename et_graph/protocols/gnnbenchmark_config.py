@@ -18,7 +18,7 @@ from .gnnbenchmark import (
 )
 
 #: The models that read each model-specific config section (the rest are read by all).
-FLAG_READERS = {"et": ("et",), "baselines": ("gin", "gatedgcn")}
+FLAG_READERS = {"et": ("et",), "baselines": ("gin", "gatedgcn"), "run.native_attention": ("et",)}
 
 
 @dataclass

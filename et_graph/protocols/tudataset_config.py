@@ -111,7 +111,7 @@ FLAG_READERS = {
     "et": ("et",), "data.pe_dim": ("et",), "data.rw_pe_dim": ("et",),
     "baselines": ("gin", "structure_agnostic"), "baselines.gin_layers": ("gin",),
     "baselines.gin_edges": ("gin",), "baselines.mlp_hidden": ("structure_agnostic",),
-    "baselines.mlp_dropout": ("structure_agnostic",),
+    "baselines.mlp_dropout": ("structure_agnostic",), "run.native_attention": ("et",),
 }
 
 

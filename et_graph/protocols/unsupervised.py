@@ -49,7 +49,7 @@ FLAG_READERS = {
     **{f"baselines.iforest_{name}": ("iforest",)
        for name in ("trees", "max_samples", "max_features", "neighbour_stats")},
     "baselines.lof_neighbors": ("lof",), "baselines.lof_neighbour_stats": ("lof",),
-    "baselines.pygod_epochs": PYGOD_MODELS,
+    "baselines.pygod_epochs": PYGOD_MODELS, "run.native_attention": ("et",),
 }
 
 
