@@ -69,7 +69,7 @@ def test_tiny_graphs_are_zero_padded_and_batch():
 def test_graph_without_nodes_is_rejected():
     with pytest.raises(ValueError, match="without nodes"):
         CLSLaplacianPE(4)(Data(x=torch.ones(0, 3), edge_index=torch.empty(2, 0, dtype=torch.long)))
-    with pytest.raises(ValueError, match="k must be positive"):
+    with pytest.raises(ValueError, match="k must be a positive int"):
         CLSLaplacianPE(0)
 
 

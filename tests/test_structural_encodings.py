@@ -212,3 +212,60 @@ def test_structure_transforms_check_their_input_and_ignore_edge_weights():
                    edge_attr=torch.ones(2, 1))
         with pytest.raises(ValueError, match=f"{name}: edge_index has node ids in \\[0, 5\\]"):
             transform(bad)
+
+
+def test_random_walk_encoding_counts_a_pair_stored_twice_once():
+    """From a transforms audit: PyG's dense path (up to 2,000 nodes) assigned a duplicate
+    edge's transition once but counted it twice in the degree, so 0 -> 1 stored twice gave a
+    return probability of 0.25 alone and 0.5 inside a batch of 2,100 nodes."""
+    from torch_geometric.data import Batch, Data
+
+    from et_graph.transforms import RandomWalkPE
+
+    doubled = Data(edge_index=torch.tensor([[0, 0, 1, 1, 2], [1, 1, 0, 2, 1]]), num_nodes=3)
+    alone = RandomWalkPE(2)(doubled.clone()).rw_pe
+    batched = RandomWalkPE(2)(Batch.from_data_list([doubled] * 700)).rw_pe[:3]
+    simple = RandomWalkPE(2)(Data(edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]),
+                                  num_nodes=3)).rw_pe
+    assert torch.allclose(alone, simple) and torch.allclose(batched, simple)
+    assert alone[0].tolist() == [0.0, 0.5]
+    assert doubled.edge_index.size(1) == 5  # the caller's edges are left as they were
+
+
+def test_the_cls_laplacian_encoding_refuses_a_batch_of_graphs():
+    """From a transforms audit: on a Batch it encoded the batch as one graph with one CLS node
+    ([1, k] instead of [G, k]), without a word."""
+    from torch_geometric.data import Batch, Data
+
+    from et_graph.transforms import CLSLaplacianPE
+
+    path = Data(edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]), num_nodes=3)
+    with pytest.raises(ValueError, match="apply it to each graph"):
+        CLSLaplacianPE(2)(Batch.from_data_list([path, path]))
+    assert CLSLaplacianPE(2)(Batch.from_data_list([path])).cls_lap_pe.shape == (1, 2)
+
+
+def test_encoders_and_feature_transforms_refuse_what_they_cannot_read():
+    """From a transforms audit: RandomWalkPE(2.5) and CLSLaplacianPE(2.5) failed only on the
+    first graph (True counted as 1); quantile_normal truncated integer columns to zeros and
+    'standard' crashed on them; neighbourhood_statistics raised raw indexing errors for an id
+    past the last node or a float edge_index."""
+    from et_graph.transforms import CLSLaplacianPE, RandomWalkPE, neighbourhood_statistics
+    from et_graph.transforms.features import quantile_normal, transform_features
+
+    for encoder in (RandomWalkPE, CLSLaplacianPE):
+        for k in (2.5, True, 0):
+            with pytest.raises(ValueError, match="must be a positive int"):
+                encoder(k)
+    counts = torch.tensor([[3], [1], [2], [2]])
+    assert torch.allclose(quantile_normal(counts), quantile_normal(counts.float()))
+    assert quantile_normal(counts).dtype == torch.float32
+    assert transform_features(torch.tensor([[1], [5], [9]]), "standard").view(-1).tolist() == [
+        -1.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="NaN or inf"):
+        quantile_normal(torch.tensor([[1.0], [float("nan")]]))
+    x = torch.randn(3, 2)
+    for edges, message in ((torch.tensor([[0], [5]]), "node ids in"),
+                           (torch.tensor([[0.0], [1.0]]), "dtype")):
+        with pytest.raises(ValueError, match=message):
+            neighbourhood_statistics(x, edges, ("mean",))

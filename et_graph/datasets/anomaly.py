@@ -102,7 +102,8 @@ def load_anomaly_dataset(
 
     Args:
         name: one of :data:`ANOMALY_DATASETS`; ``"tolokers"`` when both ``name`` and ``path`` are
-            ``None``. With ``path`` given, ``name`` only sets ``data.name``.
+            ``None``. With ``path`` given, ``name`` sets ``data.name`` and, as the file name
+            does without it, decides the default of ``binarize`` (PyGOD's ``inj_*``/``gen_*``).
         root: folder to look in. Defaults to the shipped data folder (``$ET_GRAPH_DATA``, else
             the repository's ``datasets/``) and then the download cache (``$ET_GRAPH_CACHE``,
             else ``~/.cache/et_graph``). YelpChi/Amazon are found as ``YelpChi.mat`` /

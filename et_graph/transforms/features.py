@@ -120,6 +120,8 @@ def transform_features(x: Tensor, feature_norm: str, ple_bins: int = 16) -> Tens
     ``none``; ``standard`` z-scores; ``quantile`` normal scores of the ranks
     (:func:`quantile_normal`); ``ple`` the piecewise-linear encoding of ``ple_bins`` quantile
     bins (:func:`piecewise_linear_encoding`, which widens ``x``)."""
+    if feature_norm in ("standard", "quantile") and not x.is_floating_point():
+        x = x.float()  # integer counts: z-scores and normal scores are fractions
     if feature_norm == "standard":
         std = x.std(dim=0)
         return (x - x.mean(dim=0)) / torch.where(std > 0, std, torch.ones_like(std))
@@ -172,9 +174,14 @@ def piecewise_linear_encoding(x: Tensor, bins: int = 16) -> Tensor:
 
 
 def quantile_normal(x: Tensor) -> Tensor:
-    """Each column's average rank mapped to standard-normal scores (ties share a score)."""
+    """Each column's average rank mapped to standard-normal scores (ties share a score), in
+    ``x``'s floating dtype and device (float32 for integer columns: cast back to an integer
+    dtype the scores were truncated to zeros). NaN is refused (it made its column NaN)."""
     from scipy.stats import norm, rankdata
 
-    ranks = rankdata(x.double().numpy(), axis=0, method="average")
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError("quantile_normal: x holds NaN or inf")
+    ranks = rankdata(x.detach().double().cpu().numpy(), axis=0, method="average")
     scores = norm.ppf(ranks / (x.size(0) + 1))
-    return torch.from_numpy(scores).to(x.dtype)
+    dtype = x.dtype if x.is_floating_point() else torch.float32
+    return torch.from_numpy(scores).to(device=x.device, dtype=dtype)

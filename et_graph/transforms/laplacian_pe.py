@@ -7,7 +7,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
-from ..nn.validation import check_edge_index
+from ..nn.validation import check_edge_index, check_k
 
 
 def cls_padded_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
@@ -64,8 +64,11 @@ class CLSLaplacianPE(BaseTransform):
 
     The graph is padded with one CLS node linked to every node, the normalised Laplacian
     :math:`\tilde L = I - \tilde D^{-1/2}\tilde A\tilde D^{-1/2}` is diagonalised and the ``k``
-    eigenvectors after the trivial one are kept (zero-padded for graphs with at most ``k``
-    nodes). Stores ``data[attr_name]`` ``[N, k]`` (the node rows) and ``data[cls_attr_name]``
+    eigenvectors after the trivial one are kept (zero-padded for graphs with fewer than ``k``
+    nodes; a graph of exactly ``k`` nodes has ``k`` of them with its CLS node). The signs are
+    fixed for a given node numbering only (a tie in magnitude is broken by node order), and a
+    repeated eigenvalue's basis is arbitrary: the encoder's sign flips in training are why.
+    Stores ``data[attr_name]`` ``[N, k]`` (the node rows) and ``data[cls_attr_name]``
     ``[1, k]`` (the CLS row), so that batching concatenates them to ``[N, k]`` and
     ``[num_graphs, k]``. Use :class:`et_graph.nn.LaplacianPEEncoder` to project them to the token
     space (it also does the training-time sign flips).
@@ -73,8 +76,7 @@ class CLSLaplacianPE(BaseTransform):
 
     def __init__(self, k: int = 8, attr_name: str = "lap_pe", cls_attr_name: str = "cls_lap_pe"
                  ) -> None:
-        if k <= 0:
-            raise ValueError(f"k must be positive, got {k}")
+        check_k(k)
         self.k = k
         self.attr_name = attr_name
         self.cls_attr_name = cls_attr_name
@@ -83,6 +85,11 @@ class CLSLaplacianPE(BaseTransform):
         num_nodes = data.num_nodes
         if not num_nodes:
             raise ValueError("CLSLaplacianPE got a graph without nodes; drop empty graphs first")
+        batch = getattr(data, "batch", None)
+        if batch is not None and batch.numel() and int(batch.max()) > 0:
+            # One CLS node for the whole batch: the encodings of neither graph (an audit).
+            raise ValueError("CLSLaplacianPE encodes one graph with its CLS node: apply it to "
+                             "each graph (a dataset's transform or pre_transform), then batch")
         vectors = cls_laplacian_eigenvectors(data.edge_index, num_nodes, self.k)
         data[self.attr_name] = vectors[1:]
         data[self.cls_attr_name] = vectors[:1]

@@ -17,6 +17,8 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import scatter
 
+from ..nn.validation import check_edge_index
+
 #: The statistics :class:`NeighbourhoodStatistics` knows; ``degree`` adds one column, the others
 #: one column per feature.
 NEIGHBOUR_STATS = ("mean", "sq_mean", "max", "min", "std", "degree")
@@ -75,6 +77,8 @@ def neighbourhood_statistics(x: Tensor, edge_index: Tensor,
     if x.dim() != 2:
         raise ValueError(f"x must have shape [N, F], got {tuple(x.shape)}")
     num_nodes = x.size(0)
+    # a raw indexing error for an id past the last node (or a float edge_index) before
+    edge_index = check_edge_index(edge_index, num_nodes)
     src, dst = in_edges_without_self_loops(edge_index)
     messages = x[src]
     parts: list[Tensor] = []

@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 from torch_geometric.data import Data
 from torch_geometric.transforms import AddRandomWalkPE, BaseTransform
-from torch_geometric.utils import degree, scatter
+from torch_geometric.utils import coalesce, degree, scatter
 
 from .._sparse_warnings import quiet_sparse
-from ..nn.validation import check_edge_index
+from ..nn.validation import check_edge_index, check_k
 
 
 def _checked_structure(data: Data, transform: str) -> int:
@@ -46,12 +46,14 @@ class RandomWalkPE(BaseTransform):
 
     The walk is on the graph's structure: ``edge_weight`` is not read. (PyG's transform divides
     by the weighted degree without multiplying by the weight, so with weights its values were
-    not probabilities: 0.25 for a return that is certain on a path with weights 2.)
+    not probabilities: 0.25 for a return that is certain on a path with weights 2.) A pair
+    stored twice is one edge: PyG's dense path (graphs up to 2,000 nodes) assigned its
+    transition once while counting it twice in the degree, so rows did not sum to 1 and the
+    same graph got other values inside a larger batch. The caller's ``edge_index`` is kept.
     """
 
     def __init__(self, k: int = 16, attr_name: str = "rw_pe") -> None:
-        if k <= 0:
-            raise ValueError(f"k (the walk length) must be positive, got {k}")
+        check_k(k, "k (the walk length)")
         self.k = k
         self.attr_name = attr_name
         self._transform = AddRandomWalkPE(walk_length=k, attr_name=attr_name)
@@ -60,16 +62,11 @@ class RandomWalkPE(BaseTransform):
     def forward(self, data: Data) -> Data:
         if not data.num_nodes:
             raise ValueError("RandomWalkPE got a graph without nodes; drop empty graphs first")
-        _checked_structure(data, "RandomWalkPE")
-        weight = getattr(data, "edge_weight", None)
-        if weight is not None:
-            data.edge_weight = None
-        try:
-            data = self._transform(data)
-        finally:  # the caller's graph keeps its weights, also when PyG's transform fails
-            if weight is not None:
-                data.edge_weight = weight
-        data[self.attr_name] = data[self.attr_name].float()
+        num_nodes = _checked_structure(data, "RandomWalkPE")
+        # The walk reads the structure alone (no weight), each pair once.
+        walk = Data(edge_index=coalesce(data.edge_index.long(), num_nodes=num_nodes),
+                    num_nodes=num_nodes)
+        data[self.attr_name] = self._transform(walk)[self.attr_name].float()
         return data
 
     def __repr__(self) -> str:
