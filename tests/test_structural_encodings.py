@@ -269,3 +269,20 @@ def test_encoders_and_feature_transforms_refuse_what_they_cannot_read():
                            (torch.tensor([[0.0], [1.0]]), "dtype")):
         with pytest.raises(ValueError, match=message):
             neighbourhood_statistics(x, edges, ("mean",))
+
+
+def test_small_input_checks_of_the_public_loaders_and_encodings():
+    """From a transforms audit: a NaN made a whole PLE column NaN; planted_anomaly_graph took a
+    NumPy node count but not a NumPy seed; load_anomaly_dataset(name="") loaded Tolokers."""
+    import numpy as np
+
+    from et_graph.datasets import load_anomaly_dataset
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.transforms.features import piecewise_linear_encoding
+
+    with pytest.raises(ValueError, match="NaN or inf"):
+        piecewise_linear_encoding(torch.tensor([[1.0], [float("nan")], [2.0]]), 2)
+    assert torch.equal(planted_anomaly_graph(50, seed=np.int64(3)).x,
+                       planted_anomaly_graph(50, seed=3).x)
+    with pytest.raises(ValueError, match="name is empty"):
+        load_anomaly_dataset(name="")

@@ -135,6 +135,9 @@ def load_anomaly_dataset(
     if path is not None:
         return _load_path(Path(path).expanduser(), name, relation, binarize, unlabelled_prefix)
 
+    if name is not None and not str(name).strip():  # "" loaded Tolokers without a word
+        raise ValueError(f"name is empty; choose one of {list(ANOMALY_DATASETS)}, or leave it "
+                         "out for the default")
     name = (name or DEFAULT_ANOMALY_DATASET).lower()
     if name not in ANOMALY_DATASETS:
         raise ValueError(

@@ -43,7 +43,9 @@ def planted_anomaly_graph(
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if not 0.0 <= anomaly_rate < 1.0:
         raise ValueError(f"anomaly_rate must lie in [0, 1), got {anomaly_rate}")
-    gen = torch.Generator().manual_seed(seed)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"seed must be an int, got {seed!r}")
+    gen = torch.Generator().manual_seed(int(seed))  # (a NumPy int was a TypeError here)
     community = torch.randint(communities, (num_nodes,), generator=gen)
     centres = 2.0 * torch.randn(communities, num_features, generator=gen)
     y = (torch.rand(num_nodes, generator=gen) < anomaly_rate).long()

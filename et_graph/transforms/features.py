@@ -161,7 +161,10 @@ def piecewise_linear_encoding(x: Tensor, bins: int = 16) -> Tensor:
         raise ValueError(f"x must be [N, F] with N > 0, got {tuple(x.shape)}")
     if not x.is_floating_point():
         x = x.float()
-    levels = torch.linspace(0, 1, bins + 1, dtype=torch.float64)
+    elif not bool(torch.isfinite(x).all()):  # one NaN made its whole column NaN
+        raise ValueError("piecewise_linear_encoding: x holds NaN or inf")
+    # on x's device: CPU levels failed torch.quantile on a GPU column
+    levels = torch.linspace(0, 1, bins + 1, dtype=torch.float64, device=x.device)
     columns = []
     for column in x.double().unbind(dim=1):
         edges = torch.unique(torch.quantile(column, levels))  # sorted, repeated edges merged
