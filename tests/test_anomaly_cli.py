@@ -577,3 +577,14 @@ def test_flags_no_chosen_model_reads_are_named(monkeypatch):
         (["--models", "mlp", "--lr", "0.5", "--epochs", "2"], r"flags for train\.lr: no model"),
         (["--models", "et", "--max-iter", "50"], r"gbt\.max_iter"),
     ], ["--models", "et,gbt", "--label-trick", "--max-iter", "50", "--epochs", "2"])
+
+
+def test_the_printout_states_the_protocol_above_the_table(capsys):
+    """From an examples audit: the anomaly and unsupervised printouts gave the table without
+    the title and protocol line that results.md and the other tasks' printouts have."""
+    graph = planted_anomaly_graph(200, seed=2)
+    anomaly.run(parse(anomaly.CONFIG, ["--models", "gbt", "--seeds", "1", "--no-progress",
+                                       "--no-energy-row"]), data=graph)
+    out = capsys.readouterr().out
+    assert out.index("Anomaly detection: ") < out.index("paper/BWGNN: stratified split") < (
+        out.index("| model |"))

@@ -185,6 +185,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         write_scores(Path(config.run.out) / SCORES_FILE, kept_scores, range(len(splits)),
                      scored_nodes, [y[nodes] for nodes in scored_nodes])
     if rank == 0:  # the result is printed with or without progress bars
+        # with the protocol, as results.md and the other tasks' printouts give it
+        print(f"Anomaly detection: {dataset}\n\n{results['protocol']}\n")
         if p.validation_only:
             print(VALIDATION_ONLY_NOTE)
         print(markdown_table(models, METRICS))

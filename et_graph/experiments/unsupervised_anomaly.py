@@ -117,7 +117,9 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         plot_roc_pr(Path(config.run.out) / "roc_pr.png", y, first_seed,
                     f"{'all ' if len(y) == graph.num_nodes else 'the labelled '}{len(y):,} "
                     f"nodes, seed {config.seed_list[0]}")
-    # The table, and which baselines were skipped and why, with or without progress bars.
+    # The protocol, the table, and which baselines were skipped and why, with or without
+    # progress bars (as results.md and the other tasks' printouts give them).
+    print(f"Unsupervised anomaly detection: {results['dataset']}\n\n{results['protocol']}\n")
     print(markdown_table(models, METRICS))
     for section in difference_sections(results):
         print("\n" + section)
