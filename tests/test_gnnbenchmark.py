@@ -894,3 +894,20 @@ def test_a_root_folder_without_the_file_and_settings_no_source_reads_are_named(t
         warnings.simplefilter("error", RuntimeWarning)
         load_benchmark(GNNBenchmarkDataConfig(dataset="PATTERN", root=str(tmp_path / "official"),
                                               generated_sizes="16,8,8"))  # --quick's sizes
+
+
+def test_pyg_processing_lines_are_dropped_without_progress(capsys):
+    """From a benchmark audit: PyG's "Processing..." and "Done!" printed under --no-progress
+    on a GNNBenchmark/ZINC first load (the TU loader dropped them already)."""
+    import sys
+
+    from et_graph.datasets.locking import quiet_processing
+
+    with quiet_processing(True):
+        print("Processing...", file=sys.stderr)
+        print("a warning of the load", file=sys.stderr)
+        print("Done!", file=sys.stderr)
+    assert capsys.readouterr().err == "a warning of the load\n"
+    with quiet_processing(False):
+        print("Processing...", file=sys.stderr)
+    assert capsys.readouterr().err == "Processing...\n"

@@ -6,7 +6,9 @@ half-written file ("PytorchStreamReader failed reading zip archive")."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,3 +57,24 @@ else:
 
 
 __all__ = ["folder_lock"]
+
+
+#: What PyG prints to stderr while it processes a dataset's raw files.
+PYG_PROCESSING_LINES = ("Processing...", "Done!")
+
+
+@contextlib.contextmanager
+def quiet_processing(quiet: bool = True) -> Iterator[None]:
+    """Around a PyG dataset's first load: PyG's "Processing... Done!" lines are dropped from
+    stderr when ``quiet`` (a run under ``--no-progress``); anything else written there (a
+    warning, say) is passed on afterwards."""
+    if not quiet:
+        yield
+        return
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            yield
+    finally:
+        sys.stderr.write("".join(line for line in captured.getvalue().splitlines(keepends=True)
+                                 if line.strip() not in PYG_PROCESSING_LINES))

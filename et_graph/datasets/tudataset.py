@@ -12,12 +12,9 @@ MUTAG, PROTEINS, NCI1, NCI109, ENZYMES, IMDB-BINARY and Mutagenicity in ``datase
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -30,7 +27,7 @@ from torch_geometric.utils import degree
 from tqdm.auto import tqdm
 
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
-from .locking import folder_lock
+from .locking import folder_lock, quiet_processing
 
 #: The raw TU files shipped with the repository (next to the package in a checkout).
 SHIPPED_TU_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "TUDataset"
@@ -205,15 +202,10 @@ def load_tudataset(
     cache = Path(cache) if cache else default_tu_cache()
     # Copying the raw files and PyG's processing run under one lock: parallel jobs on the same
     # cache would otherwise race on processed/data.pt (a half-written file fails to load).
-    captured = io.StringIO()
-    with folder_lock(cache, name), contextlib.redirect_stderr(
-            captured) if not progress else contextlib.nullcontext():
+    with folder_lock(cache, name), quiet_processing(not progress):
         # PyG prints "Processing... Done!" to stderr on a first load: quiet under --no-progress
-        # (anything else written there, a warning say, is passed on below).
         dataset = TUDataset(str(prepare_root(root, name, cache)), name, use_node_attr=True,
                             use_edge_attr=True)
-    sys.stderr.write("".join(line for line in captured.getvalue().splitlines(keepends=True)
-                             if line.strip() not in ("Processing...", "Done!")))
     graphs = [dataset[i] for i in range(len(dataset))]
     info: dict[str, Any] = {
         "graphs": len(graphs),

@@ -33,6 +33,7 @@ from ..datasets.gnnbenchmark import (
     add_random_walk_encoding,
     load_benchmark,
 )
+from ..datasets.locking import quiet_processing
 from ..protocols.gnnbenchmark import (
     METRIC_LABELS,
     train_one,
@@ -103,7 +104,8 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     config.run.apply_threads()
     names, seeds = config.protocol.model_names, config.protocol.seed_list
     progress = config.run.progress
-    data = load_benchmark(config.data)
+    with quiet_processing(not progress):  # PyG's "Processing..." on a first load
+        data = load_benchmark(config.data)
     add_random_walk_encoding(data, config.data.rw_pe_dim, progress)  # every model reads it
     if "et" in names:
         add_positional_encoding(data, config.et.pe_dim, progress)

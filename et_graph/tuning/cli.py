@@ -410,10 +410,13 @@ def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storag
     model seeds ``0 .. tune_seeds - 1``; the test split is dropped); write presets and the
     report."""
     from ..datasets.gnnbenchmark import load_benchmark
+    from ..datasets.locking import quiet_processing
     from .gnnbenchmark import GNNBenchmarkObjective
 
     in_memory = _in_memory_name(data)
-    data = load_benchmark(config.data) if data is None else data
+    if data is None:
+        with quiet_processing(not config.run.progress):
+            data = load_benchmark(config.data)
     seeds = "model seed 0" if tune_seeds == 1 else f"the mean of model seeds 0-{tune_seeds - 1}"
     direction = "minimized" if data.lower_is_better else "maximized"
     return _tune_models(
