@@ -95,3 +95,14 @@ def test_refuses_edge_attr_and_integer_features():
     with pytest.raises(ValueError, match="float node features"):
         InjectAnomalies(1, 3, 0)(Data(x=torch.zeros(10, 2, dtype=torch.long),
                                       edge_index=torch.zeros(2, 0, dtype=torch.long)))
+
+
+def test_an_edge_id_past_the_last_node_is_refused():
+    """From a transforms audit: such an id passed through into the planted graph."""
+    from torch_geometric.data import Data
+
+    from et_graph.transforms import InjectAnomalies
+
+    with pytest.raises(ValueError, match="InjectAnomalies: edge_index has node ids in"):
+        InjectAnomalies(num_cliques=1, clique_size=2, num_contextual=0)(
+            Data(x=torch.randn(3, 2), edge_index=torch.tensor([[0], [7]])))

@@ -28,6 +28,8 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import coalesce
 
+from ..nn.validation import check_edge_index
+
 CONTEXTUAL, STRUCTURAL = 1, 2
 
 
@@ -43,8 +45,10 @@ def inject_structural_anomalies(
 ) -> tuple[Tensor, Tensor]:
     """Link ``num_cliques`` disjoint random groups of ``clique_size`` nodes into cliques.
 
-    Returns the new ``edge_index`` (coalesced: an edge the graph already had is not doubled)
-    and the ``[num_cliques * clique_size]`` chosen nodes, clique by clique.
+    Returns the new ``edge_index`` (coalesced: an edge the graph already had is not doubled,
+    and edges the input stored twice become one, in sorted order; with ``num_cliques=0`` the
+    input is returned as it is) and the ``[num_cliques * clique_size]`` chosen nodes, clique by
+    clique.
     """
     _check_count(num_cliques, "num_cliques")
     _check_count(clique_size, "clique_size", 2)
@@ -124,6 +128,10 @@ class InjectAnomalies(BaseTransform):
             raise ValueError(f"InjectAnomalies cannot invent {', '.join(per_edge)} for the "
                              "clique edges; drop them first (or set num_cliques=0)")
         num_nodes = data.x.size(0)
+        try:  # an id past the last node passed through into the planted graph
+            check_edge_index(data.edge_index, num_nodes)
+        except ValueError as error:
+            raise ValueError(f"InjectAnomalies: {error}") from None
         generator = torch.Generator().manual_seed(self.seed)
         edge_index, structural = inject_structural_anomalies(
             data.edge_index, num_nodes, self.num_cliques, self.clique_size, generator)
