@@ -47,8 +47,9 @@ class GNNBenchmarkDataConfig:
         dataset: ZINC, PATTERN, CLUSTER, MNIST or CIFAR10.
         root: folder with ZINC/, ZINC_subset_partial/, PATTERN/, ... (PyG layout); a relative
             root missing from the working directory is looked up in the source checkout.
-        source: auto (official files when present, else the ZINC proxy or generated SBM graphs),
-            official, partial (the ZINC proxy) or generated (PATTERN/CLUSTER).
+        source: auto (official files when present, else the ZINC proxy or generated SBM graphs;
+            a PATTERN/CLUSTER folder under root without its file is refused), official,
+            partial (the ZINC proxy) or generated (PATTERN/CLUSTER).
         holdout_fraction: ZINC proxy: share of the official val split held out for selection.
         split_seed: seed of the ZINC proxy split and of the split limits.
         data_seed: seed of the SBM generator.

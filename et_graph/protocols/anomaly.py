@@ -217,7 +217,8 @@ def make_splits(
 ) -> list[Split]:
     """One split per seed: ``paper`` = stratified with the fixed ``split_seed`` (the same split
     for every seed unless ``vary_split``, then ``split_seed + seed``); ``gadbench`` = the
-    dataset's masks, seed ``i`` using mask ``i mod S``."""
+    dataset's masks, seed ``i`` using mask column ``i`` (or the only one; more seeds than
+    ``S > 1`` columns are refused)."""
     if protocol == "paper":
         eligible = getattr(data, "label_mask", None)
         seeds = [split_seed + s if vary_split else split_seed for s in range(num_seeds)]
