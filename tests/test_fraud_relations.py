@@ -278,3 +278,35 @@ def test_multi_relation_with_mini_batches_is_refused_before_any_data_loads(monke
         with pytest.raises(ValueError, match="multi_relation trains full batch only"):
             parse(AnomalyConfig, ["--multi-relation", "--relation", "multi", *flags])
     parse(AnomalyConfig, ["--multi-relation", "--batch-size", "64", "--models", "gbt"])
+
+
+def test_relations_are_kept_checked_and_described(typed_graph, tmp_path):
+    """From a multi-relation audit: a fourth net_* relation of a CARE file was dropped without
+    a word; node_energy skipped the relation-name check of decision_function, and a graph
+    without names was scored unchecked; chunks with the multi-relation ET were refused only in
+    fit; the protocol line never said which models read the relations."""
+    import scipy.io
+
+    from et_graph.config import parse
+    from et_graph.experiments.anomaly import describe_protocol
+    from et_graph.protocols.anomaly_config import AnomalyConfig
+
+    content = write_care_mat(tmp_path / "YelpChi.mat", YELP_RELATIONS)
+    scipy.io.savemat(tmp_path / "Shop.mat", {**content, "net_extra": content["net_rur"]})
+    assert load_fraud_mat(tmp_path / "Shop.mat", relation="multi").relation_names == [
+        *YELP_RELATIONS, "net_extra"]
+    det = ETDetector(epochs=2, hidden=16, multi_relation=True).fit(typed_graph)
+    swapped = typed_graph.clone()
+    swapped.relation_names = ["b", "a", "c"]
+    with pytest.raises(ValueError, match="the ids must mean the same relations"):
+        det.node_energy(swapped)
+    unnamed = typed_graph.clone()
+    del unnamed.relation_names
+    with pytest.warns(RuntimeWarning, match="relation ids cannot be checked"):
+        det.decision_function(unnamed)
+    with pytest.raises(ValueError, match="not implemented for the multi-relation ET"):
+        ETDetector(multi_relation=True, chunk_size=50)
+    config = parse(AnomalyConfig, ["--relation", "multi", "--multi-relation"])
+    split = make_splits(typed_graph, "paper", 1, 0.4, split_seed=0)
+    assert "relations: multi (ET attends per relation; the other models see" in (
+        describe_protocol(config, split, ["et", "gbt"]))

@@ -105,9 +105,11 @@ def _edges(adjacency: Any, key: str, num_nodes: int, source: str) -> np.ndarray:
 
 def _multi_relation_keys(dataset: Optional[str], available: list[str], source: str
                          ) -> list[str]:
-    """The relation matrices of a multi-relation load, in CARE-GNN's order when known."""
+    """The relation matrices of a multi-relation load, in CARE-GNN's order when known, then any
+    other ``net_*`` key of the file (an extra relation was dropped without a word)."""
     if dataset is not None and all(key in available for key in CARE_RELATIONS[dataset]):
-        return list(CARE_RELATIONS[dataset])
+        care = list(CARE_RELATIONS[dataset])
+        return care + [key for key in available if key not in care]
     if not available:
         raise ValueError(
             f"{source}: relation='multi' needs the relation matrices (keys starting with 'net_', "

@@ -392,16 +392,29 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
                 "to the nodes of the fitted graph (transductive), and this graph is another one "
                 "(other edges); score the fitted graph, or fit without positional")
 
+    def _check_relations(self, data: Data) -> None:
+        """The scored graph's relation ids must mean the fitted ones: they index per-relation
+        weights, so another order would swap them silently. Names on both sides are compared;
+        a side without names is warned about (its ids cannot be checked)."""
+        if not getattr(getattr(self.config, "model", None), "multi_relation", False):
+            return
+        fitted = getattr(self, "relation_names_", None)
+        given = getattr(data, "relation_names", None)
+        if fitted is not None and given is not None:
+            if [str(n) for n in given] != fitted:
+                raise ValueError(f"this graph's relations are {list(given)}, and the detector "
+                                 f"was fitted on {fitted} (the ids must mean the same "
+                                 "relations, in the same order)")
+        elif fitted is not None or given is not None:
+            warnings.warn(f"{type(self).__name__}: the relation ids cannot be checked (names "
+                          f"{'fitted ' + str(fitted) if fitted else 'given ' + str(list(given))}"
+                          ", none on the other side): edge_type must number the relations as "
+                          "in the fitted graph", RuntimeWarning, stacklevel=3)
+
     @torch.no_grad()
     def _score(self, data: Data) -> Tensor:
         self._check_transductive(data)
-        fitted = getattr(self, "relation_names_", None)
-        given = getattr(data, "relation_names", None)
-        if fitted is not None and given is not None and [str(n) for n in given] != fitted:
-            # The ids index per-relation weights: another order would swap them silently.
-            raise ValueError(f"this graph's relations are {list(given)}, and the detector was "
-                             f"fitted on {fitted} (the ids must mean the same relations, in "
-                             "the same order)")
+        self._check_relations(data)
         self.model_.eval()
         data = data.to(self.device)
         extra = {**self.chunking(), **relation_inputs(self.model_, data)}
@@ -445,6 +458,8 @@ class ETDetector(NeuralDetector):
 
     def __init__(self, *args: Any, supervised: bool = True, **keywords: Any) -> None:
         super().__init__(*args, **keywords)
+        if self.config.model.multi_relation and self.chunking():
+            raise ValueError(MULTI_RELATION_CHUNKS)  # here, not once the graph is in fit
 
     @classmethod
     def _accepts(cls, detector: Any) -> bool:
@@ -466,11 +481,8 @@ class ETDetector(NeuralDetector):
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         self.num_relations_ = None
         if self.config.model.multi_relation:
-            if self.chunking():
-                raise ValueError("chunked scoring (chunk_size / chunk_edges, "
-                                 "--inference-chunk-size / --inference-chunk-edges) "
-                                 "is not implemented for the multi-relation ET "
-                                 "(multi_relation=True, --multi-relation); leave both unset")
+            if self.chunking():  # (chunks set after construction)
+                raise ValueError(MULTI_RELATION_CHUNKS)
             self.num_relations_ = graph_relations(data)
             names = getattr(data, "relation_names", None)
             self.relation_names_ = None if names is None else [str(n) for n in names]
@@ -507,10 +519,17 @@ class ETDetector(NeuralDetector):
         on labels: its energy is not an unsupervised score."""
         self._check_fitted()
         self._check_transductive(data)
+        self._check_relations(data)  # decision_function's check, skipped here before an audit
         self.model_.eval()
         data = data.to(self.device)
         return self.model_.energy_score(self.network_input(data), data.edge_index,
                                         **relation_inputs(self.model_, data)).float().cpu()
+
+
+#: Why chunked scoring and the multi-relation ET do not go together.
+MULTI_RELATION_CHUNKS = ("chunked scoring (chunk_size / chunk_edges, --inference-chunk-size / "
+                         "--inference-chunk-edges) is not implemented for the multi-relation ET "
+                         "(multi_relation=True, --multi-relation); leave both unset")
 
 
 class MLPDetector(NeuralDetector):

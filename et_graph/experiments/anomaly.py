@@ -241,6 +241,14 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
             + "threshold from 0.05..0.95 (19) maximising validation macro-F1; "
             + ("VALIDATION ONLY: the tables score the validation nodes, no test node is scored"
                if p.validation_only else "test nodes scored once"))
+    if d.relation != "homo":
+        # Which models tell the relations apart (a fraud-data audit: only the config said it).
+        text += (f"; relations: {d.relation}" + (
+            " (ET attends per relation; the other models see every relation's edges together, "
+            "a pair linked in two relations twice)"
+            if d.relation == "multi" and "et" in names and config.et.multi_relation else
+            " (every model sees every relation's edges together, a pair linked in two "
+            "relations twice)" if d.relation == "multi" else ""))
     # What each model reads, where it differs (the tables' rows are not all the same input).
     gbt_inputs = {"x": "x only", "x_mean": "x ‖ its neighbours' mean",
                   "x_mean_mean2": "x ‖ the mean of its neighbours' x ‖ the mean of their means"}

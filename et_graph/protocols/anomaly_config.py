@@ -204,6 +204,10 @@ class AnomalyConfig:
         # once the data has loaded and the first seed's detector is built.
         if "et" in self.protocol.model_names():
             ETDetectorConfig(model=self.et, train=self.train)
+            if self.et.multi_relation and self.protocol.chunked:
+                from ..detectors.neural import MULTI_RELATION_CHUNKS
+
+                raise ValueError(MULTI_RELATION_CHUNKS)
 
 
 #: The models that read each model-specific section of :class:`AnomalyConfig`.
