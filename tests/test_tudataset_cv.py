@@ -1001,3 +1001,26 @@ def test_flags_no_chosen_model_reads_are_named(monkeypatch):
         (["--models", "gin", "--mlp-hidden", "32"], r"flags for baselines\.mlp_hidden: no model"),
     ], ["--models", "et,gin", "--blocks", "3", "--gin-layers", "3", "--baseline-dropout", "0.1",
         "--epochs", "2"])
+
+
+def test_a_failed_run_leaves_the_earlier_results_and_folds_together(tmp_path, monkeypatch):
+    """From an audit: a run deleted the earlier folds.jsonl when it started, so a failed or
+    stopped run left the earlier results.json beside no folds (or beside its own first
+    folds)."""
+    out = tmp_path / "out"
+    argv = ["--dataset", "MUTAG", "--models", "gin", "--folds", "3", "--max-folds", "1",
+            "--epochs", "1", "--no-progress", "--out", str(out)]
+    tudataset.run(parse(tudataset.CONFIG, argv))
+    folder = out / "MUTAG"
+    before = (folder / "folds.jsonl").read_text()
+    assert (folder / "results.json").exists() and not (folder / "folds.running.jsonl").exists()
+
+    def fails(*args, **kwargs):
+        kwargs["on_fold_end"]({"fold": 0, "models": {"gin": {"test_accuracy": 0.5}}})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tudataset, "cross_validate", fails)
+    with pytest.raises(KeyboardInterrupt), pytest.warns(RuntimeWarning):
+        tudataset.run(parse(tudataset.CONFIG, argv))
+    assert (folder / "folds.jsonl").read_text() == before
+    assert (folder / "folds.running.jsonl").exists()  # the stopped run's own fold

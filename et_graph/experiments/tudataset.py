@@ -7,6 +7,7 @@ Loads any TU dataset offline from ``ROOT/NAME/raw/NAME_*.txt`` (default: the shi
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -53,6 +54,9 @@ from ..reporting import (
     write_results,
 )
 
+#: Where a running cross-validation appends its folds (``folds.jsonl`` once it has finished).
+PARTIAL_FOLDS = "folds.running.jsonl"
+
 
 @checks_output_folder(lambda config: config.run.out and Path(config.run.out, config.data.dataset))
 def run(config: TUDatasetConfig) -> dict[str, Any]:
@@ -68,7 +72,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     def log_fold(record: dict[str, Any]) -> None:
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            with open(out_dir / "folds.jsonl", "a") as handle:
+            with open(out_dir / PARTIAL_FOLDS, "a") as handle:
                 handle.write(json_text(record, indent=None) + "\n")
         key = "val_accuracy" if protocol.validation_only else "test_accuracy"
         accs = ", ".join(f"{n}={r[key]:.3f}" for n, r in record["models"].items())
@@ -76,8 +80,11 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         if progress:
             tqdm.write(f"[{data.dataset}] fold {record['fold']}: {accs}")
 
-    if out_dir is not None and (out_dir / "folds.jsonl").exists():
-        (out_dir / "folds.jsonl").unlink()
+    # The folds of this run go to a file of their own until it has written its results: a
+    # failed or stopped run deleted the earlier folds.jsonl and left the earlier results.json
+    # beside nothing (an audit), or beside the new run's first folds.
+    if out_dir is not None and (out_dir / PARTIAL_FOLDS).exists():
+        (out_dir / PARTIAL_FOLDS).unlink()
     options = dict(
         folds=protocol.folds, seed=protocol.seed, val_fraction=protocol.val_fraction,
         continuous_channels=info["node_attributes"], max_folds=protocol.max_folds,
@@ -166,6 +173,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     write_results(out_dir, results, [metric, *ensemble],
                   title=f"{data.dataset}: graph classification", notes=notes,
                   sections=difference_sections(results))
+    if (out_dir / PARTIAL_FOLDS).exists():  # the run's folds, now beside its results
+        os.replace(out_dir / PARTIAL_FOLDS, out_dir / "folds.jsonl")
     if not protocol.validation_only:
         plot_fold_accuracies(results, out_dir / "accuracy.png")
     tqdm.write((out_dir / "results.md").read_text())  # with or without progress bars
