@@ -1024,3 +1024,39 @@ def test_a_failed_run_leaves_the_earlier_results_and_folds_together(tmp_path, mo
         tudataset.run(parse(tudataset.CONFIG, argv))
     assert (folder / "folds.jsonl").read_text() == before
     assert (folder / "folds.running.jsonl").exists()  # the stopped run's own fold
+
+
+def test_hand_made_tu_files_are_read_or_named(tmp_path):
+    """From a graph-classification audit: space-separated A.txt or attributes passed the checks
+    and failed in PyG's reader naming no file; ragged, non-numeric or NaN attributes surfaced
+    later without file or line (a NaN in the first forward pass); a graph_attributes file of
+    the wrong length gave a raw traceback; edges listed one way were read as directed graphs."""
+    import warnings
+
+    graphs, labels = [TRIANGLE, PATH, TRIANGLE], [1, 0, 1]
+    root = _write_tu(tmp_path / "spaces", "T", graphs, labels)
+    a_txt = root / "T" / "raw" / "T_A.txt"
+    a_txt.write_text(a_txt.read_text().replace(", ", " "))
+    spaced, _ = load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
+    reference, _ = load_tudataset(_write_tu(tmp_path / "commas", "T", graphs, labels), "T",
+                                  tmp_path / "cache2", pe_dim=0, progress=False)
+    assert all(torch.equal(a.edge_index, b.edge_index) for a, b in zip(spaced, reference))
+    attributes = root / "T" / "raw" / "T_node_attributes.txt"
+    for text, message in (("1.0, 2.0\n" * 8 + "1.0\n", "line 9 holds 1 values, line 1 2"),
+                          ("1.0\n" * 8 + "abc\n", "line 9 holds 'abc', not a number"),
+                          ("1.0\n" * 8 + "nan\n", "line 9 holds NaN or inf")):
+        attributes.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
+    attributes.unlink()
+    (root / "T" / "raw" / "T_graph_attributes.txt").write_text("1.0\n")
+    with pytest.raises(ValueError, match="T_graph_attributes.txt has 1 lines for 3 graphs"):
+        load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
+    one_way = _write_tu(tmp_path / "one_way", "T", [(3, [(0, 1), (1, 2), (2, 0)]), PATH,
+                                                    TRIANGLE], labels)
+    with pytest.warns(RuntimeWarning, match="1 of 3 graphs list some edge in one direction"):
+        load_tudataset(one_way, "T", tmp_path / "cache3", pe_dim=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        load_tudataset(_write_tu(tmp_path / "both", "T", graphs, labels), "T",
+                       tmp_path / "cache4", pe_dim=0, progress=False)

@@ -16,6 +16,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,7 +24,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 from torch_geometric.datasets import TUDataset
 from torch_geometric.transforms import OneHotDegree
-from torch_geometric.utils import degree
+from torch_geometric.utils import degree, is_undirected
 from tqdm.auto import tqdm
 
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
@@ -97,7 +98,38 @@ def _normalised_text(path: Path) -> str:
     blank = [i + 1 for i, line in enumerate(lines) if not line.strip()]
     if blank:
         raise ValueError(f"{path}: line {blank[0]} is blank (one value per line, no gaps)")
+    # Values separated by spaces or tabs ("1 2" in A.txt) passed the checks and then failed in
+    # PyG's reader, which splits on commas, naming no file: written with commas here.
+    lines = [line if "," in line or len(line.split()) < 2 else ", ".join(line.split())
+             for line in lines]
     return "\n".join(lines) + "\n" if lines else ""
+
+
+def _float_rows(text: str, path: Path) -> np.ndarray:
+    """The rows of a TU attributes file as floats, each line the same width, every value
+    finite; a ``ValueError`` naming the file and line otherwise (PyG named neither, and a NaN
+    surfaced only in the first forward pass, spread by standardisation over its column)."""
+    rows = [[value.strip() for value in line.split(",")] for line in text.splitlines()]
+    for number, row in enumerate(rows, start=1):
+        if len(row) != len(rows[0]):
+            raise ValueError(f"{path}: line {number} holds {len(row)} values, line 1 "
+                             f"{len(rows[0])}")
+        try:
+            values = [float(value) for value in row]
+        except ValueError:
+            bad = next(v for v in row if not _is_float(v))
+            raise ValueError(f"{path}: line {number} holds {bad!r}, not a number") from None
+        if not all(np.isfinite(values)):
+            raise ValueError(f"{path}: line {number} holds NaN or inf ({', '.join(row)})")
+    return np.array(rows, dtype=np.float64) if rows else np.zeros((0, 0))
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 #: The parts of a TU folder that PyG's reader reads (``{name}_{part}.txt``). Other files there
@@ -157,13 +189,16 @@ def check_raw_files(source: Path, name: str) -> dict[str, str]:
     for part, count, what in (("node_labels", num_nodes, "nodes"),
                               ("node_attributes", num_nodes, "nodes"),
                               ("edge_labels", edges.size // 2, "edges in A.txt"),
-                              ("edge_attributes", edges.size // 2, "edges in A.txt")):
+                              ("edge_attributes", edges.size // 2, "edges in A.txt"),
+                              ("graph_attributes", num_graphs, "graphs")):
         if f"{name}_{part}.txt" not in texts:
             continue
         if lines(part) != count:
             raise ValueError(f"{where(part)} has {lines(part)} lines for {count} {what}")
         if part.endswith("labels"):
             _integers(texts[f"{name}_{part}.txt"], where(part))
+        else:
+            _float_rows(texts[f"{name}_{part}.txt"], where(part))
     return texts
 
 
@@ -207,6 +242,14 @@ def load_tudataset(
         dataset = TUDataset(str(prepare_root(root, name, cache)), name, use_node_attr=True,
                             use_edge_attr=True)
     graphs = [dataset[i] for i in range(len(dataset))]
+    one_way = sum(not is_undirected(g.edge_index, num_nodes=g.num_nodes) for g in graphs)
+    if one_way:
+        # TU files list each edge both ways; a hand-made file that lists it once was read as
+        # directed graphs without a word (GIN then passes messages one way only).
+        warnings.warn(f"{name}: {one_way} of {len(graphs)} graphs list some edge in one direction "
+                      "only; TU files list each edge both ways (an undirected graph). The "
+                      "models read them as directed: add the reverse lines to A.txt (and its "
+                      "edge files) if the graphs are undirected", RuntimeWarning, stacklevel=2)
     info: dict[str, Any] = {
         "graphs": len(graphs),
         "classes": int(dataset.num_classes),
