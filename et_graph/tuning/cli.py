@@ -23,10 +23,10 @@ from ..config import add_config_arguments, merge, reading_models, resolve, to_di
 from .anomaly import CLASS_BALANCE_CHOICES, TUNE_METRICS, AnomalyObjective
 from .study import (
     TuneBudget,
+    apply_space,
     check_resumable,
     run_study,
     save_best_preset,
-    space_overrides,
     study_or_none,
     study_summary,
     tuned_fields,
@@ -201,7 +201,7 @@ def warn_flags_of_tuning(task: str, config: Any, given: set[str], class_balance:
 
             space = BENCHMARK_SEARCH_SPACES.__getitem__
         models = config.protocol.model_names
-        tuned = {m: tuned_fields(lambda trial, m=m: merge(config, space_overrides(space(m), trial)))
+        tuned = {m: tuned_fields(lambda trial, m=m: apply_space(config, space(m), trial))
                  for m in models}
     return ignored + warn_unread_flags(given, models, readers) + warn_tuned_flags(given, tuned)
 
@@ -265,13 +265,14 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
     _ensure_sqlite_folder(storage)
     summaries, presets, dataset = {}, {}, ""
     plans = {}
+    readers = flag_readers(task)
     for model in models:
         objective = make_objective(model)
         tuned = frozenset(tuned_fields(objective.trial_config))
         # Neither a tuned setting's base value nor a setting only other models read changes
         # what this model's trials measure.
         settings = {key: value for key, value in _fixed_settings(config, task, tuned).items()
-                    if model in reading_models(key, models, flag_readers(task))}
+                    if model in reading_models(key, models, readers)}
         if hasattr(objective, "data_digest"):
             # The study's name and settings do not tell two datasets at one relative path
             # apart: the digest of what its trials read does.

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
-from ..config import merge
 from ..datasets.gnnbenchmark import (
     BenchmarkData,
     add_positional_encoding,
@@ -27,7 +26,7 @@ from ..datasets.gnnbenchmark import (
 from ..protocols.gnnbenchmark import train_one
 from ..protocols.gnnbenchmark_config import GNNBenchmarkConfig
 from ..training.checkpoint import data_digest, graph_tensors
-from .study import pruning_callback, space_overrides
+from .study import apply_space, pruning_callback
 
 #: Learning rates every model's space searches (the same range for each).
 LR_RANGE = (3e-4, 5e-3)
@@ -100,9 +99,7 @@ class GNNBenchmarkObjective:
         return data_digest(*graph_tensors(self.data.splits["train"], self.data.splits["val"]))
 
     def trial_config(self, trial: Any) -> GNNBenchmarkConfig:
-        config = self.config
-        if trial is not None:
-            config = merge(config, space_overrides(BENCHMARK_SEARCH_SPACES[self.model], trial))
+        config = apply_space(self.config, BENCHMARK_SEARCH_SPACES[self.model], trial)
         return replace(config, protocol=replace(config.protocol, models=self.model))
 
     def __call__(self, trial: Any = None) -> float:

@@ -135,6 +135,12 @@ def space_overrides(space: Callable[[Any], dict[str, Any]], trial: Any) -> dict[
     return space(trial)
 
 
+def apply_space(config: Any, space: Callable[[Any], dict[str, Any]], trial: Any) -> Any:
+    """``config`` with ``trial``'s suggestions from ``space`` (whose overrides name the config's
+    own sections) merged in; ``trial=None``: ``config`` itself."""
+    return config if trial is None else merge(config, space_overrides(space, trial))
+
+
 def with_switch(space: Callable[[Any], dict[str, dict[str, Any]]], section: str, name: str,
                 choices: Sequence[Any]) -> Callable[[Any], dict[str, dict[str, Any]]]:
     """``space`` plus one categorical: the trial parameter ``name``, drawn from ``choices``, set
@@ -209,7 +215,7 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
         pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
                                            n_warmup_steps=budget.prune_warmup),
     )
-    check_resumable(study, storage, direction, objective_label, settings, setting_defaults)
+    # (a study that existed was checked above; one created now holds nothing to compare)
     if objective_label and study.user_attrs.get("objective") is None:
         study.set_user_attr("objective", objective_label)
     if settings is not None:

@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from ..config import merge
 from ..datasets.tudataset import with_incident_edge_sums
 from ..protocols.graph_cv import (
     fit_graph_classifier,
@@ -28,7 +27,7 @@ from ..protocols.graph_cv import (
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..training import seed_everything
 from ..training.checkpoint import data_digest, graph_tensors
-from .study import space_overrides, with_switch
+from .study import apply_space, with_switch
 
 
 def et_graph_space(trial: Any) -> dict[str, dict[str, Any]]:
@@ -154,9 +153,7 @@ class TUObjective:
                              for part in split), torch.as_tensor(self.labels[read]))
 
     def trial_config(self, trial: Any) -> TUDatasetConfig:
-        config = self.config
-        if trial is not None:
-            config = merge(config, space_overrides(self.space, trial))
+        config = apply_space(self.config, self.space, trial)
         return replace(config, protocol=replace(config.protocol, models=self.model))
 
     def graphs_for(self, config: TUDatasetConfig) -> tuple[list, dict[str, Any]]:
