@@ -318,19 +318,19 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
     return out
 
 
-def _warn_uninformative(graph: Data, detector: str) -> None:
+def _warn_uninformative(graph: Data, detector: str, linked: bool) -> None:
     """A ``RuntimeWarning`` for graphs whose nodes the masked completion cannot tell apart
     (equal features everywhere: the scores then only reflect the random masks) or complete
-    from nothing but the node itself (no edges)."""
+    from nothing but the node itself (no edges: ``linked`` is whether an edge joins two
+    nodes)."""
     x = graph.x
     if bool((x == x[:1]).all()):
         warnings.warn(f"{detector}: every node has the same features, so the scores differ "
                       "only by the random masks and rank the nodes arbitrarily",
                       RuntimeWarning, stacklevel=3)
-    edge_index = graph.edge_index
     # Self-loops are no neighbours: ET's attention skips them (a graph of self-loops alone
     # scored as one without edges, and said nothing).
-    if not bool((edge_index[0] != edge_index[1]).any()):
+    if not linked:
         warnings.warn(f"{detector}: the graph has no edges between two nodes (self-loops at "
                       "most), so the completion of a masked node "
                       "reads no neighbour (the detector works as a feature autoencoder)",
@@ -377,13 +377,16 @@ class UnsupervisedETDetector(BaseDetector):
         graph = label_free_graph(data)
         if graph.num_nodes < 4:
             raise ValueError(f"unsupervised fitting needs at least 4 nodes, got {graph.num_nodes}")
+        # whether an edge joins two nodes (self-loops are no neighbours to the attention)
         linked = bool((graph.edge_index[0] != graph.edge_index[1]).any())
         if self.config.model.structure_weight and not linked:
             # Refused here, not as "the structure loss needs at least one edge" mid-training
             raise ValueError("structure_weight > 0 trains an edge decoder, and this graph has no "
                              "edge between two nodes: set structure_weight=0")
-        _warn_uninformative(graph, type(self).__name__)
-        self.fitted_graph_ = data_digest(graph.x, graph.edge_index)
+        _warn_uninformative(graph, type(self).__name__, linked)
+        # Kept for the combined score only, whose ranks are relative to the graph scored.
+        self.fitted_graph_ = (data_digest(graph.x, graph.edge_index)
+                              if self.config.score.anomaly_score == "combined" else None)
         # Seeded for reproducibility, without resetting the caller's random stream.
         with private_rng(self.seed, self.device):
             self._train(graph)
