@@ -152,14 +152,19 @@ def check_raw_splits(raw_file: Path, name: str) -> None:
             raise ValueError(f"{raw_file}: its {split} split holds no graph")
 
 
+def processed_is_stale(raw_files: list[Path], processed_files: list[Path]) -> bool:
+    """Whether every file exists and some raw file is newer than a processed copy."""
+    if missing_files(raw_files) or missing_files(processed_files):
+        return False
+    return (max(path.stat().st_mtime for path in raw_files)
+            > min(path.stat().st_mtime for path in processed_files))
+
+
 def drop_stale_processed(raw_files: list[Path], processed_files: list[Path]) -> None:
     """Delete PyG's processed copies when a raw file is newer than one of them: PyG processes
     only when they are missing, so a replaced raw file was ignored and the old data trained
     without a word."""
-    if missing_files(raw_files) or missing_files(processed_files):
-        return
-    newest_raw = max(path.stat().st_mtime for path in raw_files)
-    if newest_raw <= min(path.stat().st_mtime for path in processed_files):
+    if not processed_is_stale(raw_files, processed_files):
         return
     warnings.warn(f"{raw_files[0].parent} holds files newer than the processed copies in "
                   f"{processed_files[0].parent}: processing them again", stacklevel=3)
@@ -175,10 +180,14 @@ def gnn_benchmark_required_file(root: PathLike, name: str) -> Path:
     return Path(root) / name / "raw" / f"{name}_v2.pt"
 
 
+def gnn_benchmark_processed_files(root: PathLike, name: str) -> list[Path]:
+    """PyG-2's processed files of every split of ``name`` under ``root``."""
+    return [Path(root) / name / "processed" / f"{s}_data.pt" for s in SPLITS]
+
+
 def gnn_benchmark_processed(root: PathLike, name: str) -> bool:
     """Whether PyG-2's processed files of every split of ``name`` are under ``root``."""
-    processed = Path(root) / name / "processed"
-    return not missing_files([processed / f"{s}_data.pt" for s in SPLITS])
+    return not missing_files(gnn_benchmark_processed_files(root, name))
 
 
 def gnn_benchmark_present(root: PathLike, name: str) -> bool:
@@ -212,10 +221,8 @@ def load_gnn_benchmark(root: PathLike, name: str, split: str) -> GNNBenchmarkDat
         return read_local_files(lambda: _OfflineGNNBenchmark(str(root), name=name, split=split),
                                 Path(root) / name, fix)
 
-    processed = [Path(root) / name / "processed" / f"{s}_data.pt" for s in SPLITS]
-    if gnn_benchmark_processed(root, name) and not (
-            raw_file.is_file() and raw_file.stat().st_mtime > min(
-                path.stat().st_mtime for path in processed)):
+    processed = gnn_benchmark_processed_files(root, name)
+    if gnn_benchmark_processed(root, name) and not processed_is_stale([raw_file], processed):
         return read()
     # The first load processes the raw file into root/name/processed: parallel jobs take turns.
     with folder_lock(root, name):
