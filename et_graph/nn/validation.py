@@ -77,12 +77,13 @@ def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2,
             f"(layer.double())")
 
 
-def check_k(k: object, name: str = "k") -> int:
-    """``k`` if it is a positive int (an encoding's width), else a ``ValueError`` naming
-    ``name``: 2.5 was accepted and failed on the first graph, True counted as 1."""
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise ValueError(f"{name} must be a positive int, got {k!r}")
-    return k
+def check_positive_int(value: object, name: str) -> int:
+    """``value`` if it is a positive int (an encoding's width, a bin count), else a
+    ``ValueError`` naming ``name``: 2.5 was accepted and failed on the first graph, True
+    counted as 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
 
 
 def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:

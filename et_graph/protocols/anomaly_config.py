@@ -24,8 +24,8 @@ from ..detectors import (
     GNNModelConfig,
     NodeTrainConfig,
 )
-from ..nn.validation import check_chunk_size
-from ..transforms.features import check_bins, prepare_detection_data
+from ..nn.validation import check_chunk_size, check_positive_int
+from ..transforms.features import prepare_detection_data
 from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_stats
 from .significance import check_bootstrap_rounds
 
@@ -74,7 +74,7 @@ class AnomalyDataConfig:
 
     def __post_init__(self) -> None:
         parse_neighbour_stats(self.neighbour_stats)  # ValueError for unknown names
-        check_bins(self.ple_bins, "ple_bins")
+        check_positive_int(self.ple_bins, "ple_bins")
         check_unlabelled_prefix(self.unlabelled_prefix)
 
 

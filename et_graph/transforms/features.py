@@ -5,6 +5,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..nn.validation import check_positive_int
 from .neighbourhood import neighbourhood_statistics
 
 #: Per-column feature transforms over all nodes: none, z-scores, normal scores of the ranks, or
@@ -134,14 +135,6 @@ def transform_features(x: Tensor, feature_norm: str, ple_bins: int = 16) -> Tens
     raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
 
 
-def check_bins(bins: int, name: str = "bins") -> int:
-    """``bins`` if it is a positive int (a bin count of :func:`piecewise_linear_encoding`), else a
-    ``ValueError`` naming ``name``."""
-    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
-        raise ValueError(f"{name} must be a positive int, got {bins!r}")
-    return bins
-
-
 def piecewise_linear_encoding(x: Tensor, bins: int = 16) -> Tensor:
     r"""The piecewise-linear encoding of numerical features (Gorishniy et al., NeurIPS 2022).
 
@@ -156,7 +149,7 @@ def piecewise_linear_encoding(x: Tensor, bins: int = 16) -> Tensor:
     linear layer on this encoding is a learned piecewise-linear function of each feature, which
     is what lets neural models read tabular columns the way trees do (thresholds). A constant
     column becomes a single zero column. Returns ``[N, sum_j T_j]`` in ``x``'s dtype."""
-    check_bins(bins)
+    check_positive_int(bins, "bins")
     if x.dim() != 2 or x.size(0) == 0:
         raise ValueError(f"x must be [N, F] with N > 0, got {tuple(x.shape)}")
     if not x.is_floating_point():

@@ -7,7 +7,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
-from ..nn.validation import check_edge_index, check_k
+from ..nn.validation import check_edge_index, check_positive_int
 
 
 def cls_padded_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
@@ -76,7 +76,7 @@ class CLSLaplacianPE(BaseTransform):
 
     def __init__(self, k: int = 8, attr_name: str = "lap_pe", cls_attr_name: str = "cls_lap_pe"
                  ) -> None:
-        check_k(k)
+        check_positive_int(k, "k")
         self.k = k
         self.attr_name = attr_name
         self.cls_attr_name = cls_attr_name

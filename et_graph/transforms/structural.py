@@ -16,7 +16,7 @@ from torch_geometric.transforms import AddRandomWalkPE, BaseTransform
 from torch_geometric.utils import coalesce, degree, scatter
 
 from .._sparse_warnings import quiet_sparse
-from ..nn.validation import check_edge_index, check_k
+from ..nn.validation import check_edge_index, check_positive_int
 
 
 def _checked_structure(data: Data, transform: str) -> int:
@@ -53,7 +53,7 @@ class RandomWalkPE(BaseTransform):
     """
 
     def __init__(self, k: int = 16, attr_name: str = "rw_pe") -> None:
-        check_k(k, "k (the walk length)")
+        check_positive_int(k, "k (the walk length)")
         self.k = k
         self.attr_name = attr_name
         self._transform = AddRandomWalkPE(walk_length=k, attr_name=attr_name)
