@@ -70,6 +70,11 @@ class BenchmarkData:
     def lower_is_better(self) -> bool:
         return self.metric == "mae"
 
+    @property
+    def better(self) -> str:
+        """``"lower is better"`` or ``"higher is better"``, for the results' titles."""
+        return "lower is better" if self.lower_is_better else "higher is better"
+
 
 #: What torch.load / pickle raise for a truncated, damaged or foreign file.
 UNREADABLE_FILE_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, zipfile.BadZipFile,

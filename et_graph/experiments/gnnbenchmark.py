@@ -76,8 +76,7 @@ def _plot_curves(out: Path, per_model: dict[str, list[list[float]]], data: Bench
         ax.fill_between(epochs, mean - std, mean + std, alpha=0.2)
     ax.set_xlabel("epoch (from 1)")
     ax.xaxis.get_major_locator().set_params(integer=True)  # no epoch 1.2
-    direction = "lower is better" if data.lower_is_better else "higher is better"
-    ax.set_ylabel(f"val {METRIC_LABELS[data.metric]} ({direction})")
+    ax.set_ylabel(f"val {METRIC_LABELS[data.metric]} ({data.better})")
     ax.set_title(f"{data.name}: selection curve (mean ± std over the seeds at each epoch)",
                  fontsize=9)
     ax.legend()
@@ -169,8 +168,7 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     notes += [f"{name}: {m['params']:,} parameters, selected epochs {m['selected_epoch']} "
               f"(counted from 1), {format_stat(m['train_seconds'], 1)} s training per seed"
               for name, m in models.items()]
-    direction = "lower is better" if data.lower_is_better else "higher is better"
-    title = f"GNNBenchmark: {data.name} ({METRIC_LABELS[metric]} on test, {direction})"
+    title = f"GNNBenchmark: {data.name} ({METRIC_LABELS[metric]} on test, {data.better})"
     if config.run.out:
         out = Path(config.run.out)
         write_results(out, results, [metric, f"val_{metric}"], title=title, notes=notes,

@@ -10,6 +10,7 @@ from torch import Tensor
 from torch.nn import Module, Parameter
 
 from ..energy import layer_norm, layer_norm_lagrangian
+from .validation import check_positive_int
 
 
 class EnergyLayerNorm(Module):
@@ -29,9 +30,7 @@ class EnergyLayerNorm(Module):
                 and math.isfinite(eps) and eps > 0):
             # eps <= 0 divides by zero on a constant row; NaN poisons every token
             raise ValueError(f"eps must be a positive finite number, got {eps!r}")
-        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
-            raise ValueError(f"channels must be a positive int, got {channels!r}")
-        self.channels = channels
+        self.channels = check_positive_int(channels, "channels")
         self.eps = float(eps)
         self.log_gamma = Parameter(torch.zeros(()))
         self.delta = Parameter(torch.zeros(channels))

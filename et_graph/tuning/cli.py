@@ -424,7 +424,7 @@ def tune_gnnbenchmark(config: Any, models: list[str], budget: TuneBudget, storag
         "gnnbenchmark", models,
         lambda model: GNNBenchmarkObjective(config, model, data, tune_seeds),
         lambda objective: config.data.dataset, budget, storage, out, prefix, config,
-        f"{data.metric} ({'lower' if data.lower_is_better else 'higher'} is better)",
+        f"{data.metric} ({data.better})",
         f"validation {data.metric} of {seeds} ({direction})",
         # Another seed count is another objective: it gets a study of its own, never resumes
         # (and mixes with) the trials of a one-seed study.
