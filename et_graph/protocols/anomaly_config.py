@@ -276,15 +276,12 @@ def load_data(config: AnomalyDataConfig, data: Optional[Data] = None) -> Data:
     from ..datasets import load_anomaly_dataset
 
     if data is None:
-        if config.data:
-            data = load_anomaly_dataset(path=config.data, relation=config.relation,
-                                        unlabelled_prefix=config.unlabelled_prefix,
-                                        binarize=config.binarize)
-        else:
-            data = load_anomaly_dataset(config.dataset, root=config.data_root,
-                                        relation=config.relation,
-                                        unlabelled_prefix=config.unlabelled_prefix,
-                                        binarize=config.binarize)
+        # a file (data) names itself; a named dataset is looked up under data_root
+        data = load_anomaly_dataset(None if config.data else config.dataset,
+                                    root=config.data_root, path=config.data or None,
+                                    relation=config.relation,
+                                    unlabelled_prefix=config.unlabelled_prefix,
+                                    binarize=config.binarize)
     stats = parse_neighbour_stats(config.neighbour_stats)
     if stats:
         data = NeighbourhoodStatistics(stats)(prepare_detection_data(data, "none", False))

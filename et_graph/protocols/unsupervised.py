@@ -270,14 +270,11 @@ def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
     if data is None:
         from ..datasets import load_anomaly_dataset
 
-        if config.data:
-            data = load_anomaly_dataset(path=config.data,
-                                        unlabelled_prefix=config.unlabelled_prefix,
-                                        binarize=config.binarize)
-        else:
-            data = load_anomaly_dataset(config.dataset, root=config.data_root,
-                                        unlabelled_prefix=config.unlabelled_prefix,
-                                        binarize=config.binarize)
+        # a file (data) names itself; a named dataset is looked up under data_root
+        data = load_anomaly_dataset(None if config.data else config.dataset,
+                                    root=config.data_root, path=config.data or None,
+                                    unlabelled_prefix=config.unlabelled_prefix,
+                                    binarize=config.binarize)
     y = getattr(data, "y", None)
     if y is None:
         raise ValueError("et-graph unsupervised evaluates the scores against labels, so the "
