@@ -104,6 +104,8 @@ def test_dense_and_chunked_paths_refuse_the_coupling():
     conv = coupled_conv().eval()
     with pytest.raises(NotImplementedError, match="sparse"):
         conv.forward_dense(torch.randn(2, 5, 8, dtype=torch.float64))
+    with pytest.raises(NotImplementedError, match="sparse"):  # its dense split of dE/dg
+        conv.dense_attention_and_hopfield_grads(torch.randn(1, 3, 8, dtype=torch.float64))
     x, edge_index = awkward_graph()
     with pytest.raises(NotImplementedError, match="sparse"):
         conv.forward_chunked(x, edge_index)

@@ -498,3 +498,32 @@ def test_noise_std_is_checked_when_set_later_too(bad):
                         noise_std=bad)
         layer.noise_std = 0.1
         assert layer.noise_std == 0.1
+
+
+@pytest.mark.parametrize("log_beta", [-800.0, 800.0])
+def test_energy_at_a_zero_or_infinite_beta_is_refused_not_nan(log_beta):
+    # The attention energy divides by beta: 0/0 at beta = 0, inf/inf at beta = inf.
+    from et_graph.nn import RelationalETConv
+
+    torch.manual_seed(0)
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    x = torch.randn(3, 4, dtype=torch.float64)
+    conv = ETConv(4, heads=2, head_dim=3).double()
+    with torch.no_grad():
+        conv.energy_fn.log_beta.fill_(log_beta)
+    for call in [lambda: conv.energy(x, edge_index), lambda: conv.node_energy(x, edge_index),
+                 lambda: conv.dense_energy(x[None])]:
+        with pytest.raises(FloatingPointError, match="inverse temperatures"):
+            call()
+    # (at beta = inf the dense descent's tokens fail first, with their own message)
+    with pytest.raises(FloatingPointError, match="inverse temperatures|NaN or inf tokens"):
+        conv.forward_dense(x[None], return_energy=True)
+    relational = RelationalETConv(4, 2, heads=1, head_dim=3).double()
+    with torch.no_grad():
+        relational.energy_fn.log_beta.fill_(log_beta)
+    with pytest.raises(FloatingPointError, match="inverse temperatures"):
+        relational.energy(x, edge_index, torch.tensor([0, 1, 0]))
+    if log_beta < 0:  # the descent itself runs at beta = 0 (uniform attention); its trace not
+        assert torch.isfinite(conv(x, edge_index)).all()
+        with pytest.raises(FloatingPointError, match="inverse temperatures"):
+            conv(x, edge_index, return_energy=True)

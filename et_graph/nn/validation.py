@@ -164,6 +164,21 @@ def check_finite_tokens(out: Tensor, owner: str = "ETConv") -> None:
         )
 
 
+def check_finite_energy(energy: Tensor, beta: Tensor, owner: str = "ETConv") -> Tensor:
+    """``energy`` itself, or ``FloatingPointError`` when it is NaN or inf at finite tokens. The
+    attention term divides by each head's ``beta``: at ``beta = 0`` (a ``log_beta`` below about
+    -104 in float32, -745 in float64) it is ``-inf`` in the limit and 0/0 in floats, and at
+    ``beta = inf`` inf/inf, while the descent itself may still run."""
+    if not all_finite(energy):
+        raise FloatingPointError(
+            f"{owner}'s energy is NaN or inf at finite tokens: the inverse temperatures beta = "
+            f"{[float(b) for b in beta.detach().flatten()]} (an energy needs each finite and "
+            f"positive: training or an edit set log_beta out of range), or values beyond the "
+            f"{_dtype_name(energy.dtype)} range"
+        )
+    return energy
+
+
 _DTYPE_METHODS = {
     torch.float64: "double",
     torch.float32: "float",

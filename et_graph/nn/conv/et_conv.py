@@ -21,6 +21,7 @@ from ..validation import (
     check_chunk_size,
     check_edge_index,
     check_edge_weight,
+    check_finite_energy,
     check_finite_tokens,
     destination_chunks,
 )
@@ -158,7 +159,8 @@ class ETConv(DescentSettings, MessagePassing):
     energy; ``N = 0`` returns an empty tensor. NaN/inf features, features whose square would
     overflow the LayerNorm's variance (float32: beyond about ``1e19 / sqrt(D)``), malformed
     ``edge_index`` and wrongly shaped or out-of-range weights raise ``ValueError``; a descent
-    that turns finite inputs into NaN or inf raises ``FloatingPointError``.
+    that turns finite inputs into NaN or inf raises ``FloatingPointError``, as does an energy
+    (or ``return_energy`` trace) that is NaN or inf, e.g. at a ``beta`` of 0 or inf.
 
     Dtypes: everything is computed in the parameters' dtype. Features of lower precision (e.g.
     bfloat16/float16 on a float32 layer) are upcast and the tokens come back in the features'
@@ -346,7 +348,8 @@ class ETConv(DescentSettings, MessagePassing):
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
         edges = fn.edges(x_in, edge_index, edge_weight)
-        return fn.node_energy_of_g(fn.norm(x_in), edges).to(x.dtype)
+        return check_finite_energy(fn.node_energy_of_g(fn.norm(x_in), edges),
+                                   fn.beta).to(x.dtype)
 
     def energy(
         self,
@@ -524,7 +527,7 @@ class ETConv(DescentSettings, MessagePassing):
             check_finite_tokens(out)
         if return_energy:
             energies.append(_detached_total(fn, fn.norm(out), edges))
-            return out.to(x.dtype), torch.stack(energies).detach()
+            return out.to(x.dtype), check_finite_energy(torch.stack(energies).detach(), fn.beta)
         return out.to(x.dtype)
 
     @in_parameter_precision
@@ -662,8 +665,8 @@ class ETConv(DescentSettings, MessagePassing):
         x = fn.check_tokens(x_dense, ndim=3)
         real = _node_mask(mask)
         mask, weight = fn.dense_edges(x, mask, edge_weight)
-        return _item_energy(fn.dense_node_energy_of_g(fn.norm(x), mask, weight),
-                            real).to(x_dense.dtype)
+        energy = _item_energy(fn.dense_node_energy_of_g(fn.norm(x), mask, weight), real)
+        return check_finite_energy(energy, fn.beta).to(x_dense.dtype)
 
     @overload
     def forward_dense(
@@ -750,7 +753,7 @@ class ETConv(DescentSettings, MessagePassing):
             with torch.no_grad():
                 energies.append(_item_energy(fn.dense_node_energy_of_g(fn.norm(x), mask, weight),
                                              real))
-            return out, torch.stack(energies, dim=-1).detach()
+            return out, check_finite_energy(torch.stack(energies, dim=-1).detach(), fn.beta)
         return out
 
     def __prepare_scriptable__(self) -> ETConv:

@@ -496,6 +496,7 @@ class ETEnergy(Module):
     ) -> tuple[Tensor, Tensor]:
         """The two parts of ``dE/dg`` on the dense path, ``(attention, hopfield)``, each
         ``[B, M, D]``. They sum to :meth:`dense_grad_of_g`."""
+        self.refuse_coupling()
         k, q = self.keys_queries(g)
         grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
         return self.attention_grad_to_g(grad_k, grad_q).view(g.shape), self.hopfield_grad_of_g(g)

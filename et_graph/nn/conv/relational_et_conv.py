@@ -14,7 +14,12 @@ from ... import energy as E
 from ...fused import build_edge_plan, fused_attention_grad
 from ...native import normal_like
 from ..energy_layer_norm import EnergyLayerNorm
-from ..validation import check_batch, check_edge_index, check_finite_tokens
+from ..validation import (
+    check_batch,
+    check_edge_index,
+    check_finite_energy,
+    check_finite_tokens,
+)
 from .et_conv import DescentSettings
 from .et_energy import EdgeSet, ETEnergy, _autograd_grad, in_parameter_precision
 
@@ -289,7 +294,8 @@ class RelationalETConv(DescentSettings, Module):
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
         edges = self.edges(x_in, edge_index, edge_type)
-        return self.node_energy_of_g(fn.norm(x_in), edges).to(x.dtype)
+        return check_finite_energy(self.node_energy_of_g(fn.norm(x_in), edges), fn.beta,
+                                   type(self).__name__).to(x.dtype)
 
     def energy(
         self, x: Tensor, edge_index: Adj, edge_type: Tensor, batch: Optional[Tensor] = None
@@ -370,7 +376,9 @@ class RelationalETConv(DescentSettings, Module):
             check_finite_tokens(out, type(self).__name__)
         if return_energy:
             energies.append(self._detached_total(fn.norm(out), edges))
-            return out.to(x.dtype), torch.stack(energies).detach()
+            trace = check_finite_energy(torch.stack(energies).detach(), fn.beta,
+                                        type(self).__name__)
+            return out.to(x.dtype), trace
         return out.to(x.dtype)
 
     @torch.no_grad()
