@@ -1,18 +1,25 @@
+import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
 README = Path(__file__).with_name("README.md")
+# One version, the package's own (et_graph/__init__.py), read without importing torch.
+VERSION = re.search(r'^__version__ = "([^"]+)"',
+                    Path(__file__).with_name("et_graph").joinpath("__init__.py").read_text(),
+                    re.MULTILINE).group(1)
 
 setup(
     name="et-graph",
-    version="0.1.0",
+    version=VERSION,
     description="The Energy Transformer (ET) for PyTorch Geometric",
     long_description=README.read_text() if README.exists() else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["et_graph", "et_graph.*"]),
-    # The opt-in attention kernel is compiled from its source on first use (et_graph.native).
-    package_data={"et_graph": ["csrc/*.cpp", "csrc/*.h"]},
+    # The opt-in attention kernel is compiled from its source on first use (et_graph.native);
+    # py.typed: the public API is typed (PEP 561). The data and presets stay in the repository
+    # (datasets/, configs/): a wheel ships the code only (docs/datasets.md).
+    package_data={"et_graph": ["csrc/*.cpp", "csrc/*.h", "py.typed"]},
     python_requires=">=3.9",
     install_requires=[
         "torch>=2.3",

@@ -98,7 +98,7 @@ def fitted_scores(args: argparse.Namespace) -> dict[str, np.ndarray]:
     return kept
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="an et-graph anomaly preset")
     parser.add_argument("--models", default="et,gbt")
@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--scores", help="an .npz of fitted scores to keep, or to reuse")
     parser.add_argument("--machine", required=True, help="threads, and what ran beside")
     parser.add_argument("--out", required=True, help="probe JSON (a .md table is written beside)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.scores and Path(args.scores).is_file():
         kept = dict(np.load(args.scores))
     else:

@@ -381,7 +381,8 @@ def load_file(path: Union[str, Path]) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} " + (
-            "is a folder, not a file" if path.is_dir() else "does not exist"))
+            "is a folder, not a file" if path.is_dir() else "does not exist")
+            + _preset_hint(path))
     suffix = path.suffix.lower()
     if suffix == ".toml":
         if sys.version_info >= (3, 11):
@@ -631,10 +632,37 @@ def warn_unread_flags(given: set[str], models: Sequence[str],
 # ----------------------------------------------------------------------------------------------
 # Provenance
 # ----------------------------------------------------------------------------------------------
+def _preset_hint(path: Path) -> str:
+    """Where a missing ``configs/...`` preset is: the shipped presets live in the repository's
+    ``configs/`` folder, which a wheel does not hold, and relative paths start at the working
+    directory."""
+    if path.is_absolute() or not path.parts or path.parts[0] != "configs":
+        return ""
+    from .paths import source_checkout
+
+    checkout = source_checkout()
+    if checkout is not None and (checkout / path).is_file():
+        return f" here; the shipped preset is {checkout / path} (paths start at the working folder)"
+    if checkout is None:
+        return ("; the shipped presets are in the repository's configs/ folder, which an "
+                "installed wheel does not hold: pass the path of a copy")
+    return ""
+
+
 def git_commit(path: Union[str, Path, None] = None) -> str:
-    """The git commit of the package checkout (``"unknown"`` outside a checkout); ``+dirty``
-    when tracked files differ from it."""
-    folder = Path(path) if path else Path(__file__).resolve().parent
+    """The git commit of the package's source checkout (or of the repository holding ``path``);
+    ``+dirty`` when tracked files differ from it. ``"unknown"`` outside one: an installed wheel
+    runs no git at all, since the repository around its ``site-packages`` (a user's project
+    with its virtual environment inside) is not the package's."""
+    if path is None:
+        from .paths import source_checkout
+
+        checkout = source_checkout()
+        if checkout is None:
+            return "unknown"
+        folder = checkout
+    else:
+        folder = Path(path)
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True,
                                 text=True, timeout=10, check=True).stdout.strip()

@@ -217,6 +217,9 @@ def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Pat
         yield
         return
     folder = Path(out)
+    # The folders this run makes, deepest first: a run that fails (bad data, a wrong flag)
+    # removes those it left empty rather than leaving a results folder that holds nothing.
+    made = [path for path in [folder, *folder.parents] if not path.exists()]
     try:  # made now: a folder that cannot be (under a file, not permitted) failed after training
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -229,7 +232,15 @@ def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Pat
         written = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[results[0]] / 1e9))
         warnings.warn(f"{folder} holds an earlier run's results ({results[0]}, written "
                       f"{written}); this run replaces them", RuntimeWarning, stacklevel=3)
-    yield
+    try:
+        yield
+    except BaseException:
+        for path in made:
+            try:
+                path.rmdir()  # only when empty
+            except OSError:
+                break
+        raise
     left = sorted(str(path.relative_to(folder)) for path, stamp in earlier.items()
                   if path.is_file() and path.stat().st_mtime_ns == stamp)
     if left:

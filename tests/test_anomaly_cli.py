@@ -588,3 +588,32 @@ def test_the_printout_states_the_protocol_above_the_table(capsys):
     out = capsys.readouterr().out
     assert out.index("Anomaly detection: ") < out.index("paper/BWGNN: stratified split") < (
         out.index("| model |"))
+
+
+def test_an_installed_package_inside_a_users_repository_records_no_commit(tmp_path, monkeypatch):
+    # A virtual environment inside the user's own git project: its commit is not et-graph's.
+    import subprocess
+
+    from et_graph import paths
+    from et_graph.config import git_commit
+
+    site = tmp_path / "project" / ".venv" / "site-packages"
+    (site / "et_graph").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(tmp_path / "project")], check=True)
+    subprocess.run(["git", "-C", str(tmp_path / "project"), "-c", "user.name=u", "-c",
+                    "user.email=u@x", "commit", "-q", "--allow-empty", "-m", "init"], check=True)
+    monkeypatch.setattr(paths, "PACKAGE_DIR", site / "et_graph")
+    assert git_commit() == "unknown"
+    assert git_commit(tmp_path / "project") not in ("unknown", "")  # a path given still works
+
+
+def test_a_missing_preset_path_says_where_the_shipped_presets_are(tmp_path, monkeypatch):
+    from et_graph import paths
+    from et_graph.config import load_file
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="the shipped preset is .*configs/anomaly/tolokers"):
+        load_file("configs/anomaly/tolokers.toml")
+    monkeypatch.setattr(paths, "PACKAGE_DIR", tmp_path / "site-packages" / "et_graph")
+    with pytest.raises(FileNotFoundError, match="wheel does not hold"):
+        load_file("configs/anomaly/tolokers.toml")

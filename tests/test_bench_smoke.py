@@ -811,3 +811,21 @@ def test_every_ablation_variant_is_a_valid_command_line():
     assert unchanged == {"+ ego/neighbour readout"}
     layers = parse(anomaly.CONFIG, module.VARIANTS["+ 2 message-passing layers"])
     assert layers.et.message_passing_layers == 2
+
+
+def test_correct_and_smooth_propagates_training_labels_only():
+    import torch
+
+    module = benchmark_module("anomaly_correct_smooth_probe")
+    # a path 0 - 1 - 2 - 3, both directions; node 0 is the only training node (an anomaly)
+    edge_index = torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]])
+    adjacency = module.normalised_adjacency(edge_index, 4)
+    score = torch.full((4,), 0.2, dtype=torch.float64)
+    train = torch.tensor([True, False, False, False])
+    y_train = torch.tensor([1.0], dtype=torch.float64)
+    assert torch.equal(module.correct_and_smooth(adjacency, score, y_train, train, 0, 0, 0),
+                       score)  # both steps off: the scores themselves
+    smoothed = module.correct_and_smooth(adjacency, score, y_train, train, 0, 0, 0.5)
+    assert smoothed[1] > smoothed[2] > smoothed[3]  # the label spreads, fading with hops
+    corrected = module.correct_and_smooth(adjacency, score, y_train, train, 0.8, 1.0, 0)
+    assert corrected[0] > 0.2 and corrected[1] > corrected[3]  # the residual +0.8 spreads

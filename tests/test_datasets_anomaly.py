@@ -444,6 +444,33 @@ def test_data_folder_from_environment(tmp_path, monkeypatch):
         load_anomaly_dataset("reddit")
 
 
+
+def test_an_installed_package_finds_no_foreign_datasets_folder_and_reads_the_environment(
+        tmp_path, monkeypatch):
+    # A wheel's parent is site-packages, whose datasets/ is HuggingFace's: never the data.
+    from et_graph import paths
+    from et_graph.datasets.gnnbenchmark import resolve_root
+    from et_graph.datasets.tudataset import default_tu_root
+
+    site = tmp_path / "site-packages"
+    (site / "et_graph").mkdir(parents=True)
+    (site / "datasets" / "TUDataset").mkdir(parents=True)
+    monkeypatch.setattr(paths, "PACKAGE_DIR", site / "et_graph")
+    monkeypatch.delenv("ET_GRAPH_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert paths.source_checkout() is None and data_dir(required=False) is None
+    assert default_tu_root() is None and resolve_root("datasets") == "datasets"
+    with pytest.raises(FileNotFoundError, match="wheel ships no data"):
+        data_dir()
+    data = tmp_path / "data"
+    (data / "TUDataset").mkdir(parents=True)
+    monkeypatch.setenv("ET_GRAPH_DATA", str(data))
+    assert data_dir() == data and default_tu_root() == data / "TUDataset"
+    assert resolve_root("datasets") == str(data)
+    monkeypatch.setattr(paths, "PACKAGE_DIR", REPO / "et_graph")  # the checkout counts
+    monkeypatch.delenv("ET_GRAPH_DATA")
+    assert default_tu_root() == REPO / "datasets" / "TUDataset"
+
 def test_name_and_relation_errors():
     assert "tolokers" in ANOMALY_DATASETS and "tsocial" in ANOMALY_DATASETS
     with pytest.raises(ValueError, match="unknown anomaly dataset"):

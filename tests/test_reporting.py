@@ -43,3 +43,23 @@ def test_format_stat_hides_neither_a_failed_run_nor_a_tiny_spread():
     assert format_stat(summarize([0.5])) == "0.5000 (n = 1)"
     assert format_stat(summarize([])) == "n/a" and format_stat(None) == "n/a"
     assert math.isnan(summarize([]).get("mean"))
+
+
+def test_a_failed_run_removes_the_output_folders_it_made_empty_and_keeps_others(tmp_path):
+    import pytest
+
+    from et_graph.reporting import output_folder
+
+    with pytest.raises(ValueError, match="bad data"):
+        with output_folder(tmp_path / "runs" / "new"):
+            raise ValueError("bad data")
+    assert not (tmp_path / "runs").exists()  # both folders it made, and nothing else
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(ValueError):
+        with output_folder(tmp_path / "kept" / "run"):
+            (tmp_path / "kept" / "run" / "partial.json").write_text("{}")
+            raise ValueError("late failure")
+    assert (tmp_path / "kept" / "run" / "partial.json").is_file()  # a folder holding files stays
+    with output_folder(tmp_path / "ok"):
+        pass
+    assert (tmp_path / "ok").is_dir()

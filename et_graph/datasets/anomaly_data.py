@@ -25,6 +25,8 @@ from torch_geometric.utils import remove_self_loops, to_undirected
 
 from et_graph.nn.validation import check_edge_index, check_features
 
+from ..paths import NO_DATA_HINT, shipped_data_dir
+
 MASK_KEYS = ("train_mask", "val_mask", "test_mask")
 
 ArrayLike = Union[np.ndarray, Tensor]
@@ -34,7 +36,8 @@ def data_dir(required: bool = True) -> Optional[Path]:
     """The folder holding the shipped data files.
 
     ``$ET_GRAPH_DATA`` if set, else the repository's ``datasets/`` folder (present in a source
-    checkout or editable install). With ``required=False`` a missing folder gives ``None``.
+    checkout or editable install, never in a wheel: :mod:`et_graph.paths`). With
+    ``required=False`` a missing folder gives ``None``.
     """
     env = os.environ.get("ET_GRAPH_DATA")
     if env:
@@ -46,14 +49,11 @@ def data_dir(required: bool = True) -> Optional[Path]:
             "holding tolokers/tolokers.npz, pygod/*.pt.zip and any YelpChi.mat / Amazon.mat / "
             "tfinance.npz / tsocial.npz you have."
         )
-    folder = Path(__file__).resolve().parents[2] / "datasets"
-    if folder.is_dir():
+    folder = shipped_data_dir()
+    if folder is not None or not required:
         return folder
-    if not required:
-        return None
     raise FileNotFoundError(
-        f"No data folder found: {folder} does not exist (et_graph is probably installed without "
-        "its source checkout). Set ET_GRAPH_DATA to a folder holding the data files, or pass "
+        f"No data folder found: {NO_DATA_HINT} (or to a folder holding the data files), or pass "
         "root=DIR / path=FILE (--data-root DIR / --data FILE)."
     )
 

@@ -19,6 +19,7 @@ import numpy as np
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
+from ..paths import shipped_path
 from .gnnbenchmark_common import BenchmarkData
 from .gnnbenchmark_sbm import SBM_NAMES, sbm_benchmark
 from .superpixels import SUPERPIXEL_NAMES, superpixel_benchmark
@@ -46,7 +47,8 @@ class GNNBenchmarkDataConfig:
     Attributes:
         dataset: ZINC, PATTERN, CLUSTER, MNIST or CIFAR10.
         root: folder with ZINC/, ZINC_subset_partial/, PATTERN/, ... (PyG layout); a relative
-            root missing from the working directory is looked up in the source checkout.
+            root missing from the working directory is looked up where the shipped data are
+            (``datasets/...`` under ``$ET_GRAPH_DATA`` when set, else the source checkout).
         source: auto (official files when present, else the ZINC proxy or generated SBM graphs;
             a PATTERN/CLUSTER folder under root without its file is refused), official,
             partial (the ZINC proxy) or generated (PATTERN/CLUSTER).
@@ -108,13 +110,14 @@ def limit_graphs(graphs: list[Data], limit: Optional[int], seed: int) -> list[Da
 
 def resolve_root(root: str) -> str:
     """``root`` as given when it exists (or is absolute); a relative root that does not exist
-    from the working directory (the default ``datasets``) is looked up in the source checkout,
-    so that the shipped data are found from any folder."""
+    from the working directory (the default ``datasets``) is looked up where the shipped data
+    are (``$ET_GRAPH_DATA`` for ``datasets/...``, else the source checkout), so that they are
+    found from any folder."""
     path = Path(root).expanduser()
     if path.is_absolute() or path.exists():
         return str(path)
-    shipped = Path(__file__).resolve().parents[2] / path
-    return str(shipped) if shipped.exists() else str(path)
+    shipped = shipped_path(path)
+    return str(shipped) if shipped is not None else str(path)
 
 
 #: The settings each data source reads, where they are not read by every source.

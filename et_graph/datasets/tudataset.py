@@ -27,17 +27,15 @@ from torch_geometric.transforms import OneHotDegree
 from torch_geometric.utils import degree, is_undirected
 from tqdm.auto import tqdm
 
+from ..paths import NO_DATA_HINT, shipped_path
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
 from .locking import folder_lock, quiet_processing
 
-#: The raw TU files shipped with the repository (next to the package in a checkout).
-SHIPPED_TU_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "TUDataset"
-
 
 def default_tu_root() -> Optional[Path]:
-    """The shipped ``datasets/TUDataset`` folder of the checkout, or ``None`` when the package
-    is installed without it."""
-    return SHIPPED_TU_ROOT if SHIPPED_TU_ROOT.is_dir() else None
+    """The shipped raw TU files, ``datasets/TUDataset`` (under ``$ET_GRAPH_DATA`` when set, else
+    in the source checkout), or ``None`` when the package is installed without them."""
+    return shipped_path(Path("datasets", "TUDataset"))
 
 
 def default_tu_cache() -> Path:
@@ -232,8 +230,9 @@ def load_tudataset(
     if root is None:
         root = default_tu_root()
         if root is None:
-            raise ValueError("no TU root given and no shipped datasets/TUDataset folder found; "
-                             "pass the folder holding NAME/raw/NAME_*.txt")
+            raise ValueError("no TU root given and no shipped datasets/TUDataset folder found: "
+                             "pass the folder holding NAME/raw/NAME_*.txt (--root DIR), or "
+                             f"{NO_DATA_HINT}")
     cache = Path(cache) if cache else default_tu_cache()
     # Copying the raw files and PyG's processing run under one lock: parallel jobs on the same
     # cache would otherwise race on processed/data.pt (a half-written file fails to load).

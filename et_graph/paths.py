@@ -1,0 +1,50 @@
+"""Where the shipped data are: ``$ET_GRAPH_DATA``, or the source checkout's ``datasets/``.
+
+An editable install (``pip install -e .``) runs from the checkout, whose ``datasets/`` folder
+holds the embedded graphs. A wheel ships no data, and its parent folder is ``site-packages``,
+whose ``datasets/`` may be another package's (HuggingFace ``datasets``): the checkout counts only
+when ``setup.py`` sits beside the package.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+#: The folder of the ``et_graph`` package.
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+#: What a user of a wheel without the data is told.
+NO_DATA_HINT = ("et_graph is installed without its source checkout (a wheel ships no data): set "
+                "ET_GRAPH_DATA to a copy of the repository's datasets/ folder")
+
+
+def source_checkout() -> Optional[Path]:
+    """The repository root when the package runs from its source checkout, else ``None``."""
+    root = PACKAGE_DIR.parent
+    return root if (root / "setup.py").is_file() else None
+
+
+def shipped_data_dir() -> Optional[Path]:
+    """``$ET_GRAPH_DATA`` when set (as given, existing or not), else the checkout's
+    ``datasets/`` folder when it exists, else ``None``."""
+    env = os.environ.get("ET_GRAPH_DATA")
+    if env:
+        return Path(env).expanduser()
+    checkout = source_checkout()
+    folder = checkout / "datasets" if checkout else None
+    return folder if folder is not None and folder.is_dir() else None
+
+
+def shipped_path(relative: Path) -> Optional[Path]:
+    """A relative path written from the repository root, looked up where the data are:
+    ``datasets/X`` under :func:`shipped_data_dir` (so ``$ET_GRAPH_DATA`` serves it), any other
+    path under the checkout. ``None`` when neither holds it."""
+    parts = relative.parts
+    if parts and parts[0] == "datasets":
+        data = shipped_data_dir()
+        candidate = data.joinpath(*parts[1:]) if data is not None else None
+    else:
+        checkout = source_checkout()
+        candidate = checkout / relative if checkout else None
+    return candidate if candidate is not None and candidate.exists() else None
