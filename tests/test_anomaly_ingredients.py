@@ -18,7 +18,7 @@ from et_graph.detectors.neural import (
     known_labels,
     neighbour_label_features,
 )
-from et_graph.nn.models import ETAnomalyNet
+from et_graph.nn.models import ETAnomalyNet, weighted_bce_loss
 from et_graph.protocols.anomaly import make_splits
 from et_graph.protocols.anomaly_config import AnomalyConfig, AnomalyDataConfig, load_data
 from et_graph.training import CheckpointConfig
@@ -499,6 +499,37 @@ def test_class_balanced_training_fits_and_resumes_exactly(graph, tmp_path):
     assert_resumes_exactly(graph, tmp_path, class_balance="sample")
     assert parse(AnomalyConfig, ["--class-balance", "sample"]).train.class_balance == "sample"
 
+
+
+def test_auc_square_loss_is_the_mean_over_every_pair_and_enters_training(graph):
+    from et_graph.nn.models import auc_square_loss
+
+    torch.manual_seed(0)
+    logits = torch.randn(30, dtype=torch.float64, requires_grad=True)
+    target = (torch.rand(30) < 0.3).long()
+    prob = torch.sigmoid(logits)
+    pairs = (1.0 - (prob[target == 1][:, None] - prob[target == 0][None, :])) ** 2
+    fast = auc_square_loss(logits, target)
+    assert torch.allclose(fast, pairs.mean(), rtol=1e-12, atol=1e-14)
+    assert torch.allclose(torch.autograd.grad(fast, logits)[0],
+                          torch.autograd.grad(pairs.mean(), logits)[0], rtol=1e-10, atol=1e-14)
+    one_class = auc_square_loss(logits, torch.zeros(30, dtype=torch.long))
+    assert one_class.item() == 0.0 and one_class.requires_grad
+    # In the detector's training loss: cross-entropy plus the weighted surrogate
+    config = ETDetector(auc_loss_weight=2.0, epochs=1).config.train
+    task = NodeAnomalyTask(graph, graph.y, graph.train_mask, graph.val_mask, config,
+                           torch.Generator().manual_seed(0), False, torch.device("cpu"))
+    model = ETAnomalyNet(graph.num_features, 8, heads=1, head_dim=4)
+    batch = next(iter(task.batches(0)))
+    logits = model(batch[0], batch[1])[batch[3]]
+    target = graph.y[batch[3]]
+    expected = (weighted_bce_loss(logits, target, task.train_pos_weight)
+                + 2.0 * auc_square_loss(logits, target))
+    assert torch.allclose(task.loss(model, batch), expected)
+    assert parse(AnomalyConfig, ["--auc-loss-weight", "0.5"]).train.auc_loss_weight == 0.5
+    for bad in (-1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="auc_loss_weight"):
+            ETDetector(auc_loss_weight=bad)
 
 # ----------------------------------------------------------------------------------------------
 # The label trick for the trees (the same input ET reads)

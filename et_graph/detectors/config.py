@@ -159,6 +159,9 @@ class NodeTrainConfig(TrainConfig):
             is taken, unweighted, on as many normal as anomalous training nodes, every node of
             the rarer class and a fresh random draw of the other) or none (the loss is taken,
             unweighted, on every training node: the classes count as often as they occur).
+        auc_loss_weight: adds this multiple of the square AUC surrogate
+            (:func:`~et_graph.nn.models.anomaly.auc_square_loss`: every anomalous-normal pair of
+            the training targets pulled apart) to the cross-entropy; 0 = off.
     """
 
     epochs: int = 100
@@ -169,9 +172,13 @@ class NodeTrainConfig(TrainConfig):
     num_neighbors: str = ""
     neighbor_sampler: str = "auto"
     class_balance: str = "weight"
+    auc_loss_weight: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not (math.isfinite(self.auc_loss_weight) and self.auc_loss_weight >= 0):
+            raise ValueError(f"auc_loss_weight must be a finite number >= 0 (0 = off), got "
+                             f"{self.auc_loss_weight}")
         if self.class_balance not in CLASS_BALANCE:
             raise ValueError(
                 f"class_balance must be one of {CLASS_BALANCE}, got {self.class_balance!r}"

@@ -32,6 +32,7 @@ from ..loaders.neighbour_sampling import make_sampler, parse_fanouts
 from ..nn.edge_cache import clear_graph_caches
 from ..nn.models.anomaly import (
     ETAnomalyNet,
+    auc_square_loss,
     graph_relations,
     relation_inputs,
     weighted_bce_loss,
@@ -227,7 +228,10 @@ class NodeAnomalyTask:
         if local.numel() == 0:
             return logits.sum() * 0.0
         target = self.y[local if node_ids is None else node_ids[local]]
-        return weighted_bce_loss(logits[local], target, self.train_pos_weight)
+        loss = weighted_bce_loss(logits[local], target, self.train_pos_weight)
+        if self.config.auc_loss_weight:
+            loss = loss + self.config.auc_loss_weight * auc_square_loss(logits[local], target)
+        return loss
 
     def validate(self, model: nn.Module) -> Validation:
         extra = {**self.chunking, **relation_inputs(model, self.data)}
