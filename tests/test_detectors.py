@@ -670,3 +670,57 @@ def test_a_loaded_single_split_mask_fits_as_it_is(tmp_path):
     several.train_mask = torch.cat([loaded.train_mask, loaded.train_mask], dim=1)
     with pytest.raises(ValueError, match="one column per split"):
         MLPDetector(epochs=1).fit(several)
+
+
+def test_fitting_and_scoring_leave_the_callers_graph_where_it_was(graph):
+    # PyG's Data.to moves the object's own tensors: fit and scoring on a GPU moved the
+    # caller's graph there. They move a shallow copy (on_device); "meta" stands in for a GPU.
+    from et_graph.detectors.neural import on_device
+
+    moved = on_device(graph, torch.device("meta"))
+    assert moved.x.device.type == "meta" and graph.x.device.type == "cpu"
+    assert graph.y.device.type == "cpu" and graph.train_mask.device.type == "cpu"
+
+
+def test_a_failed_refit_leaves_the_detector_unfitted_not_half_reset(graph):
+    detector = MLPDetector(epochs=2).fit(graph)
+    assert detector.fitted_
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    detector.on_epoch = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        detector.fit(graph)
+    assert not detector.fitted_ and detector.decision_score_ is None
+    for call in (lambda: detector.decision_function(graph), lambda: detector.predict(graph),
+                 lambda: detector.save("unused.pt")):
+        with pytest.raises(RuntimeError, match="not fitted"):
+            call()
+
+
+def test_identical_features_are_named_as_the_cause_of_a_constant_score(graph):
+    flat = graph.clone()
+    flat.x = torch.ones_like(graph.x)
+    with pytest.warns(RuntimeWarning, match="every node has the same features"):
+        MLPDetector(epochs=2).fit(flat)
+
+
+def test_detectors_copy_their_config_and_check_the_device_at_construction():
+    from et_graph.detectors import ETDetectorConfig
+
+    config = ETDetectorConfig()
+    first, second = ETDetector(config), ETDetector(config, hidden=8)
+    second.config.train.lr = 0.5
+    assert first.config.train.lr == config.train.lr != 0.5  # no section shared
+    with pytest.raises(ValueError, match="meta"):
+        ETDetector(device="meta")
+    with pytest.raises(TypeError, match="device must be"):
+        ETDetector(device=None)
+
+
+def test_predict_compares_in_the_thresholds_precision(graph):
+    detector = MLPDetector(epochs=2).fit(graph)
+    score = torch.tensor([0.35, 0.36])  # float32(0.35) lies above the float64 0.35
+    detector.threshold_ = 0.35
+    assert detector._flagged(score).tolist() == [False, True]

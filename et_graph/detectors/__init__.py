@@ -1,4 +1,5 @@
-"""Node anomaly detectors with PyGOD's conventions.
+"""Node anomaly detectors with PyGOD's core conventions (``fit`` / ``decision_function`` /
+``predict``; see :mod:`et_graph.detectors.base` for what of PyGOD's API they leave out).
 
 .. code-block:: python
 

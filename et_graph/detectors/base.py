@@ -1,11 +1,16 @@
 """The detector interface, after PyGOD: ``fit`` / ``decision_function`` / ``predict``.
 
+PyGOD's core three, not its whole API: ``predict`` takes ``return_score`` and ``return_prob``
+(no ``return_conf``, ``prob_method`` or ``label_``), and the supervised detectors choose their
+threshold on validation instead of a ``contamination`` (the unsupervised one takes one).
+
 A detector owns a network (kept apart, in :mod:`et_graph.nn` or :mod:`et_graph.baselines`), its
 config, and what it learned: ``threshold_`` (chosen on validation macro-F1, as in the paper's
 protocol), ``decision_score_`` (the scores of the graph it was fitted on) and ``history_``.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import numbers
 import os
@@ -68,14 +73,23 @@ class BaseDetector:
         if unused:
             raise ValueError(f"{type(self).__name__} does not use {', '.join(unused)} (a "
                              f"setting of the shared {self.config_class.__name__})")
+        # A copy: two detectors built from one config object must not share its sections
+        # (setting b.config.train.lr changed a's and the caller's).
+        config = copy.deepcopy(config)
         self.config = apply_keywords(config, **keywords) if keywords else config
         # 1.7 became seed 1 without a word; NumPy and torch refuse negative seeds only mid-fit.
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.seed = int(seed)
         self.progress = bool(progress)
+        if not isinstance(device, (str, torch.device)):
+            raise TypeError(f"device must be 'cpu', 'cuda', 'cuda:N', 'auto' or a "
+                            f"torch.device, got {device!r}")
         device = resolve_device(device)
         check_device(device)  # a device this machine lacks fails here, not mid-fit
+        if torch.device(device).type == "meta":  # it failed only inside fit, on .item()
+            raise ValueError("device='meta' holds no values: a detector cannot fit or score "
+                             "there; use 'cpu' or a GPU")
         self.device = torch.device(device)
         if chunk_size is not None or chunk_edges is not None:
             if not getattr(self, "supports_chunks", False):
@@ -191,7 +205,11 @@ class BaseDetector:
                 "checkpoint and the threshold"
             )
         self.in_channels_ = x.size(1)
+        # Unfitted until this fit ends: a refit that fails or is interrupted must not leave the
+        # previous fit's scores beside no threshold (decision_function worked, predict not).
+        self.fitted_ = False
         self.threshold_ = None
+        self.decision_score_ = None
         # Seeded for reproducibility, without resetting the caller's random stream.
         with private_rng(self.seed, self.device):
             self._fit(data, y, train, val)
@@ -205,6 +223,9 @@ class BaseDetector:
             trace = self._loss_trace()
             hint = ("a lower learning rate may help" if trace else
                     "too few training nodes to learn from? (trees: min_samples_leaf)")
+            if x.size(0) and bool((x == x[0]).all()):  # the cause, not a tuning hint
+                hint = ("every node has the same features, so nothing tells the nodes apart "
+                        "(add informative ones, e.g. et_graph.transforms.LogDegree)")
             warnings.warn(f"{type(self).__name__}: every validation node has the same score "
                           f"({float(val_scores[0]):.4g}), so the model ranks nothing{trace}; "
                           f"{hint}", RuntimeWarning, stacklevel=2)
@@ -278,7 +299,9 @@ class BaseDetector:
 
     def _flagged(self, score: Tensor) -> Tensor:
         """``predict``'s rule: a score at or above the threshold chosen on validation."""
-        return score >= self.threshold_
+        # in float64, the precision the threshold was chosen in (a float32 score equal to the
+        # rounded threshold was flagged here and counted unflagged when it was chosen)
+        return score.double() >= self.threshold_
 
     def _probability(self, score: Tensor) -> Tensor:
         """``predict``'s ``prob``: here the score itself (a probability for these detectors)."""

@@ -51,6 +51,12 @@ from .label_trick import (
 )
 
 
+def on_device(data: Data, device: torch.device) -> Data:
+    """``data`` on ``device`` without moving the caller's graph: PyG's ``Data.to`` moves the
+    object's own tensors in place, so it acts on a shallow copy (no tensor is copied on the
+    device ``data`` already lives on)."""
+    return copy.copy(data).to(device)
+
 class NodeAnomalyTask:
     """Loss and validation of a node anomaly network ``model(x, edge_index[, node_ids])``.
 
@@ -345,7 +351,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         # BaseDetector.fit runs this under private_rng(self.seed): torch and NumPy are seeded.
         check_feature_scales(data.x, type(self).__name__)
-        data = data.to(self.device)
+        data = on_device(data, self.device)
         model = self.build_network(data.num_features, data.num_nodes).to(self.device)
         train_config: NodeTrainConfig = self.config.train
         generator = torch.Generator().manual_seed(self.seed)
@@ -420,7 +426,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         self._check_transductive(data)
         self._check_relations(data)
         self.model_.eval()
-        data = data.to(self.device)
+        data = on_device(data, self.device)
         extra = {**self.chunking(), **relation_inputs(self.model_, data)}
         try:
             return torch.sigmoid(self.model_(self.network_input(data), data.edge_index, **extra))
@@ -525,7 +531,7 @@ class ETDetector(NeuralDetector):
         self._check_transductive(data)
         self._check_relations(data)  # decision_function's check, skipped here before an audit
         self.model_.eval()
-        data = data.to(self.device)
+        data = on_device(data, self.device)
         return self.model_.energy_score(self.network_input(data), data.edge_index,
                                         **relation_inputs(self.model_, data)).float().cpu()
 

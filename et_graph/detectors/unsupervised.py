@@ -404,7 +404,7 @@ class UnsupervisedETDetector(BaseDetector):
         return self
 
     def _flagged(self, score: Tensor) -> Tensor:
-        return score > self.threshold_
+        return score.double() > self.threshold_  # in the threshold's own precision
 
     def _train(self, graph: Data) -> None:
         """Train the network on the label-free ``graph`` (under the seeded generators)."""
