@@ -527,3 +527,82 @@ def test_energy_at_a_zero_or_infinite_beta_is_refused_not_nan(log_beta):
         assert torch.isfinite(conv(x, edge_index)).all()
         with pytest.raises(FloatingPointError, match="inverse temperatures"):
             conv(x, edge_index, return_energy=True)
+
+
+def test_pyg_wrappers_that_would_misread_the_layer_are_refused():
+    from torch_geometric.data import HeteroData
+    from torch_geometric.explain.algorithm.utils import set_masks
+    from torch_geometric.nn import to_hetero_with_bases
+
+    data = HeteroData()
+    data["a"].x, data["b"].x = torch.randn(5, 8), torch.randn(4, 8)
+    data["a", "to", "b"].edge_index = torch.tensor([[0, 1, 2, 3], [0, 1, 2, 3]])
+    data["b", "rev", "a"].edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = ETConv(8, heads=2, head_dim=4, steps=1)
+
+        def forward(self, x, edge_index):
+            return self.conv(x, edge_index)
+
+    # it summed num_bases copies of the tokens, its relation weights never read
+    model = to_hetero_with_bases(Model(), data.metadata(), num_bases=3, in_channels={"x": 8})
+    with pytest.raises(ValueError, match="to_hetero_with_bases"):
+        model(data.x_dict, data.edge_index_dict)
+    # an explainer's edge mask on the autograd reference path changed nothing
+    conv = ETConv(8, heads=2, head_dim=4, grad="autograd")
+    x, edge_index = torch.randn(6, 8), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    set_masks(conv, torch.nn.Parameter(torch.zeros(5)), edge_index, apply_sigmoid=False)
+    with pytest.raises(ValueError, match="grad='autograd'"):
+        conv(x, edge_index)
+
+
+def test_an_inference_mode_call_does_not_poison_the_edge_cache_for_training():
+    x, edge_index = torch.randn(10, 8), torch.randint(0, 10, (2, 30))
+    weight = torch.rand(30)
+    conv = ETConv(8, heads=2, head_dim=4, cached=True)
+    with torch.inference_mode():  # e.g. a trainer's validation sanity check
+        conv(x, edge_index)
+    learnable = weight.clone().requires_grad_()
+    conv(x, edge_index, learnable).sum().backward()  # failed: inference tensors saved
+    assert learnable.grad is not None and torch.isfinite(learnable.grad).all()
+
+
+def test_per_graph_energies_keep_trailing_empty_graphs_given_num_graphs():
+    from torch_geometric.data import Batch, Data
+
+    from et_graph.nn import RelationalETConv
+
+    torch.manual_seed(0)
+    batch = Batch.from_data_list([
+        Data(x=torch.randn(5, 8), edge_index=torch.randint(0, 5, (2, 10))),
+        Data(x=torch.randn(0, 8), edge_index=torch.zeros(2, 0, dtype=torch.long))])
+    conv = ETConv(8, heads=2, head_dim=4)
+    energies = conv.energy(batch.x, batch.edge_index, batch=batch.batch,
+                           num_graphs=batch.num_graphs)
+    assert energies.shape == (2,) and energies[1] == 0
+    assert torch.allclose(energies.sum(), conv.energy(batch.x, batch.edge_index))
+    assert conv.energy(batch.x, batch.edge_index, batch=batch.batch).shape == (1,)
+    with pytest.raises(ValueError, match="num_graphs"):
+        conv.energy(batch.x, batch.edge_index, batch=batch.batch, num_graphs=0)
+    relational = RelationalETConv(8, 2, heads=1, head_dim=4)
+    edge_type = torch.randint(0, 2, (batch.edge_index.size(1),))
+    assert relational.energy(batch.x, batch.edge_index, edge_type, batch=batch.batch,
+                             num_graphs=3).shape == (3,)
+
+
+def test_meta_inputs_and_tracing_are_refused_with_their_reason():
+    from et_graph.nn import RelationalETConv
+
+    with pytest.raises(NotImplementedError, match="meta device"):
+        ETConv(8, heads=2, head_dim=4).to("meta")(torch.randn(10, 8, device="meta"),
+                                                  torch.randint(0, 10, (2, 30), device="meta"))
+    x, edge_index = torch.randn(6, 8), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    relational = RelationalETConv(8, 2, heads=1, head_dim=4)
+    with pytest.raises(NotImplementedError, match="torch.jit.trace"):  # unordered_map::at
+        torch.jit.trace(relational, (x, edge_index, torch.tensor([0, 1, 0, 1, 0])))
+    model = ETGraphModel(8, 2, hidden_channels=16, heads=2, head_dim=4, pe_dim=0)
+    with pytest.raises(NotImplementedError, match="torch.jit.trace"):  # __round__ on a Tensor
+        torch.jit.trace(model, (x, edge_index, torch.zeros(6, dtype=torch.long)))

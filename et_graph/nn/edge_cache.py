@@ -43,6 +43,11 @@ class EdgeCache:
 
     def put(self, tensors: tuple[Tensor, ...], num_nodes: int, value: Any) -> None:
         key = self._key(tensors, num_nodes)
+        if torch.is_inference_mode_enabled():
+            # What is built under inference mode is made of inference tensors, which a later
+            # training call could not save for backward (a validation pass under
+            # inference_mode broke the next training step with learnable edge weights).
+            key = None
         self._entry = None if key is None else (tuple(map(weakref.ref, tensors)), key, value)
 
     def fetch(self, tensors: tuple[Tensor, ...], num_nodes: int, build: Callable[[], Any],

@@ -164,6 +164,35 @@ def check_finite_tokens(out: Tensor, owner: str = "ETConv") -> None:
         )
 
 
+def sum_per_graph(per_node: Tensor, batch: Optional[Tensor], num_graphs: Optional[int] = None
+                  ) -> Tensor:
+    """``per_node [N]`` summed (a scalar), or per graph ``[num_graphs]`` given ``batch`` (graph
+    ids). ``num_graphs`` defaults to the largest id plus one; give it (``Batch.num_graphs``)
+    when the last graphs may be empty, as PyG's pooling takes ``size``."""
+    if batch is None:
+        if num_graphs is not None:
+            raise ValueError("num_graphs needs batch (the graph id of each node)")
+        return per_node.sum()
+    batch = check_batch(batch, per_node.numel())
+    largest = int(batch.max()) + 1 if batch.numel() else 0
+    if num_graphs is None:
+        num_graphs = largest
+    elif isinstance(num_graphs, bool) or not isinstance(num_graphs, int) or num_graphs < largest:
+        raise ValueError(f"num_graphs must be an int >= the largest graph id + 1 ({largest}), "
+                         f"got {num_graphs!r}")
+    return per_node.new_zeros(num_graphs).index_add(0, batch, per_node)
+
+
+def refuse_tracing(module: torch.nn.Module) -> None:
+    """``NotImplementedError`` under ``torch.jit.trace``, which would record one graph's edge
+    layout as constants (or fail deep inside with an unrelated message)."""
+    if torch.jit.is_tracing():
+        raise NotImplementedError(
+            f"{type(module).__name__} does not support torch.jit.trace (its edge layout depends "
+            "on the data): use torch.compile, or the eager module (torch.export fails on the "
+            "same data-dependent shapes)")
+
+
 def check_finite_energy(energy: Tensor, beta: Tensor, owner: str = "ETConv") -> Tensor:
     """``energy`` itself, or ``FloatingPointError`` when it is NaN or inf at finite tokens. The
     attention term divides by each head's ``beta``: at ``beta = 0`` (a ``log_beta`` below about

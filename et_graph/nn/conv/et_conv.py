@@ -17,13 +17,14 @@ from ..edge_cache import EdgeCache
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
     DEFAULT_CHUNK_SIZE,
-    check_batch,
     check_chunk_size,
     check_edge_index,
     check_edge_weight,
     check_finite_energy,
     check_finite_tokens,
     destination_chunks,
+    refuse_tracing,
+    sum_per_graph,
 )
 from .et_energy import EdgeSet, ETEnergy, _check_positive, in_parameter_precision
 
@@ -177,12 +178,14 @@ class ETConv(DescentSettings, MessagePassing):
       :class:`~et_graph.loaders.NeighbourSampler`); fewer hops give an approximation, silently.
     * **Heterogeneous graphs.** The output is the token state ``x`` after descent, not a
       message: ``to_hetero(..., aggr="sum")`` would add ``x`` once per relation into a node
-      type. Use :class:`~et_graph.nn.RelationalETConv` (one energy summed over relations, the
-      exact model) on ``data.to_homogeneous()``.
+      type (between node types the call is bipartite and refused; over one node type it runs).
+      ``to_hetero_with_bases`` is refused. Use :class:`~et_graph.nn.RelationalETConv` (one
+      energy summed over relations, the exact model) on ``data.to_homogeneous()``.
     * **Transforms.** ``torch.compile`` works (with graph breaks at the input checks;
       ``fullgraph=True`` and ``torch.export`` do not). ``torch.func`` (``grad``, ``vmap``,
       ``functional_call``) uses the reference closed form instead of the fused kernel, with
-      the same values. TorchScript (``torch.jit.script``/``trace``) is not supported.
+      the same values; under ``vmap`` the NaN/inf input check is skipped (it reads values).
+      TorchScript (``torch.jit.script``/``trace``) and the meta device are not supported.
     * **Message hooks.** The fused kernel does not call ``propagate``, so PyG's
       ``register_message_forward_hook`` and ``register_propagate_forward_hook`` hooks fire only
       on the reference path (``conv.fused = False``, or an explainer's edge mask), which gives
@@ -357,15 +360,12 @@ class ETConv(DescentSettings, MessagePassing):
         edge_index: Adj,
         edge_weight: Optional[Tensor] = None,
         batch: Optional[Tensor] = None,
+        num_graphs: Optional[int] = None,
     ) -> Tensor:
         """Total energy of state ``x`` (scalar), or per graph ``[num_graphs]`` given ``batch``
-        (an integer ``[N]`` tensor of graph ids)."""
-        per_node = self.node_energy(x, edge_index, edge_weight)
-        if batch is None:
-            return per_node.sum()
-        check_batch(batch, per_node.numel())
-        num_graphs = int(batch.max()) + 1 if batch.numel() else 0
-        return per_node.new_zeros(num_graphs).index_add(0, batch, per_node)
+        (an integer ``[N]`` tensor of graph ids); pass ``num_graphs`` (``Batch.num_graphs``)
+        when the last graphs of a batch may be empty, or they are dropped."""
+        return sum_per_graph(self.node_energy(x, edge_index, edge_weight), batch, num_graphs)
 
     @in_parameter_precision
     def energy_grad(
@@ -484,10 +484,18 @@ class ETConv(DescentSettings, MessagePassing):
         tokens ``[N, channels]`` in ``x``'s dtype, and with ``return_energy=True`` also the
         (detached) total energy ``[steps + 1]`` before each update and after the last.
         """
-        if torch.jit.is_tracing():
-            raise NotImplementedError(
-                f"{type(self).__name__} does not support torch.jit.trace (its edge layout depends "
-                "on the data): use torch.compile, or export the eager module")
+        refuse_tracing(self)
+        if getattr(self, "_edge_type", None) is not None:  # set by to_hetero_with_bases
+            raise ValueError(
+                "to_hetero_with_bases re-weights each relation's messages with a message hook, "
+                f"but {type(self).__name__}'s output is the token state after descent, not "
+                "aggregated messages: the wrapper would add up num_bases copies of it. Use "
+                "RelationalETConv on data.to_homogeneous() (one energy over the relations)")
+        if self._explain and self.grad == "autograd":
+            raise ValueError(
+                "an explainer's edge mask acts on the messages, which grad='autograd' (the "
+                "reference path) never passes: the mask would change nothing. Explain a layer "
+                "with grad='analytic' (the default)")
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)

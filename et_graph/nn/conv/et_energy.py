@@ -53,6 +53,11 @@ def in_parameter_precision(method: Method) -> Method:
         tokens = args[0] if args else next(
             (value for value in kwargs.values() if isinstance(value, Tensor)), None)
         device_type = tokens.device.type if isinstance(tokens, Tensor) else "cpu"
+        if device_type == "meta":  # (torch.autocast itself failed on it: "unsupported scalarType")
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot run on the meta device: its input checks and "
+                "its edge layout read the values. Build it under torch.device('meta') if you "
+                "like, then to_empty(device=...) and reset_parameters() before calling it")
         with torch.autocast(device_type, enabled=False):
             return method(self, *args, **kwargs)
 

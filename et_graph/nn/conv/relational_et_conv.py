@@ -15,10 +15,11 @@ from ...fused import build_edge_plan, fused_attention_grad
 from ...native import normal_like
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
-    check_batch,
     check_edge_index,
     check_finite_energy,
     check_finite_tokens,
+    refuse_tracing,
+    sum_per_graph,
 )
 from .et_conv import DescentSettings
 from .et_energy import EdgeSet, ETEnergy, _autograd_grad, in_parameter_precision
@@ -298,16 +299,13 @@ class RelationalETConv(DescentSettings, Module):
                                    type(self).__name__).to(x.dtype)
 
     def energy(
-        self, x: Tensor, edge_index: Adj, edge_type: Tensor, batch: Optional[Tensor] = None
+        self, x: Tensor, edge_index: Adj, edge_type: Tensor, batch: Optional[Tensor] = None,
+        num_graphs: Optional[int] = None,
     ) -> Tensor:
         """Total energy of state ``x`` (scalar), or per graph ``[num_graphs]`` given ``batch``
-        (an integer ``[N]`` tensor of graph ids)."""
-        per_node = self.node_energy(x, edge_index, edge_type)
-        if batch is None:
-            return per_node.sum()
-        check_batch(batch, per_node.numel())
-        num_graphs = int(batch.max()) + 1 if batch.numel() else 0
-        return per_node.new_zeros(num_graphs).index_add(0, batch, per_node)
+        (an integer ``[N]`` tensor of graph ids); pass ``num_graphs`` when the last graphs of a
+        batch may be empty, or they are dropped."""
+        return sum_per_graph(self.node_energy(x, edge_index, edge_type), batch, num_graphs)
 
     @in_parameter_precision
     def energy_grad(self, x: Tensor, edge_index: Adj, edge_type: Tensor) -> Tensor:
@@ -359,6 +357,7 @@ class RelationalETConv(DescentSettings, Module):
         in ``x``'s dtype, and with ``return_energy=True`` also the (detached) total energy
         ``[steps + 1]`` before each update and after the last.
         """
+        refuse_tracing(self)
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)

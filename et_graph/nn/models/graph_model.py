@@ -13,7 +13,13 @@ from ..conv import ETConv
 from ..dropout import Dropout
 from ..encoders import EdgeEncoder, LaplacianPEEncoder, NodeEncoder, SumMessagePassing
 from ..pool import CLSGraph, CLSPool, graph_sizes
-from ..validation import check_dtype, check_edge_index, check_rw_pe, check_within_graphs
+from ..validation import (
+    check_dtype,
+    check_edge_index,
+    check_rw_pe,
+    check_within_graphs,
+    refuse_tracing,
+)
 
 TASKS = ("classification", "regression", "node")
 #: Graph readouts: the CLS token; the CLS token concatenated with the sum and the mean of the
@@ -432,6 +438,7 @@ class ETGraphModel(nn.Module):
         num_graphs: Optional[int] = None,
         rw_pe: Optional[Tensor] = None,
     ) -> Tensor:
+        refuse_tracing(self)
         states: Optional[list[Tensor]] = [] if self.readout == "jk" else None
         out, graph, _ = self.tokens(
             x, edge_index, batch, edge_attr, lap_pe, cls_lap_pe, num_graphs, rw_pe=rw_pe,
