@@ -58,6 +58,7 @@ from torch import Tensor
 from ._sparse_warnings import quiet_sparse
 from .energy import attention_grad, hopfield_grad
 from .native import NativeAttentionGrad, native_applies
+from .precision import backward_without_autocast
 
 _INT32_MAX = 2**31 - 1
 #: dtypes the CSR kernels (``sampled_addmm``, CSR ``@``) support on every device.
@@ -306,6 +307,7 @@ class _FusedAttentionGrad(torch.autograd.Function):
         return _node_major(grad_k, heads), _node_major(grad_q, heads)
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx: Any, up_k: Optional[Tensor], up_q: Optional[Tensor]):
         saved = ctx.saved_tensors
         if wants_differentiable_backward(saved, up_k, up_q):
@@ -475,6 +477,7 @@ class _FusedReluHopfieldGrad(torch.autograd.Function):
         return out.neg_()
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx: Any, up: Tensor):
         g, xi = ctx.saved_tensors
         if torch.is_grad_enabled() and any(t.requires_grad for t in (g, xi, up)):

@@ -58,6 +58,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from .precision import backward_without_autocast
+
 CSRC = Path(__file__).with_name("csrc")
 #: One extension: the attention gradient, the mask's Gram entries, and their Python bindings.
 SOURCES = tuple(CSRC / name for name in ("bindings.cpp", "attention_grad.cpp",
@@ -290,6 +292,7 @@ class NativeAttentionGrad(torch.autograd.Function):
         return grad_k, grad_q
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx: Any, up_k: Optional[Tensor], up_q: Optional[Tensor]):
         from .fused import _FusedAttentionGrad, wants_differentiable_backward
 
@@ -367,6 +370,7 @@ class NativeGramEntries(torch.autograd.Function):
         return load_native_attention().gram_entries_forward(x.contiguous(), *edges, radius)
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx: Any, grad: Tensor):
         x, src, dst, batch, ptr = ctx.saved_tensors
         if torch.is_grad_enabled() and (x.requires_grad or grad.requires_grad):

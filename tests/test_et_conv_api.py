@@ -606,3 +606,21 @@ def test_meta_inputs_and_tracing_are_refused_with_their_reason():
     model = ETGraphModel(8, 2, hidden_channels=16, heads=2, head_dim=4, pe_dim=0)
     with pytest.raises(NotImplementedError, match="torch.jit.trace"):  # __round__ on a Tensor
         torch.jit.trace(model, (x, edge_index, torch.zeros(6, dtype=torch.long)))
+
+
+def test_backward_inside_an_autocast_block_runs():
+    # The sparse products of the fused backward were cast to bfloat16, which the CPU's CSR
+    # addmm lacks ("addmm_out_sparse_csr_impl_mkl" not implemented for 'BFloat16').
+    torch.manual_seed(0)
+    linear, conv = torch.nn.Linear(8, 8), ETConv(8, heads=2, head_dim=4)
+    x, edge_index = torch.randn(10, 8), torch.randint(0, 10, (2, 30))
+    with torch.autocast("cpu", torch.bfloat16):
+        conv(linear(x), edge_index).float().sum().backward()
+    inside = [p.grad.clone() for p in conv.parameters()]
+    conv.zero_grad()
+    with torch.autocast("cpu", torch.bfloat16):
+        out = conv(linear(x), edge_index).float().sum()
+    out.backward()  # the pattern PyTorch recommends: the layer's own precision
+    for a, p in zip(inside, conv.parameters()):
+        # autograd's own backward ops follow autocast inside the block: bfloat16 rounding
+        assert a.dtype == torch.float32 and torch.allclose(a, p.grad, rtol=0.05, atol=0.05)

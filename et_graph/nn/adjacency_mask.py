@@ -27,6 +27,7 @@ from torch_geometric.utils import cumsum, to_dense_batch
 from ..fused import functorch_active
 from ..native import gram_entries as native_gram_entries
 from ..native import native_applies
+from ..precision import backward_without_autocast
 from .pool.cls_pool import CLSGraph
 from .validation import all_finite, check_batch, check_edge_index, check_within_graphs
 
@@ -56,6 +57,7 @@ class _GramEntries(torch.autograd.Function):
         return torch.cat(grams).index_select(0, index)
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         x, index, index_t = ctx.saved_tensors
         both = grad.new_zeros(sum(count * size * size for count, size in ctx.groups))

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 
 from ..._sparse_warnings import quiet_sparse
+from ...precision import backward_without_autocast
 from ..conv import ETConv, RelationalETConv
 from ..conv.relational_et_conv import check_edge_type
 from ..dropout import Dropout
@@ -40,6 +41,7 @@ class _SparseProduct(torch.autograd.Function):
         return torch.sparse.mm(operator, tokens)
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx: Any, grad: Tensor) -> tuple[None, None, Tensor]:
         operator, transposed = ctx.operators
         return None, None, _SparseProduct.apply(transposed, operator, grad)

@@ -1,0 +1,35 @@
+"""Autocast and the hand-written backward passes.
+
+The layers compute in their parameters' dtype whatever the autocast state
+(:func:`et_graph.nn.conv.et_energy.in_parameter_precision`). A backward run inside an autocast
+block (``with torch.autocast(...): loss.backward()``, which PyTorch advises against) casts the
+ops of the backward pass too: the sparse products of the custom backward passes have no
+bfloat16 kernel on the CPU (CSR addmm), so it failed. :func:`backward_without_autocast` runs
+those in the dtype the forward pass used; autograd's own backward ops still follow the autocast
+state, so such a backward runs, in partly rounded precision. Call ``backward()`` after the
+block for the layer's own precision.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, TypeVar
+
+import torch
+from torch import Tensor
+
+Backward = TypeVar("Backward", bound=Callable[..., Any])
+
+
+def backward_without_autocast(backward: Backward) -> Backward:
+    """Decorate an ``autograd.Function.backward`` (under ``@staticmethod``) to run with
+    autocast off on the device of its incoming gradients."""
+
+    @functools.wraps(backward)
+    def run(ctx: Any, *grads: Any) -> Any:
+        device = next((g.device.type for g in grads if isinstance(g, Tensor)), "cpu")
+        if device == "meta":
+            return backward(ctx, *grads)
+        with torch.autocast(device, enabled=False):
+            return backward(ctx, *grads)
+
+    return run  # type: ignore[return-value]
