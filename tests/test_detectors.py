@@ -724,3 +724,13 @@ def test_predict_compares_in_the_thresholds_precision(graph):
     score = torch.tensor([0.35, 0.36])  # float32(0.35) lies above the float64 0.35
     detector.threshold_ = 0.35
     assert detector._flagged(score).tolist() == [False, True]
+
+
+def test_a_detectors_repr_builds_the_same_detector():
+    import et_graph.detectors as detectors
+
+    for detector in (MLPDetector(), GCNDetector(seed=3), GATDetector(hidden=8),
+                     ETDetector(seed=2, steps=2), GBTDetector(max_iter=7)):
+        # MLP and GCN printed gat_heads, which their constructor refuses; the seed was left out
+        again = eval(repr(detector), vars(detectors))
+        assert repr(again) == repr(detector) and again.seed == detector.seed

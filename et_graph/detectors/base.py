@@ -111,11 +111,16 @@ class BaseDetector:
         return to_dict(self.config)
 
     def __repr__(self) -> str:
-        fields = ", ".join(
-            f"{k}={v!r}" for section in dataclasses.asdict(self.config).values()
-            for k, v in section.items()
-        )
-        return f"{type(self).__name__}({fields})"
+        """The constructor call that builds this detector again (``eval(repr(det))``): its
+        settings, without those its class refuses, and its seed and device where not the
+        defaults."""
+        fields = [f"{k}={v!r}" for section in dataclasses.asdict(self.config).values()
+                  for k, v in section.items() if k not in self.unused_settings]
+        if self.seed:
+            fields.append(f"seed={self.seed}")
+        if self.device.type != "cpu":
+            fields.append(f"device={str(self.device)!r}")
+        return f"{type(self).__name__}({', '.join(fields)})"
 
     # ------------------------------------------------------------------------------------------
     def save(self, path: Union[str, os.PathLike]) -> None:
