@@ -396,3 +396,47 @@ def test_image_and_unsupervised_runners_on_device(argv, tmp_path, planted):
     assert cli_main([*argv, "--device", DEVICE, "--no-progress", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["meta"]["config"]["run"]["device"] == DEVICE
+
+
+def test_a_gpu_fit_gives_the_caller_back_its_cuda_random_state_and_resumes_exactly(tmp_path):
+    """private_rng forked no CUDA generator before CUDA was up, so a detector's fit overwrote the
+    caller's CUDA seed; checkpoints kept no CUDA state, so a resumed GPU run drew other dropout
+    masks than an uninterrupted one."""
+    from et_graph.training import CheckpointConfig, TrainConfig, Trainer, private_rng
+
+    torch.manual_seed(1234)
+    expected = torch.rand(4, device=DEVICE)
+    torch.manual_seed(1234)
+    with private_rng(0, DEVICE):
+        torch.rand(9, device=DEVICE)
+    assert torch.equal(torch.rand(4, device=DEVICE), expected)
+
+    class DropoutTask:
+        def batches(self, epoch):
+            yield torch.ones(8, 4, device=DEVICE)
+
+        def loss(self, model, batch):
+            return model(batch).pow(2).mean()
+
+        def validate(self, model):
+            from et_graph.training import Validation
+            return Validation(-float(model[0].weight.sum()))
+
+    def fit(folder, resume, on_epoch=None):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).to(DEVICE)
+        trainer = Trainer(TrainConfig(epochs=4, lr=0.1), CheckpointConfig(str(folder), 1, resume),
+                          progress=False, on_epoch=on_epoch)
+        trainer.fit(model, DropoutTask())
+        return model
+
+    def kill_after_epoch_1(epoch, *args, **kwargs):
+        if epoch == 1:
+            raise KeyboardInterrupt
+
+    whole = fit(tmp_path / "whole", False)
+    with pytest.raises(KeyboardInterrupt):
+        fit(tmp_path / "cut", False, kill_after_epoch_1)
+    torch.rand(100, device=DEVICE)  # the CUDA stream moves on before the resume
+    resumed = fit(tmp_path / "cut", True)
+    assert torch.equal(whole[0].weight, resumed[0].weight)

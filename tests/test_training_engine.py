@@ -564,3 +564,57 @@ def test_the_detector_skips_parts_without_training_nodes(monkeypatch):
     monkeypatch.setattr(torch.optim.Adam, "step", counted)
     ETDetector(epochs=1, hidden=8, batch_size=16).fit(graph, train_mask=train, val_mask=val)
     assert 1 <= len(steps) <= 10  # one step per part holding a training node, of 13 parts
+
+
+def test_a_resumed_run_that_had_stopped_early_reports_it(tmp_path):
+    task = ScriptedTask([0.5, 0.9, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    config = TrainConfig(epochs=8, patience=2)
+    first = Trainer(config, CheckpointConfig(str(tmp_path), 1, False), progress=False).fit(
+        nn.Linear(1, 1), task)
+    again = Trainer(config, CheckpointConfig(str(tmp_path), 1, True), progress=False).fit(
+        nn.Linear(1, 1), ScriptedTask([0.5, 0.9, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]))
+    assert first.stopped_early and again.stopped_early  # the resume said False
+    assert again.best_epoch == first.best_epoch
+
+
+def test_validation_metrics_may_not_take_the_historys_score_and_loss_names():
+    with pytest.raises(ValueError, match="val_score and val_loss"):
+        Validation(0.5, 0.1, metrics={"score": 0.9})
+    assert Validation(0.5, extra={"converged": True}).extra == {"converged": True}
+
+
+def test_an_overflowing_validation_keeps_its_error_as_the_cause():
+    class Task(ScriptedTask):
+        def validate(self, model):
+            raise FloatingPointError("division by zero in my metric")
+
+    with pytest.raises(FloatingPointError, match="no epoch gave a finite") as caught:
+        Trainer(TrainConfig(epochs=2), progress=False).fit(nn.Linear(1, 1), Task([0.1, 0.2]))
+    assert "my metric" in str(caught.value.__cause__)
+
+
+def test_private_rng_seeds_the_cpu_alone_without_cuda_and_restores_the_caller():
+    import random
+
+    import numpy as np
+
+    from et_graph.training import private_rng
+
+    torch.manual_seed(1234)
+    np.random.seed(5)
+    random.seed(6)
+    expected = (torch.rand(3), np.random.rand(), random.random())
+    torch.manual_seed(1234)
+    np.random.seed(5)
+    random.seed(6)
+    with private_rng(0, "cpu"):
+        inside = torch.rand(3)
+    torch.manual_seed(0)
+    assert torch.equal(inside, torch.rand(3))  # the same stream as a plain seed
+    torch.manual_seed(1234)
+    np.random.seed(5)
+    random.seed(6)
+    with private_rng(0, "cpu"):
+        torch.rand(5)
+    assert torch.equal(torch.rand(3), expected[0])
+    assert np.random.rand() == expected[1] and random.random() == expected[2]

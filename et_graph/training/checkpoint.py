@@ -11,6 +11,7 @@ import os
 import pickle
 import random
 import tempfile
+import warnings
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -130,7 +131,8 @@ def data_digest(*tensors: Any) -> str:
 
 
 def rng_state() -> dict[str, Any]:
-    """The global RNG states of Python, NumPy and torch, as weights-only-loadable values."""
+    """The global RNG states of Python, NumPy and torch (with CUDA's once it is up), as
+    weights-only-loadable values."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {
         "python": _to_lists(random.getstate()),
@@ -142,6 +144,9 @@ def rng_state() -> dict[str, Any]:
             "cached": float(cached),
         },
         "torch": torch.get_rng_state(),
+        # The GPU generators too (dropout masks and draws on the device), once CUDA is up.
+        **({"cuda": torch.cuda.get_rng_state_all()}
+           if torch.cuda.is_available() and torch.cuda.is_initialized() else {}),
     }
 
 
@@ -154,6 +159,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
         numpy["has_gauss"], numpy["cached"],
     ))
     torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None:
+        if torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            warnings.warn(f"the checkpoint holds the random states of {len(cuda)} CUDA "
+                          "device(s), which this machine cannot restore: the resumed run's "
+                          "draws on the GPU differ from an uninterrupted run's",
+                          RuntimeWarning, stacklevel=2)
 
 
 def _to_lists(value: Any) -> Any:

@@ -67,7 +67,9 @@ class TrainConfig:
             no validation gain, PyTorch's ``ReduceLROnPlateau`` rule: with ``lr_patience=1``
             the second such epoch halves it; a gain is a rise of the score by more than 1e-4,
             PyTorch's default threshold, so that rounding noise is no gain).
-        lr_floor: the cosine schedule's final LR, as a fraction of ``lr`` (0 to 1).
+        lr_floor: the LR the cosine schedule decays towards, as a fraction of ``lr`` (0 to 1):
+            epoch ``e`` of ``E`` trains at ``floor + (lr - floor) (1 + cos(pi e / E)) / 2``, so
+            the last epoch is still above it (with one epoch the LR stays ``lr``).
         lr_patience: the plateau schedule's patience: the epochs without a gain that it
             tolerates (the next one halves the LR).
         grad_clip: clip the gradient norm to this value (0 = no clipping).
@@ -155,8 +157,10 @@ class CheckpointConfig:
 @dataclass
 class Validation:
     """One epoch's validation result. ``score``: higher is better (negate an error); ``loss``
-    breaks ties (lower wins); ``metrics`` go into the history; ``extra`` (numbers or strings,
-    e.g. a threshold) is kept with the best epoch."""
+    breaks ties (lower wins); ``metrics`` go into the history (as ``val_<name>``; ``score`` and
+    ``loss`` are taken); ``extra`` (numbers, booleans or strings, e.g. a threshold) is kept with
+    the best epoch. A ``FloatingPointError`` raised by ``validate`` (a model that overflows on
+    the validation data) counts as a NaN score, which never wins an epoch."""
 
     score: float
     loss: float = float("nan")
@@ -171,7 +175,11 @@ class Validation:
         self.loss = _plain_number(self.loss, "Validation.loss")
         self.metrics = {str(k): _plain_number(v, f"Validation.metrics[{k!r}]")
                         for k, v in self.metrics.items()}
-        self.extra = {str(k): v if isinstance(v, str) or v is None
+        clashing = sorted(set(self.metrics) & {"score", "loss"})
+        if clashing:  # the history's val_score / val_loss would hold the metric instead
+            raise ValueError(f"Validation.metrics may not be named {clashing}: the history "
+                             "records score and loss as val_score and val_loss; rename them")
+        self.extra = {str(k): v if isinstance(v, (str, bool)) or v is None
                       else _plain_number(v, f"Validation.extra[{k!r}] (a number or a string)",
                                          keep_int=True)
                       for k, v in self.extra.items()}
@@ -422,6 +430,8 @@ class Trainer:
         stale = 0
         start_epoch = 0
         resumed_from: Optional[int] = None
+        stopped_early = False
+        validation_error: Optional[FloatingPointError] = None
         path = self.checkpoint_path
         if path is not None:
             _check_checkpoint_folder(path)
@@ -475,6 +485,7 @@ class Trainer:
             start_epoch = resumed_from = int(state["epoch"]) + 1
             if state.get("stopped"):
                 start_epoch = cfg.epochs
+                stopped_early = True  # as the uninterrupted run reported
 
         bar = tqdm(
             range(start_epoch, cfg.epochs),
@@ -482,7 +493,6 @@ class Trainer:
             leave=False,
             disable=not self.progress or rank != 0,
         )
-        stopped_early = False
         for epoch in bar:
             begin = time.perf_counter()
             train_model.train()
@@ -527,10 +537,11 @@ class Trainer:
                 with torch.no_grad():
                     try:
                         validation = task.validate(model)
-                    except FloatingPointError:
+                    except FloatingPointError as error:
                         # A model that overflows on the validation data (ET layers raise rather
                         # than return NaN) scores NaN there, which never wins an epoch.
                         validation = Validation(score=float("nan"), loss=float("nan"))
+                        validation_error = error
                     except RuntimeError as error:  # the validation pass can run out too
                         _raise_explained(error, self.validation_oom_hint, "the validation pass")
                 if not isinstance(validation, Validation):
@@ -577,10 +588,14 @@ class Trainer:
                 break
         if best is None:
             if all(math.isnan(row["train_loss"]) for row in history):
-                raise ValueError(f"{self.description}: no epoch took an optimiser step (no "
-                                 "batch held a training node): raise subgraph_ratio or "
-                                 "batch_size")
-            raise FloatingPointError(f"{self.description}: no epoch gave a finite validation score")
+                raise ValueError(f"{self.description}: no epoch took an optimiser step (every "
+                                 f"{type(task).__name__}.loss returned None; for the node "
+                                 "detectors: no batch held a training node, raise "
+                                 "subgraph_ratio or batch_size)")
+            raise FloatingPointError(f"{self.description}: no epoch gave a finite validation "
+                                     "score" + (" (the last validate raised the error below)"
+                                                if validation_error is not None else "")
+                                     ) from validation_error
         model.load_state_dict(best_state)
         model.eval()
         seconds = [row["seconds"] for row in history]
@@ -672,16 +687,27 @@ def seed_everything(seed: int) -> None:
 def private_rng(seed: int, device: Optional[torch.device] = None) -> Iterator[None]:
     """:func:`seed_everything` for the block, then give the caller back the generator states it
     had: a library call that seeds for reproducibility (a detector's ``fit``) must not reset
-    the random stream of the program around it."""
+    the random stream of the program around it.
+
+    On a machine with CUDA the CUDA generators are forked too when the block runs on a GPU or
+    CUDA is up already (seeding them lazily would overwrite a seed the caller set before CUDA
+    started); a CPU block on a machine whose CUDA is not up seeds the CPU generator alone."""
     import random
 
     devices: list[int] = []
-    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_initialized():
-        devices = [torch.device(device).index or 0]
+    on_gpu = device is not None and torch.device(device).type == "cuda"
+    if torch.cuda.is_available() and (on_gpu or torch.cuda.is_initialized()):
+        torch.cuda.init()
+        devices = list(range(torch.cuda.device_count()))
     python_state, numpy_state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=devices):
-            seed_everything(seed)
+            if devices:
+                seed_everything(seed)
+            else:  # torch.manual_seed would queue a CUDA seed that outlives the block
+                random.seed(seed)
+                np.random.seed(seed)
+                torch.default_generator.manual_seed(seed)
             yield
     finally:
         random.setstate(python_state)
