@@ -618,3 +618,19 @@ def test_private_rng_seeds_the_cpu_alone_without_cuda_and_restores_the_caller():
         torch.rand(5)
     assert torch.equal(torch.rand(3), expected[0])
     assert np.random.rand() == expected[1] and random.random() == expected[2]
+
+
+def test_a_task_missing_a_method_or_a_foreign_generator_is_named_before_training():
+    class NoValidate:
+        def batches(self, epoch):
+            yield torch.ones(1, 1)
+
+        def loss(self, model, batch):
+            return model(batch).sum()
+
+    with pytest.raises(TypeError, match="NoValidate lacks validate"):
+        Trainer(TrainConfig(epochs=1), progress=False).fit(nn.Linear(1, 1), NoValidate())
+    import numpy as np
+
+    with pytest.raises(TypeError, match="torch.Generator"):
+        Trainer(TrainConfig(epochs=1), generators=[np.random.default_rng(0)])

@@ -377,6 +377,10 @@ class Trainer:
         self.description = description
         self.progress = progress
         self.generators = list(generators)
+        for generator in self.generators:  # a NumPy Generator failed at the first save
+            if not isinstance(generator, torch.Generator):
+                raise TypeError(f"generators must be torch.Generator objects (their states are "
+                                f"checkpointed), got {type(generator).__name__}")
         self.on_epoch = on_epoch
         self.fingerprint = fingerprint
         self.oom_hint = oom_hint
@@ -414,6 +418,11 @@ class Trainer:
     def fit(self, model: nn.Module, task: TrainingTask) -> FitResult:
         """Train ``model`` on ``task``; on return the model holds the best epoch's weights and
         is in eval mode."""
+        missing = [name for name in ("batches", "loss", "validate")
+                   if not callable(getattr(task, name, None))]
+        if missing:  # (a missing validate failed with a bare AttributeError after an epoch)
+            raise TypeError(f"{type(task).__name__} lacks {', '.join(missing)}: a training task "
+                            "provides batches(epoch), loss(model, batch) and validate(model)")
         cfg = self.config
         rank, world = rank_world()
         train_model: nn.Module = model
