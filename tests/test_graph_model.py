@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -480,3 +482,40 @@ def test_higher_precision_inputs_and_short_encodings_are_named():
     double = small_model().double().eval()
     assert double(data.x.double(), data.edge_index, lap_pe=data.lap_pe.double(),
                   cls_lap_pe=data.cls_lap_pe.double()).dtype == torch.float64
+
+
+def test_graph_model_library_inputs_are_checked_by_their_own_names():
+    from torch_geometric.data import Batch, Data
+
+    from et_graph.nn import ETGraphModel
+
+    torch.manual_seed(0)
+    graph = Data(x=torch.randn(4, 3), edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]),
+                 edge_attr=torch.randn(3, 2))
+    batch = Batch.from_data_list([graph, graph])
+    plain = ETGraphModel(3, 2, hidden_channels=8, heads=2, head_dim=4, pe_dim=0).eval()
+    # forward_data dropped edge_attr without a word: a MUTAG model never saw the bonds
+    with pytest.warns(RuntimeWarning, match="holds edge_attr.*not read"):
+        plain.forward_data(batch)
+    with pytest.raises(ValueError, match="holds edge_attr"):
+        plain.forward_data(batch, unused="raise")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain.forward_data(batch, unused="ignore")
+    # num_graphs 2.7 was truncated to 2
+    with pytest.raises(ValueError, match="num_graphs must be an int"):
+        plain(batch.x, batch.edge_index, batch.batch, num_graphs=2.7)
+    edges = ETGraphModel(3, 2, hidden_channels=8, heads=2, head_dim=4, pe_dim=0, edge_dim=2)
+    with pytest.raises(ValueError, match="edge_attr is float64"):  # rounded to float32 silently
+        edges(graph.x, graph.edge_index, edge_attr=graph.edge_attr.double())
+    for kwargs, name in [({"edge_dim": 0}, "edge_dim"), ({"edge_dim": 2, "edge_channels": 0},
+                                                        "edge_channels"),
+                         ({"edge_categories": 0}, "edge_categories")]:
+        with pytest.raises(ValueError, match=name):
+            ETGraphModel(3, 2, pe_dim=0, **kwargs)
+    # message passing in training on one node: PyTorch's BatchNorm message named no cause
+    passing = ETGraphModel(3, 2, hidden_channels=8, heads=2, head_dim=4, pe_dim=0,
+                           message_passing_layers=1).train()
+    single = Data(x=torch.randn(1, 3), edge_index=torch.empty(2, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="drop_last"):
+        passing.forward_data(Batch.from_data_list([single]))

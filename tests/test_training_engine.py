@@ -578,8 +578,9 @@ def test_a_resumed_run_that_had_stopped_early_reports_it(tmp_path):
 
 
 def test_validation_metrics_may_not_take_the_historys_score_and_loss_names():
-    with pytest.raises(ValueError, match="val_score and val_loss"):
+    with pytest.raises(ValueError, match="val_score"):
         Validation(0.5, 0.1, metrics={"score": 0.9})
+    assert Validation(0.5, 0.1, metrics={"loss": 0.1}).metrics == {"loss": 0.1}  # the same
     assert Validation(0.5, extra={"converged": True}).extra == {"converged": True}
 
 

@@ -283,6 +283,10 @@ class SumMessagePassing(Module):
             raise ValueError(f"h must be [N, {self.channels}], got {tuple(h.shape)}")
         check_edge_features(edge_features, edge_index.size(1), self.edge_channels,
                             "edge_features", "these message-passing layers")
+        if self.training and h.size(0) == 1:  # BatchNorm's own message named no cause
+            raise ValueError("message-passing layers normalise over the batch's nodes "
+                             "(BatchNorm), which a training batch of one node cannot do: drop "
+                             "such a batch (DataLoader(drop_last=True)) or batch more graphs")
         source, target = edge_index[0], edge_index[1]
         for layer, mlp in enumerate(self.mlps):
             messages = h.index_select(0, source)

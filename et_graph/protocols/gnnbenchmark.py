@@ -16,6 +16,7 @@ from torch_geometric.loader import DataLoader
 
 from ..baselines.gnnbenchmark_baselines import BASELINES, READOUTS
 from ..datasets.gnnbenchmark_common import BenchmarkData
+from ..nn.models.graph_model import ETGraphModel
 from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, seed_everything
 from ..training.checkpoint import fingerprint_with_graphs
 
@@ -179,8 +180,6 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
                 baselines: Optional[BaselineConfig] = None) -> nn.Module:
     """``"et"``, ``"gin"`` or ``"gatedgcn"`` sized for ``data``."""
     if name == "et":
-        from ..nn.models.graph_model import ETGraphModel
-
         et = et or ETGraphModelConfig()
         return ETGraphModel(
             data.node_dim, data.num_outputs, task=data.task, hidden_channels=et.hidden,
@@ -211,7 +210,9 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
 # Training and evaluation
 # --------------------------------------------------------------------------------------------
 def predict(model: nn.Module, batch: Data) -> Tensor:
-    if hasattr(model, "forward_data"):
+    if isinstance(model, ETGraphModel):  # the preset, not the data, chooses what ET reads
+        out = model.forward_data(batch, unused="ignore")
+    elif hasattr(model, "forward_data"):
         out = model.forward_data(batch)
     else:
         out = model(batch.x, batch.edge_index, batch.batch,

@@ -29,6 +29,7 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
+from ..nn.models.graph_model import ETGraphModel
 from ..reporting import summarize
 from ..training import (
     CheckpointConfig,
@@ -203,7 +204,10 @@ def standardized_copies(
 
 
 def model_outputs(model: nn.Module, batch: Any) -> Tensor:
-    """Logits of a graph model on a PyG batch (``forward_data`` if the model has it)."""
+    """Logits of a graph model on a PyG batch (``forward_data`` if the model has it; the
+    preset, not the data, chooses the fields ET reads)."""
+    if isinstance(model, ETGraphModel):
+        return model.forward_data(batch, unused="ignore")
     if hasattr(model, "forward_data"):
         return model.forward_data(batch)
     return model(batch.x, batch.edge_index, batch.batch)

@@ -175,10 +175,14 @@ class Validation:
         self.loss = _plain_number(self.loss, "Validation.loss")
         self.metrics = {str(k): _plain_number(v, f"Validation.metrics[{k!r}]")
                         for k, v in self.metrics.items()}
-        clashing = sorted(set(self.metrics) & {"score", "loss"})
-        if clashing:  # the history's val_score / val_loss would hold the metric instead
-            raise ValueError(f"Validation.metrics may not be named {clashing}: the history "
-                             "records score and loss as val_score and val_loss; rename them")
+        # The history's val_score / val_loss would hold such a metric instead of the score and
+        # loss (a metric equal to them, e.g. metrics=every validation figure, changes nothing).
+        clashing = sorted(name for name, own in (("score", self.score), ("loss", self.loss))
+                          if name in self.metrics and not _same(self.metrics[name], own))
+        if clashing:
+            raise ValueError(f"Validation.metrics {clashing} differ from the Validation's own "
+                             f"{' and '.join(clashing)}: the history records those as "
+                             f"val_{clashing[0]}; rename the metric")
         self.extra = {str(k): v if isinstance(v, (str, bool)) or v is None
                       else _plain_number(v, f"Validation.extra[{k!r}] (a number or a string)",
                                          keep_int=True)
@@ -193,6 +197,10 @@ class Validation:
         if self.score == other.score and not math.isnan(self.loss):
             return math.isnan(other.loss) or self.loss < other.loss
         return False
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def _plain_number(value: Any, name: str, keep_int: bool = False) -> Union[float, int]:

@@ -1,6 +1,7 @@
 """Graph-level Energy Transformer (Hoover et al., 2023, appendix D, eqs. 23-27)."""
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
@@ -16,6 +17,7 @@ from ..pool import CLSGraph, CLSPool, graph_sizes
 from ..validation import (
     check_dtype,
     check_edge_index,
+    check_positive_int,
     check_rw_pe,
     check_within_graphs,
     refuse_tracing,
@@ -165,6 +167,14 @@ class ETGraphModel(nn.Module):
             raise ValueError("task='node' reads every node's token; readout must stay 'cls'")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        # Named here: the encoders' own messages spoke of in_channels and num_categories.
+        if edge_dim is not None:
+            check_positive_int(edge_dim, "edge_dim")
+        check_positive_int(edge_channels, "edge_channels")
+        if edge_categories is not None:
+            for size in ([edge_categories] if isinstance(edge_categories, int)
+                         else list(edge_categories)):
+                check_positive_int(size, "edge_categories (each label's number of values)")
         has_edges = edge_dim is not None or edge_categories is not None
         if has_edges and not use_mask:
             raise ValueError("edge features enter through the mask A'; set use_mask=True")
@@ -259,7 +269,13 @@ class ETGraphModel(nn.Module):
             raise ValueError(
                 f"edge_attr has {edge_attr.size(0)} rows but edge_index has {num_edges} edges"
             )
+        if edge_attr.is_floating_point():  # float64 was rounded to float32 without a word
+            check_dtype(edge_attr, self._parameter_dtype(), "edge_attr", "ETGraphModel")
         return self.edge_encoder(edge_attr)
+
+    def _parameter_dtype(self) -> torch.dtype:
+        """The parameters' floating-point dtype (the precision every input is computed in)."""
+        return next(p.dtype for p in self.parameters() if p.is_floating_point())
 
     @staticmethod
     def _edge_features(encoded: Tensor, graph: CLSGraph) -> Tensor:
@@ -446,10 +462,30 @@ class ETGraphModel(nn.Module):
         )
         return self.head(self.graph_readout(out, graph, states))
 
-    def forward_data(self, data: Any) -> Tensor:
-        """``forward`` on a PyG ``Data``/``Batch`` (reads ``x``, ``edge_index``, ``batch``,
-        ``edge_attr`` (if the model uses edge features), ``lap_pe``, ``cls_lap_pe``,
-        ``rw_pe``)."""
+    def forward_data(self, data: Any, unused: str = "warn") -> Tensor:
+        """``forward`` on a PyG ``Data``/``Batch``: reads ``x``, ``edge_index``, ``batch``,
+        ``num_graphs`` and, where the model was built for them, ``edge_attr`` (``edge_dim`` /
+        ``edge_categories``), ``lap_pe`` and ``cls_lap_pe`` (``pe_dim``) and ``rw_pe``
+        (``rw_pe_dim``). Such fields present for a model built without them are not read:
+        ``unused="warn"`` (the default) says so once per model, ``"raise"`` refuses them (as
+        :meth:`forward` does when they are passed), ``"ignore"`` is silent (the runners, whose
+        data carry every field while a preset chooses what the model reads)."""
+        if unused not in ("warn", "raise", "ignore"):
+            raise ValueError(f"unused must be 'warn', 'raise' or 'ignore', got {unused!r}")
+        readers = {"edge_attr": self.has_edge_features, "lap_pe": self.pe_encoder is not None,
+                   "cls_lap_pe": self.pe_encoder is not None,
+                   "rw_pe": self.rw_encoder is not None}
+        left = [name for name, read in readers.items()
+                if not read and getattr(data, name, None) is not None]
+        if left and unused != "ignore" and not (unused == "warn"
+                                                and getattr(self, "_warned_unused", False)):
+            message = (f"the batch holds {', '.join(left)}, which this ETGraphModel was built "
+                       "without (edge_dim / edge_categories, pe_dim, rw_pe_dim): not read")
+            if unused == "raise":
+                raise ValueError(message)
+            warnings.warn(message + " (forward_data(..., unused='ignore') to silence)",
+                          RuntimeWarning, stacklevel=2)
+            self._warned_unused = True
         return self(
             data.x,
             data.edge_index,

@@ -38,6 +38,12 @@ def graph_sizes(
     batch: Optional[Tensor], num_nodes: int, num_graphs: Optional[int] = None
 ) -> Tensor:
     """Nodes per graph ``[G]``; raises ``ValueError`` for unsorted batches and empty graphs."""
+    if num_graphs is not None:  # 2.7 was truncated to 2 without a word
+        if isinstance(num_graphs, Tensor) and num_graphs.numel() == 1 and not (
+                num_graphs.is_floating_point() or num_graphs.dtype == torch.bool):
+            num_graphs = int(num_graphs)
+        if isinstance(num_graphs, bool) or not isinstance(num_graphs, int) or num_graphs < 0:
+            raise ValueError(f"num_graphs must be an int >= 0, got {num_graphs!r}")
     if batch is None:
         if num_nodes == 0:
             raise ValueError("got a graph without nodes; every graph needs at least one node")
