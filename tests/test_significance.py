@@ -333,3 +333,14 @@ def test_holm_adjusts_a_family_of_p_values_step_down_and_the_tables_show_it():
     first = table.splitlines()[2].split(" | ")
     assert float(first[5]) == pytest.approx(min(1.0, 2 * rows[0].p_value), abs=1e-3)
     assert "Holm" not in difference_table(rows[:1])  # one row: no family
+
+
+def test_a_spread_of_rounding_is_no_spread_and_takes_the_exact_test():
+    from et_graph.protocols.significance import fold_difference, seed_difference
+
+    # the fold differences are 0.1000...09, 0.0999...98 and 0.0999...98: t said p = 3.5e-31
+    paired = fold_difference([.8, .9, .7], [.7, .8, .6], test_train_ratio=.5)
+    assert paired.p_value == 0.25 and paired.low == paired.high
+    assert fold_difference([.75, .85, .65, .8], [.7, .8, .6, .75],
+                           test_train_ratio=1 / 3).p_value == 0.125
+    assert seed_difference([0.1] * 3, [0.2] * 3).p_value == pytest.approx(0.1)
