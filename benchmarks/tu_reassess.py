@@ -45,6 +45,7 @@ from et_graph.protocols.significance import (  # noqa: E402
     compare_to,
     cv_test_train_ratio,
     format_p,
+    holm,
     signed,
 )
 from et_graph.reporting import json_text, summarize  # noqa: E402
@@ -199,6 +200,9 @@ def differences(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
                             test_train_ratio=cv_test_train_ratio(folds)):
             rows.append({"dataset": report["dataset"], "runs_per_fold": report["runs_per_fold"],
                          "candidates": len(report.get("candidates", ())) or None, **d.as_dict()})
+    # The whole table is one family, as an et-graph compare table is: Holm over its rows.
+    for row, adjusted in zip(rows, holm([row["p_value"] for row in rows])):
+        row["p_holm"] = adjusted
     return rows
 
 
@@ -209,7 +213,8 @@ def differences_table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
     others = [m for m in MODELS if m != "et"]
-    columns = ["dataset", "estimator", *(f"ET − {NAMES[m]}: points [95% interval], p, folds "
+    columns = ["dataset", "estimator", *(f"ET − {NAMES[m]}: points [95% interval], p (Holm over "
+                                         "the table), folds "
                                          "ahead/level/behind" for m in others)]
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     keyed = {(r["dataset"], r["candidates"], r["metric"], r["second"]): r for r in rows}
@@ -223,7 +228,8 @@ def differences_table(rows: list[dict[str, Any]]) -> str:
                 cells.append("–")
                 continue
             points = [signed(100 * r[key], 1) for key in ("mean", "low", "high")]
-            text = (f"{points[0]} [{points[1]}, {points[2]}], p {format_p(r['p_value'])}, "
+            text = (f"{points[0]} [{points[1]}, {points[2]}], p {format_p(r['p_value'])} "
+                    f"(Holm {format_p(r['p_holm'])}), "
                     + "/".join(map(str, r["wins"])))
             cells.append(f"**{text}**" if r["low"] > 0 or r["high"] < 0 else text)
         lines.append("| " + " | ".join(cells) + " |")
