@@ -476,9 +476,13 @@ class Trainer:
                 optimizer.load_state_dict(state["optimizer"])
             except (RuntimeError, ValueError, KeyError) as error:
                 # Same fingerprint, other shapes: the caller's fingerprint missed a setting.
+                # torch's first line is only "Error(s) in loading state_dict for Linear:"; the
+                # mismatches (missing keys, shapes) follow it.
+                detail = "; ".join(line.strip() for line in str(error).splitlines()
+                                   if line.strip())[:600]
                 raise CheckpointError(
-                    f"{path} does not fit this model ({str(error).splitlines()[0]}); use "
-                    "another checkpoint_dir or drop resume") from error
+                    f"{path} does not fit this model ({detail}); use another checkpoint_dir or "
+                    "drop resume") from error
             if scheduler is not None and state.get("scheduler") is not None:
                 scheduler.load_state_dict(state["scheduler"])
             if average is not None:
