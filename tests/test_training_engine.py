@@ -1,6 +1,10 @@
 """The one training engine: best-epoch selection and its tie rule, patience, schedules, atomic
 checkpoints, kill/resume equivalence and clear errors."""
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -635,3 +639,62 @@ def test_a_task_missing_a_method_or_a_foreign_generator_is_named_before_training
 
     with pytest.raises(TypeError, match="torch.Generator"):
         Trainer(TrainConfig(epochs=1), generators=[np.random.default_rng(0)])
+
+
+DDP_UNUSED_SCRIPT = '''
+import os, sys
+import torch
+import torch.distributed as dist
+from torch import nn
+from et_graph.training import TrainConfig, Trainer, Validation
+
+
+class HalfUsed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used, self.unused = nn.Linear(2, 2), nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.used(x)  # self.unused never takes part
+
+
+class Task:
+    def batches(self, epoch):
+        yield torch.ones(4, 2)
+
+    def loss(self, model, batch):
+        return model(batch).pow(2).mean()
+
+    def validate(self, model):
+        return Validation(-float(model.used.weight.abs().sum()))
+
+
+def run(rank, find):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = HalfUsed()
+    Trainer(TrainConfig(epochs=2), progress=False, find_unused_parameters=find).fit(model, Task())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    torch.multiprocessing.spawn(run, args=(sys.argv[2] == "1",), nprocs=2)
+'''
+
+
+def test_ddp_trains_a_model_with_unused_parameters_when_asked(tmp_path):
+    import random
+
+    script = tmp_path / "ddp_unused.py"
+    script.write_text(DDP_UNUSED_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    port = str(random.randint(20000, 40000))
+    ok = subprocess.run([sys.executable, str(script), port, "1"], env=env, capture_output=True,
+                        text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    port = str(int(port) + 1)
+    failed = subprocess.run([sys.executable, str(script), port, "0"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0 and "find_unused_parameters" in failed.stderr

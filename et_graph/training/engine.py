@@ -366,6 +366,9 @@ class Trainer:
             checkpoint with another fingerprint raises ``ValueError``.
         oom_hint: appended to the message of an out-of-memory error raised in a training step.
         validation_oom_hint: the same for the validation pass (default: ``oom_hint``).
+        find_unused_parameters: under DDP, let ``DistributedDataParallel`` allow parameters
+            that a step leaves without a gradient (its ``find_unused_parameters``; slower, so
+            off by default). Without it such a model fails with torch's advice to set it.
     """
 
     def __init__(
@@ -379,8 +382,10 @@ class Trainer:
         fingerprint: str = "",
         oom_hint: str = "",
         validation_oom_hint: Optional[str] = None,
+        find_unused_parameters: bool = False,
     ) -> None:
         self.config = config
+        self.find_unused_parameters = bool(find_unused_parameters)
         self.checkpoint = checkpoint or CheckpointConfig()
         self.description = description
         self.progress = progress
@@ -435,7 +440,8 @@ class Trainer:
         rank, world = rank_world()
         train_model: nn.Module = model
         if world > 1:
-            train_model = nn.parallel.DistributedDataParallel(model)
+            train_model = nn.parallel.DistributedDataParallel(
+                model, find_unused_parameters=self.find_unused_parameters)
         optimizer = self.make_optimizer(model)
         scheduler = self.make_scheduler(optimizer)
         average = WeightAverage(model, cfg.ema_decay) if cfg.ema_decay else None
