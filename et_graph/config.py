@@ -258,6 +258,37 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     raise TypeError(f"unsupported config type {annotation!r} at {where}")
 
 
+def check_ranges(section: Any, name: str, positive_ints: Sequence[str] = (),
+                 dropouts: Sequence[str] = (), positive: Sequence[str] = (),
+                 non_negative: Sequence[str] = ()) -> None:
+    """``ValueError`` naming ``name.field`` for a section's widths and counts that are not
+    positive ints, dropouts outside [0, 1), rates that are not finite and positive (or >= 0).
+    ``None`` (an optional field's "use the other setting") passes. Without these a bad
+    baseline width or dropout failed inside torch after the data had loaded, or under another
+    setting's name."""
+    import math
+
+    def value(field: str) -> Any:
+        return getattr(section, field)
+
+    for field in positive_ints:
+        v = value(field)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise ValueError(f"{name}.{field} must be a positive integer, got {v!r}")
+    for field in dropouts:
+        v = value(field)
+        if v is not None and not (math.isfinite(v) and 0.0 <= v < 1.0):
+            raise ValueError(f"{name}.{field} must lie in [0, 1), got {v!r}")
+    for field in positive:
+        v = value(field)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{name}.{field} must be a finite number > 0, got {v!r}")
+    for field in non_negative:
+        v = value(field)
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name}.{field} must be a finite number >= 0, got {v!r}")
+
+
 def replace_fields(section: T, values: Mapping[str, Any], where: str = "") -> T:
     """A copy of the section dataclass with ``values`` (checked and coerced) replaced."""
     hints = _hints(type(section))
@@ -265,29 +296,47 @@ def replace_fields(section: T, values: Mapping[str, Any], where: str = "") -> T:
     unknown = sorted(set(values) - names)
     if unknown:
         raise ValueError(
-            f"unknown key(s) {unknown} in [{where or type(section).__name__}]; "
-            f"known: {sorted(names)}"
+            f"unknown key(s) {unknown} in [{where or type(section).__name__}]"
+            f"{_did_you_mean(unknown, names)}; known: {sorted(names)}"
         )
     coerced = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in values.items()}
     return dataclasses.replace(section, **coerced)
 
 
-def merge(config: T, overrides: Mapping[str, Any]) -> T:
-    """Apply ``{section: {field: value}}`` (or dotted ``{"section.field": value}``) to a task
-    config and return the new config; unknown sections or keys raise ``ValueError``."""
+def _did_you_mean(unknown: Sequence[str], known: Any) -> str:
+    """``" (did you mean 'epochs'?)"`` for the closest known names of mistyped ones."""
+    import difflib
+
+    close = {name: difflib.get_close_matches(name, list(known), n=1) for name in unknown}
+    hints = [f"{name!r} -> {match[0]!r}" for name, match in close.items() if match]
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""
+
+
+def nested_overrides(overrides: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{section: {field: value}}`` from nested tables or dotted ``"section.field"`` keys."""
     nested: dict[str, dict[str, Any]] = {}
     for key, value in overrides.items():
         if isinstance(value, Mapping):
             nested.setdefault(key, {}).update(value)
+        elif value is None and "." not in key:  # a YAML section whose keys are all commented
+            nested.setdefault(key, {})
         elif "." in key:
             section, name = key.split(".", 1)
             nested.setdefault(section, {})[name] = value
         else:
             raise ValueError(f"top-level key {key!r} must be a [section] table")
+    return nested
+
+
+def merge(config: T, overrides: Mapping[str, Any]) -> T:
+    """Apply ``{section: {field: value}}`` (or dotted ``{"section.field": value}``) to a task
+    config and return the new config; unknown sections or keys raise ``ValueError``."""
+    nested = nested_overrides(overrides)
     current = sections(config)
     unknown = sorted(set(nested) - set(current))
     if unknown:
-        raise ValueError(f"unknown section(s) {unknown}; known: {sorted(current)}")
+        raise ValueError(f"unknown section(s) {unknown}{_did_you_mean(unknown, current)}; "
+                         f"known: {sorted(current)} (a preset of another task?)")
     changes = {name: replace_fields(current[name], values, name)
                for name, values in nested.items()}
     return dataclasses.replace(config, **changes)
@@ -390,13 +439,20 @@ def load_file(path: Union[str, Path]) -> dict[str, Any]:
         else:  # pragma: no cover - Python < 3.11
             import tomli as tomllib
         with open(path, "rb") as handle:
-            data = tomllib.load(handle)
+            try:
+                data = tomllib.load(handle)
+            except tomllib.TOMLDecodeError as error:  # named the line but not the file
+                raise ValueError(f"{path}: {error}") from None
     elif suffix in (".yaml", ".yml"):
         try:
             import yaml
         except ImportError as error:  # pragma: no cover
             raise ImportError("YAML presets need PyYAML: pip install pyyaml") from error
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            data = yaml.load(path.read_text(), Loader=_yaml_loader()) or {}
+        except yaml.YAMLError as error:  # a raw traceback "in <unicode string>"
+            text = " ".join(str(error).replace('in "<unicode string>", ', "at ").split())
+            raise ValueError(f"{path}: {text}") from None
     else:
         raise ValueError(f"config files are .toml, .yaml or .yml, got {path.name}")
     if not isinstance(data, dict):
@@ -412,7 +468,15 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    return json.dumps(str(value))
+    # TOML's basic strings take JSON's escapes, but not its surrogate pairs (ensure_ascii wrote
+    # an emoji as two, which TOML refuses) nor a raw DEL
+    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _toml_key(key: Any) -> str:
+    """A bare TOML key where it may be one, else a quoted one ("my key" was written bare)."""
+    key = str(key)
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_value(key)
 
 
 def dumps_toml(config: Any, meta: Optional[Mapping[str, Any]] = None) -> str:
@@ -420,7 +484,7 @@ def dumps_toml(config: Any, meta: Optional[Mapping[str, Any]] = None) -> str:
     lines: list[str] = []
     if meta:
         lines.append("[meta]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in meta.items()]
+        lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in meta.items()]
         lines.append("")
     for name, section in sections(config).items():
         lines.append(f"[{name}]")
@@ -510,17 +574,45 @@ def resolve(cls: type[T], args: argparse.Namespace, base: Optional[T] = None) ->
     config = cls() if base is None else base
     files = getattr(args, "config", None) or []
     paths = [files] if isinstance(files, (str, Path)) else list(files)  # a script may set one
+    given = {k: v for k, v in vars(args).items() if "." in k}
+    # Every layer's settings first, validated together: a preset with resume = true whose
+    # --checkpoint-dir comes as a flag (or from a later preset) was refused on its own.
+    layered: dict[str, dict[str, Any]] = {}
     for path in paths:
         try:
-            config = merge(config, load_file(path))
-        except ValueError as error:
-            if len(paths) > 1:  # say which of the layered presets is wrong
-                raise ValueError(f"{path}: {error}") from None
-            raise
+            settings = nested_overrides(load_file(path))
+            check_names_and_types(config, settings)
+        except ValueError as error:  # say which preset is wrong
+            raise ValueError(f"{path}: {error}") from None
+        for name, values in settings.items():
+            layered.setdefault(name, {}).update(values)
+    for key, value in given.items():
+        section, name = key.split(".", 1)
+        layered.setdefault(section, {})[name] = value
+    config = merge(config, layered)
     if getattr(args, "quick", False):
         config = merge(config, quick_overrides(config, getattr(cls, "QUICK", {})))
-    given = {k: v for k, v in vars(args).items() if "." in k}
-    return merge(config, given)
+        config = merge(config, given)  # flags win over --quick
+    return config
+
+
+def check_names_and_types(config: Any, nested: Mapping[str, Mapping[str, Any]]) -> None:
+    """``ValueError`` for an unknown section or key or a value of the wrong type in ``nested``
+    (``{section: {field: value}}``), without the checks that read several fields together:
+    one preset of several layers is checked alone, the joined settings in full."""
+    current = sections(config)
+    unknown = sorted(set(nested) - set(current))
+    if unknown:
+        raise ValueError(f"unknown section(s) {unknown}{_did_you_mean(unknown, current)}; "
+                         f"known: {sorted(current)} (a preset of another task?)")
+    for name, values in nested.items():
+        hints = _hints(type(current[name]))
+        missing = sorted(set(values) - set(hints))
+        if missing:
+            raise ValueError(f"unknown key(s) {missing} in [{name}]"
+                             f"{_did_you_mean(missing, hints)}; known: {sorted(hints)}")
+        for key, value in values.items():
+            _coerce(value, hints[key], f"{name}.{key}")
 
 
 def quick_overrides(config: Any, quick: Mapping[str, Any]) -> dict[str, Any]:
@@ -632,6 +724,25 @@ def warn_unread_flags(given: set[str], models: Sequence[str],
 # ----------------------------------------------------------------------------------------------
 # Provenance
 # ----------------------------------------------------------------------------------------------
+def _yaml_loader() -> Any:
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last:
+    a second [train] block dropped the first without a word; TOML refuses it too)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} is given twice", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def _preset_hint(path: Path) -> str:
     """Where a missing ``configs/...`` preset is: the shipped presets live in the repository's
     ``configs/`` folder, which a wheel does not hold, and relative paths start at the working

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Optional
 
 from torch_geometric.data import Data
 
-from ..config import RunConfig, parse_model_list
+from ..config import RunConfig, check_ranges, parse_model_list
 from ..datasets.fraud_mat import check_unlabelled_prefix
 from ..detectors import (
     DETECTORS,
@@ -185,6 +185,11 @@ class BaselineConfig:
     gat_heads: int = 4
     baseline_lr: float = 0.01
     baseline_weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_ranges(self, "baselines", positive_ints=("baseline_hidden", "gat_heads"),
+                     dropouts=("baseline_dropout",), positive=("baseline_lr",),
+                     non_negative=("baseline_weight_decay",))
 
 
 @dataclass

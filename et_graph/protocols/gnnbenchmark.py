@@ -15,6 +15,7 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
 from ..baselines.gnnbenchmark_baselines import BASELINES, READOUTS
+from ..config import check_ranges
 from ..datasets.gnnbenchmark_common import BenchmarkData
 from ..nn.models.graph_model import ETGraphModel
 from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, seed_everything
@@ -150,6 +151,8 @@ class BaselineConfig:
     baseline_readout: str = "last"
 
     def __post_init__(self) -> None:
+        check_ranges(self, "baselines", positive_ints=("baseline_hidden", "baseline_layers"),
+                     dropouts=("baseline_dropout",))
         if self.baseline_readout not in READOUTS:
             raise ValueError(f"baseline_readout must be one of {READOUTS}, "
                              f"got {self.baseline_readout!r}")

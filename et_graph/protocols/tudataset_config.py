@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Optional
 
 from .. import config as config_grid
 from ..baselines.graph_baselines import GINClassifier, StructureAgnosticMLP
-from ..config import RunConfig, parse_model_list
+from ..config import RunConfig, check_ranges, parse_model_list
 from ..nn.models.graph_model import ETGraphModel
 from .graph_cv import GraphTrainConfig
 
@@ -184,6 +184,10 @@ class TUBaselinesConfig:
     mlp_hidden: Optional[int] = 128
     mlp_dropout: Optional[float] = 0.5
     gin_edges: bool = False
+
+    def __post_init__(self) -> None:
+        check_ranges(self, "baselines", positive_ints=("gin_hidden", "gin_layers", "mlp_hidden"),
+                     dropouts=("baseline_dropout", "mlp_dropout"))
 
 
 @dataclass

@@ -1,0 +1,75 @@
+"""Presets as a user edits them: layered validation, YAML and TOML pitfalls, round trips."""
+from __future__ import annotations
+
+import pytest
+
+from et_graph.config import load_file, merge, parse, write_preset
+from et_graph.protocols.anomaly_config import AnomalyConfig
+from et_graph.protocols.gnnbenchmark_config import GNNBenchmarkConfig
+from et_graph.protocols.tudataset_config import TUDatasetConfig
+
+
+def test_a_preset_is_checked_together_with_the_flags_and_later_presets(tmp_path):
+    # resume = true in the file, its --checkpoint-dir as a flag: refused before ("needs
+    # --checkpoint-dir"), since each layer was validated alone
+    preset = tmp_path / "resume.toml"
+    preset.write_text("[run]\nresume = true\n")
+    config = parse(AnomalyConfig, ["--config", str(preset), "--checkpoint-dir", "ck"])
+    assert config.run.resume and config.run.checkpoint_dir == "ck"
+    sampler = tmp_path / "sampler.toml"
+    sampler.write_text('[train]\nneighbor_sampler = "builtin"\nnum_neighbors = "10,5"\n')
+    later = tmp_path / "batch.toml"
+    later.write_text("[train]\nbatch_size = 512\n")
+    config = parse(AnomalyConfig, ["--config", str(sampler), "--config", str(later)])
+    assert config.train.batch_size == 512 and config.train.num_neighbors == "10,5"
+    with pytest.raises(ValueError, match="needs batch_size"):  # still checked, once joined
+        parse(AnomalyConfig, ["--config", str(sampler)])
+
+
+def test_misspelt_keys_name_the_file_and_the_closest_key(tmp_path):
+    preset = tmp_path / "typo.toml"
+    preset.write_text("[train]\nepoch = 3\n")
+    with pytest.raises(ValueError, match=r"typo.toml: unknown key.*'epoch' -> 'epochs'"):
+        parse(AnomalyConfig, ["--config", str(preset)])
+    other = tmp_path / "other.toml"
+    other.write_text("[gbt]\nmax_iter = 3\n")
+    with pytest.raises(ValueError, match="another task"):
+        parse(TUDatasetConfig, ["--config", str(other)])
+
+
+def test_yaml_duplicates_and_syntax_errors_are_named(tmp_path):
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("train:\n  epochs: 3\ntrain:\n  lr: 0.5\n")  # the first block vanished
+    with pytest.raises(ValueError, match="twice.yaml: key 'train' is given twice"):
+        load_file(twice)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("train:\n  epochs: [3\n")  # a raw yaml.ParserError traceback
+    with pytest.raises(ValueError, match="broken.yaml"):
+        load_file(broken)
+    toml = tmp_path / "broken.toml"
+    toml.write_text("[train]\nepochs = 3\nepochs = 4\n")
+    with pytest.raises(ValueError, match="broken.toml"):
+        load_file(toml)
+    commented = tmp_path / "commented.yaml"
+    commented.write_text("train:\n  # epochs: 3\n")  # a section whose keys are commented out
+    assert parse(AnomalyConfig, ["--config", str(commented)]).train == AnomalyConfig().train
+
+
+def test_written_presets_load_back_whatever_their_strings_and_meta_keys(tmp_path):
+    config = merge(AnomalyConfig(), {"run": {"out": 'résultats/😀 "q"\nx\x7f'}})
+    path = write_preset(config, tmp_path / "p.toml", meta={"my key": "😀", "plain": 1})
+    assert parse(AnomalyConfig, ["--config", str(path)]) == config  # TOML refused the file
+
+
+@pytest.mark.parametrize("cls, argv, name", [
+    (AnomalyConfig, ["--baseline-dropout", "nan"], "baselines.baseline_dropout"),
+    (AnomalyConfig, ["--baseline-lr", "0"], "baselines.baseline_lr"),
+    (TUDatasetConfig, ["--mlp-hidden", "-3"], "baselines.mlp_hidden"),
+    (TUDatasetConfig, ["--gin-layers", "0"], "baselines.gin_layers"),
+    (TUDatasetConfig, ["--mlp-dropout", "1.5"], "baselines.mlp_dropout"),
+    (GNNBenchmarkConfig, ["--baseline-dropout", "nan"], "baselines.baseline_dropout"),
+])
+def test_baseline_settings_are_checked_when_parsed_under_their_own_names(cls, argv, name):
+    # they failed inside torch after the data had loaded, or named train.lr
+    with pytest.raises(ValueError, match=name):
+        parse(cls, argv)
