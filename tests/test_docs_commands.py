@@ -172,3 +172,12 @@ def test_python_snippets_compile_and_their_imports_exist():
                     if alias.name.startswith("et_graph"):
                         importlib.import_module(alias.name)
     assert not missing, missing
+
+
+def test_the_readmes_etconv_block_runs_as_written():
+    """It used x_dense a line before defining it, and names nothing defined elsewhere."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Using `ETConv`", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["out"].shape == (2, 50, 64)
