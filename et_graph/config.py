@@ -254,6 +254,8 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     if base is str:
         if isinstance(value, (list, tuple)):  # a list field written as a TOML array
             return ",".join(str(item) for item in value)
+        if isinstance(value, Mapping):  # an inline table became the text "{'a': 1}"
+            raise ValueError(f"{where} must be text, got a table {value!r}")
         return str(value)
     raise TypeError(f"unsupported config type {annotation!r} at {where}")
 

@@ -73,3 +73,10 @@ def test_baseline_settings_are_checked_when_parsed_under_their_own_names(cls, ar
     # they failed inside torch after the data had loaded, or named train.lr
     with pytest.raises(ValueError, match=name):
         parse(cls, argv)
+
+
+def test_a_text_setting_given_a_table_is_refused(tmp_path):
+    preset = tmp_path / "table.toml"
+    preset.write_text("[data]\nrelation = {a = 1}\n")  # became the text "{'a': 1}"
+    with pytest.raises(ValueError, match="data.relation must be text"):
+        parse(AnomalyConfig, ["--config", str(preset)])
