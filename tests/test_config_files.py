@@ -80,3 +80,11 @@ def test_a_text_setting_given_a_table_is_refused(tmp_path):
     preset.write_text("[data]\nrelation = {a = 1}\n")  # became the text "{'a': 1}"
     with pytest.raises(ValueError, match="data.relation must be text"):
         parse(AnomalyConfig, ["--config", str(preset)])
+
+
+def test_quick_caps_a_presets_runs_per_fold(tmp_path):
+    preset = tmp_path / "three.toml"
+    preset.write_text("[protocol]\nruns_per_fold = 3\n")  # a smoke run trained each fold 3 times
+    assert parse(TUDatasetConfig, ["--config", str(preset), "--quick"]).protocol.runs_per_fold == 1
+    assert parse(TUDatasetConfig, ["--config", str(preset), "--quick", "--runs-per-fold", "2"]
+                 ).protocol.runs_per_fold == 2  # a flag still wins

@@ -215,7 +215,7 @@ class TUDatasetConfig:
     #: ``--quick``: the first 2 folds, 2 epochs, a small ET (one block of width 16).
     QUICK: ClassVar[dict[str, Any]] = {
         "protocol.max_folds": 2, "train.epochs": 2, "et.hidden": 16, "et.blocks": 1,
-        "et.steps": 2,
+        "et.steps": 2, "protocol.runs_per_fold": 1,
     }
 
 
