@@ -344,3 +344,11 @@ def test_a_spread_of_rounding_is_no_spread_and_takes_the_exact_test():
     assert fold_difference([.75, .85, .65, .8], [.7, .8, .6, .75],
                            test_train_ratio=1 / 3).p_value == 0.125
     assert seed_difference([0.1] * 3, [0.2] * 3).p_value == pytest.approx(0.1)
+
+
+def test_a_stored_difference_with_a_tables_extra_keys_reads_back():
+    from et_graph.protocols.significance import Difference, fold_difference
+
+    stored = {**fold_difference([.8, .7, .9], [.7, .7, .6], test_train_ratio=.5).as_dict(),
+              "p_holm": 0.9, "dataset": "X"}  # tu_reassess rows carry these beside their own
+    assert Difference.from_dict(stored).p_value == stored["p_value"]

@@ -40,6 +40,7 @@ difference, not as a tie proven.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -99,8 +100,11 @@ class Difference:
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> Difference:
-        """The inverse of :meth:`as_dict` (a stored ``results.json`` entry)."""
-        fields = {k: v for k, v in record.items() if k != "verdict"}
+        """The inverse of :meth:`as_dict` (a stored ``results.json`` entry). What a table adds
+        beside a difference's own fields (its verdict, its Holm-adjusted p, a summary's
+        dataset) is left out."""
+        own = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in record.items() if k in own}
         if fields.get("wins") is not None:
             fields["wins"] = tuple(fields["wins"])
         return cls(**fields)
