@@ -42,7 +42,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     module = importlib.import_module(module_name)
     if not hasattr(module, "CONFIG"):
         return module.build_parser()
-    parser = argparse.ArgumentParser(prog=f"et-graph {command}", description=help_text)
+    parser = argparse.ArgumentParser(prog=f"et-graph {command}", description=help_text,
+                                     allow_abbrev=False)
     add_config_arguments(parser, module.CONFIG)
     return parser
 

@@ -665,7 +665,9 @@ def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Option
     """:func:`parse`, and the ``section.field`` names of the flags given on the command line
     (a task can then say which of them its chosen models never read)."""
     base = merge(cls(), defaults) if defaults else None
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    # No abbreviations: "--ep 7" set epochs, and would set another field once a flag sharing
+    # the prefix is added; a preset's command line must mean the same in every release.
+    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
     add_config_arguments(parser, cls, base)
     args = parser.parse_args(argv)
     given = {key for key in vars(args) if "." in key}

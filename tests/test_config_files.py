@@ -88,3 +88,8 @@ def test_quick_caps_a_presets_runs_per_fold(tmp_path):
     assert parse(TUDatasetConfig, ["--config", str(preset), "--quick"]).protocol.runs_per_fold == 1
     assert parse(TUDatasetConfig, ["--config", str(preset), "--quick", "--runs-per-fold", "2"]
                  ).protocol.runs_per_fold == 2  # a flag still wins
+
+
+def test_abbreviated_flags_are_refused():
+    with pytest.raises(SystemExit):  # "--ep 7" set epochs
+        parse(AnomalyConfig, ["--ep", "7"])

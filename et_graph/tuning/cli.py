@@ -62,7 +62,8 @@ def bond_switches_text() -> str:
 def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser of ``et-graph tune TASK``: the tuning options and the task's own flags."""
     parser = argparse.ArgumentParser(prog="et-graph tune", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)  # as the task parsers (config.py)
     parser.add_argument("task", choices=TASKS)
     tune = parser.add_argument_group("tuning")
     # Placeholders and defaults written as the task's own flags write them (INT, FLOAT, TEXT).
