@@ -111,6 +111,13 @@ class RunConfig:
             set_native_attention(True)
         elif native_attention_enabled():
             self.native_attention = True
+        if self.native_attention and not str(self.device).startswith("cpu"):
+            # The kernels are CPU code: on a GPU nothing calls them, and the results would
+            # record a path that never ran.
+            warnings.warn(f"native_attention: the compiled kernels run on the CPU only; on "
+                          f"device {self.device!r} the layers use their own GPU path (recorded "
+                          "as native_attention = false)", RuntimeWarning, stacklevel=2)
+            self.native_attention = False
 
     def checkpoint(self, *parts: str) -> Optional[CheckpointConfig]:
         """A :class:`~et_graph.training.CheckpointConfig` for one training of this run
@@ -832,7 +839,10 @@ def machine_metadata() -> dict[str, Any]:
         "cpu_capability": capability() if capability is not None else "unknown",
         "mkl": bool(torch.backends.mkl.is_available()),
         "threads": torch.get_num_threads(),
-        "cuda_device": (torch.cuda.get_device_name(0) if torch.cuda.is_available() else None),
+        # the GPU in use, only once a run has started CUDA: asking for a name would start it
+        # (a context on GPU 0) in CPU runs, and device 0 need not be the run's
+        "cuda_device": (torch.cuda.get_device_name(torch.cuda.current_device())
+                        if torch.cuda.is_available() and torch.cuda.is_initialized() else None),
         "environment": {k: os.environ[k] for k in NUMERICS_ENVIRONMENT if k in os.environ},
     }
 

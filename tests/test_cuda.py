@@ -440,3 +440,40 @@ def test_a_gpu_fit_gives_the_caller_back_its_cuda_random_state_and_resumes_exact
     torch.rand(100, device=DEVICE)  # the CUDA stream moves on before the resume
     resumed = fit(tmp_path / "cut", True)
     assert torch.equal(whole[0].weight, resumed[0].weight)
+
+
+def test_transductive_and_unsupervised_detectors_loaded_onto_the_device_score(planted, tmp_path):
+    """From a code-reading audit: load(map_location=device) moved the fitted graph's edges and
+    scores to the GPU, where the label trick's graph check and predict's ranks met CPU tensors."""
+    from et_graph.detectors import ETDetector, UnsupervisedETDetector
+
+    trick = ETDetector(epochs=3, hidden=16, label_trick=True).fit(planted)
+    trick.save(tmp_path / "trick.pt")
+    loaded = ETDetector.load(tmp_path / "trick.pt", map_location=DEVICE)
+    assert torch.allclose(loaded.decision_function(planted), trick.decision_function(planted),
+                          rtol=1e-4, atol=1e-5)
+    free = UnsupervisedETDetector(epochs=3, hidden=16).fit(planted)
+    free.save(tmp_path / "free.pt")
+    moved = UnsupervisedETDetector.load(tmp_path / "free.pt", map_location=DEVICE)
+    _, prob = moved.predict(planted, return_prob=True)
+    assert torch.equal(prob, free.predict(planted, return_prob=True)[1])
+
+
+def test_device_graphs_in_the_transforms_baselines_and_image_masks():
+    from et_graph.baselines.unsupervised import baseline_features, degree_scores
+    from et_graph.nn.models import ETImageCompletion
+    from et_graph.transforms import CLSLaplacianPE
+
+    x, edge_index = awkward_graph()
+    graph = Data(x=x.float(), edge_index=edge_index)
+    on_device = graph.to(DEVICE)
+    encoded = CLSLaplacianPE(k=3)(on_device.clone())
+    assert encoded.lap_pe.device.type == torch.device(DEVICE).type
+    assert torch.equal(encoded.lap_pe.cpu(), CLSLaplacianPE(k=3)(graph.clone()).lap_pe)
+    assert np.array_equal(baseline_features(on_device, "mean"), baseline_features(graph, "mean"))
+    assert np.array_equal(degree_scores(on_device), degree_scores(graph))
+    model = ETImageCompletion(image_size=8, patch_size=4, channels=1, dim=16, steps=2).to(DEVICE)
+    images = torch.rand(2, 1, 8, 8, device=DEVICE)
+    mask = torch.tensor([[True, False, False, True], [False, True, True, False]])  # on the CPU
+    assert torch.isfinite(model.loss(images, mask)) and model.complete(images, mask).shape == (
+        2, 1, 8, 8)

@@ -46,10 +46,10 @@ def baseline_features(data: Data, neighbour_stats: Union[str, Sequence[str], Non
     z-scored over all nodes (so that no block outweighs another in LOF's distances; constant
     columns become 0). Label-free: only ``x`` and ``edge_index`` are read."""
     stats = parse_neighbour_stats(neighbour_stats)
-    x = data.x.double()
+    x = data.x.double().cpu()  # scikit-learn reads NumPy arrays (a CUDA graph failed here)
     if not stats:
         return x.numpy()
-    features = torch.cat([x, neighbourhood_statistics(x, data.edge_index, stats)], dim=-1)
+    features = torch.cat([x, neighbourhood_statistics(x, data.edge_index.cpu(), stats)], dim=-1)
     spread = features.std(dim=0, unbiased=False)
     features = (features - features.mean(dim=0)) / torch.where(spread > 0, spread,
                                                                torch.ones_like(spread))
@@ -58,7 +58,7 @@ def baseline_features(data: Data, neighbour_stats: Union[str, Sequence[str], Non
 
 def degree_scores(data: Data) -> np.ndarray:
     """Each node's in-degree, self-loops not counted (float64; label-free, no seed)."""
-    source, target = data.edge_index
+    source, target = data.edge_index.cpu()
     kept = target[source != target]
     return torch.bincount(kept, minlength=data.num_nodes).double().numpy()
 

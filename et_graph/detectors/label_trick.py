@@ -84,6 +84,8 @@ class FittedGraphLabels:
         edge_index = self.fit_edge_index_
         if edge_index is None:
             return False
+        # (load(map_location="cuda") moves it to the GPU; the comparisons below run on the CPU)
+        edge_index = edge_index.cpu()
         num_nodes = self.fit_num_nodes_
         if num_nodes is None:  # a file saved before fit_num_nodes_: the label trick's labels
             num_nodes = self.train_labels_.numel() if self.train_labels_ is not None else None
@@ -102,7 +104,7 @@ class FittedGraphLabels:
         if self.fit_edge_index_ is None or data.num_nodes <= fitted:
             return False
         size = int(data.num_nodes)
-        old = _edge_keys(self.fit_edge_index_, size)
+        old = _edge_keys(self.fit_edge_index_.cpu(), size)
         return bool(torch.isin(old, _edge_keys(data.edge_index.cpu(), size)).all())
 
     def label_columns(self, data: Data, device: Union[torch.device, str] = "cpu") -> Tensor:

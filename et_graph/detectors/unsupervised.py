@@ -462,5 +462,7 @@ class UnsupervisedETDetector(BaseDetector):
     def _probability(self, score: Tensor) -> Tensor:
         """``predict``'s ``prob``: the share of the fitted graph's scores below each score (a
         rank in [0, 1], not a calibrated probability)."""
-        reference = self.decision_score_.sort().values
-        return torch.searchsorted(reference, score, right=True).float() / reference.numel()
+        # (a detector loaded onto a GPU keeps its fitted scores there; decision_function's are
+        # on the CPU)
+        reference = self.decision_score_.cpu().sort().values
+        return torch.searchsorted(reference, score.cpu(), right=True).float() / reference.numel()

@@ -395,6 +395,9 @@ def energy_trajectory(det: ETDetector, data: Data, split: Split, extra_steps: in
     stacked blocks this traces the last block, from the tokens the blocks before it hand over."""
     model = det.model_.eval()
     conv = model.last_conv
+    from ..detectors.neural import on_device  # (the detectors import this module)
+
+    data = on_device(data, det.device)  # the runner's graph stays on the CPU; the model may not
     relations = relation_inputs(model, data)
     y, val = data.y.cpu().numpy(), split.val.numpy()
     groups = {"normal": val[y[val] == 0], "anomalous": val[y[val] == 1]}

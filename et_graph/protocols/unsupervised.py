@@ -281,7 +281,8 @@ def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
                          "graph needs data.y (read only after scoring); to score a graph "
                          "without labels use et_graph.detectors.UnsupervisedETDetector")
     y = y.view(-1) if y.dim() == 2 and 1 in y.shape else y
-    if y.shape != (data.num_nodes,) or not bool(torch.isin(y.long(), torch.tensor([0, 1])).all()):
+    if y.shape != (data.num_nodes,) or not bool(
+            torch.isin(y.long().cpu(), torch.tensor([0, 1])).all()):
         raise ValueError(f"data.y must be a binary vector [{data.num_nodes}] "
                          "(0 = normal, 1 = anomalous)")
     name = str(getattr(data, "name", None) or (file_dataset_name(config.data)

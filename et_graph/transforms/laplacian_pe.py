@@ -90,7 +90,9 @@ class CLSLaplacianPE(BaseTransform):
             # One CLS node for the whole batch: the encodings of neither graph (an audit).
             raise ValueError("CLSLaplacianPE encodes one graph with its CLS node: apply it to "
                              "each graph (a dataset's transform or pre_transform), then batch")
-        vectors = cls_laplacian_eigenvectors(data.edge_index, num_nodes, self.k)
+        # computed on the CPU (NumPy's eigh), returned where the graph lives
+        vectors = cls_laplacian_eigenvectors(data.edge_index.cpu(), num_nodes, self.k).to(
+            data.edge_index.device)
         data[self.attr_name] = vectors[1:]
         data[self.cls_attr_name] = vectors[:1]
         return data

@@ -99,7 +99,7 @@ class AnomalyObjective:
                 "scored over those seeds has seen part of its test nodes. Score it on the "
                 "first split only (no --vary-split; under gadbench, one mask), or state it.",
                 RuntimeWarning, stacklevel=2)
-        self.y_val = self.data.y[self.val_mask].numpy()
+        self.y_val = self.data.y.cpu()[self.val_mask.cpu()].numpy()
 
     def data_digest(self) -> str:
         """A digest of what the trials read: the graph, the split, and the training and

@@ -261,7 +261,8 @@ class ETImageCompletion(nn.Module):
         prediction = self(images, patch_mask)
         target = self.patchify(images).to(prediction.dtype)
         error = (prediction - target).pow(2).mean(dim=-1)
-        weight = patch_mask.to(error.dtype)
+        # the checked mask, on the model's device (a CPU mask met CUDA errors here)
+        weight = self._check_patch_mask(patch_mask, error.size(0)).to(error.dtype)
         return (error * weight).sum() / weight.sum().clamp_min(1.0)
 
     @torch.no_grad()
@@ -270,7 +271,8 @@ class ETImageCompletion(nn.Module):
         the open patches kept as given."""
         prediction = self(images, patch_mask)
         patches = self.patchify(images).to(prediction.dtype)
-        filled = torch.where(patch_mask.unsqueeze(-1), prediction, patches)
+        mask = self._check_patch_mask(patch_mask, patches.size(0))  # on the model's device
+        filled = torch.where(mask.unsqueeze(-1), prediction, patches.to(prediction.device))
         return self.unpatchify(filled).to(images.dtype)
 
     @torch.no_grad()
