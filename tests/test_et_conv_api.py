@@ -624,3 +624,13 @@ def test_backward_inside_an_autocast_block_runs():
     for a, p in zip(inside, conv.parameters()):
         # autograd's own backward ops follow autocast inside the block: bfloat16 rounding
         assert a.dtype == torch.float32 and torch.allclose(a, p.grad, rtol=0.05, atol=0.05)
+
+
+def test_edges_on_another_device_than_the_tokens_are_named():
+    # the compiled CPU kernels would have read a GPU edge list's memory on the host
+    conv = ETConv(8, heads=2, head_dim=4)
+    x = torch.randn(5, 8)
+    with pytest.raises(ValueError, match="edge_index is on meta but x is on cpu"):
+        conv(x, torch.randint(0, 5, (2, 8), device="meta"))
+    with pytest.raises(ValueError, match="edge_weight is on meta"):
+        conv(x, torch.randint(0, 5, (2, 8)), torch.rand(8, device="meta"))
