@@ -277,39 +277,44 @@ def check_ranges(section: Any, name: str, positive_ints: Sequence[str] = (),
     setting's name."""
     import math
 
-    def value(field: str) -> Any:
-        return getattr(section, field)
+    rules = (
+        (positive_ints, "be a positive integer",
+         lambda v: not isinstance(v, bool) and isinstance(v, int) and v > 0),
+        (dropouts, "lie in [0, 1)", lambda v: math.isfinite(v) and 0.0 <= v < 1.0),
+        (positive, "be a finite number > 0", lambda v: math.isfinite(v) and v > 0),
+        (non_negative, "be a finite number >= 0", lambda v: math.isfinite(v) and v >= 0),
+    )
+    for fields, requirement, holds in rules:
+        for field in fields:
+            value = getattr(section, field)
+            if value is not None and not holds(value):
+                raise ValueError(f"{name}.{field} must {requirement}, got {value!r}")
 
-    for field in positive_ints:
-        v = value(field)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-            raise ValueError(f"{name}.{field} must be a positive integer, got {v!r}")
-    for field in dropouts:
-        v = value(field)
-        if v is not None and not (math.isfinite(v) and 0.0 <= v < 1.0):
-            raise ValueError(f"{name}.{field} must lie in [0, 1), got {v!r}")
-    for field in positive:
-        v = value(field)
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError(f"{name}.{field} must be a finite number > 0, got {v!r}")
-    for field in non_negative:
-        v = value(field)
-        if v is not None and not (math.isfinite(v) and v >= 0):
-            raise ValueError(f"{name}.{field} must be a finite number >= 0, got {v!r}")
+
+def _coerced(section_type: type, values: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """``values`` checked against the fields of the section dataclass ``section_type`` (an
+    unknown key raises, naming the closest known one) and coerced to their types."""
+    hints = _hints(section_type)
+    names = {f.name for f in dataclasses.fields(section_type)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {unknown} in [{where or section_type.__name__}]"
+            f"{_did_you_mean(unknown, names)}; known: {sorted(names)}"
+        )
+    return {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in values.items()}
 
 
 def replace_fields(section: T, values: Mapping[str, Any], where: str = "") -> T:
     """A copy of the section dataclass with ``values`` (checked and coerced) replaced."""
-    hints = _hints(type(section))
-    names = {f.name for f in dataclasses.fields(section)}
-    unknown = sorted(set(values) - names)
+    return dataclasses.replace(section, **_coerced(type(section), values, where))
+
+
+def _check_sections(nested: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    unknown = sorted(set(nested) - set(current))
     if unknown:
-        raise ValueError(
-            f"unknown key(s) {unknown} in [{where or type(section).__name__}]"
-            f"{_did_you_mean(unknown, names)}; known: {sorted(names)}"
-        )
-    coerced = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in values.items()}
-    return dataclasses.replace(section, **coerced)
+        raise ValueError(f"unknown section(s) {unknown}{_did_you_mean(unknown, current)}; "
+                         f"known: {sorted(current)} (a preset of another task?)")
 
 
 def _did_you_mean(unknown: Sequence[str], known: Any) -> str:
@@ -342,10 +347,7 @@ def merge(config: T, overrides: Mapping[str, Any]) -> T:
     config and return the new config; unknown sections or keys raise ``ValueError``."""
     nested = nested_overrides(overrides)
     current = sections(config)
-    unknown = sorted(set(nested) - set(current))
-    if unknown:
-        raise ValueError(f"unknown section(s) {unknown}{_did_you_mean(unknown, current)}; "
-                         f"known: {sorted(current)} (a preset of another task?)")
+    _check_sections(nested, current)
     changes = {name: replace_fields(current[name], values, name)
                for name, values in nested.items()}
     return dataclasses.replace(config, **changes)
@@ -610,18 +612,9 @@ def check_names_and_types(config: Any, nested: Mapping[str, Mapping[str, Any]]) 
     (``{section: {field: value}}``), without the checks that read several fields together:
     one preset of several layers is checked alone, the joined settings in full."""
     current = sections(config)
-    unknown = sorted(set(nested) - set(current))
-    if unknown:
-        raise ValueError(f"unknown section(s) {unknown}{_did_you_mean(unknown, current)}; "
-                         f"known: {sorted(current)} (a preset of another task?)")
+    _check_sections(nested, current)
     for name, values in nested.items():
-        hints = _hints(type(current[name]))
-        missing = sorted(set(values) - set(hints))
-        if missing:
-            raise ValueError(f"unknown key(s) {missing} in [{name}]"
-                             f"{_did_you_mean(missing, hints)}; known: {sorted(hints)}")
-        for key, value in values.items():
-            _coerce(value, hints[key], f"{name}.{key}")
+        _coerced(type(current[name]), values, name)
 
 
 def quick_overrides(config: Any, quick: Mapping[str, Any]) -> dict[str, Any]:

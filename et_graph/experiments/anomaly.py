@@ -63,10 +63,6 @@ def run(config: AnomalyConfig, data: Optional[Data] = None) -> dict[str, Any]:
     if config.data.feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}")
     config.run.apply_threads()
-    if config.protocol.ddp and str(config.run.device).startswith("cuda"):
-        # gloo on one GPU: every rank on cuda:0, K copies of the model, no speed-up
-        raise ValueError("--ddp trains over gloo on the CPU (docs/anomaly.md); with "
-                         "--device cuda every rank would share GPU 0: drop one of them")
     rank = _setup_distributed(config.protocol.ddp)
     try:
         return _run(config, names, load_data(config.data, data), rank)

@@ -205,6 +205,10 @@ class AnomalyConfig:
     QUICK: ClassVar[dict[str, Any]] = {"train.epochs": 10, "protocol.seeds": 2}
 
     def __post_init__(self) -> None:
+        if self.protocol.ddp and str(self.run.device).startswith("cuda"):
+            # gloo on one GPU: every rank on cuda:0, K copies of the model, no speed-up
+            raise ValueError("--ddp trains over gloo on the CPU (docs/anomaly.md); with "
+                             "--device cuda every rank would share GPU 0: drop one of them")
         # ET's settings together (multi_relation with batch_size, say) are checked here, not
         # once the data has loaded and the first seed's detector is built.
         if "et" in self.protocol.model_names():
