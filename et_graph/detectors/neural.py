@@ -57,6 +57,12 @@ def on_device(data: Data, device: torch.device) -> Data:
     device ``data`` already lives on)."""
     return copy.copy(data).to(device)
 
+
+#: How ETDetector validates and scores a graph too large for one pass.
+CHUNK_HINT = ("chunk_size / chunk_edges (--inference-chunk-size / --inference-chunk-edges) to "
+              "validate and score in bounded memory")
+
+
 class NodeAnomalyTask:
     """Loss and validation of a node anomaly network ``model(x, edge_index[, node_ids])``.
 
@@ -314,15 +320,13 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
                 if not self.config.train.batch_size else
                 "pass a smaller batch_size (--batch-size)")
         if getattr(self, "supports_chunks", False):
-            hint += (", and chunk_size / chunk_edges (--inference-chunk-size / "
-                     "--inference-chunk-edges) to validate and score in bounded memory")
+            hint += f", and {CHUNK_HINT}"
         return hint
 
     def _validation_oom_hint(self) -> str:
         """What an out-of-memory error in the (full-graph) validation pass should suggest."""
         if getattr(self, "supports_chunks", False):
-            return ("pass chunk_size / chunk_edges (--inference-chunk-size / "
-                    "--inference-chunk-edges) to validate and score in bounded memory")
+            return f"pass {CHUNK_HINT}"
         # A smaller batch_size, the training advice, cannot shrink this pass (an audit).
         return (f"{type(self).__name__} validates and scores the whole graph in one pass, "
                 "whatever the batch size; only ETDetector validates and scores in chunks "

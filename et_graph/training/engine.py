@@ -701,13 +701,17 @@ def _explain_oom(error: RuntimeError, hint: str, phase: str = "training") -> Run
     return error
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch."""
+def seed_everything(seed: int, cuda: bool = True) -> None:
+    """Seed Python, NumPy and torch; with ``cuda=False`` torch's CPU generator alone
+    (``torch.manual_seed`` would queue a seed for CUDA that outlives a private block)."""
     import random
 
     random.seed(seed)
     np.random.seed(seed)
-    torch.manual_seed(seed)
+    if cuda:
+        torch.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
 
 
 @contextmanager
@@ -729,12 +733,7 @@ def private_rng(seed: int, device: Optional[torch.device] = None) -> Iterator[No
     python_state, numpy_state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=devices):
-            if devices:
-                seed_everything(seed)
-            else:  # torch.manual_seed would queue a CUDA seed that outlives the block
-                random.seed(seed)
-                np.random.seed(seed)
-                torch.default_generator.manual_seed(seed)
+            seed_everything(seed, cuda=bool(devices))
             yield
     finally:
         random.setstate(python_state)
