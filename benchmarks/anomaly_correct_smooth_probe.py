@@ -99,7 +99,7 @@ def fitted_scores(args: argparse.Namespace) -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--config", required=True, help="an et-graph anomaly preset")
     parser.add_argument("--models", default="et,gbt")
     parser.add_argument("--seeds", type=int, default=2)

@@ -36,7 +36,8 @@ METRICS = ("auroc", "auprc", "f1_macro", "rec_at_k")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--trials", type=int, default=16, help="finished trials per model")
     parser.add_argument("--timeout-minutes", type=float, default=8.0,
                         help="wall-clock tuning limit per model")

@@ -90,7 +90,8 @@ def markdown(rows: list[dict[str, Any]], metric: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     add_probe_arguments(parser, "one variant: its label and its et-graph anomaly --out folder "
                                 "(or that run's results.json)")
     parser.add_argument("--seeds", type=int, default=None,

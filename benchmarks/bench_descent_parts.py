@@ -62,7 +62,8 @@ def time_ms(fn: Callable[[], None], repeats: int, inner: int) -> float:
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--dataset", default="NCI1")
     parser.add_argument("--root", default=None, help="TU root (default: the shipped datasets)")
     parser.add_argument("--batch-size", type=int, default=64)

@@ -358,7 +358,7 @@ def load_average() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--sizes", default=None,
                         help=f"comma-separated NxE (default {DEFAULT_SIZES}; --quick: "
                              f"{QUICK_SIZES})")

@@ -175,7 +175,8 @@ def profile_et(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataL
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     bench = parser.add_argument_group("benchmark")
     bench.add_argument("--repeats", type=int, default=5, help="timed epochs per model")
     bench.add_argument("--warmup", type=int, default=1, help="untimed epochs per model first")

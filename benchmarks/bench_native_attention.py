@@ -39,7 +39,8 @@ def best_seconds(step: Callable[[], None], repeats: int) -> float:
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--nodes", type=int, default=11758)
     parser.add_argument("--edges", type=int, default=1_040_000)
     parser.add_argument("--channels", type=int, default=64)

@@ -34,7 +34,8 @@ def mean_microseconds(draw: Callable[[], Any], inner: int) -> float:
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--tokens", type=int, default=2118)
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--p", type=float, default=0.07, help="dropout probability")

@@ -402,7 +402,7 @@ def plot(report: dict[str, Any], path: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--cases", default="tfinance,tsocial",
                         help="comma-separated: tfinance (full batch), tsocial (mini-batch), "
                              "tsocial_full (T-Social's size, full batch: for a GPU)")

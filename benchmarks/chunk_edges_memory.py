@@ -66,7 +66,8 @@ def worker(args: argparse.Namespace, chunk_edges: Optional[int], out: Path) -> N
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--nodes", type=int, default=400_000)
     parser.add_argument("--edges", type=int, default=4_000_000, help="random edges")
     parser.add_argument("--hub-every", type=int, default=1,

@@ -69,7 +69,7 @@ def counterexample() -> list[float]:
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--traces", type=int, default=200, help="random layers per setting")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)

@@ -46,7 +46,8 @@ def probe(config: GNNBenchmarkConfig, seeds: int) -> dict[str, Any]:
 
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--variant", action="append", required=True,
                         help='NAME=FLAGS: a name and the et-graph gnnbenchmark flags it runs')
     parser.add_argument("--seeds", type=int, default=3, help="model seeds 0..N-1")

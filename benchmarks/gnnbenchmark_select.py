@@ -100,7 +100,8 @@ def markdown(selection: dict[str, Any]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("runs", nargs="+", type=Path, help="folders with results.json")
     parser.add_argument("--names", default=None,
                         help="comma list naming the variants (default: the folder names)")

@@ -235,7 +235,8 @@ def compare(paths: Sequence[str], out: Path) -> None:
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     curve = parser.add_argument_group("curve")
     curve.add_argument("--fold", type=int, default=0, help="outer fold whose inner split is used")
     curve.add_argument("--train-limit", type=int, default=None,

@@ -90,7 +90,7 @@ def table(merged: dict[str, Any]) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("results", nargs="+", help="results.json files of the runs")
     parser.add_argument("--models", default=None, help="comma list (default: all in common)")
     parser.add_argument("--json", default=None, help="also write the merged rows here")

@@ -124,7 +124,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--config", type=Path, action="append", required=True,
                         help="a tudataset preset (repeat for several)")
     parser.add_argument("--setting", type=parse_setting, action="append",

@@ -22,7 +22,7 @@ GENERATORS = {"PATTERN": generate_sbm_pattern, "CLUSTER": generate_sbm_cluster}
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("name", nargs="?", default="PATTERN", choices=sorted(GENERATORS))
     parser.add_argument("count", nargs="?", type=int, default=1000,
                         help="training graphs to generate (default 1000)")

@@ -98,7 +98,8 @@ def family_table(rows: dict[str, list[tuple[str, Difference]]]) -> list[dict[str
 
 def main(argv: Optional[list[str]] = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--out", type=Path, default=Path("docs/img/significance_forest.png"))
     parser.add_argument("--stored", type=Path, default=STORED,
                         help="the folder of the stored difference tables")

@@ -132,7 +132,8 @@ def table(dataset: str, runs: int, grid: dict[str, Any], selected: dict[str, Any
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--candidate", action="append", required=True,
                         metavar="NAME=FILE[@MODELS]",
                         help="one stored tu_reassess.py report of a candidate (repeatable; "

@@ -61,7 +61,8 @@ def rank_configurations(per_dataset: dict[str, dict[str, tuple[int, float]]]
 
 def main(argv: Optional[Sequence[str]] = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--runs", default="runs/tu_tuned")
     parser.add_argument("--model", default="et")
     parser.add_argument("--datasets", required=True, help="comma list")

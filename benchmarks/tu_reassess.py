@@ -306,7 +306,8 @@ def plot_summary(reports: list[dict[str, Any]], path: Path) -> Path:
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--datasets", default="", help="comma list, e.g. MUTAG,PROTEINS")
     parser.add_argument("--presets", type=Path, default=Path("configs/tudataset/tuned16"))
     parser.add_argument("--models", default=",".join(MODELS))

@@ -47,7 +47,8 @@ MODELS = ("et", "gin", "structure_agnostic")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--trials", type=int, default=8, help="finished trials per model")
     parser.add_argument("--timeout-minutes", type=float, default=15.0,
                         help="wall-clock tuning limit per model")

@@ -143,7 +143,8 @@ def ranking_table(ranking: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     add_probe_arguments(parser, "one variant: its label and its et-graph tudataset run")
     parser.add_argument("--datasets", default=None,
                         help="comma-separated datasets: every PATH holds '{dataset}', and the "

@@ -130,7 +130,7 @@ def planted_metrics(score: Tensor, kind: Tensor) -> dict[str, float]:
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--dataset", default="reddit", help="the graph to plant anomalies in")
     parser.add_argument("--data", default=None,
                         help="a graph file instead (as et-graph unsupervised --data)")

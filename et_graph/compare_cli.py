@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="et-graph compare", formatter_class=argparse.RawDescriptionHelpFormatter,
         description=__doc__.split("\n\n")[0],
-        epilog="Files: PATH@a,b keeps models a and b; PATH@a=b renames a to b.")
+        epilog="Files: PATH@a,b keeps models a and b; PATH@a=b renames a to b.", allow_abbrev=False)
     parser.add_argument("files", nargs="+", metavar="RESULTS_JSON[@MODELS]")
     parser.add_argument("--reference", default=None,
                         help="the row every other is compared with (default: the first of "

@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="et-graph native",
         description="Build the opt-in compiled CPU kernels (et_graph.native) now and check "
-                    "them against their references; exit status 1 if either fails.")
+                    "them against their references; exit status 1 if either fails.",
+                    allow_abbrev=False)
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     return parser
 

@@ -15,7 +15,8 @@ from et_graph.transforms import prepare_detection_data
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--epochs", type=int, default=100, help="training epochs (default 100)")
     epochs = parser.parse_args().epochs
 

@@ -13,7 +13,7 @@ from sklearn.metrics import roc_auc_score
 from et_graph.datasets import load_anomaly_dataset
 from et_graph.nn import ETConv
 
-parser = argparse.ArgumentParser()
+parser = argparse.ArgumentParser(allow_abbrev=False)
 parser.add_argument('--epochs', type=int, default=100)
 parser.add_argument('--hidden', type=int, default=64)
 parser.add_argument('--steps', type=int, default=2)

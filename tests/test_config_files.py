@@ -93,3 +93,27 @@ def test_quick_caps_a_presets_runs_per_fold(tmp_path):
 def test_abbreviated_flags_are_refused():
     with pytest.raises(SystemExit):  # "--ep 7" set epochs
         parse(AnomalyConfig, ["--ep", "7"])
+
+
+def test_every_parser_in_the_repository_refuses_abbreviated_flags():
+    # the benchmark, example and helper scripts too: "--seed 3" on a script with only
+    # --seeds ran three seeds instead of failing
+    import ast
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    listed = subprocess.run(["git", "ls-files", "*.py"], cwd=root, capture_output=True,
+                            text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    lenient = []
+    for name in listed.stdout.split():
+        tree = ast.parse((root / name).read_text(), filename=name)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "ArgumentParser"):
+                if not any(k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant)
+                           and k.value.value is False for k in node.keywords):
+                    lenient.append(f"{name}:{node.lineno}")
+    assert not lenient, f"parsers accepting abbreviated flags: {lenient}"

@@ -40,7 +40,7 @@ def load_dgl_graph(path: Path):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--input", type=Path, required=True, help="DGL binary graph file")
     parser.add_argument("--output", type=Path, required=True, help="target .npz file")
     parser.add_argument("--name", default=None, help="dataset name (default: input file name)")
