@@ -37,7 +37,7 @@ setup(
     ],
     extras_require={
         # ninja: torch builds the opt-in attention kernel with it (et_graph.native)
-        "test": ["pytest", "hypothesis", "ruff", "ninja"],
+        "test": ["pytest", "hypothesis", "ruff", "ninja", "mypy"],
         "native": ["ninja"],
         "docs": ["mkdocs-material", "mkdocstrings[python]", "latex2mathml"],
         "scatter": ["torch-scatter"],

@@ -24,7 +24,7 @@ come from the same code. The closed-form gradients beside them are checked again
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
+from typing import Optional, overload
 
 import torch
 from torch import Tensor
@@ -63,6 +63,14 @@ def layer_norm_lagrangian(x: Tensor, gamma: Tensor, delta: Tensor, eps: float) -
 def edge_scores(k: Tensor, q: Tensor, src: Tensor, dst: Tensor) -> Tensor:
     """``<k_hB, q_hC>`` for every edge ``B -> C``: ``[E, H]``."""
     return (k.index_select(0, src) * q.index_select(0, dst)).sum(dim=-1)
+
+
+@overload
+def edge_weight_columns(edge_weight: None) -> None: ...
+
+
+@overload
+def edge_weight_columns(edge_weight: Tensor) -> Tensor: ...
 
 
 def edge_weight_columns(edge_weight: Optional[Tensor]) -> Optional[Tensor]:

@@ -12,7 +12,6 @@ graphs (seed 0).
 """
 from __future__ import annotations
 
-import numbers
 from dataclasses import asdict, dataclass
 from typing import Optional, Union
 
@@ -20,6 +19,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
+
+from ..nn.validation import is_integral
 
 
 def planted_anomaly_graph(
@@ -38,12 +39,12 @@ def planted_anomaly_graph(
     """
     for name, value, low in (("num_nodes", num_nodes, 1), ("num_features", num_features, 1),
                              ("communities", communities, 2), ("degree", degree, 1)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        if not is_integral(value) or value < low:
             # one community leaves an anomaly no other centre to come from
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if not 0.0 <= anomaly_rate < 1.0:
         raise ValueError(f"anomaly_rate must lie in [0, 1), got {anomaly_rate}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+    if not is_integral(seed):
         raise ValueError(f"seed must be an int, got {seed!r}")
     gen = torch.Generator().manual_seed(int(seed))  # (a NumPy int was a TypeError here)
     community = torch.randint(communities, (num_nodes,), generator=gen)

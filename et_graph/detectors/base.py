@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import numbers
 import os
 import pickle
 import warnings
 import zipfile
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, Literal, Optional, TypeVar, Union, overload
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
 from ..config import apply_keywords, check_device, resolve_device, to_dict
-from ..nn.validation import check_chunk_size
+from ..nn.validation import check_chunk_size, is_integral
 from ..protocols.anomaly import choose_threshold
 from ..training import private_rng
 from ..transforms.features import check_node_graph
@@ -78,7 +77,7 @@ class BaseDetector:
         config = copy.deepcopy(config)
         self.config = apply_keywords(config, **keywords) if keywords else config
         # 1.7 became seed 1 without a word; NumPy and torch refuse negative seeds only mid-fit.
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        if not is_integral(seed) or seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.seed = int(seed)
         self.progress = bool(progress)
@@ -177,8 +176,8 @@ class BaseDetector:
         return detector
 
     # ------------------------------------------------------------------------------------------
-    def fit(self, data: Data, train_mask: Optional[Tensor] = None,
-            val_mask: Optional[Tensor] = None) -> BaseDetector:
+    def fit(self: DetectorT, data: Data, train_mask: Optional[Tensor] = None,
+            val_mask: Optional[Tensor] = None) -> DetectorT:
         """Fit on the labelled graph ``data`` (``data.y`` in {0, 1}).
 
         Training nodes are ``train_mask`` (or ``data.train_mask``); the checkpoint and the
@@ -287,6 +286,16 @@ class BaseDetector:
 
     def _score(self, data: Data) -> Tensor:
         raise NotImplementedError
+
+    # overloads: a plain predict(data) is typed a Tensor, not Tensor | tuple (the README's
+    # `pred = det.predict(data)` was a type error in a user's checked code)
+    @overload
+    def predict(self, data: Data, return_score: Literal[False] = False,
+                return_prob: Literal[False] = False) -> Tensor: ...
+
+    @overload
+    def predict(self, data: Data, return_score: bool = False, return_prob: bool = False
+                ) -> Prediction: ...
 
     def predict(self, data: Data, return_score: bool = False, return_prob: bool = False
                 ) -> Prediction:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch import Tensor
 from torch.nn import Module, Parameter
 
 from ..energy import layer_norm, layer_norm_lagrangian
-from .validation import check_positive_int
+from .validation import check_positive_int, is_real
 
 
 class EnergyLayerNorm(Module):
@@ -26,7 +25,7 @@ class EnergyLayerNorm(Module):
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
         super().__init__()
-        if not (isinstance(eps, numbers.Real) and not isinstance(eps, bool)
+        if not (is_real(eps)
                 and math.isfinite(eps) and eps > 0):
             # eps <= 0 divides by zero on a constant row; NaN poisons every token
             raise ValueError(f"eps must be a positive finite number, got {eps!r}")
@@ -60,7 +59,7 @@ class EnergyLayerNorm(Module):
 
     def set_gamma(self, value: float) -> None:
         """Set the scalar gain ``gamma`` (stored as its log, so it stays positive)."""
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+        if not is_real(value) or not (
                 math.isfinite(value) and value > 0):
             raise ValueError(f"gamma must be a positive finite number, got {value!r}")
         with torch.no_grad():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional
+from typing import Any, Optional, overload
 
 import torch
 from torch import Tensor
@@ -75,6 +75,22 @@ def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2,
             f"{name} has entries beyond {limit:.3g} in magnitude: the LayerNorm's centring or "
             f"variance would overflow the layer's dtype; rescale the features or use float64 "
             f"(layer.double())")
+
+
+def is_real(value: object) -> bool:
+    """Whether ``value`` is a real number and not a bool (NumPy scalars count).
+
+    Typed ``object`` on purpose: after an inline ``isinstance(value, numbers.Real)`` on an
+    argument annotated ``float``, a type checker deems the rest of the function unreachable
+    (``float`` is no static subclass of ``numbers.Real``), so it stopped inferring the
+    attributes set there and users saw "Cannot determine type" on them."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_integral(value: object) -> bool:
+    """Whether ``value`` is an integer and not a bool (NumPy integers count); typed
+    ``object`` for the reason given in :func:`is_real`."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_positive_int(value: object, name: str) -> int:
@@ -238,6 +254,14 @@ def check_dtype(x: Tensor, dtype: torch.dtype, name: str = "x", owner: str = "co
         )
 
 
+@overload
+def check_batch(batch: None, num_nodes: int) -> None: ...
+
+
+@overload
+def check_batch(batch: Tensor, num_nodes: int) -> Tensor: ...
+
+
 def check_batch(batch: Optional[Tensor], num_nodes: int) -> Optional[Tensor]:
     """``batch`` must be an integer ``[N]`` tensor of non-negative graph ids; returned as
     ``int64`` (an int32 batch failed later in ``index_copy_``)."""
@@ -306,7 +330,7 @@ def check_chunk_size(chunk_size: Any, name: str = "chunk_size") -> int:
     """``chunk_size`` as an ``int`` (a NumPy integer, e.g. a computed size, is as good as one);
     ``ValueError`` (naming the argument ``name``) unless it is a positive integer (``True`` is
     not)."""
-    if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
+    if (not is_integral(chunk_size)
             or chunk_size <= 0):
         raise ValueError(f"{name} must be a positive integer, got {chunk_size!r}")
     return int(chunk_size)

@@ -22,7 +22,6 @@ Otherwise the earlier epoch stays: among equals, the earliest epoch is kept.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import re
 import time
@@ -39,6 +38,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..nn.validation import is_integral, is_real
 from .checkpoint import (
     CheckpointError,
     changed_settings,
@@ -96,11 +96,11 @@ class TrainConfig:
         # Types first: epochs=2.5 would train a fraction of nothing, lr="0.1" fail mid-run.
         for name in ("epochs", "patience", "lr_patience"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            if not is_integral(value):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
         for name in ("lr", "weight_decay", "lr_floor", "grad_clip", "ema_decay"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            if not is_real(value):
                 raise ValueError(f"{name} must be a number, got {value!r}")
         if self.epochs <= 0:
             raise ValueError(f"epochs must be positive, got {self.epochs}")
@@ -143,8 +143,7 @@ class CheckpointConfig:
     resume: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every,
-                                                                     numbers.Integral):
+        if not is_integral(self.checkpoint_every):
             # 1.5 saved only at epochs 3, 6, ... ((epoch + 1) % 1.5 == 0)
             raise ValueError(f"checkpoint_every must be an integer, got "
                              f"{self.checkpoint_every!r}")
@@ -211,9 +210,9 @@ def _plain_number(value: Any, name: str, keep_int: bool = False) -> Union[float,
             raise ValueError(f"{name} must be a single number, got a tensor of shape "
                              f"{tuple(value.shape)}")
         value = value.item()
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and keep_int:
+    if is_integral(value) and keep_int:
         return int(value)
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if is_real(value):
         return float(value)
     raise ValueError(f"{name} must be a number, got {value!r}")
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Literal, Optional, Union, overload
 
 import torch
@@ -23,6 +22,8 @@ from ..validation import (
     check_finite_energy,
     check_finite_tokens,
     destination_chunks,
+    is_integral,
+    is_real,
     refuse_tracing,
     sum_per_graph,
 )
@@ -38,7 +39,7 @@ __all__ = ["ETConv", "EdgeSet", "GRAD_MODES"]
 
 
 def _check_steps(steps: Any) -> int:
-    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
+    if not is_integral(steps) or steps < 0:
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
     return int(steps)
 
@@ -58,7 +59,7 @@ class DescentSettings:
     @noise_std.setter
     def noise_std(self, value: float) -> None:
         # Set after construction too: -1 or NaN was accepted there without a word.
-        if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+        if (not is_real(value)
                 or not math.isfinite(value) or value < 0):
             raise ValueError(f"noise_std must be a finite number >= 0, got {value!r}")
         self._noise_std = float(value)
@@ -301,13 +302,40 @@ class ETConv(DescentSettings, MessagePassing):
     # ----------------------------------------------------------------------------------------
     # Hyper-parameters and the energy's parameters, as attributes of the layer
     # ----------------------------------------------------------------------------------------
-    channels = property(lambda self: self.energy_fn.channels, doc="Token width ``D``.")
-    heads = property(lambda self: self.energy_fn.heads, doc="Attention heads ``H``.")
-    head_dim = property(lambda self: self.energy_fn.head_dim, doc="Key/query width ``Y``.")
-    hopfield_dim = property(lambda self: self.energy_fn.hopfield_dim, doc="Memories ``K``.")
-    hopfield = property(lambda self: self.energy_fn.hopfield, doc="Hopfield energy kind.")
-    hopfield_beta = property(lambda self: self.energy_fn.hopfield_beta)
-    beta_init = property(lambda self: self.energy_fn.beta_init)
+    @property
+    def channels(self) -> int:
+        """Token width ``D``."""
+        return self.energy_fn.channels
+
+    @property
+    def heads(self) -> int:
+        """Attention heads ``H``."""
+        return self.energy_fn.heads
+
+    @property
+    def head_dim(self) -> int:
+        """Key/query width ``Y``."""
+        return self.energy_fn.head_dim
+
+    @property
+    def hopfield_dim(self) -> int:
+        """Memories ``K``."""
+        return self.energy_fn.hopfield_dim
+
+    @property
+    def hopfield(self) -> str:
+        """Hopfield energy kind."""
+        return self.energy_fn.hopfield
+
+    @property
+    def hopfield_beta(self) -> float:
+        """Inverse temperature of the ``"softmax"`` Hopfield energy."""
+        return self.energy_fn.hopfield_beta
+
+    @property
+    def beta_init(self) -> float:
+        """Initial per-head inverse temperature of the attention."""
+        return self.energy_fn.beta_init
 
     @property
     def norm(self) -> EnergyLayerNorm:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from typing import Any, Callable, NamedTuple, Optional, TypeVar
 
 import torch
@@ -31,6 +30,8 @@ from ..validation import (
     check_edge_weight,
     check_features,
     finite_weight_in,
+    is_integral,
+    is_real,
     layer_norm_limit,
 )
 
@@ -87,7 +88,7 @@ class EdgeSet(NamedTuple):
 
 
 def _check_positive(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_real(value):
         raise ValueError(f"{name} must be a positive number, got {value!r}")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
@@ -152,12 +153,11 @@ class ETEnergy(Module):
         if not isinstance(coupling, bool):
             raise ValueError(f"coupling must be True or False, got {coupling!r}")
         for name, value in (("channels", channels), ("heads", heads), ("head_dim", head_dim)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+            if not is_integral(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         hopfield_dim = 4 * channels if hopfield_dim is None else hopfield_dim
         if (
-            isinstance(hopfield_dim, bool)
-            or not isinstance(hopfield_dim, numbers.Integral)
+            not is_integral(hopfield_dim)
             or hopfield_dim < 0
         ):
             raise ValueError(f"hopfield_dim must be an int >= 0, got {hopfield_dim!r}")

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Literal, Optional, Union, overload
 
 import torch
@@ -18,6 +17,7 @@ from ..validation import (
     check_edge_index,
     check_finite_energy,
     check_finite_tokens,
+    is_integral,
     refuse_tracing,
     sum_per_graph,
 )
@@ -150,7 +150,7 @@ class RelationalETConv(DescentSettings, Module):
     ) -> None:
         super().__init__()
         for name, value in (("num_relations", num_relations), ("heads", heads)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+            if not is_integral(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.num_relations = int(num_relations)
         self._heads = int(heads)
@@ -176,11 +176,30 @@ class RelationalETConv(DescentSettings, Module):
     # ----------------------------------------------------------------------------------------
     # Hyper-parameters and parameters
     # ----------------------------------------------------------------------------------------
-    heads = property(lambda self: self._heads, doc="Attention heads ``H`` per relation.")
-    channels = property(lambda self: self.energy_fn.channels, doc="Token width ``D``.")
-    head_dim = property(lambda self: self.energy_fn.head_dim, doc="Key/query width ``Y``.")
-    hopfield_dim = property(lambda self: self.energy_fn.hopfield_dim, doc="Memories ``K``.")
-    hopfield = property(lambda self: self.energy_fn.hopfield, doc="Hopfield energy kind.")
+    @property
+    def heads(self) -> int:
+        """Attention heads ``H`` per relation."""
+        return self._heads
+
+    @property
+    def channels(self) -> int:
+        """Token width ``D``."""
+        return self.energy_fn.channels
+
+    @property
+    def head_dim(self) -> int:
+        """Key/query width ``Y``."""
+        return self.energy_fn.head_dim
+
+    @property
+    def hopfield_dim(self) -> int:
+        """Memories ``K``."""
+        return self.energy_fn.hopfield_dim
+
+    @property
+    def hopfield(self) -> str:
+        """Hopfield energy kind."""
+        return self.energy_fn.hopfield
 
     @property
     def norm(self) -> EnergyLayerNorm:
