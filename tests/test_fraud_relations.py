@@ -310,3 +310,14 @@ def test_relations_are_kept_checked_and_described(typed_graph, tmp_path):
     split = make_splits(typed_graph, "paper", 1, 0.4, split_seed=0)
     assert "relations: multi (ET attends per relation; the other models see" in (
         describe_protocol(config, split, ["et", "gbt"]))
+
+
+def test_fitted_empty_relation_names_warn_instead_of_failing(typed_graph):
+    # a detector fitted on a graph whose relation_names is [] (falsy, not None) took the
+    # other branch of the warning and called list(None) on the unnamed scored graph
+    det = ETDetector(epochs=1, hidden=16, multi_relation=True).fit(typed_graph)
+    det.relation_names_ = []
+    unnamed = typed_graph.clone()
+    del unnamed.relation_names
+    with pytest.warns(RuntimeWarning, match=r"names fitted \[\], none on the other side"):
+        det._check_relations(unnamed)

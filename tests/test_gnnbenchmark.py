@@ -911,3 +911,14 @@ def test_pyg_processing_lines_are_dropped_without_progress(capsys):
     with quiet_processing(False):
         print("Processing...", file=sys.stderr)
     assert capsys.readouterr().err == "Processing...\n"
+
+
+def test_the_input_encoder_refuses_zero_types_and_widths():
+    from et_graph.baselines.gnnbenchmark_baselines import InputEncoder
+
+    # num_types=0 passed the one-of check and built nn.Linear(None, ...): a torch TypeError
+    with pytest.raises(ValueError, match="num_types must be a positive int"):
+        InputEncoder(8, num_types=0)
+    with pytest.raises(ValueError, match="in_dim must be a positive int"):
+        InputEncoder(8, in_dim=0)
+    assert isinstance(InputEncoder(8, num_types=3).embed, torch.nn.Embedding)

@@ -240,3 +240,12 @@ def test_tune_bonds_cli_names_its_studies_apart(tmp_path):
     preset = merge(TUDatasetConfig(), load_file(tmp_path / "o" / "best_structure_agnostic.toml"))
     best = summary["models"]["structure_agnostic"]["best_params"]["incident_edge_sums"]
     assert preset.data.incident_edge_sums is best
+
+
+def test_the_objective_takes_graphs_and_info_together(mutag):
+    graphs, info = mutag
+    config = parse(TUDatasetConfig, SMALL)
+    with pytest.raises(ValueError, match="pass graphs and info together"):
+        TUObjective(config, "gin", 1, graphs=graphs)  # failed in the trial: None["..."]
+    with pytest.raises(ValueError, match="pass graphs and info together"):
+        TUObjective(config, "gin", 1, info=info)  # was replaced by the loaded info, silently

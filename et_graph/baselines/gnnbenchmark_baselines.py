@@ -21,7 +21,13 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import GINEConv, ResGatedGraphConv, global_add_pool, global_mean_pool
 
-from ..nn.validation import all_finite, check_batch, check_edge_index, check_rw_pe
+from ..nn.validation import (
+    all_finite,
+    check_batch,
+    check_edge_index,
+    check_positive_int,
+    check_rw_pe,
+)
 
 TASKS = ("classification", "regression", "node")
 #: What the head reads: the last layer's states ("last") or the states at the input and after
@@ -37,9 +43,11 @@ class InputEncoder(nn.Module):
         super().__init__()
         if (num_types is None) == (in_dim is None):
             raise ValueError("give exactly one of num_types (categorical) or in_dim (continuous)")
-        self.num_types = num_types
-        self.in_dim = in_dim
-        self.embed = nn.Embedding(num_types, out_dim) if num_types else nn.Linear(in_dim, out_dim)
+        self.num_types = None if num_types is None else check_positive_int(num_types, "num_types")
+        self.in_dim = None if in_dim is None else check_positive_int(in_dim, "in_dim")
+        # (num_types=0 is not "continuous": it built nn.Linear(None, ...) and failed in torch)
+        self.embed = (nn.Embedding(self.num_types, out_dim) if self.num_types is not None
+                      else nn.Linear(in_dim, out_dim))
 
     def forward(self, values: Tensor) -> Tensor:
         if self.num_types is not None:

@@ -420,8 +420,10 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
                                  f"was fitted on {fitted} (the ids must mean the same "
                                  "relations, in the same order)")
         elif fitted is not None or given is not None:
+            # (fitted may be [], falsy: a graph without edges; list(None) failed here)
+            named = f"fitted {fitted}" if fitted is not None else f"given {list(given)}"
             warnings.warn(f"{type(self).__name__}: the relation ids cannot be checked (names "
-                          f"{'fitted ' + str(fitted) if fitted else 'given ' + str(list(given))}"
+                          f"{named}"
                           ", none on the other side): edge_type must number the relations as "
                           "in the fitted graph", RuntimeWarning, stacklevel=3)
 

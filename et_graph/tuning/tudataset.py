@@ -130,6 +130,10 @@ class TUObjective:
         if tune_folds <= 0:
             raise ValueError(f"tune_folds must be positive, got {tune_folds}")
         self.config, self.model = config, model
+        if (graphs is None) != (info is None):
+            # graphs alone failed deep in a trial (info is read there); info alone was replaced
+            raise ValueError("pass graphs and info together (as load_graphs returns them), "
+                             "or neither to load them from config.data")
         if graphs is None:
             graphs, info = load_graphs(config.data)
         if bonds:
