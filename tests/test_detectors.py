@@ -734,3 +734,12 @@ def test_a_detectors_repr_builds_the_same_detector():
         # MLP and GCN printed gat_heads, which their constructor refuses; the seed was left out
         again = eval(repr(detector), vars(detectors))
         assert repr(again) == repr(detector) and again.seed == detector.seed
+
+
+def test_features_without_columns_are_named_as_data_x():
+    # (from an audit) F = 0 failed with "in_channels and hidden_channels must be positive",
+    # an argument the user never passed
+    graph = planted_anomaly_graph(num_nodes=40, seed=0)
+    graph.x = graph.x[:, :0]
+    with pytest.raises(ValueError, match=r"data\.x must hold .* F > 0, got \(40, 0\)"):
+        ETDetector(epochs=1).fit(graph)

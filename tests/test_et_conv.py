@@ -397,6 +397,38 @@ def test_explainer_runs_on_etconv():
     assert explanation.edge_mask.abs().sum() > 0
 
 
+def test_an_explainer_mask_refuses_an_uncoalesced_adjacency():
+    # (from an audit) the messages run over the coalesced entries: a mask in the caller's
+    # order was misaligned, or failed PyG's bare size assertion when duplicates merged
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    conv = make_conv()
+    x, edge_index = awkward_graph()
+    n = x.size(0)
+    adj = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(edge_index.size(1),
+                                  dtype=torch.float64), (n, n))
+    set_masks(conv, torch.nn.Parameter(torch.ones(edge_index.size(1))), edge_index,
+              apply_sigmoid=True)
+    with pytest.raises(ValueError, match=r"adj\.coalesce\(\)"):
+        conv(x, adj)
+    clear_masks(conv)
+    assert conv(x, adj).shape == x.shape  # outside an explanation it is read as its matrix
+
+
+def test_a_stored_zero_in_a_sparse_adjacency_is_an_edge_of_weight_zero():
+    # as documented: the stored entries are the edges, a 0 one stays in the softmax with
+    # logit 0 (as edge_weight=0 does); dropping it (to_dense().to_sparse()) is another graph
+    conv = make_conv()
+    x, _ = awkward_graph()
+    n = x.size(0)
+    ei = torch.tensor([[0, 1, 0, 3], [2, 2, 3, 0]])
+    w = torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=torch.float64)
+    adj = torch.sparse_coo_tensor(ei.flip(0), w, (n, n))
+    torch.testing.assert_close(conv(x, adj), conv(x, ei, w), rtol=0, atol=1e-12)
+    dropped = adj.to_dense().to_sparse()
+    assert not torch.allclose(conv(x, dropped), conv(x, adj))
+
+
 # --------------------------------------------------------------------------------------------
 # 6. Bad input: clear ValueError naming the problem
 # --------------------------------------------------------------------------------------------

@@ -70,3 +70,14 @@ def test_every_path_uses_the_same_transform_and_reads_no_label():
     loaded = load_data(AnomalyDataConfig(feature_norm="ple", ple_bins=4, degree_feature=False),
                        graph)
     assert loaded.x.shape == (6, 12)
+
+
+def test_encoder_shape_errors_show_the_callers_shape_and_name_edges_e():
+    from et_graph.nn import ETGraphModel
+
+    model = ETGraphModel(3, 2, pe_dim=0, hidden_channels=8, edge_dim=3)
+    edge_index = torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(ValueError, match=r"x must have shape \[N, 3\], got \(3,\)"):
+        model(torch.ones(3), edge_index)  # said "got (3, 1)", the unsqueezed shape
+    with pytest.raises(ValueError, match=r"edge_attr must have shape \[E, 3\], got \(2, 2\)"):
+        model(torch.ones(3, 3), edge_index, edge_attr=torch.ones(2, 2))  # said [N, 3]

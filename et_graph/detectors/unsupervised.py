@@ -428,7 +428,9 @@ class UnsupervisedETDetector(BaseDetector):
     def score_samples(self, data: Data) -> dict[str, Tensor]:
         """``{"reconstruction": [N], "energy": [N]}`` (float64; plus ``"structure"`` and
         ``"combined"`` with ``structure_weight > 0``) for any graph with the fitted feature
-        width; deterministic for a given detector seed."""
+        width; deterministic for a given detector seed and node numbering. The random masks
+        are drawn by node id, so renumbering the nodes draws other masks and moves the scores
+        (as another seed would), though the graph is the same."""
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         graph = label_free_graph(data)

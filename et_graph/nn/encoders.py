@@ -87,6 +87,11 @@ class FeatureEncoder(Module):
             return self._encode_float(x)
         return self._encode_categories(x)
 
+    @property
+    def _rows(self) -> str:
+        """The first dimension's name in shape messages: edges for edge features."""
+        return "E" if self.name == "edge_attr" else "N"
+
     def _encode_float(self, x: Tensor) -> Tensor:
         if self.linear is None:
             raise ValueError(
@@ -94,11 +99,12 @@ class FeatureEncoder(Module):
                 "only (" + ("pass in_channels" if self.name == "x" else
                             "build the model with edge_dim, EdgeEncoder with in_channels") + ")"
             )
+        given = tuple(x.shape)  # the caller's shape, not the unsqueezed one, in the message
         if x.dim() == 1:
             x = x.unsqueeze(-1)
         if x.dim() != 2 or x.size(1) != self.in_channels:
             raise ValueError(
-                f"{self.name} must have shape [N, {self.in_channels}], got {tuple(x.shape)}"
+                f"{self.name} must have shape [{self._rows}, {self.in_channels}], got {given}"
             )
         if not all_finite(x):
             raise ValueError(f"{self.name} contains NaN or inf values")
@@ -114,12 +120,13 @@ class FeatureEncoder(Module):
                 f"{self.name} has integer dtype {x.dtype} but the encoder expects float features "
                 "(pass num_categories for categorical labels, or one-hot encode them)"
             )
+        given = tuple(x.shape)
         if x.dim() == 1:
             x = x.unsqueeze(-1)
         if x.dim() != 2 or x.size(1) != len(self.embeddings):
             raise ValueError(
-                f"{self.name} must have shape [N, {len(self.embeddings)}] (one column per "
-                f"categorical label), got {tuple(x.shape)}"
+                f"{self.name} must have shape [{self._rows}, {len(self.embeddings)}] (one column "
+                f"per categorical label), got {given}"
             )
         out = None
         for column, (table, size) in enumerate(zip(self.embeddings, self.num_categories)):

@@ -50,8 +50,11 @@ def check_node_graph(data: Data, float32_range: bool = True) -> tuple[Tensor, Te
     if x is not None and x.layout != torch.strided:
         raise ValueError(f"data.x is a sparse tensor ({x.layout}); the models read dense "
                          "features: data.x = data.x.to_dense() (the file loaders do this)")
-    if x is None or x.dim() != 2 or x.size(0) == 0:
-        raise ValueError("data.x must hold node features of shape [N, F] with N > 0")
+    if x is None or x.dim() != 2 or x.size(0) == 0 or x.size(1) == 0:
+        # (F = 0 failed later with "in_channels and hidden_channels must be positive", an
+        # argument the user never passed)
+        raise ValueError("data.x must hold node features of shape [N, F] with N > 0 and F > 0"
+                         + ("" if x is None else f", got {tuple(x.shape)}"))
     if not bool(torch.isfinite(x).all()):
         raise ValueError("data.x contains NaN or inf values")
     if float32_range:

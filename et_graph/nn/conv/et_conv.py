@@ -156,8 +156,8 @@ class ETConv(DescentSettings, MessagePassing):
 
     Defined behaviour: an edge ``B -> C`` (``edge_index[0] = B``, ``edge_index[1] = C``) lets
     ``C`` attend to ``B``; self-loops are ignored (the paper sums over ``B != C``); duplicate
-    edges count as often as they appear (a sparse adjacency is read as its matrix: each pair
-    once, the value its edge weight); a node without in-neighbours contributes no attention
+    edges count as often as they appear (a sparse adjacency is read as its matrix: each stored
+    pair once, the value its edge weight, so a stored 0 is an edge of weight 0); a node without in-neighbours contributes no attention
     energy; ``N = 0`` returns an empty tensor. NaN/inf features, features whose square would
     overflow the LayerNorm's variance (float32: beyond about ``1e19 / sqrt(D)``), malformed
     ``edge_index`` and wrongly shaped or out-of-range weights raise ``ValueError``; a descent
@@ -524,6 +524,13 @@ class ETConv(DescentSettings, MessagePassing):
                 "an explainer's edge mask acts on the messages, which grad='autograd' (the "
                 "reference path) never passes: the mask would change nothing. Explain a layer "
                 "with grad='analytic' (the default)")
+        if (self._explain and isinstance(edge_index, Tensor)
+                and edge_index.layout == torch.sparse_coo and not edge_index.is_coalesced()):
+            # the messages run over the coalesced entries (sorted, duplicates summed), and a
+            # mask in the caller's order was misaligned, or failed PyG's size assertion
+            raise ValueError(
+                "an explainer's edge mask lines up with the adjacency's stored entries, which "
+                "an uncoalesced COO tensor reorders and merges: pass adj.coalesce()")
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)
