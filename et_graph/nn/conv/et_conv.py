@@ -158,9 +158,10 @@ class ETConv(DescentSettings, MessagePassing):
     ``C`` attend to ``B``; self-loops are ignored (the paper sums over ``B != C``); duplicate
     edges count as often as they appear (a sparse adjacency is read as its matrix: each stored
     pair once, the value its edge weight, so a stored 0 is an edge of weight 0); a node without
-    in-neighbours contributes no attention energy; ``N = 0`` returns an empty tensor. NaN/inf features, features whose square would
-    overflow the LayerNorm's variance (float32: beyond about ``1e19 / sqrt(D)``), malformed
-    ``edge_index`` and wrongly shaped or out-of-range weights raise ``ValueError``; a descent
+    in-neighbours contributes no attention energy; ``N = 0`` returns an empty tensor. NaN/inf
+    features, features whose square would overflow the LayerNorm's variance (float32: beyond
+    about ``1e19 / sqrt(D)``), malformed ``edge_index`` and wrongly shaped or out-of-range
+    weights raise ``ValueError``; a descent
     that turns finite inputs into NaN or inf raises ``FloatingPointError``, as does an energy
     (or ``return_energy`` trace) that is NaN or inf, e.g. at a ``beta`` of 0 or inf.
 
