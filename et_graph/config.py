@@ -840,6 +840,15 @@ def machine_metadata() -> dict[str, Any]:
     }
 
 
+def code_identity() -> dict[str, str]:
+    """``{"et_graph_version", "git_commit"}`` of the code running (the commit as of import),
+    as results, checkpoints and saved detectors record it: a file read back by other code can
+    then say whose it is."""
+    from . import __version__
+
+    return {"et_graph_version": __version__, "git_commit": _COMMIT_AT_IMPORT or git_commit()}
+
+
 def run_metadata(config: Any = None) -> dict[str, Any]:
     """Package version, git commit (as of import), torch / PyG versions, the machine
     (:func:`machine_metadata`) and the resolved config."""
@@ -848,11 +857,8 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
     import torch
     import torch_geometric
 
-    from . import __version__
-
     meta = {
-        "et_graph_version": __version__,
-        "git_commit": _COMMIT_AT_IMPORT or git_commit(),
+        **code_identity(),
         "torch": torch.__version__,
         "torch_geometric": torch_geometric.__version__,
         "python": platform.python_version(),

@@ -90,10 +90,12 @@ def _strict(value: Any) -> Any:
     return value
 
 
-def json_text(value: Any, indent: Optional[int] = 2) -> str:
+def json_text(value: Any, indent: Optional[int] = 2,
+              default: Callable[[Any], Any] = float) -> str:
     """Strict JSON of results: NaN and infinities become ``null`` (Python's default writes
-    ``NaN``, which JSON parsers other than Python's refuse; a mean over no values is NaN)."""
-    return json.dumps(_strict(value), indent=indent, allow_nan=False, default=float)
+    ``NaN``, which JSON parsers other than Python's refuse; a mean over no values is NaN).
+    ``default`` converts what JSON has no type for (``str`` for reports holding paths)."""
+    return json.dumps(_strict(value), indent=indent, allow_nan=False, default=default)
 
 
 def write_results(

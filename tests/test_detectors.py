@@ -743,3 +743,46 @@ def test_features_without_columns_are_named_as_data_x():
     graph.x = graph.x[:, :0]
     with pytest.raises(ValueError, match=r"data\.x must hold .* F > 0, got \(40, 0\)"):
         ETDetector(epochs=1).fit(graph)
+
+
+def test_a_resume_under_another_seed_is_refused(graph, tmp_path):
+    # (from an audit) the fingerprint was the config's repr, which has no seed: a loop over
+    # seeds with one checkpoint folder and resume=True went on with the first seed's run
+    from et_graph.training import CheckpointConfig
+
+    def fit(seed):
+        det = ETDetector(epochs=2, hidden=16, seed=seed)
+        det.checkpoint = CheckpointConfig(str(tmp_path), resume=True)
+        return det.fit(graph)
+
+    fit(1)
+    with pytest.raises(ValueError, match=r"another configuration \(now: seed=7"):
+        fit(7)
+
+
+def test_a_network_pickled_before_message_passing_existed_still_scores(graph, tmp_path):
+    # (from an audit) a detector saved 400 commits earlier loaded, then failed to score with
+    # "'ETAnomalyNet' object has no attribute 'message_passing'"
+    det = ETDetector(epochs=2, hidden=16).fit(graph)
+    expected = det.decision_function(graph)
+    del det.model_.__dict__["message_passing"]  # as the older network was pickled
+    det.save(tmp_path / "old.pt")
+    assert torch.equal(ETDetector.load(tmp_path / "old.pt").decision_function(graph), expected)
+
+
+def test_loading_under_another_kernel_setting_warns(graph, tmp_path):
+    # (from an audit) the compiled kernels round differently: a detector saved with them on
+    # scored up to 6e-8 apart after a load in a process without them, unannounced
+    det = MLPDetector(epochs=1).fit(graph)
+    det.save(tmp_path / "det.pt")
+    payload = torch.load(tmp_path / "det.pt", weights_only=False)
+    assert payload["native_attention"] is False and payload["git_commit"]
+    payload["native_attention"] = True
+    torch.save(payload, tmp_path / "native.pt")
+    with pytest.warns(RuntimeWarning, match=r"kernels on and they are off here"):
+        MLPDetector.load(tmp_path / "native.pt")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        MLPDetector.load(tmp_path / "det.pt")

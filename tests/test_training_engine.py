@@ -698,3 +698,34 @@ def test_ddp_trains_a_model_with_unused_parameters_when_asked(tmp_path):
     failed = subprocess.run([sys.executable, str(script), port, "0"], env=env,
                             capture_output=True, text=True, timeout=300)
     assert failed.returncode != 0 and "find_unused_parameters" in failed.stderr
+
+
+def test_a_run_without_resume_warns_before_replacing_another_configurations_checkpoint(
+        tmp_path):
+    # (from an audit) two --data files with the same name share one checkpoint folder: the
+    # second run replaced the first's checkpoint without a word
+    import warnings
+
+    _fit(tmp_path, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _fit(tmp_path, 2)  # the same configuration again: replaced quietly
+    other = Trainer(TrainConfig(epochs=2, lr=0.05, lr_schedule="cosine", grad_clip=1.0),
+                    CheckpointConfig(str(tmp_path), 1), progress=False,
+                    fingerprint="another graph")
+    with pytest.warns(UserWarning, match="checkpoint of a run with another configuration"):
+        other.fit(_model(), RegressionTask())
+
+
+def test_a_checkpoint_written_by_older_code_says_so(tmp_path):
+    # (from an audit) a checkpoint from before a training setting existed was refused as
+    # written "under other training settings", though the user had changed nothing
+    _fit(tmp_path, 2)
+    state = load_checkpoint(tmp_path / "last.pt")
+    assert set(state["written_by"]) == {"et_graph_version", "git_commit"}
+    del state["written_by"], state["config"]["ema_decay"]
+    torch.save(state, tmp_path / "last.pt")
+    with pytest.raises(ValueError, match=r"ema_decay differ\) \(written by an older et-graph, "
+                                         r"which recorded no version, this is et-graph .*; it "
+                                         r"has no ema_decay, added since\)"):
+        _fit(tmp_path, 2, resume=True)

@@ -496,3 +496,19 @@ def test_flags_the_tuner_never_reads_are_named():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         assert warn_flags_of_tuning("anomaly", config, given) == []
+
+
+def test_the_study_report_is_strict_json(tmp_path):
+    # (from an audit) study_report.json was the one results file written with Python's
+    # json.dumps: a diverged trial's inf came out as Infinity, which other parsers refuse
+    from et_graph.tuning.study import write_report
+
+    summary = {"study": "s", "trials": {"complete": 1, "pruned": 0, "fail": 0, "running": 0},
+               "trial_numbers": [0], "direction": "minimize", "best_value": float("inf"),
+               "best_trial": 0, "best_params": {"lr": 0.1}, "seconds_this_run": 1.0,
+               "history": [(0, float("inf"))]}
+    write_report(tmp_path, "anomaly", "planted", "auroc", TuneBudget(trials=1),
+                 {"et": summary}, {"et": tmp_path / "et.toml"}, parse(AnomalyConfig, []))
+    text = (tmp_path / "study_report.json").read_text()
+    report = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+    assert report["models"]["et"]["best_value"] is None

@@ -125,14 +125,17 @@ class BaseDetector:
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write the fitted detector (config, weights, threshold, history) to ``path``.
 
-        One ``torch.save`` file; :meth:`load` reads it back and scores bit for bit as before.
-        The file is a pickle, so load only files you trust."""
+        One ``torch.save`` file; :meth:`load` reads it back and scores bit for bit as before,
+        under the same compiled-kernel setting (:func:`et_graph.native.set_native_attention`,
+        recorded in the file; :meth:`load` warns when it differs). The file records the
+        package version and git commit too. It is a pickle, so load only files you trust."""
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: fit it before save()")
-        from .. import __version__
+        from ..config import code_identity
+        from ..native import native_attention_enabled
 
-        torch.save({"format": SAVE_FORMAT, "et_graph_version": __version__,
-                    "class": type(self).__name__, "detector": self}, path)
+        torch.save({"format": SAVE_FORMAT, **code_identity(), "class": type(self).__name__,
+                    "native_attention": native_attention_enabled(), "detector": self}, path)
 
     @classmethod
     def _accepts(cls, detector: Any) -> bool:
@@ -172,6 +175,17 @@ class BaseDetector:
         detector = payload["detector"]
         if not cls._accepts(detector):
             raise TypeError(f"{path} holds a {payload['class']}, not a {cls.__name__}")
+        from ..native import native_attention_enabled
+
+        saved_native = payload.get("native_attention")  # (absent in files before it was kept)
+        if saved_native is not None and saved_native != native_attention_enabled():
+            # the kernels round differently: the scores moved in the last bits, unannounced
+            warnings.warn(
+                f"{path} was saved with the compiled attention kernels "
+                f"{'on' if saved_native else 'off'} and they are "
+                f"{'off' if saved_native else 'on'} here: the scores may differ from the saved "
+                f"detector's in the last bits; et_graph.native.set_native_attention("
+                f"{saved_native}) scores bit for bit as before", RuntimeWarning, stacklevel=2)
         detector.device = device
         return detector
 

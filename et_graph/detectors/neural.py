@@ -375,7 +375,9 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
             on_epoch=self.on_epoch,
             # With checkpoints, the data too: a resume with another split or other features
             # must not score a model that may have trained on the new test nodes.
-            fingerprint=fingerprint_with_data(repr(self.config), self.checkpoint, data.x,
+            # (the seed too: a resume under another seed went on with the first seed's run)
+            fingerprint=fingerprint_with_data(f"{self.config!r}, seed={self.seed}",
+                                              self.checkpoint, data.x,
                                               data.edge_index, y, train, val),
             oom_hint=self._oom_hint(), validation_oom_hint=self._validation_oom_hint())
         result = trainer.fit(model, task)

@@ -418,8 +418,9 @@ class UnsupervisedETDetector(BaseDetector):
         trainer = Trainer(self.config.train, checkpoint=self.checkpoint,
                           description=type(self).__name__, progress=self.progress,
                           generators=[generator], on_epoch=self.on_epoch,
-                          fingerprint=fingerprint_with_data(repr(self.config), self.checkpoint,
-                                                            graph.x, graph.edge_index))
+                          fingerprint=fingerprint_with_data(f"{self.config!r}, seed={self.seed}",
+                                                            self.checkpoint, graph.x,
+                                                            graph.edge_index))
         result = trainer.fit(model, task)
         self.model_ = model
         self.history_ = result.history

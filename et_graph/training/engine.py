@@ -38,6 +38,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..config import code_identity
 from ..nn.validation import is_integral, is_real
 from .checkpoint import (
     CheckpointError,
@@ -457,6 +458,8 @@ class Trainer:
         path = self.checkpoint_path
         if path is not None:
             _check_checkpoint_folder(path)
+        if path is not None and not self.checkpoint.resume and path.is_file():
+            _warn_overwriting(path, asdict(self.config), self.fingerprint)
         if path is not None and self.checkpoint.resume and path.is_file():
             state = load_checkpoint(path)
             # The training settings first, by name (a caller who passes no fingerprint cannot
@@ -467,14 +470,15 @@ class Trainer:
                 changed = changed_settings(stored, current)
                 raise ValueError(
                     f"{path} was written under other training settings ({', '.join(changed)} "
-                    "differ); use another checkpoint_dir or drop resume"
+                    f"differ){_written_by(state, set(current) - set(stored))}; use another "
+                    "checkpoint_dir or drop resume"
                 )
             if state.get("fingerprint", "") != self.fingerprint:
                 now = _new_settings(str(state.get("fingerprint", "")), str(self.fingerprint))
                 raise ValueError(
                     f"{path} was written by a run with another configuration"
                     + (f" (now: {', '.join(now)})" if now else "")
-                    + "; use another checkpoint_dir or drop resume"
+                    + f"{_written_by(state)}; use another checkpoint_dir or drop resume"
                 )
             try:
                 model.load_state_dict(state["model"])
@@ -653,7 +657,34 @@ class Trainer:
             "stale": stale,
             "stopped": stopped,
             "config": asdict(self.config),
+            "written_by": code_identity(),
         })
+
+
+def _written_by(state: dict[str, Any], unknown: Iterable[str] = ()) -> str:
+    """Where a refused checkpoint came from, when other code wrote it: a setting the stored
+    run lacks (``unknown``) was added since, so the user changed nothing but the version."""
+    here, there = code_identity(), state.get("written_by")
+    if there == here or (there is None and not unknown):
+        return ""
+    origin = ("an older et-graph, which recorded no version" if there is None else
+              f"et-graph {there.get('et_graph_version')} at {there.get('git_commit')}")
+    lacks = f"; it has no {', '.join(sorted(unknown))}, added since" if unknown else ""
+    return (f" (written by {origin}, this is et-graph {here['et_graph_version']} at "
+            f"{here['git_commit']}{lacks})")
+
+
+def _warn_overwriting(path: Path, config: dict[str, Any], fingerprint: str) -> None:
+    """A ``UserWarning`` before a run without ``resume`` replaces the checkpoint of a run with
+    another configuration in the same folder (two --data files with the same name share one)."""
+    try:
+        state = load_checkpoint(path)
+    except Exception:  # noqa: BLE001 - unreadable: nothing to name, it is replaced as before
+        return
+    if state.get("config") != config or state.get("fingerprint", "") != fingerprint:
+        warnings.warn(f"{path} holds the checkpoint of a run with another configuration, and "
+                      "this run (without resume) replaces it: give each configuration its own "
+                      "checkpoint_dir to keep both", UserWarning, stacklevel=3)
 
 
 def _new_settings(stored: str, current: str, limit: int = 6) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..config import merge, run_metadata, to_dict, write_preset
+from ..reporting import json_text
 from ..training.checkpoint import changed_settings
 
 
@@ -340,7 +341,8 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
               "labels_read": labels_read, "budget": to_dict_budget(budget),
               "models": summaries, "presets": {k: str(v) for k, v in presets.items()},
               "meta": run_metadata(config)}
-    (out / "study_report.json").write_text(json.dumps(report, indent=2, default=str))
+    # strict, as every results file: a diverged trial's inf was written as Infinity
+    (out / "study_report.json").write_text(json_text(report, default=str))
     trees = ("; a model without epochs (the trees) is never pruned, so it completes every "
              "trial" if "gbt" in summaries else "")
     held = {s["trials"]["complete"] + s["trials"]["pruned"] for s in summaries.values()}

@@ -182,6 +182,13 @@ class ETAnomalyNet(nn.Module):
         )
         self.reset_parameters()
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        # A network pickled before the message-passing layers existed (a detector saved by
+        # an older et-graph) has none: it loaded, then failed to score with AttributeError.
+        if "message_passing" not in self.__dict__ and "message_passing" not in self._modules:
+            self.message_passing = None
+
     def reset_parameters(self) -> None:
         self.embedding.reset_parameters()
         if self.positional is not None:
