@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
 
 if TYPE_CHECKING:
+    import torch
+
     from .training import CheckpointConfig
 
 T = TypeVar("T")
@@ -147,7 +149,7 @@ def resolve_device(device: Any) -> Any:
     return device
 
 
-def check_device(device: str) -> None:
+def check_device(device: Union[str, torch.device]) -> None:
     """``ValueError`` for a device string torch cannot parse, or one this machine lacks (a CUDA
     device without a CUDA build or GPU, an index past the last GPU), before any work starts."""
     import torch

@@ -29,7 +29,7 @@ def summarize(values: Iterable[float]) -> dict[str, Any]:
     return {"mean": mean, "std": std, "values": values}
 
 
-def format_stat(stat: Mapping[str, Any], digits: int = 4) -> str:
+def format_stat(stat: Optional[Mapping[str, Any]], digits: int = 4) -> str:
     """``mean ± std``; a single value is written as ``value (n = 1)``, since ``± 0`` under a
     mean ± std caption would read as a measured zero spread, and a spread that rounds to zero
     as ``± <0.0001``. A mean that is not finite names how many runs were (``n/a (1 of 5

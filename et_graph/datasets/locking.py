@@ -11,10 +11,11 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Union
 
 
 @contextlib.contextmanager
-def folder_lock(folder: str | Path, name: str) -> Iterator[None]:
+def folder_lock(folder: Union[str, os.PathLike[str]], name: str) -> Iterator[None]:
     """Hold an exclusive lock on ``folder/.name.lock`` while the block runs.
 
     The lock is advisory (``fcntl.flock`` on POSIX, ``msvcrt.locking`` on Windows) and the

@@ -13,7 +13,7 @@ graphs (seed 0).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
@@ -258,7 +258,7 @@ def recipe_dict(recipe: Union[SBMPatternRecipe, SBMClusterRecipe]) -> dict:
     return asdict(recipe)
 
 
-def sbm_statistics(graphs: list[Data]) -> dict[str, float]:
+def sbm_statistics(graphs: list[Data]) -> dict[str, Any]:
     """Average/min/max node count, average directed edge count, label distribution."""
     if not graphs:
         raise ValueError("no graphs")

@@ -17,7 +17,7 @@ validation nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 import torch
@@ -101,7 +101,7 @@ def _label_vector(y: Tensor) -> np.ndarray:
     return labels
 
 
-def _check_labels(y: Tensor) -> np.ndarray:
+def _check_labels(y: Union[Tensor, np.ndarray]) -> np.ndarray:
     labels = _label_vector(y)
     if labels.size == 0:
         raise ValueError("no labelled nodes")

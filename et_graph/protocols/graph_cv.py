@@ -393,7 +393,7 @@ def cross_validate_selected(
     return {"candidates": names, "folds": cv["folds"], "models": selected}
 
 
-def describe_selection(candidates: Sequence[str],
+def describe_selection(candidates: Iterable[str],
                        changes: Optional[Mapping[str, Mapping[str, Any]]] = None) -> str:
     """The protocol sentence of a :func:`cross_validate_selected` run; ``changes`` (``{name:
     {"section.field": value}}``) spells out what each candidate sets, so that a candidate

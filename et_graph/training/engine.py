@@ -723,7 +723,7 @@ def _raise_explained(error: RuntimeError, hint: str, phase: str = "training") ->
     raise explained from error
 
 
-def _explain_oom(error: RuntimeError, hint: str, phase: str = "training") -> RuntimeError:
+def _explain_oom(error: RuntimeError, hint: str, phase: str = "training") -> Exception:
     text = str(error)
     if any(marker in text.lower() for marker in _OOM_MARKERS):
         advice = hint or "train on mini-batches or a smaller model"

@@ -291,7 +291,7 @@ class _FailureLimit:
             study.stop()
 
 
-def study_or_none(name: str, storage: str) -> Optional[Any]:
+def study_or_none(name: str, storage: Optional[str]) -> Optional[Any]:
     optuna = _optuna()
     try:
         return optuna.load_study(study_name=name, storage=storage)
