@@ -21,7 +21,6 @@ candidate's own figure beside it for context.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ from tu_tuned_cv import MODELS  # noqa: E402
 
 from et_graph.config import run_metadata  # noqa: E402
 from et_graph.protocols.graph_cv import fold_selection  # noqa: E402
+from et_graph.reporting import json_text  # noqa: E402
 
 
 def parse_candidate(text: str) -> tuple[str, str]:
@@ -50,9 +50,11 @@ def _folds_of(row: dict[str, Any]) -> str:
     return match.group(0)
 
 
-def gather(candidates: list[tuple[str, str]]) -> tuple[str, int, dict[str, dict[str, Any]]]:
-    """``(dataset, runs per fold, {candidate: {model: row}})`` in the order the candidates
-    were first named; every row must come from the same dataset, folds and runs per fold."""
+def gather(candidates: list[tuple[str, str]]
+           ) -> tuple[str, int, dict[str, dict[str, Any]], Optional[str]]:
+    """``(dataset, runs per fold, {candidate: {model: row}}, folds)`` in the order the
+    candidates were first named; every row must come from the same dataset, folds and runs per
+    fold."""
     grid: dict[str, dict[str, Any]] = {}
     sources: dict[tuple[str, str], str] = {}
     dataset = runs = folds = None
@@ -81,7 +83,7 @@ def gather(candidates: list[tuple[str, str]]) -> tuple[str, int, dict[str, dict[
         if missing:
             raise ValueError(f"candidate {name!r} lacks {missing}: every model needs the same "
                              "candidates (the same selection budget)")
-    return dataset, runs, grid
+    return dataset, runs, grid, folds
 
 
 def select(grid: dict[str, dict[str, Any]], model: str) -> dict[str, Any]:
@@ -142,19 +144,20 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--md", type=Path, default=None)
     args = parser.parse_args(argv)
     try:
-        dataset, runs, grid = gather([parse_candidate(c) for c in args.candidate])
+        dataset, runs, grid, folds = gather([parse_candidate(c) for c in args.candidate])
     except ValueError as error:
         parser.error(str(error))
     models = [m for m in MODELS if m in next(iter(grid.values()))]
     selected = {model: select(grid, model) for model in models}
     text = table(dataset, runs, grid, selected)
     print(text)
-    report = {"dataset": dataset, "runs_per_fold": runs, "candidates": list(grid),
+    # the folds too: tu_reassess.py joins reports only where they name the same ones
+    report = {"dataset": dataset, "runs_per_fold": runs, "folds": folds, "candidates": list(grid),
               "protocol": "Errica et al.: per outer fold, the candidate with the best "
               "inner-validation accuracy (mean of its runs; ties to the first candidate); the "
               "fold's test accuracy is that candidate's", "models": selected,
               "meta": run_metadata()}
-    for path, content in ((args.json, json.dumps(report, indent=2)), (args.md, text)):
+    for path, content in ((args.json, json_text(report)), (args.md, text)):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -106,20 +107,43 @@ def _cell(stat: Optional[dict[str, Any]]) -> str:
     return f"{100 * stat['mean']:.1f} ± {100 * stat['std']:.1f}"
 
 
+FOLDS = re.compile(r"stratified \d+-fold CV \(seed \d+\)")
+
+
+def folds_of(report: dict[str, Any]) -> set[str]:
+    """The outer folds a report's rows ran on, as their protocols name them ("stratified
+    10-fold CV (seed 0)"); ``tu_fold_select.py`` records its rows' folds as ``folds`` (empty
+    for its reports written before it did)."""
+    named = {report["folds"]} if report.get("folds") else set()
+    for row in report["models"].values():
+        match = FOLDS.match(str(row.get("protocol", "")))
+        if match:
+            named.add(match.group(0))
+    return named
+
+
 def merge_reports(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One report per (dataset, runs per fold, selection grid): the models of runs made
     separately (e.g. ET and GIN side by side, each with ``--models``) joined; a model given twice
-    is an error."""
+    is an error, and so are reports whose rows name other outer folds (their per-fold values
+    would be paired across different test sets)."""
     merged: dict[tuple[str, int, tuple[str, ...]], dict[str, Any]] = {}
     for report in reports:
         key = (report["dataset"], report["runs_per_fold"], tuple(report.get("candidates", ())))
+        if len(folds_of(report)) > 1:
+            raise ValueError(f"{key[0]}: one report's rows ran on {sorted(folds_of(report))}")
         if key not in merged:
             merged[key] = {**report, "models": dict(report["models"])}
             continue
         twice = set(merged[key]["models"]) & set(report["models"])
         if twice:
             raise ValueError(f"{key[0]}: models {sorted(twice)} appear in two reports")
+        named = folds_of(merged[key]) | folds_of(report)
+        if len(named) > 1:
+            raise ValueError(f"{key[0]}: the reports ran on other outer folds ({sorted(named)})")
         merged[key]["models"].update(report["models"])
+        if named:
+            merged[key]["folds"] = named.pop()
     return list(merged.values())
 
 

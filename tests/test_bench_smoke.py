@@ -428,6 +428,30 @@ def test_tu_reassess_summary_joins_models_run_apart_and_refuses_duplicates():
         tu_reassess.summary_table([report(["et"]), report(["et"])])
 
 
+def test_tu_reassess_refuses_to_join_reports_of_other_folds():
+    # (s57's open item) separately run files were joined whatever folds they ran on, and their
+    # per-fold values then paired across different test sets
+    tu_reassess = benchmark_module("tu_reassess")
+    stat = {"mean": 0.8, "std": 0.01}
+
+    def report(model, seed, key="protocol"):
+        row = {"test_accuracy": stat, "run0_accuracy": stat, "run_spread": 0.02}
+        folds = f"stratified 10-fold CV (seed {seed})"
+        if key == "protocol":
+            row["protocol"] = folds + "; in each training fold ..."
+        return {"dataset": "NCI1", "runs_per_fold": 3, "models": {model: row},
+                **({"folds": folds} if key == "folds" else {})}
+
+    assert tu_reassess.summary_table([report("et", 0), report("gin", 0)])
+    with pytest.raises(ValueError, match=r"other outer folds.*seed 0.*seed 1"):
+        tu_reassess.summary_table([report("et", 0), report("gin", 1)])
+    with pytest.raises(ValueError, match="other outer folds"):  # tu_fold_select.py's field
+        tu_reassess.summary_table([report("et", 0, "folds"), report("gin", 1)])
+    # a report that names no folds (a selection written before it recorded them) still joins
+    unnamed = report("gin", 1, key=None)
+    assert tu_reassess.summary_table([report("et", 0), unnamed])
+
+
 def test_tu_reassess_summary_reads_per_fold_selection_reports():
     tu_reassess = benchmark_module("tu_reassess")
     stat = {"mean": 0.8, "std": 0.01}
@@ -709,7 +733,9 @@ def test_tu_fold_select_picks_on_validation_per_fold(tmp_path):
     assert gin["chosen"] == ["preset", "other", "preset"]
     assert gin["times_chosen"] == {"preset": 2, "other": 1}
     assert gin["ensemble_accuracy"]["values"] == [0.1, 0.8, 0.3]
-    assert json.loads((tmp_path / "s.json").read_text())["candidates"] == ["preset", "other"]
+    written = json.loads((tmp_path / "s.json").read_text())
+    assert written["candidates"] == ["preset", "other"]
+    assert written["folds"] == "stratified 3-fold CV (seed 0)"  # for tu_reassess's join
     # the test figures never move the choice: scramble them and the choice stays
     scrambled = write("scrambled", _candidate_report(["et"], [0.9, 0.7, 0.5], [0.9, 0.0, 0.0]))
     again = select.main(["--candidate", f"preset={preset}@et",
