@@ -729,3 +729,76 @@ def test_a_checkpoint_written_by_older_code_says_so(tmp_path):
                                          r"which recorded no version, this is et-graph .*; it "
                                          r"has no ema_decay, added since\)"):
         _fit(tmp_path, 2, resume=True)
+
+
+DDP_RESUME_SCRIPT = '''
+import os, sys
+import torch
+import torch.distributed as dist
+from torch import nn
+from et_graph.training import CheckpointConfig, TrainConfig, Trainer, Validation
+
+
+class Task:
+    def batches(self, epoch):
+        yield torch.ones(4, 2)
+
+    def loss(self, model, batch):
+        return (model(batch) * torch.rand(4, 2)).pow(2).mean()  # draws from the global RNG
+
+    def validate(self, model):
+        return Validation(-float(model.weight.abs().sum()))
+
+
+class Killed(Exception):
+    pass
+
+
+def kill(epoch, validation):
+    if epoch == 1:
+        raise Killed
+
+
+def run(rank, port, folder):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    draws = {}
+    for mode in ("full", "cut", "resume"):
+        # each rank its own stream, as DDP jobs seed them; the resumed run starts from
+        # another state, which resuming must replace with the checkpoint's
+        torch.manual_seed(999 if mode == "resume" else 100 + rank)
+        model = nn.Linear(2, 2)
+        checkpoint = CheckpointConfig(os.path.join(folder, "full" if mode == "full" else "cut"),
+                                      resume=mode == "resume")
+        try:
+            Trainer(TrainConfig(epochs=4), checkpoint, progress=False,
+                    on_epoch=kill if mode == "cut" else None).fit(model, Task())
+        except Killed:
+            pass
+        draws[mode] = torch.rand(3)
+    torch.save(draws, os.path.join(folder, f"draws_{rank}.pt"))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    torch.multiprocessing.spawn(run, args=tuple(sys.argv[1:3]), nprocs=2)
+'''
+
+
+def test_ddp_ranks_resume_from_their_own_random_states(tmp_path):
+    # (s57's open item) every rank restored rank 0's random states on resume: after it, the
+    # ranks drew the same dropout and sampling streams, unlike an uninterrupted run
+    import random
+
+    script = tmp_path / "ddp_resume.py"
+    script.write_text(DDP_RESUME_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    port = str(random.randint(20000, 40000))
+    done = subprocess.run([sys.executable, str(script), port, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    draws = [torch.load(tmp_path / f"draws_{rank}.pt") for rank in (0, 1)]
+    for rank in (0, 1):
+        assert torch.equal(draws[rank]["resume"], draws[rank]["full"])
+    assert not torch.equal(draws[0]["full"], draws[1]["full"])

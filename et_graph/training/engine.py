@@ -499,12 +499,13 @@ class Trainer:
                     raise ValueError(f"{path} holds no weight average; resume it without "
                                      "ema_decay or use another checkpoint_dir")
                 average.load_state_dict(state["average"])
-            set_rng_state(state["rng"])
-            if len(state["generators"]) != len(self.generators):  # zip dropped the rest
-                raise ValueError(f"{path} holds {len(state['generators'])} generator states and "
+            own = _own_random_states(state, rank, world, path)
+            set_rng_state(own["rng"])
+            if len(own["generators"]) != len(self.generators):  # zip dropped the rest
+                raise ValueError(f"{path} holds {len(own['generators'])} generator states and "
                                  f"this run has {len(self.generators)}; use another "
                                  "checkpoint_dir or drop resume")
-            for generator, gen_state in zip(self.generators, state["generators"]):
+            for generator, gen_state in zip(self.generators, own["generators"]):
                 generator.set_state(gen_state)
             history = list(state["history"])
             best_state = state["best_state"]
@@ -602,12 +603,15 @@ class Trainer:
             else:
                 stale += 1
             stop = bool(cfg.patience) and stale >= cfg.patience
-            if path is not None and rank == 0 and (
+            if path is not None and (
                 stop or epoch + 1 == cfg.epochs or (epoch + 1) % self.checkpoint.checkpoint_every
                 == 0
             ):
-                self._save(path, epoch, model, optimizer, scheduler, history, best, best_epoch,
-                           best_state, stale, stop, average)
+                # every rank's random states (a collective: all ranks reach it together)
+                ranks = _gather_random_states(self.generators) if world > 1 else None
+                if rank == 0:
+                    self._save(path, epoch, model, optimizer, scheduler, history, best,
+                               best_epoch, best_state, stale, stop, average, ranks)
             bar.set_postfix(loss=f"{history[-1]['train_loss']:.4f}",
                             val=f"{validation.score:.4f}",
                             best=f"{best.score:.4f}" if best is not None else "n/a")
@@ -640,7 +644,7 @@ class Trainer:
         )
 
     def _save(self, path, epoch, model, optimizer, scheduler, history, best, best_epoch,
-              best_state, stale, stopped, average) -> None:
+              best_state, stale, stopped, average, ranks=None) -> None:
         save_checkpoint(path, {
             "fingerprint": self.fingerprint,
             "epoch": epoch,
@@ -658,7 +662,33 @@ class Trainer:
             "stopped": stopped,
             "config": asdict(self.config),
             "written_by": code_identity(),
+            # under DDP each rank's own states (rank 0's are "rng" and "generators" above)
+            **({"ranks": ranks} if ranks is not None else {}),
         })
+
+
+def _gather_random_states(generators: Sequence[torch.Generator]) -> list[dict[str, Any]]:
+    """Every rank's global random states and task generators, gathered (rank order)."""
+    own = {"rng": rng_state(), "generators": [g.get_state() for g in generators]}
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, own)
+    return gathered
+
+
+def _own_random_states(state: dict[str, Any], rank: int, world: int,
+                       path: Path) -> dict[str, Any]:
+    """The random states this rank resumes from: its own under DDP when the checkpoint holds
+    every rank's (each rank had restored rank 0's: their dropout and sampling streams became
+    one), else the saved ones, with a warning where ranks must then share them."""
+    ranks = state.get("ranks")
+    if world > 1 and ranks is not None and len(ranks) == world:
+        return ranks[rank]
+    if world > 1:
+        warnings.warn(f"{path} holds the random states of "
+                      f"{'1 process' if ranks is None else f'{len(ranks)} ranks'}, and this run "
+                      f"has {world}: every rank resumes from rank 0's, so their random draws "
+                      "differ from an uninterrupted run's", RuntimeWarning, stacklevel=3)
+    return {"rng": state["rng"], "generators": state["generators"]}
 
 
 def _written_by(state: dict[str, Any], unknown: Iterable[str] = ()) -> str:
