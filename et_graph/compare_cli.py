@@ -131,6 +131,12 @@ def _cv_protocol(results: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"a cross-validation of {results.get('dataset')!r} without "
                          "meta.config.protocol (an older or hand-made file): its fold count, "
                          "which sets the correction, is unknown")
+    if protocol.get("validation_only") and not isinstance(protocol.get("val_fraction"),
+                                                          (int, float)):
+        # (failed with a TypeError on None in the correction)
+        raise ValueError(f"a validation-only cross-validation of {results.get('dataset')!r} "
+                         "without meta.config.protocol.val_fraction: the size of its scored "
+                         "parts, which sets the correction, is unknown")
     return protocol
 
 

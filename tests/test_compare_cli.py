@@ -162,3 +162,13 @@ def test_compare_leaves_out_derived_rows_and_refuses_empty_or_unknown_requests(
         assert compare_cli.main(argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, err
+
+
+def test_a_validation_only_cv_without_its_validation_fraction_is_named():
+    # a hand-made or truncated file: the correction's ratio failed with a TypeError on None
+    results = {"dataset": "MUTAG", "folds": [],
+               "meta": {"config": {"protocol": {"folds": 10, "validation_only": True}}}}
+    with pytest.raises(ValueError, match="without meta.config.protocol.val_fraction"):
+        compare_cli.design_of(results)
+    results["meta"]["config"]["protocol"]["val_fraction"] = 0.1
+    assert compare_cli.design_of(results) == ("folds", pytest.approx(0.1 / 0.9))
