@@ -279,3 +279,25 @@ def test_split_errors_point_train_ratio_the_right_way():
                              num_nodes=6)
     with pytest.raises(ValueError, match="training split .* raise train_ratio"):
         check_split(no_train_anomaly, labels, hint)
+
+
+def test_ties_choose_the_smallest_threshold():
+    # every grid value in (0.2, 0.8] separates these perfectly: the smallest is the promise
+    assert choose_threshold(np.array([0, 1]), np.array([0.2, 0.8]))[0] == 0.25
+
+
+def test_the_energy_rows_sign_and_threshold_read_validation_labels_alone():
+    # (from a mutation audit) the sign could be chosen on test AUROC and nothing failed
+    from et_graph.protocols.anomaly import energy_row
+
+    data = planted_anomaly_graph(300, seed=1)
+    split = make_splits(data, "paper", 1, 0.4, split_seed=0)[0]
+    train_mask, val_mask, _ = split.masks(300)
+    det = ETDetector(epochs=3, hidden=16, heads=2, head_dim=8).fit(data, train_mask, val_mask)
+    flipped = data.clone()
+    flipped.y = data.y.clone()
+    flipped.y[split.test] = 1 - flipped.y[split.test]
+    rows = [energy_row(det, graph, split) for graph in (data, flipped)]
+    assert rows[0][2] == rows[1][2]  # sign and threshold quantile
+    assert np.array_equal(rows[0][1], rows[1][1])
+    assert rows[0][0]["auroc"] != rows[1][0]["auroc"]  # the test labels do enter the metrics

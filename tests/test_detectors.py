@@ -1,5 +1,6 @@
 """Detectors with PyGOD's conventions: fit / decision_function / predict, clear errors, one
 source of defaults shared with the CLI."""
+import numpy as np
 import pytest
 import torch
 from helpers import planted_graph_with_masks, results_keeping_random_streams
@@ -786,3 +787,53 @@ def test_loading_under_another_kernel_setting_warns(graph, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         MLPDetector.load(tmp_path / "det.pt")
+
+
+# ----------------------------------------------------------------------------------------------
+# Selections that must read the validation nodes only (from a mutation audit: each of these
+# could be changed to read other nodes and no test failed)
+# ----------------------------------------------------------------------------------------------
+def test_the_threshold_is_chosen_on_the_validation_nodes_alone(graph):
+    from et_graph.protocols.anomaly import choose_threshold
+
+    det = ETDetector(epochs=3, hidden=16).fit(graph)
+    score = det.decision_score_.double().numpy()
+    y, val = graph.y.numpy(), graph.val_mask.numpy()
+    assert det.threshold_ == choose_threshold(y[val], score[val])[0]
+    # the fixture tells the two apart: over every node (other labels blanked) it differs
+    blanked = np.where(graph.train_mask.numpy() | val, y, 0)
+    assert choose_threshold(blanked, score)[0] != det.threshold_
+
+
+@pytest.mark.parametrize("metric", ["f1_macro", "auroc", "auprc"])
+def test_the_checkpoint_is_chosen_on_the_configured_metric(graph, metric):
+    det = ETDetector(epochs=6, hidden=16, select_metric=metric).fit(graph)
+    best = det.fit_info_["best_epoch"]
+    assert det.fit_info_["best_score"] == det.history_[best][f"val_{metric}"]
+    assert det.fit_info_["best_score"] == max(row[f"val_{metric}"] for row in det.history_)
+
+
+def test_labels_outside_the_training_and_validation_nodes_are_blanked():
+    # the safety net behind "no code path can see them": fit's labels are 0 off its masks
+    from et_graph.detectors.base import check_labels
+
+    data = planted_graph_with_masks(120, seed=0)
+    data.y = torch.ones(120, dtype=torch.long)
+    used = data.train_mask | data.val_mask
+    y = check_labels(data, used)
+    assert bool((y[~used] == 0).all()) and bool((y[used] == 1).all())
+
+
+def test_the_gbt_bins_are_cut_on_the_training_nodes_alone():
+    from et_graph.detectors import neighbourhood_features
+    from et_graph.detectors.tree import QuantileBinner
+
+    graph = planted_graph_with_masks(800, seed=3)  # over 255 training nodes: columns binned
+    det = GBTDetector(binning="unweighted", max_iter=5).fit(graph)
+    features = np.asarray(neighbourhood_features(graph.x, graph.edge_index,
+                                                 det.config.model.features))
+    expected = QuantileBinner().fit(features[graph.train_mask.numpy()]).edges_
+    assert len(expected) > 0
+    assert all(np.array_equal(a, b) for a, b in zip(det.binner_.edges_, expected))
+    everywhere = QuantileBinner().fit(features).edges_
+    assert not all(np.array_equal(a, b) for a, b in zip(everywhere, expected))

@@ -802,3 +802,47 @@ def test_ddp_ranks_resume_from_their_own_random_states(tmp_path):
     for rank in (0, 1):
         assert torch.equal(draws[rank]["resume"], draws[rank]["full"])
     assert not torch.equal(draws[0]["full"], draws[1]["full"])
+
+
+def test_equal_validations_do_not_beat_each_other():
+    # the tie rule is "strictly lower loss": an equal later epoch keeps the earlier one
+    assert not Validation(1.0, 0.5).beats(Validation(1.0, 0.5))
+    assert Validation(1.0, 0.4).beats(Validation(1.0, 0.5))
+
+
+class ScriptedTask(RegressionTask):
+    """Validation scores fixed per epoch: best at epoch 0, then worse, so patience stops it."""
+
+    SCORES = [1.0, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1]
+
+    def batches(self, epoch):
+        self.epoch = epoch
+        yield from super().batches(epoch)
+
+    def validate(self, model):
+        return Validation(self.SCORES[self.epoch], 0.0)
+
+
+def test_a_resumed_run_keeps_counting_its_patience(tmp_path):
+    # (from a mutation audit) resuming with the stale count reset went unnoticed: a run with
+    # patience trained longer after a resume than without one
+    config = TrainConfig(epochs=8, lr=0.05, patience=3)
+
+    def fit(folder, resume=False, on_epoch=None):
+        return Trainer(config, CheckpointConfig(str(folder), 1, resume), progress=False,
+                       on_epoch=on_epoch).fit(_model(), ScriptedTask())
+
+    full = fit(tmp_path / "full")
+
+    class Killed(Exception):
+        pass
+
+    def kill(epoch, validation):
+        if epoch == 2:  # two epochs without improvement counted
+            raise Killed
+
+    with pytest.raises(Killed):
+        fit(tmp_path / "cut", on_epoch=kill)
+    resumed = fit(tmp_path / "cut", resume=True)
+    assert full.epochs_run == 4 and full.stopped_early
+    assert (resumed.epochs_run, resumed.best_epoch) == (full.epochs_run, full.best_epoch)
