@@ -810,27 +810,15 @@ def test_equal_validations_do_not_beat_each_other():
     assert Validation(1.0, 0.4).beats(Validation(1.0, 0.5))
 
 
-class ScriptedTask(RegressionTask):
-    """Validation scores fixed per epoch: best at epoch 0, then worse, so patience stops it."""
-
-    SCORES = [1.0, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1]
-
-    def batches(self, epoch):
-        self.epoch = epoch
-        yield from super().batches(epoch)
-
-    def validate(self, model):
-        return Validation(self.SCORES[self.epoch], 0.0)
-
-
 def test_a_resumed_run_keeps_counting_its_patience(tmp_path):
     # (from a mutation audit) resuming with the stale count reset went unnoticed: a run with
     # patience trained longer after a resume than without one
     config = TrainConfig(epochs=8, lr=0.05, patience=3)
+    SCORES = [1.0, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1]  # best at epoch 0, then worse
 
     def fit(folder, resume=False, on_epoch=None):
         return Trainer(config, CheckpointConfig(str(folder), 1, resume), progress=False,
-                       on_epoch=on_epoch).fit(_model(), ScriptedTask())
+                       on_epoch=on_epoch).fit(nn.Linear(1, 1), ScriptedTask(SCORES))
 
     full = fit(tmp_path / "full")
 
