@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import zipfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -51,7 +52,7 @@ from .protocols.significance import (
     difference_table,
     scored_parts_ratio,
 )
-from .reporting import SCORES_FILE, json_text, load_scores
+from .reporting import SCORES_FILE, json_text, load_scores, scores_run_id
 
 #: The default reference, the first of these a run holds (an unsupervised run has no ``et``).
 REFERENCES = ("et", "et_combined", "et_reconstruction")
@@ -105,7 +106,19 @@ def read_scores(picks: list[tuple[Path, dict[str, str]]]
     for path, names in picks:
         if not scores_file(path).exists():
             return None
-        seeds, seed_nodes, seed_labels, rows = load_scores(scores_file(path))
+        try:
+            written = scores_run_id(scores_file(path))
+            seeds, seed_nodes, seed_labels, rows = load_scores(scores_file(path))
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as error:
+            raise ValueError(f"{scores_file(path)} cannot be read ({type(error).__name__}: "
+                             f"{error}); it may be cut short: rerun, or remove it to compare "
+                             "the seeds alone") from None
+        expected = read_json(path).get("meta", {}).get("run_id")
+        if written is not None and expected is not None and written != expected:
+            # (a rerun killed between its results.json and its scores.npz paired them unsaid)
+            raise ValueError(f"{scores_file(path)} belongs to another run than {path} (run ids "
+                             f"{written} and {expected}): rerun, or compare the seeds alone "
+                             "by removing it")
         for seed, mine in zip(seeds, zip(seed_nodes, seed_labels)):
             if nodes is None:
                 nodes, labels = mine

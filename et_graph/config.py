@@ -853,8 +853,10 @@ def code_identity() -> dict[str, str]:
 
 def run_metadata(config: Any = None) -> dict[str, Any]:
     """Package version, git commit (as of import), torch / PyG versions, the machine
-    (:func:`machine_metadata`) and the resolved config."""
+    (:func:`machine_metadata`), the resolved config and a random ``run_id`` (which the files
+    written beside a results file repeat, so that a reader can tell they belong together)."""
     import platform
+    import uuid
 
     import torch
     import torch_geometric
@@ -865,6 +867,7 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
         "torch_geometric": torch_geometric.__version__,
         "python": platform.python_version(),
         "machine": machine_metadata(),
+        "run_id": uuid.uuid4().hex,
     }
     if config is not None:
         meta["config"] = to_dict(config)

@@ -19,6 +19,16 @@ NO_DATA_HINT = ("et_graph is installed without its source checkout (a wheel ship
                 "ET_GRAPH_DATA to a copy of the repository's datasets/ folder")
 
 
+def no_data_hint() -> str:
+    """What to do when shipped data are missing: :data:`NO_DATA_HINT`, or, when
+    ``ET_GRAPH_DATA`` is set already, that its folder lacks them (the hint to set it misled)."""
+    env = os.environ.get("ET_GRAPH_DATA")
+    if env:
+        return (f"ET_GRAPH_DATA={env} does not hold it: point ET_GRAPH_DATA at a copy of the "
+                "repository's datasets/ folder")
+    return NO_DATA_HINT
+
+
 def source_checkout() -> Optional[Path]:
     """The repository root when the package runs from its source checkout, else ``None``."""
     root = PACKAGE_DIR.parent

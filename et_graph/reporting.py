@@ -111,7 +111,10 @@ def write_results(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "results.json"
-    json_path.write_text(json_text(results))
+    # whole or not at all: a run killed while writing left a cut results.json
+    partial = out / ".results.json.partial"
+    partial.write_text(json_text(results))
+    os.replace(partial, json_path)
     lines = [f"# {title or results.get('dataset', 'results')}", ""]
     if results.get("protocol"):
         lines += [f"Protocol: {results['protocol']}", ""]
@@ -130,13 +133,15 @@ SCORES_FILE = "scores.npz"
 
 
 def write_scores(path: str | Path, scores: Mapping[str, Sequence[Any]], seeds: Sequence[int],
-                 nodes: Sequence[Any], labels: Sequence[Any]) -> Path:
+                 nodes: Sequence[Any], labels: Sequence[Any], run_id: Optional[str] = None
+                 ) -> Path:
     """``scores.npz``: for seed ``seeds[i]``, ``ROW__seed{s}`` (``scores[ROW][i]``, the row's
     scores of the scored nodes), ``nodes__seed{s}`` (``nodes[i]``, their ids) and
-    ``labels__seed{s}`` (``labels[i]``). :func:`load_scores` reads it back."""
+    ``labels__seed{s}`` (``labels[i]``), and ``run_id`` (the results file's ``meta.run_id``).
+    :func:`load_scores` reads it back, :func:`scores_run_id` its run id."""
     import numpy as np
 
-    arrays = {}
+    arrays: dict[str, Any] = {} if run_id is None else {"run_id": np.array(run_id)}
     for index, seed in enumerate(seeds):
         arrays[f"nodes__seed{seed}"] = nodes[index]
         arrays[f"labels__seed{seed}"] = labels[index]
@@ -154,11 +159,21 @@ def load_scores(path: str | Path) -> tuple[list[int], list[Any], list[Any], dict
     stored = np.load(path)
     seeds = sorted(int(key.split("__seed")[1]) for key in stored.files
                    if key.startswith("nodes__seed"))
-    rows = {key.split("__seed")[0] for key in stored.files} - {"nodes", "labels"}
+    rows = {key.split("__seed")[0] for key in stored.files
+            if "__seed" in key} - {"nodes", "labels"}
     scores = {row: [stored[f"{row}__seed{seed}"] for seed in seeds] for row in sorted(rows)
               if all(f"{row}__seed{seed}" in stored.files for seed in seeds)}
     return (seeds, [stored[f"nodes__seed{seed}"] for seed in seeds],
             [stored[f"labels__seed{seed}"] for seed in seeds], scores)
+
+
+def scores_run_id(path: str | Path) -> Optional[str]:
+    """The ``run_id`` a :func:`write_scores` file was written with (``None`` in files written
+    before it was kept)."""
+    import numpy as np
+
+    stored = np.load(path)
+    return str(stored["run_id"]) if "run_id" in stored.files else None
 
 
 def rank_across_datasets(scores: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:
@@ -228,21 +243,45 @@ def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Pat
         reason = error.strerror or str(error)
         raise ValueError(f"the output folder {folder} cannot be created ({reason}): choose "
                          "another --out") from None
-    earlier = _inventory(folder, [Path(p) for p in skip if p])
-    results = [path for path in earlier if path.name == "results.json"]
-    if results:
-        written = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[results[0]] / 1e9))
-        warnings.warn(f"{folder} holds an earlier run's results ({results[0]}, written "
-                      f"{written}); this run replaces them", RuntimeWarning, stacklevel=3)
+    from .datasets.locking import FolderBusy, exclusive_folder
+
+    lock = folder / f".{OUTPUT_LOCK}.lock"
     try:
-        yield
-    except BaseException:
+        with exclusive_folder(folder, OUTPUT_LOCK):
+            yield from _writing_into(folder, skip, lock)
+    except BaseException as error:
         for path in made:
             try:
                 path.rmdir()  # only when empty
             except OSError:
                 break
+        if isinstance(error, FolderBusy):
+            # (two runs into one --out removed each other's partial files, mixed their results)
+            raise ValueError(f"another et-graph run is writing to {folder} (it holds {lock}): "
+                             "wait for it, or choose another --out") from None
+        if isinstance(error, OSError) and error.filename is not None and \
+                Path(error.filename) == lock:
+            # a read-only folder was found only after the whole training, at results.json
+            raise ValueError(f"the output folder {folder} cannot be written "
+                             f"({error.strerror or error}): choose another --out") from None
         raise
+
+
+#: The lock a run holds on its output folder (``.et-graph-run.lock``, removed when it ends).
+OUTPUT_LOCK = "et-graph-run"
+
+
+def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Path
+                  ) -> Iterator[None]:
+    """:func:`output_folder`'s warnings around the run, once the folder is made and locked."""
+    earlier = _inventory(folder, [Path(p) for p in skip if p])
+    earlier.pop(lock, None)
+    results = [path for path in earlier if path.name == "results.json"]
+    if results:
+        written = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[results[0]] / 1e9))
+        warnings.warn(f"{folder} holds an earlier run's results ({results[0]}, written "
+                      f"{written}); this run replaces them", RuntimeWarning, stacklevel=4)
+    yield
     left = sorted(str(path.relative_to(folder)) for path, stamp in earlier.items()
                   if path.is_file() and path.stat().st_mtime_ns == stamp)
     if left:
@@ -250,7 +289,7 @@ def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Pat
         warnings.warn(f"{len(left)} file(s) in {folder} come from an earlier run and were not "
                       f"rewritten by this one: {shown}. Remove them, or write each run to a new "
                       "--out, so that they are not read as this run's.", RuntimeWarning,
-                      stacklevel=3)
+                      stacklevel=4)
 
 
 def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.run.out

@@ -63,3 +63,76 @@ def test_a_failed_run_removes_the_output_folders_it_made_empty_and_keeps_others(
     with output_folder(tmp_path / "ok"):
         pass
     assert (tmp_path / "ok").is_dir()
+
+
+def test_two_runs_cannot_write_into_one_output_folder_at_once(tmp_path):
+    # (from an audit) two runs into one --out removed each other's partial fold files and the
+    # first to finish kept a mix of both, with no message
+    import subprocess
+    import sys
+
+    import pytest
+
+    from et_graph.reporting import output_folder
+
+    with output_folder(tmp_path / "out"):
+        with pytest.raises(ValueError, match="another et-graph run is writing to"):
+            with output_folder(tmp_path / "out"):
+                pass
+        other = subprocess.run(  # another process, as a second job would be
+            [sys.executable, "-c", "from et_graph.reporting import output_folder\n"
+             f"with output_folder({str(tmp_path / 'out')!r}): pass"],
+            capture_output=True, text=True, timeout=120)
+        assert other.returncode != 0 and "another et-graph run" in other.stderr
+    assert list((tmp_path / "out").iterdir()) == []  # the lock goes with the run
+    with output_folder(tmp_path / "out"):  # free again
+        pass
+
+
+def test_an_output_folder_that_cannot_be_written_is_named_before_the_run(tmp_path,
+                                                                         monkeypatch):
+    # (from an audit) a read-only --out was found after the whole training, at results.json,
+    # as a traceback (root ignores chmod, so the refusal of the lock file is simulated)
+    import contextlib
+
+    import pytest
+
+    from et_graph.datasets import locking
+    from et_graph.reporting import OUTPUT_LOCK, output_folder
+
+    @contextlib.contextmanager
+    def read_only(folder, name):
+        raise OSError(30, "Read-only file system", str(folder / f".{name}.lock"))
+        yield
+
+    monkeypatch.setattr(locking, "exclusive_folder", read_only)
+    ran = []
+    with pytest.raises(ValueError, match=r"cannot be written \(Read-only file system\)"):
+        with output_folder(tmp_path / "ro"):
+            ran.append(True)
+    assert not ran and OUTPUT_LOCK
+
+
+def test_compare_refuses_scores_of_another_run_and_names_a_cut_file(tmp_path):
+    # (from an audit) a rerun killed between its results.json and its scores.npz left the new
+    # table beside the old scores, and compare paired them without a word
+    import pytest
+
+    from et_graph.compare_cli import read_scores
+    from et_graph.reporting import write_scores
+
+    def run(folder, run_id, scores_id):
+        write_results(folder, {"dataset": "d", "models": {"a": {"auroc": summarize([0.5])}},
+                               "meta": {"run_id": run_id}}, ["auroc"])
+        write_scores(folder / "scores.npz", {"a": [np.zeros(3)]}, [0], [np.arange(3)],
+                     [np.array([0, 1, 0])], scores_id)
+        return folder / "results.json"
+
+    assert read_scores([(run(tmp_path / "same", "r1", "r1"), {"a": "a"})]) is not None
+    with pytest.raises(ValueError, match="belongs to another run"):
+        read_scores([(run(tmp_path / "mixed", "r2", "r1"), {"a": "a"})])
+    assert read_scores([(run(tmp_path / "old", "r3", None), {"a": "a"})]) is not None
+    cut = tmp_path / "same" / "scores.npz"
+    cut.write_bytes(cut.read_bytes()[:40])
+    with pytest.raises(ValueError, match="cannot be read .* cut short"):
+        read_scores([(tmp_path / "same" / "results.json", {"a": "a"})])

@@ -512,3 +512,11 @@ def test_the_study_report_is_strict_json(tmp_path):
     text = (tmp_path / "study_report.json").read_text()
     report = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
     assert report["models"]["et"]["best_value"] is None
+
+
+def test_a_sqlite_storage_under_home_is_refused_with_the_path_written_out():
+    # (from an audit) SQLAlchemy opened the literal "~": a bare OperationalError traceback
+    from et_graph.tuning.cli import _ensure_sqlite_folder
+
+    with pytest.raises(ValueError, match="do not expand ~"):
+        _ensure_sqlite_folder("sqlite:///~/tune.db")

@@ -78,7 +78,8 @@ class BenchmarkData:
 
 #: What torch.load / pickle raise for a truncated, damaged or foreign file.
 UNREADABLE_FILE_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, zipfile.BadZipFile,
-                          ModuleNotFoundError, AttributeError, KeyError, TypeError, IndexError)
+                          ModuleNotFoundError, AttributeError, KeyError, TypeError, IndexError,
+                          OSError)  # (a cut zip archive: "[Errno 22] Invalid argument")
 _Loaded = TypeVar("_Loaded")
 
 

@@ -37,12 +37,38 @@ def folder_lock(folder: Union[str, os.PathLike[str]], name: str) -> Iterator[Non
             _release(handle)
 
 
+class FolderBusy(RuntimeError):
+    """Another process holds the lock :func:`exclusive_folder` asked for."""
+
+
+@contextlib.contextmanager
+def exclusive_folder(folder: Union[str, os.PathLike[str]], name: str) -> Iterator[None]:
+    """Hold ``folder/.name.lock`` for the block without waiting: :class:`FolderBusy` when
+    another process holds it, ``OSError`` when the folder cannot be written (the caller names
+    both). The operating system drops the lock when the process dies."""
+    path = Path(folder) / f".{name}.lock"
+    handle = open(path, "a+b")
+    with handle:
+        try:
+            _acquire(handle, blocking=False)
+        except OSError as error:  # held elsewhere (EWOULDBLOCK / EACCES)
+            raise FolderBusy(str(folder)) from error
+        try:
+            yield
+        finally:
+            # Removed while still held: a process that opened it before fails to lock it, one
+            # that opens it after makes a new file; neither can write beside this run.
+            with contextlib.suppress(OSError):
+                path.unlink()
+            _release(handle)
+
+
 if os.name == "nt":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
-    def _acquire(handle) -> None:
+    def _acquire(handle, blocking: bool = True) -> None:
         handle.seek(0)
-        msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
+        msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK if blocking else msvcrt.LK_NBLCK, 1)
 
     def _release(handle) -> None:
         handle.seek(0)
@@ -50,14 +76,14 @@ if os.name == "nt":  # pragma: no cover - exercised on Windows only
 else:
     import fcntl
 
-    def _acquire(handle) -> None:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    def _acquire(handle, blocking: bool = True) -> None:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     def _release(handle) -> None:
         fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-__all__ = ["folder_lock"]
+__all__ = ["FolderBusy", "exclusive_folder", "folder_lock"]
 
 
 #: What PyG prints to stderr while it processes a dataset's raw files.

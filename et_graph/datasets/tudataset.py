@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import warnings
@@ -27,8 +28,9 @@ from torch_geometric.transforms import OneHotDegree
 from torch_geometric.utils import degree, is_undirected
 from tqdm.auto import tqdm
 
-from ..paths import NO_DATA_HINT, shipped_path
+from ..paths import no_data_hint, shipped_path
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
+from .gnnbenchmark_common import UNREADABLE_FILE_ERRORS, read_local_files
 from .locking import folder_lock, quiet_processing
 
 
@@ -64,16 +66,27 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
     stamp = cache / name / "raw_source.json"
     fingerprint = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                    for p in sorted(source.iterdir()) if p.is_file()}
-    if (not target.is_dir() or not stamp.is_file()
-            or json.loads(stamp.read_text()) != fingerprint):
+    if not target.is_dir() or _stamped(stamp) != fingerprint:
         texts = check_raw_files(source, name)  # new or changed files only
         if (cache / name).exists():
             shutil.rmtree(cache / name)  # the processed graphs go with the old raw files
         shutil.copytree(source, target)
         for file_name, text in texts.items():  # what PyG reads: the normalised lines
             (target / file_name).write_text(text)
-        stamp.write_text(json.dumps(fingerprint, indent=1))
+        # whole or not at all (a full disk left an empty stamp, read as JSON on every run)
+        partial = stamp.with_name(stamp.name + ".partial")
+        partial.write_text(json.dumps(fingerprint, indent=1))
+        os.replace(partial, stamp)
     return cache
+
+
+def _stamped(stamp: Path) -> Optional[dict[str, str]]:
+    """The fingerprint a cache was stamped with; ``None`` when missing or unreadable (the files
+    are then copied again)."""
+    try:
+        return json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _integers(text: str, path: Path) -> np.ndarray:
@@ -232,14 +245,21 @@ def load_tudataset(
         if root is None:
             raise ValueError("no TU root given and no shipped datasets/TUDataset folder found: "
                              "pass the folder holding NAME/raw/NAME_*.txt (--root DIR), or "
-                             f"{NO_DATA_HINT}")
+                             f"{no_data_hint()}")
     cache = Path(cache) if cache else default_tu_cache()
     # Copying the raw files and PyG's processing run under one lock: parallel jobs on the same
     # cache would otherwise race on processed/data.pt (a half-written file fails to load).
     with folder_lock(cache, name), quiet_processing(not progress):
         # PyG prints "Processing... Done!" to stderr on a first load: quiet under --no-progress
-        dataset = TUDataset(str(prepare_root(root, name, cache)), name, use_node_attr=True,
-                            use_edge_attr=True)
+        prepared = str(prepare_root(root, name, cache))
+        try:
+            dataset = TUDataset(prepared, name, use_node_attr=True, use_edge_attr=True)
+        except UNREADABLE_FILE_ERRORS:
+            # processed/ cut short (a killed run, a full disk): every later run failed on it
+            shutil.rmtree(cache / name / "processed", ignore_errors=True)
+            dataset = read_local_files(
+                lambda: TUDataset(prepared, name, use_node_attr=True, use_edge_attr=True),
+                cache / name, "remove that folder, or pass another --cache")
     graphs = [dataset[i] for i in range(len(dataset))]
     one_way = sum(not is_undirected(g.edge_index, num_nodes=g.num_nodes) for g in graphs)
     if one_way:

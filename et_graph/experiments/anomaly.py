@@ -183,7 +183,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     if rank == 0 and config.run.out:
         write_outputs(Path(config.run.out), results, curves, data, splits[0])
         write_scores(Path(config.run.out) / SCORES_FILE, kept_scores, range(len(splits)),
-                     scored_nodes, [y[nodes] for nodes in scored_nodes])
+                     scored_nodes, [y[n] for n in scored_nodes], results["meta"]["run_id"])
     if rank == 0:  # the result is printed with or without progress bars
         # with the protocol, as results.md and the other tasks' printouts give it
         print(f"Anomaly detection: {dataset}\n\n{results['protocol']}\n")

@@ -112,7 +112,7 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         nodes = np.arange(graph.num_nodes)[evaluated if evaluated is not None else slice(None)]
         seeds = config.seed_list
         write_scores(Path(config.run.out) / SCORES_FILE, scores, seeds, [nodes] * len(seeds),
-                     [y] * len(seeds))
+                     [y] * len(seeds), results["meta"]["run_id"])
         first_seed = {row: per_seed[0] for row, per_seed in scores.items() if per_seed}
         plot_roc_pr(Path(config.run.out) / "roc_pr.png", y, first_seed,
                     f"{'all ' if len(y) == graph.num_nodes else 'the labelled '}{len(y):,} "

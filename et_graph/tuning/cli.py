@@ -351,6 +351,9 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
             # SQLite's in-memory database: accepted by Optuna, but no restart continues it.
             raise ValueError(f"storage {storage!r} names no file, so nothing would persist "
                              "for a restart to continue: give one, e.g. sqlite:///runs/tune.db")
+        if path.startswith("~"):  # SQLAlchemy opens the literal "~": a bare OperationalError
+            raise ValueError(f"storage {storage!r}: SQLite URLs do not expand ~; write the "
+                             f"path out, e.g. sqlite:///{Path(path).expanduser()}")
         Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         return
     try:  # another database: its driver must be installed (else a raw ImportError, late)

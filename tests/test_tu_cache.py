@@ -1,0 +1,28 @@
+"""The TU dataset cache after a killed run or a full disk: rebuilt, or named; never a raw
+traceback on every later run (from a filesystem audit)."""
+import pytest
+
+from et_graph.datasets import load_tudataset
+from et_graph.datasets.tudataset import default_tu_root
+
+
+def test_a_cut_processed_file_or_stamp_is_rebuilt(tmp_path):
+    cache = tmp_path / "cache"
+    graphs, _ = load_tudataset(None, "MUTAG", cache, pe_dim=0, progress=False)
+    processed = next((cache / "MUTAG" / "processed").glob("data*.pt"))
+    processed.write_bytes(processed.read_bytes()[:1000])  # a run killed while PyG wrote it
+    again, _ = load_tudataset(None, "MUTAG", cache, pe_dim=0, progress=False)
+    assert len(again) == len(graphs) and all(
+        bool((a.x == b.x).all()) for a, b in zip(again, graphs))
+    (cache / "MUTAG" / "raw_source.json").write_text("")  # a full disk left it empty
+    assert len(load_tudataset(None, "MUTAG", cache, pe_dim=0, progress=False)[0]) == len(graphs)
+    assert not list((cache / "MUTAG").glob("*.partial"))
+
+
+def test_an_empty_et_graph_data_folder_is_named_as_such(tmp_path, monkeypatch):
+    # the hint said to set ET_GRAPH_DATA, which was set already
+    monkeypatch.setenv("ET_GRAPH_DATA", str(tmp_path))
+    assert default_tu_root() is None
+    with pytest.raises(ValueError, match=f"ET_GRAPH_DATA={tmp_path} does not hold it"):
+        load_tudataset(None, "MUTAG", tmp_path / "cache", pe_dim=0, progress=False)
+
