@@ -520,3 +520,19 @@ def test_a_sqlite_storage_under_home_is_refused_with_the_path_written_out():
 
     with pytest.raises(ValueError, match="do not expand ~"):
         _ensure_sqlite_folder("sqlite:///~/tune.db")
+
+
+def test_a_tune_into_an_earlier_tunes_folder_names_what_it_left(tmp_path):
+    # (from an audit) a second tune into one --out left the first one's best_gbt.toml beside
+    # the new report, with no word
+    import torch
+
+    graph = tmp_path / "g.pt"
+    torch.save(planted_anomaly_graph(200, seed=4), graph)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "best_et.toml").write_text("# an earlier tune's preset\n")
+    with pytest.warns(RuntimeWarning, match=r"not rewritten by this one: best_et\.toml"):
+        cli_main(["tune", "anomaly", "--trials", "1", "--timeout-minutes", "2",
+                  "--storage", f"sqlite:///{tmp_path}/cli.db", "--models", "gbt",
+                  "--data", str(graph), "--out", str(out), *SMALL])

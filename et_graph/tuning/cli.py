@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..config import add_config_arguments, merge, reading_models, resolve, to_dict
+from ..reporting import output_folder
 from .anomaly import CLASS_BALANCE_CHOICES, TUNE_METRICS, AnomalyObjective
 from .study import (
     TuneBudget,
@@ -288,36 +289,39 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
         if existing is not None:
             check_resumable(existing, storage, getattr(objective, "direction", "maximize"),
                             preset_metric, settings, defaults)
-    for model, (objective, name, settings, tuned) in plans.items():
-        dataset = dataset_of(objective)
-        start = time.perf_counter()
-        study = run_study(name, objective, budget, storage, progress=config.run.progress,
-                          direction=getattr(objective, "direction", "maximize"),
-                          objective_label=preset_metric, settings=settings,
-                          setting_defaults=defaults)
-        summary = study_summary(study, time.perf_counter() - start)
-        summaries[model] = summary
-        if summary["best_trial"] is not None:
-            best = objective.trial_config(study.best_trial)
-            # The best trial's values under the config's own names (the MLP's space calls its
-            # width gin_hidden, which its preset writes as baselines.mlp_hidden).
-            chosen = _fixed_settings(best)
-            summary["best_settings"] = {key: chosen[key] for key in sorted(tuned)
-                                        if key in chosen}
-            # A preset runs the task: its results go to the task's own folder, not next to
-            # the study report (the tuner resolved run.out to its own output folder).
-            best = merge(best, {"run.out": type(best)().run.out})
-            meta = {"source": f"et-graph tune {task}, study {study.study_name}",
-                    "best_trial": summary["best_trial"],
-                    "best_validation": summary["best_value"],
-                    "metric": preset_metric}
-            if in_memory is not None:
-                best = merge(best, in_memory_placeholder(task, in_memory))
-                meta["data_note"] = (f"tuned on an in-memory graph ({in_memory}); the [data] "
-                                     "section does not name it: set --data/--dataset to run")
-            presets[model] = save_best_preset(out / f"best_{model}.toml", best, meta)
-    write_report(out, task, report_dataset or dataset, report_metric, budget, summaries,
-                 presets, config, pruning, labels_read)
+    # as every task's runs: locked while it writes (two tunes into one --out mixed their
+    # presets and reports), and earlier presets it did not rewrite are named at the end
+    with output_folder(out):
+        for model, (objective, name, settings, tuned) in plans.items():
+            dataset = dataset_of(objective)
+            start = time.perf_counter()
+            study = run_study(name, objective, budget, storage, progress=config.run.progress,
+                              direction=getattr(objective, "direction", "maximize"),
+                              objective_label=preset_metric, settings=settings,
+                              setting_defaults=defaults)
+            summary = study_summary(study, time.perf_counter() - start)
+            summaries[model] = summary
+            if summary["best_trial"] is not None:
+                best = objective.trial_config(study.best_trial)
+                # The best trial's values under the config's own names (the MLP's space calls its
+                # width gin_hidden, which its preset writes as baselines.mlp_hidden).
+                chosen = _fixed_settings(best)
+                summary["best_settings"] = {key: chosen[key] for key in sorted(tuned)
+                                            if key in chosen}
+                # A preset runs the task: its results go to the task's own folder, not next to
+                # the study report (the tuner resolved run.out to its own output folder).
+                best = merge(best, {"run.out": type(best)().run.out})
+                meta = {"source": f"et-graph tune {task}, study {study.study_name}",
+                        "best_trial": summary["best_trial"],
+                        "best_validation": summary["best_value"],
+                        "metric": preset_metric}
+                if in_memory is not None:
+                    best = merge(best, in_memory_placeholder(task, in_memory))
+                    meta["data_note"] = (f"tuned on an in-memory graph ({in_memory}); the [data] "
+                                         "section does not name it: set --data/--dataset to run")
+                presets[model] = save_best_preset(out / f"best_{model}.toml", best, meta)
+        write_report(out, task, report_dataset or dataset, report_metric, budget, summaries,
+                     presets, config, pruning, labels_read)
     print((out / "study_report.md").read_text())
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
 
