@@ -26,3 +26,13 @@ def test_an_empty_et_graph_data_folder_is_named_as_such(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=f"ET_GRAPH_DATA={tmp_path} does not hold it"):
         load_tudataset(None, "MUTAG", tmp_path / "cache", pe_dim=0, progress=False)
 
+
+
+def test_the_default_cache_is_per_user():
+    # a shared node's /tmp cache made by another user was read (PyG's loader may unpickle it)
+    # and could neither be locked nor rebuilt
+    import os
+
+    from et_graph.datasets.tudataset import default_tu_cache
+
+    assert default_tu_cache().name == f"et_graph_tudataset_{os.getuid()}"

@@ -42,7 +42,19 @@ def default_tu_root() -> Optional[Path]:
 
 def default_tu_cache() -> Path:
     """Where the raw files are copied and PyG's ``processed/`` is written when no cache is given."""
-    return Path(tempfile.gettempdir()) / "et_graph_tudataset"
+    # per user: a shared node's /tmp cache made by another user was read (PyG's loader may
+    # unpickle it) and could not be locked or rebuilt
+    return Path(tempfile.gettempdir()) / f"et_graph_tudataset_{_user()}"
+
+
+def _user() -> str:
+    """The user id (POSIX) or name, for per-user caches."""
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None:
+        return str(getuid())
+    import getpass
+
+    return getpass.getuser()
 
 
 def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:

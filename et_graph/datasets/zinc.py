@@ -33,6 +33,7 @@ from .gnnbenchmark_common import (
     missing_files,
     read_local_files,
 )
+from .locking import folder_lock
 
 if TYPE_CHECKING:
     from torch_geometric.datasets import ZINC
@@ -168,11 +169,14 @@ def load_zinc(root: PathLike, split: str, subset: bool = True) -> ZINC:
         def download(self) -> None:  # processed files exist: nothing to fetch
             return None
 
-    drop_stale_processed(zinc_required_files(root), processed_files)
-    return read_local_files(
-        lambda: _OfflineZINC(str(root), subset=subset, split=split), root,
-        f"delete {processed} and put fresh copies of molecules.zip's files and the split "
-        f"indices in {root / 'raw'}")
+    # under the lock the TU and GNNBenchmark loaders take: two first runs side by side raced
+    # on processed/*.pt
+    with folder_lock(root, "zinc"):
+        drop_stale_processed(zinc_required_files(root), processed_files)
+        return read_local_files(
+            lambda: _OfflineZINC(str(root), subset=subset, split=split), root,
+            f"delete {processed} and put fresh copies of molecules.zip's files and the split "
+            f"indices in {root / 'raw'}")
 
 
 def zinc_official_present(root: PathLike) -> bool:
