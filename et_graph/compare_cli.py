@@ -189,6 +189,10 @@ def scored_part(results: dict[str, Any]) -> str:
     return str(results.get("scored", "test"))
 
 
+#: Metric names that are errors (lower is better) and that a file must mark as such.
+ERROR_METRICS = frozenset({"mse", "mae", "loss", "error"})
+
+
 def default_metrics(results: dict[str, Any], models: dict[str, Any]) -> list[str]:
     """The run's headline metrics: GNNBenchmark's own, a CV's accuracy (and its ensemble's),
     else AUROC and AUPRC."""
@@ -259,10 +263,19 @@ def compare(files: list[str], reference: Optional[str] = None,
     # a metric asked for must exist; the defaults are the run's headline ones, which a
     # joined file may lack (a CV of one training per fold has no ensemble column)
     unknown = sorted(set(metrics or ()) - set(known_metrics(models)))
-    metrics = metrics or default_metrics(results, models)
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}: these files' models all report "
                          f"{known_metrics(models)}")
+    if not metrics and not set(default_metrics(results, models)) & set(known_metrics(models)):
+        # (said "seeds with fewer than 2 values each" of a file that had two)
+        raise ValueError(f"these files' models report {known_metrics(models)}, none of the "
+                         "default metrics: pass --metrics")
+    metrics = metrics or default_metrics(results, models)
+    errors = sorted(set(metrics) & ERROR_METRICS)
+    if errors and "lower_is_better" not in results:
+        # an older file that does not say its direction: higher would be read as better
+        raise ValueError(f"{errors} are errors, but the files do not say that lower is better "
+                         "(an older run?): rerun it with this version")
     others = [name for name in models if name != reference]
     if not others:
         raise ValueError(f"nothing to compare {reference!r} with: the files hold no other "

@@ -172,3 +172,24 @@ def test_a_validation_only_cv_without_its_validation_fraction_is_named():
         compare_cli.design_of(results)
     results["meta"]["config"]["protocol"]["val_fraction"] = 0.1
     assert compare_cli.design_of(results) == ("folds", pytest.approx(0.1 / 0.9))
+
+
+def test_an_image_runs_errors_are_compared_the_right_way_round(tmp_path):
+    # (from a CLI audit) image results did not say their MSE is an error: ET's higher MSE was
+    # called "et ahead", and without --metrics the refusal blamed the seed count
+    results = {"dataset": "sklearn digits", "protocol": "seeded random split per seed",
+               "metric": "mse", "lower_is_better": True,
+               "models": {"et": {"mse": summarize([0.090, 0.091, 0.092])},
+                          "mean_patch": {"mse": summarize([0.070, 0.074, 0.072])}}}
+    path = tmp_path / "image.json"
+    path.write_text(json.dumps(results))
+    (row,) = compare([str(path)])["differences"]
+    assert row["metric"] == "mse" and row["verdict"] == "mean_patch ahead"
+    del results["metric"]
+    path.write_text(json.dumps(results))
+    with pytest.raises(ValueError, match=r"report \['mse'\], none of the default metrics"):
+        compare([str(path)])
+    del results["lower_is_better"]  # an older file: its direction is not said
+    path.write_text(json.dumps(results))
+    with pytest.raises(ValueError, match="do not say that lower is better"):
+        compare([str(path)], metrics=["mse"])

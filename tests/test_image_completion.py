@@ -376,6 +376,8 @@ def test_example_quick_mode_writes_results_and_valid_pngs(tmp_path, monkeypatch)
     runpy.run_path(str(EXAMPLE), run_name="__main__")
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["mse"]) >= {"et", "mean_patch", "nearest_open"}
+    # said, for et-graph compare: it read a higher MSE as better (every verdict backwards)
+    assert results["metric"] == "mse" and results["lower_is_better"] is True
     assert isinstance(results["energy_monotone"], bool)
     assert results["seeds"] == [0, 1] and len(results["per_seed"]) == 2
     assert results["meta"]["config"]["train"]["epochs"] == 2

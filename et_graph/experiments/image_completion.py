@@ -178,6 +178,9 @@ def _collect(config: ImageCompletionConfig, per_seed: list[dict]) -> dict[str, A
             "training batch, one fixed mask per held-out "
             f"image); mean ± std over seeds {config.seed_list}" + limits
         ),
+        # said, so that et-graph compare reads the error the right way round (it read higher
+        # MSE as better and called every verdict backwards)
+        "metric": "mse", "lower_is_better": True,
         "mse": {name: summaries[name]["mean"] for name in names},
         "mse_std": {name: summaries[name]["std"] for name in names},
         "energy_monotone": all(r["energy_monotone"] for r in per_seed),
