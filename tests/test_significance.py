@@ -330,6 +330,8 @@ def test_holm_adjusts_a_family_of_p_values_step_down_and_the_tables_show_it():
     rows = compare_to(models, "et", ["auroc"], "seeds")
     table = difference_table(rows)
     assert "| p, Holm over this table |" in table
+    # (from a CLI audit) the verdict beside it reads its own row's interval, and says so
+    assert table.splitlines()[0].endswith("| verdict (this row's interval alone) |")
     first = table.splitlines()[2].split(" | ")
     assert float(first[5]) == pytest.approx(min(1.0, 2 * rows[0].p_value), abs=1e-3)
     assert "Holm" not in difference_table(rows[:1])  # one row: no family
