@@ -536,3 +536,15 @@ def test_a_tune_into_an_earlier_tunes_folder_names_what_it_left(tmp_path):
         cli_main(["tune", "anomaly", "--trials", "1", "--timeout-minutes", "2",
                   "--storage", f"sqlite:///{tmp_path}/cli.db", "--models", "gbt",
                   "--data", str(graph), "--out", str(out), *SMALL])
+
+
+def test_tune_help_says_where_a_study_writes():
+    # (from a CLI audit) --out's help was the task's: "none = do not write ... results.json",
+    # or "default: runs/tudataset", where tune writes runs/tune/<task>
+    from et_graph.tuning.cli import build_parser
+
+    for task in ("anomaly", "tudataset", "gnnbenchmark"):
+        text = " ".join(build_parser(task).format_help().split())
+        assert f"study_report.{{md,json}}, optimization_history.png (default: runs/tune/{task})" \
+            in text
+    assert "et-graph tune TASK --help" in build_parser().format_help()

@@ -106,6 +106,15 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                            "choice each; needs edge labels (MUTAG, Mutagenicity)")
     if task is not None:
         add_config_arguments(parser, task_config(task))
+        for action in parser._actions:
+            if "--out" in action.option_strings:
+                # the task's --out help described its results.json and its own default
+                action.help = (f"folder of the study's outputs: best_<model>.toml, "
+                               f"study_report.{{md,json}}, optimization_history.png "
+                               f"(default: runs/tune/{task})")
+    else:
+        parser.epilog = ("The task's own flags (--models, --config, --out, ...) are listed by "
+                         "et-graph tune TASK --help.")
     return parser
 
 
