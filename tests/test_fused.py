@@ -307,3 +307,53 @@ def test_blocked_hopfield_term_refuses_bad_shapes_and_falls_back_in_low_precisio
     low = fused.fused_relu_hopfield_grad(g.detach().bfloat16(), xi.detach().bfloat16())
     assert low.dtype == torch.bfloat16
     assert relative_error(low.double(), E.hopfield_grad(g, xi, "relu")) < 0.05
+
+
+# --- the softmax Hopfield energy at an inverse temperature other than 1 -----------------------
+def test_softmax_hopfield_energy_and_gradient_read_the_inverse_temperature():
+    """E_HN = -(1/b) log sum_mu exp(b xi_mu^T g) per token, and the closed-form gradient
+    -softmax(b g xi^T) xi equals autograd of it (float64). At b = 1 (every other test) a
+    missing 1/b in the energy or a missing b in the activation goes unseen."""
+    from et_graph.nn import ETEnergy
+
+    b = 2.5
+    torch.manual_seed(0)
+    energy = ETEnergy(8, heads=2, head_dim=4, hopfield_dim=6, hopfield="softmax",
+                      hopfield_beta=b).double()
+    with torch.no_grad():
+        energy.xi.normal_()  # wide enough that the softmax is far from flat
+    x, edge_index = layer_graph()
+    g = energy.norm(x).detach()
+    expected = -torch.logsumexp(b * (g @ energy.xi.t()), dim=-1) / b
+    torch.testing.assert_close(energy.hopfield_energy_of_g(g), expected)
+    g_in = g.clone().requires_grad_(True)
+    (want,) = torch.autograd.grad(energy.hopfield_energy_of_g(g_in).sum(), g_in)
+    got = energy.hopfield_grad_of_g(g)
+    assert want.abs().sum() > 0 and relative_error(got, want) < 1e-10
+    edges = energy.edges(x, edge_index)
+    for fused_kernel in (True, False):
+        closed = energy.grad_of_g(g, edges, fused=fused_kernel)
+        assert relative_error(closed, energy.autograd_grad_of_g(g, edges)) < 1e-10
+
+
+def test_layer_with_a_softmax_hopfield_temperature_matches_autograd():
+    """The whole layer (closed form vs grad="autograd") with hopfield_beta=2.5: output and
+    input gradient."""
+    torch.manual_seed(0)
+    analytic = ETConv(8, heads=HEADS, head_dim=HEAD_DIM, hopfield="softmax", hopfield_beta=2.5,
+                      steps=2, alpha=0.2).double()
+    with torch.no_grad():
+        analytic.energy_fn.xi.normal_()
+    reference = copy.deepcopy(analytic)
+    reference.grad = "autograd"
+    x, edge_index = layer_graph()
+    projection = torch.randn(12, 8, generator=torch.Generator().manual_seed(5),
+                             dtype=torch.float64)
+    results = []
+    for conv in (analytic, reference):
+        x_in = x.clone().requires_grad_(True)
+        out = conv(x_in, edge_index)
+        (out * projection).sum().backward()
+        results.append((out.detach(), x_in.grad))
+    for got, want in zip(*results):
+        assert want.abs().sum() > 0 and relative_error(got, want) < 1e-8

@@ -922,3 +922,71 @@ def test_the_input_encoder_refuses_zero_types_and_widths():
     with pytest.raises(ValueError, match="in_dim must be a positive int"):
         InputEncoder(8, in_dim=0)
     assert isinstance(InputEncoder(8, num_types=3).embed, torch.nn.Embedding)
+
+
+# ------------------------------------------------------------------------------------------
+# Statistics read from the training split only
+# ------------------------------------------------------------------------------------------
+def _float_feature_graphs(count: int, shift: float, labels: list[int], seed: int,
+                          nodes: int = 4) -> list[Data]:
+    """Path graphs with two float node features around ``shift``; graph ``i`` of class
+    ``labels[i % len(labels)]``."""
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]])
+    return [Data(x=torch.randn(nodes, 2, generator=gen) * (1 + i % 3) + shift,
+                 edge_index=edge_index, y=torch.tensor([labels[i % len(labels)]]))
+            for i in range(count)]
+
+
+def test_weighted_accuracy_counts_a_class_that_is_only_predicted_with_recall_zero():
+    # pred first, target second: class 2 is only predicted, so it enters with recall 0 (the
+    # docstring's rule, the benchmark's accuracy_SBM); reading classes from target alone gave 50.
+    pred, target = torch.tensor([0, 0, 2]), torch.tensor([0, 0, 1])
+    assert weighted_accuracy(pred, target) == pytest.approx(100 * (1 + 0 + 0) / 3)
+
+
+def test_node_task_class_weights_come_from_the_training_labels_only():
+    """The inverse class frequencies weighting the node loss must be the training split's: the
+    test split's labels (a different mix here) must not reach the loss."""
+    from et_graph.datasets.gnnbenchmark_common import BenchmarkData
+    from et_graph.protocols.gnnbenchmark import loss_function
+
+    def node_graph(labels):
+        return Data(x=torch.zeros(len(labels), 1), y=torch.tensor(labels))
+
+    splits = {"train": [node_graph([0, 0, 0, 1]), node_graph([0, 0, 2, 0])],
+              "val": [node_graph([1, 1, 2])], "test": [node_graph([1, 1, 1, 2, 2, 0])]}
+    data = BenchmarkData("toy", "generated", splits, "node", "weighted_accuracy", 3)
+    counts = torch.tensor([6.0, 1.0, 1.0])  # the training labels' classes 0, 1, 2
+    weight = counts.sum() / (counts * 3)
+    gen = torch.Generator().manual_seed(0)
+    out, y = torch.randn(9, 3, generator=gen), torch.tensor([0, 1, 2, 2, 1, 0, 1, 1, 2])
+    expected = torch.nn.functional.cross_entropy(out, y, weight=weight)
+    torch.testing.assert_close(loss_function(data)(out, y), expected)
+
+
+def test_et_feature_scaling_is_fitted_on_the_training_split_only(monkeypatch):
+    """ET's input standardisation (graph classification with float features) must hold the
+    training nodes' mean and std: shifted test (and validation) features must not enter it."""
+    from et_graph.datasets.gnnbenchmark_common import BenchmarkData
+    from et_graph.protocols import gnnbenchmark as protocol
+
+    splits = {"train": _float_feature_graphs(6, 0.0, [0, 1], seed=0),
+              "val": _float_feature_graphs(4, 50.0, [0, 1], seed=1),
+              "test": _float_feature_graphs(4, 100.0, [1, 0], seed=2)}
+    data = BenchmarkData("toy", "generated", splits, "classification", "accuracy", 2, node_dim=2)
+    built = []
+    original = protocol.build_model
+
+    def recording_build_model(*args, **kwargs):
+        built.append(original(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(protocol, "build_model", recording_build_model)
+    small = ETGraphModelConfig(hidden=8, blocks=1, steps=1, heads=1, head_dim=4, pe_dim=0)
+    train_one("et", data, 0, GNNBenchmarkTrainConfig(epochs=1, batch_size=8), et=small,
+              progress=False)
+    features = torch.cat([g.x for g in splits["train"]])
+    encoder = built[0].node_encoder
+    torch.testing.assert_close(encoder.mean, features.mean(0))
+    torch.testing.assert_close(encoder.std, features.std(0, unbiased=False))

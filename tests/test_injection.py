@@ -106,3 +106,16 @@ def test_an_edge_id_past_the_last_node_is_refused():
     with pytest.raises(ValueError, match="InjectAnomalies: edge_index has node ids in"):
         InjectAnomalies(num_cliques=1, clique_size=2, num_contextual=0)(
             Data(x=torch.randn(3, 2), edge_index=torch.tensor([[0], [7]])))
+
+
+def test_a_contextual_anomaly_never_copies_its_own_features():
+    """The candidates are drawn from the *other* nodes: with one candidate, a node drawn as its
+    own candidate kept its features and was labelled an anomaly it is not."""
+    x = torch.arange(12.0).view(4, 3)  # four distinct rows
+    for seed in range(20):
+        out, nodes = inject_contextual_anomalies(
+            x, num_contextual=4, candidates=1, generator=torch.Generator().manual_seed(seed))
+        assert sorted(nodes.tolist()) == [0, 1, 2, 3]
+        for node in nodes.tolist():
+            assert not torch.equal(out[node], x[node]), (seed, node)
+            assert any(torch.equal(out[node], x[other]) for other in range(4) if other != node)

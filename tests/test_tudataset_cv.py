@@ -2,6 +2,7 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -1060,3 +1061,119 @@ def test_hand_made_tu_files_are_read_or_named(tmp_path):
         warnings.simplefilter("error", RuntimeWarning)
         load_tudataset(_write_tu(tmp_path / "both", "T", graphs, labels), "T",
                        tmp_path / "cache4", pe_dim=0, progress=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Standardisation of continuous features and the seeds of each fold
+# ----------------------------------------------------------------------------------------------
+def _graphs_with_offset_features(count=30, nodes=3, seed=0):
+    """Graphs of ``count`` alternating classes whose two continuous columns are shifted by
+    ``10 * index`` (so the statistics of any subset differ from those of all the graphs), plus
+    a one-hot column that no standardisation may touch."""
+    gen = torch.Generator().manual_seed(seed)
+    graphs = []
+    for index in range(count):
+        continuous = torch.randn(nodes, 2, generator=gen) * (1 + index % 4) + 10.0 * index
+        x = torch.cat([continuous, torch.ones(nodes, 1)], dim=1)
+        graphs.append(Data(x=x, edge_index=torch.tensor([[0, 1], [1, 2]]),
+                           y=torch.tensor([index % 2])))
+    return graphs
+
+
+def _stats(graphs, index, channels=2):
+    stacked = torch.cat([graphs[i].x[:, :channels] for i in index])
+    return stacked.mean(0), stacked.std(0, unbiased=False)
+
+
+def test_standardized_copies_take_their_statistics_from_the_fit_graphs_only():
+    """Statistics over every graph leak the validation and test graphs' features into the
+    training inputs: the held-out graphs here are extreme, so any share of them would show."""
+    graphs = _graphs_with_offset_features(count=6)
+    for i in (3, 4, 5):
+        graphs[i].x[:, :2] = 1e6 * (i + 1)
+    originals = [g.x.clone() for g in graphs]
+    copies = graph_cv.standardized_copies(graphs, np.array([0, 1, 2]), 2)
+    mean, std = _stats(copies, [0, 1, 2])
+    torch.testing.assert_close(mean, torch.zeros(2), atol=1e-5, rtol=0)
+    torch.testing.assert_close(std, torch.ones(2), atol=1e-5, rtol=0)
+    fit_mean, fit_std = _stats(graphs, [0, 1, 2])
+    for copy, original in zip(copies, originals):
+        torch.testing.assert_close(copy.x[:, :2], (original[:, :2] - fit_mean) / fit_std)
+        assert torch.equal(copy.x[:, 2:], original[:, 2:])  # beyond continuous_channels
+    assert all(torch.equal(g.x, o) for g, o in zip(graphs, originals))  # inputs untouched
+    changed = list(graphs)
+    changed[4] = Data(x=torch.full((3, 3), -5e7), edge_index=graphs[4].edge_index, y=graphs[4].y)
+    again = graph_cv.standardized_copies(changed, np.array([0, 1, 2]), 2)
+    for i in (0, 1, 2, 3, 5):  # a held-out graph's features move no other copy
+        assert torch.equal(again[i].x, copies[i].x)
+
+
+def test_cross_validate_standardises_with_inner_graphs_and_seeds_each_fold_and_run(monkeypatch):
+    """Each fold must standardise its continuous features with its inner training graphs only
+    (not the validation and test graphs), draw its inner split with ``seed + fold`` and train
+    run ``r`` with ``seed + fold + r * folds``, as the docstring promises: one seed for every
+    fold repeated the same split and initialisation across folds."""
+    graphs = _graphs_with_offset_features()
+    seed, folds = 7, 3
+    split_seeds, inner_sets, fits = [], [], []
+    original_inner_split = graph_cv.inner_split
+
+    def recording_inner_split(train_index, labels, val_fraction=0.1, seed=0):
+        split_seeds.append(seed)
+        inner, val = original_inner_split(train_index, labels, val_fraction, seed)
+        inner_sets.append((inner, val))
+        return inner, val
+
+    def recording_fit(model, train_data, val_data, config, seed=0, **kwargs):
+        fits.append((seed, train_data, val_data))
+        return SimpleNamespace(best=SimpleNamespace(score=0.5, loss=1.0), best_epoch=0,
+                               epochs_run=1, epoch_seconds=0.0)
+
+    monkeypatch.setattr(graph_cv, "inner_split", recording_inner_split)
+    monkeypatch.setattr(graph_cv, "fit_graph_classifier", recording_fit)
+    factory = {"gin": lambda: GINClassifier(3, 2, hidden_channels=8, num_layers=1)}
+    cross_validate(graphs, factory, {"gin": GraphTrainConfig(epochs=1)}, folds=folds, seed=seed,
+                   val_fraction=0.25, continuous_channels=2, progress=False, runs_per_fold=2)
+    assert split_seeds == [seed + fold for fold in range(folds)]
+    assert [s for s, _, _ in fits] == [seed + fold + run * folds
+                                       for fold in range(folds) for run in range(2)]
+    for index, (_, train_data, val_data) in enumerate(fits):
+        inner, val = inner_sets[index // 2]
+        assert len(train_data) == len(inner) and len(val_data) == len(val)
+        mean, std = _stats(train_data, range(len(train_data)))
+        torch.testing.assert_close(mean, torch.zeros(2), atol=1e-4, rtol=0)
+        torch.testing.assert_close(std, torch.ones(2), atol=1e-4, rtol=0)
+        fit_mean, fit_std = _stats(graphs, inner)
+        for copy, i in zip(val_data, val):
+            torch.testing.assert_close(copy.x[:, :2], (graphs[i].x[:, :2] - fit_mean) / fit_std)
+            assert torch.equal(copy.x[:, 2:], graphs[i].x[:, 2:])
+
+
+def test_the_tuning_objective_standardises_with_the_inner_graphs_only(monkeypatch):
+    """The tuner's folds must standardise the node attributes as the CV does: with the inner
+    training graphs' statistics, never those of the validation (or test) graphs."""
+    import et_graph.tuning.tudataset as tuning
+
+    graphs = _graphs_with_offset_features()
+    info = {"node_feature_width": 3, "classes": 2, "edge_features": 0, "node_attributes": 2}
+    config = parse(tudataset.CONFIG, ["--dataset", "MUTAG", "--epochs", "1", "--no-progress",
+                                      "--pe-dim", "0", "--rw-pe-dim", "0", "--seed", "3"])
+    fits = []
+
+    def recording_fit(model, train_data, val_data, config, seed=0, **kwargs):
+        fits.append((train_data, val_data))
+        return SimpleNamespace(best=SimpleNamespace(score=0.5, loss=1.0))
+
+    monkeypatch.setattr(tuning, "fit_graph_classifier", recording_fit)
+    labels = graph_labels(graphs)
+    splits = stratified_folds(labels, 3, 0)
+    assert tuning.TUObjective(config, "gin", 2, graphs, info, splits)() == 0.5
+    assert len(fits) == 2
+    for fold, (train_data, val_data) in enumerate(fits):
+        inner, val = inner_split(splits[fold][0], labels, config.protocol.val_fraction, 3 + fold)
+        mean, std = _stats(train_data, range(len(train_data)))
+        torch.testing.assert_close(mean, torch.zeros(2), atol=1e-4, rtol=0)
+        torch.testing.assert_close(std, torch.ones(2), atol=1e-4, rtol=0)
+        fit_mean, fit_std = _stats(graphs, inner)
+        for copy, i in zip(val_data, val):
+            torch.testing.assert_close(copy.x[:, :2], (graphs[i].x[:, :2] - fit_mean) / fit_std)

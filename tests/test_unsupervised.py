@@ -733,3 +733,26 @@ def test_the_degree_baseline_counts_in_edges_without_self_loops(graph):
     assert results["models"]["degree"]["auroc"]["values"][0] == results["models"]["degree"][
         "auroc"]["values"][1]  # no seed in it
     assert "degree = each node's in-degree" in results["protocol"]
+
+
+def test_training_masks_never_pick_a_validation_node(monkeypatch):
+    """The label-free validation nodes must never be masked (so never a training target):
+    masks drawn from all nodes would let training fit the very nodes that select the epoch."""
+    import et_graph.detectors.unsupervised as unsupervised
+
+    seen = []
+
+    class WatchedTask(unsupervised.MaskedReconstructionTask):
+        def batches(self, epoch):
+            for mask in super().batches(epoch):
+                seen.append((mask.clone(), self.val_nodes.clone()))
+                yield mask
+
+    monkeypatch.setattr(unsupervised, "MaskedReconstructionTask", WatchedTask)
+    graph = planted_anomaly_graph(num_nodes=60, seed=1)
+    UnsupervisedETDetector(seed=0, epochs=6, score_rounds=1, hidden=8, head_dim=4,
+                           mask_ratio=0.5, val_fraction=0.3).fit(graph)
+    assert len(seen) == 6
+    for mask, val_nodes in seen:
+        assert val_nodes.any() and mask.any()
+        assert not (mask & val_nodes).any()
