@@ -310,7 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="et-graph compare", formatter_class=argparse.RawDescriptionHelpFormatter,
         description=__doc__.split("\n\n")[0],
         epilog="Files: PATH@a,b keeps models a and b; PATH@a=b renames a to b.", allow_abbrev=False)
-    parser.add_argument("files", nargs="+", metavar="RESULTS_JSON[@MODELS]")
+    parser.add_argument("files", nargs="+", metavar="RESULTS_JSON[@MODELS]",
+                        help="results.json files of runs on the same split, folds or nodes "
+                             "(the per-node scores beside them are read too)")
     parser.add_argument("--reference", default=None,
                         help="the row every other is compared with (default: the first of "
                              f"{', '.join(REFERENCES)} that the files hold)")
@@ -320,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="two-sided level of the intervals (default 0.95)")
     parser.add_argument("--bootstrap", type=int, default=0, metavar="ROUNDS",
                         help="with per-node scores: AUPRC over the nodes by a paired bootstrap "
-                             "of ROUNDS draws (0: off; 2000 is a good value)")
+                             "of ROUNDS draws (0: off, else at least 100; 2000 is a good value)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="also write the differences here")
     return parser

@@ -595,8 +595,10 @@ def resolve(cls: type[T], args: argparse.Namespace, base: Optional[T] = None) ->
         try:
             settings = nested_overrides(load_file(path))
             check_names_and_types(config, settings)
-        except ValueError as error:  # say which preset is wrong
-            raise ValueError(f"{path}: {error}") from None
+        except ValueError as error:  # say which preset is wrong (once: load_file may have)
+            message = str(error)
+            raise ValueError(message if message.startswith(f"{Path(path)}:")
+                             else f"{path}: {message}") from None
         for name, values in settings.items():
             layered.setdefault(name, {}).update(values)
     for key, value in given.items():

@@ -117,3 +117,12 @@ def test_every_parser_in_the_repository_refuses_abbreviated_flags():
                            and k.value.value is False for k in node.keywords):
                     lenient.append(f"{name}:{node.lineno}")
     assert not lenient, f"parsers accepting abbreviated flags: {lenient}"
+
+
+def test_a_syntax_error_names_its_file_once(tmp_path):
+    # (from a CLI audit) "bad.toml: bad.toml: Expected ']' ..."
+    preset = tmp_path / "bad.toml"
+    preset.write_text("[train\n")
+    with pytest.raises(ValueError) as error:
+        parse(AnomalyConfig, ["--config", str(preset)])
+    assert str(error.value).count(str(preset)) == 1

@@ -36,3 +36,9 @@ def test_the_default_cache_is_per_user():
     from et_graph.datasets.tudataset import default_tu_cache
 
     assert default_tu_cache().name == f"et_graph_tudataset_{os.getuid()}"
+
+
+def test_a_misspelt_dataset_is_answered_with_the_closest_name_and_the_list(tmp_path):
+    # (from a CLI audit) "--dataset mutag" found nothing and named nothing else
+    with pytest.raises(ValueError, match=r"did you mean MUTAG\? .* holds .*MUTAG, Mutagenicity"):
+        load_tudataset(None, "mutag", tmp_path / "cache", pe_dim=0, progress=False)

@@ -47,6 +47,19 @@ def default_tu_cache() -> Path:
     return Path(tempfile.gettempdir()) / f"et_graph_tudataset_{_user()}"
 
 
+def _names_hint(root: Path, name: str) -> str:
+    """The datasets ``root`` holds, the closest to ``name`` first ("mutag" found nothing and
+    named nothing else)."""
+    import difflib
+
+    held = sorted(p.name for p in root.iterdir() if (p / "raw").is_dir()) if root.is_dir() else []
+    if not held:
+        return ""
+    close = difflib.get_close_matches(name.upper(), [h.upper() for h in held], n=1, cutoff=0.6)
+    guess = next((h for h in held if close and h.upper() == close[0]), None)
+    return (f"; did you mean {guess}?" if guess else "") + f" {root} holds {', '.join(held)}"
+
+
 def _user() -> str:
     """The user id (POSIX) or name, for per-user caches."""
     getuid = getattr(os, "getuid", None)
@@ -63,7 +76,7 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
     if not source.is_dir() or not any(source.glob(f"{name}_*.txt")):
         raise ValueError(
             f"no TU raw files at {source} (expected {name}_A.txt, {name}_graph_indicator.txt, "
-            f"{name}_graph_labels.txt, ...)"
+            f"{name}_graph_labels.txt, ...){_names_hint(Path(root), name)}"
         )
     required = [f"{name}_{part}.txt" for part in ("A", "graph_indicator", "graph_labels")]
     missing = [file for file in required if not (source / file).is_file()]

@@ -236,7 +236,7 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     neural = any(name != "gbt" for name in names)  # a trees-only run trains no epoch
     text = (f"{head}; {train}/{val}/{test} train/val/test nodes{anomalous}; "
             f"{counted(p.seeds, 'seed')}; every model's input features: {features}; "
-            + (f"neural models: up to {t.epochs} epochs, checkpoint = best validation "
+            + (f"neural models: up to {counted(t.epochs, 'epoch')}, checkpoint = best validation "
                f"{t.select_metric}; " if neural else "")
             + "threshold from 0.05..0.95 (19) maximising validation macro-F1; "
             + ("VALIDATION ONLY: the tables score the validation nodes, no test node is scored"

@@ -138,7 +138,8 @@ def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies:
     names = config.protocol.model_names()
     et = (
         f" ET: masked-node completion, mask ratio "
-        f"{m.mask_ratio}, {m.steps} descent steps, up to {t.epochs} epochs, checkpoint = lowest "
+        f"{m.mask_ratio}, {counted(m.steps, 'descent step')}, up to {counted(t.epochs, 'epoch')}, "
+        f"checkpoint = lowest "
         f"masked reconstruction error on a random {t.val_fraction:.0%} of the nodes (never "
         f"training targets, no labels); scores averaged over {s.score_rounds} rounds that mask "
         "every node once: et_reconstruction = completion error while masked, et_energy = node "

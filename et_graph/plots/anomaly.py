@@ -53,9 +53,10 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
     # data-parallel training it is rank 0's share.
     ax_loss.set(xlabel="epoch", ylabel="training BCE", title="Training loss (a line per seed)")
     select = curves.get("select_metric")
+    # two lines: on one, the right panel's title was cut at "kept on validation f1_ma"
     ax_val.set(xlabel="epoch (from 0)", ylabel="validation AUROC",
                title="Validation AUROC (a line per seed)" + (
-                   f"; ★ kept on validation {select}" if select else ""))
+                   f"\n★ kept on validation {select}" if select else ""))
     if not curves["history"]:
         for ax in (ax_loss, ax_val):  # trees only: no epochs to draw, said rather than blank
             ax.text(0.5, 0.5, "no neural model in this run", ha="center", va="center",

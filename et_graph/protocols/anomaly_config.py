@@ -110,8 +110,8 @@ class AnomalyProtocolConfig:
             skipped; not with seed_ensemble.
         bootstrap_rounds: also AUPRC differences over the scored nodes (ET minus each baseline,
             beside DeLong's for AUROC), their node variance from a paired class-stratified
-            bootstrap of this many draws: 0 = off, 2000 a good value (it evaluates AUPRC
-            rounds x seeds x baselines times).
+            bootstrap of this many draws: 0 = off, else at least 100, 2000 a good value (it
+            evaluates AUPRC rounds x seeds x baselines times).
     """
 
     protocol: str = "paper"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..config import merge, run_metadata, to_dict, write_preset
-from ..reporting import json_text
+from ..reporting import counted, json_text
 from ..training.checkpoint import changed_settings
 
 
@@ -346,12 +346,14 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
     trees = ("; a model without epochs (the trees) is never pruned, so it completes every "
              "trial" if "gbt" in summaries else "")
     held = {s["trials"]["complete"] + s["trials"]["pruned"] for s in summaries.values()}
-    resumed = (f" The studies hold {', '.join(map(str, sorted(held)))} finished trials: "
+    resumed = (f" The studies hold {', '.join(map(str, sorted(held)))} finished trial"
+               f"{'' if held == {1} else 's'}: "
                "resumed studies keep their earlier trials, and the best is chosen among all "
                "of them." if any(count != budget.trials for count in held) else "")
     lines = [f"# Tuning: {task} on {dataset}", "",
              f"Objective: validation {metric} ({labels_read}). Budget per model: "
-             f"{budget.trials} finished trials, {budget.timeout_minutes:g} min per run, TPE "
+             f"{counted(budget.trials, 'finished trial')}, {budget.timeout_minutes:g} min per "
+             "run, TPE "
              f"(seed {budget.seed}), {pruning}. Pruned trials count toward the trial "
              f"budget{trees}; the time limit binds each model alone, so a slower model may "
              f"finish fewer (the table counts them).{resumed} \"unfinished\" counts trials "
