@@ -300,8 +300,11 @@ def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.ru
     def decorate(run: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(run)
         def checked(config: Any, *args: Any, **kwargs: Any) -> Any:
-            with output_folder(folder(config), [config.run.checkpoint_dir],
-                               enabled=os.environ.get("RANK", "0") == "0"):
-                return run(config, *args, **kwargs)
+            out, writes = folder(config), os.environ.get("RANK", "0") == "0"
+            with output_folder(out, [config.run.checkpoint_dir], enabled=writes):
+                result = run(config, *args, **kwargs)
+            if out and writes:  # no command said where its results went
+                print(f"\nWritten to {out}", flush=True)
+            return result
         return checked
     return decorate

@@ -136,3 +136,16 @@ def test_compare_refuses_scores_of_another_run_and_names_a_cut_file(tmp_path):
     cut.write_bytes(cut.read_bytes()[:40])
     with pytest.raises(ValueError, match="cannot be read .* cut short"):
         read_scores([(tmp_path / "same" / "results.json", {"a": "a"})])
+
+
+def test_a_run_says_where_it_wrote(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from et_graph.reporting import checks_output_folder
+
+    @checks_output_folder()
+    def run(config):
+        (tmp_path / "out" / "results.json").write_text("{}")
+
+    run(SimpleNamespace(run=SimpleNamespace(out=str(tmp_path / "out"), checkpoint_dir=None)))
+    assert capsys.readouterr().out.strip().endswith(f"Written to {tmp_path / 'out'}")
