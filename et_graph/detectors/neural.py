@@ -94,9 +94,7 @@ class NodeAnomalyTask:
         # the network's bounded-memory keywords (chunk_size, chunk_edges) for validation
         self.chunking = dict(chunking or {})
         self.eval_x = data.x
-        # the host copy the subgraph and partition batches index (a GPU graph's edges were
-        # copied to the host every epoch: 1.2 GB for T-Social's)
-        self.cpu_edge_index = data.edge_index.cpu()
+        self._cpu_edge_index: Optional[Tensor] = None
         self.sampler = None
         fanouts = parse_fanouts(config.num_neighbors)
         if fanouts:
@@ -107,6 +105,14 @@ class NodeAnomalyTask:
             self.eval_x = torch.cat(
                 [data.x, neighbour_label_features(data.edge_index, labels).to(data.x.dtype)],
                 dim=-1)
+
+    @property
+    def cpu_edge_index(self) -> Tensor:
+        """The host copy of the edges that subgraph and partition batches index, made once (a
+        GPU graph's edges were copied to the host every epoch: 1.2 GB for T-Social's)."""
+        if self._cpu_edge_index is None:
+            self._cpu_edge_index = self.data.edge_index.cpu()
+        return self._cpu_edge_index
 
     def split_train(self) -> tuple[Tensor, Tensor]:
         """The label trick's draw: ``(input nodes, target nodes)``, a random half of the
