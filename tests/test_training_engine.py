@@ -683,20 +683,23 @@ if __name__ == "__main__":
 '''
 
 
-def test_ddp_trains_a_model_with_unused_parameters_when_asked(tmp_path):
+def run_ddp_script(tmp_path, text: str, *args: str) -> subprocess.CompletedProcess:
+    """``text`` as a script run with ``(a free port, *args)``: two gloo ranks on one thread."""
     import random
 
-    script = tmp_path / "ddp_unused.py"
-    script.write_text(DDP_UNUSED_SCRIPT)
+    script = tmp_path / "ddp_script.py"
+    script.write_text(text)
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     port = str(random.randint(20000, 40000))
-    ok = subprocess.run([sys.executable, str(script), port, "1"], env=env, capture_output=True,
-                        text=True, timeout=300)
+    return subprocess.run([sys.executable, str(script), port, *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_ddp_trains_a_model_with_unused_parameters_when_asked(tmp_path):
+    ok = run_ddp_script(tmp_path, DDP_UNUSED_SCRIPT, "1")
     assert ok.returncode == 0, ok.stderr[-2000:]
-    port = str(int(port) + 1)
-    failed = subprocess.run([sys.executable, str(script), port, "0"], env=env,
-                            capture_output=True, text=True, timeout=300)
+    failed = run_ddp_script(tmp_path, DDP_UNUSED_SCRIPT, "0")
     assert failed.returncode != 0 and "find_unused_parameters" in failed.stderr
 
 
@@ -788,15 +791,7 @@ if __name__ == "__main__":
 def test_ddp_ranks_resume_from_their_own_random_states(tmp_path):
     # (s57's open item) every rank restored rank 0's random states on resume: after it, the
     # ranks drew the same dropout and sampling streams, unlike an uninterrupted run
-    import random
-
-    script = tmp_path / "ddp_resume.py"
-    script.write_text(DDP_RESUME_SCRIPT)
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    port = str(random.randint(20000, 40000))
-    done = subprocess.run([sys.executable, str(script), port, str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = run_ddp_script(tmp_path, DDP_RESUME_SCRIPT, str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     draws = [torch.load(tmp_path / f"draws_{rank}.pt") for rank in (0, 1)]
     for rank in (0, 1):

@@ -1080,6 +1080,19 @@ def _graphs_with_offset_features(count=30, nodes=3, seed=0):
     return graphs
 
 
+def _assert_standardised_by(graphs, inner, val, train_data, val_data):
+    """The copies a fold trains and validates on: the two continuous columns standardised
+    with the inner training graphs' statistics (the training copies to mean 0, std 1), the
+    other columns untouched."""
+    mean, std = _stats(train_data, range(len(train_data)))
+    torch.testing.assert_close(mean, torch.zeros(2), atol=1e-4, rtol=0)
+    torch.testing.assert_close(std, torch.ones(2), atol=1e-4, rtol=0)
+    fit_mean, fit_std = _stats(graphs, inner)
+    for copy, i in zip(val_data, val):
+        torch.testing.assert_close(copy.x[:, :2], (graphs[i].x[:, :2] - fit_mean) / fit_std)
+        assert torch.equal(copy.x[:, 2:], graphs[i].x[:, 2:])
+
+
 def _stats(graphs, index, channels=2):
     stacked = torch.cat([graphs[i].x[:, :channels] for i in index])
     return stacked.mean(0), stacked.std(0, unbiased=False)
@@ -1140,13 +1153,7 @@ def test_cross_validate_standardises_with_inner_graphs_and_seeds_each_fold_and_r
     for index, (_, train_data, val_data) in enumerate(fits):
         inner, val = inner_sets[index // 2]
         assert len(train_data) == len(inner) and len(val_data) == len(val)
-        mean, std = _stats(train_data, range(len(train_data)))
-        torch.testing.assert_close(mean, torch.zeros(2), atol=1e-4, rtol=0)
-        torch.testing.assert_close(std, torch.ones(2), atol=1e-4, rtol=0)
-        fit_mean, fit_std = _stats(graphs, inner)
-        for copy, i in zip(val_data, val):
-            torch.testing.assert_close(copy.x[:, :2], (graphs[i].x[:, :2] - fit_mean) / fit_std)
-            assert torch.equal(copy.x[:, 2:], graphs[i].x[:, 2:])
+        _assert_standardised_by(graphs, inner, val, train_data, val_data)
 
 
 def test_the_tuning_objective_standardises_with_the_inner_graphs_only(monkeypatch):
@@ -1171,9 +1178,4 @@ def test_the_tuning_objective_standardises_with_the_inner_graphs_only(monkeypatc
     assert len(fits) == 2
     for fold, (train_data, val_data) in enumerate(fits):
         inner, val = inner_split(splits[fold][0], labels, config.protocol.val_fraction, 3 + fold)
-        mean, std = _stats(train_data, range(len(train_data)))
-        torch.testing.assert_close(mean, torch.zeros(2), atol=1e-4, rtol=0)
-        torch.testing.assert_close(std, torch.ones(2), atol=1e-4, rtol=0)
-        fit_mean, fit_std = _stats(graphs, inner)
-        for copy, i in zip(val_data, val):
-            torch.testing.assert_close(copy.x[:, :2], (graphs[i].x[:, :2] - fit_mean) / fit_std)
+        _assert_standardised_by(graphs, inner, val, train_data, val_data)

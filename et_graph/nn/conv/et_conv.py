@@ -44,6 +44,40 @@ def _check_steps(steps: Any) -> int:
     return int(steps)
 
 
+class EnergyShape:
+    """The energy's hyper-parameters and LayerNorm as attributes of the layer that descends on
+    it (``self.energy_fn``), shared by :class:`ETConv` and
+    :class:`~et_graph.nn.conv.RelationalETConv`."""
+
+    energy_fn: Any
+
+    @property
+    def channels(self) -> int:
+        """Token width ``D``."""
+        return self.energy_fn.channels
+
+    @property
+    def head_dim(self) -> int:
+        """Key/query width ``Y``."""
+        return self.energy_fn.head_dim
+
+    @property
+    def hopfield_dim(self) -> int:
+        """Memories ``K``."""
+        return self.energy_fn.hopfield_dim
+
+    @property
+    def hopfield(self) -> str:
+        """Hopfield energy kind."""
+        return self.energy_fn.hopfield
+
+    @property
+    def norm(self) -> EnergyLayerNorm:
+        """The energy LayerNorm ``g = LN(x)`` (``energy_fn.norm``, shared by the relations
+        of a relational layer)."""
+        return self.energy_fn.norm
+
+
 class DescentSettings:
     """The validated descent hyper-parameters shared by :class:`ETConv` and
     :class:`~et_graph.nn.conv.RelationalETConv`: ``steps``, ``alpha``, ``noise_std``, ``grad``
@@ -114,7 +148,7 @@ class DescentSettings:
         return self.steps if steps is None else _check_steps(steps)
 
 
-class ETConv(DescentSettings, MessagePassing):
+class ETConv(EnergyShape, DescentSettings, MessagePassing):
     r"""The Energy Transformer block (Hoover et al., 2023) as a graph operator.
 
     The tokens :math:`\mathbf{x}` descend the energy :math:`E = E_{ATT} + E_{HN}` for ``steps``
@@ -304,29 +338,9 @@ class ETConv(DescentSettings, MessagePassing):
     # Hyper-parameters and the energy's parameters, as attributes of the layer
     # ----------------------------------------------------------------------------------------
     @property
-    def channels(self) -> int:
-        """Token width ``D``."""
-        return self.energy_fn.channels
-
-    @property
     def heads(self) -> int:
         """Attention heads ``H``."""
         return self.energy_fn.heads
-
-    @property
-    def head_dim(self) -> int:
-        """Key/query width ``Y``."""
-        return self.energy_fn.head_dim
-
-    @property
-    def hopfield_dim(self) -> int:
-        """Memories ``K``."""
-        return self.energy_fn.hopfield_dim
-
-    @property
-    def hopfield(self) -> str:
-        """Hopfield energy kind."""
-        return self.energy_fn.hopfield
 
     @property
     def hopfield_beta(self) -> float:
@@ -337,11 +351,6 @@ class ETConv(DescentSettings, MessagePassing):
     def beta_init(self) -> float:
         """Initial per-head inverse temperature of the attention."""
         return self.energy_fn.beta_init
-
-    @property
-    def norm(self) -> EnergyLayerNorm:
-        """The energy LayerNorm ``g = LN(x)`` (``energy_fn.norm``)."""
-        return self.energy_fn.norm
 
     @property
     def w_k(self) -> Tensor:

@@ -12,7 +12,6 @@ from torch_geometric.utils import is_sparse
 from ... import energy as E
 from ...fused import build_edge_plan, fused_attention_grad
 from ...native import normal_like
-from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
     check_edge_index,
     check_finite_energy,
@@ -21,7 +20,7 @@ from ..validation import (
     refuse_tracing,
     sum_per_graph,
 )
-from .et_conv import DescentSettings
+from .et_conv import DescentSettings, EnergyShape
 from .et_energy import EdgeSet, ETEnergy, _autograd_grad, in_parameter_precision
 
 __all__ = ["RelationalETConv", "check_edge_type"]
@@ -54,7 +53,7 @@ def check_edge_type(edge_type: Any, num_edges: int, num_relations: int) -> Tenso
     return edge_type.long()
 
 
-class RelationalETConv(DescentSettings, Module):
+class RelationalETConv(EnergyShape, DescentSettings, Module):
     r"""The Energy Transformer block on a multi-relation graph: one attention energy per
     relation, with its own keys, queries and temperatures, and one shared Hopfield energy.
 
@@ -180,31 +179,6 @@ class RelationalETConv(DescentSettings, Module):
     def heads(self) -> int:
         """Attention heads ``H`` per relation."""
         return self._heads
-
-    @property
-    def channels(self) -> int:
-        """Token width ``D``."""
-        return self.energy_fn.channels
-
-    @property
-    def head_dim(self) -> int:
-        """Key/query width ``Y``."""
-        return self.energy_fn.head_dim
-
-    @property
-    def hopfield_dim(self) -> int:
-        """Memories ``K``."""
-        return self.energy_fn.hopfield_dim
-
-    @property
-    def hopfield(self) -> str:
-        """Hopfield energy kind."""
-        return self.energy_fn.hopfield
-
-    @property
-    def norm(self) -> EnergyLayerNorm:
-        """The shared energy LayerNorm ``g = LN(x)`` (``energy_fn.norm``)."""
-        return self.energy_fn.norm
 
     @property
     def w_k(self) -> Tensor:
