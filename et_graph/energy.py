@@ -316,3 +316,30 @@ def hopfield_activation(g: Tensor, xi: Tensor, kind: str, hopfield_beta: float =
 def hopfield_grad(g: Tensor, xi: Tensor, kind: str, hopfield_beta: float = 1.0) -> Tensor:
     """Closed form of ``dE_HN/dg = -r(g xi^T) xi`` (paper eq. 9)."""
     return -hopfield_activation(g, xi, kind, hopfield_beta) @ xi
+
+
+# (a star import pulled in torch, Tensor and the typing names)
+__all__ = [
+    "HOPFIELD_KINDS",
+    "attention_energy",
+    "attention_grad",
+    "attention_logits",
+    "coupling_energy",
+    "coupling_grad",
+    "dense_attention_energy",
+    "dense_attention_grad",
+    "dense_attention_logits",
+    "edge_coefficients",
+    "edge_scores",
+    "edge_weight_columns",
+    "hopfield_activation",
+    "hopfield_energy",
+    "hopfield_grad",
+    "layer_norm",
+    "layer_norm_lagrangian",
+    "relation_heads",
+    "relational_attention_energy",
+    "relational_attention_grad",
+    "segment_logsumexp",
+    "segment_softmax",
+]

@@ -634,3 +634,63 @@ def test_edges_on_another_device_than_the_tokens_are_named():
         conv(x, torch.randint(0, 5, (2, 8), device="meta"))
     with pytest.raises(ValueError, match="edge_weight is on meta"):
         conv(x, torch.randint(0, 5, (2, 8)), torch.rand(8, device="meta"))
+
+
+# --------------------------------------------------------------------------------------------
+# From a PyG/PyGOD API review
+# --------------------------------------------------------------------------------------------
+def test_the_anomaly_network_refuses_a_third_argument_it_would_ignore():
+    # PyG's third argument is an edge weight: model(x, edge_index, w) ran and ignored w
+    from et_graph.nn.models import ETAnomalyNet
+
+    model = ETAnomalyNet(4, hidden_channels=8)
+    x, edge_index = torch.randn(5, 4), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    with pytest.raises(ValueError, match="read only with positional=True"):
+        model(x, edge_index, torch.rand(3))
+    assert model(x, edge_index).shape == (5,)
+
+
+def test_graph_model_errors_name_the_argument_order_and_sparse_input():
+    from et_graph.nn import ETGraphModel
+
+    model = ETGraphModel(3, 2, pe_dim=0, hidden_channels=8, edge_dim=2)
+    x, edge_index = torch.ones(3, 3), torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(ValueError, match=r"pass them by name \(edge_attr=\.\.\.\)"):
+        model(x, edge_index, torch.ones(2, 2))  # said only "batch must hold integer ids"
+    adj = torch.sparse_coo_tensor(edge_index, torch.ones(2), (3, 3))
+    with pytest.raises(ValueError, match="sparse adjacency .*to_edge_index"):
+        model(x, adj)  # said "edge_index must have dtype torch.long, got torch.float32"
+
+
+def test_relational_layer_shows_its_changed_settings_and_shares_the_properties():
+    from et_graph.nn import RelationalETConv
+
+    conv = RelationalETConv(8, 2, noise_std=0.1, grad="autograd", cached=True,
+                            hopfield="softmax", hopfield_beta=2.0)
+    text = repr(conv)  # printed as a default layer before
+    for part in ("hopfield_beta=2.0", "noise_std=0.1", "grad='autograd'", "cached=True"):
+        assert part in text
+    assert conv.hopfield_beta == 2.0 and conv.beta_init == pytest.approx(16 ** -0.5)
+    assert "noise_std" not in repr(RelationalETConv(8, 2))
+
+
+def test_cls_pool_is_callable_and_transforms_show_their_attribute_names():
+    from et_graph.nn import CLSPool
+    from et_graph.transforms import CLSLaplacianPE, RandomWalkPE
+
+    pool = CLSPool(4)
+    seen = []
+    pool.register_forward_hook(lambda module, args, out: seen.append(out))
+    graph = pool(torch.randn(3, 4), torch.tensor([[0, 1], [1, 2]]),
+                 torch.zeros(3, dtype=torch.long))  # raised NotImplementedError
+    assert seen and graph.x.shape == (4, 4)
+    assert repr(RandomWalkPE(4, attr_name="walk")) == "RandomWalkPE(k=4, attr_name='walk')"
+    assert repr(CLSLaplacianPE(3)) == "CLSLaplacianPE(k=3)"
+    assert "cls_attr_name='c'" in repr(CLSLaplacianPE(3, cls_attr_name="c"))
+
+
+def test_energy_module_exports_its_functions_only():
+    import et_graph.energy as energy
+
+    assert "torch" not in energy.__all__ and "Tensor" not in energy.__all__
+    assert {"attention_energy", "hopfield_energy", "layer_norm"} <= set(energy.__all__)

@@ -106,6 +106,12 @@ def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     """Validate ``edge_index [2, E]`` and return it as ``int64``."""
     if not isinstance(edge_index, Tensor):
         raise ValueError(f"edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
+    if edge_index.layout != torch.strided:
+        # ("must have dtype torch.long, got torch.float32" named the wrong fault)
+        raise ValueError(
+            f"edge_index is a sparse adjacency ({edge_index.layout}), which ETConv reads but "
+            "this model does not: pass edge_index [2, E], e.g. "
+            "torch_geometric.utils.to_edge_index(adj_t)[0].flip(0) for PyG's adj_t")
     if edge_index.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"edge_index must have dtype torch.long (or int32), got {edge_index.dtype}"
@@ -271,9 +277,11 @@ def check_batch(batch: Optional[Tensor], num_nodes: int) -> Optional[Tensor]:
         raise ValueError(f"batch must be a torch.Tensor, got {type(batch).__name__}")
     if batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
         raise ValueError(
-            f"batch must hold integer graph ids (torch.long), got {batch.dtype}; "
-            "use batch.long() if the values are whole numbers"
-        )
+            f"batch must hold integer graph ids (torch.long), got {batch.dtype}"
+            + ("; a 2-D float tensor here looks like edge features: pass them by name "
+               "(edge_attr=...), the argument after edge_index is batch"
+               if batch.is_floating_point() and batch.dim() == 2
+               else "; use batch.long() if the values are whole numbers"))
     if batch.dim() != 1 or batch.numel() != num_nodes:
         raise ValueError(f"batch must have shape [N]=[{num_nodes}], got {tuple(batch.shape)}")
     if batch.numel() and int(batch.min()) < 0:

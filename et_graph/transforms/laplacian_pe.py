@@ -98,4 +98,7 @@ class CLSLaplacianPE(BaseTransform):
         return data
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(k={self.k})"
+        names = "".join(f", {arg}={value!r}" for arg, value, default in (
+            ("attr_name", self.attr_name, "lap_pe"), ("cls_attr_name", self.cls_attr_name,
+                                                      "cls_lap_pe")) if value != default)
+        return f"{self.__class__.__name__}(k={self.k}{names})"

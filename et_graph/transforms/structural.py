@@ -70,7 +70,8 @@ class RandomWalkPE(BaseTransform):
         return data
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(k={self.k})"
+        name = "" if self.attr_name == "rw_pe" else f", attr_name={self.attr_name!r}"
+        return f"{self.__class__.__name__}(k={self.k}{name})"
 
 
 class LogDegree(BaseTransform):

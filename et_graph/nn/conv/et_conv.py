@@ -72,10 +72,31 @@ class EnergyShape:
         return self.energy_fn.hopfield
 
     @property
+    def hopfield_beta(self) -> float:
+        """Inverse temperature of the ``"softmax"`` Hopfield energy."""
+        return self.energy_fn.hopfield_beta
+
+    @property
+    def beta_init(self) -> float:
+        """Initial per-head inverse temperature of the attention."""
+        return self.energy_fn.beta_init
+
+    @property
     def norm(self) -> EnergyLayerNorm:
         """The energy LayerNorm ``g = LN(x)`` (``energy_fn.norm``, shared by the relations
         of a relational layer)."""
         return self.energy_fn.norm
+
+    def _changed_settings(self) -> str:
+        """``", name=value"`` for each setting that changes the model and differs from its
+        default, for ``__repr__`` (a relational layer hid them: it printed as a default one)."""
+        settings: Any = self
+        changed = [(name, value) for name, value, default in (
+            ("hopfield_beta", self.hopfield_beta, 1.0), ("noise_std", settings.noise_std, 0.0),
+            ("coupling", getattr(self.energy_fn, "coupling_matrix", None) is not None, False),
+            ("grad", settings.grad, "analytic"), ("cached", settings.cached, False),
+        ) if value != default]
+        return "".join(f", {name}={value!r}" for name, value in changed)
 
 
 class DescentSettings:
@@ -341,16 +362,6 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     def heads(self) -> int:
         """Attention heads ``H``."""
         return self.energy_fn.heads
-
-    @property
-    def hopfield_beta(self) -> float:
-        """Inverse temperature of the ``"softmax"`` Hopfield energy."""
-        return self.energy_fn.hopfield_beta
-
-    @property
-    def beta_init(self) -> float:
-        """Initial per-head inverse temperature of the attention."""
-        return self.energy_fn.beta_init
 
     @property
     def w_k(self) -> Tensor:
@@ -817,17 +828,10 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
             "eager module")
 
     def __repr__(self) -> str:
-        # Settings that change the model are shown when they differ from their defaults.
-        extra = [(name, value) for name, value, default in (
-            ("hopfield_beta", self.hopfield_beta, 1.0), ("noise_std", self.noise_std, 0.0),
-            ("coupling", self.energy_fn.coupling_matrix is not None, False),
-            ("grad", self.grad, "analytic"), ("cached", self.cached, False),
-        ) if value != default]
         return (
             f"{self.__class__.__name__}({self.channels}, heads={self.heads}, "
             f"head_dim={self.head_dim}, hopfield_dim={self.hopfield_dim}, steps={self.steps}, "
-            f"alpha={self.alpha}, hopfield={self.hopfield!r}"
-            + "".join(f", {name}={value!r}" for name, value in extra) + ")"
+            f"alpha={self.alpha}, hopfield={self.hopfield!r}{self._changed_settings()})"
         )
 
 

@@ -381,5 +381,6 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
         return (
             f"{self.__class__.__name__}({self.channels}, num_relations={self.num_relations}, "
             f"heads={self.heads}, head_dim={self.head_dim}, hopfield_dim={self.hopfield_dim}, "
-            f"steps={self.steps}, alpha={self.alpha}, hopfield={self.hopfield!r})"
+            f"steps={self.steps}, alpha={self.alpha}, hopfield={self.hopfield!r}"
+            f"{self._changed_settings()})"
         )

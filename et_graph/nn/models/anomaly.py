@@ -219,6 +219,11 @@ class ETAnomalyNet(nn.Module):
         # Raw features come in any float dtype (NumPy's float64): read in the model's, as
         # ETGraphModel does; the bare ETConv refuses a mismatch instead (no silent cast there).
         tokens = self.embedding(x.to(self.embedding.weight.dtype))
+        if self.positional is None and node_ids is not None:
+            # (PyG's third argument is an edge weight: model(x, edge_index, w) ran, ignoring w)
+            raise ValueError(
+                "node_ids (the third argument) are read only with positional=True; this network "
+                "reads no edge weights: leave the third argument out")
         if self.positional is not None:
             if node_ids is None:
                 if x.size(0) != self.positional.num_embeddings:

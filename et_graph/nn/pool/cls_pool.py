@@ -1,7 +1,7 @@
 """CLS pooling: one learnable token per graph, realised as a virtual node linked to its graph."""
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -150,6 +150,11 @@ class CLSPool(Module):
 
     def reset_parameters(self) -> None:
         torch.nn.init.normal_(self.cls_token, std=1.0 / self.channels**0.5)
+
+    def forward(self, *args: Any, **kwargs: Any) -> CLSGraph:
+        """``pool(x, edge_index, batch)`` is :meth:`attach` (a module call has none of its own:
+        it raised NotImplementedError, and module hooks saw nothing)."""
+        return self.attach(*args, **kwargs)
 
     def attach(
         self,
