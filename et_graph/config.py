@@ -355,6 +355,10 @@ def merge(config: T, overrides: Mapping[str, Any]) -> T:
     return dataclasses.replace(config, **changes)
 
 
+#: PyGOD's detector arguments and the names et-graph gives the same settings.
+PYGOD_NAMES = {"epoch": "epochs", "hid_dim": "hidden", "gpu": "device", "verbose": "progress"}
+
+
 def apply_keywords(config: T, **keywords: Any) -> T:
     """Apply flat keywords (``epochs=50, hidden=32``) to the unique section holding each name."""
     owners: dict[str, str] = {}
@@ -364,9 +368,14 @@ def apply_keywords(config: T, **keywords: Any) -> T:
     nested: dict[str, dict[str, Any]] = {}
     for key, value in keywords.items():
         if key not in owners:
-            raise TypeError(
-                f"unknown keyword {key!r} for {type(config).__name__}; known: {sorted(owners)}"
-            )
+            import difflib
+
+            # PyGOD's names are the usual slip (hid_dim is closest to head_dim by spelling)
+            close = [PYGOD_NAMES[key]] if key in PYGOD_NAMES else \
+                difflib.get_close_matches(key, list(owners), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"unknown keyword {key!r} for {type(config).__name__}{hint}; "
+                            f"known: {sorted(owners)}")
         nested.setdefault(owners[key], {})[key] = value
     return merge(config, nested)
 

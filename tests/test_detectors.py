@@ -837,3 +837,13 @@ def test_the_gbt_bins_are_cut_on_the_training_nodes_alone():
     assert all(np.array_equal(a, b) for a, b in zip(det.binner_.edges_, expected))
     everywhere = QuantileBinner().fit(features).edges_
     assert not all(np.array_equal(a, b) for a, b in zip(everywhere, expected))
+
+
+def test_pygod_argument_names_get_the_et_graph_name():
+    # (from an API review) hid_dim was met with the whole list of names (and its closest
+    # spelling is head_dim, another setting)
+    for pygod, ours in (("epoch", "epochs"), ("hid_dim", "hidden"), ("gpu", "device")):
+        with pytest.raises(TypeError, match=rf"'{pygod}' .*did you mean '{ours}'"):
+            ETDetector(**{pygod: 1})
+    with pytest.raises(TypeError, match="did you mean 'hidden'"):
+        MLPDetector(hiden=8)
