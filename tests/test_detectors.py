@@ -847,3 +847,32 @@ def test_pygod_argument_names_get_the_et_graph_name():
             ETDetector(**{pygod: 1})
     with pytest.raises(TypeError, match="did you mean 'hidden'"):
         MLPDetector(hiden=8)
+
+
+def test_detectors_fitted_in_two_threads_score_as_fitted_one_after_the_other():
+    # (from an audit of global state) the seeded fits shared the process's generators: in two
+    # threads they interleaved their draws (other scores) and the caller's states were lost
+    import threading
+
+    graphs = [planted_graph_with_masks(80, seed=s) for s in (1, 2)]
+
+    def fit(seed, graph):
+        return ETDetector(epochs=4, hidden=16, seed=seed).fit(graph).decision_score_
+
+    alone = [fit(seed, graph) for seed, graph in enumerate(graphs)]
+    for _ in range(3):
+        torch.manual_seed(123)
+        expected_draw = torch.rand(3)
+        torch.manual_seed(123)
+        together = [None, None]
+
+        def run(i, out=together):
+            out[i] = fit(i, graphs[i])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert torch.equal(torch.rand(3), expected_draw)  # the caller's stream, untouched
+        assert all(torch.equal(a, b) for a, b in zip(alone, together))

@@ -694,3 +694,27 @@ def test_energy_module_exports_its_functions_only():
 
     assert "torch" not in energy.__all__ and "Tensor" not in energy.__all__
     assert {"attention_energy", "hopfield_energy", "layer_norm"} <= set(energy.__all__)
+
+
+def test_the_layer_leaves_the_warning_filters_alone_and_shows_no_sparse_notice(tmp_path):
+    # (from an audit of global state) a filter around every pass reset Python's once-per-
+    # location warning memory, and, not thread-safe, dropped filters other threads added
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings, torch\n"
+        "from et_graph.nn import ETConv\n"
+        "conv = ETConv(8)\n"
+        "x, ei = torch.randn(5, 8), torch.tensor([[0, 1, 2], [1, 2, 3]])\n"
+        "before = list(warnings.filters)\n"
+        "for _ in range(2):\n"
+        "    conv(x, ei).sum().backward()\n"
+        "    assert warnings.filters == before\n"
+        "    warnings.warn('shown once')\n"
+    )
+    done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("shown once") == 1  # Python's "default": once per location
+    assert "parse" not in done.stderr.replace("torch.jit", "")  # no sparse notice either
