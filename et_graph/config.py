@@ -21,6 +21,7 @@ API docs and ``--help`` cannot disagree.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import typing
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
@@ -851,6 +852,34 @@ def machine_metadata() -> dict[str, Any]:
                         if torch.cuda.is_available() and torch.cuda.is_initialized() else None),
         "environment": {k: os.environ[k] for k in NUMERICS_ENVIRONMENT if k in os.environ},
     }
+
+
+@contextlib.contextmanager
+def process_state_kept() -> Iterator[None]:
+    """Around a task runner called from Python: what it sets for its own run (torch's CPU
+    thread count, the compiled-kernel switches, the global random states of torch, NumPy and
+    Python, CUDA's once up) is given back when it returns or fails. A run pinned the caller's
+    process to one thread, left the kernels on and reseeded its random streams."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from . import native
+
+    threads = torch.get_num_threads()
+    switches = {key: value for key, value in native._state.items() if isinstance(value, bool)}
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    devices = (list(range(torch.cuda.device_count()))
+               if torch.cuda.is_available() and torch.cuda.is_initialized() else [])
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+        native._state.update(switches)
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
 
 
 def code_identity() -> dict[str, str]:

@@ -295,13 +295,18 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
 def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.run.out
                          ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a runner ``run(config, ...)`` with :func:`output_folder` around
-    ``folder(config)`` (default ``config.run.out``), its checkpoint folder skipped; under
-    ``torchrun`` only rank 0, the one that writes, checks."""
+    ``folder(config)`` (default ``config.run.out``), its checkpoint folder skipped (under
+    ``torchrun`` only rank 0, the one that writes, checks), and with
+    :func:`~et_graph.config.process_state_kept`: the caller's threads, kernel switches and
+    random states come back."""
     def decorate(run: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(run)
         def checked(config: Any, *args: Any, **kwargs: Any) -> Any:
+            from .config import process_state_kept
+
             out, writes = folder(config), os.environ.get("RANK", "0") == "0"
-            with output_folder(out, [config.run.checkpoint_dir], enabled=writes):
+            with process_state_kept(), output_folder(out, [config.run.checkpoint_dir],
+                                                     enabled=writes):
                 result = run(config, *args, **kwargs)
             if out and writes:  # no command said where its results went
                 print(f"\nWritten to {out}", flush=True)

@@ -149,3 +149,43 @@ def test_a_run_says_where_it_wrote(tmp_path, capsys):
 
     run(SimpleNamespace(run=SimpleNamespace(out=str(tmp_path / "out"), checkpoint_dir=None)))
     assert capsys.readouterr().out.strip().endswith(f"Written to {tmp_path / 'out'}")
+
+
+def test_a_runner_gives_back_the_callers_threads_switches_and_random_streams(tmp_path):
+    # (from an audit of library embedding) tudataset.run(TUDatasetConfig()) pinned the caller's
+    # process to one thread, a run with native_attention left the kernels on, and every
+    # runner reseeded the caller's random streams
+    import random
+    from types import SimpleNamespace
+
+    from et_graph import native
+    from et_graph.reporting import checks_output_folder
+
+    @checks_output_folder()
+    def run(config):
+        torch.set_num_threads(1)
+        native._state["random"] = not native._state["random"]
+        torch.manual_seed(0)
+        np.random.seed(0)
+        random.seed(0)
+        raise RuntimeError("and failed")
+
+    threads, switch = torch.get_num_threads(), native._state["random"]
+    torch.set_num_threads(2)
+    torch.manual_seed(7)
+    np.random.seed(7)
+    random.seed(7)
+    expected = (torch.rand(2), np.random.rand(), random.random())
+    torch.manual_seed(7)
+    np.random.seed(7)
+    random.seed(7)
+    try:
+        import pytest
+
+        with pytest.raises(RuntimeError, match="and failed"):
+            run(SimpleNamespace(run=SimpleNamespace(out=None, checkpoint_dir=None)))
+        assert torch.get_num_threads() == 2 and native._state["random"] == switch
+        drawn = (torch.rand(2), np.random.rand(), random.random())
+        assert torch.equal(drawn[0], expected[0]) and drawn[1:] == expected[1:]
+    finally:
+        torch.set_num_threads(threads)
