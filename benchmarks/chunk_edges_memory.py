@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -90,8 +91,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "load_average_before": list(os.getloadavg()), "settings": {},
     }
     outputs = {}
+    scratch = Path(tempfile.mkdtemp(prefix="chunk_edges_"))  # private (a guessable /tmp name
+    # could be planted or a symlink)
     for name, cap in (("nodes_only", "none"), ("edge_capped", str(args.chunk_edges))):
-        out = Path(f"/tmp/chunk_edges_{name}_{os.getpid()}.pt")
+        out = scratch / f"{name}.pt"
         command = [sys.executable, __file__, "--worker", cap, "--out", str(out),
                    *[f"--{k.replace('_', '-')}={v}" for k, v in
                      (("nodes", args.nodes), ("edges", args.edges), ("hub_every", args.hub_every),
@@ -99,8 +102,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         done = subprocess.run(command, capture_output=True, text=True, check=True,
                               env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
         report["settings"][name] = json.loads(done.stdout.strip().splitlines()[-1])
-        outputs[name] = torch.load(out)
+        outputs[name] = torch.load(out, weights_only=True)
         out.unlink()
+    scratch.rmdir()
     difference = (outputs["nodes_only"] - outputs["edge_capped"]).abs().max().item()
     report["max_abs_difference"] = difference
     report["load_average_after"] = list(os.getloadavg())

@@ -19,6 +19,16 @@ NO_DATA_HINT = ("et_graph is installed without its source checkout (a wheel ship
                 "ET_GRAPH_DATA to a copy of the repository's datasets/ folder")
 
 
+def cache_dir() -> Path:
+    """The user's writable et-graph folder (downloads, the TU cache): ``$ET_GRAPH_CACHE``, else
+    ``$XDG_CACHE_HOME/et_graph``, else ``~/.cache/et_graph``."""
+    env = os.environ.get("ET_GRAPH_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "et_graph"
+
+
 def no_data_hint() -> str:
     """What to do when shipped data are missing: :data:`NO_DATA_HINT`, or, when
     ``ET_GRAPH_DATA`` is set already, that its folder lacks them (the hint to set it misled)."""

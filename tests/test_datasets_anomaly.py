@@ -708,3 +708,39 @@ def test_a_users_mat_file_is_named_by_its_file_and_its_other_keys_are_named(tmp_
         mine = load_anomaly_dataset(path=tmp_path / "MyShop.mat")
     assert mine.name == "myshop"
     assert load_anomaly_dataset(path=tmp_path / "YelpChi.mat").name == "yelpchi"
+
+
+def test_a_torch_file_is_not_unpickled_beyond_tensors_and_pyg_data(tmp_path, monkeypatch):
+    # (from a security review) --data X.pt, a named dataset found in a shared folder and the
+    # ZINC files were unpickled in full: a crafted file ran its code
+    import fractions
+    import subprocess
+
+    from et_graph.datasets import load_pyg_file
+    from et_graph.datasets.embedded import UntrustedFileError
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+
+    plain = tmp_path / "plain.pt"
+    torch.save(planted_anomaly_graph(40, seed=0), plain)
+    assert load_pyg_file(plain).num_nodes == 40  # a plain Data loads as before
+    graph = planted_anomaly_graph(40, seed=0)
+    extra = tmp_path / "extra.pt"
+    torch.save({"x": graph.x, "edge_index": graph.edge_index, "y": graph.y,
+                "note": fractions.Fraction(1, 3)}, extra)  # an object only pickle rebuilds
+    with pytest.raises(UntrustedFileError, match="ET_GRAPH_TRUST_PICKLE=1"):
+        load_pyg_file(extra)
+    monkeypatch.setenv("ET_GRAPH_TRUST_PICKLE", "1")
+    assert load_pyg_file(extra).num_nodes == 40  # the user's own trusted file
+    monkeypatch.delenv("ET_GRAPH_TRUST_PICKLE")
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (subprocess.call, (["touch", str(marker)],))
+
+    crafted = tmp_path / "crafted.pt"
+    torch.save({"x": graph.x, "edge_index": graph.edge_index, "y": graph.y,
+                "payload": Payload()}, crafted)
+    with pytest.raises(UntrustedFileError):
+        load_pyg_file(crafted)
+    assert not marker.exists()

@@ -28,17 +28,30 @@ def test_an_empty_et_graph_data_folder_is_named_as_such(tmp_path, monkeypatch):
 
 
 
-def test_the_default_cache_is_per_user():
-    # a shared node's /tmp cache made by another user was read (PyG's loader may unpickle it)
-    # and could neither be locked nor rebuilt
-    import os
-
-    from et_graph.datasets.tudataset import default_tu_cache
-
-    assert default_tu_cache().name == f"et_graph_tudataset_{os.getuid()}"
-
-
 def test_a_misspelt_dataset_is_answered_with_the_closest_name_and_the_list(tmp_path):
     # (from a CLI audit) "--dataset mutag" found nothing and named nothing else
     with pytest.raises(ValueError, match=r"did you mean MUTAG\? .* holds .*MUTAG, Mutagenicity"):
         load_tudataset(None, "mutag", tmp_path / "cache", pe_dim=0, progress=False)
+
+
+def test_a_dataset_name_cannot_leave_its_folder(tmp_path):
+    # (from a security review) a preset naming ".." made the cache cleanup delete the cache's
+    # parent folder, and put results and checkpoints one folder up
+    from et_graph.config import parse
+    from et_graph.protocols.tudataset_config import TUDatasetConfig
+
+    kept = tmp_path / "important.txt"
+    kept.write_text("results")
+    for name in ("..", "a/b", ".", "../x"):
+        with pytest.raises(ValueError, match="a TU dataset name is letters"):
+            load_tudataset(tmp_path, name, tmp_path / "cache", pe_dim=0, progress=False)
+        with pytest.raises(ValueError, match="a TU dataset name is letters"):
+            parse(TUDatasetConfig, ["--dataset", name])  # when parsed, before any folder
+    assert kept.is_file()
+
+
+def test_the_default_cache_is_the_users_own(monkeypatch, tmp_path):
+    from et_graph.datasets.tudataset import default_tu_cache
+
+    monkeypatch.setenv("ET_GRAPH_CACHE", str(tmp_path))
+    assert default_tu_cache() == tmp_path / "tudataset"  # not a guessable /tmp folder

@@ -7,7 +7,8 @@ from typing import Optional, Union
 
 from torch_geometric.data import Data
 
-from .anomaly_data import cache_dir, data_dir, file_dataset_name
+from ..paths import cache_dir
+from .anomaly_data import data_dir, file_dataset_name
 from .embedded import EMBEDDED_FILES, find_embedded_file, load_pyg_file
 from .fraud_mat import (
     FRAUD_ARCHIVE_URLS,

@@ -58,15 +58,6 @@ def data_dir(required: bool = True) -> Optional[Path]:
     )
 
 
-def cache_dir() -> Path:
-    """Writable folder for downloads: ``$ET_GRAPH_CACHE``, else ``~/.cache/et_graph``."""
-    env = os.environ.get("ET_GRAPH_CACHE")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "et_graph"
-
-
 def _as_tensor(value: Any, what: str, source: str) -> Tensor:
     if isinstance(value, Tensor):
         return value.detach().cpu()

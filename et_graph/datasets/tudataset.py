@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -28,7 +28,7 @@ from torch_geometric.transforms import OneHotDegree
 from torch_geometric.utils import degree, is_undirected
 from tqdm.auto import tqdm
 
-from ..paths import no_data_hint, shipped_path
+from ..paths import cache_dir, no_data_hint, shipped_path
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
 from .gnnbenchmark_common import UNREADABLE_FILE_ERRORS, read_local_files
 from .locking import folder_lock, quiet_processing
@@ -42,9 +42,9 @@ def default_tu_root() -> Optional[Path]:
 
 def default_tu_cache() -> Path:
     """Where the raw files are copied and PyG's ``processed/`` is written when no cache is given."""
-    # per user: a shared node's /tmp cache made by another user was read (PyG's loader may
-    # unpickle it) and could not be locked or rebuilt
-    return Path(tempfile.gettempdir()) / f"et_graph_tudataset_{_user()}"
+    # in the user's own cache folder: in /tmp another user could make it first and plant
+    # processed files, which PyG's loader unpickles (a security review ran code that way)
+    return cache_dir() / "tudataset"
 
 
 def _names_hint(root: Path, name: str) -> str:
@@ -60,18 +60,20 @@ def _names_hint(root: Path, name: str) -> str:
     return (f"; did you mean {guess}?" if guess else "") + f" {root} holds {', '.join(held)}"
 
 
-def _user() -> str:
-    """The user id (POSIX) or name, for per-user caches."""
-    getuid = getattr(os, "getuid", None)
-    if getuid is not None:
-        return str(getuid())
-    import getpass
-
-    return getpass.getuser()
+def check_dataset_name(name: str) -> str:
+    """``name`` if it can name a folder inside the roots and caches: letters, digits and
+    ``_ . + -``, not ``.`` or ``..`` (a preset naming ".." made the cache cleanup delete the
+    cache's parent folder)."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", name) \
+            or name in (".", ".."):
+        raise ValueError(f"a TU dataset name is letters, digits and _ . + - (a folder inside "
+                         f"the root), got {name!r}")
+    return name
 
 
 def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
     """Copy ``root/name/raw`` into ``cache/name/raw`` (once) and return ``cache``."""
+    check_dataset_name(name)
     source = Path(root) / name / "raw"
     if not source.is_dir() or not any(source.glob(f"{name}_*.txt")):
         raise ValueError(
@@ -94,7 +96,10 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
     if not target.is_dir() or _stamped(stamp) != fingerprint:
         texts = check_raw_files(source, name)  # new or changed files only
         if (cache / name).exists():
-            shutil.rmtree(cache / name)  # the processed graphs go with the old raw files
+            # the processed graphs go with the old raw files; only a folder inside the cache
+            if (cache / name).resolve().parent != cache.resolve():
+                raise ValueError(f"{cache / name} is not a folder inside the cache {cache}")
+            shutil.rmtree(cache / name)
         shutil.copytree(source, target)
         for file_name, text in texts.items():  # what PyG reads: the normalised lines
             (target / file_name).write_text(text)

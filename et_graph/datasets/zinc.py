@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from .embedded import load_torch_data
 from .gnnbenchmark_common import (
     SPLITS,
     BenchmarkData,
@@ -93,9 +94,9 @@ def load_zinc_partial(root: PathLike, split: str) -> list[Data]:
 
 
 def _rebuild_partial(path: Path) -> list[Data]:
-    from torch_geometric.io import fs
-
-    loaded = fs.torch_load(str(path))
+    # weights-only: PyG's fs.torch_load retries with full unpickling when that fails, so a
+    # planted processed file ran its code
+    loaded = load_torch_data(path, str(path))
     if not (isinstance(loaded, (tuple, list)) and len(loaded) == 2):
         raise ValueError(f"{path} is not a PyG (Data, slices) pickle")
     collated, slices = loaded

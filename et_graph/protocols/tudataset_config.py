@@ -46,6 +46,10 @@ class TUDataConfig:
     incident_edge_sums: bool = False
 
     def __post_init__(self) -> None:
+        # when parsed: it names folders of the root, the cache and the output
+        from ..datasets.tudataset import check_dataset_name
+
+        check_dataset_name(self.dataset)
         for name in ("pe_dim", "rw_pe_dim"):  # named here; the transforms say only "k"
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = off), got {getattr(self, name)}")
