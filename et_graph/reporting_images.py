@@ -16,12 +16,9 @@ FIGURES = ("completion_grid.png", "energy.png", "update_norms.png", "memories.pn
 
 
 def _pyplot():
-    import matplotlib
+    from .plots.figures import own_figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return own_figures()
 
 
 def _as_display(image: Tensor):

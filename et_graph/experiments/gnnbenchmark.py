@@ -55,10 +55,9 @@ CONFIG = GNNBenchmarkConfig
 
 
 def _plot_curves(out: Path, per_model: dict[str, list[list[float]]], data: BenchmarkData) -> None:
-    import matplotlib
+    from ..plots.figures import own_figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = own_figures()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, curves in per_model.items():

@@ -18,10 +18,9 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
                 scored: str = "test") -> None:
     """ROC/PR curves of seed 0 on the ``scored`` nodes (``"test"``, or ``"validation"`` for a
     validation-only run, which reads no test label) and the training curves."""
-    import matplotlib
+    from .figures import own_figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = own_figures()
 
     y = data.y.cpu().numpy()
     nodes = split.scored(scored).numpy()
@@ -94,10 +93,9 @@ def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope:
     """ROC and precision-recall curves of each score against binary ``y`` (same nodes), one
     line per score in the given order, its AUROC / AUPRC in the legend; ``scope`` says which
     nodes and seeds (the titles). ET rows solid, baselines dashed, ensembles dotted."""
-    import matplotlib
+    from .figures import own_figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = own_figures()
     from sklearn.metrics import precision_recall_curve, roc_curve
 
     fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(11, 4.5))

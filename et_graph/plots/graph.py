@@ -7,10 +7,9 @@ from typing import Any
 
 def plot_fold_accuracies(results: dict[str, Any], path: Path) -> Path:
     """Test accuracy of every fold (dots) and the mean ± std (bar) per model."""
-    import matplotlib
+    from .figures import own_figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = own_figures()
 
     names = list(results["models"])
     fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.2))

@@ -13,10 +13,9 @@ def plot_differences(panels: Mapping[str, Sequence[tuple[str, Difference]]], pat
     ``(label, difference)``, drawn so that **right is better for the difference's first model**
     (an error metric's difference is mirrored). Rows whose interval excludes 0 are filled, the
     others hollow; the zero line is drawn."""
-    import matplotlib
+    from .figures import own_figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = own_figures()
 
     panels = {name: list(rows) for name, rows in panels.items() if rows}
     if not panels:

@@ -379,10 +379,9 @@ def to_dict_budget(budget: TuneBudget) -> dict[str, Any]:
 
 
 def plot_history(path: Path, summaries: dict[str, dict[str, Any]], metric: str) -> None:
-    import matplotlib
+    from ..plots.figures import own_figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = own_figures()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, (model, s) in enumerate(summaries.items()):
