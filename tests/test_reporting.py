@@ -189,3 +189,24 @@ def test_a_runner_gives_back_the_callers_threads_switches_and_random_streams(tmp
         assert torch.equal(drawn[0], expected[0]) and drawn[1:] == expected[1:]
     finally:
         torch.set_num_threads(threads)
+
+
+def test_plots_leave_the_callers_matplotlib_backend(tmp_path):
+    # (from an audit of library embedding) matplotlib.use("Agg") in every plot turned a
+    # notebook's inline backend off for good
+    import subprocess
+    import sys
+
+    code = (
+        "import matplotlib\n"
+        "matplotlib.use('svg')\n"
+        "import numpy as np\n"
+        "from et_graph.plots.anomaly import plot_roc_pr\n"
+        f"plot_roc_pr({str(tmp_path / 'roc.png')!r}, np.array([0, 1, 0, 1]),\n"
+        "            {'a': np.array([0.1, 0.9, 0.2, 0.7])}, 'title')\n"
+        "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "roc.png").read_bytes()[:4] == b"\x89PNG"
