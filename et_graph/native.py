@@ -181,7 +181,9 @@ def _switched(key: str, setter: Callable[[bool], None], enabled: bool) -> Iterat
 
 
 def native_attention(enabled: bool = True) -> AbstractContextManager[None]:
-    """``with native_attention(): ...`` uses the compiled kernel inside the block only."""
+    """``with native_attention(): ...`` uses the compiled kernel inside the block only. The
+    switch is process-wide: while the block runs, layers in other threads use the kernel
+    too, and blocks in several threads must not overlap (each restores the value it found)."""
     return _switched("enabled", set_native_attention, enabled)
 
 

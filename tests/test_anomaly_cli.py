@@ -506,11 +506,12 @@ def test_the_plots_mark_the_kept_epoch_and_draw_precision_recall_as_steps(monkey
     (chosen on another metric, macro-F1); the PR curve joined its points by straight lines,
     enclosing another area than the legend's AUPRC; the energy panels mixed node sets
     unlabelled."""
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    from et_graph.plots.figures import OwnFigures
+
     figures = []
-    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    monkeypatch.setattr(OwnFigures, "close", staticmethod(lambda fig=None: figures.append(fig)))
     data = planted_anomaly_graph(300, seed=2)
     results = anomaly.run(config("--models", "et", "--seeds", "1", "--epochs", "3",
                                  "--hidden", "16", "--out", str(tmp_path / "run")), data=data)

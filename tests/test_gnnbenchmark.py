@@ -739,12 +739,11 @@ def test_a_holdout_that_leaves_nothing_to_train_names_the_flag():
 def test_the_selection_curve_keeps_the_epochs_of_seeds_that_ran_longer(monkeypatch, tmp_path):
     """From an audit: the curve was cut to the shortest seed, so a seed stopped early by
     --patience hid the others' later epochs (and perhaps their selected epochs)."""
-    import matplotlib.pyplot as plt
-
     from et_graph.datasets.gnnbenchmark_common import BenchmarkData
+    from et_graph.plots.figures import OwnFigures
 
     figures = []
-    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    monkeypatch.setattr(OwnFigures, "close", staticmethod(lambda fig=None: figures.append(fig)))
     data = BenchmarkData("toy", "generated", {"train": [], "val": [], "test": []},
                          task="regression", metric="mae", num_outputs=1)
     gnnbenchmark._plot_curves(tmp_path, {"et": [[3.0, 2.0], [3.0, 2.0, 1.0, 0.5]]}, data)

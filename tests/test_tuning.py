@@ -548,3 +548,18 @@ def test_tune_help_says_where_a_study_writes():
         assert f"study_report.{{md,json}}, optimization_history.png (default: runs/tune/{task})" \
             in text
     assert "et-graph tune TASK --help" in build_parser().format_help()
+
+
+def test_a_study_gives_back_optunas_log_level(tmp_path):
+    # (from an audit of library embedding) tuning left Optuna's process-wide level at WARNING
+    import optuna
+
+    from et_graph.tuning.study import run_study
+
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    try:
+        run_study("quiet", lambda trial: trial.suggest_float("x", 0, 1), TuneBudget(trials=2),
+                  None, progress=False)
+        assert optuna.logging.get_verbosity() == optuna.logging.INFO
+    finally:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -7,6 +7,7 @@ run and starting it again with the same storage continues the same studies.
 """
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from collections.abc import Sequence
@@ -176,10 +177,25 @@ def _optuna():
         import optuna
     except ImportError as error:  # pragma: no cover - optuna is a declared dependency
         raise ImportError("et-graph tune needs optuna: pip install optuna") from error
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna
 
 
+def _quiet_optuna(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with Optuna's INFO lines (one per trial) silenced, and the caller's Optuna log
+    level given back afterwards (it was left at WARNING for the whole process)."""
+    @functools.wraps(fn)
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        optuna = _optuna()
+        level = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            optuna.logging.set_verbosity(level)
+    return quiet
+
+
+@_quiet_optuna
 def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
               storage: Optional[str], progress: bool = True, direction: str = "maximize",
               objective_label: str = "", settings: Optional[dict[str, Any]] = None,
@@ -291,6 +307,7 @@ class _FailureLimit:
             study.stop()
 
 
+@_quiet_optuna
 def study_or_none(name: str, storage: Optional[str]) -> Optional[Any]:
     optuna = _optuna()
     try:
