@@ -372,7 +372,9 @@ def apply_keywords(config: T, **keywords: Any) -> T:
             import difflib
 
             # PyGOD's names are the usual slip (hid_dim is closest to head_dim by spelling)
-            close = [PYGOD_NAMES[key]] if key in PYGOD_NAMES else \
+            alias = PYGOD_NAMES.get(key)
+            # (device and progress are the detectors' own arguments, beside their config)
+            close = [alias] if alias in owners or alias in ("device", "progress") else \
                 difflib.get_close_matches(key, list(owners), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(f"unknown keyword {key!r} for {type(config).__name__}{hint}; "

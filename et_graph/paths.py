@@ -29,6 +29,25 @@ def cache_dir() -> Path:
     return Path(base) / "et_graph"
 
 
+def private_temp_folder(name: str) -> Path:
+    """``<tmp>/<name>_<uid>``, made with mode 0700, and refused unless it is a real folder of
+    this user that nobody else can write: another user may have made it first, with files
+    that et-graph would read."""
+    import stat
+    import tempfile
+
+    getuid = getattr(os, "getuid", None)
+    owner = getuid() if getuid is not None else None
+    folder = Path(tempfile.gettempdir()) / (f"{name}_{owner}" if owner is not None else name)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = folder.lstat()
+    if (not stat.S_ISDIR(info.st_mode) or (owner is not None and info.st_uid != owner)
+            or info.st_mode & 0o022):
+        raise ValueError(f"{folder} is not a private folder of this user (another user's, a "
+                         "link, or writable by others): set ET_GRAPH_CACHE or pass --cache")
+    return folder
+
+
 def no_data_hint() -> str:
     """What to do when shipped data are missing: :data:`NO_DATA_HINT`, or, when
     ``ET_GRAPH_DATA`` is set already, that its folder lacks them (the hint to set it misled)."""

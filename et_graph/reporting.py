@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -250,6 +251,9 @@ def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Pat
         with exclusive_folder(folder, OUTPUT_LOCK):
             yield from _writing_into(folder, skip, lock)
     except BaseException as error:
+        if made:  # (Windows cannot remove the lock file while it is open: closed by now)
+            with contextlib.suppress(OSError):
+                lock.unlink()
         for path in made:
             try:
                 path.rmdir()  # only when empty

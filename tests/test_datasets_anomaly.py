@@ -744,3 +744,18 @@ def test_a_torch_file_is_not_unpickled_beyond_tensors_and_pyg_data(tmp_path, mon
     with pytest.raises(UntrustedFileError):
         load_pyg_file(crafted)
     assert not marker.exists()
+
+
+def test_the_weights_only_loader_reads_numpy_and_hetero_graphs(tmp_path):
+    # (from a review) a Data holding NumPy arrays (a supported input) and a HeteroData (named
+    # as such by the loaders) were refused as untrusted
+    from torch_geometric.data import Data, HeteroData
+
+    from et_graph.datasets.embedded import load_torch_data
+
+    graph = Data(x=np.ones((3, 2), dtype=np.float32), y=np.int64(1))
+    torch.save(graph, tmp_path / "numpy.pt")
+    loaded = load_torch_data(tmp_path / "numpy.pt", "numpy.pt")
+    assert np.array_equal(loaded.x, graph.x) and loaded.y == 1
+    torch.save(HeteroData(), tmp_path / "hetero.pt")
+    assert isinstance(load_torch_data(tmp_path / "hetero.pt", "hetero.pt"), HeteroData)

@@ -876,3 +876,9 @@ def test_detectors_fitted_in_two_threads_score_as_fitted_one_after_the_other():
             thread.join()
         assert torch.equal(torch.rand(3), expected_draw)  # the caller's stream, untouched
         assert all(torch.equal(a, b) for a, b in zip(alone, together))
+
+
+def test_a_pygod_name_is_suggested_only_where_the_setting_exists():
+    with pytest.raises(TypeError) as error:
+        GBTDetector(epoch=1)  # GBT has no epochs either
+    assert "did you mean 'epochs'" not in str(error.value)

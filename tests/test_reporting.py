@@ -210,3 +210,50 @@ def test_plots_leave_the_callers_matplotlib_backend(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "roc.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_output_lock_survives_its_removal_race_and_lockless_filesystems(tmp_path,
+                                                                           monkeypatch):
+    # (from a review of this change) a run that opened the lock file just before the holder
+    # removed it could lock the removed file while a third run locked a new one; and a
+    # filesystem without locks refused every run as "busy"
+    import errno
+    import warnings
+
+    import pytest
+
+    from et_graph.datasets import locking
+
+    real = locking._acquire
+    held = []
+
+    def raced(handle, blocking=True):
+        if not held:  # meanwhile the holder removed the file and another run locked a new one
+            path = tmp_path / ".run.lock"
+            path.unlink()
+            other = open(path, "a+b")
+            real(other, blocking=False)
+            held.append(other)
+        real(handle, blocking)
+
+    monkeypatch.setattr(locking, "_acquire", raced)
+    (tmp_path / ".run.lock").write_bytes(b"")
+    with pytest.raises(locking.FolderBusy):
+        with locking.exclusive_folder(tmp_path, "run"):
+            pass
+    held[0].close()
+
+    def lockless(handle, blocking=True):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(locking, "_acquire", lockless)
+    ran = []
+    with pytest.warns(RuntimeWarning, match="cannot be locked"):
+        with locking.exclusive_folder(tmp_path, "run"):
+            ran.append(True)
+    assert ran
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        monkeypatch.setattr(locking, "_acquire", real)
+        with locking.exclusive_folder(tmp_path, "run"):
+            pass

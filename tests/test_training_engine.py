@@ -829,3 +829,17 @@ def test_a_resumed_run_keeps_counting_its_patience(tmp_path):
     resumed = fit(tmp_path / "cut", resume=True)
     assert full.epochs_run == 4 and full.stopped_early
     assert (resumed.epochs_run, resumed.best_epoch) == (full.epochs_run, full.best_epoch)
+
+
+def test_a_checkpoint_without_its_writer_is_named_as_older_code(tmp_path):
+    # (from a review) with no setting added since, an older checkpoint's refusal (another
+    # fingerprint) did not say it came from older code
+    _fit(tmp_path, 2)
+    state = load_checkpoint(tmp_path / "last.pt")
+    del state["written_by"]
+    torch.save(state, tmp_path / "last.pt")
+    trainer = Trainer(TrainConfig(epochs=2, lr=0.05, lr_schedule="cosine", grad_clip=1.0),
+                      CheckpointConfig(str(tmp_path), resume=True), progress=False,
+                      fingerprint="something else")
+    with pytest.raises(ValueError, match="written by an older et-graph"):
+        trainer.fit(_model(), RegressionTask())

@@ -55,3 +55,44 @@ def test_the_default_cache_is_the_users_own(monkeypatch, tmp_path):
 
     monkeypatch.setenv("ET_GRAPH_CACHE", str(tmp_path))
     assert default_tu_cache() == tmp_path / "tudataset"  # not a guessable /tmp folder
+
+
+def test_without_a_writable_home_the_cache_is_a_private_temp_folder(monkeypatch, tmp_path):
+    # (from a review) a container with a read-only home failed with a raw FileNotFoundError
+    import os
+    import stat
+
+    from et_graph.datasets.tudataset import default_tu_cache
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv("ET_GRAPH_CACHE", str(blocked / "cache"))  # cannot be made
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder = default_tu_cache()
+    assert folder.parent == tmp_path / "tmp" and folder.name.endswith(str(os.getuid()))
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    folder.chmod(0o777)  # as another user's (or a careless) folder would be
+    with pytest.raises(ValueError, match="not a private folder of this user"):
+        default_tu_cache()
+
+
+def test_a_full_disk_is_not_called_a_damaged_file(tmp_path):
+    import errno
+
+    from et_graph.datasets.gnnbenchmark_common import read_local_files
+
+    def full():
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        read_local_files(full, tmp_path, "fix")
+
+    def cut():
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    with pytest.raises(ValueError, match="truncated, damaged"):
+        read_local_files(cut, tmp_path, "fix")

@@ -60,10 +60,26 @@ class UntrustedFileError(ValueError):
 def pyg_data_classes() -> list[type]:
     """The classes a torch-saved PyG ``Data`` (or an ``InMemoryDataset``'s ``(data, slices)``)
     is made of, which a weights-only load may rebuild."""
+    import numpy as np
+    from torch_geometric.data import HeteroData
     from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-    from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
+    from torch_geometric.data.storage import (
+        BaseStorage,
+        EdgeStorage,
+        GlobalStorage,
+        NodeStorage,
+    )
 
-    return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, NodeStorage, EdgeStorage]
+    # NumPy arrays and scalars too (a Data holding them was a supported input), rebuilt by
+    # these functions and dtype classes only; HeteroData, which the loaders name as such (a
+    # saved Batch rebuilds its class through a getter, not allowed)
+    numpy_core = getattr(np, "_core", None) or np.core
+    numpy_rebuild = [numpy_core.multiarray._reconstruct, numpy_core.multiarray.scalar,
+                     np.ndarray, np.dtype]
+    dtypes = [getattr(np.dtypes, name) for name in dir(getattr(np, "dtypes", object))
+              if name.endswith("DType")]
+    return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, NodeStorage, EdgeStorage,
+            BaseStorage, HeteroData, *numpy_rebuild, *dtypes]
 
 
 def load_torch_data(source: Union[str, Path, io.BytesIO], what: str) -> object:

@@ -8,6 +8,7 @@ Layout expected under a user root ``ROOT`` (PyG's own layout)::
 """
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import warnings
@@ -79,7 +80,14 @@ class BenchmarkData:
 #: What torch.load / pickle raise for a truncated, damaged or foreign file.
 UNREADABLE_FILE_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, zipfile.BadZipFile,
                           ModuleNotFoundError, AttributeError, KeyError, TypeError, IndexError,
-                          OSError)  # (a cut zip archive: "[Errno 22] Invalid argument")
+                          OSError)
+
+
+def unreadable(error: BaseException) -> bool:
+    """Whether ``error`` (one of :data:`UNREADABLE_FILE_ERRORS`) says the file is damaged: an
+    ``OSError`` only for a cut zip archive ("[Errno 22] Invalid argument"), not for a full disk
+    or a read-only folder, which are the machine's."""
+    return not isinstance(error, OSError) or error.errno == errno.EINVAL
 _Loaded = TypeVar("_Loaded")
 
 
@@ -90,6 +98,8 @@ def read_local_files(read: Callable[[], _Loaded], where: Path, fix: str) -> _Loa
     try:
         return read()
     except UNREADABLE_FILE_ERRORS as error:
+        if not unreadable(error):
+            raise
         detail = (str(error).strip().splitlines() or [""])[0][:200]
         if detail.startswith("Weights only load failed"):  # its advice is not the fix here
             detail = "torch.load found no tensors it can read"

@@ -6,9 +6,11 @@ half-written file ("PytorchStreamReader failed reading zip archive")."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Union
@@ -45,19 +47,41 @@ class FolderBusy(RuntimeError):
 def exclusive_folder(folder: Union[str, os.PathLike[str]], name: str) -> Iterator[None]:
     """Hold ``folder/.name.lock`` for the block without waiting: :class:`FolderBusy` when
     another process holds it, ``OSError`` when the folder cannot be written (the caller names
-    both). The operating system drops the lock when the process dies."""
+    both). The operating system drops the lock when the process dies; the file is removed when
+    the block ends. On a filesystem without locks the block runs unlocked, with a warning."""
     path = Path(folder) / f".{name}.lock"
-    handle = open(path, "a+b")
-    with handle:
+    for _ in range(10):
+        handle = open(path, "a+b")
         try:
             _acquire(handle, blocking=False)
-        except OSError as error:  # held elsewhere (EWOULDBLOCK / EACCES)
-            raise FolderBusy(str(folder)) from error
+        except OSError as error:
+            handle.close()
+            if error.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                raise FolderBusy(str(folder)) from error
+            # no locks here (some network and FUSE mounts): every run was refused as "busy"
+            warnings.warn(f"{folder} cannot be locked ({error.strerror or error}): nothing "
+                          "stops a second run from writing there at the same time",
+                          RuntimeWarning, stacklevel=3)
+            yield
+            return
+        try:
+            same = os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
+        except OSError:  # removed since it was opened
+            same = False
+        if same:
+            break
+        # the file this process locked was removed by the run that held it before, and a
+        # third run may lock a new one: both would write at once. Lock the current file.
+        _release(handle)
+        handle.close()
+    else:  # pragma: no cover - a file replaced ten times in a row
+        raise FolderBusy(str(folder))
+    with handle:
         try:
             yield
         finally:
-            # Removed while still held: a process that opened it before fails to lock it, one
-            # that opens it after makes a new file; neither can write beside this run.
+            # Removed while still held; a process that opened it meanwhile sees another file
+            # at the path once it holds the lock, and tries again (above).
             with contextlib.suppress(OSError):
                 path.unlink()
             _release(handle)

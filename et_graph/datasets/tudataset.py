@@ -28,9 +28,9 @@ from torch_geometric.transforms import OneHotDegree
 from torch_geometric.utils import degree, is_undirected
 from tqdm.auto import tqdm
 
-from ..paths import cache_dir, no_data_hint, shipped_path
+from ..paths import cache_dir, no_data_hint, private_temp_folder, shipped_path
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
-from .gnnbenchmark_common import UNREADABLE_FILE_ERRORS, read_local_files
+from .gnnbenchmark_common import UNREADABLE_FILE_ERRORS, read_local_files, unreadable
 from .locking import folder_lock, quiet_processing
 
 
@@ -44,7 +44,12 @@ def default_tu_cache() -> Path:
     """Where the raw files are copied and PyG's ``processed/`` is written when no cache is given."""
     # in the user's own cache folder: in /tmp another user could make it first and plant
     # processed files, which PyG's loader unpickles (a security review ran code that way)
-    return cache_dir() / "tudataset"
+    folder = cache_dir() / "tudataset"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    except OSError:  # no writable home (a container): a private folder in the temp dir
+        return private_temp_folder("et_graph_tudataset")
 
 
 def _names_hint(root: Path, name: str) -> str:
@@ -284,7 +289,9 @@ def load_tudataset(
         prepared = str(prepare_root(root, name, cache))
         try:
             dataset = TUDataset(prepared, name, use_node_attr=True, use_edge_attr=True)
-        except UNREADABLE_FILE_ERRORS:
+        except UNREADABLE_FILE_ERRORS as error:
+            if not unreadable(error):
+                raise
             # processed/ cut short (a killed run, a full disk): every later run failed on it
             shutil.rmtree(cache / name / "processed", ignore_errors=True)
             dataset = read_local_files(

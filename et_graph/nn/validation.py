@@ -109,8 +109,8 @@ def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     if edge_index.layout != torch.strided:
         # ("must have dtype torch.long, got torch.float32" named the wrong fault)
         raise ValueError(
-            f"edge_index is a sparse adjacency ({edge_index.layout}), which ETConv reads but "
-            "this model does not: pass edge_index [2, E], e.g. "
+            f"edge_index is a sparse adjacency ({edge_index.layout}); here it must be "
+            "edge_index [2, E] (of the layers, ETConv alone reads a sparse adjacency), e.g. "
             "torch_geometric.utils.to_edge_index(adj_t)[0].flip(0) for PyG's adj_t")
     if edge_index.dtype not in (torch.int64, torch.int32):
         raise ValueError(

@@ -28,7 +28,8 @@ class TUDataConfig:
         dataset: TU dataset name, e.g. MUTAG, PROTEINS, NCI1, ENZYMES, IMDB-BINARY.
         root: folder holding NAME/raw/NAME_*.txt, read only (none = the shipped
             datasets/TUDataset of the checkout).
-        cache: writable folder for the copy PyG processes (none = a temporary folder).
+        cache: writable folder for the copy PyG processes (none = the user's own
+            ~/.cache/et_graph/tudataset, or $ET_GRAPH_CACHE/tudataset).
         pe_dim: Laplacian eigenvectors k of the positional encoding.
         rw_pe_dim: random-walk return probabilities (1..k steps) added to the ET tokens (0 = off).
         degree_feature: append log1p(degree) to the node features (every model sees it).

@@ -459,8 +459,8 @@ class Trainer:
         path = self.checkpoint_path
         if path is not None:
             _check_checkpoint_folder(path)
-        if path is not None and not self.checkpoint.resume and path.is_file():
-            _warn_overwriting(path, asdict(self.config), self.fingerprint)
+        if path is not None and not self.checkpoint.resume and rank == 0 and path.is_file():
+            _warn_overwriting(path, asdict(self.config), self.fingerprint)  # (the writer)
         if path is not None and self.checkpoint.resume and path.is_file():
             state = load_checkpoint(path)
             # The training settings first, by name (a caller who passes no fingerprint cannot
@@ -696,7 +696,7 @@ def _written_by(state: dict[str, Any], unknown: Iterable[str] = ()) -> str:
     """Where a refused checkpoint came from, when other code wrote it: a setting the stored
     run lacks (``unknown``) was added since, so the user changed nothing but the version."""
     here, there = code_identity(), state.get("written_by")
-    if there == here or (there is None and not unknown):
+    if there == here:
         return ""
     origin = ("an older et-graph, which recorded no version" if there is None else
               f"et-graph {there.get('et_graph_version')} at {there.get('git_commit')}")
