@@ -170,15 +170,13 @@ def test_a_runner_gives_back_the_callers_threads_switches_and_random_streams(tmp
         random.seed(0)
         raise RuntimeError("and failed")
 
+    from et_graph.training import seed_everything
+
     threads, switch = torch.get_num_threads(), native._state["random"]
     torch.set_num_threads(2)
-    torch.manual_seed(7)
-    np.random.seed(7)
-    random.seed(7)
+    seed_everything(7)
     expected = (torch.rand(2), np.random.rand(), random.random())
-    torch.manual_seed(7)
-    np.random.seed(7)
-    random.seed(7)
+    seed_everything(7)
     try:
         import pytest
 
