@@ -759,3 +759,22 @@ def test_the_weights_only_loader_reads_numpy_and_hetero_graphs(tmp_path):
     assert np.array_equal(loaded.x, graph.x) and loaded.y == 1
     torch.save(HeteroData(), tmp_path / "hetero.pt")
     assert isinstance(load_torch_data(tmp_path / "hetero.pt", "hetero.pt"), HeteroData)
+
+
+def test_npz_entries_the_loaders_do_not_read_are_never_unpacked(tmp_path, monkeypatch):
+    # (from a security review) every entry was decompressed before the keys were checked: a
+    # small file inflating to gigabytes in an unread key could exhaust memory
+    from et_graph.datasets import load_anomaly_npz
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+
+    graph = planted_anomaly_graph(40, seed=0)
+    path = tmp_path / "g.npz"
+    np.savez_compressed(path, x=graph.x.numpy(), edge_index=graph.edge_index.numpy(),
+                        y=graph.y.numpy(), huge=np.zeros((1000, 1000)))
+    read = []
+    original = np.lib.npyio.NpzFile.__getitem__
+    monkeypatch.setattr(np.lib.npyio.NpzFile, "__getitem__",
+                        lambda self, key: read.append(key) or original(self, key))
+    with pytest.warns(UserWarning, match=r"\['huge'\] are not read"):
+        assert load_anomaly_npz(path).num_nodes == 40
+    assert "huge" not in read and {"x", "edge_index", "y"} <= set(read)

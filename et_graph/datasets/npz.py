@@ -16,7 +16,9 @@ Heterophilous-graphs layout (``yandex-research/heterophilous-graphs``)::
 """
 from __future__ import annotations
 
+import contextlib
 import zipfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -35,14 +37,45 @@ OPEN_KEYS = ("x", "edge_index", "y")
 HETEROPHILOUS_KEYS = ("node_features", "node_labels", "edges")
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
+_UNREADABLE = (OSError, ValueError, zipfile.BadZipFile, EOFError)
+
+
+class _Entries(Mapping[str, np.ndarray]):
+    """An open ``.npz`` archive's entries, each decompressed when read: entries the loaders
+    do not read are never unpacked (every entry was, so a small file that inflates to
+    gigabytes in an unread key could exhaust memory)."""
+
+    def __init__(self, archive: Any, path: Path) -> None:
+        self.archive, self.path = archive, path
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self.archive.files:
+            raise KeyError(key)
+        try:
+            return self.archive[key]
+        except _UNREADABLE as error:
+            raise ValueError(f"{self.path}: entry {key!r} cannot be read ({error})") from error
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.archive.files
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.archive.files)
+
+    def __len__(self) -> int:
+        return len(self.archive.files)
+
+
+@contextlib.contextmanager
+def _read_npz(path: Path) -> Iterator[_Entries]:
     if not path.is_file():
         raise FileNotFoundError(f"No such .npz file: {path}")
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        archive = np.load(path, allow_pickle=False)
+    except _UNREADABLE as error:
         raise ValueError(f"{path}: not a readable .npz archive ({error})") from error
+    with archive:
+        yield _Entries(archive, path)
 
 
 def load_anomaly_npz(
@@ -61,8 +94,13 @@ def load_anomaly_npz(
     """
     path = Path(path)
     name = name or file_dataset_name(path)
-    arrays = _read_npz(path)
-    source = str(path)
+    with _read_npz(path) as arrays:
+        return _from_entries(arrays, str(path), name, binarize)
+
+
+def _from_entries(arrays: Mapping[str, np.ndarray], source: str, name: str,
+                  binarize: bool) -> Data:
+    """:func:`load_anomaly_npz` on the archive's entries (read as needed)."""
     if all(key in arrays for key in OPEN_KEYS):
         warn_unread_entries(source, arrays)
         masks = {key: arrays[key] for key in MASK_KEYS if key in arrays}
