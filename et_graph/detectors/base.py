@@ -313,8 +313,11 @@ class BaseDetector:
 
     def predict(self, data: Data, return_score: bool = False, return_prob: bool = False
                 ) -> Prediction:
-        """0/1 labels ``[N]`` at ``threshold_``; optionally also the score and the probability
-        (for these detectors the probability is the score itself)."""
+        """0/1 labels ``[N]``: 1 where the score is at or above ``threshold_`` (the grid value
+        chosen on validation); optionally also the score and the probability (for these
+        detectors the probability is the score itself, clamped to [0, 1]).
+        :class:`~et_graph.detectors.UnsupervisedETDetector` differs where PyGOD does: 1 above
+        its contamination quantile, and a rank among the fitted scores as the probability."""
         self._check_fitted()
         score = self.decision_function(data)
         pred = self._flagged(score).long()
