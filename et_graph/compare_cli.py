@@ -97,13 +97,17 @@ def scores_file(path: Path) -> Path:
             else path.with_name(path.stem + ".scores.npz"))
 
 
-def read_scores(picks: list[tuple[Path, dict[str, str]]]
-                ) -> Optional[tuple[np.ndarray, dict[str, list[np.ndarray]]]]:
-    """``(labels, {model: per-seed scores})`` over every file's kept models (``picks``: each
-    results file with its ``{new name: stored name}``), or ``None`` when a file has no scores
-    beside it. Refuses files whose seeds scored other nodes or labels."""
+#: A joined results file: its path, ``{new name: stored name}`` of its kept models, and its
+#: ``meta.run_id`` (``None`` in files written before it was kept).
+Pick = tuple[Path, dict[str, str], Optional[str]]
+
+
+def read_scores(picks: list[Pick]) -> Optional[tuple[np.ndarray, dict[str, list[np.ndarray]]]]:
+    """``(labels, {model: per-seed scores})`` over every file's kept models (``picks``, as
+    :func:`join` returns them), or ``None`` when a file has no scores beside it. Refuses files
+    whose seeds scored other nodes or labels, and scores of another run than their file."""
     labels, nodes, scores = None, None, {}
-    for path, names in picks:
+    for path, names, expected in picks:
         if not scores_file(path).exists():
             return None
         try:
@@ -113,7 +117,6 @@ def read_scores(picks: list[tuple[Path, dict[str, str]]]
             raise ValueError(f"{scores_file(path)} cannot be read ({type(error).__name__}: "
                              f"{error}); it may be cut short: rerun, or remove it to compare "
                              "the seeds alone") from None
-        expected = read_json(path).get("meta", {}).get("run_id")
         if written is not None and expected is not None and written != expected:
             # (a rerun killed between its results.json and its scores.npz paired them unsaid)
             raise ValueError(f"{scores_file(path)} belongs to another run than {path} (run ids "
@@ -206,9 +209,9 @@ def default_metrics(results: dict[str, Any], models: dict[str, Any]) -> list[str
 
 
 def join(specs: list[str], reference: Optional[str] = None
-         ) -> tuple[dict[str, Any], dict[str, Any], list[tuple[Path, dict[str, str]]]]:
+         ) -> tuple[dict[str, Any], dict[str, Any], list[Pick]]:
     """The models of every spec in one table, the first file's results (for its design) and
-    each file with its ``{new name: stored name}``; refuses mismatched runs and duplicate
+    each file's :data:`Pick` (its kept names and run id); refuses mismatched runs and duplicate
     names. A file read whole (no ``@``) leaves out its derived rows (:func:`is_derived_row`),
     except ``reference`` (by default the first of :data:`REFERENCES` it holds)."""
     models: dict[str, Any] = {}
@@ -221,7 +224,8 @@ def join(specs: list[str], reference: Optional[str] = None
             names = {new: old for new, old in names.items()
                      if new == kept or not is_derived_row(old)}
             chosen = {new: chosen[new] for new in names}
-        picks.append((Path(spec.partition("@")[0]), names))
+        picks.append((Path(spec.partition("@")[0]), names,
+                      results.get("meta", {}).get("run_id")))
         mine = signature(results)
         if first is not None and mine != first[1]:
             raise ValueError(f"{spec} is not the same dataset, folds or split, and scored part "

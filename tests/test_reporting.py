@@ -118,7 +118,7 @@ def test_compare_refuses_scores_of_another_run_and_names_a_cut_file(tmp_path):
     # table beside the old scores, and compare paired them without a word
     import pytest
 
-    from et_graph.compare_cli import read_scores
+    from et_graph.compare_cli import join, read_scores
     from et_graph.reporting import write_scores
 
     def run(folder, run_id, scores_id):
@@ -128,14 +128,17 @@ def test_compare_refuses_scores_of_another_run_and_names_a_cut_file(tmp_path):
                      [np.array([0, 1, 0])], scores_id)
         return folder / "results.json"
 
-    assert read_scores([(run(tmp_path / "same", "r1", "r1"), {"a": "a"})]) is not None
+    def picks(path):  # as compare joins the file: its kept models and its run id
+        return join([str(path)])[2]
+
+    assert read_scores(picks(run(tmp_path / "same", "r1", "r1"))) is not None
     with pytest.raises(ValueError, match="belongs to another run"):
-        read_scores([(run(tmp_path / "mixed", "r2", "r1"), {"a": "a"})])
-    assert read_scores([(run(tmp_path / "old", "r3", None), {"a": "a"})]) is not None
+        read_scores(picks(run(tmp_path / "mixed", "r2", "r1")))
+    assert read_scores(picks(run(tmp_path / "old", "r3", None))) is not None
     cut = tmp_path / "same" / "scores.npz"
     cut.write_bytes(cut.read_bytes()[:40])
     with pytest.raises(ValueError, match="cannot be read .* cut short"):
-        read_scores([(tmp_path / "same" / "results.json", {"a": "a"})])
+        read_scores(picks(tmp_path / "same" / "results.json"))
 
 
 def test_a_run_says_where_it_wrote(tmp_path, capsys):
