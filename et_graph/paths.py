@@ -29,6 +29,16 @@ def cache_dir() -> Path:
     return Path(base) / "et_graph"
 
 
+def write_text_whole(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all: into ``.<name>.partial`` beside it, then
+    ``os.replace`` (a run killed, or a full disk, while writing left a cut file that later
+    runs read)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+    return path
+
+
 def private_temp_folder(name: str) -> Path:
     """``<tmp>/<name>_<uid>``, made with mode 0700, and refused unless it is a real folder of
     this user that nobody else can write: another user may have made it first, with files

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from .paths import write_text_whole
+
 
 def counted(n: int, noun: str) -> str:
     """``"1 seed"``, ``"5 seeds"``: a count and its noun, plural unless one."""
@@ -112,10 +114,7 @@ def write_results(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "results.json"
-    # whole or not at all: a run killed while writing left a cut results.json
-    partial = out / ".results.json.partial"
-    partial.write_text(json_text(results))
-    os.replace(partial, json_path)
+    write_text_whole(json_path, json_text(results))
     lines = [f"# {title or results.get('dataset', 'results')}", ""]
     if results.get("protocol"):
         lines += [f"Protocol: {results['protocol']}", ""]

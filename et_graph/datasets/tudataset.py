@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import warnings
@@ -28,7 +27,13 @@ from torch_geometric.transforms import OneHotDegree
 from torch_geometric.utils import degree, is_undirected
 from tqdm.auto import tqdm
 
-from ..paths import cache_dir, no_data_hint, private_temp_folder, shipped_path
+from ..paths import (
+    cache_dir,
+    no_data_hint,
+    private_temp_folder,
+    shipped_path,
+    write_text_whole,
+)
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
 from .gnnbenchmark_common import UNREADABLE_FILE_ERRORS, read_local_files, unreadable
 from .locking import folder_lock, quiet_processing
@@ -108,10 +113,8 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
         shutil.copytree(source, target)
         for file_name, text in texts.items():  # what PyG reads: the normalised lines
             (target / file_name).write_text(text)
-        # whole or not at all (a full disk left an empty stamp, read as JSON on every run)
-        partial = stamp.with_name(stamp.name + ".partial")
-        partial.write_text(json.dumps(fingerprint, indent=1))
-        os.replace(partial, stamp)
+        # (a full disk left an empty stamp, read as JSON on every run)
+        write_text_whole(stamp, json.dumps(fingerprint, indent=1))
     return cache
 
 
