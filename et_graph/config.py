@@ -862,26 +862,20 @@ def process_state_kept() -> Iterator[None]:
     thread count, the compiled-kernel switches, the global random states of torch, NumPy and
     Python, CUDA's once up) is given back when it returns or fails. A run pinned the caller's
     process to one thread, left the kernels on and reseeded its random streams."""
-    import random
-
-    import numpy as np
     import torch
 
     from . import native
+    from .training.checkpoint import rng_state, set_rng_state
 
     threads = torch.get_num_threads()
     switches = {key: value for key, value in native._state.items() if isinstance(value, bool)}
-    python_state, numpy_state = random.getstate(), np.random.get_state()
-    devices = (list(range(torch.cuda.device_count()))
-               if torch.cuda.is_available() and torch.cuda.is_initialized() else [])
+    saved = rng_state()  # torch's, NumPy's, Python's, and CUDA's once it is up
     try:
-        with torch.random.fork_rng(devices=devices):
-            yield
+        yield
     finally:
         torch.set_num_threads(threads)
         native._state.update(switches)
-        random.setstate(python_state)
-        np.random.set_state(numpy_state)
+        set_rng_state(saved)
 
 
 def code_identity() -> dict[str, str]:

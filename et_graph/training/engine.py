@@ -788,22 +788,17 @@ def private_rng(seed: int, device: Optional[torch.device] = None) -> Iterator[No
     The generators are the process's: blocks in several threads take turns (a lock), so that
     two detectors fitted at once in two threads each see their own seed and the caller's
     states come back (they interleaved their draws: other scores, by up to 0.92)."""
-    import random
-
     with _PRIVATE_RNG_LOCK:
-        devices: list[int] = []
         on_gpu = device is not None and torch.device(device).type == "cuda"
-        if torch.cuda.is_available() and (on_gpu or torch.cuda.is_initialized()):
+        if torch.cuda.is_available() and on_gpu:
             torch.cuda.init()
-            devices = list(range(torch.cuda.device_count()))
-        python_state, numpy_state = random.getstate(), np.random.get_state()
+        # the states a checkpoint keeps (CUDA's once it is up), given back as it restores them
+        saved = rng_state()
         try:
-            with torch.random.fork_rng(devices=devices):
-                seed_everything(seed, cuda=bool(devices))
-                yield
+            seed_everything(seed, cuda=torch.cuda.is_available() and torch.cuda.is_initialized())
+            yield
         finally:
-            random.setstate(python_state)
-            np.random.set_state(numpy_state)
+            set_rng_state(saved)
 
 
 #: One :func:`private_rng` block at a time per process (re-entrant: a fit inside a fit).
