@@ -15,12 +15,6 @@ FIGURES = ("completion_grid.png", "energy.png", "update_norms.png", "memories.pn
            "position_similarity.png", "training_loss.png")
 
 
-def _pyplot():
-    from .plots.figures import own_figures
-
-    return own_figures()
-
-
 def _as_display(image: Tensor):
     """``[C, H, W]`` to something ``imshow`` understands."""
     image = image.detach().float()
@@ -58,7 +52,9 @@ def write_figures(
     best_epoch: int = -1,
 ) -> None:
     """Write :data:`FIGURES` to ``out``; ``history`` is the engine's per-epoch history."""
-    plt = _pyplot()
+    from .plots.figures import own_figures
+
+    plt = own_figures()
     cmap = "gray" if model.channels == 1 else None
     height, width = model.image_size
     count = min(8, test_images.size(0))

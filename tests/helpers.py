@@ -24,18 +24,19 @@ def benchmark_module(name: str) -> ModuleType:
     return module
 
 
-def count_calls(patch: Any, owner: Any, name: str) -> list[int]:
+def record_calls(patch: Any, owner: Any, name: str) -> list[Any]:
     """Replace ``owner.name`` through ``patch`` (pytest's ``monkeypatch``, or a
-    ``MonkeyPatch.context()``) by a wrapper that calls the original and records each call; the
-    returned list grows by one entry a call."""
-    calls: list[int] = []
+    ``MonkeyPatch.context()``) by a wrapper that calls the original and records what each call
+    returned; the returned list grows by one entry a call (a call count, or the models a
+    factory built)."""
+    calls: list[Any] = []
     original = getattr(owner, name)
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return original(*args, **kwargs)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        calls.append(original(*args, **kwargs))
+        return calls[-1]
 
-    patch.setattr(owner, name, counted)
+    patch.setattr(owner, name, recorded)
     return calls
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import record_calls
 
 from et_graph.cli import main as cli_main
 from et_graph.config import parse, write_preset
@@ -129,14 +130,7 @@ def test_seed_ensemble_averages_each_models_seeds_on_their_shared_split(monkeypa
     from et_graph.protocols.anomaly import choose_threshold, evaluate, seed_ensemble
 
     data = planted_anomaly_graph(300, seed=2)
-    detectors = []
-    real = anomaly.make_detector
-
-    def keep(*args, **kwargs):
-        detectors.append(real(*args, **kwargs))
-        return detectors[-1]
-
-    monkeypatch.setattr(anomaly, "make_detector", keep)
+    detectors = record_calls(monkeypatch, anomaly, "make_detector")
     results = anomaly.run(config("--models", "mlp,gbt", "--seeds", "2", "--epochs", "3",
                                  "--hidden", "16", "--seed-ensemble", "--no-energy-row"),
                           data=data)

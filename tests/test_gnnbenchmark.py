@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import record_calls
 from torch_geometric.data import Data
 from torch_geometric.utils import contains_self_loops, is_undirected
 
@@ -974,14 +975,7 @@ def test_et_feature_scaling_is_fitted_on_the_training_split_only(monkeypatch):
               "val": _float_feature_graphs(4, 50.0, [0, 1], seed=1),
               "test": _float_feature_graphs(4, 100.0, [1, 0], seed=2)}
     data = BenchmarkData("toy", "generated", splits, "classification", "accuracy", 2, node_dim=2)
-    built = []
-    original = protocol.build_model
-
-    def recording_build_model(*args, **kwargs):
-        built.append(original(*args, **kwargs))
-        return built[-1]
-
-    monkeypatch.setattr(protocol, "build_model", recording_build_model)
+    built = record_calls(monkeypatch, protocol, "build_model")
     small = ETGraphModelConfig(hidden=8, blocks=1, steps=1, heads=1, head_dim=4, pe_dim=0)
     train_one("et", data, 0, GNNBenchmarkTrainConfig(epochs=1, batch_size=8), et=small,
               progress=False)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from helpers import benchmark_module, count_calls, relative_error, torch_threads
+from helpers import benchmark_module, record_calls, relative_error, torch_threads
 from test_fused import (
     HEADS,
     NUM_NODES,
@@ -64,7 +64,7 @@ def test_gradcheck_to_second_order(built, order):
 
 
 def test_the_switch_routes_the_kernel(built, monkeypatch):
-    calls = count_calls(monkeypatch, native.NativeAttentionGrad, "apply")
+    calls = record_calls(monkeypatch, native.NativeAttentionGrad, "apply")
     src, dst = awkward_edges()
     k, q, beta = keys_queries()
     fused_attention_grad(k, q, src, dst, beta, None)
@@ -427,7 +427,7 @@ def test_mask_equals_the_default_path(built, kernel_size, edge_dim, monkeypatch)
     from test_graph_fast_paths import mask_case
 
     graph, mask, x, attr, probe = mask_case(kernel_size, edge_dim)
-    calls = count_calls(monkeypatch, native.NativeGramEntries, "apply")
+    calls = record_calls(monkeypatch, native.NativeGramEntries, "apply")
     runs = {"forward_cls_graph": lambda: mask.forward_cls_graph(graph, attr),
             "forward": lambda: mask(x, graph.edge_index, graph.batch, attr)}
     for run in runs.values():
@@ -451,7 +451,7 @@ def test_mask_keeps_its_pytorch_route_for_other_dtypes(built):
     graph, mask, x, _, _ = mask_case(3, None)
     tokens = x.detach().to(torch.bfloat16)
     with native.native_attention(), pytest.MonkeyPatch.context() as patch:
-        calls = count_calls(patch, native.NativeGramEntries, "apply")
+        calls = record_calls(patch, native.NativeGramEntries, "apply")
         got = mask.to(torch.bfloat16).forward_cls_graph(graph._replace(x=tokens))
     assert not calls and got.dtype == torch.bfloat16
     want = mask.forward_cls_graph(graph._replace(x=tokens))
