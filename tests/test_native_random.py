@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import count_calls, relative_error, torch_threads
+from helpers import record_calls, relative_error, torch_threads
 
 import et_graph.native as native
 from et_graph.nn import Dropout, ETConv
@@ -121,7 +121,7 @@ def test_noise_uses_the_compiled_generator_only_when_switched_on(built, monkeypa
     conv = ETConv(8, heads=2, head_dim=4, steps=3, noise_std=0.1).train()
     x = torch.randn(10, 8)
     edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9]])
-    calls = count_calls(monkeypatch, native, "random_normal_like")
+    calls = record_calls(monkeypatch, native, "random_normal_like")
     conv(x, edge_index)
     assert calls == []  # off: torch.randn_like
     with native.native_attention():
@@ -142,7 +142,7 @@ def test_model_dropout_uses_the_compiled_generator_only_when_switched_on(built, 
     x = torch.randn(9, 3)
     edge_index = torch.tensor([[0, 1, 2, 4, 5, 6, 7], [1, 2, 3, 5, 6, 7, 8]])
     batch = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 1])
-    calls = count_calls(monkeypatch, native, "dropout")
+    calls = record_calls(monkeypatch, native, "dropout")
     model(x, edge_index, batch)
     assert calls == []
     with native.native_attention():
@@ -161,8 +161,8 @@ def test_anomaly_network_dropout_and_noise_use_the_generator_when_switched_on(bu
     net = ETAnomalyNet(5, 8, heads=2, head_dim=4, steps=2, noise_std=0.1, dropout=0.3).train()
     x = torch.randn(12, 5)
     edge_index = torch.randint(0, 12, (2, 40))
-    dropouts = count_calls(monkeypatch, native, "dropout")
-    normals = count_calls(monkeypatch, native, "random_normal_like")
+    dropouts = record_calls(monkeypatch, native, "dropout")
+    normals = record_calls(monkeypatch, native, "random_normal_like")
     net(x, edge_index)
     assert dropouts == [] and normals == []
     with native.native_attention():
@@ -187,8 +187,8 @@ def test_kernels_with_pytorchs_generator_draw_as_the_default_path(built, monkeyp
         return model(x, edge_index, batch)
 
     default = step()
-    dropouts = count_calls(monkeypatch, native, "dropout")
-    normals = count_calls(monkeypatch, native, "random_normal_like")
+    dropouts = record_calls(monkeypatch, native, "dropout")
+    normals = record_calls(monkeypatch, native, "random_normal_like")
     with native.native_attention(), native.native_random(False):
         assert native.native_attention_enabled() and not native.native_random_enabled()
         kernels_torch_draws = step()
