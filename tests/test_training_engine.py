@@ -843,3 +843,15 @@ def test_a_checkpoint_without_its_writer_is_named_as_older_code(tmp_path):
                       fingerprint="something else")
     with pytest.raises(ValueError, match="written by an older et-graph"):
         trainer.fit(_model(), RegressionTask())
+
+
+def test_progress_in_a_log_is_plain_lines(capsys, monkeypatch):
+    """A redirected run's log holds whole lines, not tqdm's carriage-return redraws."""
+    import et_graph.progress as progress
+
+    monkeypatch.setattr(progress, "LOG_INTERVAL_S", 0.0)
+    task = ScriptedTask([0.1, 0.2, 0.3])
+    Trainer(TrainConfig(epochs=3), description="probe", progress=True).fit(nn.Linear(1, 1),
+                                                                              task)
+    err = capsys.readouterr().err
+    assert "probe" in err and "\r" not in err and "\x1b" not in err

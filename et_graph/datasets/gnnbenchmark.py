@@ -17,9 +17,9 @@ from typing import Optional
 
 import numpy as np
 from torch_geometric.data import Data
-from tqdm.auto import tqdm
 
 from ..paths import shipped_path
+from ..progress import progress_bar
 from .gnnbenchmark_common import BenchmarkData
 from .gnnbenchmark_sbm import SBM_NAMES, sbm_benchmark
 from .superpixels import SUPERPIXEL_NAMES, superpixel_benchmark
@@ -178,7 +178,7 @@ def _transform_splits(data: BenchmarkData, transform: Callable[[Data], Data], de
                       progress: bool) -> None:
     """Replace every graph of every split by ``transform(graph)``, with a progress bar."""
     for split, graphs in data.splits.items():
-        bar = tqdm(graphs, desc=f"{desc} ({split})", leave=False, disable=not progress)
+        bar = progress_bar(graphs, desc=f"{desc} ({split})", leave=False, disable=not progress)
         data.splits[split] = [transform(g) for g in bar]
 
 

@@ -25,7 +25,6 @@ from threadpoolctl import threadpool_limits
 from torch_geometric.datasets import TUDataset
 from torch_geometric.transforms import OneHotDegree
 from torch_geometric.utils import degree, is_undirected
-from tqdm.auto import tqdm
 
 from ..paths import (
     cache_dir,
@@ -34,6 +33,7 @@ from ..paths import (
     shipped_path,
     write_text_whole,
 )
+from ..progress import progress_bar
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
 from .gnnbenchmark_common import UNREADABLE_FILE_ERRORS, read_local_files, unreadable
 from .locking import folder_lock, quiet_processing
@@ -345,7 +345,7 @@ def load_tudataset(
         pe = CLSLaplacianPE(pe_dim)
         # Many tiny eigh calls: threaded BLAS only adds contention (much slower on a busy CPU).
         with threadpool_limits(limits=1):
-            graphs = [pe(g) for g in tqdm(graphs, desc="Laplacian PE", leave=False,
-                                          disable=not progress)]
+            graphs = [pe(g) for g in progress_bar(graphs, desc="Laplacian PE", leave=False,
+                                                  disable=not progress)]
     info["node_feature_width"] = int(graphs[0].x.size(1))
     return graphs, info

@@ -15,9 +15,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from tqdm.auto import tqdm
 
 from ..config import parse_given, run_metadata, warn_unread_flags
+from ..progress import progress_bar
 from ..protocols.anomaly import (
     METRICS,
     Split,
@@ -120,7 +120,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     # (DeLong) and for joining runs made apart.
     kept_scores: dict[str, list[np.ndarray]] = {}
     scored_nodes: list[np.ndarray] = []
-    for seed, split in enumerate(tqdm(splits, desc=f"{dataset} seeds", disable=not progress)):
+    bar = progress_bar(splits, desc=f"{dataset} seeds", disable=not progress)
+    for seed, split in enumerate(bar):
         train_mask, val_mask, _ = split.masks(data.num_nodes)
         nodes = split.scored(scored_part).numpy()
         detail: dict[str, Any] = {"seed": seed, "split_sizes": list(split.sizes())}

@@ -34,6 +34,7 @@ from ..datasets.gnnbenchmark import (
     load_benchmark,
 )
 from ..datasets.locking import quiet_processing
+from ..progress import progress_bar
 from ..protocols.gnnbenchmark import (
     METRIC_LABELS,
     train_one,
@@ -112,7 +113,7 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     fingerprint = json.dumps(settings, sort_keys=True)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     jobs = [(name, seed) for name in names for seed in seeds]
-    for name, seed in tqdm(jobs, desc=f"{data.name}: models x seeds", disable=not progress):
+    for name, seed in progress_bar(jobs, desc=f"{data.name}: models x seeds", disable=not progress):
         try:
             result = train_one(
                 name, data, seed, config.train, config.et, config.baselines,

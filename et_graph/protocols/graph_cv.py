@@ -27,9 +27,9 @@ from sklearn.model_selection import StratifiedKFold, train_test_split
 from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
-from tqdm.auto import tqdm
 
 from ..nn.models.graph_model import ETGraphModel
+from ..progress import progress_bar
 from ..reporting import summarize
 from ..training import (
     CheckpointConfig,
@@ -560,7 +560,7 @@ def cross_validate(
         splits = splits[:max_folds]
     per_fold = []
     for fold, (train_index, test_index) in enumerate(
-        tqdm(splits, desc="folds", disable=not progress)
+        progress_bar(splits, desc="folds", disable=not progress)
     ):
         inner, val = inner_split(train_index, labels, val_fraction, seed + fold)
         data = standardized_copies(dataset, inner, continuous_channels)

@@ -16,7 +16,6 @@ import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torch import Tensor
 from torch_geometric.data import Data
-from tqdm.auto import tqdm
 
 from ..baselines.unsupervised import (
     PYGOD_MODELS,
@@ -36,6 +35,7 @@ from ..detectors.unsupervised import (
     UnsupervisedScoreConfig,
     label_free_graph,
 )
+from ..progress import progress_bar
 from ..protocols.anomaly import recall_at_k
 from ..transforms.features import FEATURE_NORMS, transform_features
 from ..transforms.neighbourhood import parse_neighbour_stats
@@ -318,7 +318,7 @@ def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
     scores: dict[str, list[np.ndarray]] = {}
     skipped: dict[str, str] = {}
     details: list[dict[str, Any]] = []
-    for seed in tqdm(config.seed_list, desc=f"{graph.name} seeds", disable=not progress):
+    for seed in progress_bar(config.seed_list, desc=f"{graph.name} seeds", disable=not progress):
         detail: dict[str, Any] = {"seed": seed}
         for name in names:
             if name in skipped:

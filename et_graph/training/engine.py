@@ -37,10 +37,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from ..config import code_identity
 from ..nn.validation import is_integral, is_real
+from ..progress import progress_bar
 from .checkpoint import (
     CheckpointError,
     changed_settings,
@@ -519,7 +519,7 @@ class Trainer:
                 start_epoch = cfg.epochs
                 stopped_early = True  # as the uninterrupted run reported
 
-        bar = tqdm(
+        bar = progress_bar(
             range(start_epoch, cfg.epochs),
             desc=self.description,
             leave=False,

@@ -1,0 +1,80 @@
+"""Progress bars that suit both a terminal and a log file.
+
+On a terminal (or in a notebook) these are tqdm's bars as they are. When standard error is
+redirected (``nohup ... 2> run.log``, a batch scheduler's log), tqdm would still redraw its bar
+in place with carriage returns and, for nested bars, cursor-up escape codes, which leave a log
+full of half-overwritten lines. There each bar instead writes whole plain lines: nothing for
+work shorter than :data:`LOG_INTERVAL_S`, then at most one line per interval.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable
+from typing import IO, Any, TypeVar
+
+from tqdm.auto import tqdm
+from tqdm.autonotebook import tqdm as notebook_or_plain_tqdm
+
+__all__ = ["LOG_INTERVAL_S", "progress_bar"]
+
+T = TypeVar("T")
+
+#: Seconds between a redirected bar's lines (and before its first one).
+LOG_INTERVAL_S = 30.0
+
+_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class _LineWriter:
+    """A file for tqdm that turns its in-place redraws into whole lines.
+
+    tqdm writes ``"\\r" + bar`` for every redraw and blank padding or escape codes to clear a
+    line; only the text between those is kept, once per distinct line.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.last = ""
+
+    def write(self, text: str) -> int:
+        for piece in re.split(r"[\r\n]", _ESCAPE.sub("", text)):
+            line = piece.rstrip()
+            if line and line != self.last:
+                self.stream.write(line + "\n")
+                self.last = line
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _interactive(stream: IO[str]) -> bool:
+    # tqdm.auto picks its notebook widget inside a Jupyter kernel, whose stderr is not a
+    # terminal either; the widget draws no text, so it stays as it is.
+    if notebook_or_plain_tqdm.__module__ == "tqdm.notebook":
+        return True
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+def progress_bar(iterable: Iterable[T], *, desc: str | None = None, leave: bool = True,
+                 disable: bool = False, total: int | None = None, **options: Any) -> tqdm:
+    """tqdm over ``iterable``, drawn in place on a terminal and as plain lines in a log.
+
+    Takes tqdm's own keywords (``options``); in a log ``mininterval`` and ``delay`` default
+    to :data:`LOG_INTERVAL_S` and the bar is drawn in ASCII.
+    """
+    stream = options.pop("file", None) or sys.stderr
+    if disable or _interactive(stream):
+        return tqdm(iterable, desc=desc, leave=leave, disable=disable, total=total,
+                    file=stream, **options)
+    options.setdefault("mininterval", LOG_INTERVAL_S)
+    options.setdefault("delay", LOG_INTERVAL_S)
+    options.setdefault("ascii", True)
+    # position 0: a nested bar placed lower would move the cursor up with escape codes
+    return tqdm(iterable, desc=desc, leave=leave, total=total, file=_LineWriter(stream),
+                position=0, dynamic_ncols=False, ncols=100, **options)

@@ -1,0 +1,56 @@
+"""Progress bars: in place on a terminal, plain whole lines in a redirected log."""
+import io
+import re
+
+import et_graph.progress as progress
+from et_graph.progress import progress_bar
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _nested_run(stream: io.StringIO, **options) -> None:
+    for _fold in progress_bar(range(3), desc="folds", file=stream, **options):
+        for _epoch in progress_bar(range(4), desc="epochs", leave=False, file=stream,
+                                   **options):
+            pass
+
+
+def test_log_gets_whole_lines_without_redraw_codes():
+    log = io.StringIO()
+    _nested_run(log, mininterval=0, delay=0)
+    text = log.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    lines = text.splitlines()
+    assert lines and all(line == line.rstrip() and line for line in lines)
+    assert any(line.startswith("epochs:") for line in lines)
+    assert lines[-1].startswith("folds: 100%")  # leave=True keeps the final state
+    # a redraw of an unchanged line is not repeated
+    assert all(a != b for a, b in zip(lines, lines[1:]))
+
+
+def test_log_stays_quiet_for_short_work():
+    log = io.StringIO()
+    _nested_run(log)  # the defaults: nothing before LOG_INTERVAL_S has passed
+    assert log.getvalue().strip() == ""
+
+
+def test_terminal_keeps_tqdm_in_place_drawing():
+    terminal = _Terminal()
+    _nested_run(terminal, mininterval=0)
+    assert "\r" in terminal.getvalue()
+
+
+def test_disabled_bar_writes_nothing():
+    log = io.StringIO()
+    assert list(progress_bar(range(3), disable=True, file=log)) == [0, 1, 2]
+    assert log.getvalue() == ""
+
+
+def test_default_stream_is_stderr(capsys):
+    list(progress_bar(range(2), desc="work", mininterval=0, delay=0))
+    err = capsys.readouterr().err
+    assert re.search(r"^work: 100%", err, re.MULTILINE) and "\r" not in err
+    assert progress.LOG_INTERVAL_S > 0
