@@ -130,7 +130,7 @@ def test_bfloat16_input_is_computed_in_parameter_dtype_and_returned_as_bfloat16(
     assert energies.shape == (BATCH, conv.steps + 1)
     reference = conv.forward_dense(x.float())
     torch.testing.assert_close(out.float(), reference, atol=5e-2, rtol=2e-2)
-    assert conv.dense_energy(x).dtype == torch.bfloat16
+    assert conv.dense_energy(x).dtype == torch.float32  # energies: the parameters' dtype
 
 
 def test_float32_dense_matches_float64() -> None:

@@ -243,7 +243,7 @@ def test_low_precision_features_are_upcast_on_both_paths(dtype):
     out, energies = conv(low, edge_index, return_energy=True)
     assert out.dtype == dtype and energies.dtype == torch.float32
     torch.testing.assert_close(out.float(), conv(low.float(), edge_index), atol=2e-2, rtol=2e-2)
-    assert conv.energy(low, edge_index).dtype == dtype
+    assert conv.energy(low, edge_index).dtype == torch.float32  # as the traces
     dense = conv.forward_dense(low[None])
     assert dense.dtype == dtype
     reference = conv.forward_dense(low[None].float())
@@ -718,3 +718,17 @@ def test_the_layer_leaves_the_warning_filters_alone_and_shows_no_sparse_notice(t
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("shown once") == 1  # Python's "default": once per location
     assert "parse" not in done.stderr.replace("torch.jit", "")  # no sparse notice either
+
+
+def test_half_precision_features_energy_does_not_overflow():
+    """A float16 total past 65504 was cast to -inf without an error (float32: finite)."""
+    torch.manual_seed(0)
+    conv = ETConv(8, heads=2, head_dim=4)
+    x = torch.randn(20000, 8)
+    edge_index = torch.randint(0, 20000, (2, 80000))
+    reference = conv.energy(x, edge_index)
+    assert reference.abs() > 65504  # beyond float16's range
+    low = conv.energy(x.half(), edge_index)
+    assert torch.isfinite(low) and torch.isclose(low, reference, rtol=1e-2)
+    dense = conv.dense_energy(x[:5000].reshape(1, 5000, 8).half())
+    assert torch.isfinite(dense).all()

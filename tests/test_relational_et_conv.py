@@ -191,6 +191,8 @@ def test_float32_and_lower_precision_inputs():
     out = conv(x.float(), edge_index, edge_type)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
     assert conv(x.bfloat16(), edge_index, edge_type).dtype == torch.bfloat16
+    # energies stay in the parameters' dtype (a float16 total overflows past 65504)
+    assert conv.energy(x.half(), edge_index, edge_type).dtype == torch.float32
     with pytest.raises(ValueError, match="float64"):
         conv(x, edge_index, edge_type)
 

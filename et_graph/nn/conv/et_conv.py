@@ -222,7 +222,9 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
 
     Dtypes: everything is computed in the parameters' dtype. Features of lower precision (e.g.
     bfloat16/float16 on a float32 layer) are upcast and the tokens come back in the features'
-    dtype (the ``return_energy`` traces stay in the parameters' dtype); features of higher
+    dtype, while energies (``energy``, ``node_energy``, ``dense_energy`` and the
+    ``return_energy`` traces) stay in the parameters' dtype, since a float16 total overflows
+    past 65504; features of higher
     precision (float64 on a float32 layer) raise ``ValueError`` rather than being rounded
     silently: call ``conv.double()`` or ``x.float()``.
 
@@ -400,8 +402,8 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
         edges = fn.edges(x_in, edge_index, edge_weight)
-        return check_finite_energy(fn.node_energy_of_g(fn.norm(x_in), edges),
-                                   fn.beta).to(x.dtype)
+        # In the parameters' dtype, not x's: a float16 total overflows past 65504.
+        return check_finite_energy(fn.node_energy_of_g(fn.norm(x_in), edges), fn.beta)
 
     def energy(
         self,
@@ -723,14 +725,14 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     def dense_energy(
         self, x_dense: Tensor, mask: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None
     ) -> Tensor:
-        """Energy of each item of a dense batch ``[B]``, in ``x_dense``'s dtype (with the node
+        """Energy of each item of a dense batch ``[B]``, in the parameters' dtype (with the node
         mask ``[B, M]`` of ``to_dense_batch``, of its real tokens only)."""
         fn = self.energy_fn
         x = fn.check_tokens(x_dense, ndim=3)
         real = _node_mask(mask)
         mask, weight = fn.dense_edges(x, mask, edge_weight)
         energy = _item_energy(fn.dense_node_energy_of_g(fn.norm(x), mask, weight), real)
-        return check_finite_energy(energy, fn.beta).to(x_dense.dtype)
+        return check_finite_energy(energy, fn.beta)
 
     @overload
     def forward_dense(

@@ -288,8 +288,9 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
         edges = self.edges(x_in, edge_index, edge_type)
+        # In the parameters' dtype, not x's (ETConv.node_energy).
         return check_finite_energy(self.node_energy_of_g(fn.norm(x_in), edges), fn.beta,
-                                   type(self).__name__).to(x.dtype)
+                                   type(self).__name__)
 
     def energy(
         self, x: Tensor, edge_index: Adj, edge_type: Tensor, batch: Optional[Tensor] = None,
