@@ -226,7 +226,9 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     ``return_energy`` traces) stay in the parameters' dtype, since a float16 total overflows
     past 65504; features of higher
     precision (float64 on a float32 layer) raise ``ValueError`` rather than being rounded
-    silently: call ``conv.double()`` or ``x.float()``.
+    silently: call ``conv.double()`` or ``x.float()``. Edge weights (and a sparse adjacency's
+    values) are cast to the parameters' dtype: float64 weights, as NumPy gives them, are
+    rounded on a float32 layer (to 7 digits, like the features of any float32 pipeline).
 
     In PyG pipelines:
 
