@@ -559,6 +559,79 @@ def test_pyg_wrappers_that_would_misread_the_layer_are_refused():
         conv(x, edge_index)
 
 
+def _one_node_type_three_relations():
+    from torch_geometric.data import HeteroData
+
+    data = HeteroData()
+    data["review"].x = torch.randn(12, 8)
+    for relation in ("rur", "rtr", "rsr"):
+        data["review", relation, "review"].edge_index = torch.randint(0, 12, (2, 30))
+    return data
+
+
+class _OneLayer(torch.nn.Module):
+    def __init__(self, layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.conv = layer
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index)
+
+
+def test_a_sum_of_per_relation_descents_is_named():
+    """HeteroConv and to_hetero add up one output per relation; an ET layer's output is its
+    token state (steps=0: 3 * x), and this ran without a word."""
+    import warnings
+
+    from torch_geometric.nn import HeteroConv, to_hetero
+
+    torch.manual_seed(0)
+    data = _one_node_type_three_relations()
+    wrapped = HeteroConv({edge_type: ETConv(8, heads=2, head_dim=4, steps=0)
+                          for edge_type in data.edge_types}, aggr="sum")
+    with pytest.warns(UserWarning, match=r"HeteroConv runs one ETConv per relation into node "
+                                         r"type 'review' \(3 relations") as caught:
+        out = wrapped(data.x_dict, data.edge_index_dict)["review"]
+    assert torch.allclose(out, 3 * data["review"].x)  # what the warning is about
+    assert caught[0].filename == __file__  # it names the caller's line
+    model = to_hetero(_OneLayer(ETConv(8, heads=2, head_dim=4, steps=1)), data.metadata())
+    with pytest.warns(UserWarning, match="to_hetero runs one ETConv per relation"):
+        model(data.x_dict, data.edge_index_dict)
+    # one relation per node type, a plain call, and a layer inside a model stay quiet
+    single = HeteroConv({("review", "rur", "review"): ETConv(8, heads=2, head_dim=4)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        single(data.x_dict, {("review", "rur", "review"): data["review", "rur", "review"]
+                             .edge_index})
+        _OneLayer(ETConv(8, heads=2, head_dim=4))(data["review"].x,
+                                                  data["review", "rur", "review"].edge_index)
+    nested = HeteroConv({edge_type: _OneLayer(ETConv(8, heads=2, head_dim=4))
+                         for edge_type in data.edge_types})
+    with pytest.warns(UserWarning, match="HeteroConv runs one ETConv per relation"):
+        nested(data.x_dict, data.edge_index_dict)
+
+
+def test_a_relational_layer_per_relation_is_refused():
+    from torch_geometric.nn import to_hetero
+
+    from et_graph.nn import RelationalETConv
+
+    data = _one_node_type_three_relations()
+
+    class Typed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = RelationalETConv(8, 3, heads=2, head_dim=4)
+
+        def forward(self, x, edge_index, edge_type):
+            return self.conv(x, edge_index, edge_type)
+
+    model = to_hetero(Typed(), data.metadata())
+    types = {key: torch.zeros(30, dtype=torch.long) for key in data.edge_types}
+    with pytest.raises(ValueError, match="to_homogeneous"):
+        model(data.x_dict, data.edge_index_dict, types)
+
+
 def test_an_inference_mode_call_does_not_poison_the_edge_cache_for_training():
     x, edge_index = torch.randn(10, 8), torch.randint(0, 10, (2, 30))
     weight = torch.rand(30)

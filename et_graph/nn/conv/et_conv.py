@@ -14,6 +14,7 @@ from ... import energy as E
 from ...native import normal_like
 from ..edge_cache import EdgeCache
 from ..energy_layer_norm import EnergyLayerNorm
+from ..hetero_guard import check_relation_wrappers
 from ..validation import (
     DEFAULT_CHUNK_SIZE,
     check_chunk_size,
@@ -238,9 +239,10 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
       seed its full-graph tokens only with ``2T`` hops of a symmetric graph (see
       :class:`~et_graph.loaders.NeighbourSampler`); fewer hops give an approximation, silently.
     * **Heterogeneous graphs.** The output is the token state ``x`` after descent, not a
-      message: ``to_hetero(..., aggr="sum")`` would add ``x`` once per relation into a node
-      type (between node types the call is bipartite and refused; over one node type it runs).
-      ``to_hetero_with_bases`` is refused. Use :class:`~et_graph.nn.RelationalETConv` (one
+      message: ``to_hetero(..., aggr="sum")`` and ``HeteroConv`` would add ``x`` once per
+      relation into a node type (between node types the call is bipartite and refused; over
+      one node type it runs, with a ``UserWarning``). ``to_hetero_with_bases`` is refused, and
+      so is :class:`~et_graph.nn.RelationalETConv` under ``to_hetero`` or ``HeteroConv``. Use :class:`~et_graph.nn.RelationalETConv` (one
       energy summed over relations, the exact model) on ``data.to_homogeneous()``.
     * **Transforms.** ``torch.compile`` works (with graph breaks at the input checks;
       ``fullgraph=True`` and ``torch.export`` do not). ``torch.func`` (``grad``, ``vmap``,
@@ -538,6 +540,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         (detached) total energy ``[steps + 1]`` before each update and after the last.
         """
         refuse_tracing(self)
+        check_relation_wrappers(self)
         if getattr(self, "_edge_type", None) is not None:  # set by to_hetero_with_bases
             raise ValueError(
                 "to_hetero_with_bases re-weights each relation's messages with a message hook, "

@@ -12,6 +12,7 @@ from torch_geometric.utils import is_sparse
 from ... import energy as E
 from ...fused import build_edge_plan, fused_attention_grad
 from ...native import normal_like
+from ..hetero_guard import check_relation_wrappers
 from ..validation import (
     check_edge_index,
     check_finite_energy,
@@ -352,6 +353,7 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
         ``[steps + 1]`` before each update and after the last.
         """
         refuse_tracing(self)
+        check_relation_wrappers(self, relational=True)
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)
