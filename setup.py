@@ -6,14 +6,14 @@ from setuptools import find_packages, setup
 README = Path(__file__).with_name("README.md")
 # One version, the package's own (et_graph/__init__.py), read without importing torch.
 VERSION = re.search(r'^__version__ = "([^"]+)"',
-                    Path(__file__).with_name("et_graph").joinpath("__init__.py").read_text(),
+                    Path(__file__).with_name("et_graph").joinpath("__init__.py").read_text(encoding="utf-8"),
                     re.MULTILINE).group(1)
 
 setup(
     name="et-graph",
     version=VERSION,
     description="The Energy Transformer (ET) for PyTorch Geometric",
-    long_description=README.read_text() if README.exists() else "",
+    long_description=README.read_text(encoding="utf-8") if README.exists() else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["et_graph", "et_graph.*"]),
     # The opt-in attention kernel is compiled from its source on first use (et_graph.native);

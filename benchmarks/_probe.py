@@ -19,8 +19,8 @@ def write_probe(out: str | Path, what: str, machine: str, model: str,
                **(extra or {})}
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1) + "\n")
-    path.with_suffix(".md").write_text(table + "\n")
+    path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    path.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
     return payload
 
 

@@ -67,7 +67,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             "--select-metric", "auroc"]
     # Finished variants are kept in ablation.json, so an interrupted run continues.
     saved = out / "ablation.json"
-    rows = json.loads(saved.read_text()) if saved.exists() else {}
+    rows = json.loads(saved.read_text(encoding="utf-8")) if saved.exists() else {}
     # Rows of another dataset, seed count or epoch budget must not join this table.
     settings = {"dataset": args.dataset, "seeds": args.seeds, "epochs": args.epochs}
     stored = rows.pop(SETTINGS_KEY, None)
@@ -85,7 +85,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                       "epoch_seconds": result["epoch_seconds_median"].get("et"),
                       "flags": VARIANTS[name]}
         print(name, rows[name]["val_auroc"]["mean"], rows[name]["test_auroc"]["mean"], flush=True)
-        saved.write_text(json.dumps({SETTINGS_KEY: settings, **rows}, indent=2, default=float))
+        saved.write_text(json.dumps({SETTINGS_KEY: settings, **rows}, indent=2, default=float),
+                         encoding="utf-8")
     for inputs in () if args.no_gbt else ("plain", "stats"):
         extra = [] if inputs == "plain" else ["--neighbour-stats", "mean,sq_mean,max,min"]
         if f"gbt ({inputs} inputs)" in rows:
@@ -106,9 +107,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         seconds = "" if row["epoch_seconds"] is None else f"{row['epoch_seconds']:.2f}"
         lines.append(f"| {name} | {fmt(row['val_auroc'])} | {fmt(row['test_auroc'])} | "
                      f"{fmt(row['test_auprc'])} | {seconds} |")
-    (out / "ablation.md").write_text("\n".join(lines) + "\n")
+    (out / "ablation.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / "ablation.json").write_text(json.dumps({SETTINGS_KEY: settings, **rows}, indent=2,
-                                                  default=float))
+                                                  default=float), encoding="utf-8")
     print("\n".join(lines))
 
 

@@ -114,9 +114,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "models": rows,
         "seconds": round(time.time() - started, 1),
     }
-    (out / "table.json").write_text(json.dumps(report, indent=2))
-    (out / "table.md").write_text(markdown_table(report))
-    print((out / "table.md").read_text())
+    (out / "table.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    (out / "table.md").write_text(markdown_table(report), encoding="utf-8")
+    print((out / "table.md").read_text(encoding="utf-8"))
     return report
 
 

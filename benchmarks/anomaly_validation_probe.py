@@ -31,7 +31,7 @@ from _probe import add_probe_arguments, probe_variant, results_json, write_probe
 def load_results(folder: Path) -> dict[str, Any]:
     """The ``results.json`` of ``et-graph anomaly --out FOLDER``, or such a file itself (a copy
     kept under ``docs/measured``)."""
-    return json.loads(results_json(folder, "et-graph anomaly").read_text())
+    return json.loads(results_json(folder, "et-graph anomaly").read_text(encoding="utf-8"))
 
 
 def first_seeds(run: dict[str, Any], count: int | None, where: Path) -> dict[str, Any]:

@@ -164,7 +164,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     if "compile_seconds" in result:
         print(f"(torch.compile took {result['compile_seconds']:.1f} s, not counted)")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
 
 

@@ -155,7 +155,7 @@ def time_models(
 # Peak memory, one subprocess per model
 # --------------------------------------------------------------------------------------------
 def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
+    with open("/proc/self/status", encoding="utf-8") as status:
         for line in status:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
@@ -172,7 +172,7 @@ def memory_child(name: str, num_nodes: int, num_edges: int) -> dict[str, Any]:
     clear_grads([model], x)
     gc.collect()
     before = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as refs:
+    with open("/proc/self/clear_refs", "w", encoding="utf-8") as refs:
         refs.write("5")  # reset the high-water mark VmHWM to the current RSS
     train_step(model, x, edge_index, proj)
     peak = _status_kib("VmHWM")
@@ -385,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if args.render:
-        with open(args.render) as saved:
+        with open(args.render, encoding="utf-8") as saved:
             report = json.load(saved)
         print(render(report))
         return report
@@ -437,7 +437,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     print(f"\nthreads={args.threads} repeats={args.repeats} load average before: {load_before}"
           f" / after: {load_after}")
     if args.json:
-        with open(args.json, "w") as out:
+        with open(args.json, "w", encoding="utf-8") as out:
             json.dump(report, out, indent=2)
     return report
 

@@ -318,7 +318,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         print(report)
         result["profile"] = report
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
 
 

@@ -77,7 +77,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     result = {"args": vars(args), "rounds": rounds, "torch": torch.__version__,
               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
 
 

@@ -75,7 +75,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         print(f"| {label} | {median[f'{kind}_torch']:.0f} | {median[f'{kind}_native']:.0f} | "
               f"{result['native_over_torch'][kind]:.2f} |")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
 
 

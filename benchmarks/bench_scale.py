@@ -220,7 +220,7 @@ def inference_worker(num_nodes: int, num_edges: int, chunk_size: int, device: st
 # --------------------------------------------------------------------------------------------
 def _rss_bytes(pid: int) -> int:
     try:
-        with open(f"/proc/{pid}/status") as status:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as status:
             for line in status:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
@@ -439,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if args.render:
-        report = json.loads(Path(args.render).read_text())
+        report = json.loads(Path(args.render).read_text(encoding="utf-8"))
         print(render(report))
         if args.plot:
             plot(report, args.plot)
@@ -490,8 +490,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     print(f"load average after: {report['load_after']}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2))
-        Path(args.json).with_suffix(".md").write_text(text + "\n")
+        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+        Path(args.json).with_suffix(".md").write_text(text + "\n", encoding="utf-8")
     if args.plot:
         plot(report, args.plot)
     return report

@@ -34,7 +34,7 @@ from et_graph.nn import ETConv
 
 
 def status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
+    with open("/proc/self/status", encoding="utf-8") as status:
         for line in status:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
@@ -109,7 +109,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     report["max_abs_difference"] = difference
     report["load_average_after"] = list(os.getloadavg())
     if args.json:  # written first: the table below is printed from the same report
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
     print(f"{args.nodes:,} nodes, {args.edges:,} random edges + a hub with {hub_edges:,} "
           f"in-edges; chunk_size {args.chunk_size:,}, {args.threads} thread(s)\n")
     print("| setting | peak RSS (MiB) | RSS with the graph loaded (MiB) | seconds |")

@@ -100,7 +100,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     print("counterexample (D = 4, alpha = 1, no memories):",
           [round(v, 3) for v in result["counterexample"]])
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
 
 

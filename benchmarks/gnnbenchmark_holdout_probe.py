@@ -76,8 +76,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     print(table)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
-        args.json.with_suffix(".md").write_text(table + "\n")
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        args.json.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
     return report
 
 

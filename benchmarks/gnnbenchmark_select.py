@@ -34,7 +34,7 @@ from _probe import results_json  # noqa: E402
 
 def load_run(folder: Path) -> dict[str, Any]:
     path = results_json(folder, "et-graph gnnbenchmark or et-graph tudataset")
-    run = json.loads(path.read_text())
+    run = json.loads(path.read_text(encoding="utf-8"))
     return tu_run(run) if "folds" in run else run
 
 
@@ -116,8 +116,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     print(table)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(selection, indent=2) + "\n")
-        args.json.with_suffix(".md").write_text(table + "\n")
+        args.json.write_text(json.dumps(selection, indent=2) + "\n", encoding="utf-8")
+        args.json.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
     return selection
 
 

@@ -218,7 +218,7 @@ def compare(paths: Sequence[str], out: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for path in paths:
-        run = json.loads(Path(path).read_text())
+        run = json.loads(Path(path).read_text(encoding="utf-8"))
         for name, curve in run["models"].items():
             epochs = [r["epoch"] for r in curve["rows"]]
             label = f"{run['tag']}: {name}"
@@ -283,7 +283,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
               f"{results['models'][name]['best_epoch']}", flush=True)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{args.tag}.json").write_text(json.dumps(results, indent=1))
+    (out_dir / f"{args.tag}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     plot(results, out_dir / f"{args.tag}.png")
     return results
 

@@ -95,13 +95,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--models", default=None, help="comma list (default: all in common)")
     parser.add_argument("--json", default=None, help="also write the merged rows here")
     args = parser.parse_args(argv)
-    runs = [json.loads(Path(path).read_text()) for path in args.results]
+    runs = [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.results]
     models = [m.strip() for m in args.models.split(",")] if args.models else None
     merged = merge(runs, models)
     merged["sources"] = args.results
     print(table(merged))
     if args.json:
-        Path(args.json).write_text(json.dumps(merged, indent=2))
+        Path(args.json).write_text(json.dumps(merged, indent=2), encoding="utf-8")
     return merged
 
 

@@ -75,7 +75,7 @@ def run_preset(config: Path, out: Path, changes: dict[str, Optional[str]],
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     # the CLI writes OUT/<dataset>/results.json
     (path,) = out.glob("*/results.json")
-    results = json.loads(path.read_text())
+    results = json.loads(path.read_text(encoding="utf-8"))
     results["wall_seconds"] = round(time.time() - started, 1)
     return results
 
@@ -169,8 +169,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                   f"({rows[-1]['against_first']['accuracy_changed']} folds changed)", flush=True)
         report["presets"][config.stem] = rows
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sensitivity.json").write_text(json.dumps(report, indent=2))
-    (args.out / "sensitivity.md").write_text(markdown(report))
+    (args.out / "sensitivity.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    (args.out / "sensitivity.md").write_text(markdown(report), encoding="utf-8")
     print(markdown(report))
     return report
 

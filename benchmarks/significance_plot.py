@@ -44,7 +44,7 @@ ANOMALY_ROWS = [
 
 
 def _load(name: str, stored: Path) -> dict[str, Any]:
-    return json.loads((stored / name).read_text())
+    return json.loads((stored / name).read_text(encoding="utf-8"))
 
 
 def tu_row(stored: Path, file: str, dataset: str, candidates: Optional[int],
@@ -118,7 +118,7 @@ def main(argv: Optional[list[str]] = None) -> Path:
               f"[{signed(r['low'], 4)}, {signed(r['high'], 4)}] | {format_p(r['p'])} | "
               f"{format_p(r['p_holm'])} |")
     if args.json:
-        args.json.write_text(json_text(records))
+        args.json.write_text(json_text(records), encoding="utf-8")
     print(f"\nwrote {path}")
     return path
 

@@ -160,7 +160,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     for path, content in ((args.json, json_text(report)), (args.md, text)):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
+            path.write_text(content, encoding="utf-8")
     return report
 
 

@@ -87,7 +87,7 @@ def main(argv: Optional[Sequence[str]] = None) -> list[dict[str, Any]]:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"model": args.model, "datasets": names,
-                                               "ranking": rows}, indent=2))
+                                               "ranking": rows}, indent=2), encoding="utf-8")
     return rows
 
 

@@ -361,7 +361,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         if args.plot:
             plot_summary(reports, args.plot)
         if args.json:
-            args.json.write_text(json_text({"summary": text, "differences": rows}))
+            args.json.write_text(json_text({"summary": text, "differences": rows}),
+                                 encoding="utf-8")
         return {"summary": text, "differences": rows}
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -377,8 +378,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
         report = reassess_dataset(dataset, args.presets, models, args.runs_per_fold, out,
                                   args.threads, args.label_smoothing)
-        (out / "reassess.json").write_text(json.dumps(report, indent=2))
-        (out / "reassess.md").write_text(summary_table([report]))
+        (out / "reassess.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+        (out / "reassess.md").write_text(summary_table([report]), encoding="utf-8")
         reports.append(report)
     text = summary_table(reports)
     print(text)

@@ -79,7 +79,8 @@ def cross_validate_preset(preset: Path, model: str, out: Path,
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if args.summarize:
-        text = summary_table([json.loads(Path(p).read_text()) for p in args.summarize])
+        text = summary_table([json.loads(Path(p).read_text(
+            encoding="utf-8")) for p in args.summarize])
         print(text)
         return {"summary": text}
     config = resolve(tudataset.CONFIG, args)
@@ -145,9 +146,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "seconds": round(time.time() - started, 1),
         "meta": run_metadata(config),
     }
-    (out / "table.json").write_text(json.dumps(report, indent=2))
-    (out / "table.md").write_text(markdown_table(report))
-    print((out / "table.md").read_text())
+    (out / "table.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    (out / "table.md").write_text(markdown_table(report), encoding="utf-8")
+    print((out / "table.md").read_text(encoding="utf-8"))
     return report
 
 

@@ -96,7 +96,7 @@ def collect(specs: Sequence[str], model: str, dataset: str | None = None
                 raise SystemExit(f"--run {spec!r}: with --datasets, PATH must hold '{{dataset}}'")
             location = Path(str(location).replace("{dataset}", dataset))
         path = results_json(location, "et-graph tudataset")
-        run = json.loads(path.read_text())
+        run = json.loads(path.read_text(encoding="utf-8"))
         if dataset is not None and run["dataset"] != dataset:
             raise SystemExit(f"{path} holds {run['dataset']}, not {dataset}")
         signatures.add(fold_signature(run))

@@ -217,7 +217,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
             for key, value in settings.items():
                 print(f"{key} = {json.dumps(value)}")
     if args.json:
-        with open(args.json, "w") as handle:
+        with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)
     return result
 

@@ -67,7 +67,7 @@ def is_derived_row(name: str) -> bool:
 def read_json(path: Union[str, Path]) -> Any:
     """A JSON file's contents; an unreadable one is refused with its name."""
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not a JSON file ({error})") from None
 
@@ -347,6 +347,6 @@ def main(argv: Optional[list[str]] = None) -> int:
             nodes = [Difference.from_dict(d) for d in payload["node_differences"]]
             print("\n" + difference_table(nodes) + f"\n\n{payload['node_design']}")
         if args.json:
-            args.json.write_text(json_text(payload))
+            args.json.write_text(json_text(payload), encoding="utf-8")
 
     return exit_on_bad_input(report, "et-graph compare")

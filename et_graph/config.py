@@ -474,7 +474,7 @@ def load_file(path: Union[str, Path]) -> dict[str, Any]:
         except ImportError as error:  # pragma: no cover
             raise ImportError("YAML presets need PyYAML: pip install pyyaml") from error
         try:
-            data = yaml.load(path.read_text(), Loader=_yaml_loader()) or {}
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_yaml_loader()) or {}
         except yaml.YAMLError as error:  # a raw traceback "in <unicode string>"
             text = " ".join(str(error).replace('in "<unicode string>", ', "at ").split())
             raise ValueError(f"{path}: {text}") from None
@@ -523,7 +523,7 @@ def write_preset(config: Any, path: Union[str, Path], meta: Optional[Mapping[str
                  ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps_toml(config, meta))
+    path.write_text(dumps_toml(config, meta), encoding="utf-8")
     return path
 
 

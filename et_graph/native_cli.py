@@ -119,7 +119,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 def _finish(report: dict[str, Any], path: Optional[Path], status: int) -> int:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n")
+        path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return status
 
 

@@ -34,7 +34,7 @@ def write_text_whole(path: Path, text: str) -> Path:
     ``os.replace`` (a run killed, or a full disk, while writing left a cut file that later
     runs read)."""
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
+    partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)
     return path
 

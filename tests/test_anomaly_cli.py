@@ -42,7 +42,7 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path, capsys):
     assert "| et |" in printed and "auroc" in printed
     for name in OUTPUTS:
         assert (out / name).stat().st_size > 0, name
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert results["dataset"] == "planted"
     assert "stratified" in results["protocol"]
     assert set(results["models"]) == set(MODELS)
@@ -50,7 +50,7 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path, capsys):
         for metric in ("auroc", "auprc", "f1_macro", "rec_at_k"):
             assert set(stats[metric]) >= {"mean", "std"}
             assert len(stats[metric]["values"]) == 2
-    table = (out / "results.md").read_text()
+    table = (out / "results.md").read_text(encoding="utf-8")
     for model in MODELS:
         assert f"| {model} |" in table, model
     meta = results["meta"]
@@ -59,7 +59,7 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path, capsys):
     machine = meta["machine"]
     assert machine["processor"] and machine["cpu_capability"]
     assert machine["threads"] == torch.get_num_threads()
-    energy = json.loads((out / "energy_steps.json").read_text())
+    energy = json.loads((out / "energy_steps.json").read_text(encoding="utf-8"))
     assert len(energy["all"]) >= 3
     # scores.npz: every row's scores on the scored nodes per seed, the table's figures
     import numpy as np
@@ -243,24 +243,26 @@ def test_quick_preset_file_and_flags_resolve_in_order(tmp_path):
     assert config("--quick").train.epochs == AnomalyConfig.QUICK["train.epochs"]
     assert config("--quick", "--seeds", "3").protocol.seeds == 3  # explicit flags win
     preset = write_preset(AnomalyConfig(), tmp_path / "p.toml")
-    text = preset.read_text().replace("epochs = 100", "epochs = 7").replace(
+    text = preset.read_text(encoding="utf-8").replace("epochs = 100", "epochs = 7").replace(
         'dataset = "tolokers"', 'dataset = "reddit"')
-    preset.write_text(text)
+    preset.write_text(text, encoding="utf-8")
     from_file = config("--config", str(preset))
     assert from_file.train.epochs == 7 and from_file.data.dataset == "reddit"
     assert config("--config", str(preset), "--epochs", "9").train.epochs == 9
     # --quick caps a preset's settings, never raises them (it used to set 7 epochs to 10)
     assert config("--config", str(preset), "--quick").train.epochs == 7
-    preset.write_text(text.replace("epochs = 7", "epochs = 30").replace("seeds = 5", "seeds = 1"))
+    preset.write_text(text.replace("epochs = 7", "epochs = 30").replace("seeds = 5", "seeds = 1"),
+                      encoding="utf-8")
     quick = config("--config", str(preset), "--quick")
     assert (quick.train.epochs, quick.protocol.seeds) == (10, 1)
-    (tmp_path / "bad.toml").write_text("[train]\nepochz = 3\n")
+    (tmp_path / "bad.toml").write_text("[train]\nepochz = 3\n", encoding="utf-8")
     with pytest.raises(ValueError, match="epochz"):
         config("--config", str(tmp_path / "bad.toml"))
-    (tmp_path / "bad_value.toml").write_text('[train]\nepochs = "three"\nlr = "fast"\n')
+    (tmp_path / "bad_value.toml").write_text('[train]\nepochs = "three"\nlr = "fast"\n',
+                                             encoding="utf-8")
     with pytest.raises(ValueError, match=r"train\.(epochs must be an integer|lr must be a number)"):
         config("--config", str(tmp_path / "bad_value.toml"))
-    (tmp_path / "p.yaml").write_text("train:\n  epochs: 4\n")
+    (tmp_path / "p.yaml").write_text("train:\n  epochs: 4\n", encoding="utf-8")
     assert config("--config", str(tmp_path / "p.yaml")).train.epochs == 4
 
 
@@ -298,7 +300,7 @@ DDP_SCRIPT = textwrap.dedent(
 
 def test_ddp_two_processes(tmp_path):
     script = tmp_path / "ddp_run.py"
-    script.write_text(DDP_SCRIPT)
+    script.write_text(DDP_SCRIPT, encoding="utf-8")
     out = tmp_path / "ddp_out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path.cwd()),
            "RESULT_DIR": str(tmp_path)}
@@ -309,7 +311,8 @@ def test_ddp_two_processes(tmp_path):
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    lines = [json.loads((tmp_path / f"rank{rank}.json").read_text(
+        encoding="utf-8")) for rank in (0, 1)]
     for line in lines:
         assert line["world"] == 2
         # DDP keeps the replicas identical: both ranks end with the same weights.
@@ -442,7 +445,7 @@ def test_a_small_amazon_layout_file_runs_with_its_own_unlabelled_prefix(tmp_path
         cli_main(argv)  # the default 3,305 exceeds the 300 nodes, and the error names the flag
     out = tmp_path / "run"
     assert cli_main([*argv, "--unlabelled-prefix", "50", "--out", str(out)]) == 0
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert "100/50/100 train/val/test nodes" in results["protocol"]  # 250 labelled of 300
     data = anomaly.load_data(config("--data", str(path), "--unlabelled-prefix", "50").data)
     assert int(data.label_mask.sum()) == 250 and not data.label_mask[:50].any()

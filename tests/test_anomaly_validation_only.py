@@ -73,9 +73,10 @@ def test_the_outputs_say_so_and_the_energy_row_is_skipped(tmp_path):
     # The protocol line counts the anomalies of the training and validation parts only.
     assert "train/val/test nodes (" in probe["protocol"]
     assert probe["protocol"].split(" anomalous)")[0].split("(")[-1].count("/") == 1
-    text = (tmp_path / "probe" / "results.md").read_text()
+    text = (tmp_path / "probe" / "results.md").read_text(encoding="utf-8")
     assert "Validation only" in text and "validation anomalies" in text
-    assert json.loads((tmp_path / "probe" / "results.json").read_text())["scored"] == \
+    assert json.loads((tmp_path / "probe" / "results.json").read_text(
+        encoding="utf-8"))["scored"] == \
         "validation"
     assert (tmp_path / "probe" / "roc_pr.png").exists()
     # the difference table's design line names the part scored (it said "the same test set")

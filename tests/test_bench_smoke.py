@@ -34,7 +34,7 @@ def test_quick_benchmark_prints_ratio_rows(tmp_path):
         if "compile" not in label:  # --quick skips compilation and says so
             assert float(cells[0]) > 0
     assert "torch.compile: skipped in --quick" in done.stdout
-    report = json.loads(out_json.read_text())
+    report = json.loads(out_json.read_text(encoding="utf-8"))
     (result,) = report["results"]
     assert (result["num_nodes"], result["num_edges"]) == (150, 1200)
     assert result["memory"]["etconv"]["peak_delta_bytes"] > 0
@@ -53,7 +53,7 @@ def test_scale_benchmark_quick_minibatch_epoch_and_chunked_inference(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "| ET / GraphSAGE epoch time (model part) |" in done.stdout
-    report = json.loads(out_json.read_text())
+    report = json.loads(out_json.read_text(encoding="utf-8"))
     by_model = {r["model"]: r for r in report["results"]}
     assert set(by_model) == {"et", "sage", "et_inference"}
     et, sage, scoring = by_model["et"], by_model["sage"], by_model["et_inference"]
@@ -80,7 +80,7 @@ def test_scale_benchmark_full_batch_at_tsocial_size_and_the_stored_gpu_report(tm
          "--json", str(tmp_path / "full.json")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "## T-Social size, full batch (3,000 nodes, 30,000 edges)" in done.stdout
-    rows = json.loads((tmp_path / "full.json").read_text())["results"]
+    rows = json.loads((tmp_path / "full.json").read_text(encoding="utf-8"))["results"]
     assert {r["model"] for r in rows} == {"et", "gcn", "gat"}
     assert all(r["inference_finite"] and r["step_s"] > 0 for r in rows)
     assert "peak_gpu_bytes" not in rows[0]  # on the CPU: no GPU column
@@ -90,7 +90,8 @@ def test_scale_benchmark_full_batch_at_tsocial_size_and_the_stored_gpu_report(tm
                               capture_output=True, text=True, timeout=60)
     assert rendered.returncode == 0, rendered.stderr
     assert "| et | 0.246 | 0.101 | 1.92 | 33.84 |" in rendered.stdout
-    assert rendered.stdout.strip() == (stored.with_suffix(".md")).read_text().strip()
+    assert rendered.stdout.strip() == (stored.with_suffix(".md")).read_text(
+        encoding="utf-8").strip()
     # The plot, also of the CPU run where GATConv did not fit (no bar, named instead).
     cpu = stored.parents[1] / "scale" / "tfinance.json"
     for report in (stored, cpu):
@@ -111,14 +112,14 @@ def test_tuned_cv_table_tunes_each_model_with_the_same_budget_then_cross_validat
         capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads((tmp_path / "MUTAG" / "table.json").read_text())
+    report = json.loads((tmp_path / "MUTAG" / "table.json").read_text(encoding="utf-8"))
     assert set(report["models"]) == {"et", "gin", "structure_agnostic"}
     for name, row in report["models"].items():
         assert row["trials"]["complete"] + row["trials"]["pruned"] == 2  # the same budget
         assert len(row["test_accuracy"]["values"]) == 3  # every fold of the CV
         assert 0.0 <= row["best_validation"] <= 1.0
         assert (tmp_path / "MUTAG" / f"cv_{name}" / "MUTAG" / "results.json").exists()
-    assert "| et |" in (tmp_path / "MUTAG" / "table.md").read_text()
+    assert "| et |" in (tmp_path / "MUTAG" / "table.md").read_text(encoding="utf-8")
     assert report["meta"]["machine"]["processor"]  # what the rounding depends on
     summary = subprocess.run(
         [sys.executable, str(script), "--summarize", str(tmp_path / "MUTAG" / "table.json")],
@@ -138,12 +139,12 @@ def test_anomaly_tuned_table_tunes_each_model_with_the_same_budget_then_runs_see
         capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads((tmp_path / "reddit" / "table.json").read_text())
+    report = json.loads((tmp_path / "reddit" / "table.json").read_text(encoding="utf-8"))
     assert list(report["models"]) == ["et", "mlp"]
     for row in report["models"].values():
         assert row["trials"]["complete"] + row["trials"]["pruned"] == 2  # the same budget
         assert len(row["test"]["auroc"]["values"]) == 2  # every seed
-    assert "| mlp |" in (tmp_path / "reddit" / "table.md").read_text()
+    assert "| mlp |" in (tmp_path / "reddit" / "table.md").read_text(encoding="utf-8")
 
 
 def test_general_preset_ranks_configurations_by_mean_rank_over_datasets():
@@ -185,7 +186,7 @@ def _gnnbenchmark_results(folder, val: dict, test: dict, dataset: str = "ZINC pr
               for m in val}
     (folder / "results.json").write_text(json.dumps({
         "dataset": dataset, "metric": "mae", "lower_is_better": True,
-        "split_sizes": {"train": 8, "val": 2, "test": 4}, "models": models}))
+        "split_sizes": {"train": 8, "val": 2, "test": 4}, "models": models}), encoding="utf-8")
 
 
 def test_gnnbenchmark_select_chooses_on_validation_only(tmp_path):
@@ -200,9 +201,9 @@ def test_gnnbenchmark_select_chooses_on_validation_only(tmp_path):
                              "--json", str(out)])
     assert selection["models"]["et"]["selected"] == "rw"  # val 0.4 < 0.5; its test is worse
     assert selection["models"]["gin"]["selected"] == "base"
-    assert json.loads(out.read_text())["models"]["et"]["selected"] == "rw"
+    assert json.loads(out.read_text(encoding="utf-8"))["models"]["et"]["selected"] == "rw"
     # one seed each: written as n = 1, not as a measured zero spread
-    assert "| et | 2 | rw | 0.6000 (n = 1) |" in out.with_suffix(".md").read_text()
+    assert "| et | 2 | rw | 0.6000 (n = 1) |" in out.with_suffix(".md").read_text(encoding="utf-8")
     # a run of one model (a tuned preset) is one more variant of that model only
     _gnnbenchmark_results(tmp_path / "t", {"et": 0.35}, {"et": 0.9})
     selection = module.main([str(tmp_path / p) for p in "abt"] + ["--names", "base,rw,tuned",
@@ -210,7 +211,7 @@ def test_gnnbenchmark_select_chooses_on_validation_only(tmp_path):
     assert selection["models"]["et"]["selected"] == "tuned"
     assert selection["models"]["gin"]["selected"] == "base"
     assert list(selection["models"]["gin"]["variants"]) == ["base", "rw"]
-    table = out.with_suffix(".md").read_text()
+    table = out.with_suffix(".md").read_text(encoding="utf-8")
     assert "| gin | 2 | base | 0.5000 (n = 1) | 0.4000 (n = 1) |" in table
     assert table.count(" – |") == 1  # gin did not run the tuned variant
     _gnnbenchmark_results(tmp_path / "c", {"et": 0.1}, {"et": 0.1}, dataset="PATTERN")
@@ -229,7 +230,7 @@ def _tu_results(folder: Path, val: dict, test: dict, seed: int = 0) -> None:
     (folder / "MUTAG").mkdir(parents=True)
     (folder / "MUTAG" / "results.json").write_text(json.dumps({
         "dataset": "MUTAG", "models": models, "folds": folds,
-        "meta": {"config": {"protocol": {"seed": seed, "val_fraction": 0.1}}}}))
+        "meta": {"config": {"protocol": {"seed": seed, "val_fraction": 0.1}}}}), encoding="utf-8")
 
 
 def test_variant_selection_reads_tu_cross_validations(tmp_path):
@@ -324,7 +325,8 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
         path.write_text(json.dumps({"dataset": dataset, "per_seed": per_seed,
                                     "protocol": protocol,
                                     "models": {"dominant": {}, "lof": {}},
-                                    "meta": {"git_commit": f"c-{name}", "config": config}}))
+                                    "meta": {"git_commit": f"c-{name}", "config": config}}),
+                                        encoding="utf-8")
         return str(path)
 
     merged = module.main([run("a", [0, 1]), run("b", [2, 3, 4]), "--models", "dominant",
@@ -334,7 +336,8 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
     assert row["auroc"]["values"] == [0.5, 0.51, 0.52, 0.53, 0.54]
     assert abs(row["auroc"]["mean"] - 0.52) < 1e-12
     assert abs(row["auroc"]["std"] - 0.0141421356) < 1e-9  # population std, as the runner
-    assert set(json.loads((tmp_path / "m.json").read_text())["models"]) == {"dominant"}
+    assert set(json.loads((tmp_path / "m.json").read_text(
+        encoding="utf-8"))["models"]) == {"dominant"}
     with pytest.raises(SystemExit, match="share seeds"):
         module.main([run("c", [0, 1]), run("d", [1, 2])])
     with pytest.raises(SystemExit, match="different graphs"):
@@ -357,10 +360,10 @@ def test_merge_unsupervised_seeds_joins_disjoint_seeds_and_refuses_overlaps(tmp_
 def test_numerics_sensitivity_control_repeats_and_a_changed_fold_is_counted(tmp_path):
     sensitivity = benchmark_module("numerics_sensitivity")
     preset = (SCRIPT.parents[1] / "configs" / "tudataset" / "tuned16" / "MUTAG-gin.toml")
-    text = preset.read_text().replace("epochs = 80", "epochs = 2")
-    assert text != preset.read_text()
+    text = preset.read_text(encoding="utf-8").replace("epochs = 80", "epochs = 2")
+    assert text != preset.read_text(encoding="utf-8")
     tiny = tmp_path / "tiny-gin.toml"
-    tiny.write_text(text)
+    tiny.write_text(text, encoding="utf-8")
     report = sensitivity.main(["--config", str(tiny), "--setting", "first=",
                                "--setting", "again=", "--max-folds", "2",
                                "--out", str(tmp_path / "out")])
@@ -368,7 +371,8 @@ def test_numerics_sensitivity_control_repeats_and_a_changed_fold_is_counted(tmp_
     assert again["against_first"] == {"folds": 2, "accuracy_changed": 0, "epoch_changed": 0,
                                       "max_val_loss_change": 0.0}  # a run repeats itself
     assert again["machine"]["processor"] and first["model"] == "gin"
-    assert "| tiny-gin | again |" in (tmp_path / "out" / "sensitivity.md").read_text()
+    assert "| tiny-gin | again |" in (tmp_path / "out" / "sensitivity.md").read_text(
+        encoding="utf-8")
     moved = [dict(row) for row in first["folds"]]
     moved[1]["best_epoch"] += 1
     moved[1]["test_accuracy"] += 0.05
@@ -382,10 +386,10 @@ def test_tu_reassess_averages_runs_per_fold_and_keeps_run_zero(tmp_path):
     presets = tmp_path / "presets"
     presets.mkdir()
     source = SCRIPT.parents[1] / "configs" / "tudataset" / "tuned16" / "MUTAG-gin.toml"
-    text = source.read_text().replace("epochs = 80", "epochs = 2").replace(
+    text = source.read_text(encoding="utf-8").replace("epochs = 80", "epochs = 2").replace(
         'max_folds = "none"', "max_folds = 2")
     assert "epochs = 2" in text and "max_folds = 2" in text
-    (presets / "MUTAG-gin.toml").write_text(text)
+    (presets / "MUTAG-gin.toml").write_text(text, encoding="utf-8")
     done = subprocess.run(
         [sys.executable, str(SCRIPT.parent / "tu_reassess.py"), "--datasets", "MUTAG",
          "--presets", str(presets), "--models", "gin", "--runs-per-fold", "2",
@@ -393,10 +397,11 @@ def test_tu_reassess_averages_runs_per_fold_and_keeps_run_zero(tmp_path):
         capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads((tmp_path / "out" / "MUTAG" / "reassess.json").read_text())
+    report = json.loads((tmp_path / "out" / "MUTAG" / "reassess.json").read_text(encoding="utf-8"))
     row = report["models"]["gin"]
     assert row["label_smoothing"] == 0.1  # --label-smoothing reaches the trainings
-    cv = json.loads((tmp_path / "out" / "MUTAG" / "cv_gin" / "MUTAG" / "results.json").read_text())
+    cv = json.loads((tmp_path / "out" / "MUTAG" / "cv_gin" / "MUTAG" / "results.json").read_text(
+        encoding="utf-8"))
     assert cv["models"]["gin"]["config"]["label_smoothing"] == 0.1
     assert [len(runs) for runs in row["fold_runs"]] == [2, 2]
     means = [sum(runs) / 2 for runs in row["fold_runs"]]
@@ -494,7 +499,7 @@ def test_tu_reassess_reports_et_minus_each_baseline_paired_over_the_folds(tmp_pa
     report = {"dataset": "NCI1", "models": {"et": row(et), "gin": row(gin),
                                             "structure_agnostic": row(mlp)}}
     path = tmp_path / "table.json"
-    path.write_text(json.dumps(report))
+    path.write_text(json.dumps(report), encoding="utf-8")
     out = tu_reassess.main(["--summarize", str(path), "--json", str(tmp_path / "out.json")])
     by_model = {r["second"]: r for r in out["differences"]}
     expected = fold_difference(et, gin, test_train_ratio=1 / 9)
@@ -502,7 +507,7 @@ def test_tu_reassess_reports_et_minus_each_baseline_paired_over_the_folds(tmp_pa
     assert (by_model["gin"]["low"], by_model["gin"]["high"]) == pytest.approx(
         (expected.low, expected.high))
     assert by_model["gin"]["wins"] == [10, 0, 0] and by_model["gin"]["runs_per_fold"] == 1
-    stored = json.loads((tmp_path / "out.json").read_text())
+    stored = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert stored["differences"] == json.loads(json.dumps(out["differences"]))
     shuffled = {**report, "runs_per_fold": 1, "models": {**report["models"],
                                      "gin": row(list(np.roll(gin, 3)))}}
@@ -530,7 +535,7 @@ def test_tu_reassess_plot_draws_the_summary(tmp_path):
     files = []
     for i, report in enumerate(reports):
         files.append(tmp_path / f"r{i}.json")
-        files[-1].write_text(json.dumps(report))
+        files[-1].write_text(json.dumps(report), encoding="utf-8")
     plot = tmp_path / "summary.png"
     out = tu_reassess.main(["--summarize", *map(str, files), "--plot", str(plot)])
     assert "| NCI1 | 3 |" in out["summary"]
@@ -561,7 +566,7 @@ def test_gnnbenchmark_holdout_probe_scores_the_tuning_objective_per_seed(tmp_pat
     config = parse(GNNBenchmarkConfig, flags.split() + ["--no-progress"])
     assert GNNBenchmarkObjective(config, "gin", tune_seeds=2)() == pytest.approx(
         sum(values) / 2, abs=1e-12)
-    assert "| plain | gin |" in (tmp_path / "p.md").read_text()
+    assert "| plain | gin |" in (tmp_path / "p.md").read_text(encoding="utf-8")
     with pytest.raises(SystemExit, match="NAME=FLAGS"):
         module.main(["--variant", "no-flags"])
     with pytest.raises(SystemExit, match="twice"):
@@ -581,7 +586,7 @@ def _anomaly_results(folder: Path, val: list, test: list, split_seed: int = 2) -
     folder.mkdir(parents=True)
     (folder / "results.json").write_text(json.dumps({
         "dataset": "tolokers", "per_seed": per_seed, "epoch_seconds_median": {"et": 1.0},
-        "meta": {"git_commit": "abc", "config": config}}))
+        "meta": {"git_commit": "abc", "config": config}}), encoding="utf-8")
 
 
 def test_anomaly_validation_probe_keeps_validation_only(tmp_path):
@@ -593,7 +598,7 @@ def test_anomaly_validation_probe_keeps_validation_only(tmp_path):
                            "--run", f"two hop={tmp_path / 'b'}",
                            "--what", "w", "--machine", "m", "--out", str(out)])
     assert [row["mean_validation"] for row in payload["runs"]] == pytest.approx([0.81, 0.82])
-    text = out.read_text() + out.with_suffix(".md").read_text()
+    text = out.read_text(encoding="utf-8") + out.with_suffix(".md").read_text(encoding="utf-8")
     assert all(digits not in text for digits in ("123456", "234567", "345678", "456789"))
     assert "| two hop | 0.8100 / 0.8300 | **0.8200** |" in text
     # a kept results.json serves as the reference, cut to the probe's seeds
@@ -612,15 +617,16 @@ def test_anomaly_validation_probe_keeps_validation_only(tmp_path):
     # the trees keep no checkpoint: their fit's validation AUROC is read, never the test's
     for name, val in (("gbt_a", 0.84), ("gbt_b", 0.85)):
         _anomaly_results(tmp_path / name, [val], [0.567891])
-        stored = json.loads((tmp_path / name / "results.json").read_text())
+        stored = json.loads((tmp_path / name / "results.json").read_text(encoding="utf-8"))
         stored["per_seed"][0]["gbt"] = {"auroc": 0.567891, "val_auroc": val}
         del stored["per_seed"][0]["et"]
         stored["meta"]["config"]["train"]["select_metric"] = "f1_macro"  # the neural models'
-        (tmp_path / name / "results.json").write_text(json.dumps(stored))
+        (tmp_path / name / "results.json").write_text(json.dumps(stored), encoding="utf-8")
     payload = module.main(["--run", f"w={tmp_path / 'gbt_a'}", "--run", f"n={tmp_path / 'gbt_b'}",
                            "--model", "gbt", "--what", "w", "--machine", "m", "--out", str(out)])
     assert [row["validation"] for row in payload["runs"]] == [[0.84], [0.85]]
-    assert "567891" not in out.read_text() and payload["runs"][0]["select_metric"] == "auroc"
+    assert "567891" not in out.read_text(
+        encoding="utf-8") and payload["runs"][0]["select_metric"] == "auroc"
 
 
 def _tu_probe_results(folder: Path, val: list[float], test: list[float], seed: int = 0,
@@ -632,7 +638,8 @@ def _tu_probe_results(folder: Path, val: list[float], test: list[float], seed: i
     config = {"protocol": {"folds": 10, "seed": seed, "val_fraction": 0.1}}
     (folder / dataset).mkdir(parents=True)
     (folder / dataset / "results.json").write_text(json.dumps(
-        {"dataset": dataset, "folds": folds, "meta": {"config": config, "git_commit": "x"}}))
+        {"dataset": dataset, "folds": folds, "meta": {"config": config, "git_commit": "x"}}),
+            encoding="utf-8")
 
 
 def test_tu_validation_probe_keeps_validation_only(tmp_path):
@@ -644,7 +651,7 @@ def test_tu_validation_probe_keeps_validation_only(tmp_path):
                            "--what", "w", "--machine", "m", "--out", str(out)])
     assert [row["mean_val_accuracy"] for row in payload["runs"]] == pytest.approx([0.85, 0.8])
     assert payload["runs"][0]["variant"] == "K = 128"
-    text = out.read_text() + out.with_suffix(".md").read_text()
+    text = out.read_text(encoding="utf-8") + out.with_suffix(".md").read_text(encoding="utf-8")
     assert all(digits not in text for digits in ("123456", "234567", "345678", "456789"))
     assert "| K = 128 | 80.00 / 90.00 | **85.00** | 3, 4 | 0.25 |" in text
     # the same number of correct graphs is a tie, even where the float means differ in the
@@ -653,7 +660,7 @@ def test_tu_validation_probe_keeps_validation_only(tmp_path):
     _tu_probe_results(tmp_path / "e", [82 / 101, 85 / 101], [0.5, 0.5])
     module.main(["--run", f"d={tmp_path / 'd'}", "--run", f"e={tmp_path / 'e'}",
                  "--what", "w", "--machine", "m", "--out", str(out)])
-    assert out.with_suffix(".md").read_text().count("**82.67**") == 2
+    assert out.with_suffix(".md").read_text(encoding="utf-8").count("**82.67**") == 2
     _tu_probe_results(tmp_path / "c", [0.9, 0.9], [0.9, 0.9], seed=1)
     with pytest.raises(SystemExit, match="not comparable"):
         module.main(["--run", f"a={tmp_path / 'a'}", "--run", f"c={tmp_path / 'c'}",
@@ -683,7 +690,7 @@ def test_tu_validation_probe_ranks_variants_across_datasets(tmp_path):
     assert [ranking[label]["best"] for label in "abc"] == [True, False, False]
     assert payload["datasets"] == ["MUTAG", "PROTEINS"]
     assert {row["dataset"] for row in payload["runs"]} == {"MUTAG", "PROTEINS"}
-    text = out.read_text() + out.with_suffix(".md").read_text()
+    text = out.read_text(encoding="utf-8") + out.with_suffix(".md").read_text(encoding="utf-8")
     assert all(digits not in text for digits in ("123456", "234567", "345678"))
     assert "| a | 85.00 (1) | 70.00 (2) | **77.50** | **1.50** |" in text
     with pytest.raises(SystemExit, match="labels must differ"):
@@ -717,7 +724,7 @@ def test_tu_fold_select_picks_on_validation_per_fold(tmp_path):
 
     def write(name, report):
         path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps(report))
+        path.write_text(json.dumps(report), encoding="utf-8")
         return str(path)
 
     preset = write("preset", _candidate_report(["et", "gin"], [0.8, 0.7, 0.6], [0.1, 0.2, 0.3]))
@@ -733,7 +740,7 @@ def test_tu_fold_select_picks_on_validation_per_fold(tmp_path):
     assert gin["chosen"] == ["preset", "other", "preset"]
     assert gin["times_chosen"] == {"preset": 2, "other": 1}
     assert gin["ensemble_accuracy"]["values"] == [0.1, 0.8, 0.3]
-    written = json.loads((tmp_path / "s.json").read_text())
+    written = json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))
     assert written["candidates"] == ["preset", "other"]
     assert written["folds"] == "stratified 3-fold CV (seed 0)"  # for tu_reassess's join
     # the test figures never move the choice: scramble them and the choice stays
@@ -787,7 +794,7 @@ def test_chunk_edges_memory_benchmark_runs_both_settings_and_compares_outputs(tm
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    report = json.loads(out_json.read_text())
+    report = json.loads(out_json.read_text(encoding="utf-8"))
     assert set(report["settings"]) == {"nodes_only", "edge_capped"}
     assert report["hub_in_edges"] == 2999
     assert report["max_abs_difference"] < 1e-4
@@ -800,7 +807,7 @@ def test_cuda_checks_script_parses_and_names_every_output():
     runs the CUDA tests and writes the files docs/measured/cuda/README.md lists."""
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "cuda_checks.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    text = script.read_text()
+    text = script.read_text(encoding="utf-8")
     for part in ("tests/test_cuda.py", "bench_scale.py --device", "bench_etconv.py --device",
                  "bench_graph_epoch.py --device", "scale.json", "bench_etconv.json",
                  "graph_epoch.json", "junit.xml"):
@@ -815,7 +822,7 @@ def test_the_ablation_resumes_only_rows_of_its_own_settings(tmp_path):
     argv = ["--dataset", "reddit", "--seeds", "1", "--epochs", "1", "--no-gbt",
             "--variants", "et (default)", "--out", out]
     module.main(argv)
-    table = (tmp_path / "ablation" / "ablation.md").read_text()
+    table = (tmp_path / "ablation" / "ablation.md").read_text(encoding="utf-8")
     assert "(n = 1)" in table and "± 0.0000" not in table  # one seed is not a zero spread
     module.main(argv)  # the same settings: the stored row is reused
     with pytest.raises(SystemExit, match="holds rows of"):

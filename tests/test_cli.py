@@ -37,7 +37,7 @@ def test_a_path_of_the_wrong_kind_is_one_line(capsys, monkeypatch, tmp_path):
     missing file: one line, exit status 2, no traceback."""
     monkeypatch.delenv(TRACEBACK_ENV, raising=False)
     a_file = tmp_path / "notes.txt"
-    a_file.write_text("x")
+    a_file.write_text("x", encoding="utf-8")
     for argv, message in [
         (["anomaly", "--config", str(tmp_path)], "is a folder, not a file"),
         (["tudataset", "--quick", "--cache", str(a_file)], "Not a directory"),
@@ -95,7 +95,7 @@ def test_out_naming_a_file_is_refused_before_training(tmp_path, capsys, monkeypa
     """--out pointing at a file trained the whole run, then ended in a raw FileExistsError."""
     monkeypatch.delenv(TRACEBACK_ENV, raising=False)
     existing = tmp_path / "afile"
-    existing.write_text("hi")
+    existing.write_text("hi", encoding="utf-8")
     assert console_main(["anomaly", "--dataset", "reddit", "--quick", "--out",
                          str(existing)]) == 2
     assert f"out {str(existing)!r} is a file, not a folder" in capsys.readouterr().err
@@ -144,7 +144,7 @@ def test_script_defaults_replace_the_dataclass_defaults_below_presets_and_flags(
     assert parse(AnomalyConfig, []).data.dataset == "tolokers"
     assert parse(AnomalyConfig, ["--dataset", "reddit"], defaults=own).data.dataset == "reddit"
     preset = tmp_path / "p.toml"
-    preset.write_text('[data]\ndataset = "amazon"\n')
+    preset.write_text('[data]\ndataset = "amazon"\n', encoding="utf-8")
     assert parse(AnomalyConfig, ["--config", str(preset)], defaults=own).data.dataset == "amazon"
     with pytest.raises(ValueError, match="nope"):
         parse(AnomalyConfig, [], defaults={"data.nope": 1})
@@ -156,9 +156,9 @@ def test_presets_given_twice_apply_in_order(tmp_path):
     from et_graph.protocols.anomaly_config import AnomalyConfig
 
     data = tmp_path / "data.toml"
-    data.write_text('[data]\ndataset = "reddit"\n[train]\nepochs = 7\n')
+    data.write_text('[data]\ndataset = "reddit"\n[train]\nepochs = 7\n', encoding="utf-8")
     model = tmp_path / "model.toml"
-    model.write_text('[train]\nepochs = 9\n[et]\nhidden = 16\n')
+    model.write_text('[train]\nepochs = 9\n[et]\nhidden = 16\n', encoding="utf-8")
     config = parse(AnomalyConfig, ["--config", str(data), "--config", str(model)])
     assert (config.data.dataset, config.train.epochs, config.et.hidden) == ("reddit", 9, 16)
     reverse = parse(AnomalyConfig, ["--config", str(model), "--config", str(data)])
@@ -166,7 +166,7 @@ def test_presets_given_twice_apply_in_order(tmp_path):
     flags = parse(AnomalyConfig, ["--config", str(data), "--config", str(model), "--epochs", "3"])
     assert flags.train.epochs == 3
     bad = tmp_path / "bad.toml"
-    bad.write_text('[train]\nnope = 1\n')
+    bad.write_text('[train]\nnope = 1\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad\.toml: unknown key"):  # which file is wrong
         parse(AnomalyConfig, ["--config", str(data), "--config", str(bad)])
 

@@ -27,7 +27,7 @@ def write(tmp_path):
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps({"dataset": "tolokers", "protocol": PROTOCOL, **fields,
                                     "models": {m: {"auroc": summarize(v), "auprc": summarize(v)}
-                                               for m, v in models.items()}}))
+                                               for m, v in models.items()}}), encoding="utf-8")
         return str(path)
 
     return write
@@ -39,7 +39,7 @@ def test_compare_joins_seeded_runs_of_one_split_and_refuses_others(write, tmp_pa
     assert cli_main(["compare", ours, theirs + "@gbt", "--metrics", "auroc",
                      "--json", str(out)]) == 0
     assert "| et − gbt | auroc |" in capsys.readouterr().out
-    [row] = json.loads(out.read_text())["differences"]
+    [row] = json.loads(out.read_text(encoding="utf-8"))["differences"]
     expected = seed_difference(ET, GBT)
     assert (row["first"], row["second"], row["verdict"]) == ("et", "gbt", "et ahead")
     assert (row["mean"], row["low"], row["high"]) == pytest.approx(
@@ -57,7 +57,7 @@ def test_compare_joins_seeded_runs_of_one_split_and_refuses_others(write, tmp_pa
          "draw their own splits"),
         ([ours, str(tmp_path / "plain.json")], "not a results.json of et-graph"),
     ]
-    (tmp_path / "plain.json").write_text("[1, 2]")
+    (tmp_path / "plain.json").write_text("[1, 2]", encoding="utf-8")
     for argv, message in refusals:
         assert compare_cli.main(argv) == 2  # one line on stderr, no traceback
         assert message in capsys.readouterr().err
@@ -114,7 +114,8 @@ def test_compare_pairs_cross_validations_run_apart_over_their_folds(tmp_path):
 
     et, gin = cv("et", "et"), cv("gin", "gin")
     [row] = compare([et, gin])["differences"]
-    values = {name: json.loads(open(path).read())["models"][name]["accuracy"]["values"]
+    values = {name: json.loads(open(path,
+                                    encoding="utf-8").read())["models"][name]["accuracy"]["values"]
               for name, path in (("et", et), ("gin", gin))}
     expected = fold_difference(values["et"], values["gin"],
                                test_train_ratio=cv_test_train_ratio(10))
@@ -123,9 +124,9 @@ def test_compare_pairs_cross_validations_run_apart_over_their_folds(tmp_path):
         (expected.mean, expected.low, expected.high))
     with pytest.raises(ValueError, match="same dataset, folds or split"):
         compare([et, cv("gin", "gin_other_folds", seed="1")])
-    stripped = json.loads(open(gin).read())
+    stripped = json.loads(open(gin, encoding="utf-8").read())
     del stripped["meta"]
-    (tmp_path / "bare.json").write_text(json.dumps(stripped))
+    (tmp_path / "bare.json").write_text(json.dumps(stripped), encoding="utf-8")
     with pytest.raises(ValueError, match="fold count, which sets the correction, is unknown"):
         compare([et, str(tmp_path / "bare.json")])
 
@@ -137,9 +138,9 @@ def test_compare_leaves_out_derived_rows_and_refuses_empty_or_unknown_requests(
     to an unsupervised run's ``et_combined``; a request that leaves nothing to compare, an
     unknown metric and an unreadable path are refused with one line."""
     run = write("run", {"et": ET, "et_energy_trained": GBT, "gbt": GBT})
-    stored = json.loads(open(run).read())
+    stored = json.loads(open(run, encoding="utf-8").read())
     stored["models"]["gbt_ensemble"] = {"auroc": summarize([0.8]), "auprc": summarize([0.8])}
-    (tmp_path / "run.json").write_text(json.dumps(stored))
+    (tmp_path / "run.json").write_text(json.dumps(stored), encoding="utf-8")
     assert {r["second"] for r in compare([run])["differences"]} == {"gbt"}
     assert {r["second"] for r in compare([run + "@et,et_energy_trained"])["differences"]} == {
         "et_energy_trained"}
@@ -148,7 +149,7 @@ def test_compare_leaves_out_derived_rows_and_refuses_empty_or_unknown_requests(
     assert {(r["first"], r["second"]) for r in rows} == {("et_combined", "lof")}
     rows = compare([unsupervised], reference="et_reconstruction")["differences"]
     assert {(r["first"], r["second"]) for r in rows} == {("et_reconstruction", "lof")}
-    (tmp_path / "text.json").write_text("not json")
+    (tmp_path / "text.json").write_text("not json", encoding="utf-8")
     refusals = [
         ([run, "--metrics", "AUROC"], "unknown metric(s) ['AUROC']"),
         ([write("alone", {"et": ET})], "nothing to compare 'et' with"),
@@ -182,14 +183,14 @@ def test_an_image_runs_errors_are_compared_the_right_way_round(tmp_path):
                "models": {"et": {"mse": summarize([0.090, 0.091, 0.092])},
                           "mean_patch": {"mse": summarize([0.070, 0.074, 0.072])}}}
     path = tmp_path / "image.json"
-    path.write_text(json.dumps(results))
+    path.write_text(json.dumps(results), encoding="utf-8")
     (row,) = compare([str(path)])["differences"]
     assert row["metric"] == "mse" and row["verdict"] == "mean_patch ahead"
     del results["metric"]
-    path.write_text(json.dumps(results))
+    path.write_text(json.dumps(results), encoding="utf-8")
     with pytest.raises(ValueError, match=r"report \['mse'\], none of the default metrics"):
         compare([str(path)])
     del results["lower_is_better"]  # an older file: its direction is not said
-    path.write_text(json.dumps(results))
+    path.write_text(json.dumps(results), encoding="utf-8")
     with pytest.raises(ValueError, match="do not say that lower is better"):
         compare([str(path)], metrics=["mse"])

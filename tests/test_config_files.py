@@ -13,13 +13,14 @@ def test_a_preset_is_checked_together_with_the_flags_and_later_presets(tmp_path)
     # resume = true in the file, its --checkpoint-dir as a flag: refused before ("needs
     # --checkpoint-dir"), since each layer was validated alone
     preset = tmp_path / "resume.toml"
-    preset.write_text("[run]\nresume = true\n")
+    preset.write_text("[run]\nresume = true\n", encoding="utf-8")
     config = parse(AnomalyConfig, ["--config", str(preset), "--checkpoint-dir", "ck"])
     assert config.run.resume and config.run.checkpoint_dir == "ck"
     sampler = tmp_path / "sampler.toml"
-    sampler.write_text('[train]\nneighbor_sampler = "builtin"\nnum_neighbors = "10,5"\n')
+    sampler.write_text('[train]\nneighbor_sampler = "builtin"\nnum_neighbors = "10,5"\n',
+                       encoding="utf-8")
     later = tmp_path / "batch.toml"
-    later.write_text("[train]\nbatch_size = 512\n")
+    later.write_text("[train]\nbatch_size = 512\n", encoding="utf-8")
     config = parse(AnomalyConfig, ["--config", str(sampler), "--config", str(later)])
     assert config.train.batch_size == 512 and config.train.num_neighbors == "10,5"
     with pytest.raises(ValueError, match="needs batch_size"):  # still checked, once joined
@@ -28,30 +29,33 @@ def test_a_preset_is_checked_together_with_the_flags_and_later_presets(tmp_path)
 
 def test_misspelt_keys_name_the_file_and_the_closest_key(tmp_path):
     preset = tmp_path / "typo.toml"
-    preset.write_text("[train]\nepoch = 3\n")
+    preset.write_text("[train]\nepoch = 3\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"typo.toml: unknown key.*'epoch' -> 'epochs'"):
         parse(AnomalyConfig, ["--config", str(preset)])
     other = tmp_path / "other.toml"
-    other.write_text("[gbt]\nmax_iter = 3\n")
+    other.write_text("[gbt]\nmax_iter = 3\n", encoding="utf-8")
     with pytest.raises(ValueError, match="another task"):
         parse(TUDatasetConfig, ["--config", str(other)])
 
 
 def test_yaml_duplicates_and_syntax_errors_are_named(tmp_path):
     twice = tmp_path / "twice.yaml"
-    twice.write_text("train:\n  epochs: 3\ntrain:\n  lr: 0.5\n")  # the first block vanished
+    twice.write_text("train:\n  epochs: 3\ntrain:\n  lr: 0.5\n",
+                     encoding="utf-8")  # the first block vanished
     with pytest.raises(ValueError, match="twice.yaml: key 'train' is given twice"):
         load_file(twice)
     broken = tmp_path / "broken.yaml"
-    broken.write_text("train:\n  epochs: [3\n")  # a raw yaml.ParserError traceback
+    broken.write_text("train:\n  epochs: [3\n",
+                      encoding="utf-8")  # a raw yaml.ParserError traceback
     with pytest.raises(ValueError, match="broken.yaml"):
         load_file(broken)
     toml = tmp_path / "broken.toml"
-    toml.write_text("[train]\nepochs = 3\nepochs = 4\n")
+    toml.write_text("[train]\nepochs = 3\nepochs = 4\n", encoding="utf-8")
     with pytest.raises(ValueError, match="broken.toml"):
         load_file(toml)
     commented = tmp_path / "commented.yaml"
-    commented.write_text("train:\n  # epochs: 3\n")  # a section whose keys are commented out
+    commented.write_text("train:\n  # epochs: 3\n",
+                         encoding="utf-8")  # a section whose keys are commented out
     assert parse(AnomalyConfig, ["--config", str(commented)]).train == AnomalyConfig().train
 
 
@@ -77,14 +81,16 @@ def test_baseline_settings_are_checked_when_parsed_under_their_own_names(cls, ar
 
 def test_a_text_setting_given_a_table_is_refused(tmp_path):
     preset = tmp_path / "table.toml"
-    preset.write_text("[data]\nrelation = {a = 1}\n")  # became the text "{'a': 1}"
+    preset.write_text("[data]\nrelation = {a = 1}\n",
+                      encoding="utf-8")  # became the text "{'a': 1}"
     with pytest.raises(ValueError, match="data.relation must be text"):
         parse(AnomalyConfig, ["--config", str(preset)])
 
 
 def test_quick_caps_a_presets_runs_per_fold(tmp_path):
     preset = tmp_path / "three.toml"
-    preset.write_text("[protocol]\nruns_per_fold = 3\n")  # a smoke run trained each fold 3 times
+    preset.write_text("[protocol]\nruns_per_fold = 3\n",
+                      encoding="utf-8")  # a smoke run trained each fold 3 times
     assert parse(TUDatasetConfig, ["--config", str(preset), "--quick"]).protocol.runs_per_fold == 1
     assert parse(TUDatasetConfig, ["--config", str(preset), "--quick", "--runs-per-fold", "2"]
                  ).protocol.runs_per_fold == 2  # a flag still wins
@@ -109,7 +115,7 @@ def test_every_parser_in_the_repository_refuses_abbreviated_flags():
         pytest.skip("not a git checkout")
     lenient = []
     for name in listed.stdout.split():
-        tree = ast.parse((root / name).read_text(), filename=name)
+        tree = ast.parse((root / name).read_text(encoding="utf-8"), filename=name)
         for node in ast.walk(tree):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr == "ArgumentParser"):
@@ -122,7 +128,7 @@ def test_every_parser_in_the_repository_refuses_abbreviated_flags():
 def test_a_syntax_error_names_its_file_once(tmp_path):
     # (from a CLI audit) "bad.toml: bad.toml: Expected ']' ..."
     preset = tmp_path / "bad.toml"
-    preset.write_text("[train\n")
+    preset.write_text("[train\n", encoding="utf-8")
     with pytest.raises(ValueError) as error:
         parse(AnomalyConfig, ["--config", str(preset)])
     assert str(error.value).count(str(preset)) == 1

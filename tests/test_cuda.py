@@ -313,7 +313,7 @@ def test_anomaly_runner_on_device(tmp_path):
     assert cli_main(["anomaly", "--data", str(graph), "--epochs", "3", "--seeds", "1",
                      "--hidden", "16", "--out", str(out), "--no-progress",
                      "--device", DEVICE]) == 0
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert results["meta"]["config"]["run"]["device"] == DEVICE
     for stats in results["models"].values():
         assert np.isfinite(stats["auroc"]["mean"])
@@ -328,7 +328,7 @@ def test_tudataset_runner_on_device(tmp_path):
     tudataset.main(["--dataset", "MUTAG", "--root", str(root), "--cache", str(tmp_path / "c"),
                     "--quick", "--max-folds", "1", "--out", str(out), "--no-progress",
                     "--device", DEVICE])
-    results = json.loads((out / "MUTAG" / "results.json").read_text())
+    results = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
     assert results["meta"]["config"]["run"]["device"] == DEVICE
     for stats in results["models"].values():
         assert 0.0 <= stats["accuracy"]["mean"] <= 1.0
@@ -340,7 +340,7 @@ def test_gnnbenchmark_runner_on_device(tmp_path):
     out = tmp_path / "zinc"
     gnnbenchmark.main(["--dataset", "ZINC", "--root", str(REPO / "datasets"), "--out", str(out),
                        "--quick", "--no-progress", "--device", DEVICE])
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert results["meta"]["config"]["run"]["device"] == DEVICE
     for stats in results["models"].values():
         assert np.isfinite(stats["mae"]["mean"])
@@ -394,7 +394,7 @@ def test_image_and_unsupervised_runners_on_device(argv, tmp_path, planted):
         argv = [*argv, "--data", str(tmp_path / "g.pt")]
     out = tmp_path / "out"
     assert cli_main([*argv, "--device", DEVICE, "--no-progress", "--out", str(out)]) == 0
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert results["meta"]["config"]["run"]["device"] == DEVICE
 
 

@@ -330,7 +330,7 @@ def test_multiclass_labels_need_binarize(tmp_path):
     loaded = load_data(parse(AnomalyConfig, ["--data", str(path), "--binarize"]).data)
     assert torch.equal(loaded.y, data.y)
     config = parse(UnsupervisedAnomalyConfig, ["--data", str(path), "--binarize"])
-    assert int(load_graph(config.data)[1].open().sum()) == int(data.y.sum())
+    assert int(load_graph(config.data)[1].open(encoding="utf-8").sum()) == int(data.y.sum())
 
 
 def test_pygod_generated_graphs_are_binarized_by_name(tmp_path):
@@ -357,7 +357,7 @@ def test_not_an_npz_and_unknown_suffix(tmp_path):
     (tmp_path / "junk.npz").write_bytes(b"junk")
     with pytest.raises(ValueError, match="readable"):
         load_anomaly_dataset(path=tmp_path / "junk.npz")
-    (tmp_path / "graph.csv").write_text("a,b\n")
+    (tmp_path / "graph.csv").write_text("a,b\n", encoding="utf-8")
     with pytest.raises(ValueError, match="unknown file type"):
         load_anomaly_dataset(path=tmp_path / "graph.csv")
     with pytest.raises(FileNotFoundError):
@@ -422,7 +422,7 @@ def test_embedded_reddit_loads_without_self_loops():
 
 
 def test_shipped_files_match_sources_checksums():
-    sources = (REPO / "datasets" / "SOURCES.md").read_text()
+    sources = (REPO / "datasets" / "SOURCES.md").read_text(encoding="utf-8")
     import hashlib
 
     for relative in ("tolokers/tolokers.npz", "pygod/reddit.pt.zip", "pygod/inj_amazon.pt.zip"):

@@ -339,7 +339,7 @@ def test_float64_and_integer_features_are_read_in_the_networks_dtype(graph, name
 
 def test_load_refuses_files_save_did_not_write(tmp_path):
     text = tmp_path / "notes.pt"
-    text.write_text("not a detector")
+    text.write_text("not a detector", encoding="utf-8")
     with pytest.raises(ValueError, match="not a detector"):
         ETDetector.load(text)
     torch.save({"weights": torch.zeros(1000)}, tmp_path / "whole.pt")

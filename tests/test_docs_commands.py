@@ -50,8 +50,8 @@ def documented_commands() -> list[tuple[str, str, list[str]]]:
     """``(page, task, argv)`` for every concrete command of the pages."""
     found = []
     # The pages' shell blocks, and the usage lines of the examples' docstrings.
-    sources = [(page, shell_blocks(page.read_text())) for page in PAGES]
-    sources += [(script, [ast.get_docstring(ast.parse(script.read_text())) or ""])
+    sources = [(page, shell_blocks(page.read_text(encoding="utf-8"))) for page in PAGES]
+    sources += [(script, [ast.get_docstring(ast.parse(script.read_text(encoding="utf-8"))) or ""])
                 for script in sorted((ROOT / "examples").glob("*.py"))]
     for page, blocks in sources:
         for block in blocks:
@@ -114,7 +114,7 @@ def documented_benchmark_flags() -> dict[str, set[tuple[str, str]]]:
     """``{script: {(page, --flag)}}`` for the ``python benchmarks/...`` commands of the pages."""
     found: dict[str, set[tuple[str, str]]] = {}
     for page in PAGES:
-        for block in shell_blocks(page.read_text()):
+        for block in shell_blocks(page.read_text(encoding="utf-8")):
             for line in re.sub(r"\\\n\s*", " ", block).splitlines():
                 match = BENCHMARK.match(re.sub(r"^(\w+=\S+\s+)+", "", line.strip()))
                 if match is None:
@@ -153,7 +153,7 @@ def test_python_snippets_compile_and_their_imports_exist():
     import textwrap
 
     snippets = [(page, block) for page in PAGES
-                for block in shell_blocks(page.read_text(), ("python",))]
+                for block in shell_blocks(page.read_text(encoding="utf-8"), ("python",))]
     assert len(snippets) > 10
     missing = []
     for page, block in snippets:
@@ -176,7 +176,7 @@ def test_python_snippets_compile_and_their_imports_exist():
 
 def test_the_readmes_etconv_block_runs_as_written():
     """It used x_dense a line before defining it, and names nothing defined elsewhere."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = text.split("## Using `ETConv`", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)

@@ -79,7 +79,7 @@ def test_no_docstring_swallows_a_shell_line_continuation():
     files = [p for folder in ("et_graph", "benchmarks", "examples")
              for p in (ROOT / folder).rglob("*.py")]
     bad = [f"{p.relative_to(ROOT)}:{line}" for p in files
-           for line in _docstrings_that_join_command_lines(p.read_text())]
+           for line in _docstrings_that_join_command_lines(p.read_text(encoding="utf-8"))]
     assert not bad, f"write \\\\ or make the docstring raw: {bad}"
 
 

@@ -237,7 +237,7 @@ def test_cli_runs_the_multi_relation_et_on_a_mat_file(tmp_path):
         "--no-progress",
     ])
     assert code == 0
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert results["meta"]["config"]["et"]["multi_relation"] is True
     assert results["meta"]["config"]["data"]["relation"] == "multi"
     assert set(results["models"]) >= {"et", "et_energy_trained"}
@@ -248,7 +248,7 @@ def test_the_docs_multi_relation_snippet_runs(tmp_path, monkeypatch):
     omitted the split and failed with "no train_mask" for every reader who pasted it."""
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "anomaly.md").read_text()
+    page = (Path(__file__).resolve().parents[1] / "docs" / "anomaly.md").read_text(encoding="utf-8")
     section = page[page.index("## Multi-relation graphs"):]
     snippet = section[section.index("```python") + len("```python"):]
     snippet = snippet[:snippet.index("```")]

@@ -103,7 +103,8 @@ def _write_fake_zinc_raw(root: Path, graphs: list[Data]) -> None:
                          "logP_SA_cycle_normalized": g.y})
         with open(raw / f"{split}.pickle", "wb") as handle:
             pickle.dump(mols, handle)
-        (raw / f"{split}.index").write_text(",".join(str(i) for i in range(len(mols))) + "\n")
+        (raw / f"{split}.index").write_text(",".join(str(i) for i in range(len(mols))) + "\n",
+                                            encoding="utf-8")
 
 
 def _write_fake_gnn_benchmark_raw(root: Path, name: str, splits: dict[str, list[Data]]) -> None:
@@ -419,7 +420,8 @@ def test_random_walk_encoding_reaches_every_model(tmp_path):
     for name, stats in with_rw["models"].items():
         hidden = 16  # --quick: ET and the baselines have width 16
         assert stats["params"] == plain["models"][name]["params"] + 4 * hidden + hidden, name
-    assert "random-walk encoding (4 steps)" in (tmp_path / "rw" / "results.md").read_text()
+    assert "random-walk encoding (4 steps)" in (tmp_path / "rw" / "results.md").read_text(
+        encoding="utf-8")
     with pytest.raises(ValueError, match="rw_pe_dim"):
         GNNBenchmarkDataConfig(rw_pe_dim=-1)
 
@@ -435,7 +437,7 @@ def test_message_passing_edges_reach_ets_layers_from_the_command_line(tmp_path):
     hidden = edge_channels = 16
     assert (edges["models"]["et"]["params"]
             == blind["models"]["et"]["params"] + 2 * (edge_channels * hidden + hidden))
-    stored = json.loads((tmp_path / "edges" / "results.json").read_text())
+    stored = json.loads((tmp_path / "edges" / "results.json").read_text(encoding="utf-8"))
     assert stored["meta"]["config"]["et"]["message_passing_edges"] is True
 
 
@@ -493,7 +495,8 @@ def test_presets_hold_the_documented_runs(name, dataset, epochs, seeds, sizes):
     assert (config.data.dataset, config.train.epochs) == (dataset, epochs)
     assert config.protocol.seed_list == seeds and config.data.sizes == sizes
     assert config.protocol.model_names == ["et", "gin", "gatedgcn"]
-    assert f"configs/gnnbenchmark/{name}.toml" in (REPO / "docs" / "gnnbenchmark.md").read_text()
+    assert f"configs/gnnbenchmark/{name}.toml" in (REPO / "docs" / "gnnbenchmark.md").read_text(
+        encoding="utf-8")
     quick = resolve(gnnbenchmark.CONFIG, _namespace(config=str(path), quick=True))
     assert quick.train.epochs == 2 and quick.protocol.seed_list == [0, 1]
     assert quick.data.dataset == dataset
@@ -513,7 +516,7 @@ def _main(*argv: str) -> dict:
 
 
 def _check_outputs(out: Path, metric: str, models: list[str], seeds: int = 1) -> dict:
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert set(results) >= {"dataset", "protocol", "models", "meta"}
     assert results["meta"]["config"]["data"]["dataset"] in results["dataset"].split()[0]
     assert {"et_graph_version", "git_commit"} <= set(results["meta"])
@@ -521,7 +524,7 @@ def _check_outputs(out: Path, metric: str, models: list[str], seeds: int = 1) ->
     for stats in results["models"].values():
         assert np.isfinite(stats[metric]["mean"]) and len(stats[metric]["values"]) == seeds
         assert all(1 <= epoch <= 2 for epoch in stats["selected_epoch"])
-    assert "| model |" in (out / "results.md").read_text()
+    assert "| model |" in (out / "results.md").read_text(encoding="utf-8")
     assert (out / "val_curves.png").stat().st_size > 0
     return results
 
@@ -535,10 +538,11 @@ def test_runner_quick_zinc_proxy(tmp_path):
     assert results["meta"]["config"]["protocol"]["seeds"] == "0,1"
     assert "ZINC proxy (trained on the official val split" in results["protocol"]
     assert "limits the splits to random subsets (train 48, val 16, test 16)" in results["protocol"]
-    assert "ZINC proxy" in (out / "results.md").read_text()
+    assert "ZINC proxy" in (out / "results.md").read_text(encoding="utf-8")
     pe_dim = results["meta"]["config"]["et"]["pe_dim"]
     declared = f"ET alone reads a Laplacian PE ({pe_dim} eigenvectors); the baselines do not."
-    assert (declared in (out / "results.md").read_text()) == bool(pe_dim)  # undeclared before
+    assert (declared in (out / "results.md").read_text(
+        encoding="utf-8")) == bool(pe_dim)  # undeclared before
     # ET minus each baseline over the seeds; an error metric: the lower mean is the one ahead
     differences = {d["second"]: d for d in results["differences"]}
     assert set(differences) == {"gin", "gatedgcn"}
@@ -546,7 +550,7 @@ def test_runner_quick_zinc_proxy(tmp_path):
         assert d["higher_is_better"] is False and d["metric"] == "mae"
         assert d["mean"] == pytest.approx(results["models"]["et"]["mae"]["mean"]
                                           - results["models"][name]["mae"]["mean"])
-    assert "| et − gin | mae |" in (out / "results.md").read_text()
+    assert "| et − gin | mae |" in (out / "results.md").read_text(encoding="utf-8")
 
 
 def test_runner_quick_generated_pattern(tmp_path):
@@ -602,7 +606,7 @@ def test_the_default_root_is_found_from_any_working_directory(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)  # "datasets" does not exist here: the checkout's is used
     out = tmp_path / "zinc"
     _main("--dataset", "ZINC", "--models", "gin", "--out", str(out))
-    assert json.loads((out / "results.json").read_text())["source"] == "partial"
+    assert json.loads((out / "results.json").read_text(encoding="utf-8"))["source"] == "partial"
 
 
 def test_runner_errors_say_what_to_put_where(tmp_path):
@@ -671,7 +675,7 @@ def test_tuned_presets_name_one_model_and_run(path, tmp_path):
     assert config.protocol.model_names == [model] and config.protocol.seed_list == [0, 1, 2]
     assert (config.data.dataset, config.train.epochs, config.data.rw_pe_dim) == ("ZINC", 100, 16)
     relative = path.relative_to(REPO).as_posix()
-    assert relative in (REPO / "docs" / "gnnbenchmark.md").read_text()
+    assert relative in (REPO / "docs" / "gnnbenchmark.md").read_text(encoding="utf-8")
     result = gnnbenchmark.main(["--config", str(path), "--quick", "--no-progress", "--out",
                                 str(tmp_path)])
     assert list(result["models"]) == [model]

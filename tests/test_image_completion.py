@@ -240,7 +240,7 @@ def test_image_folder_loader(tmp_path) -> None:
     nested.mkdir()
     Image.new("RGB", (10, 6), (255, 0, 0)).save(tmp_path / "a.png")
     Image.new("L", (5, 5), 128).save(nested / "b.jpg")
-    (tmp_path / "notes.txt").write_text("not an image")
+    (tmp_path / "notes.txt").write_text("not an image", encoding="utf-8")
     grey = load_image_folder(tmp_path, size=8)
     assert grey.shape == (2, 1, 8, 8) and grey.dtype == torch.float32
     assert 0.0 <= float(grey.min()) and float(grey.max()) <= 1.0
@@ -374,7 +374,7 @@ def test_example_quick_mode_writes_results_and_valid_pngs(tmp_path, monkeypatch)
         sys, "argv", [str(EXAMPLE), "--quick", "--no-progress", "--out", str(tmp_path)]
     )
     runpy.run_path(str(EXAMPLE), run_name="__main__")
-    results = json.loads((tmp_path / "results.json").read_text())
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert set(results["mse"]) >= {"et", "mean_patch", "nearest_open"}
     # said, for et-graph compare: it read a higher MSE as better (every verdict backwards)
     assert results["metric"] == "mse" and results["lower_is_better"] is True
@@ -421,7 +421,7 @@ def test_the_protocol_states_the_masked_count_a_ratio_rounds_to(tmp_path) -> Non
     # the limits are said in the protocol (it read as the whole 80%/20% split), and the table
     # names the code and the machine like the other runners'
     assert "this run limits the images to 40 training and 10 test" in results["protocol"]
-    assert "commit" in (tmp_path / "a" / "results.md").read_text()
+    assert "commit" in (tmp_path / "a" / "results.md").read_text(encoding="utf-8")
     results = run(parse(CONFIG, [*base, "--mask-ratio", "0.5", "--out", str(tmp_path / "b")]))
     assert "50% of patches masked at random" in results["protocol"]
     # A limit above a split's size cuts nothing, and the protocol said it did (an audit).

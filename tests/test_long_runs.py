@@ -61,7 +61,7 @@ def test_cli_killed_twice_and_resumed_matches_an_uninterrupted_run(tmp_path):
     data_file = tmp_path / "graph.pt"
     torch.save(planted_anomaly_graph(300, seed=11), data_file)
     script = tmp_path / "kill.py"
-    script.write_text(KILL_SCRIPT)
+    script.write_text(KILL_SCRIPT, encoding="utf-8")
     common = ["--data", str(data_file), "--models", "et,mlp", "--seeds", "1", "--epochs", "6",
               "--hidden", "16", "--threads", "1", "--no-progress", "--no-energy-row"]
     # The uninterrupted reference runs in this process (same code, same settings).
@@ -80,7 +80,7 @@ def test_cli_killed_twice_and_resumed_matches_an_uninterrupted_run(tmp_path):
     third = run_cli(script, [*common, *checkpoints, "--resume", *out])
     assert third.returncode == 0, third.stderr[-3000:]
 
-    resumed = json.loads((tmp_path / "resumed" / "results.json").read_text())
+    resumed = json.loads((tmp_path / "resumed" / "results.json").read_text(encoding="utf-8"))
     assert resumed["models"] == expected["models"]
     for want, got in zip(expected["per_seed"], resumed["per_seed"]):
         for name in ("et", "mlp"):
@@ -128,13 +128,14 @@ MINI_BATCH = ["--models", "et", "--seeds", "1", "--epochs", "24", "--hidden", "1
 
 def test_ddp_two_processes_with_neighbour_sampled_batches(tmp_path):
     script = tmp_path / "ddp_minibatch.py"
-    script.write_text(DDP_SCRIPT)
+    script.write_text(DDP_SCRIPT, encoding="utf-8")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                "--standalone", str(script), "--ddp", *MINI_BATCH]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300,
                           env={**environment(), "RESULT_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    lines = [json.loads((tmp_path / f"rank{rank}.json").read_text(
+        encoding="utf-8")) for rank in (0, 1)]
     assert [line["rank"] for line in lines] == [0, 1]
     per_rank = [line["seeds"] for line in lines]
     assert len(per_rank[0]) == len(per_rank[1])  # same number of steps: no rank waits forever

@@ -472,14 +472,14 @@ def test_the_build_is_named_by_its_sources(tmp_path, monkeypatch):
     monkeypatch.setattr(native, "HEADERS", tuple(copies[len(native.SOURCES):]))
     assert native.extension_name() == name  # same contents elsewhere: the same build
     header = copies[-1]
-    header.write_text(header.read_text() + "\n// changed\n")
+    header.write_text(header.read_text(encoding="utf-8") + "\n// changed\n", encoding="utf-8")
     assert native.extension_name() != name  # a changed header: another build
     header.write_bytes(original_header)
     assert native.extension_name() == name
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(native, "COMPILE_FLAGS", [*native.COMPILE_FLAGS, "-g"])
         assert native.extension_name() != name  # other flags: another build
-    copies[1].write_text(copies[1].read_text() + "\n// changed\n")
+    copies[1].write_text(copies[1].read_text(encoding="utf-8") + "\n// changed\n", encoding="utf-8")
     assert native.extension_name() != name  # other sources: another build
 
 

@@ -20,7 +20,7 @@ def test_the_command_builds_checks_and_reports(built, tmp_path, capsys):
     assert cli.main(["native", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     assert native.extension_name() in out and out.rstrip().endswith("ok")
-    report = json.loads(path.read_text())
+    report = json.loads(path.read_text(encoding="utf-8"))
     assert report["ok"] and report["name"] == native.extension_name()
     assert report["file"] == built.__file__
     assert all(value < 1e-10 for key, value in report["errors"].items()
@@ -36,7 +36,7 @@ def test_a_kernel_that_disagrees_fails_the_command(built, monkeypatch, tmp_path,
     monkeypatch.setattr(native, "gram_entries", lambda *args: exact(*args) * 1.001)
     assert cli.main(["native", "--json", str(tmp_path / "n.json")]) == 1
     assert "FAILED" in capsys.readouterr().out
-    assert not json.loads((tmp_path / "n.json").read_text())["ok"]
+    assert not json.loads((tmp_path / "n.json").read_text(encoding="utf-8"))["ok"]
 
 
 def test_a_failed_build_is_reported(monkeypatch, tmp_path, capsys):
@@ -46,7 +46,7 @@ def test_a_failed_build_is_reported(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(native, "load_native_attention", cannot_build)
     assert cli.main(["native", "--json", str(tmp_path / "n.json")]) == 1
     assert "no compiler" in capsys.readouterr().err
-    report = json.loads((tmp_path / "n.json").read_text())
+    report = json.loads((tmp_path / "n.json").read_text(encoding="utf-8"))
     assert not report["ok"] and "no compiler" in report["error"]
 
 
@@ -69,7 +69,7 @@ def test_a_failed_build_under_a_task_is_one_line_and_a_left_lock_is_named(monkey
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     lock = tmp_path / native.extension_name() / "lock"
     lock.parent.mkdir()
-    lock.write_text("")
+    lock.write_text("", encoding="utf-8")
     monkeypatch.setitem(sys.modules, "torch.utils.cpp_extension",
                         types.SimpleNamespace(load=cannot_build,
                                               get_default_build_root=lambda: str(tmp_path)))

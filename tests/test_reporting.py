@@ -22,15 +22,16 @@ def test_results_are_strict_json_with_null_for_non_finite_values(tmp_path):
                                           "b": {"auroc": summarize([0.5, float("inf")])}},
                "scalars": [np.float32(1.5), torch.tensor(2.0), np.int64(3), (1, float("nan"))]}
     json_path, md_path = write_results(tmp_path, results, ["auroc"])
-    loaded = _strict_load(json_path.read_text())
+    loaded = _strict_load(json_path.read_text(encoding="utf-8"))
     assert loaded["models"]["a"]["auroc"] == {"mean": None, "std": None, "values": []}
     assert loaded["models"]["b"]["auroc"]["values"] == [0.5, None]
     assert loaded["scalars"] == [1.5, 2.0, 3, [1, None]]
     assert _strict_load(json_text({"x": float("-inf")}, indent=None)) == {"x": None}
-    assert "population standard deviation" in md_path.read_text()  # which std, said once
+    assert "population standard deviation" in md_path.read_text(
+        encoding="utf-8")  # which std, said once
     _, md_path = write_results(tmp_path / "b", results, ["auroc"],
                                notes=["accuracy: mean ± std (population) over the folds"])
-    assert md_path.read_text().count("population") == 1
+    assert md_path.read_text(encoding="utf-8").count("population") == 1
 
 
 def test_format_stat_hides_neither_a_failed_run_nor_a_tiny_spread():
@@ -57,7 +58,7 @@ def test_a_failed_run_removes_the_output_folders_it_made_empty_and_keeps_others(
     (tmp_path / "kept").mkdir()
     with pytest.raises(ValueError):
         with output_folder(tmp_path / "kept" / "run"):
-            (tmp_path / "kept" / "run" / "partial.json").write_text("{}")
+            (tmp_path / "kept" / "run" / "partial.json").write_text("{}", encoding="utf-8")
             raise ValueError("late failure")
     assert (tmp_path / "kept" / "run" / "partial.json").is_file()  # a folder holding files stays
     with output_folder(tmp_path / "ok"):
@@ -148,7 +149,7 @@ def test_a_run_says_where_it_wrote(tmp_path, capsys):
 
     @checks_output_folder()
     def run(config):
-        (tmp_path / "out" / "results.json").write_text("{}")
+        (tmp_path / "out" / "results.json").write_text("{}", encoding="utf-8")
 
     run(SimpleNamespace(run=SimpleNamespace(out=str(tmp_path / "out"), checkpoint_dir=None)))
     assert capsys.readouterr().out.strip().endswith(f"Written to {tmp_path / 'out'}")

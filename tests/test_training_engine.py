@@ -338,7 +338,7 @@ def test_truncated_or_foreign_checkpoints_give_clear_errors(tmp_path):
     # ... and the message does not pass on torch's advice to load it with weights_only=False
     assert "weights_only" not in str(refused.value) and "not an et-graph" in str(refused.value)
     text = tmp_path / "text.pt"
-    text.write_text("garbage")
+    text.write_text("garbage", encoding="utf-8")
     with pytest.raises(CheckpointError, match="not an et-graph checkpoint"):
         load_checkpoint(text)
     with pytest.raises(CheckpointError, match="no checkpoint"):
@@ -503,7 +503,7 @@ def test_checkpoint_folder_problems_are_found_before_the_first_epoch(tmp_path):
                           progress=False, on_epoch=lambda epoch, v: trained.append(epoch))
         return trainer.fit(nn.Linear(1, 1), ScriptedTask([0.5]))
 
-    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "file").write_text("not a folder", encoding="utf-8")
     with pytest.raises(ValueError, match="is a file, not a folder"):
         fit(tmp_path / "file")
     (tmp_path / "odd" / "last.pt").mkdir(parents=True)
@@ -688,7 +688,7 @@ def run_ddp_script(tmp_path, text: str, *args: str) -> subprocess.CompletedProce
     import random
 
     script = tmp_path / "ddp_script.py"
-    script.write_text(text)
+    script.write_text(text, encoding="utf-8")
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     port = str(random.randint(20000, 40000))

@@ -14,7 +14,8 @@ def test_a_cut_processed_file_or_stamp_is_rebuilt(tmp_path):
     again, _ = load_tudataset(None, "MUTAG", cache, pe_dim=0, progress=False)
     assert len(again) == len(graphs) and all(
         bool((a.x == b.x).all()) for a, b in zip(again, graphs))
-    (cache / "MUTAG" / "raw_source.json").write_text("")  # a full disk left it empty
+    (cache / "MUTAG" / "raw_source.json").write_text("",
+                                                     encoding="utf-8")  # a full disk left it empty
     assert len(load_tudataset(None, "MUTAG", cache, pe_dim=0, progress=False)[0]) == len(graphs)
     assert not list((cache / "MUTAG").glob("*.partial"))
 
@@ -41,7 +42,7 @@ def test_a_dataset_name_cannot_leave_its_folder(tmp_path):
     from et_graph.protocols.tudataset_config import TUDatasetConfig
 
     kept = tmp_path / "important.txt"
-    kept.write_text("results")
+    kept.write_text("results", encoding="utf-8")
     for name in ("..", "a/b", ".", "../x"):
         with pytest.raises(ValueError, match="a TU dataset name is letters"):
             load_tudataset(tmp_path, name, tmp_path / "cache", pe_dim=0, progress=False)
@@ -65,7 +66,7 @@ def test_without_a_writable_home_the_cache_is_a_private_temp_folder(monkeypatch,
     from et_graph.datasets.tudataset import default_tu_cache
 
     blocked = tmp_path / "file"
-    blocked.write_text("")
+    blocked.write_text("", encoding="utf-8")
     monkeypatch.setenv("ET_GRAPH_CACHE", str(blocked / "cache"))  # cannot be made
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()

@@ -127,7 +127,7 @@ def _corrupt_mutag(tmp_path, part, change):
     root = tmp_path / f"bad_{part}"
     shutil.copytree(Path(DATA) / "MUTAG", root / "MUTAG")
     path = root / "MUTAG" / "raw" / f"MUTAG_{part}.txt"
-    path.write_text(change(path.read_text().splitlines()))
+    path.write_text(change(path.read_text(encoding="utf-8").splitlines()), encoding="utf-8")
     return root
 
 
@@ -161,7 +161,7 @@ def _write_tu(root, name, graphs, labels, final_newline=True):
     end = "\n" if final_newline else ""
     for part, lines in (("A", edges), ("graph_indicator", indicator),
                         ("graph_labels", [str(label) for label in labels])):
-        (raw / f"{name}_{part}.txt").write_text("\n".join(lines) + end)
+        (raw / f"{name}_{part}.txt").write_text("\n".join(lines) + end, encoding="utf-8")
     return root
 
 
@@ -177,18 +177,19 @@ def test_tiny_tu_files_load_exactly_or_are_refused(tmp_path):
     graphs, _ = load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
     assert [g.edge_index.size(1) for g in graphs] == [6, 4, 6]  # the last edge was lost
     labels = root / "T" / "raw" / "T_graph_labels.txt"
-    labels.write_text("1\n0\n1\n\n\n")  # trailing blank lines are read as the end
+    labels.write_text("1\n0\n1\n\n\n", encoding="utf-8")  # trailing blank lines are read as the end
     assert len(load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)[0]) == 3
     # the official zips ship a free-text T_label_readme.txt (Mutagenicity's has blank lines):
     # not a raw part, so it is neither checked nor normalised
     readme = "Node labels:\n\n0\tC\n1\tO\n"
-    (root / "T" / "raw" / "T_label_readme.txt").write_text(readme)
+    (root / "T" / "raw" / "T_label_readme.txt").write_text(readme, encoding="utf-8")
     assert len(load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)[0]) == 3
-    assert (tmp_path / "cache" / "T" / "raw" / "T_label_readme.txt").read_text() == readme
-    labels.write_text("1\n\n0\n1\n")
+    assert (tmp_path / "cache" / "T" / "raw" / "T_label_readme.txt").read_text(
+        encoding="utf-8") == readme
+    labels.write_text("1\n\n0\n1\n", encoding="utf-8")
     with pytest.raises(ValueError, match="line 2 is blank"):
         load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
-    labels.write_text("1\n0.5\n1\n")
+    labels.write_text("1\n0.5\n1\n", encoding="utf-8")
     with pytest.raises(ValueError, match="must hold integers.*'0.5'"):
         load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
     cases = [
@@ -213,8 +214,8 @@ def test_the_cache_follows_the_raw_files_content(tmp_path):
     shutil.copytree(Path(DATA) / "MUTAG", first / "MUTAG")
     shutil.copytree(Path(DATA) / "MUTAG", second / "MUTAG")
     labels = second / "MUTAG" / "raw" / "MUTAG_graph_labels.txt"
-    flipped = [str(-int(v)) for v in labels.read_text().split()]
-    labels.write_text("\n".join(flipped) + "\n")
+    flipped = [str(-int(v)) for v in labels.read_text(encoding="utf-8").split()]
+    labels.write_text("\n".join(flipped) + "\n", encoding="utf-8")
     cache = tmp_path / "cache"
     graphs_a, _ = load_tudataset(first, "MUTAG", cache, pe_dim=0, progress=False)
     graphs_b, _ = load_tudataset(second, "MUTAG", cache, pe_dim=0, progress=False)
@@ -224,7 +225,7 @@ def test_the_cache_follows_the_raw_files_content(tmp_path):
 
 
 def _load_mutag_after_marker(cache: str, marker: str) -> None:
-    Path(marker).write_text("about to load")
+    Path(marker).write_text("about to load", encoding="utf-8")
     graphs, _ = load_tudataset(DATA, "MUTAG", cache, pe_dim=0, progress=False)
     assert len(graphs) == 188
 
@@ -516,7 +517,7 @@ def test_tuned_presets_load_and_run_one_model_on_shipped_data(path):
         # too large to ship: the preset must say where the data comes from, not name a path
         # on the machine that made it
         assert not (DATA / config.data.dataset).exists() and config.data.root is None
-        assert "--root DIR" in path.read_text()
+        assert "--root DIR" in path.read_text(encoding="utf-8")
     else:
         assert (DATA / config.data.dataset / "raw").is_dir()
 
@@ -527,7 +528,7 @@ def test_quick_cv_run_writes_results(tmp_path):
     out = tmp_path / "out"
     tudataset.main(["--dataset", "MUTAG", "--root", str(root), "--cache", str(tmp_path / "cache"),
                     "--quick", "--out", str(out), "--pe-dim", "4", "--no-progress"])
-    results = json.loads((out / "MUTAG" / "results.json").read_text())
+    results = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
     assert results["dataset"] == "MUTAG" and "stratified 10-fold" in results["protocol"]
     assert set(results["models"]) == {"et", "gin", "structure_agnostic"}
     for stats in results["models"].values():
@@ -537,7 +538,7 @@ def test_quick_cv_run_writes_results(tmp_path):
     assert results["meta"]["config"]["data"]["pe_dim"] == 4
     # the folds are real: disjoint test folds of about a tenth of MUTAG's 188 graphs
     assert all(18 <= fold["test"] <= 19 for fold in results["folds"])
-    markdown = (out / "MUTAG" / "results.md").read_text()
+    markdown = (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
     assert "| et |" in markdown and "| gin |" in markdown and "structure_agnostic" in markdown
     machine = results["meta"]["machine"]
     assert f"{machine['processor']} ({machine['cpu_capability']})" in markdown  # provenance
@@ -578,8 +579,8 @@ def test_cli_says_which_model_reads_the_bonds(tmp_path, model, flag, section, no
     tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
                     "--models", model, "--max-folds", "1", flag,
                     "--out", str(out), "--no-progress"])
-    assert note in (out / "MUTAG" / "results.md").read_text()
-    results = json.loads((out / "MUTAG" / "results.json").read_text())
+    assert note in (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
+    results = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
     setting = flag.removeprefix("--").replace("-", "_")
     assert results["meta"]["config"][section][setting] is True
 
@@ -589,12 +590,12 @@ def test_cli_with_several_runs_per_fold_reports_their_ensemble(tmp_path):
     tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
                     "--models", "gin", "--runs-per-fold", "2", "--max-folds", "1",
                     "--out", str(out), "--no-progress"])
-    results = json.loads((out / "MUTAG" / "results.json").read_text())
+    results = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
     gin = results["models"]["gin"]
     assert gin["ensemble_accuracy"]["values"] == [
         results["folds"][0]["models"]["gin"]["ensemble_test_accuracy"]]
     assert "averaged class probabilities" in results["protocol"]
-    header = (out / "MUTAG" / "results.md").read_text()
+    header = (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
     assert "| model | accuracy | ensemble_accuracy |" in header
 
 
@@ -647,19 +648,20 @@ def test_validation_only_cli_writes_no_test_figure(tmp_path):
     out = tmp_path / "out"
     tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
                     "--models", "gin", "--validation-only", "--out", str(out), "--no-progress"])
-    text = (out / "MUTAG" / "results.json").read_text()
+    text = (out / "MUTAG" / "results.json").read_text(encoding="utf-8")
     assert "test_accuracy" not in text and '"accuracy"' not in text
     results = json.loads(text)
     assert "validation only" in results["protocol"]
     assert len(results["models"]["gin"]["val_accuracy"]["values"]) == 2
-    assert "val_accuracy" in (out / "MUTAG" / "results.md").read_text()
+    assert "val_accuracy" in (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
     assert not (out / "MUTAG" / "accuracy.png").exists()
     # ET beside GIN: the difference line names the inner validation parts, not test folds
     both = tmp_path / "both"
     tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
                     "--models", "et,gin", "--validation-only", "--out", str(both),
                     "--no-progress"])
-    design = json.loads((both / "MUTAG" / "results.json").read_text())["differences_design"]
+    design = json.loads((both / "MUTAG" / "results.json").read_text(
+        encoding="utf-8"))["differences_design"]
     assert "shared folds' inner validation parts" in design and "test fold" not in design
     # and the probe script reads it
     payload = benchmark_module("tu_validation_probe").main(
@@ -780,7 +782,7 @@ def test_grid_flag_parses_checks_and_runs(tmp_path):
     tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
                     "--models", "structure_agnostic", "--max-folds", "2", "--out", str(out),
                     "--grid", "fast: train.lr=0.03", "--no-progress"])
-    results = json.loads((out / "MUTAG" / "results.json").read_text())
+    results = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
     mlp = results["models"]["structure_agnostic"]
     assert results["grid"] == {"preset": {}, "fast": {"train.lr": "0.03"}}
     assert len(mlp["chosen"]) == 2 and sum(mlp["times_chosen"].values()) == 2
@@ -791,7 +793,7 @@ def test_grid_flag_parses_checks_and_runs(tmp_path):
         "protocol"]
     assert set(results["folds"][0]["models"]) == {"structure_agnostic@preset",
                                                   "structure_agnostic@fast"}
-    assert "candidate chosen per fold" in (out / "MUTAG" / "results.md").read_text()
+    assert "candidate chosen per fold" in (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
 
 
 def test_resume_refuses_a_checkpoint_of_other_model_settings(tmp_path):
@@ -1013,7 +1015,7 @@ def test_a_failed_run_leaves_the_earlier_results_and_folds_together(tmp_path, mo
             "--epochs", "1", "--no-progress", "--out", str(out)]
     tudataset.run(parse(tudataset.CONFIG, argv))
     folder = out / "MUTAG"
-    before = (folder / "folds.jsonl").read_text()
+    before = (folder / "folds.jsonl").read_text(encoding="utf-8")
     assert (folder / "results.json").exists() and not (folder / "folds.running.jsonl").exists()
 
     def fails(*args, **kwargs):
@@ -1023,7 +1025,7 @@ def test_a_failed_run_leaves_the_earlier_results_and_folds_together(tmp_path, mo
     monkeypatch.setattr(tudataset, "cross_validate", fails)
     with pytest.raises(KeyboardInterrupt), pytest.warns(RuntimeWarning):
         tudataset.run(parse(tudataset.CONFIG, argv))
-    assert (folder / "folds.jsonl").read_text() == before
+    assert (folder / "folds.jsonl").read_text(encoding="utf-8") == before
     assert (folder / "folds.running.jsonl").exists()  # the stopped run's own fold
 
 
@@ -1037,7 +1039,7 @@ def test_hand_made_tu_files_are_read_or_named(tmp_path):
     graphs, labels = [TRIANGLE, PATH, TRIANGLE], [1, 0, 1]
     root = _write_tu(tmp_path / "spaces", "T", graphs, labels)
     a_txt = root / "T" / "raw" / "T_A.txt"
-    a_txt.write_text(a_txt.read_text().replace(", ", " "))
+    a_txt.write_text(a_txt.read_text(encoding="utf-8").replace(", ", " "), encoding="utf-8")
     spaced, _ = load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
     reference, _ = load_tudataset(_write_tu(tmp_path / "commas", "T", graphs, labels), "T",
                                   tmp_path / "cache2", pe_dim=0, progress=False)
@@ -1046,11 +1048,11 @@ def test_hand_made_tu_files_are_read_or_named(tmp_path):
     for text, message in (("1.0, 2.0\n" * 8 + "1.0\n", "line 9 holds 1 values, line 1 2"),
                           ("1.0\n" * 8 + "abc\n", "line 9 holds 'abc', not a number"),
                           ("1.0\n" * 8 + "nan\n", "line 9 holds NaN or inf")):
-        attributes.write_text(text)
+        attributes.write_text(text, encoding="utf-8")
         with pytest.raises(ValueError, match=message):
             load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
     attributes.unlink()
-    (root / "T" / "raw" / "T_graph_attributes.txt").write_text("1.0\n")
+    (root / "T" / "raw" / "T_graph_attributes.txt").write_text("1.0\n", encoding="utf-8")
     with pytest.raises(ValueError, match="T_graph_attributes.txt has 1 lines for 3 graphs"):
         load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
     one_way = _write_tu(tmp_path / "one_way", "T", [(3, [(0, 1), (1, 2), (2, 0)]), PATH,

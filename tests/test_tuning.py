@@ -53,10 +53,10 @@ def test_killed_and_restarted_study_continues_its_numbering(tmp_path):
     again = tune_anomaly(config, ["gbt"], TuneBudget(trials=4), storage, out=tmp_path / "b",
                          data=data)
     assert again["models"]["gbt"]["trial_numbers"] == [0, 1, 2, 3]
-    report = json.loads((tmp_path / "b" / "study_report.json").read_text())
+    report = json.loads((tmp_path / "b" / "study_report.json").read_text(encoding="utf-8"))
     assert report["budget"]["trials"] == 4
     assert (tmp_path / "b" / "optimization_history.png").stat().st_size > 0
-    assert "| gbt |" in (tmp_path / "b" / "study_report.md").read_text()
+    assert "| gbt |" in (tmp_path / "b" / "study_report.md").read_text(encoding="utf-8")
 
 
 def test_a_study_resumed_under_another_objective_is_refused(tmp_path):
@@ -204,7 +204,8 @@ def test_tune_cli_end_to_end(tmp_path):
     assert code == 0
     assert (out / "best_gbt.toml").exists() and (out / "study_report.md").exists()
     # the budget's inequalities are said where the budget is (from a fairness audit)
-    assert "Pruned trials count toward the trial budget" in (out / "study_report.md").read_text()
+    assert "Pruned trials count toward the trial budget" in (out / "study_report.md").read_text(
+        encoding="utf-8")
     with pytest.raises(ValueError, match="trials must be positive"):
         cli_main(["tune", "anomaly", "--trials", "0"])
 
@@ -243,7 +244,7 @@ def test_tuned_anomaly_presets_name_one_model_and_their_dataset(path):
     assert path.stem == name or (path.stem[len(name):].isdigit() and path.stem.startswith(name))
     assert config.protocol.model_names() == [config.protocol.models]
     tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
-    meta = tomllib.loads(path.read_text())["meta"]
+    meta = tomllib.loads(path.read_text(encoding="utf-8"))["meta"]
     assert meta["metric"] == "validation auroc" and 0.5 < meta["best_validation"] <= 1.0
 
 
@@ -326,7 +327,7 @@ def test_a_preset_tuned_on_an_in_memory_graph_cannot_run_on_the_default_dataset(
     assert "IN-MEMORY GRAPH planted" in preset["data"]["data"]
     assert preset["run"]["out"] == "none"  # the task's default (no output), not tmp_path
     assert "data_note = \"tuned on an in-memory graph (planted)" in Path(
-        result["presets"]["gbt"]).read_text()
+        result["presets"]["gbt"]).read_text(encoding="utf-8")
     with pytest.raises(FileNotFoundError, match="IN-MEMORY GRAPH"):
         cli_main(["anomaly", "--config", result["presets"]["gbt"], "--no-progress"])
 
@@ -436,7 +437,7 @@ def test_the_report_says_which_labels_trials_read_and_counts_unfinished_trials(t
     write_report(tmp_path, "tudataset", "MUTAG", "accuracy", TuneBudget(trials=1),
                  {"structure_agnostic": summary}, {}, parse(AnomalyConfig, []),
                  labels_read="the labels of the first 2 test folds enter the selection")
-    text = (tmp_path / "study_report.md").read_text()
+    text = (tmp_path / "study_report.md").read_text(encoding="utf-8")
     assert "(the labels of the first 2 test folds enter the selection)" in text
     assert "test labels are never read" not in text and "the trees" not in text
     assert "| structure_agnostic | 1 | 0 | 0 | 1 | 0.5000 |" in text
@@ -467,7 +468,7 @@ def test_the_study_outputs_go_to_out_given_on_the_command_line_only(tmp_path, mo
                         lambda config, models, budget, storage, metric, out, *args, **kwargs:
                         seen.setdefault("out", out))
     preset = tmp_path / "preset.toml"
-    preset.write_text('[run]\nout = "results/anomaly/mine"\n')
+    preset.write_text('[run]\nout = "results/anomaly/mine"\n', encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     tune_cli.main(["anomaly", "--config", str(preset), "--models", "gbt"])
     assert seen.pop("out") == Path("runs/tune/anomaly")
@@ -509,7 +510,7 @@ def test_the_study_report_is_strict_json(tmp_path):
                "history": [(0, float("inf"))]}
     write_report(tmp_path, "anomaly", "planted", "auroc", TuneBudget(trials=1),
                  {"et": summary}, {"et": tmp_path / "et.toml"}, parse(AnomalyConfig, []))
-    text = (tmp_path / "study_report.json").read_text()
+    text = (tmp_path / "study_report.json").read_text(encoding="utf-8")
     report = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
     assert report["models"]["et"]["best_value"] is None
 
@@ -531,7 +532,7 @@ def test_a_tune_into_an_earlier_tunes_folder_names_what_it_left(tmp_path):
     torch.save(planted_anomaly_graph(200, seed=4), graph)
     out = tmp_path / "out"
     out.mkdir()
-    (out / "best_et.toml").write_text("# an earlier tune's preset\n")
+    (out / "best_et.toml").write_text("# an earlier tune's preset\n", encoding="utf-8")
     with pytest.warns(RuntimeWarning, match=r"not rewritten by this one: best_et\.toml"):
         cli_main(["tune", "anomaly", "--trials", "1", "--timeout-minutes", "2",
                   "--storage", f"sqlite:///{tmp_path}/cli.db", "--models", "gbt",

@@ -57,7 +57,7 @@ def test_tune_minimises_mae_and_writes_presets_that_reproduce_the_best_trial(zin
         assert preset.protocol.models == model
         again = GNNBenchmarkObjective(preset, model, data)()
         assert again == pytest.approx(summary["best_value"], abs=1e-12)
-    assert "mae (lower is better)" in (tmp_path / "study_report.md").read_text()
+    assert "mae (lower is better)" in (tmp_path / "study_report.md").read_text(encoding="utf-8")
 
 
 def test_tune_gnnbenchmark_cli(tmp_path):
@@ -78,7 +78,8 @@ def test_no_trial_is_pruned_before_the_warmup(zinc, tmp_path):
                                f"sqlite:///{tmp_path}/w.db", tmp_path, data=data)
     assert result["models"]["gin"]["trials"] == {"complete": 6, "pruned": 0, "fail": 0,
                                                  "running": 0}
-    assert "median pruning after 2 epochs" in (tmp_path / "study_report.md").read_text()
+    assert "median pruning after 2 epochs" in (tmp_path / "study_report.md").read_text(
+        encoding="utf-8")
     with pytest.raises(ValueError, match="prune_warmup"):
         TuneBudget(prune_warmup=-1)
 
@@ -96,5 +97,5 @@ def test_several_tuning_seeds_score_the_mean_of_their_runs(zinc, tmp_path):
         GNNBenchmarkObjective(config, "gin", data, tune_seeds=0)
     result = tune_gnnbenchmark(config, ["gin"], TuneBudget(trials=1), f"sqlite:///{tmp_path}/s.db",
                                tmp_path, data=data, tune_seeds=2)
-    assert "mean of model seeds 0-1" in Path(result["presets"]["gin"]).read_text()
+    assert "mean of model seeds 0-1" in Path(result["presets"]["gin"]).read_text(encoding="utf-8")
     assert result["models"]["gin"]["study"] == "gnnbenchmark-ZINC-gin-seeds2"

@@ -70,7 +70,7 @@ def test_tune_tudataset_cli(tmp_path):
                      f"sqlite:///{tmp_path}/c.db", "--out", str(tmp_path / "o")])
     assert code == 0 and (tmp_path / "o" / "best_structure_agnostic.toml").exists()
     # one pruner step per fold: with 1 tuned fold no trial can be pruned, and the report says so
-    report = (tmp_path / "o" / "study_report.md").read_text()
+    report = (tmp_path / "o" / "study_report.md").read_text(encoding="utf-8")
     assert "no pruning" in report and "epochs" not in report.split("Budget")[1].split(".")[0]
     with pytest.raises(ValueError, match="exceeds the 10 outer folds"):
         cli_main(["tune", "tudataset", *SMALL, "--models", "structure_agnostic",
@@ -231,11 +231,11 @@ def test_tune_bonds_cli_names_its_studies_apart(tmp_path):
                      "--tune-bonds", "--trials", "2", "--tune-folds", "1", "--storage",
                      f"sqlite:///{tmp_path}/b.db", "--out", str(tmp_path / "o")])
     assert code == 0
-    report = (tmp_path / "o" / "study_report.md").read_text()
+    report = (tmp_path / "o" / "study_report.md").read_text(encoding="utf-8")
     assert "incident_edge_sums" in report
     import json
 
-    summary = json.loads((tmp_path / "o" / "study_report.json").read_text())
+    summary = json.loads((tmp_path / "o" / "study_report.json").read_text(encoding="utf-8"))
     assert summary["models"]["structure_agnostic"]["study"].endswith("-bonds")
     preset = merge(TUDatasetConfig(), load_file(tmp_path / "o" / "best_structure_agnostic.toml"))
     best = summary["models"]["structure_agnostic"]["best_params"]["incident_edge_sums"]

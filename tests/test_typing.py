@@ -52,7 +52,7 @@ def use(data: Data) -> None:
 
 def test_users_type_checked_code_sees_the_public_types(tmp_path):
     script = tmp_path / "user.py"
-    script.write_text(USER_CODE)
+    script.write_text(USER_CODE, encoding="utf-8")
     env = {**os.environ, "MYPYPATH": str(ROOT)}
     result = subprocess.run(
         [sys.executable, "-m", "mypy", str(script), "--follow-imports=silent",

@@ -353,11 +353,11 @@ def test_cli_quick_on_a_planted_graph(graph, tmp_path, capsys):
                      "--threads", "1", "--bootstrap-rounds", "100"])
     assert code == 0
     assert "et_reconstruction" in capsys.readouterr().out  # printed without progress bars too
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert results["dataset"] == "planted"
     assert set(results["models"]) == {"et_reconstruction", "et_energy", "iforest"}
     assert results["meta"]["config"]["protocol"]["seeds"] == 2
-    table = (out / "results.md").read_text()
+    table = (out / "results.md").read_text(encoding="utf-8")
     assert "et_reconstruction" in table and "rec_at_k" in table
     assert (out / "roc_pr.png").stat().st_size > 0
     # ET's headline row minus each baseline (never minus ET's other rows)

@@ -22,7 +22,8 @@ _DIRECTIVE = re.compile(
 
 
 def _mentions(source: Path, name: str) -> bool:
-    return source.is_file() and re.search(rf"\b{re.escape(name)}\b", source.read_text()) is not None
+    return source.is_file() and re.search(rf"\b{re.escape(name)}\b", source.read_text(
+        encoding="utf-8")) is not None
 
 
 def module_exists(name: str, root: Path) -> bool:

@@ -112,7 +112,7 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
             shutil.rmtree(cache / name)
         shutil.copytree(source, target)
         for file_name, text in texts.items():  # what PyG reads: the normalised lines
-            (target / file_name).write_text(text)
+            (target / file_name).write_text(text, encoding="utf-8")
         # (a full disk left an empty stamp, read as JSON on every run)
         write_text_whole(stamp, json.dumps(fingerprint, indent=1))
     return cache
@@ -122,7 +122,7 @@ def _stamped(stamp: Path) -> Optional[dict[str, str]]:
     """The fingerprint a cache was stamped with; ``None`` when missing or unreadable (the files
     are then copied again)."""
     try:
-        return json.loads(stamp.read_text())
+        return json.loads(stamp.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
@@ -141,7 +141,7 @@ def _normalised_text(path: Path) -> str:
     """The file's lines, trailing blank lines dropped and a final newline added: PyG's reader
     drops the last line of a file without one (a lost edge in ``A.txt``), and fails on blank
     lines with ``invalid literal for int() with base 10: ''``."""
-    lines = path.read_text().splitlines()
+    lines = path.read_text(encoding="utf-8").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
     blank = [i + 1 for i, line in enumerate(lines) if not line.strip()]

@@ -174,7 +174,7 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
         write_results(out, results, [metric, f"val_{metric}"], title=title, notes=notes,
                       sections=difference_sections(results))
         _plot_curves(out, {name: [r["curve"] for r in rs] for name, rs in runs.items()}, data)
-        print((out / "results.md").read_text())
+        print((out / "results.md").read_text(encoding="utf-8"))
     else:
         print(f"# {title}\n\n{markdown_table(models, [metric, f'val_{metric}'])}"
               + "".join("\n\n" + section for section in difference_sections(results)))

@@ -148,7 +148,7 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
         provenance_note(results["meta"]),
     ]
     write_results(out, results, metrics=["mse"], title="Masked image completion", notes=notes)
-    print((out / "results.md").read_text())  # with or without progress bars
+    print((out / "results.md").read_text(encoding="utf-8"))  # with or without progress bars
     return results
 
 

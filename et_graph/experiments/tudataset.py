@@ -72,7 +72,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     def log_fold(record: dict[str, Any]) -> None:
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            with open(out_dir / PARTIAL_FOLDS, "a") as handle:
+            with open(out_dir / PARTIAL_FOLDS, "a", encoding="utf-8") as handle:
                 handle.write(json_text(record, indent=None) + "\n")
         key = "val_accuracy" if protocol.validation_only else "test_accuracy"
         accs = ", ".join(f"{n}={r[key]:.3f}" for n, r in record["models"].items())
@@ -177,7 +177,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         os.replace(out_dir / PARTIAL_FOLDS, out_dir / "folds.jsonl")
     if not protocol.validation_only:
         plot_fold_accuracies(results, out_dir / "accuracy.png")
-    tqdm.write((out_dir / "results.md").read_text())  # with or without progress bars
+    tqdm.write((out_dir / "results.md").read_text(
+        encoding="utf-8"))  # with or without progress bars
     return results
 
 

@@ -86,7 +86,7 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
         fig.tight_layout()
         fig.savefig(out / "energy_steps.png", dpi=120)
         plt.close(fig)
-        (out / "energy_steps.json").write_text(json_text(energy))
+        (out / "energy_steps.json").write_text(json_text(energy), encoding="utf-8")
 
 
 def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope: str) -> None:

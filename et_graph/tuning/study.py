@@ -359,7 +359,7 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
               "models": summaries, "presets": {k: str(v) for k, v in presets.items()},
               "meta": run_metadata(config)}
     # strict, as every results file: a diverged trial's inf was written as Infinity
-    (out / "study_report.json").write_text(json_text(report, default=str))
+    (out / "study_report.json").write_text(json_text(report, default=str), encoding="utf-8")
     trees = ("; a model without epochs (the trees) is never pruned, so it completes every "
              "trial" if "gbt" in summaries else "")
     held = {s["trials"]["complete"] + s["trials"]["pruned"] for s in summaries.values()}
@@ -386,7 +386,7 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
     lines += ["", "Best settings (the config's names, as the presets write them):", ""]
     lines += [f"- {model}: `{json.dumps(s.get('best_settings', s['best_params']))}`"
               for model, s in summaries.items()]
-    (out / "study_report.md").write_text("\n".join(lines) + "\n")
+    (out / "study_report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     plot_history(out / "optimization_history.png", summaries, metric)
 
 

@@ -242,8 +242,9 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
       message: ``to_hetero(..., aggr="sum")`` and ``HeteroConv`` would add ``x`` once per
       relation into a node type (between node types the call is bipartite and refused; over
       one node type it runs, with a ``UserWarning``). ``to_hetero_with_bases`` is refused, and
-      so is :class:`~et_graph.nn.RelationalETConv` under ``to_hetero`` or ``HeteroConv``. Use :class:`~et_graph.nn.RelationalETConv` (one
-      energy summed over relations, the exact model) on ``data.to_homogeneous()``.
+      so is :class:`~et_graph.nn.RelationalETConv` under ``to_hetero`` or ``HeteroConv``. Use
+      :class:`~et_graph.nn.RelationalETConv` (one energy summed over relations, the exact
+      model) on ``data.to_homogeneous()``.
     * **Transforms.** ``torch.compile`` works (with graph breaks at the input checks;
       ``fullgraph=True`` and ``torch.export`` do not). ``torch.func`` (``grad``, ``vmap``,
       ``functional_call``) uses the reference closed form instead of the fused kernel, with
