@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from . import __version__
 from .config import add_config_arguments
@@ -99,6 +99,22 @@ def run_example(call: Callable[[], object], script: str) -> None:
         raise SystemExit(status)
 
 
+def keep_printable(stream: Any) -> None:
+    """Let ``stream`` print the tables' ``±``, ``×``, ``−`` and ``‖`` whatever its encoding.
+
+    Python writes a redirected stdout in the locale's encoding (cp1252 on Windows, ASCII under
+    ``LANG=C``), which has no ``−`` or ``‖``: a finished run crashed while printing its table.
+    Such a stream now writes a character it cannot encode as an escape (``\\u2212``)."""
+    encoding = getattr(stream, "encoding", None)
+    reconfigure = getattr(stream, "reconfigure", None)
+    if not encoding or reconfigure is None:
+        return
+    try:
+        "±×−‖≤".encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        reconfigure(errors="backslashreplace")
+
+
 def console_main(argv: Optional[Sequence[str]] = None) -> int:
     """The installed ``et-graph`` command: :func:`main` under :func:`exit_on_bad_input`. Library
     callers of :func:`main` get the exception itself. Ctrl-C ends it with one line and exit
@@ -106,6 +122,8 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
     resumes from its last checkpoint under ``--resume``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"et-graph {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "et-graph"
+    for stream in (sys.stdout, sys.stderr):
+        keep_printable(stream)
     try:
         return exit_on_bad_input(lambda: main(argv), prog)
     except KeyboardInterrupt:

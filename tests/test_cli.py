@@ -204,3 +204,26 @@ def test_the_command_checks_its_flags_as_the_examples_do(command, argv, pattern,
     monkeypatch.setattr(module, "run", lambda config: config)
     with pytest.warns(RuntimeWarning, match=pattern):
         assert main([command, *argv]) == 0
+
+
+def test_a_redirected_stream_without_the_tables_symbols_prints_escapes():
+    """Python writes a redirected stdout in the locale's encoding (cp1252 on Windows, ASCII
+    under LANG=C); a finished run crashed printing '−' or '‖'."""
+    import io
+    import os
+    import subprocess
+    import sys
+
+    from et_graph.cli import keep_printable
+
+    narrow = io.TextIOWrapper(io.BytesIO(), encoding="cp1252")
+    keep_printable(narrow)
+    narrow.write("ET − GIN ‖ ±1")
+    narrow.flush()
+    assert narrow.buffer.getvalue() == "ET \\u2212 GIN \\u2016 ±1".encode("cp1252")
+    wide = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    keep_printable(wide)
+    assert wide.errors == "strict"  # a stream that can print them is left alone
+    result = subprocess.run([sys.executable, "-m", "et_graph", "tudataset", "--help"],
+                            capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert result.returncode == 0 and b"\\xd7" in result.stdout  # the help's "×"
