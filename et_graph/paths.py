@@ -39,6 +39,9 @@ def write_text_whole(path: Path, text: str) -> Path:
     return path
 
 
+WINDOWS = os.name == "nt"
+
+
 def private_temp_folder(name: str) -> Path:
     """``<tmp>/<name>_<uid>``, made with mode 0700, and refused unless it is a real folder of
     this user that nobody else can write: another user may have made it first, with files
@@ -51,8 +54,10 @@ def private_temp_folder(name: str) -> Path:
     folder = Path(tempfile.gettempdir()) / (f"{name}_{owner}" if owner is not None else name)
     folder.mkdir(mode=0o700, exist_ok=True)
     info = folder.lstat()
+    # Windows reports every writable folder as mode 0o777 (its temp folder is the user's own)
+    shared = info.st_mode & 0o022 and not WINDOWS
     if (not stat.S_ISDIR(info.st_mode) or (owner is not None and info.st_uid != owner)
-            or info.st_mode & 0o022):
+            or shared):
         raise ValueError(f"{folder} is not a private folder of this user (another user's, a "
                          "link, or writable by others): set ET_GRAPH_CACHE or pass --cache")
     return folder

@@ -259,3 +259,33 @@ def test_the_output_lock_survives_its_removal_race_and_lockless_filesystems(tmp_
         monkeypatch.setattr(locking, "_acquire", real)
         with locking.exclusive_folder(tmp_path, "run"):
             pass
+
+
+def test_a_blocked_windows_lock_is_waited_for(monkeypatch):
+    """msvcrt's blocking lock gave up after ten one-second tries: a second job died while the
+    first processed a dataset. The non-blocking lock is tried again until it is free."""
+    import errno
+
+    import pytest
+
+    from et_graph.datasets import locking
+
+    monkeypatch.setattr(locking, "RETRY_S", 0.0)
+    tries = []
+
+    def held_three_times():
+        tries.append(1)
+        if len(tries) <= 3:
+            raise OSError(errno.EACCES, "held")
+
+    locking._wait_for_lock(held_three_times, blocking=True)
+    assert len(tries) == 4
+    tries.clear()
+    with pytest.raises(OSError):  # exclusive_folder names a held lock at once
+        locking._wait_for_lock(held_three_times, blocking=False)
+
+    def broken():
+        raise OSError(errno.EBADF, "bad file descriptor")
+
+    with pytest.raises(OSError):  # not a held lock: no endless wait
+        locking._wait_for_lock(broken, blocking=True)

@@ -79,6 +79,11 @@ def test_without_a_writable_home_the_cache_is_a_private_temp_folder(monkeypatch,
     folder.chmod(0o777)  # as another user's (or a careless) folder would be
     with pytest.raises(ValueError, match="not a private folder of this user"):
         default_tu_cache()
+    # Windows reports every writable folder as 0o777: it refused its own temp folder
+    from et_graph import paths
+
+    monkeypatch.setattr(paths, "WINDOWS", True)
+    assert default_tu_cache() == folder
 
 
 def test_a_full_disk_is_not_called_a_damaged_file(tmp_path):

@@ -10,8 +10,9 @@ import errno
 import io
 import os
 import sys
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Union
 
@@ -87,12 +88,32 @@ def exclusive_folder(folder: Union[str, os.PathLike[str]], name: str) -> Iterato
             _release(handle)
 
 
+#: How often a blocked Windows lock is tried again, in seconds.
+RETRY_S = 0.2
+# What msvcrt.locking raises for a byte another process holds.
+_HELD = (errno.EACCES, errno.EDEADLK)
+
+
+def _wait_for_lock(try_lock: Callable[[], None], blocking: bool) -> None:
+    """Call ``try_lock`` (a non-blocking lock) until it succeeds. msvcrt's blocking mode,
+    ``LK_LOCK``, gives up after ten one-second tries with ``OSError``: a second job died while
+    the first processed a dataset for longer than that. This waits as ``fcntl.flock`` does."""
+    while True:
+        try:
+            try_lock()
+            return
+        except OSError as error:
+            if not blocking or error.errno not in _HELD:
+                raise
+            time.sleep(RETRY_S)
+
+
 if os.name == "nt":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
     def _acquire(handle, blocking: bool = True) -> None:
         handle.seek(0)
-        msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK if blocking else msvcrt.LK_NBLCK, 1)
+        _wait_for_lock(lambda: msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1), blocking)
 
     def _release(handle) -> None:
         handle.seek(0)
