@@ -11,6 +11,7 @@ block for the layer's own precision.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any, Callable, TypeVar
 
@@ -18,6 +19,25 @@ import torch
 from torch import Tensor
 
 Backward = TypeVar("Backward", bound=Callable[..., Any])
+
+
+def autocast_off(device_type: str) -> contextlib.AbstractContextManager[Any]:
+    """``torch.autocast(device_type, enabled=False)``, or nothing on a device that has no
+    autocast to turn off: torch before 2.5 refused ``torch.autocast("mps")`` outright ("an
+    unsupported autocast device_type"), which failed every layer call on a Mac."""
+    available = getattr(torch.amp, "is_autocast_available", None)
+    known = available(device_type) if available is not None else device_type in ("cpu", "cuda")
+    if not known:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, enabled=False)
+
+
+def float64_on_host_if_needed(tensor: Tensor) -> Tensor:
+    """``tensor.double()`` on its own device, or on the CPU for Apple's ``mps``, which has no
+    float64 ("Cannot convert a MPS Tensor to float64")."""
+    if tensor.device.type == "mps":
+        tensor = tensor.cpu()
+    return tensor.double()
 
 
 def backward_without_autocast(backward: Backward) -> Backward:
@@ -29,7 +49,7 @@ def backward_without_autocast(backward: Backward) -> Backward:
         device = next((g.device.type for g in grads if isinstance(g, Tensor)), "cpu")
         if device == "meta":
             return backward(ctx, *grads)
-        with torch.autocast(device, enabled=False):
+        with autocast_off(device):
             return backward(ctx, *grads)
 
     return run  # type: ignore[return-value]

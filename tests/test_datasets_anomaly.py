@@ -330,7 +330,8 @@ def test_multiclass_labels_need_binarize(tmp_path):
     loaded = load_data(parse(AnomalyConfig, ["--data", str(path), "--binarize"]).data)
     assert torch.equal(loaded.y, data.y)
     config = parse(UnsupervisedAnomalyConfig, ["--data", str(path), "--binarize"])
-    assert int(load_graph(config.data)[1].open(encoding="utf-8").sum()) == int(data.y.sum())
+    labels = load_graph(config.data)[1]
+    assert int(labels.open().sum()) == int(data.y.sum())
 
 
 def test_pygod_generated_graphs_are_binarized_by_name(tmp_path):

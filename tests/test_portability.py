@@ -11,7 +11,8 @@ SOURCES = sorted(
      for path in (ROOT / folder).rglob("*.py")] + [ROOT / "setup.py"])
 TEXT_METHODS = {"read_text", "write_text"}
 OPENERS = {"open", "fdopen"}
-NOT_FILES = {"tarfile", "zipfile", "gzip", "Image", "np", "numpy", "webbrowser", "os"}
+# receivers whose open() is not a file's (labels: SealedLabels.open reveals the labels)
+NOT_FILES = {"tarfile", "zipfile", "gzip", "Image", "np", "numpy", "webbrowser", "os", "labels"}
 
 
 def _constant(node):
@@ -51,3 +52,38 @@ def test_every_text_open_names_its_encoding():
                for line, name in _text_opens_without_encoding(
                    ast.parse(path.read_text(encoding="utf-8")))]
     assert len(SOURCES) > 100 and not missing, f"add encoding='utf-8': {missing}"
+
+
+def test_a_device_without_autocast_runs_the_layer_without_entering_it(monkeypatch):
+    """torch before 2.5 refused torch.autocast('mps'), and every layer call entered it."""
+    import torch
+
+    from et_graph.nn import ETConv
+
+    entered = []
+    monkeypatch.setattr(torch.amp, "is_autocast_available", lambda device: False)
+    monkeypatch.setattr(torch, "autocast", lambda *a, **k: entered.append(a) or 1 / 0)
+    conv = ETConv(8, heads=2, head_dim=4)
+    x = torch.randn(6, 8, requires_grad=True)
+    conv(x, torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])).sum().backward()
+    assert not entered and x.grad is not None
+
+
+def test_float64_work_moves_off_a_device_without_float64():
+    """Apple's mps has no float64: score and feature conversions failed there."""
+    import torch
+
+    from et_graph.precision import float64_on_host_if_needed
+
+    class OnMps:  # a tensor stand-in: no mps device on the CI machines
+        device = torch.device("mps")
+
+        def cpu(self):
+            return torch.ones(2)
+
+        def double(self):
+            raise TypeError("Cannot convert a MPS Tensor to float64 dtype")
+
+    assert float64_on_host_if_needed(OnMps()).dtype == torch.float64
+    on_cpu = torch.ones(2)
+    assert float64_on_host_if_needed(on_cpu).device.type == "cpu"

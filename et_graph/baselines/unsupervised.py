@@ -46,7 +46,7 @@ def baseline_features(data: Data, neighbour_stats: Union[str, Sequence[str], Non
     z-scored over all nodes (so that no block outweighs another in LOF's distances; constant
     columns become 0). Label-free: only ``x`` and ``edge_index`` are read."""
     stats = parse_neighbour_stats(neighbour_stats)
-    x = data.x.double().cpu()  # scikit-learn reads NumPy arrays (a CUDA graph failed here)
+    x = data.x.cpu().double()  # scikit-learn reads NumPy arrays (a CUDA graph failed here)
     if not stats:
         return x.numpy()
     features = torch.cat([x, neighbourhood_statistics(x, data.edge_index.cpu(), stats)], dim=-1)

@@ -37,6 +37,7 @@ from ..nn.models.anomaly import (
     relation_inputs,
     weighted_bce_loss,
 )
+from ..precision import float64_on_host_if_needed
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
 from ..training import CheckpointConfig, Trainer, Validation, rank_world
 from ..training.checkpoint import fingerprint_with_data
@@ -257,7 +258,7 @@ class NodeAnomalyTask:
     def validate(self, model: nn.Module) -> Validation:
         extra = {**self.chunking, **relation_inputs(model, self.data)}
         logits = model(self.eval_x, self.data.edge_index, **extra)[self.val_index.to(self.device)]
-        prob = torch.sigmoid(logits).double().cpu().numpy()
+        prob = torch.sigmoid(logits).cpu().double().numpy()
         score, threshold = validation_score(self.y_val, prob, self.config.select_metric)
         loss = float(weighted_bce_loss(logits.cpu(), torch.from_numpy(self.y_val),
                                        self.pos_weight))
@@ -284,7 +285,7 @@ def check_feature_scales(x: Tensor, detector: str) -> None:
     near 1): a network trains poorly on them (Tolokers-like data with one column times
     1e4 gave ET an AUROC of 0.38 raw, 0.99 quantile-transformed), while ``et-graph anomaly``
     transforms every column by default. Trees do not care, so GBT does not warn."""
-    x = x.detach().double()
+    x = float64_on_host_if_needed(x.detach())
     if x.numel() == 0 or not bool(torch.isfinite(x).all()):
         return
     spread = x.std(0, unbiased=False) if x.size(0) > 1 else x.abs()[0]

@@ -306,7 +306,7 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
             if not bool(mask.any()):
                 continue
             for name, value in model.scores(x, edge_index, mask, structure_reduce).items():
-                value = value.double().cpu()
+                value = value.cpu().double()
                 total = sums.setdefault(name, torch.zeros(num_nodes, dtype=torch.float64))
                 chosen = mask if name == "reconstruction" else ~mask
                 total[chosen] += value[chosen]

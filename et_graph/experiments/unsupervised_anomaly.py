@@ -69,8 +69,7 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
     if not scores:  # exit 0 with an empty table said nothing had failed
         raise ValueError("every chosen detector was skipped (" + "; ".join(
             f"{name}: {why}" for name, why in skipped.items()) + "): nothing was scored")
-    y = labels.open(
-        encoding="utf-8")                                              # phase 3: first label read
+    y = labels.open()                                                  # phase 3: first label read
     evaluated = labels.evaluated()  # the labelled nodes (label_mask), or None for all
     if evaluated is not None:
         y = y[evaluated]

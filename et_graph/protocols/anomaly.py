@@ -406,7 +406,7 @@ def energy_trajectory(det: ETDetector, data: Data, split: Split, extra_steps: in
     out: dict[str, list[float]] = {"all": [], "normal": [], "anomalous": []}
     last = conv.steps + extra_steps
     for step in range(last + 1):
-        energy = model.node_energy(x, data.edge_index, **relations).double().cpu().numpy()
+        energy = model.node_energy(x, data.edge_index, **relations).cpu().double().numpy()
         out["all"].append(float(energy.mean()))
         for group, index in groups.items():
             out[group].append(float(energy[index].mean()))

@@ -6,6 +6,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..nn.validation import check_positive_int
+from ..precision import float64_on_host_if_needed
 from .neighbourhood import neighbourhood_statistics
 
 #: Per-column feature transforms over all nodes: none, z-scores, normal scores of the ranks, or
@@ -159,17 +160,18 @@ def piecewise_linear_encoding(x: Tensor, bins: int = 16) -> Tensor:
         x = x.float()
     elif not bool(torch.isfinite(x).all()):  # one NaN made its whole column NaN
         raise ValueError("piecewise_linear_encoding: x holds NaN or inf")
-    # on x's device: CPU levels failed torch.quantile on a GPU column
-    levels = torch.linspace(0, 1, bins + 1, dtype=torch.float64, device=x.device)
+    work = float64_on_host_if_needed(x)
+    # on x's device (the CPU for mps): CPU levels failed torch.quantile on a GPU column
+    levels = torch.linspace(0, 1, bins + 1, dtype=torch.float64, device=work.device)
     columns = []
-    for column in x.double().unbind(dim=1):
+    for column in work.unbind(dim=1):
         edges = torch.unique(torch.quantile(column, levels))  # sorted, repeated edges merged
         if edges.numel() < 2:
             columns.append(column.new_zeros(column.numel(), 1))
             continue
         low, high = edges[:-1], edges[1:]
         columns.append(((column.unsqueeze(1) - low) / (high - low)).clamp_(0.0, 1.0))
-    return torch.cat(columns, dim=1).to(x.dtype)
+    return torch.cat(columns, dim=1).to(x.device, x.dtype)
 
 
 def quantile_normal(x: Tensor) -> Tensor:
@@ -180,7 +182,7 @@ def quantile_normal(x: Tensor) -> Tensor:
 
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         raise ValueError("quantile_normal: x holds NaN or inf")
-    ranks = rankdata(x.detach().double().cpu().numpy(), axis=0, method="average")
+    ranks = rankdata(x.detach().cpu().double().numpy(), axis=0, method="average")
     scores = norm.ppf(ranks / (x.size(0) + 1))
     dtype = x.dtype if x.is_floating_point() else torch.float32
     return torch.from_numpy(scores).to(device=x.device, dtype=dtype)

@@ -23,6 +23,7 @@ from torch_geometric.utils import is_sparse, to_edge_index
 
 from ... import energy as E
 from ...fused import EdgePlan, build_edge_plan, fused_attention_grad
+from ...precision import autocast_off
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
     check_dtype,
@@ -59,7 +60,7 @@ def in_parameter_precision(method: Method) -> Method:
                 f"{type(self).__name__} cannot run on the meta device: its input checks and "
                 "its edge layout read the values. Build it under torch.device('meta') if you "
                 "like, then to_empty(device=...) and reset_parameters() before calling it")
-        with torch.autocast(device_type, enabled=False):
+        with autocast_off(device_type):
             return method(self, *args, **kwargs)
 
     return run  # type: ignore[return-value]
