@@ -600,6 +600,14 @@ def test_torchscript_is_refused_with_the_reason():
         torch.jit.script(conv)
     with pytest.raises(NotImplementedError, match="does not support torch.jit.trace"):
         torch.jit.trace(conv, (x.float(), edge_index))
+    # the relational layer failed with TorchScript's raw NotSupportedError, naming
+    # et_energy.py; torch.export with a guard on an unbacked symbol from the input checks
+    from et_graph.nn import RelationalETConv
+
+    with pytest.raises(NotImplementedError, match="RelationalETConv does not support TorchScript"):
+        torch.jit.script(RelationalETConv(8, 2, heads=2, head_dim=4))
+    with pytest.raises(NotImplementedError, match="does not support torch.export"):
+        torch.export.export(conv, (x.float(), edge_index), strict=False)
 
 
 def test_sixteen_bit_layers_take_features_up_to_their_range():

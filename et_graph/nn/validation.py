@@ -207,12 +207,20 @@ def sum_per_graph(per_node: Tensor, batch: Optional[Tensor], num_graphs: Optiona
 
 def refuse_tracing(module: torch.nn.Module) -> None:
     """``NotImplementedError`` under ``torch.jit.trace``, which would record one graph's edge
-    layout as constants (or fail deep inside with an unrelated message)."""
+    layout as constants (or fail deep inside with an unrelated message), and under
+    ``torch.export``, which failed on a data-dependent guard with torch's message."""
     if torch.jit.is_tracing():
         raise NotImplementedError(
             f"{type(module).__name__} does not support torch.jit.trace (its edge layout depends "
             "on the data): use torch.compile, or the eager module (torch.export fails on the "
             "same data-dependent shapes)")
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    if is_exporting is not None and is_exporting():
+        # torch's own failure named a guard on an unbacked symbol deep in the input checks
+        raise NotImplementedError(
+            f"{type(module).__name__} does not support torch.export (nor ONNX export, which "
+            "builds on it): its input checks and edge layout read the values of the data. "
+            "Deploy the eager module or torch.compile it")
 
 
 def check_finite_energy(energy: Tensor, beta: Tensor, owner: str = "ETConv") -> Tensor:

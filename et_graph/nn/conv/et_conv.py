@@ -52,6 +52,13 @@ class EnergyShape:
 
     energy_fn: Any
 
+    def __prepare_scriptable__(self) -> Any:
+        # torch.jit.script calls this first: without it the failure names a wrapper's line.
+        raise NotImplementedError(
+            f"{type(self).__name__} does not support TorchScript (keyword-only arguments, and "
+            "a hand-written autograd.Function over sparse kernels): use torch.compile, or the "
+            "eager module")
+
     @property
     def channels(self) -> int:
         """Token width ``D``."""
@@ -249,7 +256,10 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
       ``fullgraph=True`` and ``torch.export`` do not). ``torch.func`` (``grad``, ``vmap``,
       ``functional_call``) uses the reference closed form instead of the fused kernel, with
       the same values; under ``vmap`` the NaN/inf input check is skipped (it reads values).
-      TorchScript (``torch.jit.script``/``trace``) and the meta device are not supported.
+      TorchScript (``torch.jit.script``/``trace``), ``torch.export`` (so ONNX export) and the
+      meta device are not supported. Training a compiled layer with ``grad="autograd"`` fails
+      in torch ("aot_autograd does not support double backward"); the default analytic path
+      trains compiled.
     * **Message hooks.** The fused kernel does not call ``propagate``, so PyG's
       ``register_message_forward_hook`` and ``register_propagate_forward_hook`` hooks fire only
       on the reference path (``conv.fused = False``, or an explainer's edge mask), which gives
@@ -827,13 +837,6 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
                                              real))
             return out, check_finite_energy(torch.stack(energies, dim=-1).detach(), fn.beta)
         return out
-
-    def __prepare_scriptable__(self) -> ETConv:
-        # torch.jit.script calls this first: without it the failure names a wrapper's line.
-        raise NotImplementedError(
-            f"{type(self).__name__} does not support TorchScript (keyword-only arguments, and "
-            "a hand-written autograd.Function over sparse kernels): use torch.compile, or the "
-            "eager module")
 
     def __repr__(self) -> str:
         return (

@@ -469,7 +469,11 @@ class ETGraphModel(nn.Module):
         (``rw_pe_dim``). Such fields present for a model built without them are not read:
         ``unused="warn"`` (the default) says so once per model, ``"raise"`` refuses them (as
         :meth:`forward` does when they are passed), ``"ignore"`` is silent (the runners, whose
-        data carry every field while a preset chooses what the model reads)."""
+        data carry every field while a preset chooses what the model reads).
+
+        ``torch.compile(model)`` compiles ``forward`` only: ``compiled.forward_data(batch)``
+        runs the module uncompiled. Compile ``model.forward`` and call it on the batch's
+        fields, or compile a function that calls ``model.forward_data``."""
         if unused not in ("warn", "raise", "ignore"):
             raise ValueError(f"unused must be 'warn', 'raise' or 'ignore', got {unused!r}")
         readers = {"edge_attr": self.has_edge_features, "lap_pe": self.pe_encoder is not None,
