@@ -508,6 +508,8 @@ def test_a_list_or_heterodata_is_named_as_not_a_data_object(graph):
         for make in (ETDetector, GBTDetector):
             with pytest.raises(TypeError, match="must be a torch_geometric.data.Data"):
                 make().fit(wrong)
+    with pytest.raises(TypeError, match="to_homogeneous"):  # what to do with one
+        ETDetector().fit(HeteroData())
 
 
 def test_settings_a_detector_ignores_or_cannot_use_fail_at_construction():

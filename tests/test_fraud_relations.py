@@ -110,8 +110,44 @@ def test_multi_relation_errors(tmp_path):
         load_anomaly_dataset("tolokers", relation="multi")
     graph = tmp_path / "graph.pt"
     torch.save(planted_anomaly_graph(30, seed=1), graph)
-    with pytest.raises(ValueError, match="single edge type"):
+    with pytest.raises(ValueError, match="has no edge_type"):
         load_anomaly_dataset(path=graph, relation="multi")
+    with pytest.raises(ValueError, match="applies to CARE-GNN .mat files"):
+        load_anomaly_dataset(path=graph, relation="net_rur")
+
+
+def test_a_typed_torch_file_keeps_its_relations(tmp_path):
+    """A user's own typed graph reached the multi-relation ET only through a .mat file: a .pt
+    with edge_type lost its types (pairs in two relations merged), and relation='multi' said
+    the file had a single edge type."""
+    from torch_geometric.data import Data
+
+    write_care_mat(tmp_path / "YelpChi.mat", YELP_RELATIONS)
+    mat = load_fraud_mat(tmp_path / "YelpChi.mat", relation="multi")
+    # the same graph as a .pt: one direction of each edge, relations shuffled in the columns
+    order = torch.randperm(mat.edge_index.size(1), generator=torch.Generator().manual_seed(0))
+    one_way = mat.edge_index[0, order] < mat.edge_index[1, order]
+    kept = order[one_way]
+    torch.save(Data(x=mat.x, y=mat.y, edge_index=mat.edge_index[:, kept],
+                    edge_type=mat.edge_type[kept], relation_names=list(YELP_RELATIONS)),
+               tmp_path / "typed.pt")
+    data = load_anomaly_dataset(path=tmp_path / "typed.pt", relation="multi")
+    assert data.relation_names == list(YELP_RELATIONS)
+    for r in range(len(YELP_RELATIONS)):
+        assert pairs(data.edge_index[:, data.edge_type == r]) == pairs(
+            mat.edge_index[:, mat.edge_type == r])
+    assert data.edge_index.size(1) == mat.edge_index.size(1)  # repeats across relations kept
+    merged = load_anomaly_dataset(path=tmp_path / "typed.pt")  # homo: one edge set
+    assert getattr(merged, "edge_type", None) is None
+    assert merged.edge_index.size(1) == len(pairs(mat.edge_index))
+    # ids beyond the names, and an edge_type of the wrong length, are refused
+    for edge_type, message in ((mat.edge_type[kept] + 1, "outside 0..2"),
+                               (mat.edge_type[kept][:-1], "one integer relation id per edge")):
+        torch.save(Data(x=mat.x, y=mat.y, edge_index=mat.edge_index[:, kept],
+                        edge_type=edge_type, relation_names=list(YELP_RELATIONS)),
+                   tmp_path / "bad.pt")
+        with pytest.raises(ValueError, match=message):
+            load_anomaly_dataset(path=tmp_path / "bad.pt", relation="multi")
 
 
 def test_detection_data_keeps_the_edge_types(tmp_path):

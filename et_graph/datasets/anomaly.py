@@ -74,15 +74,17 @@ def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optiona
     if unlabelled_prefix is not None:
         raise ValueError(f"unlabelled_prefix applies to CARE-GNN .mat files, not to {path.name} "
                          "(mark its labelled nodes in label_mask instead)")
-    if relation != "homo":
+    torch_file = bool(suffixes) and suffixes[-1] in (".pt", ".pth", ".zip")
+    if relation != "homo" and not (torch_file and relation == "multi"):
         raise ValueError(
-            f"relation={relation!r} only applies to CARE-GNN .mat files (YelpChi, Amazon); "
-            f"{path.name} has a single edge type, so use relation='homo'"
+            f"relation={relation!r} applies to CARE-GNN .mat files (YelpChi, Amazon), and "
+            f"'multi' also to a torch-saved Data with edge_type; {path.name} is read with "
+            "relation='homo'"
         )
     if suffixes and suffixes[-1] == ".npz":
         return load_anomaly_npz(path, name=name, binarize=binarize)
-    if suffixes and suffixes[-1] in (".pt", ".pth", ".zip"):
-        return load_pyg_file(path, name=name, binarize=binarize)
+    if torch_file:
+        return load_pyg_file(path, name=name, binarize=binarize, relation=relation)
     raise ValueError(
         f"{path}: unknown file type; expected .mat (CARE-GNN), .npz (open layout) or "
         ".pt / .pt.zip (torch-saved PyG Data)"

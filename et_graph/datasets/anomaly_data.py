@@ -281,20 +281,69 @@ def warn_unread_entries(source: str, found: Any, read: Any = READ_ENTRIES) -> No
         return
     edge = [key for key in unread if key.startswith("edge_")]
     why = (f" ({', '.join(edge)}: every edge counts once, with one type; the detectors read x, "
-           "edge_index and y, and a multi-relation graph is loaded from a CARE-GNN .mat file)"
-           if edge else "")
+           "edge_index and y; a typed graph keeps its relations with relation='multi' "
+           "(--relation multi))" if edge else "")
     warnings.warn(f"{source}: the entries {unread} are not read and play no part{why}",
                   stacklevel=3)
 
 
+def attach_relations(data: Data, typed: list[Any], names: list[str]) -> Data:
+    """Give a prepared graph its typed edges: ``edge_index`` concatenated over the relations
+    (``typed``, one ``[2, E_r]`` array or tensor each), ``edge_type [E]`` and
+    ``relation_names``. Each relation is cleaned as :func:`prepare_anomaly_data` cleans one
+    edge set: symmetric, no self-loops, no duplicates within the relation."""
+    num_nodes = int(data.num_nodes)
+    parts = [to_undirected(remove_self_loops(torch.as_tensor(edges, dtype=torch.long))[0],
+                           num_nodes=num_nodes) for edges in typed]
+    data.edge_index = torch.cat(parts, dim=1)
+    data.edge_type = torch.cat(
+        [torch.full((part.size(1),), r, dtype=torch.long) for r, part in enumerate(parts)])
+    data.relation_names = list(names)
+    return data
+
+
+def _typed_edges(stored: dict[str, Any], source: str) -> tuple[list[Tensor], list[str]]:
+    """A Data's ``edge_index`` split by its ``edge_type`` (ids ``0..R-1``), with its
+    ``relation_names`` (or ``relation_0``, ...)."""
+    edge_type = stored.get("edge_type")
+    if edge_type is None:
+        raise ValueError(f"{source}: relation='multi' needs typed edges, but the Data object "
+                         "has no edge_type (an integer relation id per edge_index column)")
+    edge_index = torch.as_tensor(stored["edge_index"])
+    edge_index = check_edge_index(edge_index, int(torch.as_tensor(stored["x"]).size(0)))
+    edge_type = torch.as_tensor(edge_type)
+    if (edge_type.dim() != 1 or edge_type.numel() != edge_index.size(1)
+            or edge_type.is_floating_point() or edge_type.dtype == torch.bool):
+        raise ValueError(f"{source}: edge_type must hold one integer relation id per edge "
+                         f"({edge_index.size(1)}), got {edge_type.dtype} of shape "
+                         f"{tuple(edge_type.shape)}")
+    names = stored.get("relation_names")
+    count = len(names) if names is not None else int(edge_type.max()) + 1 if len(edge_type) else 0
+    if len(edge_type) and (int(edge_type.min()) < 0 or int(edge_type.max()) >= count):
+        raise ValueError(f"{source}: edge_type holds ids outside 0..{count - 1} "
+                         f"(relation_names: {list(names) if names is not None else None})")
+    names = [str(name) for name in names] if names is not None else [
+        f"relation_{r}" for r in range(count)]
+    return [edge_index[:, edge_type == r] for r in range(count)], names
+
+
 def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
-                  binarize: bool = False) -> Data:
-    """Normalise any PyG ``Data`` with ``x``, ``edge_index`` and a binary ``y``."""
+                  binarize: bool = False, relation: str = "homo") -> Data:
+    """Normalise any PyG ``Data`` with ``x``, ``edge_index`` and a binary ``y``.
+
+    ``relation="multi"`` keeps the relations of a typed graph (``edge_type`` per edge, and
+    ``relation_names`` when stored) as the CARE-GNN ``.mat`` loader does; ``"homo"`` merges
+    them into one edge set."""
     source = source or name
     if not isinstance(data, Data):
-        raise ValueError(
-            f"{source}: expected a torch_geometric.data.Data object, got {type(data).__name__}"
-        )
+        hint = (": save data.to_homogeneous() (its edge_type numbers the relations) and load it "
+                "with relation='multi' (--relation multi)"
+                if type(data).__name__ == "HeteroData" else "")
+        raise ValueError(f"{source}: expected a torch_geometric.data.Data object, got "
+                         f"{type(data).__name__}{hint}")
+    if relation not in ("homo", "multi"):
+        raise ValueError(f"{source}: relation must be 'homo' or 'multi' for a Data object, got "
+                         f"{relation!r} (relation keys such as 'net_rur' belong to .mat files)")
     stored = data.to_dict()
     missing = [k for k in ("x", "edge_index", "y") if stored.get(k) is None]
     if missing:
@@ -302,15 +351,18 @@ def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
                 "Python: et_graph.detectors.UnsupervisedETDetector().fit(data)"
                 if missing == ["y"] else "")
         raise ValueError(f"{source}: the Data object has no {', '.join(missing)}{hint}")
-    warn_unread_entries(source, [k for k, v in stored.items() if v is not None])
+    typed = _typed_edges(stored, source) if relation == "multi" else None
+    read = (*READ_ENTRIES, "edge_type", "relation_names") if typed else READ_ENTRIES
+    warn_unread_entries(source, [k for k, v in stored.items() if v is not None], read)
     masks = {k: stored[k] for k in MASK_KEYS if stored.get(k) is not None}
     x = stored["x"]
     if isinstance(x, torch.Tensor) and x.layout != torch.strided:
         x = x.to_dense()  # sparse features (bag-of-words) are stored sparse, read dense
-    return prepare_anomaly_data(
+    prepared = prepare_anomaly_data(
         x, stored["edge_index"], stored["y"], name=name, masks=masks or None,
         label_mask=stored.get("label_mask"), source=source, binarize=binarize,
     )
+    return attach_relations(prepared, *typed) if typed else prepared
 
 
 def describe_anomaly_data(data: Data) -> dict[str, Any]:

@@ -33,11 +33,9 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import numpy as np
-import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import remove_self_loops, to_undirected
 
-from .anomaly_data import prepare_anomaly_data, warn_unread_entries
+from .anomaly_data import attach_relations, prepare_anomaly_data, warn_unread_entries
 
 CARE_RELATIONS: dict[str, tuple[str, ...]] = {
     "yelpchi": ("net_rur", "net_rtr", "net_rsr"),
@@ -211,17 +209,7 @@ def load_fraud_mat(
         label_mask=label_mask, source=source,
     )
     if key == MULTI_RELATION:
-        # Each relation cleaned as prepare_anomaly_data cleans one edge set: symmetric, no
-        # self-loops, no duplicates within the relation.
-        parts = [
-            to_undirected(remove_self_loops(torch.from_numpy(edges))[0], num_nodes=num_nodes)
-            for edges in typed
-        ]
-        data.edge_index = torch.cat(parts, dim=1)
-        data.edge_type = torch.cat(
-            [torch.full((part.size(1),), r, dtype=torch.long) for r, part in enumerate(parts)]
-        )
-        data.relation_names = list(names)
+        attach_relations(data, typed, list(names))
     return data
 
 

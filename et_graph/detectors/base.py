@@ -364,7 +364,12 @@ def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = Fal
 
 def check_graph(data: Data) -> tuple[Tensor, Tensor]:
     if not isinstance(data, Data):
-        raise TypeError(f"data must be a torch_geometric.data.Data, got {type(data).__name__}")
+        hint = (": pass data.to_homogeneous(), whose edge_type numbers the relations (ET reads "
+                "them with multi_relation=True; node types of other feature widths are "
+                "zero-padded into one feature space)"
+                if type(data).__name__ == "HeteroData" else "")
+        raise TypeError(f"data must be a torch_geometric.data.Data, got "
+                        f"{type(data).__name__}{hint}")
     return check_node_graph(data)
 
 
