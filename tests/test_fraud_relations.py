@@ -357,3 +357,35 @@ def test_fitted_empty_relation_names_warn_instead_of_failing(typed_graph):
     del unnamed.relation_names
     with pytest.warns(RuntimeWarning, match=r"names fitted \[\], none on the other side"):
         det._check_relations(unnamed)
+
+
+def test_a_to_homogeneous_graph_names_its_relations(typed_graph):
+    """HeteroData.to_homogeneous() sets no relation_names, so every scoring warned that the
+    relation ids could not be checked (and the warning named torch's contextlib)."""
+    import warnings
+
+    from torch_geometric.data import HeteroData
+
+    hetero = HeteroData()
+    for key in ("x", "y", "train_mask", "val_mask"):
+        hetero["review"][key] = typed_graph[key]
+    for r, name in enumerate(("rur", "rtr", "rsr")):
+        hetero["review", name, "review"].edge_index = typed_graph.edge_index[
+            :, typed_graph.edge_type == r]
+    data = hetero.to_homogeneous()
+    det = ETDetector(epochs=1, hidden=16, multi_relation=True).fit(data)
+    assert det.relation_names_ == ["review__rur__review", "review__rtr__review",
+                                   "review__rsr__review"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        det.decision_function(data)  # names on both sides: checked, no warning
+    swapped = hetero.clone()
+    del swapped["review", "rur", "review"]
+    swapped["review", "rur", "review"].edge_index = hetero["review", "rur", "review"].edge_index
+    with pytest.raises(ValueError, match="relations are"):  # another order of the edge types
+        det.decision_function(swapped.to_homogeneous())
+    unnamed = typed_graph.clone()
+    del unnamed.relation_names
+    with pytest.warns(RuntimeWarning, match="cannot be checked") as caught:
+        det.decision_function(unnamed)
+    assert caught[0].filename == __file__  # the caller's line, not torch's contextlib

@@ -28,6 +28,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
 from ..baselines.node import GATNet, GCNNet, MLPNet
+from ..callers import user_stacklevel
 from ..loaders.neighbour_sampling import make_sampler, parse_fanouts
 from ..nn.edge_cache import clear_graph_caches
 from ..nn.models.anomaly import (
@@ -35,6 +36,7 @@ from ..nn.models.anomaly import (
     auc_square_loss,
     graph_relations,
     relation_inputs,
+    relation_names_of,
     weighted_bce_loss,
 )
 from ..precision import float64_on_host_if_needed
@@ -425,7 +427,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         if not getattr(getattr(self.config, "model", None), "multi_relation", False):
             return
         fitted = getattr(self, "relation_names_", None)
-        given = getattr(data, "relation_names", None)
+        given = relation_names_of(data)
         if fitted is not None and given is not None:
             if [str(n) for n in given] != fitted:
                 raise ValueError(f"this graph's relations are {list(given)}, and the detector "
@@ -437,7 +439,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
             warnings.warn(f"{type(self).__name__}: the relation ids cannot be checked (names "
                           f"{named}"
                           ", none on the other side): edge_type must number the relations as "
-                          "in the fitted graph", RuntimeWarning, stacklevel=3)
+                          "in the fitted graph", RuntimeWarning, stacklevel=user_stacklevel())
 
     @torch.no_grad()
     def _score(self, data: Data) -> Tensor:
@@ -512,8 +514,7 @@ class ETDetector(NeuralDetector):
             if self.chunking():  # (chunks set after construction)
                 raise ValueError(MULTI_RELATION_CHUNKS)
             self.num_relations_ = graph_relations(data)
-            names = getattr(data, "relation_names", None)
-            self.relation_names_ = None if names is None else [str(n) for n in names]
+            self.relation_names_ = relation_names_of(data)
             counts = torch.bincount(data.edge_type.view(-1).long().cpu(),
                                     minlength=self.num_relations_)
             empty = [self.relation_names_[i] if self.relation_names_ else str(i)

@@ -449,10 +449,23 @@ def relation_inputs(model: nn.Module, data: Data) -> dict[str, Tensor]:
     return {"edge_type": edge_type}
 
 
+def relation_names_of(data: Data) -> Optional[list[str]]:
+    """A typed graph's relation names in id order: ``data.relation_names`` (the loaders'), or
+    the edge types that PyG's ``HeteroData.to_homogeneous()`` numbered (``src__rel__dst``)."""
+    names = getattr(data, "relation_names", None)
+    if names is None:
+        edge_types = getattr(data, "_edge_type_names", None)  # set by to_homogeneous()
+        if edge_types is not None and getattr(data, "edge_type", None) is not None:
+            return ["__".join(map(str, key)) if isinstance(key, tuple) else str(key)
+                    for key in edge_types]
+        return None
+    return [str(name) for name in names]
+
+
 def graph_relations(data: Data) -> int:
     """The number of relations of a typed graph (``data.edge_type [E]``): the length of
-    ``data.relation_names`` when present, else the largest id plus one. ``ValueError`` if the
-    graph has no or malformed edge types."""
+    its relation names (:func:`relation_names_of`) when present, else the largest id plus
+    one. ``ValueError`` if the graph has no or malformed edge types."""
     edge_type = getattr(data, "edge_type", None)
     if edge_type is None:
         raise ValueError(
@@ -462,7 +475,7 @@ def graph_relations(data: Data) -> int:
     if not isinstance(edge_type, Tensor):  # a list or an array: .numel() failed below
         raise ValueError(f"data.edge_type must be a tensor [E] of relation ids, got "
                          f"{type(edge_type).__name__}: data.edge_type = torch.as_tensor(...)")
-    names = getattr(data, "relation_names", None)
+    names = relation_names_of(data)
     count = len(names) if names is not None else (
         int(edge_type.max()) + 1 if edge_type.numel() else 1)
     check_edge_type(edge_type, data.edge_index.size(1), count)
