@@ -112,6 +112,17 @@ class DescentSettings:
     :class:`~et_graph.nn.conv.RelationalETConv`: ``steps``, ``alpha``, ``noise_std``, ``grad``
     and ``cached``."""
 
+    training: bool  # nn.Module's
+
+    def _step(self, x: Tensor, grad: Tensor) -> Tensor:
+        """One descent step ``x - alpha * grad`` (plus the training noise), rounded alike in
+        both layers: one relation gives ETConv's tokens bit for bit."""
+        # One kernel per term (sub/add with alpha) rather than a scaled temporary each.
+        x = torch.sub(x, grad, alpha=self.alpha)
+        if self.training and self.noise_std > 0:
+            x = torch.add(x, normal_like(x), alpha=math.sqrt(self.alpha) * self.noise_std)
+        return x
+
     @property
     def noise_std(self) -> float:
         """Standard deviation of the training-time noise (a finite number ``>= 0``)."""
@@ -481,13 +492,6 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     # ----------------------------------------------------------------------------------------
     # Dynamics
     # ----------------------------------------------------------------------------------------
-    def _step(self, x: Tensor, grad: Tensor) -> Tensor:
-        # One kernel per term (sub/add with alpha) rather than a scaled temporary each.
-        x = torch.sub(x, grad, alpha=self.alpha)
-        if self.training and self.noise_std > 0:
-            x = torch.add(x, normal_like(x), alpha=math.sqrt(self.alpha) * self.noise_std)
-        return x
-
     @overload
     def forward(
         self,

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import math
 from typing import Any, Literal, Optional, Union, overload
 
 import torch
@@ -11,7 +10,6 @@ from torch_geometric.utils import is_sparse
 
 from ... import energy as E
 from ...fused import build_edge_plan, fused_attention_grad
-from ...native import normal_like
 from ..hetero_guard import check_relation_wrappers
 from ..validation import (
     check_edge_index,
@@ -364,9 +362,7 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
             g = fn.layer_norm(out)
             if return_energy:
                 energies.append(self._detached_total(g, edges))
-            out = out - self.alpha * self.grad_of_g(g, edges)
-            if self.training and self.noise_std > 0:
-                out = out + math.sqrt(self.alpha) * self.noise_std * normal_like(out)
+            out = self._step(out, self.grad_of_g(g, edges))
         if num_steps:
             check_finite_tokens(out, type(self).__name__)
         if return_energy:
