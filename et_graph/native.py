@@ -72,10 +72,15 @@ ENV_VARIABLE = "ET_GRAPH_NATIVE_ATTENTION"
 # all of them. On Linux -fopenmp: at::parallel_for's OpenMP loops run on torch's threads (the
 # extension's libgomp.so.1 is the one torch has loaded: one runtime, one thread count); elsewhere
 # -fopenmp-simd honours the `omp simd` loops alone and at::parallel_for runs one thread.
+# MSVC (Windows) takes its own flags: /O2, and /fp:precise keeps IEEE semantics as above.
 _OPENMP_RUNTIME = sys.platform.startswith("linux")
-COMPILE_FLAGS = ["-O3", "-fopenmp" if _OPENMP_RUNTIME else "-fopenmp-simd", "-fno-math-errno",
-                 "-fno-trapping-math"]
-LINK_FLAGS = ["-fopenmp"] if _OPENMP_RUNTIME else []
+if os.name == "nt":  # pragma: no cover - Windows only
+    COMPILE_FLAGS = ["/O2", "/fp:precise"]
+    LINK_FLAGS: list[str] = []
+else:
+    COMPILE_FLAGS = ["-O3", "-fopenmp" if _OPENMP_RUNTIME else "-fopenmp-simd",
+                     "-fno-math-errno", "-fno-trapping-math"]
+    LINK_FLAGS = ["-fopenmp"] if _OPENMP_RUNTIME else []
 
 _state: dict[str, Any] = {"enabled": False, "module": None, "random": True}
 
@@ -149,9 +154,10 @@ def is_built(name: str) -> bool:
     from torch.utils.cpp_extension import get_default_build_root
 
     chosen = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if chosen:
-        return any(Path(chosen).glob(f"{name}/{name}*.so"))
-    return any(Path(get_default_build_root()).glob(f"*/{name}/{name}*.so"))
+    pattern = f"{name}/{name}*.{{suffix}}" if chosen else f"*/{name}/{name}*.{{suffix}}"
+    root = Path(chosen) if chosen else Path(get_default_build_root())
+    # .pyd on Windows: the "building the compiled kernels" line printed on every run there
+    return any(any(root.glob(pattern.format(suffix=suffix))) for suffix in ("so", "pyd"))
 
 
 def native_attention_enabled() -> bool:

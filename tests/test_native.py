@@ -533,3 +533,15 @@ def test_the_softmax_exponential(built):
     assert torch.isnan(built.exp_nonpositive(torch.tensor([float("nan")]))).all()
     assert relative_error(built.exp_nonpositive(x), torch.exp(x)) < 1e-15
 
+
+
+def test_a_windows_build_counts_as_built(tmp_path, monkeypatch):
+    """Windows builds name.pyd; only name*.so was looked for, so every run there said it was
+    building the compiled kernels."""
+    from et_graph.native import is_built
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert not is_built("et_probe")
+    (tmp_path / "et_probe").mkdir()
+    (tmp_path / "et_probe" / "et_probe.pyd").write_bytes(b"")
+    assert is_built("et_probe")

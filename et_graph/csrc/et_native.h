@@ -8,6 +8,11 @@
 #include <cstdint>
 #include <vector>
 
+// MSVC spells GCC's and Clang's __restrict__ as __restrict.
+#if defined(_MSC_VER) && !defined(__restrict__)
+#define __restrict__ __restrict
+#endif
+
 #define ET_PRAGMA(x) _Pragma(#x)
 // Loops vectorised with `omp simd`.
 #define ET_SIMD ET_PRAGMA(omp simd)
