@@ -170,6 +170,15 @@ def check_device(device: Union[str, torch.device]) -> None:
     elif parsed.type == "mps" and not (getattr(torch.backends, "mps", None)
                                        and torch.backends.mps.is_available()):
         raise ValueError(f"device {device!r}: MPS is not available here; use --device cpu")
+    elif parsed.type == "meta":  # failed at the first Tensor.item()
+        raise ValueError(f"device {device!r} holds no values: training and scoring need a real "
+                         "device (cpu, cuda, mps)")
+    elif parsed.type != "cpu":  # xpu and the rest: torch's bare AssertionError came later
+        backend = getattr(torch, parsed.type, None)
+        available = getattr(backend, "is_available", None)
+        if available is None or not available():
+            raise ValueError(f"device {device!r}: {parsed.type} is not available here; use "
+                             "--device cpu")
 
 
 def _hints(cls: type) -> dict[str, Any]:

@@ -66,6 +66,8 @@ def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch):
 @pytest.mark.parametrize("device, message", [
     ("gpu", "device must be auto, cpu, cuda"),
     ("cuda:99", "cuda:99"),
+    ("xpu", "xpu is not available here"),  # (a raw AssertionError traceback)
+    ("meta", "holds no values"),
 ])
 def test_a_device_the_machine_lacks_is_one_line(capsys, monkeypatch, device, message):
     monkeypatch.delenv(TRACEBACK_ENV, raising=False)
