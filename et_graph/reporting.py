@@ -124,7 +124,7 @@ def write_results(
         notes = [*notes, "± is the population standard deviation (divisor n) over the runs"]
     lines += [f"- {note}" for note in notes]
     md_path = out / "results.md"
-    md_path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    write_text_whole(md_path, "\n".join(lines).rstrip() + "\n")
     return json_path, md_path
 
 

@@ -289,3 +289,28 @@ def test_a_blocked_windows_lock_is_waited_for(monkeypatch):
 
     with pytest.raises(OSError):  # not a held lock: no endless wait
         locking._wait_for_lock(broken, blocking=True)
+
+
+def test_results_md_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A write that failed half-way (a full disk; on Windows, a character its code page
+    lacked) left results.md cut or empty beside a whole results.json."""
+    import pathlib
+
+    import pytest
+
+    results = {"dataset": "toy", "models": {"et": {"auroc": summarize([0.9, 0.8])}}}
+    _, md_path = write_results(tmp_path, results, ["auroc"])
+    before = md_path.read_text(encoding="utf-8")
+    original = pathlib.Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):  # full once results.json is written
+        if not self.name.endswith((".md", ".md.partial")):
+            return original(self, text, *args, **kwargs)
+        original(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full_disk)
+    with pytest.raises(OSError):
+        write_results(tmp_path, {**results, "dataset": "other"}, ["auroc"])
+    monkeypatch.undo()
+    assert md_path.read_text(encoding="utf-8") == before
