@@ -209,6 +209,10 @@ def test_relation_names_empty_relations_and_list_edge_types_are_checked(typed_gr
     with pytest.raises(ValueError, match=r"relations are \['b', 'a', 'c'\], and the detector "
                                          r"was fitted on \['a', 'b', 'c'\]"):
         det.decision_function(reordered)
+    short = typed_graph.clone()
+    short.relation_names = ["a", "b"]  # ids 0..2: named the layer's num_relations before
+    with pytest.raises(ValueError, match="give every id a name in data.relation_names"):
+        ETDetector(epochs=1, hidden=16, multi_relation=True).fit(short)
     unnamed = typed_graph.clone()
     del unnamed.relation_names  # nothing to compare: scored as before
     assert det.decision_function(unnamed).shape == (160,)

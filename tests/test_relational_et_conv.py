@@ -280,3 +280,12 @@ def test_one_relation_gives_etconv_bit_for_bit_in_float32(hopfield):
         got = conv(x, edge_index, edge_type)
         torch.manual_seed(5)
         assert torch.equal(got, reference(x, edge_index))
+
+
+def test_relations_given_as_a_dict_or_list_name_the_layout():
+    """A dict or list of per-relation edge_index got only 'must be a torch.Tensor, got dict'."""
+    conv = make_conv()
+    x, edge_index, edge_type = typed_graph()
+    for wrong in ({"rur": edge_index}, [edge_index, edge_index]):
+        with pytest.raises(ValueError, match=r"torch.cat\(list, dim=1\).*edge_type"):
+            conv(x.float(), wrong, edge_type)

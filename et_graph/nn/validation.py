@@ -105,7 +105,11 @@ def check_positive_int(value: object, name: str) -> int:
 def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     """Validate ``edge_index [2, E]`` and return it as ``int64``."""
     if not isinstance(edge_index, Tensor):
-        raise ValueError(f"edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
+        hint = ("; for several relations concatenate them, torch.cat(list, dim=1), and number "
+                "each column's relation in edge_type (RelationalETConv, multi_relation=True)"
+                if isinstance(edge_index, (dict, list, tuple)) else "")
+        raise ValueError(f"edge_index must be a torch.Tensor, got "
+                         f"{type(edge_index).__name__}{hint}")
     if edge_index.layout != torch.strided:
         # ("must have dtype torch.long, got torch.float32" named the wrong fault)
         raise ValueError(

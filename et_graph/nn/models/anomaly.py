@@ -478,7 +478,15 @@ def graph_relations(data: Data) -> int:
     names = relation_names_of(data)
     count = len(names) if names is not None else (
         int(edge_type.max()) + 1 if edge_type.numel() else 1)
-    check_edge_type(edge_type, data.edge_index.size(1), count)
+    try:
+        check_edge_type(edge_type, data.edge_index.size(1), count)
+    except ValueError as error:
+        if names is None or "relation ids in" not in str(error):
+            raise
+        # "the layer has num_relations" named a layer the detector's user never built
+        raise ValueError(f"data.edge_type holds ids up to {int(edge_type.max())}, but the graph "
+                         f"names {count} relations ({names}): give every id a name in "
+                         "data.relation_names, in id order") from error
     return count
 
 
