@@ -73,6 +73,17 @@ def functorch_active() -> bool:
     return bool(active is not None and active())
 
 
+def values_unreadable() -> bool:
+    """Whether the tokens' values cannot be read: under a ``torch.func`` transform
+    (:func:`functorch_active`) or while ``torch.export`` traces the model. The input checks
+    that read values (NaN/inf, magnitude) are skipped then; an exported model does not check
+    its inputs."""
+    if functorch_active():
+        return True
+    exporting = getattr(torch.compiler, "is_exporting", None)
+    return bool(exporting is not None and exporting())
+
+
 #: Keys below this bound are sorted by NumPy's radix sort (16-bit keys) on the CPU.
 _RADIX_KEYS = 2**16
 

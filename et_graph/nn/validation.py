@@ -9,7 +9,7 @@ from typing import Any, Optional, overload
 import torch
 from torch import Tensor
 
-from ..fused import functorch_active
+from ..fused import values_unreadable
 
 
 def all_finite(values: Tensor) -> bool:
@@ -19,7 +19,7 @@ def all_finite(values: Tensor) -> bool:
     CPU that is several times faster than ``torch.isfinite(values).all()`` (which writes a
     bool tensor first), and the models run this check on their tokens in every forward.
     Under a ``torch.func`` transform the check cannot read values and returns ``True``."""
-    if not values.numel() or functorch_active():
+    if not values.numel() or values_unreadable():
         return True
     if values.is_complex():
         return bool(torch.isfinite(values).all())
@@ -62,7 +62,7 @@ def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2,
         )
     if not x.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    if limit is None or not x.numel() or functorch_active() or x.is_complex():
+    if limit is None or not x.numel() or values_unreadable() or x.is_complex():
         finite, magnitude = all_finite(x), 0.0
     else:
         low, high = (float(v) for v in torch.aminmax(x.detach()))

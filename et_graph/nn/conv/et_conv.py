@@ -268,9 +268,11 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
       ``functional_call``) uses the reference closed form instead of the fused kernel, with
       the same values; under ``vmap`` the NaN/inf input check is skipped (it reads values).
       TorchScript (``torch.jit.script``/``trace``), ``torch.export`` (so ONNX export) and the
-      meta device are not supported. Training a compiled layer with ``grad="autograd"`` fails
-      in torch ("aot_autograd does not support double backward"); the default analytic path
-      trains compiled.
+      meta device are not supported on edges. The dense path (``forward_dense``, e.g.
+      :class:`~et_graph.nn.ETImageCompletion`) exports with ``torch.export``, a dynamic batch
+      included; the exported program skips the input checks that read values (NaN/inf).
+      Training a compiled layer with ``grad="autograd"`` fails in torch ("aot_autograd does
+      not support double backward"); the default analytic path trains compiled.
     * **Message hooks.** The fused kernel does not call ``propagate``, so PyG's
       ``register_message_forward_hook`` and ``register_propagate_forward_hook`` hooks fire only
       on the reference path (``conv.fused = False``, or an explainer's edge mask), which gives
