@@ -805,3 +805,33 @@ def test_half_precision_features_energy_does_not_overflow():
     assert torch.isfinite(low) and torch.isclose(low, reference, rtol=1e-2)
     dense = conv.dense_energy(x[:5000].reshape(1, 5000, 8).half())
     assert torch.isfinite(dense).all()
+
+
+def test_an_energy_subclass_without_a_closed_form_is_not_descended_silently():
+    """A new term in node_energy_of_g changed the reported energies, while the default
+    analytic descent (and forward_chunked) went on descending the built-in energy."""
+    class Smooth(ETEnergy):  # + 1/2 sum over edges |g_B - g_C|^2
+        def node_energy_of_g(self, g, edges):
+            extra = 0.5 * (g[edges.src] - g[edges.dst]).pow(2).sum(-1)
+            return super().node_energy_of_g(g, edges) + torch.zeros(
+                g.size(0), dtype=g.dtype).index_add(0, edges.dst, extra)
+
+    torch.manual_seed(0)
+    conv = ETConv(8, heads=2, head_dim=4, steps=2).double()
+    conv.energy_fn = Smooth(8, heads=2, head_dim=4).double()
+    x, edge_index = graph()
+    with pytest.raises(ValueError, match="Smooth overrides node_energy_of_g but no closed-form"):
+        conv(x, edge_index)
+    with pytest.raises(ValueError, match="forward_chunked descends the built-in energy"):
+        conv.eval().forward_chunked(x, edge_index)
+    conv.grad = "autograd"  # descends autograd of the new energy, which then falls
+    _, energies = conv(x, edge_index, return_energy=True)
+    assert bool((energies[1:] <= energies[:-1]).all())
+
+    class WithClosedForm(Smooth):  # the subclass takes responsibility for its gradient
+        def grad_of_g(self, g, edges, fused=True):
+            return self.autograd_grad_of_g(g, edges)
+
+    conv.grad = "analytic"
+    conv.energy_fn = WithClosedForm(8, heads=2, head_dim=4).double()
+    assert conv(x, edge_index).shape == x.shape

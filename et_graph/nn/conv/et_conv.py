@@ -463,6 +463,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         fn = self.energy_fn
         if self.grad == "autograd":
             return fn.autograd_grad_of_g(g, edges)
+        fn.check_closed_form()
         if self._explain or not self.fused:
             k, q = fn.keys_queries(g)
             grad_k, grad_q = self._propagate_attention_grad(k, q, edges)
@@ -657,6 +658,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         if self.training and self.noise_std > 0:
             raise ValueError("forward_chunked is for inference: call conv.eval() first")
         self.energy_fn.refuse_coupling()
+        self.energy_fn.check_builtin_energy("forward_chunked")
         chunk_size = check_chunk_size(chunk_size)
         if chunk_edges is not None:
             chunk_edges = check_chunk_size(chunk_edges, "chunk_edges")
@@ -726,6 +728,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     def _dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor]) -> Tensor:
         if self.grad == "autograd":
             return self.energy_fn.dense_autograd_grad_of_g(g, mask, weight)
+        self.energy_fn.check_closed_form()
         return self.energy_fn.dense_grad_of_g(g, mask, weight)
 
     @in_parameter_precision

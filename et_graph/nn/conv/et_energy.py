@@ -121,6 +121,14 @@ class ETEnergy(Module):
 
     Calling the module, ``energy(g, edges)``, returns :meth:`node_energy_of_g`.
 
+    **A new energy term** goes into a subclass that overrides :meth:`node_energy_of_g` (and
+    :meth:`dense_node_energy_of_g` for the dense path); swap it in as ``conv.energy_fn``. The
+    layer then descends it with ``grad="autograd"``. The default ``grad="analytic"`` runs
+    this class's closed form, which knows only the built-in terms, so it refuses such a
+    subclass unless it also overrides :meth:`grad_of_g` (and :meth:`grad_from_attention_grads`
+    for the unfused and explainer paths, :meth:`dense_grad_of_g` for the dense one); check a
+    closed form against :meth:`autograd_grad_of_g` in float64.
+
     Args:
         channels: token width ``D``.
         heads: attention heads ``H``.
@@ -392,6 +400,25 @@ class ETEnergy(Module):
     # ----------------------------------------------------------------------------------------
     # Energy (per node) of g
     # ----------------------------------------------------------------------------------------
+    def check_closed_form(self) -> None:
+        """``ValueError`` when this is a subclass whose energy the closed-form gradient does not
+        know: it overrides an energy method but no gradient method, and the analytic descent
+        would descend the built-in energy while the energies reported include the new term."""
+        reason = _closed_form_gaps.get(type(self))
+        if reason is None:
+            reason = _closed_form_gaps[type(self)] = _unmatched_energy_override(type(self))
+        if reason:
+            raise ValueError(reason)
+
+    def check_builtin_energy(self, where: str) -> None:
+        """``ValueError`` for a subclass with energy terms of its own in ``where``, a path that
+        writes the built-in energy's gradient out by hand (no closed form to override)."""
+        own = [name for name in _ENERGY_METHODS
+               if getattr(type(self), name) is not getattr(ETEnergy, name)]
+        if own:
+            raise ValueError(f"{where} descends the built-in energy by hand, and "
+                             f"{type(self).__name__} overrides {', '.join(own)}: use forward")
+
     def hopfield_energy_of_g(self, g: Tensor) -> Tensor:
         """Per-token Hopfield energy ``[...]`` of ``g [..., D]``."""
         return E.hopfield_energy(g, self.xi, self.hopfield, self.hopfield_beta)
@@ -518,6 +545,26 @@ class ETEnergy(Module):
             f"hopfield_dim={self.hopfield_dim}, hopfield={self.hopfield!r}"
             + (", coupling=True" if self.coupling else "")
         )
+
+
+_ENERGY_METHODS = ("node_energy_of_g", "hopfield_energy_of_g", "dense_node_energy_of_g",
+                   "forward")
+_CLOSED_FORM_METHODS = ("grad_of_g", "grad_from_attention_grads", "dense_grad_of_g")
+#: Per ETEnergy subclass: "" (its closed form matches its energy) or why it does not.
+_closed_form_gaps: dict[type, str] = {}
+
+
+def _unmatched_energy_override(cls: type) -> str:
+    def overridden(names: tuple[str, ...]) -> list[str]:
+        return [name for name in names if getattr(cls, name) is not getattr(ETEnergy, name)]
+
+    energies, closed = overridden(_ENERGY_METHODS), overridden(_CLOSED_FORM_METHODS)
+    if not energies or closed:
+        return ""
+    return (f"{cls.__name__} overrides {', '.join(energies)} but no closed-form gradient "
+            f"({', '.join(_CLOSED_FORM_METHODS)}): the analytic descent would ignore the new "
+            "energy while the reported energies include it. Build the layer with "
+            "grad='autograd' (descends autograd of your energy), or override grad_of_g too")
 
 
 def _autograd_grad(g: Tensor, energy_of_g: Callable[[Tensor], Tensor]) -> Tensor:
