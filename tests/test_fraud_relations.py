@@ -253,7 +253,7 @@ def test_multi_relation_needs_edge_types_and_full_batch(typed_graph):
         ETDetector(epochs=1, multi_relation=True, chunk_size=16).fit(typed_graph)
     bad = typed_graph.clone()
     bad.edge_type = bad.edge_type + 3  # ids beyond the 3 relation names
-    with pytest.raises(ValueError, match="num_relations=3"):
+    with pytest.raises(ValueError, match=r"ids up to 5, but the graph names 3 relations"):
         ETDetector(epochs=1, multi_relation=True).fit(bad)
 
 

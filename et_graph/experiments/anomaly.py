@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -17,8 +18,10 @@ import torch
 from torch_geometric.data import Data
 
 from ..config import parse_given, run_metadata, warn_unread_flags
+from ..detectors.base import BaseDetector
 from ..progress import progress_bar
 from ..protocols.anomaly import (
+    ENERGY_ROW,
     METRICS,
     Split,
     energy_row,
@@ -31,18 +34,13 @@ from ..protocols.anomaly import (
     seed_ensemble,
     summarize_runs,
 )
-from ..protocols.anomaly_config import (
-    ENERGY_ROW,
-    SECTION_READERS,
-    AnomalyConfig,
-    load_data,
-    make_detector,
-)
+from ..protocols.anomaly_config import MODEL_NAMES as DETECTOR_NAMES
+from ..protocols.anomaly_config import SECTION_READERS, AnomalyConfig, load_data, make_detector
+from ..protocols.anomaly_description import describe_protocol
 from ..protocols.significance import describe_design, difference_sections, results_entries
 from ..reporting import (
     SCORES_FILE,
     checks_output_folder,
-    counted,
     markdown_table,
     provenance_note,
     write_results,
@@ -57,15 +55,24 @@ CONFIG = AnomalyConfig
 # Run
 # ----------------------------------------------------------------------------------------------
 @checks_output_folder()
-def run(config: AnomalyConfig, data: Optional[Data] = None) -> dict[str, Any]:
-    """Run the experiment; ``data`` (a PyG ``Data`` with binary ``y``) replaces loading."""
-    names = config.protocol.model_names()
+def run(config: AnomalyConfig, data: Optional[Data] = None,
+        detectors: Optional[Mapping[str, Callable[[int], BaseDetector]]] = None
+        ) -> dict[str, Any]:
+    """Run the experiment; ``data`` (a PyG ``Data`` with binary ``y``) replaces loading.
+
+    ``detectors`` adds your own rows beside ``config.protocol.models``: ``name -> factory``,
+    where ``factory(seed)`` returns an unfitted detector (any
+    :class:`~et_graph.detectors.base.BaseDetector`). Each is fitted on the same splits, its
+    threshold chosen on validation, and it enters the tables, plots, scores and ET's
+    differences like the built-in rows."""
+    own = check_own_detectors(detectors or {}, config.protocol.model_names())
+    names = [*config.protocol.model_names(), *own]
     if config.data.feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}")
     config.run.apply_threads()
     rank = _setup_distributed(config.protocol.ddp)
     try:
-        return _run(config, names, load_data(config.data, data), rank)
+        return _run(config, names, load_data(config.data, data), rank, own)
     finally:
         if config.protocol.ddp and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
@@ -79,7 +86,8 @@ VALIDATION_ONLY_NOTE = ("Validation only (--validation-only): every figure below
                         "on the validation nodes; no test node was scored.")
 
 
-def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict[str, Any]:
+def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
+         own: Mapping[str, Callable[[int], BaseDetector]]) -> dict[str, Any]:
     start = time.perf_counter()
     p = config.protocol
     dataset = str(getattr(data, "name", None) or config.data.dataset)
@@ -120,6 +128,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     # (DeLong) and for joining runs made apart.
     kept_scores: dict[str, list[np.ndarray]] = {}
     scored_nodes: list[np.ndarray] = []
+    own_kinds: dict[str, str] = {}
     bar = progress_bar(splits, desc=f"{dataset} seeds", disable=not progress)
     for seed, split in enumerate(bar):
         train_mask, val_mask, _ = split.masks(data.num_nodes)
@@ -128,7 +137,10 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
         scored_nodes.append(nodes)
         for name in names:
             torch.manual_seed(seed)
-            det = make_detector(config, name, seed, progress, dataset)
+            det = (own_detector(own, name, seed) if name in own
+                   else make_detector(config, name, seed, progress, dataset))
+            if name in own:
+                own_kinds[name] = type(det).__name__
             det.fit(data, train_mask, val_mask)
             score = det.decision_score_.double().numpy()
             metrics = evaluate(y[nodes], score[nodes], det.threshold_)
@@ -170,7 +182,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     results = {
         "dataset": dataset,
         "scored": scored_part,
-        "protocol": describe_protocol(config, splits, names, y),
+        "protocol": describe_protocol(config, splits, names, y, own_kinds),
         "models": models,
         "epoch_seconds_median": {k: float(np.median(v)) for k, v in epoch_seconds.items()},
         "seconds_total": time.perf_counter() - start,
@@ -196,6 +208,31 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int) -> dict
     return results
 
 
+def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]],
+                        configured: list[str]) -> dict[str, Callable[[int], BaseDetector]]:
+    """The caller's own rows, refused where a name is taken (a configured model or one of the
+    rows a run derives) or a factory is not callable."""
+    own = dict(detectors)
+    taken = {*configured, *DETECTOR_NAMES, ENERGY_ROW}
+    for name, factory in own.items():
+        if not isinstance(name, str) or not name or name in taken or name.endswith("_ensemble"):
+            raise ValueError(f"own detector name {name!r} is empty or taken (built-in models "
+                             f"{sorted(DETECTOR_NAMES)}, {ENERGY_ROW!r}, *_ensemble)")
+        if not callable(factory):
+            raise TypeError(f"detectors[{name!r}] must be a factory, seed -> unfitted "
+                            f"detector; got {type(factory).__name__}")
+    return own
+
+
+def own_detector(own: Mapping[str, Callable[[int], BaseDetector]], name: str,
+                 seed: int) -> BaseDetector:
+    detector = own[name](seed)
+    if not isinstance(detector, BaseDetector):
+        raise TypeError(f"detectors[{name!r}](seed) returned {type(detector).__name__}, not a "
+                        "detector (et_graph.detectors.base.BaseDetector)")
+    return detector
+
+
 def _setup_distributed(ddp: bool) -> int:
     import os
 
@@ -214,62 +251,6 @@ def _setup_distributed(ddp: bool) -> int:
             raise ValueError("ddp needs torchrun (RANK/WORLD_SIZE/MASTER_ADDR unset)")
         dist.init_process_group("gloo")
     return dist.get_rank()
-
-
-def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[str],
-                      y: Optional[np.ndarray] = None) -> str:
-    p, t = config.protocol, config.train
-    train, val, test = splits[0].sizes()
-    # A validation-only run counts no test label either.
-    parts = (splits[0].train, splits[0].val, *(() if p.validation_only else (splits[0].test,)))
-    anomalous = ("" if y is None else " (" + "/".join(
-        str(int(y[part.numpy()].sum())) for part in parts) + " anomalous)")
-    if p.protocol == "gadbench":
-        head = ("GADBench: the dataset's own train/val/test masks (seed i uses mask column i, or "
-                "the one column)")
-    else:
-        head = (f"paper/BWGNN: stratified split, train ratio {p.train_ratio}, rest 1:2 val:test, "
-                f"split seed {p.split_seed}" + (" + seed" if p.vary_split else " (fixed)"))
-    d = config.data
-    features = f"{d.feature_norm} transform of x" + (
-        f" ‖ its in-neighbours' {d.neighbour_stats}" if d.neighbour_stats != "none" else "") + (
-        " ‖ log(1 + degree)" if d.degree_feature else "")
-    neural = any(name != "gbt" for name in names)  # a trees-only run trains no epoch
-    text = (f"{head}; {train}/{val}/{test} train/val/test nodes{anomalous}; "
-            f"{counted(p.seeds, 'seed')}; every model's input features: {features}; "
-            + (f"neural models: up to {counted(t.epochs, 'epoch')}, checkpoint = best validation "
-               f"{t.select_metric}; " if neural else "")
-            + "threshold from 0.05..0.95 (19) maximising validation macro-F1; "
-            + ("VALIDATION ONLY: the tables score the validation nodes, no test node is scored"
-               if p.validation_only else "test nodes scored once"))
-    if d.relation != "homo":
-        # Which models tell the relations apart (a fraud-data audit: only the config said it).
-        text += (f"; relations: {d.relation}" + (
-            " (ET attends per relation; the other models see every relation's edges together, "
-            "a pair linked in two relations twice)"
-            if d.relation == "multi" and "et" in names and config.et.multi_relation else
-            " (every model sees every relation's edges together, a pair linked in two "
-            "relations twice)" if d.relation == "multi" else ""))
-    # What each model reads, where it differs (the tables' rows are not all the same input).
-    gbt_inputs = {"x": "x only", "x_mean": "x ‖ its neighbours' mean",
-                  "x_mean_mean2": "x ‖ the mean of its neighbours' x ‖ the mean of their means"}
-    gbt_trick = "gbt" in names and config.gbt.label_trick
-    if "gbt" in names:
-        text += f"; GBT reads {gbt_inputs[config.gbt.features]}"
-        if gbt_trick:
-            text += (" ‖ its neighbours' training labels (label trick, one hop: a node never "
-                     "its own)")
-    if "et" in names and config.et.label_trick:
-        text += ("; ET also reads its neighbours' training labels (label trick: a node never "
-                 "its own, validation and test labels never), an input "
-                 + ("GBT gets too" if gbt_trick else "no baseline gets"))
-    if p.seed_ensemble:
-        text += ("; NAME_ensemble = one detector: the mean of the model's scores over the seeds "
-                 "(same split), its threshold chosen on validation")
-    if "et" in names and p.reports_energy:
-        text += (f"; {ENERGY_ROW} = node energy of the label-trained ET at its final state, sign "
-                 "and threshold chosen on validation (not an unsupervised detector)")
-    return text
 
 
 def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], data: Data,

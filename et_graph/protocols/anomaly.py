@@ -425,6 +425,11 @@ def same_split(splits: list[Split]) -> bool:
 
 #: The metrics whose ET-minus-baseline differences a run reports (the headline two).
 DIFFERENCE_METRICS = ("auroc", "auprc")
+#: The row of the label-trained ET's node energy (``et-graph anomaly``'s energy row).
+ENERGY_ROW = "et_energy_trained"
+#: ET's own rows, which the differences leave out as rivals (every other row is one, a row
+#: named ``et_...`` by a user's own detector too).
+ET_OWN_ROWS = ("et", ENERGY_ROW, "et_ensemble")
 
 
 def et_differences(models: dict[str, Any], splits: list[Split], scored_part: str,
@@ -441,7 +446,7 @@ def et_differences(models: dict[str, Any], splits: list[Split], scored_part: str
         train = float(np.mean([split.train.numel() for split in splits]))
         scored = float(np.mean([split.scored(scored_part).numel() for split in splits]))
         design, ratio = "folds", scored / train
-    baselines = [name for name in models if not name.startswith("et")]  # not ET's own rows
+    baselines = [name for name in models if name not in ET_OWN_ROWS]
     differences = compare_to(models, "et", DIFFERENCE_METRICS, design, test_train_ratio=ratio,
                              others=baselines)
     note = describe_design(design, len(splits), ratio,
@@ -458,5 +463,5 @@ def et_node_differences(scores: dict[str, list[np.ndarray]], labels: np.ndarray,
     same nodes (a fixed split)."""
     if "et" not in scores:
         return []
-    baselines = [name for name in scores if not name.startswith("et")]
+    baselines = [name for name in scores if name not in ET_OWN_ROWS]
     return compare_nodes(labels, scores, "et", baselines, bootstrap_rounds=bootstrap_rounds)

@@ -30,7 +30,6 @@ from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_
 from .significance import check_bootstrap_rounds
 
 MODEL_NAMES = tuple(DETECTORS)
-ENERGY_ROW = "et_energy_trained"
 
 
 @dataclass
