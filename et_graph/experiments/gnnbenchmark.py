@@ -56,6 +56,7 @@ CONFIG = GNNBenchmarkConfig
 
 
 def _plot_curves(out: Path, per_model: dict[str, list[list[float]]], data: BenchmarkData) -> None:
+    from ..plots.colours import model_colour
     from ..plots.figures import own_figures
 
     plt = own_figures()
@@ -72,8 +73,9 @@ def _plot_curves(out: Path, per_model: dict[str, list[list[float]]], data: Bench
         epochs = np.arange(1, values.shape[1] + 1)
         label = name + ("" if len(set(lengths)) == 1 else
                         f" (seeds end at epochs {', '.join(map(str, lengths))})")
-        ax.plot(epochs, mean, label=label)
-        ax.fill_between(epochs, mean - std, mean + std, alpha=0.2)
+        colour = model_colour(name, tuple(per_model))
+        ax.plot(epochs, mean, label=label, color=colour)
+        ax.fill_between(epochs, mean - std, mean + std, alpha=0.2, color=colour)
     ax.set_xlabel("epoch (from 1)")
     ax.xaxis.get_major_locator().set_params(integer=True)  # no epoch 1.2
     ax.set_ylabel(f"val {METRIC_LABELS[data.metric]} ({data.better})")

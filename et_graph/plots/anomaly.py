@@ -9,6 +9,7 @@ from torch_geometric.data import Data
 
 from ..protocols.anomaly import Split, evaluate
 from ..reporting import json_text
+from .colours import model_colour
 
 #: Rows in the order they are plotted.
 MODEL_ORDER = ("et", "et_energy_trained", "mlp", "gcn", "gat", "gbt")
@@ -33,19 +34,20 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
 
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     first = next(iter(curves["history"]), None)
+    drawn = tuple(curves["history"])
     for name, histories in curves["history"].items():
         for i, hist in enumerate(histories):
             # one colour per model, one line per seed (the legend counts them)
             label = f"{name} ({len(histories)} seed{'s' if len(histories) > 1 else ''})" \
                 if i == 0 else None
             alpha = 1.0 if name == "et" else 0.5
-            ax_loss.plot(hist["loss"], color=_color(name), alpha=alpha, label=label)
-            ax_val.plot(hist["val_auroc"], color=_color(name), alpha=alpha, label=label)
+            ax_loss.plot(hist["loss"], color=_color(name, drawn), alpha=alpha, label=label)
+            ax_val.plot(hist["val_auroc"], color=_color(name, drawn), alpha=alpha, label=label)
             kept = hist.get("best_epoch")
             if kept is not None and 0 <= kept < len(hist["val_auroc"]):
                 # The epoch the checkpoint kept, which the selection metric chose (it may not
                 # be the best AUROC drawn here).
-                ax_val.plot([kept], [hist["val_auroc"][kept]], "*", color=_color(name),
+                ax_val.plot([kept], [hist["val_auroc"][kept]], "*", color=_color(name, drawn),
                             markersize=11, markeredgecolor="black",
                             label="kept epoch" if name == first and i == 0 else None)
     # The training loss is class-weighted BCE, unweighted under class-balanced sampling; under
@@ -99,15 +101,17 @@ def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope:
     from sklearn.metrics import precision_recall_curve, roc_curve
 
     fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(11, 4.5))
+    names = tuple(scores)
     for name, score in scores.items():
         metrics = evaluate(y, score, 0.5)  # AUROC and AUPRC do not read the threshold
         fpr, tpr, _ = roc_curve(y, score)
         precision, recall, _ = precision_recall_curve(y, score)
         style = ":" if name.endswith("_ensemble") else "-" if name.startswith("et") else "--"
-        ax_roc.plot(fpr, tpr, style, label=f"{name} (AUROC {metrics['auroc']:.3f})")
+        colour = _color(name, names)
+        ax_roc.plot(fpr, tpr, style, color=colour, label=f"{name} (AUROC {metrics['auroc']:.3f})")
         # Steps, as average precision sums them: a straight line between the points would
         # enclose another area than the legend's AUPRC.
-        ax_pr.plot(recall, precision, style, drawstyle="steps-post",
+        ax_pr.plot(recall, precision, style, color=colour, drawstyle="steps-post",
                    label=f"{name} (AUPRC {metrics['auprc']:.3f})")
     ax_roc.plot([0, 1], [0, 1], ":", color="grey")
     ax_roc.set(xlabel="false positive rate", ylabel="true positive rate", title=f"ROC ({scope})")
@@ -128,6 +132,5 @@ def plotted_models(scores: dict[str, Any]) -> list[str]:
     return known + sorted(n for n in scores if n not in known)
 
 
-def _color(name: str) -> str:
-    palette = {"et": "C0", "mlp": "C2", "gcn": "C3", "gat": "C4"}
-    return palette.get(name, "C5")
+def _color(name: str, others: tuple[str, ...] = ()) -> str:
+    return model_colour(name, others)

@@ -7,6 +7,7 @@ from typing import Any
 
 def plot_fold_accuracies(results: dict[str, Any], path: Path) -> Path:
     """Test accuracy of every fold (dots) and the mean ± std (bar) per model."""
+    from .colours import model_colour
     from .figures import own_figures
 
     plt = own_figures()
@@ -15,9 +16,10 @@ def plot_fold_accuracies(results: dict[str, Any], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.2))
     for i, name in enumerate(names):
         stats = results["models"][name]["accuracy"]
-        ax.bar(i, stats["mean"], yerr=stats["std"], color="#c6dbef", edgecolor="#3182bd",
-               capsize=4)
-        ax.plot([i] * len(stats["values"]), stats["values"], "o", color="#08519c", ms=3)
+        colour = model_colour(name, tuple(names))
+        ax.bar(i, stats["mean"], yerr=stats["std"], color=colour, alpha=0.35,
+               edgecolor=colour, capsize=4)
+        ax.plot([i] * len(stats["values"]), stats["values"], "o", color=colour, ms=3)
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("test accuracy (dots: folds;\nbar: mean, whisker: population std)",
                   fontsize=8)

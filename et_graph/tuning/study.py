@@ -342,6 +342,10 @@ def study_summary(study: Any, seconds: float) -> dict[str, Any]:
         "best_params": best.params if best else {},
         "seconds_this_run": seconds,
         "history": [(t.number, t.value) for t in complete],
+        # a pruned trial's last reported validation value, drawn beside the finished ones
+        "pruned_history": [(t.number, t.intermediate_values[max(t.intermediate_values)])
+                           for t in trials if t.state == optuna.trial.TrialState.PRUNED
+                           and t.intermediate_values],
     }
 
 
@@ -387,7 +391,7 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
     lines += [f"- {model}: `{json.dumps(s.get('best_settings', s['best_params']))}`"
               for model, s in summaries.items()]
     (out / "study_report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    plot_history(out / "optimization_history.png", summaries, metric)
+    plot_history(out / "optimization_history.png", summaries, metric, f"{task} on {dataset}")
 
 
 def to_dict_budget(budget: TuneBudget) -> dict[str, Any]:
@@ -395,22 +399,43 @@ def to_dict_budget(budget: TuneBudget) -> dict[str, Any]:
             "seed": budget.seed, "prune_warmup": budget.prune_warmup}
 
 
-def plot_history(path: Path, summaries: dict[str, dict[str, Any]], metric: str) -> None:
+def plot_history(path: Path, summaries: dict[str, dict[str, Any]], metric: str,
+                 title: str = "") -> None:
+    """Each model's finished trials (dots), its best so far (steps) and its pruned trials at
+    their last reported value (crosses): leaving those out showed a model with half its
+    trials pruned as one that had half the budget."""
+    from ..plots.colours import model_colour
     from ..plots.figures import own_figures
 
     plt = own_figures()
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for i, (model, s) in enumerate(summaries.items()):
+    names = tuple(summaries)
+    directions = set()
+    for model, s in summaries.items():
+        colour = model_colour(model, names)
+        directions.add(s.get("direction", "maximize"))
+        pruned = s.get("pruned_history") or []
+        if pruned:
+            numbers, values = zip(*pruned)
+            ax.plot(numbers, values, "x", color=colour, alpha=0.6, ms=5,
+                    label=f"{model}: {len(pruned)} pruned (last value)")
         if not s["history"]:
             continue
         numbers, values = zip(*s["history"])
         better = min if s.get("direction") == "minimize" else max
         best = [better(values[: k + 1]) for k in range(len(values))]
-        ax.plot(numbers, values, "o", color=f"C{i}", alpha=0.4, ms=4)
-        ax.step(numbers, best, where="post", color=f"C{i}", label=f"{model} (best so far)")
-    ax.set(xlabel="trial", ylabel=f"validation {metric}", title="Optimisation history")
-    ax.legend(fontsize=8)
+        ax.plot(numbers, values, "o", color=colour, alpha=0.4, ms=4)
+        ax.step(numbers, best, where="post", color=colour,
+                label=f"{model}: {len(values)} finished, best so far")
+    better_word = ({"minimize": "lower", "maximize": "higher"}.get(directions.pop())
+                   if len(directions) == 1 else None)
+    ax.set(xlabel="trial", ylabel=f"validation {metric}" + (
+        f" ({better_word} is better)" if better_word else ""),
+           title="Optimisation history" + (f": {title}" if title else ""))
+    ax.xaxis.get_major_locator().set_params(integer=True)  # no trial 2.5
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

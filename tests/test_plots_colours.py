@@ -1,0 +1,58 @@
+"""Figures: one colour per model everywhere, and the tuning history shows every trial."""
+import matplotlib.figure
+import pytest
+
+from et_graph.plots.colours import MODEL_COLOURS, model_colour
+
+
+def test_a_model_keeps_its_colour_and_its_ensemble_shares_it():
+    assert model_colour("gcn") == model_colour("gcn", ("et", "gbt")) == MODEL_COLOURS["gcn"]
+    assert model_colour("mlp_ensemble") == model_colour("mlp")
+    fixed = [model_colour(n) for n in ("et", "gbt", "mlp", "gcn", "gat")]
+    assert len(set(fixed)) == len(fixed)  # the anomaly rows are told apart
+    spare = {model_colour(n, ("sage", "appnp")) for n in ("sage", "appnp")}
+    assert len(spare) == 2 and not spare & set(fixed)
+
+
+@pytest.fixture()
+def saved_figures(monkeypatch):
+    figures = []
+    original = matplotlib.figure.Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        figures.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    return figures
+
+
+def test_roc_and_training_curves_draw_a_model_in_one_colour(tmp_path, saved_figures):
+    """gcn was green in the ROC figure (colours by position) and red in the training curves
+    of the same run."""
+    import numpy as np
+
+    from et_graph.plots.anomaly import plot_roc_pr
+
+    y = np.array([0, 1] * 10)
+    rng = np.random.default_rng(0)
+    plot_roc_pr(tmp_path / "roc.png", y, {n: rng.random(20) for n in ("gcn", "et", "gbt")},
+                "test")
+    lines = {line.get_label().split(" ")[0]: line.get_color()
+             for line in saved_figures[-1].axes[0].lines if not line.get_label().startswith("_")}
+    assert lines == {n: model_colour(n) for n in ("gcn", "et", "gbt")}
+
+
+def test_the_tuning_history_draws_pruned_trials(tmp_path, saved_figures):
+    """A model with half its trials pruned looked like one that had half the budget."""
+    from et_graph.tuning.study import plot_history
+
+    summaries = {"et": {"history": [(0, 0.8), (3, 0.85)], "direction": "maximize",
+                        "pruned_history": [(1, 0.6), (2, 0.7)]},
+                 "gbt": {"history": [(0, 0.8), (1, 0.82), (2, 0.81), (3, 0.83)],
+                         "direction": "maximize"}}
+    plot_history(tmp_path / "history.png", summaries, "auroc", "anomaly on tolokers")
+    ax = saved_figures[-1].axes[0]
+    labels = [line.get_label() for line in ax.lines]
+    assert "et: 2 pruned (last value)" in labels and "et: 2 finished, best so far" in labels
+    assert "higher is better" in ax.get_ylabel() and "tolokers" in ax.get_title()
