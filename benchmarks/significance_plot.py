@@ -108,8 +108,9 @@ def main(argv: Optional[list[str]] = None) -> Path:
     args = parser.parse_args(argv)
     rows = panels(args.stored)
     path = plot_differences(rows, args.out,
-                            title="ET against its nearest rival: difference and 95% interval "
-                                  "(right: ET better; filled: the interval excludes 0)")
+                            title="ET against its nearest rival: difference and 95% interval\n"
+                                  "(right: ET better; filled: significant after Holm over "
+                                  "the panel; half: the interval alone excludes 0)")
     records = family_table(rows)
     print("| panel | row | difference [95% interval] | p | p, Holm over the panel |\n"
           "|---|---|---|---|---|")

@@ -354,3 +354,28 @@ def test_a_stored_difference_with_a_tables_extra_keys_reads_back():
     stored = {**fold_difference([.8, .7, .9], [.7, .7, .6], test_train_ratio=.5).as_dict(),
               "p_holm": 0.9, "dataset": "X"}  # tu_reassess rows carry these beside their own
     assert Difference.from_dict(stored).p_value == stored["p_value"]
+
+
+def test_the_forest_plot_fills_only_what_survives_holm(monkeypatch, tmp_path):
+    """Points were filled when their own interval excluded 0, while the text beside the figure
+    says that only one of them stays significant after Holm's adjustment over the panel."""
+    import matplotlib.axes
+
+    from et_graph.plots.significance import plot_differences
+
+    styles = []
+    real = matplotlib.axes.Axes.plot
+
+    def watch(self, *args, **kwargs):
+        if "fillstyle" in kwargs:
+            styles.append(kwargs["fillstyle"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", watch)
+    strong = seed_difference([0.9, 0.91, 0.92, 0.9, 0.91], [0.5, 0.52, 0.51, 0.5, 0.52])
+    weak = replace(strong, p_value=0.03, low=0.001)  # alone significant; Holm over 3: 0.06
+    none = replace(strong, p_value=0.5, low=-0.1)
+    assert strong.p_value < 0.01 and weak.significant and not none.significant
+    plot_differences({"AUROC": [("a", strong), ("b", weak), ("c", none)]},
+                     tmp_path / "forest.png")
+    assert styles == ["none", "left", "full"]  # drawn bottom-up: c, b, a

@@ -4,15 +4,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..protocols.significance import Difference
+from ..protocols.significance import Difference, holm
 
 
 def plot_differences(panels: Mapping[str, Sequence[tuple[str, Difference]]], path: Path,
                      title: str = "") -> Path:
     """One panel per entry of ``panels`` (its name: the panel's unit), one row per
     ``(label, difference)``, drawn so that **right is better for the difference's first model**
-    (an error metric's difference is mirrored). Rows whose interval excludes 0 are filled, the
-    others hollow; the zero line is drawn."""
+    (an error metric's difference is mirrored). A row is filled when it stays significant
+    after Holm's adjustment over its panel, half filled when only its own interval excludes 0
+    (many such intervals hold some by chance), hollow otherwise; the zero line is drawn."""
     from .figures import own_figures
 
     plt = own_figures()
@@ -24,20 +25,24 @@ def plot_differences(panels: Mapping[str, Sequence[tuple[str, Difference]]], pat
     fig, axes = plt.subplots(len(panels), 1, figsize=(7.5, 0.32 * sum(heights) + 1.1 * len(panels)),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (unit, rows) in zip(axes[:, 0], panels.items()):
-        for y, (_, d) in enumerate(reversed(rows)):
+        adjusted = holm([d.p_value for _, d in rows])
+        for y, ((_, d), p_family) in enumerate(zip(reversed(rows), reversed(adjusted))):
             sign = 1.0 if d.higher_is_better else -1.0
             low, high = sorted((sign * d.low, sign * d.high))
             colour = "#3182bd" if sign * d.mean > 0 else "#e6550d"
             ax.plot([low, high], [y, y], color=colour, lw=2)
-            ax.plot(sign * d.mean, y, "o", color=colour, ms=6,
-                    markerfacecolor=colour if d.significant else "white")
+            family = d.significant and p_family < 1 - d.confidence
+            ax.plot(sign * d.mean, y, "o", color=colour, ms=7, markerfacecolor=colour,
+                    markerfacecoloralt="white", markeredgecolor=colour,
+                    fillstyle="full" if family else "left" if d.significant else "none")
         ax.axvline(0.0, color="0.3", lw=0.8)
         ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)], fontsize=8)
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.set_xlabel(unit, fontsize=8)
         ax.tick_params(axis="x", labelsize=8)
     fig.suptitle(title or "difference with its 95% interval (right: the first model better; "
-                 "filled: the interval excludes 0)", fontsize=9)
+                 "filled: significant after Holm over the panel; half: the interval alone "
+                 "excludes 0)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
