@@ -42,6 +42,7 @@ from tu_tuned_cv import MODELS, cross_validate_preset  # noqa: E402
 
 from et_graph.compare_cli import read_models  # noqa: E402
 from et_graph.config import run_metadata  # noqa: E402
+from et_graph.plots.colours import model_colour  # noqa: E402
 from et_graph.protocols.significance import (  # noqa: E402
     compare_to,
     cv_test_train_ratio,
@@ -154,11 +155,14 @@ def has_ensembles(reports: list[dict[str, Any]]) -> bool:
 
 
 def _bold_best(rows: dict[str, Any], key: str) -> list[str]:
-    """One cell per model of ``rows[model][key]`` (``–`` where absent), the best mean in bold."""
-    means = {m: rows[m][key]["mean"] for m in MODELS if rows.get(m, {}).get(key)}
-    best = max(means, key=means.get) if means else None
-    return [f"**{_cell(rows[m][key])}**" if m == best else _cell(rows.get(m, {}).get(key))
-            for m in MODELS]
+    """One cell per model of ``rows[model][key]`` (``–`` where absent), the best mean in bold:
+    every model whose mean, as printed, equals the best (one of two printed 85.5s in bold
+    read as a win the table cannot show)."""
+    printed = {m: round(100 * rows[m][key]["mean"], 1) for m in MODELS
+               if rows.get(m, {}).get(key)}
+    best = max(printed.values()) if printed else None
+    return [f"**{_cell(rows[m][key])}**" if m in printed and printed[m] == best
+            else _cell(rows.get(m, {}).get(key)) for m in MODELS]
 
 
 def is_selection(reports: list[dict[str, Any]]) -> bool:
@@ -271,7 +275,7 @@ def read_report(spec: str) -> dict[str, Any]:
 
 
 #: One colour per model, the same in every figure of the page.
-COLORS = {"et": "#3182bd", "gin": "#e6550d", "structure_agnostic": "#31a354"}
+COLORS = {model: model_colour(model) for model in ("et", "gin", "structure_agnostic")}
 
 
 def plot_summary(reports: list[dict[str, Any]], path: Path) -> Path:
@@ -298,11 +302,14 @@ def plot_summary(reports: list[dict[str, Any]], path: Path) -> Path:
                 continue
             x = i + (j - (len(MODELS) - 1) / 2) * width
             stat = row["test_accuracy"]
-            ax.bar(x, 100 * stat["mean"], width, yerr=100 * stat["std"], capsize=2,
-                   color=COLORS[model], alpha=0.45, edgecolor=COLORS[model], label=NAMES[model])
+            # Points, not bars: the axis starts near the lowest value, where a bar's length
+            # would exaggerate the gaps. The ensemble's diamond sits beside the whisker, which
+            # belongs to the mean.
+            ax.errorbar(x - width / 6, 100 * stat["mean"], yerr=100 * stat["std"], fmt="o",
+                        capsize=2, color=COLORS[model], ms=5, label=NAMES[model])
             if "ensemble_accuracy" in row:
-                ax.plot(x, 100 * row["ensemble_accuracy"]["mean"], "D", color=COLORS[model],
-                        markeredgecolor="black", ms=5, zorder=3)
+                ax.plot(x + width / 4, 100 * row["ensemble_accuracy"]["mean"], "D",
+                        color=COLORS[model], markeredgecolor="black", ms=5, zorder=3)
     # Under selection the same dataset may appear with two grids: the tick names the grid size.
     ax.set_xticks(range(len(reports)), [
         f"{r['dataset']}\n{len(r['candidates'])} candidates" if r.get("candidates")
@@ -313,7 +320,7 @@ def plot_summary(reports: list[dict[str, Any]], path: Path) -> Path:
     ax.set_ylabel("test accuracy % (10 folds)")
     runs = sorted({r["runs_per_fold"] for r in reports})
     chosen = "the candidate chosen per fold: " if is_selection(reports) else ""
-    ax.set_title(f"{chosen}mean of {'/'.join(map(str, runs))} trainings per fold (bars, ± std "
+    ax.set_title(f"{chosen}mean of {'/'.join(map(str, runs))} trainings per fold (dots, ± std "
                  "over folds) and their ensemble (diamonds)", fontsize=9)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))  # one legend entry per model
@@ -345,7 +352,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                         help="only print the table over these reassess.json files (or "
                         "tu_fold_select.py --json files); FILE@et,gin keeps only those models")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
-                        help="also draw the table (bars: mean of the runs; diamonds: ensembles)")
+                        help="also draw the table (dots: mean of the runs, ± std over folds; "
+                             "diamonds: ensembles)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="with --summarize: write the summary and the differences as JSON")
     args = parser.parse_args(argv)

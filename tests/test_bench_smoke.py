@@ -548,6 +548,15 @@ def test_tu_reassess_plot_draws_the_summary(tmp_path):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no reports"):
         tu_reassess.plot_summary([], tmp_path / "none.png")
+    # two means that print alike are both the best: one in bold read as a win
+    tie = {"dataset": "MUTAG", "runs_per_fold": 3, "models": {
+        "et": {**with_ensemble, "test_accuracy": {"mean": 0.8551, "std": 0.06}},
+        "gin": {**with_ensemble, "test_accuracy": {"mean": 0.8549, "std": 0.07}}}}
+    files.append(tmp_path / "tie.json")
+    files[-1].write_text(json.dumps(tie), encoding="utf-8")
+    (line,) = [x for x in tu_reassess.main(["--summarize", str(files[-1])])["summary"]
+               .splitlines() if x.startswith("| MUTAG")]
+    assert line.startswith("| MUTAG | 3 | **85.5 ± 6.0** | **85.5 ± 7.0** |")
 
 
 def test_gnnbenchmark_holdout_probe_scores_the_tuning_objective_per_seed(tmp_path):
