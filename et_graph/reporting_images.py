@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from .nn.models.image_completion import ETImageCompletion
-from .protocols.image_completion import nearest_open_baseline
+from .plots.colours import VERMILLION
+from .protocols.image_completion import mean_patch_baseline, nearest_open_baseline
 
 FIGURES = ("completion_grid.png", "energy.png", "update_norms.png", "memories.png",
            "position_similarity.png", "training_loss.png")
@@ -37,9 +38,27 @@ def _mosaic(tiles: Tensor, columns: int, pad: int = 1, pad_value: float = 1.0) -
 
 
 def _masked_view(model: ETImageCompletion, images: Tensor, mask: Tensor) -> Tensor:
+    """The images with their masked patches as NaN, which :func:`_marked_rgb` colours (a grey
+    fill looked like the digits' own grey pixels)."""
     patches = model.patchify(images).float()
-    grey = torch.full_like(patches, 0.5)
-    return model.unpatchify(torch.where(mask.unsqueeze(-1), grey, patches))
+    hidden = torch.full_like(patches, float("nan"))
+    return model.unpatchify(torch.where(mask.unsqueeze(-1), hidden, patches))
+
+
+def _marked_rgb(picture: Tensor) -> Tensor:
+    """``[C, H, W]`` as RGB in [0, 1] with the NaN pixels (masked patches) in vermillion."""
+    rgb = picture.expand(3, -1, -1).clone() if picture.size(0) == 1 else picture[:3].clone()
+    hidden = torch.isnan(rgb).any(dim=0)
+    marker = torch.tensor([int(VERMILLION[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    rgb[:, hidden] = marker.unsqueeze(1)
+    return rgb.clamp(0, 1)
+
+
+def _filled_where_masked(model: ETImageCompletion, images: Tensor, mask: Tensor,
+                         patches: Tensor) -> Tensor:
+    """The images with their masked patches replaced by ``patches`` ``[B, M, P]``."""
+    own = model.patchify(images).float()
+    return model.unpatchify(torch.where(mask.unsqueeze(-1), patches.float(), own))
 
 
 def write_figures(
@@ -50,8 +69,10 @@ def write_figures(
     trace: dict[str, Any],
     history: list[dict[str, float]],
     best_epoch: int = -1,
+    train_images: Tensor | None = None,
 ) -> None:
-    """Write :data:`FIGURES` to ``out``; ``history`` is the engine's per-epoch history."""
+    """Write :data:`FIGURES` to ``out``; ``history`` is the engine's per-epoch history;
+    ``train_images`` adds the strongest baseline, the per-position mean patch, to the grid."""
     from .plots.figures import own_figures
 
     plt = own_figures()
@@ -59,24 +80,24 @@ def write_figures(
     height, width = model.image_size
     count = min(8, test_images.size(0))
     images, mask = test_images[:count], test_mask[:count]
-    rows = {
-        "masked": _masked_view(model, images, mask),
-        "ET": model.complete(images, mask),
-        "nearest open": model.unpatchify(
-            nearest_open_baseline(images, mask, model.patch_size, model.grid_size)
-        ),
-        "original": images,
-    }
+    rows = {"masked": _masked_view(model, images, mask), "ET": model.complete(images, mask)}
+    if train_images is not None:  # every baseline the table holds, the strongest first
+        rows["mean patch"] = _filled_where_masked(model, images, mask, mean_patch_baseline(
+            train_images, images, model.patch_size, per_position=True))
+    rows["nearest open"] = _filled_where_masked(model, images, mask, nearest_open_baseline(
+        images, mask, model.patch_size, model.grid_size))
+    rows["original"] = images
     tiles = torch.cat([batch.float().clamp(0, 1) for batch in rows.values()])
-    picture = _mosaic(tiles, columns=count, pad=max(1, height // 8))
-    fig, ax = plt.subplots(figsize=(1.0 * count + 1.2, 1.0 * len(rows) + 0.5))
-    ax.imshow(_as_display(picture), cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+    picture = _marked_rgb(_mosaic(tiles, columns=count, pad=max(1, height // 8)))
+    fig, ax = plt.subplots(figsize=(1.0 * count + 1.6, 1.0 * len(rows) + 0.5))
+    ax.imshow(_as_display(picture), interpolation="nearest")
     step = picture.size(1) / len(rows)
     ax.set_yticks([step * (i + 0.5) for i in range(len(rows))], list(rows))
     ax.set_xticks([])
-    ax.set_title("Held-out images (grey = masked patch)", fontsize=10)
+    ax.set_title("Held-out images (vermillion = masked patch; rows below: its fills)",
+                 fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "completion_grid.png", dpi=80)
+    fig.savefig(out / "completion_grid.png", dpi=100)
     plt.close(fig)
 
     energies = trace["energies"]

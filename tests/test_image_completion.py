@@ -456,3 +456,18 @@ def test_the_dense_model_exports_with_a_dynamic_batch() -> None:
     assert torch.equal(exported(more, more_mask), model(more, more_mask))
     with pytest.raises(ValueError, match="NaN"):  # the eager model still checks
         model(torch.full_like(images, float("nan")), mask)
+
+
+def test_the_grid_marks_masked_patches_in_a_colour_no_pixel_has() -> None:
+    """Masked patches were drawn mid-grey, like the digits' own grey pixels."""
+    from et_graph.nn.models import ETImageCompletion
+    from et_graph.reporting_images import _marked_rgb, _masked_view
+
+    model = ETImageCompletion(image_size=8, patch_size=2, dim=8, heads=1, head_dim=4)
+    images = torch.rand(2, 1, 8, 8)
+    mask = model.random_mask(2, generator=torch.Generator().manual_seed(0))
+    rgb = _marked_rgb(_masked_view(model, images, mask)[0])
+    hidden = model.unpatchify(mask.unsqueeze(-1).expand(-1, -1, 4).float())[0, 0].bool()
+    assert rgb.shape == (3, 8, 8)
+    grey = (rgb[0] == rgb[1]) & (rgb[1] == rgb[2])
+    assert bool((~grey[hidden]).all()) and bool(grey[~hidden].all())

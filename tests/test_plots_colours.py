@@ -56,3 +56,26 @@ def test_the_tuning_history_draws_pruned_trials(tmp_path, saved_figures):
     labels = [line.get_label() for line in ax.lines]
     assert "et: 2 pruned (last value)" in labels and "et: 2 finished, best so far" in labels
     assert "higher is better" in ax.get_ylabel() and "tolokers" in ax.get_title()
+
+
+def test_the_training_curves_name_the_rows_without_epochs(tmp_path, saved_figures):
+    """GBT (often the best row) was left out of the training curves without a word, and the
+    baselines were drawn faded."""
+    import numpy as np
+
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.plots.anomaly import plot_curves
+    from et_graph.protocols.anomaly import make_splits
+
+    data = planted_anomaly_graph(120, seed=1)
+    split = make_splits(data, "paper", 1)[0]
+    rng = np.random.default_rng(0)
+    history = [{"loss": [1.0, 0.6, 0.5], "val_auroc": [0.6, 0.7, 0.65], "best_epoch": 1}]
+    curves = {"prob": {n: rng.random(120) for n in ("et", "mlp", "gbt")},
+              "history": {"et": history, "mlp": history}, "energy": None,
+              "select_metric": "f1_macro"}
+    plot_curves(tmp_path, curves, data, split)
+    training = saved_figures[-1]
+    assert any("not drawn (no epochs): gbt" in t.get_text() for t in training.texts)
+    lines = [line for line in training.axes[0].lines if not line.get_label().startswith("_")]
+    assert {line.get_alpha() for line in lines} <= {None, 1.0}

@@ -379,3 +379,11 @@ def test_the_forest_plot_fills_only_what_survives_holm(monkeypatch, tmp_path):
     plot_differences({"AUROC": [("a", strong), ("b", weak), ("c", none)]},
                      tmp_path / "forest.png")
     assert styles == ["none", "left", "full"]  # drawn bottom-up: c, b, a
+
+
+def test_the_unsupervised_design_line_says_every_node_is_scored():
+    """It said "scoring the same test set" for a protocol that scores every node."""
+    from et_graph.protocols.significance import describe_design
+
+    assert "scoring every node of the graph" in describe_design("seeds", 5, scored="all")
+    assert "scoring the same test set" in describe_design("seeds", 5)

@@ -120,7 +120,8 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
                   f"energy monotone: {monotone}; {seconds:.0f}s training")
         if shown is None:
             shown = {"model": model, "test_images": test_images, "test_mask": test_mask,
-                     "trace": trace, "history": fit.history, "best_epoch": fit.best_epoch}
+                     "trace": trace, "history": fit.history, "best_epoch": fit.best_epoch,
+                     "train_images": train_images}
 
     results = _collect(config, per_seed)
     assert shown is not None
@@ -136,7 +137,8 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     write_figures(out, **shown)
     notes = [
-        "MSE over the pixels of the masked held-out patches (pixel values in [0, 1]).",
+        "MSE over the pixels of the masked held-out patches (pixel values in [0, 1]; lower is "
+        "better).",
         "mean_patch: training mean patch at each grid position; mean_patch_global: one mean "
         "patch for all positions; nearest_open: copy of the nearest open patch on the grid.",
         f"ET: the epoch with the lowest masked MSE on {config.protocol.val_fraction:.0%} of the "

@@ -48,6 +48,7 @@ from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re
 )
 from ..reporting import (
     checks_output_folder,
+    counted,
     json_text,
     markdown_table,
     provenance_note,
@@ -109,7 +110,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         "dataset": data.dataset,
         "protocol": (
             f"stratified {protocol.folds}-fold CV (seed {protocol.seed})"
-            + (f", first {folds_run} folds only (max_folds)" if partial else "")
+            + (f", first {counted(folds_run, 'fold')} only (max_folds)" if partial else "")
             + f"; in each training fold a stratified {protocol.val_fraction:.0%} validation "
             "split selects the epoch (best validation accuracy, ties: lower validation loss, up "
             f"to {config.train.epochs} epochs"

@@ -101,7 +101,8 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
         "et_epoch_seconds_median": float(np.median(et_seconds)) if et_seconds else None,
         "seconds_total": time.perf_counter() - start,
         "per_seed": details,
-        **results_entries(differences, describe_design("seeds", len(config.seed_list))),
+        **results_entries(differences, describe_design("seeds", len(config.seed_list),
+                                                       scored="all")),
         **results_entries(node_differences, describe_design(
             "nodes", len(config.seed_list), bootstrap_rounds=rounds), "node_"),
         "meta": run_metadata(config),

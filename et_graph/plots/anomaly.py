@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from torch_geometric.data import Data
 
-from ..protocols.anomaly import Split, evaluate
+from ..protocols.anomaly import ENERGY_ROW, Split, evaluate
 from ..reporting import json_text
 from .colours import model_colour
 
@@ -33,23 +33,25 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
                 f"{scored}; seed 0" + (", ensembles over the seeds" if ensembles else ""))
 
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
-    first = next(iter(curves["history"]), None)
     drawn = tuple(curves["history"])
     for name, histories in curves["history"].items():
         for i, hist in enumerate(histories):
             # one colour per model, one line per seed (the legend counts them)
             label = f"{name} ({len(histories)} seed{'s' if len(histories) > 1 else ''})" \
                 if i == 0 else None
-            alpha = 1.0 if name == "et" else 0.5
-            ax_loss.plot(hist["loss"], color=_color(name, drawn), alpha=alpha, label=label)
-            ax_val.plot(hist["val_auroc"], color=_color(name, drawn), alpha=alpha, label=label)
+            # every model at full strength: faded baselines read as less important ones
+            ax_loss.plot(hist["loss"], color=_color(name, drawn), label=label)
+            ax_val.plot(hist["val_auroc"], color=_color(name, drawn), label=label)
             kept = hist.get("best_epoch")
             if kept is not None and 0 <= kept < len(hist["val_auroc"]):
                 # The epoch the checkpoint kept, which the selection metric chose (it may not
                 # be the best AUROC drawn here).
                 ax_val.plot([kept], [hist["val_auroc"][kept]], "*", color=_color(name, drawn),
-                            markersize=11, markeredgecolor="black",
-                            label="kept epoch" if name == first and i == 0 else None)
+                            markersize=11, markeredgecolor="black")
+    if any(h.get("best_epoch") is not None for hs in curves["history"].values() for h in hs):
+        # one neutral legend entry: it took the first model's colour
+        ax_val.plot([], [], "*", color="white", markeredgecolor="black", markersize=11,
+                    label="kept epoch")
     # The training loss is class-weighted BCE, unweighted under class-balanced sampling; under
     # data-parallel training it is rank 0's share.
     ax_loss.set(xlabel="epoch", ylabel="training BCE", title="Training loss (a line per seed)")
@@ -62,6 +64,13 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
         for ax in (ax_loss, ax_val):  # trees only: no epochs to draw, said rather than blank
             ax.text(0.5, 0.5, "no neural model in this run", ha="center", va="center",
                     transform=ax.transAxes)
+    untrained = [name for name in plotted if name not in curves["history"]
+                 and not name.endswith("_ensemble") and name != ENERGY_ROW]
+    if curves["history"] and untrained:  # GBT was left out without a word
+        fig.text(0.5, 0.01, f"not drawn (no epochs): {', '.join(untrained)}", ha="center",
+                 fontsize=8)
+    for ax in (ax_loss, ax_val):
+        ax.xaxis.get_major_locator().set_params(integer=True)  # no epoch 2.5
     for ax in (ax_loss, ax_val):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)

@@ -24,7 +24,8 @@ def plot_fold_accuracies(results: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("test accuracy (dots: folds;\nbar: mean, whisker: population std)",
                   fontsize=8)
     ax.set_ylim(0, 1)
-    ax.set_title(f"{results['dataset']}: {len(results['folds'])} test folds")
+    folds = len(results["folds"])
+    ax.set_title(f"{results['dataset']}: {folds} test fold{'' if folds == 1 else 's'}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

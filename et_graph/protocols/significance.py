@@ -476,7 +476,8 @@ def describe_design(design: str, n: int, test_train_ratio: Optional[float] = Non
                     bootstrap_rounds: int = 0, scored: str = "test") -> str:
     """One line for a report: which test the difference table used, and what it covers.
     ``scored`` names the part the scores come from (``"validation"`` in a validation-only
-    run, whose lines once said "test")."""
+    run, whose lines once said "test"; ``"all"`` where every node is scored, as the
+    unsupervised protocol does)."""
     if paired_over is None:
         paired_over = ("shared test folds" if scored == "test"
                        else f"shared folds' {scored} parts")
@@ -494,7 +495,8 @@ def describe_design(design: str, n: int, test_train_ratio: Optional[float] = Non
                       if test_train_ratio else "the paired t-test")
         return (f"differences: paired over {n} {paired_over}, {confidence:.0%} interval "
                 f"and two-sided p from {correction}")
-    return (f"differences: Welch's t-test over {n} seeds scoring the same {scored} set, "
+    nodes = "every node of the graph" if scored == "all" else f"the same {scored} set"
+    return (f"differences: Welch's t-test over {n} seeds scoring {nodes}, "
             f"{confidence:.0%} interval and two-sided p; they cover the training randomness "
             "only, not another split or graph")
 
