@@ -352,11 +352,13 @@ def render(report: dict[str, Any]) -> str:
 def plot(report: dict[str, Any], path: str) -> None:
     """Step time and peak memory of the full-batch models, one group per graph size (log
     scales: the models differ by up to an order of magnitude). Memory is the peak GPU memory on
-    CUDA, the peak RSS on the CPU; a model that did not fit has no bar and is named."""
+    CUDA, the peak RSS on the CPU; a model that did not fit has no point and is named."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from et_graph.plots.colours import model_colour
 
     gpu = report.get("device", "cpu") != "cpu"
     memory_key = "peak_gpu_bytes" if gpu else "peak_rss_bytes"
@@ -379,19 +381,26 @@ def plot(report: dict[str, Any], path: str) -> None:
                     missing.append(case)
             positions = [j + (i - (len(FULL_BATCH_MODELS) - 1) / 2) * width
                          for j in range(len(cases))]
-            bars = panel.bar(positions, heights, width, label=name)
-            for bar, height in zip(bars, heights):
-                middle = bar.get_x() + bar.get_width() / 2
+            # Points, not bars: on a log axis a bar's length depends on where the axis starts.
+            colour = model_colour(name)
+            drawn = [(x, h) for x, h in zip(positions, heights) if h]
+            if drawn:
+                panel.plot(*zip(*drawn), "o", color=colour, ms=7, label=name)
+            else:
+                panel.plot([], [], "o", color=colour, ms=7, label=name)
+            for middle, height in zip(positions, heights):
                 if height:
-                    panel.annotate(f"{height:.3g}", (middle, height), ha="center", va="bottom",
+                    panel.annotate(f"{height:.3g}", (middle, height), ha="center",
+                                   va="bottom", xytext=(0, 5), textcoords="offset points",
                                    fontsize=7)
                 else:  # at the foot of the axis: a log scale has no zero
                     panel.annotate("did not fit", (middle, 0.03),
                                    xycoords=("data", "axes fraction"), ha="center",
-                                   va="bottom", rotation=90, fontsize=7, color=bar.get_facecolor())
+                                   va="bottom", rotation=90, fontsize=7, color=colour)
         panel.set_xticks(range(len(cases)), [titles[c] for c in cases])
         panel.set_yscale("log")
-        panel.set_ylabel(label)
+        panel.set_ylabel(f"{label}, lower is better")
+        panel.set_xlim(-0.6, len(cases) - 0.4)
     axes[0].legend(fontsize=8)
     where = (f"{report['results'][0].get('device_name', 'GPU')}" if gpu
              else f"CPU, {report['threads']} threads")
