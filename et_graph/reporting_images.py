@@ -110,7 +110,7 @@ def write_figures(
     ax.set_title("Energy along the ET dynamics (held-out)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "energy.png", dpi=80)
+    fig.savefig(out / "energy.png", dpi=110)
     plt.close(fig)
 
     norms = trace["norms"]
@@ -126,7 +126,7 @@ def write_figures(
     axes[0].legend(fontsize=8)
     fig.suptitle("Size of each energy term's share of the token update", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "update_norms.png", dpi=80)
+    fig.savefig(out / "update_norms.png", dpi=110)
     plt.close(fig)
 
     memories = model.decoded_memories().float().clamp(0, 1)
@@ -138,7 +138,7 @@ def write_figures(
     ax.set_title("Hopfield memories decoded as patches\n(most used first, row by row)",
                  fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "memories.png", dpi=80)
+    fig.savefig(out / "memories.png", dpi=110)
     plt.close(fig)
 
     position = model.position.detach().float()
@@ -153,7 +153,7 @@ def write_figures(
     ax.set_title("Cosine similarity of each patch's position\nembedding to all others",
                  fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "position_similarity.png", dpi=80)
+    fig.savefig(out / "position_similarity.png", dpi=110)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
@@ -166,5 +166,5 @@ def write_figures(
     ax.set_ylabel("MSE (masked patches)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "training_loss.png", dpi=80)
+    fig.savefig(out / "training_loss.png", dpi=110)
     plt.close(fig)

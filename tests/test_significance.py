@@ -387,3 +387,21 @@ def test_the_unsupervised_design_line_says_every_node_is_scored():
 
     assert "scoring every node of the graph" in describe_design("seeds", 5, scored="all")
     assert "scoring the same test set" in describe_design("seeds", 5)
+
+
+def test_two_difference_tables_are_headed_and_two_runs_are_flagged():
+    """Two tables with one header and no heading gave two p-values for one comparison; with 2
+    seeds an AUROC interval reached [-0.94, +1.28] without a word."""
+    from et_graph.protocols.significance import difference_sections, results_entries
+
+    two = seed_difference([0.9, 0.6], [0.5, 0.55])
+    nodes = replace(two, design="nodes", n=2)
+    results = {**results_entries([two], "over the seeds"),
+               **results_entries([nodes], "over the nodes", "node_")}
+    runs, over_nodes = difference_sections(results)
+    assert runs.startswith("**Differences over the runs**")
+    assert over_nodes.startswith("**Differences over the scored nodes")
+    assert "With 2 runs an interval rests on 1 degree(s) of freedom" in runs
+    assert "degree(s) of freedom" not in over_nodes
+    (alone,) = difference_sections(results_entries([two], "over the seeds"))
+    assert alone.startswith("|")  # one table: no heading needed

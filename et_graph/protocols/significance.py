@@ -508,7 +508,12 @@ def difference_section(results: Mapping[str, Any], digits: int = 4) -> str:
     if not differences:
         return ""
     design = results.get("differences_design")
-    return difference_table(differences, digits) + (f"\n\n{design}." if design else "")
+    few = min(d.n for d in differences)
+    caution = (f" With {few} runs an interval rests on {max(few - 1, 0)} degree(s) of freedom and "
+               "can reach past the metric's possible range: it says little either way."
+               if few < 3 and differences[0].design != "nodes" else "")
+    return (difference_table(differences, digits) + (f"\n\n{design}." if design else "")
+            + caution)
 
 
 def difference_sections(results: Mapping[str, Any], digits: int = 4) -> list[str]:
@@ -517,8 +522,12 @@ def difference_sections(results: Mapping[str, Any], digits: int = 4) -> list[str
     design line; empty ones left out."""
     nodes = {"differences": results.get("node_differences"),
              "differences_design": results.get("node_differences_design")}
-    return [section for section in (difference_section(results, digits),
-                                    difference_section(nodes, digits)) if section]
+    sections = [difference_section(results, digits), difference_section(nodes, digits)]
+    if all(sections):  # two tables with one header: say which is which
+        sections = [f"**Differences over the runs** (the training randomness)\n\n{sections[0]}",
+                    f"**Differences over the scored nodes and the runs** "
+                    f"(DeLong)\n\n{sections[1]}"]
+    return [section for section in sections if section]
 
 
 def results_entries(differences: Sequence[Difference], design: str,
