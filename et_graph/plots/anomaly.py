@@ -109,8 +109,9 @@ def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope:
     plt = own_figures()
     from sklearn.metrics import precision_recall_curve, roc_curve
 
-    fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(11, 4.5))
     names = tuple(scores)
+    many = len(names) > 6  # the legends then sit beside the panels, not over the curves
+    fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(14 if many else 11, 4.5))
     for name, score in scores.items():
         metrics = evaluate(y, score, 0.5)  # AUROC and AUPRC do not read the threshold
         fpr, tpr, _ = roc_curve(y, score)
@@ -128,7 +129,10 @@ def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope:
     ax_pr.set(xlabel="recall", ylabel="precision", title=f"Precision-recall ({scope})")
     for ax in (ax_roc, ax_pr):
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+            if many:
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            else:
+                ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

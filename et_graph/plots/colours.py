@@ -18,10 +18,10 @@ MODEL_COLOURS = {
     "gin": VERMILLION, "gine": VERMILLION, "gat": PURPLE, "gatedgcn": PURPLE,
     "isolation_forest": ORANGE, "iforest": ORANGE, "lof": GREEN, "in_degree": "#7F7F7F",
     "dominant": VERMILLION, "anomalydae": PURPLE, "cola": "#8C6D31", "conad": "#7F3C8D",
-    "ocgnn": "#B8860B", "mean_patch": ORANGE, "nearest_open": GREEN,
+    "ocgnn": "#17BECF", "mean_patch": ORANGE, "nearest_open": GREEN,
 }
 # Any other name: the first of these not yet given to a model in the figure, by name order.
-_SPARE = ("#8C564B", "#7F7F7F", "#BCBD22", "#17BECF", "#393B79", "#AD494A", "#637939",
+_SPARE = ("#8C564B", "#7F7F7F", "#BCBD22", "#1B9E77", "#393B79", "#AD494A", "#637939",
           "#843C39", "#7B4173", "#3182BD")
 
 
