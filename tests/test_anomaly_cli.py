@@ -173,7 +173,7 @@ def test_roc_plot_draws_every_row_with_the_tables_rank_metrics(monkeypatch, tmp_
 
     monkeypatch.setattr(plots, "plot_curves", capture)
     data = planted_anomaly_graph(300, seed=2)
-    results = anomaly.run(config("--models", "et,mlp", "--seeds", "1", "--epochs", "2",
+    results = anomaly.run(config("--models", "et,mlp", "--seeds", "2", "--epochs", "2",
                                  "--hidden", "16", "--seed-ensemble",
                                  "--out", str(tmp_path / "run")), data=data)
     split = drawn.pop("_split")

@@ -84,6 +84,12 @@ def test_the_outputs_say_so_and_the_energy_row_is_skipped(tmp_path):
     assert "test set" not in probe["differences_design"]
 
 
+def test_a_seed_ensemble_of_one_seed_is_refused():
+    """Its rows repeated the seed's own, drawn on top of them."""
+    with pytest.raises(ValueError, match="seeds = 1 gives one"):
+        AnomalyProtocolConfig(seeds=1, seed_ensemble=True)
+
+
 def test_seed_ensembles_are_refused():
     with pytest.raises(ValueError, match="validation_only"):
         AnomalyProtocolConfig(validation_only=True, seed_ensemble=True)

@@ -142,6 +142,9 @@ class AnomalyProtocolConfig:
             # a setting the run never used.
             raise ValueError("vary_split draws stratified splits (paper protocol); with "
                              "protocol gadbench seed i uses the dataset's mask column i")
+        if self.seed_ensemble and self.seeds < 2:  # its rows repeated the seed's, drawn on it
+            raise ValueError("seed_ensemble averages the seeds' scores, and seeds = 1 gives one: "
+                             "use seeds >= 2, or drop seed_ensemble")
         if self.validation_only and self.seed_ensemble:
             raise ValueError("seed_ensemble reports test metrics of the seeds' ensemble; a "
                              "validation_only run scores no test node: drop one of the two")
