@@ -835,3 +835,42 @@ def test_an_energy_subclass_without_a_closed_form_is_not_descended_silently():
     conv.grad = "analytic"
     conv.energy_fn = WithClosedForm(8, heads=2, head_dim=4).double()
     assert conv(x, edge_index).shape == x.shape
+
+
+def test_a_pyg_edge_index_is_read_as_the_plain_tensor_it_wraps():
+    """PyG's EdgeIndex went through the layer wrapped (every index op through the subclass:
+    1.4x slower), its sparse_size was not checked (the unfused path then failed inside PyG),
+    and int16 ids were refused where PyG accepts them."""
+    from torch_geometric import EdgeIndex
+
+    from et_graph.nn.validation import check_edge_index
+
+    torch.manual_seed(0)
+    x, edge_index = torch.randn(30, 8), torch.randint(0, 30, (2, 120))
+    conv = ETConv(8, heads=2, head_dim=4, steps=2)
+    wrapped = EdgeIndex(edge_index, sparse_size=(30, 30))
+    assert type(check_edge_index(wrapped, 30)) is torch.Tensor
+    assert torch.equal(conv(x, wrapped), conv(x, edge_index))
+    assert torch.equal(conv.eval().forward_chunked(x, wrapped, chunk_size=7),
+                       conv.forward_chunked(x, edge_index, chunk_size=7))
+    for size in ((35, 35), (30, 33)):
+        with pytest.raises(ValueError, match="sparse_size"):
+            conv(x, EdgeIndex(edge_index, sparse_size=size))
+    assert torch.equal(conv(x, edge_index.to(torch.int16)), conv(x, edge_index))
+
+
+def test_return_energy_must_be_a_flag():
+    """RelationalETConv(x, edge_index, edge_type, w) put w into return_energy: a tuple came
+    back (one edge) or "Boolean value of Tensor is ambiguous"."""
+    from et_graph.nn import RelationalETConv
+
+    x, edge_index = torch.randn(6, 8), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    weight = torch.tensor([0.5])
+    with pytest.raises(TypeError, match="return_energy must be True or False, got Tensor"):
+        ETConv(8, heads=2, head_dim=4)(x, edge_index[:, :1], None, weight)
+    relational = RelationalETConv(8, 2, heads=2, head_dim=4)
+    with pytest.raises(TypeError, match="return_energy must be True or False"):
+        relational(x, edge_index[:, :1], torch.zeros(1, dtype=torch.long), weight)
+    with pytest.raises(TypeError, match="return_energy"):
+        ETConv(8, heads=2, head_dim=4).forward_dense(x[None], None, None, weight)
+    assert isinstance(ETConv(8, heads=2, head_dim=4)(x, edge_index, None, True), tuple)

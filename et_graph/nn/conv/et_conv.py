@@ -22,6 +22,7 @@ from ..validation import (
     check_edge_weight,
     check_finite_energy,
     check_finite_tokens,
+    check_return_energy,
     destination_chunks,
     is_integral,
     is_real,
@@ -558,6 +559,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         (detached) total energy ``[steps + 1]`` before each update and after the last.
         """
         refuse_tracing(self)
+        check_return_energy(return_energy, type(self).__name__)
         check_relation_wrappers(self)
         if getattr(self, "_edge_type", None) is not None:  # set by to_hetero_with_bases
             raise ValueError(
@@ -824,6 +826,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         precision raises ``ValueError`` (see the class docstring). With ``return_energy=True``
         also returns the detached energy of each item ``[B, steps + 1]``.
         """
+        check_return_energy(return_energy, type(self).__name__)
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         x = fn.check_tokens(x_dense, ndim=3)

@@ -15,6 +15,7 @@ from ..validation import (
     check_edge_index,
     check_finite_energy,
     check_finite_tokens,
+    check_return_energy,
     is_integral,
     refuse_tracing,
     sum_per_graph,
@@ -351,6 +352,7 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
         ``[steps + 1]`` before each update and after the last.
         """
         refuse_tracing(self)
+        check_return_energy(return_energy, type(self).__name__)
         check_relation_wrappers(self, relational=True)
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
