@@ -309,6 +309,15 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         **kwargs: passed to :class:`~torch_geometric.nn.conv.MessagePassing`. The energy fixes
             the aggregation, so only ``aggr="add"`` (or ``"sum"``) and
             ``flow="source_to_target"`` are accepted; anything else raises ``ValueError``.
+
+    Shapes:
+        - **input:**
+          node features :math:`(|\mathcal{V}|, D)`,
+          edge indices :math:`(2, |\mathcal{E}|)` (a ``torch.Tensor`` of any integer dtype, a
+          PyG ``EdgeIndex``, a torch sparse ``adj_t`` or a ``SparseTensor``),
+          edge weights :math:`(|\mathcal{E}|)` or :math:`(|\mathcal{E}|, H)` *(optional)*
+        - **output:** node features :math:`(|\mathcal{V}|, D)`, and with
+          ``return_energy=True`` the energies :math:`(T + 1)`
     """
 
     #: Use the fused autograd.Function; ``False`` routes the closed form through ``propagate``.
