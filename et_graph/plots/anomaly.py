@@ -52,8 +52,8 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
         # one neutral legend entry: it took the first model's colour
         ax_val.plot([], [], "*", color="white", markeredgecolor="black", markersize=11,
                     label="kept epoch")
-    # The training loss is class-weighted BCE, unweighted under class-balanced sampling or class_balance none; under
-    # data-parallel training it is rank 0's share.
+    # The training loss is class-weighted BCE, unweighted under class-balanced sampling or
+    # class_balance none; under data-parallel training it is rank 0's share.
     ax_loss.set(xlabel="epoch", ylabel="training BCE", title="Training loss (a line per seed)")
     select = curves.get("select_metric")
     # two lines: on one, the right panel's title was cut at "kept on validation f1_ma"
