@@ -7,6 +7,8 @@ add their own, so a warning named ``torch/utils/_contextlib.py`` instead of the 
 from __future__ import annotations
 
 import sys
+from types import FrameType
+from typing import Optional
 
 __all__ = ["user_stacklevel"]
 
@@ -16,7 +18,7 @@ _LIBRARIES = ("et_graph", "torch", "torch_geometric")
 def user_stacklevel() -> int:
     """The ``stacklevel`` for a ``warnings.warn`` in the calling function that names the first
     frame outside et-graph, torch and PyG (1 when there is none)."""
-    frame = sys._getframe(1)  # the function that will call warnings.warn: stacklevel 1
+    frame: Optional[FrameType] = sys._getframe(1)  # the function calling warnings.warn: 1
     level = 1
     while frame is not None:
         module = frame.f_globals.get("__name__", "")

@@ -115,7 +115,7 @@ def _plain_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
         raise ValueError(f"edge_index is an EdgeIndex of sparse_size ({rows}, {cols}), but x "
                          f"holds {num_nodes} nodes: an ET layer takes one square graph of "
                          "all its tokens")
-    return edge_index.as_tensor()
+    return edge_index.as_tensor()  # type: ignore[attr-defined]
 
 
 def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
