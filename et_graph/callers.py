@@ -12,7 +12,8 @@ from typing import Optional
 
 __all__ = ["user_stacklevel"]
 
-_LIBRARIES = ("et_graph", "torch", "torch_geometric")
+# (contextlib and functools: the frames of a context manager or a wrapper inside them)
+_LIBRARIES = ("et_graph", "torch", "torch_geometric", "contextlib", "functools")
 
 
 def user_stacklevel() -> int:

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from .callers import user_stacklevel
 from .paths import write_text_whole
 
 
@@ -283,7 +284,8 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
     if results:
         written = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[results[0]] / 1e9))
         warnings.warn(f"{folder} holds an earlier run's results ({results[0]}, written "
-                      f"{written}); this run replaces them", RuntimeWarning, stacklevel=4)
+                      f"{written}); this run replaces them", RuntimeWarning,
+                      stacklevel=user_stacklevel())
     yield
     left = sorted(str(path.relative_to(folder)) for path, stamp in earlier.items()
                   if path.is_file() and path.stat().st_mtime_ns == stamp)
@@ -292,7 +294,7 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
         warnings.warn(f"{len(left)} file(s) in {folder} come from an earlier run and were not "
                       f"rewritten by this one: {shown}. Remove them, or write each run to a new "
                       "--out, so that they are not read as this run's.", RuntimeWarning,
-                      stacklevel=4)
+                      stacklevel=user_stacklevel())
 
 
 def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.run.out

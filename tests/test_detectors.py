@@ -619,6 +619,9 @@ def test_neural_detectors_warn_about_raw_feature_scales(graph):
     raw.x[:, 0] = (raw.x[:, 0].abs() * 1e4).round()
     with pytest.warns(RuntimeWarning, match="features look raw .*prepare_detection_data"):
         MLPDetector(epochs=1, hidden=8).fit(raw)
+    with pytest.warns(RuntimeWarning, match="features look raw") as caught:
+        ETDetector(epochs=1, hidden=8).fit(raw)  # named detectors/base.py, two frames short
+    assert {w.filename for w in caught if "look raw" in str(w.message)} == {__file__}
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         MLPDetector(epochs=1, hidden=8).fit(prepare_detection_data(raw, "quantile"))
@@ -884,3 +887,18 @@ def test_a_pygod_name_is_suggested_only_where_the_setting_exists():
     with pytest.raises(TypeError) as error:
         GBTDetector(epoch=1)  # GBT has no epochs either
     assert "did you mean 'epochs'" not in str(error.value)
+
+
+def test_an_interrupted_refit_leaves_no_earlier_curves(graph):
+    """history_ and fit_info_ kept the previous fit's rows after an interrupted refit: its
+    curves read as this one's."""
+    detector = MLPDetector(epochs=3, hidden=8).fit(graph)
+    assert len(detector.history_) == 3
+
+    def stop(epoch, validation):
+        raise KeyboardInterrupt
+
+    detector.on_epoch = stop
+    with pytest.raises(KeyboardInterrupt):
+        detector.fit(graph)
+    assert detector.history_ == [] and detector.fit_info_ == {} and not detector.fitted_

@@ -855,3 +855,12 @@ def test_progress_in_a_log_is_plain_lines(capsys, monkeypatch):
                                                                               task)
     err = capsys.readouterr().err
     assert "probe" in err and "\r" not in err and "\x1b" not in err
+
+
+def test_short_work_writes_nothing_into_a_log(capsys):
+    """Each epoch's set_postfix redrew the bar at once, past its delay and minimum interval:
+    a line per epoch in a log, where the progress bars promise none for short work."""
+    task = ScriptedTask([0.1, 0.2, 0.3, 0.4, 0.5])
+    Trainer(TrainConfig(epochs=5), description="probe", progress=True).fit(nn.Linear(1, 1),
+                                                                              task)
+    assert capsys.readouterr().err == ""

@@ -228,6 +228,8 @@ class BaseDetector:
         self.fitted_ = False
         self.threshold_ = None
         self.decision_score_ = None
+        # nor the previous fit's curves, read as this one's after an interrupted refit
+        self.history_, self.fit_info_ = [], {}
         # Seeded for reproducibility, without resetting the caller's random stream.
         with private_rng(self.seed, self.device):
             self._fit(data, y, train, val)

@@ -304,7 +304,7 @@ def check_feature_scales(x: Tensor, detector: str) -> None:
             f"differing by a factor {ratio:.3g}); networks train poorly on such scales. "
             "Transform them first, as et-graph anomaly does: data = et_graph.transforms."
             "prepare_detection_data(data, 'quantile') (or 'standard').",
-            RuntimeWarning, stacklevel=4)
+            RuntimeWarning, stacklevel=user_stacklevel())
 
 
 class NeuralDetector(FittedGraphLabels, BaseDetector):

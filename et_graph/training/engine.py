@@ -613,9 +613,12 @@ class Trainer:
                 if rank == 0:
                     self._save(path, epoch, model, optimizer, scheduler, history, best,
                                best_epoch, best_state, stale, stop, average, ranks)
+            # refresh=False: a redraw per epoch skipped the bar's delay and minimum interval
+            # (a line per epoch in a log, where et_graph.progress promises one per 30 s)
             bar.set_postfix(loss=f"{history[-1]['train_loss']:.4f}",
                             val=f"{validation.score:.4f}",
-                            best=f"{best.score:.4f}" if best is not None else "n/a")
+                            best=f"{best.score:.4f}" if best is not None else "n/a",
+                            refresh=False)
             if self.on_epoch is not None:
                 self.on_epoch(epoch, validation)
             if stop:
