@@ -58,6 +58,9 @@ class RunConfig:
             resolved at construction, so results record the device used).
         progress: show progress bars and per-fold/per-seed lines (the final table is printed
             either way).
+        quiet: print nothing on standard output (the tables, per-fold lines and "Written
+            to"): for a notebook or a script that reads the returned results dict. Warnings and
+            progress bars go to standard error and keep their own switches (progress).
         checkpoint_dir: save resumable training checkpoints below this folder (none = off).
         checkpoint_every: save a checkpoint every this many epochs.
         resume: continue interrupted trainings from checkpoint_dir.
@@ -73,6 +76,7 @@ class RunConfig:
     threads: Optional[int] = None
     device: str = "cpu"
     progress: bool = True
+    quiet: bool = False
     checkpoint_dir: Optional[str] = None
     checkpoint_every: int = 1
     resume: bool = False

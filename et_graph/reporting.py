@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import math
 import os
@@ -303,17 +304,21 @@ def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.ru
     ``folder(config)`` (default ``config.run.out``), its checkpoint folder skipped (under
     ``torchrun`` only rank 0, the one that writes, checks), and with
     :func:`~et_graph.config.process_state_kept`: the caller's threads, kernel switches and
-    random states come back."""
+    random states come back. With ``config.run.quiet`` nothing reaches standard output."""
     def decorate(run: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(run)
         def checked(config: Any, *args: Any, **kwargs: Any) -> Any:
             from .config import process_state_kept
 
             out, writes = folder(config), os.environ.get("RANK", "0") == "0"
-            with process_state_kept(), output_folder(out, [config.run.checkpoint_dir],
-                                                     enabled=writes):
+            quiet = bool(getattr(config.run, "quiet", False))
+            # (the runners print with print and tqdm.write, both to sys.stdout)
+            printing = (contextlib.redirect_stdout(io.StringIO()) if quiet
+                        else contextlib.nullcontext())
+            with process_state_kept(), printing, output_folder(
+                    out, [config.run.checkpoint_dir], enabled=writes):
                 result = run(config, *args, **kwargs)
-            if out and writes:  # no command said where its results went
+            if out and writes and not quiet:  # no command said where its results went
                 print(f"\nWritten to {out}", flush=True)
             return result
         return checked

@@ -652,3 +652,15 @@ def test_own_detectors_run_as_rows_beside_the_configured_models():
                         detectors={taken: lambda seed: GBTDetector()})
     with pytest.raises(TypeError, match="not a detector"):
         anomaly.run(config("--models", "gbt"), data=data, detectors={"x": lambda seed: 1})
+
+
+def test_quiet_runs_print_nothing(capsys, tmp_path):
+    """A notebook got every runner's protocol, tables and "Written to" in its cell, with no
+    way to turn them off short of redirect_stdout."""
+    data = planted_anomaly_graph(200, seed=2)
+    results = anomaly.run(config("--models", "gbt", "--seeds", "1", "--quiet",
+                                 "--out", str(tmp_path / "run")), data=data)
+    assert capsys.readouterr().out == ""
+    assert "gbt" in results["models"] and (tmp_path / "run" / "results.md").exists()
+    anomaly.run(config("--models", "gbt", "--seeds", "1"), data=data)
+    assert "| gbt |" in capsys.readouterr().out  # printed by default
