@@ -564,3 +564,13 @@ def test_a_study_gives_back_optunas_log_level(tmp_path):
         assert optuna.logging.get_verbosity() == optuna.logging.INFO
     finally:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_a_quiet_tuning_prints_no_report(tmp_path, capsys):
+    """--quiet was accepted by et-graph tune and ignored: the study report still printed."""
+    data = planted_anomaly_graph(200, seed=4)
+    config = parse(AnomalyConfig, [*SMALL, "--quiet"])
+    tune_anomaly(config, ["gbt"], TuneBudget(trials=1), f"sqlite:///{tmp_path}/q.db",
+                 out=tmp_path / "q", data=data)
+    assert "# Tuning" not in capsys.readouterr().out
+    assert (tmp_path / "q" / "study_report.md").exists()

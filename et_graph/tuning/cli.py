@@ -331,7 +331,8 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                 presets[model] = save_best_preset(out / f"best_{model}.toml", best, meta)
         write_report(out, task, report_dataset or dataset, report_metric, budget, summaries,
                      presets, config, pruning, labels_read)
-    print((out / "study_report.md").read_text(encoding="utf-8"))
+    if not config.run.quiet:
+        print((out / "study_report.md").read_text(encoding="utf-8"))
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
 
 
