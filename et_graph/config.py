@@ -171,9 +171,9 @@ def check_device(device: Union[str, torch.device]) -> None:
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             raise ValueError(f"device {device!r}: this machine has "
                              f"{torch.cuda.device_count()} CUDA device(s)")
-    elif parsed.type == "mps" and not (getattr(torch.backends, "mps", None)
-                                       and torch.backends.mps.is_available()):
-        raise ValueError(f"device {device!r}: MPS is not available here; use --device cpu")
+    elif parsed.type == "mps":  # (torch.mps.is_available exists from torch 2.5 only)
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError(f"device {device!r}: MPS is not available here; use --device cpu")
     elif parsed.type == "meta":  # failed at the first Tensor.item()
         raise ValueError(f"device {device!r} holds no values: training and scoring need a real "
                          "device (cpu, cuda, mps)")

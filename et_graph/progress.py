@@ -72,9 +72,10 @@ def progress_bar(iterable: Iterable[T], *, desc: str | None = None, leave: bool 
     if disable or _interactive(stream):
         return tqdm(iterable, desc=desc, leave=leave, disable=disable, total=total,
                     file=stream, **options)
-    options.setdefault("mininterval", LOG_INTERVAL_S)
-    options.setdefault("delay", LOG_INTERVAL_S)
-    options.setdefault("ascii", True)
     # position 0: a nested bar placed lower would move the cursor up with escape codes
+    for name, value in (("mininterval", LOG_INTERVAL_S), ("delay", LOG_INTERVAL_S),
+                        ("ascii", True), ("position", 0), ("dynamic_ncols", False),
+                        ("ncols", 100)):
+        options.setdefault(name, value)
     return tqdm(iterable, desc=desc, leave=leave, total=total, file=_LineWriter(stream),
-                position=0, dynamic_ncols=False, ncols=100, **options)
+                **options)

@@ -229,3 +229,18 @@ def test_a_redirected_stream_without_the_tables_symbols_prints_escapes():
     result = subprocess.run([sys.executable, "-m", "et_graph", "tudataset", "--help"],
                             capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"})
     assert result.returncode == 0 and b"\\xd7" in result.stdout  # the help's "×"
+
+
+def test_an_available_mps_is_accepted_on_older_torch(monkeypatch):
+    """The catch-all device check asked torch.mps.is_available, which torch < 2.5 lacks: a
+    Mac with a working GPU was told MPS is not available."""
+    import torch
+
+    from et_graph.config import check_device
+
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.delattr(torch.mps, "is_available", raising=False)
+    check_device("mps")  # no error
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="MPS is not available"):
+        check_device("mps")

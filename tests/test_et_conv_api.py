@@ -797,14 +797,16 @@ def test_half_precision_features_energy_does_not_overflow():
     """A float16 total past 65504 was cast to -inf without an error (float32: finite)."""
     torch.manual_seed(0)
     conv = ETConv(8, heads=2, head_dim=4)
-    x = torch.randn(20000, 8)
-    edge_index = torch.randint(0, 20000, (2, 80000))
+    with torch.no_grad():
+        conv.energy_fn.xi.mul_(20)  # large memories: a float16-sized graph passes 65504
+    x = torch.randn(600, 8)
+    edge_index = torch.randint(0, 600, (2, 2400))
     reference = conv.energy(x, edge_index)
     assert reference.abs() > 65504  # beyond float16's range
     low = conv.energy(x.half(), edge_index)
     assert torch.isfinite(low) and torch.isclose(low, reference, rtol=1e-2)
-    dense = conv.dense_energy(x[:5000].reshape(1, 5000, 8).half())
-    assert torch.isfinite(dense).all()
+    dense = conv.dense_energy(x.reshape(1, 600, 8).half())
+    assert dense.abs().item() > 65504 and torch.isfinite(dense).all()
 
 
 def test_an_energy_subclass_without_a_closed_form_is_not_descended_silently():
@@ -820,7 +822,7 @@ def test_an_energy_subclass_without_a_closed_form_is_not_descended_silently():
     conv = ETConv(8, heads=2, head_dim=4, steps=2).double()
     conv.energy_fn = Smooth(8, heads=2, head_dim=4).double()
     x, edge_index = graph()
-    with pytest.raises(ValueError, match="Smooth overrides node_energy_of_g but no closed-form"):
+    with pytest.raises(ValueError, match="overrides node_energy_of_g but not the closed form"):
         conv(x, edge_index)
     with pytest.raises(ValueError, match="forward_chunked descends the built-in energy"):
         conv.eval().forward_chunked(x, edge_index)
@@ -835,6 +837,20 @@ def test_an_energy_subclass_without_a_closed_form_is_not_descended_silently():
     conv.grad = "analytic"
     conv.energy_fn = WithClosedForm(8, heads=2, head_dim=4).double()
     assert conv(x, edge_index).shape == x.shape
+    conv.fused = False  # the unfused (and explainer) path steps with grad_from_attention_grads
+    with pytest.raises(ValueError, match="unfused descent"):
+        conv(x, edge_index)
+
+    class OwnHopfield(ETEnergy):  # the relational layer reports the Hopfield term too
+        def hopfield_energy_of_g(self, g):
+            return 2 * super().hopfield_energy_of_g(g)
+
+    from et_graph.nn import RelationalETConv
+
+    relational = RelationalETConv(8, 2, heads=2, head_dim=4).double()
+    relational.energy_fn = OwnHopfield(8, heads=2, head_dim=4).double()
+    with pytest.raises(ValueError, match="relational descent"):
+        relational(x, edge_index, torch.zeros(edge_index.size(1), dtype=torch.long))
 
 
 def test_a_pyg_edge_index_is_read_as_the_plain_tensor_it_wraps():
@@ -874,3 +890,41 @@ def test_return_energy_must_be_a_flag():
     with pytest.raises(TypeError, match="return_energy"):
         ETConv(8, heads=2, head_dim=4).forward_dense(x[None], None, None, weight)
     assert isinstance(ETConv(8, heads=2, head_dim=4)(x, edge_index, None, True), tuple)
+
+
+def test_a_relational_layer_in_other_fx_code_runs():
+    """Any torch.fx GraphModule counted as to_hetero: a RelationalETConv kept as a leaf by a
+    custom tracer was refused."""
+    import torch.fx
+
+    from et_graph.nn import RelationalETConv
+
+    class Typed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = RelationalETConv(8, 2, heads=2, head_dim=4)
+
+        def forward(self, x, edge_index, edge_type):
+            return self.conv(x, edge_index, edge_type)
+
+    class KeepLayers(torch.fx.Tracer):
+        def is_leaf_module(self, module, name):
+            return isinstance(module, RelationalETConv) or super().is_leaf_module(module, name)
+
+    model = Typed()
+    traced = torch.fx.GraphModule(model, KeepLayers().trace(model))
+    x, edge_index = torch.randn(6, 8), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    edge_type = torch.tensor([0, 1, 0])
+    assert torch.equal(traced(x, edge_index, edge_type), model(x, edge_index, edge_type))
+
+
+def test_every_integer_edge_index_dtype_is_read():
+    """uint16/32/64 ids were let in, then failed in torch.aminmax (no CPU kernel)."""
+    from et_graph.nn.validation import check_edge_index
+
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.uint16, torch.uint32,
+                  torch.uint64, torch.int32):
+        assert torch.equal(check_edge_index(edge_index.to(dtype), 4), edge_index)
+    with pytest.raises(ValueError, match="integer node ids"):
+        check_edge_index(edge_index.float(), 4)

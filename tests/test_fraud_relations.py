@@ -140,6 +140,11 @@ def test_a_typed_torch_file_keeps_its_relations(tmp_path):
     merged = load_anomaly_dataset(path=tmp_path / "typed.pt")  # homo: one edge set
     assert getattr(merged, "edge_type", None) is None
     assert merged.edge_index.size(1) == len(pairs(mat.edge_index))
+    # a typed graph without edges or names has one empty relation (torch.cat of none failed)
+    torch.save(Data(x=mat.x, y=mat.y, edge_index=torch.zeros(2, 0, dtype=torch.long),
+                    edge_type=torch.zeros(0, dtype=torch.long)), tmp_path / "empty.pt")
+    empty = load_anomaly_dataset(path=tmp_path / "empty.pt", relation="multi")
+    assert empty.relation_names == ["relation_0"] and empty.edge_index.size(1) == 0
     # ids beyond the names, and an edge_type of the wrong length, are refused
     for edge_type, message in ((mat.edge_type[kept] + 1, "outside 0..2"),
                                (mat.edge_type[kept][:-1], "one integer relation id per edge")):

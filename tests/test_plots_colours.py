@@ -12,6 +12,10 @@ def test_a_model_keeps_its_colour_and_its_ensemble_shares_it():
     assert len(set(fixed)) == len(fixed)  # the anomaly rows are told apart
     spare = {model_colour(n, ("sage", "appnp")) for n in ("sage", "appnp")}
     assert len(spare) == 2 and not spare & set(fixed)
+    # the unsupervised rows as the runner names them
+    rows = ("et_combined", "et_energy", "et_reconstruction", "iforest", "lof", "degree")
+    assert all(name in MODEL_COLOURS for name in rows)
+    assert model_colour("degree") not in {model_colour(n, ("x", "y")) for n in ("x", "y")}
 
 
 @pytest.fixture()

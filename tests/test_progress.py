@@ -54,3 +54,11 @@ def test_default_stream_is_stderr(capsys):
     err = capsys.readouterr().err
     assert re.search(r"^work: 100%", err, re.MULTILINE) and "\r" not in err
     assert progress.LOG_INTERVAL_S > 0
+
+
+def test_a_caller_may_set_the_log_options_itself():
+    """position, ncols and the like were passed twice in a log: a TypeError."""
+    log = io.StringIO()
+    assert list(progress_bar(range(2), file=log, position=0, ncols=60, delay=0,
+                             mininterval=0)) == [0, 1]
+    assert "\r" not in log.getvalue()

@@ -756,3 +756,18 @@ def test_training_masks_never_pick_a_validation_node(monkeypatch):
     for mask, val_nodes in seen:
         assert val_nodes.any() and mask.any()
         assert not (mask & val_nodes).any()
+
+
+def test_an_interrupted_refit_leaves_no_earlier_fit(graph: Data) -> None:
+    """The unsupervised fit kept the previous fit's scores, curves and fitted_ = True after an
+    interrupted refit."""
+    detector = UnsupervisedETDetector(seed=0, **FAST).fit(graph)
+    assert detector.fitted_ and detector.history_
+
+    def stop(epoch, validation):
+        raise KeyboardInterrupt
+
+    detector.on_epoch = stop
+    with pytest.raises(KeyboardInterrupt):
+        detector.fit(graph)
+    assert not detector.fitted_ and detector.history_ == [] and detector.decision_score_ is None

@@ -318,7 +318,8 @@ def _typed_edges(stored: dict[str, Any], source: str) -> tuple[list[Tensor], lis
                          f"({edge_index.size(1)}), got {edge_type.dtype} of shape "
                          f"{tuple(edge_type.shape)}")
     names = stored.get("relation_names")
-    count = len(names) if names is not None else int(edge_type.max()) + 1 if len(edge_type) else 0
+    # (a graph without edges and names: one empty relation; torch.cat of none failed)
+    count = len(names) if names is not None else int(edge_type.max()) + 1 if len(edge_type) else 1
     if len(edge_type) and (int(edge_type.min()) < 0 or int(edge_type.max()) >= count):
         raise ValueError(f"{source}: edge_type holds ids outside 0..{count - 1} "
                          f"(relation_names: {list(names) if names is not None else None})")

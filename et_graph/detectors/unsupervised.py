@@ -384,6 +384,11 @@ class UnsupervisedETDetector(BaseDetector):
             raise ValueError("structure_weight > 0 trains an edge decoder, and this graph has no "
                              "edge between two nodes: set structure_weight=0")
         _warn_uninformative(graph, type(self).__name__, linked)
+        # Unfitted until this fit ends, as BaseDetector.fit: an interrupted refit kept the
+        # previous fit's scores, threshold and curves beside fitted_ = True.
+        self.fitted_ = False
+        self.threshold_ = self.decision_score_ = None
+        self.history_, self.fit_info_ = [], {}
         # Kept for the combined score only, whose ranks are relative to the graph scored.
         self.fitted_graph_ = (data_digest(graph.x, graph.edge_index)
                               if self.config.score.anomaly_score == "combined" else None)

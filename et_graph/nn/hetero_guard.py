@@ -10,6 +10,7 @@ no more than a few attribute reads per call).
 """
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from types import FrameType
@@ -28,6 +29,7 @@ _FRAMES_UP = 8
 _TO_CALLER = {False: 3, True: 5}
 
 
+@functools.lru_cache(maxsize=1)
 def _hetero_conv_forward() -> Optional[object]:
     try:
         from torch_geometric.nn import HeteroConv
@@ -93,14 +95,17 @@ def check_relation_wrappers(module: nn.Module, relational: bool = False) -> None
     if not isinstance(owner, nn.Module):
         return
     name = type(module).__name__
+    # (torch.fx code that is not to_hetero's holds no per-edge-type copies: placed is None)
+    placed = _edge_types_beside(owner, module, from_fx)
+    if placed is None:
+        return
     if relational:
         raise ValueError(
             f"{name} takes every relation in one call (edge_index with edge_type), but PyG's "
             f"{'to_hetero' if from_fx else 'HeteroConv'} calls one copy of it per edge type. "
             f"Run it on data.to_homogeneous(), whose edge_type numbers the relations")
-    placed = _edge_types_beside(owner, module, from_fx)
-    if placed is None:
-        return
+    if not from_fx and getattr(owner, "aggr", "sum") in (None, "cat"):
+        return  # nothing summed: the outputs are stacked or concatenated, as asked
     mine, types = placed
     sharing = [edge_type for edge_type in types if edge_type[-1:] == mine[-1:]]
     if len(sharing) > 1:

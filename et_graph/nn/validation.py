@@ -6,6 +6,7 @@ import math
 import numbers
 from typing import Any, Optional, overload
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -135,9 +136,13 @@ def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     if (edge_index.is_floating_point() or edge_index.is_complex()
             or edge_index.dtype == torch.bool):  # other integer dtypes are read as int64
         raise ValueError(
-            f"edge_index must have dtype torch.long (or int32), got {edge_index.dtype}"
+            f"edge_index must hold integer node ids (torch.long, or another integer dtype), "
+            f"got {edge_index.dtype}"
         )
     edge_index = _plain_edge_index(edge_index, num_nodes)
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        # (torch.aminmax has no CPU kernel for uint16/32/64: a raw NotImplementedError)
+        edge_index = edge_index.long()
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
     if edge_index.numel():
@@ -230,8 +235,9 @@ def sum_per_graph(per_node: Tensor, batch: Optional[Tensor], num_graphs: Optiona
 def check_return_energy(value: object, owner: str) -> None:
     """``TypeError`` unless ``return_energy`` is a bool (or 0/1): a PyG user's edge weights in
     that position made the call return a tuple, or fail with "Boolean value of Tensor"."""
-    if isinstance(value, Tensor) or type(value).__name__ not in ("bool", "int", "bool_") or (
-            value not in (0, 1)):
+    flag = isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, (int, np.integer)) and value in (0, 1))
+    if not flag:
         raise TypeError(f"{owner}: return_energy must be True or False, got "
                         f"{type(value).__name__}; edge weights go in edge_weight (the third "
                         "argument of ETConv; RelationalETConv takes none)")

@@ -14,14 +14,15 @@ VERMILLION, PURPLE, YELLOW, BLACK = "#D55E00", "#CC79A7", "#F0E442", "#000000"
 #: The fixed colours: ET and its own rows in blues, the baselines in the palette's others.
 MODEL_COLOURS = {
     "et": BLUE, "et_energy_trained": SKY, "et_energy": SKY, "et_reconstruction": "#004C7A",
+    "et_combined": "#3A7CA5",
     "gbt": ORANGE, "mlp": GREEN, "structure_agnostic": GREEN, "gcn": VERMILLION,
     "gin": VERMILLION, "gine": VERMILLION, "gat": PURPLE, "gatedgcn": PURPLE,
-    "isolation_forest": ORANGE, "iforest": ORANGE, "lof": GREEN, "in_degree": "#7F7F7F",
-    "dominant": VERMILLION, "anomalydae": PURPLE, "cola": "#8C6D31", "conad": "#7F3C8D",
-    "ocgnn": "#17BECF", "mean_patch": ORANGE, "nearest_open": GREEN,
+    "iforest": ORANGE, "iforest_defaults": ORANGE, "lof": GREEN, "lof_defaults": GREEN,
+    "degree": "#7F7F7F", "dominant": VERMILLION, "anomalydae": PURPLE, "cola": "#8C6D31",
+    "conad": "#7F3C8D", "mean_patch": ORANGE, "nearest_open": GREEN,
 }
 # Any other name: the first of these not yet given to a model in the figure, by name order.
-_SPARE = ("#8C564B", "#7F7F7F", "#BCBD22", "#1B9E77", "#393B79", "#AD494A", "#637939",
+_SPARE = ("#8C564B", "#17BECF", "#BCBD22", "#1B9E77", "#393B79", "#AD494A", "#637939",
           "#843C39", "#7B4173", "#3182BD")
 
 

@@ -27,6 +27,7 @@ from ..detectors import (
 from ..nn.validation import check_chunk_size, check_positive_int
 from ..transforms.features import prepare_detection_data
 from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_stats
+from .anomaly import ENERGY_ROW  # noqa: F401 - its home before protocols.anomaly
 from .significance import check_bootstrap_rounds
 
 MODEL_NAMES = tuple(DETECTORS)

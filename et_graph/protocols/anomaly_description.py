@@ -71,6 +71,7 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
         text += (f"; {ENERGY_ROW} = node energy of the label-trained ET at its final state, sign "
                  "and threshold chosen on validation (not an unsupervised detector)")
     if own:
-        text += ("; own detectors (passed from Python, fitted on the same splits): "
+        text += ("; own detectors (passed from Python, fitted on the same splits, with their "
+                 "own settings: the epochs above are the configured models'): "
                  + ", ".join(f"{name} = {kind}" for name, kind in own.items()))
     return text

@@ -509,8 +509,8 @@ def difference_section(results: Mapping[str, Any], digits: int = 4) -> str:
         return ""
     design = results.get("differences_design")
     few = min(d.n for d in differences)
-    caution = (f" With {few} runs an interval rests on {max(few - 1, 0)} degree(s) of freedom and "
-               "can reach past the metric's possible range: it says little either way."
+    caution = (f" With {few} runs an interval rests on very few degrees of freedom and can "
+               "reach past the metric's possible range: it says little either way."
                if few < 3 and differences[0].design != "nodes" else "")
     return (difference_table(differences, digits) + (f"\n\n{design}." if design else "")
             + caution)
@@ -525,8 +525,8 @@ def difference_sections(results: Mapping[str, Any], digits: int = 4) -> list[str
     sections = [difference_section(results, digits), difference_section(nodes, digits)]
     if all(sections):  # two tables with one header: say which is which
         sections = [f"**Differences over the runs** (the training randomness)\n\n{sections[0]}",
-                    f"**Differences over the scored nodes and the runs** "
-                    f"(DeLong)\n\n{sections[1]}"]
+                    f"**Differences over the scored nodes and the runs** (AUROC by "
+                    f"DeLong, AUPRC by a bootstrap where drawn)\n\n{sections[1]}"]
     return [section for section in sections if section]
 
 

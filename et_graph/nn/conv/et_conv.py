@@ -473,8 +473,9 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         fn = self.energy_fn
         if self.grad == "autograd":
             return fn.autograd_grad_of_g(g, edges)
-        fn.check_closed_form()
-        if self._explain or not self.fused:
+        unfused = self._explain or not self.fused
+        fn.check_closed_form("unfused" if unfused else "fused")
+        if unfused:
             k, q = fn.keys_queries(g)
             grad_k, grad_q = self._propagate_attention_grad(k, q, edges)
             return fn.grad_from_attention_grads(g, grad_k, grad_q, edges)
@@ -739,7 +740,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     def _dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor]) -> Tensor:
         if self.grad == "autograd":
             return self.energy_fn.dense_autograd_grad_of_g(g, mask, weight)
-        self.energy_fn.check_closed_form()
+        self.energy_fn.check_closed_form("dense")
         return self.energy_fn.dense_grad_of_g(g, mask, weight)
 
     @in_parameter_precision

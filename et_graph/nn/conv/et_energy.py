@@ -400,13 +400,16 @@ class ETEnergy(Module):
     # ----------------------------------------------------------------------------------------
     # Energy (per node) of g
     # ----------------------------------------------------------------------------------------
-    def check_closed_form(self) -> None:
-        """``ValueError`` when this is a subclass whose energy the closed-form gradient does not
-        know: it overrides an energy method but no gradient method, and the analytic descent
-        would descend the built-in energy while the energies reported include the new term."""
-        reason = _closed_form_gaps.get(type(self))
+    def check_closed_form(self, path: str = "fused") -> None:
+        """``ValueError`` when this is a subclass whose energy the closed form of ``path``
+        (``"fused"``, ``"unfused"``: the propagate and explainer path, ``"dense"``,
+        ``"relational"``) does not know: it overrides an energy method that path reports but
+        none of the gradient methods it steps with, so the analytic descent would descend the
+        built-in energy while the energies reported include the new term."""
+        key = (type(self), path)
+        reason = _closed_form_gaps.get(key)
         if reason is None:
-            reason = _closed_form_gaps[type(self)] = _unmatched_energy_override(type(self))
+            reason = _closed_form_gaps[key] = _unmatched_energy_override(type(self), path)
         if reason:
             raise ValueError(reason)
 
@@ -549,22 +552,34 @@ class ETEnergy(Module):
 
 _ENERGY_METHODS = ("node_energy_of_g", "hopfield_energy_of_g", "dense_node_energy_of_g",
                    "forward")
-_CLOSED_FORM_METHODS = ("grad_of_g", "grad_from_attention_grads", "dense_grad_of_g")
-#: Per ETEnergy subclass: "" (its closed form matches its energy) or why it does not.
-_closed_form_gaps: dict[type, str] = {}
+#: Per descent path: the energy methods it reports and the closed-form methods it steps with
+#: (grad_of_g and dense_grad_of_g call grad_from_attention_grads, so an override there counts).
+_PATHS = {
+    "fused": (("node_energy_of_g", "hopfield_energy_of_g", "forward"),
+              ("grad_of_g", "grad_from_attention_grads")),
+    "unfused": (("node_energy_of_g", "hopfield_energy_of_g", "forward"),
+                ("grad_from_attention_grads",)),
+    "dense": (("dense_node_energy_of_g", "hopfield_energy_of_g"),
+              ("dense_grad_of_g", "grad_from_attention_grads")),
+    "relational": (("hopfield_energy_of_g",), ("grad_from_attention_grads",)),
+}
+#: Per (ETEnergy subclass, path): "" (its closed form covers its energy) or why it does not.
+_closed_form_gaps: dict[tuple[type, str], str] = {}
 
 
-def _unmatched_energy_override(cls: type) -> str:
+def _unmatched_energy_override(cls: type, path: str) -> str:
     def overridden(names: tuple[str, ...]) -> list[str]:
         return [name for name in names if getattr(cls, name) is not getattr(ETEnergy, name)]
 
-    energies, closed = overridden(_ENERGY_METHODS), overridden(_CLOSED_FORM_METHODS)
+    energy_methods, closed_methods = _PATHS[path]
+    energies, closed = overridden(energy_methods), overridden(closed_methods)
     if not energies or closed:
         return ""
-    return (f"{cls.__name__} overrides {', '.join(energies)} but no closed-form gradient "
-            f"({', '.join(_CLOSED_FORM_METHODS)}): the analytic descent would ignore the new "
+    return (f"{cls.__name__} overrides {', '.join(energies)} but not the closed form the "
+            f"{path} descent steps with ({', '.join(closed_methods)}): it would ignore the new "
             "energy while the reported energies include it. Build the layer with "
-            "grad='autograd' (descends autograd of your energy), or override grad_of_g too")
+            f"grad='autograd' (descends autograd of your energy), or override "
+            f"{closed_methods[0]} too")
 
 
 def _autograd_grad(g: Tensor, energy_of_g: Callable[[Tensor], Tensor]) -> Tensor:

@@ -276,6 +276,7 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
         :meth:`node_energy_of_g`."""
         if self.grad == "autograd":
             return _autograd_grad(g, lambda g: self.node_energy_of_g(g, edges))
+        self.energy_fn.check_closed_form("relational")
         grad_k, grad_q = self.attention_grads(g, edges)
         return self.energy_fn.grad_from_attention_grads(g, grad_k, grad_q)
 

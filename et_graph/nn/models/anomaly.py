@@ -481,7 +481,10 @@ def graph_relations(data: Data) -> int:
     try:
         check_edge_type(edge_type, data.edge_index.size(1), count)
     except ValueError as error:
-        if names is None or "relation ids in" not in str(error):
+        beyond_names = (names is not None and edge_type.dim() == 1 and edge_type.numel() > 0
+                        and not edge_type.is_floating_point()
+                        and edge_type.dtype != torch.bool and int(edge_type.max()) >= count)
+        if not beyond_names:
             raise
         # "the layer has num_relations" named a layer the detector's user never built
         raise ValueError(f"data.edge_type holds ids up to {int(edge_type.max())}, but the graph "
