@@ -611,22 +611,24 @@ def test_a_sum_of_per_relation_descents_is_named():
         nested(data.x_dict, data.edge_index_dict)
 
 
+class _TypedModel(torch.nn.Module):
+    """A model of one RelationalETConv over ``relations`` relations."""
+
+    def __init__(self, relations: int) -> None:
+        super().__init__()
+        from et_graph.nn import RelationalETConv
+
+        self.conv = RelationalETConv(8, relations, heads=2, head_dim=4)
+
+    def forward(self, x, edge_index, edge_type):
+        return self.conv(x, edge_index, edge_type)
+
+
 def test_a_relational_layer_per_relation_is_refused():
     from torch_geometric.nn import to_hetero
 
-    from et_graph.nn import RelationalETConv
-
     data = _one_node_type_three_relations()
-
-    class Typed(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = RelationalETConv(8, 3, heads=2, head_dim=4)
-
-        def forward(self, x, edge_index, edge_type):
-            return self.conv(x, edge_index, edge_type)
-
-    model = to_hetero(Typed(), data.metadata())
+    model = to_hetero(_TypedModel(3), data.metadata())
     types = {key: torch.zeros(30, dtype=torch.long) for key in data.edge_types}
     with pytest.raises(ValueError, match="to_homogeneous"):
         model(data.x_dict, data.edge_index_dict, types)
@@ -899,19 +901,11 @@ def test_a_relational_layer_in_other_fx_code_runs():
 
     from et_graph.nn import RelationalETConv
 
-    class Typed(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = RelationalETConv(8, 2, heads=2, head_dim=4)
-
-        def forward(self, x, edge_index, edge_type):
-            return self.conv(x, edge_index, edge_type)
-
     class KeepLayers(torch.fx.Tracer):
         def is_leaf_module(self, module, name):
             return isinstance(module, RelationalETConv) or super().is_leaf_module(module, name)
 
-    model = Typed()
+    model = _TypedModel(2)
     traced = torch.fx.GraphModule(model, KeepLayers().trace(model))
     x, edge_index = torch.randn(6, 8), torch.tensor([[0, 1, 2], [1, 2, 3]])
     edge_type = torch.tensor([0, 1, 0])
