@@ -24,12 +24,12 @@ setup(
     install_requires=[
         "torch>=2.3",
         "torch-geometric>=2.5",
-        "numpy",
+        "numpy>=1.22",  # np.percentile(method=...)
         "scipy",
-        "scikit-learn>=1.4",  # HistGradientBoosting max_features
-        "tqdm",
-        "matplotlib",
-        "pillow",
+        "scikit-learn>=1.4.2",  # HistGradientBoosting max_features; 1.4.2: NumPy 2
+        "tqdm>=4.58",  # the bars' delay (progress in logs)
+        "matplotlib>=3.5",  # set_xticks(ticks, labels)
+        "pillow>=9.1",  # Image.Resampling
         "threadpoolctl",
         "optuna>=3.0",  # et-graph tune
         "pyyaml",  # YAML presets (TOML needs nothing on Python >= 3.11)

@@ -164,7 +164,7 @@ def test_multi_relation_network_averages_over_every_relation():
 
 @pytest.mark.parametrize("edge_index, message", [
     (torch.tensor([[3, 4, 5, 6], [4, 5, 3, 7]]), "node ids in \\[3, 7\\] but there are 6 nodes"),
-    (torch.tensor([[0.0, 1.0], [1.0, 2.0]]), "edge_index must have dtype"),
+    (torch.tensor([[0.0, 1.0], [1.0, 2.0]]), "edge_index must hold integer node ids"),
 ])
 def test_message_passing_tokens_check_the_graph_before_reading_it(edge_index, message):
     """From a layer audit: with message-passing layers, an id past the last node reached an

@@ -606,8 +606,9 @@ def test_torchscript_is_refused_with_the_reason():
 
     with pytest.raises(NotImplementedError, match="RelationalETConv does not support TorchScript"):
         torch.jit.script(RelationalETConv(8, 2, heads=2, head_dim=4))
-    with pytest.raises(NotImplementedError, match="does not support torch.export"):
-        torch.export.export(conv, (x.float(), edge_index), strict=False)
+    if hasattr(torch.compiler, "is_exporting"):  # torch >= 2.6 says it is exporting
+        with pytest.raises(NotImplementedError, match="does not support torch.export"):
+            torch.export.export(conv, (x.float(), edge_index), strict=False)
 
 
 def test_sixteen_bit_layers_take_features_up_to_their_range():

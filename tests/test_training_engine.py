@@ -864,3 +864,17 @@ def test_short_work_writes_nothing_into_a_log(capsys):
     Trainer(TrainConfig(epochs=5), description="probe", progress=True).fit(nn.Linear(1, 1),
                                                                               task)
     assert capsys.readouterr().err == ""
+
+
+def test_cpu_parameters_get_the_fused_adam_only_where_torch_has_it(monkeypatch):
+    """torch 2.3 has no fused Adam on the CPU: fused=True failed every CPU training there."""
+    import torch.utils._foreach_utils as foreach_utils
+
+    from et_graph.training.engine import _fused_step
+
+    params = list(nn.Linear(2, 2).parameters())
+    assert _fused_step(params) == {"fused": True}  # this torch has it
+    monkeypatch.setattr(foreach_utils, "_get_fused_kernels_supported_devices",
+                        lambda: ["cuda", "xpu"])  # torch 2.3's list
+    assert _fused_step(params) == {}
+    Trainer(TrainConfig(epochs=1), progress=False).fit(nn.Linear(1, 1), ScriptedTask([0.5]))

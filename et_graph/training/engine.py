@@ -303,11 +303,22 @@ def _fused_step(params: Sequence[Tensor]) -> dict[str, bool]:
     point tensors on CPU or CUDA): the same update in one kernel call instead of a dozen small ops
     per parameter tensor, which dominate the step of small models (PyTorch's default on CPU is
     the per-tensor loop)."""
+    devices = _fused_adam_devices()
     fused = bool(params) and all(
-        p.is_floating_point() and p.layout == torch.strided and p.device.type in ("cpu", "cuda")
+        p.is_floating_point() and p.layout == torch.strided and p.device.type in devices
         for p in params
     )
     return {"fused": True} if fused else {}
+
+
+def _fused_adam_devices() -> tuple[str, ...]:
+    """The devices with a fused Adam kernel in this torch: the CPU's came in torch 2.4 (on 2.3
+    ``fused=True`` refused CPU parameters, failing every CPU training)."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices as supported
+    except ImportError:  # pragma: no cover - a torch without the helper
+        return ("cuda",)
+    return tuple(device for device in ("cpu", "cuda") if device in supported())
 
 
 class WeightAverage:

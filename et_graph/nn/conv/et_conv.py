@@ -270,8 +270,9 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
       the same values; under ``vmap`` the NaN/inf input check is skipped (it reads values).
       TorchScript (``torch.jit.script``/``trace``), ``torch.export`` (so ONNX export) and the
       meta device are not supported on edges. The dense path (``forward_dense``, e.g.
-      :class:`~et_graph.nn.ETImageCompletion`) exports with ``torch.export``, a dynamic batch
-      included; the exported program skips the input checks that read values (NaN/inf).
+      :class:`~et_graph.nn.ETImageCompletion`) exports with ``torch.export`` (torch >= 2.6,
+      which tells the layers it is exporting), a dynamic batch included; the exported program
+      skips the input checks that read values (NaN/inf).
       Training a compiled layer with ``grad="autograd"`` fails in torch ("aot_autograd does
       not support double backward"); the default analytic path trains compiled.
     * **Message hooks.** The fused kernel does not call ``propagate``, so PyG's
@@ -376,7 +377,9 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         self.noise_std = noise_std
         self.grad = grad
         self.cached = cached
-        self.register_load_state_dict_pre_hook(_rename_legacy_keys)
+        # (the public register_load_state_dict_pre_hook exists from torch 2.5; this form,
+        # which it calls, in every torch the package allows)
+        self._register_load_state_dict_pre_hook(_rename_legacy_keys, with_module=True)
 
     def _edges(
         self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor], plan: bool
