@@ -902,3 +902,25 @@ def test_an_interrupted_refit_leaves_no_earlier_curves(graph):
     with pytest.raises(KeyboardInterrupt):
         detector.fit(graph)
     assert detector.history_ == [] and detector.fit_info_ == {} and not detector.fitted_
+
+
+def test_get_params_set_params_and_sklearn_clone(graph):
+    """scikit-learn's and PyGOD's get_params / set_params were missing, and sklearn's clone
+    failed; set_params is checked as the constructor and leaves the detector unfitted."""
+    from sklearn.base import clone
+
+    from et_graph.detectors import UnsupervisedETDetector
+
+    for kind in (ETDetector, GBTDetector, MLPDetector, UnsupervisedETDetector):
+        detector = kind(seed=3)
+        params = detector.get_params()
+        assert kind(**params).get_params() == params and params["seed"] == 3
+        assert clone(detector).get_params() == params
+    assert "gat_heads" not in MLPDetector().get_params()  # a setting the class refuses
+    fitted = MLPDetector(epochs=1, hidden=8).fit(graph)
+    assert fitted.set_params(hidden=16, seed=1) is fitted
+    assert fitted.get_params()["hidden"] == 16 and fitted.seed == 1 and not fitted.fitted_
+    with pytest.raises(TypeError, match="did you mean 'hidden'"):
+        fitted.set_params(hiden=3)
+    with pytest.raises(ValueError):
+        fitted.set_params(seed=-1)

@@ -109,6 +109,34 @@ class BaseDetector:
     def get_config(self) -> dict[str, Any]:
         return to_dict(self.config)
 
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor's keywords that build this detector again, flat as scikit-learn's
+        and PyGOD's ``get_params`` give them: every config field (without those the class
+        refuses), ``seed``, ``progress``, ``device`` and, where scoring is chunked,
+        ``chunk_size``/``chunk_edges``. ``type(det)(**det.get_params())`` is an unfitted
+        copy; ``deep`` is accepted for scikit-learn and changes nothing (no nested
+        estimators)."""
+        params = {k: v for section in dataclasses.asdict(self.config).values()
+                  for k, v in section.items() if k not in self.unused_settings}
+        params.update(seed=self.seed, progress=self.progress, device=str(self.device))
+        if getattr(self, "supports_chunks", False):
+            params.update(chunk_size=getattr(self, "chunk_size", None),
+                          chunk_edges=getattr(self, "chunk_edges", None))
+        return params
+
+    def set_params(self: DetectorT, **params: Any) -> DetectorT:
+        """Change settings by :meth:`get_params`' names, checked as the constructor checks
+        them (an unknown name is refused with the closest one). The detector is unfitted
+        afterwards: its fitted model belongs to the old settings."""
+        type(self).__init__(self, **{**self.get_params(), **params})
+        return self
+
+    def __sklearn_clone__(self: DetectorT) -> DetectorT:
+        """``sklearn.base.clone``: an unfitted detector of the same settings. (Its default
+        check, that every parameter comes back as the same object, fails on settings the
+        constructor validates and converts.)"""
+        return type(self)(**self.get_params())
+
     def __repr__(self) -> str:
         """The constructor call that builds this detector again (``eval(repr(det))``): its
         settings, without those its class refuses, and its seed and device where not the
