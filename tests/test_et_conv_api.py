@@ -838,6 +838,13 @@ def test_an_energy_subclass_without_a_closed_form_is_not_descended_silently():
         def grad_of_g(self, g, edges, fused=True):
             return self.autograd_grad_of_g(g, edges)
 
+    # the public check a closed form should pass: the built-in one does, and a closed form
+    # that ignores the new term does not
+    edges = conv.energy_fn.edges(x, edge_index)
+    g = conv.energy_fn.norm(x)
+    assert ETEnergy(8, heads=2, head_dim=4).double().closed_form_error(g, edges) < 1e-10
+    assert conv.energy_fn.closed_form_error(g, edges) > 1e-3
+    assert WithClosedForm(8, heads=2, head_dim=4).double().closed_form_error(g, edges) < 1e-10
     conv.grad = "analytic"
     conv.energy_fn = WithClosedForm(8, heads=2, head_dim=4).double()
     assert conv(x, edge_index).shape == x.shape

@@ -127,7 +127,7 @@ class ETEnergy(Module):
     this class's closed form, which knows only the built-in terms, so it refuses such a
     subclass unless it also overrides :meth:`grad_of_g` (and :meth:`grad_from_attention_grads`
     for the unfused and explainer paths, :meth:`dense_grad_of_g` for the dense one); check a
-    closed form against :meth:`autograd_grad_of_g` in float64.
+    closed form against autograd of the energy with :meth:`closed_form_error` in float64.
 
     Args:
         channels: token width ``D``.
@@ -503,6 +503,17 @@ class ETEnergy(Module):
     def autograd_grad_of_g(self, g: Tensor, edges: EdgeSet) -> Tensor:
         """The reference ``dE/dg``: ``torch.autograd.grad`` of :meth:`node_energy_of_g`."""
         return _autograd_grad(g, lambda g: self.node_energy_of_g(g, edges))
+
+    def closed_form_error(self, g: Tensor, edges: EdgeSet, fused: bool = False) -> float:
+        """The largest difference between the closed form (:meth:`grad_of_g`) and autograd of
+        :meth:`node_energy_of_g` at ``g``, relative to the largest entry of the latter: the
+        check a subclass's closed form should pass, in float64 (about 1e-12 for the built-in
+        terms). Both are evaluated as they are; call it on a float64 copy
+        (``energy.double()``, ``g.double()``)."""
+        closed = self.grad_of_g(g, edges, fused=fused)
+        reference = self.autograd_grad_of_g(g, edges)
+        scale = reference.abs().max().clamp_min(torch.finfo(reference.dtype).tiny)
+        return float((closed - reference).abs().max() / scale)
 
     def dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None) -> Tensor:
         """Closed form of ``dE/dg`` ``[B, M, D]`` on the dense path."""
