@@ -16,7 +16,7 @@ from typing import IO, Any, TypeVar
 from tqdm.auto import tqdm
 from tqdm.autonotebook import tqdm as notebook_or_plain_tqdm
 
-__all__ = ["LOG_INTERVAL_S", "progress_bar"]
+__all__ = ["LOG_INTERVAL_S", "interactive", "progress_bar"]
 
 T = TypeVar("T")
 
@@ -49,7 +49,8 @@ class _LineWriter:
         self.stream.flush()
 
 
-def _interactive(stream: IO[str]) -> bool:
+def interactive(stream: IO[str]) -> bool:
+    """Whether ``stream`` shows tqdm's in-place bars: a terminal, or a notebook's widget."""
     # tqdm.auto picks its notebook widget inside a Jupyter kernel, whose stderr is not a
     # terminal either; the widget draws no text, so it stays as it is.
     if notebook_or_plain_tqdm.__module__ == "tqdm.notebook":
@@ -69,11 +70,13 @@ def progress_bar(iterable: Iterable[T], *, desc: str | None = None, leave: bool 
     to :data:`LOG_INTERVAL_S` and the bar is drawn in ASCII.
     """
     stream = options.pop("file", None) or sys.stderr
-    if disable or _interactive(stream):
+    if disable or interactive(stream):
         return tqdm(iterable, desc=desc, leave=leave, disable=disable, total=total,
                     file=stream, **options)
     # position 0: a nested bar placed lower would move the cursor up with escape codes
-    for name, value in (("mininterval", LOG_INTERVAL_S), ("delay", LOG_INTERVAL_S),
+    # (maxinterval: tqdm's monitor thread redrew every 10 s otherwise)
+    for name, value in (("mininterval", LOG_INTERVAL_S), ("maxinterval", LOG_INTERVAL_S),
+                        ("delay", LOG_INTERVAL_S),
                         ("ascii", True), ("position", 0), ("dynamic_ncols", False),
                         ("ncols", 100)):
         options.setdefault(name, value)

@@ -663,3 +663,21 @@ def test_quiet_runs_print_nothing(capsys, tmp_path):
     assert "gbt" in results["models"] and (tmp_path / "run" / "results.md").exists()
     anomaly.run(config("--models", "gbt", "--seeds", "1"), data=data)
     assert "| gbt |" in capsys.readouterr().out  # printed by default
+
+
+def test_own_detectors_of_a_kind_the_runner_cannot_fit_are_refused_before_training():
+    """An UnsupervisedETDetector failed after seed 0's trainings (it refuses masks); a fitted
+    detector was refitted in the caller's hands; a "|" in a name added a table column; an own
+    "ET" took the built-in et's colour."""
+    from et_graph.detectors import GBTDetector, UnsupervisedETDetector
+
+    data = planted_anomaly_graph(200, seed=2)
+    fitted = GBTDetector().fit(data, *anomaly.make_splits(data, "paper", 1)[0].masks(200)[:2])
+    cases = {"unsup": (lambda seed: UnsupervisedETDetector(), TypeError, "unsupervised"),
+             "done": (lambda seed: fitted, ValueError, "fitted detector"),
+             "a|b": (lambda seed: GBTDetector(), ValueError, "letters, digits"),
+             "ET": (lambda seed: GBTDetector(), ValueError, "taken")}
+    for name, (factory, error, message) in cases.items():
+        with pytest.raises(error, match=message):
+            anomaly.run(config("--models", "gbt", "--seeds", "1"), data=data,
+                        detectors={name: factory})

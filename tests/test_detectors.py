@@ -924,3 +924,34 @@ def test_get_params_set_params_and_sklearn_clone(graph):
         fitted.set_params(hiden=3)
     with pytest.raises(ValueError):
         fitted.set_params(seed=-1)
+
+
+def test_a_refused_set_params_changes_nothing(graph):
+    """set_params(epochs=7, seed=-1) raised, yet left epochs=7 in a detector still fitted
+    with the old settings; supervised= was accepted and ignored; a subclass's own
+    constructor arguments were dropped by get_params and clone."""
+    from et_graph.detectors.neural import NeuralDetector
+
+    fitted = MLPDetector(epochs=1, hidden=8).fit(graph)
+    before = fitted.get_params()
+    with pytest.raises(ValueError, match="seed"):
+        fitted.set_params(epochs=7, seed=-1)
+    assert fitted.get_params() == before and fitted.fitted_
+    with pytest.raises(ValueError, match="cannot change supervised"):
+        ETDetector().set_params(supervised=False)
+
+    class Wide(NeuralDetector):
+        config_class = MLPDetector.config_class
+
+        def __init__(self, width: int = 16, **keywords):
+            super().__init__(**keywords)
+            self.width = width
+
+    with pytest.raises(TypeError, match="takes width, which BaseDetector.get_params"):
+        Wide(width=64).get_params()
+
+    class NoConfig(NeuralDetector):
+        pass
+
+    with pytest.raises(TypeError, match="needs a config_class"):
+        NoConfig()

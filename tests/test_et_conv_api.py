@@ -862,6 +862,21 @@ def test_an_energy_subclass_without_a_closed_form_is_not_descended_silently():
     relational.energy_fn = OwnHopfield(8, heads=2, head_dim=4).double()
     with pytest.raises(ValueError, match="relational descent"):
         relational(x, edge_index, torch.zeros(edge_index.size(1), dtype=torch.long))
+    relational.energy_fn = Smooth(8, heads=2, head_dim=4).double()  # ignored, any grad
+    relational.grad = "autograd"
+    with pytest.raises(ValueError, match="RelationalETConv descends the built-in energy"):
+        relational(x, edge_index, torch.zeros(edge_index.size(1), dtype=torch.long))
+
+    class TanhKeys(ETEnergy):  # a non-linear key map: attention_grad_to_g's chain rule is off
+        def keys_queries(self, g):
+            k, q = super().keys_queries(g)
+            return torch.tanh(k), q
+
+    conv = ETConv(8, heads=2, head_dim=4, steps=2).double()
+    conv.energy_fn = TanhKeys(8, heads=2, head_dim=4).double()
+    assert conv.energy_fn.closed_form_error(g, edges) > 1e-3
+    with pytest.raises(ValueError, match="TanhKeys overrides keys_queries"):
+        conv(x, edge_index)
 
 
 def test_a_pyg_edge_index_is_read_as_the_plain_tensor_it_wraps():

@@ -58,7 +58,7 @@ def test_the_tuning_history_draws_pruned_trials(tmp_path, saved_figures):
     plot_history(tmp_path / "history.png", summaries, "auroc", "anomaly on tolokers")
     ax = saved_figures[-1].axes[0]
     labels = [line.get_label() for line in ax.lines]
-    assert "et: 2 pruned (last value)" in labels and "et: 2 finished, best so far" in labels
+    assert "et: 2 pruned (last value)" in labels and "et: 2 complete, best so far" in labels
     assert "higher is better" in ax.get_ylabel() and "tolokers" in ax.get_title()
 
 

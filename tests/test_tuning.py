@@ -574,3 +574,13 @@ def test_a_quiet_tuning_prints_no_report(tmp_path, capsys):
                  out=tmp_path / "q", data=data)
     assert "# Tuning" not in capsys.readouterr().out
     assert (tmp_path / "q" / "study_report.md").exists()
+
+
+def test_tuning_in_a_log_writes_no_redraws(tmp_path, capsys):
+    """Optuna's own tqdm bar wrote carriage returns into a redirected log."""
+    data = planted_anomaly_graph(200, seed=4)
+    config = parse(AnomalyConfig, [a for a in SMALL if a != "--no-progress"])
+    assert config.run.progress
+    tune_anomaly(config, ["gbt"], TuneBudget(trials=2), f"sqlite:///{tmp_path}/p.db",
+                 out=tmp_path / "p", data=data)
+    assert "\r" not in capsys.readouterr().err

@@ -63,6 +63,11 @@ class BaseDetector:
     def __init__(self, config: Any = None, *, seed: int = 0, progress: bool = False,
                  device: Union[str, torch.device] = "cpu", chunk_size: Optional[int] = None,
                  chunk_edges: Optional[int] = None, **keywords: Any) -> None:
+        if not dataclasses.is_dataclass(self.config_class):
+            # (a subclass without one failed mid-fit on "'object' has no attribute 'train'")
+            raise TypeError(f"{type(self).__name__} needs a config_class: the dataclass of its "
+                            "settings (e.g. a NeuralDetector subclass can reuse "
+                            "et_graph.detectors.config.GNNDetectorConfig)")
         config = self.config_class() if config is None else config
         if not isinstance(config, self.config_class):
             raise TypeError(
@@ -116,6 +121,12 @@ class BaseDetector:
         ``chunk_size``/``chunk_edges``. ``type(det)(**det.get_params())`` is an unfitted
         copy; ``deep`` is accepted for scikit-learn and changes nothing (no nested
         estimators)."""
+        own = _own_constructor_arguments(type(self))
+        if own and type(self).get_params is BaseDetector.get_params:
+            # they would be dropped by clone and reset by set_params, silently
+            raise TypeError(f"{type(self).__name__}.__init__ takes {', '.join(own)}, which "
+                            "BaseDetector.get_params does not know: override get_params to "
+                            "add them")
         params = {k: v for section in dataclasses.asdict(self.config).values()
                   for k, v in section.items() if k not in self.unused_settings}
         params.update(seed=self.seed, progress=self.progress, device=str(self.device))
@@ -128,7 +139,14 @@ class BaseDetector:
         """Change settings by :meth:`get_params`' names, checked as the constructor checks
         them (an unknown name is refused with the closest one). The detector is unfitted
         afterwards: its fitted model belongs to the old settings."""
-        type(self).__init__(self, **{**self.get_params(), **params})
+        if "supervised" in params:  # ETDetector(supervised=False) is another class
+            raise ValueError("set_params cannot change supervised: build the other detector "
+                             "(ETDetector(supervised=False) is an UnsupervisedETDetector)")
+        # Built whole first: a refused value left a half-changed detector that still counted
+        # as fitted (the config replaced before the seed was checked).
+        fresh = type(self)(**{**self.get_params(), **params})
+        self.__dict__.clear()
+        self.__dict__.update(fresh.__dict__)
         return self
 
     def __sklearn_clone__(self: DetectorT) -> DetectorT:
@@ -462,3 +480,14 @@ def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:
     return mask
 
 
+#: The constructor arguments BaseDetector.get_params covers (a subclass's keywords go to the
+#: config through **keywords).
+_BASE_ARGUMENTS = frozenset({"self", "config", "seed", "progress", "device", "chunk_size",
+                             "chunk_edges", "keywords", "args", "supervised"})
+
+
+def _own_constructor_arguments(cls: type) -> list[str]:
+    import inspect
+
+    return [name for name in inspect.signature(cls.__init__).parameters
+            if name not in _BASE_ARGUMENTS]

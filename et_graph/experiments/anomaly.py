@@ -7,6 +7,7 @@ resolved config, version and commit), ``results.md`` and PNG plots under ``run.o
 """
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -18,6 +19,7 @@ import torch
 from torch_geometric.data import Data
 
 from ..config import parse_given, run_metadata, warn_unread_flags
+from ..detectors import UnsupervisedETDetector
 from ..detectors.base import BaseDetector
 from ..progress import progress_bar
 from ..protocols.anomaly import (
@@ -211,16 +213,23 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
 def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]],
                         configured: list[str]) -> dict[str, Callable[[int], BaseDetector]]:
     """The caller's own rows, refused where a name is taken (a configured model or one of the
-    rows a run derives) or a factory is not callable."""
+    rows a run derives, in any case: the figures colour by the lowercased name), holds a
+    character the tables cannot show, or a factory is not callable or does not build a
+    supervised detector (each is built once here, before any training)."""
     own = dict(detectors)
-    taken = {*configured, *DETECTOR_NAMES, ENERGY_ROW}
+    taken = {n.lower() for n in (*configured, *DETECTOR_NAMES, ENERGY_ROW)}
     for name, factory in own.items():
-        if not isinstance(name, str) or not name or name in taken or name.endswith("_ensemble"):
+        if (not isinstance(name, str) or not name or name.lower() in taken
+                or name.endswith("_ensemble")):
             raise ValueError(f"own detector name {name!r} is empty or taken (built-in models "
-                             f"{sorted(DETECTOR_NAMES)}, {ENERGY_ROW!r}, *_ensemble)")
+                             f"{sorted(DETECTOR_NAMES)}, {ENERGY_ROW!r}, *_ensemble, in any "
+                             "case)")
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):  # a "|" added a column to results.md
+            raise ValueError(f"own detector name {name!r}: use letters, digits, '_', '.', '-'")
         if not callable(factory):
             raise TypeError(f"detectors[{name!r}] must be a factory, seed -> unfitted "
                             f"detector; got {type(factory).__name__}")
+        own_detector(own, name, 0)  # a wrong kind found now, not after seed 0's trainings
     return own
 
 
@@ -230,6 +239,12 @@ def own_detector(own: Mapping[str, Callable[[int], BaseDetector]], name: str,
     if not isinstance(detector, BaseDetector):
         raise TypeError(f"detectors[{name!r}](seed) returned {type(detector).__name__}, not a "
                         "detector (et_graph.detectors.base.BaseDetector)")
+    if isinstance(detector, UnsupervisedETDetector):  # it refuses the split's masks in fit
+        raise TypeError(f"detectors[{name!r}] is unsupervised: this runner fits on training "
+                        "labels; compare unsupervised detectors with et-graph unsupervised")
+    if detector.fitted_:  # the caller's object would be refitted on this run's split
+        raise ValueError(f"detectors[{name!r}](seed) returned a fitted detector: return a "
+                         "new, unfitted one per seed")
     return detector
 
 

@@ -110,7 +110,7 @@ def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope:
     from sklearn.metrics import precision_recall_curve, roc_curve
 
     names = tuple(scores)
-    many = len(names) > 6  # the legends then sit beside the panels, not over the curves
+    many = len(names) > 5  # the legends then sit beside the panels, not over the curves
     fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(14 if many else 11, 4.5))
     for name, score in scores.items():
         metrics = evaluate(y, score, 0.5)  # AUROC and AUPRC do not read the threshold

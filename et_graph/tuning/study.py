@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..config import merge, run_metadata, to_dict, write_preset
+from ..progress import interactive
 from ..reporting import counted, json_text
 from ..training.checkpoint import changed_settings
 
@@ -247,7 +249,8 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
             objective,
             timeout=budget.timeout_minutes * 60,
             callbacks=[optuna.study.MaxTrialsCallback(budget.trials, states=states), failures],
-            show_progress_bar=progress,
+            # Optuna's own tqdm bar redraws in place: on a terminal only, not in a log
+            show_progress_bar=progress and interactive(sys.stderr),
             catch=(FloatingPointError,),
         )
         if failures.stopped:
@@ -427,7 +430,7 @@ def plot_history(path: Path, summaries: dict[str, dict[str, Any]], metric: str,
         best = [better(values[: k + 1]) for k in range(len(values))]
         ax.plot(numbers, values, "o", color=colour, alpha=0.4, ms=4)
         ax.step(numbers, best, where="post", color=colour,
-                label=f"{model}: {len(values)} finished, best so far")
+                label=f"{model}: {len(values)} complete, best so far")
     better_word = ({"minimize": "lower", "maximize": "higher"}.get(directions.pop())
                    if len(directions) == 1 else None)
     ax.set(xlabel="trial", ylabel=f"validation {metric}" + (
@@ -462,4 +465,3 @@ def save_best_preset(path: Path, config: Any, meta: dict[str, Any]) -> Path:
     return write_preset(absolute_data_paths(config), path,
                         meta={k: v for k, v in meta.items()
                               if isinstance(v, (str, int, float, bool))})
-

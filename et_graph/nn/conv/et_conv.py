@@ -270,9 +270,9 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
       the same values; under ``vmap`` the NaN/inf input check is skipped (it reads values).
       TorchScript (``torch.jit.script``/``trace``), ``torch.export`` (so ONNX export) and the
       meta device are not supported on edges. The dense path (``forward_dense``, e.g.
-      :class:`~et_graph.nn.ETImageCompletion`) exports with ``torch.export`` (torch >= 2.6,
-      which tells the layers it is exporting), a dynamic batch included; the exported program
-      skips the input checks that read values (NaN/inf).
+      :class:`~et_graph.nn.models.ETImageCompletion`) exports with ``torch.export`` (torch
+      >= 2.6, which tells the layers it is exporting; the default ``grad="analytic"``), a
+      dynamic batch included; the exported program skips the input checks that read values.
       Training a compiled layer with ``grad="autograd"`` fails in torch ("aot_autograd does
       not support double backward"); the default analytic path trains compiled.
     * **Message hooks.** The fused kernel does not call ``propagate``, so PyG's

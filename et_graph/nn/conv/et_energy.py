@@ -413,10 +413,12 @@ class ETEnergy(Module):
         if reason:
             raise ValueError(reason)
 
-    def check_builtin_energy(self, where: str) -> None:
-        """``ValueError`` for a subclass with energy terms of its own in ``where``, a path that
-        writes the built-in energy's gradient out by hand (no closed form to override)."""
-        own = [name for name in _ENERGY_METHODS
+    def check_builtin_energy(self, where: str,
+                             names: Optional[tuple[str, ...]] = None) -> None:
+        """``ValueError`` for a subclass that overrides any of ``names`` (default: every energy
+        method and ``keys_queries``) in ``where``, a path that writes the built-in energy out
+        by hand (no closed form to override)."""
+        own = [name for name in names or (*_ENERGY_METHODS, "keys_queries")
                if getattr(type(self), name) is not getattr(ETEnergy, name)]
         if own:
             raise ValueError(f"{where} descends the built-in energy by hand, and "
@@ -565,13 +567,14 @@ _ENERGY_METHODS = ("node_energy_of_g", "hopfield_energy_of_g", "dense_node_energ
                    "forward")
 #: Per descent path: the energy methods it reports and the closed-form methods it steps with
 #: (grad_of_g and dense_grad_of_g call grad_from_attention_grads, so an override there counts).
+#: (keys_queries: a non-linear key map changes the chain rule that attention_grad_to_g writes)
 _PATHS = {
-    "fused": (("node_energy_of_g", "hopfield_energy_of_g", "forward"),
-              ("grad_of_g", "grad_from_attention_grads")),
-    "unfused": (("node_energy_of_g", "hopfield_energy_of_g", "forward"),
-                ("grad_from_attention_grads",)),
-    "dense": (("dense_node_energy_of_g", "hopfield_energy_of_g"),
-              ("dense_grad_of_g", "grad_from_attention_grads")),
+    "fused": (("node_energy_of_g", "hopfield_energy_of_g", "forward", "keys_queries"),
+              ("grad_of_g", "grad_from_attention_grads", "attention_grad_to_g")),
+    "unfused": (("node_energy_of_g", "hopfield_energy_of_g", "forward", "keys_queries"),
+                ("grad_from_attention_grads", "attention_grad_to_g")),
+    "dense": (("dense_node_energy_of_g", "hopfield_energy_of_g", "keys_queries"),
+              ("dense_grad_of_g", "grad_from_attention_grads", "attention_grad_to_g")),
     "relational": (("hopfield_energy_of_g",), ("grad_from_attention_grads",)),
 }
 #: Per (ETEnergy subclass, path): "" (its closed form covers its energy) or why it does not.

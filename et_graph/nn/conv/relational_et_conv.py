@@ -53,6 +53,13 @@ def check_edge_type(edge_type: Any, num_edges: int, num_relations: int) -> Tenso
     return edge_type.long()
 
 
+#: ETEnergy methods whose override this layer cannot follow: it sums each relation's
+#: attention energy itself, through keys and queries whose closed form it writes out, so a
+#: subclass changing them would be ignored or descended wrongly, with either grad (only the
+#: Hopfield term and the LayerNorm come from energy_fn as they are).
+_OWN_TERMS = ("node_energy_of_g", "forward", "keys_queries", "dense_node_energy_of_g")
+
+
 class RelationalETConv(EnergyShape, DescentSettings, Module):
     r"""The Energy Transformer block on a multi-relation graph: one attention energy per
     relation, with its own keys, queries and temperatures, and one shared Hopfield energy.
@@ -287,6 +294,7 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
     def node_energy(self, x: Tensor, edge_index: Adj, edge_type: Tensor) -> Tensor:
         """Each node's share of the energy ``[N]``; the shares sum to :meth:`energy`."""
         fn = self.energy_fn
+        fn.check_builtin_energy(type(self).__name__, _OWN_TERMS)
         x_in = fn.check_tokens(x)
         edges = self.edges(x_in, edge_index, edge_type)
         # In the parameters' dtype, not x's (ETConv.node_energy).
@@ -355,6 +363,7 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
         refuse_tracing(self)
         check_return_energy(return_energy, type(self).__name__)
         check_relation_wrappers(self, relational=True)
+        self.energy_fn.check_builtin_energy(type(self).__name__, _OWN_TERMS)
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)
