@@ -636,7 +636,7 @@ def test_own_detectors_run_as_rows_beside_the_configured_models():
         config("--models", "et,gbt", "--seeds", "2", "--epochs", "2", "--hidden", "16",
                "--no-energy-row"), data=data,
         detectors={"wide_mlp": wide_mlp, "et_trees": lambda seed: GBTDetector(seed=seed)})
-    assert made == [0, 1]
+    assert made == [0, 0, 1]  # once before any training (its kind checked), then per seed
     assert set(results["models"]) == {"et", "gbt", "wide_mlp", "et_trees"}
     assert "own detectors (passed from Python" in results["protocol"]
     assert "wide_mlp = MLPDetector" in results["protocol"]
