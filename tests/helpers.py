@@ -40,6 +40,20 @@ def record_calls(patch: Any, owner: Any, name: str) -> list[Any]:
     return calls
 
 
+def record_arguments(patch: Any, owner: Any, name: str) -> list[tuple[tuple, dict]]:
+    """Like :func:`record_calls`, but record each call's ``(args, kwargs)``: for a method
+    patched on its class, ``args[0]`` is the instance (the figure saved, the axes drawn on)."""
+    calls: list[tuple[tuple, dict]] = []
+    original = getattr(owner, name)
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        calls.append((args, kwargs))
+        return original(*args, **kwargs)
+
+    patch.setattr(owner, name, recorded)
+    return calls
+
+
 @contextmanager
 def torch_threads(count: Optional[int] = None) -> Iterator[None]:
     """Run the block on ``count`` torch threads (``None``: as many as it finds) and restore the

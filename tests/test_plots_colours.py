@@ -1,6 +1,7 @@
 """Figures: one colour per model everywhere, and the tuning history shows every trial."""
 import matplotlib.figure
 import pytest
+from helpers import record_arguments
 
 from et_graph.plots.colours import MODEL_COLOURS, model_colour
 
@@ -20,15 +21,8 @@ def test_a_model_keeps_its_colour_and_its_ensemble_shares_it():
 
 @pytest.fixture()
 def saved_figures(monkeypatch):
-    figures = []
-    original = matplotlib.figure.Figure.savefig
-
-    def keep(self, *args, **kwargs):
-        figures.append(self)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
-    return figures
+    """Each savefig call's ``(args, kwargs)``; ``args[0]`` is the figure saved."""
+    return record_arguments(monkeypatch, matplotlib.figure.Figure, "savefig")
 
 
 def test_roc_and_training_curves_draw_a_model_in_one_colour(tmp_path, saved_figures):
@@ -42,8 +36,9 @@ def test_roc_and_training_curves_draw_a_model_in_one_colour(tmp_path, saved_figu
     rng = np.random.default_rng(0)
     plot_roc_pr(tmp_path / "roc.png", y, {n: rng.random(20) for n in ("gcn", "et", "gbt")},
                 "test")
+    roc = saved_figures[-1][0][0].axes[0]
     lines = {line.get_label().split(" ")[0]: line.get_color()
-             for line in saved_figures[-1].axes[0].lines if not line.get_label().startswith("_")}
+             for line in roc.lines if not line.get_label().startswith("_")}
     assert lines == {n: model_colour(n) for n in ("gcn", "et", "gbt")}
 
 
@@ -56,7 +51,7 @@ def test_the_tuning_history_draws_pruned_trials(tmp_path, saved_figures):
                  "gbt": {"history": [(0, 0.8), (1, 0.82), (2, 0.81), (3, 0.83)],
                          "direction": "maximize"}}
     plot_history(tmp_path / "history.png", summaries, "auroc", "anomaly on tolokers")
-    ax = saved_figures[-1].axes[0]
+    ax = saved_figures[-1][0][0].axes[0]
     labels = [line.get_label() for line in ax.lines]
     assert "et: 2 pruned (last value)" in labels and "et: 2 complete, best so far" in labels
     assert "higher is better" in ax.get_ylabel() and "tolokers" in ax.get_title()
@@ -79,7 +74,7 @@ def test_the_training_curves_name_the_rows_without_epochs(tmp_path, saved_figure
               "history": {"et": history, "mlp": history}, "energy": None,
               "select_metric": "f1_macro"}
     plot_curves(tmp_path, curves, data, split)
-    training = saved_figures[-1]
+    training = saved_figures[-1][0][0]
     assert any("not drawn (no epochs): gbt" in t.get_text() for t in training.texts)
     lines = [line for line in training.axes[0].lines if not line.get_label().startswith("_")]
     assert {line.get_alpha() for line in lines} <= {None, 1.0}

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import benchmark_module
+from helpers import benchmark_module, record_arguments
 from scipy import stats
 
 from et_graph.protocols.significance import (
@@ -293,18 +293,12 @@ def test_the_forest_plot_mirrors_error_metrics_and_draws_the_stored_tables(tmp_p
 
     from et_graph.plots.significance import plot_differences
 
-    drawn = []
-    real = matplotlib.axes.Axes.plot
-
-    def watch(self, *args, **kwargs):
-        drawn.append(args)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", watch)
+    calls = record_arguments(monkeypatch, matplotlib.axes.Axes, "plot")
     # the first model's error is the lower one
     mae = replace(seed_difference([0.40, 0.41, 0.42], [0.45, 0.46, 0.44]), higher_is_better=False)
     path = plot_differences({"MAE": [("zinc", mae)]}, tmp_path / "forest.png")
     assert path.stat().st_size > 0
+    drawn = [args[1:] for args, _ in calls]  # without the axes
     point = [args for args in drawn if len(args) == 3][0]  # (x, y, "o")
     assert point[0] == pytest.approx(-mae.mean) and -mae.mean > 0  # drawn right: ET better
     with pytest.raises(ValueError, match="every panel is empty"):
@@ -363,21 +357,14 @@ def test_the_forest_plot_fills_only_what_survives_holm(monkeypatch, tmp_path):
 
     from et_graph.plots.significance import plot_differences
 
-    styles = []
-    real = matplotlib.axes.Axes.plot
-
-    def watch(self, *args, **kwargs):
-        if "fillstyle" in kwargs:
-            styles.append(kwargs["fillstyle"])
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", watch)
+    calls = record_arguments(monkeypatch, matplotlib.axes.Axes, "plot")
     strong = seed_difference([0.9, 0.91, 0.92, 0.9, 0.91], [0.5, 0.52, 0.51, 0.5, 0.52])
     weak = replace(strong, p_value=0.03, low=0.001)  # alone significant; Holm over 3: 0.06
     none = replace(strong, p_value=0.5, low=-0.1)
     assert strong.p_value < 0.01 and weak.significant and not none.significant
     plot_differences({"AUROC": [("a", strong), ("b", weak), ("c", none)]},
                      tmp_path / "forest.png")
+    styles = [kwargs["fillstyle"] for _, kwargs in calls if "fillstyle" in kwargs]
     assert styles == ["none", "left", "full"]  # drawn bottom-up: c, b, a
 
 
