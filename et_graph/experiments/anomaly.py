@@ -67,7 +67,7 @@ def run(config: AnomalyConfig, data: Optional[Data] = None,
     :class:`~et_graph.detectors.base.BaseDetector`). Each is fitted on the same splits, its
     threshold chosen on validation, and it enters the tables, plots, scores and ET's
     differences like the built-in rows."""
-    own = check_own_detectors(detectors or {}, config.protocol.model_names())
+    own = check_own_detectors(detectors or {})
     names = [*config.protocol.model_names(), *own]
     if config.data.feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}")
@@ -210,14 +210,15 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
     return results
 
 
-def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]],
-                        configured: list[str]) -> dict[str, Callable[[int], BaseDetector]]:
+def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]]
+                        ) -> dict[str, Callable[[int], BaseDetector]]:
     """The caller's own rows, refused where a name is taken (a configured model or one of the
     rows a run derives, in any case: the figures colour by the lowercased name), holds a
     character the tables cannot show, or a factory is not callable or does not build a
     supervised detector (each is built once here, before any training)."""
     own = dict(detectors)
-    taken = {n.lower() for n in (*configured, *DETECTOR_NAMES, ENERGY_ROW)}
+    # (every configured model is one of DETECTOR_NAMES)
+    taken = {n.lower() for n in (*DETECTOR_NAMES, ENERGY_ROW)}
     for name, factory in own.items():
         if (not isinstance(name, str) or not name or name.lower() in taken
                 or name.endswith("_ensemble")):

@@ -40,13 +40,13 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
             label = f"{name} ({len(histories)} seed{'s' if len(histories) > 1 else ''})" \
                 if i == 0 else None
             # every model at full strength: faded baselines read as less important ones
-            ax_loss.plot(hist["loss"], color=_color(name, drawn), label=label)
-            ax_val.plot(hist["val_auroc"], color=_color(name, drawn), label=label)
+            ax_loss.plot(hist["loss"], color=model_colour(name, drawn), label=label)
+            ax_val.plot(hist["val_auroc"], color=model_colour(name, drawn), label=label)
             kept = hist.get("best_epoch")
             if kept is not None and 0 <= kept < len(hist["val_auroc"]):
                 # The epoch the checkpoint kept, which the selection metric chose (it may not
                 # be the best AUROC drawn here).
-                ax_val.plot([kept], [hist["val_auroc"][kept]], "*", color=_color(name, drawn),
+                ax_val.plot([kept], [hist["val_auroc"][kept]], "*", color=model_colour(name, drawn),
                             markersize=11, markeredgecolor="black")
     if any(h.get("best_epoch") is not None for hs in curves["history"].values() for h in hs):
         # one neutral legend entry: it took the first model's colour
@@ -117,7 +117,7 @@ def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope:
         fpr, tpr, _ = roc_curve(y, score)
         precision, recall, _ = precision_recall_curve(y, score)
         style = ":" if name.endswith("_ensemble") else "-" if name.startswith("et") else "--"
-        colour = _color(name, names)
+        colour = model_colour(name, names)
         ax_roc.plot(fpr, tpr, style, color=colour, label=f"{name} (AUROC {metrics['auroc']:.3f})")
         # Steps, as average precision sums them: a straight line between the points would
         # enclose another area than the legend's AUPRC.
@@ -143,7 +143,3 @@ def plotted_models(scores: dict[str, Any]) -> list[str]:
     rows outside that order (other model names) after them, so that no row is left out."""
     known = [n for base in MODEL_ORDER for n in (base, f"{base}_ensemble") if n in scores]
     return known + sorted(n for n in scores if n not in known)
-
-
-def _color(name: str, others: tuple[str, ...] = ()) -> str:
-    return model_colour(name, others)
