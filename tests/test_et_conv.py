@@ -389,6 +389,58 @@ def test_propagate_path_is_seen_by_message_hooks():
     assert len(seen) == 2 * conv.steps
 
 
+def test_message_hooks_on_the_default_fused_layer_see_the_attention():
+    # (PyG-convention audit) the fused kernel never called propagate, so a message hook on a
+    # default layer never fired and AttentionExplainer found no coefficient; with a hook the
+    # layer now runs the reference path: the same output, every step's messages seen
+    conv = make_conv(steps=2)
+    assert conv.fused
+    x, edge_index = awkward_graph()
+    before = conv(x, edge_index)
+    seen = []
+    handle = conv.register_message_forward_hook(
+        lambda module, inputs, out: seen.append(inputs[0]["alpha"]))
+    torch.testing.assert_close(conv(x, edge_index), before, rtol=0, atol=1e-12)
+    assert len(seen) == 2 * conv.steps
+    # alpha is the softmax over each node's in-neighbours (self-loops carry zero), per head
+    loops = edge_index[0] == edge_index[1]
+    for alpha in seen:
+        assert alpha.shape == (edge_index.size(1), conv.heads)
+        assert torch.all(alpha[loops] == 0)
+        totals = torch.zeros(x.size(0), conv.heads, dtype=alpha.dtype).index_add_(
+            0, edge_index[1], alpha)
+        receiving = torch.zeros(x.size(0), dtype=torch.bool)
+        receiving[edge_index[1, ~loops]] = True
+        torch.testing.assert_close(totals[receiving], torch.ones_like(totals[receiving]))
+    handle.remove()
+    seen.clear()
+    conv(x, edge_index)
+    assert not seen
+
+
+def test_attention_explainer_reads_etconv_attention():
+    from torch_geometric.explain import Explainer
+    from torch_geometric.explain.algorithm import AttentionExplainer
+
+    x, edge_index = awkward_graph()
+    explainer = Explainer(
+        model=ExplainedModel(), algorithm=AttentionExplainer(), explanation_type="model",
+        edge_mask_type="object",
+        model_config=dict(mode="multiclass_classification", return_type="raw",
+                          task_level="node"))
+    explanation = explainer(x.float(), edge_index, index=0)
+    assert explanation.edge_mask.shape == (edge_index.size(1),)
+    assert explanation.edge_mask.sum() > 0
+
+
+def test_message_hooks_are_refused_on_the_autograd_path():
+    conv = make_conv(grad="autograd")
+    x, edge_index = awkward_graph()
+    conv.register_message_forward_hook(lambda module, inputs, out: None)
+    with pytest.raises(ValueError, match="message-level hooks"):
+        conv(x, edge_index)
+
+
 def test_explainer_runs_on_etconv():
     x, edge_index = awkward_graph()
     explainer = node_explainer(ExplainedModel())

@@ -179,6 +179,33 @@ def test_explainer_edge_masks_are_refused_with_the_reason():
     assert explanation.node_mask.shape == data.x.shape
 
 
+def test_attention_explainer_reads_the_blocks_attention_on_the_callers_edges():
+    # The blocks' edges are the caller's E edges first, then the CLS edges: AttentionExplainer
+    # keeps the first E coefficients, which are the caller's edges' attention. A message hook
+    # takes the block off the shared pre-sorted edges, as an explainer's mask does.
+    from torch_geometric.explain import Explainer
+    from torch_geometric.explain.algorithm import AttentionExplainer
+
+    model = small_model()
+    model.eval()
+    data = labelled(ring(5), 0)
+    inputs = dict(lap_pe=data.lap_pe, cls_lap_pe=data.cls_lap_pe)
+    seen = []
+    handle = model.convs[0].register_message_forward_hook(
+        lambda module, args, out: seen.append(args[0]["alpha"].shape))
+    model(data.x, data.edge_index, **inputs)
+    handle.remove()
+    num_edges = data.edge_index.size(1) + 2 * data.num_nodes
+    assert seen == [(num_edges, 2)] * (2 * model.convs[0].steps)
+    explainer = Explainer(model, AttentionExplainer(), explanation_type="model",
+                          edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification",
+                                            task_level="graph", return_type="raw"))
+    explanation = explainer(data.x, data.edge_index, **inputs)
+    assert explanation.edge_mask.shape == (data.edge_index.size(1),)
+    assert bool((explanation.edge_mask > 0).all())  # every ring edge carries attention
+
+
 # ----------------------------------------------------------------------------------------------
 # Readouts and the random-walk encoding
 # ----------------------------------------------------------------------------------------------

@@ -36,6 +36,17 @@ GRAD_MODES = ("analytic", "autograd")
 #: Parameter names of ETConv before the energy moved into :class:`ETEnergy`; old state dicts with
 #: these keys still load (they are renamed to ``energy_fn.<name>``).
 _LEGACY_KEYS = ("w_k", "w_q", "xi", "log_beta", "norm.log_gamma", "norm.delta")
+#: PyG's hook registries that run inside ``propagate`` (the fused kernel never calls it).
+MESSAGE_HOOK_REGISTRIES = tuple(
+    f"_{stage}_forward{kind}_hooks"
+    for stage in ("propagate", "message", "aggregate", "message_and_aggregate")
+    for kind in ("_pre", ""))
+
+
+def has_message_hooks(module: Any) -> bool:
+    """Whether ``module`` has hooks that only ``propagate`` runs: ``register_message_forward_hook``
+    and the rest of PyG's message-level hooks (``AttentionExplainer`` registers one)."""
+    return any(getattr(module, name, None) for name in MESSAGE_HOOK_REGISTRIES)
 
 __all__ = ["ETConv", "EdgeSet", "GRAD_MODES"]
 
@@ -275,12 +286,15 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
       dynamic batch included; the exported program skips the input checks that read values.
       Training a compiled layer with ``grad="autograd"`` fails in torch ("aot_autograd does
       not support double backward"); the default analytic path trains compiled.
-    * **Message hooks.** The fused kernel does not call ``propagate``, so PyG's
-      ``register_message_forward_hook`` and ``register_propagate_forward_hook`` hooks fire only
-      on the reference path (``conv.fused = False``, or an explainer's edge mask), which gives
-      the same values. Module forward hooks fire on every path. An explainer's edge mask
-      multiplies the messages after the softmax (PyG's convention), so a mask value of 0 is
-      not the same as removing the edge.
+    * **Message hooks and explainers.** The fused kernel does not call ``propagate``, so a
+      layer with PyG's message-level hooks (``register_message_forward_hook``,
+      ``register_propagate_forward_hook`` and the rest) or an explainer's edge mask runs the
+      reference path, which gives the same values more slowly; ``grad="autograd"`` passes no
+      messages and refuses them. The messages carry each edge's attention coefficient as
+      ``alpha`` (``[E, H]``, aligned with ``edge_index``), so ``AttentionExplainer`` reads
+      ET's attention averaged over the descent steps. Module forward hooks fire on every
+      path. An explainer's edge mask multiplies the messages after the softmax (PyG's
+      convention), so a mask value of 0 is not the same as removing the edge.
 
     Args:
         channels: token width ``D``.
@@ -476,7 +490,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         fn = self.energy_fn
         if self.grad == "autograd":
             return fn.autograd_grad_of_g(g, edges)
-        unfused = self._explain or not self.fused
+        unfused = self._sees_messages or not self.fused
         fn.check_closed_form("unfused" if unfused else "fused")
         if unfused:
             k, q = fn.keys_queries(g)
@@ -490,21 +504,33 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         """The closed form through ``propagate``, so that explainers and hooks see messages.
 
         Messages run over the caller's edges, self-loops included with coefficient zero, so that
-        an explainer's edge mask lines up with ``edge_index``.
+        an explainer's edge mask (and ``AttentionExplainer``'s coefficients) line up with
+        ``edge_index``.
         """
-        coef = E.edge_coefficients(k, q, edges.src, edges.dst, self.beta, edges.weight, k.size(0))
+        alpha = E.edge_coefficients(k, q, edges.src, edges.dst, self.beta, edges.weight,
+                                    k.size(0))
         if edges.kept is not None:
-            coef = coef.new_zeros(edges.kept.numel(), coef.size(1)).masked_scatter(
-                edges.kept.unsqueeze(-1), coef
+            alpha = alpha.new_zeros(edges.kept.numel(), alpha.size(1)).masked_scatter(
+                edges.kept.unsqueeze(-1), alpha
             )
         size = (k.size(0), k.size(0))
         edge_index = edges.edge_index
-        grad_q = -self.propagate(edge_index, value=k, coef=coef, size=size)
-        grad_k = -self.propagate(edge_index.flip(0), value=q, coef=coef, size=size)
+        grad_q = -self.propagate(edge_index, value=k, alpha=alpha, size=size)
+        grad_k = -self.propagate(edge_index.flip(0), value=q, alpha=alpha, size=size)
         return grad_k, grad_q
 
-    def message(self, value_j: Tensor, coef: Tensor) -> Tensor:
-        return coef.unsqueeze(-1) * value_j
+    def message(self, value_j: Tensor, alpha: Tensor) -> Tensor:
+        """``alpha[e, h] value_j[e, h]``: ``alpha`` is edge ``B -> C``'s attention coefficient
+        (the softmax over ``C``'s in-neighbours, times the edge weight), per head. It is named
+        as in ``GATConv``, so that ``AttentionExplainer`` reads it from the messages (twice per
+        descent step: the keys' and the queries' gradients)."""
+        return alpha.unsqueeze(-1) * value_j
+
+    @property
+    def _sees_messages(self) -> bool:
+        """Whether something watches the messages (an explainer's edge mask or a message-level
+        hook), so that the descent must run through ``propagate``."""
+        return bool(self._explain) or has_message_hooks(self)
 
     # ----------------------------------------------------------------------------------------
     # Dynamics
@@ -585,6 +611,11 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
                 "an explainer's edge mask acts on the messages, which grad='autograd' (the "
                 "reference path) never passes: the mask would change nothing. Explain a layer "
                 "with grad='analytic' (the default)")
+        if self.grad == "autograd" and has_message_hooks(self):
+            raise ValueError(
+                "this layer has message-level hooks (register_message_forward_hook and the "
+                "like, or AttentionExplainer's), which grad='autograd' never runs: it passes no "
+                "messages. Use grad='analytic' (the default)")
         if (self._explain and isinstance(edge_index, Tensor)
                 and edge_index.layout == torch.sparse_coo and not edge_index.is_coalesced()):
             # the messages run over the coalesced entries (sorted, duplicates summed), and a
@@ -595,7 +626,8 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)
-        fused = self.grad == "analytic" and self.fused and not self._explain and num_steps > 0
+        fused = (self.grad == "analytic" and self.fused and not self._sees_messages
+                 and num_steps > 0)
         # With the fused kernel the edges are sorted once; every step and backward reuse that.
         edges = self._edges(out, edge_index, edge_weight, fused)
         return self._descend(x, out, edges, num_steps, return_energy)
@@ -607,8 +639,9 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """:meth:`forward` over edges built beforehand by ``self.energy_fn.edges(x, edge_index,
         edge_weight, plan=True)``: a caller that runs several blocks with the same heads on one
-        graph (:class:`~et_graph.nn.ETGraphModel`) validates and sorts the edges once. No hooks
-        run, as with any method other than ``__call__``."""
+        graph (:class:`~et_graph.nn.ETGraphModel`) validates and sorts the edges once. No module
+        hooks run, as with any method other than ``__call__`` (PyG's message-level hooks do:
+        the descent then runs through ``propagate``)."""
         return self._descend(x, self.energy_fn.check_tokens(x), edges, self._num_steps(steps),
                              return_energy)
 
