@@ -239,6 +239,37 @@ def test_training_epochs_split_inputs_from_targets(graph):
     assert torch.equal(first.eval_x, torch.cat([graph.x, columns], -1))
 
 
+@pytest.mark.parametrize("share", [0.25, 0.75])
+def test_label_trick_share_sets_the_input_part_of_each_draw(graph, share, monkeypatch):
+    task = NodeAnomalyTask(graph, graph.y, graph.train_mask, graph.val_mask,
+                           ETDetector().config.train, torch.Generator().manual_seed(0),
+                           False, torch.device("cpu"), label_trick=True,
+                           label_trick_share=share)
+    train = graph.train_mask.nonzero().view(-1)
+    inputs, targets = task.split_train()
+    assert inputs.numel() == int(train.numel() * share)
+    assert inputs.numel() + targets.numel() == train.numel()
+    assert not set(inputs.tolist()) & set(targets.tolist())
+    # the detector hands its config's share to the task
+    seen = []
+    original = NodeAnomalyTask.split_train
+
+    def recording(self):
+        drawn = original(self)
+        seen.append((self.label_trick_share, drawn[0].numel()))
+        return drawn
+
+    monkeypatch.setattr(NodeAnomalyTask, "split_train", recording)
+    ETDetector(label_trick=True, label_trick_share=share, epochs=2, hidden=8).fit(graph)
+    assert seen == [(share, int(train.numel() * share))] * 2
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0, -0.5, float("nan")])
+def test_label_trick_share_outside_the_open_unit_interval_is_refused(share):
+    with pytest.raises(ValueError, match="label_trick_share"):
+        ETDetector(label_trick=True, label_trick_share=share)
+
+
 def test_scrambled_validation_and_test_labels_change_nothing(graph):
     def fit(data, epochs):
         return ETDetector(label_trick=True, epochs=epochs, hidden=16, seed=1).fit(data)

@@ -51,10 +51,14 @@ class ETModelConfig:
         label_trick: add the neighbours' training labels as 3 input columns (share of the
             in-neighbours that are training anomalies / training normals, log(1 + labelled
             in-neighbours)); a node never sees its own label, validation and test labels never
-            enter, and each epoch half of the training nodes feed labels while the other half
-            carry the loss. Scoring the fitted graph uses every training label, and so
-            does the fitted graph grown by nodes appended after its own (its edges kept);
-            another graph gets zeros (no labels known) and a warning.
+            enter, and each epoch a share of the training nodes (``label_trick_share``) feed
+            labels while the others carry the loss. Scoring the fitted graph uses every
+            training label, and so does the fitted graph grown by nodes appended after its own
+            (its edges kept); another graph gets zeros (no labels known) and a warning.
+        label_trick_share: with ``label_trick``, the share of the training nodes drawn afresh
+            each epoch to feed the label columns (the rest carry the loss): a larger share
+            trains on label columns closer to the scoring's (every training label) with fewer
+            loss nodes per epoch. In (0, 1); 0.5 splits them in halves.
         multi_relation: attention energy summed over the graph's relations, with keys, queries
             and temperatures per relation (RelationalETConv; heads per relation); needs a graph
             with data.edge_type (e.g. --relation multi) and full-batch training.
@@ -76,6 +80,7 @@ class ETModelConfig:
     positional: bool = False
     readout: str = "ego_neighbour"
     label_trick: bool = False
+    label_trick_share: float = 0.5
     multi_relation: bool = False
     message_passing_layers: int = 0
 
@@ -94,6 +99,10 @@ class ETModelConfig:
         if self.message_passing_layers < 0:
             raise ValueError("message_passing_layers must be >= 0, got "
                              f"{self.message_passing_layers}")
+        if not 0.0 < self.label_trick_share < 1.0:
+            raise ValueError("label_trick_share (the share of training nodes that feed the "
+                             "label columns) must be in (0, 1), got "
+                             f"{self.label_trick_share}")
         check_descent_settings(self.alpha, self.noise_std, self.hopfield_dim)
         _check_dropout(self.dropout)
 

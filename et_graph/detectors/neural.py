@@ -77,7 +77,8 @@ class NodeAnomalyTask:
     def __init__(self, data: Data, y: Tensor, train: Tensor, val: Tensor,
                  config: NodeTrainConfig, generator: torch.Generator, pass_node_ids: bool,
                  device: torch.device, label_trick: bool = False,
-                 chunking: Optional[dict[str, int]] = None) -> None:
+                 chunking: Optional[dict[str, int]] = None,
+                 label_trick_share: float = 0.5) -> None:
         self.data = data
         self.y = y.to(device)
         self.y_val = y[val].numpy()
@@ -94,6 +95,7 @@ class NodeAnomalyTask:
         self.train_pos_weight = (self.pos_weight if config.class_balance == "weight" else 1.0)
         self.device = device
         self.label_trick = label_trick
+        self.label_trick_share = label_trick_share
         # the network's bounded-memory keywords (chunk_size, chunk_edges) for validation
         self.chunking = dict(chunking or {})
         self.eval_x = data.x
@@ -118,12 +120,13 @@ class NodeAnomalyTask:
         return self._cpu_edge_index
 
     def split_train(self) -> tuple[Tensor, Tensor]:
-        """The label trick's draw: ``(input nodes, target nodes)``, a random half of the
-        training nodes each (the target half gets the extra node of an odd count)."""
+        """The label trick's draw: ``(input nodes, target nodes)``, ``label_trick_share`` of
+        the training nodes and the rest (at the default 0.5 two halves, the target half getting
+        the extra node of an odd count; each part keeps at least one node)."""
         train = self.train_index
         order = torch.randperm(train.numel(), generator=self.generator)
-        half = train.numel() // 2
-        return train[order[:half]].sort().values, train[order[half:]].sort().values
+        inputs = min(max(int(train.numel() * self.label_trick_share), 1), train.numel() - 1)
+        return train[order[:inputs]].sort().values, train[order[inputs:]].sort().values
 
     def train_input(self) -> tuple[Tensor, Tensor]:
         """``(x, target nodes)`` of one training epoch: ``data.x`` and every training node, or
@@ -377,7 +380,9 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         self.fit_num_nodes_ = data.num_nodes
         task = NodeAnomalyTask(data, y, train, val, train_config, generator,
                                getattr(model, "positional", None) is not None, self.device,
-                               label_trick=self.label_trick, chunking=self.chunking())
+                               label_trick=self.label_trick, chunking=self.chunking(),
+                               label_trick_share=float(getattr(self.config.model,
+                                                               "label_trick_share", 0.5)))
         trainer = Trainer(
             train_config,
             checkpoint=self.checkpoint,
