@@ -43,13 +43,12 @@ import numpy as np
 
 from .cli import exit_on_bad_input
 from .protocols.significance import (
-    Difference,
     check_bootstrap_rounds,
     compare_nodes,
     compare_to,
     cv_scored_part,
     describe_design,
-    difference_table,
+    difference_sections,
     scored_parts_ratio,
 )
 from .reporting import SCORES_FILE, json_text, load_scores, scores_run_id
@@ -341,11 +340,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.json and not args.json.parent.is_dir():  # before the work, not after it
             raise FileNotFoundError(f"--json {args.json}: its folder does not exist")
         payload = compare(args.files, args.reference, metrics, args.confidence, args.bootstrap)
-        rows = [Difference.from_dict(d) for d in payload["differences"]]
-        print(difference_table(rows) + f"\n\n{payload['design']}")
-        if payload.get("node_differences"):
-            nodes = [Difference.from_dict(d) for d in payload["node_differences"]]
-            print("\n" + difference_table(nodes) + f"\n\n{payload['node_design']}")
+        # The tables as a run's results.md shows them (one function: the headings that say
+        # which table is which, and the caution on intervals from fewer than 3 runs)
+        print("\n\n".join(difference_sections({
+            "differences": payload["differences"], "differences_design": payload["design"],
+            "node_differences": payload.get("node_differences"),
+            "node_differences_design": payload.get("node_design")})))
         if args.json:
             args.json.write_text(json_text(payload), encoding="utf-8")
 

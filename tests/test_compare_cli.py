@@ -65,6 +65,29 @@ def test_compare_joins_seeded_runs_of_one_split_and_refuses_others(write, tmp_pa
             compare(argv)
 
 
+def test_compare_prints_its_tables_as_a_run_reports_them(write, capsys):
+    # (review) compare printed its two tables with a loop of its own: no heading said which
+    # was which, and a 2-seed interval came without the run report's caution
+    two = write("two", {"et": ET[:2], "gbt": GBT[:2]}, protocol=PROTOCOL.replace("5 seeds",
+                                                                                 "2 seeds"))
+    assert cli_main(["compare", two, "--metrics", "auroc"]) == 0
+    assert "With 2 runs an interval rests on very few degrees of freedom" in (
+        capsys.readouterr().out)
+    ours, theirs = write("ours", {"et": ET}), write("theirs", {"gbt": GBT})
+    rng = np.random.default_rng(0)
+    labels = rng.random(60) < 0.3
+    for path, name in ((ours, "et"), (theirs, "gbt")):
+        arrays = {f"{name}__seed{i}": labels + rng.normal(size=60) for i in range(5)}
+        arrays |= {f"nodes__seed{i}": np.arange(60) for i in range(5)}
+        arrays |= {f"labels__seed{i}": labels for i in range(5)}
+        np.savez(path.replace(".json", ".scores.npz"), **arrays)
+    assert cli_main(["compare", ours, theirs, "--metrics", "auroc"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("**Differences over the runs**") < out.index(
+        "**Differences over the scored nodes and the runs**")
+    assert "very few degrees of freedom" not in out  # 5 seeds
+
+
 def test_compare_reads_per_node_scores_for_delong_and_the_bootstrap(write):
     ours, theirs = write("ours", {"et": ET}), write("theirs", {"gbt": GBT, "et": GBT})
     assert "node_differences" not in compare([ours, theirs + "@gbt"])  # no scores stored
