@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import average_precision_score, roc_auc_score
 from torch_geometric.data import Data
 
 from ..config import merge
 from ..detectors import DETECTORS, SEARCH_SPACES
-from ..protocols.anomaly import choose_threshold, make_splits
+from ..protocols.anomaly import make_splits, validation_score
 from ..protocols.anomaly_config import (
     AnomalyConfig,
     detector_config,
@@ -57,13 +56,11 @@ def trial_config(config: AnomalyConfig, model: str, space: Any, trial: Any) -> A
 
 
 def validation_metric(y_val: np.ndarray, score_val: np.ndarray, metric: str) -> float:
-    if metric == "auroc":
-        return float(roc_auc_score(y_val, score_val))
-    if metric == "auprc":
-        return float(average_precision_score(y_val, score_val))
-    if metric == "f1_macro":
-        return choose_threshold(y_val, score_val)[1]
-    raise ValueError(f"metric must be one of {TUNE_METRICS}, got {metric!r}")
+    """The tuned metric on the validation nodes: the detectors' own checkpoint selection
+    (:func:`~et_graph.protocols.anomaly.validation_score`), so a trial is read as it trains."""
+    if metric not in TUNE_METRICS:
+        raise ValueError(f"metric must be one of {TUNE_METRICS}, got {metric!r}")
+    return validation_score(y_val, score_val, metric)[0]
 
 
 class AnomalyObjective:
