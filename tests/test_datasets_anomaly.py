@@ -73,6 +73,38 @@ def write_care_mat(path, relations, n=60, num_features=7, seed=0, density=0.05, 
     return content
 
 
+def test_sparse_features_too_large_to_make_dense_are_refused_before_allocating():
+    # (security review) a 16 KB .mat declaring [10^6, 10^6] sparse features was made dense
+    # first: a MemoryError past the CLI's one-line errors, or a machine driven into the OOM
+    # killer at sizes that allocate lazily
+    from et_graph.datasets.anomaly_data import prepare_anomaly_data
+
+    n = 10**6
+    with pytest.raises(ValueError, match=r"sparse \[1000000, 1000000\] matrix whose dense form"):
+        prepare_anomaly_data(sp.csr_matrix((n, n), dtype=np.float32),
+                             np.zeros((2, 0), dtype=np.int64), np.zeros(n, dtype=np.int64),
+                             name="bomb", source="bomb.mat")
+
+
+def test_huge_sparse_or_zipped_torch_files_are_refused_before_allocating(tmp_path, monkeypatch):
+    from et_graph.datasets import anomaly_data, embedded
+
+    graph = small_graph()
+    graph.x = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0),
+                                      (graph.num_nodes, 10**12))
+    torch.save(graph, tmp_path / "wide.pt")
+    with pytest.raises(ValueError, match="whose dense form needs"):
+        load_anomaly_dataset(path=tmp_path / "wide.pt")
+    # a zip's member is checked against its declared size (all zipfile will unpack)
+    torch.save(small_graph(), tmp_path / "mine.pt")
+    with zipfile.ZipFile(tmp_path / "mine.pt.zip", "w") as bundle:
+        bundle.write(tmp_path / "mine.pt", "mine.pt")
+    monkeypatch.setattr(embedded, "physical_memory", lambda: 100)
+    with pytest.raises(ValueError, match=r"mine\.pt unpacks to .* more than this machine's"):
+        load_anomaly_dataset(path=tmp_path / "mine.pt.zip")
+    assert anomaly_data.physical_memory() > 100  # this machine's own figure, unpatched
+
+
 def edge_set(edge_index):
     return set(map(tuple, edge_index.t().tolist()))
 

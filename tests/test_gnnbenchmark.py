@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -127,6 +128,53 @@ def test_pyg_wrappers_load_local_files(tmp_path, zinc_val):
     _write_fake_gnn_benchmark_raw(tmp_path, "CLUSTER", splits)
     val = load_gnn_benchmark(tmp_path, "CLUSTER", "val")
     assert len(val) == 2 and torch.equal(val[1].y, splits["val"][1].y)
+
+
+class _RunsCode:
+    """Unpickling it writes ``marker``: what a planted data file could do instead."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
+def test_planted_data_files_cannot_run_code(tmp_path, zinc_val, monkeypatch):
+    # (security review) PyG's fs.torch_load retries a refused weights-only load with full
+    # unpickling, and its ZINC processing pickle.loads the raw files: a planted file under
+    # datasets/ in the working directory ran its code through `et-graph gnnbenchmark`
+    from et_graph.datasets.embedded import TRUST_ENV, UntrustedFileError
+
+    monkeypatch.delenv(TRUST_ENV, raising=False)
+    marker = tmp_path / "ran"
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    torch.save([[_RunsCode(marker)], [], []], raw / "MNIST_v2.pt")
+    with pytest.raises(UntrustedFileError, match="beyond tensors"):
+        load_gnn_benchmark(tmp_path, "MNIST", "train")
+    # a planted processed file (PyG loads it without looking at the raw one)
+    splits = generate_sbm_cluster(4, 2, 2, seed=3)
+    _write_fake_gnn_benchmark_raw(tmp_path, "CLUSTER", splits)
+    load_gnn_benchmark(tmp_path, "CLUSTER", "train")
+    processed = tmp_path / "CLUSTER" / "processed" / "train_data.pt"
+    mtime = processed.stat().st_mtime
+    torch.save(_RunsCode(marker), processed)
+    os.utime(processed, (mtime + 10, mtime + 10))  # newer than the raw file: not reprocessed
+    with pytest.raises(UntrustedFileError):
+        load_gnn_benchmark(tmp_path, "CLUSTER", "train")
+    # the official ZINC raw format is a pickle: tensors, lists and dicts only
+    _write_fake_zinc_raw(tmp_path / "ZINC", zinc_val)
+    with open(tmp_path / "ZINC" / "raw" / "val.pickle", "wb") as handle:
+        pickle.dump([_RunsCode(marker)], handle)
+    with pytest.raises(UntrustedFileError, match="builtins.exec"):
+        load_zinc(tmp_path / "ZINC", "train")
+    assert not marker.exists()
+    # PyG's own loaders are themselves again outside the loads
+    from torch_geometric.datasets import zinc
+    from torch_geometric.io import fs
+
+    assert fs.torch_load.__module__ == "torch_geometric.io.fs" and zinc.pickle is pickle
 
 
 def test_damaged_files_are_named_with_the_fix(tmp_path, zinc_val):

@@ -58,11 +58,40 @@ def data_dir(required: bool = True) -> Optional[Path]:
     )
 
 
+def physical_memory() -> Optional[int]:
+    """This machine's memory in bytes, or ``None`` where the OS does not say (Windows)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _dense(value: Any, what: str, source: str) -> Any:
+    """A scipy sparse matrix or a sparse tensor made dense, after checking that it fits: a few
+    hundred bytes of file can declare a [10^6, 10^6] matrix (a security review filled memory
+    that way)."""
+    rows, cols = (int(n) for n in value.shape)
+    itemsize = (value.element_size() if isinstance(value, Tensor)
+                else np.dtype(value.dtype).itemsize)
+    need = rows * cols * itemsize
+    memory = physical_memory()
+    if memory is not None and need > memory:
+        raise ValueError(f"{source}: {what} is a sparse [{rows}, {cols}] matrix whose dense "
+                         f"form needs {need / 2**30:.1f} GiB, more than this machine's "
+                         f"{memory / 2**30:.1f} GiB: the models read dense features (reduce "
+                         "the columns first, e.g. with a truncated SVD)")
+    try:
+        return value.to_dense() if isinstance(value, Tensor) else value.toarray()
+    except (MemoryError, RuntimeError) as error:  # torch: "DefaultCPUAllocator: not enough"
+        raise ValueError(f"{source}: {what}, a sparse [{rows}, {cols}] matrix, does not fit in "
+                         f"memory as a dense array ({need / 2**30:.1f} GiB)") from error
+
+
 def _as_tensor(value: Any, what: str, source: str) -> Tensor:
     if isinstance(value, Tensor):
         return value.detach().cpu()
     if hasattr(value, "toarray"):  # scipy sparse
-        value = value.toarray()
+        value = _dense(value, what, source)
     try:
         array = np.asarray(value)
     except Exception as error:  # any failure means the entry is unusable
@@ -358,7 +387,8 @@ def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
     masks = {k: stored[k] for k in MASK_KEYS if stored.get(k) is not None}
     x = stored["x"]
     if isinstance(x, torch.Tensor) and x.layout != torch.strided:
-        x = x.to_dense()  # sparse features (bag-of-words) are stored sparse, read dense
+        # sparse features (bag-of-words) are stored sparse, read dense
+        x = _dense(x, "x (features)", source)
     prepared = prepare_anomaly_data(
         x, stored["edge_index"], stored["y"], name=name, masks=masks or None,
         label_mask=stored.get("label_mask"), source=source, binarize=binarize,

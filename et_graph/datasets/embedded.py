@@ -9,14 +9,20 @@ Shipped files (provenance, licences and checksums in ``datasets/SOURCES.md``):
 from __future__ import annotations
 
 import io
+import os
+import pickle
+import threading
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional, Union
+from types import SimpleNamespace
+from typing import Any, BinaryIO, Optional, Union
 
 import torch
 from torch_geometric.data import Data
 
-from .anomaly_data import file_dataset_name, from_pyg_data
+from .anomaly_data import file_dataset_name, from_pyg_data, physical_memory
 
 # name -> (path inside the data folder, whether multi-type labels are collapsed to y > 0)
 EMBEDDED_FILES: dict[str, tuple[str, bool]] = {
@@ -36,6 +42,12 @@ def _read_torch_object(path: Path) -> object:
                 raise ValueError(
                     f"{path}: expected exactly one .pt file inside the zip, found {members}"
                 )
+            # zipfile reads no more than the declared size, so checking it bounds the memory
+            # (a small zip can declare a huge member: a zip bomb)
+            size, memory = bundle.getinfo(members[0]).file_size, physical_memory()
+            if memory is not None and size > memory:
+                raise ValueError(f"{path}: its member {members[0]} unpacks to {size / 2**30:.1f} "
+                                 f"GiB, more than this machine's {memory / 2**30:.1f} GiB")
             buffer = io.BytesIO(bundle.read(members[0]))
         source: Union[Path, io.BytesIO] = buffer
     else:
@@ -89,8 +101,6 @@ def load_torch_data(source: Union[str, Path, io.BytesIO], what: str) -> object:
     need more are refused with :class:`UntrustedFileError`, unless the environment sets
     ``ET_GRAPH_TRUST_PICKLE=1``. On a torch without ``safe_globals`` (< 2.5) the file is
     unpickled in full, as before: load only files you trust there."""
-    import os
-    import pickle
     import warnings
 
     allow = getattr(torch.serialization, "safe_globals", None)
@@ -114,6 +124,74 @@ def load_torch_data(source: Union[str, Path, io.BytesIO], what: str) -> object:
             f"unpickling it in full would run whatever code it carries. Save the graph as a "
             f"plain Data (x, edge_index, y tensors), or, for a file you trust, set "
             f"{TRUST_ENV}=1") from None
+
+
+#: What a plain pickle of tensors (the official ZINC ``{train,val,test}.pickle``: lists of
+#: dicts of tensors) may name: a tensor's rebuild, its storage (loaded weights-only below) and
+#: the ordered dict of its backward hooks.
+TENSOR_PICKLE_GLOBALS = {("torch._utils", "_rebuild_tensor_v2"),
+                         ("torch._utils", "_rebuild_tensor"), ("collections", "OrderedDict")}
+
+
+def _storage_from_bytes(data: bytes) -> Any:
+    """A pickled storage's bytes (a ``torch.save`` of it), loaded weights-only: torch's own
+    ``_load_from_bytes`` unpickles them in full."""
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+class _TensorUnpickler(pickle.Unpickler):
+    def __init__(self, file: BinaryIO, what: str) -> None:
+        super().__init__(file)
+        self.what = what
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("torch.storage", "_load_from_bytes"):
+            return _storage_from_bytes
+        if (module, name) in TENSOR_PICKLE_GLOBALS:
+            return super().find_class(module, name)
+        raise UntrustedFileError(
+            f"{self.what} names {module}.{name}, beyond the tensors, "
+            "lists and dicts of a data file; unpickling it in full would run whatever code it "
+            f"carries. For a file you trust, set {TRUST_ENV}=1")
+
+
+def load_tensor_pickle(file: BinaryIO, what: str = "the file") -> object:
+    """``pickle.load`` of a plain pickle of tensors, lists, dicts and numbers only (the official
+    ZINC files), refusing any other class or function with :class:`UntrustedFileError` unless
+    ``ET_GRAPH_TRUST_PICKLE=1``."""
+    if os.environ.get(TRUST_ENV) == "1":
+        return pickle.load(file)
+    return _TensorUnpickler(file, what).load()
+
+
+_PYG_LOADS_LOCK = threading.RLock()
+
+
+@contextmanager
+def restricted_pyg_loads() -> Iterator[None]:
+    """Inside it, PyG's own loads read data files weights-only (:func:`load_torch_data`) and
+    its ZINC processing unpickles tensors only (:func:`load_tensor_pickle`). PyG's
+    ``fs.torch_load`` retries a refused weights-only load with full unpickling, so a planted
+    processed or raw file (``datasets/`` in the working directory, say) ran its code; a security
+    review did so through ``et-graph gnnbenchmark``. ``ET_GRAPH_TRUST_PICKLE=1`` leaves PyG's
+    loads as they are."""
+    if os.environ.get(TRUST_ENV) == "1":
+        yield
+        return
+    from torch_geometric.datasets import zinc
+    from torch_geometric.io import fs
+
+    def torch_load(path: Any, map_location: Any = None) -> Any:
+        return load_torch_data(str(path), str(path))
+
+    with _PYG_LOADS_LOCK:
+        saved = fs.torch_load, zinc.pickle
+        fs.torch_load = torch_load
+        zinc.pickle = SimpleNamespace(load=load_tensor_pickle)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            fs.torch_load, zinc.pickle = saved
 
 
 def _is_torch_zip(path: Path) -> bool:

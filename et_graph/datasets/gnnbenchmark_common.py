@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from .embedded import load_torch_data, restricted_pyg_loads
 from .locking import folder_lock
 
 if TYPE_CHECKING:
@@ -155,10 +156,8 @@ def check_raw_splits(raw_file: Path, name: str) -> None:
     """``ValueError`` for a raw ``<NAME>_v2.pt`` that is not three non-empty splits (PyG's
     layout): PyG's processing failed on it with an IndexError or a missing processed file,
     which read as a damaged file."""
-    from torch_geometric.io import fs
-
     fix = f"put a fresh {name}_v2.pt (from PyG's {name}_v2.zip) at {raw_file}"
-    loaded = read_local_files(lambda: fs.torch_load(str(raw_file)), raw_file, fix)
+    loaded = read_local_files(lambda: load_torch_data(raw_file, str(raw_file)), raw_file, fix)
     if not isinstance(loaded, (list, tuple)) or len(loaded) != len(SPLITS):
         count = len(loaded) if isinstance(loaded, (list, tuple)) else type(loaded).__name__
         raise ValueError(f"{raw_file} holds {count} splits; PyG's {name}_v2.pt holds three "
@@ -234,8 +233,10 @@ def load_gnn_benchmark(root: PathLike, name: str, split: str) -> GNNBenchmarkDat
            f"{name}_v2.zip) at {raw_file}")
 
     def read() -> GNNBenchmarkDataset:
-        return read_local_files(lambda: _OfflineGNNBenchmark(str(root), name=name, split=split),
-                                Path(root) / name, fix)
+        with restricted_pyg_loads():
+            return read_local_files(
+                lambda: _OfflineGNNBenchmark(str(root), name=name, split=split),
+                Path(root) / name, fix)
 
     processed = gnn_benchmark_processed_files(root, name)
     if gnn_benchmark_processed(root, name) and not processed_is_stale([raw_file], processed):

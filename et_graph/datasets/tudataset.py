@@ -35,6 +35,7 @@ from ..paths import (
 )
 from ..progress import progress_bar
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
+from .embedded import restricted_pyg_loads
 from .gnnbenchmark_common import UNREADABLE_FILE_ERRORS, read_local_files, unreadable
 from .locking import folder_lock, quiet_processing
 
@@ -287,7 +288,7 @@ def load_tudataset(
     cache = Path(cache) if cache else default_tu_cache()
     # Copying the raw files and PyG's processing run under one lock: parallel jobs on the same
     # cache would otherwise race on processed/data.pt (a half-written file fails to load).
-    with folder_lock(cache, name), quiet_processing(not progress):
+    with folder_lock(cache, name), quiet_processing(not progress), restricted_pyg_loads():
         # PyG prints "Processing... Done!" to stderr on a first load: quiet under --no-progress
         prepared = str(prepare_root(root, name, cache))
         try:

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .embedded import load_torch_data
+from .embedded import load_torch_data, restricted_pyg_loads
 from .gnnbenchmark_common import (
     SPLITS,
     BenchmarkData,
@@ -172,7 +172,7 @@ def load_zinc(root: PathLike, split: str, subset: bool = True) -> ZINC:
 
     # under the lock the TU and GNNBenchmark loaders take: two first runs side by side raced
     # on processed/*.pt
-    with folder_lock(root, "zinc"):
+    with folder_lock(root, "zinc"), restricted_pyg_loads():
         drop_stale_processed(zinc_required_files(root), processed_files)
         return read_local_files(
             lambda: _OfflineZINC(str(root), subset=subset, split=split), root,
