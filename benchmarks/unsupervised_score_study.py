@@ -76,7 +76,7 @@ def candidate_scores(det: UnsupervisedETDetector, data: Data) -> dict[str, Tenso
         variant = copy.copy(det)
         variant.config = replace(det.config, score=replace(det.config.score,
                                                            structure_reduce=reduce))
-        found = variant.score_samples(data)
+        found = variant.score_components(data)
         scores.setdefault("reconstruction", found["reconstruction"])
         scores.setdefault("energy", found["energy"])
         scores[f"structure_{reduce}"] = found["structure"]

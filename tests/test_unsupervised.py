@@ -107,6 +107,21 @@ def test_fit_without_labels_scores_every_node(graph, fitted):
     assert roc_auc_score(graph.y.numpy(), det.scores_["reconstruction"].numpy()) > 0.8
 
 
+def test_score_components_and_the_deprecated_score_samples(graph, fitted):
+    # (API review) score_samples means "higher = more normal, one array" in scikit-learn;
+    # ours returned a dict of anomaly scores, so it is now score_components
+    components = fitted.score_components(graph)
+    assert set(components) == {"reconstruction", "energy"}
+    for key, score in components.items():
+        assert torch.equal(score, fitted.scores_[key])
+    assert torch.equal(fitted.decision_function(graph).double(),
+                       components[fitted.config.score.anomaly_score].float().double())
+    with pytest.warns(FutureWarning, match="renamed score_components") as caught:
+        old = fitted.score_samples(graph)
+    assert caught[0].filename == __file__  # points at the caller
+    assert all(torch.equal(old[k], components[k]) for k in components)
+
+
 def test_scrambled_labels_and_masks_give_bit_identical_scores(graph, fitted):
     scrambled = graph.clone()
     scrambled.y = graph.y[torch.randperm(graph.num_nodes, generator=torch.Generator()

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from ..callers import user_stacklevel
 from ..nn.edge_cache import clear_graph_caches
 from ..nn.models.image_completion import check_mask_ratio
 from ..nn.models.masked_reconstruction import (
@@ -342,7 +343,7 @@ class UnsupervisedETDetector(BaseDetector):
 
     ``fit(data)`` reads only ``data.x`` and ``data.edge_index``. ``decision_function`` gives the
     configured ``anomaly_score`` (``reconstruction``, ``energy``, and with the edge decoder
-    ``structure`` or ``combined``); :meth:`score_samples` gives all of them (float64, while
+    ``structure`` or ``combined``); :meth:`score_components` gives all of them (float64, while
     ``decision_function`` returns float32 like every detector).
     ``threshold_`` is the ``1 - contamination`` quantile of the fitted graph's scores, and
     ``predict`` flags the scores strictly above it (PyOD's rule), so that tied scores never
@@ -351,7 +352,7 @@ class UnsupervisedETDetector(BaseDetector):
     Example:
         >>> det = UnsupervisedETDetector(epochs=50).fit(data)     # no data.y needed
         >>> score = det.decision_function(data)                    # [N], higher = anomalous
-        >>> both = det.score_samples(data)                         # reconstruction and energy
+        >>> both = det.score_components(data)                   # reconstruction and energy
     """
 
     config_class = UnsupervisedETDetectorConfig
@@ -396,7 +397,7 @@ class UnsupervisedETDetector(BaseDetector):
         with private_rng(self.seed, self.device):
             self._train(graph)
         self.fitted_ = True
-        self.scores_ = self.score_samples(graph)
+        self.scores_ = self.score_components(graph)
         self.decision_score_ = self.scores_[self.config.score.anomaly_score].float()
         contamination = self.config.score.contamination
         self.threshold_ = float(torch.quantile(self.decision_score_.double(), 1.0 - contamination))
@@ -431,7 +432,7 @@ class UnsupervisedETDetector(BaseDetector):
         self.history_ = result.history
         self.fit_info_ = {**result.as_dict(), "num_val_nodes": int(val_nodes.sum())}
 
-    def score_samples(self, data: Data) -> dict[str, Tensor]:
+    def score_components(self, data: Data) -> dict[str, Tensor]:
         """``{"reconstruction": [N], "energy": [N]}`` (float64; plus ``"structure"`` and
         ``"combined"`` with ``structure_weight > 0``) for any graph with the fitted feature
         width; deterministic for a given detector seed and node numbering. The random masks
@@ -452,7 +453,7 @@ class UnsupervisedETDetector(BaseDetector):
                 "scores among the nodes of the graph scored, so on another graph than the "
                 "fitted one it is relative to that graph: threshold_ and predict, set on the "
                 "fitted graph's scores, do not carry over; compare graphs by "
-                "score_samples()['reconstruction'] or ['structure']", RuntimeWarning,
+                "score_components()['reconstruction'] or ['structure']", RuntimeWarning,
                 stacklevel=3)
         # Its own generator: the scores do not depend on what was drawn before.
         generator = torch.Generator().manual_seed(self.seed + 1_000_003)
@@ -464,8 +465,18 @@ class UnsupervisedETDetector(BaseDetector):
         finally:  # what the layers kept of the scored graph would live as long as the detector
             clear_graph_caches(self.model_)
 
+
+    def score_samples(self, data: Data) -> dict[str, Tensor]:
+        """Deprecated name of :meth:`score_components`. scikit-learn's ``score_samples``
+        returns one array where *higher means more normal*; this returns a dict of scores
+        where higher means more anomalous, so the name misled."""
+        warnings.warn(f"{type(self).__name__}.score_samples is renamed score_components (a "
+                      "dict of anomaly scores, higher = more anomalous; scikit-learn's "
+                      "score_samples means the opposite)", FutureWarning,
+                      stacklevel=user_stacklevel())
+        return self.score_components(data)
     def _score(self, data: Data) -> Tensor:
-        return self.score_samples(data)[self.config.score.anomaly_score]
+        return self.score_components(data)[self.config.score.anomaly_score]
 
     def _probability(self, score: Tensor) -> Tensor:
         """``predict``'s ``prob``: the share of the fitted graph's scores below each score (a
