@@ -926,6 +926,21 @@ def test_get_params_set_params_and_sklearn_clone(graph):
         fitted.set_params(seed=-1)
 
 
+def test_sklearn_check_is_fitted_reads_the_detectors(graph):
+    # (API review) check_is_fitted failed on any detector, fitted or not: scikit-learn >= 1.6
+    # reads every estimator's tags first
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    detector = GBTDetector(max_iter=5)
+    with pytest.raises(NotFittedError):
+        check_is_fitted(detector)
+    check_is_fitted(detector.fit(graph))
+    detector.set_params(max_iter=6)  # a changed setting unfits it
+    with pytest.raises(NotFittedError):
+        check_is_fitted(detector)
+
+
 def test_a_refused_set_params_changes_nothing(graph):
     """set_params(epochs=7, seed=-1) raised, yet left epochs=7 in a detector still fitted
     with the old settings; supervised= was accepted and ignored; a subclass's own

@@ -155,6 +155,18 @@ class BaseDetector:
         constructor validates and converts.)"""
         return type(self)(**self.get_params())
 
+    def __sklearn_is_fitted__(self) -> bool:
+        """``sklearn.utils.validation.check_is_fitted``: whether ``fit`` has completed."""
+        return bool(getattr(self, "fitted_", False))
+
+    def __sklearn_tags__(self) -> Any:
+        """The tags scikit-learn >= 1.6 reads of any estimator it is given (``check_is_fitted``
+        failed on their absence): a detector that needs fitting, whose labels (supervised) come
+        inside the graph rather than as ``y``."""
+        from sklearn.utils import Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=False))
+
     def __repr__(self) -> str:
         """The constructor call that builds this detector again (``eval(repr(det))``): its
         settings, without those its class refuses, and its seed and device where not the
