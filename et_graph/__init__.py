@@ -1,6 +1,6 @@
 """et-graph: the Energy Transformer for PyTorch Geometric."""
 from . import energy, transforms
-from .nn import ETConv, ETGraphModel
+from .nn import ETConv, ETGraphModel, RelationalETConv
 from .nn.models import ETAnomalyNet, ETImageCompletion
 
 __version__ = "0.1.0"
@@ -10,6 +10,7 @@ __all__ = [
     "ETConv",
     "ETGraphModel",
     "ETImageCompletion",
+    "RelationalETConv",
     "energy",
     "transforms",
     "__version__",
