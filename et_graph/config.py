@@ -369,8 +369,10 @@ def merge(config: T, overrides: Mapping[str, Any]) -> T:
     return dataclasses.replace(config, **changes)
 
 
-#: PyGOD's detector arguments and the names et-graph gives the same settings.
-PYGOD_NAMES = {"epoch": "epochs", "hid_dim": "hidden", "gpu": "device", "verbose": "progress"}
+#: PyGOD's detector arguments (and the layers' and scikit-learn's names) and the names the
+#: detectors give the same settings.
+PYGOD_NAMES = {"epoch": "epochs", "hid_dim": "hidden", "gpu": "device", "verbose": "progress",
+               "hidden_channels": "hidden", "random_state": "seed"}
 
 
 def apply_keywords(config: T, **keywords: Any) -> T:
@@ -386,8 +388,8 @@ def apply_keywords(config: T, **keywords: Any) -> T:
 
             # PyGOD's names are the usual slip (hid_dim is closest to head_dim by spelling)
             alias = PYGOD_NAMES.get(key)
-            # (device and progress are the detectors' own arguments, beside their config)
-            close = [alias] if alias in owners or alias in ("device", "progress") else \
+            # (device, progress and seed are the detectors' own arguments, beside their config)
+            close = [alias] if alias in owners or alias in ("device", "progress", "seed") else \
                 difflib.get_close_matches(key, list(owners), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(f"unknown keyword {key!r} for {type(config).__name__}{hint}; "

@@ -847,7 +847,9 @@ def test_the_gbt_bins_are_cut_on_the_training_nodes_alone():
 def test_pygod_argument_names_get_the_et_graph_name():
     # (from an API review) hid_dim was met with the whole list of names (and its closest
     # spelling is head_dim, another setting)
-    for pygod, ours in (("epoch", "epochs"), ("hid_dim", "hidden"), ("gpu", "device")):
+    # (a later API review) the layers' hidden_channels and scikit-learn's random_state too
+    for pygod, ours in (("epoch", "epochs"), ("hid_dim", "hidden"), ("gpu", "device"),
+                        ("hidden_channels", "hidden"), ("random_state", "seed")):
         with pytest.raises(TypeError, match=rf"'{pygod}' .*did you mean '{ours}'"):
             ETDetector(**{pygod: 1})
     with pytest.raises(TypeError, match="did you mean 'hidden'"):
