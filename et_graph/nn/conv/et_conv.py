@@ -292,7 +292,10 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
       reference path, which gives the same values more slowly; ``grad="autograd"`` passes no
       messages and refuses them. The messages carry each edge's attention coefficient as
       ``alpha`` (``[E, H]``, aligned with ``edge_index``), so ``AttentionExplainer`` reads
-      ET's attention averaged over the descent steps. Module forward hooks fire on every
+      ET's attention averaged over the descent steps. There is no
+      ``return_attention_weights``: the attention changes at every step, and a
+      ``register_message_forward_hook`` reading ``inputs[0]["alpha"]`` sees each step's
+      (twice: the keys' and the queries' messages). Module forward hooks fire on every
       path. An explainer's edge mask multiplies the messages after the softmax (PyG's
       convention), so a mask value of 0 is not the same as removing the edge.
 
