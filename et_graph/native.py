@@ -49,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -107,12 +108,10 @@ def load_native_attention() -> Any:
         # A minute without output would look like a hang.
         print(f"et-graph: building the compiled kernels ({name}, once per version; about a "
               "minute)", file=sys.stderr, flush=True)
-        for lock in build_locks(name):
-            # torch waits on this file for ever: a build killed (a timeout, kill, the OOM
-            # killer; not Ctrl-C) leaves it, and every later run then hung without a word.
-            print(f"et-graph: {lock} exists: another process is building the kernels, or a "
-                  "killed build left it; if none is building, delete it", file=sys.stderr,
-                  flush=True)
+    # torch takes the lock on every load, built or not (ninja then finds nothing to do), and
+    # waits on a held one for ever: a build killed (a timeout, kill, the OOM killer; not
+    # Ctrl-C) leaves it, and every later run hung without a word, the built ones too
+    check_build_locks(name)
     try:
         from torch.utils.cpp_extension import load
 
@@ -134,6 +133,29 @@ def load_native_attention() -> Any:
 class NativeBuildError(RuntimeError):
     """The compiled kernels could not be built here (the message says why). The command line
     reports it in one line, as bad input: it is the machine's, not a bug."""
+
+
+#: A build lock older than this (seconds) is one a killed build left: a build takes a minute or
+#: two here, and torch would wait on it for ever.
+STALE_LOCK_S = 600.0
+
+
+def check_build_locks(name: str) -> None:
+    """Refuse a stale lock of build ``name`` (older than :data:`STALE_LOCK_S`) with
+    :class:`NativeBuildError` naming it; say that a fresh one is waited for."""
+    for lock in build_locks(name):
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:  # the other build has just finished
+            continue
+        if age > STALE_LOCK_S:
+            raise NativeBuildError(
+                f"{lock} is {age / 60:.0f} minutes old: a build that was killed left it, and "
+                "torch would wait on it for ever. If no process is building the kernels, "
+                "delete it and run again")
+        print(f"et-graph: {lock} exists: another process is building the kernels; waiting "
+              "for it (if none is building, a killed build left it: delete it)",
+              file=sys.stderr, flush=True)
 
 
 def build_locks(name: str) -> list[Path]:

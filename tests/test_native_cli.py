@@ -86,6 +86,35 @@ def test_a_failed_build_under_a_task_is_one_line_and_a_left_lock_is_named(monkey
     assert "et-graph image: error: " in err and "Traceback" not in err
 
 
+def test_a_lock_left_beside_built_kernels_is_named_and_an_old_one_refused(monkeypatch, tmp_path,
+                                                                           capsys):
+    """From a CLI audit: with the kernels built, a killed build's lock made `et-graph native`
+    and every --native-attention run wait for ever without a word (torch takes the lock on
+    every load; the hint was printed only before a first build)."""
+    import os
+    import types
+
+    loads = []
+    monkeypatch.setattr(native, "_state", {**native._state, "module": None})
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    build = tmp_path / native.extension_name()
+    build.mkdir()
+    (build / f"{native.extension_name()}.so").write_text("", encoding="utf-8")  # built
+    lock = build / "lock"
+    lock.write_text("", encoding="utf-8")
+    monkeypatch.setitem(sys.modules, "torch.utils.cpp_extension",
+                        types.SimpleNamespace(load=lambda **kwargs: loads.append(1) or "module",
+                                              get_default_build_root=lambda: str(tmp_path)))
+    assert native.load_native_attention() == "module"  # a fresh lock: said, and waited for
+    assert f"{lock} exists: another process is building" in capsys.readouterr().err
+    monkeypatch.setattr(native, "_state", {**native._state, "module": None})
+    old = lock.stat().st_mtime - native.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    with pytest.raises(native.NativeBuildError, match="minutes old: a build that was killed"):
+        native.load_native_attention()
+    assert loads == [1]  # torch's loader is not entered on a stale lock
+
+
 def test_an_unreadable_environment_switch_does_not_break_the_import(tmp_path):
     """From an examples audit: ET_GRAPH_NATIVE_ATTENTION=maybe raised at import, so every
     command (--version too) ended in a traceback; a task refuses it in one line."""
