@@ -703,6 +703,12 @@ def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Option
     args = parser.parse_args(argv)
     given = {key for key in vars(args) if "." in key}
     config = resolve(cls, args, base)
+    run = getattr(config, "run", None)
+    if getattr(run, "quiet", False) and hasattr(run, "out") and not run.out:
+        # On the command line nothing reads the returned results (a script or notebook
+        # calling run() does): the whole run was done and kept nowhere, with exit status 0.
+        parser.error("--quiet prints nothing and no --out folder is given, so the results "
+                     "would be kept nowhere: add --out DIR (or drop --quiet)")
     warn_inactive_schedule_flags(config, given)
     if ("run.native_attention" in given and not getattr(args, "run.native_attention")
             and getattr(getattr(config, "run", None), "native_attention", False)):

@@ -665,6 +665,19 @@ def test_quiet_runs_print_nothing(capsys, tmp_path):
     assert "| gbt |" in capsys.readouterr().out  # printed by default
 
 
+def test_quiet_without_out_is_refused_on_the_command_line(capsys):
+    # (CLI audit) `et-graph anomaly --quiet` ran every model, printed nothing, kept nothing
+    # and exited 0; a script calling run() reads the returned results, so only the CLI refuses
+    from et_graph.cli import main as cli_main
+
+    # (tudataset and image write to a default folder)
+    for command in ("anomaly", "unsupervised", "gnnbenchmark"):
+        with pytest.raises(SystemExit) as stop:
+            cli_main([command, "--quick", "--quiet"])
+        assert stop.value.code == 2
+        assert "--quiet prints nothing and no --out folder" in capsys.readouterr().err, command
+
+
 def test_own_detectors_of_a_kind_the_runner_cannot_fit_are_refused_before_training():
     """An UnsupervisedETDetector failed after seed 0's trainings (it refuses masks); a fitted
     detector was refitted in the caller's hands; a "|" in a name added a table column; an own
