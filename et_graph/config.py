@@ -720,20 +720,38 @@ def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Option
     return config, given
 
 
-#: The learning-rate schedule that reads each schedule-specific training field.
-SCHEDULE_FIELDS = {"lr_patience": "plateau", "lr_floor": "cosine"}
+#: Fields read only when another field of their section has one of some values (a flag given
+#: beside another value changed nothing without a word): ``field: (controlling field, values)``.
+DEPENDENT_FIELDS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "lr_patience": ("lr_schedule", ("plateau",)),
+    "lr_floor": ("lr_schedule", ("cosine",)),
+    "label_trick_share": ("label_trick", (True,)),
+    "ple_bins": ("feature_norm", ("ple",)),
+    # the anomaly protocol's stratified split ("gadbench" reads the dataset's own masks)
+    "train_ratio": ("protocol", ("paper",)),
+    "split_seed": ("protocol", ("paper",)),
+    "vary_split": ("protocol", ("paper",)),
+}
 
 
 def warn_inactive_schedule_flags(config: Any, given: set[str]) -> list[str]:
-    """Warn about a schedule's flag given beside another schedule (``--lr-patience 3`` with the
-    cosine schedule changed nothing without a word). Returns those ``section.field`` names."""
+    """Warn about flags given beside a value of their section that does not read them
+    (:data:`DEPENDENT_FIELDS`: ``--lr-patience 3`` with the cosine schedule, ``--ple-bins``
+    without ``--feature-norm ple``, ``--split-seed`` under the gadbench protocol). Returns
+    those ``section.field`` names, each with the reason."""
     inactive = []
     for key in sorted(given):
         section, _, name = key.partition(".")
-        schedule = getattr(getattr(config, section, None), "lr_schedule", None)
-        if name in SCHEDULE_FIELDS and schedule is not None and schedule != SCHEDULE_FIELDS[name]:
-            inactive.append(f"{key} (read by lr_schedule={SCHEDULE_FIELDS[name]!r}, this run's "
-                            f"is {schedule!r})")
+        if name not in DEPENDENT_FIELDS:
+            continue
+        controller, values = DEPENDENT_FIELDS[name]
+        part = getattr(config, section, None)
+        if not hasattr(part, controller):  # another config's field of the same name
+            continue
+        value = getattr(part, controller)
+        if value not in values:
+            wanted = " or ".join(f"{controller}={v!r}" for v in values)
+            inactive.append(f"{key} (read by {wanted}, this run's is {value!r})")
     if inactive:
         warnings.warn(f"flags that change nothing: {'; '.join(inactive)}", RuntimeWarning,
                       stacklevel=3)

@@ -193,6 +193,12 @@ def test_flag_help_shows_plain_text_not_sphinx_markup():
     ("tudataset", ["--models", "gin", "--blocks", "3"], r"et\.blocks: no model"),
     ("gnnbenchmark", ["--models", "gin", "--blocks", "3"], r"et\.blocks: no model"),
     ("image", ["--lr-patience", "3"], r"train\.lr_patience \(read by lr_schedule='plateau'"),
+    # (a CLI audit) flags read only beside another setting, or by one baseline
+    ("anomaly", ["--protocol", "gadbench", "--split-seed", "5"],
+     r"protocol\.split_seed \(read by protocol='paper', this run's is 'gadbench'\)"),
+    ("anomaly", ["--ple-bins", "4"], r"data\.ple_bins \(read by feature_norm='ple'"),
+    ("anomaly", ["--label-trick-share", "0.75"], r"et\.label_trick_share \(read by label_trick"),
+    ("anomaly", ["--models", "mlp", "--gat-heads", "2"], r"baselines\.gat_heads: no model"),
 ])
 def test_the_command_checks_its_flags_as_the_examples_do(command, argv, pattern, monkeypatch):
     """From an audit: `et-graph` parsed and ran the task itself, so the checks of the given

@@ -227,7 +227,7 @@ SECTION_READERS = {"et": ("et",), "baselines": ("mlp", "gcn", "gat"), "gbt": ("g
                    # the neural models train; the baselines take their own learning rate and
                    # weight decay (baselines.baseline_lr, baseline_weight_decay)
                    "train": ("et", "mlp", "gcn", "gat"), "train.lr": ("et",),
-                   "train.weight_decay": ("et",),
+                   "train.weight_decay": ("et",), "baselines.gat_heads": ("gat",),
                    # the compiled kernels serve ET's attention alone
                    "run.native_attention": ("et",)}
 
