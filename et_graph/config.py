@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, TypeVar, Union
 
 if TYPE_CHECKING:
     import torch
@@ -682,6 +682,38 @@ def _smaller(current: Any, quick: Any, seeds: bool = False) -> Any:
     return quick
 
 
+def check_results_kept(config: Any) -> None:
+    """A task's command line: refuse ``--quiet`` without ``--out``. Nothing reads the results
+    a command returns (a script or notebook calling ``run()`` does), so the whole run was done,
+    printed nothing, kept nothing, and exited 0."""
+    run = getattr(config, "run", None)
+    if getattr(run, "quiet", False) and hasattr(run, "out") and not run.out:
+        raise ValueError("--quiet prints nothing and no --out folder is given, so the results "
+                         "would be kept nowhere: add --out DIR (or drop --quiet)")
+
+
+class FlagParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are short: one usage line and the error, with the
+    closest flag for a misspelled one (a task's full usage is about 45 lines, and the error
+    came last, with no suggestion)."""
+
+    def error(self, message: str) -> NoReturn:
+        import difflib
+
+        hint = ""
+        if message.startswith("unrecognized arguments:"):
+            options = [flag for action in self._actions for flag in action.option_strings
+                       if flag.startswith("--")]
+            for token in message.partition(":")[2].split():
+                close = (difflib.get_close_matches(token.split("=")[0], options, n=1)
+                         if token.startswith("--") else [])
+                if close:
+                    hint = f" (did you mean {close[0]}?)"
+                    break
+        self.exit(2, f"usage: {self.prog} [options]   ({self.prog} --help: every option)\n"
+                     f"{self.prog}: error: {message}{hint}\n")
+
+
 def parse(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Optional[str] = None,
           description: str = "", defaults: Optional[Mapping[str, Any]] = None) -> T:
     """``cls`` from command-line flags. ``defaults`` (``{"section.field": value}``) replace the
@@ -698,17 +730,11 @@ def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Option
     base = merge(cls(), defaults) if defaults else None
     # No abbreviations: "--ep 7" set epochs, and would set another field once a flag sharing
     # the prefix is added; a preset's command line must mean the same in every release.
-    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+    parser = FlagParser(prog=prog, description=description, allow_abbrev=False)
     add_config_arguments(parser, cls, base)
     args = parser.parse_args(argv)
     given = {key for key in vars(args) if "." in key}
     config = resolve(cls, args, base)
-    run = getattr(config, "run", None)
-    if getattr(run, "quiet", False) and hasattr(run, "out") and not run.out:
-        # On the command line nothing reads the returned results (a script or notebook
-        # calling run() does): the whole run was done and kept nowhere, with exit status 0.
-        parser.error("--quiet prints nothing and no --out folder is given, so the results "
-                     "would be kept nowhere: add --out DIR (or drop --quiet)")
     warn_inactive_schedule_flags(config, given)
     if ("run.native_attention" in given and not getattr(args, "run.native_attention")
             and getattr(getattr(config, "run", None), "native_attention", False)):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from ..config import parse_given, run_metadata, warn_unread_flags
+from ..config import check_results_kept, parse_given, run_metadata, warn_unread_flags
 from ..detectors import UnsupervisedETDetector
 from ..detectors.base import BaseDetector
 from ..progress import progress_bar
@@ -293,4 +293,5 @@ def main(argv: Optional[list[str]] = None, prog: str = "et-graph anomaly",
     """``et-graph anomaly``; an example script passes its own ``prog`` and ``defaults``."""
     config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
     warn_unread_flags(given, config.protocol.model_names(), SECTION_READERS)
+    check_results_kept(config)
     return run(config)

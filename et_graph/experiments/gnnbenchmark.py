@@ -26,7 +26,7 @@ from typing import Any, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..config import parse_given, run_metadata, to_dict, warn_unread_flags
+from ..config import check_results_kept, parse_given, run_metadata, to_dict, warn_unread_flags
 from ..datasets.gnnbenchmark import (
     BenchmarkData,
     add_positional_encoding,
@@ -188,6 +188,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "et-graph gnnbenchmark",
     """``et-graph gnnbenchmark``; an example script passes its own ``prog`` and ``defaults``."""
     config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
     warn_unread_flags(given, config.protocol.model_names, FLAG_READERS)
+    check_results_kept(config)
     return run(config)
 
 

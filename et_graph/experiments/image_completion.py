@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from ..config import parse_given, run_metadata, to_dict, warn_unread_flags
+from ..config import check_results_kept, parse_given, run_metadata, to_dict, warn_unread_flags
 from ..datasets.images import load_digits_images, load_image_folder, split_images
 from ..nn.models.image_completion import ETImageCompletion
 from ..protocols.image_completion import (
@@ -199,4 +199,5 @@ def main(argv: Optional[list[str]] = None, prog: str = "et-graph image",
     config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
     # The dense ET calls no compiled kernel: --native-attention built them for nothing.
     warn_unread_flags(given, ["et (dense)"], {"run.native_attention": ()})
+    check_results_kept(config)
     return run(config)

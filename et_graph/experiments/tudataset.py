@@ -14,7 +14,13 @@ from typing import Any, Optional
 
 from tqdm.auto import tqdm
 
-from ..config import PRESET_CANDIDATE, parse_given, run_metadata, warn_unread_flags
+from ..config import (
+    PRESET_CANDIDATE,
+    check_results_kept,
+    parse_given,
+    run_metadata,
+    warn_unread_flags,
+)
 from ..plots.graph import plot_fold_accuracies
 from ..protocols.graph_cv import (
     cross_validate,
@@ -188,4 +194,5 @@ def main(argv: Optional[list[str]] = None, prog: str = "et-graph tudataset",
     """``et-graph tudataset``; an example script passes its own ``prog`` and ``defaults``."""
     config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
     warn_unread_flags(given, config.protocol.model_names, FLAG_READERS)
+    check_results_kept(config)
     return run(config)

@@ -27,7 +27,7 @@ from typing import Any, Optional
 import numpy as np
 from torch_geometric.data import Data
 
-from ..config import parse_given, run_metadata, warn_unread_flags
+from ..config import check_results_kept, parse_given, run_metadata, warn_unread_flags
 from ..detectors.unsupervised import COMBINE_DESCRIPTIONS
 from ..plots.anomaly import plot_roc_pr
 from ..protocols.significance import (
@@ -178,4 +178,5 @@ def main(argv: Optional[list[str]] = None, prog: str = "et-graph unsupervised",
     """``et-graph unsupervised``; an example script passes its own ``prog`` and ``defaults``."""
     config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
     warn_unread_flags(given, config.protocol.model_names(), FLAG_READERS)
+    check_results_kept(config)
     return run(config)

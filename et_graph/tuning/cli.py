@@ -19,7 +19,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..config import add_config_arguments, merge, reading_models, resolve, to_dict
+from ..config import (
+    FlagParser,
+    add_config_arguments,
+    merge,
+    reading_models,
+    resolve,
+    to_dict,
+)
 from ..reporting import output_folder
 from .anomaly import CLASS_BALANCE_CHOICES, TUNE_METRICS, AnomalyObjective
 from .study import (
@@ -62,7 +69,7 @@ def bond_switches_text() -> str:
 
 def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser of ``et-graph tune TASK``: the tuning options and the task's own flags."""
-    parser = argparse.ArgumentParser(prog="et-graph tune", description=__doc__,
+    parser = FlagParser(prog="et-graph tune", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)  # as the task parsers (config.py)
     parser.add_argument("task", choices=TASKS)
