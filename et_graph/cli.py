@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -124,13 +125,43 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
     prog = f"et-graph {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "et-graph"
     for stream in (sys.stdout, sys.stderr):
         keep_printable(stream)
+    line_buffered(sys.stdout)
+    shown = warnings.formatwarning
+    warnings.formatwarning = lambda message, category, *rest: (
+        f"{prog}: {category.__name__}: {message}\n")
     try:
         return exit_on_bad_input(lambda: main(argv), prog)
     except KeyboardInterrupt:
         if os.environ.get(TRACEBACK_ENV):
             raise
-        print(f"\n{prog}: interrupted", file=sys.stderr)
+        print(f"\n{prog}: interrupted{resume_hint(argv)}", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = shown
+
+
+def line_buffered(stream: Any) -> None:
+    """Write ``stream`` line by line: piped (``| tee log``), Python buffers whole blocks, and
+    a run's lines all came at its end."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None and not getattr(stream, "line_buffering", True):
+        try:
+            reconfigure(line_buffering=True)
+        except (ValueError, OSError):  # a stream that cannot change (closed, detached)
+            pass
+
+
+def resume_hint(argv: Sequence[str]) -> str:
+    """What an interrupted command with checkpoints runs next (``--checkpoint-dir DIR`` or
+    ``--checkpoint-dir=DIR`` among ``argv``), or ``""``."""
+    for i, token in enumerate(argv):
+        folder = (token.partition("=")[2] if token.startswith("--checkpoint-dir=") else
+                  argv[i + 1] if token == "--checkpoint-dir" and i + 1 < len(argv) else None)
+        if folder:
+            again = "" if "--resume" in argv else " with --resume"
+            return (f"; its checkpoints are in {folder}: run the same command{again} to "
+                    "continue from the last one")
+    return ""
 
 
 if __name__ == "__main__":

@@ -668,9 +668,8 @@ def test_quiet_runs_print_nothing(capsys, tmp_path):
 def test_quiet_without_out_is_refused_on_the_command_line(capsys):
     # (CLI audit) `et-graph anomaly --quiet` ran every model, printed nothing, kept nothing
     # and exited 0; a script calling run() reads the returned results, so only the CLI refuses
-    from et_graph.cli import main as cli_main
-
     from et_graph.cli import console_main
+    from et_graph.cli import main as cli_main
 
     # (tudataset and image write to a default folder)
     for command in ("anomaly", "unsupervised", "gnnbenchmark"):

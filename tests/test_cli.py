@@ -229,6 +229,49 @@ def test_a_misspelled_flag_gets_one_usage_line_and_the_closest_flag(argv, hint, 
     assert len(err.strip().splitlines()) == 2  # usage and the error
 
 
+def test_the_command_shows_warnings_as_lines_and_says_how_to_resume(monkeypatch, capsys):
+    # (CLI audit) warnings showed a source path and a line of code ("__main__.py:4: ...
+    # raise SystemExit(console_main())"); an interrupted run with checkpoints did not say
+    # how to go on
+    import importlib
+    import warnings
+
+    from et_graph.cli import SUBCOMMANDS, console_main, resume_hint
+
+    module = importlib.import_module(SUBCOMMANDS["anomaly"][0])
+    shown = []
+    monkeypatch.setattr(module, "run", lambda config: shown.append(warnings.formatwarning(
+        "flags for et.label_trick: no model", RuntimeWarning, "/x/__main__.py", 4,
+        "raise SystemExit(console_main())")))
+    before = warnings.formatwarning
+    assert console_main(["anomaly", "--models", "gbt"]) == 0
+    assert shown == ["et-graph anomaly: RuntimeWarning: flags for et.label_trick: no model\n"]
+    assert warnings.formatwarning is before  # restored after the command
+
+    def interrupted(config):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "run", interrupted)
+    assert console_main(["anomaly", "--checkpoint-dir", "ck"]) == 130
+    assert ("interrupted; its checkpoints are in ck: run the same command with --resume"
+            in capsys.readouterr().err)
+    assert resume_hint(["--checkpoint-dir=ck", "--resume"]).endswith(
+        "run the same command to continue from the last one")
+    assert resume_hint(["--epochs", "3"]) == ""
+
+
+def test_a_piped_standard_output_is_written_line_by_line():
+    # (CLI audit) through a pipe every line of a run came at its end (block buffering)
+    import io
+
+    from et_graph.cli import line_buffered
+
+    piped = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    assert not piped.line_buffering
+    line_buffered(piped)
+    assert piped.line_buffering
+
+
 def test_a_redirected_stream_without_the_tables_symbols_prints_escapes():
     """Python writes a redirected stdout in the locale's encoding (cp1252 on Windows, ASCII
     under LANG=C); a finished run crashed printing '−' or '‖'."""
