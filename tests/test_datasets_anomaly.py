@@ -423,6 +423,16 @@ def test_pt_with_sparse_features_is_read_dense(tmp_path):
     assert data.x.layout == torch.strided and torch.equal(data.x, dense.float())
 
 
+def test_an_empty_or_garbled_pt_file_is_named_with_the_cause(tmp_path):
+    # (CLI audit) an empty file gave "torch.load failed ()"
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"empty\.pt is empty \(0 bytes\)"):
+        load_anomaly_dataset(path=tmp_path / "empty.pt")
+    (tmp_path / "garbled.pt").write_bytes(b"not a torch file")
+    with pytest.raises(ValueError, match=r"garbled\.pt: torch\.load failed \(\w+: .+\)"):
+        load_anomaly_dataset(path=tmp_path / "garbled.pt")
+
+
 def test_pt_without_labels_is_rejected(tmp_path):
     torch.save(Data(x=torch.randn(5, 2), edge_index=torch.tensor([[0], [1]])), tmp_path / "a.pt")
     with pytest.raises(ValueError, match="no y"):

@@ -57,7 +57,14 @@ def _read_torch_object(path: Path) -> object:
     except UntrustedFileError:
         raise
     except Exception as error:  # pickle/zip/torch errors all mean "not a usable file"
-        raise ValueError(f"{path}: torch.load failed ({error})") from error
+        if path.is_file() and path.stat().st_size == 0:  # torch said only "()"
+            raise ValueError(f"{path} is empty (0 bytes): a download or copy cut short?") \
+                from error
+        detail = (str(error).strip().splitlines() or ["no detail"])[0][:200]
+        if detail.startswith("Weights only load failed"):  # its advice is not the fix here
+            detail = "not a file torch.save wrote, or damaged"
+        raise ValueError(f"{path}: torch.load failed ({type(error).__name__}: {detail})") \
+            from error
 
 
 #: Set to 1 to unpickle data files whose objects go beyond tensors and PyG's data classes.
