@@ -574,6 +574,11 @@ def test_a_quiet_tuning_prints_no_report(tmp_path, capsys):
                  out=tmp_path / "q", data=data)
     assert "# Tuning" not in capsys.readouterr().out
     assert (tmp_path / "q" / "study_report.md").exists()
+    # (CLI audit) without --quiet the report ends with where it and the studies are kept
+    tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=1),
+                 f"sqlite:///{tmp_path}/q.db", out=tmp_path / "loud", data=data)
+    assert (f"Written to {(tmp_path / 'loud').resolve()} (study_report.md" in
+            capsys.readouterr().out)
 
 
 def test_tuning_in_a_log_writes_no_redraws(tmp_path, capsys):

@@ -340,6 +340,11 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                      presets, config, pruning, labels_read)
     if not config.run.quiet:
         print((out / "study_report.md").read_text(encoding="utf-8"))
+        # as every task says where its results went (the defaults are relative to the
+        # working directory, so a user could not find them)
+        kept = f"; the studies in {storage}" if storage is not None else ""
+        print(f"\nWritten to {out.resolve()} (study_report.md, study_report.json and the "
+              f"best presets){kept}", flush=True)
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
 
 
