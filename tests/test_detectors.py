@@ -943,6 +943,31 @@ def test_sklearn_check_is_fitted_reads_the_detectors(graph):
         check_is_fitted(detector)
 
 
+def test_help_shows_every_keyword_a_detector_takes():
+    # (API review) inspect.signature(ETDetector) was (*args, supervised=True, **keywords): help()
+    # and an IDE showed no setting
+    import inspect
+
+    from et_graph.detectors import UnsupervisedETDetector
+    from et_graph.detectors.neural import NeuralDetector
+
+    for kind in (ETDetector, GBTDetector, MLPDetector, UnsupervisedETDetector):
+        parameters = inspect.signature(kind).parameters
+        defaults = {name: p.default for name, p in parameters.items()
+                    if name not in ("config", "supervised")}
+        assert defaults == kind().get_params(), kind
+    assert "supervised" in inspect.signature(ETDetector).parameters
+    assert "gat_heads" not in inspect.signature(MLPDetector).parameters  # refused there
+
+    class Wide(NeuralDetector):
+        config_class = MLPDetector.config_class
+
+        def __init__(self, width: int = 16, **keywords):
+            super().__init__(**keywords)
+
+    assert "width" in inspect.signature(Wide).parameters  # its own constructor stays
+
+
 def test_a_refused_set_params_changes_nothing(graph):
     """set_params(epochs=7, seed=-1) raised, yet left epochs=7 in a detector still fitted
     with the old settings; supervised= was accepted and ignored; a subclass's own

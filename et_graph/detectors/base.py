@@ -110,6 +110,12 @@ class BaseDetector:
         self.fit_info_: dict[str, Any] = {}
         self.fitted_ = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        signature = constructor_signature(cls)
+        if signature is not None:
+            cls.__signature__ = signature  # type: ignore[attr-defined]
+
     # ------------------------------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
         return to_dict(self.config)
@@ -496,6 +502,36 @@ def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:
 #: config through **keywords).
 _BASE_ARGUMENTS = frozenset({"self", "config", "seed", "progress", "device", "chunk_size",
                              "chunk_edges", "keywords", "args", "supervised"})
+
+
+def constructor_signature(cls: type) -> Optional[Any]:
+    """The keywords a detector class takes, as ``inspect.signature`` (``help()``, an IDE's or
+    Jupyter's ``?``) shows them: its config's fields with their defaults (without those it
+    refuses), then ``seed``, ``progress``, ``device`` (and the chunk sizes where it scores in
+    chunks, ``supervised`` where it takes it). The constructor itself takes ``**keywords``,
+    which showed nothing. ``None`` for a class without a dataclass config or with constructor
+    arguments of its own (its own signature stays)."""
+    import inspect
+
+    config_class = getattr(cls, "config_class", None)
+    if not dataclasses.is_dataclass(config_class) or _own_constructor_arguments(cls):
+        return None
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter("config", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                    default=None)]
+    for section in dataclasses.asdict(config_class()).values():  # type: ignore[operator]
+        parameters += [inspect.Parameter(name, keyword, default=value)
+                       for name, value in section.items()
+                       if name not in getattr(cls, "unused_settings", ())]
+    parameters += [inspect.Parameter("seed", keyword, default=0),
+                   inspect.Parameter("progress", keyword, default=False),
+                   inspect.Parameter("device", keyword, default="cpu")]
+    if getattr(cls, "supports_chunks", False):
+        parameters += [inspect.Parameter(name, keyword, default=None)
+                       for name in ("chunk_size", "chunk_edges")]
+    if "supervised" in inspect.signature(cls.__init__).parameters:
+        parameters.append(inspect.Parameter("supervised", keyword, default=True))
+    return inspect.Signature(parameters, return_annotation=None)
 
 
 def _own_constructor_arguments(cls: type) -> list[str]:
