@@ -566,6 +566,23 @@ def test_a_study_gives_back_optunas_log_level(tmp_path):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+def test_tuning_one_metric_while_epochs_are_chosen_on_another_is_said():
+    # (engine audit) the tuner scored AUROC at the epoch of the best F1 (select_metric's
+    # default) without a word; the TU and GNNBenchmark tuners choose on what they tune
+    import warnings
+
+    from et_graph.tuning.anomaly import AnomalyObjective
+
+    data = planted_anomaly_graph(200, seed=4)
+    with pytest.warns(RuntimeWarning, match="best validation f1_macro .* --select-metric auroc"):
+        AnomalyObjective(parse(AnomalyConfig, SMALL), "mlp", "auroc", data=data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        AnomalyObjective(parse(AnomalyConfig, [*SMALL, "--select-metric", "auroc"]), "mlp",
+                         "auroc", data=data)
+        AnomalyObjective(parse(AnomalyConfig, SMALL), "gbt", "auroc", data=data)  # no epochs
+
+
 def test_a_quiet_tuning_prints_no_report(tmp_path, capsys):
     """--quiet was accepted by et-graph tune and ignored: the study report still printed."""
     data = planted_anomaly_graph(200, seed=4)
