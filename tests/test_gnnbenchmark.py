@@ -572,6 +572,11 @@ def _check_outputs(out: Path, metric: str, models: list[str], seeds: int = 1) ->
     for stats in results["models"].values():
         assert np.isfinite(stats[metric]["mean"]) and len(stats[metric]["values"]) == seeds
         assert all(1 <= epoch <= 2 for epoch in stats["selected_epoch"])
+        # the engine's record as every task gives it: from 0, epochs run, patience's stop
+        assert stats["best_epoch"] == [epoch - 1 for epoch in stats["selected_epoch"]]
+        assert all(run >= best + 1 for run, best in zip(stats["epochs_run"],
+                                                        stats["best_epoch"]))
+        assert all(isinstance(flag, bool) for flag in stats["stopped_early"])
     assert "| model |" in (out / "results.md").read_text(encoding="utf-8")
     assert (out / "val_curves.png").stat().st_size > 0
     return results

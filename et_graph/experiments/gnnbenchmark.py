@@ -91,7 +91,13 @@ def _summary(results: list[dict[str, Any]], metric: str, seeds: list[int]) -> di
     return {
         metric: summarize(r["test"] for r in results),
         f"val_{metric}": summarize(r["val"] for r in results),
-        "selected_epoch": [r["epoch"] for r in results],
+        "selected_epoch": [r["epoch"] for r in results],  # counted from 1 (its notes say so)
+        # the engine's record, as the other tasks' results give it (an engine audit: only
+        # this task counted from 1, and it dropped how many epochs ran and whether patience
+        # stopped them)
+        "best_epoch": [r["best_epoch"] for r in results],
+        "epochs_run": [r["epochs_run"] for r in results],
+        "stopped_early": [r["stopped_early"] for r in results],
         "train_seconds": summarize(r["seconds"] for r in results),
         "params": results[0]["params"],
         "seeds": list(seeds),
