@@ -685,8 +685,13 @@ def test_train_one_selects_on_val_and_resumes_from_its_checkpoint(tmp_path):
                                                  val_limit=16, test_limit=16))
     train = GNNBenchmarkTrainConfig(epochs=3, batch_size=16)
     small = BaselineConfig(baseline_hidden=8, baseline_layers=1)
+    torch.manual_seed(99)
+    expected = torch.rand(2)
+    torch.manual_seed(99)
     first = train_one("gin", data, 0, train, baselines=small, progress=False,
                       checkpoint=CheckpointConfig(str(tmp_path)))
+    # (engine audit) it reseeded the caller's generators; the caller's stream comes back
+    assert torch.equal(torch.rand(2), expected)
     assert first["val"] == pytest.approx(min(first["curve"]))
     assert first["curve"][first["epoch"] - 1] == first["val"] and len(first["curve"]) == 3
     again = train_one("gin", data, 0, train, baselines=small, progress=False,

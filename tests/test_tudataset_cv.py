@@ -373,6 +373,34 @@ def test_runs_per_fold_averages_seeded_trainings_and_run_zero_is_the_single_run(
             cross_validate(graphs, factories, configs, splits=splits, runs_per_fold=bad)
 
 
+def test_the_trainings_give_the_caller_its_random_stream_back(mutag):
+    # (engine audit) the TU and GNNBenchmark trainings reseeded the process's generators, so
+    # a program's own random numbers after a CV depended on it; the detectors' fits did not
+    import random
+
+    from et_graph.protocols.graph_cv import fit_graph_classifier
+
+    graphs, info = mutag
+    width, classes = info["node_feature_width"], info["classes"]
+    factories = {"gin": lambda: GINClassifier(width, classes, 8, 1, 0.5)}
+    configs = {"gin": GraphTrainConfig(epochs=1, batch_size=64)}
+    splits = stratified_folds(graph_labels(graphs), folds=5, seed=0)[:1]
+
+    def draws():
+        return torch.rand(2).tolist(), float(np.random.rand()), random.random()
+
+    model = factories["gin"]()  # (built here: its initialisation draws from the caller's)
+    for call in (lambda: cross_validate(graphs, factories, configs, folds=5, splits=splits,
+                                        progress=False),
+                 lambda: fit_graph_classifier(model, graphs[:40], graphs[40:60],
+                                              configs["gin"], seed=3, progress=False)):
+        torch.manual_seed(99), np.random.seed(99), random.seed(99)
+        expected = draws()
+        torch.manual_seed(99), np.random.seed(99), random.seed(99)
+        call()
+        assert draws() == expected
+
+
 def test_ensemble_of_the_runs_averages_their_class_probabilities(mutag):
     """The ensemble accuracy of each fold equals one computed here from the kept models'
     own logits on the test fold (softmax, mean, argmax); no training is added for it."""

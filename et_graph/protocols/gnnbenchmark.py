@@ -18,7 +18,14 @@ from ..baselines.gnnbenchmark_baselines import BASELINES, READOUTS
 from ..config import check_ranges
 from ..datasets.gnnbenchmark_common import BenchmarkData
 from ..nn.models.graph_model import ETGraphModel
-from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, seed_everything
+from ..training import (
+    CheckpointConfig,
+    TrainConfig,
+    Trainer,
+    Validation,
+    keeps_caller_rng,
+    seed_everything,
+)
 from ..training.checkpoint import fingerprint_with_graphs
 
 MODEL_NAMES = ("et", "gin", "gatedgcn")
@@ -268,6 +275,7 @@ class GraphBenchmarkTask:
                           metrics={self.data.metric: value})
 
 
+@keeps_caller_rng
 def train_one(name: str, data: BenchmarkData, seed: int, train: GNNBenchmarkTrainConfig,
               et: Optional[ETGraphModelConfig] = None, baselines: Optional[BaselineConfig] = None,
               device: str = "cpu", progress: bool = True,

@@ -37,6 +37,7 @@ from ..training import (
     TrainConfig,
     Trainer,
     Validation,
+    keeps_caller_rng,
     seed_everything,
 )
 from ..training.checkpoint import fingerprint_with_graphs
@@ -460,6 +461,7 @@ class GraphClassificationTask:
         return Validation(score=val["accuracy"], loss=val["loss"], metrics=val)
 
 
+@keeps_caller_rng
 def fit_graph_classifier(
     model: nn.Module,
     train_data: Sequence[Data],
@@ -487,6 +489,7 @@ def fit_graph_classifier(
     return trainer.fit(model.to(device), task)
 
 
+@keeps_caller_rng
 def cross_validate(
     dataset: Sequence[Data],
     models: Mapping[str, ModelFactory],

@@ -21,6 +21,7 @@ Otherwise the earlier epoch stays: among equals, the earliest epoch is kept.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -31,7 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, Union
+from typing import Any, Callable, Optional, Protocol, TypeVar, Union
 
 import numpy as np
 import torch
@@ -817,3 +818,22 @@ def private_rng(seed: int, device: Optional[torch.device] = None) -> Iterator[No
 
 #: One :func:`private_rng` block at a time per process (re-entrant: a fit inside a fit).
 _PRIVATE_RNG_LOCK = threading.RLock()
+
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+
+def keeps_caller_rng(function: _Function) -> _Function:
+    """Decorate a protocol's training call that seeds the process's generators itself (for
+    reproducible folds and seeds): the caller gets its generator states back afterwards, as
+    with a detector's ``fit`` (:func:`private_rng`). An engine audit found the TU and
+    GNNBenchmark trainings resetting the random stream of the program around them."""
+    @functools.wraps(function)
+    def kept(*args: Any, **kwargs: Any) -> Any:
+        with _PRIVATE_RNG_LOCK:
+            saved = rng_state()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                set_rng_state(saved)
+
+    return kept  # type: ignore[return-value]
