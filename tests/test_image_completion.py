@@ -473,3 +473,15 @@ def test_the_grid_marks_masked_patches_in_a_colour_no_pixel_has() -> None:
     assert rgb.shape == (3, 8, 8)
     grey = (rgb[0] == rgb[1]) & (rgb[1] == rgb[2])
     assert bool((~grey[hidden]).all()) and bool(grey[~hidden].all())
+
+
+def test_the_image_task_takes_the_descent_noise_as_every_task_does():
+    # (engine audit) --noise-std existed in the four other tasks; image had no way to set it
+    from et_graph.config import parse
+    from et_graph.experiments.image_completion import CONFIG, build_model
+
+    config = parse(CONFIG, ["--noise-std", "0.1", "--dim", "8", "--heads", "1"])
+    model = build_model(config.model, torch.zeros(2, 1, 4, 4))
+    assert model.conv.noise_std == 0.1
+    with pytest.raises(ValueError, match="noise_std"):
+        build_model(parse(CONFIG, ["--noise-std", "-1"]).model, torch.zeros(2, 1, 4, 4))

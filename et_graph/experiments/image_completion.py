@@ -67,7 +67,7 @@ def build_model(config: ImageModelConfig, images: Tensor) -> ETImageCompletion:
         image_size=tuple(images.shape[2:]), patch_size=config.patch_size,
         channels=images.size(1), dim=config.dim, heads=config.heads, head_dim=config.head_dim,
         hopfield_dim=config.hopfield_dim, steps=config.steps, alpha=config.alpha,
-        hopfield=config.hopfield, mask_ratio=config.mask_ratio,
+        hopfield=config.hopfield, mask_ratio=config.mask_ratio, noise_std=config.noise_std,
     )
 
 

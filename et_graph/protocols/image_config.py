@@ -56,6 +56,8 @@ class ImageModelConfig:
         steps: ET descent steps T.
         alpha: descent step size.
         hopfield: Hopfield energy, relu or softmax.
+        noise_std: noise added to the tokens at each descent step in training (paper eq. 27),
+            as the other tasks' --noise-std.
     """
 
     patch_size: int = 2
@@ -67,6 +69,7 @@ class ImageModelConfig:
     steps: int = 12
     alpha: float = 0.1
     hopfield: str = "relu"
+    noise_std: float = 0.0
 
 
 @dataclass
