@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from et_graph.cli import main as cli_main
 from et_graph.config import load_file, merge, parse
@@ -581,6 +582,24 @@ def test_tuning_one_metric_while_epochs_are_chosen_on_another_is_said():
         AnomalyObjective(parse(AnomalyConfig, [*SMALL, "--select-metric", "auroc"]), "mlp",
                          "auroc", data=data)
         AnomalyObjective(parse(AnomalyConfig, SMALL), "gbt", "auroc", data=data)  # no epochs
+
+
+def test_tuning_gives_the_caller_its_threads_and_random_stream_back(tmp_path):
+    # (memory audit) a tuning pinned the caller's process to --threads and moved torch's
+    # random stream, as a task run (process_state_kept) and a detector's fit do not
+    data = planted_anomaly_graph(200, seed=4)
+    config = parse(AnomalyConfig, [*SMALL, "--threads", "1", "--quiet"])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(5)
+        expected = torch.rand(2)
+        torch.manual_seed(5)
+        tune_anomaly(config, ["mlp"], TuneBudget(trials=1), None, out=tmp_path / "t",
+                     data=data)
+        assert torch.get_num_threads() == 2 and torch.equal(torch.rand(2), expected)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_quiet_tuning_prints_no_report(tmp_path, capsys):

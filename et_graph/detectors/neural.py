@@ -556,8 +556,11 @@ class ETDetector(NeuralDetector):
         self._check_relations(data)  # decision_function's check, skipped here before an audit
         self.model_.eval()
         data = on_device(data, self.device)
-        return self.model_.energy_score(self.network_input(data), data.edge_index,
-                                        **relation_inputs(self.model_, data)).float().cpu()
+        try:
+            return self.model_.energy_score(self.network_input(data), data.edge_index,
+                                            **relation_inputs(self.model_, data)).float().cpu()
+        finally:  # as _score: the fitted detector held the scored graph's operators after it
+            clear_graph_caches(self.model_)
 
 
 #: Why chunked scoring and the multi-relation ET do not go together.

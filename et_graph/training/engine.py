@@ -824,16 +824,16 @@ _Function = TypeVar("_Function", bound=Callable[..., Any])
 
 def keeps_caller_rng(function: _Function) -> _Function:
     """Decorate a protocol's training call that seeds the process's generators itself (for
-    reproducible folds and seeds): the caller gets its generator states back afterwards, as
-    with a detector's ``fit`` (:func:`private_rng`). An engine audit found the TU and
-    GNNBenchmark trainings resetting the random stream of the program around them."""
+    reproducible folds and seeds) or sets its threads: the caller gets its generator states
+    (and threads) back afterwards (:func:`~et_graph.config.process_state_kept`), as with a
+    detector's ``fit`` (:func:`private_rng`). An engine audit found the TU and GNNBenchmark
+    trainings resetting the random stream of the program around them, a memory audit the
+    tuners pinning the caller to their thread count."""
+    from ..config import process_state_kept
+
     @functools.wraps(function)
     def kept(*args: Any, **kwargs: Any) -> Any:
-        with _PRIVATE_RNG_LOCK:
-            saved = rng_state()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                set_rng_state(saved)
+        with _PRIVATE_RNG_LOCK, process_state_kept():
+            return function(*args, **kwargs)
 
     return kept  # type: ignore[return-value]

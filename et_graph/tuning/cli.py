@@ -28,6 +28,7 @@ from ..config import (
     to_dict,
 )
 from ..reporting import output_folder
+from ..training import keeps_caller_rng
 from .anomaly import CLASS_BALANCE_CHOICES, TUNE_METRICS, AnomalyObjective
 from .study import (
     TuneBudget,
@@ -268,6 +269,7 @@ def _fixed_settings(config: Any, task: Optional[str] = None,
             for name, value in fields.items() if (key := f"{section}.{name}") not in skip}
 
 
+@keeps_caller_rng
 def _tune_models(task: str, models: list[str], make_objective: Callable[[str], Any],
                  dataset_of: Callable[[Any], str], budget: TuneBudget, storage: str, out: Path,
                  prefix: str, config: Any, report_metric: str, preset_metric: str,
