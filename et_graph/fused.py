@@ -251,6 +251,13 @@ class EdgePlan:
         self._values = (edge_weight, key, values)
         return values
 
+    def forget_values(self) -> None:
+        """Drop the kept :meth:`edge_values` (at the end of a forward call): a plan kept across
+        calls (``ETConv(cached=True)``) held the last weights and, without a backward, the
+        autograd graph that made them (a memory audit: 74 MB of an edge encoder's
+        activations on a 300k-edge graph)."""
+        self._values = None
+
 
 def _head_major(t: Tensor) -> Tensor:
     """``[N, H, Y]`` -> ``[H*N, Y]`` (rows ``h*N + node``)."""

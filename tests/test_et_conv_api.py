@@ -946,3 +946,30 @@ def test_every_integer_edge_index_dtype_is_read():
         assert torch.equal(check_edge_index(edge_index.to(dtype), 4), edge_index)
     with pytest.raises(ValueError, match="integer node ids"):
         check_edge_index(edge_index.float(), 4)
+
+
+def test_a_kept_edge_plan_does_not_hold_a_calls_edge_weights_after_it():
+    # (memory audit) ETConv(cached=True) kept the last edge weights and, without a backward,
+    # the autograd graph that made them (an edge encoder's activations) until the next call
+    import weakref
+
+    torch.manual_seed(0)
+    x, edge_index = torch.randn(10, 8), torch.randint(0, 10, (2, 30))
+    encoder = torch.nn.Linear(3, 1)
+    conv = ETConv(8, heads=2, head_dim=4, cached=True)
+    features = torch.randn(30, 3)
+    weight = encoder(features).sigmoid().squeeze(-1)
+    first = conv(x, edge_index, weight)
+    watched = weakref.ref(weight)
+    del weight, first
+    assert watched() is None
+    plan = conv._edge_cache._entry[2].plan
+    assert plan is not None and plan._values is None
+    # the same values, and the gradient still reaches the weights
+    weight = encoder(features).sigmoid().squeeze(-1)
+    again = conv(x, edge_index, weight)
+    reference = ETConv(8, heads=2, head_dim=4)
+    reference.load_state_dict(conv.state_dict())
+    torch.testing.assert_close(again, reference(x, edge_index, weight), rtol=0, atol=0)
+    again.sum().backward()
+    assert encoder.weight.grad is not None and torch.isfinite(encoder.weight.grad).all()

@@ -633,7 +633,11 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
                  and num_steps > 0)
         # With the fused kernel the edges are sorted once; every step and backward reuse that.
         edges = self._edges(out, edge_index, edge_weight, fused)
-        return self._descend(x, out, edges, num_steps, return_energy)
+        try:
+            return self._descend(x, out, edges, num_steps, return_energy)
+        finally:  # a kept plan (cached=True) must not hold this call's weights past it
+            if edges.plan is not None:
+                edges.plan.forget_values()
 
     @in_parameter_precision
     def descend_edges(
