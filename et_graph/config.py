@@ -710,8 +710,12 @@ class FlagParser(argparse.ArgumentParser):
                 if close:
                     hint = f" (did you mean {close[0]}?)"
                     break
-        self.exit(2, f"usage: {self.prog} [options]   ({self.prog} --help: every option)\n"
-                     f"{self.prog}: error: {message}{hint}\n")
+        positionals = "".join(
+            " " + (action.metavar or ("{" + ",".join(map(str, action.choices)) + "}"
+                                      if action.choices else action.dest))
+            for action in self._get_positional_actions())
+        self.exit(2, f"usage: {self.prog}{positionals} [options]   ({self.prog} --help: every "
+                     f"option)\n{self.prog}: error: {message}{hint}\n")
 
 
 def parse(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Optional[str] = None,

@@ -160,7 +160,16 @@ def check_build_locks(name: str) -> None:
 
 def build_locks(name: str) -> list[Path]:
     """The lock files torch's extension builder left for build ``name`` (it waits while one
-    exists)."""
+    exists): its own build folder's, for this Python and device (another interpreter's stale
+    lock was refused here, though torch never waits on it); every tag's where torch does not
+    say which folder it uses."""
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+    except ImportError:  # a torch without it
+        _get_build_directory = None
+    if _get_build_directory is not None:
+        lock = Path(_get_build_directory(name, False)) / "lock"
+        return [lock] if lock.exists() else []
     from torch.utils.cpp_extension import get_default_build_root
 
     chosen = os.environ.get("TORCH_EXTENSIONS_DIR")

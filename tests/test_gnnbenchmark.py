@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -163,18 +164,31 @@ def test_planted_data_files_cannot_run_code(tmp_path, zinc_val, monkeypatch):
     os.utime(processed, (mtime + 10, mtime + 10))  # newer than the raw file: not reprocessed
     with pytest.raises(UntrustedFileError):
         load_gnn_benchmark(tmp_path, "CLUSTER", "train")
+    # (a review) PyG's Dataset._process torch.loads processed/pre_transform.pt in full itself
+    shutil.rmtree(tmp_path / "CLUSTER" / "processed")
+    load_gnn_benchmark(tmp_path, "CLUSTER", "train")  # processed afresh
+    torch.save(_RunsCode(marker), tmp_path / "CLUSTER" / "processed" / "pre_transform.pt")
+    with pytest.raises(UntrustedFileError):
+        load_gnn_benchmark(tmp_path, "CLUSTER", "train")
     # the official ZINC raw format is a pickle: tensors, lists and dicts only
     _write_fake_zinc_raw(tmp_path / "ZINC", zinc_val)
     with open(tmp_path / "ZINC" / "raw" / "val.pickle", "wb") as handle:
         pickle.dump([_RunsCode(marker)], handle)
-    with pytest.raises(UntrustedFileError, match="builtins.exec"):
+    with pytest.raises(UntrustedFileError, match=r"val\.pickle names builtins\.exec"):
         load_zinc(tmp_path / "ZINC", "train")
     assert not marker.exists()
+    # nor a view that repeats one stored value into gigabytes (a review: 2 GiB from 415 bytes)
+    with open(tmp_path / "ZINC" / "raw" / "val.pickle", "wb") as handle:
+        pickle.dump([{"atom_type": torch.zeros(1, dtype=torch.uint8).expand(2**28)}], handle)
+    with pytest.raises(UntrustedFileError, match="a view that repeats values"):
+        load_zinc(tmp_path / "ZINC", "train")
     # PyG's own loaders are themselves again outside the loads
+    from torch_geometric.data import dataset
     from torch_geometric.datasets import zinc
     from torch_geometric.io import fs
 
     assert fs.torch_load.__module__ == "torch_geometric.io.fs" and zinc.pickle is pickle
+    assert dataset.torch is torch
 
 
 def test_damaged_files_are_named_with_the_fix(tmp_path, zinc_val):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -113,6 +114,24 @@ def test_a_lock_left_beside_built_kernels_is_named_and_an_old_one_refused(monkey
     with pytest.raises(native.NativeBuildError, match="minutes old: a build that was killed"):
         native.load_native_attention()
     assert loads == [1]  # torch's loader is not entered on a stale lock
+
+
+def test_only_the_lock_torch_waits_on_is_read(monkeypatch, tmp_path):
+    """From a review: another interpreter's (or device's) stale lock was refused as ours,
+    though torch waits only on its own build folder's."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setattr(cpp_extension, "get_default_build_root", lambda: str(tmp_path))
+    name = native.extension_name()
+    other = tmp_path / "py39_cu118" / name / "lock"
+    other.parent.mkdir(parents=True)
+    other.write_text("", encoding="utf-8")
+    own = Path(cpp_extension._get_build_directory(name, False)) / "lock"
+    assert own.parent.parent != other.parent.parent
+    assert native.build_locks(name) == []
+    own.write_text("", encoding="utf-8")
+    assert native.build_locks(name) == [own]
 
 
 def test_an_unreadable_environment_switch_does_not_break_the_import(tmp_path):

@@ -12,6 +12,7 @@ in :func:`prepare_anomaly_data`, so all of them return the same thing:
 """
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from pathlib import Path
@@ -59,31 +60,49 @@ def data_dir(required: bool = True) -> Optional[Path]:
 
 
 def physical_memory() -> Optional[int]:
-    """This machine's memory in bytes, or ``None`` where the OS does not say (Windows)."""
+    """This machine's memory in bytes (POSIX ``sysconf``, Windows ``GlobalMemoryStatusEx``),
+    or ``None`` where neither answers. A container's own limit may be lower."""
     try:
         return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, ValueError, OSError):
-        return None
+        pass
+    try:
+        import ctypes
+
+        class MemoryStatus(ctypes.Structure):
+            _fields_ = [("length", ctypes.c_ulong), ("load", ctypes.c_ulong),
+                        *((field, ctypes.c_ulonglong) for field in (
+                            "total_physical", "available_physical", "total_page_file",
+                            "available_page_file", "total_virtual", "available_virtual",
+                            "available_extended_virtual"))]
+
+        status = MemoryStatus()
+        status.length = ctypes.sizeof(status)
+        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore
+            return int(status.total_physical)
+    except (AttributeError, OSError):  # not Windows
+        pass
+    return None
 
 
 def _dense(value: Any, what: str, source: str) -> Any:
     """A scipy sparse matrix or a sparse tensor made dense, after checking that it fits: a few
     hundred bytes of file can declare a [10^6, 10^6] matrix (a security review filled memory
     that way)."""
-    rows, cols = (int(n) for n in value.shape)
+    shape = [int(n) for n in value.shape]
     itemsize = (value.element_size() if isinstance(value, Tensor)
                 else np.dtype(value.dtype).itemsize)
-    need = rows * cols * itemsize
+    need = math.prod(shape) * itemsize
     memory = physical_memory()
     if memory is not None and need > memory:
-        raise ValueError(f"{source}: {what} is a sparse [{rows}, {cols}] matrix whose dense "
+        raise ValueError(f"{source}: {what} is a sparse {shape} array whose dense "
                          f"form needs {need / 2**30:.1f} GiB, more than this machine's "
                          f"{memory / 2**30:.1f} GiB: the models read dense features (reduce "
                          "the columns first, e.g. with a truncated SVD)")
     try:
         return value.to_dense() if isinstance(value, Tensor) else value.toarray()
     except (MemoryError, RuntimeError) as error:  # torch: "DefaultCPUAllocator: not enough"
-        raise ValueError(f"{source}: {what}, a sparse [{rows}, {cols}] matrix, does not fit in "
+        raise ValueError(f"{source}: {what}, a sparse {shape} array, does not fit in "
                          f"memory as a dense array ({need / 2**30:.1f} GiB)") from error
 
 

@@ -9,9 +9,11 @@ Shipped files (provenance, licences and checksums in ``datasets/SOURCES.md``):
 from __future__ import annotations
 
 import io
+import math
 import os
 import pickle
 import threading
+import warnings
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -108,8 +110,6 @@ def load_torch_data(source: Union[str, Path, io.BytesIO], what: str) -> object:
     need more are refused with :class:`UntrustedFileError`, unless the environment sets
     ``ET_GRAPH_TRUST_PICKLE=1``. On a torch without ``safe_globals`` (< 2.5) the file is
     unpickled in full, as before: load only files you trust there."""
-    import warnings
-
     allow = getattr(torch.serialization, "safe_globals", None)
     if os.environ.get(TRUST_ENV) == "1" or allow is None:
         if allow is None:
@@ -134,8 +134,8 @@ def load_torch_data(source: Union[str, Path, io.BytesIO], what: str) -> object:
 
 
 #: What a plain pickle of tensors (the official ZINC ``{train,val,test}.pickle``: lists of
-#: dicts of tensors) may name: a tensor's rebuild, its storage (loaded weights-only below) and
-#: the ordered dict of its backward hooks.
+#: dicts of tensors) may name: a tensor's rebuild (checked below), its storage (loaded
+#: weights-only below) and the ordered dict of its backward hooks.
 TENSOR_PICKLE_GLOBALS = {("torch._utils", "_rebuild_tensor_v2"),
                          ("torch._utils", "_rebuild_tensor"), ("collections", "OrderedDict")}
 
@@ -144,6 +144,23 @@ def _storage_from_bytes(data: bytes) -> Any:
     """A pickled storage's bytes (a ``torch.save`` of it), loaded weights-only: torch's own
     ``_load_from_bytes`` unpickles them in full."""
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def _checked_rebuild(rebuild: Any, what: str) -> Any:
+    """``rebuild(storage, offset, size, stride, ...)`` for tensors that hold no more elements
+    than their storage: a view with a zero stride over one byte could declare gigabytes,
+    which the ZINC processing then copies (a review made 2 GiB from a 415-byte file)."""
+    def checked(storage: Any, storage_offset: int, size: Any, stride: Any, *rest: Any) -> Any:
+        with warnings.catch_warnings():  # torch's deprecation of TypedStorage, read here
+            warnings.simplefilter("ignore", UserWarning)
+            held = storage.nbytes() // max(storage.element_size(), 1)
+        if math.prod(size) > held:
+            raise UntrustedFileError(
+                f"{what} holds a tensor of shape {tuple(size)} over a storage of {held} values "
+                "(a view that repeats values): refused, as no data file needs one")
+        return rebuild(storage, storage_offset, size, stride, *rest)
+
+    return checked
 
 
 class _TensorUnpickler(pickle.Unpickler):
@@ -155,7 +172,9 @@ class _TensorUnpickler(pickle.Unpickler):
         if (module, name) == ("torch.storage", "_load_from_bytes"):
             return _storage_from_bytes
         if (module, name) in TENSOR_PICKLE_GLOBALS:
-            return super().find_class(module, name)
+            found = super().find_class(module, name)
+            return (_checked_rebuild(found, self.what) if name.startswith("_rebuild_tensor")
+                    else found)
         raise UntrustedFileError(
             f"{self.what} names {module}.{name}, beyond the tensors, "
             "lists and dicts of a data file; unpickling it in full would run whatever code it "
@@ -178,27 +197,50 @@ _PYG_LOADS_LOCK = threading.RLock()
 def restricted_pyg_loads() -> Iterator[None]:
     """Inside it, PyG's own loads read data files weights-only (:func:`load_torch_data`) and
     its ZINC processing unpickles tensors only (:func:`load_tensor_pickle`). PyG's
-    ``fs.torch_load`` retries a refused weights-only load with full unpickling, so a planted
-    processed or raw file (``datasets/`` in the working directory, say) ran its code; a security
-    review did so through ``et-graph gnnbenchmark``. ``ET_GRAPH_TRUST_PICKLE=1`` leaves PyG's
-    loads as they are."""
-    if os.environ.get(TRUST_ENV) == "1":
+    ``fs.torch_load`` retries a refused weights-only load with full unpickling, and its
+    ``Dataset._process`` loads ``processed/pre_transform.pt`` and ``pre_filter.pt`` with
+    ``weights_only=False``, so a planted processed or raw file (``datasets/`` in the working
+    directory, say) ran its code; security reviews did so through ``et-graph gnnbenchmark``.
+    ``ET_GRAPH_TRUST_PICKLE=1`` leaves PyG's loads as they are, and so does a torch without
+    ``safe_globals`` (< 2.5), where a restricted load cannot read PyG's classes.
+
+    The patches are the process's: PyG loads in other threads meanwhile are restricted too."""
+    if (os.environ.get(TRUST_ENV) == "1"
+            or getattr(torch.serialization, "safe_globals", None) is None):
         yield
         return
+    from torch_geometric.data import dataset
     from torch_geometric.datasets import zinc
     from torch_geometric.io import fs
 
     def torch_load(path: Any, map_location: Any = None) -> Any:
         return load_torch_data(str(path), str(path))
 
+    def zinc_pickle_load(file: BinaryIO) -> object:
+        return load_tensor_pickle(file, str(getattr(file, "name", "a ZINC file")))
+
     with _PYG_LOADS_LOCK:
-        saved = fs.torch_load, zinc.pickle
+        saved = fs.torch_load, zinc.pickle, dataset.torch
         fs.torch_load = torch_load
-        zinc.pickle = SimpleNamespace(load=load_tensor_pickle)  # type: ignore[assignment]
+        zinc.pickle = SimpleNamespace(load=zinc_pickle_load)  # type: ignore[assignment]
+        dataset.torch = _TorchLoadingWeightsOnly()  # type: ignore[assignment]
         try:
             yield
         finally:
-            fs.torch_load, zinc.pickle = saved
+            fs.torch_load, zinc.pickle, dataset.torch = saved
+
+
+class _TorchLoadingWeightsOnly:
+    """``torch`` as PyG's ``data/dataset.py`` sees it inside :func:`restricted_pyg_loads`: every
+    attribute torch's own, but ``load`` weights-only (``_process`` unpickled
+    ``pre_transform.pt``, a repr string, in full)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+        return load_torch_data(f if isinstance(f, io.BytesIO) else str(f), str(f))
 
 
 def _is_torch_zip(path: Path) -> bool:

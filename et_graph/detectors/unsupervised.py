@@ -465,7 +465,6 @@ class UnsupervisedETDetector(BaseDetector):
         finally:  # what the layers kept of the scored graph would live as long as the detector
             clear_graph_caches(self.model_)
 
-
     def score_samples(self, data: Data) -> dict[str, Tensor]:
         """Deprecated name of :meth:`score_components`. scikit-learn's ``score_samples``
         returns one array where *higher means more normal*; this returns a dict of scores
@@ -475,6 +474,7 @@ class UnsupervisedETDetector(BaseDetector):
                       "score_samples means the opposite)", FutureWarning,
                       stacklevel=user_stacklevel())
         return self.score_components(data)
+
     def _score(self, data: Data) -> Tensor:
         return self.score_components(data)[self.config.score.anomaly_score]
 

@@ -311,7 +311,7 @@ def train_one(name: str, data: BenchmarkData, seed: int, train: GNNBenchmarkTrai
         "val": fit.best.metrics[data.metric],
         "epoch": fit.best_epoch + 1,
         "best_epoch": fit.best_epoch,  # counted from 0, as every other task's
-        "epochs_run": len(fit.history),
+        "epochs_run": fit.epochs_run,
         "curve": [row[f"val_{data.metric}"] for row in fit.history],
         "seconds": sum(row["seconds"] for row in fit.history),
         "params": sum(p.numel() for p in model.parameters()),
