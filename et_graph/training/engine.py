@@ -828,7 +828,11 @@ def keeps_caller_rng(function: _Function) -> _Function:
     (and threads) back afterwards (:func:`~et_graph.config.process_state_kept`), as with a
     detector's ``fit`` (:func:`private_rng`). An engine audit found the TU and GNNBenchmark
     trainings resetting the random stream of the program around them, a memory audit the
-    tuners pinning the caller to their thread count."""
+    tuners pinning the caller to their thread count.
+
+    The call holds :func:`private_rng`'s lock throughout (the generators are the process's):
+    a detector fitted in another thread meanwhile waits for it to return. CUDA's states are
+    given back only when CUDA was up before the call."""
     from ..config import process_state_kept
 
     @functools.wraps(function)
