@@ -46,9 +46,10 @@ from et_graph.plots.colours import model_colour  # noqa: E402
 from et_graph.protocols.significance import (  # noqa: E402
     compare_to,
     cv_test_train_ratio,
-    format_p,
+    format_p_near,
     holm,
     signed,
+    signed_limit,
 )
 from et_graph.reporting import json_text, summarize  # noqa: E402
 
@@ -255,9 +256,12 @@ def differences_table(rows: list[dict[str, Any]]) -> str:
             if r is None:
                 cells.append("–")
                 continue
-            points = [signed(100 * r[key], 1) for key in ("mean", "low", "high")]
-            text = (f"{points[0]} [{points[1]}, {points[2]}], p {format_p(r['p_value'])} "
-                    f"(Holm {format_p(r['p_holm'])}), "
+            points = [signed(100 * r["mean"], 1),
+                      *(signed_limit(100 * r[key], 1) for key in ("low", "high"))]
+            alpha = 1.0 - r.get("confidence", 0.95)
+            text = (f"{points[0]} [{points[1]}, {points[2]}], "
+                    f"p {format_p_near(r['p_value'], alpha)} "
+                    f"(Holm {format_p_near(r['p_holm'], alpha)}), "
                     + "/".join(map(str, r["wins"])))
             cells.append(f"**{text}**" if r["low"] > 0 or r["high"] < 0 else text)
         lines.append("| " + " | ".join(cells) + " |")

@@ -241,6 +241,46 @@ def test_node_difference_covers_a_zero_difference_and_adds_the_seeds_spread():
         node_difference(np.zeros(300, bool), [first], [second])
 
 
+def test_a_difference_over_the_nodes_needs_two_of_each_class():
+    # (statistics audit) with one anomaly DeLong's variance of its side was taken as 0: one
+    # node gave "+0.51 [+0.37, +0.65], p 5e-13, first ahead"; the bootstrap redrew it every time
+    from sklearn.metrics import average_precision_score
+
+    from et_graph.protocols.significance import (
+        bootstrap_node_difference,
+        compare_nodes,
+        node_difference,
+    )
+
+    labels = np.zeros(51, dtype=bool)
+    labels[0] = True
+    rng = np.random.default_rng(0)
+    first = [np.r_[5.0, rng.normal(size=50)]]
+    second = [np.r_[0.0, rng.normal(size=50)]]
+    with pytest.raises(ValueError, match="at least 2 scored nodes of each class, got 1"):
+        node_difference(labels, first, second)
+    with pytest.raises(ValueError, match="at least 2 scored nodes of each class"):
+        bootstrap_node_difference(labels, first, second, average_precision_score, rounds=100)
+    assert compare_nodes(labels, {"a": first, "b": second}, "a", ["b"]) == []
+    labels[1] = True  # two anomalies: a difference with a variance
+    assert len(compare_nodes(labels, {"a": first, "b": second}, "a", ["b"])) == 1
+
+
+def test_a_printed_row_never_contradicts_its_verdict_by_rounding():
+    # (statistics audit) "[+0.0000, +0.0415] | 0.050 | first ahead" (p 0.0496), and a stored
+    # "[−0.0, +9.3], p 0.050" read as not significant (p 0.0504)
+    ahead = Difference("first", "second", "auroc", "seeds", 5, 0.0207, 0.00001, 0.0415,
+                       0.0496, 0.95)
+    row = difference_table([ahead]).splitlines()[-1]
+    assert "[+0.00001, +0.0415]" in row and "| 0.0496 |" in row and "first ahead" in row
+    level = replace(ahead, low=-0.0003, p_value=0.0504)
+    row = difference_table([level]).splitlines()[-1]
+    assert "[−0.0003, +0.0415]" in row and "| 0.0504 |" in row
+    # away from the threshold and from zero, the usual digits
+    plain = replace(ahead, low=0.012, p_value=0.021)
+    assert "[+0.0120, +0.0415] | 0.021 |" in difference_table([plain])
+
+
 def test_the_paired_bootstrap_agrees_with_delong_on_auroc_and_takes_any_metric():
     """The class-stratified paired bootstrap over the nodes estimates the same variance as
     DeLong's closed form for AUROC (one seed and the mean of three, whose node errors partly

@@ -258,8 +258,22 @@ def delong_variance(labels: np.ndarray, first: Sequence[np.ndarray],
         d10, d01 = d10 + (v10_a - v10_b), d01 + (v01_a - v01_b)
     d10, d01 = d10 / len(first), d01 / len(first)
     m, n = len(d10), len(d01)
-    variance = (d10.var(ddof=1) / m if m > 1 else 0.0) + (d01.var(ddof=1) / n if n > 1 else 0.0)
+    check_two_of_each_class(m, n, "DeLong's variance")
+    variance = d10.var(ddof=1) / m + d01.var(ddof=1) / n
     return float(d10.mean()), float(variance)
+
+
+#: The fewest nodes of each class a difference over the nodes rests on: with one anomaly
+#: DeLong's variance of its side is undefined (it was taken as 0, and one node gave "ahead,
+#: p < 0.001"), and every bootstrap draw repeats it.
+MIN_NODES_PER_CLASS = 2
+
+
+def check_two_of_each_class(positives: int, negatives: int, what: str) -> None:
+    if min(positives, negatives) < MIN_NODES_PER_CLASS:
+        raise ValueError(f"{what} needs at least {MIN_NODES_PER_CLASS} scored nodes of each "
+                         f"class, got {positives} anomalous and {negatives} normal: a "
+                         "difference over so few nodes has no variance to read")
 
 
 def node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
@@ -325,6 +339,7 @@ def bootstrap_node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
         raise ValueError("the bootstrap needs both classes among the scored nodes")
     _check_confidence(confidence)
     positives, negatives = np.flatnonzero(labels), np.flatnonzero(~labels)
+    check_two_of_each_class(len(positives), len(negatives), "the bootstrap")
     rng = np.random.default_rng(seed)
     draws = []
     for _ in range(rounds):
@@ -354,12 +369,12 @@ def compare_nodes(labels: np.ndarray, scores: Mapping[str, Sequence[np.ndarray]]
     """:func:`node_difference` (AUROC) of ``reference`` against each of ``others``, and with
     ``bootstrap_rounds`` also :func:`bootstrap_node_difference` on AUPRC; ``scores[name]``
     holds a model's per-seed scores of the nodes whose labels are ``labels``. Nothing when
-    the nodes hold one class only."""
+    the nodes hold fewer than :data:`MIN_NODES_PER_CLASS` of either class."""
     from sklearn.metrics import average_precision_score
 
     check_bootstrap_rounds(bootstrap_rounds)
     labels = np.asarray(labels).astype(bool)
-    if labels.all() or not labels.any():
+    if min(int(labels.sum()), int((~labels).sum())) < MIN_NODES_PER_CLASS:
         return []
     differences = [node_difference(labels, scores[reference], scores[other],
                                    confidence=confidence, names=(reference, other))
@@ -423,6 +438,24 @@ def signed(value: float, digits: int) -> str:
     return f"{value:+.{digits}f}".replace("-", "−")
 
 
+def signed_limit(value: float, digits: int) -> str:
+    """An interval's limit as :func:`signed`, with more digits (up to 4 more) where it would
+    print as zero without being zero: ``[+0.0000, +0.0415]`` beside "ahead" read as an
+    interval that touches 0 (a statistics audit)."""
+    for extra in range(5):
+        text = signed(value, digits + extra)
+        if value == 0 or any(c in "123456789" for c in text):
+            return text
+    return text
+
+
+def format_p_near(p_value: float, alpha: float) -> str:
+    """:func:`format_p`, with 4 digits where 3 would print the threshold ``alpha`` itself
+    (``0.050`` for 0.0496, "ahead", and for 0.0504, not)."""
+    text = format_p(p_value)
+    return f"{p_value:.4f}" if text == f"{alpha:.3f}" and p_value != alpha else text
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment of ``p_values`` (one family of tests), in their order: the
     k-th smallest is multiplied by ``m - k + 1`` and made monotone; a family-wise error rate
@@ -461,9 +494,11 @@ def difference_table(differences: Sequence[Difference], digits: int = 4) -> str:
     adjusted = holm([d.p_value for d in differences])
     rows = []
     for d, p_family in zip(differences, adjusted):
+        alpha = 1.0 - d.confidence
         cells = [f"{d.first} − {d.second}", d.metric, signed(d.mean, digits),
-                 f"[{signed(d.low, digits)}, {signed(d.high, digits)}]",
-                 format_p(d.p_value), *([format_p(p_family)] if family else [])]
+                 f"[{signed_limit(d.low, digits)}, {signed_limit(d.high, digits)}]",
+                 format_p_near(d.p_value, alpha),
+                 *([format_p_near(p_family, alpha)] if family else [])]
         if paired:
             cells.append("/".join(map(str, d.wins)) if d.wins is not None else "")
         cells.append(d.verdict())
