@@ -602,6 +602,40 @@ def test_tuning_gives_the_caller_its_threads_and_random_stream_back(tmp_path):
         torch.set_num_threads(before)
 
 
+def test_the_best_trial_is_chosen_within_the_budget(tmp_path):
+    # (tuning audit) a study resumed with a smaller --trials kept its later trials, and its
+    # best (the 7th trial of a 6-trial budget) went into the table beside models held to it
+    import optuna
+
+    from et_graph.tuning.study import (
+        TuneBudget,
+        best_within_budget,
+        study_summary,
+        write_report,
+    )
+
+    study = optuna.create_study(direction="maximize")
+    for value in (0.5, 0.7, 0.6, 0.9):
+        trial = study.ask()
+        study.tell(trial, value)
+    pruned = study.ask()
+    study.tell(pruned, state=optuna.trial.TrialState.PRUNED)
+    assert best_within_budget(study, 3).number == 1
+    assert best_within_budget(study, None).number == 3
+    summary = study_summary(study, 1.0, 3)
+    assert (summary["best_trial"], summary["best_value"]) == (1, 0.7)
+    lower = optuna.create_study(direction="minimize")
+    for value in (0.3, 0.2, 0.2):
+        trial = lower.ask()
+        lower.tell(trial, value)
+    assert best_within_budget(lower, 3).number == 1  # ties: the earlier trial
+    config = parse(AnomalyConfig, SMALL)
+    write_report(tmp_path, "anomaly", "x", "auroc", TuneBudget(trials=3),
+                 {"et": summary, "gbt": study_summary(lower, 1.0, 3)}, {}, config)
+    report = (tmp_path / "study_report.md").read_text(encoding="utf-8")
+    assert "the best is chosen among each study's first trials up to the budget" in report
+
+
 def test_a_quiet_tuning_prints_no_report(tmp_path, capsys):
     """--quiet was accepted by et-graph tune and ignored: the study report still printed."""
     data = planted_anomaly_graph(200, seed=4)

@@ -33,6 +33,7 @@ from .anomaly import CLASS_BALANCE_CHOICES, TUNE_METRICS, AnomalyObjective
 from .study import (
     TuneBudget,
     apply_space,
+    best_within_budget,
     check_resumable,
     run_study,
     save_best_preset,
@@ -317,10 +318,10 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                               direction=getattr(objective, "direction", "maximize"),
                               objective_label=preset_metric, settings=settings,
                               setting_defaults=defaults)
-            summary = study_summary(study, time.perf_counter() - start)
+            summary = study_summary(study, time.perf_counter() - start, budget.trials)
             summaries[model] = summary
             if summary["best_trial"] is not None:
-                best = objective.trial_config(study.best_trial)
+                best = objective.trial_config(best_within_budget(study, budget.trials))
                 # The best trial's values under the config's own names (the MLP's space calls its
                 # width gin_hidden, which its preset writes as baselines.mlp_hidden).
                 chosen = _fixed_settings(best)

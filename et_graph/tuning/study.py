@@ -327,14 +327,32 @@ def _finished(study: Optional[Any]) -> list[Any]:
     return study.get_trials(deepcopy=False, states=states)
 
 
-def study_summary(study: Any, seconds: float) -> dict[str, Any]:
+def best_within_budget(study: Any, budget_trials: Optional[int] = None) -> Any:
+    """The best complete trial among the study's first ``budget_trials`` finished ones (complete
+    or pruned, by trial number; every one without a budget), or ``None``. A study resumed with
+    a smaller ``--trials`` kept its later trials, and the best of all of them went into the
+    table beside models held to the budget (a tuning audit: ET's best was its 7th trial of a
+    6-trial budget). Ties go to the earlier trial."""
+    optuna = _optuna()
+    counted = sorted(_finished(study), key=lambda t: t.number)[:budget_trials]
+    complete = [t for t in counted if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        return None
+    sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
+    return max(complete, key=lambda t: (sign * t.value, -t.number))
+
+
+def study_summary(study: Any, seconds: float,
+                  budget_trials: Optional[int] = None) -> dict[str, Any]:
+    """The study's trial counts, its best trial within the budget
+    (:func:`best_within_budget`) and its history, for the report."""
     optuna = _optuna()
     trials = study.get_trials(deepcopy=False)
     count = {state.name.lower(): sum(t.state == state for t in trials)
              for state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
                            optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)}
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-    best = study.best_trial if complete else None
+    best = best_within_budget(study, budget_trials)
     return {
         "study": study.study_name,
         "trials": count,
@@ -370,10 +388,15 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
     trees = ("; a model without epochs (the trees) is never pruned, so it completes every "
              "trial" if "gbt" in summaries else "")
     held = {s["trials"]["complete"] + s["trials"]["pruned"] for s in summaries.values()}
-    resumed = (f" The studies hold {', '.join(map(str, sorted(held)))} finished trial"
-               f"{'' if held == {1} else 's'}: "
-               "resumed studies keep their earlier trials, and the best is chosen among all "
-               "of them." if any(count != budget.trials for count in held) else "")
+    resumed = ""
+    if any(count > budget.trials for count in held):
+        resumed += (" Some studies hold more finished trials than the budget (a study resumed "
+                    "with a smaller --trials keeps its later trials): the best is chosen among "
+                    "each study's first trials up to the budget, and the later ones are not "
+                    "chosen.")
+    if any(count < budget.trials for count in held):
+        resumed += (" Some studies hold fewer finished trials than the budget: the time limit "
+                    "(or failures) stopped them first; the table counts them.")
     lines = [f"# Tuning: {task} on {dataset}", "",
              f"Objective: validation {metric} ({labels_read}). Budget per model: "
              f"{counted(budget.trials, 'finished trial')}, {budget.timeout_minutes:g} min per "
