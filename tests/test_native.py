@@ -504,7 +504,7 @@ def test_a_first_build_says_so(tmp_path, monkeypatch, capsys):
     # torch's layout under $TORCH_EXTENSIONS_DIR: <dir>/<name>/<name>.so (no python tag
     # folder, which only the default root has)
     cached = tmp_path / name
-    cached.mkdir(parents=True)
+    cached.mkdir(parents=True, exist_ok=True)  # (torch's build folder, made by the lock check)
     (cached / f"{name}.so").write_bytes(b"")
     monkeypatch.setitem(native._state, "module", None)
     native.load_native_attention()
@@ -513,7 +513,7 @@ def test_a_first_build_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
     monkeypatch.setattr(cpp_extension, "get_default_build_root", lambda: str(tmp_path / "home"))
     assert not native.is_built(name)
-    (tmp_path / "home" / "py311_cpu" / name).mkdir(parents=True)
+    (tmp_path / "home" / "py311_cpu" / name).mkdir(parents=True, exist_ok=True)
     (tmp_path / "home" / "py311_cpu" / name / f"{name}.so").write_bytes(b"")
     assert native.is_built(name)
 
