@@ -62,11 +62,17 @@ def _read_torch_object(path: Path) -> object:
         if path.is_file() and path.stat().st_size == 0:  # torch said only "()"
             raise ValueError(f"{path} is empty (0 bytes): a download or copy cut short?") \
                 from error
-        detail = (str(error).strip().splitlines() or ["no detail"])[0][:200]
-        if detail.startswith("Weights only load failed"):  # its advice is not the fix here
-            detail = "not a file torch.save wrote, or damaged"
-        raise ValueError(f"{path}: torch.load failed ({type(error).__name__}: {detail})") \
-            from error
+        raise ValueError(f"{path}: torch.load failed ({type(error).__name__}: "
+                         f"{load_error_detail(error) or 'no detail'})") from error
+
+
+def load_error_detail(error: BaseException) -> str:
+    """The first line of a failed load's message (at most 200 characters, ``""`` for none),
+    without torch's advice to unpickle in full, which is not the fix for a damaged file."""
+    detail = (str(error).strip().splitlines() or [""])[0][:200]
+    if detail.startswith("Weights only load failed"):
+        return "torch.load found no tensors it can read"
+    return detail
 
 
 #: Set to 1 to unpickle data files whose objects go beyond tensors and PyG's data classes.

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .embedded import load_torch_data, restricted_pyg_loads
+from .embedded import load_error_detail, load_torch_data, restricted_pyg_loads
 from .locking import folder_lock
 
 if TYPE_CHECKING:
@@ -101,12 +101,9 @@ def read_local_files(read: Callable[[], _Loaded], where: Path, fix: str) -> _Loa
     except UNREADABLE_FILE_ERRORS as error:
         if not unreadable(error):
             raise
-        detail = (str(error).strip().splitlines() or [""])[0][:200]
-        if detail.startswith("Weights only load failed"):  # its advice is not the fix here
-            detail = "torch.load found no tensors it can read"
         raise ValueError(f"the files under {where} cannot be read ({type(error).__name__}: "
-                         f"{detail}): a file is truncated, damaged or not the expected one; "
-                         f"{fix}") from error
+                         f"{load_error_detail(error)}): a file is truncated, damaged or not "
+                         f"the expected one; {fix}") from error
 
 
 def category_ids(values: Tensor, what: str, count: int) -> Tensor:
