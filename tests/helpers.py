@@ -111,6 +111,17 @@ def planted_graph_with_masks(num_nodes: int, seed: int):
     return data
 
 
+class CodeRunningPickle:
+    """Unpickling it writes ``marker``: what a crafted data file could do instead (the
+    security tests check that no loader rebuilds it)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
 class ExplainedModel(torch.nn.Module):
     """An ETConv (8 channels, one step) and a linear head to 2 classes: what the explainer
     tests explain."""

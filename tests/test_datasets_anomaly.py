@@ -765,7 +765,8 @@ def test_a_torch_file_is_not_unpickled_beyond_tensors_and_pyg_data(tmp_path, mon
     # (from a security review) --data X.pt, a named dataset found in a shared folder and the
     # ZINC files were unpickled in full: a crafted file ran its code
     import fractions
-    import subprocess
+
+    from helpers import CodeRunningPickle
 
     from et_graph.datasets import load_pyg_file
     from et_graph.datasets.embedded import UntrustedFileError
@@ -784,14 +785,9 @@ def test_a_torch_file_is_not_unpickled_beyond_tensors_and_pyg_data(tmp_path, mon
     assert load_pyg_file(extra).num_nodes == 40  # the user's own trusted file
     monkeypatch.delenv("ET_GRAPH_TRUST_PICKLE")
     marker = tmp_path / "ran"
-
-    class Payload:
-        def __reduce__(self):
-            return (subprocess.call, (["touch", str(marker)],))
-
     crafted = tmp_path / "crafted.pt"
     torch.save({"x": graph.x, "edge_index": graph.edge_index, "y": graph.y,
-                "payload": Payload()}, crafted)
+                "payload": CodeRunningPickle(marker)}, crafted)
     with pytest.raises(UntrustedFileError):
         load_pyg_file(crafted)
     assert not marker.exists()

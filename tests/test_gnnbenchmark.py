@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import record_calls
+from helpers import CodeRunningPickle, record_calls
 from torch_geometric.data import Data
 from torch_geometric.utils import contains_self_loops, is_undirected
 
@@ -131,16 +131,6 @@ def test_pyg_wrappers_load_local_files(tmp_path, zinc_val):
     assert len(val) == 2 and torch.equal(val[1].y, splits["val"][1].y)
 
 
-class _RunsCode:
-    """Unpickling it writes ``marker``: what a planted data file could do instead."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
-
-
 def test_planted_data_files_cannot_run_code(tmp_path, zinc_val, monkeypatch):
     # (security review) PyG's fs.torch_load retries a refused weights-only load with full
     # unpickling, and its ZINC processing pickle.loads the raw files: a planted file under
@@ -151,7 +141,7 @@ def test_planted_data_files_cannot_run_code(tmp_path, zinc_val, monkeypatch):
     marker = tmp_path / "ran"
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
-    torch.save([[_RunsCode(marker)], [], []], raw / "MNIST_v2.pt")
+    torch.save([[CodeRunningPickle(marker)], [], []], raw / "MNIST_v2.pt")
     with pytest.raises(UntrustedFileError, match="beyond tensors"):
         load_gnn_benchmark(tmp_path, "MNIST", "train")
     # a planted processed file (PyG loads it without looking at the raw one)
@@ -160,20 +150,20 @@ def test_planted_data_files_cannot_run_code(tmp_path, zinc_val, monkeypatch):
     load_gnn_benchmark(tmp_path, "CLUSTER", "train")
     processed = tmp_path / "CLUSTER" / "processed" / "train_data.pt"
     mtime = processed.stat().st_mtime
-    torch.save(_RunsCode(marker), processed)
+    torch.save(CodeRunningPickle(marker), processed)
     os.utime(processed, (mtime + 10, mtime + 10))  # newer than the raw file: not reprocessed
     with pytest.raises(UntrustedFileError):
         load_gnn_benchmark(tmp_path, "CLUSTER", "train")
     # (a review) PyG's Dataset._process torch.loads processed/pre_transform.pt in full itself
     shutil.rmtree(tmp_path / "CLUSTER" / "processed")
     load_gnn_benchmark(tmp_path, "CLUSTER", "train")  # processed afresh
-    torch.save(_RunsCode(marker), tmp_path / "CLUSTER" / "processed" / "pre_transform.pt")
+    torch.save(CodeRunningPickle(marker), tmp_path / "CLUSTER" / "processed" / "pre_transform.pt")
     with pytest.raises(UntrustedFileError):
         load_gnn_benchmark(tmp_path, "CLUSTER", "train")
     # the official ZINC raw format is a pickle: tensors, lists and dicts only
     _write_fake_zinc_raw(tmp_path / "ZINC", zinc_val)
     with open(tmp_path / "ZINC" / "raw" / "val.pickle", "wb") as handle:
-        pickle.dump([_RunsCode(marker)], handle)
+        pickle.dump([CodeRunningPickle(marker)], handle)
     with pytest.raises(UntrustedFileError, match=r"val\.pickle names builtins\.exec"):
         load_zinc(tmp_path / "ZINC", "train")
     assert not marker.exists()
