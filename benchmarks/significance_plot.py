@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from et_graph.plots.significance import plot_differences
-from et_graph.protocols.significance import Difference, format_p, holm, signed
+from et_graph.protocols.significance import (
+    Difference,
+    format_p_near,
+    holm,
+    interval_text,
+    signed,
+)
 from et_graph.reporting import json_text
 
 STORED = Path(__file__).resolve().parents[1] / "docs" / "measured" / "significance"
@@ -114,10 +120,10 @@ def main(argv: Optional[list[str]] = None) -> Path:
     records = family_table(rows)
     print("| panel | row | difference [95% interval] | p | p, Holm over the panel |\n"
           "|---|---|---|---|---|")
-    for r in records:
+    for r in records:  # (95% intervals, as the title says: alpha 0.05)
         print(f"| {r['panel'].split(':')[0]} | {r['row']} | {signed(r['mean'], 4)} "
-              f"[{signed(r['low'], 4)}, {signed(r['high'], 4)}] | {format_p(r['p'])} | "
-              f"{format_p(r['p_holm'])} |")
+              f"{interval_text(r['low'], r['high'], 4)} | {format_p_near(r['p'], 0.05)} | "
+              f"{format_p_near(r['p_holm'], 0.05)} |")
     if args.json:
         args.json.write_text(json_text(records), encoding="utf-8")
     print(f"\nwrote {path}")

@@ -48,8 +48,8 @@ from et_graph.protocols.significance import (  # noqa: E402
     cv_test_train_ratio,
     format_p_near,
     holm,
+    interval_text,
     signed,
-    signed_limit,
 )
 from et_graph.reporting import json_text, summarize  # noqa: E402
 
@@ -256,10 +256,9 @@ def differences_table(rows: list[dict[str, Any]]) -> str:
             if r is None:
                 cells.append("–")
                 continue
-            points = [signed(100 * r["mean"], 1),
-                      *(signed_limit(100 * r[key], 1) for key in ("low", "high"))]
             alpha = 1.0 - r.get("confidence", 0.95)
-            text = (f"{points[0]} [{points[1]}, {points[2]}], "
+            text = (f"{signed(100 * r['mean'], 1)} "
+                    f"{interval_text(100 * r['low'], 100 * r['high'], 1)}, "
                     f"p {format_p_near(r['p_value'], alpha)} "
                     f"(Holm {format_p_near(r['p_holm'], alpha)}), "
                     + "/".join(map(str, r["wins"])))

@@ -449,6 +449,12 @@ def signed_limit(value: float, digits: int) -> str:
     return text
 
 
+def interval_text(low: float, high: float, digits: int) -> str:
+    """``[low, high]``, each end by :func:`signed_limit`: every printed interval (the difference
+    tables, the TU summaries, the forest plot's table) reads its sign the same way."""
+    return f"[{signed_limit(low, digits)}, {signed_limit(high, digits)}]"
+
+
 def format_p_near(p_value: float, alpha: float) -> str:
     """:func:`format_p`, with 4 digits where 3 would print the threshold ``alpha`` itself
     (``0.050`` for 0.0496, "ahead", and for 0.0504, not)."""
@@ -496,7 +502,7 @@ def difference_table(differences: Sequence[Difference], digits: int = 4) -> str:
     for d, p_family in zip(differences, adjusted):
         alpha = 1.0 - d.confidence
         cells = [f"{d.first} − {d.second}", d.metric, signed(d.mean, digits),
-                 f"[{signed_limit(d.low, digits)}, {signed_limit(d.high, digits)}]",
+                 interval_text(d.low, d.high, digits),
                  format_p_near(d.p_value, alpha),
                  *([format_p_near(p_family, alpha)] if family else [])]
         if paired:
