@@ -739,7 +739,7 @@ def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Option
     args = parser.parse_args(argv)
     given = {key for key in vars(args) if "." in key}
     config = resolve(cls, args, base)
-    warn_inactive_schedule_flags(config, given)
+    warn_inactive_dependent_flags(config, given)
     if ("run.native_attention" in given and not getattr(args, "run.native_attention")
             and getattr(getattr(config, "run", None), "native_attention", False)):
         # The environment switches the kernels on for every run (documented), so the flag's
@@ -764,7 +764,7 @@ DEPENDENT_FIELDS: dict[str, tuple[str, tuple[Any, ...]]] = {
 }
 
 
-def warn_inactive_schedule_flags(config: Any, given: set[str]) -> list[str]:
+def warn_inactive_dependent_flags(config: Any, given: set[str]) -> list[str]:
     """Warn about flags given beside a value of their section that does not read them
     (:data:`DEPENDENT_FIELDS`: ``--lr-patience 3`` with the cosine schedule, ``--ple-bins``
     without ``--feature-norm ple``, ``--split-seed`` under the gadbench protocol). Returns
