@@ -114,6 +114,40 @@ def test_a_study_from_before_a_new_setting_resumes_at_its_default_only(tmp_path)
                      TuneBudget(trials=3), storage, out=tmp_path / "c", data=data)
 
 
+def test_a_study_resumed_under_another_prune_warmup_is_refused(tmp_path):
+    """--prune-warmup was not stored with a study: resuming it with another value silently
+    pruned its later trials under another rule than its earlier ones."""
+    data = planted_anomaly_graph(200, seed=4)
+    config = parse(AnomalyConfig, SMALL)
+    storage = f"sqlite:///{tmp_path}/study.db"
+    tune_anomaly(config, ["gbt"], TuneBudget(trials=1, prune_warmup=5), storage,
+                 out=tmp_path / "a", data=data)
+    with pytest.raises(ValueError, match="--prune-warmup 5, not 2"):
+        tune_anomaly(config, ["gbt"], TuneBudget(trials=2, prune_warmup=2), storage,
+                     out=tmp_path / "b", data=data)
+    resumed = tune_anomaly(config, ["gbt"], TuneBudget(trials=2, prune_warmup=5), storage,
+                           out=tmp_path / "c", data=data)
+    assert resumed["models"]["gbt"]["prune_warmup"] == 5
+
+
+def test_a_study_from_before_the_prune_warmup_was_stored_resumes(tmp_path):
+    import optuna
+
+    from et_graph.tuning.study import run_study, study_summary, write_report
+
+    storage = f"sqlite:///{tmp_path}/study.db"
+    optuna.create_study(study_name="older", storage=storage,  # as an older version stored it
+                        direction="maximize")
+    study = run_study("older", lambda trial: trial.suggest_float("x", 0, 1),
+                      TuneBudget(trials=1, prune_warmup=9), storage, progress=False)
+    summary = study_summary(study, 0.0)
+    assert summary["prune_warmup"] is None  # unknown, not the warm-up of this resume
+    write_report(tmp_path, "anomaly", "x", "auroc", TuneBudget(trials=1), {"et": summary}, {},
+                 parse(AnomalyConfig, SMALL))
+    text = " ".join((tmp_path / "study_report.md").read_text(encoding="utf-8").split())
+    assert "The studies of et were stored before the pruner's warm-up was recorded" in text
+
+
 def test_failing_trials_stop_the_study_instead_of_running_to_the_time_limit():
     """A diverging model fails every trial; optuna's trial-count callback ignores failures,
     so 4,110 failed trials ran in 6 seconds of a 30-minute budget."""

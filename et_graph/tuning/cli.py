@@ -307,7 +307,7 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
         existing = study_or_none(name, storage) if storage is not None else None
         if existing is not None:
             check_resumable(existing, storage, getattr(objective, "direction", "maximize"),
-                            preset_metric, settings, defaults)
+                            preset_metric, settings, defaults, budget.prune_warmup)
     # as every task's runs: locked while it writes (two tunes into one --out mixed their
     # presets and reports), and earlier presets it did not rewrite are named at the end
     with output_folder(out):

@@ -208,13 +208,14 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
 
     ``objective_label`` names what the trials measure (e.g. ``"validation auprc"``); it is
     stored with the study, and resuming a study under another label or direction raises, since
-    its old values would be reported as the new objective's. ``settings`` (the fixed, untuned
-    config as a flat ``{name: value}``) is stored the same way: resuming under other fixed
-    settings raises, naming them, since the old trials were scored under the old ones; a
-    setting the stored study lacks (added to the library after it ran) counts as its value in
-    ``setting_defaults``, the one the older code ran with. If as
-    many trials fail in a row (a diverging loss) as the budget has trials, the run stops with
-    a warning rather than starting failing trials until the time limit."""
+    its old values would be reported as the new objective's; so does resuming it under another
+    ``budget.prune_warmup`` (its trials were pruned under the stored one). ``settings`` (the
+    fixed, untuned config as a flat ``{name: value}``) is stored the same way: resuming under
+    other fixed settings raises, naming them, since the old trials were scored under the old
+    ones; a setting the stored study lacks (added to the library after it ran) counts as its
+    value in ``setting_defaults``, the one the older code ran with. If as many trials fail in
+    a row (a diverging loss) as the budget has trials, the run stops with a warning rather
+    than starting failing trials until the time limit."""
     if direction not in ("maximize", "minimize"):
         raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
     optuna = _optuna()
@@ -223,7 +224,7 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
     existing = study_or_none(name, storage)
     if existing is not None:
         check_resumable(existing, storage, direction, objective_label, settings,
-                        setting_defaults)
+                        setting_defaults, budget.prune_warmup)
     done = len(_finished(existing))
     study = optuna.create_study(
         study_name=name,
@@ -237,6 +238,10 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
     # (a study that existed was checked above; one created now holds nothing to compare)
     if objective_label and study.user_attrs.get("objective") is None:
         study.set_user_attr("objective", objective_label)
+    if existing is None:
+        # Recorded at creation only: the trials of a study from before this record may have
+        # been pruned under another warm-up, which resuming it must not claim to know.
+        study.set_user_attr("prune_warmup", budget.prune_warmup)
     if settings is not None:
         # Recorded with what this run adds (a data digest a study from an older version
         # lacks), so that a later resume compares those too.
@@ -262,12 +267,15 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
 
 def check_resumable(study: Any, storage: Optional[str], direction: str, objective_label: str,
                     settings: Optional[dict[str, Any]],
-                    setting_defaults: Optional[dict[str, Any]] = None) -> None:
+                    setting_defaults: Optional[dict[str, Any]] = None,
+                    prune_warmup: Optional[int] = None) -> None:
     """``ValueError`` when the stored ``study`` cannot be continued by this run: another
-    direction or objective, or other fixed ``settings`` than its trials were scored under.
+    direction or objective, another pruner warm-up (``prune_warmup``), or other fixed
+    ``settings`` than its trials were scored under.
     Only settings both record are compared: one the study lacks (added to the library since)
     counts as its value in ``setting_defaults`` or, without one, is not compared; one this run
-    no longer records (no trial reads it) is not compared either."""
+    no longer records (no trial reads it) is not compared either. A study stored before the
+    warm-up was recorded resumes under any warm-up (its own is unknown)."""
     name = study.study_name
     if study.direction.name.lower() != direction:
         raise ValueError(f"study {name!r} in {storage} was created to "
@@ -278,6 +286,12 @@ def check_resumable(study: Any, storage: Optional[str], direction: str, objectiv
         raise ValueError(f"study {name!r} in {storage} holds trials of another objective "
                          f"({stored!r}, not {objective_label!r}); its values would be reported "
                          "as this one's: use another storage or study prefix")
+    stored_warmup = study.user_attrs.get("prune_warmup")
+    if prune_warmup is not None and stored_warmup is not None and stored_warmup != prune_warmup:
+        raise ValueError(f"study {name!r} in {storage} was pruned with --prune-warmup "
+                         f"{stored_warmup}, not {prune_warmup}; its trials would mix two pruning "
+                         f"rules: resume with --prune-warmup {stored_warmup}, or use another "
+                         "storage or study prefix")
     before = study.user_attrs.get("settings")
     if settings is None or before is None:
         return
@@ -362,6 +376,8 @@ def study_summary(study: Any, seconds: float,
         "best_trial": best.number if best else None,
         "best_params": best.params if best else {},
         "seconds_this_run": seconds,
+        # the warm-up its trials were pruned under (None: stored before it was recorded)
+        "prune_warmup": study.user_attrs.get("prune_warmup"),
         "history": [(t.number, t.value) for t in complete],
         # a pruned trial's last reported validation value, drawn beside the finished ones
         "pruned_history": [(t.number, t.intermediate_values[max(t.intermediate_values)])
@@ -397,6 +413,12 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
     if any(count < budget.trials for count in held):
         resumed += (" Some studies hold fewer finished trials than the budget: the time limit "
                     "(or failures) stopped them first; the table counts them.")
+    unknown = sorted(model for model, s in summaries.items()
+                     if "prune_warmup" in s and s["prune_warmup"] is None)
+    if unknown:
+        resumed += (f" The studies of {', '.join(unknown)} were stored before the pruner's "
+                    "warm-up was recorded: their earlier trials may have been pruned under "
+                    "another warm-up.")
     lines = [f"# Tuning: {task} on {dataset}", "",
              f"Objective: validation {metric} ({labels_read}). Budget per model: "
              f"{counted(budget.trials, 'finished trial')}, {budget.timeout_minutes:g} min per "
