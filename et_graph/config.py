@@ -549,6 +549,12 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+#: Other flag names a field's flag also answers to, where tasks spell one setting two ways:
+#: the dataset folder is ``--data-root`` in the anomaly tasks and ``--root`` in the graph
+#: tasks, and each task takes the other's spelling too (its own stays first in the help).
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {"data_root": ("root",), "root": ("data_root",)}
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type,
                          base: Optional[Any] = None) -> None:
     """One flag per field of every section of ``cls`` (flag names must be unique), plus
@@ -565,6 +571,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type,
                              + (f" ({_describe(quick)})" if quick else ""))
     defaults = cls() if base is None else base
     seen: dict[str, str] = {}
+    own_flags = {f.metadata.get("flag", f.name) for section_cls in _section_types(cls).values()
+                 for f in dataclasses.fields(section_cls)}
     for section_name, section_cls in _section_types(cls).items():
         group = parser.add_argument_group(section_name)
         docs = field_docs(section_cls)
@@ -585,14 +593,16 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type,
             text = f"{text} (default: {default})" if text else f"default: {default}"
             text = text.replace("%", "%%")
             dest = f"{section_name}.{f.name}"
+            # (an alias that is another field's own flag stays that field's)
+            flags = [_flag(name) for name in (flag_name, *FLAG_ALIASES.get(flag_name, ()))
+                     if name == flag_name or name not in own_flags]
             if base is bool:
-                group.add_argument(_flag(flag_name), dest=dest,
-                                   action=argparse.BooleanOptionalAction,
+                group.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction,
                                    default=argparse.SUPPRESS, help=text)
             else:
                 metavar = {int: "INT", float: "FLOAT", str: "TEXT"}[base]
                 parse = _optional_parser(base) if optional else base
-                group.add_argument(_flag(flag_name), dest=dest, type=parse, metavar=metavar,
+                group.add_argument(*flags, dest=dest, type=parse, metavar=metavar,
                                    default=argparse.SUPPRESS, help=text)
 
 
