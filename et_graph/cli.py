@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+# Nothing here imports torch (the package imports it on first use): `et-graph --version`
+# and the list of commands answer without it; the task modules import it when run.
 from . import __version__
-from .config import add_config_arguments
 
 #: Set (to anything) to see the whole traceback of a bad-input error instead of its one line.
 TRACEBACK_ENV = "ET_GRAPH_TRACEBACK"
@@ -43,6 +44,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     module = importlib.import_module(module_name)
     if not hasattr(module, "CONFIG"):
         return module.build_parser()
+    from .config import add_config_arguments
+
     parser = argparse.ArgumentParser(prog=f"et-graph {command}", description=help_text,
                                      allow_abbrev=False)
     add_config_arguments(parser, module.CONFIG)
@@ -72,18 +75,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+#: Errors that report bad input in their message (see :func:`exit_on_bad_input`).
+BAD_INPUT_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+                    PermissionError)
+
+
+def bad_input_errors() -> tuple[type[BaseException], ...]:
+    """:data:`BAD_INPUT_ERRORS`, and the compiled kernels' build error once their module is
+    loaded (only then can it be raised): importing that module imports torch, which
+    ``et-graph --version`` does without."""
+    native = sys.modules.get(f"{__package__}.native")
+    return BAD_INPUT_ERRORS + ((native.NativeBuildError,) if native is not None else ())
+
+
 def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
     """Run ``call()``; report bad input (a ``ValueError``, or a path that is missing, of the
     wrong kind or not permitted, which the library and the OS name in their message) as one
     line on stderr and return exit status 2 instead of a traceback. ``ET_GRAPH_TRACEBACK=1``
     lets the exception through. Otherwise the exit status is ``call()``'s own when it returns
     an int (0 for anything else)."""
-    from .native import NativeBuildError
-
     try:
         result = call()
-    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-            PermissionError, NativeBuildError) as error:
+    except bad_input_errors() as error:  # (evaluated once an error comes)
         if os.environ.get(TRACEBACK_ENV):
             raise
         print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)

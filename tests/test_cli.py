@@ -122,6 +122,24 @@ def test_python_dash_m_runs_the_command():
     assert done.stdout.strip() == f"et-graph {__version__}"
 
 
+def test_version_and_the_command_list_answer_without_importing_torch():
+    # `et-graph --version` took about 3 s: importing the CLI imported torch and PyG
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from et_graph.cli import console_main\n"
+            "assert console_main(['--version']) == 0\n"
+            "assert console_main(['--help']) == 0\n"
+            "heavy = sorted(name for name in ('torch', 'torch_geometric', 'numpy') "
+            "if name in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"et-graph {__version__}\n")
+
+
 def test_help_lists_version_and_the_commands(capsys):
     assert console_main(["--help"]) == 0
     out = capsys.readouterr().out
