@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable
-from typing import IO, Any, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import IO, Any, Generic, TypeVar
 
 from tqdm.auto import tqdm
 from tqdm.autonotebook import tqdm as notebook_or_plain_tqdm
 
-__all__ = ["LOG_INTERVAL_S", "interactive", "progress_bar"]
+__all__ = ["LOG_INTERVAL_S", "DisabledBar", "interactive", "progress_bar"]
 
 T = TypeVar("T")
 
@@ -49,6 +49,35 @@ class _LineWriter:
         self.stream.flush()
 
 
+class DisabledBar(Generic[T]):
+    """The bar of ``progress_bar(..., disable=True)``: it iterates ``iterable`` and takes the
+    tqdm calls the library makes (``set_postfix``, ``update``, ``close``, ``with``) without
+    drawing anything. A disabled tqdm bar draws nothing either, but creating one starts tqdm's
+    monitor thread, which then wakes every 10 s for the rest of the process."""
+
+    disable = True
+
+    def __init__(self, iterable: Iterable[T], total: int | None = None) -> None:
+        self.iterable = iterable
+        self.total = total
+        self.n = 0
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self.iterable)
+
+    def __enter__(self) -> DisabledBar[T]:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        return None
+
+    def _ignore(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    update = close = refresh = set_postfix = set_postfix_str = _ignore
+    set_description = set_description_str = _ignore
+
+
 def interactive(stream: IO[str]) -> bool:
     """Whether ``stream`` shows tqdm's in-place bars: a terminal, or a notebook's widget."""
     # tqdm.auto picks its notebook widget inside a Jupyter kernel, whose stderr is not a
@@ -63,16 +92,19 @@ def interactive(stream: IO[str]) -> bool:
 
 
 def progress_bar(iterable: Iterable[T], *, desc: str | None = None, leave: bool = True,
-                 disable: bool = False, total: int | None = None, **options: Any) -> tqdm:
-    """tqdm over ``iterable``, drawn in place on a terminal and as plain lines in a log.
+                 disable: bool = False, total: int | None = None,
+                 **options: Any) -> tqdm | DisabledBar[T]:
+    """tqdm over ``iterable``, drawn in place on a terminal and as plain lines in a log
+    (``disable=True``: a :class:`DisabledBar`, which starts no thread).
 
     Takes tqdm's own keywords (``options``); in a log ``mininterval`` and ``delay`` default
     to :data:`LOG_INTERVAL_S` and the bar is drawn in ASCII.
     """
+    if disable:
+        return DisabledBar(iterable, total)
     stream = options.pop("file", None) or sys.stderr
-    if disable or interactive(stream):
-        return tqdm(iterable, desc=desc, leave=leave, disable=disable, total=total,
-                    file=stream, **options)
+    if interactive(stream):
+        return tqdm(iterable, desc=desc, leave=leave, total=total, file=stream, **options)
     # position 0: a nested bar placed lower would move the cursor up with escape codes
     # (maxinterval: tqdm's monitor thread redrew every 10 s otherwise)
     for name, value in (("mininterval", LOG_INTERVAL_S), ("maxinterval", LOG_INTERVAL_S),

@@ -62,3 +62,22 @@ def test_a_caller_may_set_the_log_options_itself():
     assert list(progress_bar(range(2), file=log, position=0, ncols=60, delay=0,
                              mininterval=0)) == [0, 1]
     assert "\r" not in log.getvalue()
+
+
+def test_a_disabled_bar_starts_no_monitor_thread(monkeypatch):
+    """A disabled tqdm bar draws nothing, but creating one started tqdm's monitor thread
+    (a daemon waking every 10 s for the rest of the process)."""
+    import threading
+
+    from tqdm._monitor import TMonitor
+
+    # as in a fresh process: no monitor yet (an earlier enabled bar may have started one)
+    monkeypatch.setattr(progress.tqdm, "monitor", None)
+    before = set(threading.enumerate())
+    with progress_bar(range(3), desc="quiet", disable=True) as bar:
+        assert list(bar) == [0, 1, 2]
+        bar.set_postfix(loss="0.1", refresh=False)  # as the training engine calls it
+        bar.update()
+    started = [thread for thread in set(threading.enumerate()) - before
+               if isinstance(thread, TMonitor)]
+    assert not started
