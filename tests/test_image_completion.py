@@ -1,6 +1,7 @@
 """Masked image completion on ETConv's dense path: model, data, protocol, example."""
 from __future__ import annotations
 
+import copy
 import json
 import runpy
 import sys
@@ -349,6 +350,24 @@ def test_short_training_beats_the_mean_patch_baseline(digits) -> None:
     )
     again = masked_mse(predict_patches(model, val, val_mask), patchify(val, 4), val_mask)
     assert again == pytest.approx(fit.best.loss, rel=1e-5) and fit.best.score == -fit.best.loss
+
+
+def test_training_seeds_its_noise_and_gives_the_caller_its_random_state(digits) -> None:
+    """``seed`` did not reach the descent noise, drawn from the process's generator: two
+    trainings of one model with one seed differed, and each moved the caller's random stream
+    (the other tasks' trainings seed every generator and give the caller's states back)."""
+    model = small_model(noise_std=0.1)
+    twin = copy.deepcopy(model)
+    config = ImageTrainConfig(epochs=2, batch_size=16)
+    caller = torch.get_rng_state()
+    first = train_image_completion(model, digits[:48], config, seed=3, progress=False)
+    assert torch.equal(torch.get_rng_state(), caller)
+    torch.rand(5)  # the caller's program draws on between the two calls
+    second = train_image_completion(twin, digits[:48], config, seed=3, progress=False)
+    assert [row["train_loss"] for row in first.history] == \
+        [row["train_loss"] for row in second.history]
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, twin.state_dict()[name]), name
 
 
 def test_validation_part_is_a_seeded_subset_of_the_training_images(digits) -> None:

@@ -20,7 +20,15 @@ from torch import Tensor
 
 from ..datasets.images import split_images
 from ..nn.models.image_completion import ETImageCompletion, check_images, patchify
-from ..training import CheckpointConfig, FitResult, TrainConfig, Trainer, Validation
+from ..training import (
+    CheckpointConfig,
+    FitResult,
+    TrainConfig,
+    Trainer,
+    Validation,
+    keeps_caller_rng,
+    seed_everything,
+)
 from ..training.checkpoint import fingerprint_with_data
 
 ENERGY_TOLERANCE = 1e-4
@@ -107,6 +115,7 @@ class ImageCompletionTask:
         return Validation(score=-mse, loss=mse, metrics={"mse": mse})
 
 
+@keeps_caller_rng
 def train_image_completion(
     model: ETImageCompletion,
     train_images: Tensor,
@@ -120,8 +129,12 @@ def train_image_completion(
     """Train with :class:`~et_graph.training.Trainer` on the masked-patch MSE of a seeded
     ``1 - val_fraction`` part of ``train_images`` (a fresh random mask per batch), keep the epoch
     with the lowest masked MSE on the other part (one fixed seeded mask) and return the
-    :class:`~et_graph.training.FitResult`; the model holds that epoch's weights."""
+    :class:`~et_graph.training.FitResult`; the model holds that epoch's weights.
+
+    ``seed`` seeds the process's generators too (the descent noise, ``noise_std``), and the
+    caller gets its own generator states back, as the other tasks' trainings do."""
     config = config or ImageTrainConfig()
+    seed_everything(seed)
     check_images(train_images, model.channels)
     fit_images, val_images = validation_split(train_images, val_fraction, seed)
     task = ImageCompletionTask(model, fit_images, val_images, config.batch_size, seed)
