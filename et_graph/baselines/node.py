@@ -79,6 +79,9 @@ class GCNNet(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         index, weight = self.normalized_adjacency(edge_index, x.size(0))
+        # (gcn_norm makes its weights in the default dtype, which a process may have changed
+        # since the fit: float64 weights failed against float32 features)
+        weight = weight.to(x.dtype)
         h = self.dropout(torch.relu(self.conv1(x, index, weight)))
         h = self.dropout(torch.relu(self.conv2(h, index, weight)))
         return self.head(h).squeeze(-1)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..callers import user_stacklevel
 from ..config import apply_keywords, check_device, resolve_device, to_dict
 from ..nn.validation import check_chunk_size, is_integral
 from ..protocols.anomaly import choose_threshold
@@ -197,9 +198,16 @@ class BaseDetector:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: fit it before save()")
         from ..config import code_identity
         from ..native import native_attention_enabled
+        from ..training.checkpoint import torch_save_whole
 
-        torch.save({"format": SAVE_FORMAT, **code_identity(), "class": type(self).__name__,
-                    "native_attention": native_attention_enabled(), "detector": self}, path)
+        saved = copy.copy(self)
+        # A callback (a tuning loop's lambda) belongs to this process: it failed to pickle,
+        # and the file is loaded where it does not exist.
+        saved.__dict__.pop("on_epoch", None)
+        torch_save_whole(path, {"format": SAVE_FORMAT, **code_identity(),
+                                "class": type(self).__name__,
+                                "native_attention": native_attention_enabled(),
+                                "detector": saved})
 
     @classmethod
     def _accepts(cls, detector: Any) -> bool:
@@ -249,7 +257,8 @@ class BaseDetector:
                 f"{'on' if saved_native else 'off'} and they are "
                 f"{'off' if saved_native else 'on'} here: the scores may differ from the saved "
                 f"detector's in the last bits; et_graph.native.set_native_attention("
-                f"{saved_native}) scores bit for bit as before", RuntimeWarning, stacklevel=2)
+                f"{saved_native}) scores bit for bit as before", RuntimeWarning,
+                stacklevel=user_stacklevel())
         detector.device = device
         return detector
 
@@ -312,7 +321,7 @@ class BaseDetector:
                         "(add informative ones, e.g. et_graph.transforms.LogDegree)")
             warnings.warn(f"{type(self).__name__}: every validation node has the same score "
                           f"({float(val_scores[0]):.4g}), so the model ranks nothing{trace}; "
-                          f"{hint}", RuntimeWarning, stacklevel=2)
+                          f"{hint}", RuntimeWarning, stacklevel=user_stacklevel())
         self.threshold_, val_f1 = choose_threshold(
             y[val_index].numpy(), score[val_index].double().numpy()
         )
@@ -322,8 +331,16 @@ class BaseDetector:
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         raise NotImplementedError
 
-    def _prepare(self, data: Data) -> Data:
-        """``data`` as ``_fit`` and ``_score`` read it (checked already); here unchanged."""
+    def _prepare(self, data: Data, dtype: torch.dtype = torch.float32) -> Data:
+        """``data`` as ``_fit`` and ``_score`` read it (checked already): a shallow copy with
+        ``x`` in ``dtype`` and ``edge_index`` as int64, or ``data`` itself when it is so
+        already. Features as float16 were read in half precision by the trees (scores off by
+        0.05) and bfloat16 ones failed in NumPy; int16 or uint8 edges failed in indexing."""
+        if data.x.dtype == dtype and data.edge_index.dtype == torch.long:
+            return data
+        data = copy.copy(data)
+        data.x = data.x.to(dtype)
+        data.edge_index = data.edge_index.long()
         return data
 
     def decision_function(self, data: Data) -> Tensor:
@@ -425,7 +442,8 @@ def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = Fal
               and not (name == "edge_type" and reads_edge_type)]
     if unused:
         warnings.warn(f"{detector} ignores data.{' and data.'.join(unused)}: the detectors read "
-                      "x, edge_index (and edge_type with multi_relation) only", stacklevel=3)
+                      "x, edge_index (and edge_type with multi_relation) only",
+                      stacklevel=user_stacklevel())
 
 
 def check_graph(data: Data) -> tuple[Tensor, Tensor]:

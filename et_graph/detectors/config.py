@@ -53,8 +53,9 @@ class ETModelConfig:
             in-neighbours)); a node never sees its own label, validation and test labels never
             enter, and each epoch a share of the training nodes (``label_trick_share``) feed
             labels while the others carry the loss. Scoring the fitted graph uses every
-            training label, and so does the fitted graph grown by nodes appended after its own
-            (its edges kept); another graph gets zeros (no labels known) and a warning.
+            training label, and so does the fitted graph grown by new edges or by nodes
+            appended after its own (every fitted edge kept); another graph gets zeros (no
+            labels known) and a warning.
         label_trick_share: with ``label_trick``, the share of the training nodes drawn afresh
             each epoch to feed the label columns (the rest carry the loss): a larger share
             trains on label columns closer to the scoring's (every training label) with fewer

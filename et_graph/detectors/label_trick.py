@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..callers import user_stacklevel
 from ..transforms.neighbourhood import in_edges_without_self_loops
 
 #: Number of input columns the label trick adds.
@@ -40,20 +41,24 @@ def neighbour_label_features(edge_index: Tensor, labels: Tensor) -> Tensor:
     own label never enters its row; a node without in-neighbours gets zeros, and so does every
     node when no label is known."""
     num_nodes = labels.numel()
-    src, dst = in_edges_without_self_loops(edge_index)
+    src, dst = in_edges_without_self_loops(edge_index.long())
     source = labels[src]
-    ones = torch.ones(dst.numel(), device=labels.device)
-    degree = torch.zeros(num_nodes, device=labels.device).index_add_(0, dst, ones)
-    anomalous = torch.zeros(num_nodes, device=labels.device).index_add_(
-        0, dst, (source == 1).float())
-    normal = torch.zeros(num_nodes, device=labels.device).index_add_(0, dst, (source == 0).float())
+    # float32 throughout, whatever the default dtype (float64 there failed in index_add_)
+    counts = {"dtype": torch.float32, "device": labels.device}
+    ones = torch.ones(dst.numel(), **counts)
+    degree = torch.zeros(num_nodes, **counts).index_add_(0, dst, ones)
+    anomalous = torch.zeros(num_nodes, **counts).index_add_(0, dst, (source == 1).float())
+    normal = torch.zeros(num_nodes, **counts).index_add_(0, dst, (source == 0).float())
     share = degree.clamp_min(1.0)
     return torch.stack([anomalous / share, normal / share, (anomalous + normal).log1p()], dim=-1)
 
 
-def _edge_keys(edge_index: Tensor, num_nodes: int) -> Tensor:
+def edge_keys(edge_index: Tensor, num_nodes: int) -> Tensor:
     """The edges as sorted unique ``dst * N + src`` keys without self-loops: equal for the same
-    edges in any order, after coalescing or adding self-loops too."""
+    edges in any order, in any integer dtype, after coalescing or adding self-loops too."""
+    # int64: the keys of int32 edges overflowed past 46,341 nodes, and the fitted graph, its
+    # edges merely sorted, was scored as another graph with its label columns zeroed
+    edge_index = edge_index.long()
     edge_index = edge_index[:, edge_index[0] != edge_index[1]]
     return torch.unique(edge_index[1] * num_nodes + edge_index[0])
 
@@ -95,17 +100,21 @@ class FittedGraphLabels:
         # the same order (the usual case) needs no sort
         if given.shape == edge_index.shape and torch.equal(given, edge_index):
             return True
-        return torch.equal(_edge_keys(given, num_nodes), _edge_keys(edge_index, num_nodes))
+        return torch.equal(edge_keys(given, num_nodes), edge_keys(edge_index, num_nodes))
 
     def _is_grown_fitted_graph(self, data: Data) -> bool:
-        """Whether ``data`` is the fitted graph with nodes appended: more nodes, and every
-        fitted edge among its first ``fit_num_nodes_`` nodes (new edges may be added)."""
+        """Whether ``data`` is the fitted graph grown: new edges, nodes appended after the
+        fitted ones, or both, with every fitted edge among its first ``fit_num_nodes_`` nodes
+        (the daily update of a transaction graph: new transactions between known accounts,
+        and new accounts)."""
         fitted = self.train_labels_.numel()
-        if self.fit_edge_index_ is None or data.num_nodes <= fitted:
+        # (new edges alone once made it "another graph": every label column went to zero,
+        # although each fitted node and edge was still there)
+        if self.fit_edge_index_ is None or data.num_nodes < fitted:
             return False
         size = int(data.num_nodes)
-        old = _edge_keys(self.fit_edge_index_.cpu(), size)
-        return bool(torch.isin(old, _edge_keys(data.edge_index.cpu(), size)).all())
+        old = edge_keys(self.fit_edge_index_.cpu(), size)
+        return bool(torch.isin(old, edge_keys(data.edge_index.cpu(), size)).all())
 
     def label_columns(self, data: Data, device: Union[torch.device, str] = "cpu") -> Tensor:
         """The ``[N, 3]`` label-trick columns of ``data`` (float32 on ``device``)."""
@@ -117,18 +126,21 @@ class FittedGraphLabels:
         fitted = self.train_labels_.numel()
         labels = torch.full((data.num_nodes,), -1, dtype=torch.long)
         if self._is_grown_fitted_graph(data):
-            # New accounts joined the fitted graph: its nodes keep their ids and their known
-            # training labels (it once zeroed every column here, and the scores of the old
-            # nodes collapsed without a word); the new nodes have no label.
+            # New edges or accounts joined the fitted graph: its nodes keep their ids and their
+            # known training labels (it once zeroed every column here, and the scores of the
+            # old nodes collapsed without a word); new nodes have no label.
             labels[:fitted] = self.train_labels_
         else:
-            what = ("the fitted graph's nodes but other edges" if data.num_nodes == fitted
-                    else f"{data.num_nodes} nodes (the fitted graph {fitted}) and does not keep "
-                         "its edges among its first nodes")
+            what = ("the fitted graph's nodes but not all of its edges" if data.num_nodes == fitted
+                    else f"{data.num_nodes} nodes (the fitted graph {fitted})" if
+                    data.num_nodes < fitted else
+                    f"{data.num_nodes} nodes (the fitted graph {fitted}) and does not keep "
+                    "its edges among its first nodes")
             warnings.warn(
                 f"{type(self).__name__}: this graph has {what}, so it is scored as another "
                 "graph: the label-trick columns are zero (no training label is known there), "
                 "which lowers the scores' quality. Score the fitted graph, or the fitted graph "
-                "with new nodes appended after its own (its edges kept), to use its training "
-                "labels.", RuntimeWarning, stacklevel=5)
+                "grown (new edges, or new nodes appended after its own, every fitted edge "
+                "kept), to use its training labels.", RuntimeWarning,
+                stacklevel=user_stacklevel())
         return neighbour_label_features(data.edge_index.to(device), labels.to(device))

@@ -354,13 +354,15 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
                 if (value := getattr(self, name)) is not None}
 
     def _prepare(self, data: Data) -> Data:
-        """A shallow copy whose features are in the networks' dtype (float32): features from
-        NumPy often come as float64 (or as integer counts), which the layers would refuse."""
-        if data.x.dtype == torch.get_default_dtype():
-            return data
-        data = copy.copy(data)
-        data.x = data.x.to(torch.get_default_dtype())
-        return data
+        """A shallow copy whose features are in the network's dtype: features from NumPy often
+        come as float64 (or as integer counts), which the layers would refuse. That is the
+        fitted network's own dtype, not the default dtype of the moment: a process that set
+        ``torch.set_default_dtype(torch.float64)`` after the fit (or before it, and back) made
+        every score fail on a dtype mismatch."""
+        model = getattr(self, "model_", None)
+        dtype = (next(model.parameters()).dtype if model is not None and self.fitted_
+                 else torch.get_default_dtype())  # fit builds the network in this one
+        return super()._prepare(data, dtype)
 
     @property
     def label_trick(self) -> bool:
@@ -528,7 +530,7 @@ class ETDetector(NeuralDetector):
                 warnings.warn(f"{type(self).__name__}: relation(s) {empty} have no edge in the "
                               "fitted graph, so their keys and queries stay untrained; edges "
                               "of them in a scored graph would meet random weights",
-                              RuntimeWarning, stacklevel=3)
+                              RuntimeWarning, stacklevel=user_stacklevel())
         super()._fit(data, y, train, val)
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:

@@ -52,6 +52,7 @@ from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, priva
 from ..training.checkpoint import data_digest, fingerprint_with_data
 from .base import BaseDetector, check_graph, warn_unused_edge_data
 from .config import HOPFIELD_KINDS, check_descent_settings
+from .label_trick import edge_keys
 
 #: The unsupervised ET scores; the last two need the edge decoder (``structure_weight > 0``).
 ANOMALY_SCORES = ("reconstruction", "energy", "structure", "combined")
@@ -206,6 +207,13 @@ def label_free_graph(data: Data) -> Data:
     return Data(x=x, edge_index=edge_index, num_nodes=x.size(0))
 
 
+def graph_digest(graph: Data) -> str:
+    """A short digest of a graph's features and edges, the edges as sorted keys: the same graph
+    with its edges reordered, repeated, in another integer dtype or with self-loops added (none
+    of which the detector reads) has the same digest."""
+    return data_digest(graph.x.float(), edge_keys(graph.edge_index, graph.num_nodes))
+
+
 class MaskedReconstructionTask:
     """Loss and label-free validation of :class:`ETMaskedNodeReconstruction` for the engine.
 
@@ -328,14 +336,14 @@ def _warn_uninformative(graph: Data, detector: str, linked: bool) -> None:
     if bool((x == x[:1]).all()):
         warnings.warn(f"{detector}: every node has the same features, so the scores differ "
                       "only by the random masks and rank the nodes arbitrarily",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=user_stacklevel())
     # Self-loops are no neighbours: ET's attention skips them (a graph of self-loops alone
     # scored as one without edges, and said nothing).
     if not linked:
         warnings.warn(f"{detector}: the graph has no edges between two nodes (self-loops at "
                       "most), so the completion of a masked node "
                       "reads no neighbour (the detector works as a feature autoencoder)",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=user_stacklevel())
 
 
 class UnsupervisedETDetector(BaseDetector):
@@ -391,8 +399,8 @@ class UnsupervisedETDetector(BaseDetector):
         self.threshold_ = self.decision_score_ = None
         self.history_, self.fit_info_ = [], {}
         # Kept for the combined score only, whose ranks are relative to the graph scored.
-        self.fitted_graph_ = (data_digest(graph.x, graph.edge_index)
-                              if self.config.score.anomaly_score == "combined" else None)
+        self.fitted_graph_digest_ = (graph_digest(graph)
+                                     if self.config.score.anomaly_score == "combined" else None)
         # Seeded for reproducibility, without resetting the caller's random stream.
         with private_rng(self.seed, self.device):
             self._train(graph)
@@ -406,8 +414,19 @@ class UnsupervisedETDetector(BaseDetector):
             warnings.warn(
                 f"{type(self).__name__}: the scores tie at the threshold, so predict flags "
                 f"{flagged:.1%} of the fitted nodes instead of contamination={contamination} "
-                "(the ranking in decision_function still holds)", RuntimeWarning, stacklevel=2)
+                "(the ranking in decision_function still holds)", RuntimeWarning,
+                stacklevel=user_stacklevel())
         return self
+
+    def _is_fitted_graph(self, graph: Data) -> bool:
+        """Whether ``graph`` (a :func:`label_free_graph`) is the one the combined score was
+        fitted on (True when nothing was kept: another score, or nothing to compare)."""
+        digest = getattr(self, "fitted_graph_digest_", None)
+        if digest is not None:
+            return graph_digest(graph) == digest
+        # a file saved before the digest ignored edge order and dtype: its own recipe
+        saved = getattr(self, "fitted_graph_", None)
+        return saved is None or data_digest(graph.x, graph.edge_index) == saved
 
     def _flagged(self, score: Tensor) -> Tensor:
         return score.double() > self.threshold_  # in the threshold's own precision
@@ -445,16 +464,14 @@ class UnsupervisedETDetector(BaseDetector):
             raise ValueError(
                 f"data.x has {graph.num_features} features but the detector was fitted on "
                 f"{self.in_channels_}; score graphs with the same feature columns")
-        fitted = getattr(self, "fitted_graph_", None)
-        if (self.config.score.anomaly_score == "combined" and fitted is not None
-                and data_digest(graph.x, graph.edge_index) != fitted):
+        if self.config.score.anomaly_score == "combined" and not self._is_fitted_graph(graph):
             warnings.warn(
                 f"{type(self).__name__}: the combined score ranks (or robust-z-scores) the two "
                 "scores among the nodes of the graph scored, so on another graph than the "
                 "fitted one it is relative to that graph: threshold_ and predict, set on the "
                 "fitted graph's scores, do not carry over; compare graphs by "
                 "score_components()['reconstruction'] or ['structure']", RuntimeWarning,
-                stacklevel=3)
+                stacklevel=user_stacklevel())
         # Its own generator: the scores do not depend on what was drawn before.
         generator = torch.Generator().manual_seed(self.seed + 1_000_003)
         try:

@@ -32,11 +32,18 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path: PathLike, state: dict[str, Any]) -> Path:
-    """Write ``state`` atomically to ``path`` (temporary file in the same folder, fsync, then
-    ``os.replace``)."""
+    """Write ``state`` atomically to ``path`` (:func:`torch_save_whole`), folders made."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {FORMAT_KEY: FORMAT_VERSION, **state}
+    return torch_save_whole(path, {FORMAT_KEY: FORMAT_VERSION, **state})
+
+
+def torch_save_whole(path: PathLike, payload: Any) -> Path:
+    """``torch.save(payload)`` to ``path`` whole or not at all: into a temporary file in the
+    same folder, fsync, then ``os.replace``. A save that fails half-way (an object that does
+    not pickle, a kill, a full disk) leaves the previous file as it was, and a reader never
+    sees a cut one."""
+    path = Path(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as stream:

@@ -68,7 +68,9 @@ def check_node_graph(data: Data, float32_range: bool = True) -> tuple[Tensor, Te
     edge_index = getattr(data, "edge_index", None)
     if edge_index is None:
         raise ValueError("data.edge_index is missing (a [2, E] tensor of node ids is needed)")
-    if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
+    # (a bool tensor passed this check and failed in indexing: it holds no node ids)
+    if (edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point()
+            or edge_index.dtype == torch.bool):
         raise ValueError(
             f"data.edge_index must be an integer tensor [2, E], got {tuple(edge_index.shape)} "
             f"{edge_index.dtype}"

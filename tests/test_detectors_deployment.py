@@ -1,0 +1,152 @@
+"""A fitted detector in a scoring service: what a production audit found (session 61).
+
+Fitted once offline, saved, loaded elsewhere and fed each day's graph: the graph grows by new
+edges, arrives with int32 or int16 ids, in another feature dtype, or in a process whose default
+dtype was changed; a save may fail half-way. Each test here failed before its fix.
+"""
+import warnings
+
+import pytest
+import torch
+from helpers import planted_graph_with_masks
+from torch_geometric.data import Data
+
+from et_graph.detectors import (
+    ETDetector,
+    GBTDetector,
+    GCNDetector,
+    MLPDetector,
+    UnsupervisedETDetector,
+)
+from et_graph.detectors.label_trick import edge_keys
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return planted_graph_with_masks(240, seed=3)
+
+
+@pytest.fixture
+def float64_default():
+    """The default dtype switched to float64 for the test, and back whatever happens."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def test_edge_keys_do_not_overflow_with_int32_ids():
+    """``dst * N + src`` overflowed int32 past 46,341 nodes: the fitted graph of a label-trick
+    detector, its edges merely sorted or its ids int32, was scored as another graph with every
+    label column zeroed."""
+    num_nodes = 50_000
+    edges = torch.randint(0, num_nodes, (2, 3_000), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(edge_keys(edges.int(), num_nodes), edge_keys(edges, num_nodes))
+    assert int(edge_keys(edges.int(), num_nodes).min()) >= 0
+
+
+@pytest.mark.parametrize("detector", ["et", "gbt"])
+def test_new_edges_between_fitted_nodes_keep_the_training_labels(graph, detector):
+    """New transactions between known accounts (the usual daily update) made the fitted graph
+    'another graph' unless a node was appended too: every label column went to zero."""
+    det = (ETDetector(label_trick=True, epochs=2, hidden=16) if detector == "et"
+           else GBTDetector(label_trick=True, max_iter=10)).fit(graph)
+    fitted = det.label_columns(graph)
+    updated = Data(x=graph.x, edge_index=torch.cat(
+        [graph.edge_index, torch.tensor([[5, 17], [17, 5]])], dim=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        columns = det.label_columns(updated)
+        det.decision_function(updated)
+    untouched = [n for n in range(240) if n not in (5, 17)]
+    assert torch.equal(columns[untouched], fitted[untouched])
+    assert columns[:, :2].sum() == pytest.approx(float(fitted[:, :2].sum()), abs=2.0)
+
+
+def test_a_failed_save_leaves_the_previous_file_whole(graph, tmp_path, monkeypatch):
+    det = MLPDetector(epochs=2, hidden=16).fit(graph)
+    path = tmp_path / "model.pt"
+    det.save(path)
+    good = path.read_bytes()
+    # a tuning loop's callback failed to pickle, and the file it cut no longer loaded
+    det.on_epoch = lambda *args, **kwargs: None
+    det.save(path)
+    assert torch.equal(MLPDetector.load(path).decision_function(graph),
+                       det.decision_function(graph))
+    assert det.on_epoch is not None  # the detector itself keeps its callback
+
+    def cut_then_fail(payload, stream, *args, **kwargs):
+        stream.write(b"PK\x03\x04 half a file")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", cut_then_fail)
+    path.write_bytes(good)
+    with pytest.raises(OSError, match="No space"):
+        det.save(path)
+    assert path.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]  # no temporary file left
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MLPDetector(epochs=2, hidden=16),
+    lambda: GCNDetector(epochs=2, hidden=16),
+    lambda: ETDetector(label_trick=True, epochs=2, hidden=16),
+], ids=["mlp", "gcn", "et-label-trick"])
+def test_scoring_under_another_default_dtype(graph, make, float64_default):
+    """A service that set ``torch.set_default_dtype(torch.float64)`` could not score a detector
+    fitted under float32 (a dtype mismatch), and the label trick could not fit under it."""
+    torch.set_default_dtype(torch.float32)
+    det = make().fit(graph)
+    expected = det.decision_function(graph)
+    torch.set_default_dtype(torch.float64)
+    assert torch.allclose(det.decision_function(graph), expected, atol=1e-6)
+    make().fit(graph).decision_function(graph)  # fitted under float64, scored under it
+
+
+def test_trees_read_every_feature_dtype_as_float32_and_any_integer_ids(graph):
+    """float16 features were read in half precision (scores off by up to 0.05), bfloat16 ones
+    failed in NumPy, int16 or uint8 ids failed in indexing, and bool ids passed the check."""
+    det = GBTDetector(label_trick=True, max_iter=10).fit(graph)
+    half = Data(x=graph.x.half(), edge_index=graph.edge_index)
+    as_float = Data(x=graph.x.half().float(), edge_index=graph.edge_index)
+    assert torch.equal(det.decision_function(half), det.decision_function(as_float))
+    det.decision_function(Data(x=graph.x.bfloat16(), edge_index=graph.edge_index))
+    small_ids = Data(x=graph.x, edge_index=graph.edge_index.short())
+    assert torch.equal(det.decision_function(small_ids), det.decision_function(graph))
+    with pytest.raises(ValueError, match="integer tensor"):
+        det.decision_function(Data(x=graph.x, edge_index=graph.edge_index.bool()))
+
+
+def test_the_combined_score_knows_its_graph_in_any_edge_order_or_dtype(graph):
+    det = UnsupervisedETDetector(epochs=2, hidden=16, structure_weight=0.5, score_rounds=2,
+                                 anomaly_score="combined")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        det.fit(graph)
+    order = torch.randperm(graph.edge_index.size(1), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # it warned "threshold_ does not carry"
+        det.decision_function(Data(x=graph.x, edge_index=graph.edge_index[:, order]))
+        det.decision_function(Data(x=graph.x, edge_index=graph.edge_index.int()))
+    other = planted_graph_with_masks(240, seed=4)
+    with pytest.warns(RuntimeWarning, match="do not carry over"):
+        det.decision_function(other)
+
+
+def test_scoring_warnings_name_the_callers_line(graph):
+    """They named et_graph/detectors/base.py, whichever line of the user's called."""
+    other = planted_graph_with_masks(240, seed=4)
+    det = GBTDetector(label_trick=True, max_iter=10).fit(graph)
+    weighted = Data(x=graph.x, edge_index=graph.edge_index,
+                    edge_weight=torch.ones(graph.edge_index.size(1)))
+    for call in (lambda: det.decision_function(other), lambda: det.predict(other),
+                 lambda: det.predict(weighted)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        assert caught and all(w.filename == __file__ for w in caught), \
+            [(w.filename, w.lineno) for w in caught]
