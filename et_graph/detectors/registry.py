@@ -228,6 +228,7 @@ def load_plugins(specs: Iterable[str], environment: bool = False
 
 
 def _load_plugin(spec: str) -> None:
+    entry: dict[str, Optional[str]]
     if spec.endswith(".py") or "/" in spec or os.sep in spec:
         path = Path(spec).expanduser().resolve()
         if not path.is_file():
@@ -241,6 +242,8 @@ def _load_plugin(spec: str) -> None:
             raise ValueError(f"plugin {spec!r}: a module named {name!r} is imported already "
                              f"(from {_module_path(name)}); rename the file")
         module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise ValueError(f"plugin {spec!r}: {path} cannot be imported as a module")
         module = importlib.util.module_from_spec(module_spec)
         # in sys.modules while it runs, as an import puts it: dataclasses and pickle look
         # their classes' module up there
