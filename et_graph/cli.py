@@ -49,6 +49,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"et-graph {command}", description=help_text,
                                      allow_abbrev=False)
     add_config_arguments(parser, module.CONFIG)
+    if hasattr(module, "add_arguments"):  # the task's flags beside its config's (--plugin)
+        module.add_arguments(parser)
     return parser
 
 

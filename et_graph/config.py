@@ -30,7 +30,7 @@ import subprocess
 import sys
 import typing
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, TypeVar, Union
@@ -451,14 +451,15 @@ def to_dict(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-def parse_model_list(text: str, allowed: Sequence[str]) -> list[str]:
+def parse_model_list(text: str, allowed: Sequence[str], hint: str = "") -> list[str]:
     """The model names of a comma-separated list, lower-cased, each once, in the given order
-    (``mlp,MLP`` trains the MLP once); ``ValueError`` naming the unknown ones. Every task's
-    ``models`` field is read by it."""
+    (``mlp,MLP`` trains the MLP once); ``ValueError`` naming the unknown ones (and ``hint``:
+    where other names come from). Every task's ``models`` field is read by it."""
     names = list(dict.fromkeys(n.strip().lower() for n in str(text).split(",") if n.strip()))
     unknown = [n for n in names if n not in allowed]
     if unknown or not names:
-        raise ValueError(f"unknown models {unknown or text!r}; choose from {list(allowed)}")
+        raise ValueError(f"unknown models {unknown or text!r}; choose from {list(allowed)}"
+                         + (f" ({hint})" if hint else ""))
     return names
 
 
@@ -737,15 +738,19 @@ def parse(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Optional[str
 
 
 def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Optional[str] = None,
-                description: str = "", defaults: Optional[Mapping[str, Any]] = None
+                description: str = "", defaults: Optional[Mapping[str, Any]] = None,
+                arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None
                 ) -> tuple[T, set[str]]:
     """:func:`parse`, and the ``section.field`` names of the flags given on the command line
-    (a task can then say which of them its chosen models never read)."""
+    (a task can then say which of them its chosen models never read). ``arguments`` adds the
+    task's flags that are not config fields (the task reads them itself)."""
     base = merge(cls(), defaults) if defaults else None
     # No abbreviations: "--ep 7" set epochs, and would set another field once a flag sharing
     # the prefix is added; a preset's command line must mean the same in every release.
     parser = FlagParser(prog=prog, description=description, allow_abbrev=False)
     add_config_arguments(parser, cls, base)
+    if arguments is not None:
+        arguments(parser)
     args = parser.parse_args(argv)
     given = {key for key in vars(args) if "." in key}
     config = resolve(cls, args, base)
@@ -968,8 +973,11 @@ def code_identity() -> dict[str, str]:
 
 def run_metadata(config: Any = None) -> dict[str, Any]:
     """Package version, git commit (as of import), torch / PyG versions, the machine
-    (:func:`machine_metadata`), the resolved config and a random ``run_id`` (which the files
-    written beside a results file repeat, so that a reader can tell they belong together)."""
+    (:func:`machine_metadata`), the resolved config, a random ``run_id`` (which the files
+    written beside a results file repeat, so that a reader can tell they belong together) and,
+    where any were loaded or registered, the detector plugins
+    (:func:`~et_graph.detectors.registry.plugin_record`), without which the run cannot be
+    repeated."""
     import platform
     import uuid
 
@@ -986,6 +994,11 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
     }
     if config is not None:
         meta["config"] = to_dict(config)
+    # (not imported, nothing registered: the image task need not import the detectors)
+    registry = sys.modules.get(f"{__package__}.detectors.registry")
+    plugins = registry.plugin_record() if registry is not None else {}
+    if plugins:
+        meta["plugins"] = plugins
     return meta
 
 

@@ -36,3 +36,20 @@ def built():
         return native.load_native_attention()
     except RuntimeError as error:
         pytest.skip(str(error))
+
+
+@pytest.fixture
+def detector_registry(monkeypatch):
+    """An empty detector registry for the test (nothing registered, no plugin loaded, no
+    ET_GRAPH_PLUGINS), and the plugin modules it imports dropped afterwards: the registry is
+    process-wide, and a name left behind would change the next test's runs and results."""
+    import sys
+
+    from et_graph.detectors import registry
+
+    monkeypatch.setattr(registry, "_REGISTERED", {})
+    monkeypatch.setattr(registry, "_LOADED", [])
+    monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
+    yield registry
+    for plugin in registry._LOADED:
+        sys.modules.pop(plugin["module"], None)

@@ -9,6 +9,9 @@
     pred = det.predict(data)                       # 0/1 at det.threshold_ (chosen on validation)
 
     det = ETDetector(supervised=False).fit(data)   # = UnsupervisedETDetector: no label read
+
+Detectors of your own join ``et-graph anomaly --models`` and its tuner by
+:func:`register_detector` (:mod:`et_graph.detectors.registry`).
 """
 from .base import BaseDetector
 from .config import (
@@ -22,6 +25,7 @@ from .config import (
     NodeTrainConfig,
 )
 from .neural import ETDetector, GATDetector, GCNDetector, MLPDetector, NeuralDetector
+from .registry import register_detector, registered_detectors, unregister_detector
 from .tree import GBTDetector, neighbourhood_features
 from .unsupervised import (
     MaskedETModelConfig,
@@ -31,7 +35,8 @@ from .unsupervised import (
     UnsupervisedScoreConfig,
 )
 
-#: Detector classes by the names the CLI and the tuner use.
+#: The built-in detector classes by the names the CLI and the tuner use (detectors of your own:
+#: :func:`register_detector`).
 DETECTORS = {
     "et": ETDetector,
     "mlp": MLPDetector,
@@ -63,4 +68,7 @@ __all__ = [
     "UnsupervisedETDetectorConfig",
     "UnsupervisedScoreConfig",
     "neighbourhood_features",
+    "register_detector",
+    "registered_detectors",
+    "unregister_detector",
 ]

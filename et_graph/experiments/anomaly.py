@@ -7,7 +7,9 @@ resolved config, version and commit), ``results.md`` and PNG plots under ``run.o
 """
 from __future__ import annotations
 
+import argparse
 import re
+import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -19,8 +21,15 @@ import torch
 from torch_geometric.data import Data
 
 from ..config import check_results_kept, parse_given, run_metadata, warn_unread_flags
-from ..detectors import UnsupervisedETDetector
+from ..detectors import registered_detectors
 from ..detectors.base import BaseDetector
+from ..detectors.registry import (
+    add_plugin_argument,
+    checked_detector,
+    load_plugins,
+    plugin_flags,
+    reserved_name,
+)
 from ..progress import progress_bar
 from ..protocols.anomaly import (
     ENERGY_ROW,
@@ -36,8 +45,14 @@ from ..protocols.anomaly import (
     seed_ensemble,
     summarize_runs,
 )
-from ..protocols.anomaly_config import MODEL_NAMES as DETECTOR_NAMES
-from ..protocols.anomaly_config import SECTION_READERS, AnomalyConfig, load_data, make_detector
+from ..protocols.anomaly_config import (
+    AnomalyConfig,
+    known_models,
+    load_data,
+    make_detector,
+    new_detector,
+    section_readers,
+)
 from ..protocols.anomaly_description import describe_protocol
 from ..protocols.significance import describe_design, difference_sections, results_entries
 from ..reporting import (
@@ -66,9 +81,12 @@ def run(config: AnomalyConfig, data: Optional[Data] = None,
     where ``factory(seed)`` returns an unfitted detector (any
     :class:`~et_graph.detectors.base.BaseDetector`). Each is fitted on the same splits, its
     threshold chosen on validation, and it enters the tables, plots, scores and ET's
-    differences like the built-in rows."""
+    differences like the built-in rows. So do the detectors registered under a name of
+    ``config.protocol.models`` (:func:`~et_graph.detectors.register_detector`)."""
     own = check_own_detectors(detectors or {})
     names = [*config.protocol.model_names(), *own]
+    for name in registered_names(names):  # a wrong kind found now, not after seed 0's trainings
+        new_detector(config, name, 0)
     if config.data.feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}")
     config.run.apply_threads()
@@ -130,7 +148,9 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
     # (DeLong) and for joining runs made apart.
     kept_scores: dict[str, list[np.ndarray]] = {}
     scored_nodes: list[np.ndarray] = []
+    # The class of each row the caller brought (own or registered): the protocol line names it.
     own_kinds: dict[str, str] = {}
+    registered_kinds: dict[str, str] = {}
     bar = progress_bar(splits, desc=f"{dataset} seeds", disable=not progress)
     for seed, split in enumerate(bar):
         train_mask, val_mask, _ = split.masks(data.num_nodes)
@@ -143,6 +163,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
                    else make_detector(config, name, seed, progress, dataset))
             if name in own:
                 own_kinds[name] = type(det).__name__
+            elif name in registered_detectors():
+                registered_kinds[name] = type(det).__name__
             det.fit(data, train_mask, val_mask)
             score = det.decision_score_.double().numpy()
             metrics = evaluate(y[nodes], score[nodes], det.threshold_)
@@ -184,7 +206,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
     results = {
         "dataset": dataset,
         "scored": scored_part,
-        "protocol": describe_protocol(config, splits, names, y, own_kinds),
+        "protocol": describe_protocol(config, splits, names, y, own_kinds, registered_kinds),
         "models": models,
         "epoch_seconds_median": {k: float(np.median(v)) for k, v in epoch_seconds.items()},
         "seconds_total": time.perf_counter() - start,
@@ -212,18 +234,15 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
 
 def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]]
                         ) -> dict[str, Callable[[int], BaseDetector]]:
-    """The caller's own rows, refused where a name is taken (a configured model or one of the
-    rows a run derives, in any case: the figures colour by the lowercased name), holds a
-    character the tables cannot show, or a factory is not callable or does not build a
+    """The caller's own rows, refused where a name is taken (a built-in or registered model or
+    one of the rows a run derives, in any case: the figures colour by the lowercased name),
+    holds a character the tables cannot show, or a factory is not callable or does not build a
     supervised detector (each is built once here, before any training)."""
     own = dict(detectors)
-    # (every configured model is one of DETECTOR_NAMES)
-    taken = {n.lower() for n in (*DETECTOR_NAMES, ENERGY_ROW)}
     for name, factory in own.items():
-        if (not isinstance(name, str) or not name or name.lower() in taken
-                or name.endswith("_ensemble")):
-            raise ValueError(f"own detector name {name!r} is empty or taken (built-in models "
-                             f"{sorted(DETECTOR_NAMES)}, {ENERGY_ROW!r}, *_ensemble, in any "
+        if not isinstance(name, str) or not name or reserved_name(name):
+            raise ValueError(f"own detector name {name!r} is empty or taken (models "
+                             f"{list(known_models())}, {ENERGY_ROW!r}, *_ensemble, in any "
                              "case)")
         if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):  # a "|" added a column to results.md
             raise ValueError(f"own detector name {name!r}: use letters, digits, '_', '.', '-'")
@@ -236,17 +255,12 @@ def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]]
 
 def own_detector(own: Mapping[str, Callable[[int], BaseDetector]], name: str,
                  seed: int) -> BaseDetector:
-    detector = own[name](seed)
-    if not isinstance(detector, BaseDetector):
-        raise TypeError(f"detectors[{name!r}](seed) returned {type(detector).__name__}, not a "
-                        "detector (et_graph.detectors.base.BaseDetector)")
-    if isinstance(detector, UnsupervisedETDetector):  # it refuses the split's masks in fit
-        raise TypeError(f"detectors[{name!r}] is unsupervised: this runner fits on training "
-                        "labels; compare unsupervised detectors with et-graph unsupervised")
-    if detector.fitted_:  # the caller's object would be refitted on this run's split
-        raise ValueError(f"detectors[{name!r}](seed) returned a fitted detector: return a "
-                         "new, unfitted one per seed")
-    return detector
+    return checked_detector(own[name](seed), f"detectors[{name!r}](seed)")
+
+
+def registered_names(names: list[str]) -> list[str]:
+    """The rows of ``names`` that registered detectors give."""
+    return [name for name in names if name in registered_detectors()]
 
 
 def _setup_distributed(ddp: bool) -> int:
@@ -288,10 +302,19 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
     plot_curves(out, curves, data, split, scored=results.get("scored", "test"))
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``et-graph anomaly`` beside its config's: ``--plugin``."""
+    add_plugin_argument(parser)
+
+
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph anomaly",
          defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``et-graph anomaly``; an example script passes its own ``prog`` and ``defaults``."""
-    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
-    warn_unread_flags(given, config.protocol.model_names(), SECTION_READERS)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # before the flags are resolved: --models may name the detectors the plugins register
+    load_plugins(plugin_flags(argv), environment=True)
+    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults,
+                                arguments=add_arguments)
+    warn_unread_flags(given, config.protocol.model_names(), section_readers())
     check_results_kept(config)
     return run(config)

@@ -23,6 +23,7 @@ from ..detectors import (
     GNNDetectorConfig,
     GNNModelConfig,
     NodeTrainConfig,
+    registered_detectors,
 )
 from ..nn.validation import check_chunk_size, check_positive_int
 from ..transforms.features import prepare_detection_data
@@ -30,7 +31,18 @@ from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_
 from .anomaly import ENERGY_ROW  # noqa: F401 - its home before protocols.anomaly
 from .significance import check_bootstrap_rounds
 
+#: The built-in models; :func:`known_models` adds the registered ones.
 MODEL_NAMES = tuple(DETECTORS)
+
+#: What an unknown model name's error adds: where the names of one's own detectors come from.
+UNKNOWN_MODEL_HINT = ("a detector of your own is named once registered by "
+                      "et_graph.detectors.register_detector; on the command line, in a module "
+                      "that --plugin MODULE loads")
+
+
+def known_models() -> tuple[str, ...]:
+    """The names ``--models`` takes: the built-in models, then the registered detectors."""
+    return (*MODEL_NAMES, *registered_detectors())
 
 
 @dataclass
@@ -89,7 +101,8 @@ class AnomalyProtocolConfig:
         split_seed: seed of the stratified split (paper protocol).
         vary_split: draw a new split per seed (split_seed + seed) instead of one.
         seeds: model seeds (runs).
-        models: comma list of et, mlp, gcn, gat, gbt.
+        models: comma list of et, mlp, gcn, gat, gbt and registered detectors (--plugin
+            MODULE loads a module that registers them).
         energy_row: also report the node energy of the label-trained ET (sign and threshold
             chosen on validation; needs et among the models); it is not an unsupervised
             detector. It takes full-graph passes, so a run with inference chunks leaves it out
@@ -168,7 +181,7 @@ class AnomalyProtocolConfig:
     def model_names(self) -> list[str]:
         """The models in the given order, each once (``mlp,MLP`` trains the MLP once per seed;
         it used to train twice and list every seed twice)."""
-        return parse_model_list(self.models, MODEL_NAMES)
+        return parse_model_list(self.models, known_models(), UNKNOWN_MODEL_HINT)
 
 
 @dataclass
@@ -232,6 +245,14 @@ SECTION_READERS = {"et": ("et",), "baselines": ("mlp", "gcn", "gat"), "gbt": ("g
                    "run.native_attention": ("et",)}
 
 
+def section_readers() -> dict[str, tuple[str, ...]]:
+    """:data:`SECTION_READERS` with every registered detector added to each entry: its factory
+    is given the whole config, and which of it it reads cannot be told, so no setting is
+    called unread (nor left out of a study's resume check) on its account."""
+    registered = tuple(registered_detectors())
+    return {key: (*models, *registered) for key, models in SECTION_READERS.items()}
+
+
 # ----------------------------------------------------------------------------------------------
 # Detectors from the run config (and back, for the tuner's presets)
 # ----------------------------------------------------------------------------------------------
@@ -241,6 +262,13 @@ def detector_config(config: AnomalyConfig, name: str) -> Any:
         return ETDetectorConfig(model=config.et, train=config.train)
     if name == "gbt":
         return GBTDetectorConfig(model=config.gbt)
+    return baseline_config(config)
+
+
+def baseline_config(config: AnomalyConfig) -> GNNDetectorConfig:
+    """The config of the neural baselines (MLP, GCN, GAT) as this run configures them: the
+    ``baselines`` section, and the ``train`` section with the baselines' own learning rate and
+    weight decay. A registered neural detector can take it too."""
     b = config.baselines
     return GNNDetectorConfig(
         model=GNNModelConfig(hidden=b.baseline_hidden, dropout=b.baseline_dropout,
@@ -273,12 +301,22 @@ def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = 
     p = config.protocol
     chunks = ({"chunk_size": p.inference_chunk_size, "chunk_edges": p.inference_chunk_edges}
               if name == "et" else {})
-    detector = DETECTORS[name](detector_config(config, name), seed=seed, progress=progress,
-                               device=config.run.device, **chunks)
+    detector = new_detector(config, name, seed, progress, **chunks)
     if hasattr(detector, "checkpoint"):
         detector.checkpoint = config.run.checkpoint(dataset or config.data.dataset, name,
                                                     f"seed{seed}")
     return detector
+
+
+def new_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = False,
+                 **options: Any) -> BaseDetector:
+    """Detector ``name``, unfitted, as ``config`` sets it: a built-in one from its sections
+    (``options``: further constructor keywords), a registered one from its factory."""
+    registered = registered_detectors().get(name)
+    if registered is not None:
+        return registered.build(config, seed, progress)
+    return DETECTORS[name](detector_config(config, name), seed=seed, progress=progress,
+                           device=config.run.device, **options)
 
 
 def load_data(config: AnomalyDataConfig, data: Optional[Data] = None) -> Data:

@@ -9,16 +9,18 @@ import numpy as np
 
 from ..reporting import counted
 from .anomaly import ENERGY_ROW, Split
-from .anomaly_config import AnomalyConfig
+from .anomaly_config import MODEL_NAMES, AnomalyConfig
 
 __all__ = ["describe_protocol"]
 
 
 def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[str],
                       y: Optional[np.ndarray] = None,
-                      own: Optional[Mapping[str, str]] = None) -> str:
-    """The run's protocol in one paragraph; ``own`` maps the rows of the caller's own
-    detectors to their class names."""
+                      own: Optional[Mapping[str, str]] = None,
+                      registered: Optional[Mapping[str, str]] = None) -> str:
+    """The run's protocol in one paragraph; ``own`` and ``registered`` map the rows of the
+    caller's own detectors (passed to ``run``) and of the registered ones to their class
+    names."""
     p, t = config.protocol, config.train
     train, val, test = splits[0].sizes()
     # A validation-only run counts no test label either.
@@ -35,7 +37,8 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     features = f"{d.feature_norm} transform of x" + (
         f" ‖ its in-neighbours' {d.neighbour_stats}" if d.neighbour_stats != "none" else "") + (
         " ‖ log(1 + degree)" if d.degree_feature else "")
-    neural = any(name != "gbt" for name in names)  # a trees-only run trains no epoch
+    # a trees-only run trains no epoch (the caller's detectors say their own epochs below)
+    neural = any(name in MODEL_NAMES and name != "gbt" for name in names)
     text = (f"{head}; {train}/{val}/{test} train/val/test nodes{anomalous}; "
             f"{counted(p.seeds, 'seed')}; every model's input features: {features}; "
             + (f"neural models: up to {counted(t.epochs, 'epoch')}, checkpoint = best validation "
@@ -70,8 +73,10 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     if "et" in names and p.reports_energy:
         text += (f"; {ENERGY_ROW} = node energy of the label-trained ET at its final state, sign "
                  "and threshold chosen on validation (not an unsupervised detector)")
-    if own:
-        text += ("; own detectors (passed from Python, fitted on the same splits, with their "
-                 "own settings: the epochs above are the configured models'): "
-                 + ", ".join(f"{name} = {kind}" for name, kind in own.items()))
+    for head, rows in (("own detectors (passed from Python", own),
+                       ("registered detectors (by register_detector", registered)):
+        if rows:
+            text += (f"; {head}, fitted on the same splits, with their own settings: the "
+                     "epochs above are the built-in models'): "
+                     + ", ".join(f"{name} = {kind}" for name, kind in rows.items()))
     return text

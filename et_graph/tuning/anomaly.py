@@ -12,16 +12,19 @@ import torch
 from torch_geometric.data import Data
 
 from ..config import merge
-from ..detectors import DETECTORS, SEARCH_SPACES
+from ..detectors import SEARCH_SPACES, registered_detectors
 from ..protocols.anomaly import make_splits, validation_score
 from ..protocols.anomaly_config import (
+    UNKNOWN_MODEL_HINT,
     AnomalyConfig,
     detector_config,
+    known_models,
     load_data,
+    new_detector,
     with_detector_config,
 )
 from ..training.checkpoint import data_digest
-from .study import pruning_callback, space_overrides, with_switch
+from .study import apply_space, pruning_callback, space_overrides, with_switch
 
 TUNE_METRICS = ("auroc", "auprc", "f1_macro")
 
@@ -38,7 +41,21 @@ CLASS_BALANCE_CHOICES = ("weight", "none")
 
 def search_space(model: str, class_balance: bool = False) -> Any:
     """``model``'s search space, with ``class_balance`` plus its weighting switch
-    (:data:`CLASS_BALANCE_SWITCHES`)."""
+    (:data:`CLASS_BALANCE_SWITCHES`). A registered detector's space is the one it was
+    registered with; one without a space, or with ``class_balance``, is refused."""
+    registered = registered_detectors().get(model)
+    if registered is not None:
+        if registered.search_space is None:
+            raise ValueError(f"registered detector {model!r} has no search space, so it cannot "
+                             "be tuned: register it with search_space=space, where space(trial) "
+                             "returns overrides of the run config's sections")
+        if class_balance:
+            # Its class weighting lives wherever its factory reads it: only its own space can
+            # add that one choice.
+            raise ValueError(f"--tune-class-balance adds each built-in model's class weighting "
+                             f"to its space; registered detector {model!r} has none known: add "
+                             "the choice to its own search space, or drop the flag")
+        return registered.search_space
     space = SEARCH_SPACES[model]
     if not class_balance:
         return space
@@ -48,9 +65,12 @@ def search_space(model: str, class_balance: bool = False) -> Any:
 
 def trial_config(config: AnomalyConfig, model: str, space: Any, trial: Any) -> AnomalyConfig:
     """``config`` with ``trial``'s suggestions from ``space`` applied to ``model``'s settings
-    (``trial=None``: ``config`` itself)."""
+    (``trial=None``: ``config`` itself). A registered detector's space overrides the run
+    config's own sections."""
     if trial is None:
         return config
+    if model in registered_detectors():
+        return apply_space(config, space, trial)
     base = detector_config(config, model)
     return with_detector_config(config, model, merge(base, space_overrides(space, trial)))
 
@@ -74,8 +94,9 @@ class AnomalyObjective:
 
     def __init__(self, config: AnomalyConfig, model: str, metric: str = "auroc",
                  data: Data | None = None, class_balance: bool = False) -> None:
-        if model not in DETECTORS:
-            raise ValueError(f"unknown model {model!r}; choose from {list(DETECTORS)}")
+        if model not in known_models():
+            raise ValueError(f"unknown model {model!r}; choose from {list(known_models())} "
+                             f"({UNKNOWN_MODEL_HINT})")
         if metric not in TUNE_METRICS:
             raise ValueError(f"metric must be one of {TUNE_METRICS}, got {metric!r}")
         self.config, self.model, self.metric = config, model, metric
@@ -97,8 +118,11 @@ class AnomalyObjective:
                 "first split only (no --vary-split; under gadbench, one mask), or state it.",
                 RuntimeWarning, stacklevel=2)
         self.y_val = self.data.y.cpu()[self.val_mask.cpu()].numpy()
-        selected = config.train.select_metric
-        if model != "gbt" and selected != metric:
+        # The models that train epochs keep one by their config's select_metric (the trees
+        # have none); built here, a registered factory's wrong kind is found before any trial.
+        settings = new_detector(config, model, 0).config
+        selected = getattr(getattr(settings, "train", None), "select_metric", metric)
+        if selected != metric:
             # (an engine audit) a GCN trial kept its epoch 13 (validation AUROC 0.797) for
             # the best F1, where epoch 10 had 0.861: the study looked worse than it was
             warnings.warn(
@@ -106,6 +130,13 @@ class AnomalyObjective:
                 f"its best validation {selected} (train.select_metric) and is scored there, "
                 f"and the pruner reads {metric} curves: pass --select-metric {metric} to tune "
                 "what the epochs are chosen on", RuntimeWarning, stacklevel=2)
+
+    @property
+    def preset_meta(self) -> dict[str, str]:
+        """What this model's preset notes beside its settings: for a registered detector, the
+        plugin that registers it (the preset runs with ``--plugin`` and that value)."""
+        registered = registered_detectors().get(self.model)
+        return {} if registered is None else {"plugin": registered.plugin}
 
     def data_digest(self) -> str:
         """A digest of what the trials read: the graph, the split, and the training and
@@ -124,8 +155,7 @@ class AnomalyObjective:
     def __call__(self, trial: Any = None) -> float:
         config = self.trial_config(trial)
         torch.manual_seed(0)
-        detector = DETECTORS[self.model](detector_config(config, self.model), seed=0,
-                                         device=config.run.device)
+        detector = new_detector(config, self.model, 0)
         if trial is not None and hasattr(detector, "on_epoch"):
             detector.on_epoch = pruning_callback(trial, self.metric)
         detector.fit(self.data, self.train_mask, self.val_mask)

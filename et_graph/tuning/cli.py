@@ -113,6 +113,10 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                       help="tudataset: add to every model's space its one switch for reading "
                            f"edge features ({bond_switches_text()}), the same one extra "
                            "choice each; needs edge labels (MUTAG, Mutagenicity)")
+    if task == "anomaly":
+        from ..detectors.registry import add_plugin_argument
+
+        add_plugin_argument(parser)
     if task is not None:
         add_config_arguments(parser, task_config(task))
         for action in parser._actions:
@@ -133,6 +137,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     task = argv[0] if argv and argv[0] in TASKS else None
     args = build_parser(task).parse_args(argv)
+    if args.task == "anomaly":  # before --models is read: it may name what they register
+        from ..detectors.registry import load_plugins
+
+        load_plugins(args.plugin, environment=True)
     config = resolve(task_config(args.task), args)
     given = {key for key in vars(args) if "." in key}
     budget = TuneBudget(args.trials, args.timeout_minutes, args.sampler_seed,
@@ -173,9 +181,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
 def flag_readers(task: str) -> dict[str, tuple[str, ...]]:
     """The task's map of which models read a config section or field (the rest: every model)."""
     if task == "anomaly":
-        from ..protocols.anomaly_config import SECTION_READERS
+        from ..protocols.anomaly_config import section_readers
 
-        return SECTION_READERS
+        return section_readers()
     if task == "tudataset":
         from ..protocols.tudataset_config import FLAG_READERS
 
@@ -333,7 +341,9 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                 meta = {"source": f"et-graph tune {task}, study {study.study_name}",
                         "best_trial": summary["best_trial"],
                         "best_validation": summary["best_value"],
-                        "metric": preset_metric}
+                        "metric": preset_metric,
+                        # a registered detector's preset runs with its plugin loaded
+                        **getattr(objective, "preset_meta", {})}
                 if in_memory is not None:
                     best = merge(best, in_memory_placeholder(task, in_memory))
                     meta["data_note"] = (f"tuned on an in-memory graph ({in_memory}); the [data] "
