@@ -318,8 +318,24 @@ def hopfield_grad(g: Tensor, xi: Tensor, kind: str, hopfield_beta: float = 1.0) 
     return -hopfield_activation(g, xi, kind, hopfield_beta) @ xi
 
 
+#: Relative slack of :func:`energy_is_monotone`: a step may raise the energy by at most this
+#: times ``max(1, |E|)`` (float32 rounding).
+ENERGY_TOLERANCE = 1e-4
+
+
+def energy_is_monotone(energies: Tensor, tolerance: float = ENERGY_TOLERANCE) -> bool:
+    """Whether a descent's energies ``[..., steps + 1]`` (a layer's ``return_energy`` trace,
+    one row per graph or image) never rise by more than ``tolerance * max(1, |E|)`` in one
+    step: the check that a new energy term, with its closed form, still descends (use a small
+    ``alpha``; ``tolerance=0`` in float64)."""
+    rise = energies[..., 1:] - energies[..., :-1]
+    slack = tolerance * energies[..., :-1].abs().clamp_min(1.0)
+    return bool((rise <= slack).all())
+
+
 # (a star import pulled in torch, Tensor and the typing names)
 __all__ = [
+    "ENERGY_TOLERANCE",
     "HOPFIELD_KINDS",
     "attention_energy",
     "attention_grad",
@@ -332,6 +348,7 @@ __all__ = [
     "edge_coefficients",
     "edge_scores",
     "edge_weight_columns",
+    "energy_is_monotone",
     "hopfield_activation",
     "hopfield_energy",
     "hopfield_grad",

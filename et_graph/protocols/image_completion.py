@@ -19,6 +19,9 @@ import torch
 from torch import Tensor
 
 from ..datasets.images import split_images
+
+# (where the image task and its tests have always imported them)
+from ..energy import ENERGY_TOLERANCE, energy_is_monotone  # noqa: F401
 from ..nn.models.image_completion import ETImageCompletion, check_images, patchify
 from ..training import (
     CheckpointConfig,
@@ -31,7 +34,6 @@ from ..training import (
 )
 from ..training.checkpoint import fingerprint_with_data
 
-ENERGY_TOLERANCE = 1e-4
 #: Seed offset of the validation split of the training images and of its fixed mask.
 VALIDATION_SEED = 20_000
 
@@ -253,10 +255,3 @@ def trace_dynamics(model: ETImageCompletion, images: Tensor, patch_mask: Tensor)
         "memory_usage": usage.cpu(),
     }
 
-
-def energy_is_monotone(energies: Tensor, tolerance: float = ENERGY_TOLERANCE) -> bool:
-    """True when no image's energy rises by more than ``tolerance * max(1, |E|)`` in one step
-    (the slack absorbs float32 rounding)."""
-    rise = energies[..., 1:] - energies[..., :-1]
-    slack = tolerance * energies[..., :-1].abs().clamp_min(1.0)
-    return bool((rise <= slack).all())

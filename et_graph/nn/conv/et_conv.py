@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Literal, Optional, Union, overload
 
 import torch
@@ -310,12 +311,16 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         hopfield_beta: inverse temperature ``> 0`` of the ``"softmax"`` Hopfield energy.
         beta_init: initial per-head inverse temperature ``> 0`` (default ``1 / sqrt(head_dim)``).
         noise_std: standard deviation ``>= 0`` of the training-time noise of eq. 27.
-        grad: ``"analytic"`` (fused closed form) or ``"autograd"`` (differentiate
-            :meth:`energy`; the reference).
+        grad: ``"analytic"`` (fused closed form) or ``"autograd"`` (differentiate the energy
+            function's per-node energy, ``energy_fn.node_energy_of_g``, which :meth:`energy`
+            sums; the reference). A new term belongs in :attr:`energy_fn`, an
+            :class:`~et_graph.nn.ETEnergy` subclass: both modes descend that.
         eps: LayerNorm epsilon.
         coupling: add the edge coupling energy :math:`-\tfrac12\sum_{B\to C} g_B^\top W g_C`
             (see :class:`~et_graph.nn.ETEnergy`; sparse path only), whose gradient sums the
             neighbours' tokens.
+        energy_cls: the energy to descend: :class:`~et_graph.nn.ETEnergy` or a subclass with a
+            new term (built with the settings above, as :attr:`energy_fn`).
         cached: keep the validated, sorted edges of the last ``edge_index`` and reuse them while
             the same tensor (same object, not changed in place) comes again, as in full-batch
             training, where every epoch and every evaluation pass the same graph (sorting its
@@ -341,6 +346,21 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     #: Use the fused autograd.Function; ``False`` routes the closed form through ``propagate``.
     fused: bool = True
 
+    #: Methods that report the energy but that no descent reads (the descent reads
+    #: ``energy_fn``): a subclass overriding them would report one energy and descend another.
+    _REPORTING_ONLY = ("node_energy", "energy", "energy_grad")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = [name for name in cls._REPORTING_ONLY
+               if getattr(cls, name) is not getattr(ETConv, name)]
+        if own:
+            warnings.warn(
+                f"{cls.__name__} overrides ETConv.{', ETConv.'.join(own)}, which the descent "
+                "does not read: it descends energy_fn (an ETEnergy). Put a new term in an "
+                "ETEnergy subclass and set it as conv.energy_fn (or pass energy_cls=), so "
+                "that the steps and the reported energies agree", UserWarning, stacklevel=2)
+
     def __init__(
         self,
         channels: int,
@@ -357,8 +377,11 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         eps: float = 1e-5,
         coupling: bool = False,
         cached: bool = False,
+        energy_cls: type[ETEnergy] = ETEnergy,
         **kwargs: Any,
     ) -> None:
+        if not (isinstance(energy_cls, type) and issubclass(energy_cls, ETEnergy)):
+            raise TypeError(f"energy_cls must be ETEnergy or a subclass of it, got {energy_cls!r}")
         aggr = kwargs.setdefault("aggr", "add")
         if not (isinstance(aggr, str) and aggr in ("add", "sum")) and not isinstance(
             aggr, SumAggregation
@@ -378,7 +401,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         super().__init__(node_dim=0, **kwargs)
         if grad not in GRAD_MODES:
             raise ValueError(f"grad must be one of {GRAD_MODES}, got {grad!r}")
-        self.energy_fn = ETEnergy(
+        self.energy_fn = energy_cls(
             channels,
             heads=heads,
             head_dim=head_dim,
@@ -781,6 +804,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     # Dense path: all pairs of tokens (images, complete graphs)
     # ----------------------------------------------------------------------------------------
     def _dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor]) -> Tensor:
+        self.energy_fn.check_dense_energy()
         if self.grad == "autograd":
             return self.energy_fn.dense_autograd_grad_of_g(g, mask, weight)
         self.energy_fn.check_closed_form("dense")

@@ -127,7 +127,10 @@ class ETEnergy(Module):
     this class's closed form, which knows only the built-in terms, so it refuses such a
     subclass unless it also overrides :meth:`grad_of_g` (and :meth:`grad_from_attention_grads`
     for the unfused and explainer paths, :meth:`dense_grad_of_g` for the dense one); check a
-    closed form against autograd of the energy with :meth:`closed_form_error` in float64.
+    closed form against autograd of the energy with :meth:`closed_form_error` in float64. A
+    new attention (another kernel) overrides :meth:`attention_grads`, which the message path
+    (``fused=False``, message hooks, explainers) never calls, so that path refuses it; a new
+    Hopfield term's closed form is :meth:`hopfield_grad_of_g`.
 
     Args:
         channels: token width ``D``.
@@ -406,12 +409,27 @@ class ETEnergy(Module):
         ``"relational"``) does not know: it overrides an energy method that path reports but
         none of the gradient methods it steps with, so the analytic descent would descend the
         built-in energy while the energies reported include the new term."""
-        key = (type(self), path)
-        reason = _closed_form_gaps.get(key)
-        if reason is None:
-            reason = _closed_form_gaps[key] = _unmatched_energy_override(type(self), path)
+        if any(callable(vars(self).get(name)) for name in _WATCHED):
+            # a method replaced on this object (types.MethodType) passed the class's check
+            reason = _unmatched_energy_override(self, path)
+        else:
+            key = (type(self), path)
+            reason = _closed_form_gaps.get(key)
+            if reason is None:
+                reason = _closed_form_gaps[key] = _unmatched_energy_override(type(self), path)
         if reason:
             raise ValueError(reason)
+
+    def check_dense_energy(self) -> None:
+        """``ValueError`` for a subclass whose new term the dense path would drop: it overrides
+        :meth:`node_energy_of_g` but not :meth:`dense_node_energy_of_g`, which the dense path
+        (all pairs of tokens) descends and reports instead, under ``grad="autograd"`` too."""
+        if _overrides(self, "node_energy_of_g") and not _overrides(self,
+                                                                    "dense_node_energy_of_g"):
+            raise ValueError(
+                f"{type(self).__name__} overrides node_energy_of_g but not "
+                "dense_node_energy_of_g, which the dense path reads instead: override it too, "
+                "or the dense path descends and reports the built-in energy")
 
     def check_builtin_energy(self, where: str,
                              names: Optional[tuple[str, ...]] = None) -> None:
@@ -419,7 +437,7 @@ class ETEnergy(Module):
         method and ``keys_queries``) in ``where``, a path that writes the built-in energy out
         by hand (no closed form to override)."""
         own = [name for name in names or (*_ENERGY_METHODS, "keys_queries")
-               if getattr(type(self), name) is not getattr(ETEnergy, name)]
+               if _overrides(self, name)]
         if own:
             raise ValueError(f"{where} descends the built-in energy by hand, and "
                              f"{type(self).__name__} overrides {', '.join(own)}: use forward")
@@ -471,13 +489,19 @@ class ETEnergy(Module):
         """``dE/dg`` (shape of ``g``) from the attention gradients with respect to keys and
         queries plus the Hopfield term, accumulated into one buffer (addmm) so that no
         ``[tokens, hopfield_dim]`` tensor is negated or copied; with ``coupling``, plus the
-        edge coupling's gradient over ``edges`` (required then)."""
-        activation = E.hopfield_activation(
-            g.reshape(-1, self.channels), self.xi, self.hopfield, self.hopfield_beta
-        )
+        edge coupling's gradient over ``edges`` (required then). A subclass's
+        :meth:`hopfield_grad_of_g` is its Hopfield term here too."""
         out = self.attention_grad_to_g(grad_k, grad_q)
-        # Negating xi [K, D] rather than the product keeps the sign off the [N, K] backward.
-        grad = torch.addmm(out, activation, self.xi.neg()).view(g.shape)
+        if _overrides(self, "hopfield_grad_of_g"):
+            # (the built-in activation here made the attention and Hopfield split of a new
+            # Hopfield energy disagree with the descent)
+            grad = out.view(g.shape) + self.hopfield_grad_of_g(g)
+        else:
+            activation = E.hopfield_activation(
+                g.reshape(-1, self.channels), self.xi, self.hopfield, self.hopfield_beta
+            )
+            # Negating xi [K, D] rather than the product keeps the sign off the [N, K] backward.
+            grad = torch.addmm(out, activation, self.xi.neg()).view(g.shape)
         if not self.coupling:
             return grad
         if edges is None:
@@ -515,7 +539,7 @@ class ETEnergy(Module):
         closed = self.grad_of_g(g, edges, fused=fused)
         reference = self.autograd_grad_of_g(g, edges)
         scale = reference.abs().max().clamp_min(torch.finfo(reference.dtype).tiny)
-        return float((closed - reference).abs().max() / scale)
+        return float(((closed - reference).abs().max() / scale).detach())
 
     def dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None) -> Tensor:
         """Closed form of ``dE/dg`` ``[B, M, D]`` on the dense path."""
@@ -543,7 +567,14 @@ class ETEnergy(Module):
         whose share is :func:`et_graph.energy.coupling_grad`)."""
         k, q = self.keys_queries(g)
         grad_k, grad_q = self.attention_grads(k, q, edges, fused)
-        return self.attention_grad_to_g(grad_k, grad_q).view(g.shape), self.hopfield_grad_of_g(g)
+        attention = self.attention_grad_to_g(grad_k, grad_q).view(g.shape)
+        if (_overrides(self, "grad_from_attention_grads")
+                and not _overrides(self, "hopfield_grad_of_g")):
+            # a new term's closed form written there: the rest of the step is its share (the
+            # built-in Hopfield gradient did not sum to the step with it)
+            rest = self.grad_from_attention_grads(g, grad_k, grad_q, edges) - attention
+            return attention, rest
+        return attention, self.hopfield_grad_of_g(g)
 
     def dense_attention_and_hopfield_grads(
         self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None
@@ -568,23 +599,52 @@ _ENERGY_METHODS = ("node_energy_of_g", "hopfield_energy_of_g", "dense_node_energ
 #: Per descent path: the energy methods it reports and the closed-form methods it steps with
 #: (grad_of_g and dense_grad_of_g call grad_from_attention_grads, so an override there counts).
 #: (keys_queries: a non-linear key map changes the chain rule that attention_grad_to_g writes)
+#: (attention_grads: grad_of_g calls it; hopfield_grad_of_g: grad_from_attention_grads does)
 _PATHS = {
     "fused": (("node_energy_of_g", "hopfield_energy_of_g", "forward", "keys_queries"),
-              ("grad_of_g", "grad_from_attention_grads", "attention_grad_to_g")),
+              ("grad_of_g", "attention_grads", "grad_from_attention_grads",
+               "attention_grad_to_g", "hopfield_grad_of_g")),
     "unfused": (("node_energy_of_g", "hopfield_energy_of_g", "forward", "keys_queries"),
-                ("grad_from_attention_grads", "attention_grad_to_g")),
+                ("grad_from_attention_grads", "attention_grad_to_g", "hopfield_grad_of_g")),
     "dense": (("dense_node_energy_of_g", "hopfield_energy_of_g", "keys_queries"),
-              ("dense_grad_of_g", "grad_from_attention_grads", "attention_grad_to_g")),
-    "relational": (("hopfield_energy_of_g",), ("grad_from_attention_grads",)),
+              ("dense_grad_of_g", "grad_from_attention_grads", "attention_grad_to_g",
+               "hopfield_grad_of_g")),
+    "relational": (("hopfield_energy_of_g",), ("grad_from_attention_grads", "hopfield_grad_of_g")),
 }
+#: Per path: closed forms of the attention that the path never calls. The message path
+#: (``fused=False``, message hooks, explainers) computes the dot-product attention's edge
+#: coefficients itself, so a new attention closed form there would be skipped without a word.
+_BYPASSED = {"unfused": ("attention_grads",)}
+#: Every method whose override the checks read (a method replaced on an instance included).
+_WATCHED = tuple({*_ENERGY_METHODS, "keys_queries", *_BYPASSED["unfused"],
+                  *(name for _, closed in _PATHS.values() for name in closed)})
 #: Per (ETEnergy subclass, path): "" (its closed form covers its energy) or why it does not.
 _closed_form_gaps: dict[tuple[type, str], str] = {}
 
 
-def _unmatched_energy_override(cls: type, path: str) -> str:
-    def overridden(names: tuple[str, ...]) -> list[str]:
-        return [name for name in names if getattr(cls, name) is not getattr(ETEnergy, name)]
+def _overrides(energy: Any, name: str) -> bool:
+    """Whether ``energy`` (an :class:`ETEnergy` subclass or instance) replaces method ``name``:
+    in its class, or on the object itself."""
+    if not isinstance(energy, type) and callable(vars(energy).get(name)):
+        return True
+    cls = energy if isinstance(energy, type) else type(energy)
+    return getattr(cls, name) is not getattr(ETEnergy, name)
 
+
+def _unmatched_energy_override(energy: Any, path: str) -> str:
+    """Why the closed form of ``path`` does not cover ``energy`` (a subclass or an instance),
+    or "" when it does."""
+    def overridden(names: tuple[str, ...]) -> list[str]:
+        return [name for name in names if _overrides(energy, name)]
+
+    cls = energy if isinstance(energy, type) else type(energy)
+    bypassed = overridden(_BYPASSED.get(path, ()))
+    if bypassed:
+        return (f"{cls.__name__} overrides {', '.join(bypassed)} (a new attention), which the "
+                "message path "
+                "(fused=False, a message hook or an explainer) never calls: it computes the "
+                "built-in dot-product attention's coefficients itself, and would step with "
+                "them. Use the fused path, or build the layer with grad='autograd'")
     energy_methods, closed_methods = _PATHS[path]
     energies, closed = overridden(energy_methods), overridden(closed_methods)
     if not energies or closed:

@@ -1,0 +1,140 @@
+"""A researcher's new energy term, kernel or Hopfield energy (an audit, session 61).
+
+The layer descends ``energy_fn`` (an ``ETEnergy``); each test below is a way a subclass was
+descended with something other than its own energy, without a word, before its fix.
+"""
+import re
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import et_graph.energy as E
+from et_graph.nn import ETConv, ETEnergy
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "derivation.md"
+
+
+def graph(nodes: int = 10, edges: int = 30, width: int = 6):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(nodes, width, generator=generator, dtype=torch.float64)
+    return x, torch.randint(0, nodes, (2, edges), generator=generator)
+
+
+def layer(energy_cls=ETEnergy, **settings) -> ETConv:
+    torch.manual_seed(1)
+    options = {"heads": 2, "head_dim": 3, "hopfield_dim": 4, "steps": 3, "alpha": 0.05}
+    return ETConv(6, energy_cls=energy_cls, **{**options, **settings}).double()
+
+
+def test_the_documented_example_runs():
+    text = DOCS.read_text(encoding="utf-8")
+    section = text[text.index("## Adding an energy term"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    exec(compile(code, str(DOCS), "exec"), {"__name__": "docs_example"})
+
+
+def distance_logits(k, q, src, dst, beta):
+    return -0.5 * (k.index_select(0, src) - q.index_select(0, dst)).pow(2).sum(-1) * beta
+
+
+class DistanceKernel(ETEnergy):
+    """Attention on ``-beta/2 |k_B - q_C|^2`` instead of the dot product, closed form included."""
+
+    def node_energy_of_g(self, g, edges):
+        k, q = self.keys_queries(g)
+        logits = distance_logits(k, q, edges.src, edges.dst, self.beta)
+        lse = E.segment_logsumexp(logits, edges.dst, g.size(0))
+        return -(lse / self.beta).sum(-1) + self.hopfield_energy_of_g(g)
+
+    def attention_grads(self, k, q, edges, fused=True):
+        src, dst = edges.src, edges.dst
+        p = E.segment_softmax(distance_logits(k, q, src, dst, self.beta), dst, k.size(0))
+        diff = (k.index_select(0, src) - q.index_select(0, dst)) * p.unsqueeze(-1)
+        return (torch.zeros_like(k).index_add(0, src, diff),
+                torch.zeros_like(q).index_add(0, dst, -diff))
+
+
+def test_a_new_attention_is_descended_on_the_fused_path_and_refused_on_the_message_path():
+    """The message path computes the dot-product coefficients itself: it stepped 0.5 away from
+    autograd of the new kernel's energy, silently."""
+    x, edge_index = graph()
+    reference = layer(DistanceKernel, grad="autograd")(x, edge_index)
+    torch.testing.assert_close(layer(DistanceKernel)(x, edge_index), reference)
+    unfused = layer(DistanceKernel)
+    unfused.fused = False
+    with pytest.raises(ValueError, match="attention_grads .a new attention., which the message"):
+        unfused(x, edge_index)
+    hooked = layer(DistanceKernel)
+    hooked.register_message_forward_hook(lambda module, inputs, output: None)
+    with pytest.raises(ValueError, match="message path"):
+        hooked(x, edge_index)
+
+
+class SoftplusHopfield(ETEnergy):
+    """A new Hopfield energy ``-sum softplus(g xi^T)^2 / 2`` with its own closed form."""
+
+    def hopfield_energy_of_g(self, g):
+        return -0.5 * torch.nn.functional.softplus(g @ self.xi.t()).pow(2).sum(-1)
+
+    def hopfield_grad_of_g(self, g):
+        hidden = g @ self.xi.t()
+        return -(torch.nn.functional.softplus(hidden) * torch.sigmoid(hidden)) @ self.xi
+
+
+def test_a_new_hopfield_energy_is_descended_through_its_own_gradient():
+    """grad_from_attention_grads used the built-in activation, so hopfield_grad_of_g was not
+    a closed form any path read, and the attention/Hopfield split did not sum to the step."""
+    x, edge_index = graph()
+    conv = layer(SoftplusHopfield)
+    reference = layer(SoftplusHopfield, grad="autograd")(x, edge_index)
+    torch.testing.assert_close(conv(x, edge_index), reference)
+    fn = conv.energy_fn
+    edges, g = fn.edges(x, edge_index), fn.norm(x)
+    attention, hopfield = fn.attention_and_hopfield_grads(g, edges)
+    torch.testing.assert_close(attention + hopfield, fn.grad_of_g(g, edges))
+
+
+def test_a_method_replaced_on_the_object_is_checked_as_a_subclass_is():
+    x, edge_index = graph()
+    conv = layer()
+    fn = conv.energy_fn
+    fn.hopfield_energy_of_g = types.MethodType(
+        lambda self, g: ETEnergy.hopfield_energy_of_g(self, g) + g.pow(2).sum(-1), fn)
+    with pytest.raises(ValueError, match="overrides hopfield_energy_of_g but not the closed"):
+        conv(x, edge_index)
+
+
+class Anchored(ETEnergy):
+    def node_energy_of_g(self, g, edges):
+        return super().node_energy_of_g(g, edges) + 0.5 * g.pow(2).sum(-1)
+
+    def grad_from_attention_grads(self, g, grad_k, grad_q, edges=None):
+        return super().grad_from_attention_grads(g, grad_k, grad_q, edges) + g
+
+
+@pytest.mark.parametrize("grad", ["analytic", "autograd"])
+def test_the_dense_path_refuses_a_term_it_would_drop(grad):
+    """On a complete graph the sparse and dense paths gave tokens 0.7 apart."""
+    conv = layer(Anchored, grad=grad)
+    with pytest.raises(ValueError, match="not dense_node_energy_of_g"):
+        conv.forward_dense(torch.randn(1, 5, 6, dtype=torch.float64))
+
+
+def test_overriding_the_reported_energy_of_the_layer_warns():
+    with pytest.warns(UserWarning, match="which the descent does not read"):
+        class Reported(ETConv):  # noqa: F841 (defining it is the test)
+            def node_energy(self, x, edge_index, edge_weight=None):
+                return super().node_energy(x, edge_index, edge_weight) + 1.0
+
+
+def test_energy_cls_must_be_an_energy_and_closed_form_error_is_quiet():
+    with pytest.raises(TypeError, match="energy_cls must be ETEnergy"):
+        ETConv(6, energy_cls=torch.nn.Linear)
+    x, edge_index = graph()
+    fn = layer(Anchored).energy_fn
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # it warned about converting a tensor that needs grad
+        assert fn.closed_form_error(fn.norm(x), fn.edges(x, edge_index)) < 1e-12
