@@ -425,21 +425,24 @@ def quantile_knots(x: Tensor) -> tuple[list[Tensor], list[Tensor]]:
     :math:`r_k` the average rank of :math:`u_k` among the ``N`` rows. CPU tensors: the values in
     ``x``'s precision (float64 for integers), which holds them exactly, and the scores in the
     dtype :func:`quantile_normal` returns."""
-    from scipy.stats import norm, rankdata
+    from scipy.stats import norm
 
     if x.dim() != 2 or x.size(0) == 0:
         raise ValueError(f"x must be [N, F] with N > 0, got {tuple(x.shape)}")
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         raise ValueError("quantile_normal: x holds NaN or inf")
     work = x.detach().cpu().double().numpy()
-    scores = norm.ppf(rankdata(work, axis=0, method="average") / (x.size(0) + 1))
     value_dtype = x.dtype if x.is_floating_point() else torch.float64
     score_dtype = x.dtype if x.is_floating_point() else torch.float32
     values, value_scores = [], []
-    for column, column_scores in zip(work.T, scores.T):
-        distinct, first = np.unique(column, return_index=True)  # ties share their score
+    for column in work.T:
+        distinct, counts = np.unique(column, return_counts=True)
+        # the mean of the ranks a tied group takes, as scipy.stats.rankdata(method="average")
+        # computes it (first rank + (count - 1) / 2, exact in float64): the same scores
+        average_rank = (np.cumsum(counts) - counts + 1) + (counts - 1) / 2
         values.append(torch.from_numpy(distinct).to(value_dtype))
-        value_scores.append(torch.from_numpy(column_scores[first]).to(score_dtype))
+        value_scores.append(
+            torch.from_numpy(norm.ppf(average_rank / (x.size(0) + 1))).to(score_dtype))
     return values, value_scores
 
 
