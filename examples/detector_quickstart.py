@@ -10,7 +10,7 @@ from et_graph.cli import run_example
 from et_graph.datasets import load_anomaly_dataset
 from et_graph.detectors import ETDetector
 from et_graph.protocols.anomaly import stratified_split
-from et_graph.transforms import prepare_detection_data
+from et_graph.transforms import FeatureTransform
 
 
 def main() -> None:
@@ -20,7 +20,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=100, help="training epochs (default 100)")
     epochs = parser.parse_args().epochs
 
-    data = prepare_detection_data(load_anomaly_dataset("tolokers"), "quantile", degree_feature=True)
+    # fitted on this graph; kept (transform.save) to transform every graph scored later
+    transform = FeatureTransform("quantile", degree_feature=True)
+    data = transform.fit_transform(load_anomaly_dataset("tolokers"))
     split = stratified_split(data.y, 0.4, seed=2)  # the paper's: 40% train, val:test 1:2
     data.train_mask, data.val_mask, test = split.masks(data.num_nodes)
     det = ETDetector(epochs=epochs).fit(data)  # checkpoint and threshold chosen on data.val_mask

@@ -617,7 +617,7 @@ def test_neural_detectors_warn_about_raw_feature_scales(graph):
     raw = graph.clone()
     raw.x = graph.x.clone()
     raw.x[:, 0] = (raw.x[:, 0].abs() * 1e4).round()
-    with pytest.warns(RuntimeWarning, match="features look raw .*prepare_detection_data"):
+    with pytest.warns(RuntimeWarning, match="features look raw .*FeatureTransform"):
         MLPDetector(epochs=1, hidden=8).fit(raw)
     with pytest.warns(RuntimeWarning, match="features look raw") as caught:
         ETDetector(epochs=1, hidden=8).fit(raw)  # named detectors/base.py, two frames short

@@ -305,8 +305,10 @@ def check_feature_scales(x: Tensor, detector: str) -> None:
         warnings.warn(
             f"{detector}: the features look raw (largest |x| {largest:.3g}, column spreads "
             f"differing by a factor {ratio:.3g}); networks train poorly on such scales. "
-            "Transform them first, as et-graph anomaly does: data = et_graph.transforms."
-            "prepare_detection_data(data, 'quantile') (or 'standard').",
+            "Transform them first, as et-graph anomaly does, with one transform fitted on the "
+            "training graph and applied to every graph scored: transform = et_graph.transforms."
+            "FeatureTransform('quantile').fit(data) (or 'standard'), then fit and score "
+            "transform.transform(graph).",
             RuntimeWarning, stacklevel=user_stacklevel())
 
 

@@ -1,5 +1,6 @@
 from .features import (
     FEATURE_NORMS,
+    FeatureTransform,
     piecewise_linear_encoding,
     prepare_detection_data,
     quantile_normal,
@@ -27,6 +28,7 @@ from .structural import IncidentEdgeSum, LogDegree, RandomWalkPE
 __all__ = [
     "FEATURE_NORMS",
     "NEIGHBOUR_STATS",
+    "FeatureTransform",
     "piecewise_linear_encoding",
     "prepare_detection_data",
     "quantile_normal",

@@ -1,9 +1,16 @@
 """Label-free node-feature transforms for anomaly detection (the same input for every model)."""
 from __future__ import annotations
 
+import os
+import pickle
+import zipfile
+from typing import Optional, Union
+
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
+from torch_geometric.transforms import BaseTransform
 
 from ..nn.validation import check_positive_int
 from ..precision import float64_on_host_if_needed
@@ -32,9 +39,10 @@ def check_feature_limit(x: Tensor, limit: float, what: str, beyond: str) -> None
     largest = float(x.abs().max()) if x.numel() else 0.0
     if largest > limit:
         raise ValueError(
-            f"{what} reaches {largest:.3g}, {beyond}: transform the features first, "
-            "et_graph.transforms.prepare_detection_data(data, 'quantile') (or 'standard') in "
-            "Python, --feature-norm quantile or standard on the command line")
+            f"{what} reaches {largest:.3g}, {beyond}: transform the features first, in Python "
+            "with et_graph.transforms.FeatureTransform('quantile') (or 'standard') fitted on "
+            "the training graph and applied to every graph scored, on the command line with "
+            "--feature-norm quantile or standard")
 
 
 def check_node_graph(data: Data, float32_range: bool = True) -> tuple[Tensor, Tensor]:
@@ -93,52 +101,259 @@ def check_detection_graph(data: Data, float32_range: bool = True) -> None:
         raise ValueError("labels y must be binary (0 = normal, 1 = anomalous)")
 
 
-def prepare_detection_data(data: Data, feature_norm: str = "none",
-                           degree_feature: bool = False, ple_bins: int = 16) -> Data:
-    """A validated copy of ``data`` with float features, optionally ``log(1 + in-degree)``
-    (self-loops not counted) appended, and each column transformed over all nodes by
-    :func:`transform_features`. Labels are never read by the transform: a graph without ``y``
-    (one to score, or the unsupervised detector's) is transformed the same way; a given ``y``
-    must be binary and becomes ``long``."""
-    if feature_norm not in FEATURE_NORMS:
-        raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
+#: The tag :meth:`FeatureTransform.save` writes, so that :meth:`FeatureTransform.load` can refuse
+#: other files with a clear error.
+TRANSFORM_FORMAT = "et_graph.feature_transform/1"
+
+
+class FeatureTransform(BaseTransform):
+    r"""The label-free feature transform of node anomaly detection, fitted on one graph and
+    applied unchanged to every graph scored later.
+
+    .. code-block:: python
+
+        from et_graph.transforms import FeatureTransform
+        transform = FeatureTransform("quantile", degree_feature=True)
+        det = ETDetector().fit(transform.fit_transform(data))  # statistics of data's nodes
+        transform.save("transform.pt")                         # beside det.save("det.pt")
+        score = det.decision_function(transform.transform(new_graph))
+
+    ``fit`` keeps each column's statistics over the fitted graph's nodes and ``transform`` maps
+    any graph's features with them, so a node's transformed row depends on its own features
+    only, not on the nodes transformed with it (a single new node, a batch, the fitted graph
+    again). :func:`prepare_detection_data` is ``fit_transform`` on the graph it is given, with
+    the statistics dropped. Per ``feature_norm``, for a column of the fitted graph's ``N`` nodes:
+
+    - ``none``: the features as they are;
+    - ``standard``: :math:`(v - \mu) / \sigma`, the fitted mean and (unbiased) standard
+      deviation (:math:`\sigma = 1` for a constant column);
+    - ``quantile``: the normal score of the value's place among the fitted values. The fitted
+      distinct values :math:`u_1 < \dots < u_K`, of average ranks :math:`r_k`, score
+      :math:`s_k = \Phi^{-1}(r_k / (N + 1))` (as :func:`quantile_normal`); a value between
+      :math:`u_k` and :math:`u_{k+1}` scores
+      :math:`s_k + (s_{k+1} - s_k)\,(v - u_k) / (u_{k+1} - u_k)`, and a value outside the fitted
+      range the score of the nearer end (:math:`s_1` below :math:`u_1`, :math:`s_K` above
+      :math:`u_K`);
+    - ``ple``: the piecewise-linear encoding on the fitted graph's ``ple_bins`` quantile bin
+      edges (:func:`piecewise_linear_encoding`: 0 below a bin, 1 above it).
+
+    With ``degree_feature``, ``log(1 + in-degree)`` (self-loops not counted) is appended before
+    the per-column transform. The degree is a property of the node in the graph being
+    transformed (a node transformed without its edges has degree 0); the statistics that
+    transform it are the fitted graph's.
+
+    Labels are never read: a graph without ``y`` is transformed the same way; a given ``y``
+    must be binary and becomes ``long``. Features are transformed in their own floating
+    precision (integers as float32) and returned as float32, refused when beyond its range.
+
+    The fitted statistics (``mean_`` and ``scale_``, ``quantile_values_`` and
+    ``quantile_scores_``, or ``bin_edges_``) are CPU tensors, so the transform pickles, and
+    :meth:`save` writes a file that :meth:`load` reads with ``torch.load(weights_only=True)``.
+    ``quantile`` keeps every distinct fitted value of each column (which is what returns the
+    fitted graph bit for bit): at most two numbers per node and column, in the features'
+    precision.
+
+    Args:
+        feature_norm: one of :data:`FEATURE_NORMS`.
+        degree_feature: append ``log(1 + in-degree)`` before the transform.
+        ple_bins: the number of quantile bins of ``ple`` (read by that norm only).
+    """
+
+    #: The fitted statistics of each norm: what :meth:`save` writes.
+    STATISTICS = {"none": (), "standard": ("mean_", "scale_"),
+                  "quantile": ("quantile_values_", "quantile_scores_"), "ple": ("bin_edges_",)}
+
+    def __init__(self, feature_norm: str = "none", degree_feature: bool = False,
+                 ple_bins: int = 16) -> None:
+        if feature_norm not in FEATURE_NORMS:
+            raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
+        self.feature_norm = feature_norm
+        self.degree_feature = bool(degree_feature)
+        self.ple_bins = check_positive_int(ple_bins, "ple_bins")
+        #: The fitted graph's feature width (``None`` until fitted).
+        self.n_features_in_: Optional[int] = None
+        self.mean_: Optional[Tensor] = None
+        self.scale_: Optional[Tensor] = None
+        self.quantile_values_: Optional[list[Tensor]] = None
+        self.quantile_scores_: Optional[list[Tensor]] = None
+        self.bin_edges_: Optional[list[Tensor]] = None
+
+    def fit(self, data: Data) -> FeatureTransform:
+        """Keep the statistics of ``data``'s columns over all its nodes (no label read)."""
+        check_transform_input(data)
+        self._fit_columns(self._columns(data))
+        self.n_features_in_ = data.x.size(1)
+        return self
+
+    def fit_transform(self, data: Data) -> Data:
+        """:meth:`fit` on ``data``, then ``data`` transformed (what
+        :func:`prepare_detection_data` returns), the graph validated and copied once."""
+        data = validated_copy(data)
+        x = self._columns(data)
+        self._fit_columns(x)
+        self.n_features_in_ = data.x.size(1)
+        return self._with_features(data, self._transform_columns(x))
+
+    def transform(self, data: Data) -> Data:
+        """A validated copy of ``data`` with its features transformed by the fitted statistics
+        (``data`` may be any graph with the fitted graph's feature columns)."""
+        if self.n_features_in_ is None:
+            raise RuntimeError("FeatureTransform is not fitted yet: call fit(data) first, on "
+                               "the graph the detector is fitted on")
+        data = validated_copy(data)
+        if data.x.size(1) != self.n_features_in_:
+            raise ValueError(f"data.x has {data.x.size(1)} features but the FeatureTransform "
+                             f"was fitted on {self.n_features_in_}: transform graphs with the "
+                             "fitted graph's feature columns")
+        return self._with_features(data, self._transform_columns(self._columns(data)))
+
+    def forward(self, data: Data) -> Data:
+        """``transform(data)``: a fitted transform is also a PyG transform."""
+        return self.transform(data)
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Write the fitted transform to ``path`` as tensors and plain values, which
+        :meth:`load` reads back without unpickling any object."""
+        if self.n_features_in_ is None:
+            raise RuntimeError("FeatureTransform is not fitted yet: fit it before save()")
+        torch.save({"format": TRANSFORM_FORMAT, "feature_norm": self.feature_norm,
+                    "degree_feature": self.degree_feature, "ple_bins": self.ple_bins,
+                    "n_features_in_": self.n_features_in_,
+                    "statistics": {name: getattr(self, name)
+                                   for name in self.STATISTICS[self.feature_norm]}}, path)
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> FeatureTransform:
+        """A transform written by :meth:`save` (its statistics on the CPU)."""
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no feature transform file at {path}")
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError,
+                zipfile.BadZipFile) as error:
+            raise ValueError(f"{path} is not a FeatureTransform written by save() ("
+                             f"{type(error).__name__})") from error
+        if not isinstance(payload, dict) or payload.get("format") != TRANSFORM_FORMAT:
+            raise ValueError(f"{path} is not a FeatureTransform written by save()")
+        try:
+            transform = cls(payload["feature_norm"], payload["degree_feature"],
+                            payload["ple_bins"])
+            for name in cls.STATISTICS[transform.feature_norm]:
+                setattr(transform, name, payload["statistics"][name])
+            transform.n_features_in_ = int(payload["n_features_in_"])
+        except (KeyError, TypeError) as error:  # the tag, but not all that save() writes
+            raise ValueError(f"{path} is an incomplete FeatureTransform file (no "
+                             f"{error})") from error
+        return transform
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(feature_norm={self.feature_norm!r}, "
+                f"degree_feature={self.degree_feature}, ple_bins={self.ple_bins})")
+
+    # ------------------------------------------------------------------------------------------
+    def _columns(self, data: Data) -> Tensor:
+        """The columns to transform of a validated graph: its features as floats (in their own
+        precision: float64 stays float64), with the degree column where asked."""
+        x = data.x if data.x.is_floating_point() else data.x.float()
+        if self.degree_feature:  # the neighbourhood statistics' degree (self-loops not counted)
+            degree = neighbourhood_statistics(x, data.edge_index, ("degree",))
+            x = torch.cat([x, degree], dim=-1)
+        return x
+
+    def _with_features(self, data: Data, x: Tensor) -> Data:
+        check_float32_range(x, f"data.x after the {self.feature_norm!r} transform")
+        data.x = x.float()
+        return data
+
+    def _fit_columns(self, x: Tensor) -> FeatureTransform:
+        """Keep the statistics of the columns of ``x`` ``[N, F]``: the fit without the graph."""
+        # unfitted until the caller sets the width: a refit that fails leaves no half state
+        self.n_features_in_ = None
+        self.mean_ = self.scale_ = self.quantile_values_ = self.quantile_scores_ = None
+        self.bin_edges_ = None
+        if self.feature_norm == "standard":
+            mean, scale = standard_statistics(x)
+            self.mean_, self.scale_ = mean.cpu(), scale.cpu()
+        elif self.feature_norm == "quantile":
+            self.quantile_values_, self.quantile_scores_ = quantile_knots(x)
+        elif self.feature_norm == "ple":
+            self.bin_edges_ = quantile_bin_edges(x, self.ple_bins)
+        return self
+
+    def _transform_columns(self, x: Tensor) -> Tensor:
+        """The columns of ``x`` mapped by the fitted statistics (set by :meth:`_fit_columns`)."""
+        if self.feature_norm == "standard":
+            assert self.mean_ is not None and self.scale_ is not None
+            return standardise(x, self.mean_, self.scale_)
+        if self.feature_norm == "quantile":
+            assert self.quantile_values_ is not None and self.quantile_scores_ is not None
+            return interpolate_normal_scores(x, self.quantile_values_, self.quantile_scores_)
+        if self.feature_norm == "ple":
+            assert self.bin_edges_ is not None
+            return encode_piecewise_linear(x, self.bin_edges_)
+        return x
+
+
+def check_transform_input(data: Data) -> bool:
+    """``ValueError`` for a graph the feature transform cannot read; whether it has labels
+    (which must then be binary; they are checked, never read)."""
     labelled = getattr(data, "y", None) is not None
     # A transform can bring features beyond float32's range back into it: they are checked
-    # after it, and the transform runs in the features' own precision (float64 stays float64).
+    # after it (FeatureTransform refuses what is still beyond).
     if labelled:
         check_detection_graph(data, float32_range=False)
     else:
         check_node_graph(data, float32_range=False)
+    return labelled
+
+
+def validated_copy(data: Data) -> Data:
+    """A copy of ``data`` checked by :func:`check_transform_input`, its labels ``long``."""
+    labelled = check_transform_input(data)
     data = data.clone()
-    x = data.x if data.x.is_floating_point() else data.x.float()
     if labelled:
         data.y = data.y.long()
-    if degree_feature:  # the neighbourhood statistics' degree column (self-loops not counted)
-        degree = neighbourhood_statistics(x, data.edge_index, ("degree",))
-        x = torch.cat([x, degree], dim=-1)
-    x = transform_features(x, feature_norm, ple_bins)
-    check_float32_range(x, f"data.x after the {feature_norm!r} transform")
-    data.x = x.float()
     return data
+
+
+def prepare_detection_data(data: Data, feature_norm: str = "none",
+                           degree_feature: bool = False, ple_bins: int = 16) -> Data:
+    """``FeatureTransform(feature_norm, degree_feature, ple_bins).fit_transform(data)``: a
+    validated copy of ``data`` with float features, optionally ``log(1 + in-degree)`` appended,
+    and each column transformed by its statistics over the nodes of ``data`` itself.
+
+    Those statistics are dropped. That suits a graph that is fitted and scored whole; to score
+    other graphs later (tomorrow's graph, a batch of new nodes), keep the fitted
+    :class:`FeatureTransform` and ``transform`` each of them: transformed here, each would be
+    scaled by its own nodes, and the same raw node would get other inputs (a lone node, zeros)."""
+    return FeatureTransform(feature_norm, degree_feature, ple_bins).fit_transform(data)
 
 
 def transform_features(x: Tensor, feature_norm: str, ple_bins: int = 16) -> Tensor:
     """``x`` ``[N, F]`` with each column transformed over all ``N`` rows (no label involved):
     ``none``; ``standard`` z-scores; ``quantile`` normal scores of the ranks
     (:func:`quantile_normal`); ``ple`` the piecewise-linear encoding of ``ple_bins`` quantile
-    bins (:func:`piecewise_linear_encoding`, which widens ``x``)."""
+    bins (:func:`piecewise_linear_encoding`, which widens ``x``). :class:`FeatureTransform`
+    fitted and applied on ``x`` alone."""
     if feature_norm in ("standard", "quantile") and not x.is_floating_point():
         x = x.float()  # integer counts: z-scores and normal scores are fractions
-    if feature_norm == "standard":
-        std = x.std(dim=0)
-        return (x - x.mean(dim=0)) / torch.where(std > 0, std, torch.ones_like(std))
-    if feature_norm == "quantile":
-        return quantile_normal(x)
-    if feature_norm == "ple":
-        return piecewise_linear_encoding(x, ple_bins)
-    if feature_norm == "none":
-        return x
-    raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
+    return FeatureTransform(feature_norm, ple_bins=ple_bins)._fit_columns(x)._transform_columns(x)
+
+
+def standard_statistics(x: Tensor) -> tuple[Tensor, Tensor]:
+    """``(mean, scale)`` of each column of ``x``: the mean and the (unbiased) standard
+    deviation, 1 where that is 0 (a constant column is centred, not divided by 0)."""
+    if not x.is_floating_point():
+        x = x.float()
+    std = x.std(dim=0)
+    return x.mean(dim=0), torch.where(std > 0, std, torch.ones_like(std))
+
+
+def standardise(x: Tensor, mean: Tensor, scale: Tensor) -> Tensor:
+    """``(x - mean) / scale`` column by column (:func:`standard_statistics`)."""
+    if not x.is_floating_point():
+        x = x.float()
+    return (x - mean.to(x.device)) / scale.to(x.device)
 
 
 def piecewise_linear_encoding(x: Tensor, bins: int = 16) -> Tensor:
@@ -155,6 +370,12 @@ def piecewise_linear_encoding(x: Tensor, bins: int = 16) -> Tensor:
     linear layer on this encoding is a learned piecewise-linear function of each feature, which
     is what lets neural models read tabular columns the way trees do (thresholds). A constant
     column becomes a single zero column. Returns ``[N, sum_j T_j]`` in ``x``'s dtype."""
+    return encode_piecewise_linear(x, quantile_bin_edges(x, bins))
+
+
+def quantile_bin_edges(x: Tensor, bins: int = 16) -> list[Tensor]:
+    """Each column's bin edges :math:`b_0 < \\dots < b_T` of
+    :func:`piecewise_linear_encoding`, float64 on the CPU."""
     check_positive_int(bins, "bins")
     if x.dim() != 2 or x.size(0) == 0:
         raise ValueError(f"x must be [N, F] with N > 0, got {tuple(x.shape)}")
@@ -165,26 +386,80 @@ def piecewise_linear_encoding(x: Tensor, bins: int = 16) -> Tensor:
     work = float64_on_host_if_needed(x)
     # on x's device (the CPU for mps): CPU levels failed torch.quantile on a GPU column
     levels = torch.linspace(0, 1, bins + 1, dtype=torch.float64, device=work.device)
+    # sorted, repeated edges merged
+    return [torch.unique(torch.quantile(column, levels)).cpu() for column in work.unbind(dim=1)]
+
+
+def encode_piecewise_linear(x: Tensor, bin_edges: list[Tensor]) -> Tensor:
+    """The encoding of :func:`piecewise_linear_encoding` on given ``bin_edges`` (one tensor
+    per column of ``x``), in float64, returned in ``x``'s dtype (float32 for integers)."""
+    check_fitted_width(x, len(bin_edges))
+    if not x.is_floating_point():
+        x = x.float()
+    work = float64_on_host_if_needed(x)
     columns = []
-    for column in work.unbind(dim=1):
-        edges = torch.unique(torch.quantile(column, levels))  # sorted, repeated edges merged
-        if edges.numel() < 2:
+    for column, edges in zip(work.unbind(dim=1), bin_edges):
+        if edges.numel() < 2:  # a constant column: a single bin with nothing to encode
             columns.append(column.new_zeros(column.numel(), 1))
             continue
+        edges = edges.to(work.device)
         low, high = edges[:-1], edges[1:]
         columns.append(((column.unsqueeze(1) - low) / (high - low)).clamp_(0.0, 1.0))
     return torch.cat(columns, dim=1).to(x.device, x.dtype)
+
+
+def check_fitted_width(x: Tensor, fitted: int) -> None:
+    """``ValueError`` unless ``x`` is ``[N, fitted]``: fitted statistics cover those columns."""
+    if x.dim() != 2 or x.size(1) != fitted:
+        raise ValueError(f"x must be [N, {fitted}] (the fitted columns), got {tuple(x.shape)}")
 
 
 def quantile_normal(x: Tensor) -> Tensor:
     """Each column's average rank mapped to standard-normal scores (ties share a score), in
     ``x``'s floating dtype and device (float32 for integer columns: cast back to an integer
     dtype the scores were truncated to zeros). NaN is refused (it made its column NaN)."""
-    from scipy.stats import norm, rankdata
+    return interpolate_normal_scores(x, *quantile_knots(x))
 
+
+def quantile_knots(x: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    r"""``(values, scores)``, per column of ``x`` ``[N, F]``: its distinct values
+    :math:`u_1 < \dots < u_K` and their normal scores :math:`\Phi^{-1}(r_k / (N + 1))`,
+    :math:`r_k` the average rank of :math:`u_k` among the ``N`` rows. CPU tensors: the values in
+    ``x``'s precision (float64 for integers), which holds them exactly, and the scores in the
+    dtype :func:`quantile_normal` returns."""
+    from scipy.stats import norm
+
+    if x.dim() != 2 or x.size(0) == 0:
+        raise ValueError(f"x must be [N, F] with N > 0, got {tuple(x.shape)}")
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         raise ValueError("quantile_normal: x holds NaN or inf")
-    ranks = rankdata(x.detach().cpu().double().numpy(), axis=0, method="average")
-    scores = norm.ppf(ranks / (x.size(0) + 1))
+    work = x.detach().cpu().double().numpy()
+    value_dtype = x.dtype if x.is_floating_point() else torch.float64
+    score_dtype = x.dtype if x.is_floating_point() else torch.float32
+    values, value_scores = [], []
+    for column in work.T:
+        distinct, counts = np.unique(column, return_counts=True)
+        # the mean of the ranks a tied group takes, as scipy.stats.rankdata(method="average")
+        # computes it (first rank + (count - 1) / 2, exact in float64): the same scores
+        average_rank = (np.cumsum(counts) - counts + 1) + (counts - 1) / 2
+        values.append(torch.from_numpy(distinct).to(value_dtype))
+        value_scores.append(
+            torch.from_numpy(norm.ppf(average_rank / (x.size(0) + 1))).to(score_dtype))
+    return values, value_scores
+
+
+def interpolate_normal_scores(x: Tensor, values: list[Tensor], scores: list[Tensor]) -> Tensor:
+    """Each column of ``x`` mapped through its ``(values, scores)`` of :func:`quantile_knots`:
+    a fitted value gets its own score exactly, a value between two fitted ones the linear
+    interpolation of theirs, a value outside the fitted range the nearer end's score. In
+    ``x``'s floating dtype and device (float32 for integers)."""
+    check_fitted_width(x, len(values))
+    work = x.detach().cpu().double().numpy()
+    mapped = np.empty_like(work)
+    for j, (column_values, column_scores) in enumerate(zip(values, scores)):
+        # np.interp holds the end scores outside the range, and returns a knot's own score
+        # at the knot (not one rounded through the slope)
+        mapped[:, j] = np.interp(work[:, j], column_values.double().numpy(),
+                                 column_scores.double().numpy())
     dtype = x.dtype if x.is_floating_point() else torch.float32
-    return torch.from_numpy(scores).to(device=x.device, dtype=dtype)
+    return torch.from_numpy(mapped).to(device=x.device, dtype=dtype)
