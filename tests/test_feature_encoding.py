@@ -293,7 +293,7 @@ def test_the_fitted_transform_pickles_saves_and_reads_no_label(tmp_path):
     assert len(pickle.dumps(FeatureTransform("ple").fit(data))) < 8_000
     with pytest.raises(FileNotFoundError, match="no feature transform file"):
         FeatureTransform.load(tmp_path / "missing.pt")
-    (tmp_path / "text.pt").write_text("not a transform")
+    (tmp_path / "text.pt").write_text("not a transform", encoding="utf-8")
     with pytest.raises(ValueError, match="is not a FeatureTransform written by save"):
         FeatureTransform.load(tmp_path / "text.pt")
     torch.save({"format": "something else"}, tmp_path / "other.pt")
