@@ -299,3 +299,14 @@ def test_the_fitted_transform_pickles_saves_and_reads_no_label(tmp_path):
     torch.save({"format": "something else"}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="is not a FeatureTransform written by save"):
         FeatureTransform.load(tmp_path / "other.pt")
+
+
+def test_ple_bins_is_read_and_checked_by_ple_alone():
+    """prepare_detection_data(data, "none", ple_bins=0) was accepted (and ignored) before the
+    fitted transform; it raised after it."""
+    import numpy as np
+
+    data = Data(x=torch.randn(6, 2), edge_index=torch.tensor([[0, 1], [1, 2]]))
+    assert torch.equal(prepare_detection_data(data, "standard", ple_bins=0).x,
+                       prepare_detection_data(data, "standard").x)
+    prepare_detection_data(data, "none", ple_bins=np.int64(4))

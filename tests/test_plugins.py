@@ -301,3 +301,29 @@ def test_the_example_plugin_runs_and_the_docs_quote_it_whole():
                           data=planted_anomaly_graph(200, seed=2))
     assert list(results["models"]) == ["gcn", "sage"]
     assert "sage = SAGEDetector" in results["protocol"]
+
+
+def test_plugins_that_would_run_from_anywhere_or_shadow_a_library_are_refused(
+        tmp_path, monkeypatch):
+    """From the review of the plugin loader: a relative path in the environment imported a
+    file of whatever folder a command ran in (even for --help); a file named optuna.py became
+    the tuner's optuna; a plugin failing after registering left its name taken."""
+    from et_graph.detectors import registered_detectors, registry
+
+    monkeypatch.chdir(tmp_path)
+    write_plugin(tmp_path, "env")
+    monkeypatch.setenv(registry.PLUGINS_ENV, "env_plugin.py")
+    with pytest.raises(ValueError, match="relative path"):
+        registry.load_plugins([], environment=True)
+    monkeypatch.delenv(registry.PLUGINS_ENV)
+    shadow = tmp_path / "tabnanny.py"  # (a library nothing here imports: one imported is
+    shadow.write_text("raise SystemExit('the plugin ran')\n", encoding="utf-8")  # named so)
+    with pytest.raises(ValueError, match="would shadow it"):
+        registry.load_plugins([str(shadow)])
+    failing = write_plugin(tmp_path, "half")
+    failing.write_text(failing.read_text(encoding="utf-8") + "\nraise RuntimeError('late')\n",
+                       encoding="utf-8")
+    for _ in range(2):  # the retry fails the same way, not with "registered already"
+        with pytest.raises(RuntimeError, match="late"):
+            registry.load_plugins([str(failing)])
+        assert "half" not in registered_detectors()

@@ -331,11 +331,17 @@ class BaseDetector:
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         raise NotImplementedError
 
-    def _prepare(self, data: Data, dtype: torch.dtype = torch.float32) -> Data:
+    def _prepare(self, data: Data, dtype: Optional[torch.dtype] = None) -> Data:
         """``data`` as ``_fit`` and ``_score`` read it (checked already): a shallow copy with
         ``x`` in ``dtype`` and ``edge_index`` as int64, or ``data`` itself when it is so
-        already. Features as float16 were read in half precision by the trees (scores off by
-        0.05) and bfloat16 ones failed in NumPy; int16 or uint8 edges failed in indexing."""
+        already. ``dtype=None`` keeps float32 and float64 features as they are (the trees
+        compute their neighbour means in the features' precision, as detectors saved before
+        did) and reads any other as float32: float16 was read in half precision by the trees
+        (scores off by 0.05) and bfloat16 failed in NumPy; int16 or uint8 ids failed in
+        indexing."""
+        if dtype is None:
+            dtype = data.x.dtype if data.x.dtype in (torch.float32, torch.float64) else (
+                torch.float32)
         if data.x.dtype == dtype and data.edge_index.dtype == torch.long:
             return data
         data = copy.copy(data)

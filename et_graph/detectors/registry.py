@@ -80,6 +80,8 @@ class RegisteredDetector:
         for entry in _LOADED:
             if entry["module"] == self.module:
                 return entry["path"] or self.module
+        if self.module == "__main__":  # registered by a script: --plugin takes its file
+            return _module_path("__main__") or self.module
         return self.module
 
     def record(self) -> dict[str, Optional[str]]:
@@ -220,27 +222,59 @@ def load_plugins(specs: Iterable[str], environment: bool = False
 
     A module that cannot be found raises ``ValueError``, a missing file
     ``FileNotFoundError``; an error inside the plugin's own code comes through as it is."""
-    given = [os.environ.get(PLUGINS_ENV, "")] if environment else []
-    for spec in (item.strip() for text in [*given, *specs] for item in text.split(",")):
-        if spec:
+    if environment:
+        for spec in _items([os.environ.get(PLUGINS_ENV, "")]):
+            if _is_file_spec(spec) and not Path(spec).expanduser().is_absolute():
+                # a relative path would import a file of whatever folder the command runs in
+                raise ValueError(f"{PLUGINS_ENV}: plugin {spec!r} is a relative path; give "
+                                 "files there as absolute paths (or module names)")
             _load_plugin(spec)
+    for spec in _items(specs):
+        _load_plugin(spec)
     return list(_LOADED)
 
 
+def _items(texts: Iterable[str]) -> list[str]:
+    return [item.strip() for text in texts for item in text.split(",") if item.strip()]
+
+
+def _is_file_spec(spec: str) -> bool:
+    return spec.endswith(".py") or "/" in spec or os.sep in spec
+
+
 def _load_plugin(spec: str) -> None:
+    """Import one plugin; if it fails, the detectors it registered before failing are removed
+    (a retry then registers them again instead of finding them taken)."""
+    before = set(_REGISTERED)
+    try:
+        _import_plugin(spec)
+    except BaseException:
+        for name in set(_REGISTERED) - before:
+            del _REGISTERED[name]
+        raise
+
+
+def _import_plugin(spec: str) -> None:
     entry: dict[str, Optional[str]]
-    if spec.endswith(".py") or "/" in spec or os.sep in spec:
+    if _is_file_spec(spec):
         path = Path(spec).expanduser().resolve()
         if not path.is_file():
             raise FileNotFoundError(f"plugin {spec!r}: no such file {path}")
         name = path.stem
         entry = {"module": name, "path": str(path)}
-        if entry in _LOADED:
-            return
+        if any(loaded["module"] == name for loaded in _LOADED) and _module_path(name) == str(
+                path):
+            return  # loaded already, by its module name or its path
         known = sys.modules.get(name)
         if known is not None and _module_path(name) != str(path):
             raise ValueError(f"plugin {spec!r}: a module named {name!r} is imported already "
                              f"(from {_module_path(name)}); rename the file")
+        installed = _installed_elsewhere(name, path)
+        if installed:
+            # imported under its stem, it would stand in for that module in every later
+            # import of it (a plugin file named optuna.py broke the tuner's import optuna)
+            raise ValueError(f"plugin {spec!r}: a module named {name!r} is installed (at "
+                             f"{installed}), and the plugin would shadow it; rename the file")
         module_spec = importlib.util.spec_from_file_location(name, path)
         if module_spec is None or module_spec.loader is None:
             raise ValueError(f"plugin {spec!r}: {path} cannot be imported as a module")
@@ -254,7 +288,7 @@ def _load_plugin(spec: str) -> None:
             del sys.modules[name]
             raise
     else:
-        if any(entry["module"] == spec for entry in _LOADED):
+        if any(loaded["module"] == spec for loaded in _LOADED):
             return
         try:
             importlib.import_module(spec)
@@ -265,6 +299,18 @@ def _load_plugin(spec: str) -> None:
                              "name importable here, e.g. on PYTHONPATH, or a .py file)") from None
         entry = {"module": spec, "path": None}
     _LOADED.append(entry)
+
+
+def _installed_elsewhere(name: str, path: Path) -> Optional[str]:
+    """Where a module ``name`` other than the file ``path`` is importable, else ``None``."""
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(found, "origin", None) if found is not None else None
+    if found is None or (origin and Path(origin).resolve() == path):
+        return None
+    return origin or "a namespace package"
 
 
 def _module_path(module: str) -> Optional[str]:

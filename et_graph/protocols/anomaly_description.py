@@ -76,7 +76,7 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
     for head, rows in (("own detectors (passed from Python", own),
                        ("registered detectors (by register_detector", registered)):
         if rows:
-            text += (f"; {head}, fitted on the same splits, with their own settings: the "
-                     "epochs above are the built-in models'): "
+            text += (f"; {head}, fitted on the same splits with the settings their factories "
+                     "give them, which may differ from the built-in models' above): "
                      + ", ".join(f"{name} = {kind}" for name, kind in rows.items()))
     return text

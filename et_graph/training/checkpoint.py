@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import stat
 import tempfile
 import warnings
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, BinaryIO, Union
 
 import numpy as np
 import torch
@@ -38,14 +39,27 @@ def save_checkpoint(path: PathLike, state: dict[str, Any]) -> Path:
     return torch_save_whole(path, {FORMAT_KEY: FORMAT_VERSION, **state})
 
 
-def torch_save_whole(path: PathLike, payload: Any) -> Path:
+def torch_save_whole(path: Union[PathLike, BinaryIO], payload: Any) -> Any:
     """``torch.save(payload)`` to ``path`` whole or not at all: into a temporary file in the
     same folder, fsync, then ``os.replace``. A save that fails half-way (an object that does
     not pickle, a kill, a full disk) leaves the previous file as it was, and a reader never
-    sees a cut one."""
-    path = Path(path)
+    sees a cut one. The file gets the mode a plain write would give it (the existing file's, or
+    the umask's: a temporary file is private, and a scoring service running as another user
+    could not read the detector), and a symbolic link is written through, not replaced. A
+    file object (``write``) is written directly."""
+    if hasattr(path, "write"):
+        torch.save(payload, path)
+        return path
+    path = Path(os.path.realpath(path))
+    if path.exists():
+        mode = stat.S_IMODE(path.stat().st_mode)
+    else:
+        umask = os.umask(0o022)  # (the only portable way to read it: set it, put it back)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(temporary, mode)
         with os.fdopen(handle, "wb") as stream:
             torch.save(payload, stream)
             stream.flush()

@@ -169,7 +169,9 @@ class FeatureTransform(BaseTransform):
             raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
         self.feature_norm = feature_norm
         self.degree_feature = bool(degree_feature)
-        self.ple_bins = check_positive_int(ple_bins, "ple_bins")
+        # (read by ple alone, and checked for it alone: the other norms always ignored it)
+        self.ple_bins = (check_positive_int(ple_bins, "ple_bins") if feature_norm == "ple"
+                         else ple_bins)
         #: The fitted graph's feature width (``None`` until fitted).
         self.n_features_in_: Optional[int] = None
         self.mean_: Optional[Tensor] = None
@@ -216,11 +218,13 @@ class FeatureTransform(BaseTransform):
         :meth:`load` reads back without unpickling any object."""
         if self.n_features_in_ is None:
             raise RuntimeError("FeatureTransform is not fitted yet: fit it before save()")
-        torch.save({"format": TRANSFORM_FORMAT, "feature_norm": self.feature_norm,
-                    "degree_feature": self.degree_feature, "ple_bins": self.ple_bins,
-                    "n_features_in_": self.n_features_in_,
-                    "statistics": {name: getattr(self, name)
-                                   for name in self.STATISTICS[self.feature_norm]}}, path)
+        from ..training.checkpoint import torch_save_whole
+
+        torch_save_whole(path, {"format": TRANSFORM_FORMAT, "feature_norm": self.feature_norm,
+                                "degree_feature": self.degree_feature,
+                                "ple_bins": self.ple_bins, "n_features_in_": self.n_features_in_,
+                                "statistics": {name: getattr(self, name)
+                                               for name in self.STATISTICS[self.feature_norm]}})
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> FeatureTransform:

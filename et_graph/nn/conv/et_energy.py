@@ -615,6 +615,13 @@ _PATHS = {
 #: (``fused=False``, message hooks, explainers) computes the dot-product attention's edge
 #: coefficients itself, so a new attention closed form there would be skipped without a word.
 _BYPASSED = {"unfused": ("attention_grads",)}
+#: Closed forms that cover only some energy methods: a Hopfield gradient covers the Hopfield
+#: energy alone, and a new attention's gradient the attention (not a new key map, whose chain
+#: rule attention_grad_to_g writes). Any other closed form covers every energy method, as the
+#: whole step passes through it. (A Hopfield gradient once let a term added to
+#: node_energy_of_g, with no gradient, through.)
+_COVERS = {"hopfield_grad_of_g": ("hopfield_energy_of_g",),
+           "attention_grads": ("node_energy_of_g", "forward", "dense_node_energy_of_g")}
 #: Every method whose override the checks read (a method replaced on an instance included).
 _WATCHED = tuple({*_ENERGY_METHODS, "keys_queries", *_BYPASSED["unfused"],
                   *(name for _, closed in _PATHS.values() for name in closed)})
@@ -646,8 +653,10 @@ def _unmatched_energy_override(energy: Any, path: str) -> str:
                 "built-in dot-product attention's coefficients itself, and would step with "
                 "them. Use the fused path, or build the layer with grad='autograd'")
     energy_methods, closed_methods = _PATHS[path]
-    energies, closed = overridden(energy_methods), overridden(closed_methods)
-    if not energies or closed:
+    closed = overridden(closed_methods)
+    energies = [name for name in overridden(energy_methods)
+                if not any(name in _COVERS.get(method, (name,)) for method in closed)]
+    if not energies:
         return ""
     return (f"{cls.__name__} overrides {', '.join(energies)} but not the closed form the "
             f"{path} descent steps with ({', '.join(closed_methods)}): it would ignore the new "
