@@ -34,8 +34,11 @@ from et_graph.protocols.anomaly import make_splits
 from et_graph.protocols.anomaly_config import AnomalyConfig, load_data, make_detector
 
 
-def tree_log_odds(config: AnomalyConfig, folds: int) -> tuple[torch.Tensor, dict[str, float]]:
-    """The cross-fitted column ``[N]`` and its training (out-of-fold) and validation AUROC."""
+def tree_log_odds(config: AnomalyConfig, folds: int, trees: AnomalyConfig | None = None
+                  ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The cross-fitted column ``[N]`` and its training (out-of-fold) and validation AUROC:
+    ``config``'s graph and split, the trees of ``trees`` (default ``config``)."""
+    trees = trees or config
     data = load_data(config.data)
     p = config.protocol
     split = make_splits(data, p.protocol, 1, p.train_ratio, p.split_seed)[0]
@@ -49,8 +52,8 @@ def tree_log_odds(config: AnomalyConfig, folds: int) -> tuple[torch.Tensor, dict
         masks = [torch.zeros(data.num_nodes, dtype=torch.bool) for _ in range(2)]
         masks[0][train[fit_part]] = True
         masks[1][train[held_out]] = True  # its threshold only: a training fold, not validation
-        trees = make_detector(config, "gbt", seed=fold).fit(data, masks[0], masks[1])
-        prob = trees.decision_function(data).double().clamp(1e-7, 1 - 1e-7).numpy()
+        fitted = make_detector(trees, "gbt", seed=fold).fit(data, masks[0], masks[1])
+        prob = fitted.decision_function(data).double().clamp(1e-7, 1 - 1e-7).numpy()
         log_odds = np.log(prob / (1 - prob))
         column[train[held_out]] = log_odds[train[held_out]]
         column[others] += log_odds[others] / folds
@@ -63,11 +66,17 @@ def tree_log_odds(config: AnomalyConfig, folds: int) -> tuple[torch.Tensor, dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="anomaly preset (its data, split, trees)")
+    parser.add_argument("--trees-config", help="the preset whose [gbt] section the trees use "
+                        "(default: --config; a per-model preset's [gbt] may be the defaults)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--out", required=True, help="the .pt graph to write")
     args = parser.parse_args()
     config = parse(AnomalyConfig, ["--config", args.config, "--threads", "1", "--no-progress"])
-    column, quality = tree_log_odds(config, args.folds)
+    trees = (parse(AnomalyConfig, ["--config", args.trees_config, "--threads", "1",
+                                   "--no-progress"]) if args.trees_config else None)
+    if trees is not None and trees.data != config.data:
+        raise SystemExit("--trees-config must name the same data as --config")
+    column, quality = tree_log_odds(config, args.folds, trees)
     d = config.data
     raw = load_anomaly_dataset(None if d.data else d.dataset, root=d.data_root,
                                path=d.data or None, relation=d.relation)
