@@ -24,11 +24,12 @@ def rank_blend(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return (rankdata(first) + rankdata(second)) / (2 * first.size)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     allow_abbrev=False)
     parser.add_argument("scores", help="a run's scores.npz")
     parser.add_argument("--models", default="et,gbt", help="the two models, comma-separated")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     first, second = args.models.split(",")
     stored = np.load(args.scores, allow_pickle=False)
     seeds = sorted(int(key.split("seed")[1]) for key in stored.files if key.startswith("labels"))

@@ -63,14 +63,15 @@ def tree_log_odds(config: AnomalyConfig, folds: int, trees: AnomalyConfig | None
     return torch.from_numpy(column).float(), quality
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     allow_abbrev=False)
     parser.add_argument("--config", required=True, help="anomaly preset (its data, split, trees)")
     parser.add_argument("--trees-config", help="the preset whose [gbt] section the trees use "
                         "(default: --config; a per-model preset's [gbt] may be the defaults)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--out", required=True, help="the .pt graph to write")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     config = parse(AnomalyConfig, ["--config", args.config, "--threads", "1", "--no-progress"])
     trees = (parse(AnomalyConfig, ["--config", args.trees_config, "--threads", "1",
                                    "--no-progress"]) if args.trees_config else None)

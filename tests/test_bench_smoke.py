@@ -903,10 +903,5 @@ def test_the_tree_score_column_reads_training_labels_only(tmp_path):
 def test_the_rank_blend_reads_a_stored_run(capsys):
     module = benchmark_module("anomaly_rank_blend")
     stored = Path(__file__).resolve().parents[1] / "docs/measured/anomaly/tolokers40_v5/scores.npz"
-    sys_argv = sys.argv
-    sys.argv = ["anomaly_rank_blend.py", str(stored), "--models", "et,gbt"]
-    try:
-        module.main()
-    finally:
-        sys.argv = sys_argv
+    module.main([str(stored), "--models", "et,gbt"])
     assert "rank average of et and gbt, 5 seeds: auroc 0.8568" in capsys.readouterr().out
