@@ -327,3 +327,24 @@ def test_plugins_that_would_run_from_anywhere_or_shadow_a_library_are_refused(
         with pytest.raises(RuntimeError, match="late"):
             registry.load_plugins([str(failing)])
         assert "half" not in registered_detectors()
+
+
+def test_a_run_builds_every_seed_from_the_registrations_it_started_with():
+    """From the review: the run looked the registry up again for each seed, so a name
+    registered again while it ran (replace=True) mixed two detectors in one row."""
+    built = []
+
+    def first(config, seed, progress):
+        built.append(("first", seed))
+        # another thread, or the factory itself, replaces the registration mid-run
+        register_detector("swapped", second, replace=True)
+        return make_logistic(config, seed, progress)
+
+    def second(config, seed, progress):
+        built.append(("second", seed))
+        return make_logistic(config, seed, progress)
+
+    register_detector("swapped", first)
+    anomaly.run(config("--models", "swapped", "--seeds", "2", "--no-energy-row"),
+                data=planted_anomaly_graph(200, seed=2))
+    assert built == [("first", 0), ("first", 0), ("first", 1)]

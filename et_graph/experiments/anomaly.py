@@ -24,6 +24,7 @@ from ..config import check_results_kept, parse_given, run_metadata, warn_unread_
 from ..detectors import registered_detectors
 from ..detectors.base import BaseDetector
 from ..detectors.registry import (
+    RegisteredDetector,
     add_plugin_argument,
     checked_detector,
     load_plugins,
@@ -85,14 +86,17 @@ def run(config: AnomalyConfig, data: Optional[Data] = None,
     ``config.protocol.models`` (:func:`~et_graph.detectors.register_detector`)."""
     own = check_own_detectors(detectors or {})
     names = [*config.protocol.model_names(), *own]
-    for name in registered_names(names):  # a wrong kind found now, not after seed 0's trainings
-        new_detector(config, name, 0)
+    # The registrations this run started with, used for every seed: a name registered again
+    # (replace=True) while the run goes on would otherwise mix two detectors in one row.
+    registry = {name: registered_detectors()[name] for name in registered_names(names)}
+    for name in registry:  # a wrong kind found now, not after seed 0's trainings
+        new_detector(config, name, 0, registry=registry)
     if config.data.feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}")
     config.run.apply_threads()
     rank = _setup_distributed(config.protocol.ddp)
     try:
-        return _run(config, names, load_data(config.data, data), rank, own)
+        return _run(config, names, load_data(config.data, data), rank, own, registry)
     finally:
         if config.protocol.ddp and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
@@ -107,7 +111,8 @@ VALIDATION_ONLY_NOTE = ("Validation only (--validation-only): every figure below
 
 
 def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
-         own: Mapping[str, Callable[[int], BaseDetector]]) -> dict[str, Any]:
+         own: Mapping[str, Callable[[int], BaseDetector]],
+         registry: Mapping[str, RegisteredDetector]) -> dict[str, Any]:
     start = time.perf_counter()
     p = config.protocol
     dataset = str(getattr(data, "name", None) or config.data.dataset)
@@ -160,10 +165,10 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
         for name in names:
             torch.manual_seed(seed)
             det = (own_detector(own, name, seed) if name in own
-                   else make_detector(config, name, seed, progress, dataset))
+                   else make_detector(config, name, seed, progress, dataset, registry))
             if name in own:
                 own_kinds[name] = type(det).__name__
-            elif name in registered_detectors():
+            elif name in registry:
                 registered_kinds[name] = type(det).__name__
             det.fit(data, train_mask, val_mask)
             score = det.decision_score_.double().numpy()

@@ -6,6 +6,7 @@ config (:mod:`et_graph.detectors.config`), :func:`with_detector_config` back.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Optional
 
@@ -25,6 +26,7 @@ from ..detectors import (
     NodeTrainConfig,
     registered_detectors,
 )
+from ..detectors.registry import RegisteredDetector
 from ..nn.validation import check_chunk_size, check_positive_int
 from ..transforms.features import prepare_detection_data
 from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_stats
@@ -294,14 +296,16 @@ def with_detector_config(config: AnomalyConfig, name: str, det: Any) -> AnomalyC
 
 
 def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = False,
-                  dataset: Optional[str] = None) -> BaseDetector:
+                  dataset: Optional[str] = None,
+                  registry: Optional[Mapping[str, RegisteredDetector]] = None) -> BaseDetector:
     """Detector ``name`` as the run configures it; its checkpoints (with ``run.checkpoint_dir``)
     go to ``checkpoint_dir/dataset/name/seedS`` (``dataset``: the graph's name, by default the
-    configured dataset's)."""
+    configured dataset's). ``registry``: the registrations to build from (default: the
+    registered detectors now; a run passes the ones it started with)."""
     p = config.protocol
     chunks = ({"chunk_size": p.inference_chunk_size, "chunk_edges": p.inference_chunk_edges}
               if name == "et" else {})
-    detector = new_detector(config, name, seed, progress, **chunks)
+    detector = new_detector(config, name, seed, progress, registry, **chunks)
     if hasattr(detector, "checkpoint"):
         detector.checkpoint = config.run.checkpoint(dataset or config.data.dataset, name,
                                                     f"seed{seed}")
@@ -309,10 +313,12 @@ def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = 
 
 
 def new_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = False,
+                 registry: Optional[Mapping[str, RegisteredDetector]] = None,
                  **options: Any) -> BaseDetector:
     """Detector ``name``, unfitted, as ``config`` sets it: a built-in one from its sections
-    (``options``: further constructor keywords), a registered one from its factory."""
-    registered = registered_detectors().get(name)
+    (``options``: further constructor keywords), a registered one from its factory (in
+    ``registry``, default the registered detectors now)."""
+    registered = (registered_detectors() if registry is None else registry).get(name)
     if registered is not None:
         return registered.build(config, seed, progress)
     return DETECTORS[name](detector_config(config, name), seed=seed, progress=progress,
