@@ -27,19 +27,20 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold
+from torch_geometric.data import Data
 
 from et_graph.config import parse
-from et_graph.datasets import load_anomaly_dataset
 from et_graph.protocols.anomaly import make_splits
-from et_graph.protocols.anomaly_config import AnomalyConfig, load_data, make_detector
+from et_graph.protocols.anomaly_config import AnomalyConfig, load_data, load_graph, make_detector
 
 
-def tree_log_odds(config: AnomalyConfig, folds: int, trees: AnomalyConfig | None = None
-                  ) -> tuple[torch.Tensor, dict[str, float]]:
+def tree_log_odds(config: AnomalyConfig, folds: int, trees: AnomalyConfig | None = None,
+                  graph: Data | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The cross-fitted column ``[N]`` and its training (out-of-fold) and validation AUROC:
-    ``config``'s graph and split, the trees of ``trees`` (default ``config``)."""
+    ``config``'s graph (or ``graph``, as loaded) and split, the trees of ``trees`` (default
+    ``config``)."""
     trees = trees or config
-    data = load_data(config.data)
+    data = load_data(config.data, graph)
     p = config.protocol
     split = make_splits(data, p.protocol, 1, p.train_ratio, p.split_seed)[0]
     train = split.train.numpy()
@@ -77,10 +78,8 @@ def main(argv: list[str] | None = None) -> None:
                                    "--no-progress"]) if args.trees_config else None)
     if trees is not None and trees.data != config.data:
         raise SystemExit("--trees-config must name the same data as --config")
-    column, quality = tree_log_odds(config, args.folds, trees)
-    d = config.data
-    raw = load_anomaly_dataset(None if d.data else d.dataset, root=d.data_root,
-                               path=d.data or None, relation=d.relation)
+    raw = load_graph(config.data)  # (load_data transforms a copy: raw keeps its features)
+    column, quality = tree_log_odds(config, args.folds, trees, raw)
     graph = copy.copy(raw)
     graph.x = torch.cat([raw.x, column[:, None]], dim=1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

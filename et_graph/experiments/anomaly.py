@@ -8,7 +8,6 @@ resolved config, version and commit), ``results.md`` and PNG plots under ``run.o
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 import warnings
@@ -26,10 +25,8 @@ from ..detectors.base import BaseDetector
 from ..detectors.registry import (
     RegisteredDetector,
     add_plugin_argument,
-    checked_detector,
     load_plugins,
     plugin_flags,
-    reserved_name,
 )
 from ..progress import progress_bar
 from ..protocols.anomaly import (
@@ -48,10 +45,11 @@ from ..protocols.anomaly import (
 )
 from ..protocols.anomaly_config import (
     AnomalyConfig,
-    known_models,
+    check_own_detectors,
     load_data,
     make_detector,
     new_detector,
+    own_detector,
     section_readers,
 )
 from ..protocols.anomaly_description import describe_protocol
@@ -88,7 +86,8 @@ def run(config: AnomalyConfig, data: Optional[Data] = None,
     names = [*config.protocol.model_names(), *own]
     # The registrations this run started with, used for every seed: a name registered again
     # (replace=True) while the run goes on would otherwise mix two detectors in one row.
-    registry = {name: registered_detectors()[name] for name in registered_names(names)}
+    registry = {name: registered_detectors()[name] for name in names
+                if name in registered_detectors()}
     for name in registry:  # a wrong kind found now, not after seed 0's trainings
         new_detector(config, name, 0, registry=registry)
     if config.data.feature_norm not in FEATURE_NORMS:
@@ -235,37 +234,6 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
         for section in difference_sections(results):
             print("\n" + section)
     return results
-
-
-def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]]
-                        ) -> dict[str, Callable[[int], BaseDetector]]:
-    """The caller's own rows, refused where a name is taken (a built-in or registered model or
-    one of the rows a run derives, in any case: the figures colour by the lowercased name),
-    holds a character the tables cannot show, or a factory is not callable or does not build a
-    supervised detector (each is built once here, before any training)."""
-    own = dict(detectors)
-    for name, factory in own.items():
-        if not isinstance(name, str) or not name or reserved_name(name):
-            raise ValueError(f"own detector name {name!r} is empty or taken (models "
-                             f"{list(known_models())}, {ENERGY_ROW!r}, *_ensemble, in any "
-                             "case)")
-        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):  # a "|" added a column to results.md
-            raise ValueError(f"own detector name {name!r}: use letters, digits, '_', '.', '-'")
-        if not callable(factory):
-            raise TypeError(f"detectors[{name!r}] must be a factory, seed -> unfitted "
-                            f"detector; got {type(factory).__name__}")
-        own_detector(own, name, 0)  # a wrong kind found now, not after seed 0's trainings
-    return own
-
-
-def own_detector(own: Mapping[str, Callable[[int], BaseDetector]], name: str,
-                 seed: int) -> BaseDetector:
-    return checked_detector(own[name](seed), f"detectors[{name!r}](seed)")
-
-
-def registered_names(names: list[str]) -> list[str]:
-    """The rows of ``names`` that registered detectors give."""
-    return [name for name in names if name in registered_detectors()]
 
 
 def _setup_distributed(ddp: bool) -> int:

@@ -6,7 +6,8 @@ config (:mod:`et_graph.detectors.config`), :func:`with_detector_config` back.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Optional
 
@@ -26,7 +27,7 @@ from ..detectors import (
     NodeTrainConfig,
     registered_detectors,
 )
-from ..detectors.registry import RegisteredDetector
+from ..detectors.registry import RegisteredDetector, checked_detector, reserved_name
 from ..nn.validation import check_chunk_size, check_positive_int
 from ..transforms.features import prepare_detection_data
 from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_stats
@@ -325,19 +326,50 @@ def new_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = F
                            device=config.run.device, **options)
 
 
+def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]]
+                        ) -> dict[str, Callable[[int], BaseDetector]]:
+    """The caller's own rows, refused where a name is taken (a built-in or registered model or
+    one of the rows a run derives, in any case: the figures colour by the lowercased name),
+    holds a character the tables cannot show, or a factory is not callable or does not build a
+    supervised detector (each is built once here, before any training)."""
+    own = dict(detectors)
+    for name, factory in own.items():
+        if not isinstance(name, str) or not name or reserved_name(name):
+            raise ValueError(f"own detector name {name!r} is empty or taken (models "
+                             f"{list(known_models())}, {ENERGY_ROW!r}, *_ensemble, in any "
+                             "case)")
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):  # a "|" added a column to results.md
+            raise ValueError(f"own detector name {name!r}: use letters, digits, '_', '.', '-'")
+        if not callable(factory):
+            raise TypeError(f"detectors[{name!r}] must be a factory, seed -> unfitted "
+                            f"detector; got {type(factory).__name__}")
+        own_detector(own, name, 0)  # a wrong kind found now, not after seed 0's trainings
+    return own
+
+
+def own_detector(own: Mapping[str, Callable[[int], BaseDetector]], name: str,
+                 seed: int) -> BaseDetector:
+    return checked_detector(own[name](seed), f"detectors[{name!r}](seed)")
+
+
+def load_graph(config: AnomalyDataConfig) -> Data:
+    """The configured graph as loaded, before any feature transform."""
+    from ..datasets import load_anomaly_dataset
+
+    # a file (data) names itself; a named dataset is looked up under data_root
+    return load_anomaly_dataset(None if config.data else config.dataset,
+                                root=config.data_root, path=config.data or None,
+                                relation=config.relation,
+                                unlabelled_prefix=config.unlabelled_prefix,
+                                binarize=config.binarize)
+
+
 def load_data(config: AnomalyDataConfig, data: Optional[Data] = None) -> Data:
     """The configured graph (or ``data``), validated and with the label-free feature transform:
     ``[x, neighbour statistics of x, log(1 + degree)]`` (each part as configured), then
     ``feature_norm`` over all of these columns."""
-    from ..datasets import load_anomaly_dataset
-
     if data is None:
-        # a file (data) names itself; a named dataset is looked up under data_root
-        data = load_anomaly_dataset(None if config.data else config.dataset,
-                                    root=config.data_root, path=config.data or None,
-                                    relation=config.relation,
-                                    unlabelled_prefix=config.unlabelled_prefix,
-                                    binarize=config.binarize)
+        data = load_graph(config)
     stats = parse_neighbour_stats(config.neighbour_stats)
     if stats:
         data = NeighbourhoodStatistics(stats)(prepare_detection_data(data, "none", False))
