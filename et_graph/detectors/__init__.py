@@ -9,6 +9,7 @@
     pred = det.predict(data)                       # 0/1 at det.threshold_ (chosen on validation)
 
     det = ETDetector(supervised=False).fit(data)   # = UnsupervisedETDetector: no label read
+    det = StackedETDetector(folds=5).fit(data)     # ET reading the trees' cross-fitted score
 
 Detectors of your own join ``et-graph anomaly --models`` and its tuner by
 :func:`register_detector` (:mod:`et_graph.detectors.registry`).
@@ -26,6 +27,7 @@ from .config import (
 )
 from .neural import ETDetector, GATDetector, GCNDetector, MLPDetector, NeuralDetector
 from .registry import register_detector, registered_detectors, unregister_detector
+from .stacked import StackedETDetector
 from .tree import GBTDetector, neighbourhood_features
 from .unsupervised import (
     MaskedETModelConfig,
@@ -43,6 +45,8 @@ DETECTORS = {
     "gcn": GCNDetector,
     "gat": GATDetector,
     "gbt": GBTDetector,
+    # ET reading the gradient-boosted trees' cross-fitted log-odds as one more input column
+    "et_stacked": StackedETDetector,
 }
 
 __all__ = [
@@ -64,6 +68,7 @@ __all__ = [
     "MLPDetector",
     "NeuralDetector",
     "NodeTrainConfig",
+    "StackedETDetector",
     "UnsupervisedETDetector",
     "UnsupervisedETDetectorConfig",
     "UnsupervisedScoreConfig",

@@ -373,4 +373,6 @@ SEARCH_SPACES: dict[str, Callable[[Any], dict[str, dict[str, Any]]]] = {
     "gcn": gnn_space,
     "gat": gnn_space,
     "gbt": gbt_space,
+    # ET's space; the stacked trees keep the run's [gbt] settings (tune them as gbt)
+    "et_stacked": et_space,
 }

@@ -12,7 +12,7 @@ from ..reporting import json_text
 from .colours import model_colour
 
 #: Rows in the order they are plotted.
-MODEL_ORDER = ("et", "et_energy_trained", "mlp", "gcn", "gat", "gbt")
+MODEL_ORDER = ("et", "et_stacked", "et_energy_trained", "mlp", "gcn", "gat", "gbt")
 
 
 def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,

@@ -14,7 +14,7 @@ VERMILLION, PURPLE, YELLOW, BLACK = "#D55E00", "#CC79A7", "#F0E442", "#000000"
 #: The fixed colours: ET and its own rows in blues, the baselines in the palette's others.
 MODEL_COLOURS = {
     "et": BLUE, "et_energy_trained": SKY, "et_energy": SKY, "et_reconstruction": "#004C7A",
-    "et_combined": "#3A7CA5",
+    "et_combined": "#3A7CA5", "et_stacked": "#1F3A93",
     "gbt": ORANGE, "mlp": GREEN, "structure_agnostic": GREEN, "gcn": VERMILLION,
     "gin": VERMILLION, "gine": VERMILLION, "gat": PURPLE, "gatedgcn": PURPLE,
     "iforest": ORANGE, "iforest_defaults": ORANGE, "lof": GREEN, "lof_defaults": GREEN,

@@ -432,13 +432,20 @@ ENERGY_ROW = "et_energy_trained"
 ET_OWN_ROWS = ("et", ENERGY_ROW, "et_ensemble")
 
 
+def reference_row(names: Any) -> Optional[str]:
+    """The row the differences start from: ET, or ET stacked on the trees in a run without
+    plain ET (then a rival of ET where both run); ``None`` without either."""
+    return next((name for name in ("et", "et_stacked") if name in names), None)
+
+
 def et_differences(models: dict[str, Any], splits: list[Split], scored_part: str,
                    one_split: bool) -> tuple[list[Difference], str]:
     """ET minus every other row, with a confidence interval: Welch over the seeds of one
     split (``one_split``), or paired over the seeds' own splits (corrected for their
     overlapping training sets) when the splits differ. Nothing where ET or the seeds' spread is
     missing. Returns the differences and the line that describes their design."""
-    if "et" not in models or len(splits) < 2:
+    reference = reference_row(models)
+    if reference is None or len(splits) < 2:
         return [], ""
     if one_split:
         design, ratio = "seeds", None
@@ -446,8 +453,8 @@ def et_differences(models: dict[str, Any], splits: list[Split], scored_part: str
         train = float(np.mean([split.train.numel() for split in splits]))
         scored = float(np.mean([split.scored(scored_part).numel() for split in splits]))
         design, ratio = "folds", scored / train
-    baselines = [name for name in models if name not in ET_OWN_ROWS]
-    differences = compare_to(models, "et", DIFFERENCE_METRICS, design, test_train_ratio=ratio,
+    baselines = [name for name in models if name not in (*ET_OWN_ROWS, reference)]
+    differences = compare_to(models, reference, DIFFERENCE_METRICS, design, test_train_ratio=ratio,
                              others=baselines)
     note = describe_design(design, len(splits), ratio,
                            paired_over=f"seeds' own splits ({scored_part} nodes)",
@@ -461,7 +468,8 @@ def et_node_differences(scores: dict[str, list[np.ndarray]], labels: np.ndarray,
     and AUPRC's by a bootstrap when ``bootstrap_rounds``. ``scores[row]`` holds the row's
     per-seed scores of the nodes whose labels are ``labels``: every seed must have scored the
     same nodes (a fixed split)."""
-    if "et" not in scores:
+    reference = reference_row(scores)
+    if reference is None:
         return []
-    baselines = [name for name in scores if name not in ET_OWN_ROWS]
-    return compare_nodes(labels, scores, "et", baselines, bootstrap_rounds=bootstrap_rounds)
+    baselines = [name for name in scores if name not in (*ET_OWN_ROWS, reference)]
+    return compare_nodes(labels, scores, reference, baselines, bootstrap_rounds=bootstrap_rounds)

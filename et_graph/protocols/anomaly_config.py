@@ -212,6 +212,25 @@ class BaselineConfig:
 
 
 @dataclass
+class StackConfig:
+    """ET stacked on the trees (model ``et_stacked``: ET's sections, and the ``gbt`` section for
+    its trees, whose ``label_trick`` must stay off).
+
+    Attributes:
+        stack_folds: stratified folds of the training nodes that the trees are cross-fitted on
+            (a training node's column comes from the trees that did not see its label).
+    """
+
+    stack_folds: int = 5
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.stack_folds, "stack_folds")
+        if self.stack_folds < 2:
+            raise ValueError(f"stack_folds must be at least 2 (cross-fitting), got "
+                             f"{self.stack_folds}")
+
+
+@dataclass
 class AnomalyConfig:
     data: AnomalyDataConfig = field(default_factory=AnomalyDataConfig)
     protocol: AnomalyProtocolConfig = field(default_factory=AnomalyProtocolConfig)
@@ -219,6 +238,7 @@ class AnomalyConfig:
     train: NodeTrainConfig = field(default_factory=NodeTrainConfig)
     baselines: BaselineConfig = field(default_factory=BaselineConfig)
     gbt: GBTModelConfig = field(default_factory=GBTModelConfig)
+    stack: StackConfig = field(default_factory=StackConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     QUICK: ClassVar[dict[str, Any]] = {"train.epochs": 10, "protocol.seeds": 2}
@@ -230,7 +250,12 @@ class AnomalyConfig:
                              "--device cuda every rank would share GPU 0: drop one of them")
         # ET's settings together (multi_relation with batch_size, say) are checked here, not
         # once the data has loaded and the first seed's detector is built.
-        if "et" in self.protocol.model_names():
+        names = self.protocol.model_names()
+        if "et_stacked" in names and self.gbt.label_trick:
+            from ..detectors.stacked import TREES_WITH_LABEL_TRICK
+
+            raise ValueError(f"models et_stacked: {TREES_WITH_LABEL_TRICK} (gbt.label_trick)")
+        if "et" in names or "et_stacked" in names:
             ETDetectorConfig(model=self.et, train=self.train)
             if self.et.multi_relation and self.protocol.chunked:
                 from ..detectors.neural import MULTI_RELATION_CHUNKS
@@ -239,13 +264,15 @@ class AnomalyConfig:
 
 
 #: The models that read each model-specific section of :class:`AnomalyConfig`.
-SECTION_READERS = {"et": ("et",), "baselines": ("mlp", "gcn", "gat"), "gbt": ("gbt",),
+SECTION_READERS = {"et": ("et", "et_stacked"), "baselines": ("mlp", "gcn", "gat"),
+                   "gbt": ("gbt", "et_stacked"), "stack": ("et_stacked",),
                    # the neural models train; the baselines take their own learning rate and
                    # weight decay (baselines.baseline_lr, baseline_weight_decay)
-                   "train": ("et", "mlp", "gcn", "gat"), "train.lr": ("et",),
-                   "train.weight_decay": ("et",), "baselines.gat_heads": ("gat",),
+                   "train": ("et", "et_stacked", "mlp", "gcn", "gat"),
+                   "train.lr": ("et", "et_stacked"), "train.weight_decay": ("et", "et_stacked"),
+                   "baselines.gat_heads": ("gat",),
                    # the compiled kernels serve ET's attention alone
-                   "run.native_attention": ("et",)}
+                   "run.native_attention": ("et", "et_stacked")}
 
 
 def section_readers() -> dict[str, tuple[str, ...]]:
@@ -261,7 +288,7 @@ def section_readers() -> dict[str, tuple[str, ...]]:
 # ----------------------------------------------------------------------------------------------
 def detector_config(config: AnomalyConfig, name: str) -> Any:
     """The config of detector ``name`` as this run configures it."""
-    if name == "et":
+    if name in ("et", "et_stacked"):  # the stacked trees: the gbt and stack sections
         return ETDetectorConfig(model=config.et, train=config.train)
     if name == "gbt":
         return GBTDetectorConfig(model=config.gbt)
@@ -283,7 +310,7 @@ def baseline_config(config: AnomalyConfig) -> GNNDetectorConfig:
 def with_detector_config(config: AnomalyConfig, name: str, det: Any) -> AnomalyConfig:
     """``config`` with detector ``name``'s settings replaced by ``det`` (inverse of
     :func:`detector_config`)."""
-    if name == "et":
+    if name in ("et", "et_stacked"):
         return replace(config, et=det.model, train=det.train)
     if name == "gbt":
         return replace(config, gbt=det.model)
@@ -305,7 +332,7 @@ def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = 
     registered detectors now; a run passes the ones it started with)."""
     p = config.protocol
     chunks = ({"chunk_size": p.inference_chunk_size, "chunk_edges": p.inference_chunk_edges}
-              if name == "et" else {})
+              if name in ("et", "et_stacked") else {})
     detector = new_detector(config, name, seed, progress, registry, **chunks)
     if hasattr(detector, "checkpoint"):
         detector.checkpoint = config.run.checkpoint(dataset or config.data.dataset, name,
@@ -322,6 +349,8 @@ def new_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = F
     registered = (registered_detectors() if registry is None else registry).get(name)
     if registered is not None:
         return registered.build(config, seed, progress)
+    if name == "et_stacked":
+        options.update(trees=config.gbt, folds=config.stack.stack_folds)
     return DETECTORS[name](detector_config(config, name), seed=seed, progress=progress,
                            device=config.run.device, **options)
 

@@ -63,7 +63,12 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
         if gbt_trick:
             text += (" ‖ its neighbours' training labels (label trick, one hop: a node never "
                      "its own)")
-    if "et" in names and config.et.label_trick:
+    if "et_stacked" in names:
+        text += (f"; et_stacked = ET reading one more column, the log-odds of GBT (the gbt "
+                 f"settings, on GBT's input) cross-fitted over {config.stack.stack_folds} "
+                 "stratified folds of the training nodes (a training node's from the trees "
+                 "that did not see its label, every other node's the folds' mean)")
+    if ("et" in names or "et_stacked" in names) and config.et.label_trick:
         text += ("; ET also reads its neighbours' training labels (label trick: a node never "
                  "its own, validation and test labels never), an input "
                  + ("GBT gets too" if gbt_trick else "no baseline gets"))

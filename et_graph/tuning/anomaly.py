@@ -34,7 +34,7 @@ TUNE_METRICS = ("auroc", "auprc", "f1_macro")
 CLASS_BALANCE_SWITCHES: dict[str, tuple[str, str]] = {
     "et": ("train", "class_balance"), "mlp": ("train", "class_balance"),
     "gcn": ("train", "class_balance"), "gat": ("train", "class_balance"),
-    "gbt": ("model", "class_balance"),
+    "gbt": ("model", "class_balance"), "et_stacked": ("train", "class_balance"),
 }
 CLASS_BALANCE_CHOICES = ("weight", "none")
 
