@@ -1,5 +1,9 @@
 """Validation-only probe, step 1: a graph whose nodes also carry a cross-fitted tree score.
 
+(Session 61's two-step version of ET stacked on the trees; the detector is now
+``StackedETDetector``, model ``et_stacked``, which cross-fits inside ``fit``. The script stays
+to rebuild the stored probe's file.)
+
 Stacking a tree under a graph network (as BGNN, Ivanov and Prokhorenkova, ICLR 2021, does
 jointly) gives every node one more input column: the preset's gradient-boosted trees'
 log-odds. The training nodes are cut into ``--folds`` stratified folds; a training node's
@@ -23,44 +27,35 @@ import argparse
 import copy
 from pathlib import Path
 
-import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import StratifiedKFold
 from torch_geometric.data import Data
 
 from et_graph.config import parse
+from et_graph.detectors.stacked import cross_fit_trees, stacked_column
+from et_graph.detectors.stacked import tree_log_odds as stacked_tree_log_odds
 from et_graph.protocols.anomaly import make_splits
-from et_graph.protocols.anomaly_config import AnomalyConfig, load_data, load_graph, make_detector
+from et_graph.protocols.anomaly_config import AnomalyConfig, load_data, load_graph
 
 
 def tree_log_odds(config: AnomalyConfig, folds: int, trees: AnomalyConfig | None = None,
                   graph: Data | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The cross-fitted column ``[N]`` and its training (out-of-fold) and validation AUROC:
     ``config``'s graph (or ``graph``, as loaded) and split, the trees of ``trees`` (default
-    ``config``)."""
+    ``config``). The cross-fit is StackedETDetector's, with seed 0 (one cut for every ET seed,
+    as session 61 measured it)."""
     trees = trees or config
     data = load_data(config.data, graph)
     p = config.protocol
     split = make_splits(data, p.protocol, 1, p.train_ratio, p.split_seed)[0]
-    train = split.train.numpy()
-    y = data.y.numpy()
-    column = np.zeros(data.num_nodes)
-    others = np.ones(data.num_nodes, dtype=bool)
-    others[train] = False
-    cuts = StratifiedKFold(folds, shuffle=True, random_state=0).split(train, y[train])
-    for fold, (fit_part, held_out) in enumerate(cuts):
-        masks = [torch.zeros(data.num_nodes, dtype=torch.bool) for _ in range(2)]
-        masks[0][train[fit_part]] = True
-        masks[1][train[held_out]] = True  # its threshold only: a training fold, not validation
-        fitted = make_detector(trees, "gbt", seed=fold).fit(data, masks[0], masks[1])
-        prob = fitted.decision_function(data).double().clamp(1e-7, 1 - 1e-7).numpy()
-        log_odds = np.log(prob / (1 - prob))
-        column[train[held_out]] = log_odds[train[held_out]]
-        column[others] += log_odds[others] / folds
-    val = split.val.numpy()
-    quality = {"train_auroc_out_of_fold": float(roc_auc_score(y[train], column[train])),
-               "val_auroc": float(roc_auc_score(y[val], column[val]))}
+    train = split.masks(data.num_nodes)[0]
+    y = data.y.long()
+    fitted, fold_of = cross_fit_trees(data, y, train, trees.gbt, folds, seed=0)
+    column = stacked_column(stacked_tree_log_odds(fitted, data), fold_of).numpy()
+    y_np, val = y.numpy(), split.val.numpy()
+    quality = {"train_auroc_out_of_fold": float(roc_auc_score(y_np[train.numpy()],
+                                                              column[train.numpy()])),
+               "val_auroc": float(roc_auc_score(y_np[val], column[val]))}
     return torch.from_numpy(column).float(), quality
 
 

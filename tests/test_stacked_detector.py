@@ -150,3 +150,28 @@ def test_cli_run_and_tuner(tmp_path):
                      str(data), "--out", str(tuned), *small]) == 0
     preset = parse(AnomalyConfig, ["--config", str(tuned / "best_et_stacked.toml")])
     assert preset.protocol.model_names() == ["et_stacked"]
+
+
+def test_edge_data_is_named_once_and_a_multi_relation_et_reads_its_relations(graph):
+    """The trees and ET inside read what they use: the detector warns once about per-edge data
+    it ignores (not once per tree), and a multi-relation ET still gets the edge types and their
+    names."""
+    import warnings
+
+    data = graph.clone()
+    data.edge_attr = torch.ones(data.edge_index.size(1), 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        StackedETDetector(epochs=1, hidden=16, trees=TREES, folds=2).fit(data)
+    named = [w for w in caught if "ignores data.edge_attr" in str(w.message)]
+    assert len(named) == 1, [str(w.message) for w in caught]
+    typed = graph.clone()
+    typed.edge_type = torch.randint(0, 2, (typed.edge_index.size(1),),
+                                    generator=torch.Generator().manual_seed(0))
+    typed.relation_names = ["a", "b"]
+    det = StackedETDetector(epochs=2, hidden=16, multi_relation=True, trees=TREES,
+                            folds=2).fit(typed)
+    assert det.et_.num_relations_ == 2 and det.et_.relation_names_ == ["a", "b"]
+    merged = typed.clone()
+    merged.edge_type = torch.zeros_like(typed.edge_type)
+    assert not torch.allclose(det.decision_function(merged), det.decision_function(typed))

@@ -55,7 +55,8 @@ def tree_log_odds(trees: list[GBTDetector], data: Data) -> Tensor:
     """``[len(trees), N]`` float64: each fitted tree model's log-odds of every node of ``data``."""
     out = []
     for tree in trees:
-        prob = tree.decision_function(data).double().clamp(PROBABILITY_EPS, 1 - PROBABILITY_EPS)
+        prob = tree._decision(_trees_view(data)).double()
+        prob = prob.clamp(PROBABILITY_EPS, 1 - PROBABILITY_EPS)
         out.append(torch.log(prob / (1 - prob)))
     return torch.stack(out)
 
@@ -85,7 +86,7 @@ def cross_fit_trees(data: Data, y: Tensor, train: Tensor, trees: GBTModelConfig,
         masks[1][train_index[held_out]] = True
         fold_of[train_index[held_out]] = fold
         tree = GBTDetector(GBTDetectorConfig(model=trees), seed=seed * folds + fold)
-        fitted.append(tree.fit(_with_labels(data, y), masks[0], masks[1]))
+        fitted.append(tree.fit(_trees_view(data, y), masks[0], masks[1]))
     return fitted, fold_of
 
 
@@ -100,10 +101,10 @@ def stacked_column(log_odds: Tensor, fold_of: Optional[Tensor]) -> Tensor:
     return column
 
 
-def _with_labels(data: Data, y: Tensor) -> Data:
-    out = copy.copy(data)
-    out.y = y
-    return out
+def _trees_view(data: Data, y: Optional[Tensor] = None) -> Data:
+    """What the trees read of ``data``: ``x``, ``edge_index`` (and ``y``). The per-edge data
+    they ignore is left out, so that the detector warns about it once, not once per tree."""
+    return Data(x=data.x, edge_index=data.edge_index, y=y, num_nodes=data.num_nodes)
 
 
 class StackedETDetector(FittedGraphLabels, BaseDetector):
@@ -180,7 +181,7 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
                         chunk_edges=getattr(self, "chunk_edges", None))
         et.checkpoint, et.on_epoch = self.checkpoint, self.on_epoch
         try:
-            et.fit(_with_labels(self._augmented(data, column), y), train, val)
+            et.fit(self._augmented(data, column, y), train, val)
         finally:
             et.__dict__.pop("on_epoch", None)  # a tuner's callback does not pickle with save()
         self.et_ = et
@@ -214,10 +215,16 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
         self.et_.device = self.device  # (load(map_location=...) sets the outer one alone)
         return self.et_._decision(self._augmented(data, self._column(data)))
 
-    def _augmented(self, data: Data, column: Tensor) -> Data:
+    def _augmented(self, data: Data, column: Tensor, y: Optional[Tensor] = None) -> Data:
+        """What ET reads: ``x`` with the normalised column appended, ``edge_index``,
+        ``edge_type`` where ET reads it (and ``y``); the detector has warned about the rest."""
         assert self.column_transform_ is not None
         normalised = self.column_transform_.transform(
             Data(x=column[:, None], edge_index=data.edge_index, num_nodes=data.num_nodes)).x
-        out = copy.copy(data)
-        out.x = torch.cat([data.x, normalised.to(data.x)], dim=1)
+        out = Data(x=torch.cat([data.x, normalised.to(data.x)], dim=1),
+                   edge_index=data.edge_index, y=y, num_nodes=data.num_nodes)
+        if self._reads_edge_type():
+            out.edge_type = data.edge_type
+            if getattr(data, "relation_names", None) is not None:  # ET checks them by name
+                out.relation_names = data.relation_names
         return out
