@@ -116,18 +116,26 @@ def test_a_study_from_before_a_new_setting_resumes_at_its_default_only(tmp_path)
 
 def test_a_study_resumed_under_another_prune_warmup_is_refused(tmp_path):
     """--prune-warmup was not stored with a study: resuming it with another value silently
-    pruned its later trials under another rule than its earlier ones."""
+    pruned its later trials under another rule than its earlier ones. A study whose trials
+    never reported to the pruner (the trees') was judged under no warm-up, and resumes under
+    any (it was refused, from a review)."""
     data = planted_anomaly_graph(200, seed=4)
     config = parse(AnomalyConfig, SMALL)
     storage = f"sqlite:///{tmp_path}/study.db"
-    tune_anomaly(config, ["gbt"], TuneBudget(trials=1, prune_warmup=5), storage,
+    tune_anomaly(config, ["et"], TuneBudget(trials=1, prune_warmup=5), storage,
                  out=tmp_path / "a", data=data)
     with pytest.raises(ValueError, match="--prune-warmup 5, not 2"):
-        tune_anomaly(config, ["gbt"], TuneBudget(trials=2, prune_warmup=2), storage,
+        tune_anomaly(config, ["et"], TuneBudget(trials=2, prune_warmup=2), storage,
                      out=tmp_path / "b", data=data)
-    resumed = tune_anomaly(config, ["gbt"], TuneBudget(trials=2, prune_warmup=5), storage,
+    resumed = tune_anomaly(config, ["et"], TuneBudget(trials=2, prune_warmup=5), storage,
                            out=tmp_path / "c", data=data)
-    assert resumed["models"]["gbt"]["prune_warmup"] == 5
+    assert resumed["models"]["et"]["prune_warmup"] == 5
+    tune_anomaly(config, ["gbt"], TuneBudget(trials=1, prune_warmup=5), storage,
+                 out=tmp_path / "d", data=data)
+    trees = tune_anomaly(config, ["gbt"], TuneBudget(trials=2, prune_warmup=2), storage,
+                         out=tmp_path / "e", data=data)
+    assert trees["models"]["gbt"]["trial_numbers"] == [0, 1]
+    assert trees["models"]["gbt"]["prune_warmup"] == 2  # from now on, had a trial reported
 
 
 def test_a_study_from_before_the_prune_warmup_was_stored_resumes(tmp_path):

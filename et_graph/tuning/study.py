@@ -238,9 +238,12 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
     # (a study that existed was checked above; one created now holds nothing to compare)
     if objective_label and study.user_attrs.get("objective") is None:
         study.set_user_attr("objective", objective_label)
-    if existing is None:
-        # Recorded at creation only: the trials of a study from before this record may have
-        # been pruned under another warm-up, which resuming it must not claim to know.
+    if existing is None or (study.user_attrs.get("prune_warmup") is not None
+                            and not judged_by_pruner(existing)):
+        # Recorded at creation, and again where no stored trial ever reported to the pruner
+        # (the trees' never do): the warm-up its trials are judged under starts now. A study
+        # from before this record keeps none: its trials may have been pruned under another
+        # warm-up, which resuming it must not claim to know.
         study.set_user_attr("prune_warmup", budget.prune_warmup)
     if settings is not None:
         # Recorded with what this run adds (a data digest a study from an older version
@@ -265,6 +268,12 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
     return study
 
 
+def judged_by_pruner(study: Any) -> bool:
+    """Whether any stored trial of ``study`` reported an intermediate value, so that the pruner
+    judged it under the study's warm-up (trials of the trees report none)."""
+    return any(trial.intermediate_values for trial in study.get_trials(deepcopy=False))
+
+
 def check_resumable(study: Any, storage: Optional[str], direction: str, objective_label: str,
                     settings: Optional[dict[str, Any]],
                     setting_defaults: Optional[dict[str, Any]] = None,
@@ -287,7 +296,10 @@ def check_resumable(study: Any, storage: Optional[str], direction: str, objectiv
                          f"({stored!r}, not {objective_label!r}); its values would be reported "
                          "as this one's: use another storage or study prefix")
     stored_warmup = study.user_attrs.get("prune_warmup")
-    if prune_warmup is not None and stored_warmup is not None and stored_warmup != prune_warmup:
+    # (a study none of whose trials reported to the pruner, as the trees', was judged under no
+    # warm-up: it resumes under any; it was refused under another)
+    if (prune_warmup is not None and stored_warmup is not None and stored_warmup != prune_warmup
+            and judged_by_pruner(study)):
         raise ValueError(f"study {name!r} in {storage} was pruned with --prune-warmup "
                          f"{stored_warmup}, not {prune_warmup}; its trials would mix two pruning "
                          f"rules: resume with --prune-warmup {stored_warmup}, or use another "
