@@ -33,6 +33,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..nn.validation import check_positive_int
+from ..progress import progress_bar
 from ..transforms.features import FeatureTransform
 from .base import BaseDetector
 from .config import ETDetectorConfig, GBTDetectorConfig, GBTModelConfig
@@ -62,12 +63,12 @@ def tree_log_odds(trees: list[GBTDetector], data: Data) -> Tensor:
 
 
 def cross_fit_trees(data: Data, y: Tensor, train: Tensor, trees: GBTModelConfig, folds: int,
-                    seed: int = 0) -> tuple[list[GBTDetector], Tensor]:
+                    seed: int = 0, progress: bool = False) -> tuple[list[GBTDetector], Tensor]:
     """The folds' fitted trees and each node's fold ``[N]`` (long; -1 off the training nodes).
 
     ``train`` (bool ``[N]``) is cut into ``folds`` stratified folds by ``seed``; fold ``k``'s
     trees fit on the others (seed ``seed * folds + k``) with fold ``k`` as their threshold
-    nodes. ``y`` is read on the training nodes only."""
+    nodes. ``y`` is read on the training nodes only. ``progress``: a bar over the folds."""
     if trees.label_trick:
         raise ValueError(TREES_WITH_LABEL_TRICK)
     train_index = train.nonzero().view(-1).numpy()
@@ -80,7 +81,9 @@ def cross_fit_trees(data: Data, y: Tensor, train: Tensor, trees: GBTModelConfig,
     fold_of = torch.full((data.num_nodes,), -1, dtype=torch.long)
     fitted: list[GBTDetector] = []
     cuts = StratifiedKFold(folds, shuffle=True, random_state=seed).split(train_index, y_train)
-    for fold, (fit_part, held_out) in enumerate(cuts):
+    bar = progress_bar(cuts, desc="trees, cross-fitted", total=folds, unit="fold",
+                       disable=not progress)
+    for fold, (fit_part, held_out) in enumerate(bar):
         masks = [torch.zeros(data.num_nodes, dtype=torch.bool) for _ in range(2)]
         masks[0][train_index[fit_part]] = True
         masks[1][train_index[held_out]] = True
@@ -167,7 +170,7 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         started = time.perf_counter()
         self.trees_, self.fold_of_ = cross_fit_trees(data, y, train, self.trees, self.folds,
-                                                     self.seed)
+                                                     self.seed, self.progress)
         # what FittedGraphLabels reads to tell the fitted graph (and it grown) from another
         self.train_labels_ = known_labels(y, train)
         self.fit_edge_index_ = data.edge_index.cpu()
