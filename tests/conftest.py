@@ -47,6 +47,7 @@ def plugin_registries(monkeypatch):
     import sys
 
     import et_graph.detectors.registry  # noqa: F401  (every registry made, so emptied here)
+    import et_graph.protocols.graph_models  # noqa: F401
     from et_graph import plugins
 
     for registry in plugins._REGISTRIES:
