@@ -975,9 +975,8 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
     """Package version, git commit (as of import), torch / PyG versions, the machine
     (:func:`machine_metadata`), the resolved config, a random ``run_id`` (which the files
     written beside a results file repeat, so that a reader can tell they belong together) and,
-    where any were loaded or registered, the detector plugins
-    (:func:`~et_graph.detectors.registry.plugin_record`), without which the run cannot be
-    repeated."""
+    where any were loaded or registered, the plugins and the models they registered
+    (:func:`~et_graph.plugins.plugin_record`), without which the run cannot be repeated."""
     import platform
     import uuid
 
@@ -994,9 +993,9 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
     }
     if config is not None:
         meta["config"] = to_dict(config)
-    # (not imported, nothing registered: the image task need not import the detectors)
-    registry = sys.modules.get(f"{__package__}.detectors.registry")
-    plugins = registry.plugin_record() if registry is not None else {}
+    # (not imported, nothing loaded or registered: a task need not import the plugin loader)
+    loader = sys.modules.get(f"{__package__}.plugins")
+    plugins = loader.plugin_record() if loader is not None else {}
     if plugins:
         meta["plugins"] = plugins
     return meta

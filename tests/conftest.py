@@ -39,17 +39,21 @@ def built():
 
 
 @pytest.fixture
-def detector_registry(monkeypatch):
-    """An empty detector registry for the test (nothing registered, no plugin loaded, no
-    ET_GRAPH_PLUGINS), and the plugin modules it imports dropped afterwards: the registry is
-    process-wide, and a name left behind would change the next test's runs and results."""
+def plugin_registries(monkeypatch):
+    """Empty model registries for the test (no detector nor graph model registered, no plugin
+    loaded, no ET_GRAPH_PLUGINS), and the plugin modules it imports dropped afterwards: the
+    registries are process-wide, and a name left behind would change the next test's runs and
+    results. Yields :mod:`et_graph.plugins`."""
     import sys
 
-    from et_graph.detectors import registry
+    import et_graph.detectors.registry  # noqa: F401  (every registry made, so emptied here)
+    import et_graph.protocols.graph_models  # noqa: F401
+    from et_graph import plugins
 
-    monkeypatch.setattr(registry, "_REGISTERED", {})
-    monkeypatch.setattr(registry, "_LOADED", [])
-    monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
-    yield registry
-    for plugin in registry._LOADED:
+    for registry in plugins._REGISTRIES:
+        monkeypatch.setattr(registry, "_entries", {})
+    monkeypatch.setattr(plugins, "_LOADED", [])
+    monkeypatch.delenv(plugins.PLUGINS_ENV, raising=False)
+    yield plugins
+    for plugin in plugins._LOADED:
         sys.modules.pop(plugin["module"], None)

@@ -162,3 +162,13 @@ def assert_unread_flags_named(runner: ModuleType, monkeypatch: Any,
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         runner.main(silent)
+
+
+def write_plugin(folder: Path, name: str, template: str) -> Path:
+    """``folder/NAME_plugin.py``: ``template`` (dedented) with ``{name}`` replaced by ``name``,
+    a plugin file that registers a model under that name."""
+    import textwrap
+
+    path = folder / f"{name}_plugin.py"
+    path.write_text(textwrap.dedent(template.format(name=name)), encoding="utf-8")
+    return path

@@ -85,7 +85,7 @@ def test_the_pages_quote_commands():
 
 @pytest.mark.parametrize("page, task, argv", COMMANDS,
                          ids=[f"{p}:{i}" for i, (p, _, _) in enumerate(COMMANDS)])
-def test_documented_command_parses(page, task, argv, monkeypatch, detector_registry):
+def test_documented_command_parses(page, task, argv, monkeypatch, plugin_registries):
     monkeypatch.chdir(ROOT)  # presets are quoted relative to the repository
     assert task in SUBCOMMANDS, f"{page}: unknown command et-graph {task!r}"
     config_path = argv[argv.index("--config") + 1] if "--config" in argv else None
@@ -95,12 +95,12 @@ def test_documented_command_parses(page, task, argv, monkeypatch, detector_regis
         from et_graph.tuning import cli as tune_cli
 
         args = tune_cli.build_parser(argv[0] if argv else None).parse_args(argv)
-        # as the commands do: the plugins first, then --models, which may name their detectors
-        detector_registry.load_plugins(getattr(args, "plugin", []))
+        # as the commands do: the plugins first, then --models, which may name their models
+        plugin_registries.load_plugins(getattr(args, "plugin", []))
         resolve(tune_cli.task_config(args.task), args)
         return
     args = build_parser(task).parse_args(argv)
-    detector_registry.load_plugins(getattr(args, "plugin", []))
+    plugin_registries.load_plugins(getattr(args, "plugin", []))
     module = importlib.import_module(SUBCOMMANDS[task][0])
     if not hasattr(module, "CONFIG"):  # native, compare: their own parsers
         for spec in getattr(args, "files", ()):  # compare's stored runs must be in the repo

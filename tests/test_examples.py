@@ -113,3 +113,22 @@ def test_example_help_names_the_script_and_its_own_defaults(script, default):
     if default:
         dataset_help = out[out.index("\n  --dataset TEXT"):]
         assert default in dataset_help[:dataset_help.index("--data-root")]
+
+
+def test_the_graph_plugin_example_runs_as_documented(tmp_path):
+    """examples/graph_plugin.py's command: its model is a row beside ET and GIN."""
+    import json
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("ET_GRAPH_PLUGINS", None)
+    done = subprocess.run([sys.executable, "-W", "error::UserWarning", "-m", "et_graph",
+                           "tudataset", "--plugin", "examples/graph_plugin.py", "--dataset",
+                           "MUTAG", "--models", "et,gin,sage_graph", "--quick",
+                           "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out"),
+                           "--no-progress"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "out" / "MUTAG" / "results.json").read_text(
+        encoding="utf-8"))
+    assert list(results["models"]) == ["et", "gin", "sage_graph"]
+    assert "sage_graph = SAGEGraphClassifier" in results["protocol"]

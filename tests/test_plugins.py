@@ -1,9 +1,9 @@
 """Registered detectors: a detector of your own as a model of `et-graph anomaly` and its tuner,
 named in --models, loaded by --plugin, recorded in the results."""
 import json
-import textwrap
 from dataclasses import dataclass, field
 
+import helpers
 import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
@@ -17,7 +17,7 @@ from et_graph.detectors.base import BaseDetector
 from et_graph.experiments import anomaly
 from et_graph.protocols.anomaly_config import AnomalyConfig
 
-pytestmark = pytest.mark.usefixtures("one_thread", "detector_registry")
+pytestmark = pytest.mark.usefixtures("one_thread", "plugin_registries")
 
 
 @dataclass
@@ -102,6 +102,7 @@ def test_an_unknown_model_names_the_plugin_flag_and_a_registered_one_is_known():
 
 @pytest.mark.parametrize("name, message", [
     ("et", "taken"), ("gbt", "taken"), ("et_energy_trained", "taken"),
+    ("et-stacked", "taken"),  # the figures colour it as et_stacked
     ("logreg_ensemble", "taken"), ("LogReg", "lower-case"), ("a,b", "lower-case"),
     ("a b", "lower-case"), ("a|b", "lower-case"), ("", "lower-case"), (3, "lower-case"),
 ])
@@ -181,9 +182,7 @@ register_detector("{name}", lambda config, seed, progress: NormDetector(seed=see
 
 
 def write_plugin(folder, name):
-    path = folder / f"{name}_plugin.py"
-    path.write_text(textwrap.dedent(PLUGIN.format(name=name)), encoding="utf-8")
-    return path
+    return helpers.write_plugin(folder, name, PLUGIN)
 
 
 def test_the_plugin_flag_loads_a_file_before_the_models_are_read(tmp_path, capsys):
@@ -216,8 +215,8 @@ def test_plugins_come_as_a_comma_list_and_from_the_environment(tmp_path, monkeyp
                            "--models", "one,two,three"])
     assert chosen.protocol.model_names() == ["one", "two", "three"]
     # the environment's first, each plugin once
-    assert [p["module"] for p in registry._LOADED] == ["three_plugin", "one_plugin",
-                                                       "two_plugin"]
+    assert [p["module"] for p in registry.load_plugins([])] == ["three_plugin", "one_plugin",
+                                                                "two_plugin"]
     with pytest.raises(ValueError, match="no module named 'no_such_plugin'"):
         registry.load_plugins(["no_such_plugin"])
     with pytest.raises(FileNotFoundError, match="no such file"):

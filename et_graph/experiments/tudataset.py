@@ -7,7 +7,9 @@ Loads any TU dataset offline from ``ROOT/NAME/raw/NAME_*.txt`` (default: the shi
 """
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -22,6 +24,7 @@ from ..config import (
     warn_unread_flags,
 )
 from ..plots.graph import plot_fold_accuracies
+from ..plugins import add_plugin_argument, load_plugins, plugin_flags
 from ..protocols.graph_cv import (
     cross_validate,
     cross_validate_selected,
@@ -46,11 +49,14 @@ from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re
     TUDatasetConfig,
     TUETConfig,
     TUProtocolConfig,
+    describe_registered,
     et_model_kwargs,
+    flag_readers,
     grid_configs,
     load_graphs,
     model_factories,
     parse_grid,
+    registered_models_of,
 )
 from ..reporting import (
     checks_output_folder,
@@ -72,7 +78,9 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     # every candidate's config is built (and checked) before the data are loaded
     candidates = grid_configs(config)
     graphs, info = load_graphs(data, progress)
-    factories = model_factories(config, info)
+    # The registered models as registered now, each built once: a wrong kind is named here
+    registry, registered_kinds = registered_models_of(config, info)
+    factories = model_factories(config, info, registry)
     out_dir = Path(config.run.out) / data.dataset if config.run.out else None
     started = time.time()
 
@@ -102,7 +110,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     if len(candidates) > 1:
         cv = cross_validate_selected(
             graphs,
-            {name: model_factories(c, info) for name, c in candidates.items()},
+            {name: model_factories(c, info, registry) for name, c in candidates.items()},
             {name: {m: c.train for m in factories} for name, c in candidates.items()},
             **options,
         )
@@ -131,7 +139,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
                else "fixed hyperparameters, not selected inside the folds (a preset tuned on "
                     "this dataset's folds has seen their graphs, so the estimate is mildly "
                     "optimistic; --grid selects inside each fold)")
-            + "; same folds for every model"
+            + "; same folds for every model" + describe_registered(registered_kinds)
         ),
         **({"grid": {PRESET_CANDIDATE: {}, **grid}} if protocol.grid else {}),
         "models": cv["models"],
@@ -164,11 +172,13 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         + ("; GIN reads them in its messages (GINE), the structure-agnostic MLP ignores them"
            if config.baselines.gin_edges
            else "; GIN and the structure-agnostic MLP ignore edge features"),
-        *(["structural encodings read by ET only: "
+        *([f"structural encodings read by ET{'' if registered_kinds else ' only'}: "
            + ", ".join(part for part, on in (
                (f"Laplacian PE ({config.data.pe_dim} eigenvectors)", config.data.pe_dim),
                (f"random-walk PE ({config.data.rw_pe_dim} steps)", config.data.rw_pe_dim)) if on)
-           + "; GIN and the structure-agnostic MLP see the node features only"]
+           + "; GIN and the structure-agnostic MLP see the node features only"
+           + ("; a registered model can read them only through forward_data(batch)"
+              if registered_kinds else "")]
           if config.data.pe_dim or config.data.rw_pe_dim else []),
         ("val_accuracy: inner-validation accuracy, mean ± std (population) over the folds"
          if protocol.validation_only else "accuracy: mean ± std (population) over the test folds"),
@@ -189,10 +199,19 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     return results
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``et-graph tudataset`` beside its config's: ``--plugin``."""
+    add_plugin_argument(parser, "et_graph.protocols.graph_models.register_graph_model")
+
+
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph tudataset",
          defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``et-graph tudataset``; an example script passes its own ``prog`` and ``defaults``."""
-    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
-    warn_unread_flags(given, config.protocol.model_names, FLAG_READERS)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # before the flags are resolved: --models may name the graph models the plugins register
+    load_plugins(plugin_flags(argv), environment=True)
+    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults,
+                                arguments=add_arguments)
+    warn_unread_flags(given, config.protocol.model_names, flag_readers())
     check_results_kept(config)
     return run(config)

@@ -8,15 +8,27 @@ builds, and its declared per-fold selection grid.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from functools import partial
+from typing import Any, Callable, ClassVar, Optional
+
+from torch import nn
 
 from .. import config as config_grid
 from ..baselines.graph_baselines import GINClassifier, StructureAgnosticMLP
 from ..config import RunConfig, check_ranges, parse_model_list
 from ..nn.models.graph_model import ETGraphModel
 from .graph_cv import GraphTrainConfig
+from .graph_models import (
+    UNKNOWN_GRAPH_MODEL_HINT,
+    RegisteredGraphModel,
+    known_graph_models,
+    registered_graph_models,
+)
 
+#: The built-in models; :func:`~et_graph.protocols.graph_models.known_graph_models` adds the
+#: registered ones.
 MODEL_NAMES = ("et", "gin", "structure_agnostic")
 
 
@@ -65,7 +77,8 @@ class TUProtocolConfig:
         seed: seed of the folds, the inner splits and the models.
         val_fraction: stratified validation share of each training fold (selects the epoch).
         max_folds: run only the first this many folds (none = all).
-        models: comma-separated subset of et, gin, structure_agnostic.
+        models: comma-separated subset of et, gin, structure_agnostic and the registered graph
+            models (et_graph.protocols.graph_models.register_graph_model, --plugin).
         runs_per_fold: final trainings per model and fold, each from its own seed; the fold's
             test accuracy is their mean (Errica et al. use 3).
         validation_only: a validation probe: the test folds are never scored, and the outputs
@@ -88,7 +101,8 @@ class TUProtocolConfig:
     grid: Optional[str] = None
 
     def __post_init__(self) -> None:
-        parse_model_list(self.models, MODEL_NAMES)  # an unknown model fails here
+        # an unknown model fails here
+        parse_model_list(self.models, known_graph_models(), UNKNOWN_GRAPH_MODEL_HINT)
         # Here, not after the dataset is loaded and its encodings computed (minutes on NCI1).
         if self.folds < 2:
             raise ValueError(f"folds must be >= 2, got {self.folds}")
@@ -107,7 +121,8 @@ class TUProtocolConfig:
 
     @property
     def model_names(self) -> list[str]:
-        return parse_model_list(self.models, MODEL_NAMES)
+        """The models of ``models``: built-in or registered, lower-cased, each once."""
+        return parse_model_list(self.models, known_graph_models(), UNKNOWN_GRAPH_MODEL_HINT)
 
 
 #: The models that read each model-specific config section or field (the rest read by all):
@@ -118,6 +133,15 @@ FLAG_READERS = {
     "baselines.gin_edges": ("gin",), "baselines.mlp_hidden": ("structure_agnostic",),
     "baselines.mlp_dropout": ("structure_agnostic",), "run.native_attention": ("et",),
 }
+
+
+def flag_readers() -> dict[str, tuple[str, ...]]:
+    """:data:`FLAG_READERS` with every registered graph model added to each entry: its factory
+    is given the whole config (and its forward the whole batch, encodings included), and which
+    of it it reads cannot be told, so no setting is called unread (nor left out of a study's
+    resume check) on its account."""
+    registered = tuple(registered_graph_models())
+    return {key: (*models, *registered) for key, models in FLAG_READERS.items()}
 
 
 #: Config sections a grid candidate may change (the data, protocol and run stay fixed).
@@ -243,15 +267,19 @@ def et_model_kwargs(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, 
     )
 
 
-def model_factories(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, Any]:
-    """``{name: () -> model}`` for the models of ``config.protocol.models``."""
+def model_factories(config: TUDatasetConfig, info: dict[str, Any],
+                    registry: Optional[Mapping[str, RegisteredGraphModel]] = None
+                    ) -> dict[str, Callable[[], nn.Module]]:
+    """``{name: () -> model}`` for the models of ``config.protocol.models``; a registered one
+    from its factory (in ``registry``, default the registered graph models now; a run passes
+    the ones it started with: :func:`registered_models_of`)."""
     width, classes = info["node_feature_width"], info["classes"]
     base = config.baselines
     if base.gin_edges and "gin" in config.protocol.model_names and not info["edge_features"]:
         raise ValueError(f"baselines.gin_edges needs edge features, and {config.data.dataset} "
                          "has none here")
     gin_edge_channels = info["edge_features"] if base.gin_edges else 0
-    factories = {
+    factories: dict[str, Callable[[], nn.Module]] = {
         "et": lambda: ETGraphModel(**et_model_kwargs(config, info)),
         "gin": lambda: GINClassifier(width, classes, base.gin_hidden, base.gin_layers,
                                      base.baseline_dropout, edge_channels=gin_edge_channels),
@@ -259,7 +287,35 @@ def model_factories(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, 
             width, classes, base.gin_hidden if base.mlp_hidden is None else base.mlp_hidden,
             base.baseline_dropout if base.mlp_dropout is None else base.mlp_dropout),
     }
+    registered = registered_graph_models() if registry is None else registry
+    for name in config.protocol.model_names:
+        if name in factories:
+            continue
+        if name not in registered:  # unregistered since the config was read
+            raise ValueError(f"model {name!r} is not registered ({UNKNOWN_GRAPH_MODEL_HINT})")
+        factories[name] = partial(registered[name].build, config, info)
     return {name: factories[name] for name in config.protocol.model_names}
+
+
+def registered_models_of(config: TUDatasetConfig, info: dict[str, Any]
+                         ) -> tuple[dict[str, RegisteredGraphModel], dict[str, str]]:
+    """The registrations of the registered models ``config`` runs, and the class of each,
+    built once for the data ``info`` describes: a factory of the wrong kind is named before
+    any training, and a name registered again while the run goes on (``replace=True``) cannot
+    mix two models in one row (the run builds every fold from these registrations)."""
+    registry = {name: registered_graph_models()[name] for name in config.protocol.model_names
+                if name in registered_graph_models()}
+    kinds = {name: type(entry.build(config, info)).__name__ for name, entry in registry.items()}
+    return registry, kinds
+
+
+def describe_registered(kinds: Mapping[str, str]) -> str:
+    """The protocol's clause on the registered models of a run (``""`` without any)."""
+    if not kinds:
+        return ""
+    listed = ", ".join(f"{name} = {kind}" for name, kind in kinds.items())
+    return (f"; registered graph models (by register_graph_model: {listed}) are trained as GIN "
+            "is, with the train section, and read what their forward reads of each batch")
 
 
 def grid_configs(config: TUDatasetConfig) -> dict[str, TUDatasetConfig]:

@@ -45,6 +45,9 @@ from .study import (
 )
 
 TASKS = ("anomaly", "tudataset", "gnnbenchmark")
+#: The tasks whose ``--models`` take registered names (``--plugin``), and what registers them.
+PLUGIN_TASKS = {"anomaly": "et_graph.detectors.register_detector",
+                "tudataset": "et_graph.protocols.graph_models.register_graph_model"}
 
 
 def task_config(task: str) -> type:
@@ -113,10 +116,10 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                       help="tudataset: add to every model's space its one switch for reading "
                            f"edge features ({bond_switches_text()}), the same one extra "
                            "choice each; needs edge labels (MUTAG, Mutagenicity)")
-    if task == "anomaly":
-        from ..detectors.registry import add_plugin_argument
+    if task in PLUGIN_TASKS:
+        from ..plugins import add_plugin_argument
 
-        add_plugin_argument(parser)
+        add_plugin_argument(parser, PLUGIN_TASKS[task])
     if task is not None:
         add_config_arguments(parser, task_config(task))
         for action in parser._actions:
@@ -137,8 +140,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     task = argv[0] if argv and argv[0] in TASKS else None
     args = build_parser(task).parse_args(argv)
-    if args.task == "anomaly":  # before --models is read: it may name what they register
-        from ..detectors.registry import load_plugins
+    if args.task in PLUGIN_TASKS:  # before --models is read: it may name what they register
+        from ..plugins import load_plugins
 
         load_plugins(args.plugin, environment=True)
     config = resolve(task_config(args.task), args)
@@ -185,9 +188,9 @@ def flag_readers(task: str) -> dict[str, tuple[str, ...]]:
 
         return section_readers()
     if task == "tudataset":
-        from ..protocols.tudataset_config import FLAG_READERS
+        from ..protocols.tudataset_config import flag_readers as tudataset_readers
 
-        return FLAG_READERS
+        return tudataset_readers()
     from ..protocols.gnnbenchmark_config import FLAG_READERS as readers
 
     return readers

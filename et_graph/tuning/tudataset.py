@@ -24,6 +24,11 @@ from ..protocols.graph_cv import (
     standardized_copies,
     stratified_folds,
 )
+from ..protocols.graph_models import (
+    UNKNOWN_GRAPH_MODEL_HINT,
+    known_graph_models,
+    registered_graph_models,
+)
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..training import seed_everything
 from ..training.checkpoint import data_digest, graph_tensors
@@ -91,8 +96,28 @@ def with_bond_switch(model: str) -> Callable[[Any], dict[str, dict[str, Any]]]:
     return with_switch(TU_SEARCH_SPACES[model], section, name, [False, True])
 
 
-def search_space(model: str, bonds: bool = False) -> Callable[[Any], dict[str, dict[str, Any]]]:
-    """``model``'s search space, with ``bonds`` plus its bond switch (:func:`with_bond_switch`)."""
+def search_space(model: str, bonds: bool = False) -> Callable[[Any], Any]:
+    """``model``'s search space, with ``bonds`` plus its bond switch (:func:`with_bond_switch`).
+    A registered graph model's space is the one it was registered with; one without a space,
+    or with ``bonds``, is refused."""
+    registered = registered_graph_models().get(model)
+    if registered is not None:
+        if registered.search_space is None:
+            raise ValueError(f"registered graph model {model!r} has no search space, so it "
+                             "cannot be tuned: register it with search_space=space, where "
+                             "space(trial) returns overrides of the run config's sections, e.g. "
+                             "{'baselines': {...}, 'train': {'lr': trial.suggest_float(...)}}")
+        if bonds:
+            # Where it reads the edge features is its own business: only its own space can
+            # add that one choice.
+            raise ValueError(f"--tune-bonds adds each built-in model's switch for reading the "
+                             f"edge features to its space; registered graph model {model!r} "
+                             "has none known: add the choice to its own search space, or drop "
+                             "the flag")
+        return registered.search_space
+    if model not in TU_SEARCH_SPACES:
+        raise ValueError(f"unknown model {model!r}; choose from {list(known_graph_models())} "
+                         f"({UNKNOWN_GRAPH_MODEL_HINT})")
     return with_bond_switch(model) if bonds else TU_SEARCH_SPACES[model]
 
 
@@ -125,11 +150,15 @@ class TUObjective:
                  graphs: Optional[list] = None, info: Optional[dict[str, Any]] = None,
                  splits: Optional[Sequence[tuple[np.ndarray, np.ndarray]]] = None,
                  bonds: bool = False) -> None:
-        if model not in TU_SEARCH_SPACES:
-            raise ValueError(f"unknown model {model!r}; choose from {list(TU_SEARCH_SPACES)}")
+        # (refused here, before the data load: an unknown model, a registered one without a
+        # space or with bonds)
+        self.space = search_space(model, bonds)
         if tune_folds <= 0:
             raise ValueError(f"tune_folds must be positive, got {tune_folds}")
         self.config, self.model = config, model
+        # The registration this study started with, for every trial (as a run keeps its own)
+        registered = registered_graph_models().get(model)
+        self.registry = {} if registered is None else {model: registered}
         if (graphs is None) != (info is None):
             # graphs alone failed deep in a trial (info is read there); info alone was replaced
             raise ValueError("pass graphs and info together (as load_graphs returns them), "
@@ -138,7 +167,8 @@ class TUObjective:
             graphs, info = load_graphs(config.data)
         if bonds:
             check_bond_tuning(config, model, info)
-        self.space = search_space(model, bonds)
+        if registered is not None:  # a factory of the wrong kind is named before any trial
+            registered.build(config, info)
         self.graphs, self.info = graphs, info
         self._with_sums: Optional[tuple[list, dict[str, Any]]] = None
         self.labels = graph_labels(graphs)
@@ -147,6 +177,13 @@ class TUObjective:
         if tune_folds > len(splits):
             raise ValueError(f"tune_folds ({tune_folds}) exceeds the {len(splits)} outer folds")
         self.splits = list(splits)[:tune_folds]
+
+    @property
+    def preset_meta(self) -> dict[str, str]:
+        """What this model's preset notes beside its settings: for a registered graph model,
+        the plugin that registers it (the preset runs with ``--plugin`` and that value)."""
+        registered = self.registry.get(self.model)
+        return {} if registered is None else {"plugin": registered.plugin}
 
     def data_digest(self) -> str:
         """A digest of what the trials read: every graph without its label, the folds, and the
@@ -174,7 +211,7 @@ class TUObjective:
     def __call__(self, trial: Any = None) -> float:
         config = self.trial_config(trial)
         graphs, info = self.graphs_for(config)
-        factory = model_factories(config, info)[self.model]
+        factory = model_factories(config, info, self.registry)[self.model]
         p = config.protocol
         accuracies = []
         for fold, (train_index, _test_index) in enumerate(self.splits):  # test never read

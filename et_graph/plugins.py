@@ -1,0 +1,324 @@
+"""Models of your own under a model name, and the plugins that register them.
+
+One implementation serves every task whose ``--models`` takes names of your own: each kind of
+model has a :class:`ModelRegistry` (the anomaly detectors: :mod:`et_graph.detectors.registry`;
+the TU graph classifiers: :mod:`et_graph.protocols.graph_models`), which checks a name and its
+factory's signature. A module that registers models when imported is a plugin:
+``--plugin MODULE`` (a module name or a ``.py`` file; repeatable, or a comma list) and the
+environment variable ``ET_GRAPH_PLUGINS`` (a comma list) import it before ``--models`` is read.
+A plugin that fails leaves nothing registered; every results file records the plugins loaded
+and the models registered (``meta.plugins``, :func:`plugin_record`).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Generic, Optional, TypeVar
+
+#: ``space(trial) -> {section: {field: value}}``: overrides of the run config per trial.
+SearchSpace = Callable[[Any], Mapping[str, Any]]
+
+#: The environment variable whose comma list of plugins the command line loads first.
+PLUGINS_ENV = "ET_GRAPH_PLUGINS"
+
+#: A name that can stand in a comma list such as ``--models et,NAME`` (the list is read
+#: lower-cased) and in a table cell ("|" added a column to results.md).
+NAME_PATTERN = r"[a-z0-9_][a-z0-9_.\-]*"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A registered model: its name, factory and optional search space."""
+
+    name: str
+    factory: Callable[..., Any]
+    search_space: Optional[SearchSpace] = None
+
+    @property
+    def module(self) -> str:
+        """The module of its factory."""
+        return getattr(self.factory, "__module__", None) or "?"
+
+    @property
+    def plugin(self) -> str:
+        """What ``--plugin`` loads it by: the file or module name its plugin was loaded from,
+        else (registered from Python) its factory's module."""
+        for entry in _LOADED:
+            if entry["module"] == self.module:
+                return entry["path"] or self.module
+        if self.module == "__main__":  # registered by a script: --plugin takes its file
+            return _module_path("__main__") or self.module
+        return self.module
+
+    def record(self) -> dict[str, Optional[str]]:
+        """Where its factory comes from, for a results file: ``module.qualname`` and the
+        module's file."""
+        name = getattr(self.factory, "__qualname__", type(self.factory).__qualname__)
+        return {"factory": f"{self.module}.{name}", "path": _module_path(self.module)}
+
+
+Entry = TypeVar("Entry", bound=Registration)
+
+
+class ModelRegistry(Generic[Entry]):
+    """The registered models of one kind, by name, in registration order.
+
+    Args:
+        kind: what its entries are, in messages ("detector", "graph model").
+        record_key: the key of its entries in :func:`plugin_record` ("detectors").
+        entry_type: the :class:`Registration` subclass it stores.
+        factory_arguments: the arguments its factories are called with.
+        builtin_names: the task's built-in model names (called when needed: they may be
+            defined after the registry).
+        derived: the names a run derives from other rows, refused as the built-ins are: ``{how
+            a message names them: regular expression}``, e.g. ``{"*_ensemble": r".*_ensemble"}``.
+    """
+
+    def __init__(self, kind: str, record_key: str, entry_type: type[Entry],
+                 factory_arguments: Sequence[str], builtin_names: Callable[[], Iterable[str]],
+                 derived: Optional[Mapping[str, str]] = None) -> None:
+        self.kind, self.record_key, self.entry_type = kind, record_key, entry_type
+        self.factory_arguments = tuple(factory_arguments)
+        self.builtin_names = builtin_names
+        self.derived = dict(derived or {})
+        self._entries: dict[str, Entry] = {}
+        _REGISTRIES.append(self)
+
+    def reserved(self, name: str) -> bool:
+        """Whether ``name`` (in any case, ``-`` read as ``_``) is taken by a built-in model, a
+        registered one, or a row a run derives: the figures colour by that normalised name, so
+        ``ET`` or ``structure-agnostic`` would be drawn as the built-in model."""
+        key = name.lower()
+        colour_key = key.replace("-", "_")
+        taken = {*self.builtin_names(), *self._entries}
+        return (key in taken or colour_key in taken
+                or any(re.fullmatch(pattern, key) for pattern in self.derived.values()))
+
+    def register(self, name: str, factory: Callable[..., Any], *,
+                 search_space: Optional[SearchSpace] = None, replace: bool = False) -> Entry:
+        """Register ``factory`` under ``name`` (see the task's ``register_*`` function);
+        ``ValueError`` for a name that is invalid or taken, ``TypeError`` for a factory or
+        space that cannot be called with the arguments the task passes."""
+        if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name):
+            raise ValueError(f"{self.kind} name {name!r}: use lower-case letters, digits, '_', "
+                             "'.', '-' (it is written in comma lists such as --models et,NAME)")
+        if self.reserved(name) and not (name in self._entries and replace):
+            owner = ("registered already (replace=True replaces it)" if name in self._entries
+                     else f"taken (built-in models {list(self.builtin_names())}"
+                     + "".join(f", {derived}" for derived in self.derived) + ")")
+            raise ValueError(f"{self.kind} name {name!r} is {owner}")
+        check_callable(factory, "factory", self.factory_arguments)
+        if search_space is not None:
+            check_callable(search_space, "search_space", ("trial",))
+        entry = self.entry_type(name, factory, search_space)
+        self._entries[name] = entry
+        return entry
+
+    def unregister(self, name: str) -> None:
+        """Remove the entry registered under ``name`` (``KeyError`` if there is none)."""
+        if name not in self._entries:
+            raise KeyError(f"no {self.kind} is registered under {name!r}; registered: "
+                           f"{sorted(self._entries)}")
+        del self._entries[name]
+
+    def entries(self) -> Mapping[str, Entry]:
+        """The registered entries by name, in registration order (a read-only view)."""
+        return MappingProxyType(self._entries)
+
+    def record(self) -> dict[str, dict[str, Optional[str]]]:
+        """Each entry's factory and file (:meth:`Registration.record`)."""
+        return {name: entry.record() for name, entry in self._entries.items()}
+
+
+#: Every registry made, in order (a plugin's rollback and the results' record cover them all).
+_REGISTRIES: list[ModelRegistry[Any]] = []
+#: The plugins :func:`load_plugins` imported, in order: ``{"module", "path"}`` (the path of a
+#: plugin given as a file, else ``None``).
+_LOADED: list[dict[str, Optional[str]]] = []
+
+
+def check_callable(function: Any, role: str, arguments: Sequence[str]) -> None:
+    """``TypeError`` unless ``function`` can be called with ``arguments`` (by position)."""
+    if not callable(function):
+        raise TypeError(f"{role} must be callable, got {type(function).__name__}")
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # some built-in callables have none: found at first call
+        return
+    try:
+        signature.bind(*arguments)
+    except TypeError:
+        raise TypeError(f"{role} must take ({', '.join(arguments)}); its signature is "
+                        f"{signature}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Plugins: modules that register models when imported
+# ----------------------------------------------------------------------------------------------
+def add_plugin_argument(parser: argparse.ArgumentParser,
+                        registers: str = "et_graph.detectors.register_detector") -> None:
+    """``--plugin MODULE`` (repeatable) on a command whose ``--models`` takes the names that
+    ``registers`` (the task's register function, for the help) gives."""
+    parser.add_argument(
+        "--plugin", action="append", default=[], metavar="MODULE",
+        help="import MODULE first, a module name or a .py file, so that the models it "
+             f"registers ({registers}) can be named in --models; repeatable, or a comma list; "
+             f"{PLUGINS_ENV} (a comma list) is loaded before it")
+
+
+def plugin_flags(argv: Sequence[str]) -> list[str]:
+    """The values of ``--plugin`` in ``argv`` (read before the rest, whose ``--models`` may
+    name the models they register)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    add_plugin_argument(parser)
+    try:
+        return parser.parse_known_args(list(argv))[0].plugin
+    except argparse.ArgumentError:  # a --plugin without its value: the command's parser says so
+        return []
+
+
+def load_plugins(specs: Iterable[str], environment: bool = False
+                 ) -> list[dict[str, Optional[str]]]:
+    """Import each plugin of ``specs`` (module names or ``.py`` paths; an item may be a comma
+    list), with those of ``ET_GRAPH_PLUGINS`` first when ``environment``. A plugin already
+    loaded is not imported again; a file is imported as a module named by its stem. Returns
+    every plugin loaded so far: ``{"module", "path"}`` (``path``: of a file, else ``None``).
+
+    A module that cannot be found raises ``ValueError``, a missing file
+    ``FileNotFoundError``; an error inside the plugin's own code comes through as it is."""
+    if environment:
+        for spec in _items([os.environ.get(PLUGINS_ENV, "")]):
+            if _is_file_spec(spec) and not Path(spec).expanduser().is_absolute():
+                # a relative path would import a file of whatever folder the command runs in
+                raise ValueError(f"{PLUGINS_ENV}: plugin {spec!r} is a relative path; give "
+                                 "files there as absolute paths (or module names)")
+            _load_plugin(spec)
+    for spec in _items(specs):
+        _load_plugin(spec)
+    return loaded_plugins()
+
+
+def loaded_plugins() -> list[dict[str, Optional[str]]]:
+    """The plugins loaded so far, in order: ``{"module", "path"}`` (copies)."""
+    return [dict(entry) for entry in _LOADED]
+
+
+def _items(texts: Iterable[str]) -> list[str]:
+    return [item.strip() for text in texts for item in text.split(",") if item.strip()]
+
+
+def _is_file_spec(spec: str) -> bool:
+    return spec.endswith(".py") or "/" in spec or os.sep in spec
+
+
+def _load_plugin(spec: str) -> None:
+    """Import one plugin; if it fails, the models it registered before failing, of every kind,
+    are removed (a retry then registers them again instead of finding them taken)."""
+    before = {id(registry): set(registry._entries) for registry in _REGISTRIES}
+    try:
+        _import_plugin(spec)
+    except BaseException:
+        # (a registry the plugin's imports made had nothing before it)
+        for registry in _REGISTRIES:
+            for name in set(registry._entries) - before.get(id(registry), set()):
+                del registry._entries[name]
+        raise
+
+
+def _import_plugin(spec: str) -> None:
+    entry: dict[str, Optional[str]]
+    if _is_file_spec(spec):
+        path = Path(spec).expanduser().resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"plugin {spec!r}: no such file {path}")
+        name = path.stem
+        entry = {"module": name, "path": str(path)}
+        if any(loaded["module"] == name for loaded in _LOADED) and _module_path(name) == str(
+                path):
+            return  # loaded already, by its module name or its path
+        known = sys.modules.get(name)
+        if known is not None and _module_path(name) != str(path):
+            raise ValueError(f"plugin {spec!r}: a module named {name!r} is imported already "
+                             f"(from {_module_path(name)}); rename the file")
+        installed = _installed_elsewhere(name, path)
+        if installed:
+            # imported under its stem, it would stand in for that module in every later
+            # import of it (a plugin file named optuna.py broke the tuner's import optuna)
+            raise ValueError(f"plugin {spec!r}: a module named {name!r} is installed (at "
+                             f"{installed}), and the plugin would shadow it; rename the file")
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise ValueError(f"plugin {spec!r}: {path} cannot be imported as a module")
+        module = importlib.util.module_from_spec(module_spec)
+        # in sys.modules while it runs, as an import puts it: dataclasses and pickle look
+        # their classes' module up there
+        sys.modules[name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    else:
+        if any(loaded["module"] == spec for loaded in _LOADED):
+            return
+        try:
+            importlib.import_module(spec)
+        except ModuleNotFoundError as error:
+            if error.name != spec and not spec.startswith(f"{error.name}."):
+                raise  # a module the plugin itself imports is missing: its own traceback
+            raise ValueError(f"plugin {spec!r}: no module named {error.name!r} (give a module "
+                             "name importable here, e.g. on PYTHONPATH, or a .py file)") from None
+        entry = {"module": spec, "path": None}
+    _LOADED.append(entry)
+
+
+def _installed_elsewhere(name: str, path: Path) -> Optional[str]:
+    """Where a module ``name`` other than the file ``path`` is importable, else ``None``."""
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(found, "origin", None) if found is not None else None
+    if found is None or (origin and Path(origin).resolve() == path):
+        return None
+    return origin or "a namespace package"
+
+
+def _module_path(module: str) -> Optional[str]:
+    path = getattr(sys.modules.get(module), "__file__", None)
+    return str(Path(path).resolve()) if path else None
+
+
+def plugin_record() -> dict[str, Any]:
+    """What a results file records so that a run can be repeated (empty when nothing was
+    loaded or registered): the plugins loaded (module and file, in order) and, per kind with
+    registrations (``detectors``, ``graph_models``), each registered model's factory."""
+    registries = [registry for registry in _REGISTRIES if registry._entries]
+    if not _LOADED and not registries:
+        return {}
+    return {"loaded": loaded_plugins(),
+            **{registry.record_key: registry.record() for registry in registries}}
+
+
+__all__ = [
+    "NAME_PATTERN",
+    "PLUGINS_ENV",
+    "ModelRegistry",
+    "Registration",
+    "SearchSpace",
+    "add_plugin_argument",
+    "check_callable",
+    "load_plugins",
+    "loaded_plugins",
+    "plugin_flags",
+    "plugin_record",
+]

@@ -1,0 +1,125 @@
+"""Graph classifiers of your own under a model name, run beside ET and GIN.
+
+A registered name joins ``--models`` of ``et-graph tudataset`` and ``et-graph tune tudataset``
+(``protocol.models`` in Python): the model is trained by the same engine as GIN, on the same
+folds, inner splits and seeds, with the run's ``train`` section; it is a row of the tables and
+the accuracy plot, and one of ET's differences. With a search space, the tuner gives it the same
+budget as the built-in models.
+
+.. code-block:: python
+
+    from et_graph.protocols.graph_models import register_graph_model
+    register_graph_model("sage_graph", make_sage, search_space=sage_space)
+
+``factory(config, info)`` returns one new, untrained ``torch.nn.Module`` for the data ``info``
+describes (the dict of :func:`~et_graph.datasets.load_tudataset`: ``node_feature_width``,
+``classes``, ``edge_features``, ...), as the run's
+:class:`~et_graph.protocols.tudataset_config.TUDatasetConfig` ``config`` sets it. Its
+``forward_data(batch)``, if it has one, else ``forward(x, edge_index, batch)`` returns class
+logits ``[num_graphs, classes]``. ``search_space(trial)`` returns overrides of the config's
+sections (``{"baselines": {...}, "train": {"lr": ...}}``), which the factory reads.
+
+Plugins (``--plugin MODULE``, ``ET_GRAPH_PLUGINS``) load such modules first, as for the
+anomaly detectors (:mod:`et_graph.plugins`); ``meta.plugins`` of the results records them.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from torch import nn
+
+from ..plugins import ModelRegistry, Registration, SearchSpace
+
+if TYPE_CHECKING:
+    from .tudataset_config import TUDatasetConfig
+
+#: ``factory(config, info) -> nn.Module``: one new, untrained graph classifier.
+GraphModelFactory = Callable[["TUDatasetConfig", dict[str, Any]], nn.Module]
+
+#: What an unknown TU model name's error adds: where the names of one's own models come from.
+UNKNOWN_GRAPH_MODEL_HINT = ("a graph model of your own is named once registered by "
+                            "et_graph.protocols.graph_models.register_graph_model; on the "
+                            "command line, in a module that --plugin MODULE loads")
+
+
+class RegisteredGraphModel(Registration):
+    """A registered graph classifier: its name, factory and optional search space."""
+
+    def build(self, config: TUDatasetConfig, info: dict[str, Any]) -> nn.Module:
+        """The factory's model for data described by ``info``, checked to be a module the
+        engine can train."""
+        model = self.factory(config, info)
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"registered graph model {self.name!r} returned "
+                            f"{type(model).__name__}, not a torch.nn.Module: its factory "
+                            "must return a new, untrained model whose forward returns class "
+                            "logits [num_graphs, classes]")
+        return model
+
+
+def builtin_graph_models() -> tuple[str, ...]:
+    """The built-in model names of ``et-graph tudataset``."""
+    from .tudataset_config import MODEL_NAMES
+
+    return MODEL_NAMES
+
+
+#: The registered graph models. A run derives checkpoint names ``NAME-runN`` (the further
+#: trainings of a fold) and the figures draw ``NAME_ensemble`` as NAME's own: both are refused.
+GRAPH_MODEL_REGISTRY: ModelRegistry[RegisteredGraphModel] = ModelRegistry(
+    "graph model", "graph_models", RegisteredGraphModel, ("config", "info"),
+    builtin_graph_models, derived={"*_ensemble": r".*_ensemble", "*-runN": r".*-run\d+"})
+
+
+def register_graph_model(name: str, factory: GraphModelFactory, *,
+                         search_space: Optional[SearchSpace] = None,
+                         replace: bool = False) -> RegisteredGraphModel:
+    """Make ``name`` a model of ``et-graph tudataset`` and its tuner (see the module docstring).
+
+    Args:
+        name: lower-case letters, digits, ``_``, ``.``, ``-``; not a built-in model's name
+            (``et``, ``gin``, ``structure_agnostic``) nor one a run derives (``*-runN``,
+            ``*_ensemble``).
+        factory: ``factory(config, info)`` -> a new, untrained ``torch.nn.Module``.
+        search_space: ``space(trial)`` -> overrides of the run config's sections for one
+            Optuna trial; without it, tuning ``name`` is refused.
+        replace: replace a model registered under ``name`` (never a built-in).
+
+    Returns the registration. Raises ``ValueError`` for a name that is invalid or taken,
+    ``TypeError`` for a factory or space that is not callable with those arguments.
+    """
+    if isinstance(factory, nn.Module):  # callable, but one model would serve every fold
+        raise TypeError(f"factory of graph model {name!r} is a model "
+                        f"({type(factory).__name__}), not a factory: pass a function "
+                        "(config, info) -> a new, untrained model")
+    return GRAPH_MODEL_REGISTRY.register(name, factory, search_space=search_space,
+                                         replace=replace)
+
+
+def unregister_graph_model(name: str) -> None:
+    """Remove the graph model registered under ``name`` (``KeyError`` if there is none)."""
+    GRAPH_MODEL_REGISTRY.unregister(name)
+
+
+def registered_graph_models() -> Mapping[str, RegisteredGraphModel]:
+    """The registered graph models by name, in registration order (a read-only view)."""
+    return GRAPH_MODEL_REGISTRY.entries()
+
+
+def known_graph_models() -> tuple[str, ...]:
+    """The names ``et-graph tudataset --models`` takes: the built-in models, then the
+    registered ones."""
+    return (*builtin_graph_models(), *registered_graph_models())
+
+
+__all__ = [
+    "GRAPH_MODEL_REGISTRY",
+    "UNKNOWN_GRAPH_MODEL_HINT",
+    "GraphModelFactory",
+    "RegisteredGraphModel",
+    "known_graph_models",
+    "register_graph_model",
+    "registered_graph_models",
+    "unregister_graph_model",
+]
