@@ -2,10 +2,12 @@
 
 One implementation serves every task whose ``--models`` takes names of your own: each kind of
 model has a :class:`ModelRegistry` (the anomaly detectors: :mod:`et_graph.detectors.registry`;
-the TU graph classifiers: :mod:`et_graph.protocols.graph_models`), which checks a name and its
-factory's signature. A module that registers models when imported is a plugin:
-``--plugin MODULE`` (a module name or a ``.py`` file; repeatable, or a comma list) and the
-environment variable ``ET_GRAPH_PLUGINS`` (a comma list) import it before ``--models`` is read.
+the TU graph classifiers: :mod:`et_graph.protocols.graph_models`; the GNNBenchmark models:
+:mod:`et_graph.protocols.benchmark_models`), which checks a name and its factory's signature;
+a :class:`TorchModelRegistry` also refuses a model given as its factory. A module that
+registers models when imported is a plugin: ``--plugin MODULE`` (a module name or a ``.py``
+file; repeatable, or a comma list) and the environment variable ``ET_GRAPH_PLUGINS`` (a comma
+list) import it before ``--models`` is read.
 A plugin that fails leaves nothing registered; every results file records the plugins loaded
 and the models registered (``meta.plugins``, :func:`plugin_record`).
 """
@@ -22,7 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Generic, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar
+
+if TYPE_CHECKING:
+    from torch import nn
 
 #: ``space(trial) -> {section: {field: value}}``: overrides of the run config per trial.
 SearchSpace = Callable[[Any], Mapping[str, Any]]
@@ -58,6 +63,12 @@ class Registration:
         if self.module == "__main__":  # registered by a script: --plugin takes its file
             return _module_path("__main__") or self.module
         return self.module
+
+    @property
+    def preset_meta(self) -> dict[str, str]:
+        """What a tuned preset of this model notes in its ``[meta]``: the plugin it runs with
+        (``--plugin`` and that value)."""
+        return {"plugin": self.plugin}
 
     def record(self) -> dict[str, Optional[str]]:
         """Where its factory comes from, for a results file: ``module.qualname`` and the
@@ -137,6 +148,61 @@ class ModelRegistry(Generic[Entry]):
     def record(self) -> dict[str, dict[str, Optional[str]]]:
         """Each entry's factory and file (:meth:`Registration.record`)."""
         return {name: entry.record() for name, entry in self._entries.items()}
+
+    def snapshot(self, names: Iterable[str]) -> dict[str, Entry]:
+        """The entries of those of ``names`` registered now: what a run keeps for all its
+        trainings, so that a name registered again while it goes on (``replace=True``) cannot
+        mix two models in one row."""
+        return {name: self._entries[name] for name in names if name in self._entries}
+
+    def readers(self, readers: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+        """A task's map of which models read a config section or field, with every registered
+        model added to each entry: its factory is given the whole config, and which of it it
+        reads cannot be told, so no setting is called unread (nor left out of a study's resume
+        check) on its account."""
+        return {key: (*models, *self._entries) for key, models in readers.items()}
+
+    def tuning_space(self, name: str, example: str = "") -> Optional[SearchSpace]:
+        """The search space ``name`` was registered with; ``None`` if no model is registered
+        under it. ``ValueError`` for one registered without a space (it cannot be tuned);
+        ``example`` shows what a space returns."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return None
+        if entry.search_space is None:
+            raise ValueError(f"registered {self.kind} {name!r} has no search space, so it "
+                             "cannot be tuned: register it with search_space=space, where "
+                             "space(trial) returns overrides of the run config's sections"
+                             + (f", e.g. {example}" if example else ""))
+        return entry.search_space
+
+
+class TorchModelRegistry(ModelRegistry[Entry]):
+    """A registry whose factories return one new, untrained ``torch.nn.Module`` each call: a
+    model given as the factory is refused (it is callable, but one model would be trained
+    again for every fold or seed)."""
+
+    def register(self, name: str, factory: Callable[..., Any], *,
+                 search_space: Optional[SearchSpace] = None, replace: bool = False) -> Entry:
+        from torch import nn
+
+        if isinstance(factory, nn.Module):
+            raise TypeError(f"factory of {self.kind} {name!r} is a model "
+                            f"({type(factory).__name__}), not a factory: pass a function "
+                            f"({', '.join(self.factory_arguments)}) -> a new, untrained model")
+        return super().register(name, factory, search_space=search_space, replace=replace)
+
+
+def checked_module(model: Any, origin: str, returns: str) -> nn.Module:
+    """``model`` if it is a ``torch.nn.Module`` (what the training engines train), else a
+    ``TypeError`` naming ``origin`` (what built it) and what its forward must return."""
+    from torch import nn
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{origin} returned {type(model).__name__}, not a torch.nn.Module: its "
+                        f"factory must return a new, untrained model whose forward returns "
+                        f"{returns}")
+    return model
 
 
 #: Every registry made, in order (a plugin's rollback and the results' record cover them all).
@@ -301,7 +367,8 @@ def _module_path(module: str) -> Optional[str]:
 def plugin_record() -> dict[str, Any]:
     """What a results file records so that a run can be repeated (empty when nothing was
     loaded or registered): the plugins loaded (module and file, in order) and, per kind with
-    registrations (``detectors``, ``graph_models``), each registered model's factory."""
+    registrations (``detectors``, ``graph_models``, ``benchmark_models``), each registered
+    model's factory."""
     registries = [registry for registry in _REGISTRIES if registry._entries]
     if not _LOADED and not registries:
         return {}
@@ -315,8 +382,10 @@ __all__ = [
     "ModelRegistry",
     "Registration",
     "SearchSpace",
+    "TorchModelRegistry",
     "add_plugin_argument",
     "check_callable",
+    "checked_module",
     "load_plugins",
     "loaded_plugins",
     "plugin_flags",

@@ -40,13 +40,14 @@ def built():
 
 @pytest.fixture
 def plugin_registries(monkeypatch):
-    """Empty model registries for the test (no detector nor graph model registered, no plugin
-    loaded, no ET_GRAPH_PLUGINS), and the plugin modules it imports dropped afterwards: the
-    registries are process-wide, and a name left behind would change the next test's runs and
-    results. Yields :mod:`et_graph.plugins`."""
+    """Empty model registries for the test (no detector, graph or benchmark model registered,
+    no plugin loaded, no ET_GRAPH_PLUGINS), and the plugin modules it imports dropped
+    afterwards: the registries are process-wide, and a name left behind would change the next
+    test's runs and results. Yields :mod:`et_graph.plugins`."""
     import sys
 
     import et_graph.detectors.registry  # noqa: F401  (every registry made, so emptied here)
+    import et_graph.protocols.benchmark_models  # noqa: F401
     import et_graph.protocols.graph_models  # noqa: F401
     from et_graph import plugins
 

@@ -132,3 +132,20 @@ def test_the_graph_plugin_example_runs_as_documented(tmp_path):
         encoding="utf-8"))
     assert list(results["models"]) == ["et", "gin", "sage_graph"]
     assert "sage_graph = SAGEGraphClassifier" in results["protocol"]
+
+
+def test_the_benchmark_plugin_example_runs_as_documented(tmp_path):
+    """examples/benchmark_plugin.py's command: its model is a row beside ET and GIN."""
+    import json
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("ET_GRAPH_PLUGINS", None)
+    done = subprocess.run([sys.executable, "-W", "error::UserWarning", "-m", "et_graph",
+                           "gnnbenchmark", "--plugin", "examples/benchmark_plugin.py",
+                           "--models", "et,gin,sage_bench", "--quick", "--out",
+                           str(tmp_path / "out"), "--no-progress"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
+    assert list(results["models"]) == ["et", "gin", "sage_bench"]
+    assert "sage_bench = SAGEBenchmarkModel" in results["protocol"]

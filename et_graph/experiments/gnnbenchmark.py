@@ -16,10 +16,14 @@ Protocol (:mod:`et_graph.protocols.gnnbenchmark`): each model trains on the trai
 epoch with the best validation/holdout metric is selected, and the test split is evaluated once
 with those weights. Every model sees the same data, splits and seeds. Results are mean ± std over
 seeds (population std). Presets of the documented runs: ``configs/gnnbenchmark/``.
+``--models`` also takes models of your own, registered by ``register_benchmark_model``
+(:mod:`et_graph.protocols.benchmark_models`) in a module that ``--plugin`` loads.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -34,6 +38,7 @@ from ..datasets.gnnbenchmark import (
     load_benchmark,
 )
 from ..datasets.locking import quiet_processing
+from ..plugins import add_plugin_argument, load_plugins, plugin_flags
 from ..progress import progress_bar
 from ..protocols.gnnbenchmark import (
     METRIC_LABELS,
@@ -43,6 +48,10 @@ from ..protocols.gnnbenchmark_config import (  # noqa: F401  (the task's config,
     FLAG_READERS,
     GNNBenchmarkConfig,
     ProtocolConfig,
+    describe_registered,
+    flag_readers,
+    model_builder,
+    registered_models_of,
 )
 from ..protocols.significance import (
     compare_to,
@@ -116,9 +125,15 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     add_random_walk_encoding(data, config.data.rw_pe_dim, progress)  # every model reads it
     if "et" in names:
         add_positional_encoding(data, config.et.pe_dim, progress)
+    # The registered models as registered now, each built once on the data with its encodings
+    # (its factory reads their widths): a wrong kind or output shape is named here
+    registry, registered_kinds = registered_models_of(config, data)
+    builders = {name: model_builder(config, name, registry) for name in names}
     metric = data.metric
     settings = {k: v for k, v in to_dict(config).items() if k != "run"}
     fingerprint = json.dumps(settings, sort_keys=True)
+    # a registered model's checkpoint is resumed only by the factory that trained it
+    factories = {name: entry.record()["factory"] for name, entry in registry.items()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     jobs = [(name, seed) for name in names for seed in seeds]
     for name, seed in progress_bar(jobs, desc=f"{data.name}: models x seeds", disable=not progress):
@@ -127,7 +142,9 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
                 name, data, seed, config.train, config.et, config.baselines,
                 device=config.run.device, progress=progress,
                 checkpoint=config.run.checkpoint(config.data.dataset, name, f"seed_{seed}"),
-                fingerprint=f"{fingerprint}|{name}|{seed}",
+                fingerprint=f"{fingerprint}|{name}|{seed}" + (
+                    f"|factory={factories[name]}" if name in factories else ""),
+                build=builders[name],
             )
         except FloatingPointError as error:
             # Say which training diverged and what of the run is kept (nothing is written).
@@ -150,7 +167,8 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     sizes = {split: len(graphs) for split, graphs in data.splits.items()}
     results = {
         "dataset": data.name,
-        "protocol": data.protocol + f"; mean ± std over seeds {seeds}",
+        "protocol": (data.protocol + f"; mean ± std over seeds {seeds}"
+                     + describe_registered(registered_kinds)),
         "source": data.source,
         "metric": metric,
         "lower_is_better": data.lower_is_better,
@@ -161,8 +179,10 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     }
     notes = list(data.notes)
     if data.rw_pe_dim:
-        notes.append(f"Every model adds a random-walk encoding ({data.rw_pe_dim} steps) to its "
-                     "node inputs.")
+        notes.append(f"Every {'built-in ' if registered_kinds else ''}model adds a random-walk "
+                     f"encoding ({data.rw_pe_dim} steps) to its node inputs"
+                     + ("; a registered model is given it (rw_pe)" if registered_kinds else "")
+                     + ".")
     # What ET alone gets (the baselines' inputs are the node features and the walk encoding).
     only_et = [part for part, on in (
         (f"a Laplacian PE ({config.et.pe_dim} eigenvectors)", config.et.pe_dim),
@@ -189,11 +209,20 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     return results
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``et-graph gnnbenchmark`` beside its config's: ``--plugin``."""
+    add_plugin_argument(parser, "et_graph.protocols.benchmark_models.register_benchmark_model")
+
+
 def main(argv: Optional[list[str]] = None, prog: str = "et-graph gnnbenchmark",
          defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``et-graph gnnbenchmark``; an example script passes its own ``prog`` and ``defaults``."""
-    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults)
-    warn_unread_flags(given, config.protocol.model_names, FLAG_READERS)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # before the flags are resolved: --models may name the models the plugins register
+    load_plugins(plugin_flags(argv), environment=True)
+    config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults,
+                                arguments=add_arguments)
+    warn_unread_flags(given, config.protocol.model_names, flag_readers())
     check_results_kept(config)
     return run(config)
 

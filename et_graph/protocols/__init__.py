@@ -1,6 +1,15 @@
 """Evaluation protocols (splits, thresholds, metrics, training loops), apart from the models."""
-from . import anomaly, gnnbenchmark, graph_cv, graph_models, image_completion, significance
+from . import (
+    anomaly,
+    benchmark_models,
+    gnnbenchmark,
+    graph_cv,
+    graph_models,
+    image_completion,
+    significance,
+)
 
 __all__ = [
-    "anomaly", "gnnbenchmark", "graph_cv", "graph_models", "image_completion", "significance",
+    "anomaly", "benchmark_models", "gnnbenchmark", "graph_cv", "graph_models",
+    "image_completion", "significance",
 ]

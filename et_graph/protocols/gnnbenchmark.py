@@ -281,17 +281,21 @@ def train_one(name: str, data: BenchmarkData, seed: int, train: GNNBenchmarkTrai
               device: str = "cpu", progress: bool = True,
               checkpoint: Optional[CheckpointConfig] = None, fingerprint: str = "",
               on_epoch: Optional[Callable[[int, Validation], None]] = None,
-              evaluate_test: bool = True) -> dict[str, Any]:
+              evaluate_test: bool = True,
+              build: Optional[Callable[[BenchmarkData], nn.Module]] = None) -> dict[str, Any]:
     """Train ``name`` with ``seed`` (initialisation and batch order); select the epoch on val;
     evaluate test once. ``epoch`` in the result counts from 1.
 
     ``on_epoch`` is the engine's per-epoch hook (a tuner's pruner). With
     ``evaluate_test=False`` the test split is not touched (``"test"`` is ``None``): a tuning
-    trial needs only the validation score."""
+    trial needs only the validation score. ``build(data)``, when given, makes the model
+    instead of :func:`build_model` (a registered model's factory:
+    :func:`~et_graph.protocols.gnnbenchmark_config.model_builder`); it is called after the seed
+    is set, and ``name`` then only names the training."""
     seed_everything(seed)
     generator = torch.Generator().manual_seed(seed)
     task = GraphBenchmarkTask(data, train, generator, device)
-    model = build_model(name, data, et, baselines).to(device)
+    model = (build_model(name, data, et, baselines) if build is None else build(data)).to(device)
     if hasattr(model, "fit_feature_scaling") and data.node_dim and data.task == "classification":
         model.fit_feature_scaling(torch.cat([g.x for g in data.splits["train"]]).to(device))
     # the graphs' digest too: a checkpoint trained on other files under the same path is

@@ -5,20 +5,40 @@ gnnbenchmark``): which data, models, training and seeds. The run loop is
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from functools import partial
+from typing import Any, Callable, ClassVar, Optional
+
+from torch import nn
 
 from ..config import RunConfig, parse_model_list
 from ..datasets.gnnbenchmark import QUICK_GENERATED_SIZES, GNNBenchmarkDataConfig
+from ..datasets.gnnbenchmark_common import BenchmarkData
+from .benchmark_models import (
+    BENCHMARK_MODEL_REGISTRY,
+    UNKNOWN_BENCHMARK_MODEL_HINT,
+    RegisteredBenchmarkModel,
+    known_benchmark_models,
+    registered_benchmark_models,
+)
 from .gnnbenchmark import (
     MODEL_NAMES,
     BaselineConfig,
     ETGraphModelConfig,
     GNNBenchmarkTrainConfig,
+    build_model,
 )
 
 #: The models that read each model-specific config section (the rest are read by all).
 FLAG_READERS = {"et": ("et",), "baselines": ("gin", "gatedgcn"), "run.native_attention": ("et",)}
+
+
+def flag_readers() -> dict[str, tuple[str, ...]]:
+    """:data:`FLAG_READERS` with every registered benchmark model added to each entry: its
+    factory is given the whole config, and which of it it reads cannot be told, so no setting
+    is called unread (nor left out of a study's resume check) on its account."""
+    return BENCHMARK_MODEL_REGISTRY.readers(FLAG_READERS)
 
 
 @dataclass
@@ -26,7 +46,8 @@ class ProtocolConfig:
     """Which models run, and with which seeds.
 
     Attributes:
-        models: comma-separated subset of et,gin,gatedgcn.
+        models: comma-separated subset of et,gin,gatedgcn and the registered benchmark models
+            (et_graph.protocols.benchmark_models.register_benchmark_model, --plugin).
         seeds: comma-separated list of the seeds (initialisation and batch order), e.g. 0,1,2
             for three runs; not a count as in et-graph anomaly (2 runs seed 2 once).
     """
@@ -35,7 +56,8 @@ class ProtocolConfig:
     seeds: str = "0,1,2"
 
     def __post_init__(self) -> None:
-        parse_model_list(self.models, MODEL_NAMES)  # an unknown or empty list fails here
+        # an unknown or empty list fails here
+        parse_model_list(self.models, known_benchmark_models(), UNKNOWN_BENCHMARK_MODEL_HINT)
         try:
             seeds = self.seed_list
         except ValueError:
@@ -56,8 +78,10 @@ class ProtocolConfig:
 
     @property
     def model_names(self) -> list[str]:
-        """The models in the given order, each once (``gin,gin`` trains GIN once per seed)."""
-        return parse_model_list(self.models, MODEL_NAMES)
+        """The models in the given order, built-in or registered, lower-cased, each once
+        (``gin,gin`` trains GIN once per seed)."""
+        return parse_model_list(self.models, known_benchmark_models(),
+                                UNKNOWN_BENCHMARK_MODEL_HINT)
 
     @property
     def seed_list(self) -> list[int]:
@@ -93,3 +117,37 @@ class GNNBenchmarkConfig:
         "et.hidden": 16, "et.head_dim": 8, "et.heads": 2, "et.blocks": 1, "et.steps": 1,
         "et.pe_dim": 4, "baselines.baseline_hidden": 16, "baselines.baseline_layers": 2,
     }
+
+
+def model_builder(config: GNNBenchmarkConfig, name: str,
+                  registry: Optional[Mapping[str, RegisteredBenchmarkModel]] = None
+                  ) -> Callable[[BenchmarkData], nn.Module]:
+    """``build(data) -> model`` for model ``name`` of ``config``: a built-in one from its
+    section, a registered one from its factory (in ``registry``, default the registered models
+    now; a run passes the ones it started with: :func:`registered_models_of`)."""
+    if name in MODEL_NAMES:
+        return partial(build_model, name, et=config.et, baselines=config.baselines)
+    registered = registered_benchmark_models() if registry is None else registry
+    if name not in registered:  # unregistered since the config was read
+        raise ValueError(f"model {name!r} is not registered ({UNKNOWN_BENCHMARK_MODEL_HINT})")
+    return partial(registered[name].build, config)
+
+
+def registered_models_of(config: GNNBenchmarkConfig, data: BenchmarkData
+                         ) -> tuple[dict[str, RegisteredBenchmarkModel], dict[str, str]]:
+    """The registrations of the registered models ``config`` runs, and the class of each,
+    built once for ``data`` and its outputs checked: a factory of the wrong kind or shape is
+    named before any training, and a name registered again while the run goes on
+    (``replace=True``) cannot mix two models in one row (every seed is built from these)."""
+    registry = BENCHMARK_MODEL_REGISTRY.snapshot(config.protocol.model_names)
+    kinds = {name: entry.check(config, data) for name, entry in registry.items()}
+    return registry, kinds
+
+
+def describe_registered(kinds: Mapping[str, str]) -> str:
+    """The protocol's clause on the registered models of a run (``""`` without any)."""
+    if not kinds:
+        return ""
+    listed = ", ".join(f"{name} = {kind}" for name, kind in kinds.items())
+    return (f"; registered benchmark models (by register_benchmark_model: {listed}) are "
+            "trained as the built-in models are, with the train section")

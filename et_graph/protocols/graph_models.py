@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from torch import nn
 
-from ..plugins import ModelRegistry, Registration, SearchSpace
+from ..plugins import Registration, SearchSpace, TorchModelRegistry, checked_module
 
 if TYPE_CHECKING:
     from .tudataset_config import TUDatasetConfig
@@ -49,13 +49,8 @@ class RegisteredGraphModel(Registration):
     def build(self, config: TUDatasetConfig, info: dict[str, Any]) -> nn.Module:
         """The factory's model for data described by ``info``, checked to be a module the
         engine can train."""
-        model = self.factory(config, info)
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"registered graph model {self.name!r} returned "
-                            f"{type(model).__name__}, not a torch.nn.Module: its factory "
-                            "must return a new, untrained model whose forward returns class "
-                            "logits [num_graphs, classes]")
-        return model
+        return checked_module(self.factory(config, info), f"registered graph model {self.name!r}",
+                              "class logits [num_graphs, classes]")
 
 
 def builtin_graph_models() -> tuple[str, ...]:
@@ -67,7 +62,7 @@ def builtin_graph_models() -> tuple[str, ...]:
 
 #: The registered graph models. A run derives checkpoint names ``NAME-runN`` (the further
 #: trainings of a fold) and the figures draw ``NAME_ensemble`` as NAME's own: both are refused.
-GRAPH_MODEL_REGISTRY: ModelRegistry[RegisteredGraphModel] = ModelRegistry(
+GRAPH_MODEL_REGISTRY: TorchModelRegistry[RegisteredGraphModel] = TorchModelRegistry(
     "graph model", "graph_models", RegisteredGraphModel, ("config", "info"),
     builtin_graph_models, derived={"*_ensemble": r".*_ensemble", "*-runN": r".*-run\d+"})
 
@@ -89,10 +84,6 @@ def register_graph_model(name: str, factory: GraphModelFactory, *,
     Returns the registration. Raises ``ValueError`` for a name that is invalid or taken,
     ``TypeError`` for a factory or space that is not callable with those arguments.
     """
-    if isinstance(factory, nn.Module):  # callable, but one model would serve every fold
-        raise TypeError(f"factory of graph model {name!r} is a model "
-                        f"({type(factory).__name__}), not a factory: pass a function "
-                        "(config, info) -> a new, untrained model")
     return GRAPH_MODEL_REGISTRY.register(name, factory, search_space=search_space,
                                          replace=replace)
 

@@ -21,6 +21,7 @@ from ..config import RunConfig, check_ranges, parse_model_list
 from ..nn.models.graph_model import ETGraphModel
 from .graph_cv import GraphTrainConfig
 from .graph_models import (
+    GRAPH_MODEL_REGISTRY,
     UNKNOWN_GRAPH_MODEL_HINT,
     RegisteredGraphModel,
     known_graph_models,
@@ -140,8 +141,7 @@ def flag_readers() -> dict[str, tuple[str, ...]]:
     is given the whole config (and its forward the whole batch, encodings included), and which
     of it it reads cannot be told, so no setting is called unread (nor left out of a study's
     resume check) on its account."""
-    registered = tuple(registered_graph_models())
-    return {key: (*models, *registered) for key, models in FLAG_READERS.items()}
+    return GRAPH_MODEL_REGISTRY.readers(FLAG_READERS)
 
 
 #: Config sections a grid candidate may change (the data, protocol and run stay fixed).
@@ -303,8 +303,7 @@ def registered_models_of(config: TUDatasetConfig, info: dict[str, Any]
     built once for the data ``info`` describes: a factory of the wrong kind is named before
     any training, and a name registered again while the run goes on (``replace=True``) cannot
     mix two models in one row (the run builds every fold from these registrations)."""
-    registry = {name: registered_graph_models()[name] for name in config.protocol.model_names
-                if name in registered_graph_models()}
+    registry = GRAPH_MODEL_REGISTRY.snapshot(config.protocol.model_names)
     kinds = {name: type(entry.build(config, info)).__name__ for name, entry in registry.items()}
     return registry, kinds
 

@@ -13,6 +13,7 @@ from torch_geometric.data import Data
 
 from ..config import merge
 from ..detectors import SEARCH_SPACES, registered_detectors
+from ..detectors.registry import DETECTOR_REGISTRY
 from ..protocols.anomaly import make_splits, validation_score
 from ..protocols.anomaly_config import (
     UNKNOWN_MODEL_HINT,
@@ -43,19 +44,15 @@ def search_space(model: str, class_balance: bool = False) -> Any:
     """``model``'s search space, with ``class_balance`` plus its weighting switch
     (:data:`CLASS_BALANCE_SWITCHES`). A registered detector's space is the one it was
     registered with; one without a space, or with ``class_balance``, is refused."""
-    registered = registered_detectors().get(model)
-    if registered is not None:
-        if registered.search_space is None:
-            raise ValueError(f"registered detector {model!r} has no search space, so it cannot "
-                             "be tuned: register it with search_space=space, where space(trial) "
-                             "returns overrides of the run config's sections")
+    registered_space = DETECTOR_REGISTRY.tuning_space(model)
+    if registered_space is not None:
         if class_balance:
             # Its class weighting lives wherever its factory reads it: only its own space can
             # add that one choice.
             raise ValueError(f"--tune-class-balance adds each built-in model's class weighting "
                              f"to its space; registered detector {model!r} has none known: add "
                              "the choice to its own search space, or drop the flag")
-        return registered.search_space
+        return registered_space
     space = SEARCH_SPACES[model]
     if not class_balance:
         return space
@@ -136,7 +133,7 @@ class AnomalyObjective:
         """What this model's preset notes beside its settings: for a registered detector, the
         plugin that registers it (the preset runs with ``--plugin`` and that value)."""
         registered = registered_detectors().get(self.model)
-        return {} if registered is None else {"plugin": registered.plugin}
+        return {} if registered is None else registered.preset_meta
 
     def data_digest(self) -> str:
         """A digest of what the trials read: the graph, the split, and the training and

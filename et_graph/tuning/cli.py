@@ -47,7 +47,8 @@ from .study import (
 TASKS = ("anomaly", "tudataset", "gnnbenchmark")
 #: The tasks whose ``--models`` take registered names (``--plugin``), and what registers them.
 PLUGIN_TASKS = {"anomaly": "et_graph.detectors.register_detector",
-                "tudataset": "et_graph.protocols.graph_models.register_graph_model"}
+                "tudataset": "et_graph.protocols.graph_models.register_graph_model",
+                "gnnbenchmark": "et_graph.protocols.benchmark_models.register_benchmark_model"}
 
 
 def task_config(task: str) -> type:
@@ -191,9 +192,9 @@ def flag_readers(task: str) -> dict[str, tuple[str, ...]]:
         from ..protocols.tudataset_config import flag_readers as tudataset_readers
 
         return tudataset_readers()
-    from ..protocols.gnnbenchmark_config import FLAG_READERS as readers
+    from ..protocols.gnnbenchmark_config import flag_readers as gnnbenchmark_readers
 
-    return readers
+    return gnnbenchmark_readers()
 
 
 def warn_flags_of_tuning(task: str, config: Any, given: set[str], class_balance: bool = False,
@@ -228,9 +229,7 @@ def warn_flags_of_tuning(task: str, config: Any, given: set[str], class_balance:
             def space(model: str) -> Any:
                 return search_space(model, bonds)
         else:
-            from .gnnbenchmark import BENCHMARK_SEARCH_SPACES
-
-            space = BENCHMARK_SEARCH_SPACES.__getitem__
+            from .gnnbenchmark import search_space as space
         models = config.protocol.model_names
         tuned = {m: tuned_fields(lambda trial, m=m: apply_space(config, space(m), trial))
                  for m in models}

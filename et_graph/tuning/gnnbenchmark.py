@@ -23,8 +23,13 @@ from ..datasets.gnnbenchmark import (
     add_random_walk_encoding,
     load_benchmark,
 )
+from ..protocols.benchmark_models import (
+    BENCHMARK_MODEL_REGISTRY,
+    UNKNOWN_BENCHMARK_MODEL_HINT,
+    known_benchmark_models,
+)
 from ..protocols.gnnbenchmark import train_one
-from ..protocols.gnnbenchmark_config import GNNBenchmarkConfig
+from ..protocols.gnnbenchmark_config import GNNBenchmarkConfig, model_builder
 from ..training.checkpoint import data_digest, graph_tensors
 from .study import apply_space, pruning_callback
 
@@ -64,6 +69,20 @@ BENCHMARK_SEARCH_SPACES: dict[str, Callable[[Any], dict[str, dict[str, Any]]]] =
 }
 
 
+def search_space(model: str) -> Callable[[Any], Any]:
+    """``model``'s search space: a built-in one's from :data:`BENCHMARK_SEARCH_SPACES`, a
+    registered model's the one it was registered with (one without a space is refused)."""
+    registered_space = BENCHMARK_MODEL_REGISTRY.tuning_space(
+        model, "{'baselines': {...}, 'train': {'lr': trial.suggest_float('lr', *LR_RANGE)}} "
+               "(LR_RANGE of et_graph.tuning.gnnbenchmark: the built-in models' range)")
+    if registered_space is not None:
+        return registered_space
+    if model not in BENCHMARK_SEARCH_SPACES:
+        raise ValueError(f"unknown model {model!r}; choose from {list(known_benchmark_models())} "
+                         f"({UNKNOWN_BENCHMARK_MODEL_HINT})")
+    return BENCHMARK_SEARCH_SPACES[model]
+
+
 class GNNBenchmarkObjective:
     """``objective(trial) -> validation metric`` (model seed 0, or the mean over seeds
     ``0 .. tune_seeds - 1``) for one model of a :class:`GNNBenchmarkConfig`; ``direction`` says
@@ -77,12 +96,14 @@ class GNNBenchmarkObjective:
 
     def __init__(self, config: GNNBenchmarkConfig, model: str,
                  data: Optional[BenchmarkData] = None, tune_seeds: int = 1) -> None:
-        if model not in BENCHMARK_SEARCH_SPACES:
-            raise ValueError(f"unknown model {model!r}; choose from "
-                             f"{list(BENCHMARK_SEARCH_SPACES)}")
+        # (refused here, before the data load: an unknown model, a registered one without a
+        # space)
+        self.space = search_space(model)
         if tune_seeds <= 0:
             raise ValueError(f"tune_seeds must be positive, got {tune_seeds}")
         self.config, self.model, self.tune_seeds = config, model, tune_seeds
+        # The registration this study started with, for every trial (as a run keeps its own)
+        self.registry = BENCHMARK_MODEL_REGISTRY.snapshot([model])
         data = load_benchmark(config.data) if data is None else data
         # A copy without the test split: no trial can read it, whatever the model does. The
         # graphs are cloned because the encodings below are attached to them.
@@ -92,6 +113,15 @@ class GNNBenchmarkObjective:
         if model == "et":
             add_positional_encoding(self.data, config.et.pe_dim, progress=False)
         self.direction = "minimize" if self.data.lower_is_better else "maximize"
+        if model in self.registry:  # a factory of the wrong kind or shape, before any trial
+            self.registry[model].check(config, self.data)
+
+    @property
+    def preset_meta(self) -> dict[str, str]:
+        """What this model's preset notes beside its settings: for a registered model, the
+        plugin that registers it (the preset runs with ``--plugin`` and that value)."""
+        registered = self.registry.get(self.model)
+        return {} if registered is None else registered.preset_meta
 
     def data_digest(self) -> str:
         """A digest of the training and validation graphs the trials read (the test split is
@@ -99,7 +129,7 @@ class GNNBenchmarkObjective:
         return data_digest(*graph_tensors(self.data.splits["train"], self.data.splits["val"]))
 
     def trial_config(self, trial: Any) -> GNNBenchmarkConfig:
-        config = apply_space(self.config, BENCHMARK_SEARCH_SPACES[self.model], trial)
+        config = apply_space(self.config, self.space, trial)
         return replace(config, protocol=replace(config.protocol, models=self.model))
 
     def __call__(self, trial: Any = None) -> float:
@@ -110,6 +140,7 @@ class GNNBenchmarkObjective:
         """The validation metric of each model seed ``0 .. tune_seeds - 1`` (the objective is
         their mean)."""
         config = self.trial_config(trial)
+        build = model_builder(config, self.model, self.registry)
         values = []
         for seed in range(self.tune_seeds):
             # The pruner reads seed 0's curve only: a later seed's curve would be compared with
@@ -118,7 +149,7 @@ class GNNBenchmarkObjective:
                         if trial is not None and seed == 0 else None)
             result = train_one(self.model, self.data, seed, config.train, config.et,
                                config.baselines, device=config.run.device, progress=False,
-                               on_epoch=on_epoch, evaluate_test=False)
+                               on_epoch=on_epoch, evaluate_test=False, build=build)
             values.append(float(result["val"]))
         return values
 

@@ -25,6 +25,7 @@ from ..protocols.graph_cv import (
     stratified_folds,
 )
 from ..protocols.graph_models import (
+    GRAPH_MODEL_REGISTRY,
     UNKNOWN_GRAPH_MODEL_HINT,
     known_graph_models,
     registered_graph_models,
@@ -96,17 +97,16 @@ def with_bond_switch(model: str) -> Callable[[Any], dict[str, dict[str, Any]]]:
     return with_switch(TU_SEARCH_SPACES[model], section, name, [False, True])
 
 
+#: What a registered graph model's search space returns, for the error of one without any.
+REGISTERED_SPACE_EXAMPLE = "{'baselines': {...}, 'train': {'lr': trial.suggest_float(...)}}"
+
+
 def search_space(model: str, bonds: bool = False) -> Callable[[Any], Any]:
     """``model``'s search space, with ``bonds`` plus its bond switch (:func:`with_bond_switch`).
     A registered graph model's space is the one it was registered with; one without a space,
     or with ``bonds``, is refused."""
-    registered = registered_graph_models().get(model)
-    if registered is not None:
-        if registered.search_space is None:
-            raise ValueError(f"registered graph model {model!r} has no search space, so it "
-                             "cannot be tuned: register it with search_space=space, where "
-                             "space(trial) returns overrides of the run config's sections, e.g. "
-                             "{'baselines': {...}, 'train': {'lr': trial.suggest_float(...)}}")
+    registered_space = GRAPH_MODEL_REGISTRY.tuning_space(model, REGISTERED_SPACE_EXAMPLE)
+    if registered_space is not None:
         if bonds:
             # Where it reads the edge features is its own business: only its own space can
             # add that one choice.
@@ -114,7 +114,7 @@ def search_space(model: str, bonds: bool = False) -> Callable[[Any], Any]:
                              f"edge features to its space; registered graph model {model!r} "
                              "has none known: add the choice to its own search space, or drop "
                              "the flag")
-        return registered.search_space
+        return registered_space
     if model not in TU_SEARCH_SPACES:
         raise ValueError(f"unknown model {model!r}; choose from {list(known_graph_models())} "
                          f"({UNKNOWN_GRAPH_MODEL_HINT})")
@@ -183,7 +183,7 @@ class TUObjective:
         """What this model's preset notes beside its settings: for a registered graph model,
         the plugin that registers it (the preset runs with ``--plugin`` and that value)."""
         registered = self.registry.get(self.model)
-        return {} if registered is None else {"plugin": registered.plugin}
+        return {} if registered is None else registered.preset_meta
 
     def data_digest(self) -> str:
         """A digest of what the trials read: every graph without its label, the folds, and the
