@@ -141,6 +141,7 @@ def test_an_unknown_model_names_the_plugin_flag_and_a_registered_one_is_known():
     # drawn as the built-in (the figures read '-' as '_'), or a name the run derives: a
     # fold's further trainings checkpoint as NAME-runN, the figures draw NAME_ensemble as NAME
     ("structure-agnostic", "taken"), ("gin-run1", "taken"), ("sage_ensemble", "taken"),
+    ("gin-bonds", "taken"),
     ("SAGE", "lower-case"), ("a@b", "lower-case"), ("a,b", "lower-case"), ("", "lower-case"),
     (3, "lower-case"),
 ])

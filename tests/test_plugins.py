@@ -103,7 +103,8 @@ def test_an_unknown_model_names_the_plugin_flag_and_a_registered_one_is_known():
 @pytest.mark.parametrize("name, message", [
     ("et", "taken"), ("gbt", "taken"), ("et_energy_trained", "taken"),
     ("et-stacked", "taken"),  # the figures colour it as et_stacked
-    ("logreg_ensemble", "taken"), ("LogReg", "lower-case"), ("a,b", "lower-case"),
+    ("logreg_ensemble", "taken"), ("gcn-class-balance", "taken"), ("LogReg", "lower-case"),
+    ("a,b", "lower-case"),
     ("a b", "lower-case"), ("a|b", "lower-case"), ("", "lower-case"), (3, "lower-case"),
 ])
 def test_names_that_clash_or_cannot_stand_in_a_model_list_are_refused(name, message):

@@ -67,10 +67,12 @@ def builtin_names() -> tuple[str, ...]:
 
 
 #: The registered detectors (the rows a run derives are refused as names: the energy row and
-#: each model's seed ensemble).
+#: each model's seed ensemble; so are the tuner's names of another model's study: MODEL's
+#: --tune-class-balance study is MODEL-class-balance).
 DETECTOR_REGISTRY: ModelRegistry[RegisteredDetector] = ModelRegistry(
     "detector", "detectors", RegisteredDetector, ("config", "seed", "progress"), builtin_names,
-    derived={repr(ENERGY_ROW): ENERGY_ROW, "*_ensemble": r".*_ensemble"})
+    derived={repr(ENERGY_ROW): ENERGY_ROW, "*_ensemble": r".*_ensemble",
+             "*-class-balance": r".*-class-balance"})
 
 
 def reserved_name(name: str) -> bool:

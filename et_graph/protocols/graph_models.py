@@ -64,7 +64,9 @@ def builtin_graph_models() -> tuple[str, ...]:
 #: trainings of a fold) and the figures draw ``NAME_ensemble`` as NAME's own: both are refused.
 GRAPH_MODEL_REGISTRY: TorchModelRegistry[RegisteredGraphModel] = TorchModelRegistry(
     "graph model", "graph_models", RegisteredGraphModel, ("config", "info"),
-    builtin_graph_models, derived={"*_ensemble": r".*_ensemble", "*-runN": r".*-run\d+"})
+    builtin_graph_models, derived={"*_ensemble": r".*_ensemble", "*-runN": r".*-run\d+",
+                                   # MODEL's --tune-bonds study is named MODEL-bonds
+                                   "*-bonds": r".*-bonds"})
 
 
 def register_graph_model(name: str, factory: GraphModelFactory, *,
