@@ -175,3 +175,39 @@ def test_edge_data_is_named_once_and_a_multi_relation_et_reads_its_relations(gra
     merged = typed.clone()
     merged.edge_type = torch.zeros_like(typed.edge_type)
     assert not torch.allclose(det.decision_function(merged), det.decision_function(typed))
+
+
+def test_mistakes_are_named_early_and_in_the_detectors_words(graph, tmp_path, monkeypatch):
+    """From a user audit: a multi-relation ET on an untyped graph failed with an AttributeError
+    after every tree was fitted; too many --stack-folds failed after the other models had
+    trained; flat trees warned once per fold as a "GBTDetector" on its "validation" nodes; a
+    misspelt or a trees' keyword was not pointed to folds or trees=GBTModelConfig(...)."""
+    import warnings
+
+    with pytest.raises(ValueError, match="multi_relation needs a graph with edge types"):
+        StackedETDetector(multi_relation=True, trees=TREES, folds=2).fit(graph)
+    data = tmp_path / "planted.pt"
+    torch.save(planted_anomaly_graph(300, seed=2), data)
+    trained = []
+    monkeypatch.setattr("et_graph.detectors.ETDetector.fit",
+                        lambda self, *a, **k: trained.append(1) or self)
+    with pytest.raises(ValueError, match="--stack-folds=200 stratified folds need"):
+        cli_main(["anomaly", "--data", str(data), "--models", "et,et_stacked", "--seeds", "1",
+                  "--stack-folds", "200", "--no-progress", "--out", str(tmp_path / "run")])
+    assert not trained  # refused before any model trained
+    monkeypatch.undo()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        StackedETDetector(epochs=1, hidden=16, folds=3, trees=GBTModelConfig(
+            max_iter=5, min_samples_leaf=100)).fit(graph)
+    messages = [str(w.message) for w in caught]
+    assert sum("stacked trees of fold(s) [0, 1, 2] of 3" in m for m in messages) == 1, messages
+    assert not any(m.startswith("GBTDetector") for m in messages), messages
+    with pytest.raises(TypeError, match="did you mean 'folds'"):
+        StackedETDetector(fold=3)
+    with pytest.raises(TypeError, match=r"trees=GBTModelConfig\(max_iter=...\)"):
+        StackedETDetector(max_iter=200)
+    det = StackedETDetector(folds=3, trees=TREES, chunk_size=37, progress=True, hidden=24)
+    again = eval(repr(det), {"StackedETDetector": StackedETDetector,
+                             "GBTModelConfig": GBTModelConfig})
+    assert again.get_params() == det.get_params()  # chunk_size and progress were dropped

@@ -176,14 +176,19 @@ class BaseDetector:
 
     def __repr__(self) -> str:
         """The constructor call that builds this detector again (``eval(repr(det))``): its
-        settings, without those its class refuses, and its seed and device where not the
-        defaults."""
+        settings, without those its class refuses, and its seed, progress, device and chunk
+        sizes where not the defaults."""
         fields = [f"{k}={v!r}" for section in dataclasses.asdict(self.config).values()
                   for k, v in section.items() if k not in self.unused_settings]
         if self.seed:
             fields.append(f"seed={self.seed}")
+        if self.progress:
+            fields.append("progress=True")
         if self.device.type != "cpu":
             fields.append(f"device={str(self.device)!r}")
+        for name in ("chunk_size", "chunk_edges"):  # (eval(repr(det)) dropped them)
+            if getattr(self, "supports_chunks", False) and getattr(self, name, None) is not None:
+                fields.append(f"{name}={getattr(self, name)!r}")
         return f"{type(self).__name__}({', '.join(fields)})"
 
     # ------------------------------------------------------------------------------------------

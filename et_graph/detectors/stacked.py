@@ -23,15 +23,22 @@ other node, and every node of another graph, reads the folds' mean.
 from __future__ import annotations
 
 import copy
+import difflib
 import time
+import warnings
+from dataclasses import fields
 from typing import Any, Optional, Union
 
+import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..callers import user_stacklevel
+from ..config import sections
+from ..nn.models.anomaly import graph_relations
 from ..nn.validation import check_positive_int
 from ..progress import progress_bar
 from ..transforms.features import FeatureTransform
@@ -73,24 +80,48 @@ def cross_fit_trees(data: Data, y: Tensor, train: Tensor, trees: GBTModelConfig,
         raise ValueError(TREES_WITH_LABEL_TRICK)
     train_index = train.nonzero().view(-1).numpy()
     y_train = y[train_index].numpy()
-    smallest = int(min(y_train.sum(), y_train.size - y_train.sum()))
-    if smallest < folds:
-        raise ValueError(f"folds={folds} stratified folds need at least {folds} training nodes "
-                         f"of each class; the training split holds {smallest} of one: lower "
-                         "folds or label more nodes")
+    check_folds(y_train, folds)
     fold_of = torch.full((data.num_nodes,), -1, dtype=torch.long)
     fitted: list[GBTDetector] = []
     cuts = StratifiedKFold(folds, shuffle=True, random_state=seed).split(train_index, y_train)
     bar = progress_bar(cuts, desc="trees, cross-fitted", total=folds, unit="fold",
                        disable=not progress)
+    flat = []
     for fold, (fit_part, held_out) in enumerate(bar):
         masks = [torch.zeros(data.num_nodes, dtype=torch.bool) for _ in range(2)]
         masks[0][train_index[fit_part]] = True
         masks[1][train_index[held_out]] = True
         fold_of[train_index[held_out]] = fold
         tree = GBTDetector(GBTDetectorConfig(model=trees), seed=seed * folds + fold)
-        fitted.append(tree.fit(_trees_view(data, y), masks[0], masks[1]))
+        with warnings.catch_warnings(record=True) as caught:
+            # (GBTDetector's own warning named a detector the user never built, and a
+            # "validation" split that is a training fold, once per fold)
+            warnings.simplefilter("always", RuntimeWarning)
+            fitted.append(tree.fit(_trees_view(data, y), masks[0], masks[1]))
+        for warning in caught:
+            if "has the same score" in str(warning.message):
+                flat.append(fold)
+            else:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                       warning.lineno)
+    if flat:
+        warnings.warn(f"the stacked trees of fold(s) {flat} of {folds} give every held-out "
+                      "training node the same score, so their column ranks nothing there: too "
+                      "few training nodes per leaf? (trees=GBTModelConfig(min_samples_leaf=...) "
+                      "lower, or fewer folds)", RuntimeWarning, stacklevel=user_stacklevel())
     return fitted, fold_of
+
+
+def check_folds(y_train: Any, folds: int, name: str = "folds") -> None:
+    """``ValueError`` unless the training labels ``y_train`` (0/1) hold at least ``folds``
+    nodes of each class (stratified folds need one of each per fold); ``name``: the setting's
+    name in the message (``--stack-folds`` on the command line)."""
+    positives = int(np.sum(y_train))
+    smallest = min(positives, len(y_train) - positives)
+    if smallest < folds:
+        raise ValueError(f"{name}={folds} stratified folds need at least {folds} training "
+                         f"nodes of each class; the training split holds {smallest} of one: "
+                         f"lower {name} or label more nodes")
 
 
 def stacked_column(log_odds: Tensor, fold_of: Optional[Tensor]) -> Tensor:
@@ -108,6 +139,25 @@ def _trees_view(data: Data, y: Optional[Tensor] = None) -> Data:
     """What the trees read of ``data``: ``x``, ``edge_index`` (and ``y``). The per-edge data
     they ignore is left out, so that the detector warns about it once, not once per tree."""
     return Data(x=data.x, edge_index=data.edge_index, y=y, num_nodes=data.num_nodes)
+
+
+def check_keywords(keywords: dict[str, Any]) -> None:
+    """``TypeError`` for a keyword that is no field of ET's config, naming where it belongs: a
+    setting of the trees goes into ``trees=GBTModelConfig(...)``, a misspelling gets the
+    closest name among ET's fields, ``folds`` and ``trees``."""
+    known = {f.name for section in sections(ETDetectorConfig()).values()
+             for f in fields(section)}
+    tree_fields = {f.name for f in fields(GBTModelConfig)}
+    for key in keywords:
+        if key in known:
+            continue
+        if key in tree_fields:
+            raise TypeError(f"{key!r} is a setting of the stacked trees: pass "
+                            f"trees=GBTModelConfig({key}=...)")
+        close = difflib.get_close_matches(key, [*known, "folds", "trees"], n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(f"unknown keyword {key!r} for StackedETDetector{hint}: it takes ET's "
+                        "settings (those of ETDetector), folds and trees")
 
 
 class StackedETDetector(FittedGraphLabels, BaseDetector):
@@ -140,6 +190,7 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
                  seed: int = 0, progress: bool = False,
                  device: Union[str, torch.device] = "cpu", chunk_size: Optional[int] = None,
                  chunk_edges: Optional[int] = None, **keywords: Any) -> None:
+        check_keywords(keywords)
         super().__init__(config, seed=seed, progress=progress, device=device,
                          chunk_size=chunk_size, chunk_edges=chunk_edges, **keywords)
         if isinstance(trees, GBTDetectorConfig):
@@ -168,6 +219,8 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
 
     # ------------------------------------------------------------------------------------------
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
+        if self._reads_edge_type():
+            graph_relations(data)  # a graph without edge types is named now, before the trees
         started = time.perf_counter()
         self.trees_, self.fold_of_ = cross_fit_trees(data, y, train, self.trees, self.folds,
                                                      self.seed, self.progress)
@@ -215,6 +268,8 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
 
     def _score(self, data: Data) -> Tensor:
         assert self.et_ is not None
+        if self._reads_edge_type():
+            graph_relations(data)  # (ET's own message, not an AttributeError on edge_type)
         self.et_.device = self.device  # (load(map_location=...) sets the outer one alone)
         return self.et_._decision(self._augmented(data, self._column(data)))
 

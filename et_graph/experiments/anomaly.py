@@ -46,6 +46,7 @@ from ..protocols.anomaly import (
 from ..protocols.anomaly_config import (
     AnomalyConfig,
     check_own_detectors,
+    check_stack_folds,
     load_data,
     make_detector,
     new_detector,
@@ -132,6 +133,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
                          "different splits (vary_split, or several dataset masks)")
     progress = config.run.progress and rank == 0
     y = data.y.cpu().numpy()
+    check_stack_folds(config, names, [y[split.train.numpy()] for split in splits])
     # The nodes every table scores: test, or validation alone for a probe (no test node is
     # scored and no test label read from here on).
     scored_part = "validation" if p.validation_only else "test"

@@ -104,12 +104,13 @@ class AnomalyProtocolConfig:
         split_seed: seed of the stratified split (paper protocol).
         vary_split: draw a new split per seed (split_seed + seed) instead of one.
         seeds: model seeds (runs).
-        models: comma list of et, mlp, gcn, gat, gbt and registered detectors (--plugin
-            MODULE loads a module that registers them).
+        models: comma list of et, mlp, gcn, gat, gbt, et_stacked (ET reading the trees'
+            cross-fitted log-odds: the et, train, gbt and stack sections) and registered
+            detectors (--plugin MODULE loads a module that registers them).
         energy_row: also report the node energy of the label-trained ET (sign and threshold
-            chosen on validation; needs et among the models); it is not an unsupervised
-            detector. It takes full-graph passes, so a run with inference chunks leaves it out
-            (with a warning).
+            chosen on validation; needs et among the models, not et_stacked alone); it is
+            not an unsupervised detector. It takes full-graph passes, so a run with
+            inference chunks leaves it out (with a warning).
         ddp: data-parallel training over torch.distributed (launch with torchrun).
         inference_chunk_size: ET validates and scores this many destination nodes at a time,
             in bounded memory, with the same result (none = one full pass).
@@ -379,6 +380,18 @@ def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]]
 def own_detector(own: Mapping[str, Callable[[int], BaseDetector]], name: str,
                  seed: int) -> BaseDetector:
     return checked_detector(own[name](seed), f"detectors[{name!r}](seed)")
+
+
+def check_stack_folds(config: AnomalyConfig, names: list[str], train_labels: list[Any]
+                      ) -> None:
+    """With ``et_stacked`` among ``names``: ``ValueError`` naming ``--stack-folds`` unless every
+    split's training labels (``train_labels``, one 0/1 array per split) hold enough nodes of
+    each class, found once the splits are drawn, before any model trains."""
+    if "et_stacked" in names:
+        from ..detectors.stacked import check_folds
+
+        for labels in train_labels:
+            check_folds(labels, config.stack.stack_folds, "--stack-folds")
 
 
 def load_graph(config: AnomalyDataConfig) -> Data:
