@@ -42,11 +42,21 @@ NAME_PATTERN = r"[a-z0-9_][a-z0-9_.\-]*"
 
 @dataclass(frozen=True)
 class Registration:
-    """A registered model: its name, factory and optional search space."""
+    """A registered model: its name, factory and optional search space, and ``source_digest``:
+    the SHA-256 of its factory's module file as it was when registered (else of the factory's
+    source; ``""`` where neither can be read)."""
 
     name: str
     factory: Callable[..., Any]
     search_space: Optional[SearchSpace] = None
+    source_digest: str = ""
+
+    @property
+    def identity(self) -> str:
+        """The factory's ``module.qualname`` and its source digest: what a checkpoint of its
+        model is fingerprinted with, so that another factory, or the same one edited, cannot
+        resume it."""
+        return f"{self.record()['factory']}@{self.source_digest}"
 
     @property
     def module(self) -> str:
@@ -74,7 +84,22 @@ class Registration:
         """Where its factory comes from, for a results file: ``module.qualname`` and the
         module's file."""
         name = getattr(self.factory, "__qualname__", type(self.factory).__qualname__)
-        return {"factory": f"{self.module}.{name}", "path": _module_path(self.module)}
+        return {"factory": f"{self.module}.{name}", "path": _module_path(self.module),
+                "source_sha256": self.source_digest or None}
+
+
+def source_digest(factory: Callable[..., Any]) -> str:
+    """SHA-256 of the file of ``factory``'s module (the whole plugin: its model classes too),
+    else of the factory's own source, else ``""``."""
+    import hashlib
+
+    path = _module_path(getattr(factory, "__module__", None) or "")
+    try:
+        if path is not None:
+            return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return hashlib.sha256(inspect.getsource(factory).encode("utf-8")).hexdigest()
+    except (OSError, TypeError):  # a built-in or a function typed at a prompt
+        return ""
 
 
 Entry = TypeVar("Entry", bound=Registration)
@@ -130,7 +155,7 @@ class ModelRegistry(Generic[Entry]):
         check_callable(factory, "factory", self.factory_arguments)
         if search_space is not None:
             check_callable(search_space, "search_space", ("trial",))
-        entry = self.entry_type(name, factory, search_space)
+        entry = self.entry_type(name, factory, search_space, source_digest(factory))
         self._entries[name] = entry
         return entry
 

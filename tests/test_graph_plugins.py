@@ -382,3 +382,72 @@ def test_the_example_plugin_registers_its_model_and_the_docs_quote_it_whole():
               y=torch.tensor([1])) for _ in range(3)], batch_size=3)))
     assert graph_cv.model_outputs(model, batch).shape == (3, 2)
     assert entry.search_space is not None
+
+
+class ManyLogits(nn.Module):
+    def __init__(self, width, outputs, pool=True):
+        super().__init__()
+        self.lin, self.pool = nn.Linear(width, outputs), pool
+
+    def forward(self, x, edge_index, batch):
+        h = self.lin(x)
+        return global_add_pool(h, batch) if self.pool else h
+
+
+@pytest.mark.parametrize("outputs, pool", [(5, True), (2, False)])
+def test_a_model_of_the_wrong_output_shape_is_refused_before_any_training(
+        tmp_path, cache, monkeypatch, outputs, pool):
+    """From a user audit: five logits on two classes trained without a word (accuracy 0 on a
+    fold, predicting classes that do not exist), and node logits (no pooling) failed only in
+    the loss, after ET's first fold, in PyTorch's words."""
+    register_graph_model("shape", lambda config, info: ManyLogits(
+        info["node_feature_width"], outputs, pool))
+    trained = []
+    monkeypatch.setattr(graph_cv, "fit_graph_classifier",
+                        lambda *a, **k: trained.append(1))
+    with pytest.raises(ValueError, match=r"registered graph model 'shape': its outputs on 2 "
+                                         r"graphs have shape \[\d+, \d+\]; MUTAG needs class "
+                                         r"logits \[num_graphs, 2\]"):
+        tudataset.main(small(cache, "--models", "et,shape", "--out", str(tmp_path / "run")))
+    assert not trained
+
+
+def test_a_checkpoint_resumes_only_under_the_factory_and_code_that_wrote_it(tmp_path, cache):
+    """From a user audit: --resume under another plugin whose model has the same layers (its
+    repr) resumed the first one's training without a word; so did the same file edited."""
+    template = """
+        import torch
+        from torch import nn
+        from torch_geometric.nn import global_add_pool
+        from et_graph.protocols.graph_models import register_graph_model
+
+        class M(nn.Module):
+            def __init__(self, width, classes):
+                super().__init__()
+                self.a, self.b = nn.Linear(width, 8), nn.Linear(8, classes)
+
+            def forward(self, x, edge_index, batch):
+                return self.b(torch.{act}(global_add_pool(self.a(x), batch)))
+
+        register_graph_model("{{name}}", lambda config, info: M(info["node_feature_width"],
+                                                              info["classes"]))
+    """
+    plugin = helpers.write_plugin(tmp_path, "act", template.format(act="relu"))
+    argv = tiny(cache, "--max-folds", "1", "--models", "act", "--checkpoint-dir",
+                str(tmp_path / "checkpoints"), "--plugin", str(plugin))
+    assert cli_main(["tudataset", *argv, "--out", str(tmp_path / "a")]) == 0
+    resumed = ["tudataset", *argv, "--resume", "--out", str(tmp_path / "b")]
+    unregister_graph_model("act")
+    import sys
+
+    sys.modules.pop("act_plugin", None)
+    from et_graph import plugins
+
+    plugins._LOADED.clear()
+    assert cli_main(resumed) == 0  # the same code resumes
+    unregister_graph_model("act")
+    sys.modules.pop("act_plugin", None)
+    plugins._LOADED.clear()
+    helpers.write_plugin(tmp_path, "act", template.format(act="tanh"))  # edited in place
+    with pytest.raises(ValueError, match="another configuration"):
+        cli_main([*resumed[:-2], "--out", str(tmp_path / "c")])

@@ -133,7 +133,7 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     settings = {k: v for k, v in to_dict(config).items() if k != "run"}
     fingerprint = json.dumps(settings, sort_keys=True)
     # a registered model's checkpoint is resumed only by the factory that trained it
-    factories = {name: entry.record()["factory"] for name, entry in registry.items()}
+    factories = {name: entry.identity for name, entry in registry.items()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     jobs = [(name, seed) for name in names for seed in seeds]
     for name, seed in progress_bar(jobs, desc=f"{data.name}: models x seeds", disable=not progress):

@@ -79,7 +79,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     candidates = grid_configs(config)
     graphs, info = load_graphs(data, progress)
     # The registered models as registered now, each built once: a wrong kind is named here
-    registry, registered_kinds = registered_models_of(config, info)
+    registry, registered_kinds = registered_models_of(config, info, graphs)
     factories = model_factories(config, info, registry)
     out_dir = Path(config.run.out) / data.dataset if config.run.out else None
     started = time.time()
@@ -106,6 +106,8 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         progress=progress, on_fold_end=log_fold, device=config.run.device,
         checkpoint=lambda fold, name: config.run.checkpoint(data.dataset, f"fold{fold}", name),
         runs_per_fold=protocol.runs_per_fold,
+        # a registered model's checkpoint resumes only under the factory (and code) it had
+        identities={name: entry.identity for name, entry in registry.items()},
     )
     if len(candidates) > 1:
         cv = cross_validate_selected(

@@ -375,7 +375,10 @@ def cross_validate_selected(
                              f"{sorted(models)}")
     flat = {grid_model_name(m, c): grid[c][m] for m in models for c in names}
     flat_configs = {grid_model_name(m, c): configs[c][m] for m in models for c in names}
-    cv = cross_validate(dataset, flat, flat_configs, **cv_options)
+    identities = cv_options.pop("identities", None) or {}
+    cv = cross_validate(dataset, flat, flat_configs, **cv_options,
+                        identities={grid_model_name(m, c): identities[m]
+                                    for m in models for c in names if m in identities})
     selected = {}
     for model in models:
         figures = {}
@@ -472,9 +475,12 @@ def fit_graph_classifier(
     progress: bool = True,
     checkpoint: Optional[CheckpointConfig] = None,
     device: str | torch.device = "cpu",
+    identity: str = "",
 ) -> FitResult:
     """Train on ``train_data`` with :class:`~et_graph.training.Trainer`; ``model`` then holds
-    the epoch with the best validation accuracy (ties: lower validation loss, then earlier)."""
+    the epoch with the best validation accuracy (ties: lower validation loss, then earlier).
+    ``identity`` (a registered model's factory and source digest) joins the checkpoint's
+    fingerprint: the model's repr does not show its forward's code."""
     seed_everything(seed)
     task = GraphClassificationTask(train_data, val_data, config.batch_size, seed, device,
                                    label_smoothing=config.label_smoothing)
@@ -484,7 +490,9 @@ def fit_graph_classifier(
                       # heads, ...), and the graphs' digest their contents: a checkpoint of
                       # another model or of other graphs is refused, not resumed.
                       fingerprint=fingerprint_with_graphs(
-                          json.dumps([asdict(config), seed, len(train_data), repr(model)]),
+                          json.dumps([asdict(config), seed, len(train_data), repr(model)]
+                                     # (left out when empty: older checkpoints still resume)
+                                     + ([identity] if identity else [])),
                           checkpoint, train_data, val_data))
     return trainer.fit(model.to(device), task)
 
@@ -507,6 +515,7 @@ def cross_validate(
     device: str | torch.device = "cpu",
     runs_per_fold: int = 1,
     evaluate_test: bool = True,
+    identities: Optional[Mapping[str, str]] = None,
 ) -> dict[str, Any]:
     """Stratified k-fold CV of every model on the same folds and inner splits.
 
@@ -533,7 +542,8 @@ def cross_validate(
 
     ``evaluate_test=False`` (a validation probe) never scores the test folds (no loader is
     built for them): the records and the summary then hold no test accuracy, only the
-    inner-validation figures.
+    inner-validation figures. ``identities`` (``{model: text}``, a registered model's factory
+    and source digest) join each training's checkpoint fingerprint.
     """
     if not dataset:
         raise ValueError("the dataset is empty")
@@ -583,16 +593,18 @@ def cross_validate(
                 seed_everything(run_seed)
                 model = factory()
                 width = getattr(model, "out_channels", None)
-                if isinstance(width, int) and width < num_classes:
-                    # it would fail inside the loss ("Target 2 is out of bounds")
+                if isinstance(width, int) and width != num_classes:
+                    # fewer failed inside the loss ("Target 2 is out of bounds"); more trained
+                    # without a word, predicting classes that do not exist
                     raise ValueError(f"model {name!r} has {width} outputs but the labels hold "
-                                     f"{num_classes} classes")
+                                     f"{num_classes} classes: a classifier needs one logit "
+                                     "per class")
                 fit = fit_graph_classifier(
                     model, [data[i] for i in inner], [data[i] for i in val], configs[name],
                     seed=run_seed, progress=progress,
                     desc=f"fold {fold} {name}" + (f" run {run}" if run else ""),
                     checkpoint=checkpoint(fold, run_name) if checkpoint is not None else None,
-                    device=device,
+                    device=device, identity=(identities or {}).get(name, ""),
                 )
                 if on_model_fit is not None:
                     on_model_fit(fold, name, model, fit)

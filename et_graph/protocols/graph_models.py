@@ -24,10 +24,12 @@ anomaly detectors (:mod:`et_graph.plugins`); ``meta.plugins`` of the results rec
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+import torch
 from torch import nn
+from torch_geometric.data import Data
 
 from ..plugins import Registration, SearchSpace, TorchModelRegistry, checked_module
 
@@ -51,6 +53,33 @@ class RegisteredGraphModel(Registration):
         engine can train."""
         return checked_module(self.factory(config, info), f"registered graph model {self.name!r}",
                               "class logits [num_graphs, classes]")
+
+    def check(self, config: TUDatasetConfig, info: dict[str, Any], graphs: Sequence[Data]
+              ) -> str:
+        """Build the model once and check its outputs on the first two graphs, before any
+        training: class logits ``[2, classes]``. A model that forgets to pool failed only
+        inside the loss, after the other models' first fold, and one with more logits than
+        classes trained without a word, predicting classes that do not exist. Returns its
+        class name."""
+        from torch_geometric.loader import DataLoader
+
+        from .graph_cv import model_outputs
+
+        model = self.build(config, info).to(config.run.device)
+        batch = next(iter(DataLoader(list(graphs[:2]), batch_size=2))).to(config.run.device)
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            shape = tuple(model_outputs(model, batch).shape)
+        model.train(was_training)
+        wanted = (batch.num_graphs, int(info["classes"]))
+        if shape != wanted:
+            raise ValueError(f"registered graph model {self.name!r}: its outputs on "
+                             f"{batch.num_graphs} graphs have shape {list(shape)}; "
+                             f"{config.data.dataset} needs class logits [num_graphs, "
+                             f"{wanted[1]}] (one row per graph: pool the nodes, e.g. "
+                             "torch_geometric.nn.global_add_pool(h, batch))")
+        return type(model).__name__
 
 
 def builtin_graph_models() -> tuple[str, ...]:

@@ -8,7 +8,7 @@ builds, and its declared per-fold selection grid.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, ClassVar, Optional
@@ -297,14 +297,15 @@ def model_factories(config: TUDatasetConfig, info: dict[str, Any],
     return {name: factories[name] for name in config.protocol.model_names}
 
 
-def registered_models_of(config: TUDatasetConfig, info: dict[str, Any]
+def registered_models_of(config: TUDatasetConfig, info: dict[str, Any], graphs: Sequence[Any]
                          ) -> tuple[dict[str, RegisteredGraphModel], dict[str, str]]:
     """The registrations of the registered models ``config`` runs, and the class of each,
-    built once for the data ``info`` describes: a factory of the wrong kind is named before
-    any training, and a name registered again while the run goes on (``replace=True``) cannot
-    mix two models in one row (the run builds every fold from these registrations)."""
+    built once for the data ``info`` describes and its outputs checked on ``graphs``' first
+    two: a factory of the wrong kind or output shape is named before any training, and a name
+    registered again while the run goes on (``replace=True``) cannot mix two models in one
+    row (the run builds every fold from these registrations)."""
     registry = GRAPH_MODEL_REGISTRY.snapshot(config.protocol.model_names)
-    kinds = {name: type(entry.build(config, info)).__name__ for name, entry in registry.items()}
+    kinds = {name: entry.check(config, info, graphs) for name, entry in registry.items()}
     return registry, kinds
 
 
