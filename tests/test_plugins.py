@@ -348,3 +348,61 @@ def test_a_run_builds_every_seed_from_the_registrations_it_started_with():
     anomaly.run(config("--models", "swapped", "--seeds", "2", "--no-energy-row"),
                 data=planted_anomaly_graph(200, seed=2))
     assert built == [("first", 0), ("first", 0), ("first", 1)]
+
+
+NEURAL_PLUGIN = '''
+import torch
+from torch import nn
+
+from et_graph.detectors import NeuralDetector, register_detector
+from et_graph.detectors.config import GNNDetectorConfig
+from et_graph.protocols.anomaly_config import baseline_config
+
+
+class Net(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.lin = nn.Linear(width, 1)
+
+    def forward(self, x, edge_index):
+        return torch.{act}(self.lin(x)).squeeze(-1)
+
+
+class Linear(NeuralDetector):
+    config_class = GNNDetectorConfig
+
+    def build_network(self, in_channels, num_nodes):
+        return Net(in_channels)
+
+
+register_detector("{{name}}", lambda config, seed, progress: Linear(baseline_config(config),
+                                                                  seed=seed))
+'''
+
+
+def test_a_checkpoint_resumes_only_under_the_factory_and_code_that_wrote_it(tmp_path):
+    """A registered detector's config does not show its network: --resume after its plugin
+    file was edited (same layers, another forward) went on with the old training."""
+    import sys
+
+    from et_graph.plugins import _LOADED
+
+    graph = tmp_path / "planted.pt"
+    torch.save(planted_anomaly_graph(200, seed=2), graph)
+    plugin = helpers.write_plugin(tmp_path, "lin", NEURAL_PLUGIN.format(act="tanh"))
+    argv = ["anomaly", "--data", str(graph), "--models", "lin", "--seeds", "1", "--epochs",
+            "2", "--no-progress", "--checkpoint-dir", str(tmp_path / "checkpoints"),
+            "--plugin", str(plugin)]
+    assert cli_main([*argv, "--out", str(tmp_path / "a")]) == 0
+
+    def reload() -> None:  # a new process would import the plugin afresh
+        unregister_detector("lin")
+        sys.modules.pop("lin_plugin", None)
+        _LOADED.clear()
+
+    reload()
+    assert cli_main([*argv, "--resume", "--out", str(tmp_path / "b")]) == 0  # the same code
+    reload()
+    helpers.write_plugin(tmp_path, "lin", NEURAL_PLUGIN.format(act="sigmoid"))  # edited
+    with pytest.raises(ValueError, match="another configuration"):
+        cli_main([*argv, "--resume", "--out", str(tmp_path / "c")])

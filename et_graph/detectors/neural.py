@@ -327,6 +327,9 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
     #: With chunks: at most this many in-edges per chunk (ETDetector only; ``None`` = no cap).
     chunk_edges: Optional[int] = None
     checkpoint: Optional[CheckpointConfig] = None
+    #: Set by the runner for a registered detector: its factory and code (the plugin file's
+    #: SHA-256), which join the checkpoint's fingerprint (its config does not show its network).
+    checkpoint_identity: str = ""
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         raise NotImplementedError
@@ -397,7 +400,9 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
             # With checkpoints, the data too: a resume with another split or other features
             # must not score a model that may have trained on the new test nodes.
             # (the seed too: a resume under another seed went on with the first seed's run)
-            fingerprint=fingerprint_with_data(f"{self.config!r}, seed={self.seed}",
+            fingerprint=fingerprint_with_data(f"{self.config!r}, seed={self.seed}"
+                                              + (f", {self.checkpoint_identity}"
+                                                 if self.checkpoint_identity else ""),
                                               self.checkpoint, data.x,
                                               data.edge_index, y, train, val),
             oom_hint=self._oom_hint(), validation_oom_hint=self._validation_oom_hint())

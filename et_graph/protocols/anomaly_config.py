@@ -338,6 +338,9 @@ def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = 
     if hasattr(detector, "checkpoint"):
         detector.checkpoint = config.run.checkpoint(dataset or config.data.dataset, name,
                                                     f"seed{seed}")
+        registered = (registered_detectors() if registry is None else registry).get(name)
+        if registered is not None:  # another plugin, or the same file edited, cannot resume
+            detector.checkpoint_identity = registered.identity
     return detector
 
 
