@@ -467,7 +467,15 @@ def parse_model_list(text: str, allowed: Sequence[str], hint: str = "") -> list[
 # Files
 # ----------------------------------------------------------------------------------------------
 def load_file(path: Union[str, Path]) -> dict[str, Any]:
-    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) preset into nested dicts."""
+    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) preset into nested dicts (its
+    free-form ``[meta]`` table left out)."""
+    data = read_file(path)
+    data.pop("meta", None)  # free-form description of a preset (its origin, its table)
+    return data
+
+
+def read_file(path: Union[str, Path]) -> dict[str, Any]:
+    """A preset file as nested dicts, its ``[meta]`` table included."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} " + (
@@ -498,7 +506,6 @@ def load_file(path: Union[str, Path]) -> dict[str, Any]:
         raise ValueError(f"config files are .toml, .yaml or .yml, got {path.name}")
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold tables of settings, got {type(data).__name__}")
-    data.pop("meta", None)  # free-form description of a preset (its origin, its table)
     return data
 
 
@@ -642,7 +649,18 @@ def resolve(cls: type[T], args: argparse.Namespace, base: Optional[T] = None) ->
     for key, value in given.items():
         section, name = key.split(".", 1)
         layered.setdefault(section, {})[name] = value
-    config = merge(config, layered)
+    try:
+        config = merge(config, layered)
+    except ValueError as error:
+        # A tuned preset of a registered model names its plugin in [meta]; run without it,
+        # the model is unknown, and the message said only "--plugin MODULE".
+        plugins = [(path, meta.get("plugin")) for path in paths
+                   for meta in [read_file(path).get("meta") or {}] if meta.get("plugin")]
+        if "unknown models" not in str(error) or not plugins:
+            raise
+        raise ValueError(f"{error}; " + "; ".join(
+            f"{path} was tuned with the plugin {plugin}: add --plugin {plugin}"
+            for path, plugin in plugins)) from None
     if getattr(args, "quick", False):
         config = merge(config, quick_overrides(config, getattr(cls, "QUICK", {})))
         config = merge(config, given)  # flags win over --quick

@@ -406,3 +406,20 @@ def test_a_checkpoint_resumes_only_under_the_factory_and_code_that_wrote_it(tmp_
     helpers.write_plugin(tmp_path, "lin", NEURAL_PLUGIN.format(act="sigmoid"))  # edited
     with pytest.raises(ValueError, match="another configuration"):
         cli_main([*argv, "--resume", "--out", str(tmp_path / "c")])
+
+
+def test_a_tuned_preset_run_without_its_plugin_names_the_plugin(tmp_path):
+    """From a user audit: the preset's [meta] records the plugin its model needs, and the
+    error said only "--plugin MODULE"."""
+    preset = tmp_path / "best_spy.toml"
+    preset.write_text('[meta]\nplugin = "/plugins/spy.py"\n\n[protocol]\nmodels = "spy"\n',
+                      encoding="utf-8")
+    with pytest.raises(ValueError, match=r"unknown models.*best_spy.toml was tuned with the "
+                                         r"plugin /plugins/spy.py: add --plugin "
+                                         r"/plugins/spy.py"):
+        parse(AnomalyConfig, ["--config", str(preset)])
+    plain = tmp_path / "plain.toml"
+    plain.write_text('[protocol]\nmodels = "spy"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="unknown models") as caught:
+        parse(AnomalyConfig, ["--config", str(plain)])
+    assert "tuned with the plugin" not in str(caught.value)
