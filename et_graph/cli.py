@@ -20,6 +20,7 @@ from typing import Any, Optional
 # Nothing here imports torch (the package imports it on first use): `et-graph --version`
 # and the list of commands answer without it; the task modules import it when run.
 from . import __version__
+from .plugins import PluginError
 
 #: Set (to anything) to see the whole traceback of a bad-input error instead of its one line.
 TRACEBACK_ENV = "ET_GRAPH_TRACEBACK"
@@ -79,7 +80,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 #: Errors that report bad input in their message (see :func:`exit_on_bad_input`).
 BAD_INPUT_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-                    PermissionError)
+                    PermissionError, PluginError)
 
 
 def bad_input_errors() -> tuple[type[BaseException], ...]:

@@ -29,6 +29,11 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar
 if TYPE_CHECKING:
     from torch import nn
 
+class PluginError(TypeError):
+    """A registered model's factory or search space of the wrong kind: the user's plugin, not
+    the library, is at fault, so the command line reports it in one line (as bad input)."""
+
+
 #: ``space(trial) -> {section: {field: value}}``: overrides of the run config per trial.
 SearchSpace = Callable[[Any], Mapping[str, Any]]
 
@@ -212,7 +217,7 @@ class TorchModelRegistry(ModelRegistry[Entry]):
         from torch import nn
 
         if isinstance(factory, nn.Module):
-            raise TypeError(f"factory of {self.kind} {name!r} is a model "
+            raise PluginError(f"factory of {self.kind} {name!r} is a model "
                             f"({type(factory).__name__}), not a factory: pass a function "
                             f"({', '.join(self.factory_arguments)}) -> a new, untrained model")
         return super().register(name, factory, search_space=search_space, replace=replace)
@@ -224,7 +229,7 @@ def checked_module(model: Any, origin: str, returns: str) -> nn.Module:
     from torch import nn
 
     if not isinstance(model, nn.Module):
-        raise TypeError(f"{origin} returned {type(model).__name__}, not a torch.nn.Module: its "
+        raise PluginError(f"{origin} returned {type(model).__name__}, not a torch.nn.Module: its "
                         f"factory must return a new, untrained model whose forward returns "
                         f"{returns}")
     return model
@@ -240,7 +245,7 @@ _LOADED: list[dict[str, Optional[str]]] = []
 def check_callable(function: Any, role: str, arguments: Sequence[str]) -> None:
     """``TypeError`` unless ``function`` can be called with ``arguments`` (by position)."""
     if not callable(function):
-        raise TypeError(f"{role} must be callable, got {type(function).__name__}")
+        raise PluginError(f"{role} must be callable, got {type(function).__name__}")
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):  # some built-in callables have none: found at first call
@@ -248,7 +253,7 @@ def check_callable(function: Any, role: str, arguments: Sequence[str]) -> None:
     try:
         signature.bind(*arguments)
     except TypeError:
-        raise TypeError(f"{role} must take ({', '.join(arguments)}); its signature is "
+        raise PluginError(f"{role} must take ({', '.join(arguments)}); its signature is "
                         f"{signature}") from None
 
 
@@ -402,6 +407,7 @@ def plugin_record() -> dict[str, Any]:
 
 
 __all__ = [
+    "PluginError",
     "NAME_PATTERN",
     "PLUGINS_ENV",
     "ModelRegistry",

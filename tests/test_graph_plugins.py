@@ -451,3 +451,17 @@ def test_a_checkpoint_resumes_only_under_the_factory_and_code_that_wrote_it(tmp_
     helpers.write_plugin(tmp_path, "act", template.format(act="tanh"))  # edited in place
     with pytest.raises(ValueError, match="another configuration"):
         cli_main([*resumed[:-2], "--out", str(tmp_path / "c")])
+
+
+def test_a_factory_of_the_wrong_kind_is_reported_in_one_line(tmp_path, cache, capsys):
+    """From a user audit: the message was clear, but came below a full traceback (a plugin's
+    mistake is bad input, not a library fault)."""
+    plugin = helpers.write_plugin(tmp_path, "none", """
+        from et_graph.protocols.graph_models import register_graph_model
+        register_graph_model("{name}", lambda config, info: None)
+    """)
+    code = console_main(["tudataset", *small(cache, "--models", "gin,none", "--plugin",
+                                             str(plugin), "--out", str(tmp_path / "run"))])
+    error = capsys.readouterr().err
+    assert code == 2 and "returned NoneType, not a torch.nn.Module" in error
+    assert "Traceback" not in error

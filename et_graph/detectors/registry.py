@@ -31,6 +31,7 @@ from ..plugins import (
     NAME_PATTERN,
     PLUGINS_ENV,
     ModelRegistry,
+    PluginError,
     Registration,
     SearchSpace,
     load_plugins,
@@ -118,10 +119,10 @@ def checked_detector(detector: Any, origin: str) -> BaseDetector:
     from .unsupervised import UnsupervisedETDetector
 
     if not isinstance(detector, BaseDetector):
-        raise TypeError(f"{origin} returned {type(detector).__name__}, not a detector "
+        raise PluginError(f"{origin} returned {type(detector).__name__}, not a detector "
                         "(et_graph.detectors.base.BaseDetector)")
     if isinstance(detector, UnsupervisedETDetector):  # it refuses the split's masks in fit
-        raise TypeError(f"{origin} returned an unsupervised detector: this runner fits on "
+        raise PluginError(f"{origin} returned an unsupervised detector: this runner fits on "
                         "training labels; compare unsupervised detectors with et-graph "
                         "unsupervised")
     if detector.fitted_:  # the caller's object would be refitted on this run's split
