@@ -211,3 +211,12 @@ def test_mistakes_are_named_early_and_in_the_detectors_words(graph, tmp_path, mo
     again = eval(repr(det), {"StackedETDetector": StackedETDetector,
                              "GBTModelConfig": GBTModelConfig})
     assert again.get_params() == det.get_params()  # chunk_size and progress were dropped
+
+
+def test_the_inner_ets_warnings_name_the_stacked_detector(graph, fitted):
+    """From a user audit: scoring another graph with ET's label trick warned as "ETDetector",
+    a detector the user never built."""
+    det = StackedETDetector(epochs=1, hidden=16, label_trick=True, trees=TREES,
+                            folds=2).fit(graph)
+    with pytest.warns(RuntimeWarning, match=r"^StackedETDetector: this graph has 150 nodes"):
+        det.decision_function(planted_anomaly_graph(150, seed=9))

@@ -22,10 +22,12 @@ other node, and every node of another graph, reads the folds' mean.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any, Optional, Union
 
@@ -135,6 +137,23 @@ def stacked_column(log_odds: Tensor, fold_of: Optional[Tensor]) -> Tensor:
     return column
 
 
+@contextlib.contextmanager
+def _in_own_words() -> Iterator[None]:
+    """The inner ETDetector's own warnings, named as the stacked detector's (the user built
+    no ETDetector) and issued at the user's line; any other warning as it came."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        message = str(warning.message)
+        if message.startswith("ETDetector"):
+            warnings.warn("StackedETDetector" + message[len("ETDetector"):], warning.category,
+                          stacklevel=user_stacklevel())
+        else:  # where it came from, under the caller's filters
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+
+
 def _trees_view(data: Data, y: Optional[Tensor] = None) -> Data:
     """What the trees read of ``data``: ``x``, ``edge_index`` (and ``y``). The per-edge data
     they ignore is left out, so that the detector warns about it once, not once per tree."""
@@ -237,7 +256,8 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
                         chunk_edges=getattr(self, "chunk_edges", None))
         et.checkpoint, et.on_epoch = self.checkpoint, self.on_epoch
         try:
-            et.fit(self._augmented(data, column, y), train, val)
+            with _in_own_words():
+                et.fit(self._augmented(data, column, y), train, val)
         finally:
             et.__dict__.pop("on_epoch", None)  # a tuner's callback does not pickle with save()
         self.et_ = et
@@ -271,7 +291,8 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
         if self._reads_edge_type():
             graph_relations(data)  # (ET's own message, not an AttributeError on edge_type)
         self.et_.device = self.device  # (load(map_location=...) sets the outer one alone)
-        return self.et_._decision(self._augmented(data, self._column(data)))
+        with _in_own_words():
+            return self.et_._decision(self._augmented(data, self._column(data)))
 
     def _augmented(self, data: Data, column: Tensor, y: Optional[Tensor] = None) -> Data:
         """What ET reads: ``x`` with the normalised column appended, ``edge_index``,
