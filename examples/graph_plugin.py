@@ -9,7 +9,8 @@ Importing this module registers the graph model ``sage_graph``; ``--plugin`` imp
         --storage sqlite:///runs/tune/sage_graph.db --out runs/tune/sage_graph
 
 It reads GIN's settings (``--gin-hidden``, ``--gin-layers``, ``--baseline-dropout``) and is
-trained with the run's ``train`` section, as GIN is; its search space tunes them as GIN's does.
+trained with the run's ``train`` section, as GIN is; its search space tunes the width, dropout
+and learning rate (not the depth).
 """
 from __future__ import annotations
 
