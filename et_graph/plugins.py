@@ -223,6 +223,17 @@ class TorchModelRegistry(ModelRegistry[Entry]):
         return super().register(name, factory, search_space=search_space, replace=replace)
 
 
+def describe_registered(kinds: Mapping[str, str], kind: str, how: str) -> str:
+    """A run's protocol clause on its registered models (``""`` without any): ``kinds`` maps
+    each name to its class, ``kind`` names the registry ("graph model"), ``how`` says how
+    they are trained."""
+    if not kinds:
+        return ""
+    listed = ", ".join(f"{name} = {cls}" for name, cls in kinds.items())
+    return (f"; registered {kind}s (by register_{kind.replace(' ', '_')}: {listed}) are "
+            f"{how}")
+
+
 def checked_module(model: Any, origin: str, returns: str) -> nn.Module:
     """``model`` if it is a ``torch.nn.Module`` (what the training engines train), else a
     ``TypeError`` naming ``origin`` (what built it) and what its forward must return."""
@@ -417,6 +428,7 @@ __all__ = [
     "add_plugin_argument",
     "check_callable",
     "checked_module",
+    "describe_registered",
     "load_plugins",
     "loaded_plugins",
     "plugin_flags",

@@ -12,6 +12,7 @@ from typing import Any, Callable, ClassVar, Optional
 
 from torch import nn
 
+from .. import plugins
 from ..config import RunConfig, parse_model_list
 from ..datasets.gnnbenchmark import QUICK_GENERATED_SIZES, GNNBenchmarkDataConfig
 from ..datasets.gnnbenchmark_common import BenchmarkData
@@ -146,8 +147,5 @@ def registered_models_of(config: GNNBenchmarkConfig, data: BenchmarkData
 
 def describe_registered(kinds: Mapping[str, str]) -> str:
     """The protocol's clause on the registered models of a run (``""`` without any)."""
-    if not kinds:
-        return ""
-    listed = ", ".join(f"{name} = {kind}" for name, kind in kinds.items())
-    return (f"; registered benchmark models (by register_benchmark_model: {listed}) are "
-            "trained as the built-in models are, with the train section")
+    return plugins.describe_registered(
+        kinds, "benchmark model", "trained as the built-in models are, with the train section")

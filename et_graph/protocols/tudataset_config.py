@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar, Optional
 from torch import nn
 
 from .. import config as config_grid
+from .. import plugins
 from ..baselines.graph_baselines import GINClassifier, StructureAgnosticMLP
 from ..config import RunConfig, check_ranges, parse_model_list
 from ..nn.models.graph_model import ETGraphModel
@@ -311,11 +312,9 @@ def registered_models_of(config: TUDatasetConfig, info: dict[str, Any], graphs: 
 
 def describe_registered(kinds: Mapping[str, str]) -> str:
     """The protocol's clause on the registered models of a run (``""`` without any)."""
-    if not kinds:
-        return ""
-    listed = ", ".join(f"{name} = {kind}" for name, kind in kinds.items())
-    return (f"; registered graph models (by register_graph_model: {listed}) are trained as GIN "
-            "is, with the train section, and read what their forward reads of each batch")
+    return plugins.describe_registered(
+        kinds, "graph model", "trained as GIN is, with the train section, and read what their "
+        "forward reads of each batch")
 
 
 def grid_configs(config: TUDatasetConfig) -> dict[str, TUDatasetConfig]:
