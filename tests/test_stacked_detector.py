@@ -220,3 +220,19 @@ def test_the_inner_ets_warnings_name_the_stacked_detector(graph, fitted):
                             folds=2).fit(graph)
     with pytest.warns(RuntimeWarning, match=r"^StackedETDetector: this graph has 150 nodes"):
         det.decision_function(planted_anomaly_graph(150, seed=9))
+
+
+def test_the_energy_row_asked_for_without_plain_et_is_named(monkeypatch):
+    """From a user audit: --models et_stacked --energy-row made no energy row, silently (the
+    row is plain ET's node energy)."""
+    import warnings
+
+    from et_graph.experiments import anomaly
+
+    monkeypatch.setattr(anomaly, "run", lambda config, *args, **kwargs: config)
+    with pytest.warns(RuntimeWarning, match="flags for protocol.energy_row: no model of this "
+                                            "run reads them"):
+        anomaly.main(["--models", "et_stacked,gbt", "--energy-row", "--no-progress"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        anomaly.main(["--models", "et,et_stacked", "--energy-row", "--no-progress"])

@@ -273,7 +273,9 @@ SECTION_READERS = {"et": ("et", "et_stacked"), "baselines": ("mlp", "gcn", "gat"
                    "train.lr": ("et", "et_stacked"), "train.weight_decay": ("et", "et_stacked"),
                    "baselines.gat_heads": ("gat",),
                    # the compiled kernels serve ET's attention alone
-                   "run.native_attention": ("et", "et_stacked")}
+                   "run.native_attention": ("et", "et_stacked"),
+                   # the node energy of plain ET (a run of et_stacked alone made no row)
+                   "protocol.energy_row": ("et",)}
 
 
 def section_readers() -> dict[str, tuple[str, ...]]:
