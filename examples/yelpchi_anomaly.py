@@ -6,7 +6,10 @@ r"""Graph anomaly detection with ET against same-run baselines (MLP, GCN, GAT, t
 ``DIR`` holds ``YelpChi.mat`` / ``Amazon.mat`` (CARE-GNN format; see docs/datasets.md). Any
 loader name works for ``--dataset`` (``tolokers`` is embedded), and ``--data PATH`` reads a
 ``.mat``/``.npz``/``.pt`` file. Same options and code as ``et-graph anomaly``; ``--help`` lists
-them all, ``--config configs/anomaly/NAME.toml`` starts from a preset. With
+them all, ``--config configs/anomaly/NAME.toml`` starts from a preset, and ``--models
+et,et_stacked,gbt`` adds ET stacked on the trees (``StackedETDetector``: it helped on Tolokers,
+where the tuned trees are close to ET, and lowered validation on reddit and inj_amazon, where
+they are not; check it on validation first). With
 ``torchrun --nproc_per_node=2 examples/yelpchi_anomaly.py ... --ddp`` the neural models train
 data-parallel (gloo on CPU).
 """
