@@ -236,3 +236,4 @@ def test_the_energy_row_asked_for_without_plain_et_is_named(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         anomaly.main(["--models", "et,et_stacked", "--energy-row", "--no-progress"])
+        anomaly.main(["--models", "et_stacked,gbt", "--no-energy-row", "--no-progress"])

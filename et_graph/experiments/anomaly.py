@@ -290,6 +290,8 @@ def main(argv: Optional[list[str]] = None, prog: str = "et-graph anomaly",
     load_plugins(plugin_flags(argv), environment=True)
     config, given = parse_given(CONFIG, argv, prog=prog, description=__doc__, defaults=defaults,
                                 arguments=add_arguments)
-    warn_unread_flags(given, config.protocol.model_names(), section_readers())
+    # (--no-energy-row is never a flag without effect: only asking for the row without ET is)
+    off = set() if config.protocol.energy_row else {"protocol.energy_row"}
+    warn_unread_flags(given - off, config.protocol.model_names(), section_readers())
     check_results_kept(config)
     return run(config)
