@@ -234,6 +234,24 @@ def describe_registered(kinds: Mapping[str, str], kind: str, how: str) -> str:
             f"{how}")
 
 
+def outputs_on_two_graphs(model: nn.Module, graphs: Sequence[Any],
+                          forward: Callable[[nn.Module, Any], Any], device: Any = "cpu"
+                          ) -> tuple[Any, tuple[int, ...]]:
+    """The batch of ``graphs``' first two (on ``device``) and the shape of ``forward(model,
+    batch)`` there, in eval mode without gradients (the model's mode restored): what a run
+    checks of a registered model before any training."""
+    import torch
+    from torch_geometric.loader import DataLoader
+
+    batch = next(iter(DataLoader(list(graphs[:2]), batch_size=2))).to(device)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        shape = tuple(forward(model, batch).shape)
+    model.train(was_training)
+    return batch, shape
+
+
 def checked_module(model: Any, origin: str, returns: str) -> nn.Module:
     """``model`` if it is a ``torch.nn.Module`` (what the training engines train), else a
     ``TypeError`` naming ``origin`` (what built it) and what its forward must return."""
@@ -429,6 +447,7 @@ __all__ = [
     "check_callable",
     "checked_module",
     "describe_registered",
+    "outputs_on_two_graphs",
     "load_plugins",
     "loaded_plugins",
     "plugin_flags",

@@ -47,12 +47,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Callable, Optional
 
-import torch
 from torch import nn
-from torch_geometric.loader import DataLoader
 
 from ..datasets.gnnbenchmark_common import BenchmarkData
-from ..plugins import Registration, SearchSpace, TorchModelRegistry, checked_module
+from ..plugins import (
+    Registration,
+    SearchSpace,
+    TorchModelRegistry,
+    checked_module,
+    outputs_on_two_graphs,
+)
 from .gnnbenchmark import MODEL_NAMES, predict
 
 if TYPE_CHECKING:
@@ -94,12 +98,7 @@ def check_outputs(model: nn.Module, data: BenchmarkData, origin: str,
     to ``device``, the model's) have the shape that ``data.task``'s loss and metric read: a
     regression output of another shape could broadcast against the targets and train on a
     wrong loss without an error."""
-    batch = next(iter(DataLoader(data.splits["train"][:2], batch_size=2))).to(device)
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        shape = tuple(predict(model, batch).shape)
-    model.train(was_training)
+    batch, shape = outputs_on_two_graphs(model, data.splits["train"], predict, device)
     rows, what = ((batch.num_nodes, "nodes") if data.task == "node"
                   else (batch.num_graphs, "graphs"))
     wanted = (rows,) if data.task == "regression" else (rows, data.num_outputs)

@@ -27,11 +27,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-import torch
 from torch import nn
 from torch_geometric.data import Data
 
-from ..plugins import Registration, SearchSpace, TorchModelRegistry, checked_module
+from ..plugins import (
+    Registration,
+    SearchSpace,
+    TorchModelRegistry,
+    checked_module,
+    outputs_on_two_graphs,
+)
 
 if TYPE_CHECKING:
     from .tudataset_config import TUDatasetConfig
@@ -61,17 +66,10 @@ class RegisteredGraphModel(Registration):
         inside the loss, after the other models' first fold, and one with more logits than
         classes trained without a word, predicting classes that do not exist. Returns its
         class name."""
-        from torch_geometric.loader import DataLoader
-
         from .graph_cv import model_outputs
 
         model = self.build(config, info).to(config.run.device)
-        batch = next(iter(DataLoader(list(graphs[:2]), batch_size=2))).to(config.run.device)
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            shape = tuple(model_outputs(model, batch).shape)
-        model.train(was_training)
+        batch, shape = outputs_on_two_graphs(model, graphs, model_outputs, config.run.device)
         wanted = (batch.num_graphs, int(info["classes"]))
         if shape != wanted:
             raise ValueError(f"registered graph model {self.name!r}: its outputs on "
