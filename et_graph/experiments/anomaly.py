@@ -20,9 +20,9 @@ import torch
 from torch_geometric.data import Data
 
 from ..config import check_results_kept, parse_given, run_metadata, warn_unread_flags
-from ..detectors import registered_detectors
 from ..detectors.base import BaseDetector
 from ..detectors.registry import (
+    DETECTOR_REGISTRY,
     RegisteredDetector,
     add_plugin_argument,
     load_plugins,
@@ -87,8 +87,7 @@ def run(config: AnomalyConfig, data: Optional[Data] = None,
     names = [*config.protocol.model_names(), *own]
     # The registrations this run started with, used for every seed: a name registered again
     # (replace=True) while the run goes on would otherwise mix two detectors in one row.
-    registry = {name: registered_detectors()[name] for name in names
-                if name in registered_detectors()}
+    registry = DETECTOR_REGISTRY.snapshot(names)
     for name in registry:  # a wrong kind found now, not after seed 0's trainings
         new_detector(config, name, 0, registry=registry)
     if config.data.feature_norm not in FEATURE_NORMS:
