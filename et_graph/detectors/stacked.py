@@ -62,10 +62,15 @@ TREES_WITH_LABEL_TRICK = (
 
 
 def tree_log_odds(trees: list[GBTDetector], data: Data) -> Tensor:
-    """``[len(trees), N]`` float64: each fitted tree model's log-odds of every node of ``data``."""
+    """``[len(trees), N]`` float64: each fitted tree model's log-odds of every node of ``data``.
+
+    The folds' trees share their settings and so their input rows: the neighbourhood
+    aggregates are computed once, not once per fold."""
+    features = trees[0]._features(trees[0]._prepare(_trees_view(data)))
     out = []
     for tree in trees:
-        prob = tree._decision(_trees_view(data)).double()
+        # (in float32 first, as a detector's scores are: the stored columns, bit for bit)
+        prob = tree._score_features(features).float().double()
         prob = prob.clamp(PROBABILITY_EPS, 1 - PROBABILITY_EPS)
         out.append(torch.log(prob / (1 - prob)))
     return torch.stack(out)

@@ -110,12 +110,21 @@ class GBTDetector(FittedGraphLabels, BaseDetector):
         self.ignores_self_loops_ = True
 
     def _score(self, data: Data) -> Tensor:
+        return self._score_features(self._features(data))
+
+    def _features(self, data: Data) -> np.ndarray:
+        """The rows the fitted trees read for ``data`` (prepared): its neighbourhood features,
+        and the label-trick columns where the trees use them."""
         # A detector saved before self-loops were ignored (no attribute) keeps counting them.
         self_loops = not getattr(self, "ignores_self_loops_", False)
         features = neighbourhood_features(data.x, data.edge_index, self.config.model.features,
                                           self_loops)
         if getattr(self.config.model, "label_trick", False):
             features = self._append_label_columns(features, data)
+        return features
+
+    def _score_features(self, features: np.ndarray) -> Tensor:
+        """The anomaly probability of each row of :meth:`_features`."""
         return torch.from_numpy(self.model_.predict_proba(self._binned(features))[:, 1])
 
     def _with_label_columns(self, features: np.ndarray, data: Data, y: Tensor,
