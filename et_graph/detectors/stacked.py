@@ -27,7 +27,7 @@ import copy
 import difflib
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 from typing import Any, Optional, Union
 
@@ -93,24 +93,24 @@ def cross_fit_trees(data: Data, y: Tensor, train: Tensor, trees: GBTModelConfig,
     cuts = StratifiedKFold(folds, shuffle=True, random_state=seed).split(train_index, y_train)
     bar = progress_bar(cuts, desc="trees, cross-fitted", total=folds, unit="fold",
                        disable=not progress)
-    flat = []
+    flat: list[int] = []
     for fold, (fit_part, held_out) in enumerate(bar):
         masks = [torch.zeros(data.num_nodes, dtype=torch.bool) for _ in range(2)]
         masks[0][train_index[fit_part]] = True
         masks[1][train_index[held_out]] = True
         fold_of[train_index[held_out]] = fold
         tree = GBTDetector(GBTDetectorConfig(model=trees), seed=seed * folds + fold)
-        with warnings.catch_warnings(record=True) as caught:
-            # (GBTDetector's own warning named a detector the user never built, and a
-            # "validation" split that is a training fold, once per fold)
-            warnings.simplefilter("always", RuntimeWarning)
+
+        def flat_trees(warning: warnings.WarningMessage, fold: int = fold) -> bool:
+            # GBTDetector's own warning named a detector the user never built, and a
+            # "validation" split that is a training fold, once per fold: one summary instead
+            if "has the same score" not in str(warning.message):
+                return False
+            flat.append(fold)
+            return True
+
+        with _relayed(flat_trees, RuntimeWarning):
             fitted.append(tree.fit(_trees_view(data, y), masks[0], masks[1]))
-        for warning in caught:
-            if "has the same score" in str(warning.message):
-                flat.append(fold)
-            else:
-                warnings.warn_explicit(warning.message, warning.category, warning.filename,
-                                       warning.lineno)
     if flat:
         warnings.warn(f"the stacked trees of fold(s) {flat} of {folds} give every held-out "
                       "training node the same score, so their column ranks nothing there: too "
@@ -143,20 +143,28 @@ def stacked_column(log_odds: Tensor, fold_of: Optional[Tensor]) -> Tensor:
 
 
 @contextlib.contextmanager
-def _in_own_words() -> Iterator[None]:
-    """The inner ETDetector's own warnings, named as the stacked detector's (the user built
-    no ETDetector) and issued at the user's line; any other warning as it came."""
+def _relayed(take: Callable[[warnings.WarningMessage], bool],
+             category: type[Warning] = Warning) -> Iterator[None]:
+    """Record the block's warnings of ``category`` and hand each to ``take`` afterwards; each
+    one it does not take is issued again where it came from, under the caller's filters."""
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+        warnings.simplefilter("always", category)
         yield
     for warning in caught:
-        message = str(warning.message)
-        if message.startswith("ETDetector"):
-            warnings.warn("StackedETDetector" + message[len("ETDetector"):], warning.category,
-                          stacklevel=user_stacklevel())
-        else:  # where it came from, under the caller's filters
+        if not take(warning):
             warnings.warn_explicit(warning.message, warning.category, warning.filename,
                                    warning.lineno)
+
+
+def _renamed(warning: warnings.WarningMessage) -> bool:
+    """The inner ETDetector's own warning, issued as the stacked detector's (the user built no
+    ETDetector) at the user's line; ``False`` for any other."""
+    message = str(warning.message)
+    if not message.startswith("ETDetector"):
+        return False
+    warnings.warn("StackedETDetector" + message[len("ETDetector"):], warning.category,
+                  stacklevel=user_stacklevel())
+    return True
 
 
 def _trees_view(data: Data, y: Optional[Tensor] = None) -> Data:
@@ -261,7 +269,7 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
                         chunk_edges=getattr(self, "chunk_edges", None))
         et.checkpoint, et.on_epoch = self.checkpoint, self.on_epoch
         try:
-            with _in_own_words():
+            with _relayed(_renamed):
                 et.fit(self._augmented(data, column, y), train, val)
         finally:
             et.__dict__.pop("on_epoch", None)  # a tuner's callback does not pickle with save()
@@ -296,7 +304,7 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
         if self._reads_edge_type():
             graph_relations(data)  # (ET's own message, not an AttributeError on edge_type)
         self.et_.device = self.device  # (load(map_location=...) sets the outer one alone)
-        with _in_own_words():
+        with _relayed(_renamed):
             return self.et_._decision(self._augmented(data, self._column(data)))
 
     def _augmented(self, data: Data, column: Tensor, y: Optional[Tensor] = None) -> Data:
