@@ -119,6 +119,15 @@ def cross_fit_trees(data: Data, y: Tensor, train: Tensor, trees: GBTModelConfig,
     return fitted, fold_of
 
 
+def check_fold_count(folds: int, name: str = "folds") -> int:
+    """``folds`` if it is an int of at least 2 (cross-fitting), else ``ValueError`` naming
+    ``name``."""
+    folds = check_positive_int(folds, name)
+    if folds < 2:
+        raise ValueError(f"{name} must be at least 2 (cross-fitting), got {folds}")
+    return folds
+
+
 def check_folds(y_train: Any, folds: int, name: str = "folds") -> None:
     """``ValueError`` unless the training labels ``y_train`` (0/1) hold at least ``folds``
     nodes of each class (stratified folds need one of each per fold); ``name``: the setting's
@@ -234,9 +243,7 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
         if trees.label_trick:
             raise ValueError(TREES_WITH_LABEL_TRICK)
         self.trees = copy.deepcopy(trees)
-        self.folds = check_positive_int(folds, "folds")
-        if self.folds < 2:
-            raise ValueError(f"folds must be at least 2 (cross-fitting), got {folds}")
+        self.folds = check_fold_count(folds)
         self.et_: Optional[ETDetector] = None
         self.trees_: list[GBTDetector] = []
         self.fold_of_: Optional[Tensor] = None

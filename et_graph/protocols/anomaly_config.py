@@ -27,7 +27,13 @@ from ..detectors import (
     NodeTrainConfig,
     registered_detectors,
 )
-from ..detectors.registry import RegisteredDetector, checked_detector, reserved_name
+from ..detectors.registry import (
+    DETECTOR_REGISTRY,
+    RegisteredDetector,
+    checked_detector,
+    reserved_name,
+)
+from ..detectors.stacked import check_fold_count
 from ..nn.validation import check_chunk_size, check_positive_int
 from ..transforms.features import prepare_detection_data
 from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_stats
@@ -36,6 +42,8 @@ from .significance import check_bootstrap_rounds
 
 #: The built-in models; :func:`known_models` adds the registered ones.
 MODEL_NAMES = tuple(DETECTORS)
+#: The models built on ET's ``et`` and ``train`` sections (``et_stacked`` adds its trees').
+ET_MODELS = ("et", "et_stacked")
 
 #: What an unknown model name's error adds: where the names of one's own detectors come from.
 UNKNOWN_MODEL_HINT = ("a detector of your own is named once registered by "
@@ -225,10 +233,7 @@ class StackConfig:
     stack_folds: int = 5
 
     def __post_init__(self) -> None:
-        check_positive_int(self.stack_folds, "stack_folds")
-        if self.stack_folds < 2:
-            raise ValueError(f"stack_folds must be at least 2 (cross-fitting), got "
-                             f"{self.stack_folds}")
+        check_fold_count(self.stack_folds, "stack_folds")
 
 
 @dataclass
@@ -256,7 +261,7 @@ class AnomalyConfig:
             from ..detectors.stacked import TREES_WITH_LABEL_TRICK
 
             raise ValueError(f"models et_stacked: {TREES_WITH_LABEL_TRICK} (gbt.label_trick)")
-        if "et" in names or "et_stacked" in names:
+        if set(ET_MODELS) & set(names):
             ETDetectorConfig(model=self.et, train=self.train)
             if self.et.multi_relation and self.protocol.chunked:
                 from ..detectors.neural import MULTI_RELATION_CHUNKS
@@ -265,15 +270,15 @@ class AnomalyConfig:
 
 
 #: The models that read each model-specific section of :class:`AnomalyConfig`.
-SECTION_READERS = {"et": ("et", "et_stacked"), "baselines": ("mlp", "gcn", "gat"),
+SECTION_READERS = {"et": ET_MODELS, "baselines": ("mlp", "gcn", "gat"),
                    "gbt": ("gbt", "et_stacked"), "stack": ("et_stacked",),
                    # the neural models train; the baselines take their own learning rate and
                    # weight decay (baselines.baseline_lr, baseline_weight_decay)
-                   "train": ("et", "et_stacked", "mlp", "gcn", "gat"),
-                   "train.lr": ("et", "et_stacked"), "train.weight_decay": ("et", "et_stacked"),
+                   "train": (*ET_MODELS, "mlp", "gcn", "gat"),
+                   "train.lr": ET_MODELS, "train.weight_decay": ET_MODELS,
                    "baselines.gat_heads": ("gat",),
                    # the compiled kernels serve ET's attention alone
-                   "run.native_attention": ("et", "et_stacked"),
+                   "run.native_attention": ET_MODELS,
                    # the node energy of plain ET (a run of et_stacked alone made no row)
                    "protocol.energy_row": ("et",)}
 
@@ -282,8 +287,7 @@ def section_readers() -> dict[str, tuple[str, ...]]:
     """:data:`SECTION_READERS` with every registered detector added to each entry: its factory
     is given the whole config, and which of it it reads cannot be told, so no setting is
     called unread (nor left out of a study's resume check) on its account."""
-    registered = tuple(registered_detectors())
-    return {key: (*models, *registered) for key, models in SECTION_READERS.items()}
+    return DETECTOR_REGISTRY.readers(SECTION_READERS)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -291,7 +295,7 @@ def section_readers() -> dict[str, tuple[str, ...]]:
 # ----------------------------------------------------------------------------------------------
 def detector_config(config: AnomalyConfig, name: str) -> Any:
     """The config of detector ``name`` as this run configures it."""
-    if name in ("et", "et_stacked"):  # the stacked trees: the gbt and stack sections
+    if name in ET_MODELS:  # the stacked trees: the gbt and stack sections
         return ETDetectorConfig(model=config.et, train=config.train)
     if name == "gbt":
         return GBTDetectorConfig(model=config.gbt)
@@ -313,7 +317,7 @@ def baseline_config(config: AnomalyConfig) -> GNNDetectorConfig:
 def with_detector_config(config: AnomalyConfig, name: str, det: Any) -> AnomalyConfig:
     """``config`` with detector ``name``'s settings replaced by ``det`` (inverse of
     :func:`detector_config`)."""
-    if name in ("et", "et_stacked"):
+    if name in ET_MODELS:
         return replace(config, et=det.model, train=det.train)
     if name == "gbt":
         return replace(config, gbt=det.model)
@@ -335,12 +339,12 @@ def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = 
     registered detectors now; a run passes the ones it started with)."""
     p = config.protocol
     chunks = ({"chunk_size": p.inference_chunk_size, "chunk_edges": p.inference_chunk_edges}
-              if name in ("et", "et_stacked") else {})
+              if name in ET_MODELS else {})
     detector = new_detector(config, name, seed, progress, registry, **chunks)
     if hasattr(detector, "checkpoint"):
         detector.checkpoint = config.run.checkpoint(dataset or config.data.dataset, name,
                                                     f"seed{seed}")
-        registered = (registered_detectors() if registry is None else registry).get(name)
+        registered = registration(name, registry)
         if registered is not None:  # another plugin, or the same file edited, cannot resume
             detector.checkpoint_identity = registered.identity
     return detector
@@ -352,13 +356,20 @@ def new_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = F
     """Detector ``name``, unfitted, as ``config`` sets it: a built-in one from its sections
     (``options``: further constructor keywords), a registered one from its factory (in
     ``registry``, default the registered detectors now)."""
-    registered = (registered_detectors() if registry is None else registry).get(name)
+    registered = registration(name, registry)
     if registered is not None:
         return registered.build(config, seed, progress)
     if name == "et_stacked":
         options.update(trees=config.gbt, folds=config.stack.stack_folds)
     return DETECTORS[name](detector_config(config, name), seed=seed, progress=progress,
                            device=config.run.device, **options)
+
+
+def registration(name: str, registry: Optional[Mapping[str, RegisteredDetector]] = None
+                 ) -> Optional[RegisteredDetector]:
+    """The registration of ``name`` in ``registry`` (default: the registered detectors now);
+    ``None`` for a built-in model."""
+    return (registered_detectors() if registry is None else registry).get(name)
 
 
 def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]]

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..reporting import counted
 from .anomaly import ENERGY_ROW, Split
-from .anomaly_config import MODEL_NAMES, AnomalyConfig
+from .anomaly_config import ET_MODELS, MODEL_NAMES, AnomalyConfig
 
 __all__ = ["describe_protocol"]
 
@@ -68,7 +68,7 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
                  f"settings, on GBT's input) cross-fitted over {config.stack.stack_folds} "
                  "stratified folds of the training nodes (a training node's from the trees "
                  "that did not see its label, every other node's the folds' mean)")
-    if ("et" in names or "et_stacked" in names) and config.et.label_trick:
+    if set(ET_MODELS) & set(names) and config.et.label_trick:
         text += ("; ET also reads its neighbours' training labels (label trick: a node never "
                  "its own, validation and test labels never), an input "
                  + ("GBT gets too" if gbt_trick else "no baseline gets"))
