@@ -401,7 +401,7 @@ def test_a_model_of_the_wrong_output_shape_is_refused_before_any_training(
     fold, predicting classes that do not exist), and node logits (no pooling) failed only in
     the loss, after ET's first fold, in PyTorch's words."""
     register_graph_model("shape", lambda config, info: ManyLogits(
-        info["node_feature_width"], outputs, pool))
+        info["node_feature_width"], outputs, pool), search_space=lambda trial: {})
     trained = []
     monkeypatch.setattr(graph_cv, "fit_graph_classifier",
                         lambda *a, **k: trained.append(1))
@@ -409,6 +409,12 @@ def test_a_model_of_the_wrong_output_shape_is_refused_before_any_training(
                                          r"graphs have shape \[\d+, \d+\]; MUTAG needs class "
                                          r"logits \[num_graphs, 2\]"):
         tudataset.main(small(cache, "--models", "et,shape", "--out", str(tmp_path / "run")))
+    assert not trained
+    from et_graph.tuning.tudataset import TUObjective
+
+    config = parse(TUDatasetConfig, small(cache, "--models", "shape"))
+    with pytest.raises(ValueError, match="registered graph model 'shape': its outputs"):
+        TUObjective(config, "shape")  # the tuner checks it as the run does, before any trial
     assert not trained
 
 

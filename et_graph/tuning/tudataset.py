@@ -28,7 +28,6 @@ from ..protocols.graph_models import (
     GRAPH_MODEL_REGISTRY,
     UNKNOWN_GRAPH_MODEL_HINT,
     known_graph_models,
-    registered_graph_models,
 )
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..training import seed_everything
@@ -157,8 +156,7 @@ class TUObjective:
             raise ValueError(f"tune_folds must be positive, got {tune_folds}")
         self.config, self.model = config, model
         # The registration this study started with, for every trial (as a run keeps its own)
-        registered = registered_graph_models().get(model)
-        self.registry = {} if registered is None else {model: registered}
+        self.registry = GRAPH_MODEL_REGISTRY.snapshot([model])
         if (graphs is None) != (info is None):
             # graphs alone failed deep in a trial (info is read there); info alone was replaced
             raise ValueError("pass graphs and info together (as load_graphs returns them), "
@@ -167,8 +165,8 @@ class TUObjective:
             graphs, info = load_graphs(config.data)
         if bonds:
             check_bond_tuning(config, model, info)
-        if registered is not None:  # a factory of the wrong kind is named before any trial
-            registered.build(config, info)
+        if model in self.registry:  # a factory of the wrong kind or shape, before any trial
+            self.registry[model].check(config, info, graphs)
         self.graphs, self.info = graphs, info
         self._with_sums: Optional[tuple[list, dict[str, Any]]] = None
         self.labels = graph_labels(graphs)
