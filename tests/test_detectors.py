@@ -143,6 +143,69 @@ def test_one_source_of_defaults():
     assert ETDetector(hidden=32).config.model.hidden == 32
 
 
+@pytest.mark.parametrize("name", ["MLPNet", "GCNNet", "GATNet"])
+def test_baseline_networks_take_their_depth_and_load_two_layer_state_dicts(name):
+    import et_graph.baselines as baselines
+
+    network = getattr(baselines, name)
+    graph = planted_anomaly_graph(60, seed=1)
+    torch.manual_seed(0)
+    default = network(8, 16).eval()
+    torch.manual_seed(0)
+    two = network(8, 16, layers=2).eval()
+    out = default(graph.x, graph.edge_index)
+    assert torch.equal(two(graph.x, graph.edge_index), out)  # the default depth is two
+    linear = torch.nn.Linear
+    for layers in (1, 3):
+        deeper = network(8, 16, layers=layers).eval()
+        if name == "MLPNet":  # layers hidden Linear layers and the head
+            assert sum(isinstance(m, linear) for m in deeper.net) == layers + 1
+        else:
+            assert len(deeper.convs) == layers
+        assert deeper(graph.x, graph.edge_index).shape == out.shape
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="layers"):
+            network(8, 16, layers=bad)
+    if name != "MLPNet":
+        # a detector saved when the networks had two layers named conv1 and conv2
+        legacy = {key.replace("convs.0.", "conv1.").replace("convs.1.", "conv2."): value
+                  for key, value in default.state_dict().items()}
+        assert any(key.startswith("conv1.") for key in legacy)
+        fresh = network(8, 16).eval()
+        fresh.load_state_dict(legacy)
+        assert torch.equal(fresh(graph.x, graph.edge_index), out)
+        # a detector pickled whole (save()) with such a network scores as before
+        import pickle
+
+        old_layout = network(8, 16).eval()
+        old_layout.load_state_dict(default.state_dict())
+        first, second = old_layout.convs
+        del old_layout.convs
+        old_layout.conv1, old_layout.conv2 = first, second
+        old_layout._load_state_dict_pre_hooks.clear()
+        restored = pickle.loads(pickle.dumps(old_layout))
+        assert torch.equal(restored(graph.x, graph.edge_index), out)
+        restored.load_state_dict(legacy)
+
+
+@pytest.mark.parametrize("model", ["mlp", "gcn", "gat"])
+def test_baseline_depth_reaches_the_detectors_from_the_run_config(model):
+    from et_graph.protocols.anomaly_config import with_detector_config
+
+    config = parse(AnomalyConfig, ["--baseline-layers", "3", "--baseline-hidden", "8"])
+    det_config = detector_config(config, model)
+    assert det_config.model.layers == 3
+    # the tuner's presets write a detector's settings back into the run config
+    assert with_detector_config(AnomalyConfig(), model, det_config).baselines.baseline_layers == 3
+    detector = {"mlp": MLPDetector, "gcn": GCNDetector, "gat": GATDetector}[model]
+    network = detector(layers=3, hidden=8).build_network(5, 20)
+    layers = (sum(isinstance(m, torch.nn.Linear) for m in network.net) - 1 if model == "mlp"
+              else len(network.convs))
+    assert layers == 3
+    with pytest.raises(ValueError, match="baseline_layers"):
+        parse(AnomalyConfig, ["--baseline-layers", "0"])
+
+
 def test_gcn_adjacency_cache_follows_the_graph():
     from et_graph.baselines import GCNNet
 

@@ -191,7 +191,7 @@ def test_in_memory_storage(tmp_path):
     assert result["models"]["gbt"]["trial_numbers"] == [0]
 
 
-@pytest.mark.parametrize("model", ["et", "gbt"])
+@pytest.mark.parametrize("model", ["et", "gbt", "gat"])
 def test_written_preset_reproduces_the_best_trial(tmp_path, model):
     data = planted_anomaly_graph(200, seed=4)
     config = parse(AnomalyConfig, SMALL)

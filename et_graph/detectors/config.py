@@ -127,20 +127,22 @@ def _check_dropout(dropout: float) -> None:
 
 @dataclass
 class GNNModelConfig:
-    """The MLP / GCN / GAT baseline networks (two layers and a linear head).
+    """The MLP / GCN / GAT baseline networks (``layers`` hidden layers and a linear head).
 
     Attributes:
         hidden: hidden width.
         dropout: dropout after each hidden layer.
         gat_heads: attention heads of each GAT layer (hidden must be divisible by it).
+        layers: hidden layers (message-passing layers for GCN and GAT) before the head.
     """
 
     hidden: int = 64
     dropout: float = 0.0
     gat_heads: int = 4
+    layers: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("hidden", "gat_heads"):
+        for name in ("hidden", "gat_heads", "layers"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         _check_dropout(self.dropout)
@@ -345,6 +347,9 @@ def gnn_space(trial: Any) -> dict[str, dict[str, Any]]:
         "model": {
             "hidden": trial.suggest_categorical("hidden", [32, 64, 128]),
             "dropout": trial.suggest_float("dropout", 0.0, 0.5),
+            # their depth, as ET's space has its steps (added in session 63: the studies
+            # stored before it searched the two-layer networks only)
+            "layers": trial.suggest_int("layers", 1, 3),
         },
         "train": {
             "lr": trial.suggest_float("lr", 1e-3, 5e-2, log=True),

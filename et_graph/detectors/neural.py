@@ -579,17 +579,19 @@ MULTI_RELATION_CHUNKS = ("chunked scoring (chunk_size / chunk_edges, --inference
 
 
 class MLPDetector(NeuralDetector):
-    """Two-layer perceptron on the node features alone (ignores the graph)."""
+    """A perceptron (``layers`` hidden layers, default two) on the node features alone
+    (ignores the graph)."""
 
     config_class = GNNDetectorConfig
     unused_settings = ("gat_heads",)
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
-        return MLPNet(in_channels, self.config.model.hidden, self.config.model.dropout)
+        m = self.config.model
+        return MLPNet(in_channels, m.hidden, m.dropout, layers=m.layers)
 
 
 class GCNDetector(NeuralDetector):
-    """Two GCN layers and a linear head."""
+    """GCN layers (``layers``, default two) and a linear head."""
 
     config_class = GNNDetectorConfig
     unused_settings = ("gat_heads",)
@@ -597,14 +599,16 @@ class GCNDetector(NeuralDetector):
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         # GCNNet keys its normalised adjacency by the edge_index tensor's identity and
         # version (EdgeCache), so another graph never reuses it.
-        return GCNNet(in_channels, self.config.model.hidden, self.config.model.dropout)
+        m = self.config.model
+        return GCNNet(in_channels, m.hidden, m.dropout, layers=m.layers)
 
 
 class GATDetector(NeuralDetector):
-    """Two GAT layers (concatenated heads) and a linear head."""
+    """GAT layers (``layers``, default two; concatenated heads) and a linear head."""
 
     config_class = GNNDetectorConfig
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         m = self.config.model
-        return GATNet(in_channels, m.hidden, heads=m.gat_heads, dropout=m.dropout)
+        return GATNet(in_channels, m.hidden, heads=m.gat_heads, dropout=m.dropout,
+                      layers=m.layers)

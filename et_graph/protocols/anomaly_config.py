@@ -204,6 +204,8 @@ class BaselineConfig:
         baseline_hidden: hidden width.
         baseline_dropout: dropout after each hidden layer.
         gat_heads: heads of each GAT layer.
+        baseline_layers: hidden layers of the MLP, GCN and GAT (message-passing layers for
+            the last two) before their linear head.
         baseline_lr: learning rate.
         baseline_weight_decay: weight decay.
     """
@@ -211,11 +213,13 @@ class BaselineConfig:
     baseline_hidden: int = 64
     baseline_dropout: float = 0.0
     gat_heads: int = 4
+    baseline_layers: int = 2
     baseline_lr: float = 0.01
     baseline_weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
-        check_ranges(self, "baselines", positive_ints=("baseline_hidden", "gat_heads"),
+        check_ranges(self, "baselines", positive_ints=("baseline_hidden", "gat_heads",
+                                                         "baseline_layers"),
                      dropouts=("baseline_dropout",), positive=("baseline_lr",),
                      non_negative=("baseline_weight_decay",))
 
@@ -309,7 +313,7 @@ def baseline_config(config: AnomalyConfig) -> GNNDetectorConfig:
     b = config.baselines
     return GNNDetectorConfig(
         model=GNNModelConfig(hidden=b.baseline_hidden, dropout=b.baseline_dropout,
-                             gat_heads=b.gat_heads),
+                             gat_heads=b.gat_heads, layers=b.baseline_layers),
         train=replace(config.train, lr=b.baseline_lr, weight_decay=b.baseline_weight_decay),
     )
 
@@ -323,7 +327,8 @@ def with_detector_config(config: AnomalyConfig, name: str, det: Any) -> AnomalyC
         return replace(config, gbt=det.model)
     baselines = BaselineConfig(
         baseline_hidden=det.model.hidden, baseline_dropout=det.model.dropout,
-        gat_heads=det.model.gat_heads, baseline_lr=det.train.lr,
+        gat_heads=det.model.gat_heads, baseline_layers=det.model.layers,
+        baseline_lr=det.train.lr,
         baseline_weight_decay=det.train.weight_decay,
     )
     return replace(config, baselines=baselines, train=replace(det.train, lr=config.train.lr,
