@@ -611,6 +611,16 @@ def test_a_sum_of_per_relation_descents_is_named():
                          for edge_type in data.edge_types})
     with pytest.warns(UserWarning, match="HeteroConv runs one ETConv per relation"):
         nested(data.x_dict, data.edge_index_dict)
+    # deeper inside the relation's model (the guard once looked eight frames up only)
+    deep = HeteroConv({edge_type: _OneLayer(_OneLayer(_OneLayer(ETConv(8, heads=2, head_dim=4))))
+                       for edge_type in data.edge_types})
+    with pytest.warns(UserWarning, match="HeteroConv runs one ETConv per relation") as caught:
+        deep(data.x_dict, data.edge_index_dict)
+    assert caught[0].filename == __file__
+    deep_fx = to_hetero(_OneLayer(_OneLayer(_OneLayer(ETConv(8, heads=2, head_dim=4)))),
+                        data.metadata())
+    with pytest.warns(UserWarning, match="to_hetero runs one ETConv per relation"):
+        deep_fx(data.x_dict, data.edge_index_dict)
 
 
 class _TypedModel(torch.nn.Module):

@@ -272,7 +272,9 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     * **Heterogeneous graphs.** The output is the token state ``x`` after descent, not a
       message: ``to_hetero(..., aggr="sum")`` and ``HeteroConv`` would add ``x`` once per
       relation into a node type (between node types the call is bipartite and refused; over
-      one node type it runs, with a ``UserWarning``). ``to_hetero_with_bases`` is refused, and
+      one node type it runs, with a ``UserWarning``, found by a look up the call stack: not
+      under ``torch.compile``, nor from more than about fifteen modules deep inside the
+      wrapper). ``to_hetero_with_bases`` is refused, and
       so is :class:`~et_graph.nn.RelationalETConv` under ``to_hetero`` or ``HeteroConv``. Use
       :class:`~et_graph.nn.RelationalETConv` (one energy summed over relations, the exact
       model) on ``data.to_homogeneous()``.
