@@ -1055,6 +1055,16 @@ def test_a_refused_set_params_changes_nothing(graph):
     with pytest.raises(TypeError, match="takes width, which BaseDetector.get_params"):
         Wide(width=64).get_params()
 
+    class WideKw(NeuralDetector):  # the passed-on keywords under another name
+        config_class = MLPDetector.config_class
+
+        def __init__(self, width: int = 16, *args, **kw):
+            super().__init__(*args, **kw)
+            self.width = width
+
+    with pytest.raises(TypeError, match="takes width, which BaseDetector.get_params"):
+        WideKw(width=64).get_params()
+
     class NoConfig(NeuralDetector):
         pass
 

@@ -983,3 +983,41 @@ def test_a_kept_edge_plan_does_not_hold_a_calls_edge_weights_after_it():
     torch.testing.assert_close(again, reference(x, edge_index, weight), rtol=0, atol=0)
     again.sum().backward()
     assert encoder.weight.grad is not None and torch.isfinite(encoder.weight.grad).all()
+
+
+def test_pyg_conv_habits_are_refused_with_the_reason():
+    """ETConv(16, 32), PyG's (in, out) habit, built a 32-head layer without a word, and
+    TransformerConv's settings were refused by MessagePassing.__init__ in its own name."""
+    from et_graph.nn import RelationalETConv
+
+    with pytest.raises(TypeError, match="positional"):
+        ETConv(16, 32)
+    with pytest.raises(TypeError, match="positional"):
+        RelationalETConv(16, 32, 3)  # RGCNConv(in, out, num_relations)
+    for name, value in (("dropout", 0.1), ("bias", False), ("out_channels", 32),
+                        ("edge_dim", 4), ("concat", True), ("root_weight", False),
+                        ("beta", True)):
+        with pytest.raises(TypeError, match=f"ETConv has no '{name}' \\(TransformerConv's\\)"):
+            ETConv(16, **{name: value})
+    assert ETConv(16, heads=2, head_dim=4, aggr="add").heads == 2  # MessagePassing's own pass
+
+
+def test_integer_labels_without_categories_name_the_models_own_argument():
+    """ETGraphModel's user was told to pass num_categories, an argument it does not have."""
+    from et_graph.nn import EdgeEncoder, NodeEncoder
+
+    model = ETGraphModel(5, 2, pe_dim=0)
+    labels = torch.randint(0, 5, (6, 5))
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    with pytest.raises(ValueError, match="num_node_categories to ETGraphModel"):
+        model(labels, edge_index, torch.zeros(6, dtype=torch.long))
+    with pytest.raises(ValueError, match="num_categories to NodeEncoder"):
+        NodeEncoder(8, in_channels=5)(labels)
+    with pytest.raises(ValueError, match="edge_categories to ETGraphModel"):
+        EdgeEncoder(8, in_channels=2)(torch.randint(0, 3, (4, 2)))
+
+
+def test_cls_pool_refuses_a_width_that_is_no_positive_int():
+    for channels in (16.5, 0, -2, True):
+        with pytest.raises(ValueError, match="channels must be a positive int"):
+            CLSPool(channels)

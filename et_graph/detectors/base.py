@@ -566,5 +566,8 @@ def constructor_signature(cls: type) -> Optional[Any]:
 def _own_constructor_arguments(cls: type) -> list[str]:
     import inspect
 
-    return [name for name in inspect.signature(cls.__init__).parameters
-            if name not in _BASE_ARGUMENTS]
+    # (*args and **keywords pass on to the base constructor under whatever name they have:
+    # an audit's **kw was listed as an argument of the subclass's own)
+    passed_on = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return [name for name, parameter in inspect.signature(cls.__init__).parameters.items()
+            if name not in _BASE_ARGUMENTS and parameter.kind not in passed_on]

@@ -15,6 +15,14 @@ from .validation import all_finite, check_batch, check_chunk_size, check_edge_fe
 Categories = Union[int, Sequence[int], None]
 
 
+#: Where a model's user names the category sizes of each input (an audit found the message
+#: naming the encoders' ``num_categories`` to a user of ETGraphModel, which has no such argument).
+_CATEGORIES_ARGUMENT = {
+    "x": "num_categories to NodeEncoder, num_node_categories to ETGraphModel,",
+    "edge_attr": "num_categories to EdgeEncoder, edge_categories to ETGraphModel,",
+}
+
+
 class FeatureEncoder(Module):
     """Maps per-item features to ``out_channels``.
 
@@ -118,7 +126,8 @@ class FeatureEncoder(Module):
         if self.embeddings is None:
             raise ValueError(
                 f"{self.name} has integer dtype {x.dtype} but the encoder expects float features "
-                "(pass num_categories for categorical labels, or one-hot encode them)"
+                f"(pass {_CATEGORIES_ARGUMENT.get(self.name, 'num_categories')} for categorical "
+                "labels, or one-hot encode them)"
             )
         given = tuple(x.shape)
         if x.dim() == 1:

@@ -301,6 +301,14 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
       (twice: the keys' and the queries' messages). Module forward hooks fire on every
       path. An explainer's edge mask multiplies the messages after the softmax (PyG's
       convention), so a mask value of 0 is not the same as removing the edge.
+    * **Against** :class:`~torch_geometric.nn.conv.TransformerConv`. The output width is the
+      input width (the tokens descend in place), so there is no ``out_channels``, and every
+      setting after ``channels`` is keyword-only: ``ETConv(16, 32)``, PyG's ``(in, out)``
+      habit, would otherwise have built 32 heads. There is no attention ``dropout``, ``bias``,
+      ``root_weight``, ``concat`` or ``beta`` (the update is the energy's gradient; put
+      ``nn.Dropout`` or a skip connection around the layer), and no ``edge_attr`` /
+      ``edge_dim``: ``edge_weight`` (``[E]`` or ``[E, H]``) scales the attention logits, and
+      a third positional argument of ``forward`` is read as such.
 
     Args:
         channels: token width ``D``.
@@ -366,6 +374,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
     def __init__(
         self,
         channels: int,
+        *,
         heads: int = 4,
         head_dim: int = 16,
         hopfield_dim: Optional[int] = None,
@@ -382,6 +391,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         energy_cls: type[ETEnergy] = ETEnergy,
         **kwargs: Any,
     ) -> None:
+        _refuse_transformer_conv_settings(kwargs)
         if not (isinstance(energy_cls, type) and issubclass(energy_cls, ETEnergy)):
             raise TypeError(f"energy_cls must be ETEnergy or a subclass of it, got {energy_cls!r}")
         aggr = kwargs.setdefault("aggr", "add")
@@ -940,6 +950,30 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
 @torch.no_grad()
 def _detached_total(fn: ETEnergy, g: Tensor, edges: EdgeSet) -> Tensor:
     return fn.node_energy_of_g(g, edges).sum()
+
+
+#: TransformerConv's settings that ETConv has no counterpart for, and why (an audit found them
+#: refused by MessagePassing.__init__, whose error named neither ETConv nor the reason).
+_TRANSFORMER_CONV_ONLY = {
+    "out_channels": "the output width is the input width, channels: the tokens descend in "
+                    "place (add a Linear after the layer for another width)",
+    "dropout": "the update is the energy's exact gradient, with no attention dropout: put "
+               "nn.Dropout around the layer, or use noise_std (the paper's training noise)",
+    "bias": "the update is the energy's gradient, with no bias or skip weights",
+    "root_weight": "the update is the energy's gradient, with no bias or skip weights",
+    "concat": "the heads are summed in the energy; there is no concatenation",
+    "beta": "the heads' inverse temperatures are learned (beta_init sets their start)",
+    "edge_dim": "there are no edge features: edge_weight ([E] or [E, heads]) scales the "
+                "attention logits",
+}
+
+
+def _refuse_transformer_conv_settings(kwargs: dict[str, Any]) -> None:
+    """Refuse, with the reason, a :class:`~torch_geometric.nn.conv.TransformerConv` setting
+    that ETConv does not have."""
+    for name, why in _TRANSFORMER_CONV_ONLY.items():
+        if name in kwargs:
+            raise TypeError(f"ETConv has no {name!r} (TransformerConv's): {why}")
 
 
 def _rename_legacy_keys(

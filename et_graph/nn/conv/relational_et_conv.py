@@ -110,7 +110,8 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
     Dtypes and bad input as in :class:`~et_graph.nn.ETConv`; a malformed ``edge_type`` (not an
     integer tensor, wrong shape, ids outside ``[0, num_relations)``) raises ``ValueError``.
     Sparse adjacencies are not accepted: one sparse matrix cannot hold two relations on the
-    same pair of nodes.
+    same pair of nodes. Every setting after ``num_relations`` is keyword-only (PyG's
+    ``RGCNConv(in, out, num_relations)`` habit would otherwise give ``num_relations = out``).
 
     Args:
         channels: token width ``D``.
@@ -141,6 +142,7 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
         self,
         channels: int,
         num_relations: int,
+        *,
         heads: int = 4,
         head_dim: int = 16,
         hopfield_dim: Optional[int] = None,

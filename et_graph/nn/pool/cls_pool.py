@@ -8,7 +8,13 @@ from torch import Tensor
 from torch.nn import Module, Parameter
 from torch_geometric.utils import cumsum
 
-from ..validation import check_batch, check_edge_index, check_features, check_within_graphs
+from ..validation import (
+    check_batch,
+    check_edge_index,
+    check_features,
+    check_positive_int,
+    check_within_graphs,
+)
 
 
 class CLSGraph(NamedTuple):
@@ -142,8 +148,7 @@ class CLSPool(Module):
 
     def __init__(self, channels: int) -> None:
         super().__init__()
-        if channels <= 0:
-            raise ValueError(f"channels must be positive, got {channels}")
+        channels = check_positive_int(channels, "channels")
         self.channels = channels
         self.cls_token = Parameter(torch.empty(channels))
         self.reset_parameters()
