@@ -289,3 +289,89 @@ def test_relations_given_as_a_dict_or_list_name_the_layout():
     for wrong in ({"rur": edge_index}, [edge_index, edge_index]):
         with pytest.raises(ValueError, match=r"torch.cat\(list, dim=1\).*edge_type"):
             conv(x.float(), wrong, edge_type)
+
+
+# --------------------------------------------------------------------------------------------
+# Explainers and message hooks (a MessagePassing since session 63)
+# --------------------------------------------------------------------------------------------
+def test_message_hooks_see_every_relations_attention_and_change_nothing():
+    conv = make_conv(steps=2)
+    x, edge_index, edge_type = typed_graph()
+    fused = conv(x, edge_index, edge_type)
+    seen = []
+    handle = conv.register_message_forward_hook(
+        lambda module, inputs, out: seen.append(inputs[0]["alpha"]))
+    torch.testing.assert_close(conv(x, edge_index, edge_type), fused, rtol=0, atol=1e-12)
+    assert len(seen) == 2 * conv.steps  # the keys' and the queries' messages, per step
+    loops = edge_index[0] == edge_index[1]
+    for alpha in seen:
+        assert alpha.shape == (edge_index.size(1), RELATIONS * conv.heads)
+        assert torch.all(alpha[loops] == 0)
+        for relation in range(RELATIONS):
+            part = E.relation_heads(relation, conv.heads)
+            mine = (edge_type == relation) & ~loops
+            # zero in the other relations' heads; a softmax over each node's in-edges of
+            # this relation in its own
+            assert torch.all(alpha[~mine][:, part] == 0)
+            totals = torch.zeros(x.size(0), conv.heads, dtype=alpha.dtype).index_add_(
+                0, edge_index[1, mine], alpha[mine][:, part])
+            receiving = torch.zeros(x.size(0), dtype=torch.bool)
+            receiving[edge_index[1, mine]] = True
+            torch.testing.assert_close(totals[receiving], torch.ones_like(totals[receiving]))
+    handle.remove()
+    seen.clear()
+    conv(x, edge_index, edge_type)
+    assert not seen
+
+
+def test_an_edge_mask_lines_up_with_the_callers_edges_and_relations():
+    """A mask of zero on every edge of one relation (its messages silenced) gives the layer on
+    the other relations' edges alone: misplaced coefficients would not."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    conv = make_conv(steps=2)
+    x, edge_index, edge_type = typed_graph()
+    dropped = 1
+    mask = (edge_type != dropped).double()
+    set_masks(conv, mask, edge_index, apply_sigmoid=False)
+    masked = conv(x, edge_index, edge_type)
+    clear_masks(conv)
+    keep = edge_type != dropped
+    expected = conv(x, edge_index[:, keep], edge_type[keep])
+    torch.testing.assert_close(masked, expected, rtol=0, atol=1e-12)
+    assert not torch.allclose(conv(x, edge_index, edge_type), expected)
+    conv.grad = "autograd"
+    set_masks(conv, mask, edge_index, apply_sigmoid=False)
+    with pytest.raises(ValueError, match="grad='autograd'"):
+        conv(x, edge_index, edge_type)
+
+
+class _TypedNodeModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = RelationalETConv(8, RELATIONS, heads=2, head_dim=4, steps=1)
+        self.head = torch.nn.Linear(8, 2)
+
+    def forward(self, x, edge_index, edge_type):
+        return self.head(self.conv(x, edge_index, edge_type))
+
+
+def test_explainers_run_on_a_relational_model():
+    from helpers import node_explainer
+    from torch_geometric.explain import Explainer
+    from torch_geometric.explain.algorithm import AttentionExplainer
+
+    torch.manual_seed(0)
+    x, edge_index, edge_type = typed_graph()
+    model = _TypedNodeModel()
+    explanation = node_explainer(model)(x.float(), edge_index, edge_type=edge_type, index=3)
+    assert explanation.edge_mask.shape == (edge_index.size(1),)
+    assert explanation.edge_mask.abs().sum() > 0
+    attention = Explainer(
+        model=model, algorithm=AttentionExplainer(), explanation_type="model",
+        edge_mask_type="object",
+        model_config=dict(mode="multiclass_classification", return_type="raw",
+                          task_level="node"))
+    explained = attention(x.float(), edge_index, edge_type=edge_type, index=3)
+    assert explained.edge_mask.shape == (edge_index.size(1),)
+    assert explained.edge_mask.sum() > 0

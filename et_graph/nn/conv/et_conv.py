@@ -201,7 +201,66 @@ class DescentSettings:
         return self.steps if steps is None else _check_steps(steps)
 
 
-class ETConv(EnergyShape, DescentSettings, MessagePassing):
+class AttentionMessages:
+    """The attention gradient's two aggregations as PyG messages, for the ET layers that are a
+    :class:`~torch_geometric.nn.conv.MessagePassing`: explainers' edge masks and message-level
+    hooks act on them. The fused kernel passes no message, so a layer takes this path only
+    while something watches (:attr:`_sees_messages`)."""
+
+    def _propagate_coefficients(self, k: Tensor, q: Tensor, alpha: Tensor, edge_index: Tensor
+                                ) -> tuple[Tensor, Tensor]:
+        """``(dE_ATT/dk, dE_ATT/dq)`` from the attention coefficients ``alpha [E, heads]`` of
+        the edges ``edge_index [2, E]`` (the caller's, self-loops included with coefficient
+        zero, so that an explainer's edge mask lines up with them)."""
+        size = (k.size(0), k.size(0))
+        propagate = self.propagate  # type: ignore[attr-defined]
+        grad_q = -propagate(edge_index, value=k, alpha=alpha, size=size)
+        grad_k = -propagate(edge_index.flip(0), value=q, alpha=alpha, size=size)
+        return grad_k, grad_q
+
+    def message(self, value_j: Tensor, alpha: Tensor) -> Tensor:
+        """``alpha[e, h] value_j[e, h]``: ``alpha`` is edge ``B -> C``'s attention coefficient
+        (the softmax over ``C``'s in-neighbours, times the edge weight), per head. It is named
+        as in ``GATConv``, so that ``AttentionExplainer`` reads it from the messages (twice per
+        descent step: the keys' and the queries' gradients)."""
+        return alpha.unsqueeze(-1) * value_j
+
+    @property
+    def _sees_messages(self) -> bool:
+        """Whether something watches the messages (an explainer's edge mask or a message-level
+        hook), so that the descent must run through ``propagate``."""
+        return bool(self._explain) or has_message_hooks(self)  # type: ignore[attr-defined]
+
+    def _check_watchers(self, edge_index: Any) -> None:
+        """Refuse the watchers (an explainer's edge mask, message-level hooks) and wrappers
+        that this call would ignore or mislead."""
+        if getattr(self, "_edge_type", None) is not None:  # set by to_hetero_with_bases
+            raise ValueError(
+                "to_hetero_with_bases re-weights each relation's messages with a message hook, "
+                f"but {type(self).__name__}'s output is the token state after descent, not "
+                "aggregated messages: the wrapper would add up num_bases copies of it. Use "
+                "RelationalETConv on data.to_homogeneous() (one energy over the relations)")
+        grad = self.grad  # type: ignore[attr-defined]
+        if self._explain and grad == "autograd":  # type: ignore[attr-defined]
+            raise ValueError(
+                "an explainer's edge mask acts on the messages, which grad='autograd' (the "
+                "reference path) never passes: the mask would change nothing. Explain a layer "
+                "with grad='analytic' (the default)")
+        if grad == "autograd" and has_message_hooks(self):
+            raise ValueError(
+                "this layer has message-level hooks (register_message_forward_hook and the "
+                "like, or AttentionExplainer's), which grad='autograd' never runs: it passes no "
+                "messages. Use grad='analytic' (the default)")
+        if (self._explain and isinstance(edge_index, Tensor)  # type: ignore[attr-defined]
+                and edge_index.layout == torch.sparse_coo and not edge_index.is_coalesced()):
+            # the messages run over the coalesced entries (sorted, duplicates summed), and a
+            # mask in the caller's order was misaligned, or failed PyG's size assertion
+            raise ValueError(
+                "an explainer's edge mask lines up with the adjacency's stored entries, which "
+                "an uncoalesced COO tensor reorders and merges: pass adj.coalesce()")
+
+
+class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
     r"""The Energy Transformer block (Hoover et al., 2023) as a graph operator.
 
     The tokens :math:`\mathbf{x}` descend the energy :math:`E = E_{ATT} + E_{HN}` for ``steps``
@@ -551,24 +610,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
             alpha = alpha.new_zeros(edges.kept.numel(), alpha.size(1)).masked_scatter(
                 edges.kept.unsqueeze(-1), alpha
             )
-        size = (k.size(0), k.size(0))
-        edge_index = edges.edge_index
-        grad_q = -self.propagate(edge_index, value=k, alpha=alpha, size=size)
-        grad_k = -self.propagate(edge_index.flip(0), value=q, alpha=alpha, size=size)
-        return grad_k, grad_q
-
-    def message(self, value_j: Tensor, alpha: Tensor) -> Tensor:
-        """``alpha[e, h] value_j[e, h]``: ``alpha`` is edge ``B -> C``'s attention coefficient
-        (the softmax over ``C``'s in-neighbours, times the edge weight), per head. It is named
-        as in ``GATConv``, so that ``AttentionExplainer`` reads it from the messages (twice per
-        descent step: the keys' and the queries' gradients)."""
-        return alpha.unsqueeze(-1) * value_j
-
-    @property
-    def _sees_messages(self) -> bool:
-        """Whether something watches the messages (an explainer's edge mask or a message-level
-        hook), so that the descent must run through ``propagate``."""
-        return bool(self._explain) or has_message_hooks(self)
+        return self._propagate_coefficients(k, q, alpha, edges.edge_index)
 
     # ----------------------------------------------------------------------------------------
     # Dynamics
@@ -638,29 +680,7 @@ class ETConv(EnergyShape, DescentSettings, MessagePassing):
         refuse_tracing(self)
         check_return_energy(return_energy, type(self).__name__)
         check_relation_wrappers(self)
-        if getattr(self, "_edge_type", None) is not None:  # set by to_hetero_with_bases
-            raise ValueError(
-                "to_hetero_with_bases re-weights each relation's messages with a message hook, "
-                f"but {type(self).__name__}'s output is the token state after descent, not "
-                "aggregated messages: the wrapper would add up num_bases copies of it. Use "
-                "RelationalETConv on data.to_homogeneous() (one energy over the relations)")
-        if self._explain and self.grad == "autograd":
-            raise ValueError(
-                "an explainer's edge mask acts on the messages, which grad='autograd' (the "
-                "reference path) never passes: the mask would change nothing. Explain a layer "
-                "with grad='analytic' (the default)")
-        if self.grad == "autograd" and has_message_hooks(self):
-            raise ValueError(
-                "this layer has message-level hooks (register_message_forward_hook and the "
-                "like, or AttentionExplainer's), which grad='autograd' never runs: it passes no "
-                "messages. Use grad='analytic' (the default)")
-        if (self._explain and isinstance(edge_index, Tensor)
-                and edge_index.layout == torch.sparse_coo and not edge_index.is_coalesced()):
-            # the messages run over the coalesced entries (sorted, duplicates summed), and a
-            # mask in the caller's order was misaligned, or failed PyG's size assertion
-            raise ValueError(
-                "an explainer's edge mask lines up with the adjacency's stored entries, which "
-                "an uncoalesced COO tensor reorders and merges: pass adj.coalesce()")
+        self._check_watchers(edge_index)
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)

@@ -4,7 +4,7 @@ from typing import Any, Literal, Optional, Union, overload
 
 import torch
 from torch import Tensor
-from torch.nn import Module
+from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.typing import Adj
 from torch_geometric.utils import is_sparse
 
@@ -20,7 +20,7 @@ from ..validation import (
     refuse_tracing,
     sum_per_graph,
 )
-from .et_conv import DescentSettings, EnergyShape
+from .et_conv import AttentionMessages, DescentSettings, EnergyShape
 from .et_energy import EdgeSet, ETEnergy, _autograd_grad, in_parameter_precision
 
 __all__ = ["RelationalETConv", "check_edge_type"]
@@ -60,7 +60,7 @@ def check_edge_type(edge_type: Any, num_edges: int, num_relations: int) -> Tenso
 _OWN_TERMS = ("node_energy_of_g", "forward", "keys_queries", "dense_node_energy_of_g")
 
 
-class RelationalETConv(EnergyShape, DescentSettings, Module):
+class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
     r"""The Energy Transformer block on a multi-relation graph: one attention energy per
     relation, with its own keys, queries and temperatures, and one shared Hopfield energy.
 
@@ -113,6 +113,16 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
     same pair of nodes. Every setting after ``num_relations`` is keyword-only (PyG's
     ``RGCNConv(in, out, num_relations)`` habit would otherwise give ``num_relations = out``).
 
+    **Explainers and message hooks** (a :class:`~torch_geometric.nn.conv.MessagePassing`
+    since session 63), as on :class:`~et_graph.nn.ETConv`: the fused kernel passes no message,
+    so while an explainer's edge mask or a message-level hook is set the descent runs through
+    ``propagate``, with the same result. Each step passes two sets of messages over the
+    caller's ``edge_index`` (every relation's edges at once, in the caller's order, self-loops
+    with coefficient zero), so an edge mask ``[E]`` lines up with ``edge_index`` and
+    ``edge_type``; ``alpha`` is ``[E, R * H]``, an edge's coefficients in its own relation's
+    heads and zero in the others'. ``GNNExplainer`` and ``AttentionExplainer`` take
+    ``edge_type`` as a keyword: ``explainer(x, edge_index, edge_type=edge_type, index=...)``.
+
     Args:
         channels: token width ``D``.
         num_relations: number of relations (edge types) ``R >= 1``.
@@ -156,7 +166,7 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
         eps: float = 1e-5,
         cached: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(aggr="add", node_dim=0)
         for name, value in (("num_relations", num_relations), ("heads", heads)):
             if not is_integral(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -278,6 +288,35 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
             grad_q.append(gq)
         return torch.cat(grad_k, dim=1), torch.cat(grad_q, dim=1)
 
+    def _message_routes(self, x: Tensor, edge_index: Tensor, edge_type: Tensor,
+                        edges: list[EdgeSet]) -> tuple[Tensor, list[Tensor]]:
+        """The caller's edges ``[2, E]`` (validated) and, per relation, the positions in them
+        of that relation's edges that enter the energy (self-loops left out): where the
+        messages carry each relation's coefficients."""
+        edge_index = check_edge_index(edge_index, x.size(0))
+        edge_type = check_edge_type(edge_type, edge_index.size(1), self.num_relations)
+        positions = []
+        for relation, e in enumerate(edges):
+            where = (edge_type == relation).nonzero().squeeze(1)
+            positions.append(where if e.kept is None else where[e.kept])
+        return edge_index, positions
+
+    def _grad_by_messages(self, g: Tensor, edges: list[EdgeSet],
+                          routes: tuple[Tensor, list[Tensor]]) -> Tensor:
+        """The closed form of :meth:`grad_of_g` through ``propagate`` (explainers, hooks):
+        every relation's coefficients on its own heads, one set of messages per side."""
+        fn = self.energy_fn
+        fn.check_closed_form("relational")
+        k, q = fn.keys_queries(g)
+        edge_index, positions = routes
+        alpha = k.new_zeros(edge_index.size(1), k.size(1))
+        for relation, (e, where) in enumerate(zip(edges, positions)):
+            part = E.relation_heads(relation, self.heads)
+            alpha[where, part] = E.edge_coefficients(k[:, part], q[:, part], e.src, e.dst,
+                                                     fn.beta[part], None, g.size(0))
+        grad_k, grad_q = self._propagate_coefficients(k, q, alpha, edge_index)
+        return fn.grad_from_attention_grads(g, grad_k, grad_q)
+
     def grad_of_g(self, g: Tensor, edges: list[EdgeSet]) -> Tensor:
         r""":math:`\partial E/\partial \mathbf{g}` ``[N, D]`` by the method chosen with ``grad``:
         the closed form (every relation's attention gradient, mapped back through its own
@@ -365,18 +404,23 @@ class RelationalETConv(EnergyShape, DescentSettings, Module):
         refuse_tracing(self)
         check_return_energy(return_energy, type(self).__name__)
         check_relation_wrappers(self, relational=True)
+        self._check_watchers(edge_index)
         self.energy_fn.check_builtin_energy(type(self).__name__, _OWN_TERMS)
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)
-        fused = self.grad == "analytic" and self.fused and num_steps > 0
+        watched = self._sees_messages
+        fused = self.grad == "analytic" and self.fused and not watched and num_steps > 0
         edges = self._edges(out, edge_index, edge_type, fused)
+        routes = self._message_routes(out, edge_index, edge_type, edges) if watched else None
         energies = []
         for _ in range(num_steps):
             g = fn.layer_norm(out)
             if return_energy:
                 energies.append(self._detached_total(g, edges))
-            out = self._step(out, self.grad_of_g(g, edges))
+            grad = (self.grad_of_g(g, edges) if routes is None
+                    else self._grad_by_messages(g, edges, routes))
+            out = self._step(out, grad)
         if num_steps:
             check_finite_tokens(out, type(self).__name__)
         if return_energy:
