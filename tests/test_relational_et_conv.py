@@ -375,3 +375,32 @@ def test_explainers_run_on_a_relational_model():
     explained = attention(x.float(), edge_index, edge_type=edge_type, index=3)
     assert explained.edge_mask.shape == (edge_index.size(1),)
     assert explained.edge_mask.sum() > 0
+
+
+def test_a_layer_pickled_before_it_was_a_message_passing_loads_and_scores_as_before():
+    """Saved multi-relation detectors pickle the layer whole; one written when it was a plain
+    Module failed to load (MessagePassing.__setstate__ read its 'inspector')."""
+    import pickle
+
+    from torch.nn import Module
+    from torch_geometric.nn.conv import MessagePassing
+
+    conv = make_conv()
+    x, edge_index, edge_type = typed_graph()
+    expected = conv(x, edge_index, edge_type)
+    # the state a plain Module had: MessagePassing's own attributes and submodule removed
+    plain = Module()
+    template = MessagePassing(aggr="add", node_dim=0)
+    state = {key: value for key, value in conv.__dict__.items()
+             if key in plain.__dict__ or key not in template.__dict__}
+    state["_modules"] = {key: value for key, value in conv._modules.items()
+                         if key not in template._modules}
+    assert "inspector" not in state and "aggr_module" not in state["_modules"]
+    old = RelationalETConv.__new__(RelationalETConv)
+    old.__setstate__(state)
+    torch.testing.assert_close(old(x, edge_index, edge_type), expected, rtol=0, atol=0)
+    assert torch.equal(pickle.loads(pickle.dumps(old))(x, edge_index, edge_type), expected)
+    seen = []
+    old.register_message_forward_hook(lambda module, inputs, out: seen.append(out))
+    torch.testing.assert_close(old(x, edge_index, edge_type), expected, rtol=0, atol=1e-12)
+    assert seen  # it is a MessagePassing now, hooks included

@@ -191,6 +191,18 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
     def reset_parameters(self) -> None:
         self.energy_fn.reset_parameters()
 
+    def __setstate__(self, data: dict[str, Any]) -> None:
+        if "inspector" not in data:
+            # Pickled (a saved multi-relation detector) before the layer was a MessagePassing
+            # (session 63): MessagePassing's own state comes from a fresh one, and its
+            # aggregation module joins the pickled submodules.
+            template = type(self).__new__(type(self))
+            MessagePassing.__init__(template, aggr="add", node_dim=0)
+            data = {**{key: value for key, value in template.__dict__.items()
+                       if key not in data}, **data}
+            data["_modules"] = {**template._modules, **data["_modules"]}
+        super().__setstate__(data)
+
     # ----------------------------------------------------------------------------------------
     # Hyper-parameters and parameters
     # ----------------------------------------------------------------------------------------
