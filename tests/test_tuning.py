@@ -298,6 +298,7 @@ def test_resumed_study_whose_best_trial_predates_a_new_search_parameter(tmp_path
     import optuna
 
     from et_graph.detectors.config import gbt_space
+    from et_graph.tuning.cli import _fixed_settings
     from et_graph.tuning.study import space_overrides
 
     old = {"max_iter": 150, "learning_rate": 0.05, "max_leaf_nodes": 20, "min_samples_leaf": 30,
@@ -316,16 +317,56 @@ def test_resumed_study_whose_best_trial_predates_a_new_search_parameter(tmp_path
     gbt = objective.trial_config(frozen).gbt
     assert (gbt.max_iter, gbt.features, gbt.max_features) == (150, "x_mean", 0.3)
     # Resuming the study with today's space adds trials and writes the old best as the preset.
-    storage = f"sqlite:///{tmp_path}/old.db"
+    # (The old study ran with --max-features 0.3, a fixed setting then, stored as such.)
     name = f"anomaly-{getattr(data, 'name', None) or config.data.dataset}-gbt"
-    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
-    study.add_trial(frozen)
-    result = tune_anomaly(config, ["gbt"], TuneBudget(trials=2), storage, out=tmp_path,
-                          data=data)
+
+    def old_study(path):
+        storage = f"sqlite:///{path}"
+        study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+        study.add_trial(frozen)
+        # what that run stored: its fixed settings, gbt.max_features = 0.3 among them
+        study.set_user_attr("settings", _fixed_settings(config, "anomaly"))
+        return storage
+
+    result = tune_anomaly(config, ["gbt"], TuneBudget(trials=2), old_study(tmp_path / "old.db"),
+                          out=tmp_path, data=data)
     summary = result["models"]["gbt"]
     assert summary["trial_numbers"] == [0, 1] and summary["best_trial"] == 0
     preset = load_file(result["presets"]["gbt"])["gbt"]
     assert (preset["max_iter"], preset["features"], preset["max_features"]) == (150, "x_mean", 0.3)
+    # Resumed under another base value, the old trial would be replayed (and its preset
+    # written) with a value it never ran with: refused, naming it (an audit's finding).
+    with pytest.raises(ValueError, match=r"gained 'max_features'.*gbt\.max_features = 1\.0 "
+                                         r"\(they ran with 0\.3\)"):
+        tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=2),
+                     old_study(tmp_path / "other.db"), out=tmp_path / "other", data=data)
+
+
+def test_a_study_from_before_the_baselines_depth_resumes_only_with_the_depth_it_ran_with(
+        tmp_path):
+    """An audit deleted the trials' layers (as a study from before session 63 holds them) and
+    resumed with --baseline-layers 3: the preset said 3 layers beside a two-layer score."""
+    import sqlite3
+
+    data = planted_anomaly_graph(200, seed=4)
+    storage_path = tmp_path / "old.db"
+    storage = f"sqlite:///{storage_path}"
+    tune_anomaly(parse(AnomalyConfig, SMALL), ["mlp"], TuneBudget(trials=2), storage,
+                 out=tmp_path / "first", data=data)
+    with sqlite3.connect(storage_path) as db:
+        assert db.execute("delete from trial_params where param_name = 'layers'").rowcount == 2
+    with pytest.raises(ValueError, match=r"gained 'layers'.*baselines\.baseline_layers = 3 "
+                                         r"\(they ran with 2\)"):
+        tune_anomaly(parse(AnomalyConfig, [*SMALL, "--baseline-layers", "3"]), ["mlp"],
+                     TuneBudget(trials=3), storage, out=tmp_path / "flag", data=data)
+    result = tune_anomaly(parse(AnomalyConfig, SMALL), ["mlp"], TuneBudget(trials=3), storage,
+                          out=tmp_path / "plain", data=data)
+    preset = merge(AnomalyConfig(), load_file(result["presets"]["mlp"]))
+    best = result["models"]["mlp"]
+    if best["best_trial"] < 2:  # an old trial: replayed with the two layers it ran with
+        assert preset.baselines.baseline_layers == 2
+    value = AnomalyObjective(preset, "mlp", data=data)()
+    assert value == pytest.approx(best["best_value"], abs=1e-12)
 
 
 def test_the_pruner_reads_the_tuned_metric_every_epoch():

@@ -34,6 +34,7 @@ from .study import (
     TuneBudget,
     apply_space,
     best_within_budget,
+    check_replayable,
     check_resumable,
     run_study,
     save_best_preset,
@@ -318,6 +319,7 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
         if existing is not None:
             check_resumable(existing, storage, getattr(objective, "direction", "maximize"),
                             preset_metric, settings, defaults, budget.prune_warmup)
+            check_replayable(existing, storage, objective.trial_config, config, defaults)
     # as every task's runs: locked while it writes (two tunes into one --out mixed their
     # presets and reports), and earlier presets it did not rewrite are named at the end
     with output_folder(out):

@@ -105,6 +105,79 @@ def tuned_fields(trial_config: Callable[[Any], Any]) -> set[str]:
     return {key for key, value in low.items() if high.get(key) != value}
 
 
+class _OneParameterProbe(_ProbeTrial):
+    """Every first choice and lowest value, except parameter ``flipped``'s last choice and
+    highest value; it records the names it is asked for."""
+
+    def __init__(self, flipped: Optional[str] = None) -> None:
+        super().__init__(last=False)
+        self.flipped = flipped
+        self.names: list[str] = []
+
+    def _pick(self, name: str, first: Any, last: Any) -> Any:
+        self.names.append(name)
+        return last if name == self.flipped else first
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        return self._pick(name, list(choices)[0], list(choices)[-1])
+
+    def suggest_int(self, name: str, low: int, high: int, **kwargs: Any) -> int:
+        return self._pick(name, low, high)
+
+    def suggest_float(self, name: str, low: float, high: float, **kwargs: Any) -> float:
+        return self._pick(name, low, high)
+
+
+def _flat(config: Any) -> dict[str, Any]:
+    return {f"{section}.{name}": value for section, fields in to_dict(config).items()
+            if isinstance(fields, dict) for name, value in fields.items()}
+
+
+def parameter_fields(trial_config: Callable[[Any], Any]) -> dict[str, set[str]]:
+    """Each search-space parameter's config fields (``section.field``), where
+    ``trial_config(trial)`` is the config a trial runs with: those that move when that
+    parameter alone goes from its first choice or lowest value to its last or highest (empty
+    where a probe's combination is refused: the check must never stop a study)."""
+    first = _OneParameterProbe()
+    try:
+        base = _flat(trial_config(first))
+        fields = {}
+        for name in dict.fromkeys(first.names):
+            moved = _flat(trial_config(_OneParameterProbe(name)))
+            fields[name] = {key for key, value in base.items() if moved.get(key) != value}
+    except ValueError:
+        return {}
+    return fields
+
+
+def check_replayable(study: Any, storage: Optional[str], trial_config: Callable[[Any], Any],
+                     config: Any, setting_defaults: Optional[dict[str, Any]] = None) -> None:
+    """``ValueError`` when finished trials of the stored ``study`` predate a parameter of
+    today's search space and this run's ``config`` sets that parameter's field to another
+    value than they ran with (the study's stored setting, else the field's default in
+    ``setting_defaults``). Replayed for the best trial and its preset, such a trial takes the
+    run's value (:func:`space_overrides`): an audit resumed a study from before the baselines'
+    ``layers`` with ``--baseline-layers 3``, and its preset said 3 layers beside a score of
+    two."""
+    fields = parameter_fields(trial_config)
+    finished = _finished(study)
+    missing = sorted(name for name in fields if any(name not in t.params for t in finished))
+    if not missing:
+        return
+    ran_with = {**(setting_defaults or {}), **study.user_attrs.get("settings", {})}
+    now = _flat(config)
+    wrong = [(key, ran_with[key], now[key]) for name in missing for key in sorted(fields[name])
+             if key in ran_with and key in now
+             and changed_settings({key: ran_with[key]}, {key: now[key]})]
+    if wrong:
+        shown = ", ".join(f"{key} = {new!r} (they ran with {old!r})" for key, old, new in wrong)
+        raise ValueError(
+            f"study {study.study_name!r} in {storage} holds trials from before its search "
+            f"space gained {', '.join(repr(name) for name in missing)}; replayed for its best "
+            f"trial and preset, they would take this run's {shown}: set it back (or drop the "
+            "flag), or use another storage or study prefix")
+
+
 def warn_tuned_flags(given: set[str], tuned: dict[str, set[str]]) -> list[str]:
     """Warn about command-line flags that a model's study sets in every trial (``tune anomaly
     --models et --hidden 32`` tuned the width anyway, without a word). ``tuned`` maps each
