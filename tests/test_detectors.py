@@ -12,8 +12,10 @@ from et_graph.detectors import (
     ETDetector,
     GATDetector,
     GBTDetector,
+    GBTModelConfig,
     GCNDetector,
     MLPDetector,
+    StackedETDetector,
     UnsupervisedETDetector,
 )
 from et_graph.protocols.anomaly_config import AnomalyConfig, detector_config
@@ -1070,3 +1072,37 @@ def test_a_refused_set_params_changes_nothing(graph):
 
     with pytest.raises(TypeError, match="needs a config_class"):
         NoConfig()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ETDetector(epochs=2, hidden=16, label_trick=True, progress=False),
+    lambda: ETDetector(epochs=2, hidden=16, multi_relation=True, progress=False),
+    lambda: GATDetector(epochs=2, hidden=8, layers=1, progress=False),
+    lambda: StackedETDetector(epochs=2, hidden=16, folds=2, trees=GBTModelConfig(max_iter=10),
+                              progress=False),
+], ids=["et-label-trick", "et-multi-relation", "gat", "stacked"])
+def test_explanation_inputs_give_the_scores_and_an_explanation(graph, make):
+    """An audit had to rebuild a detector's network input by hand (the label trick's columns,
+    the stacked detector's tree column) to explain one node's score."""
+    from torch_geometric.explain import Explainer, GNNExplainer
+
+    data = graph.clone()
+    data.edge_type = torch.arange(data.edge_index.size(1)) % 2
+    det = make()
+    if not getattr(det.config.model, "multi_relation", False):
+        del data.edge_type
+    det.fit(data)
+    model, args, keywords = det.explanation_inputs(data)
+    with torch.no_grad():
+        scores = torch.sigmoid(model(*args, **keywords))
+    torch.testing.assert_close(scores.float(), det.decision_function(data), rtol=0, atol=1e-6)
+    explainer = Explainer(model, GNNExplainer(epochs=2), explanation_type="model",
+                          edge_mask_type="object", node_mask_type="attributes",
+                          model_config=dict(mode="binary_classification", task_level="node",
+                                            return_type="raw"))
+    explanation = explainer(*args, **keywords, index=int(data.y.argmax()))
+    assert explanation.edge_mask.shape == (data.edge_index.size(1),)
+    assert explanation.node_mask.shape == args[0].shape
+    torch.testing.assert_close(det.decision_function(data), scores.float(), rtol=0, atol=1e-6)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        make().explanation_inputs(data)

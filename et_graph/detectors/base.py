@@ -384,13 +384,19 @@ class BaseDetector:
 
     def _decision(self, data: Data) -> Tensor:
         """:meth:`decision_function` without the warning (fit has given it already)."""
+        return self._score(self._scorable(data)).detach().float().cpu()
+
+    def _scorable(self, data: Data) -> Data:
+        """``data`` checked against the fitted detector and prepared as ``_score`` reads it."""
+        if not self.fitted_:
+            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         x, _ = check_graph(data)
         if x.size(1) != self.in_channels_:
             raise ValueError(
                 f"data.x has {x.size(1)} features but the detector was fitted on "
                 f"{self.in_channels_}; score graphs with the same feature columns"
             )
-        return self._score(self._prepare(data)).detach().float().cpu()
+        return self._prepare(data)
 
     def _score(self, data: Data) -> Tensor:
         raise NotImplementedError

@@ -457,15 +457,33 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
 
     @torch.no_grad()
     def _score(self, data: Data) -> Tensor:
+        model, args, keywords = self._network_call(data)
+        try:
+            return torch.sigmoid(model(*args, **self.chunking(), **keywords))
+        finally:  # a fitted detector held the scored graph's operators (graph-sized) after it
+            clear_graph_caches(self.model_)
+
+    def _network_call(self, data: Data) -> tuple[nn.Module, tuple[Tensor, Tensor],
+                                                 dict[str, Tensor]]:
         self._check_transductive(data)
         self._check_relations(data)
         self.model_.eval()
         data = on_device(data, self.device)
-        extra = {**self.chunking(), **relation_inputs(self.model_, data)}
-        try:
-            return torch.sigmoid(self.model_(self.network_input(data), data.edge_index, **extra))
-        finally:  # a fitted detector held the scored graph's operators (graph-sized) after it
-            clear_graph_caches(self.model_)
+        return (self.model_, (self.network_input(data), data.edge_index),
+                relation_inputs(self.model_, data))
+
+    def explanation_inputs(self, data: Data) -> tuple[nn.Module, tuple[Tensor, Tensor],
+                                                      dict[str, Tensor]]:
+        """``(model, args, keywords)``: the fitted network (in eval mode) and what it takes to
+        score ``data``, so that ``torch.sigmoid(model(*args, **keywords))`` is
+        :meth:`decision_function` (up to float rounding) and PyG's ``Explainer`` explains it:
+        ``explainer(*args, **keywords, index=node)``. ``args`` are the network's input
+        (:meth:`network_input`: the label trick's columns included) and ``edge_index``;
+        ``keywords`` hold ``edge_type`` for the multi-relation ET. The network's edge mask
+        covers every path the edges take inside it (the attention, the readout's neighbour
+        means, the message-passing layers), not input columns computed from the edges before
+        it (the degree feature, neighbour statistics, the label trick's columns)."""
+        return self._network_call(self._scorable(data))
 
 
 class ETDetector(NeuralDetector):

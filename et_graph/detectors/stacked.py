@@ -314,6 +314,18 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
         with _relayed(_renamed):
             return self.et_._decision(self._augmented(data, self._column(data)))
 
+    def explanation_inputs(self, data: Data) -> tuple[Any, tuple[Tensor, Tensor],
+                                                      dict[str, Tensor]]:
+        """The inner ET's :meth:`ETDetector.explanation_inputs` for ``data`` with the tree
+        column appended, as this detector scores it: ``torch.sigmoid(model(*args,
+        **keywords))`` is :meth:`decision_function`. The column is an input computed before
+        the network (from the trees and the fitted folds), so an edge mask does not reach it."""
+        data = self._scorable(data)
+        assert self.et_ is not None
+        self.et_.device = self.device
+        with _relayed(_renamed):
+            return self.et_.explanation_inputs(self._augmented(data, self._column(data)))
+
     def _augmented(self, data: Data, column: Tensor, y: Optional[Tensor] = None) -> Data:
         """What ET reads: ``x`` with the normalised column appended, ``edge_index``,
         ``edge_type`` where ET reads it (and ``y``); the detector has warned about the rest."""

@@ -6,15 +6,45 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
+from torch_geometric.nn.conv import MessagePassing
 
 from ..._sparse_warnings import quiet_sparse
 from ...precision import backward_without_autocast
 from ..conv import ETConv, RelationalETConv
+from ..conv.et_conv import has_message_hooks
 from ..conv.relational_et_conv import check_edge_type
 from ..dropout import Dropout
 from ..edge_cache import EdgeCache
 from ..encoders import MeanMessagePassing
 from ..validation import DEFAULT_CHUNK_SIZE, check_edge_index, check_features
+
+
+class _NeighbourMeanMessages(MessagePassing):
+    """Every node's mean in-neighbour token as PyG messages over the caller's edges: each edge
+    ``B -> A`` carries ``x_B / |N(A)|`` (self-loops with weight zero, duplicates counted), summed
+    at ``A``. :class:`ETAnomalyNet` takes this path only while an explainer's edge mask or a
+    message-level hook watches (an audit found the readout's neighbour mean, one sparse product,
+    outside every edge mask); otherwise its cached sparse product gives the same mean."""
+
+    def __init__(self) -> None:
+        super().__init__(aggr="add", node_dim=0)
+
+    @property
+    def watched(self) -> bool:
+        return bool(self._explain) or has_message_hooks(self)
+
+    def forward(self, tokens: Tensor, edge_index: Tensor) -> Tensor:
+        num_nodes = tokens.size(0)
+        edge_index = check_edge_index(edge_index, num_nodes)
+        src, dst = edge_index
+        loops = src == dst
+        degree = torch.bincount(dst[~loops], minlength=num_nodes).to(tokens.dtype)
+        weight = degree.clamp(min=1).reciprocal()[dst].masked_fill(loops, 0.0)
+        return self.propagate(edge_index, x=tokens, weight=weight, size=(num_nodes, num_nodes))
+
+    def message(self, x_j: Tensor, weight: Tensor) -> Tensor:
+        return weight.unsqueeze(-1) * x_j
+
 
 #: Readouts of :class:`ETAnomalyNet`.
 READOUTS = ("first_last", "ego_neighbour", "ego_two_hop")
@@ -168,6 +198,8 @@ class ETAnomalyNet(nn.Module):
 
         self.conv: Union[ETConv, RelationalETConv] = block()
         self._neighbour_cache = EdgeCache()
+        # (no parameters: the state dict and a seed's initialisation are unchanged)
+        self.neighbour_messages = _NeighbourMeanMessages()
         self.stacked = nn.ModuleList(block() for _ in range(blocks - 1))
         self.message_passing = (
             MeanMessagePassing(hidden_channels, message_passing_layers, dropout)
@@ -188,6 +220,8 @@ class ETAnomalyNet(nn.Module):
         # an older et-graph) has none: it loaded, then failed to score with AttributeError.
         if "message_passing" not in self.__dict__ and "message_passing" not in self._modules:
             self.message_passing = None
+        if "neighbour_messages" not in self._modules:  # pickled before session 63
+            self.neighbour_messages = _NeighbourMeanMessages()
 
     def reset_parameters(self) -> None:
         self.embedding.reset_parameters()
@@ -315,7 +349,10 @@ class ETAnomalyNet(nn.Module):
         return blocks
 
     def neighbour_means(self, edge_index: Tensor, tokens: Tensor) -> Tensor:
-        """Every node's mean in-neighbour token ``[N, hidden]`` (one SpMM)."""
+        """Every node's mean in-neighbour token ``[N, hidden]`` (one SpMM; PyG messages while an
+        explainer or a message hook watches, so that an edge mask covers it)."""
+        if self.neighbour_messages.watched:
+            return self.neighbour_messages(tokens, edge_index)
         kept = self._neighbour_entry(edge_index, tokens)
         if not (torch.is_grad_enabled() and tokens.requires_grad):
             return torch.sparse.mm(kept["matrix"], tokens)
