@@ -353,8 +353,16 @@ def test_relations_are_kept_checked_and_described(typed_graph, tmp_path):
         ETDetector(multi_relation=True, chunk_size=50)
     config = parse(AnomalyConfig, ["--relation", "multi", "--multi-relation"])
     split = make_splits(typed_graph, "paper", 1, 0.4, split_seed=0)
-    assert "relations: multi (ET attends per relation; the other models see" in (
+    assert "relations: multi (et attends per relation; the other models see" in (
         describe_protocol(config, split, ["et", "gbt"]))
+    # the stacked detector's ET attends per relation too (an audit found it called merged)
+    assert "relations: multi (et and et_stacked (its ET) attend per relation; the other " in (
+        describe_protocol(config, split, ["et", "et_stacked", "gbt"]))
+    assert "relations: multi (et_stacked (its ET) attends per relation)" in (
+        describe_protocol(config, split, ["et_stacked"]))
+    merged = parse(AnomalyConfig, ["--relation", "multi"])
+    assert "relations: multi (every model sees every relation's" in (
+        describe_protocol(merged, split, ["et_stacked", "gbt"]))
 
 
 def test_fitted_empty_relation_names_warn_instead_of_failing(typed_graph):

@@ -47,13 +47,22 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
             + ("VALIDATION ONLY: the tables score the validation nodes, no test node is scored"
                if p.validation_only else "test nodes scored once"))
     if d.relation != "homo":
-        # Which models tell the relations apart (a fraud-data audit: only the config said it).
-        text += (f"; relations: {d.relation}" + (
-            " (ET attends per relation; the other models see every relation's edges together, "
-            "a pair linked in two relations twice)"
-            if d.relation == "multi" and "et" in names and config.et.multi_relation else
-            " (every model sees every relation's edges together, a pair linked in two "
-            "relations twice)" if d.relation == "multi" else ""))
+        # Which models tell the relations apart (a fraud-data audit: only the config said it;
+        # a later one found et_stacked, which attends per relation too, called merged).
+        text += f"; relations: {d.relation}"
+        if d.relation == "multi":
+            merged = "every relation's edges together, a pair linked in two relations twice"
+            attending = ([name for name in ET_MODELS if name in names]
+                         if config.et.multi_relation else [])
+            if not attending:
+                text += f" (every model sees {merged})"
+            else:
+                others = [name for name in names if name not in attending]
+                who = " and ".join(f"{name} (its ET)" if name == "et_stacked" else name
+                                   for name in attending)
+                verb = "attends" if len(attending) == 1 else "attend"
+                text += (f" ({who} {verb} per relation"
+                         + (f"; the other models see {merged})" if others else ")"))
     # What each model reads, where it differs (the tables' rows are not all the same input).
     gbt_inputs = {"x": "x only", "x_mean": "x ‖ its neighbours' mean",
                   "x_mean_mean2": "x ‖ the mean of its neighbours' x ‖ the mean of their means"}
