@@ -255,6 +255,10 @@ def test_download_extracts_the_mat_file(tmp_path, monkeypatch):
         ({"homo": None}, "homo"),
         ({"label": np.full((1, 60), 2)}, "binary"),
         ({"homo": sp.eye(59, format="csc")}, "shape"),
+        # a relation the homogeneous load does not read, of the wrong size: the file is
+        # broken (an audit saw it load without a word)
+        ({"net_rtr": sp.eye(50, format="csc")}, "'net_rtr' has shape"),
+        ({"net_rsr": sp.random(60, 59, density=0.1, format="csc")}, "'net_rsr' has shape"),
         ({"features": np.full((60, 3), np.nan)}, "NaN"),
         ({"label": np.zeros((1, 59))}, r"\[N\]"),
     ],

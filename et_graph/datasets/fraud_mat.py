@@ -74,13 +74,18 @@ def _relation_key(relation: str, available: list[str], source: str) -> str:
     )
 
 
-def _edges(adjacency: Any, key: str, num_nodes: int, source: str) -> np.ndarray:
-    """``[2, E]`` int64 node pairs of the nonzero entries of the ``[N, N]`` matrix ``key``."""
-    if adjacency.ndim != 2 or adjacency.shape != (num_nodes, num_nodes):
+def _check_adjacency_shape(adjacency: Any, key: str, num_nodes: int, source: str) -> None:
+    shape = getattr(adjacency, "shape", None)
+    if shape is None or len(shape) != 2 or tuple(shape) != (num_nodes, num_nodes):
         raise ValueError(
-            f"{source}: '{key}' has shape {adjacency.shape} but 'features' has {num_nodes} rows; "
+            f"{source}: '{key}' has shape {shape} but 'features' has {num_nodes} rows; "
             f"expected [{num_nodes}, {num_nodes}]"
         )
+
+
+def _edges(adjacency: Any, key: str, num_nodes: int, source: str) -> np.ndarray:
+    """``[2, E]`` int64 node pairs of the nonzero entries of the ``[N, N]`` matrix ``key``."""
+    _check_adjacency_shape(adjacency, key, num_nodes, source)
     if hasattr(adjacency, "tocoo"):
         coo = adjacency.tocoo()
         # A stored zero is no edge (as in a dense matrix); duplicates are summed first, so an
@@ -176,6 +181,11 @@ def load_fraud_mat(
     key = _relation_key(relation, relations, source)
     features = mat["features"]
     num_nodes = features.shape[0]
+    # Every adjacency of the file, read or not: a relation of the wrong size loaded without a
+    # word under --relation homo (an audit), though the file is broken.
+    for adjacency_key in ("homo", *relations):
+        if adjacency_key in keys:
+            _check_adjacency_shape(mat[adjacency_key], adjacency_key, num_nodes, source)
     if key == MULTI_RELATION:
         names = _multi_relation_keys(dataset, relations, source)
         typed = [_edges(mat[name], name, num_nodes, source) for name in names]
