@@ -344,7 +344,8 @@ def write_npz(path, **arrays):
         (lambda a: a.update(x=np.zeros((0, 4))), "no nodes"),
         (lambda a: a.update(train_mask=np.ones(30, bool)), "train_mask"),
         (lambda a: a.update(train_mask=np.ones(30, bool), val_mask=np.ones(30, bool),
-                            test_mask=np.zeros(30, bool)), "overlap"),
+                            test_mask=np.zeros(30, bool)),
+         "the train and val masks overlap within a split: node 0 is in both in split column 0"),
     ],
 )
 def test_malformed_npz_raises_value_error(tmp_path, change, match):

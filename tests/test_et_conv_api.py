@@ -1021,3 +1021,11 @@ def test_cls_pool_refuses_a_width_that_is_no_positive_int():
     for channels in (16.5, 0, -2, True):
         with pytest.raises(ValueError, match="channels must be a positive int"):
             CLSPool(channels)
+
+
+def test_a_nan_feature_is_named_by_its_row():
+    """The message said how many rows held NaN or inf, not which (a fraud-data audit)."""
+    x = torch.randn(6, 8)
+    x[4, 1], x[5, 0] = float("nan"), float("inf")
+    with pytest.raises(ValueError, match=r"NaN or inf values \(in 2 rows, the first row 4\)"):
+        ETConv(8, heads=2, head_dim=4)(x, torch.tensor([[0, 1], [1, 2]]))

@@ -285,8 +285,14 @@ def prepare_anomaly_data(
         if len(set(widths.values())) != 1:
             raise ValueError(f"{source}: the masks hold different numbers of splits: {widths}")
         train, val, test = (prepared[k] for k in MASK_KEYS)
-        if bool((train & val).any() | (train & test).any() | (val & test).any()):
-            raise ValueError(f"{source}: train/val/test masks overlap within a split")
+        for (first, a), (second, b) in ((("train", train), ("val", val)),
+                                        (("train", train), ("test", test)),
+                                        (("val", val), ("test", test))):
+            both = (a & b).nonzero()
+            if both.numel():
+                node, split = (int(v) for v in both[0])
+                raise ValueError(f"{source}: the {first} and {second} masks overlap within a "
+                                 f"split: node {node} is in both in split column {split}")
         for key, mask in prepared.items():
             setattr(data, key, mask)
 

@@ -69,8 +69,9 @@ def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2,
         low, high = (float(v) for v in torch.aminmax(x.detach()))
         finite, magnitude = math.isfinite(low) and math.isfinite(high), max(-low, high)
     if not finite:
-        bad = int((~torch.isfinite(x)).any(dim=-1).sum())
-        raise ValueError(f"{name} contains NaN or inf values (in {bad} rows)")
+        rows = (~torch.isfinite(x)).reshape(-1, x.size(-1)).any(dim=-1).nonzero().flatten()
+        raise ValueError(f"{name} contains NaN or inf values (in {rows.numel()} rows, the "
+                         f"first row {int(rows[0])})")
     if limit is not None and magnitude > limit:
         raise ValueError(
             f"{name} has entries beyond {limit:.3g} in magnitude: the LayerNorm's centring or "
