@@ -213,6 +213,9 @@ def test_missing_mat_says_where_to_put_it(tmp_path):
     assert str(tmp_path / "YelpChi.mat") in message and "FraudYelp.zip" in message
     assert "ET_GRAPH_DOWNLOAD" in message
     assert "--data-root" in message and "--data FILE" in message  # the CLI's spelling too
+    # every folder looked in, not the root alone (a fraud-data audit)
+    for folder in ("yelpchi", "YelpChi", "yelp"):
+        assert repr(str(tmp_path / folder)) in message
     with pytest.raises(ValueError, match="is a folder"):
         load_anomaly_dataset(path=tmp_path)
 
@@ -312,8 +315,9 @@ def test_tfinance_found_under_root_and_missing_tsocial_explains_converter(tmp_pa
     save_anomaly_npz(small_graph(), tmp_path / "tfinance.npz")
     data = load_anomaly_dataset("tfinance", root=tmp_path)
     assert data.name == "tfinance" and data.train_mask.shape == (30, 3)
-    with pytest.raises(FileNotFoundError, match="dgl_to_npz.py"):
+    with pytest.raises(FileNotFoundError, match="dgl_to_npz.py") as info:
         load_anomaly_dataset("tsocial", root=tmp_path)
+    assert repr(str(tmp_path / "tsocial")) in str(info.value)  # the sub-folder looked in too
 
 
 def test_single_split_masks_become_n_by_1(tmp_path):

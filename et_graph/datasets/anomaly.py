@@ -15,6 +15,7 @@ from .fraud_mat import (
     FRAUD_FILES,
     download_fraud_mat,
     find_fraud_mat,
+    fraud_mat_folders,
     load_fraud_mat,
 )
 from .npz import load_anomaly_npz
@@ -183,7 +184,8 @@ def load_anomaly_dataset(
             filename = FRAUD_FILES[name]
             hint = _placement_hint(root_path)
             raise FileNotFoundError(
-                f"{name}: {filename} not found (searched {[str(r) for r in roots]}).{failure} "
+                f"{name}: {filename} not found (searched "
+                f"{[str(f) for f in fraud_mat_folders(name, roots)]}).{failure} "
                 f"Download {FRAUD_ARCHIVE_URLS[name]}, unzip it and put {filename} at "
                 f"{hint / filename} (or pass root=DIR / --data-root DIR holding {filename}, or "
                 f"path=FILE / --data FILE). To let et-graph fetch it, set {DOWNLOAD_ENV}=1 (in "
@@ -195,13 +197,13 @@ def load_anomaly_dataset(
                               unlabelled_prefix=unlabelled_prefix)
 
     filename = NPZ_FILES[name]
-    for folder in roots:
-        for candidate in (folder / filename, folder / name / filename):
-            if candidate.is_file():
-                return load_anomaly_npz(candidate, name=name, binarize=bool(binarize))
+    folders = [folder for root in roots for folder in (root, root / name)]
+    for folder in folders:
+        if (folder / filename).is_file():
+            return load_anomaly_npz(folder / filename, name=name, binarize=bool(binarize))
     hint = _placement_hint(root_path)
     raise FileNotFoundError(
-        f"{name}: {filename} not found (searched {[str(r) for r in roots]}). {name} is "
+        f"{name}: {filename} not found (searched {[str(f) for f in folders]}). {name} is "
         f"distributed as a DGL binary graph (BWGNN); on a machine with DGL run "
         f"`python datasets/tools/dgl_to_npz.py --input PATH/{name} --output "
         f"{hint / filename}` and copy the result to {hint / filename} (or pass root=DIR / "

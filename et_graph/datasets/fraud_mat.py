@@ -228,17 +228,28 @@ def load_fraud_mat(
 DGL_FOLDERS = {"yelpchi": "yelp", "amazon": "amazon"}
 
 
-def find_fraud_mat(dataset: str, roots: list[Path]) -> Optional[Path]:
-    """First ``YelpChi.mat`` / ``Amazon.mat`` (or lowercase) in ``roots`` or a sub-folder
-    (named after the dataset, the file, or DGL's cache folder)."""
+def fraud_mat_folders(dataset: str, roots: list[Path]) -> list[Path]:
+    """The folders :func:`find_fraud_mat` looks in, in its order: each root and its sub-folders
+    named after the dataset, the file and DGL's cache folder (a missing file's message named
+    the roots alone)."""
     filename = FRAUD_FILES[dataset]
+    folders: list[Path] = []
     for root in roots:
         for folder in (root, root / dataset, root / filename[: -len(".mat")],
                        root / DGL_FOLDERS.get(dataset, dataset)):
-            for candidate in (filename, filename.lower()):
-                path = folder / candidate
-                if path.is_file():
-                    return path
+            if folder not in folders:
+                folders.append(folder)
+    return folders
+
+
+def find_fraud_mat(dataset: str, roots: list[Path]) -> Optional[Path]:
+    """First ``YelpChi.mat`` / ``Amazon.mat`` (or lowercase) in :func:`fraud_mat_folders`."""
+    filename = FRAUD_FILES[dataset]
+    for folder in fraud_mat_folders(dataset, roots):
+        for candidate in (filename, filename.lower()):
+            path = folder / candidate
+            if path.is_file():
+                return path
     return None
 
 
