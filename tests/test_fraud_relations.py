@@ -286,6 +286,7 @@ def test_cli_runs_the_multi_relation_et_on_a_mat_file(tmp_path):
     assert results["meta"]["config"]["et"]["multi_relation"] is True
     assert results["meta"]["config"]["data"]["relation"] == "multi"
     assert set(results["models"]) >= {"et", "et_energy_trained"}
+    assert results["relation_names"] == list(YELP_RELATIONS)  # edge_type's ids, in order
 
 
 def test_the_docs_multi_relation_snippet_runs(tmp_path, monkeypatch):

@@ -222,6 +222,9 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
             "nodes", len(splits), bootstrap_rounds=p.bootstrap_rounds), "node_"),
         "meta": run_metadata(config),
     }
+    if getattr(data, "relation_names", None) is not None:
+        # the relations of edge_type's ids, in their order (a fraud-data audit: not recorded)
+        results["relation_names"] = [str(name) for name in data.relation_names]
     if rank == 0 and config.run.out:
         write_outputs(Path(config.run.out), results, curves, data, splits[0])
         write_scores(Path(config.run.out) / SCORES_FILE, kept_scores, range(len(splits)),
