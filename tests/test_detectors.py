@@ -1106,3 +1106,6 @@ def test_explanation_inputs_give_the_scores_and_an_explanation(graph, make):
     torch.testing.assert_close(det.decision_function(data), scores.float(), rtol=0, atol=1e-6)
     with pytest.raises(RuntimeError, match="not fitted"):
         make().explanation_inputs(data)
+    if args[0].size(1) != data.x.size(1):  # the label trick's columns, the tree column
+        with pytest.raises(ValueError, match=r"takes det\.network_input\(data\)"):
+            model(data.x, *args[1:], **keywords)
