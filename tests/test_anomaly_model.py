@@ -235,3 +235,13 @@ def test_an_edge_mask_covers_every_path_the_edges_take_into_the_score(readout, l
     torch.testing.assert_close(masked, edgeless, rtol=0, atol=1e-10)
     assert not torch.allclose(plain, edgeless)
     torch.testing.assert_close(net(x, edge_index, **kwargs), plain, rtol=0, atol=0)
+
+
+def test_a_non_tensor_input_gets_the_input_check_not_an_attribute_error():
+    """(a review) the width hint read x.dim() before the input check: a NumPy array failed
+    with AttributeError instead of the clear ValueError."""
+    import numpy as np
+
+    net = ETAnomalyNet(6, 16, heads=2, head_dim=4)
+    with pytest.raises(ValueError, match="torch.Tensor"):
+        net(np.random.randn(3, 6), torch.tensor([[0, 1], [1, 2]]))

@@ -389,8 +389,14 @@ def test_a_layer_pickled_before_it_was_a_message_passing_loads_and_scores_as_bef
     x, edge_index, edge_type = typed_graph()
     expected = conv(x, edge_index, edge_type)
     # the state a plain Module had: MessagePassing's own attributes and submodule removed
+    # (from a throwaway subclass: a bare MessagePassing() makes PyG replace the base class's
+    # propagate, and later layers' explain path broke, depending on the tests' order)
     plain = Module()
-    template = MessagePassing(aggr="add", node_dim=0)
+
+    class _Template(MessagePassing):
+        pass
+
+    template = _Template(aggr="add", node_dim=0)
     state = {key: value for key, value in conv.__dict__.items()
              if key in plain.__dict__ or key not in template.__dict__}
     state["_modules"] = {key: value for key, value in conv._modules.items()
@@ -404,3 +410,24 @@ def test_a_layer_pickled_before_it_was_a_message_passing_loads_and_scores_as_bef
     old.register_message_forward_hook(lambda module, inputs, out: seen.append(out))
     torch.testing.assert_close(old(x, edge_index, edge_type), expected, rtol=0, atol=1e-12)
     assert seen  # it is a MessagePassing now, hooks included
+
+
+def test_watchers_reach_energy_grad_and_a_sparse_input_gets_the_layers_own_error():
+    """(a review) energy_grad ignored an explainer's mask here while ETConv's followed it; and
+    under a mask a sparse adjacency was told to coalesce, which the layer then refused."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    conv = make_conv()
+    x, edge_index, edge_type = typed_graph()
+    set_masks(conv, torch.zeros(edge_index.size(1), dtype=torch.float64), edge_index,
+              apply_sigmoid=False)
+    masked = conv.energy_grad(x, edge_index, edge_type)
+    n = x.size(0)
+    adjacency = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(edge_index.size(1)),
+                                        (n, n))
+    with pytest.raises(ValueError, match=r"takes edge_index as a \[2, E\] tensor"):
+        conv(x, adjacency, edge_type)
+    clear_masks(conv)
+    torch.testing.assert_close(masked, conv.energy_grad(x, edge_index[:, :0], edge_type[:0]),
+                               rtol=0, atol=1e-12)
+    assert not torch.allclose(masked, conv.energy_grad(x, edge_index, edge_type))

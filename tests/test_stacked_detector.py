@@ -175,6 +175,12 @@ def test_edge_data_is_named_once_and_a_multi_relation_et_reads_its_relations(gra
     merged = typed.clone()
     merged.edge_type = torch.zeros_like(typed.edge_type)
     assert not torch.allclose(det.decision_function(merged), det.decision_function(typed))
+    # scoring and explaining an untyped graph say the same thing (a review: explaining one
+    # raised an AttributeError on edge_type)
+    untyped = graph.clone()
+    for read in (det.decision_function, det.explanation_inputs):
+        with pytest.raises(ValueError, match="multi_relation needs a graph with edge types"):
+            read(untyped)
 
 
 def test_mistakes_are_named_early_and_in_the_detectors_words(graph, tmp_path, monkeypatch):

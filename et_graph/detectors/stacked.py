@@ -307,12 +307,16 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
                               self.fold_of_ if fitted_ids else None)
 
     def _score(self, data: Data) -> Tensor:
+        with _relayed(_renamed):
+            return self._inner(data)._decision(self._augmented(data, self._column(data)))
+
+    def _inner(self, data: Data) -> ETDetector:
+        """The fitted inner ET, ready to read ``data`` (prepared) with the column appended."""
         assert self.et_ is not None
         if self._reads_edge_type():
             graph_relations(data)  # (ET's own message, not an AttributeError on edge_type)
         self.et_.device = self.device  # (load(map_location=...) sets the outer one alone)
-        with _relayed(_renamed):
-            return self.et_._decision(self._augmented(data, self._column(data)))
+        return self.et_
 
     def explanation_inputs(self, data: Data) -> tuple[Any, tuple[Tensor, Tensor],
                                                       dict[str, Tensor]]:
@@ -321,10 +325,9 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
         **keywords))`` is :meth:`decision_function`. The column is an input computed before
         the network (from the trees and the fitted folds), so an edge mask does not reach it."""
         data = self._scorable(data)
-        assert self.et_ is not None
-        self.et_.device = self.device
         with _relayed(_renamed):
-            return self.et_.explanation_inputs(self._augmented(data, self._column(data)))
+            return self._inner(data).explanation_inputs(
+                self._augmented(data, self._column(data)))
 
     def _augmented(self, data: Data, column: Tensor, y: Optional[Tensor] = None) -> Data:
         """What ET reads: ``x`` with the normalised column appended, ``edge_index``,

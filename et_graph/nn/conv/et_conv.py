@@ -44,6 +44,12 @@ MESSAGE_HOOK_REGISTRIES = tuple(
     for kind in ("_pre", ""))
 
 
+def is_watched(module: Any) -> bool:
+    """Whether something watches a ``MessagePassing`` module's messages (an explainer's edge
+    mask or a message-level hook), so that it must pass them through ``propagate``."""
+    return bool(module._explain) or has_message_hooks(module)
+
+
 def has_message_hooks(module: Any) -> bool:
     """Whether ``module`` has hooks that only ``propagate`` runs: ``register_message_forward_hook``
     and the rest of PyG's message-level hooks (``AttentionExplainer`` registers one)."""
@@ -229,7 +235,7 @@ class AttentionMessages:
     def _sees_messages(self) -> bool:
         """Whether something watches the messages (an explainer's edge mask or a message-level
         hook), so that the descent must run through ``propagate``."""
-        return bool(self._explain) or has_message_hooks(self)  # type: ignore[attr-defined]
+        return is_watched(self)
 
     def _check_watchers(self, edge_index: Any) -> None:
         """Refuse the watchers (an explainer's edge mask, message-level hooks) and wrappers

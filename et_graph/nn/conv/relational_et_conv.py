@@ -53,6 +53,18 @@ def check_edge_type(edge_type: Any, num_edges: int, num_relations: int) -> Tenso
     return edge_type.long()
 
 
+def _refuse_sparse(edge_index: Adj) -> None:
+    if is_sparse(edge_index):
+        raise ValueError(
+            "RelationalETConv takes edge_index as a [2, E] tensor with edge_type [E]: a "
+            "sparse adjacency cannot hold two relations on the same pair of nodes "
+            "(convert it with torch_geometric.utils.to_edge_index)"
+        )
+
+
+#: MessagePassing's settings for this layer: the closed form's sums over edges, tokens [N, ...].
+_MESSAGE_PASSING = {"aggr": "add", "node_dim": 0}
+
 #: ETEnergy methods whose override this layer cannot follow: it sums each relation's
 #: attention energy itself, through keys and queries whose closed form it writes out, so a
 #: subclass changing them would be ignored or descended wrongly, with either grad (only the
@@ -166,7 +178,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         eps: float = 1e-5,
         cached: bool = False,
     ) -> None:
-        super().__init__(aggr="add", node_dim=0)
+        super().__init__(**_MESSAGE_PASSING)
         for name, value in (("num_relations", num_relations), ("heads", heads)):
             if not is_integral(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -197,7 +209,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
             # (session 63): MessagePassing's own state comes from a fresh one, and its
             # aggregation module joins the pickled submodules.
             template = type(self).__new__(type(self))
-            MessagePassing.__init__(template, aggr="add", node_dim=0)
+            MessagePassing.__init__(template, **_MESSAGE_PASSING)
             data = {**{key: value for key, value in template.__dict__.items()
                        if key not in data}, **data}
             data["_modules"] = {**template._modules, **data["_modules"]}
@@ -240,12 +252,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         """One validated :class:`~et_graph.nn.EdgeSet` per relation (self-loops removed) for
         the tokens ``x [N, D]``; ``plan=True`` also builds each relation's sorted layout for the
         fused kernel, reused by every step and by backward."""
-        if is_sparse(edge_index):
-            raise ValueError(
-                "RelationalETConv takes edge_index as a [2, E] tensor with edge_type [E]: a "
-                "sparse adjacency cannot hold two relations on the same pair of nodes "
-                "(convert it with torch_geometric.utils.to_edge_index)"
-            )
+        _refuse_sparse(edge_index)
         num_nodes = x.size(0)
         edge_index = check_edge_index(edge_index, num_nodes)
         edge_type = check_edge_type(edge_type, edge_index.size(1), self.num_relations)
@@ -369,7 +376,23 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
         edges = self.edges(x_in, edge_index, edge_type)
-        return self.grad_of_g(fn.norm(x_in), edges).to(x.dtype)
+        # through the messages while watched, as forward and ETConv.energy_grad do
+        routes = self._watched_routes(x_in, edge_index, edge_type, edges)
+        return self._watched_grad(fn.norm(x_in), edges, routes).to(x.dtype)
+
+    def _watched_routes(self, x: Tensor, edge_index: Adj, edge_type: Tensor,
+                        edges: list[EdgeSet]) -> Optional[tuple[Tensor, list[Tensor]]]:
+        """:meth:`_message_routes` while an explainer or a message hook watches, else None."""
+        if not self._sees_messages:
+            return None
+        return self._message_routes(x, edge_index, edge_type, edges)
+
+    def _watched_grad(self, g: Tensor, edges: list[EdgeSet],
+                      routes: Optional[tuple[Tensor, list[Tensor]]]) -> Tensor:
+        """:meth:`grad_of_g`, through the messages when ``routes`` are given."""
+        if routes is None:
+            return self.grad_of_g(g, edges)
+        return self._grad_by_messages(g, edges, routes)
 
     # ----------------------------------------------------------------------------------------
     # Dynamics
@@ -416,6 +439,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         refuse_tracing(self)
         check_return_energy(return_energy, type(self).__name__)
         check_relation_wrappers(self, relational=True)
+        _refuse_sparse(edge_index)  # (before the watchers' advice on sparse adjacencies)
         self._check_watchers(edge_index)
         self.energy_fn.check_builtin_energy(type(self).__name__, _OWN_TERMS)
         num_steps = self._num_steps(steps)
@@ -424,15 +448,13 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         watched = self._sees_messages
         fused = self.grad == "analytic" and self.fused and not watched and num_steps > 0
         edges = self._edges(out, edge_index, edge_type, fused)
-        routes = self._message_routes(out, edge_index, edge_type, edges) if watched else None
+        routes = self._watched_routes(out, edge_index, edge_type, edges)
         energies = []
         for _ in range(num_steps):
             g = fn.layer_norm(out)
             if return_energy:
                 energies.append(self._detached_total(g, edges))
-            grad = (self.grad_of_g(g, edges) if routes is None
-                    else self._grad_by_messages(g, edges, routes))
-            out = self._step(out, grad)
+            out = self._step(out, self._watched_grad(g, edges, routes))
         if num_steps:
             check_finite_tokens(out, type(self).__name__)
         if return_energy:

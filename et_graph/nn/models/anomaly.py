@@ -11,7 +11,7 @@ from torch_geometric.nn.conv import MessagePassing
 from ..._sparse_warnings import quiet_sparse
 from ...precision import backward_without_autocast
 from ..conv import ETConv, RelationalETConv
-from ..conv.et_conv import has_message_hooks
+from ..conv.et_conv import is_watched
 from ..conv.relational_et_conv import check_edge_type
 from ..dropout import Dropout
 from ..edge_cache import EdgeCache
@@ -31,7 +31,7 @@ class _NeighbourMeanMessages(MessagePassing):
 
     @property
     def watched(self) -> bool:
-        return bool(self._explain) or has_message_hooks(self)
+        return is_watched(self)
 
     def forward(self, tokens: Tensor, edge_index: Tensor) -> Tensor:
         num_nodes = tokens.size(0)
@@ -249,7 +249,7 @@ class ETAnomalyNet(nn.Module):
     def embed(self, x: Tensor, node_ids: Optional[Tensor] = None) -> Tensor:
         """Tokens ``x^1 [N, hidden]`` (eq. 10). ``node_ids`` are the nodes' ids in the full graph
         (needed for the positional embedding when ``x`` is an induced subgraph)."""
-        if x.dim() == 2 and x.size(-1) != self.in_channels:
+        if isinstance(x, Tensor) and x.dim() == 2 and x.size(-1) != self.in_channels:
             # A fitted detector's network reads more than data.x (the label trick's columns, a
             # stacked tree column): a user explaining one called it with data.x (an audit).
             raise ValueError(
