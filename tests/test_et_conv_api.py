@@ -1029,3 +1029,18 @@ def test_a_nan_feature_is_named_by_its_row():
     x[4, 1], x[5, 0] = float("nan"), float("inf")
     with pytest.raises(ValueError, match=r"NaN or inf values \(in 2 rows, the first row 4\)"):
         ETConv(8, heads=2, head_dim=4)(x, torch.tensor([[0, 1], [1, 2]]))
+
+
+def test_cls_readouts_refuse_tokens_from_before_attach():
+    """(a user audit) readout took the tokens from before attach() and returned ordinary
+    nodes' rows as the CLS tokens, without a word."""
+    pool = CLSPool(4)
+    x = torch.randn(5, 4)
+    edge_index = torch.tensor([[0, 1, 3], [1, 2, 4]])
+    batch = torch.tensor([0, 0, 0, 1, 1])
+    graph = pool.attach(x, edge_index, batch)
+    assert pool.readout(graph.x, graph).shape == (2, 4)
+    for read in (lambda t: pool.readout(t, graph), lambda t: pool.readout_sum_mean(t, graph),
+                 lambda t: pool.readout_sums([t], graph), lambda t: pool.node_states(t, graph)):
+        with pytest.raises(ValueError, match="one row per node of the CLS graph"):
+            read(x)

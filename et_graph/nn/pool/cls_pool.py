@@ -132,6 +132,19 @@ def _insert_cls_nodes(
     return CLSGraph(out_x, out_edges, out_batch, is_cls_edge, cls_index, node_index)
 
 
+def _in_layout(x: Tensor, graph: CLSGraph) -> Tensor:
+    """``x`` if it has a row per node of ``graph`` (its nodes and CLS nodes): the tokens from
+    before :meth:`CLSPool.attach` gave ordinary nodes' rows as CLS tokens without a word
+    (a user audit)."""
+    if not isinstance(x, Tensor) or x.dim() < 1 or x.size(0) != graph.x.size(0):
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(
+            f"tokens must have one row per node of the CLS graph ({graph.x.size(0)}: "
+            f"{graph.node_index.numel()} nodes and {graph.cls_index.numel()} CLS nodes), got "
+            f"{shape}: read out the tokens computed on the graph that attach() returned")
+    return x
+
+
 class CLSPool(Module):
     r"""A learnable CLS token per graph as a virtual node with edges both ways to every node of its
     graph; the graph readout is that node's token after the last block.
@@ -194,14 +207,14 @@ class CLSPool(Module):
     @staticmethod
     def readout(x: Tensor, graph: CLSGraph) -> Tensor:
         """The CLS tokens ``[G, D]``."""
-        return x.index_select(0, graph.cls_index)
+        return _in_layout(x, graph).index_select(0, graph.cls_index)
 
     @staticmethod
     def readout_sum_mean(x: Tensor, graph: CLSGraph) -> Tensor:
         """The CLS token, the sum and the mean of the node tokens of each graph, concatenated:
         ``[G, 3D]``. Unlike the CLS token (an attention average), the sum grows with the number
         of nodes; sum and mean do not depend on the order of the nodes."""
-        sums = CLSPool.readout_sums([x], graph)
+        sums = CLSPool.readout_sums([_in_layout(x, graph)], graph)
         # graph.batch counts every graph's one CLS node as well
         counts = (torch.bincount(graph.batch, minlength=sums.size(0)) - 1).clamp_min(1)
         return torch.cat([x.index_select(0, graph.cls_index), sums,
@@ -212,6 +225,8 @@ class CLSPool(Module):
         """The sum of the node tokens (CLS nodes excluded) of each graph, for each of
         ``states`` (tensors ``[N + G, D_i]`` in ``graph``'s layout), concatenated:
         ``[G, sum_i D_i]``."""
+        for state in states:
+            _in_layout(state, graph)
         num_graphs = graph.cls_index.numel()
         node_batch = graph.batch.index_select(0, graph.node_index)
         joined = states[0] if len(states) == 1 else torch.cat(states, dim=1)
@@ -221,7 +236,7 @@ class CLSPool(Module):
     @staticmethod
     def node_states(x: Tensor, graph: CLSGraph) -> Tensor:
         """The original nodes' tokens ``[N, D]`` in their original order."""
-        return x.index_select(0, graph.node_index)
+        return _in_layout(x, graph).index_select(0, graph.node_index)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels})"
