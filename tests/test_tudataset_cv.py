@@ -1016,6 +1016,13 @@ def test_gin_edges_config_builds_gine_and_refuses_edgeless_data():
     # without GIN among the models, the switch has nothing to refuse
     only_et = parse(tudataset.CONFIG, ["--gin-edges", "--models", "et"])
     assert set(tudataset.model_factories(only_et, info)) == {"et"}
+    # ET's switch says the same in the flag's words (a user audit: it named the model's
+    # constructor arguments), and the seed is checked before any data loads
+    with pytest.raises(ValueError, match="et.message_passing_edges needs edge features, and "):
+        tudataset.model_factories(parse(tudataset.CONFIG, ["--message-passing-edges",
+                                                           "--models", "et"]), info)
+    with pytest.raises(ValueError, match=r"seed must lie in \[0, 2\*\*32\)"):
+        parse(tudataset.CONFIG, ["--seed", "-1"])
 
 
 def test_flags_no_chosen_model_reads_are_named(monkeypatch):

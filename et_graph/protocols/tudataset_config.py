@@ -108,6 +108,8 @@ class TUProtocolConfig:
         # Here, not after the dataset is loaded and its encodings computed (minutes on NCI1).
         if self.folds < 2:
             raise ValueError(f"folds must be >= 2, got {self.folds}")
+        if not 0 <= self.seed < 2**32:  # (NumPy's own message came after the data loaded)
+            raise ValueError(f"seed must lie in [0, 2**32), got {self.seed}")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must lie in (0, 1), got {self.val_fraction}")
         if self.runs_per_fold < 1:
@@ -276,9 +278,14 @@ def model_factories(config: TUDatasetConfig, info: dict[str, Any],
     the ones it started with: :func:`registered_models_of`)."""
     width, classes = info["node_feature_width"], info["classes"]
     base = config.baselines
-    if base.gin_edges and "gin" in config.protocol.model_names and not info["edge_features"]:
-        raise ValueError(f"baselines.gin_edges needs edge features, and {config.data.dataset} "
-                         "has none here")
+    names = config.protocol.model_names
+    for switch, value, model in (("baselines.gin_edges", base.gin_edges, "gin"),
+                                 ("et.message_passing_edges", config.et.message_passing_edges,
+                                  "et")):
+        # (ETGraphModel's own message named constructor arguments a CLI user cannot set)
+        if value and model in names and not info["edge_features"]:
+            raise ValueError(f"{switch} needs edge features, and {config.data.dataset} has "
+                             "none here")
     gin_edge_channels = info["edge_features"] if base.gin_edges else 0
     factories: dict[str, Callable[[], nn.Module]] = {
         "et": lambda: ETGraphModel(**et_model_kwargs(config, info)),
