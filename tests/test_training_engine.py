@@ -878,3 +878,13 @@ def test_cpu_parameters_get_the_fused_adam_only_where_torch_has_it(monkeypatch):
                         lambda: ["cuda", "xpu"])  # torch 2.3's list
     assert _fused_step(params) == {}
     Trainer(TrainConfig(epochs=1), progress=False).fit(nn.Linear(1, 1), ScriptedTask([0.5]))
+
+
+def test_a_refused_resume_names_each_new_piece_once():
+    """(a user audit) a model's repr repeats a layer's width per layer: the message named
+    out_features=16 four times."""
+    from et_graph.training.engine import _new_settings
+
+    stored = "Net(Linear(in_features=4, out_features=8), Linear(out_features=8), steps=2)"
+    current = "Net(Linear(in_features=4, out_features=16), Linear(out_features=16), steps=3)"
+    assert _new_settings(stored, current) == ["out_features=16", "steps=3"]

@@ -740,7 +740,9 @@ def _new_settings(stored: str, current: str, limit: int = 6) -> list[str]:
         return [p for p in re.split(r"[(),{}\[\]]\s*|,\s*", text) if "=" in p or ":" in p]
 
     old = set(pieces(stored))
-    return [p.strip() for p in pieces(current) if p not in old][:limit]
+    # once each: a model's repr repeats a layer's out_features=16 per layer (a user audit saw
+    # it four times)
+    return list(dict.fromkeys(p.strip() for p in pieces(current) if p not in old))[:limit]
 
 
 def rank_world() -> tuple[int, int]:
