@@ -121,6 +121,13 @@ def test_missing_raw_files_are_reported(tmp_path):
     (partial / "MUTAG" / "raw" / "MUTAG_graph_labels.txt").unlink()
     with pytest.raises(ValueError, match="lacks MUTAG_graph_labels.txt"):
         prepare_root(partial, "MUTAG", tmp_path / "cache")
+    # an empty raw folder of the very name asked for: said so, not "did you mean MUTAG?"
+    empty = tmp_path / "empty"
+    (empty / "MUTAG" / "raw").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"MUTAG/raw exists but holds no MUTAG_\*\.txt file"
+                       ) as info:
+        prepare_root(empty, "MUTAG", tmp_path / "cache")
+    assert "did you mean" not in str(info.value)
 
 
 def _corrupt_mutag(tmp_path, part, change):

@@ -64,6 +64,8 @@ def _names_hint(root: Path, name: str) -> str:
     import difflib
 
     held = sorted(p.name for p in root.iterdir() if (p / "raw").is_dir()) if root.is_dir() else []
+    if name in held:  # its raw folder is there, without the files: guessing its name confuses
+        return f"; {root / name / 'raw'} exists but holds no {name}_*.txt file"
     if not held:
         return ""
     close = difflib.get_close_matches(name.upper(), [h.upper() for h in held], n=1, cutoff=0.6)
