@@ -605,8 +605,9 @@ def test_quick_cv_run_writes_results(tmp_path):
     ("et", "--message-passing-edges", "et",
      "edge features: 4 (used by ET through A' and in its message-passing layers' messages); "
      "GIN and the structure-agnostic MLP ignore edge features"),
+    # without ET in the run, nothing is said of what ET reads (a user audit)
     ("gin", "--gin-edges", "baselines",
-     "edge features: 4 (used by ET through A'); GIN reads them in its messages (GINE), the "
+     "edge features: 4; GIN reads them in its messages (GINE), the "
      "structure-agnostic MLP ignores them"),
 ])
 def test_cli_says_which_model_reads_the_bonds(tmp_path, model, flag, section, note):
@@ -614,7 +615,9 @@ def test_cli_says_which_model_reads_the_bonds(tmp_path, model, flag, section, no
     tudataset.main(["--dataset", "MUTAG", "--cache", str(tmp_path / "cache"), "--quick",
                     "--models", model, "--max-folds", "1", flag,
                     "--out", str(out), "--no-progress"])
-    assert note in (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
+    markdown = (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
+    assert note in markdown
+    assert ("structural encodings read by ET" in markdown) == (model == "et")
     results = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
     setting = flag.removeprefix("--").replace("-", "_")
     assert results["meta"]["config"][section][setting] is True

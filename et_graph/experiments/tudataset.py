@@ -167,10 +167,12 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     edge_dim = info["edge_features"]
     et_reads_edges = "A'" + (" and in its message-passing layers' messages"
                              if config.et.message_passing_edges else "")
+    # (a run without ET described what ET reads: a user audit)
+    with_et = "et" in protocol.model_names
     notes = [
         f"node features: {info['node_features']}",
-        "edge features: " + (f"{edge_dim} (used by ET through {et_reads_edges})"
-                             if edge_dim else "none")
+        "edge features: " + ((f"{edge_dim} (used by ET through {et_reads_edges})" if with_et
+                              else str(edge_dim)) if edge_dim else "none")
         + ("; GIN reads them in its messages (GINE), the structure-agnostic MLP ignores them"
            if config.baselines.gin_edges
            else "; GIN and the structure-agnostic MLP ignore edge features"),
@@ -181,7 +183,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
            + "; GIN and the structure-agnostic MLP see the node features only"
            + ("; a registered model can read them only through forward_data(batch)"
               if registered_kinds else "")]
-          if config.data.pe_dim or config.data.rw_pe_dim else []),
+          if with_et and (config.data.pe_dim or config.data.rw_pe_dim) else []),
         ("val_accuracy: inner-validation accuracy, mean ± std (population) over the folds"
          if protocol.validation_only else "accuracy: mean ± std (population) over the test folds"),
         *selection_notes(results["models"]),
