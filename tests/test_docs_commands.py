@@ -184,3 +184,19 @@ def test_the_readmes_etconv_block_runs_as_written():
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)
     assert namespace["out"].shape == (2, 50, 64)
+
+
+def test_the_graph_pages_etgraphmodel_block_runs_and_leaves_the_shipped_data_alone(
+        tmp_path, monkeypatch):
+    """(a user audit) it processed MUTAG inside the shipped datasets/ folder, where a later
+    pre_transform met the stale encodings with only PyG's warning."""
+    text = (ROOT / "docs" / "graph_classification.md").read_text(encoding="utf-8")
+    block = text.split("```python", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("ET_GRAPH_CACHE", str(tmp_path / "cache"))
+    before = sorted(p.relative_to(ROOT) for p in (ROOT / "datasets" / "TUDataset").rglob("*"))
+    namespace: dict = {}
+    exec(compile(block, "graph_classification.md", "exec"), namespace)
+    assert namespace["logits"].size(1) == 2
+    assert sorted(p.relative_to(ROOT) for p in (ROOT / "datasets" / "TUDataset").rglob("*")) == (
+        before)
