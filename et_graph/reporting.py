@@ -285,7 +285,8 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
     if results:
         written = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[results[0]] / 1e9))
         warnings.warn(f"{folder} holds an earlier run's results ({results[0]}, written "
-                      f"{written}); this run replaces them", RuntimeWarning,
+                      f"{written}); this run replaces them when it writes its own (one that "
+                      "stops before, on an error say, leaves them as they are)", RuntimeWarning,
                       stacklevel=user_stacklevel())
     yield
     left = sorted(str(path.relative_to(folder)) for path, stamp in earlier.items()

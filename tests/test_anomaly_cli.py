@@ -473,6 +473,8 @@ def test_a_rerun_into_a_used_out_folder_names_what_it_replaces_and_what_it_left(
         assert cli_main([*argv, "--checkpoint-dir", str(out / "checkpoints")]) == 0
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert any("holds an earlier run's results" in m for m in messages), messages
+    # (a user audit read "replaces them" before a refused flag left them as they were)
+    assert any("one that stops before, on an error say, leaves them" in m for m in messages)
     # named the line in reporting.py (a frame short: the context manager's __enter__)
     assert {w.filename for w in caught if "earlier run" in str(w.message)} == {__file__}
     left = [m for m in messages if "come from an earlier run" in m]
