@@ -407,3 +407,20 @@ def test_a_to_homogeneous_graph_names_its_relations(typed_graph):
     with pytest.warns(RuntimeWarning, match="cannot be checked") as caught:
         det.decision_function(unnamed)
     assert caught[0].filename == __file__  # the caller's line, not torch's contextlib
+
+
+def test_a_run_names_edge_types_a_model_ignores_once_not_once_per_seed(tmp_path):
+    """(a fraud-data audit) 'MLPDetector ignores data.edge_type' came once per seed and model."""
+    import warnings
+
+    path = tmp_path / "YelpChi.mat"
+    write_care_mat(path, YELP_RELATIONS, n=120, seed=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli_main(["anomaly", "--data", str(path), "--relation", "multi", "--models",
+                         "mlp,gbt", "--epochs", "1", "--max-iter", "5", "--seeds", "3",
+                         "--baseline-hidden", "8", "--no-energy-row", "--no-progress",
+                         "--out", str(tmp_path / "run")]) == 0
+    said = [str(w.message).split(" ")[0] for w in caught
+            if "ignores data.edge_type" in str(w.message)]
+    assert sorted(said) == ["GBTDetector", "MLPDetector"]

@@ -10,12 +10,14 @@ protocol), ``decision_score_`` (the scores of the graph it was fitted on) and ``
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 import pickle
 import warnings
 import zipfile
+from collections.abc import Iterator
 from typing import Any, Literal, Optional, TypeVar, Union, overload
 
 import torch
@@ -461,6 +463,23 @@ def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = Fal
         warnings.warn(f"{detector} ignores data.{' and data.'.join(unused)}: the detectors read "
                       "x, edge_index (and edge_type with multi_relation) only",
                       stacklevel=user_stacklevel())
+
+
+#: What :func:`warn_unused_edge_data` says, for the callers that say it once.
+UNUSED_EDGE_DATA = r".* ignores data\.(edge_weight|edge_attr|edge_type)"
+
+
+@contextlib.contextmanager
+def unused_edge_data_said(already: bool) -> Iterator[None]:
+    """Silence :func:`warn_unused_edge_data` where it has been said already (``already``): a
+    run's later seeds fit the same detectors on the same graph, and a fraud-data audit saw the
+    warning once per seed and model."""
+    if not already:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=UNUSED_EDGE_DATA, category=UserWarning)
+        yield
 
 
 def check_graph(data: Data) -> tuple[Tensor, Tensor]:
