@@ -83,9 +83,9 @@ def _check_adjacency_shape(adjacency: Any, key: str, num_nodes: int, source: str
         )
 
 
-def _edges(adjacency: Any, key: str, num_nodes: int, source: str) -> np.ndarray:
-    """``[2, E]`` int64 node pairs of the nonzero entries of the ``[N, N]`` matrix ``key``."""
-    _check_adjacency_shape(adjacency, key, num_nodes, source)
+def _edges(adjacency: Any, key: str, source: str) -> np.ndarray:
+    """``[2, E]`` int64 node pairs of the nonzero entries of the ``[N, N]`` matrix ``key``
+    (its shape checked by :func:`load_fraud_mat` with every other adjacency of the file)."""
     if hasattr(adjacency, "tocoo"):
         coo = adjacency.tocoo()
         # A stored zero is no edge (as in a dense matrix); duplicates are summed first, so an
@@ -184,15 +184,14 @@ def load_fraud_mat(
     # Every adjacency of the file, read or not: a relation of the wrong size loaded without a
     # word under --relation homo (an audit), though the file is broken.
     for adjacency_key in ("homo", *relations):
-        if adjacency_key in keys:
-            _check_adjacency_shape(mat[adjacency_key], adjacency_key, num_nodes, source)
+        _check_adjacency_shape(mat[adjacency_key], adjacency_key, num_nodes, source)
     if key == MULTI_RELATION:
         names = _multi_relation_keys(dataset, relations, source)
-        typed = [_edges(mat[name], name, num_nodes, source) for name in names]
+        typed = [_edges(mat[name], name, source) for name in names]
         # Validated (and merged) once as the union; the typed edges replace it below.
         edge_index = np.concatenate(typed, axis=1)
     else:
-        edge_index = _edges(mat[key], key, num_nodes, source)
+        edge_index = _edges(mat[key], key, source)
 
     if unlabelled_prefix is None:
         unlabelled_prefix = AMAZON_UNLABELLED_NODES if dataset == "amazon" else 0

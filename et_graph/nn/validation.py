@@ -42,9 +42,10 @@ def layer_norm_limit(dtype: torch.dtype, channels: int) -> float:
 
 
 def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2,
-                   limit: Optional[float] = None) -> None:
+                   limit: Optional[float] = None, width_hint: str = "") -> None:
     """Validate the shape, width, dtype and values of features ``x``; with ``limit``, also
-    refuse entries beyond it in magnitude (one min/max pass checks both)."""
+    refuse entries beyond it in magnitude (one min/max pass checks both). ``width_hint`` is
+    added to the message of a wrong feature width."""
     if (isinstance(x, (tuple, list)) and name == "x" and len(x) == 2
             and all(part is None or isinstance(part, Tensor) for part in x)):
         # PyG's bipartite convention (to_hetero builds such calls too)
@@ -60,6 +61,7 @@ def check_features(x: Tensor, channels: int, name: str = "x", ndim: int = 2,
     if x.size(-1) != channels:
         raise ValueError(
             f"{name} has feature width {x.size(-1)} but the layer expects channels={channels}"
+            + width_hint
         )
     if not x.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")

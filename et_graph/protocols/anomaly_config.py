@@ -33,7 +33,7 @@ from ..detectors.registry import (
     checked_detector,
     reserved_name,
 )
-from ..detectors.stacked import check_fold_count
+from ..detectors.stacked import check_fold_count, check_folds
 from ..nn.validation import check_chunk_size, check_positive_int
 from ..transforms.features import prepare_detection_data
 from ..transforms.neighbourhood import NeighbourhoodStatistics, parse_neighbour_stats
@@ -409,8 +409,6 @@ def check_stack_folds(config: AnomalyConfig, names: list[str], train_labels: lis
     split's training labels (``train_labels``, one 0/1 array per split) hold enough nodes of
     each class, found once the splits are drawn, before any model trains."""
     if "et_stacked" in names:
-        from ..detectors.stacked import check_folds
-
         for labels in train_labels:
             check_folds(labels, config.stack.stack_folds, "--stack-folds")
 

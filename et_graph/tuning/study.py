@@ -96,10 +96,7 @@ def tuned_fields(trial_config: Callable[[Any], Any]) -> set[str]:
     at every first choice and lowest value and one at every last and highest (none where a
     probe's extreme combination is refused: the check must never stop a study)."""
     try:
-        low, high = ({f"{section}.{name}": value for section, fields in
-                      to_dict(trial_config(_ProbeTrial(last))).items()
-                      if isinstance(fields, dict) for name, value in fields.items()}
-                     for last in (False, True))
+        low, high = (_flat(trial_config(_ProbeTrial(last))) for last in (False, True))
     except ValueError:
         return set()
     return {key for key, value in low.items() if high.get(key) != value}

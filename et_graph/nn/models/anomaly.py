@@ -249,14 +249,11 @@ class ETAnomalyNet(nn.Module):
     def embed(self, x: Tensor, node_ids: Optional[Tensor] = None) -> Tensor:
         """Tokens ``x^1 [N, hidden]`` (eq. 10). ``node_ids`` are the nodes' ids in the full graph
         (needed for the positional embedding when ``x`` is an induced subgraph)."""
-        if isinstance(x, Tensor) and x.dim() == 2 and x.size(-1) != self.in_channels:
-            # A fitted detector's network reads more than data.x (the label trick's columns, a
-            # stacked tree column): a user explaining one called it with data.x (an audit).
-            raise ValueError(
-                f"x has feature width {x.size(-1)} but the network expects {self.in_channels}; "
-                "a fitted detector's network takes det.network_input(data) (the label trick "
-                "adds columns), or use det.explanation_inputs(data)")
-        check_features(x, self.in_channels)
+        # A fitted detector's network reads more than data.x (the label trick's columns, a
+        # stacked tree column): a user explaining one called it with data.x (an audit).
+        check_features(x, self.in_channels, width_hint=(
+            "; a fitted detector's network takes det.network_input(data) (the label trick "
+            "adds columns), or use det.explanation_inputs(data)"))
         # Raw features come in any float dtype (NumPy's float64): read in the model's, as
         # ETGraphModel does; the bare ETConv refuses a mismatch instead (no silent cast there).
         tokens = self.embedding(x.to(self.embedding.weight.dtype))
