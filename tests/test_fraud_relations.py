@@ -364,6 +364,13 @@ def test_relations_are_kept_checked_and_described(typed_graph, tmp_path):
     merged = parse(AnomalyConfig, ["--relation", "multi"])
     assert "relations: multi (every model sees every relation's" in (
         describe_protocol(merged, split, ["et_stacked", "gbt"]))
+    # the default, homo, merges a fraud file's relations: the line says so (an audit), and
+    # says nothing of relations for a graph that has one
+    for flags in (["--dataset", "yelpchi"], ["--data", str(tmp_path / "Shop.mat")]):
+        assert "relations: homo (the file's merged adjacency" in describe_protocol(
+            parse(AnomalyConfig, flags), split, ["et", "gbt"])
+    assert "relations" not in describe_protocol(
+        parse(AnomalyConfig, ["--dataset", "reddit"]), split, ["et", "gbt"])
 
 
 def test_fitted_empty_relation_names_warn_instead_of_failing(typed_graph):

@@ -13,6 +13,9 @@ from .anomaly_config import ET_MODELS, MODEL_NAMES, AnomalyConfig
 
 __all__ = ["describe_protocol"]
 
+#: Built-in loaders whose files hold several relations (CARE-GNN's YelpChi and Amazon).
+MULTI_RELATION_DATASETS = ("yelpchi", "amazon")
+
 
 def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[str],
                       y: Optional[np.ndarray] = None,
@@ -46,7 +49,12 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
             + "threshold from 0.05..0.95 (19) maximising validation macro-F1; "
             + ("VALIDATION ONLY: the tables score the validation nodes, no test node is scored"
                if p.validation_only else "test nodes scored once"))
-    if d.relation != "homo":
+    if d.relation == "homo" and (d.dataset in MULTI_RELATION_DATASETS
+                                 or str(d.data or "").lower().endswith(".mat")):
+        # A fraud file's default merges its relations; the line said nothing of it (an audit).
+        text += ("; relations: homo (the file's merged adjacency: a linked pair once, whatever "
+                 "relations link it; every model sees it)")
+    elif d.relation != "homo":
         # Which models tell the relations apart (a fraud-data audit: only the config said it;
         # a later one found et_stacked, which attends per relation too, called merged).
         text += f"; relations: {d.relation}"
