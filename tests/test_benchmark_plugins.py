@@ -172,6 +172,22 @@ class NodeValues(nn.Module):
         return self.value(x.view(-1))
 
 
+def test_a_registered_model_never_sees_ets_laplacian_pe(tmp_path):
+    # The PE is computed only in runs with ET: a model reading it through forward_data read it
+    # only beside ET, so that its row depended on the other models run (an audit)
+    seen = []
+
+    class Peeking(MeanPoolModel):
+        def forward_data(self, batch):
+            seen.append(sorted(key for key in ("lap_pe", "cls_lap_pe", "rw_pe") if key in batch))
+            return self(batch.x, batch.edge_index, batch.batch)
+
+    register_benchmark_model("peek", lambda config, data: Peeking(
+        data, config.baselines.baseline_hidden, 0.0))
+    gnnbenchmark.main(quick("--models", "et,peek", "--rw-pe-dim", "2", "--seeds", "0"))
+    assert seen and all(keys == ["rw_pe"] for keys in seen)  # every model's encoding stays
+
+
 @pytest.mark.parametrize("factory, error, message", [
     (lambda config, data: 1, TypeError,
      "registered benchmark model 'wrong' returned int, not a torch.nn.Module"),

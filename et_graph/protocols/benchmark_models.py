@@ -27,8 +27,8 @@ The contract:
   ``[num_nodes, data.node_dim]``; ``edge_attr`` holds long ids ``[num_edges]``
   (``data.num_edge_types``: ZINC's bonds), float ``[num_edges, data.edge_dim]``, or is
   ``None``; ``rw_pe`` is the random-walk encoding ``[num_nodes, data.rw_pe_dim]`` every model is
-  given (``None`` at ``--rw-pe-dim 0``). The Laplacian PE (``batch.pe``) is ET's own input,
-  there only when ET runs: a registered model must not read it.
+  given (``None`` at ``--rw-pe-dim 0``). The Laplacian PE (``lap_pe``, ``cls_lap_pe``) is ET's own
+  input, computed only when ET runs and taken off the batch ``forward_data`` is given.
 * It returns, for ``data.task`` ``"regression"`` (ZINC), one value per graph, ``[num_graphs]``
   or ``[num_graphs, 1]`` (L1 loss, MAE); ``"node"`` (PATTERN, CLUSTER), class logits
   ``[num_nodes, num_outputs]`` (cross-entropy weighted by the training classes, weighted

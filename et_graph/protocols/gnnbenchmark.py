@@ -6,6 +6,7 @@ the lower validation loss) and the test split is evaluated once with those weigh
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -219,11 +220,29 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
 # --------------------------------------------------------------------------------------------
 # Training and evaluation
 # --------------------------------------------------------------------------------------------
+#: ET's own inputs (the CLS Laplacian PE), on the graphs only when ET runs: no other model is
+#: given them, so that a model's input never depends on which other models run.
+ET_ONLY_FIELDS = ("lap_pe", "cls_lap_pe")
+
+
+def without_et_fields(batch: Data) -> Data:
+    """``batch`` without :data:`ET_ONLY_FIELDS` (a shallow copy, the tensors shared; ``batch``
+    itself where it has none of them)."""
+    present = [key for key in ET_ONLY_FIELDS if key in batch]
+    if not present:
+        return batch
+    view = copy.copy(batch)
+    for key in present:
+        del view[key]
+    return view
+
+
 def predict(model: nn.Module, batch: Data) -> Tensor:
     if isinstance(model, ETGraphModel):  # the preset, not the data, chooses what ET reads
         out = model.forward_data(batch, unused="ignore")
     elif hasattr(model, "forward_data"):
-        out = model.forward_data(batch)
+        # A registered model read the PE only in runs with ET, unchecked (an audit)
+        out = model.forward_data(without_et_fields(batch))
     else:
         out = model(batch.x, batch.edge_index, batch.batch,
                     edge_attr=getattr(batch, "edge_attr", None),
