@@ -106,6 +106,12 @@ def test_the_curve_plot_draws_a_registered_row_in_a_colour_of_its_own(tmp_path, 
     lines = {line.get_label(): line.get_color() for line in figures[0].axes[0].get_lines()}
     assert lines["et"] == MODEL_COLOURS["et"] and lines["gin"] == MODEL_COLOURS["gin"]
     assert lines["meanpool"] not in MODEL_COLOURS.values()
+    # a registered model under a name with a colour of its own elsewhere (the anomaly GAT's
+    # purple is GatedGCN's here) is drawn in a spare one
+    gnnbenchmark._plot_curves(tmp_path, {"gatedgcn": [[2.0, 1.0]], "gat": [[2.0, 1.5]]}, data)
+    lines = {line.get_label(): line.get_color() for line in figures[1].axes[0].get_lines()}
+    assert lines["gatedgcn"] == MODEL_COLOURS["gatedgcn"]
+    assert lines["gat"] not in MODEL_COLOURS.values()
 
 
 def test_an_unknown_model_names_the_plugin_flag_and_a_registered_one_is_known():

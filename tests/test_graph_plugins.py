@@ -123,6 +123,13 @@ def test_the_accuracy_plot_draws_a_registered_row_in_a_colour_of_its_own(tmp_pat
                          tmp_path / "accuracy.png")
     assert drawn[0] == MODEL_COLOURS["et"] and drawn[1] == MODEL_COLOURS["gin"]
     assert drawn[2] not in MODEL_COLOURS.values()
+    # a registered model named mlp took the structure-agnostic baseline's green (an audit)
+    drawn.clear()
+    plot_fold_accuracies({"dataset": "MUTAG", "folds": [{}, {}],
+                          "models": {"structure_agnostic": stats, "mlp": stats}},
+                         tmp_path / "accuracy.png")
+    assert drawn[0] == MODEL_COLOURS["structure_agnostic"]
+    assert drawn[1] not in MODEL_COLOURS.values()
 
 
 def test_an_unknown_model_names_the_plugin_flag_and_a_registered_one_is_known():

@@ -40,6 +40,13 @@ def test_roc_and_training_curves_draw_a_model_in_one_colour(tmp_path, saved_figu
     lines = {line.get_label().split(" ")[0]: line.get_color()
              for line in roc.lines if not line.get_label().startswith("_")}
     assert lines == {n: model_colour(n) for n in ("gcn", "et", "gbt")}
+    # given the built-in rows, a detector registered as lof is not drawn in the MLP's green
+    plot_roc_pr(tmp_path / "roc.png", y, {n: rng.random(20) for n in ("mlp", "lof")}, "test",
+                builtin=("et", "mlp", "gbt"))
+    roc = saved_figures[-1][0][0].axes[0]
+    lines = {line.get_label().split(" ")[0]: line.get_color()
+             for line in roc.lines if not line.get_label().startswith("_")}
+    assert lines["mlp"] == MODEL_COLOURS["mlp"] and lines["lof"] not in MODEL_COLOURS.values()
 
 
 def test_the_tuning_history_draws_pruned_trials(tmp_path, saved_figures):

@@ -42,6 +42,7 @@ from ..plugins import add_plugin_argument, load_plugins, plugin_flags
 from ..progress import progress_bar
 from ..protocols.gnnbenchmark import (
     METRIC_LABELS,
+    MODEL_NAMES,
     train_one,
 )
 from ..protocols.gnnbenchmark_config import (  # noqa: F401  (the task's config, re-exported)
@@ -82,7 +83,7 @@ def _plot_curves(out: Path, per_model: dict[str, list[list[float]]], data: Bench
         epochs = np.arange(1, values.shape[1] + 1)
         label = name + ("" if len(set(lengths)) == 1 else
                         f" (seeds end at epochs {', '.join(map(str, lengths))})")
-        colour = model_colour(name, tuple(per_model))
+        colour = model_colour(name, tuple(per_model), MODEL_NAMES)
         ax.plot(epochs, mean, label=label, color=colour)
         ax.fill_between(epochs, mean - std, mean + std, alpha=0.2, color=colour)
     ax.set_xlabel("epoch (from 1)")

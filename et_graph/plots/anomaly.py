@@ -1,8 +1,9 @@
 """Figures of a node anomaly run: ROC/PR curves, training curves, energy per ET step."""
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from torch_geometric.data import Data
@@ -13,6 +14,9 @@ from .colours import model_colour
 
 #: Rows in the order they are plotted.
 MODEL_ORDER = ("et", "et_stacked", "et_energy_trained", "mlp", "gcn", "gat", "gbt")
+#: The rows that hold their names' fixed colours: a registered detector named lof (or any
+#: other colour's name) is drawn in a spare one.
+BUILTIN_ROWS = MODEL_ORDER
 
 
 def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
@@ -30,7 +34,8 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
     ensembles = any(name.endswith("_ensemble") for name in plotted)
     plot_roc_pr(out / "roc_pr.png", y[nodes],
                 {name: curves["prob"][name][nodes] for name in plotted},
-                f"{scored}; seed 0" + (", ensembles over the seeds" if ensembles else ""))
+                f"{scored}; seed 0" + (", ensembles over the seeds" if ensembles else ""),
+                BUILTIN_ROWS)
 
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     drawn = tuple(curves["history"])
@@ -40,13 +45,14 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
             label = f"{name} ({len(histories)} seed{'s' if len(histories) > 1 else ''})" \
                 if i == 0 else None
             # every model at full strength: faded baselines read as less important ones
-            ax_loss.plot(hist["loss"], color=model_colour(name, drawn), label=label)
-            ax_val.plot(hist["val_auroc"], color=model_colour(name, drawn), label=label)
+            colour = model_colour(name, drawn, BUILTIN_ROWS)
+            ax_loss.plot(hist["loss"], color=colour, label=label)
+            ax_val.plot(hist["val_auroc"], color=colour, label=label)
             kept = hist.get("best_epoch")
             if kept is not None and 0 <= kept < len(hist["val_auroc"]):
                 # The epoch the checkpoint kept, which the selection metric chose (it may not
                 # be the best AUROC drawn here).
-                ax_val.plot([kept], [hist["val_auroc"][kept]], "*", color=model_colour(name, drawn),
+                ax_val.plot([kept], [hist["val_auroc"][kept]], "*", color=colour,
                             markersize=11, markeredgecolor="black")
     if any(h.get("best_epoch") is not None for hs in curves["history"].values() for h in hs):
         # one neutral legend entry: it took the first model's colour
@@ -100,10 +106,12 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
         (out / "energy_steps.json").write_text(json_text(energy), encoding="utf-8")
 
 
-def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope: str) -> None:
+def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope: str,
+                builtin: Optional[Collection[str]] = None) -> None:
     """ROC and precision-recall curves of each score against binary ``y`` (same nodes), one
     line per score in the given order, its AUROC / AUPRC in the legend; ``scope`` says which
-    nodes and seeds (the titles). ET rows solid, baselines dashed, ensembles dotted."""
+    nodes and seeds (the titles). ET rows solid, baselines dashed, ensembles dotted. Only the
+    ``builtin`` rows (all, when ``None``) may hold their names' fixed colours."""
     from .figures import own_figures
 
     plt = own_figures()
@@ -117,7 +125,7 @@ def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope:
         fpr, tpr, _ = roc_curve(y, score)
         precision, recall, _ = precision_recall_curve(y, score)
         style = ":" if name.endswith("_ensemble") else "-" if name.startswith("et") else "--"
-        colour = model_colour(name, names)
+        colour = model_colour(name, names, builtin)
         ax_roc.plot(fpr, tpr, style, color=colour, label=f"{name} (AUROC {metrics['auroc']:.3f})")
         # Steps, as average precision sums them: a straight line between the points would
         # enclose another area than the legend's AUPRC.

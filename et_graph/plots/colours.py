@@ -6,6 +6,9 @@ seed ensemble (``NAME_ensemble``) shares it, told apart by the line style.
 """
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Optional
+
 __all__ = ["MODEL_COLOURS", "model_colour"]
 
 BLUE, SKY, ORANGE, GREEN = "#0072B2", "#56B4E9", "#E69F00", "#009E73"
@@ -26,14 +29,26 @@ _SPARE = ("#8C564B", "#17BECF", "#BCBD22", "#1B9E77", "#393B79", "#AD494A", "#63
           "#843C39", "#7B4173", "#3182BD")
 
 
-def model_colour(name: str, others: tuple[str, ...] = ()) -> str:
+def _key(name: str) -> str:
+    return name.lower().replace("-", "_").replace(" ", "_")
+
+
+def _base(name: str) -> str:
+    return name[: -len("_ensemble")] if name.endswith("_ensemble") else name
+
+
+def model_colour(name: str, others: tuple[str, ...] = (),
+                 builtin: Optional[Collection[str]] = None) -> str:
     """The colour of model ``name`` (its ``_ensemble`` row: the model's). A name without a
     fixed colour gets a spare one chosen by its rank among ``others`` (the figure's other
-    unknown names), so that two unknown models in one figure never share it."""
-    base = name[: -len("_ensemble")] if name.endswith("_ensemble") else name
-    key = base.lower().replace("-", "_").replace(" ", "_")
-    if key in MODEL_COLOURS:
-        return MODEL_COLOURS[key]
-    unknown = sorted({n for n in (*others, base) if n.lower().replace("-", "_")
-                      .replace(" ", "_") not in MODEL_COLOURS})
+    unknown names), so that two unknown models in one figure never share it. ``builtin``
+    (the task's own model names), when given, is what may hold a fixed colour: a registered
+    model named ``mlp`` beside the graph runner's ``structure_agnostic`` took the same green."""
+    def fixed(model: str) -> bool:
+        return _key(model) in MODEL_COLOURS and (builtin is None or _key(model) in builtin)
+
+    base = _base(name)
+    if fixed(base):
+        return MODEL_COLOURS[_key(base)]
+    unknown = sorted({b for b in (*map(_base, others), base) if not fixed(b)})
     return _SPARE[unknown.index(base) % len(_SPARE)]

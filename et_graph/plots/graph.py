@@ -7,6 +7,7 @@ from typing import Any
 
 def plot_fold_accuracies(results: dict[str, Any], path: Path) -> Path:
     """Test accuracy of every fold (dots) and the mean ± std (bar) per model."""
+    from ..protocols.tudataset_config import MODEL_NAMES
     from .colours import model_colour
     from .figures import own_figures
 
@@ -16,7 +17,7 @@ def plot_fold_accuracies(results: dict[str, Any], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.2))
     for i, name in enumerate(names):
         stats = results["models"][name]["accuracy"]
-        colour = model_colour(name, tuple(names))
+        colour = model_colour(name, tuple(names), MODEL_NAMES)
         ax.bar(i, stats["mean"], yerr=stats["std"], color=colour, alpha=0.35,
                edgecolor=colour, capsize=4)
         ax.plot([i] * len(stats["values"]), stats["values"], "o", color=colour, ms=3)
