@@ -412,6 +412,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         print(f"size N={num_nodes} E={num_edges} ...", file=sys.stderr, flush=True)
         results.append(run_size(num_nodes, num_edges, args))
     load_after = load_average()
+    from et_graph.config import machine_metadata
+
     report = {
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "torch": torch.__version__,
@@ -419,6 +421,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "repeats": args.repeats,
         "warmup": args.warmup,
         "machine": platform.processor() or platform.machine(),
+        # the processor by name, its instruction set and threads (the figures depend on them)
+        "machine_details": machine_metadata(),
         "cpu_count": os.cpu_count(),
         "loadavg_before": load_before,
         "loadavg_after": load_after,

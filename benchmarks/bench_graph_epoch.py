@@ -68,7 +68,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch_geometric.loader import DataLoader
 
-from et_graph.config import add_config_arguments, merge, resolve, to_dict
+from et_graph.config import add_config_arguments, machine_metadata, merge, resolve, to_dict
 from et_graph.experiments.tudataset import TUDatasetConfig, et_model_kwargs, model_factories
 from et_graph.native import load_native_attention, native_attention, native_random
 from et_graph.nn.models.graph_model import ETGraphModel
@@ -289,6 +289,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "ratio_to_gin": {name: median[name] / median["gin"] for name in models} if median else {},
         "config": {k: to_dict(config)[k] for k in ("data", "et", "baselines", "train")},
         "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+        # the processor by name, its instruction set and threads (the figures depend on them)
+        "machine_details": machine_metadata(),
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     }

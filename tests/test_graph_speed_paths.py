@@ -221,6 +221,9 @@ def test_epoch_benchmark_reports_wall_and_cpu_ratios(tmp_path, capsys):
     assert result["graphs"] == 188 and result["ratio_et_gin"] > 0
     assert result["ratio_et_gin_cpu"] > 0 and result["optimizer"] == "Adam (fused)"
     assert (tmp_path / "e.json").stat().st_size > 0
+    # the processor by name (an audit: README named one the stored files did not hold)
+    assert result["machine_details"]["processor"] and "cpu_capability" in (
+        result["machine_details"])
 
 
 def test_epoch_benchmark_breakdown_times_each_variant_against_gin(tmp_path, capsys):
