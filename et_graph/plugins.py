@@ -20,6 +20,7 @@ import inspect
 import os
 import re
 import sys
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,15 +253,27 @@ def outputs_on_two_graphs(model: nn.Module, graphs: Sequence[Any],
     return batch, shape
 
 
+#: Every module a factory has returned (weakly held: a module dropped cannot come back).
+_RETURNED_MODULES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def checked_module(model: Any, origin: str, returns: str) -> nn.Module:
-    """``model`` if it is a ``torch.nn.Module`` (what the training engines train), else a
-    ``TypeError`` naming ``origin`` (what built it) and what its forward must return."""
+    """``model`` if it is a ``torch.nn.Module`` (what the training engines train) that no
+    factory has returned before, else a ``TypeError`` naming ``origin`` (what built it) and
+    what its forward must return. A factory returning one module every time passed: each fold,
+    seed or trial then started from the last one's trained weights, and a fold trained on the
+    next fold's test graphs (an audit)."""
     from torch import nn
 
     if not isinstance(model, nn.Module):
         raise PluginError(f"{origin} returned {type(model).__name__}, not a torch.nn.Module: its "
                         f"factory must return a new, untrained model whose forward returns "
                         f"{returns}")
+    if model in _RETURNED_MODULES:
+        raise PluginError(f"{origin} returned a {type(model).__name__} it had returned before: "
+                          "its factory must build a new, untrained model on every call (each "
+                          "fold, seed and trial trains its own), not return one kept aside")
+    _RETURNED_MODULES.add(model)
     return model
 
 

@@ -197,6 +197,18 @@ def test_a_factory_of_the_wrong_kind_is_refused_before_any_training(cache, monke
     assert trained == []
 
 
+def test_a_factory_returning_one_module_every_time_is_refused(cache):
+    # each fold started from the last one's trained weights, so that a fold trained on the
+    # next fold's test graphs, without a word (an audit)
+    kept = []
+    register_graph_model("kept", lambda config, info: kept[0] if kept else kept.append(
+        make_sum_pool(config, info)) or kept[0])
+    with pytest.raises(TypeError, match="registered graph model 'kept' returned a "
+                                        "SumPoolClassifier it had returned before: its factory must "
+                                        "build a new, untrained model on every call"):
+        tudataset.run(parse(TUDatasetConfig, small(cache, "--models", "kept", "--out", "none")))
+
+
 def test_a_run_builds_every_fold_from_the_registrations_it_started_with(cache):
     """As the anomaly runner: a name registered again while the run goes on (replace=True)
     must not mix two models in one row."""
