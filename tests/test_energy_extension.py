@@ -153,3 +153,86 @@ def test_a_hopfield_gradient_does_not_cover_another_new_term():
     x, edge_index = graph()
     with pytest.raises(ValueError, match="overrides node_energy_of_g but not the closed form"):
         layer(HopfieldAndAnchor)(x, edge_index)
+
+
+class Ridge(ETEnergy):
+    """A quadratic term lam/2 |g|^2 with its closed form where docs/derivation.md puts it."""
+
+    factor = 1.0  # the closed form's factor: 1 is right, 2 a slip of the kind an audit made
+
+    def node_energy_of_g(self, g, edges):
+        return super().node_energy_of_g(g, edges) + 0.15 * (g * g).sum(-1)
+
+    def dense_node_energy_of_g(self, g, mask, weight=None):
+        return super().dense_node_energy_of_g(g, mask, weight) + 0.15 * (g * g).sum(-1)
+
+    def grad_from_attention_grads(self, g, grad_k, grad_q, edges=None):
+        return (super().grad_from_attention_grads(g, grad_k, grad_q, edges)
+                + self.factor * 0.3 * g)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_closed_form_that_differs_from_autograd_of_the_energy_is_refused(dtype):
+    # A factor 2 in a new term's gradient passed every check (the override ones look only at
+    # which methods are overridden) and was descended on every path without a word (an audit)
+    class Slipped(Ridge):
+        factor = 2.0
+
+    x, edge_index = graph()
+    torch.manual_seed(3)
+    layer(Ridge).to(dtype)(x.to(dtype), edge_index)  # the right one passes
+    for run in ("fused", "unfused", "dense"):
+        conv = layer(Slipped).to(dtype)
+        conv.fused = run != "unfused"
+        with pytest.raises(ValueError, match=rf"Slipped's closed form of dE/dg on the {run} path "
+                                             "differs from autograd of the energy it reports"):
+            if run == "dense":
+                conv.forward_dense(x.to(dtype).view(2, 5, 6))
+            else:
+                conv(x.to(dtype), edge_index)
+    # grad="autograd" descends the energy itself, so it is not refused
+    layer(Slipped, grad="autograd").to(dtype)(x.to(dtype), edge_index)
+
+
+def test_the_probe_draws_no_random_number_of_the_run_and_a_patched_class_is_checked_again():
+    class Fresh(Ridge):
+        pass
+
+    x, edge_index = graph()
+    conv = layer(Fresh)
+    torch.manual_seed(5)
+    conv(x, edge_index)  # Fresh's first check: the probe runs
+    after = torch.rand(4)
+    torch.manual_seed(5)
+    assert torch.equal(after, torch.rand(4))
+    # a class patched after its first check was descended unchecked (an audit)
+    Fresh.factor = 1.0
+    Fresh.grad_from_attention_grads = lambda self, g, gk, gq, edges=None: (
+        ETEnergy.grad_from_attention_grads(self, g, gk, gq, edges) + 0.6 * g)
+    with pytest.raises(ValueError, match="Fresh's closed form of dE/dg on the fused path"):
+        conv(x, edge_index)
+
+
+def test_the_attention_and_hopfield_split_keeps_a_new_terms_share_on_both_paths():
+    # The dense split returned the built-in Hopfield gradient, so its parts summed to a step
+    # 0.7 away from the layer's; a closed form in grad_of_g was dropped on the sparse one (an
+    # audit)
+    class InGradOfG(ETEnergy):
+        def node_energy_of_g(self, g, edges):
+            return super().node_energy_of_g(g, edges) + 0.15 * (g * g).sum(-1)
+
+        def grad_of_g(self, g, edges, fused=True):
+            return super().grad_of_g(g, edges, fused) + 0.3 * g
+
+    x, edge_index = graph()
+    for cls in (Ridge, InGradOfG):
+        fn = layer(cls).energy_fn
+        g = fn.norm(x)
+        edges = fn.edges(x, edge_index)
+        attention, rest = fn.attention_and_hopfield_grads(g, edges)
+        assert torch.allclose(attention + rest, fn.grad_of_g(g, edges), atol=1e-12)
+    fn = layer(Ridge).energy_fn
+    tokens = fn.norm(x).view(2, 5, 6)
+    mask = ~torch.eye(5, dtype=torch.bool).expand(2, 5, 5)
+    attention, rest = fn.dense_attention_and_hopfield_grads(tokens, mask)
+    assert torch.allclose(attention + rest, fn.dense_grad_of_g(tokens, mask), atol=1e-12)

@@ -125,9 +125,12 @@ class ETEnergy(Module):
     :meth:`dense_node_energy_of_g` for the dense path); swap it in as ``conv.energy_fn``. The
     layer then descends it with ``grad="autograd"``. The default ``grad="analytic"`` runs
     this class's closed form, which knows only the built-in terms, so it refuses such a
-    subclass unless it also overrides :meth:`grad_of_g` (and :meth:`grad_from_attention_grads`
-    for the unfused and explainer paths, :meth:`dense_grad_of_g` for the dense one); check a
-    closed form against autograd of the energy with :meth:`closed_form_error` in float64. A
+    subclass unless it also writes the term's closed form: in :meth:`grad_from_attention_grads`,
+    which every path's step ends in (:meth:`grad_of_g`, the unfused and explainer paths and
+    :meth:`dense_grad_of_g` call it; override :meth:`grad_of_g` as well and the term counts
+    twice), or in :meth:`grad_of_g` alone for the fused path only. At a subclass's first descent
+    on a path the layer compares the closed form with autograd of the energy at a random point
+    and refuses a mismatch; :meth:`closed_form_error` measures it in float64. A
     new attention (another kernel) overrides :meth:`attention_grads`, which the message path
     (``fused=False``, message hooks, explainers) never calls, so that path refuses it; a new
     Hopfield term's closed form is :meth:`hopfield_grad_of_g`.
@@ -411,12 +414,20 @@ class ETEnergy(Module):
         built-in energy while the energies reported include the new term."""
         if any(callable(vars(self).get(name)) for name in _WATCHED):
             # a method replaced on this object (types.MethodType) passed the class's check
-            reason = _unmatched_energy_override(self, path)
+            reason = _unmatched_energy_override(self, path) or _closed_form_mismatch(self, path)
         else:
-            key = (type(self), path)
+            # The class's methods are part of the key: one patched after a first check was
+            # descended unchecked (an audit)
+            key = (type(self), path, *(getattr(type(self), name) for name in _WATCHED))
             reason = _closed_form_gaps.get(key)
             if reason is None:
-                reason = _closed_form_gaps[key] = _unmatched_energy_override(type(self), path)
+                reason = _unmatched_energy_override(type(self), path)
+                if not reason:
+                    probed = _closed_form_mismatch(self, path)
+                    if probed is None:  # no probe possible here: checked on a later call
+                        return
+                    reason = probed
+                _closed_form_gaps[key] = reason
         if reason:
             raise ValueError(reason)
 
@@ -568,23 +579,32 @@ class ETEnergy(Module):
         k, q = self.keys_queries(g)
         grad_k, grad_q = self.attention_grads(k, q, edges, fused)
         attention = self.attention_grad_to_g(grad_k, grad_q).view(g.shape)
-        if (_overrides(self, "grad_from_attention_grads")
-                and not _overrides(self, "hopfield_grad_of_g")):
-            # a new term's closed form written there: the rest of the step is its share (the
-            # built-in Hopfield gradient did not sum to the step with it)
-            rest = self.grad_from_attention_grads(g, grad_k, grad_q, edges) - attention
-            return attention, rest
+        if not _overrides(self, "hopfield_grad_of_g"):
+            # a new term's closed form written in the step: the rest of the step is its share
+            # (the built-in Hopfield gradient did not sum to the step with it)
+            if _overrides(self, "grad_of_g"):
+                return attention, self.grad_of_g(g, edges, fused) - attention
+            if _overrides(self, "grad_from_attention_grads"):
+                return attention, self.grad_from_attention_grads(g, grad_k, grad_q,
+                                                                 edges) - attention
         return attention, self.hopfield_grad_of_g(g)
 
     def dense_attention_and_hopfield_grads(
         self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None
     ) -> tuple[Tensor, Tensor]:
         """The two parts of ``dE/dg`` on the dense path, ``(attention, hopfield)``, each
-        ``[B, M, D]``. They sum to :meth:`dense_grad_of_g`."""
+        ``[B, M, D]``. They sum to :meth:`dense_grad_of_g` (a new term's share is in the
+        second, as on the sparse path: an audit found it dropped)."""
         self.refuse_coupling()
         k, q = self.keys_queries(g)
         grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
-        return self.attention_grad_to_g(grad_k, grad_q).view(g.shape), self.hopfield_grad_of_g(g)
+        attention = self.attention_grad_to_g(grad_k, grad_q).view(g.shape)
+        if not _overrides(self, "hopfield_grad_of_g"):
+            if _overrides(self, "dense_grad_of_g"):
+                return attention, self.dense_grad_of_g(g, mask, weight) - attention
+            if _overrides(self, "grad_from_attention_grads"):
+                return attention, self.grad_from_attention_grads(g, grad_k, grad_q) - attention
+        return attention, self.hopfield_grad_of_g(g)
 
     def extra_repr(self) -> str:
         return (
@@ -625,8 +645,13 @@ _COVERS = {"hopfield_grad_of_g": ("hopfield_energy_of_g",),
 #: Every method whose override the checks read (a method replaced on an instance included).
 _WATCHED = tuple({*_ENERGY_METHODS, "keys_queries", *_BYPASSED["unfused"],
                   *(name for _, closed in _PATHS.values() for name in closed)})
-#: Per (ETEnergy subclass, path): "" (its closed form covers its energy) or why it does not.
-_closed_form_gaps: dict[tuple[type, str], str] = {}
+#: Per (ETEnergy subclass, path, its watched methods): "" (its closed form covers its energy
+#: and matches autograd of it) or why not.
+_closed_form_gaps: dict[tuple[Any, ...], str] = {}
+#: The largest relative difference between a subclass's closed form and autograd of its
+#: energy that passes, per dtype of its parameters (the built-in terms: ~1e-12 in float64,
+#: ~1e-6 in float32); other dtypes are not probed.
+_PROBE_TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-3}
 
 
 def _overrides(energy: Any, name: str) -> bool:
@@ -636,6 +661,64 @@ def _overrides(energy: Any, name: str) -> bool:
         return True
     cls = energy if isinstance(energy, type) else type(energy)
     return getattr(cls, name) is not getattr(ETEnergy, name)
+
+
+def _closed_form_mismatch(energy: ETEnergy, path: str) -> Optional[str]:
+    """Why a subclass's closed form of ``path`` differs from autograd of the energy it reports,
+    at a random point of a small graph in its parameters' dtype (a factor 2 in a new term's
+    gradient passed the override check and was descended without a word: an audit); "" when
+    it matches, or is the built-in one, and ``None`` where no probe can run here (inference
+    mode, compilation, a functorch transform, a dtype without a tolerance). The probe draws
+    from its own generator, so a run's random numbers do not move."""
+    if type(energy) is ETEnergy and not any(callable(vars(energy).get(name))
+                                            for name in _WATCHED):
+        return ""
+    if path == "relational":  # its closed form is RelationalETConv's, checked by its tests
+        return ""
+    parameter = next(energy.parameters(), None)
+    dtype = parameter.dtype if parameter is not None else torch.get_default_dtype()
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    tolerance = _PROBE_TOLERANCE.get(dtype)
+    if (tolerance is None or device.type == "meta" or torch.is_inference_mode_enabled()
+            or getattr(torch.compiler, "is_compiling", lambda: False)()):
+        return None
+    nodes = 6
+    generator = torch.Generator().manual_seed(0)
+    g = (0.5 * torch.randn(nodes, energy.channels, generator=generator,
+                           dtype=torch.float64)).to(device=device, dtype=dtype)
+    ring = torch.arange(nodes)
+    edge_index = torch.stack([torch.cat([ring, ring]),
+                              torch.cat([(ring + 1) % nodes, (ring + 2) % nodes])]).to(device)
+    try:
+        with torch.enable_grad(), autocast_off(device.type):
+            if path == "dense":
+                tokens = g.unsqueeze(0)
+                mask = ~torch.eye(nodes, dtype=torch.bool, device=device).unsqueeze(0)
+                closed = energy.dense_grad_of_g(tokens, mask)
+                reference = energy.dense_autograd_grad_of_g(tokens, mask)
+            else:
+                edges = energy.edges(g, edge_index, plan=path == "fused")
+                if path == "fused":
+                    closed = energy.grad_of_g(g, edges, fused=True)
+                else:  # the message path's attention is the built-in one, then the rest
+                    k, q = energy.keys_queries(g)
+                    grad_k, grad_q = E.attention_grad(k, q, edges.src, edges.dst, energy.beta,
+                                                      edges.weight, nodes)
+                    closed = energy.grad_from_attention_grads(g, grad_k, grad_q, edges)
+                reference = energy.autograd_grad_of_g(g, edges)
+    except (RuntimeError, ValueError, NotImplementedError):
+        # (a transform's wrapped parameters, or a path this energy refuses, which the descent
+        # then names itself)
+        return None
+    scale = reference.detach().abs().max().clamp_min(torch.finfo(dtype).tiny)
+    gap = float((closed.detach() - reference.detach()).abs().max() / scale)
+    if gap <= tolerance:
+        return ""
+    return (f"{type(energy).__name__}'s closed form of dE/dg on the {path} path differs from "
+            f"autograd of the energy it reports by {gap:.2g} (relative, at a random point in "
+            f"{str(dtype).replace('torch.', '')}; at most {tolerance:g} passes): the analytic "
+            "descent would not descend that energy. Fix the closed form (closed_form_error "
+            "measures it, in float64), or build the layer with grad='autograd'")
 
 
 def _unmatched_energy_override(energy: Any, path: str) -> str:
