@@ -1109,3 +1109,32 @@ def test_explanation_inputs_give_the_scores_and_an_explanation(graph, make):
     if args[0].size(1) != data.x.size(1):  # the label trick's columns, the tree column
         with pytest.raises(ValueError, match=r"takes det\.network_input\(data\)"):
             model(data.x, *args[1:], **keywords)
+
+
+@pytest.mark.parametrize(("output", "message"), [
+    (lambda h: h, r"Column returned a tensor of float32 of shape \[240, 1\] for 240 nodes; a "
+                  r"detector's network returns one floating-point logit per node, shape \[240\]"),
+    (lambda h: h.view(-1).long(), r"Column returned a tensor of int64 of shape \[240\]"),
+])
+def test_a_detector_network_of_the_wrong_shape_or_kind_is_named(graph, output, message):
+    # a network returning [N, 1] failed in the loss on torch's "Target size ... must be the
+    # same as input size", naming neither the network nor the shape it needs (an audit)
+    from et_graph.detectors.config import GNNDetectorConfig
+    from et_graph.detectors.neural import NeuralDetector
+
+    class Column(torch.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.lin = torch.nn.Linear(width, 1)
+
+        def forward(self, x, edge_index):
+            return output(self.lin(x))
+
+    class OwnDetector(NeuralDetector):
+        config_class = GNNDetectorConfig
+
+        def build_network(self, in_channels, num_nodes):
+            return Column(in_channels)
+
+    with pytest.raises(ValueError, match=message):
+        OwnDetector(epochs=1).fit(graph)

@@ -66,6 +66,19 @@ CHUNK_HINT = ("chunk_size / chunk_edges (--inference-chunk-size / --inference-ch
               "validate and score in bounded memory")
 
 
+def check_node_logits(model: nn.Module, logits: Any, nodes: int) -> None:
+    """``ValueError`` unless ``logits`` is one floating-point logit per node, ``[nodes]``: a
+    network returning ``[N, 1]`` failed inside the loss on torch's "Target size ... must be the
+    same as input size", naming neither the network nor the shape it needs (an audit)."""
+    if (isinstance(logits, Tensor) and logits.shape == (nodes,)
+            and logits.is_floating_point()):
+        return
+    got = (f"{'a tensor of ' + str(logits.dtype).replace('torch.', '') + ' of shape '}"
+           f"{list(logits.shape)}" if isinstance(logits, Tensor) else type(logits).__name__)
+    raise ValueError(f"{type(model).__name__} returned {got} for {nodes} nodes; a detector's "
+                     f"network returns one floating-point logit per node, shape [{nodes}] (a "
+                     "[N, 1] output: squeeze its last dimension)")
+
 class NodeAnomalyTask:
     """Loss and validation of a node anomaly network ``model(x, edge_index[, node_ids])``.
 
@@ -252,6 +265,7 @@ class NodeAnomalyTask:
         relations = relation_inputs(model, self.data)
         logits = model(x, edge_index, node_ids, **relations) if (
             self.pass_node_ids and node_ids is not None) else model(x, edge_index, **relations)
+        check_node_logits(model, logits, x.size(0))
         if local.numel() == 0:
             return logits.sum() * 0.0
         target = self.y[local if node_ids is None else node_ids[local]]
