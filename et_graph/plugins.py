@@ -236,21 +236,39 @@ def describe_registered(kinds: Mapping[str, str], kind: str, how: str) -> str:
 
 
 def outputs_on_two_graphs(model: nn.Module, graphs: Sequence[Any],
-                          forward: Callable[[nn.Module, Any], Any], device: Any = "cpu"
-                          ) -> tuple[Any, tuple[int, ...]]:
+                          forward: Callable[[nn.Module, Any], Any], device: Any = "cpu",
+                          origin: str = "the model") -> tuple[Any, tuple[int, ...]]:
     """The batch of ``graphs``' first two (on ``device``) and the shape of ``forward(model,
     batch)`` there, in eval mode without gradients (the model's mode restored): what a run
-    checks of a registered model before any training."""
+    checks of a registered model before any training. Outputs that are not a floating-point
+    tensor, or not finite, and a forward that cannot take the call, are refused here, naming
+    ``origin``: integer logits and NaN failed only after the other models' first fold, and a
+    forward without the keywords raised a bare ``TypeError`` (an audit)."""
     import torch
     from torch_geometric.loader import DataLoader
 
     batch = next(iter(DataLoader(list(graphs[:2]), batch_size=2))).to(device)
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        shape = tuple(forward(model, batch).shape)
-    model.train(was_training)
-    return batch, shape
+    try:
+        with torch.no_grad():
+            out = forward(model, batch)
+    except TypeError as error:
+        raise PluginError(f"{origin}: calling it on two training graphs failed: {error} (see "
+                          "what its forward takes in its task's contract)") from error
+    finally:
+        model.train(was_training)
+    if not isinstance(out, torch.Tensor):
+        raise PluginError(f"{origin} returned {type(out).__name__} on two training graphs, not "
+                          "a tensor")
+    if not out.is_floating_point():
+        raise PluginError(f"{origin}: its outputs on two training graphs are "
+                          f"{str(out.dtype).replace('torch.', '')}, not floating point (the "
+                          "loss reads float logits or values)")
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(f"{origin}: its outputs on two training graphs are not finite (NaN or "
+                         "inf) before any training")
+    return batch, tuple(out.shape)
 
 
 #: Every module a factory has returned (weakly held: a module dropped cannot come back).

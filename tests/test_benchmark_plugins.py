@@ -178,6 +178,24 @@ class NodeValues(nn.Module):
         return self.value(x.view(-1))
 
 
+class Pooled(NodeValues):
+    """One value per graph, passed through ``then``."""
+
+    def __init__(self, then):
+        super().__init__()
+        self.then = then
+
+    def forward(self, x, edge_index, batch, edge_attr=None, rw_pe=None):
+        return self.then(global_mean_pool(self.value(x.view(-1)), batch))
+
+
+class Positional(NodeValues):
+    """A forward without the contract's keywords."""
+
+    def forward(self, x, edge_index, batch):
+        return global_mean_pool(self.value(x.view(-1)), batch)
+
+
 def test_a_registered_model_never_sees_ets_laplacian_pe(tmp_path):
     # The PE is computed only in runs with ET: a model reading it through forward_data read it
     # only beside ET, so that its row depended on the other models run (an audit)
@@ -200,6 +218,14 @@ def test_a_registered_model_never_sees_ets_laplacian_pe(tmp_path):
     (lambda config, data: NodeValues(), ValueError,
      r"registered benchmark model 'wrong': its outputs on 2 training graphs have shape \[\d+\]; "
      r"ZINC proxy's regression task needs one value per graph"),
+    # integer values, NaN and a forward without the keywords failed only later, or in a bare
+    # TypeError (an audit)
+    (lambda config, data: Pooled(lambda y: y.long()), TypeError,
+     "'wrong': its outputs on two training graphs are int64, not floating point"),
+    (lambda config, data: Pooled(lambda y: y * float("nan")), ValueError,
+     "'wrong': its outputs on two training graphs are not finite"),
+    (lambda config, data: Positional(), TypeError,
+     r"'wrong': calling it on two training graphs failed: .*unexpected keyword argument"),
 ])
 def test_a_factory_of_the_wrong_kind_or_shape_is_refused_before_any_training(
         factory, error, message, monkeypatch):

@@ -98,7 +98,7 @@ def check_outputs(model: nn.Module, data: BenchmarkData, origin: str,
     to ``device``, the model's) have the shape that ``data.task``'s loss and metric read: a
     regression output of another shape could broadcast against the targets and train on a
     wrong loss without an error."""
-    batch, shape = outputs_on_two_graphs(model, data.splits["train"], predict, device)
+    batch, shape = outputs_on_two_graphs(model, data.splits["train"], predict, device, origin)
     rows, what = ((batch.num_nodes, "nodes") if data.task == "node"
                   else (batch.num_graphs, "graphs"))
     wanted = (rows,) if data.task == "regression" else (rows, data.num_outputs)

@@ -69,7 +69,8 @@ class RegisteredGraphModel(Registration):
         from .graph_cv import model_outputs
 
         model = self.build(config, info).to(config.run.device)
-        batch, shape = outputs_on_two_graphs(model, graphs, model_outputs, config.run.device)
+        batch, shape = outputs_on_two_graphs(model, graphs, model_outputs, config.run.device,
+                                             f"registered graph model {self.name!r}")
         wanted = (batch.num_graphs, int(info["classes"]))
         if shape != wanted:
             raise ValueError(f"registered graph model {self.name!r}: its outputs on "
