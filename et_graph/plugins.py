@@ -418,11 +418,21 @@ def _import_plugin(spec: str) -> None:
         # in sys.modules while it runs, as an import puts it: dataclasses and pickle look
         # their classes' module up there
         sys.modules[name] = module
+        # Its folder is searched last while it runs, as `python FILE` would search it first:
+        # a plugin importing a module beside it failed (an audit); last, so that a file there
+        # never stands in for an installed module
+        folder = str(path.parent)
+        searched = folder not in sys.path
+        if searched:
+            sys.path.append(folder)
         try:
             module_spec.loader.exec_module(module)
         except BaseException:
             del sys.modules[name]
             raise
+        finally:
+            if searched and folder in sys.path:
+                sys.path.remove(folder)
     else:
         if any(loaded["module"] == spec for loaded in _LOADED):
             return

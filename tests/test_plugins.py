@@ -224,6 +224,24 @@ def test_plugins_come_as_a_comma_list_and_from_the_environment(tmp_path, monkeyp
         registry.load_plugins([str(tmp_path / "missing.py")])
 
 
+def test_a_plugin_file_imports_a_module_beside_it(tmp_path):
+    # its folder was not searched, so `from helpers_beside import ...` failed with a
+    # ModuleNotFoundError traceback (an audit); searched last, and only while it runs
+    import sys
+
+    from et_graph.detectors import registry
+
+    (tmp_path / "beside_helpers.py").write_text("WIDTH = 3\n", encoding="utf-8")
+    plugin = tmp_path / "uses_beside.py"
+    plugin.write_text("from beside_helpers import WIDTH\nassert WIDTH == 3\n", encoding="utf-8")
+    try:
+        registry.load_plugins([str(plugin)])
+        assert str(tmp_path) not in sys.path
+    finally:
+        for name in ("uses_beside", "beside_helpers"):
+            sys.modules.pop(name, None)
+
+
 def test_a_registered_search_space_tunes_the_detector_and_its_preset_reproduces(tmp_path):
     pytest.importorskip("optuna")
     from et_graph.tuning import AnomalyObjective, TuneBudget
