@@ -1138,3 +1138,19 @@ def test_a_detector_network_of_the_wrong_shape_or_kind_is_named(graph, output, m
 
     with pytest.raises(ValueError, match=message):
         OwnDetector(epochs=1).fit(graph)
+
+
+def test_a_detector_config_without_sections_is_refused_where_the_class_is_defined():
+    # it failed at the class statement on "'int' object has no attribute 'items'" (an audit)
+    import dataclasses
+
+    from et_graph.detectors.base import BaseDetector
+
+    @dataclasses.dataclass
+    class Flat:
+        width: int = 3
+
+    with pytest.raises(TypeError, match=r"Own.config_class Flat has setting\(s\) \['width'\] "
+                                        "outside a section"):
+        class Own(BaseDetector):  # noqa: F841 (defining it is the test)
+            config_class = Flat

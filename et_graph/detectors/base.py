@@ -115,6 +115,7 @@ class BaseDetector:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        check_config_class(cls)
         signature = constructor_signature(cls)
         if signature is not None:
             cls.__signature__ = signature  # type: ignore[attr-defined]
@@ -556,6 +557,29 @@ def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:
 #: config through **keywords).
 _BASE_ARGUMENTS = frozenset({"self", "config", "seed", "progress", "device", "chunk_size",
                              "chunk_edges", "keywords", "args", "supervised"})
+
+
+def check_config_class(cls: type) -> None:
+    """``TypeError`` unless ``cls.config_class`` (when a dataclass) holds sections: every field
+    a dataclass of settings, as :class:`~et_graph.detectors.config.GNNDetectorConfig` holds
+    ``model`` and ``train``. A flat config failed at the class statement on ``'int' object has
+    no attribute 'items'`` (an audit)."""
+    config_class = getattr(cls, "config_class", None)
+    if not dataclasses.is_dataclass(config_class):
+        return
+    try:
+        defaults = config_class()  # type: ignore[operator]
+    except TypeError as error:
+        raise TypeError(f"{cls.__name__}.config_class {config_class.__name__} cannot be built "
+                        f"without arguments ({error}): give every section a default") from error
+    flat = [field.name for field in dataclasses.fields(defaults)
+            if not dataclasses.is_dataclass(getattr(defaults, field.name))]
+    if flat:
+        raise TypeError(
+            f"{cls.__name__}.config_class {config_class.__name__} has setting(s) {flat} outside "
+            "a section: a detector's config is a dataclass of section dataclasses (its settings "
+            "grouped as model=..., train=..., like GNNDetectorConfig's, each section a field "
+            "with a default_factory)")
 
 
 def constructor_signature(cls: type) -> Optional[Any]:
