@@ -1067,6 +1067,13 @@ def test_a_refused_set_params_changes_nothing(graph):
     with pytest.raises(TypeError, match="takes width, which BaseDetector.get_params"):
         WideKw(width=64).get_params()
 
+    class WideParams(Wide):  # get_params overridden, as the error asks
+        def get_params(self, deep=True):
+            return {"width": self.width, **super().get_params(deep)}
+
+    # repr dropped the subclass's own arguments, so eval(repr(det)) built another (an audit)
+    assert repr(WideParams(width=64, hidden=8)).startswith("WideParams(width=64, hidden=8,")
+
     class NoConfig(NeuralDetector):
         pass
 

@@ -178,11 +178,18 @@ class BaseDetector:
         return Tags(estimator_type=None, target_tags=TargetTags(required=False))
 
     def __repr__(self) -> str:
-        """The constructor call that builds this detector again (``eval(repr(det))``): its
-        settings, without those its class refuses, and its seed, progress, device and chunk
+        """The constructor call that builds this detector again (``eval(repr(det))``): a
+        subclass's own constructor arguments (from its ``get_params``), its settings, without
+        those its class refuses, and its seed, progress, device and chunk
         sizes where not the defaults."""
         fields = [f"{k}={v!r}" for section in dataclasses.asdict(self.config).values()
                   for k, v in section.items() if k not in self.unused_settings]
+        own = _own_constructor_arguments(type(self))
+        if own and type(self).get_params is not BaseDetector.get_params:
+            # a subclass's own constructor arguments, from its get_params (repr dropped them,
+            # so eval(repr(det)) built another detector: an audit)
+            params = self.get_params()
+            fields = [f"{name}={params[name]!r}" for name in own if name in params] + fields
         if self.seed:
             fields.append(f"seed={self.seed}")
         if self.progress:
