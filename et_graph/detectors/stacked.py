@@ -253,9 +253,6 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
         return {**super().get_params(deep), "trees": copy.deepcopy(self.trees),
                 "folds": self.folds}
 
-    def __repr__(self) -> str:
-        return f"{super().__repr__()[:-1]}, trees={self.trees!r}, folds={self.folds})"
-
     # ------------------------------------------------------------------------------------------
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         if self._reads_edge_type():
