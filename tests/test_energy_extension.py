@@ -236,3 +236,22 @@ def test_the_attention_and_hopfield_split_keeps_a_new_terms_share_on_both_paths(
     mask = ~torch.eye(5, dtype=torch.bool).expand(2, 5, 5)
     attention, rest = fn.dense_attention_and_hopfield_grads(tokens, mask)
     assert torch.allclose(attention + rest, fn.dense_grad_of_g(tokens, mask), atol=1e-12)
+
+
+def test_a_terms_own_settings_go_in_energy_kwargs():
+    # a term could not carry a setting: energy_cls=partial(...) was refused and the setting
+    # given to the layer failed in MessagePassing.__init__ (an audit)
+    class Strength(Ridge):
+        def __init__(self, channels, *, strength, **settings):
+            super().__init__(channels, **settings)
+            self.strength = strength
+
+    conv = layer(Strength, energy_kwargs={"strength": 0.4})
+    assert conv.energy_fn.strength == 0.4 and conv.energy_fn.heads == 2
+    x, edge_index = graph()
+    conv(x, edge_index)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['strength'\]; a "
+                                        r"setting of Strength's own goes in energy_kwargs="):
+        layer(Strength, strength=0.4)
+    with pytest.raises(TypeError, match=r"energy_kwargs sets \['heads'\], which are ETConv's"):
+        layer(Strength, energy_kwargs={"strength": 0.4, "heads": 3})

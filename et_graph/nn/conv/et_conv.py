@@ -396,6 +396,8 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
             neighbours' tokens.
         energy_cls: the energy to descend: :class:`~et_graph.nn.ETEnergy` or a subclass with a
             new term (built with the settings above, as :attr:`energy_fn`).
+        energy_kwargs: the subclass's own constructor settings (a new term's strength, say),
+            passed to ``energy_cls`` beside those above.
         cached: keep the validated, sorted edges of the last ``edge_index`` and reuse them while
             the same tensor (same object, not changed in place) comes again, as in full-batch
             training, where every epoch and every evaluation pass the same graph (sorting its
@@ -454,11 +456,14 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         coupling: bool = False,
         cached: bool = False,
         energy_cls: type[ETEnergy] = ETEnergy,
+        energy_kwargs: Optional[dict[str, Any]] = None,
         **kwargs: Any,
     ) -> None:
         _refuse_transformer_conv_settings(kwargs)
         if not (isinstance(energy_cls, type) and issubclass(energy_cls, ETEnergy)):
-            raise TypeError(f"energy_cls must be ETEnergy or a subclass of it, got {energy_cls!r}")
+            raise TypeError(f"energy_cls must be ETEnergy or a subclass of it, got {energy_cls!r}"
+                            " (a new term's own settings go in energy_kwargs={...})")
+        energy_kwargs = _checked_energy_kwargs(energy_kwargs, energy_cls, kwargs)
         aggr = kwargs.setdefault("aggr", "add")
         if not (isinstance(aggr, str) and aggr in ("add", "sum")) and not isinstance(
             aggr, SumAggregation
@@ -488,6 +493,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
             beta_init=beta_init,
             eps=eps,
             coupling=coupling,
+            **energy_kwargs,
         )
         self.steps = steps
         self.alpha = alpha
@@ -1000,6 +1006,34 @@ def _refuse_transformer_conv_settings(kwargs: dict[str, Any]) -> None:
     for name, why in _TRANSFORMER_CONV_ONLY.items():
         if name in kwargs:
             raise TypeError(f"ETConv has no {name!r} (TransformerConv's): {why}")
+
+
+#: MessagePassing's own settings, which ETConv passes on (any other keyword is refused).
+_MESSAGE_PASSING_SETTINGS = ("aggr", "aggr_kwargs", "flow", "node_dim", "decomposed_layers")
+#: ETEnergy's settings, which ETConv sets from its own arguments.
+_ENERGY_SETTINGS = ("channels", "heads", "head_dim", "hopfield_dim", "hopfield", "hopfield_beta",
+                    "beta_init", "eps", "coupling")
+
+
+def _checked_energy_kwargs(energy_kwargs: Optional[dict[str, Any]], energy_cls: type,
+                           kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``energy_kwargs`` as a dict, after refusing the layer's own settings there and, among the
+    layer's other keywords, any that MessagePassing does not take: a new term's setting given
+    to the layer failed in MessagePassing.__init__, which named no way to pass it (an audit)."""
+    unknown = [name for name in kwargs if name not in _MESSAGE_PASSING_SETTINGS]
+    if unknown:
+        hint = (f"; a setting of {energy_cls.__name__}'s own goes in energy_kwargs="
+                f"{{{unknown[0]!r}: ...}}" if energy_cls is not ETEnergy else "")
+        raise TypeError(f"ETConv got unexpected keyword argument(s) {unknown}{hint}")
+    if energy_kwargs is None:
+        return {}
+    if not isinstance(energy_kwargs, dict):
+        raise TypeError(f"energy_kwargs must be a dict, got {type(energy_kwargs).__name__}")
+    own = [name for name in energy_kwargs if name in _ENERGY_SETTINGS]
+    if own:
+        raise TypeError(f"energy_kwargs sets {own}, which are ETConv's own arguments: pass "
+                        "them to ETConv")
+    return dict(energy_kwargs)
 
 
 def _rename_legacy_keys(
