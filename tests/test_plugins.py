@@ -145,6 +145,21 @@ def test_a_factory_of_the_wrong_kind_is_refused_before_any_training(monkeypatch)
     assert fitted == []
 
 
+
+def test_a_pygod_style_fit_is_refused_before_any_training():
+    # fit(data) alone passed registration and failed inside the run on "takes from 2 to 3
+    # positional arguments but 4 were given" (an audit)
+    class Unsupervised(LogisticDetector):
+        def fit(self, data):
+            return self
+
+    register_detector("own_unsupervised", lambda config, seed, progress: Unsupervised())
+    with pytest.raises(TypeError, match="registered detector 'own_unsupervised' returned a "
+                                        "Unsupervised, whose fit cannot take the runner's call"):
+        anomaly.run(config("--models", "gbt,own_unsupervised", "--seeds", "1"),
+                    data=planted_anomaly_graph(200, seed=2))
+
+
 PLUGIN = '''
 from dataclasses import dataclass, field
 

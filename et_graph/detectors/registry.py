@@ -125,10 +125,33 @@ def checked_detector(detector: Any, origin: str) -> BaseDetector:
         raise PluginError(f"{origin} returned an unsupervised detector: this runner fits on "
                         "training labels; compare unsupervised detectors with et-graph "
                         "unsupervised")
+    fit = type(detector).fit
+    if fit is not BaseDetector.fit and not _takes_the_split(fit):
+        # a PyGOD-style fit(data) passed registration and failed inside the run on "takes
+        # from 2 to 3 positional arguments but 4 were given" (an audit)
+        raise PluginError(f"{origin} returned a {type(detector).__name__}, whose fit cannot "
+                          "take the runner's call fit(data, train_mask, val_mask): this runner "
+                          "fits on the split's training labels (a detector of your own "
+                          "implements _fit(data, y, train, val) and _score(data), which "
+                          "BaseDetector.fit and decision_function call); et-graph unsupervised "
+                          "runs only its built-in detectors")
     if detector.fitted_:  # the caller's object would be refitted on this run's split
         raise ValueError(f"{origin} returned a fitted detector: return a new, unfitted one "
                          "per seed")
     return detector
+
+
+def _takes_the_split(fit: Any) -> bool:
+    """Whether ``fit`` (unbound) accepts ``(self, data, train_mask, val_mask)``."""
+    import inspect
+
+    try:
+        inspect.signature(fit).bind(None, None, None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): let the call decide
+        return True
+    return True
 
 
 def add_plugin_argument(parser: argparse.ArgumentParser) -> None:
