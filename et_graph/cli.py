@@ -41,6 +41,7 @@ SUBCOMMANDS = {
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
+    """The argument parser of ``et-graph COMMAND`` (its options, as ``--help`` prints them)."""
     module_name, help_text = SUBCOMMANDS[command]
     module = importlib.import_module(module_name)
     if not hasattr(module, "CONFIG"):
@@ -56,6 +57,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``et-graph COMMAND [options]``: run the command on ``argv`` (``sys.argv[1:]`` by default);
+    returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--version":
         print(f"et-graph {__version__}")

@@ -309,6 +309,7 @@ def compare(files: list[str], reference: Optional[str] = None,
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``et-graph compare``."""
     parser = argparse.ArgumentParser(
         prog="et-graph compare", formatter_class=argparse.RawDescriptionHelpFormatter,
         description=__doc__.split("\n\n")[0],
@@ -332,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """``et-graph compare A/results.json B/results.json ...``; returns the exit status."""
     args = build_parser().parse_args(argv)
     metrics = ([m.strip() for m in args.metrics.split(",") if m.strip()]
                if args.metrics else None)

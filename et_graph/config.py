@@ -544,6 +544,8 @@ def dumps_toml(config: Any, meta: Optional[Mapping[str, Any]] = None) -> str:
 
 def write_preset(config: Any, path: Union[str, Path], meta: Optional[Mapping[str, Any]] = None
                  ) -> Path:
+    """Write ``config`` (and a ``[meta]`` table of ``meta``) as a TOML preset at ``path``, which
+    ``--config`` reads back; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps_toml(config, meta), encoding="utf-8")

@@ -27,6 +27,7 @@ TOLERANCE = 1e-10
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``et-graph native``."""
     parser = argparse.ArgumentParser(
         prog="et-graph native",
         description="Build the opt-in compiled CPU kernels (et_graph.native) now and check "
@@ -88,6 +89,8 @@ def checks(module: Any) -> dict[str, float]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """``et-graph native``: build the compiled kernels now and check them; returns the exit
+    status."""
     args = build_parser().parse_args(argv)
     report: dict[str, Any] = {"name": native.extension_name(),
                               "compile_flags": native.COMPILE_FLAGS,

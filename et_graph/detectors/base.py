@@ -122,6 +122,7 @@ class BaseDetector:
 
     # ------------------------------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:
+        """The detector's config as nested dicts, section by section."""
         return to_dict(self.config)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -491,6 +492,8 @@ def unused_edge_data_said(already: bool) -> Iterator[None]:
 
 
 def check_graph(data: Data) -> tuple[Tensor, Tensor]:
+    """``(x, edge_index)`` of a node graph a detector reads, checked (a ``HeteroData`` is refused
+    with the way to a homogeneous graph)."""
     if not isinstance(data, Data):
         hint = (": pass data.to_homogeneous(), whose edge_type numbers the relations (ET reads "
                 "them with multi_relation=True; node types of other feature widths are "
@@ -525,6 +528,7 @@ def check_labels(data: Data, used: Tensor) -> Tensor:
 
 
 def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:
+    """``mask`` (or ``data.<name>`` when ``None``) as a checked bool tensor over the nodes."""
     if mask is None:
         mask = getattr(data, name, None)
         if mask is None:

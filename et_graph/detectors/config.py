@@ -324,6 +324,8 @@ class GBTDetectorConfig:
 # Search spaces (Optuna trials); each returns {section: {field: value}} overrides.
 # ----------------------------------------------------------------------------------------------
 def et_space(trial: Any) -> dict[str, dict[str, Any]]:
+    """ET's search space for ``et-graph tune anomaly``: overrides of the ``model`` and ``train``
+    sections drawn from an Optuna ``trial``."""
     return {
         "model": {
             "hidden": trial.suggest_categorical("hidden", [32, 64, 128]),
@@ -343,6 +345,8 @@ def et_space(trial: Any) -> dict[str, dict[str, Any]]:
 
 
 def gnn_space(trial: Any) -> dict[str, dict[str, Any]]:
+    """The MLP's, GCN's and GAT's search space: width, dropout, depth and the training
+    section's settings, drawn from an Optuna ``trial``."""
     return {
         "model": {
             "hidden": trial.suggest_categorical("hidden", [32, 64, 128]),
@@ -359,6 +363,8 @@ def gnn_space(trial: Any) -> dict[str, dict[str, Any]]:
 
 
 def gbt_space(trial: Any) -> dict[str, dict[str, Any]]:
+    """The gradient-boosted trees' search space: depth, learning rate, leaf size,
+    regularisation and feature set, drawn from an Optuna ``trial``."""
     return {
         "model": {
             "max_iter": trial.suggest_int("max_iter", 100, 500, step=50),

@@ -346,6 +346,9 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
     checkpoint_identity: str = ""
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
+        """A new network for ``in_channels`` input features (and ``num_nodes`` nodes, for the
+        networks that need it) that returns one logit per node, ``[N]``: what a subclass
+        defines."""
         raise NotImplementedError
 
     def _oom_hint(self) -> str:

@@ -50,6 +50,8 @@ CONFIG = ImageCompletionConfig
 
 
 def load_images(config: ImageDataConfig) -> Tensor:
+    """The images ``config`` names, ``[N, C, H, W]``: scikit-learn's 8x8 digits, or a folder of
+    images resized to ``image_size`` with ``color``'s channels."""
     if config.data == "digits":
         default = ImageDataConfig()
         ignored = [f"{name}={getattr(config, name)}" for name in ("image_size", "color")
@@ -63,6 +65,8 @@ def load_images(config: ImageDataConfig) -> Tensor:
 
 
 def build_model(config: ImageModelConfig, images: Tensor) -> ETImageCompletion:
+    """A new :class:`ETImageCompletion` for ``images``' size and channels, with ``config``'s
+    settings."""
     return ETImageCompletion(
         image_size=tuple(images.shape[2:]), patch_size=config.patch_size,
         channels=images.size(1), dim=config.dim, heads=config.heads, head_dim=config.head_dim,
@@ -73,6 +77,9 @@ def build_model(config: ImageModelConfig, images: Tensor) -> ETImageCompletion:
 
 @checks_output_folder()
 def run(config: ImageCompletionConfig) -> dict[str, Any]:
+    """Train ET to complete masked patches on each seed's training images and score the held-out
+    ones against the mean-patch and nearest-open-patch baselines; returns the results and,
+    with ``config.run.out``, writes ``results.{json,md}`` and the completion figures."""
     config.run.apply_threads()
     progress = config.run.progress
     images = load_images(config.data)

@@ -73,6 +73,10 @@ PARTIAL_FOLDS = "folds.running.jsonl"
 
 @checks_output_folder(lambda config: config.run.out and Path(config.run.out, config.data.dataset))
 def run(config: TUDatasetConfig) -> dict[str, Any]:
+    """Cross-validate every model of ``config.protocol.models`` on the dataset (stratified
+    outer folds; each fold's epoch, and its grid point with ``--grid``, chosen on its inner
+    validation split; the test fold scored once); returns the results and, with
+    ``config.run.out``, writes ``OUT/DATASET/results.{json,md}`` and the accuracy plot."""
     config.run.apply_threads()
     data, protocol, progress = config.data, config.protocol, config.run.progress
     # every candidate's config is built (and checked) before the data are loaded

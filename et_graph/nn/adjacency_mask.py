@@ -122,6 +122,7 @@ class Conv2DAdjacencyMask(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         # Start close to A' itself (conv ~ 1), so training begins from plain graph attention.
         torch.nn.init.normal_(self.weight, std=0.1 / self.kernel_size)
         torch.nn.init.ones_(self.bias)

@@ -71,6 +71,7 @@ class FeatureEncoder(Module):
         self.register_buffer("std", torch.ones(continuous_channels))
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         if self.linear is not None:
             self.linear.reset_parameters()
         if self.embeddings is not None:
@@ -196,6 +197,7 @@ class LaplacianPEEncoder(Module):
         self.linear = Linear(k, out_channels)
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         self.linear.reset_parameters()
 
     def flip_signs(
@@ -282,6 +284,7 @@ class SumMessagePassing(Module):
         )
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         for mlp in self.mlps:
             for layer in mlp:
                 if hasattr(layer, "reset_parameters"):
@@ -351,6 +354,7 @@ class MeanMessagePassing(Module):
         )
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         for norm in self.norms:
             norm.reset_parameters()
         for mlp in self.mlps:

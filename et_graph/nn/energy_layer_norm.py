@@ -35,6 +35,7 @@ class EnergyLayerNorm(Module):
         self.delta = Parameter(torch.zeros(channels))
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         with torch.no_grad():
             self.log_gamma.zero_()
             self.delta.zero_()

@@ -257,6 +257,7 @@ def macro_f1_grid(y_true: np.ndarray, prob: np.ndarray, grid: np.ndarray) -> np.
 
 
 def macro_f1(y_true: np.ndarray, prob: np.ndarray, threshold: float) -> float:
+    """Macro-F1 of the predictions ``prob >= threshold`` against binary ``y_true``."""
     return float(macro_f1_grid(y_true, prob, np.array([threshold]))[0])
 
 

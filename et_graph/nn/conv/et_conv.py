@@ -518,6 +518,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         return fn.weighted(topology, edge_weight, x.dtype)
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         super().reset_parameters()
         self.energy_fn.reset_parameters()
 

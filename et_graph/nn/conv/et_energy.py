@@ -203,6 +203,7 @@ class ETEnergy(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         self.norm.reset_parameters()
         std = 1.0 / math.sqrt(self.channels)
         torch.nn.init.normal_(self.w_k, std=std)

@@ -201,6 +201,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         self.cached = cached
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         self.energy_fn.reset_parameters()
 
     def __setstate__(self, data: dict[str, Any]) -> None:

@@ -224,6 +224,7 @@ class ETAnomalyNet(nn.Module):
             self.neighbour_messages = _NeighbourMeanMessages()
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         self.embedding.reset_parameters()
         if self.positional is not None:
             # Small, so that at initialisation the tokens are driven by the features.

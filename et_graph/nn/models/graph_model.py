@@ -244,6 +244,7 @@ class ETGraphModel(nn.Module):
         )
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         for module in self.modules():
             if module is not self and hasattr(module, "reset_parameters"):
                 module.reset_parameters()

@@ -187,6 +187,7 @@ class ETImageCompletion(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         self.encoder.reset_parameters()
         std = 1.0 / math.sqrt(self.mask_token.numel())
         nn.init.normal_(self.mask_token, std=std)

@@ -104,6 +104,7 @@ class ETMaskedNodeReconstruction(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         self.encoder.reset_parameters()
         nn.init.normal_(self.mask_token, std=1.0 / math.sqrt(self.mask_token.numel()))
         self.conv.reset_parameters()

@@ -167,6 +167,7 @@ class CLSPool(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Reinitialise the learnable parameters (PyG's convention)."""
         torch.nn.init.normal_(self.cls_token, std=1.0 / self.channels**0.5)
 
     def forward(self, *args: Any, **kwargs: Any) -> CLSGraph:
