@@ -11,6 +11,7 @@ and validated inputs. :class:`~et_graph.nn.ETConv` is the descent loop around on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from typing import Any, Callable, NamedTuple, Optional, TypeVar
@@ -128,9 +129,9 @@ class ETEnergy(Module):
     subclass unless it also writes the term's closed form: in :meth:`grad_from_attention_grads`,
     which every path's step ends in (:meth:`grad_of_g`, the unfused and explainer paths and
     :meth:`dense_grad_of_g` call it; override :meth:`grad_of_g` as well and the term counts
-    twice), or in :meth:`grad_of_g` alone for the fused path only. At a subclass's first descent
-    on a path the layer compares the closed form with autograd of the energy at a random point
-    and refuses a mismatch; :meth:`closed_form_error` measures it in float64. A
+    twice), or in :meth:`grad_of_g` alone for the fused path only. At an object's first descent
+    on a path (and dtype) the layer compares the closed form with autograd of the energy at a
+    random point and refuses a mismatch; :meth:`closed_form_error` measures it in float64. A
     new attention (another kernel) overrides :meth:`attention_grads`, which the message path
     (``fused=False``, message hooks, explainers) never calls, so that path refuses it; a new
     Hopfield term's closed form is :meth:`hopfield_grad_of_g`.
@@ -413,24 +414,39 @@ class ETEnergy(Module):
         ``"relational"``) does not know: it overrides an energy method that path reports but
         none of the gradient methods it steps with, so the analytic descent would descend the
         built-in energy while the energies reported include the new term."""
-        if any(callable(vars(self).get(name)) for name in _WATCHED):
+        patched = any(callable(vars(self).get(name)) for name in _WATCHED)
+        if patched:
             # a method replaced on this object (types.MethodType) passed the class's check
-            reason = _unmatched_energy_override(self, path) or _closed_form_mismatch(self, path)
+            reason = _unmatched_energy_override(self, path)
         else:
             # The class's methods are part of the key: one patched after a first check was
             # descended unchecked (an audit)
             key = (type(self), path, *(getattr(type(self), name) for name in _WATCHED))
             reason = _closed_form_gaps.get(key)
             if reason is None:
-                reason = _unmatched_energy_override(type(self), path)
-                if not reason:
-                    probed = _closed_form_mismatch(self, path)
-                    if probed is None:  # no probe possible here: checked on a later call
-                        return
-                    reason = probed
-                _closed_form_gaps[key] = reason
+                reason = _closed_form_gaps[key] = _unmatched_energy_override(type(self), path)
+        if not reason and (patched or type(self) is not ETEnergy):
+            reason = self._probed_closed_form(path)
         if reason:
             raise ValueError(reason)
+
+    def _probed_closed_form(self, path: str) -> str:
+        """The verdict of :func:`_closed_form_mismatch` for this object, ``path`` and dtype,
+        probed once and kept on the object (per object: a closed form that forgets a
+        constructor setting is right for one value of it only). Its methods (patched ones
+        included) are part of the key, so that a replaced one is probed again."""
+        parameter = next(self.parameters(), None)
+        dtype = parameter.dtype if parameter is not None else torch.get_default_dtype()
+        key = (path, dtype, *(vars(self).get(name) or getattr(type(self), name)
+                              for name in _WATCHED))
+        verdicts = self.__dict__.setdefault("_closed_form_verdicts", {})
+        reason = verdicts.get(key)
+        if reason is None:
+            reason = _closed_form_mismatch(self, path)
+            if reason is None:  # not here (inference mode, a transform): at a later call
+                return ""
+            verdicts[key] = reason
+        return reason
 
     def check_dense_energy(self) -> None:
         """``ValueError`` for a subclass whose new term the dense path would drop: it overrides
@@ -580,14 +596,12 @@ class ETEnergy(Module):
         k, q = self.keys_queries(g)
         grad_k, grad_q = self.attention_grads(k, q, edges, fused)
         attention = self.attention_grad_to_g(grad_k, grad_q).view(g.shape)
-        if not _overrides(self, "hopfield_grad_of_g"):
-            # a new term's closed form written in the step: the rest of the step is its share
-            # (the built-in Hopfield gradient did not sum to the step with it)
-            if _overrides(self, "grad_of_g"):
-                return attention, self.grad_of_g(g, edges, fused) - attention
-            if _overrides(self, "grad_from_attention_grads"):
-                return attention, self.grad_from_attention_grads(g, grad_k, grad_q,
-                                                                 edges) - attention
+        # A new term's closed form written in the step: the rest of the step is its share
+        # (the Hopfield gradient alone did not sum to the step with it, even a new one's)
+        if _overrides(self, "grad_of_g"):
+            return attention, self.grad_of_g(g, edges, fused) - attention
+        if _overrides(self, "grad_from_attention_grads"):
+            return attention, self.grad_from_attention_grads(g, grad_k, grad_q, edges) - attention
         return attention, self.hopfield_grad_of_g(g)
 
     def dense_attention_and_hopfield_grads(
@@ -600,11 +614,10 @@ class ETEnergy(Module):
         k, q = self.keys_queries(g)
         grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
         attention = self.attention_grad_to_g(grad_k, grad_q).view(g.shape)
-        if not _overrides(self, "hopfield_grad_of_g"):
-            if _overrides(self, "dense_grad_of_g"):
-                return attention, self.dense_grad_of_g(g, mask, weight) - attention
-            if _overrides(self, "grad_from_attention_grads"):
-                return attention, self.grad_from_attention_grads(g, grad_k, grad_q) - attention
+        if _overrides(self, "dense_grad_of_g"):
+            return attention, self.dense_grad_of_g(g, mask, weight) - attention
+        if _overrides(self, "grad_from_attention_grads"):
+            return attention, self.grad_from_attention_grads(g, grad_k, grad_q) - attention
         return attention, self.hopfield_grad_of_g(g)
 
     def extra_repr(self) -> str:
@@ -653,6 +666,10 @@ _closed_form_gaps: dict[tuple[Any, ...], str] = {}
 #: energy that passes, per dtype of its parameters (the built-in terms: ~1e-12 in float64,
 #: ~1e-6 in float32); other dtypes are not probed.
 _PROBE_TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-3}
+#: ``torch.compiler.disable``: the probe runs eagerly under ``torch.compile`` (traced, it was
+#: skipped, and it broke the graph).
+_compiler_disable: Callable[[Callable[..., Any]], Callable[..., Any]] = getattr(
+    getattr(torch, "compiler", None), "disable", lambda function: function)
 
 
 def _overrides(energy: Any, name: str) -> bool:
@@ -664,55 +681,44 @@ def _overrides(energy: Any, name: str) -> bool:
     return getattr(cls, name) is not getattr(ETEnergy, name)
 
 
+@_compiler_disable
 def _closed_form_mismatch(energy: ETEnergy, path: str) -> Optional[str]:
     """Why a subclass's closed form of ``path`` differs from autograd of the energy it reports,
-    at a random point of a small graph in its parameters' dtype (a factor 2 in a new term's
-    gradient passed the override check and was descended without a word: an audit); "" when
-    it matches, or is the built-in one, and ``None`` where no probe can run here (inference
-    mode, compilation, a functorch transform, a dtype without a tolerance). The probe draws
-    from its own generator, so a run's random numbers do not move."""
-    if type(energy) is ETEnergy and not any(callable(vars(energy).get(name))
-                                            for name in _WATCHED):
-        return ""
-    if path == "relational":  # its closed form is RelationalETConv's, checked by its tests
-        return ""
+    at a random point of a small irregular graph (in- and out-degrees apart, an isolated node,
+    random edge weights) in its parameters' dtype, in eval mode (a factor 2 in a new term's
+    gradient passed the override check and was descended without a word: an audit). "" when
+    it matches or cannot be probed (a probe error, a dtype without a tolerance, the
+    relational path); ``None`` where no probe can run now (inference mode, a functorch
+    transform such as vmap), to be tried at a later call. It runs eagerly under
+    ``torch.compile``, outside activation checkpointing's saved-tensor hooks, and in a forked
+    random state, so that a run's random numbers do not move."""
     parameter = next(energy.parameters(), None)
     dtype = parameter.dtype if parameter is not None else torch.get_default_dtype()
     device = parameter.device if parameter is not None else torch.device("cpu")
     tolerance = _PROBE_TOLERANCE.get(dtype)
-    if (tolerance is None or device.type == "meta" or torch.is_inference_mode_enabled()
-            or getattr(torch.compiler, "is_compiling", lambda: False)()):
+    if path == "relational" or tolerance is None or device.type == "meta":
+        return ""
+    if torch.is_inference_mode_enabled() or _under_functorch():
         return None
-    nodes = 6
-    generator = torch.Generator().manual_seed(0)
-    g = (0.5 * torch.randn(nodes, energy.channels, generator=generator,
-                           dtype=torch.float64)).to(device=device, dtype=dtype)
-    ring = torch.arange(nodes)
-    edge_index = torch.stack([torch.cat([ring, ring]),
-                              torch.cat([(ring + 1) % nodes, (ring + 2) % nodes])]).to(device)
+    modes = [(module, module.training) for module in energy.modules()]
     try:
-        with torch.enable_grad(), autocast_off(device.type):
-            if path == "dense":
-                tokens = g.unsqueeze(0)
-                mask = ~torch.eye(nodes, dtype=torch.bool, device=device).unsqueeze(0)
-                closed = energy.dense_grad_of_g(tokens, mask)
-                reference = energy.dense_autograd_grad_of_g(tokens, mask)
-            else:
-                edges = energy.edges(g, edge_index, plan=path == "fused")
-                if path == "fused":
-                    closed = energy.grad_of_g(g, edges, fused=True)
-                else:  # the message path's attention is the built-in one, then the rest
-                    k, q = energy.keys_queries(g)
-                    grad_k, grad_q = E.attention_grad(k, q, edges.src, edges.dst, energy.beta,
-                                                      edges.weight, nodes)
-                    closed = energy.grad_from_attention_grads(g, grad_k, grad_q, edges)
-                reference = energy.autograd_grad_of_g(g, edges)
-    except (RuntimeError, ValueError, NotImplementedError):
-        # (a transform's wrapped parameters, or a path this energy refuses, which the descent
-        # then names itself)
-        return None
-    scale = reference.detach().abs().max().clamp_min(torch.finfo(dtype).tiny)
-    gap = float((closed.detach() - reference.detach()).abs().max() / scale)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.random.fork_rng(
+                devices=[device] if device.type == "cuda" else []))
+            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(_same, _same))
+            stack.enter_context(torch.enable_grad())
+            stack.enter_context(autocast_off(device.type))
+            energy.eval()  # a term with dropout draws another mask in each of the two
+            closed, reference = _probe_gradients(energy, path, dtype, device)
+            if not bool(torch.isfinite(reference).all()):
+                return ""  # an energy this point does not suit: nothing to compare
+            scale = reference.abs().max().clamp_min(torch.finfo(dtype).tiny)
+            gap = float((closed - reference).abs().max() / scale)
+    except Exception:  # noqa: BLE001 (a term the probe cannot evaluate: the descent will say)
+        return ""
+    finally:
+        for module, training in modes:
+            module.training = training
     if gap <= tolerance:
         return ""
     return (f"{type(energy).__name__}'s closed form of dE/dg on the {path} path differs from "
@@ -720,6 +726,46 @@ def _closed_form_mismatch(energy: ETEnergy, path: str) -> Optional[str]:
             f"{str(dtype).replace('torch.', '')}; at most {tolerance:g} passes): the analytic "
             "descent would not descend that energy. Fix the closed form (closed_form_error "
             "measures it, in float64), or build the layer with grad='autograd'")
+
+
+def _probe_gradients(energy: ETEnergy, path: str, dtype: torch.dtype, device: torch.device
+                     ) -> tuple[Tensor, Tensor]:
+    """``(closed form, autograd)`` of ``dE/dg`` on ``path`` at the probe's random point."""
+    nodes, edges_count = 7, 15
+    generator = torch.Generator().manual_seed(0)
+    g = (0.5 * torch.randn(nodes, energy.channels, generator=generator,
+                           dtype=torch.float64)).to(device=device, dtype=dtype)
+    if path == "dense":
+        tokens = g.unsqueeze(0)
+        ring = torch.roll(torch.eye(nodes, dtype=torch.bool), 1, dims=1)  # a neighbour each
+        mask = (torch.rand(1, nodes, nodes, generator=generator) < 0.4) | ring
+        mask = (mask & ~torch.eye(nodes, dtype=torch.bool)).to(device)
+        return (energy.dense_grad_of_g(tokens, mask).detach(),
+                energy.dense_autograd_grad_of_g(tokens, mask).detach())
+    # node nodes - 1 is isolated; in- and out-degrees differ
+    edge_index = torch.randint(0, nodes - 1, (2, edges_count), generator=generator).to(device)
+    weight = (0.5 + torch.rand(edges_count, 1, generator=generator,
+                               dtype=torch.float64)).to(device=device, dtype=dtype)
+    edges = energy.edges(g, edge_index, weight, plan=path == "fused")
+    if path == "fused":
+        closed = energy.grad_of_g(g, edges, fused=True)
+    else:  # the message path's attention is the built-in one, then the rest of the step
+        k, q = energy.keys_queries(g)
+        grad_k, grad_q = E.attention_grad(k, q, edges.src, edges.dst, energy.beta, edges.weight,
+                                          nodes)
+        closed = energy.grad_from_attention_grads(g, grad_k, grad_q, edges)
+    return closed.detach(), energy.autograd_grad_of_g(g, edges).detach()
+
+
+def _same(tensor: Tensor) -> Tensor:
+    return tensor
+
+
+def _under_functorch() -> bool:
+    """Whether a functorch transform (vmap, grad) is active, whose wrapped parameters and
+    refusal of random operations the probe cannot run under."""
+    peek = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
+    return peek is not None and peek() is not None
 
 
 def _unmatched_energy_override(energy: Any, path: str) -> str:
