@@ -254,6 +254,8 @@ def outputs_on_two_graphs(model: nn.Module, graphs: Sequence[Any],
         with torch.no_grad():
             out = forward(model, batch)
     except TypeError as error:
+        if _raised_inside(error, model):
+            raise  # a fault inside its forward: its own traceback (a review)
         raise PluginError(f"{origin}: calling it on two training graphs failed: {error} (see "
                           "what its forward takes in its task's contract)") from error
     finally:
@@ -271,27 +273,64 @@ def outputs_on_two_graphs(model: nn.Module, graphs: Sequence[Any],
     return batch, tuple(out.shape)
 
 
-#: Every module a factory has returned (weakly held: a module dropped cannot come back).
-_RETURNED_MODULES: weakref.WeakSet[Any] = weakref.WeakSet()
+def _raised_inside(error: BaseException, model: Any) -> bool:
+    """Whether ``error`` came from inside ``model``'s ``forward`` or ``forward_data`` (one of
+    their frames is on its traceback), rather than from a call those could not take."""
+    codes = {getattr(getattr(type(model), name, None), "__code__", None)
+             for name in ("forward", "forward_data")} - {None}
+    frame = error.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code in codes:
+            return True
+        frame = frame.tb_next
+    return False
+
+
+#: Every module a factory has returned, and their trainable parameters, by ``id`` (weakly
+#: held: a module dropped cannot come back, and its id may then be another's).
+_RETURNED_MODULES: dict[int, weakref.ref] = {}
+_RETURNED_PARAMETERS: dict[int, weakref.ref] = {}
+
+
+def _remember(table: dict[int, weakref.ref], item: Any) -> None:
+    key = id(item)
+    table[key] = weakref.ref(item, lambda _ref, key=key: table.pop(key, None))
+
+
+def _returned_before(table: dict[int, weakref.ref], item: Any) -> bool:
+    ref = table.get(id(item))
+    return ref is not None and ref() is item
 
 
 def checked_module(model: Any, origin: str, returns: str) -> nn.Module:
     """``model`` if it is a ``torch.nn.Module`` (what the training engines train) that no
-    factory has returned before, else a ``TypeError`` naming ``origin`` (what built it) and
-    what its forward must return. A factory returning one module every time passed: each fold,
-    seed or trial then started from the last one's trained weights, and a fold trained on the
-    next fold's test graphs (an audit)."""
+    factory has returned before, nor shares a trainable parameter with one, else a
+    ``TypeError`` naming ``origin`` (what built it) and what its forward must return. A
+    factory returning one module every time passed: each fold, seed or trial started from the
+    last one's trained weights, and a fold trained on the next fold's test graphs (an audit);
+    so did a new module around a shared trained submodule (a review)."""
     from torch import nn
 
     if not isinstance(model, nn.Module):
         raise PluginError(f"{origin} returned {type(model).__name__}, not a torch.nn.Module: its "
                         f"factory must return a new, untrained model whose forward returns "
                         f"{returns}")
-    if model in _RETURNED_MODULES:
+    if _returned_before(_RETURNED_MODULES, model):
         raise PluginError(f"{origin} returned a {type(model).__name__} it had returned before: "
                           "its factory must build a new, untrained model on every call (each "
                           "fold, seed and trial trains its own), not return one kept aside")
-    _RETURNED_MODULES.add(model)
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    shared = [name for name, parameter in model.named_parameters()
+              if parameter.requires_grad and _returned_before(_RETURNED_PARAMETERS, parameter)]
+    if shared:
+        raise PluginError(f"{origin} returned a {type(model).__name__} that shares trainable "
+                          f"parameters with a model it returned before ({', '.join(shared[:3])}"
+                          f"{', ...' if len(shared) > 3 else ''}): a shared submodule carries "
+                          "its trained weights into the next fold, seed or trial; build it "
+                          "anew, or freeze it (requires_grad=False)")
+    _remember(_RETURNED_MODULES, model)
+    for parameter in trainable:
+        _remember(_RETURNED_PARAMETERS, parameter)
     return model
 
 
@@ -418,9 +457,12 @@ def _import_plugin(spec: str) -> None:
         # in sys.modules while it runs, as an import puts it: dataclasses and pickle look
         # their classes' module up there
         sys.modules[name] = module
-        # Its folder is searched last while it runs, as `python FILE` would search it first:
-        # a plugin importing a module beside it failed (an audit); last, so that a file there
-        # never stands in for an installed module
+        # Its folder is searched while it runs, as `python FILE` would search it: a plugin
+        # importing a module beside it failed (an audit). Last, so that a file there never
+        # stands in for an installed module; only while it runs, since a folder left on the
+        # path made another folder's plugin of the same name look installed. (A module beside
+        # it that a function imports only later needs the folder on PYTHONPATH.)
+        _check_imports_beside(path, spec)
         folder = str(path.parent)
         searched = folder not in sys.path
         if searched:
@@ -445,6 +487,31 @@ def _import_plugin(spec: str) -> None:
                              "name importable here, e.g. on PYTHONPATH, or a .py file)") from None
         entry = {"module": spec, "path": None}
     _LOADED.append(entry)
+
+
+def _check_imports_beside(path: Path, spec: str) -> None:
+    """``ValueError`` when the plugin file ``path`` imports a module that lies beside it but is
+    imported already from elsewhere (another plugin's folder, say): it would get that one, and
+    two plugins' ``helpers.py`` were one without a word (a review)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return  # the import itself reports it
+    names = {alias.name.split(".")[0] for node in ast.walk(tree)
+             if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    for name in sorted(names):
+        beside = path.parent / f"{name}.py"
+        if not beside.is_file() or name not in sys.modules:
+            continue
+        loaded = _module_path(name)
+        if loaded is not None and Path(loaded).resolve() != beside.resolve():
+            raise ValueError(f"plugin {spec!r} imports {name!r}, which lies beside it "
+                             f"({beside}) but is imported already from {loaded}: it would get "
+                             "that one; rename one of the two modules")
 
 
 def _installed_elsewhere(name: str, path: Path) -> Optional[str]:

@@ -189,6 +189,30 @@ class Pooled(NodeValues):
         return self.then(global_mean_pool(self.value(x.view(-1)), batch))
 
 
+def test_a_fault_inside_forward_keeps_its_own_traceback_and_shared_weights_are_refused():
+    # (a review) a TypeError raised inside forward was reported as a call it could not take;
+    # a new module around a shared trained submodule passed the new-module check
+    class Faulty(NodeValues):
+        def forward(self, x, edge_index, batch, edge_attr=None, rw_pe=None):
+            return torch.cat(x, x)
+
+    register_benchmark_model("faulty", lambda config, data: Faulty())
+    with pytest.raises(TypeError, match="cat()") as raised:
+        gnnbenchmark.main(quick("--models", "faulty"))
+    assert "calling it on two training graphs" not in str(raised.value)
+    shared = nn.Embedding(28, 1)
+
+    def sharing(config, data):
+        model = Pooled(lambda y: y)
+        model.value = shared
+        return model
+
+    register_benchmark_model("sharing", sharing)
+    with pytest.raises(TypeError, match="'sharing' returned a Pooled that shares trainable "
+                                        r"parameters with a model it returned before \(value"):
+        gnnbenchmark.main(quick("--models", "sharing"))
+
+
 class Positional(NodeValues):
     """A forward without the contract's keywords."""
 

@@ -241,20 +241,30 @@ def test_plugins_come_as_a_comma_list_and_from_the_environment(tmp_path, monkeyp
 
 def test_a_plugin_file_imports_a_module_beside_it(tmp_path):
     # its folder was not searched, so `from helpers_beside import ...` failed with a
-    # ModuleNotFoundError traceback (an audit); searched last, and only while it runs
+    # ModuleNotFoundError traceback (an audit); it is searched last, while the plugin runs;
+    # a same-named helper beside another plugin is refused rather than shared (a review)
     import sys
 
     from et_graph.detectors import registry
 
-    (tmp_path / "beside_helpers.py").write_text("WIDTH = 3\n", encoding="utf-8")
-    plugin = tmp_path / "uses_beside.py"
-    plugin.write_text("from beside_helpers import WIDTH\nassert WIDTH == 3\n", encoding="utf-8")
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, width in ((first, 3), (second, 4)):
+        folder.mkdir()
+        (folder / "beside_helpers.py").write_text(f"WIDTH = {width}\n", encoding="utf-8")
+        (folder / f"uses_{folder.name}.py").write_text(
+            f"from beside_helpers import WIDTH\nassert WIDTH == {width}\n", encoding="utf-8")
     try:
-        registry.load_plugins([str(plugin)])
-        assert str(tmp_path) not in sys.path
+        registry.load_plugins([str(first / "uses_a.py")])
+        assert str(first) not in sys.path
+        with pytest.raises(ValueError, match="imports 'beside_helpers', which lies beside it "
+                                             ".* but is imported already from"):
+            registry.load_plugins([str(second / "uses_b.py")])
     finally:
-        for name in ("uses_beside", "beside_helpers"):
+        for name in ("uses_a", "uses_b", "beside_helpers"):
             sys.modules.pop(name, None)
+        for folder in (first, second):
+            while str(folder) in sys.path:
+                sys.path.remove(str(folder))
 
 
 def test_a_registered_search_space_tunes_the_detector_and_its_preset_reproduces(tmp_path):
