@@ -145,7 +145,6 @@ def test_a_factory_of_the_wrong_kind_is_refused_before_any_training(monkeypatch)
     assert fitted == []
 
 
-
 def test_a_pygod_style_fit_is_refused_before_any_training():
     # fit(data) alone passed registration and failed inside the run on "takes from 2 to 3
     # positional arguments but 4 were given" (an audit)

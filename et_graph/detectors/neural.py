@@ -79,6 +79,7 @@ def check_node_logits(model: nn.Module, logits: Any, nodes: int) -> None:
                      f"network returns one floating-point logit per node, shape [{nodes}] (a "
                      "[N, 1] output: squeeze its last dimension)")
 
+
 class NodeAnomalyTask:
     """Loss and validation of a node anomaly network ``model(x, edge_index[, node_ids])``.
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from typing import Any, Literal, Optional, Union, overload
@@ -1009,8 +1010,12 @@ def _refuse_transformer_conv_settings(kwargs: dict[str, Any]) -> None:
             raise TypeError(f"ETConv has no {name!r} (TransformerConv's): {why}")
 
 
-#: MessagePassing's own settings, which ETConv passes on (any other keyword is refused).
-_MESSAGE_PASSING_SETTINGS = ("aggr", "aggr_kwargs", "flow", "node_dim", "decomposed_layers")
+#: MessagePassing's own settings, which ETConv passes on (any other keyword is refused); read
+#: from its signature, so that a PyG release's new one passes too.
+_MESSAGE_PASSING_SETTINGS = tuple(
+    name for name, parameter in inspect.signature(MessagePassing.__init__).parameters.items()
+    if name != "self" and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                                 inspect.Parameter.VAR_KEYWORD))
 #: ETEnergy's settings, which ETConv sets from its own arguments.
 _ENERGY_SETTINGS = ("channels", "heads", "head_dim", "hopfield_dim", "hopfield", "hopfield_beta",
                     "beta_init", "eps", "coupling")
