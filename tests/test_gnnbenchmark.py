@@ -930,9 +930,33 @@ def test_a_replaced_raw_file_is_processed_again(tmp_path):
     _write_raw(tmp_path, "PATTERN", _pattern_payload(flipped))
     later = max(p.stat().st_mtime for p in (tmp_path / "PATTERN" / "processed").iterdir()) + 5
     os.utime(raw, (later, later))
-    with pytest.warns(UserWarning, match="newer than the processed copies"):
+    with pytest.warns(UserWarning, match="changed since the processed copies"):
         second = load_benchmark(config)
     assert torch.equal(second.splits["test"][0].y, 1 - first.splits["test"][0].y)
+    # replaced with an older modification time (cp -p, unzip): its old copies were used
+    # without a word (an audit); the change time, recorded beside them, tells
+    _write_raw(tmp_path, "PATTERN", _pattern_payload())
+    earlier = min(p.stat().st_mtime for p in (tmp_path / "PATTERN" / "processed").iterdir()) - 86400
+    os.utime(raw, (earlier, earlier))
+    with pytest.warns(UserWarning, match="changed since the processed copies"):
+        third = load_benchmark(config)
+    assert torch.equal(third.splits["test"][0].y, first.splits["test"][0].y)
+
+
+def test_a_zinc_index_file_pyg_would_misread_is_refused(tmp_path, zinc_val):
+    # PyG's reader drops an .index file's last character: without a final newline, the last
+    # index lost a digit and another molecule loaded without a word (an audit)
+    _write_fake_zinc_raw(tmp_path / "ZINC", zinc_val)
+    index = tmp_path / "ZINC" / "raw" / "train.index"
+    index.write_text("0,1,2,11", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train\.index does not end with a newline"):
+        load_zinc(tmp_path / "ZINC", "train")
+    index.write_text("0,1,1,11\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train\.index repeats the molecule index\(es\) \['1'\]"):
+        load_zinc(tmp_path / "ZINC", "train")
+    index.write_text("0,1,2,11\n", encoding="utf-8")
+    assert [float(g.y) for g in load_zinc(tmp_path / "ZINC", "train")] == [
+        float(zinc_val[i].y) for i in (0, 1, 2, 11)]
 
 
 def test_a_root_folder_without_the_file_and_settings_no_source_reads_are_named(tmp_path):

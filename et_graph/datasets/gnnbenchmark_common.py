@@ -9,6 +9,7 @@ Layout expected under a user root ``ROOT`` (PyG's own layout)::
 from __future__ import annotations
 
 import errno
+import json
 import os
 import pickle
 import warnings
@@ -164,22 +165,52 @@ def check_raw_splits(raw_file: Path, name: str) -> None:
             raise ValueError(f"{raw_file}: its {split} split holds no graph")
 
 
+#: Beside PyG's processed copies: the size and change time of the raw files they came from.
+RAW_STAMP = "raw_signature.json"
+
+
+def _raw_signature(raw_files: list[Path]) -> dict[str, list[int]]:
+    # The change time (ctime), unlike the modification time, cannot be set back: a file
+    # replaced by `cp -p` or unzip keeps an old mtime, and its old processed copy was used.
+    return {path.name: [path.stat().st_size, path.stat().st_ctime_ns] for path in raw_files}
+
+
 def processed_is_stale(raw_files: list[Path], processed_files: list[Path]) -> bool:
-    """Whether every file exists and some raw file is newer than a processed copy."""
+    """Whether every file exists and some raw file is newer than a processed copy, or changed
+    since the copies were stamped (:func:`stamp_processed`)."""
     if missing_files(raw_files) or missing_files(processed_files):
         return False
-    return (max(path.stat().st_mtime for path in raw_files)
-            > min(path.stat().st_mtime for path in processed_files))
+    if (max(path.stat().st_mtime for path in raw_files)
+            > min(path.stat().st_mtime for path in processed_files)):
+        return True
+    try:
+        stamped = json.loads((processed_files[0].parent / RAW_STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # copies made before stamps, or an unreadable stamp: the mtimes decide
+    return stamped != _raw_signature(raw_files)
+
+
+def stamp_processed(raw_files: list[Path], processed_files: list[Path]) -> None:
+    """Record which raw files the processed copies came from (see :func:`processed_is_stale`);
+    nothing where a file is missing or the folder is read-only."""
+    if missing_files(raw_files) or missing_files(processed_files):
+        return
+    try:
+        (processed_files[0].parent / RAW_STAMP).write_text(
+            json.dumps(_raw_signature(raw_files)), encoding="utf-8")
+    except OSError:
+        pass
 
 
 def drop_stale_processed(raw_files: list[Path], processed_files: list[Path]) -> None:
-    """Delete PyG's processed copies when a raw file is newer than one of them: PyG processes
-    only when they are missing, so a replaced raw file was ignored and the old data trained
-    without a word."""
+    """Delete PyG's processed copies when a raw file is newer than one of them or changed since
+    they were made: PyG processes only when they are missing, so a replaced raw file was
+    ignored and the old data trained without a word."""
     if not processed_is_stale(raw_files, processed_files):
         return
-    warnings.warn(f"{raw_files[0].parent} holds files newer than the processed copies in "
-                  f"{processed_files[0].parent}: processing them again", stacklevel=3)
+    warnings.warn(f"{raw_files[0].parent} holds files that changed since the processed copies "
+                  f"in {processed_files[0].parent} were made: processing them again",
+                  stacklevel=3)
     for path in processed_files:
         path.unlink()
 
@@ -243,7 +274,9 @@ def load_gnn_benchmark(root: PathLike, name: str, split: str) -> GNNBenchmarkDat
         drop_stale_processed([raw_file], processed)
         if not gnn_benchmark_processed(root, name):
             check_raw_splits(raw_file, name)
-        return read()
+        dataset = read()
+        stamp_processed([raw_file], processed)
+        return dataset
 
 
 __all__ = [

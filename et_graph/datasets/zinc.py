@@ -15,6 +15,7 @@ Layout expected under a user root ``ROOT`` (PyG's own layout)::
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,7 @@ from .gnnbenchmark_common import (
     drop_stale_processed,
     missing_files,
     read_local_files,
+    stamp_processed,
 )
 from .locking import folder_lock
 
@@ -173,11 +175,38 @@ def load_zinc(root: PathLike, split: str, subset: bool = True) -> ZINC:
     # under the lock the TU and GNNBenchmark loaders take: two first runs side by side raced
     # on processed/*.pt
     with folder_lock(root, "zinc"), restricted_pyg_loads():
-        drop_stale_processed(zinc_required_files(root), processed_files)
-        return read_local_files(
+        raw_files = zinc_required_files(root)
+        drop_stale_processed(raw_files, processed_files)
+        if missing_files(processed_files):  # PyG reads the raw files now
+            check_split_indices(root)
+        dataset = read_local_files(
             lambda: _OfflineZINC(str(root), subset=subset, split=split), root,
             f"delete {processed} and put fresh copies of molecules.zip's files and the split "
             f"indices in {root / 'raw'}")
+        stamp_processed(raw_files, processed_files)
+        return dataset
+
+
+def check_split_indices(root: PathLike) -> None:
+    """``ValueError`` for a split's ``raw/<split>.index`` that PyG's reader would misread: it
+    drops the file's last character, so a file without a final newline lost the last digit of
+    its last index and loaded another molecule without a word (an audit); a repeated index
+    counted a molecule twice."""
+    for split in ("train", "val", "test"):
+        path = Path(root) / "raw" / f"{split}.index"
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        if not text.endswith("\n"):
+            raise ValueError(f"{path} does not end with a newline: PyG's ZINC reader drops the "
+                             "file's last character, which would cut the last index short; "
+                             "add the newline (the files of the subset's split indices end "
+                             "with one)")
+        indices = [item.strip() for item in text[:-1].split(",") if item.strip()]
+        repeated = sorted(item for item, count in Counter(indices).items() if count > 1)[:5]
+        if repeated:
+            raise ValueError(f"{path} repeats the molecule index(es) {repeated}: each molecule "
+                             "of a split is listed once")
 
 
 def zinc_official_present(root: PathLike) -> bool:
