@@ -176,6 +176,38 @@ TRIANGLE = (3, [(0, 1), (1, 0), (1, 2), (2, 1), (0, 2), (2, 0)])
 PATH = (3, [(0, 1), (1, 0), (1, 2), (2, 1)])
 
 
+def test_raw_files_pyg_would_change_without_a_word_are_refused_or_named(tmp_path):
+    """From a data audit: a last graph of self-loops alone was dropped with its label; repeated
+    edges were merged and their edge labels summed; graph_attributes.txt replaced the labels
+    as targets; a labels line of two values failed deep in PyG naming no file."""
+    def load(root):
+        return load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
+
+    root = _write_tu(tmp_path / "loops", "T", [TRIANGLE, PATH, (1, [(0, 0)])], [1, 0, 1])
+    with pytest.raises(ValueError, match=r"graphs 3\.\.3 .* have no edge but self-loops"):
+        load(root)
+    root = _write_tu(tmp_path / "loop", "T", [(3, [*TRIANGLE[1], (1, 1)]), PATH], [1, 0])
+    with pytest.warns(RuntimeWarning, match=r"T_A\.txt holds 1 self-loop\(s\) \(first: line 7\)"):
+        assert [g.edge_index.size(1) for g in load(root)[0]] == [6, 4]
+    root = _write_tu(tmp_path / "dup", "T", [(3, [*TRIANGLE[1], (0, 1)]), PATH], [1, 0])
+    raw = root / "T" / "raw"
+    load(root)  # without edge labels a repeat changes nothing (IMDB-BINARY lists each twice)
+    (raw / "T_edge_labels.txt").write_text("0\n" * 11, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"T_A\.txt repeats 1 edge\(s\) \(first: line 7\).*"
+                                         "edge_labels are the sums"):
+        load(root)
+    root = _write_tu(tmp_path / "attr", "T", [TRIANGLE, PATH], [1, 0])
+    (root / "T" / "raw" / "T_graph_attributes.txt").write_text("0.5\n1.5\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="T_graph_attributes.txt is present: PyG's TU reader "
+                                         "then takes the graph attributes as the targets"):
+        load(root)
+    root = _write_tu(tmp_path / "ragged", "T", [TRIANGLE, PATH], [1, 0])
+    (root / "T" / "raw" / "T_node_labels.txt").write_text("0\n1\n0\n1, 2\n0\n1\n",
+                                                          encoding="utf-8")
+    with pytest.raises(ValueError, match=r"T_node_labels\.txt: line 4 holds 2 values, line 1 1"):
+        load(root)
+
+
 def test_tiny_tu_files_load_exactly_or_are_refused(tmp_path):
     """From an audit: PyG's reader dropped the last edge of an A.txt without a final newline
     and every graph without edges at the end, silently; blank lines and a single graph failed

@@ -140,6 +140,16 @@ def _integers(text: str, path: Path) -> np.ndarray:
         raise ValueError(f"{path} must hold integers (a TU raw file), found {bad!r}") from None
 
 
+def _check_line_widths(text: str, path: Path) -> None:
+    """``ValueError`` naming the line of a TU labels file that holds another number of values
+    than line 1 (PyG failed on "expected sequence of length 1 at dim 1 (got 2)", naming no
+    file: an audit)."""
+    widths = [len(line.split(",")) for line in text.splitlines()]
+    for number, width in enumerate(widths, start=1):
+        if width != widths[0]:
+            raise ValueError(f"{path}: line {number} holds {width} values, line 1 {widths[0]}")
+
+
 def _normalised_text(path: Path) -> str:
     """The file's lines, trailing blank lines dropped and a final newline added: PyG's reader
     drops the last line of a file without one (a lost edge in ``A.txt``), and fails on blank
@@ -234,10 +244,33 @@ def check_raw_files(source: Path, name: str) -> dict[str, str]:
         row = int(np.argmax(source_graph != target_graph)) + 1
         raise ValueError(f"{where('A')}: line {row} joins a node of graph "
                          f"{source_graph[row - 1]} to one of graph {target_graph[row - 1]}")
-    if int(source_graph.max()) < num_graphs:
-        raise ValueError(f"graphs {int(source_graph.max()) + 1}..{num_graphs} (the last of "
-                         f"{where('graph_indicator')}) have no edge, and PyG's TU reader drops "
-                         "graphs without edges at the end; move them before a graph with edges")
+    loops = edges[0::2] == edges[1::2]
+    # (self-loops do not count: PyG's reader removes them before it slices the edges, so a last
+    # graph of self-loops alone was dropped with its label, without a word: an audit)
+    last_with_edges = int(source_graph[~loops].max()) if bool((~loops).any()) else 0
+    if last_with_edges < num_graphs:
+        raise ValueError(f"graphs {last_with_edges + 1}..{num_graphs} (the last of "
+                         f"{where('graph_indicator')}) have no edge but self-loops, which "
+                         "PyG's TU reader removes, and it drops graphs without edges at the "
+                         "end; move them before a graph with edges")
+    if bool(loops.any()):
+        warnings.warn(f"{where('A')} holds {int(loops.sum())} self-loop(s) (first: line "
+                      f"{int(np.argmax(loops)) + 1}); PyG's TU reader removes them, with their "
+                      "edge labels and attributes", RuntimeWarning, stacklevel=3)
+    with_edge_data = [part for part in ("edge_labels", "edge_attributes")
+                      if f"{name}_{part}.txt" in texts]
+    if with_edge_data:
+        # PyG's reader coalesces repeated edges and sums their edge data: one-hot bond types
+        # became 2s without a word (an audit). (Edges without data may repeat: IMDB-BINARY
+        # lists each twice, and merging them changes nothing.)
+        pair = edges[0::2] * (num_nodes + 1) + edges[1::2]
+        order = np.argsort(pair, kind="stable")
+        copies = order[np.flatnonzero(pair[order][1:] == pair[order][:-1]) + 1]
+        if copies.size:
+            raise ValueError(f"{where('A')} repeats {copies.size} edge(s) (first: line "
+                             f"{int(copies.min()) + 1}), and PyG's TU reader merges a repeated "
+                             f"edge into one whose {' and '.join(with_edge_data)} are the sums "
+                             "of the copies'; list each edge once")
     for part, count, what in (("node_labels", num_nodes, "nodes"),
                               ("node_attributes", num_nodes, "nodes"),
                               ("edge_labels", edges.size // 2, "edges in A.txt"),
@@ -249,8 +282,14 @@ def check_raw_files(source: Path, name: str) -> dict[str, str]:
             raise ValueError(f"{where(part)} has {lines(part)} lines for {count} {what}")
         if part.endswith("labels"):
             _integers(texts[f"{name}_{part}.txt"], where(part))
+            _check_line_widths(texts[f"{name}_{part}.txt"], where(part))
         else:
             _float_rows(texts[f"{name}_{part}.txt"], where(part))
+    if f"{name}_graph_attributes.txt" in texts:
+        raise ValueError(f"{where('graph_attributes')} is present: PyG's TU reader then takes "
+                         "the graph attributes as the targets instead of graph_labels (a "
+                         "regression set), and et-graph classifies by graph_labels; move it "
+                         "out of the folder")
     return texts
 
 
