@@ -153,6 +153,18 @@ def test_a_typed_torch_file_keeps_its_relations(tmp_path):
                    tmp_path / "bad.pt")
         with pytest.raises(ValueError, match=message):
             load_anomaly_dataset(path=tmp_path / "bad.pt", relation="multi")
+    # unnamed ids that skip numbers made empty relations without a word, and an edge out of
+    # range was named without the file (a data audit)
+    torch.save(Data(x=mat.x, y=mat.y, edge_index=mat.edge_index[:, kept],
+                    edge_type=mat.edge_type[kept] + 5), tmp_path / "skips.pt")
+    with pytest.warns(RuntimeWarning, match=r"skips\.pt: edge_type's ids are relation "
+                                            r"numbers 0\.\.7, and 5 of them have no edge"):
+        assert len(load_anomaly_dataset(path=tmp_path / "skips.pt",
+                                        relation="multi").relation_names) == 8
+    torch.save(Data(x=mat.x, y=mat.y, edge_index=mat.edge_index[:, kept] + 10 ** 6,
+                    edge_type=mat.edge_type[kept]), tmp_path / "far.pt")
+    with pytest.raises(ValueError, match=r"far\.pt: "):
+        load_anomaly_dataset(path=tmp_path / "far.pt", relation="multi")
 
 
 def test_detection_data_keeps_the_edge_types(tmp_path):

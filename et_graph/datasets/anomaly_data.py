@@ -364,7 +364,10 @@ def _typed_edges(stored: dict[str, Any], source: str) -> tuple[list[Tensor], lis
         raise ValueError(f"{source}: relation='multi' needs typed edges, but the Data object "
                          "has no edge_type (an integer relation id per edge_index column)")
     edge_index = torch.as_tensor(stored["edge_index"])
-    edge_index = check_edge_index(edge_index, int(torch.as_tensor(stored["x"]).size(0)))
+    try:
+        edge_index = check_edge_index(edge_index, int(torch.as_tensor(stored["x"]).size(0)))
+    except ValueError as error:  # (it named no file: an audit)
+        raise ValueError(f"{source}: {error}") from None
     edge_type = torch.as_tensor(edge_type)
     if (edge_type.dim() != 1 or edge_type.numel() != edge_index.size(1)
             or edge_type.is_floating_point() or edge_type.dtype == torch.bool):
@@ -377,6 +380,15 @@ def _typed_edges(stored: dict[str, Any], source: str) -> tuple[list[Tensor], lis
     if len(edge_type) and (int(edge_type.min()) < 0 or int(edge_type.max()) >= count):
         raise ValueError(f"{source}: edge_type holds ids outside 0..{count - 1} "
                          f"(relation_names: {list(names) if names is not None else None})")
+    if names is None and len(edge_type):
+        unused = sorted(set(range(count)) - set(edge_type.unique().tolist()))
+        if unused:
+            # ids 5, 6, 7 made eight relations, five of them empty, without a word (an audit)
+            warnings.warn(f"{source}: edge_type's ids are relation numbers 0..{count - 1}, and "
+                          f"{len(unused)} of them have no edge ({unused[:5]}"
+                          f"{', ...' if len(unused) > 5 else ''}): empty relations, whose "
+                          "weights stay untrained; number the relations 0..R-1, or name them "
+                          "all in relation_names", RuntimeWarning, stacklevel=3)
     names = [str(name) for name in names] if names is not None else [
         f"relation_{r}" for r in range(count)]
     return [edge_index[:, edge_type == r] for r in range(count)], names
