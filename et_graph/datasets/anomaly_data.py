@@ -356,6 +356,13 @@ def attach_relations(data: Data, typed: list[Any], names: list[str]) -> Data:
     return data
 
 
+#: What a file without labels is told (the .pt and .npz loaders alike).
+UNLABELLED_HINT = ("; the runners evaluate against labels (et-graph unsupervised reads them only "
+                   "after scoring), so an unlabelled graph is scored in Python: "
+                   "et_graph.detectors.UnsupervisedETDetector().fit(data), then "
+                   "decision_function(data)")
+
+
 def _typed_edges(stored: dict[str, Any], source: str) -> tuple[list[Tensor], list[str]]:
     """A Data's ``edge_index`` split by its ``edge_type`` (ids ``0..R-1``), with its
     ``relation_names`` (or ``relation_0``, ...)."""
@@ -414,9 +421,7 @@ def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
     stored = data.to_dict()
     missing = [k for k in ("x", "edge_index", "y") if stored.get(k) is None]
     if missing:
-        hint = ("; the runners evaluate against labels, so an unlabelled graph is scored in "
-                "Python: et_graph.detectors.UnsupervisedETDetector().fit(data)"
-                if missing == ["y"] else "")
+        hint = UNLABELLED_HINT if missing == ["y"] else ""
         raise ValueError(f"{source}: the Data object has no {', '.join(missing)}{hint}")
     typed = _typed_edges(stored, source) if relation == "multi" else None
     read = (*READ_ENTRIES, "edge_type", "relation_names") if typed else READ_ENTRIES

@@ -28,6 +28,7 @@ from torch_geometric.data import Data
 
 from .anomaly_data import (
     MASK_KEYS,
+    UNLABELLED_HINT,
     file_dataset_name,
     prepare_anomaly_data,
     warn_unread_entries,
@@ -130,6 +131,9 @@ def _from_entries(arrays: Mapping[str, np.ndarray], source: str, name: str,
             masks=masks or None, label_mask=arrays.get("label_mask"), source=source,
             binarize=binarize,
         )
+    if all(key in arrays for key in OPEN_KEYS if key != "y"):
+        # (an audit: the layout was called unrecognised, not the labels missing)
+        raise ValueError(f"{source}: the .npz file has no labels (y){UNLABELLED_HINT}")
     raise ValueError(
         f"{source}: unrecognised .npz layout; found keys {sorted(arrays)}. Expected "
         f"{list(OPEN_KEYS)} (+ optional {list(MASK_KEYS)}, label_mask) or the "
