@@ -206,6 +206,15 @@ def test_amazon_prefix_is_a_parameter(tmp_path):
         load_anomaly_dataset(path=tmp_path / "Amazon.mat")
 
 
+def test_sparse_mat_labels_are_read(tmp_path):
+    # they were called "labels are text (object)" (a data audit)
+    label = (np.random.RandomState(1).rand(1, 60) < 0.2).astype(np.float64)
+    label[0, :2] = [0, 1]
+    write_care_mat(tmp_path / "YelpChi.mat", YELP_RELATIONS, label=sp.csr_matrix(label))
+    data = load_anomaly_dataset("yelpchi", root=tmp_path)
+    assert data.y.tolist() == label[0].astype(int).tolist()
+
+
 def test_missing_mat_says_where_to_put_it(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         load_anomaly_dataset("yelpchi", root=tmp_path)

@@ -121,6 +121,8 @@ def _as_tensor(value: Any, what: str, source: str) -> Tensor:
 
 
 def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
+    if hasattr(y, "toarray"):  # scipy sparse: np.asarray gave an object array, called text
+        y = _dense(y, "y (labels)", source)
     if not isinstance(y, Tensor):
         kind = np.asarray(y).dtype.kind
         if kind in "USO":  # torch: "can't convert np.ndarray of type numpy.str_"
