@@ -588,6 +588,14 @@ def test_dgl_graph_to_data_handles_one_hot_labels():
     data = dgl_graph_to_data(graph, "tfinance")
     assert torch.equal(data.y, graph.labels)
     assert data.edge_index.tolist() == [graph.src.tolist(), graph.dst.tolist()]
+    # a row that is not one-hot, or three classes, was argmaxed into a class (a data audit)
+    for label, message in ((torch.tensor([[0, 0]]), r"row 0 is \[0, 0\]"),
+                           (torch.eye(3, dtype=torch.long)[:1], r"shape \[12, 3\]")):
+        graph.ndata["label"] = torch.cat([label, graph.ndata["label"][1:, :label.size(1)]
+                                          if label.size(1) == 2 else
+                                          torch.eye(3, dtype=torch.long)[[0] * 11]])
+        with pytest.raises(ValueError, match=message):
+            dgl_graph_to_data(graph, "tfinance")
 
 
 def test_converter_script_end_to_end(tmp_path, monkeypatch):

@@ -201,6 +201,16 @@ def dgl_graph_to_data(graph: Any, name: str, gadbench_splits: str = "supervised"
     src, dst = graph.edges()
     label = ndata["label"]
     if label.dim() == 2 and label.size(1) > 1:
+        # a row that is not one-hot (all zeros, two ones, three classes) was argmaxed into a
+        # class without a word (a data audit)
+        one_hot = ((label == 0) | (label == 1)).all(dim=1) & (label.sum(dim=1) == 1)
+        if label.size(1) != 2 or not bool(one_hot.all()):
+            bad = int((~one_hot).nonzero()[0]) if not bool(one_hot.all()) else None
+            raise ValueError(
+                f"{name}: the DGL graph's labels have shape {list(label.shape)}; two-column "
+                "one-hot labels are read as their argmax"
+                + (f", but row {bad} is {label[bad].tolist()}" if bad is not None else "")
+                + ": store binary labels [N] (0 = normal, 1 = anomalous)")
         label = label.argmax(dim=1)
     edge_index = torch.stack([src.long(), dst.long()], dim=0)
     data = Data(x=ndata["feature"], edge_index=edge_index, y=label.reshape(-1).long())
