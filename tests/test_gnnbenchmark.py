@@ -891,6 +891,15 @@ def test_official_files_are_checked_when_they_load_and_named(tmp_path):
     with pytest.raises(ValueError, match=r"5 feature columns; PATTERN's one-hot node features"):
         load("PATTERN", _pattern_payload(wide), "wide")
 
+    def scaled(payload):  # one-hot times 5, minus 1: taken as one-hot (a data audit)
+        for split in payload:
+            for graph in split:
+                graph["x"] = torch.nn.functional.one_hot(graph["x"], 3).float() * 5 - 1
+
+    with pytest.raises(ValueError, match=r"train graph 0: node 0's features \[.*\] are not "
+                                         "one-hot"):
+        load("PATTERN", _pattern_payload(scaled), "scaled")
+
     def float_ids(payload):
         for split in payload:
             for graph in split:

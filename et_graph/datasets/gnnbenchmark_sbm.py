@@ -58,6 +58,12 @@ def sbm_benchmark(name: str, root: PathLike, source: str = "auto",
                     if d.x.size(1) != vocab:
                         raise ValueError(f"{where}: {d.x.size(1)} feature columns; {name}'s "
                                          f"one-hot node features have {vocab}")
+                    one_hot = ((d.x == 0) | (d.x == 1)).all(dim=1) & (d.x.sum(dim=1) == 1)
+                    if not bool(one_hot.all()):  # (any values were taken as one-hot: an audit)
+                        row = int((~one_hot).nonzero()[0])
+                        raise ValueError(f"{where}: node {row}'s features "
+                                         f"{d.x[row].tolist()} are not one-hot; {name}'s "
+                                         "node features are one-hot rows or one id per node")
                     d.x = d.x.float()
                 else:  # one feature id per node (a float id too): one-hot, as generated graphs
                     ids = category_ids(d.x.view(-1), f"{where}: node feature ids", vocab)
