@@ -62,6 +62,17 @@ def test_the_tuning_history_draws_pruned_trials(tmp_path, saved_figures):
     labels = [line.get_label() for line in ax.lines]
     assert "et: 2 pruned (last value)" in labels and "et: 2 complete, best so far" in labels
     assert "higher is better" in ax.get_ylabel() and "tolokers" in ax.get_title()
+    # a registered graph model named mlp took the structure-agnostic baseline's green
+    from et_graph.tuning.study import builtin_models
+
+    summaries = {"structure_agnostic": summaries["gbt"], "mlp": summaries["gbt"]}
+    plot_history(tmp_path / "history.png", summaries, "accuracy", "tudataset on MUTAG",
+                 builtin_models("tudataset"))
+    colours = {line.get_label().split(":")[0]: line.get_color()
+               for line in saved_figures[-1][0][0].axes[0].lines
+               if not line.get_label().startswith("_")}
+    assert colours["structure_agnostic"] == MODEL_COLOURS["structure_agnostic"]
+    assert colours["mlp"] not in MODEL_COLOURS.values()
 
 
 def test_the_training_curves_name_the_rows_without_epochs(tmp_path, saved_figures):

@@ -521,7 +521,26 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
     lines += [f"- {model}: `{json.dumps(s.get('best_settings', s['best_params']))}`"
               for model, s in summaries.items()]
     (out / "study_report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    plot_history(out / "optimization_history.png", summaries, metric, f"{task} on {dataset}")
+    plot_history(out / "optimization_history.png", summaries, metric, f"{task} on {dataset}",
+                 builtin_models(task))
+
+
+def builtin_models(task: str) -> Optional[tuple[str, ...]]:
+    """The built-in model names of tuner ``task`` (``None`` for another task): only they hold
+    their names' fixed colours in the figures."""
+    if task == "anomaly":
+        from ..detectors.registry import builtin_names
+
+        return builtin_names()
+    if task == "tudataset":
+        from ..protocols.graph_models import builtin_graph_models
+
+        return builtin_graph_models()
+    if task == "gnnbenchmark":
+        from ..protocols.benchmark_models import builtin_benchmark_models
+
+        return builtin_benchmark_models()
+    return None
 
 
 def to_dict_budget(budget: TuneBudget) -> dict[str, Any]:
@@ -530,10 +549,11 @@ def to_dict_budget(budget: TuneBudget) -> dict[str, Any]:
 
 
 def plot_history(path: Path, summaries: dict[str, dict[str, Any]], metric: str,
-                 title: str = "") -> None:
+                 title: str = "", builtin: Optional[tuple[str, ...]] = None) -> None:
     """Each model's finished trials (dots), its best so far (steps) and its pruned trials at
     their last reported value (crosses): leaving those out showed a model with half its
-    trials pruned as one that had half the budget."""
+    trials pruned as one that had half the budget. Only the ``builtin`` models (all, when
+    ``None``) hold their names' fixed colours."""
     from ..plots.colours import model_colour
     from ..plots.figures import own_figures
 
@@ -543,7 +563,7 @@ def plot_history(path: Path, summaries: dict[str, dict[str, Any]], metric: str,
     names = tuple(summaries)
     directions = set()
     for model, s in summaries.items():
-        colour = model_colour(model, names)
+        colour = model_colour(model, names, builtin)
         directions.add(s.get("direction", "maximize"))
         pruned = s.get("pruned_history") or []
         if pruned:
