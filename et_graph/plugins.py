@@ -555,9 +555,10 @@ __all__ = [
     "check_callable",
     "checked_module",
     "describe_registered",
-    "outputs_on_two_graphs",
     "load_plugins",
     "loaded_plugins",
+    "outputs_on_two_graphs",
     "plugin_flags",
     "plugin_record",
+    "source_digest",
 ]

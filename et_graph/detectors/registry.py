@@ -167,6 +167,7 @@ __all__ = [
     "RegisteredDetector",
     "SearchSpace",
     "add_plugin_argument",
+    "builtin_names",
     "checked_detector",
     "load_plugins",
     "plugin_flags",

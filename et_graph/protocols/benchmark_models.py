@@ -167,6 +167,7 @@ __all__ = [
     "UNKNOWN_BENCHMARK_MODEL_HINT",
     "BenchmarkModelFactory",
     "RegisteredBenchmarkModel",
+    "builtin_benchmark_models",
     "check_outputs",
     "known_benchmark_models",
     "register_benchmark_model",

@@ -139,6 +139,7 @@ __all__ = [
     "UNKNOWN_GRAPH_MODEL_HINT",
     "GraphModelFactory",
     "RegisteredGraphModel",
+    "builtin_graph_models",
     "known_graph_models",
     "register_graph_model",
     "registered_graph_models",
