@@ -345,6 +345,20 @@ def test_the_probe_is_per_object_and_once():
     finally:
         module._closed_form_mismatch = probe
     assert calls == [1]  # three forwards of three steps: one probe
+    # the verdicts, keyed by method objects, stay out of a pickle: a lambda patched on the
+    # class would not pickle
+    import pickle
+
+    original = Ridge.grad_from_attention_grads
+    Ridge.grad_from_attention_grads = lambda self, g, gk, gq, edges=None: original(
+        self, g, gk, gq, edges)
+    try:
+        ridge = layer(Ridge)
+        ridge(x, edge_index)
+        copy = pickle.loads(pickle.dumps(ridge))
+    finally:
+        Ridge.grad_from_attention_grads = original
+    assert "_closed_form_verdicts" not in vars(copy.energy_fn)
 
 
 def test_the_probe_graph_tells_in_from_out_degrees():

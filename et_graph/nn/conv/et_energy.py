@@ -430,6 +430,13 @@ class ETEnergy(Module):
         if reason:
             raise ValueError(reason)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The probe's verdicts are keyed by method objects, which need not pickle (a lambda
+        # patched on a class); a copy probes again, once.
+        state = super().__getstate__()
+        state.pop("_closed_form_verdicts", None)
+        return state
+
     def _probed_closed_form(self, path: str) -> str:
         """The verdict of :func:`_closed_form_mismatch` for this object, ``path`` and dtype,
         probed once and kept on the object (per object: a closed form that forgets a
