@@ -612,6 +612,25 @@ def test_out_of_memory_hints_fit_the_detector():
     assert "chunk_size" not in MLPDetector()._oom_hint()
     assert "smaller batch_size" in ETDetector(batch_size=64)._oom_hint()
     assert "node partitions" in GATDetector()._oom_hint()
+    # (a scale audit) full batch pointed at partitions, not at neighbour sampling; a run with
+    # chunks was told to pass them; scoring ran out with the allocator's raw error
+    assert "num_neighbors" in ETDetector()._oom_hint()
+    assert "smaller batch_size than 64" in ETDetector(batch_size=64)._oom_hint()
+    assert "smaller chunks than chunk_size=500" in ETDetector(
+        chunk_size=500)._validation_oom_hint()
+
+
+def test_running_out_of_memory_while_scoring_is_explained(graph, monkeypatch):
+    det = ETDetector(epochs=1, hidden=16, chunk_size=100).fit(graph)
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't "
+                           "allocate memory: you tried to allocate 9 GB")
+
+    monkeypatch.setattr(type(det.model_), "forward", out_of_memory)
+    with pytest.raises(MemoryError, match="out of memory during scoring: pass smaller chunks "
+                                          "than chunk_size=100"):
+        det.decision_function(graph)
 
 
 def test_a_diverged_training_is_reported_not_thresholded(graph, monkeypatch):

@@ -43,6 +43,7 @@ from ..precision import float64_on_host_if_needed
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
 from ..training import CheckpointConfig, Trainer, Validation, rank_world
 from ..training.checkpoint import fingerprint_with_data
+from ..training.engine import raise_explained
 from ..transforms.features import check_feature_limit
 from .base import BaseDetector, check_graph
 from .config import ETDetectorConfig, GNNDetectorConfig, NodeTrainConfig
@@ -354,17 +355,30 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
 
     def _oom_hint(self) -> str:
         """What an out-of-memory error in training or validation should suggest here."""
-        hint = ("train on random node partitions: pass batch_size (--batch-size)"
+        hint = ("train on mini-batches: pass batch_size (--batch-size) with num_neighbors "
+                "(--num-neighbors, neighbour sampling: the mode for large sparse graphs), or "
+                "batch_size alone (random node partitions)"
                 if not self.config.train.batch_size else
-                "pass a smaller batch_size (--batch-size)")
+                f"pass a smaller batch_size than {self.config.train.batch_size} (--batch-size)")
         if getattr(self, "supports_chunks", False):
-            hint += f", and {CHUNK_HINT}"
+            hint += f", and {self._chunk_advice()}"
         return hint
+
+    def _chunk_advice(self) -> str:
+        """``chunk_size``'s advice, for the values already set too (the advice to pass them
+        was given to a run that had: a scale audit)."""
+        chunks = self.chunking()
+        if not chunks:
+            return CHUNK_HINT
+        return ("smaller chunks than " + ", ".join(f"{k}={v}" for k, v in chunks.items())
+                + " (--inference-chunk-size / --inference-chunk-edges); below some size the "
+                "graph's own per-node and per-edge arrays set a floor no chunk size goes "
+                "under (docs/scale.md)")
 
     def _validation_oom_hint(self) -> str:
         """What an out-of-memory error in the (full-graph) validation pass should suggest."""
         if getattr(self, "supports_chunks", False):
-            return f"pass {CHUNK_HINT}"
+            return f"pass {self._chunk_advice()}"
         # A smaller batch_size, the training advice, cannot shrink this pass (an audit).
         return (f"{type(self).__name__} validates and scores the whole graph in one pass, "
                 "whatever the batch size; only ETDetector validates and scores in chunks "
@@ -478,6 +492,8 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         model, args, keywords = self._network_call(data)
         try:
             return torch.sigmoid(model(*args, **self.chunking(), **keywords))
+        except RuntimeError as error:  # (a raw allocator error, unlike training's: an audit)
+            raise_explained(error, self._validation_oom_hint(), "scoring")
         finally:  # a fitted detector held the scored graph's operators (graph-sized) after it
             clear_graph_caches(self.model_)
 

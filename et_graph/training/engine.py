@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, TypeVar, Union
+from typing import Any, Callable, NoReturn, Optional, Protocol, TypeVar, Union
 
 import numpy as np
 import torch
@@ -565,7 +565,7 @@ class Trainer:
                     total += float(loss.detach())
                     count += 1
             except RuntimeError as error:
-                _raise_explained(error, self.oom_hint, "training")
+                raise_explained(error, self.oom_hint, "training")
             if batches and not count:
                 # Every batch lacked a training target (a tiny subgraph_ratio): the weights did
                 # not move, and epoch 0 so could return the initial weights as the "best".
@@ -587,7 +587,7 @@ class Trainer:
                         validation = Validation(score=float("nan"), loss=float("nan"))
                         validation_error = error
                     except RuntimeError as error:  # the validation pass can run out too
-                        _raise_explained(error, self.validation_oom_hint, "the validation pass")
+                        raise_explained(error, self.validation_oom_hint, "the validation pass")
                 if not isinstance(validation, Validation):
                     raise TypeError(
                         f"{type(task).__name__}.validate must return a "
@@ -761,7 +761,7 @@ def _clone_state(model: nn.Module) -> dict[str, Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _raise_explained(error: RuntimeError, hint: str, phase: str = "training") -> None:
+def raise_explained(error: RuntimeError, hint: str, phase: str = "training") -> NoReturn:
     """Re-raise ``error``: as a ``MemoryError`` that names the ``phase`` and gives ``hint`` if
     it is an out-of-memory error, else unchanged (raising it "from" itself would make it its
     own cause)."""
