@@ -243,3 +243,12 @@ def test_the_energy_row_asked_for_without_plain_et_is_named(monkeypatch):
         warnings.simplefilter("error")
         anomaly.main(["--models", "et,et_stacked", "--energy-row", "--no-progress"])
         anomaly.main(["--models", "et_stacked,gbt", "--no-energy-row", "--no-progress"])
+    # only ET scores in chunks: a GCN run given them thought its memory bounded (a scale audit)
+    with pytest.warns(RuntimeWarning, match=r"flags for protocol.inference_chunk_edges, "
+                                            r"protocol.inference_chunk_size: no model"):
+        anomaly.main(["--models", "mlp,gcn", "--inference-chunk-size", "1000",
+                      "--inference-chunk-edges", "5000", "--no-progress"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        anomaly.main(["--models", "et_stacked,gcn", "--inference-chunk-size", "1000",
+                      "--no-progress"])

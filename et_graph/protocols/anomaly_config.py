@@ -284,7 +284,11 @@ SECTION_READERS = {"et": ET_MODELS, "baselines": ("mlp", "gcn", "gat"),
                    # the compiled kernels serve ET's attention alone
                    "run.native_attention": ET_MODELS,
                    # the node energy of plain ET (a run of et_stacked alone made no row)
-                   "protocol.energy_row": ("et",)}
+                   "protocol.energy_row": ("et",),
+                   # only ET scores in chunks: a GCN run given them thought its memory bounded
+                   # (a scale audit)
+                   "protocol.inference_chunk_size": ET_MODELS,
+                   "protocol.inference_chunk_edges": ET_MODELS}
 
 
 def section_readers() -> dict[str, tuple[str, ...]]:
