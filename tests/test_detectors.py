@@ -603,6 +603,12 @@ def test_a_refused_resume_names_what_changed(graph, tmp_path):
         fit(lr=0.05)
     with pytest.raises(ValueError, match=r"another configuration \(now: hidden=8\)"):
         fit(hidden=8)
+    # another split: the data digest was named by its hash alone (a scale audit)
+    det = ETDetector(epochs=2, hidden=16)
+    det.checkpoint = CheckpointConfig(str(tmp_path), resume=True)
+    with pytest.raises(ValueError, match=r"now: data=\w+ \(the data: another graph, features, "
+                                         r"split or training labels\)"):
+        det.fit(graph, train_mask=graph.val_mask, val_mask=graph.train_mask)
 
 
 def test_out_of_memory_hints_fit_the_detector():

@@ -742,7 +742,10 @@ def _new_settings(stored: str, current: str, limit: int = 6) -> list[str]:
     old = set(pieces(stored))
     # once each: a model's repr repeats a layer's out_features=16 per layer (a user audit saw
     # it four times)
-    return list(dict.fromkeys(p.strip() for p in pieces(current) if p not in old))[:limit]
+    new = list(dict.fromkeys(p.strip() for p in pieces(current) if p not in old))[:limit]
+    # the data digest is a hash: say what it covers (a scale audit read only the hash)
+    return [f"{p} (the data: another graph, features, split or training labels)"
+            if p.startswith("data=") else p for p in new]
 
 
 def rank_world() -> tuple[int, int]:
