@@ -841,24 +841,6 @@ def test_features_without_columns_are_named_as_data_x():
         ETDetector(epochs=1).fit(graph)
 
 
-def test_the_checkpoint_records_the_sampler_auto_picked(graph, tmp_path):
-    # "auto" was recorded as it was: a resume naming the sampler it picked was refused, and
-    # one after pyg-lib was installed would have switched samplers (a scale audit)
-    from et_graph.loaders.neighbour_sampling import resolve_sampler
-    from et_graph.training import CheckpointConfig
-
-    def fit(sampler):
-        det = ETDetector(epochs=2, hidden=16, batch_size=64, num_neighbors=[5],
-                         neighbor_sampler=sampler)
-        det.checkpoint = CheckpointConfig(str(tmp_path), resume=True)
-        return det.fit(graph)
-
-    first = fit("auto")
-    again = fit(resolve_sampler("auto"))  # restored, not refused
-    assert torch.equal(first.decision_function(graph), again.decision_function(graph))
-    assert first.get_params()["neighbor_sampler"] == "auto"  # the user's setting stays
-
-
 def test_a_resume_under_another_seed_is_refused(graph, tmp_path):
     # (from an audit) the fingerprint was the config's repr, which has no seed: a loop over
     # seeds with one checkpoint folder and resume=True went on with the first seed's run

@@ -17,7 +17,6 @@ labels never enter.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import warnings
 from collections.abc import Iterator
 from typing import Any, Optional
@@ -30,7 +29,7 @@ from torch_geometric.utils import subgraph
 
 from ..baselines.node import GATNet, GCNNet, MLPNet
 from ..callers import user_stacklevel
-from ..loaders.neighbour_sampling import make_sampler, parse_fanouts, resolve_sampler
+from ..loaders.neighbour_sampling import make_sampler, parse_fanouts
 from ..nn.edge_cache import clear_graph_caches
 from ..nn.models.anomaly import (
     ETAnomalyNet,
@@ -413,14 +412,6 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         data = on_device(data, self.device)
         model = self.build_network(data.num_features, data.num_nodes).to(self.device)
         train_config: NodeTrainConfig = self.config.train
-        config = self.config
-        if train_config.num_neighbors and train_config.neighbor_sampler == "auto":
-            # the sampler "auto" picks, in the config a checkpoint records: an "auto" run was
-            # refused a resume under the same sampler named, and one resumed after pyg-lib
-            # was installed switched samplers without a word (a scale audit)
-            train_config = dataclasses.replace(
-                train_config, neighbor_sampler=resolve_sampler(train_config.neighbor_sampler))
-            config = dataclasses.replace(config, train=train_config)
         generator = torch.Generator().manual_seed(self.seed)
         self.train_labels_ = known_labels(y, train) if self.label_trick else None
         transductive = self.label_trick or getattr(model, "positional", None) is not None
@@ -441,7 +432,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
             # With checkpoints, the data too: a resume with another split or other features
             # must not score a model that may have trained on the new test nodes.
             # (the seed too: a resume under another seed went on with the first seed's run)
-            fingerprint=fingerprint_with_data(f"{config!r}, seed={self.seed}"
+            fingerprint=fingerprint_with_data(f"{self.config!r}, seed={self.seed}"
                                               + (f", {self.checkpoint_identity}"
                                                  if self.checkpoint_identity else ""),
                                               self.checkpoint, data.x,
