@@ -950,6 +950,19 @@ def test_a_replaced_raw_file_is_processed_again(tmp_path):
     with pytest.warns(UserWarning, match="changed since the processed copies"):
         third = load_benchmark(config)
     assert torch.equal(third.splits["test"][0].y, first.splits["test"][0].y)
+    # the same content under a new change time (a chmod, a copied folder) is not processed
+    # again (a review)
+    import shutil
+    import warnings
+
+    os.chmod(raw, 0o600)
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "PATTERN", copy / "PATTERN", copy_function=shutil.copy2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_benchmark(config)
+        load_benchmark(GNNBenchmarkDataConfig(dataset="PATTERN", root=str(copy),
+                                              source="official"))
 
 
 def test_a_zinc_index_file_pyg_would_misread_is_refused(tmp_path, zinc_val):

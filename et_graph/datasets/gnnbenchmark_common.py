@@ -9,6 +9,7 @@ Layout expected under a user root ``ROOT`` (PyG's own layout)::
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import pickle
@@ -16,7 +17,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import torch
 from torch import Tensor
@@ -165,29 +166,67 @@ def check_raw_splits(raw_file: Path, name: str) -> None:
             raise ValueError(f"{raw_file}: its {split} split holds no graph")
 
 
-#: Beside PyG's processed copies: the size and change time of the raw files they came from.
+#: Beside PyG's processed copies: the size, change time and SHA-256 of the raw files they came
+#: from.
 RAW_STAMP = "raw_signature.json"
 
 
-def _raw_signature(raw_files: list[Path]) -> dict[str, list[int]]:
-    # The change time (ctime), unlike the modification time, cannot be set back: a file
-    # replaced by `cp -p` or unzip keeps an old mtime, and its old processed copy was used.
-    return {path.name: [path.stat().st_size, path.stat().st_ctime_ns] for path in raw_files}
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _raw_signature(raw_files: list[Path], known: Optional[dict[str, Any]] = None
+                   ) -> dict[str, list[Any]]:
+    """Per raw file ``[size, ctime_ns, sha256]``. The change time, unlike the modification
+    time, cannot be set back: a file replaced by `cp -p` or unzip keeps an old mtime, and its
+    old processed copy was used. It also moves on a chmod or a copy of the folder, so a file
+    whose size and ctime match ``known`` keeps its known hash, and any other is hashed (a
+    review: a copied folder was processed again, and a read-only one failed)."""
+    signature = {}
+    for path in raw_files:
+        status = path.stat()
+        entry = (known or {}).get(path.name)
+        same = (isinstance(entry, list) and len(entry) == 3
+                and entry[:2] == [status.st_size, status.st_ctime_ns])
+        signature[path.name] = [status.st_size, status.st_ctime_ns,
+                                entry[2] if same else _sha256(path)]
+    return signature
+
+
+def _read_stamp(processed_files: list[Path]) -> Optional[dict[str, Any]]:
+    try:
+        stamped = json.loads((processed_files[0].parent / RAW_STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return stamped if isinstance(stamped, dict) else None
 
 
 def processed_is_stale(raw_files: list[Path], processed_files: list[Path]) -> bool:
-    """Whether every file exists and some raw file is newer than a processed copy, or changed
-    since the copies were stamped (:func:`stamp_processed`)."""
+    """Whether every file exists and some raw file is newer than a processed copy, or its
+    content changed since the copies were stamped (:func:`stamp_processed`)."""
     if missing_files(raw_files) or missing_files(processed_files):
         return False
     if (max(path.stat().st_mtime for path in raw_files)
             > min(path.stat().st_mtime for path in processed_files)):
         return True
-    try:
-        stamped = json.loads((processed_files[0].parent / RAW_STAMP).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    stamped = _read_stamp(processed_files)
+    if stamped is None:
         return False  # copies made before stamps, or an unreadable stamp: the mtimes decide
-    return stamped != _raw_signature(raw_files)
+    current = _raw_signature(raw_files, stamped)
+    # (the content decides: a chmod or a copied folder moves only the change time)
+    stale = {k: v[0::2] for k, v in current.items()} != {
+        k: v[0::2] for k, v in stamped.items() if isinstance(v, list)}
+    if not stale and current != stamped:
+        try:  # the same content under a new change time: hashed once, not at every load
+            (processed_files[0].parent / RAW_STAMP).write_text(json.dumps(current),
+                                                               encoding="utf-8")
+        except OSError:
+            pass
+    return stale
 
 
 def stamp_processed(raw_files: list[Path], processed_files: list[Path]) -> None:
@@ -196,8 +235,9 @@ def stamp_processed(raw_files: list[Path], processed_files: list[Path]) -> None:
     if missing_files(raw_files) or missing_files(processed_files):
         return
     try:
-        (processed_files[0].parent / RAW_STAMP).write_text(
-            json.dumps(_raw_signature(raw_files)), encoding="utf-8")
+        signature = _raw_signature(raw_files, _read_stamp(processed_files))
+        (processed_files[0].parent / RAW_STAMP).write_text(json.dumps(signature),
+                                                           encoding="utf-8")
     except OSError:
         pass
 
@@ -212,7 +252,13 @@ def drop_stale_processed(raw_files: list[Path], processed_files: list[Path]) -> 
                   f"in {processed_files[0].parent} were made: processing them again",
                   stacklevel=3)
     for path in processed_files:
-        path.unlink()
+        try:
+            path.unlink()
+        except OSError as error:  # a read-only copy: say so rather than read stale copies
+            raise OSError(f"{raw_files[0].parent} holds files that changed since the processed "
+                          f"copies in {processed_files[0].parent} were made, and they cannot be "
+                          f"deleted ({error}): delete them where the folder is writable, or "
+                          "point the root at a writable copy") from error
 
 
 def missing_files(paths: list[Path]) -> list[Path]:

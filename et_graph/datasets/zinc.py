@@ -177,8 +177,8 @@ def load_zinc(root: PathLike, split: str, subset: bool = True) -> ZINC:
     with folder_lock(root, "zinc"), restricted_pyg_loads():
         raw_files = zinc_required_files(root)
         drop_stale_processed(raw_files, processed_files)
-        if missing_files(processed_files):  # PyG reads the raw files now
-            check_split_indices(root)
+        if subset and missing_files(processed_files):  # PyG reads the raw files now (the
+            check_split_indices(root)                  # full set reads no index file)
         dataset = read_local_files(
             lambda: _OfflineZINC(str(root), subset=subset, split=split), root,
             f"delete {processed} and put fresh copies of molecules.zip's files and the split "
