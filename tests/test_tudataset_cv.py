@@ -201,6 +201,28 @@ def test_raw_files_pyg_would_change_without_a_word_are_refused_or_named(tmp_path
     with pytest.raises(ValueError, match="T_graph_attributes.txt is present: PyG's TU reader "
                                          "then takes the graph attributes as the targets"):
         load(root)
+    # a cache made before the checks is checked again, once (a review: a repeated edge cached
+    # earlier kept its summed edge labels)
+    import json
+
+    from et_graph.datasets import tudataset as module
+
+    checked = []
+    original = module.check_raw_files
+    module.check_raw_files = lambda *args: checked.append(1) or original(*args)
+    try:
+        root = _write_tu(tmp_path / "cached", "T", [TRIANGLE, PATH], [1, 0])
+        load(root)
+        load(root)
+        stamp = tmp_path / "cache" / "T" / "raw_source.json"
+        stamped = json.loads(stamp.read_text(encoding="utf-8"))
+        del stamped[module.RAW_CHECKS_KEY]  # as a cache of the earlier code
+        stamp.write_text(json.dumps(stamped), encoding="utf-8")
+        load(root)
+    finally:
+        module.check_raw_files = original
+    assert checked == [1, 1]
+
     root = _write_tu(tmp_path / "ragged", "T", [TRIANGLE, PATH], [1, 0])
     (root / "T" / "raw" / "T_node_labels.txt").write_text("0\n1\n0\n1, 2\n0\n1\n",
                                                           encoding="utf-8")

@@ -106,6 +106,9 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
     stamp = cache / name / "raw_source.json"
     fingerprint = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                    for p in sorted(source.iterdir()) if p.is_file()}
+    # The checks' version too: a cache made before a check was added is checked again once (a
+    # review: a repeated edge cached earlier kept its summed edge labels)
+    fingerprint[RAW_CHECKS_KEY] = RAW_CHECKS_VERSION
     if not target.is_dir() or _stamped(stamp) != fingerprint:
         texts = check_raw_files(source, name)  # new or changed files only
         if (cache / name).exists():
@@ -193,6 +196,11 @@ def _is_float(text: str) -> bool:
         return False
     return True
 
+
+#: The version of :func:`check_raw_files` a cache's stamp records (raise it with every new
+#: check, so that earlier caches are checked again).
+RAW_CHECKS_VERSION = "2"
+RAW_CHECKS_KEY = "(raw checks)"
 
 #: The parts of a TU folder that PyG's reader reads (``{name}_{part}.txt``). Other files there
 #: (the official zips ship ``{name}_label_readme.txt``, free text) are copied as they are.
