@@ -258,9 +258,9 @@ def check_raw_files(source: Path, name: str) -> dict[str, str]:
     last_with_edges = int(source_graph[~loops].max()) if bool((~loops).any()) else 0
     if last_with_edges < num_graphs:
         raise ValueError(f"graphs {last_with_edges + 1}..{num_graphs} (the last of "
-                         f"{where('graph_indicator')}) have no edge but self-loops, which "
-                         "PyG's TU reader removes, and it drops graphs without edges at the "
-                         "end; move them before a graph with edges")
+                         f"{where('graph_indicator')}) have no edge (self-loops do not "
+                         "count: PyG's TU reader removes them), and it drops graphs without "
+                         "edges at the end; move them before a graph with edges")
     if bool(loops.any()):
         warnings.warn(f"{where('A')} holds {int(loops.sum())} self-loop(s) (first: line "
                       f"{int(np.argmax(loops)) + 1}); PyG's TU reader removes them, with their "
@@ -271,14 +271,21 @@ def check_raw_files(source: Path, name: str) -> dict[str, str]:
         # PyG's reader coalesces repeated edges and sums their edge data: one-hot bond types
         # became 2s without a word (an audit). (Edges without data may repeat: IMDB-BINARY
         # lists each twice, and merging them changes nothing.)
-        pair = edges[0::2] * (num_nodes + 1) + edges[1::2]
+        # (self-loops apart: PyG removes them before it merges, so nothing of theirs is summed)
+        pair = (edges[0::2] * (num_nodes + 1) + edges[1::2])[~loops]
         order = np.argsort(pair, kind="stable")
         copies = order[np.flatnonzero(pair[order][1:] == pair[order][:-1]) + 1]
         if copies.size:
+            line = int(np.flatnonzero(~loops)[copies.min()]) + 1
             raise ValueError(f"{where('A')} repeats {copies.size} edge(s) (first: line "
-                             f"{int(copies.min()) + 1}), and PyG's TU reader merges a repeated "
+                             f"{line}), and PyG's TU reader merges a repeated "
                              f"edge into one whose {' and '.join(with_edge_data)} are the sums "
                              "of the copies'; list each edge once")
+    if f"{name}_graph_attributes.txt" in texts:
+        raise ValueError(f"{where('graph_attributes')} is present: PyG's TU reader then takes "
+                         "the graph attributes as the targets instead of graph_labels (a "
+                         "regression set), and et-graph classifies by graph_labels; move it "
+                         "out of the folder")
     for part, count, what in (("node_labels", num_nodes, "nodes"),
                               ("node_attributes", num_nodes, "nodes"),
                               ("edge_labels", edges.size // 2, "edges in A.txt"),
@@ -293,11 +300,6 @@ def check_raw_files(source: Path, name: str) -> dict[str, str]:
             _check_line_widths(texts[f"{name}_{part}.txt"], where(part))
         else:
             _float_rows(texts[f"{name}_{part}.txt"], where(part))
-    if f"{name}_graph_attributes.txt" in texts:
-        raise ValueError(f"{where('graph_attributes')} is present: PyG's TU reader then takes "
-                         "the graph attributes as the targets instead of graph_labels (a "
-                         "regression set), and et-graph classifies by graph_labels; move it "
-                         "out of the folder")
     return texts
 
 
