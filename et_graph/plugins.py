@@ -276,8 +276,13 @@ def outputs_on_two_graphs(model: nn.Module, graphs: Sequence[Any],
 def _raised_inside(error: BaseException, model: Any) -> bool:
     """Whether ``error`` came from inside ``model``'s ``forward`` or ``forward_data`` (one of
     their frames is on its traceback), rather than from a call those could not take."""
-    codes = {getattr(getattr(type(model), name, None), "__code__", None)
-             for name in ("forward", "forward_data")} - {None}
+    import inspect
+
+    # unwrapped: a decorated forward's wrapper frame is on every traceback (a review)
+    codes = {getattr(inspect.unwrap(method), "__code__", None)
+             for method in (getattr(type(model), name, None) for name in ("forward",
+                                                                          "forward_data"))
+             if method is not None} - {None}
     frame = error.__traceback__
     while frame is not None:
         if frame.tb_frame.f_code in codes:

@@ -220,6 +220,14 @@ class Positional(NodeValues):
         return global_mean_pool(self.value(x.view(-1)), batch)
 
 
+class DecoratedPositional(NodeValues):
+    """The same, decorated."""
+
+    @torch.no_grad()
+    def forward(self, x, edge_index, batch):
+        return global_mean_pool(self.value(x.view(-1)), batch)
+
+
 def test_a_registered_model_never_sees_ets_laplacian_pe(tmp_path):
     # The PE is computed only in runs with ET: a model reading it through forward_data read it
     # only beside ET, so that its row depended on the other models run (an audit)
@@ -249,6 +257,9 @@ def test_a_registered_model_never_sees_ets_laplacian_pe(tmp_path):
     (lambda config, data: Pooled(lambda y: y * float("nan")), ValueError,
      "'wrong': its outputs on two training graphs are not finite"),
     (lambda config, data: Positional(), TypeError,
+     r"'wrong': calling it on two training graphs failed: .*unexpected keyword argument"),
+    # a decorated forward's wrapper frame hid the call it could not take (a review)
+    (lambda config, data: DecoratedPositional(), TypeError,
      r"'wrong': calling it on two training graphs failed: .*unexpected keyword argument"),
 ])
 def test_a_factory_of_the_wrong_kind_or_shape_is_refused_before_any_training(

@@ -346,8 +346,8 @@ def write_npz(path, **arrays):
     "change, match",
     [
         # (a data audit: the layout was called unrecognised, not the labels missing)
-        (lambda a: a.pop("y"), r"has no labels \(y\); the runners evaluate against labels.*"
-                               "UnsupervisedETDetector"),
+        (lambda a: a.pop("y"), r"has no labels \(y; found keys \['edge_index', 'x'\]\); the "
+                               "runners evaluate against labels.*UnsupervisedETDetector"),
         (lambda a: a.pop("x"), "unrecognised .npz layout"),
         (lambda a: a.update(edge_index=a["edge_index"].T), "transpose"),
         (lambda a: a["edge_index"].__setitem__((0, 0), 99), "node ids"),

@@ -624,6 +624,9 @@ def test_out_of_memory_hints_fit_the_detector():
     assert "smaller batch_size than 64" in ETDetector(batch_size=64)._oom_hint()
     assert "smaller chunks than chunk_size=500" in ETDetector(
         chunk_size=500)._validation_oom_hint()
+    # chunks serve validation and scoring only (a review)
+    assert "and to validate and score, smaller chunks than chunk_size=500" in ETDetector(
+        batch_size=64, chunk_size=500)._oom_hint()
 
 
 def test_running_out_of_memory_while_scoring_is_explained(graph, monkeypatch):

@@ -389,3 +389,19 @@ def test_the_probe_runs_under_torch_compile():
     compiled = torch.compile(layer(Slipped), backend="eager")
     with pytest.raises(ValueError, match="Slipped's closed form"):
         compiled(x, edge_index)
+
+
+def test_a_term_that_refuses_edge_weights_is_probed_without_them():
+    # (a review) the weighted probe raised, and a term it could not evaluate passed: a wrong
+    # closed form was descended
+    class Unweighted(Ridge):
+        factor = 2.0
+
+        def node_energy_of_g(self, g, edges):
+            if edges.weight is not None:
+                raise NotImplementedError("no edge weights")
+            return super().node_energy_of_g(g, edges)
+
+    x, edge_index = graph()
+    with pytest.raises(ValueError, match="Unweighted's closed form"):
+        layer(Unweighted)(x, edge_index)

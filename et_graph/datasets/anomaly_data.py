@@ -390,7 +390,8 @@ def _typed_edges(stored: dict[str, Any], source: str) -> tuple[list[Tensor], lis
         raise ValueError(f"{source}: edge_type holds ids outside 0..{count - 1} "
                          f"(relation_names: {list(names) if names is not None else None})")
     if names is None and len(edge_type):
-        unused = sorted(set(range(count)) - set(edge_type.unique().tolist()))
+        unused = torch.nonzero(torch.bincount(edge_type.long(), minlength=count) == 0
+                               ).view(-1).tolist()
         if unused:
             # ids 5, 6, 7 made eight relations, five of them empty, without a word (an audit)
             warnings.warn(f"{source}: edge_type's ids are relation numbers 0..{count - 1}, and "

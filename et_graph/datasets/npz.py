@@ -133,7 +133,8 @@ def _from_entries(arrays: Mapping[str, np.ndarray], source: str, name: str,
         )
     if all(key in arrays for key in OPEN_KEYS if key != "y"):
         # (an audit: the layout was called unrecognised, not the labels missing)
-        raise ValueError(f"{source}: the .npz file has no labels (y){UNLABELLED_HINT}")
+        raise ValueError(f"{source}: the .npz file has no labels (y; found keys "
+                         f"{sorted(arrays)}){UNLABELLED_HINT}")
     raise ValueError(
         f"{source}: unrecognised .npz layout; found keys {sorted(arrays)}. Expected "
         f"{list(OPEN_KEYS)} (+ optional {list(MASK_KEYS)}, label_mask) or the "

@@ -361,7 +361,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
                 if not self.config.train.batch_size else
                 f"pass a smaller batch_size than {self.config.train.batch_size} (--batch-size)")
         if getattr(self, "supports_chunks", False):
-            hint += f", and {self._chunk_advice()}"
+            hint += f", and to validate and score, {self._chunk_advice()}"
         return hint
 
     def _chunk_advice(self) -> str:
