@@ -844,6 +844,27 @@ def test_features_without_columns_are_named_as_data_x():
         ETDetector(epochs=1).fit(graph)
 
 
+def test_a_resume_after_auto_would_pick_another_sampler_is_refused(graph, tmp_path,
+                                                                   monkeypatch):
+    # installing pyg-lib between a kill and a resume switched an "auto" run's sampler without
+    # a word (a scale audit); the checkpoints of runs where auto picks the built-in one, which
+    # record "auto" alone, still resume (a review)
+    from et_graph.detectors import neural
+    from et_graph.training import CheckpointConfig
+
+    def fit():
+        det = ETDetector(epochs=2, hidden=16, batch_size=64, num_neighbors=[5])
+        det.checkpoint = CheckpointConfig(str(tmp_path), resume=True)
+        return det.fit(graph)
+
+    monkeypatch.setattr(neural, "resolve_sampler", lambda name: "builtin")
+    first = fit()
+    assert torch.equal(fit().decision_function(graph), first.decision_function(graph))
+    monkeypatch.setattr(neural, "resolve_sampler", lambda name: "pyg")
+    with pytest.raises(ValueError, match=r"another configuration \(now: sampler=pyg\)"):
+        fit()
+
+
 def test_a_resume_under_another_seed_is_refused(graph, tmp_path):
     # (from an audit) the fingerprint was the config's repr, which has no seed: a loop over
     # seeds with one checkpoint folder and resume=True went on with the first seed's run

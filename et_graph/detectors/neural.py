@@ -29,7 +29,7 @@ from torch_geometric.utils import subgraph
 
 from ..baselines.node import GATNet, GCNNet, MLPNet
 from ..callers import user_stacklevel
-from ..loaders.neighbour_sampling import make_sampler, parse_fanouts
+from ..loaders.neighbour_sampling import make_sampler, parse_fanouts, resolve_sampler
 from ..nn.edge_cache import clear_graph_caches
 from ..nn.models.anomaly import (
     ETAnomalyNet,
@@ -434,7 +434,8 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
             # (the seed too: a resume under another seed went on with the first seed's run)
             fingerprint=fingerprint_with_data(f"{self.config!r}, seed={self.seed}"
                                               + (f", {self.checkpoint_identity}"
-                                                 if self.checkpoint_identity else ""),
+                                                 if self.checkpoint_identity else "")
+                                              + self._picked_sampler(),
                                               self.checkpoint, data.x,
                                               data.edge_index, y, train, val),
             oom_hint=self._oom_hint(), validation_oom_hint=self._validation_oom_hint())
@@ -442,6 +443,17 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         self.model_ = model
         self.history_ = result.history
         self.fit_info_ = result.as_dict()
+
+    def _picked_sampler(self) -> str:
+        """The fingerprint's note of PyG's sampler where ``neighbor_sampler="auto"`` picks it:
+        a run resumed after pyg-lib was installed switched samplers without a word (a scale
+        audit). Nothing where ``auto`` picks the built-in one, so that the checkpoints of such
+        runs, which record ``auto`` alone, still resume."""
+        train = self.config.train
+        if (train.num_neighbors and train.neighbor_sampler == "auto"
+                and resolve_sampler("auto") == "pyg"):
+            return ", sampler=pyg"
+        return ""
 
     def network_input(self, data: Data) -> Tensor:
         """The network's node input for ``data``: ``data.x``, or with the label trick
