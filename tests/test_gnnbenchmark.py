@@ -979,6 +979,11 @@ def test_a_zinc_index_file_pyg_would_misread_is_refused(tmp_path, zinc_val):
     index.write_text("0,1,2,11\n", encoding="utf-8")
     assert [float(g.y) for g in load_zinc(tmp_path / "ZINC", "train")] == [
         float(zinc_val[i].y) for i in (0, 1, 2, 11)]
+    # the loader passes the stamp at every load: it is written only when it changed
+    stamp = tmp_path / "ZINC" / "subset" / "processed" / "raw_signature.json"
+    written = stamp.stat().st_mtime_ns
+    load_zinc(tmp_path / "ZINC", "val")
+    assert stamp.stat().st_mtime_ns == written
 
 
 def test_a_root_folder_without_the_file_and_settings_no_source_reads_are_named(tmp_path):

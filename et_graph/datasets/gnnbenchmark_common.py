@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..paths import write_text_whole
 from .embedded import load_error_detail, load_torch_data, restricted_pyg_loads
 from .locking import folder_lock
 
@@ -205,6 +206,15 @@ def _read_stamp(processed_files: list[Path]) -> Optional[dict[str, Any]]:
     return stamped if isinstance(stamped, dict) else None
 
 
+def _write_stamp(processed_files: list[Path], signature: dict[str, list[Any]]) -> None:
+    """``signature`` beside the processed copies, whole or not at all; nothing where the folder
+    is read-only."""
+    try:
+        write_text_whole(processed_files[0].parent / RAW_STAMP, json.dumps(signature))
+    except OSError:
+        pass
+
+
 def processed_is_stale(raw_files: list[Path], processed_files: list[Path]) -> bool:
     """Whether every file exists and some raw file is newer than a processed copy, or its
     content changed since the copies were stamped (:func:`stamp_processed`)."""
@@ -221,25 +231,21 @@ def processed_is_stale(raw_files: list[Path], processed_files: list[Path]) -> bo
     stale = {k: v[0::2] for k, v in current.items()} != {
         k: v[0::2] for k, v in stamped.items() if isinstance(v, list)}
     if not stale and current != stamped:
-        try:  # the same content under a new change time: hashed once, not at every load
-            (processed_files[0].parent / RAW_STAMP).write_text(json.dumps(current),
-                                                               encoding="utf-8")
-        except OSError:
-            pass
+        # the same content under a new change time: hashed once, not at every load
+        _write_stamp(processed_files, current)
     return stale
 
 
 def stamp_processed(raw_files: list[Path], processed_files: list[Path]) -> None:
-    """Record which raw files the processed copies came from (see :func:`processed_is_stale`);
-    nothing where a file is missing or the folder is read-only."""
+    """Record which raw files the processed copies came from (see :func:`processed_is_stale`),
+    where that changed (ZINC's loader passes here at every load); nothing where a file is
+    missing or the folder is read-only."""
     if missing_files(raw_files) or missing_files(processed_files):
         return
-    try:
-        signature = _raw_signature(raw_files, _read_stamp(processed_files))
-        (processed_files[0].parent / RAW_STAMP).write_text(json.dumps(signature),
-                                                           encoding="utf-8")
-    except OSError:
-        pass
+    stamped = _read_stamp(processed_files)
+    signature = _raw_signature(raw_files, stamped)
+    if signature != stamped:
+        _write_stamp(processed_files, signature)
 
 
 def drop_stale_processed(raw_files: list[Path], processed_files: list[Path]) -> None:
