@@ -276,8 +276,6 @@ def outputs_on_two_graphs(model: nn.Module, graphs: Sequence[Any],
 def _raised_inside(error: BaseException, model: Any) -> bool:
     """Whether ``error`` came from inside ``model``'s ``forward`` or ``forward_data`` (one of
     their frames is on its traceback), rather than from a call those could not take."""
-    import inspect
-
     # unwrapped: a decorated forward's wrapper frame is on every traceback (a review)
     codes = {getattr(inspect.unwrap(method), "__code__", None)
              for method in (getattr(type(model), name, None) for name in ("forward",
@@ -324,9 +322,10 @@ def checked_module(model: Any, origin: str, returns: str) -> nn.Module:
         raise PluginError(f"{origin} returned a {type(model).__name__} it had returned before: "
                           "its factory must build a new, untrained model on every call (each "
                           "fold, seed and trial trains its own), not return one kept aside")
-    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
-    shared = [name for name, parameter in model.named_parameters()
-              if parameter.requires_grad and _returned_before(_RETURNED_PARAMETERS, parameter)]
+    trainable = [(name, parameter) for name, parameter in model.named_parameters()
+                 if parameter.requires_grad]
+    shared = [name for name, parameter in trainable
+              if _returned_before(_RETURNED_PARAMETERS, parameter)]
     if shared:
         raise PluginError(f"{origin} returned a {type(model).__name__} that shares trainable "
                           f"parameters with a model it returned before ({', '.join(shared[:3])}"
@@ -334,7 +333,7 @@ def checked_module(model: Any, origin: str, returns: str) -> nn.Module:
                           "its trained weights into the next fold, seed or trial; build it "
                           "anew, or freeze it (requires_grad=False)")
     _remember(_RETURNED_MODULES, model)
-    for parameter in trainable:
+    for _, parameter in trainable:
         _remember(_RETURNED_PARAMETERS, parameter)
     return model
 
@@ -512,8 +511,8 @@ def _check_imports_beside(path: Path, spec: str) -> None:
         beside = path.parent / f"{name}.py"
         if not beside.is_file() or name not in sys.modules:
             continue
-        loaded = _module_path(name)
-        if loaded is not None and Path(loaded).resolve() != beside.resolve():
+        loaded = _module_path(name)  # (resolved)
+        if loaded is not None and Path(loaded) != beside.resolve():
             raise ValueError(f"plugin {spec!r} imports {name!r}, which lies beside it "
                              f"({beside}) but is imported already from {loaded}: it would get "
                              "that one; rename one of the two modules")
