@@ -1010,15 +1010,19 @@ def _refuse_transformer_conv_settings(kwargs: dict[str, Any]) -> None:
             raise TypeError(f"ETConv has no {name!r} (TransformerConv's): {why}")
 
 
+def _named_settings(function: Any) -> tuple[str, ...]:
+    """The names ``function`` (a constructor) takes, without ``self``, ``*args``, ``**kw``."""
+    return tuple(
+        name for name, parameter in inspect.signature(function).parameters.items()
+        if name != "self" and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                                     inspect.Parameter.VAR_KEYWORD))
+
+
 #: MessagePassing's own settings, which ETConv passes on (any other keyword is refused); read
 #: from its signature, so that a PyG release's new one passes too.
-_MESSAGE_PASSING_SETTINGS = tuple(
-    name for name, parameter in inspect.signature(MessagePassing.__init__).parameters.items()
-    if name != "self" and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL,
-                                                 inspect.Parameter.VAR_KEYWORD))
-#: ETEnergy's settings, which ETConv sets from its own arguments.
-_ENERGY_SETTINGS = ("channels", "heads", "head_dim", "hopfield_dim", "hopfield", "hopfield_beta",
-                    "beta_init", "eps", "coupling")
+_MESSAGE_PASSING_SETTINGS = _named_settings(MessagePassing.__init__)
+#: ETEnergy's settings, which ETConv sets from its own arguments (read from its signature).
+_ENERGY_SETTINGS = _named_settings(ETEnergy.__init__)
 
 
 def _checked_energy_kwargs(energy_kwargs: Optional[dict[str, Any]], energy_cls: type,
