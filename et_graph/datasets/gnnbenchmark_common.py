@@ -109,6 +109,13 @@ def read_local_files(read: Callable[[], _Loaded], where: Path, fix: str) -> _Loa
                          f"the expected one; {fix}") from error
 
 
+def one_hot_rows(values: Tensor) -> Tensor:
+    """Per row of ``values`` ``[N, C]``, whether it is one-hot: zeros and a single one (the
+    SBM features and DGL label matrices the loaders read were taken as one-hot whatever they
+    held: an audit)."""
+    return ((values == 0) | (values == 1)).all(dim=1) & (values.sum(dim=1) == 1)
+
+
 def category_ids(values: Tensor, what: str, count: int) -> Tensor:
     """``values`` as ``long`` ids in ``[0, count)``; a ``ValueError`` naming ``what`` for other
     values (a bare ``.long()`` turned a label 0.5 into 0, and an id past the vocabulary

@@ -21,6 +21,7 @@ from .gnnbenchmark_common import (
     gnn_benchmark_present,
     gnn_benchmark_required_file,
     load_gnn_benchmark,
+    one_hot_rows,
 )
 from .synthetic import (
     SBMClusterRecipe,
@@ -58,8 +59,8 @@ def sbm_benchmark(name: str, root: PathLike, source: str = "auto",
                     if d.x.size(1) != vocab:
                         raise ValueError(f"{where}: {d.x.size(1)} feature columns; {name}'s "
                                          f"one-hot node features have {vocab}")
-                    one_hot = ((d.x == 0) | (d.x == 1)).all(dim=1) & (d.x.sum(dim=1) == 1)
-                    if not bool(one_hot.all()):  # (any values were taken as one-hot: an audit)
+                    one_hot = one_hot_rows(d.x)
+                    if not bool(one_hot.all()):
                         row = int((~one_hot).nonzero()[0])
                         raise ValueError(f"{where}: node {row}'s features "
                                          f"{d.x[row].tolist()} are not one-hot; {name}'s "

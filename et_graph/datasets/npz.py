@@ -33,6 +33,7 @@ from .anomaly_data import (
     prepare_anomaly_data,
     warn_unread_entries,
 )
+from .gnnbenchmark_common import one_hot_rows
 
 OPEN_KEYS = ("x", "edge_index", "y")
 HETEROPHILOUS_KEYS = ("node_features", "node_labels", "edges")
@@ -204,7 +205,7 @@ def dgl_graph_to_data(graph: Any, name: str, gadbench_splits: str = "supervised"
     if label.dim() == 2 and label.size(1) > 1:
         # a row that is not one-hot (all zeros, two ones, three classes) was argmaxed into a
         # class without a word (a data audit)
-        one_hot = ((label == 0) | (label == 1)).all(dim=1) & (label.sum(dim=1) == 1)
+        one_hot = one_hot_rows(label)
         if label.size(1) != 2 or not bool(one_hot.all()):
             bad = int((~one_hot).nonzero()[0]) if not bool(one_hot.all()) else None
             raise ValueError(
