@@ -442,9 +442,7 @@ class ETEnergy(Module):
         probed once and kept on the object (per object: a closed form that forgets a
         constructor setting is right for one value of it only). Its methods (patched ones
         included) are part of the key, so that a replaced one is probed again."""
-        parameter = next(self.parameters(), None)
-        dtype = parameter.dtype if parameter is not None else torch.get_default_dtype()
-        key = (path, dtype, *(vars(self).get(name) or getattr(type(self), name)
+        key = (path, _placement(self)[0], *(vars(self).get(name) or getattr(type(self), name)
                               for name in _WATCHED))
         verdicts = self.__dict__.setdefault("_closed_form_verdicts", {})
         reason = verdicts.get(key)
@@ -571,10 +569,8 @@ class ETEnergy(Module):
         check a subclass's closed form should pass, in float64 (about 1e-12 for the built-in
         terms). Both are evaluated as they are; call it on a float64 copy
         (``energy.double()``, ``g.double()``)."""
-        closed = self.grad_of_g(g, edges, fused=fused)
-        reference = self.autograd_grad_of_g(g, edges)
-        scale = reference.abs().max().clamp_min(torch.finfo(reference.dtype).tiny)
-        return float(((closed - reference).abs().max() / scale).detach())
+        return _relative_gap(self.grad_of_g(g, edges, fused=fused),
+                             self.autograd_grad_of_g(g, edges))
 
     def dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None) -> Tensor:
         """Closed form of ``dE/dg`` ``[B, M, D]`` on the dense path."""
@@ -699,9 +695,7 @@ def _closed_form_mismatch(energy: ETEnergy, path: str) -> Optional[str]:
     transform such as vmap), to be tried at a later call. It runs eagerly under
     ``torch.compile``, outside activation checkpointing's saved-tensor hooks, and in a forked
     random state, so that a run's random numbers do not move."""
-    parameter = next(energy.parameters(), None)
-    dtype = parameter.dtype if parameter is not None else torch.get_default_dtype()
-    device = parameter.device if parameter is not None else torch.device("cpu")
+    dtype, device = _placement(energy)
     tolerance = _PROBE_TOLERANCE.get(dtype)
     if path == "relational" or tolerance is None or device.type == "meta":
         return ""
@@ -722,8 +716,7 @@ def _closed_form_mismatch(energy: ETEnergy, path: str) -> Optional[str]:
                 closed, reference = _probe_gradients(energy, path, dtype, device, weighted=False)
             if not bool(torch.isfinite(reference).all()):
                 return ""  # an energy this point does not suit: nothing to compare
-            scale = reference.abs().max().clamp_min(torch.finfo(dtype).tiny)
-            gap = float((closed - reference).abs().max() / scale)
+            gap = _relative_gap(closed, reference)
     except Exception:  # noqa: BLE001 (a term the probe cannot evaluate: the descent will say)
         return ""
     finally:
@@ -736,6 +729,21 @@ def _closed_form_mismatch(energy: ETEnergy, path: str) -> Optional[str]:
             f"{str(dtype).replace('torch.', '')}; at most {tolerance:g} passes): the analytic "
             "descent would not descend that energy. Fix the closed form (closed_form_error "
             "measures it, in float64), or build the layer with grad='autograd'")
+
+
+def _relative_gap(closed: Tensor, reference: Tensor) -> float:
+    """The largest difference between a closed form and its autograd ``reference``, relative
+    to the reference's largest entry (:meth:`ETEnergy.closed_form_error` and the probe)."""
+    scale = reference.abs().max().clamp_min(torch.finfo(reference.dtype).tiny)
+    return float(((closed - reference).abs().max() / scale).detach())
+
+
+def _placement(energy: ETEnergy) -> tuple[torch.dtype, torch.device]:
+    """The dtype and device of ``energy``'s parameters (the defaults without any)."""
+    parameter = next(energy.parameters(), None)
+    if parameter is None:
+        return torch.get_default_dtype(), torch.device("cpu")
+    return parameter.dtype, parameter.device
 
 
 def _probe_gradients(energy: ETEnergy, path: str, dtype: torch.dtype, device: torch.device,
