@@ -168,7 +168,9 @@ def train_curve(name: str, factory: Any, train: list, val: list, config: TUDatas
     trainer = Trainer(config.train, description=name, progress=False, generators=[task.generator],
                       on_epoch=on_epoch)
     fit = trainer.fit(model, task)
-    for row, hist in zip(rows, fit.history):
+    by_epoch = {hist["epoch"] + 1: hist for hist in fit.history}
+    for row in rows:  # (on_epoch sees validated epochs only: train.validate_every)
+        hist = by_epoch[row["epoch"]]
         row.update(train_loss=hist["train_loss"], lr=hist["lr"],
                    seconds=hist["seconds"], val_accuracy=row.pop("accuracy"),
                    val_loss=row.pop("loss"))

@@ -2,6 +2,7 @@
 the descent, update norms, decoded memories, position similarity and the training curves."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +160,9 @@ def write_figures(
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
     epochs = [row["epoch"] + 1 for row in history]
     ax.plot(epochs, [row["train_loss"] for row in history], marker=".", label="training")
-    ax.plot(epochs, [-row["val_score"] for row in history], marker=".", label="validation")
+    validated = [(row["epoch"] + 1, -row["val_score"]) for row in history
+                 if not math.isnan(row["val_score"])]  # (train.validate_every > 1 skips some)
+    ax.plot(*zip(*validated) if validated else ([], []), marker=".", label="validation")
     if best_epoch >= 0:
         ax.axvline(best_epoch + 1, color="grey", linestyle=":", label="kept epoch")
     ax.set_xlabel("epoch")

@@ -1210,3 +1210,9 @@ def test_a_detector_config_without_sections_is_refused_where_the_class_is_define
                                         "outside a section"):
         class Own(BaseDetector):  # noqa: F841 (defining it is the test)
             config_class = Flat
+
+
+def test_a_detector_validating_every_few_epochs_keeps_a_validated_epoch(graph):
+    det = MLPDetector(epochs=5, validate_every=2).fit(graph)
+    validated = [row["epoch"] for row in det.history_ if "val_auroc" in row]
+    assert validated == [1, 3, 4] and det.fit_info_["best_epoch"] in validated

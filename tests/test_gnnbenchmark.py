@@ -818,6 +818,13 @@ def test_the_selection_curve_keeps_the_epochs_of_seeds_that_ran_longer(monkeypat
     assert list(line.get_xdata()) == [1, 2, 3, 4]
     assert list(line.get_ydata()) == [3.0, 2.0, 1.0, 0.5]
     assert "seeds end at epochs 2, 4" in line.get_label()
+    # with train.validate_every 2 the curve holds NaN between passes: a line through them drew
+    # nothing
+    nan = float("nan")
+    gnnbenchmark._plot_curves(tmp_path, {"et": [[nan, 2.0, nan, 1.0], [nan, 4.0, nan, 3.0]]},
+                              data)
+    line = figures[1].axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [2, 4] and list(line.get_ydata()) == [3.0, 2.0]
 
 
 def test_flags_no_chosen_model_reads_are_named(monkeypatch):

@@ -918,3 +918,95 @@ def test_the_data_digest_reads_the_tensors_in_place():
     from et_graph.training.checkpoint import data_digest
 
     assert data_digest(small) == expected.hexdigest()[:16]
+
+
+class CountedTask(ScriptedTask):
+    """ScriptedTask that records the epochs whose validation pass ran."""
+
+    def __init__(self, scores, losses=None):
+        super().__init__(scores, losses)
+        self.validated = []
+
+    def validate(self, model):
+        self.validated.append(self.epoch)
+        return Validation(self.scores[self.epoch], self.losses[self.epoch],
+                          metrics={"auroc": self.scores[self.epoch]})
+
+
+def test_validate_every_validates_at_its_epochs_and_the_last_and_selects_among_them():
+    # epoch 1 scores best but runs no validation pass: it can never be the kept epoch
+    task = CountedTask([0.1, 0.99, 0.5, 0.2, 0.3, 0.6, 0.1, 0.4])
+    seen = []
+    result = Trainer(TrainConfig(epochs=8, validate_every=3), progress=False,
+                     on_epoch=lambda epoch, validation: seen.append(epoch)).fit(
+        nn.Linear(1, 1), task)
+    assert task.validated == [2, 5, 7] and seen == [2, 5, 7]
+    assert result.best_epoch == 5 and result.epochs_run == 8
+    scores = [row["val_score"] for row in result.history]
+    assert [e for e, s in enumerate(scores) if not math.isnan(s)] == [2, 5, 7]
+    assert "val_auroc" not in result.history[0] and result.history[2]["val_auroc"] == 0.5
+    # every epoch by default, as before
+    task = CountedTask([0.1, 0.99, 0.5])
+    assert Trainer(TrainConfig(epochs=3), progress=False).fit(
+        nn.Linear(1, 1), task).best_epoch == 1 and task.validated == [0, 1, 2]
+
+
+def test_validate_every_decides_patience_and_the_plateau_schedule_at_validated_epochs():
+    # patience 3 counts epochs; the stop waits for the pass after the third stale epoch
+    task = CountedTask([0.5, 0.9, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    result = Trainer(TrainConfig(epochs=10, patience=3, validate_every=2), progress=False).fit(
+        nn.Linear(1, 1), task)
+    assert task.validated == [1, 3, 5] and result.stopped_early and result.epochs_run == 6
+    assert result.best_epoch == 1
+    # the plateau schedule steps at validated epochs only: lr_patience counts passes
+    config = TrainConfig(epochs=8, lr=0.1, lr_schedule="plateau", lr_patience=1,
+                         validate_every=2)
+    result = Trainer(config, progress=False).fit(nn.Linear(1, 1), ScriptedTask([0.5] * 8))
+    assert [row["lr"] for row in result.history] == [0.1] * 6 + [0.05] * 2
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True])
+def test_validate_every_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="validate_every"):
+        TrainConfig(validate_every=bad)
+
+
+def test_a_run_killed_between_validation_passes_resumes_like_an_uninterrupted_one(tmp_path):
+    class Killed(Exception):
+        pass
+
+    class Killing(RegressionTask):
+        def batches(self, epoch):
+            if epoch == 4:  # after the checkpoint of epoch 3, which ran no validation pass
+                raise Killed
+            return super().batches(epoch)
+
+    def fit(folder, task, resume=False):
+        model = _model()
+        config = TrainConfig(epochs=9, lr=0.05, patience=4, validate_every=3)
+        trainer = Trainer(config, CheckpointConfig(str(folder), 1, resume), progress=False,
+                          generators=[task.generator], fingerprint="regression")
+        return model, trainer.fit(model, task)
+
+    full_model, full = fit(tmp_path / "full", RegressionTask())
+    with pytest.raises(Killed):
+        fit(tmp_path / "cut", Killing())
+    resumed_model, resumed = fit(tmp_path / "cut", RegressionTask(seed=5), resume=True)
+    assert resumed.resumed_from_epoch == 4 and resumed.best_epoch == full.best_epoch
+    assert [r["train_loss"] for r in resumed.history] == [r["train_loss"] for r in full.history]
+    for a, b in zip(full_model.state_dict().values(), resumed_model.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_an_epochs_batches_get_a_bar_of_their_own_in_a_log(capsys, monkeypatch):
+    """A large graph in mini-batches had one bar per epoch and nothing within one."""
+    import et_graph.progress as progress
+
+    monkeypatch.setattr(progress, "LOG_INTERVAL_S", 0.0)
+    Trainer(TrainConfig(epochs=2), description="probe", progress=True).fit(
+        _model(), RegressionTask())
+    err = capsys.readouterr().err
+    assert "probe, epoch 1: 4batch" in err  # (a generator of batches: no total to show)
+    Trainer(TrainConfig(epochs=2), description="probe", progress=False).fit(
+        _model(), RegressionTask())
+    assert capsys.readouterr().err == ""

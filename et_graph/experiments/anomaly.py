@@ -182,7 +182,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
             if det.history_:
                 curves["history"].setdefault(name, []).append({
                     "loss": [r["train_loss"] for r in det.history_],
-                    "val_auroc": [r["val_auroc"] for r in det.history_],
+                    # NaN at epochs that ran no validation pass (train.validate_every > 1)
+                    "val_auroc": [r.get("val_auroc", float("nan")) for r in det.history_],
                     "best_epoch": det.fit_info_.get("best_epoch"),
                 })
                 epoch_seconds.setdefault(name, []).append(det.fit_info_["epoch_seconds"])

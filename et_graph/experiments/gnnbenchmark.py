@@ -79,8 +79,10 @@ def _plot_curves(out: Path, per_model: dict[str, list[list[float]]], data: Bench
         values = np.full((len(curves), max(lengths)), np.nan)
         for row, curve in enumerate(curves):
             values[row, :len(curve)] = curve
+        # the validated epochs only (train.validate_every > 1 leaves NaN between passes)
+        epochs = np.arange(1, values.shape[1] + 1)[np.isfinite(values).any(0)]
+        values = values[:, epochs - 1]
         mean, std = np.nanmean(values, 0), np.nanstd(values, 0)
-        epochs = np.arange(1, values.shape[1] + 1)
         label = name + ("" if len(set(lengths)) == 1 else
                         f" (seeds end at epochs {', '.join(map(str, lengths))})")
         colour = model_colour(name, tuple(per_model), MODEL_NAMES)

@@ -1,6 +1,7 @@
 """Figures of a node anomaly run: ROC/PR curves, training curves, energy per ET step."""
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Optional
@@ -47,7 +48,11 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
             # every model at full strength: faded baselines read as less important ones
             colour = model_colour(name, drawn, BUILTIN_ROWS)
             ax_loss.plot(hist["loss"], color=colour, label=label)
-            ax_val.plot(hist["val_auroc"], color=colour, label=label)
+            # only the validated epochs (with train.validate_every > 1 the others are NaN,
+            # and a line through NaN gaps draws nothing)
+            validated = [(e, v) for e, v in enumerate(hist["val_auroc"]) if not math.isnan(v)]
+            ax_val.plot(*zip(*validated) if validated else ([], []), color=colour,
+                        label=label)
             kept = hist.get("best_epoch")
             if kept is not None and 0 <= kept < len(hist["val_auroc"]):
                 # The epoch the checkpoint kept, which the selection metric chose (it may not

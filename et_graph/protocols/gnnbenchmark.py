@@ -335,7 +335,8 @@ def train_one(name: str, data: BenchmarkData, seed: int, train: GNNBenchmarkTrai
         "epoch": fit.best_epoch + 1,
         "best_epoch": fit.best_epoch,  # counted from 0, as every other task's
         "epochs_run": fit.epochs_run,
-        "curve": [row[f"val_{data.metric}"] for row in fit.history],
+        # NaN at epochs that ran no validation pass (train.validate_every > 1)
+        "curve": [row.get(f"val_{data.metric}", float("nan")) for row in fit.history],
         "seconds": sum(row["seconds"] for row in fit.history),
         "params": sum(p.numel() for p in model.parameters()),
         "stopped_early": fit.stopped_early,

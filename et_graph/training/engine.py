@@ -25,6 +25,7 @@ import functools
 import math
 import os
 import re
+import sys
 import threading
 import time
 import warnings
@@ -41,7 +42,7 @@ from torch import Tensor, nn
 
 from ..config import code_identity
 from ..nn.validation import is_integral, is_real
-from ..progress import progress_bar
+from ..progress import interactive, progress_bar
 from .checkpoint import (
     CheckpointError,
     changed_settings,
@@ -82,6 +83,14 @@ class TrainConfig:
             Early steps use ``min(ema_decay, (1 + n) / (10 + n))`` after ``n`` updates, so that
             the average does not start out dominated by the initial weights. Buffers (e.g.
             BatchNorm statistics) are the live ones, not averaged.
+        validate_every: run the validation pass every this many epochs and at the last one
+            (1 = every epoch): on a large graph a full validation pass can cost as much as an
+            epoch of mini-batch training. Only a validated epoch can be the selected one; the
+            epochs between two passes have NaN validation entries in the history (their
+            metrics are left out), and ``on_epoch`` is called at validated epochs only.
+            ``patience`` still counts epochs, and a stop is decided at a validated epoch (so
+            it is rounded up to the next pass); the plateau schedule steps at validated
+            epochs, so its ``lr_patience`` counts validation passes.
     """
 
     epochs: int = 100
@@ -94,10 +103,11 @@ class TrainConfig:
     lr_patience: int = 10
     grad_clip: float = 0.0
     ema_decay: float = 0.0
+    validate_every: int = 1
 
     def __post_init__(self) -> None:
         # Types first: epochs=2.5 would train a fraction of nothing, lr="0.1" fail mid-run.
-        for name in ("epochs", "patience", "lr_patience"):
+        for name in ("epochs", "patience", "lr_patience", "validate_every"):
             value = getattr(self, name)
             if not is_integral(value):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
@@ -107,6 +117,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a number, got {value!r}")
         if self.epochs <= 0:
             raise ValueError(f"epochs must be positive, got {self.epochs}")
+        if self.validate_every <= 0:  # 0 would never validate, so no epoch could be selected
+            raise ValueError(f"validate_every must be a positive number of epochs (1 = every "
+                             f"epoch), got {self.validate_every}")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
         # ``not value >= 0`` rather than ``value < 0``: NaN compares False either way, and a NaN
@@ -537,12 +550,13 @@ class Trainer:
             leave=False,
             disable=not self.progress or rank != 0,
         )
+        validation: Optional[Validation] = None  # the last pass's (the bar shows it)
         for epoch in bar:
             begin = time.perf_counter()
             train_model.train()
             total, count, batches = 0.0, 0, 0
             try:
-                for batch in task.batches(epoch):
+                for batch in self._batch_bar(task.batches(epoch), epoch, rank):
                     batches += 1
                     optimizer.zero_grad(set_to_none=True)
                     loss = task.loss(train_model, batch)
@@ -576,46 +590,53 @@ class Trainer:
                 raise ValueError(f"{self.description}: the task gave no training batch in epoch "
                                  f"{epoch} (an empty training set?)")
             model.eval()
-            # With weight averaging, validation and the best-epoch copy see the averaged weights.
-            with average.swapped() if average is not None else nullcontext():
-                with torch.no_grad():
-                    try:
-                        validation = task.validate(model)
-                    except FloatingPointError as error:
-                        # A model that overflows on the validation data (ET layers raise rather
-                        # than return NaN) scores NaN there, which never wins an epoch.
-                        validation = Validation(score=float("nan"), loss=float("nan"))
-                        validation_error = error
-                    except RuntimeError as error:  # the validation pass can run out too
-                        raise_explained(error, self.validation_oom_hint, "the validation pass")
-                if not isinstance(validation, Validation):
-                    raise TypeError(
-                        f"{type(task).__name__}.validate must return a "
-                        f"et_graph.training.Validation(score=..., loss=...), got "
-                        f"{type(validation).__name__}")
-                improved = count > 0 and validation.beats(best)
-                if improved:
-                    best_state = _clone_state(model)
+            validated = (epoch + 1) % cfg.validate_every == 0 or epoch + 1 == cfg.epochs
+            improved = False
+            if validated:
+                # With weight averaging, validation and the best-epoch copy see the averaged
+                # weights.
+                with average.swapped() if average is not None else nullcontext():
+                    with torch.no_grad():
+                        try:
+                            validation = task.validate(model)
+                        except FloatingPointError as error:
+                            # A model that overflows on the validation data (ET layers raise
+                            # rather than return NaN) scores NaN there, which never wins.
+                            validation = Validation(score=float("nan"), loss=float("nan"))
+                            validation_error = error
+                        except RuntimeError as error:  # the validation pass can run out too
+                            raise_explained(error, self.validation_oom_hint,
+                                            "the validation pass")
+                    if not isinstance(validation, Validation):
+                        raise TypeError(
+                            f"{type(task).__name__}.validate must return a "
+                            f"et_graph.training.Validation(score=..., loss=...), got "
+                            f"{type(validation).__name__}")
+                    improved = count > 0 and validation.beats(best)
+                    if improved:
+                        best_state = _clone_state(model)
             seconds = time.perf_counter() - begin
             lr = optimizer.param_groups[0]["lr"]
             if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                scheduler.step(validation.score)
+                if validated:  # (a skipped pass is no epoch without a gain)
+                    scheduler.step(validation.score)
             elif scheduler is not None:
                 scheduler.step()
             history.append({
                 "epoch": epoch,
                 "train_loss": total / count if count else float("nan"),
-                "val_score": validation.score,
-                "val_loss": validation.loss,
+                "val_score": validation.score if validated else float("nan"),
+                "val_loss": validation.loss if validated else float("nan"),
                 "lr": lr,
                 "seconds": seconds,
-                **{f"val_{k}": float(v) for k, v in validation.metrics.items()},
+                **({f"val_{k}": float(v) for k, v in validation.metrics.items()}
+                   if validated else {}),
             })
             if improved:
                 best, best_epoch, stale = validation, epoch, 0
             else:
                 stale += 1
-            stop = bool(cfg.patience) and stale >= cfg.patience
+            stop = bool(cfg.patience) and validated and stale >= cfg.patience
             if path is not None and (
                 stop or epoch + 1 == cfg.epochs or (epoch + 1) % self.checkpoint.checkpoint_every
                 == 0
@@ -628,10 +649,10 @@ class Trainer:
             # refresh=False: a redraw per epoch skipped the bar's delay and minimum interval
             # (a line per epoch in a log, where et_graph.progress promises one per 30 s)
             bar.set_postfix(loss=f"{history[-1]['train_loss']:.4f}",
-                            val=f"{validation.score:.4f}",
+                            val=f"{validation.score:.4f}" if validation is not None else "n/a",
                             best=f"{best.score:.4f}" if best is not None else "n/a",
                             refresh=False)
-            if self.on_epoch is not None:
+            if self.on_epoch is not None and validated:
                 self.on_epoch(epoch, validation)
             if stop:
                 stopped_early = True
@@ -658,6 +679,18 @@ class Trainer:
             stopped_early=stopped_early,
             resumed_from_epoch=resumed_from,
         )
+
+    def _batch_bar(self, batches: Iterable[Any], epoch: int, rank: int) -> Iterable[Any]:
+        """A bar over one epoch's batches, for epochs long enough to want one (a large graph
+        in mini-batches): on a terminal it appears after 2 s, in a log as the epoch bar's lines
+        do (after 30 s, then one line per 30 s)."""
+        try:
+            total: Optional[int] = len(batches)  # type: ignore[arg-type]
+        except TypeError:  # a generator: the bar counts without a total
+            total = None
+        return progress_bar(batches, desc=f"{self.description}, epoch {epoch}", leave=False,
+                            disable=not self.progress or rank != 0, total=total, unit="batch",
+                            **({"delay": 2.0} if interactive(sys.stderr) else {}))
 
     def _save(self, path, epoch, model, optimizer, scheduler, history, best, best_epoch,
               best_state, stale, stopped, average, ranks=None) -> None:
