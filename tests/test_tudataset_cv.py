@@ -1289,3 +1289,14 @@ def test_the_tuning_objective_standardises_with_the_inner_graphs_only(monkeypatc
     for fold, (train_data, val_data) in enumerate(fits):
         inner, val = inner_split(splits[fold][0], labels, config.protocol.val_fraction, 3 + fold)
         _assert_standardised_by(graphs, inner, val, train_data, val_data)
+
+
+def test_a_files_own_class_labels_are_recorded_where_pyg_renumbers_them(tmp_path):
+    """PyG numbers the classes by the sorted label values: {-1, 1} became {0, 1} without a
+    word (a data audit)."""
+    root = _write_tu(tmp_path / "signed", "S", [TRIANGLE, PATH, PATH], [1, -1, -1])
+    graphs, info = load_tudataset(root, "S", tmp_path / "cache", pe_dim=0, progress=False)
+    assert [int(g.y) for g in graphs] == [1, 0, 0] and info["class_labels"] == [-1, 1]
+    root = _write_tu(tmp_path / "plain", "P", [TRIANGLE, PATH], [1, 0])
+    assert "class_labels" not in load_tudataset(root, "P", tmp_path / "cache", pe_dim=0,
+                                                progress=False)[1]

@@ -326,7 +326,8 @@ def load_tudataset(
     """The graphs (with ``lap_pe``/``cls_lap_pe`` when ``pe_dim > 0``, ``rw_pe`` ``[N,
     rw_pe_dim]`` when ``rw_pe_dim > 0``, and ``log1p(degree)`` as the last column of ``x`` when
     ``degree_feature``, then the summed incoming edge features when ``incident_edge_sums``) as a
-    list and a description of the features. ``root=None`` reads the
+    list and a description of the features (with ``class_labels``, the file's graph label of
+    each class in order, where those are not 0..C-1: PyG renumbers them). ``root=None`` reads the
     shipped ``datasets/TUDataset``."""
     if rw_pe_dim < 0:
         raise ValueError(f"rw_pe_dim must be >= 0, got {rw_pe_dim}")
@@ -373,6 +374,13 @@ def load_tudataset(
             (f"one-hot node labels ({dataset.num_node_labels})", dataset.num_node_labels))
             if count),
     }
+    # PyG numbers the classes by the sorted label values: a file's {-1, 1} became {0, 1}
+    # without a word, so a user reading predictions could not tell which class was which.
+    file_labels = np.unique(_integers(
+        (cache / name / "raw" / f"{name}_graph_labels.txt").read_text(encoding="utf-8"),
+        cache / name / "raw" / f"{name}_graph_labels.txt"))
+    if not np.array_equal(file_labels, np.arange(file_labels.size)):
+        info["class_labels"] = [int(value) for value in file_labels]
     if dataset.num_node_features == 0:
         max_degree = max(
             int(degree(g.edge_index[0], g.num_nodes).max()) if g.edge_index.numel() else 0

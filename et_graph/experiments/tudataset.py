@@ -174,6 +174,9 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     # (a run without ET described what ET reads: a user audit)
     with_et = "et" in protocol.model_names
     notes = [
+        *([f"classes 0..{len(info['class_labels']) - 1} are the graph labels "
+           f"{info['class_labels']} of the file, in that order"]
+          if "class_labels" in info else []),
         f"node features: {info['node_features']}",
         "edge features: " + ((f"{edge_dim} (used by ET through {et_reads_edges})" if with_et
                               else str(edge_dim)) if edge_dim else "none")
