@@ -854,3 +854,21 @@ def test_npz_entries_the_loaders_do_not_read_are_never_unpacked(tmp_path, monkey
     with pytest.warns(UserWarning, match=r"\['huge'\] are not read"):
         assert load_anomaly_npz(path).num_nodes == 40
     assert "huge" not in read and {"x", "edge_index", "y"} <= set(read)
+
+
+def test_integer_features_that_float32_would_round_are_named():
+    """float32 holds integers exactly up to 2^24: larger ids or counts were rounded without a
+    word (a data audit)."""
+    import warnings
+
+    from et_graph.datasets.anomaly_data import prepare_anomaly_data
+
+    edges = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    y = torch.tensor([0, 1, 0, 0])
+    x = torch.tensor([[1], [2], [3], [2 ** 24 + 1]], dtype=torch.int64)
+    with pytest.warns(RuntimeWarning, match="integer features reach 16,777,217"):
+        prepare_anomaly_data(x, edges, y, name="ids")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        prepare_anomaly_data(x - 1, edges, y, name="ids")  # 2^24 itself is exact
+        prepare_anomaly_data(x.double(), edges, y, name="floats")  # a float file rounds anyway

@@ -245,6 +245,17 @@ def prepare_anomaly_data(
             raise ValueError(f"{source}: features reach {largest:.3g}, beyond float32's range "
                              "(about 3.4e38), in which et-graph stores them: rescale them "
                              "(log1p, ranks) before saving the file")
+    if not x.is_floating_point() and x.dtype != torch.bool and x.numel():
+        # float32 holds integers exactly up to 2^24 only: counts, ids or timestamps above it
+        # were rounded without a word (16,777,217 became 16,777,216)
+        largest = int(x.abs().max())
+        if largest > 2 ** 24:
+            warnings.warn(f"{source}: integer features reach {largest:,}, beyond 2^24 = "
+                          "16,777,216, the largest range float32 (in which et-graph stores "
+                          "features) holds exactly: larger values are rounded (ids and "
+                          "timestamps lose their last digits); rescale them (log1p, ranks) "
+                          "before saving the file if the digits matter", RuntimeWarning,
+                          stacklevel=3)
     x = x.to(torch.float32)
     try:
         check_features(x, x.size(1), name=f"{source}: x")
