@@ -872,3 +872,31 @@ def test_integer_features_that_float32_would_round_are_named():
         warnings.simplefilter("error", RuntimeWarning)
         prepare_anomaly_data(x - 1, edges, y, name="ids")  # 2^24 itself is exact
         prepare_anomaly_data(x.double(), edges, y, name="floats")  # a float file rounds anyway
+
+
+def test_split_columns_of_different_kinds_are_named():
+    """GADBench's [N, 20] masks hold two protocols (columns 0-9 fully supervised, 10-19
+    semi-supervised); a hand-made file with all 20 ran them as one protocol's seeds."""
+    import warnings
+
+    from et_graph.datasets.anomaly_data import prepare_anomaly_data
+
+    n = 10
+    edges = torch.tensor([list(range(n - 1)), list(range(1, n))])
+    y = torch.tensor([0, 1] * (n // 2))
+    train = torch.zeros(n, 20, dtype=torch.bool)
+    train[:4, :10] = True  # 40 % in the supervised columns
+    train[:2, 10:] = True  # 20 % in the semi-supervised ones
+    val = torch.zeros(n, 20, dtype=torch.bool)
+    val[4:6] = True
+    test = torch.zeros(n, 20, dtype=torch.bool)
+    test[6:] = True
+    masks = {"train_mask": train, "val_mask": val, "test_mask": test}
+    with pytest.warns(RuntimeWarning, match=r"\(4 in column 0, 2 in column 10\).*GADBench's 20 "
+                                            "columns"):
+        prepare_anomaly_data(torch.randn(n, 3), edges, y, name="g", masks=masks)
+    train[2:4, 10:] = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        data = prepare_anomaly_data(torch.randn(n, 3), edges, y, name="g", masks=masks)
+    assert data.train_mask.shape == (n, 20)

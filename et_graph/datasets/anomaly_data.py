@@ -306,6 +306,19 @@ def prepare_anomaly_data(
                 node, split = (int(v) for v in both[0])
                 raise ValueError(f"{source}: the {first} and {second} masks overlap within a "
                                  f"split: node {node} is in both in split column {split}")
+        sizes = train.sum(0).tolist()
+        if len(set(sizes)) > 1:
+            # Splits of one kind hold equally many training nodes; GADBench's [N, 20] masks
+            # hold two kinds (columns 0-9 fully supervised, 10-19 semi-supervised), which a
+            # hand-made file copied whole ran as one protocol's 20 seeds without a word.
+            first_other = next(i for i, size in enumerate(sizes) if size != sizes[0])
+            warnings.warn(
+                f"{source}: the split columns hold different numbers of training nodes "
+                f"({sizes[0]} in column 0, {sizes[first_other]} in column {first_other}), so "
+                "the seeds of a run are not repeats of one protocol"
+                + ("; these look like GADBench's 20 columns (0-9 fully supervised, 10-19 "
+                   "semi-supervised): keep one kind, as et_graph.datasets.dgl_graph_to_data "
+                   "does" if len(sizes) == 20 else ""), RuntimeWarning, stacklevel=3)
         for key, mask in prepared.items():
             setattr(data, key, mask)
 
