@@ -865,6 +865,33 @@ def test_a_resume_after_auto_would_pick_another_sampler_is_refused(graph, tmp_pa
         fit()
 
 
+def test_a_resume_naming_the_sampler_auto_picked_goes_on(graph, tmp_path, monkeypatch):
+    # an "auto" run's checkpoint, resumed with neighbor_sampler="builtin" where auto picks the
+    # built-in sampler (the same code), was refused as another configuration (a scale audit)
+    from et_graph.detectors import neural
+    from et_graph.training import CheckpointConfig
+
+    def fit(sampler, expect_resume=True):
+        det = ETDetector(epochs=2, hidden=16, batch_size=64, num_neighbors=[5],
+                         neighbor_sampler=sampler)
+        det.checkpoint = CheckpointConfig(str(tmp_path), resume=True)
+        det.fit(graph)
+        assert (det.fit_info_["resumed_from_epoch"] is not None) == expect_resume
+        return det
+
+    monkeypatch.setattr(neural, "resolve_sampler",
+                        lambda name: "pyg" if name == "pyg" else "builtin")
+    first = fit("auto", expect_resume=False)
+    again = fit("builtin")
+    assert torch.equal(again.decision_function(graph), first.decision_function(graph))
+    fit("auto")  # and back, over the checkpoint the "builtin" run wrote
+    # where auto picks PyG's sampler, an auto checkpoint is another sampler's run
+    monkeypatch.setattr(neural, "resolve_sampler",
+                        lambda name: "builtin" if name == "builtin" else "pyg")
+    with pytest.raises(ValueError, match=r"other training settings \(neighbor_sampler differ"):
+        fit("builtin")
+
+
 def test_a_resume_under_another_seed_is_refused(graph, tmp_path):
     # (from an audit) the fingerprint was the config's repr, which has no seed: a loop over
     # seeds with one checkpoint folder and resume=True went on with the first seed's run

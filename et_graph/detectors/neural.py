@@ -17,6 +17,7 @@ labels never enter.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from collections.abc import Iterator
 from typing import Any, Optional
@@ -422,6 +423,11 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
                                label_trick=self.label_trick, chunking=self.chunking(),
                                label_trick_share=float(getattr(self.config.model,
                                                                "label_trick_share", 0.5)))
+        # With checkpoints, the data too: a resume with another split or other features must
+        # not score a model that may have trained on the new test nodes. (The seed too: a
+        # resume under another seed went on with the first seed's run.)
+        same_runs = self._same_runs(fingerprint_with_data(
+            "", self.checkpoint, data.x, data.edge_index, y, train, val))
         trainer = Trainer(
             train_config,
             checkpoint=self.checkpoint,
@@ -429,31 +435,31 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
             progress=self.progress,
             generators=[generator],
             on_epoch=self.on_epoch,
-            # With checkpoints, the data too: a resume with another split or other features
-            # must not score a model that may have trained on the new test nodes.
-            # (the seed too: a resume under another seed went on with the first seed's run)
-            fingerprint=fingerprint_with_data(f"{self.config!r}, seed={self.seed}"
-                                              + (f", {self.checkpoint_identity}"
-                                                 if self.checkpoint_identity else "")
-                                              + self._picked_sampler(),
-                                              self.checkpoint, data.x,
-                                              data.edge_index, y, train, val),
+            fingerprint=same_runs[0][1], aliases=same_runs[1:],
             oom_hint=self._oom_hint(), validation_oom_hint=self._validation_oom_hint())
         result = trainer.fit(model, task)
         self.model_ = model
         self.history_ = result.history
         self.fit_info_ = result.as_dict()
 
-    def _picked_sampler(self) -> str:
-        """The fingerprint's note of PyG's sampler where ``neighbor_sampler="auto"`` picks it:
-        a run resumed after pyg-lib was installed switched samplers without a word (a scale
-        audit). Nothing where ``auto`` picks the built-in one, so that the checkpoints of such
-        runs, which record ``auto`` alone, still resume."""
+    def _same_runs(self, data_digest: str) -> list[tuple[NodeTrainConfig, str]]:
+        """The run's training settings and checkpoint fingerprint, then the same run's under
+        the other name of its neighbour sampler (``"builtin"`` where ``"auto"`` picks it, and
+        back): a resume that spelt the same sampler another way was refused (a scale audit)."""
         train = self.config.train
-        if (train.num_neighbors and train.neighbor_sampler == "auto"
-                and resolve_sampler("auto") == "pyg"):
-            return ", sampler=pyg"
-        return ""
+        names = [train.neighbor_sampler]
+        if train.num_neighbors:
+            picked = resolve_sampler(train.neighbor_sampler)
+            names += [name for name in ("auto", picked)
+                      if name not in names and resolve_sampler(name) == picked]
+        runs = []
+        for name in names:
+            config = dataclasses.replace(
+                self.config, train=dataclasses.replace(train, neighbor_sampler=name))
+            runs.append((config.train, f"{config!r}, seed={self.seed}"
+                         + (f", {self.checkpoint_identity}" if self.checkpoint_identity else "")
+                         + _picked_sampler(config.train) + data_digest))
+        return runs
 
     def network_input(self, data: Data) -> Tensor:
         """The network's node input for ``data``: ``data.x``, or with the label trick
@@ -676,3 +682,14 @@ class GATDetector(NeuralDetector):
         m = self.config.model
         return GATNet(in_channels, m.hidden, heads=m.gat_heads, dropout=m.dropout,
                       layers=m.layers)
+
+
+def _picked_sampler(train: Any) -> str:
+    """A checkpoint fingerprint's note of PyG's sampler where ``neighbor_sampler="auto"`` picks
+    it: a run resumed after pyg-lib was installed switched samplers without a word (a scale
+    audit). Nothing where ``auto`` picks the built-in one, so that the checkpoints of such runs,
+    which record ``auto`` alone, still resume."""
+    if (train.num_neighbors and train.neighbor_sampler == "auto"
+            and resolve_sampler("auto") == "pyg"):
+        return ", sampler=pyg"
+    return ""

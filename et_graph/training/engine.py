@@ -390,6 +390,10 @@ class Trainer:
             tuner reports to its pruner here and may raise to stop the run).
         fingerprint: a string that identifies the run's configuration; resuming from a
             checkpoint with another fingerprint raises ``ValueError``.
+        aliases: ``(config, fingerprint)`` pairs of the same run spelt another way (a setting
+            that names the same code another way, e.g. ``neighbor_sampler="builtin"`` where
+            ``"auto"`` picks the built-in sampler): a checkpoint written under one of them
+            resumes.
         oom_hint: appended to the message of an out-of-memory error raised in a training step.
         validation_oom_hint: the same for the validation pass (default: ``oom_hint``).
         find_unused_parameters: under DDP, let ``DistributedDataParallel`` allow parameters
@@ -409,6 +413,7 @@ class Trainer:
         oom_hint: str = "",
         validation_oom_hint: Optional[str] = None,
         find_unused_parameters: bool = False,
+        aliases: Sequence[tuple[TrainConfig, str]] = (),
     ) -> None:
         self.config = config
         self.find_unused_parameters = bool(find_unused_parameters)
@@ -422,6 +427,7 @@ class Trainer:
                                 f"checkpointed), got {type(generator).__name__}")
         self.on_epoch = on_epoch
         self.fingerprint = fingerprint
+        self.aliases = list(aliases)
         self.oom_hint = oom_hint
         self.validation_oom_hint = oom_hint if validation_oom_hint is None else validation_oom_hint
 
@@ -485,21 +491,23 @@ class Trainer:
         if path is not None:
             _check_checkpoint_folder(path)
         if path is not None and not self.checkpoint.resume and rank == 0 and path.is_file():
-            _warn_overwriting(path, asdict(self.config), self.fingerprint)  # (the writer)
+            _warn_overwriting(path, self._same_runs())  # (the writer)
         if path is not None and self.checkpoint.resume and path.is_file():
             state = load_checkpoint(path)
             # The training settings first, by name (a caller who passes no fingerprint cannot
             # resume under another lr, schedule or epoch count either); then the caller's
             # fingerprint of the model and data settings.
             stored, current = state.get("config"), asdict(self.config)
-            if stored is not None and stored != current:
+            runs = self._same_runs()
+            if stored is not None and all(stored != config for config, _ in runs):
                 changed = changed_settings(stored, current)
                 raise ValueError(
                     f"{path} was written under other training settings ({', '.join(changed)} "
                     f"differ){_written_by(state, set(current) - set(stored))}; use another "
                     "checkpoint_dir or drop resume"
                 )
-            if state.get("fingerprint", "") != self.fingerprint:
+            if all(state.get("fingerprint", "") != fingerprint for config, fingerprint in runs
+                   if stored is None or stored == config):
                 now = _new_settings(str(state.get("fingerprint", "")), str(self.fingerprint))
                 raise ValueError(
                     f"{path} was written by a run with another configuration"
@@ -680,6 +688,11 @@ class Trainer:
             resumed_from_epoch=resumed_from,
         )
 
+    def _same_runs(self) -> list[tuple[dict[str, Any], str]]:
+        """This run's training settings and fingerprint, then its aliases'."""
+        return [(asdict(self.config), self.fingerprint),
+                *((asdict(config), fingerprint) for config, fingerprint in self.aliases)]
+
     def _batch_bar(self, batches: Iterable[Any], epoch: int, rank: int) -> Iterable[Any]:
         """A bar over one epoch's batches, for epochs long enough to want one (a large graph
         in mini-batches): on a terminal it appears after 2 s, in a log as the epoch bar's lines
@@ -753,14 +766,14 @@ def _written_by(state: dict[str, Any], unknown: Iterable[str] = ()) -> str:
             f"{here['git_commit']}{lacks})")
 
 
-def _warn_overwriting(path: Path, config: dict[str, Any], fingerprint: str) -> None:
+def _warn_overwriting(path: Path, runs: list[tuple[dict[str, Any], str]]) -> None:
     """A ``UserWarning`` before a run without ``resume`` replaces the checkpoint of a run with
     another configuration in the same folder (two --data files with the same name share one)."""
     try:
         state = load_checkpoint(path)
     except Exception:  # noqa: BLE001 - unreadable: nothing to name, it is replaced as before
         return
-    if state.get("config") != config or state.get("fingerprint", "") != fingerprint:
+    if (state.get("config"), state.get("fingerprint", "")) not in runs:
         warnings.warn(f"{path} holds the checkpoint of a run with another configuration, and "
                       "this run (without resume) replaces it: give each configuration its own "
                       "checkpoint_dir to keep both", UserWarning, stacklevel=3)
