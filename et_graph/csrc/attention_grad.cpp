@@ -310,14 +310,14 @@ struct Kernel {
 
 // The source-sorted layout of the two-pass loops, or three empty tensors (one pass).
 struct Layout {
-  torch::Tensor t_ptr, t_perm, dst;
+  at::Tensor t_ptr, t_perm, dst;
   bool two_pass() const { return t_perm.numel() > 0; }
 };
 
 template <typename scalar_t, typename F>
-void with_kernel(const torch::Tensor& k, const torch::Tensor& q, const torch::Tensor& beta,
-                 const torch::Tensor& weight, const torch::Tensor& src,
-                 const torch::Tensor& rowptr, const Layout& layout, F&& body) {
+void with_kernel(const at::Tensor& k, const at::Tensor& q, const at::Tensor& beta,
+                 const at::Tensor& weight, const at::Tensor& src,
+                 const at::Tensor& rowptr, const Layout& layout, F&& body) {
   const int64_t H = k.size(1), Y = k.size(2);
   auto fill = [&](auto& kern) {
     kern.N = k.size(0);
@@ -361,18 +361,18 @@ void with_kernel(const torch::Tensor& k, const torch::Tensor& q, const torch::Te
   }
 }
 
-void check_inputs(const torch::Tensor& k, const torch::Tensor& q, const torch::Tensor& beta,
-                  const torch::Tensor& weight, const torch::Tensor& src,
-                  const torch::Tensor& rowptr, const Layout& layout) {
+void check_inputs(const at::Tensor& k, const at::Tensor& q, const at::Tensor& beta,
+                  const at::Tensor& weight, const at::Tensor& src,
+                  const at::Tensor& rowptr, const Layout& layout) {
   TORCH_CHECK(k.device().is_cpu() && k.dim() == 3 && rows_contiguous(k),
               "k: an [N, H, Y] tensor on the CPU whose rows are contiguous");
   TORCH_CHECK(q.sizes() == k.sizes() && rows_contiguous(q) && q.scalar_type() == k.scalar_type(),
               "q: like k");
   TORCH_CHECK(beta.numel() == k.size(1) && beta.is_contiguous() &&
                   beta.scalar_type() == k.scalar_type(), "beta: [H], k's dtype");
-  TORCH_CHECK(src.scalar_type() == torch::kLong && src.is_contiguous() && src.dim() == 1,
+  TORCH_CHECK(src.scalar_type() == at::kLong && src.is_contiguous() && src.dim() == 1,
               "src: int64 [E]");
-  TORCH_CHECK(rowptr.scalar_type() == torch::kLong && rowptr.is_contiguous() &&
+  TORCH_CHECK(rowptr.scalar_type() == at::kLong && rowptr.is_contiguous() &&
                   rowptr.numel() == k.size(0) + 1, "rowptr: int64 [N + 1]");
   if (weight.numel()) {
     TORCH_CHECK(weight.dim() == 2 && weight.size(1) == src.numel() && weight.is_contiguous() &&
@@ -381,7 +381,7 @@ void check_inputs(const torch::Tensor& k, const torch::Tensor& q, const torch::T
   }
   if (layout.two_pass() || layout.t_ptr.numel() || layout.dst.numel()) {
     for (const auto* t : {&layout.t_ptr, &layout.t_perm, &layout.dst})
-      TORCH_CHECK(t->scalar_type() == torch::kLong && t->is_contiguous() && t->dim() == 1,
+      TORCH_CHECK(t->scalar_type() == at::kLong && t->is_contiguous() && t->dim() == 1,
                   "t_ptr, t_perm, dst: contiguous int64 vectors, or all three empty");
     TORCH_CHECK(layout.t_ptr.numel() == k.size(0) + 1 && layout.t_perm.numel() == src.numel() &&
                     layout.dst.numel() == src.numel(),
@@ -393,16 +393,16 @@ void check_inputs(const torch::Tensor& k, const torch::Tensor& q, const torch::T
 
 // Each row's [H, Y] block contiguous (the row stride free): k and q as views of one [N, 2HY]
 // projection qualify.
-bool rows_contiguous(const torch::Tensor& t) {
+bool rows_contiguous(const at::Tensor& t) {
   TORCH_CHECK(t.dim() == 3, "rows_contiguous: an [N, H, Y] tensor, got ", t.dim(), " dimensions");
   // A stride along a dimension of size <= 1 is never used (PyTorch leaves it arbitrary).
   return (t.size(2) <= 1 || t.stride(2) == 1) && (t.size(1) <= 1 || t.stride(1) == t.size(2)) &&
          (t.size(0) <= 1 || t.stride(0) >= t.size(1) * t.size(2));
 }
 
-torch::Tensor exp_nonpositive(torch::Tensor x) {
-  TORCH_CHECK(x.device().is_cpu() && (x.scalar_type() == torch::kFloat ||
-                                      x.scalar_type() == torch::kDouble),
+at::Tensor exp_nonpositive(at::Tensor x) {
+  TORCH_CHECK(x.device().is_cpu() && (x.scalar_type() == at::kFloat ||
+                                      x.scalar_type() == at::kDouble),
               "exp_nonpositive: a float32 or float64 CPU tensor");
   auto out = x.contiguous().clone();
   AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "exp_nonpositive", [&] {
@@ -411,17 +411,17 @@ torch::Tensor exp_nonpositive(torch::Tensor x) {
   return out;
 }
 
-std::vector<torch::Tensor> attention_grad_forward(torch::Tensor k, torch::Tensor q,
-                                                  torch::Tensor beta, torch::Tensor weight,
-                                                  torch::Tensor src, torch::Tensor rowptr,
-                                                  torch::Tensor t_ptr, torch::Tensor t_perm,
-                                                  torch::Tensor dst) {
+std::vector<at::Tensor> attention_grad_forward(at::Tensor k, at::Tensor q,
+                                                  at::Tensor beta, at::Tensor weight,
+                                                  at::Tensor src, at::Tensor rowptr,
+                                                  at::Tensor t_ptr, at::Tensor t_perm,
+                                                  at::Tensor dst) {
   const Layout layout{t_ptr, t_perm, dst};
   check_inputs(k, q, beta, weight, src, rowptr, layout);
-  auto grad_k = torch::zeros(k.sizes(), k.options());
-  auto grad_q = torch::empty(q.sizes(), q.options());  // every row written by the kernel
-  auto probs = torch::empty({src.numel(), k.size(1)}, k.options());
-  auto scores = torch::empty({src.numel(), k.size(1)}, k.options());
+  auto grad_k = at::zeros(k.sizes(), k.options());
+  auto grad_q = at::empty(q.sizes(), q.options());  // every row written by the kernel
+  auto probs = at::empty({src.numel(), k.size(1)}, k.options());
+  auto scores = at::empty({src.numel(), k.size(1)}, k.options());
   AT_DISPATCH_FLOATING_TYPES(k.scalar_type(), "attention_grad_forward", [&] {
     with_kernel<scalar_t>(k, q, beta, weight, src, rowptr, layout, [&](const auto& kern) {
       kern.forward(grad_k.data_ptr<scalar_t>(), grad_q.data_ptr<scalar_t>(),
@@ -431,11 +431,11 @@ std::vector<torch::Tensor> attention_grad_forward(torch::Tensor k, torch::Tensor
   return {grad_k, grad_q, probs, scores};
 }
 
-std::vector<torch::Tensor> attention_grad_backward(
-    torch::Tensor k, torch::Tensor q, torch::Tensor beta, torch::Tensor weight,
-    torch::Tensor src, torch::Tensor rowptr, torch::Tensor t_ptr, torch::Tensor t_perm,
-    torch::Tensor dst, torch::Tensor probs, torch::Tensor scores, torch::Tensor up_k,
-    torch::Tensor up_q, bool need_weight) {
+std::vector<at::Tensor> attention_grad_backward(
+    at::Tensor k, at::Tensor q, at::Tensor beta, at::Tensor weight,
+    at::Tensor src, at::Tensor rowptr, at::Tensor t_ptr, at::Tensor t_perm,
+    at::Tensor dst, at::Tensor probs, at::Tensor scores, at::Tensor up_k,
+    at::Tensor up_q, bool need_weight) {
   const Layout layout{t_ptr, t_perm, dst};
   check_inputs(k, q, beta, weight, src, rowptr, layout);
   TORCH_CHECK(probs.sizes() == scores.sizes() && probs.size(0) == src.numel() &&
@@ -445,13 +445,13 @@ std::vector<torch::Tensor> attention_grad_backward(
               "up_k: like k, or empty");
   TORCH_CHECK(!up_q.numel() || (up_q.sizes() == q.sizes() && up_q.is_contiguous()),
               "up_q: like q, or empty");
-  auto d_k = torch::zeros(k.sizes(), k.options());
-  auto d_q = torch::empty(q.sizes(), q.options());  // every row written by the kernel
-  auto d_beta = torch::zeros_like(beta);
-  auto d_w = need_weight && weight.numel() ? torch::zeros_like(weight)
-                                           : torch::empty({0}, k.options());
-  auto d_beta_per_node = torch::empty({k.size(0), k.size(1)}, k.options());
-  auto ds = torch::empty({layout.two_pass() ? src.numel() : 0, k.size(1)}, k.options());
+  auto d_k = at::zeros(k.sizes(), k.options());
+  auto d_q = at::empty(q.sizes(), q.options());  // every row written by the kernel
+  auto d_beta = at::zeros_like(beta);
+  auto d_w = need_weight && weight.numel() ? at::zeros_like(weight)
+                                           : at::empty({0}, k.options());
+  auto d_beta_per_node = at::empty({k.size(0), k.size(1)}, k.options());
+  auto ds = at::empty({layout.two_pass() ? src.numel() : 0, k.size(1)}, k.options());
   AT_DISPATCH_FLOATING_TYPES(k.scalar_type(), "attention_grad_backward", [&] {
     with_kernel<scalar_t>(k, q, beta, weight, src, rowptr, layout, [&](const auto& kern) {
       kern.backward(probs.data_ptr<scalar_t>(), scores.data_ptr<scalar_t>(),

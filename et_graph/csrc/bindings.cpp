@@ -1,5 +1,6 @@
 // The Python module of et_graph.native's compiled kernels (one extension, built once).
 #include <ATen/Parallel.h>
+#include <torch/extension.h>
 
 #include <atomic>
 

@@ -3,7 +3,9 @@
 // so a change here makes a new build (torch's cache alone would track the sources only).
 #pragma once
 
-#include <torch/extension.h>
+// ATen alone: <torch/extension.h> (the C++ frontend and pybind11) took three times as
+// long to compile in each source; bindings.cpp alone includes it.
+#include <ATen/ATen.h>
 
 #include <cstdint>
 #include <vector>
@@ -43,34 +45,34 @@ namespace et_graph_native {
 
 // attention_grad.cpp: ET's closed-form attention gradient and its first-order backward.
 // t_ptr, t_perm, dst: the source-sorted layout for the threaded two-pass loops, or empty.
-std::vector<torch::Tensor> attention_grad_forward(torch::Tensor k, torch::Tensor q,
-                                                  torch::Tensor beta, torch::Tensor weight,
-                                                  torch::Tensor src, torch::Tensor rowptr,
-                                                  torch::Tensor t_ptr, torch::Tensor t_perm,
-                                                  torch::Tensor dst);
-std::vector<torch::Tensor> attention_grad_backward(
-    torch::Tensor k, torch::Tensor q, torch::Tensor beta, torch::Tensor weight,
-    torch::Tensor src, torch::Tensor rowptr, torch::Tensor t_ptr, torch::Tensor t_perm,
-    torch::Tensor dst, torch::Tensor probs, torch::Tensor scores, torch::Tensor up_k,
-    torch::Tensor up_q, bool need_weight);
+std::vector<at::Tensor> attention_grad_forward(at::Tensor k, at::Tensor q,
+                                                  at::Tensor beta, at::Tensor weight,
+                                                  at::Tensor src, at::Tensor rowptr,
+                                                  at::Tensor t_ptr, at::Tensor t_perm,
+                                                  at::Tensor dst);
+std::vector<at::Tensor> attention_grad_backward(
+    at::Tensor k, at::Tensor q, at::Tensor beta, at::Tensor weight,
+    at::Tensor src, at::Tensor rowptr, at::Tensor t_ptr, at::Tensor t_perm,
+    at::Tensor dst, at::Tensor probs, at::Tensor scores, at::Tensor up_k,
+    at::Tensor up_q, bool need_weight);
 
 // Whether the kernel reads t [N, H, Y] in place: each row's [H, Y] block contiguous, the row
 // stride free (native.rows_contiguous copies the tensor when not).
-bool rows_contiguous(const torch::Tensor& t);
+bool rows_contiguous(const at::Tensor& t);
 
 // exp(x) for x <= 0 as the softmax computes it (float32: a vectorised polynomial; tests).
-torch::Tensor exp_nonpositive(torch::Tensor x);
+at::Tensor exp_nonpositive(at::Tensor x);
 
 // gram_entries.cpp: the Gram entries the Conv2D adjacency mask reads at each edge.
-torch::Tensor gram_entries_forward(torch::Tensor x, torch::Tensor src, torch::Tensor dst,
-                                   torch::Tensor batch, torch::Tensor ptr, int64_t radius);
-torch::Tensor gram_entries_backward(torch::Tensor x, torch::Tensor src, torch::Tensor dst,
-                                    torch::Tensor batch, torch::Tensor ptr, int64_t radius,
-                                    torch::Tensor grad);
+at::Tensor gram_entries_forward(at::Tensor x, at::Tensor src, at::Tensor dst,
+                                   at::Tensor batch, at::Tensor ptr, int64_t radius);
+at::Tensor gram_entries_backward(at::Tensor x, at::Tensor src, at::Tensor dst,
+                                    at::Tensor batch, at::Tensor ptr, int64_t radius,
+                                    at::Tensor grad);
 
 // random.cpp: Philox4x32-10 normals and dropout factors.
-torch::Tensor random_normal(int64_t numel, uint64_t seed, bool float64);
-torch::Tensor dropout_scale(int64_t numel, double p, uint64_t seed, bool float64);
-torch::Tensor philox_words(int64_t blocks, uint64_t seed);
+at::Tensor random_normal(int64_t numel, uint64_t seed, bool float64);
+at::Tensor dropout_scale(int64_t numel, double p, uint64_t seed, bool float64);
+at::Tensor philox_words(int64_t blocks, uint64_t seed);
 
 }  // namespace et_graph_native

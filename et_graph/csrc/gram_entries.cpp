@@ -118,9 +118,9 @@ struct GramKernel {
 };
 
 template <typename scalar_t>
-GramKernel<scalar_t> make_kernel(const torch::Tensor& x, const torch::Tensor& src,
-                                 const torch::Tensor& dst, const torch::Tensor& batch,
-                                 const torch::Tensor& ptr, int64_t radius) {
+GramKernel<scalar_t> make_kernel(const at::Tensor& x, const at::Tensor& src,
+                                 const at::Tensor& dst, const at::Tensor& batch,
+                                 const at::Tensor& ptr, int64_t radius) {
   return {x.data_ptr<scalar_t>(), x.size(1), src.numel(), radius,
           src.data_ptr<int64_t>(), dst.data_ptr<int64_t>(), batch.data_ptr<int64_t>(),
           ptr.data_ptr<int64_t>()};
@@ -153,12 +153,12 @@ void run_backward(const GramKernel<scalar_t>& kernel, int64_t graphs, const scal
   backward_edges(kernel, 0, kernel.E, nullptr, G, DX);
 }
 
-void check_inputs(const torch::Tensor& x, const torch::Tensor& src, const torch::Tensor& dst,
-                  const torch::Tensor& batch, const torch::Tensor& ptr, int64_t radius) {
+void check_inputs(const at::Tensor& x, const at::Tensor& src, const at::Tensor& dst,
+                  const at::Tensor& batch, const at::Tensor& ptr, int64_t radius) {
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.is_contiguous(),
               "x: a contiguous [T, D] tensor on the CPU");
   for (const auto* t : {&src, &dst, &batch, &ptr})
-    TORCH_CHECK(t->scalar_type() == torch::kLong && t->is_contiguous() && t->dim() == 1,
+    TORCH_CHECK(t->scalar_type() == at::kLong && t->is_contiguous() && t->dim() == 1,
                 "src, dst, batch, ptr: contiguous int64 vectors");
   TORCH_CHECK(src.numel() == dst.numel(), "src and dst: one entry per edge");
   TORCH_CHECK(batch.numel() == x.size(0), "batch: one graph index per token");
@@ -168,26 +168,26 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& src, const torch:
 
 }  // namespace
 
-torch::Tensor gram_entries_forward(torch::Tensor x, torch::Tensor src, torch::Tensor dst,
-                                   torch::Tensor batch, torch::Tensor ptr, int64_t radius) {
+at::Tensor gram_entries_forward(at::Tensor x, at::Tensor src, at::Tensor dst,
+                                   at::Tensor batch, at::Tensor ptr, int64_t radius) {
   check_inputs(x, src, dst, batch, ptr, radius);
   const int64_t k = 2 * radius + 1;
-  auto values = torch::zeros({src.numel(), k * k}, x.options());
+  auto values = at::zeros({src.numel(), k * k}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "gram_entries_forward", [&] {
     make_kernel<scalar_t>(x, src, dst, batch, ptr, radius).forward(values.data_ptr<scalar_t>());
   });
   return values;
 }
 
-torch::Tensor gram_entries_backward(torch::Tensor x, torch::Tensor src, torch::Tensor dst,
-                                    torch::Tensor batch, torch::Tensor ptr, int64_t radius,
-                                    torch::Tensor grad) {
+at::Tensor gram_entries_backward(at::Tensor x, at::Tensor src, at::Tensor dst,
+                                    at::Tensor batch, at::Tensor ptr, int64_t radius,
+                                    at::Tensor grad) {
   check_inputs(x, src, dst, batch, ptr, radius);
   const int64_t k = 2 * radius + 1;
-  TORCH_CHECK(grad.sizes() == torch::IntArrayRef({src.numel(), k * k}) && grad.is_contiguous() &&
+  TORCH_CHECK(grad.sizes() == at::IntArrayRef({src.numel(), k * k}) && grad.is_contiguous() &&
                   grad.scalar_type() == x.scalar_type(),
               "grad: a contiguous [E, k * k] tensor of x's dtype");
-  auto d_x = torch::zeros_like(x);
+  auto d_x = at::zeros_like(x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "gram_entries_backward", [&] {
     run_backward(make_kernel<scalar_t>(x, src, dst, batch, ptr, radius), ptr.numel() - 1,
                  grad.data_ptr<scalar_t>(), d_x.data_ptr<scalar_t>());

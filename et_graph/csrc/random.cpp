@@ -156,16 +156,16 @@ ET_CLONES void fill_dropout(double* out, int64_t blocks, int64_t i0, int64_t i1,
 // microseconds.
 constexpr int64_t kBlockGrain = 16384;
 
-torch::Tensor filled(int64_t numel, bool float64, const char* name) {
+at::Tensor filled(int64_t numel, bool float64, const char* name) {
   TORCH_CHECK(numel >= 0, name, ": numel must be >= 0");
   // Whole blocks are drawn; the caller gets the first numel values (a contiguous prefix).
-  return torch::empty({(numel + 3) / 4 * 4},
-                      torch::TensorOptions().dtype(float64 ? torch::kDouble : torch::kFloat));
+  return at::empty({(numel + 3) / 4 * 4},
+                      at::TensorOptions().dtype(float64 ? at::kDouble : at::kFloat));
 }
 
 }  // namespace
 
-torch::Tensor random_normal(int64_t numel, uint64_t seed, bool float64) {
+at::Tensor random_normal(int64_t numel, uint64_t seed, bool float64) {
   auto out = filled(numel, float64, "random_normal");
   AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "random_normal", [&] {
     scalar_t* data = out.data_ptr<scalar_t>();
@@ -177,7 +177,7 @@ torch::Tensor random_normal(int64_t numel, uint64_t seed, bool float64) {
   return out.narrow(0, 0, numel);
 }
 
-torch::Tensor dropout_scale(int64_t numel, double p, uint64_t seed, bool float64) {
+at::Tensor dropout_scale(int64_t numel, double p, uint64_t seed, bool float64) {
   TORCH_CHECK(p >= 0.0 && p < 1.0, "dropout_scale: p must lie in [0, 1)");
   auto out = filled(numel, float64, "dropout_scale");
   // A value is kept with probability round((1 - p) 2^24) / 2^24.
@@ -193,10 +193,10 @@ torch::Tensor dropout_scale(int64_t numel, double p, uint64_t seed, bool float64
   return out.narrow(0, 0, numel);
 }
 
-torch::Tensor philox_words(int64_t blocks, uint64_t seed) {
+at::Tensor philox_words(int64_t blocks, uint64_t seed) {
   // The raw generator, block after block (four words each), for the tests' reference.
   TORCH_CHECK(blocks >= 0, "philox_words: blocks must be >= 0");
-  auto out = torch::empty({blocks, 4}, torch::TensorOptions().dtype(torch::kLong));
+  auto out = at::empty({blocks, 4}, at::TensorOptions().dtype(at::kLong));
   auto* data = out.data_ptr<int64_t>();
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   for (int64_t i = 0; i < blocks; ++i) {
