@@ -960,6 +960,33 @@ def machine_metadata() -> dict[str, Any]:
     }
 
 
+def peak_memory() -> dict[str, Optional[int]]:
+    """The process's peak memory so far, in bytes: ``rss_bytes``, the peak resident set (Linux's
+    ``VmHWM``; ``ru_maxrss`` elsewhere; ``None`` where neither exists), and ``gpu_bytes``, the
+    peak of the memory torch allocated on the current GPU (``None`` until a run starts CUDA).
+    A run from the command line has the process to itself; called from a notebook or a script
+    that did other work first, the figure covers that work too."""
+    import torch
+
+    rss: Optional[int] = None
+    try:
+        with open("/proc/self/status", encoding="utf-8") as status:
+            rss = next((int(line.split()[1]) * 1024 for line in status
+                        if line.startswith("VmHWM:")), None)
+    except OSError:  # not Linux
+        try:
+            import resource
+
+            # ru_maxrss: bytes on macOS, kibibytes on the other Unixes
+            scale = 1 if sys.platform == "darwin" else 1024
+            rss = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+        except ImportError:  # Windows
+            rss = None
+    gpu = (int(torch.cuda.max_memory_allocated())
+           if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
+    return {"rss_bytes": rss, "gpu_bytes": gpu}
+
+
 @contextlib.contextmanager
 def process_state_kept() -> Iterator[None]:
     """Around a task runner called from Python: what it sets for its own run (torch's CPU
@@ -996,7 +1023,8 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
     (:func:`machine_metadata`), the resolved config, a random ``run_id`` (which the files
     written beside a results file repeat, so that a reader can tell they belong together) and,
     where any were loaded or registered, the plugins and the models they registered
-    (:func:`~et_graph.plugins.plugin_record`), without which the run cannot be repeated."""
+    (:func:`~et_graph.plugins.plugin_record`), without which the run cannot be repeated; and
+    the process's peak memory up to this call (:func:`peak_memory`)."""
     import platform
     import uuid
 
@@ -1010,6 +1038,7 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "machine": machine_metadata(),
         "run_id": uuid.uuid4().hex,
+        "peak_memory": peak_memory(),
     }
     if config is not None:
         meta["config"] = to_dict(config)

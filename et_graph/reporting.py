@@ -55,7 +55,8 @@ def format_stat(stat: Optional[Mapping[str, Any]], digits: int = 4) -> str:
 
 def provenance_note(meta: Mapping[str, Any]) -> str:
     """One line for a results table from ``run_metadata()``: the package version and commit, and
-    the machine (processor, CPU instruction set, threads) that decided the rounding."""
+    the machine (processor, CPU instruction set, threads) that decided the rounding, and the
+    process's peak memory where the run recorded it."""
     note = f"et-graph {meta.get('et_graph_version')}, commit {meta.get('git_commit')}"
     machine = meta.get("machine")
     if machine:
@@ -65,6 +66,11 @@ def provenance_note(meta: Mapping[str, Any]) -> str:
             note += f", GPU {machine['cuda_device']}"
         if machine.get("environment"):
             note += ", " + ", ".join(f"{k}={v}" for k, v in machine["environment"].items())
+    peak = meta.get("peak_memory") or {}
+    shown = [f"{label} {peak[key] / 2 ** 30:.2f} GiB" for key, label in
+             (("rss_bytes", "resident"), ("gpu_bytes", "GPU")) if peak.get(key) is not None]
+    if shown:  # (a scale audit: no run recorded its memory)
+        note += "; peak memory of the process: " + ", ".join(shown)
     return note
 
 

@@ -366,6 +366,24 @@ def test_provenance_note_names_the_machine_and_the_numerics_environment():
     assert note == "et-graph 1.2, commit abc; CPU X (AVX2), 1 thread(s), MKL_CBWR=COMPATIBLE"
     assert provenance_note({"et_graph_version": "1.2", "git_commit": "abc"}) == (
         "et-graph 1.2, commit abc")  # results written before the machine was recorded
+    # the process's peak memory (a scale audit: no run recorded its memory)
+    meta = {"et_graph_version": "1.2", "git_commit": "abc",
+            "peak_memory": {"rss_bytes": 3 * 2 ** 29, "gpu_bytes": None}}
+    assert provenance_note(meta) == ("et-graph 1.2, commit abc; peak memory of the process: "
+                                     "resident 1.50 GiB")
+
+
+def test_run_metadata_records_the_process_peak_memory():
+    import torch
+
+    from et_graph.config import run_metadata
+
+    before = run_metadata()["peak_memory"]["rss_bytes"]
+    block = torch.ones(64 * 2 ** 20, dtype=torch.uint8)  # 64 MiB held and touched
+    after = run_metadata()["peak_memory"]
+    assert before > 0 and after["rss_bytes"] >= before
+    assert after["gpu_bytes"] is None or after["gpu_bytes"] >= 0
+    del block
 
 
 def test_a_trees_only_run_says_it_has_no_training_curves(tmp_path):
