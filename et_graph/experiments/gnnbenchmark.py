@@ -60,7 +60,14 @@ from ..protocols.significance import (
     difference_sections,
     results_entries,
 )
-from ..reporting import checks_output_folder, format_stat, markdown_table, summarize, write_results
+from ..reporting import (
+    checks_output_folder,
+    format_stat,
+    markdown_table,
+    provenance_note,
+    summarize,
+    write_results,
+)
 
 CONFIG = GNNBenchmarkConfig
 
@@ -199,6 +206,7 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
     notes += [f"{name}: {m['params']:,} parameters, selected epochs {m['selected_epoch']} "
               f"(counted from 1), {format_stat(m['train_seconds'], 1)} s training per seed"
               for name, m in models.items()]
+    notes.append(provenance_note(results["meta"]))  # (the other runners' tables had it)
     title = f"GNNBenchmark: {data.name} ({METRIC_LABELS[metric]} on test, {data.better})"
     if config.run.out:
         out = Path(config.run.out)
