@@ -171,6 +171,18 @@ def test_an_epoch_without_an_optimiser_step_is_never_selected():
             RuntimeWarning):
         Trainer(TrainConfig(epochs=2), progress=False).fit(nn.Linear(1, 1), NeverTask([0.5] * 2))
 
+    # with validate_every 2 a pass sees every epoch since the last one: epoch 1 took no step
+    # but carries epoch 0's, so it may be kept (a review: it was barred, and the run failed)
+    class OddTask(ScriptedTask):
+        def loss(self, model, batch):
+            return None if self.epoch % 2 else super().loss(model, batch)
+
+    with pytest.warns(RuntimeWarning, match=r"epoch 1 took no optimiser step \(no batch held "
+                                            r"a training node\)$"):
+        result = Trainer(TrainConfig(epochs=4, validate_every=2), progress=False).fit(
+            nn.Linear(1, 1), OddTask([0.1, 0.9, 0.1, 0.5]))
+    assert result.best_epoch == 1
+
 
 def test_a_validate_that_returns_a_number_is_named():
     """A custom task returning a float failed with "'float' object has no attribute 'beats'"."""
@@ -722,8 +734,10 @@ def test_a_run_without_resume_warns_before_replacing_another_configurations_chec
 
 def test_a_checkpoint_written_by_older_code_says_so(tmp_path):
     # (from an audit) a checkpoint from before a training setting existed was refused as
-    # written "under other training settings", though the user had changed nothing
-    _fit(tmp_path, 2)
+    # written "under other training settings", though the user had changed nothing; at the
+    # setting's default it now resumes (what the older code ran), at another value the refusal
+    # says where the checkpoint came from
+    _fit(tmp_path, 2, ema_decay=0.8)
     state = load_checkpoint(tmp_path / "last.pt")
     assert set(state["written_by"]) == {"et_graph_version", "git_commit"}
     del state["written_by"], state["config"]["ema_decay"]
@@ -731,7 +745,12 @@ def test_a_checkpoint_written_by_older_code_says_so(tmp_path):
     with pytest.raises(ValueError, match=r"ema_decay differ\) \(written by an older et-graph, "
                                          r"which recorded no version, this is et-graph .*; it "
                                          r"has no ema_decay, added since\)"):
-        _fit(tmp_path, 2, resume=True)
+        _fit(tmp_path, 2, resume=True, ema_decay=0.8)
+    _fit(tmp_path / "plain", 2)
+    state = load_checkpoint(tmp_path / "plain" / "last.pt")
+    del state["written_by"], state["config"]["ema_decay"]
+    torch.save(state, tmp_path / "plain" / "last.pt")
+    assert _fit(tmp_path / "plain", 2, resume=True)[1].resumed_from_epoch == 2
 
 
 DDP_RESUME_SCRIPT = '''
@@ -1010,3 +1029,36 @@ def test_an_epochs_batches_get_a_bar_of_their_own_in_a_log(capsys, monkeypatch):
     Trainer(TrainConfig(epochs=2), description="probe", progress=False).fit(
         _model(), RegressionTask())
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("style", ["repr", "json"])
+def test_a_checkpoint_from_before_a_setting_existed_resumes_at_its_default(tmp_path, style):
+    """(from a review) adding validate_every refused every earlier checkpoint: its settings
+    and fingerprint lacked the field, though its default is what the older code ran."""
+    import json
+
+    def fingerprint(config):  # as the detectors (repr) and the graph tasks (JSON) write it
+        return repr(config) if style == "repr" else json.dumps([asdict(config), 0])
+
+    def trainer(config, resume):
+        return Trainer(config, CheckpointConfig(str(tmp_path), 1, resume), progress=False,
+                       fingerprint=fingerprint(config))
+
+    from dataclasses import asdict
+
+    config = TrainConfig(epochs=3, lr=0.05)
+    trainer(config, False).fit(_model(), RegressionTask())
+    state = load_checkpoint(tmp_path / "last.pt")
+    stored = {k: v for k, v in state["config"].items() if k != "validate_every"}
+    old_fingerprint = fingerprint(config).replace(
+        ", validate_every=1" if style == "repr" else ', "validate_every": 1', "")
+    assert old_fingerprint != fingerprint(config)
+    state.update(config=stored, fingerprint=old_fingerprint, epoch=0, stopped=False,
+                 history=state["history"][:1])
+    save_checkpoint(tmp_path / "last.pt", state)
+    assert trainer(config, True).fit(_model(), RegressionTask()).resumed_from_epoch == 1
+    # the older checkpoint is a run without validate_every's other values
+    save_checkpoint(tmp_path / "last.pt", state)
+    with pytest.raises(ValueError, match=r"other training settings \(validate_every differ"):
+        trainer(TrainConfig(epochs=3, lr=0.05, validate_every=2), True).fit(
+            _model(), RegressionTask())

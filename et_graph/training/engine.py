@@ -22,6 +22,7 @@ Otherwise the earlier epoch stays: among equals, the earliest epoch is kept.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import re
@@ -31,7 +32,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Optional, Protocol, TypeVar, Union
 
@@ -483,6 +484,7 @@ class Trainer:
         best_epoch = -1
         best_state = _clone_state(model)
         stale = 0
+        steps_since_pass = 0
         start_epoch = 0
         resumed_from: Optional[int] = None
         stopped_early = False
@@ -491,14 +493,14 @@ class Trainer:
         if path is not None:
             _check_checkpoint_folder(path)
         if path is not None and not self.checkpoint.resume and rank == 0 and path.is_file():
-            _warn_overwriting(path, self._same_runs())  # (the writer)
+            _warn_overwriting(path, self._same_runs)  # (the writer)
         if path is not None and self.checkpoint.resume and path.is_file():
             state = load_checkpoint(path)
             # The training settings first, by name (a caller who passes no fingerprint cannot
             # resume under another lr, schedule or epoch count either); then the caller's
             # fingerprint of the model and data settings.
             stored, current = state.get("config"), asdict(self.config)
-            runs = self._same_runs()
+            runs = self._same_runs(stored)
             if stored is not None and all(stored != config for config, _ in runs):
                 changed = changed_settings(stored, current)
                 raise ValueError(
@@ -547,6 +549,8 @@ class Trainer:
             if best_epoch >= 0:
                 best = Validation(**state["best"])
             stale = int(state["stale"])
+            # (0 in checkpoints written before validate_every: they passed every epoch)
+            steps_since_pass = int(state.get("steps_since_pass", 0))
             start_epoch = resumed_from = int(state["epoch"]) + 1
             if state.get("stopped"):
                 start_epoch = cfg.epochs
@@ -588,17 +592,21 @@ class Trainer:
                     count += 1
             except RuntimeError as error:
                 raise_explained(error, self.oom_hint, "training")
-            if batches and not count:
-                # Every batch lacked a training target (a tiny subgraph_ratio): the weights did
-                # not move, and epoch 0 so could return the initial weights as the "best".
-                warnings.warn(f"{self.description}: epoch {epoch} took no optimiser step (no "
-                              "batch held a training node), so it cannot be the selected "
-                              "epoch", RuntimeWarning, stacklevel=2)
             if batches == 0:  # nothing trained: an epoch would be "best" on untouched weights
                 raise ValueError(f"{self.description}: the task gave no training batch in epoch "
                                  f"{epoch} (an empty training set?)")
-            model.eval()
             validated = (epoch + 1) % cfg.validate_every == 0 or epoch + 1 == cfg.epochs
+            # (the steps since the last validation pass: with validate_every > 1 a pass sees
+            # the weights of every epoch since the one before; a review)
+            steps_since_pass += count
+            if not count:
+                # Every batch lacked a training target (a tiny subgraph_ratio): the weights did
+                # not move, and epoch 0 so could return the initial weights as the "best".
+                warnings.warn(f"{self.description}: epoch {epoch} took no optimiser step (no "
+                              "batch held a training node)"
+                              + (", so it cannot be the selected epoch" if not steps_since_pass
+                                 else ""), RuntimeWarning, stacklevel=2)
+            model.eval()
             improved = False
             if validated:
                 # With weight averaging, validation and the best-epoch copy see the averaged
@@ -620,7 +628,7 @@ class Trainer:
                             f"{type(task).__name__}.validate must return a "
                             f"et_graph.training.Validation(score=..., loss=...), got "
                             f"{type(validation).__name__}")
-                    improved = count > 0 and validation.beats(best)
+                    improved = steps_since_pass > 0 and validation.beats(best)
                     if improved:
                         best_state = _clone_state(model)
             seconds = time.perf_counter() - begin
@@ -640,6 +648,8 @@ class Trainer:
                 **({f"val_{k}": float(v) for k, v in validation.metrics.items()}
                    if validated else {}),
             })
+            if validated:
+                steps_since_pass = 0
             if improved:
                 best, best_epoch, stale = validation, epoch, 0
             else:
@@ -653,7 +663,8 @@ class Trainer:
                 ranks = _gather_random_states(self.generators) if world > 1 else None
                 if rank == 0:
                     self._save(path, epoch, model, optimizer, scheduler, history, best,
-                               best_epoch, best_state, stale, stop, average, ranks)
+                               best_epoch, best_state, stale, stop, average, ranks,
+                               steps_since_pass=steps_since_pass)
             # refresh=False: a redraw per epoch skipped the bar's delay and minimum interval
             # (a line per epoch in a log, where et_graph.progress promises one per 30 s)
             bar.set_postfix(loss=f"{history[-1]['train_loss']:.4f}",
@@ -688,10 +699,25 @@ class Trainer:
             resumed_from_epoch=resumed_from,
         )
 
-    def _same_runs(self) -> list[tuple[dict[str, Any], str]]:
-        """This run's training settings and fingerprint, then its aliases'."""
-        return [(asdict(self.config), self.fingerprint),
-                *((asdict(config), fingerprint) for config, fingerprint in self.aliases)]
+    def _same_runs(self, stored: Optional[dict[str, Any]] = None
+                   ) -> list[tuple[dict[str, Any], str]]:
+        """This run's training settings and fingerprint, then its aliases'. Against a
+        checkpoint's ``stored`` settings, each also as older code wrote it: without the settings
+        added since that hold their defaults here (the default is what older code did), in the
+        settings and in the fingerprint, so that a run killed across an upgrade resumes (a
+        review: adding validate_every refused every earlier checkpoint)."""
+        runs = []
+        for config, fingerprint in ((self.config, self.fingerprint), *self.aliases):
+            settings = asdict(config)
+            runs.append((settings, fingerprint))
+            defaults = {f.name: f.default for f in fields(config) if f.default is not MISSING}
+            added = {name: value for name, value in settings.items()
+                     if stored is not None and name not in stored and name in defaults
+                     and value == defaults[name]}
+            if added:
+                runs.append(({k: v for k, v in settings.items() if k not in added},
+                             _without_settings(fingerprint, added)))
+        return runs
 
     def _batch_bar(self, batches: Iterable[Any], epoch: int, rank: int) -> Iterable[Any]:
         """A bar over one epoch's batches, for epochs long enough to want one (a large graph
@@ -706,7 +732,7 @@ class Trainer:
                             **({"delay": 2.0} if interactive(sys.stderr) else {}))
 
     def _save(self, path, epoch, model, optimizer, scheduler, history, best, best_epoch,
-              best_state, stale, stopped, average, ranks=None) -> None:
+              best_state, stale, stopped, average, ranks=None, steps_since_pass=0) -> None:
         save_checkpoint(path, {
             "fingerprint": self.fingerprint,
             "epoch": epoch,
@@ -721,6 +747,7 @@ class Trainer:
             "best_epoch": best_epoch,
             "best_state": best_state,
             "stale": stale,
+            "steps_since_pass": steps_since_pass,
             "stopped": stopped,
             "config": asdict(self.config),
             "written_by": code_identity(),
@@ -766,17 +793,29 @@ def _written_by(state: dict[str, Any], unknown: Iterable[str] = ()) -> str:
             f"{here['git_commit']}{lacks})")
 
 
-def _warn_overwriting(path: Path, runs: list[tuple[dict[str, Any], str]]) -> None:
+def _warn_overwriting(path: Path, same_runs: Callable[[Any], list[tuple[dict[str, Any], str]]]
+                      ) -> None:
     """A ``UserWarning`` before a run without ``resume`` replaces the checkpoint of a run with
     another configuration in the same folder (two --data files with the same name share one)."""
     try:
         state = load_checkpoint(path)
     except Exception:  # noqa: BLE001 - unreadable: nothing to name, it is replaced as before
         return
-    if (state.get("config"), state.get("fingerprint", "")) not in runs:
+    if (state.get("config"), state.get("fingerprint", "")) not in same_runs(state.get("config")):
         warnings.warn(f"{path} holds the checkpoint of a run with another configuration, and "
                       "this run (without resume) replaces it: give each configuration its own "
                       "checkpoint_dir to keep both", UserWarning, stacklevel=3)
+
+
+def _without_settings(fingerprint: str, settings: dict[str, Any]) -> str:
+    """``fingerprint`` as code without ``settings`` wrote it: each ``name=value`` piece (a
+    config's repr), ``'name': value`` (a dict's) or ``"name": value`` (JSON) removed with its
+    comma."""
+    for name, value in settings.items():
+        for piece in (f"{name}={value!r}", f"'{name}': {value!r}",
+                      f"{json.dumps(name)}: {json.dumps(value)}"):
+            fingerprint = fingerprint.replace(", " + piece, "").replace(piece + ", ", "")
+    return fingerprint
 
 
 def _new_settings(stored: str, current: str, limit: int = 6) -> list[str]:
