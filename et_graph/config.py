@@ -963,26 +963,26 @@ def machine_metadata() -> dict[str, Any]:
 def peak_memory() -> dict[str, Optional[int]]:
     """The process's peak memory so far, in bytes: ``rss_bytes``, the peak resident set (Linux's
     ``VmHWM``; ``ru_maxrss`` elsewhere; ``None`` where neither exists), and ``gpu_bytes``, the
-    peak of the memory torch allocated on the current GPU (``None`` until a run starts CUDA).
+    highest peak of the memory torch allocated on any GPU (``None`` until a run starts CUDA).
     A run from the command line has the process to itself; called from a notebook or a script
     that did other work first, the figure covers that work too."""
     import torch
 
     rss: Optional[int] = None
-    try:
+    with contextlib.suppress(OSError):  # not Linux
         with open("/proc/self/status", encoding="utf-8") as status:
             rss = next((int(line.split()[1]) * 1024 for line in status
                         if line.startswith("VmHWM:")), None)
-    except OSError:  # not Linux
-        try:
+    if rss is None:
+        with contextlib.suppress(ImportError):  # Windows has neither
             import resource
 
             # ru_maxrss: bytes on macOS, kibibytes on the other Unixes
             scale = 1 if sys.platform == "darwin" else 1024
             rss = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
-        except ImportError:  # Windows
-            rss = None
-    gpu = (int(torch.cuda.max_memory_allocated())
+    # every GPU's: a run on cuda:1 allocates nothing on the current device (0)
+    gpu = (max(int(torch.cuda.max_memory_allocated(device))
+               for device in range(torch.cuda.device_count()))
            if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
     return {"rss_bytes": rss, "gpu_bytes": gpu}
 

@@ -872,6 +872,12 @@ def test_integer_features_that_float32_would_round_are_named():
         warnings.simplefilter("error", RuntimeWarning)
         prepare_anomaly_data(x - 1, edges, y, name="ids")  # 2^24 itself is exact
         prepare_anomaly_data(x.double(), edges, y, name="floats")  # a float file rounds anyway
+        # unsigned integers (torch has no abs for them: a review saw uint16 files fail)
+        prepare_anomaly_data(x.to(torch.uint16) if hasattr(torch, "uint16") else x - 1, edges,
+                             y, name="u16")
+    if hasattr(torch, "uint32"):
+        with pytest.warns(RuntimeWarning, match="integer features reach 16,777,217"):
+            prepare_anomaly_data(x.to(torch.uint32), edges, y, name="u32")
 
 
 def test_split_columns_of_different_kinds_are_named():
@@ -881,21 +887,22 @@ def test_split_columns_of_different_kinds_are_named():
 
     from et_graph.datasets.anomaly_data import prepare_anomaly_data
 
-    n = 10
+    n = 20
     edges = torch.tensor([list(range(n - 1)), list(range(1, n))])
     y = torch.tensor([0, 1] * (n // 2))
     train = torch.zeros(n, 20, dtype=torch.bool)
-    train[:4, :10] = True  # 40 % in the supervised columns
-    train[:2, 10:] = True  # 20 % in the semi-supervised ones
+    train[:8, :10] = True  # 40 % in the supervised columns
+    train[:2, 10:] = True  # 10 % in the semi-supervised ones
     val = torch.zeros(n, 20, dtype=torch.bool)
-    val[4:6] = True
+    val[8:12] = True
     test = torch.zeros(n, 20, dtype=torch.bool)
-    test[6:] = True
+    test[12:] = True
     masks = {"train_mask": train, "val_mask": val, "test_mask": test}
-    with pytest.warns(RuntimeWarning, match=r"\(4 in column 0, 2 in column 10\).*GADBench's 20 "
+    with pytest.warns(RuntimeWarning, match=r"\(8 in column 0, 2 in column 10\).*GADBench's 20 "
                                             "columns"):
         prepare_anomaly_data(torch.randn(n, 3), edges, y, name="g", masks=masks)
-    train[2:4, 10:] = True
+    train[2:8, 10:] = True
+    train[7, 19] = False  # a node apart, as k-fold's rounding leaves it: no warning (a review)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         data = prepare_anomaly_data(torch.randn(n, 3), edges, y, name="g", masks=masks)

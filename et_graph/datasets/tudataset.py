@@ -353,6 +353,12 @@ def load_tudataset(
             dataset = read_local_files(
                 lambda: TUDataset(prepared, name, use_node_attr=True, use_edge_attr=True),
                 cache / name, "remove that folder, or pass another --cache")
+        # PyG numbers the classes by the sorted label values: a file's {-1, 1} became {0, 1}
+        # without a word, so a user reading predictions could not tell which class was which.
+        # (Read under the lock: another job may replace the cached raw files after it.)
+        labels_file = cache / name / "raw" / f"{name}_graph_labels.txt"
+        file_labels = np.unique(_integers(labels_file.read_text(encoding="utf-8"),
+                                          labels_file))
     graphs = [dataset[i] for i in range(len(dataset))]
     one_way = sum(not is_undirected(g.edge_index, num_nodes=g.num_nodes) for g in graphs)
     if one_way:
@@ -374,11 +380,6 @@ def load_tudataset(
             (f"one-hot node labels ({dataset.num_node_labels})", dataset.num_node_labels))
             if count),
     }
-    # PyG numbers the classes by the sorted label values: a file's {-1, 1} became {0, 1}
-    # without a word, so a user reading predictions could not tell which class was which.
-    file_labels = np.unique(_integers(
-        (cache / name / "raw" / f"{name}_graph_labels.txt").read_text(encoding="utf-8"),
-        cache / name / "raw" / f"{name}_graph_labels.txt"))
     if not np.array_equal(file_labels, np.arange(file_labels.size)):
         info["class_labels"] = [int(value) for value in file_labels]
     if dataset.num_node_features == 0:

@@ -268,7 +268,10 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
 
     notes = [f"wall time of the trainings and scoring: {results['seconds_total']:.1f} s (data "
              "loading and feature transforms excluded)"]
-    notes += [f"{name} epoch (train + validation pass), median: {seconds:.2f} s"
+    every = results["meta"].get("config", {}).get("train", {}).get("validate_every", 1)
+    notes += [f"{name} epoch (train + validation pass"
+              + (f" every {every} epochs and at the last" if every > 1 else "")
+              + f"), median: {seconds:.2f} s"
               for name, seconds in results["epoch_seconds_median"].items()]
     part = results.get("scored", "test")
     if part == "validation":
