@@ -301,3 +301,65 @@ def test_the_energy_rows_sign_and_threshold_read_validation_labels_alone():
     assert rows[0][2] == rows[1][2]  # sign and threshold quantile
     assert np.array_equal(rows[0][1], rows[1][1])
     assert rows[0][0]["auroc"] != rows[1][0]["auroc"]  # the test labels do enter the metrics
+
+
+# From a mutation audit: each of these mutants of the protocol passed the whole suite (Rec@K
+# counting K+1 nodes; the ECDF's other side; the Nadeau-Bengio ratio inverted; a one-class
+# split raising) or was caught only end to end (the seed ensemble's threshold read on test).
+
+def test_recall_at_k_counts_exactly_k_nodes():
+    from et_graph.protocols.anomaly import recall_at_k
+
+    y, score = np.array([1, 0, 1, 0]), np.array([0.9, 0.8, 0.7, 0.1])
+    assert recall_at_k(y, score) == 0.5  # K = the number of anomalies, 2
+    assert recall_at_k(y, score, k=3) == 1.0
+
+
+def test_scores_to_unit_is_the_validation_ecdf():
+    from et_graph.protocols.anomaly import scores_to_unit
+
+    np.testing.assert_allclose(
+        scores_to_unit(np.array([0.5, 1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0])),
+        [0.0, 1 / 3, 2 / 3, 1.0])
+
+
+def test_varying_splits_are_corrected_by_scored_over_training_nodes():
+    from et_graph.protocols.anomaly import Split, et_differences
+
+    def split(offset):
+        return Split(torch.arange(offset, offset + 10), torch.arange(offset + 10, offset + 30),
+                     torch.arange(offset + 30, offset + 60), num_nodes=100)
+
+    models = {"et": {"auroc": {"values": [0.80, 0.82, 0.85]},
+                     "auprc": {"values": [0.30, 0.31, 0.36]}},
+              "gcn": {"auroc": {"values": [0.70, 0.75, 0.71]},
+                      "auprc": {"values": [0.20, 0.22, 0.21]}}}
+    differences, _ = et_differences(models, [split(0), split(10), split(0)], "test",
+                                    one_split=False)
+    # 30 scored nodes over 10 training nodes (the inverse made the intervals far too narrow)
+    assert differences and all(d.test_train_ratio == pytest.approx(3.0) for d in differences)
+
+
+def test_one_class_gives_nan_rank_metrics():
+    import math
+
+    from et_graph.protocols.anomaly import evaluate
+
+    out = evaluate(np.ones(4), np.array([0.1, 0.2, 0.3, 0.4]), 0.5)
+    assert math.isnan(out["auroc"]) and math.isnan(out["auprc"])
+
+
+def test_the_seed_ensemble_threshold_never_reads_test_labels():
+    from et_graph.protocols.anomaly import Split, seed_ensemble
+
+    rng = np.random.default_rng(0)
+    y = (rng.random(200) < 0.2).astype(int)
+    scores = [np.clip(y * 0.3 + rng.random(200), 0, 1) for _ in range(3)]
+    split = Split(torch.arange(0, 80), torch.arange(80, 140), torch.arange(140, 200),
+                  num_nodes=200)
+    metrics, threshold, val_auroc = seed_ensemble(y, scores, split)
+    flipped = y.copy()
+    flipped[140:] = 1 - flipped[140:]
+    again, threshold_again, val_again = seed_ensemble(flipped, scores, split)
+    assert (threshold_again, val_again) == (threshold, val_auroc)
+    assert again["auroc"] == pytest.approx(1 - metrics["auroc"])  # test labels do score

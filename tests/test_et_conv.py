@@ -678,3 +678,30 @@ def test_sixteen_bit_layers_take_features_up_to_their_range():
     assert relative_error(dense.float(), conv.forward_dense(x.unsqueeze(0))) < 1e-2
     with pytest.raises(ValueError, match="beyond 3.28e\\+04 in magnitude"):
         half(torch.full_like(x, 40000.0).half(), edge_index)
+
+
+def test_each_head_reads_its_own_inverse_temperature():
+    # (a mutation audit: every head reading the mean of the betas passed, as they start equal)
+    import math
+
+    conv = ETConv(8, heads=2, head_dim=4)
+    with torch.no_grad():
+        conv.energy_fn.log_beta.copy_(torch.tensor([math.log(0.5), math.log(2.0)]))
+    torch.testing.assert_close(conv.energy_fn.beta, torch.tensor([0.5, 2.0]))
+    # (two or more in-neighbours each: over one edge the softmax is 1 whatever beta)
+    x = torch.randn(6, 8)
+    edge_index = torch.tensor([[i, j] for i in range(6) for j in range(6) if i != j]).t()
+    swapped = copy.deepcopy(conv)
+    with torch.no_grad():
+        swapped.energy_fn.log_beta.copy_(conv.energy_fn.log_beta.flip(0))
+    assert not torch.allclose(conv(x, edge_index), swapped(x, edge_index))
+
+
+def test_training_noise_has_the_langevin_scale():
+    # x <- x - alpha dE/dg + sqrt(alpha) noise_std eps (a mutation audit: alpha noise_std passed)
+    torch.manual_seed(0)
+    conv = ETConv(16, heads=2, head_dim=4, steps=1, alpha=0.04, noise_std=1.0)
+    x, edge_index = torch.randn(4000, 16), torch.randint(0, 4000, (2, 8000))
+    clean = conv.eval()(x, edge_index)
+    noisy = conv.train()(x, edge_index)
+    assert (noisy - clean).std().item() == pytest.approx(0.2, rel=0.05)

@@ -314,3 +314,13 @@ def test_results_md_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
         write_results(tmp_path, {**results, "dataset": "other"}, ["auroc"])
     monkeypatch.undo()
     assert md_path.read_text(encoding="utf-8") == before
+
+
+def test_summaries_use_the_population_std_and_round_small_spreads_normally():
+    # (a mutation audit: the sample std was caught only by a benchmark's smoke test, and a
+    # cut-off of 1e-4 instead of 0.5e-4 for "< 0.0001" passed)
+    stats = summarize([0.5, 0.51])
+    assert stats["mean"] == 0.505 and math.isclose(stats["std"], 0.005)
+    assert format_stat({"mean": 0.5, "std": 0.00007, "values": [0.5, 0.5]}) == "0.5000 ± 0.0001"
+    assert format_stat({"mean": 0.5, "std": 0.00004, "values": [0.5, 0.5]}) == (
+        "0.5000 ± <0.0001")

@@ -432,3 +432,10 @@ def test_two_difference_tables_are_headed_and_two_runs_are_flagged():
     assert "degrees of freedom" not in over_nodes
     (alone,) = difference_sections(results_entries([two], "over the seeds"))
     assert alone.startswith("|")  # one table: no heading needed
+
+
+def test_an_interval_touching_zero_is_not_significant():
+    # (a mutation audit: ">=" for ">" at the interval's end passed)
+    from et_graph.protocols.significance import Difference
+
+    assert not Difference("a", "b", "auroc", "seeds", 3, 0.1, 0.0, 0.2, 0.05, 0.95).significant

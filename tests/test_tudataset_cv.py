@@ -1300,3 +1300,26 @@ def test_a_files_own_class_labels_are_recorded_where_pyg_renumbers_them(tmp_path
     root = _write_tu(tmp_path / "plain", "P", [TRIANGLE, PATH], [1, 0])
     assert "class_labels" not in load_tudataset(root, "P", tmp_path / "cache", pe_dim=0,
                                                 progress=False)[1]
+
+
+def test_the_ensemble_averages_probabilities_not_logits():
+    # (a mutation audit: averaging logits passed the suite; one confident member then
+    # outvotes two)
+    from et_graph.protocols.graph_cv import ensemble_accuracy
+
+    members = [torch.tensor([[20.0, 0.0]]), torch.tensor([[0.0, 2.0]]),
+               torch.tensor([[0.0, 2.0]])]
+    assert ensemble_accuracy(members, torch.tensor([1])) == 1.0
+
+
+def test_graph_accuracy_on_three_classes():
+    # (a mutation audit: counting argmin != target passed, as every test had two classes)
+    from et_graph.protocols.graph_cv import evaluate
+
+    class Fixed(torch.nn.Module):
+        def forward(self, x, edge_index, batch):
+            return torch.tensor([[0.0, 1.0, 2.0]]).repeat(int(batch.max()) + 1, 1)
+
+    graphs = [Data(x=torch.zeros(1, 1), edge_index=torch.zeros(2, 0, dtype=torch.long),
+                   y=torch.tensor([label])) for label in (1, 2)]
+    assert evaluate(Fixed(), DataLoader(graphs, batch_size=2))["accuracy"] == 0.5

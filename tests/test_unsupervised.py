@@ -786,3 +786,20 @@ def test_an_interrupted_refit_leaves_no_earlier_fit(graph: Data) -> None:
     with pytest.raises(KeyboardInterrupt):
         detector.fit(graph)
     assert not detector.fitted_ and detector.history_ == [] and detector.decision_score_ is None
+
+
+def test_masked_scores_take_the_energy_of_open_nodes_and_the_error_of_masked_ones():
+    # (a mutation audit: the energy averaged over the passes where a node was masked passed)
+    from et_graph.detectors.unsupervised import masked_scores
+
+    class Stub:
+        def eval(self):
+            return self
+
+        def scores(self, x, edge_index, mask, structure_reduce):
+            return {"reconstruction": mask.double(), "energy": mask.double()}
+
+    out = masked_scores(Stub(), torch.zeros(50, 2), torch.zeros(2, 0, dtype=torch.long),
+                        0.2, 2, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(out["energy"], torch.zeros(50, dtype=torch.float64))
+    torch.testing.assert_close(out["reconstruction"], torch.ones(50, dtype=torch.float64))
