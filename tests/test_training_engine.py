@@ -1062,3 +1062,15 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_at_its_default(tmp_p
     with pytest.raises(ValueError, match=r"other training settings \(validate_every differ"):
         trainer(TrainConfig(epochs=3, lr=0.05, validate_every=2), True).fit(
             _model(), RegressionTask())
+
+
+def test_a_resumed_runs_epoch_time_is_its_own_epochs(tmp_path):
+    # (a scale audit: the median mixed the killed run's epochs, perhaps another machine's)
+    _fit(tmp_path, 3)
+    state = load_checkpoint(tmp_path / "last.pt")
+    for row in state["history"]:
+        row["seconds"] = 1000.0  # the killed run's, on a slow machine
+    state.update(epoch=1, stopped=False, history=state["history"][:2])  # two of three
+    save_checkpoint(tmp_path / "last.pt", state)
+    _, resumed = _fit(tmp_path, 3, resume=True)
+    assert resumed.history[0]["seconds"] == 1000.0 and resumed.epoch_seconds < 1000.0

@@ -251,7 +251,10 @@ class TrainingTask(Protocol):
 @dataclass
 class FitResult:
     """What :meth:`Trainer.fit` returns; the model already holds the best epoch's weights.
-    Epochs count from 0 here and in ``history`` (``best_epoch=0``: the first epoch's weights)."""
+    Epochs count from 0 here and in ``history`` (``best_epoch=0``: the first epoch's weights).
+    ``epoch_seconds`` is the median epoch time of the epochs this call ran (a resumed run's
+    earlier epochs, which may have run on another machine or under another load, are in
+    ``history`` but not in it; where nothing was left to run, all of them)."""
 
     best_epoch: int
     best: Validation
@@ -563,6 +566,7 @@ class Trainer:
             disable=not self.progress or rank != 0,
         )
         validation: Optional[Validation] = None  # the last pass's (the bar shows it)
+        ran_from = len(history)  # the rows before it came from a checkpoint
         for epoch in bar:
             begin = time.perf_counter()
             train_model.train()
@@ -688,7 +692,9 @@ class Trainer:
                                      ) from validation_error
         model.load_state_dict(best_state)
         model.eval()
-        seconds = [row["seconds"] for row in history]
+        # this call's epochs (a scale audit: a resumed run's median mixed the killed run's)
+        seconds = [row["seconds"] for row in history[ran_from:]] or [
+            row["seconds"] for row in history]
         return FitResult(
             best_epoch=best_epoch,
             best=best,
