@@ -162,9 +162,10 @@ def design_of(results: dict[str, Any]) -> tuple[str, Optional[float]]:
         protocol = _cv_protocol(results)
         return "folds", scored_parts_ratio(int(protocol["folds"]), protocol.get("val_fraction"),
                                            bool(protocol.get("validation_only")))
-    if "+ seed" in results.get("protocol", ""):
-        raise ValueError("these seeds draw their own splits (vary_split): compare them paired "
-                         "within one run (its results.json holds the differences) instead")
+    if results.get("split_per_seed") or "+ seed" in results.get("protocol", ""):
+        raise ValueError("these seeds draw their own splits (an anomaly run's vary_split, or "
+                         "the image protocol): compare them paired within one run (its "
+                         "results.json holds the differences) instead")
     return "seeds", None
 
 

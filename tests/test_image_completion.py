@@ -402,6 +402,19 @@ def test_example_quick_mode_writes_results_and_valid_pngs(tmp_path, monkeypatch)
     assert results["meta"]["config"]["train"]["epochs"] == 2
     assert all(0 <= r["best_epoch"] < 2 for r in results["per_seed"])
     assert (tmp_path / "results.md").exists()
+    # ET minus each baseline, paired over the seeds' own splits (an audit: et-graph compare
+    # took them as seeds on one test set, the wrong test, and says so now)
+    differences = {d["second"]: d for d in results["differences"]}
+    assert set(differences) == {"mean_patch", "mean_patch_global", "nearest_open"}
+    mean_patch = [r["mse"]["et"] - r["mse"]["mean_patch"] for r in results["per_seed"]]
+    assert differences["mean_patch"]["mean"] == pytest.approx(sum(mean_patch) / 2)
+    assert differences["mean_patch"]["design"] == "folds"
+    assert differences["mean_patch"]["test_train_ratio"] == pytest.approx(0.25)
+    assert "corrected resampled t-test" in (tmp_path / "results.md").read_text(encoding="utf-8")
+    from et_graph.compare_cli import compare
+
+    with pytest.raises(ValueError, match="draw their own splits"):
+        compare([str(tmp_path / "results.json")])
     for name in PNG_FILES:
         path = tmp_path / name
         assert path.exists() and path.stat().st_size > 0, name
