@@ -517,3 +517,60 @@ def test_the_image_task_takes_the_descent_noise_as_every_task_does():
     assert model.conv.noise_std == 0.1
     with pytest.raises(ValueError, match="noise_std"):
         build_model(parse(CONFIG, ["--noise-std", "-1"]).model, torch.zeros(2, 1, 4, 4))
+
+
+def test_silently_wrong_image_inputs_are_refused_or_named(tmp_path) -> None:
+    """From an image-path audit: each of these gave a wrong number or image without a word."""
+    import numpy as np
+    from PIL import Image
+
+    from et_graph.protocols.image_completion import masked_mse
+
+    prediction, target = torch.zeros(2, 4, 3), torch.ones(2, 4, 3)
+    mask = torch.tensor([[True, False, False, False], [False, True, True, False]])
+    assert masked_mse(prediction, target, mask) == 1.0
+    with pytest.raises(ValueError, match="must be a bool tensor"):  # indexed the batch
+        masked_mse(prediction, target, mask.long())
+    image = torch.arange(16.0).view(1, 1, 4, 4)
+    with pytest.raises(ValueError, match="every patch masked"):  # averaged the hidden patches
+        nearest_open_baseline(image, torch.ones(1, 4, dtype=torch.bool), 2, (2, 2))
+    model = small_model()
+    with pytest.raises(ValueError, match="masks no patch"):  # returned 0
+        model.loss(torch.rand(2, 1, 8, 8), torch.zeros_like(model.random_mask(2)))
+    # the loader: a camera's rotation, stretched shapes, animations, 8-bit values in mode I
+    rotated = Image.new("L", (16, 8), 200)
+    exif = rotated.getexif()
+    exif[0x0112] = 6  # "rotate 90 degrees clockwise"
+    rotated.save(tmp_path / "photo.jpg", exif=exif)
+    with pytest.warns(UserWarning, match="1 of 1 image"):  # 8x16 after the turn, not 8x8
+        load_image_folder(tmp_path, size=8)
+    assert load_image_folder(tmp_path, size=(16, 8)).shape == (1, 1, 16, 8)  # no warning
+    (tmp_path / "photo.jpg").unlink()
+    frames = [Image.new("L", (8, 8), value) for value in (0, 255)]
+    frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:])
+    with pytest.warns(UserWarning, match="several frames"):
+        load_image_folder(tmp_path, size=8)
+    (tmp_path / "anim.gif").unlink()
+    Image.fromarray(np.full((8, 8), 200, dtype=np.int32), mode="I").save(tmp_path / "wide.tif")
+    with pytest.warns(UserWarning, match="mode I.*largest value is 200"):
+        load_image_folder(tmp_path, size=8)
+    # arguments: a negative limit dropped the last image, a bare string read letter by letter
+    with pytest.raises(ValueError, match="limit must be a positive"):
+        load_image_folder(tmp_path, size=8, limit=-1)
+    with pytest.raises(ValueError, match="size must be"):
+        load_image_folder(tmp_path, size=8.0)
+    with pytest.warns(UserWarning):
+        assert load_image_folder(tmp_path, size=8, extensions="tif").shape == (1, 1, 8, 8)
+
+
+def test_an_output_folder_inside_the_image_folder_is_refused(tmp_path) -> None:
+    # a second run read the first one's figures as training and test images (an audit)
+    from PIL import Image
+
+    from et_graph.experiments.image_completion import main
+
+    for index in range(6):
+        Image.new("L", (8, 8), 40 * index).save(tmp_path / f"{index}.png")
+    with pytest.raises(ValueError, match="lies inside the image folder"):
+        main(["--data", str(tmp_path), "--out", str(tmp_path / "results"), "--quick",
+              "--no-progress"])

@@ -29,8 +29,11 @@ def load_digits_images() -> Tensor:
 
 
 def _size_pair(size: Union[int, Sequence[int]]) -> tuple[int, int]:
-    pair = (size, size) if isinstance(size, int) else tuple(size)
-    if len(pair) != 2 or not all(isinstance(v, int) and v > 0 for v in pair):
+    # (16.0 failed in tuple() with a bare TypeError: an audit)
+    pair = (size, size) if isinstance(size, int) else (
+        tuple(size) if isinstance(size, (tuple, list)) else (size,))
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                 for v in pair):
         raise ValueError(f"size must be a positive int or (height, width), got {size!r}")
     return pair  # type: ignore[return-value]
 
@@ -51,12 +54,22 @@ def load_image_folder(
         color: ``"grayscale"`` (1 channel) or ``"rgb"`` (3 channels).
         extensions: file suffixes to read (case-insensitive).
         limit: read at most this many files (after sorting).
+
+    A JPEG's camera rotation (its EXIF orientation) is applied; an animated image gives its
+    first frame, and images whose aspect ratio differs from ``size``'s are stretched, each
+    with a warning.
     """
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     if color not in COLOR_MODES:
         raise ValueError(f"color must be one of {sorted(COLOR_MODES)}, got {color!r}")
     height, width = _size_pair(size)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit <= 0):  # -1 dropped the last image (an audit)
+        raise ValueError(f"limit must be a positive number of images (or None for all), got "
+                         f"{limit!r}")
+    if isinstance(extensions, str):  # "png" was read letter by letter
+        extensions = (extensions,)
     folder = Path(root)
     if not folder.is_dir():
         raise ValueError(f"image folder {str(folder)!r} does not exist or is not a folder")
@@ -70,10 +83,16 @@ def load_image_folder(
             f"no images with extensions {sorted(suffixes)} found under {str(folder)!r}"
         )
     arrays = []
-    transparent = []
+    transparent, animated, stretched = [], [], []
     for path in files:
         try:
-            with Image.open(path) as image:
+            with Image.open(path) as opened:
+                if getattr(opened, "n_frames", 1) > 1:
+                    animated.append(path.name)
+                # the camera's rotation (a portrait photo loaded on its side: an audit)
+                image = ImageOps.exif_transpose(opened) or opened
+                if abs(image.width / image.height - width / height) > 0.01 * width / height:
+                    stretched.append(path.name)
                 arrays.append(_pixels(image, color, width, height, path))
                 if _has_transparency(image):
                     transparent.append(path.name)
@@ -83,6 +102,13 @@ def load_image_folder(
         warnings.warn(f"{len(transparent)} image(s) have transparent pixels (e.g. "
                       f"{transparent[0]}); their colour is read without the alpha channel",
                       UserWarning, stacklevel=2)
+    if animated:
+        warnings.warn(f"{len(animated)} image(s) hold several frames (e.g. {animated[0]}); "
+                      "only the first frame of each is read", UserWarning, stacklevel=2)
+    if stretched:
+        warnings.warn(f"{len(stretched)} of {len(files)} image(s) have another aspect ratio "
+                      f"than {height}x{width} (e.g. {stretched[0]}) and are stretched to it; "
+                      "crop them first if the shapes matter", UserWarning, stacklevel=2)
     stacked = np.stack(arrays)
     if stacked.ndim == 3:
         stacked = stacked[:, None]
@@ -106,6 +132,13 @@ def _pixels(image: Any, color: str, width: int, height: int, path: Path) -> np.n
         if values.size and (values.min() < 0 or values.max() > scale):
             raise ValueError(f"image {str(path)!r} (mode {image.mode}) holds values outside "
                              f"[0, {scale:g}]; convert it to 8 or 16 bits per sample first")
+        if image.mode == "I" and values.size and 0 < values.max() <= 255:
+            # Pillow's 32-bit mode holds 16-bit PNGs, and is read as such; 8-bit values there
+            # came out 257 times too dark without a word (an audit)
+            warnings.warn(f"image {str(path)!r} (mode I, 32-bit integers) is read as 16 bits "
+                          f"per sample (divided by 65535), but its largest value is "
+                          f"{values.max():g}: if it holds 8-bit values, save it as 8-bit",
+                          UserWarning, stacklevel=3)
         grey = Image.fromarray((values / scale).astype(np.float32), mode="F").resize(
             (width, height), Image.Resampling.BILINEAR)
         pixels = np.asarray(grey, dtype=np.float32)

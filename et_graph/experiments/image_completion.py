@@ -86,6 +86,16 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
     """Train ET to complete masked patches on each seed's training images and score the held-out
     ones against the mean-patch and nearest-open-patch baselines; returns the results and,
     with ``config.run.out``, writes ``results.{json,md}`` and the completion figures."""
+    if config.data.data != "digits":
+        # The folder is read recursively: a second run read the first one's figures as
+        # training and test images, without a word (an audit).
+        folder = Path(config.data.data).resolve()
+        for name in ("out", "checkpoint_dir"):
+            written = getattr(config.run, name)
+            if written and folder in (Path(written).resolve(), *Path(written).resolve().parents):
+                raise ValueError(f"run.{name} {written!r} lies inside the image folder "
+                                 f"{config.data.data!r}, which is read recursively: the next "
+                                 "run would read this run's files as images; write elsewhere")
     config.run.apply_threads()
     progress = config.run.progress
     images = load_images(config.data)

@@ -47,6 +47,9 @@ def masked_mse(prediction: Tensor, target: Tensor, patch_mask: Tensor) -> float:
         )
     if tuple(patch_mask.shape) != tuple(target.shape[:2]):
         raise ValueError(f"patch_mask must be [B, M]={list(target.shape[:2])}")
+    if patch_mask.dtype != torch.bool:  # an integer mask indexed images instead (an audit)
+        raise ValueError(f"patch_mask must be a bool tensor (True = masked), got "
+                         f"{patch_mask.dtype}")
     if not bool(patch_mask.any()):
         raise ValueError("patch_mask masks no patch; there is nothing to score")
     error = (prediction.float() - target.float()).pow(2)[patch_mask]
@@ -190,6 +193,11 @@ def nearest_open_baseline(
     coords = torch.stack(
         torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij"), dim=-1
     ).reshape(-1, 2).float()
+    if bool(patch_mask.all(dim=1).any()):
+        # every distance infinite, every patch "nearest": the fill averaged the hidden patches
+        # themselves (an audit)
+        raise ValueError(f"image {int(patch_mask.all(dim=1).nonzero()[0])} has every patch "
+                         "masked: the nearest open patch does not exist")
     distance = torch.cdist(coords, coords)  # [M, M]
     # Only open patches may be copied from; masked ones are pushed to infinity.
     distance = distance.unsqueeze(0).expand(patches.size(0), -1, -1)

@@ -264,7 +264,9 @@ class ETImageCompletion(nn.Module):
         error = (prediction - target).pow(2).mean(dim=-1)
         # the checked mask, on the model's device (a CPU mask met CUDA errors here)
         weight = self._check_patch_mask(patch_mask, error.size(0)).to(error.dtype)
-        return (error * weight).sum() / weight.sum().clamp_min(1.0)
+        if not bool(weight.any()):  # it returned 0 (masked_mse raises): an audit
+            raise ValueError("patch_mask masks no patch; there is nothing to score")
+        return (error * weight).sum() / weight.sum()
 
     @torch.no_grad()
     def complete(self, images: Tensor, patch_mask: Tensor) -> Tensor:
