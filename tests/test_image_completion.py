@@ -574,3 +574,15 @@ def test_an_output_folder_inside_the_image_folder_is_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match="lies inside the image folder"):
         main(["--data", str(tmp_path), "--out", str(tmp_path / "results"), "--quick",
               "--no-progress"])
+
+
+def test_a_resumed_image_run_says_its_seconds_are_the_resumed_part(tmp_path) -> None:
+    # ("0s training" for a finished training read back from its checkpoint: an audit)
+    from et_graph.experiments.image_completion import main
+
+    flags = ["--quick", "--seeds", "1", "--no-progress", "--checkpoint-dir", str(tmp_path)]
+    first = main(flags)
+    again = main([*flags, "--resume"])
+    assert first["per_seed"][0]["resumed_from_epoch"] is None
+    assert again["per_seed"][0]["resumed_from_epoch"] == 2
+    assert again["per_seed"][0]["mse"] == first["per_seed"][0]["mse"]

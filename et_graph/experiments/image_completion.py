@@ -131,6 +131,9 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
         num_val = validation_split(train_images, config.protocol.val_fraction)[1].size(0)
         per_seed.append({
             "seed": seed, "mse": mse, "energy_monotone": monotone, "train_seconds": seconds,
+            # (a resumed training's seconds are this process's part: about 0 for a finished
+            # one, which read as "0s training" without a word: an audit)
+            "resumed_from_epoch": fit.resumed_from_epoch,
             "best_epoch": fit.best_epoch, "val_mse": fit.best.loss, "epochs_run": fit.epochs_run,
             "final_train_loss": fit.history[-1]["train_loss"],
             "num_train": int(train_images.size(0)) - num_val, "num_val": num_val,
@@ -140,7 +143,9 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
         if progress:
             line = ", ".join(f"{k}={v:.4f}" for k, v in mse.items())
             print(f"seed {seed}: {line}; best epoch {fit.best_epoch + 1}/{fit.epochs_run}; "
-                  f"energy monotone: {monotone}; {seconds:.0f}s training")
+                  f"energy monotone: {monotone}; {seconds:.0f}s training"
+                  + (f" (resumed at epoch {fit.resumed_from_epoch + 1})"
+                     if fit.resumed_from_epoch is not None else ""))
         if shown is None:
             shown = {"model": model, "test_images": test_images, "test_mask": test_mask,
                      "trace": trace, "history": fit.history, "best_epoch": fit.best_epoch,
