@@ -166,6 +166,7 @@ def write_figures(
     if best_epoch >= 0:
         ax.axvline(best_epoch + 1, color="grey", linestyle=":", label="kept epoch")
     ax.set_xlabel("epoch")
+    ax.xaxis.get_major_locator().set_params(integer=True)  # no epoch 1.2 (an audit)
     ax.set_ylabel("MSE (masked patches)")
     ax.legend(fontsize=8)
     fig.tight_layout()
