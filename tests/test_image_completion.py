@@ -603,3 +603,19 @@ def test_the_trace_goes_through_the_images_in_chunks_with_the_same_figures(digit
     assert whole["energies"].shape == (37, model.conv.steps + 1)
     with pytest.raises(ValueError, match="chunk_size"):
         trace_dynamics(model, images, mask, chunk_size=0)
+
+
+def test_pixels_outside_the_unit_range_are_named(digits) -> None:
+    # (images in 0..255 trained without a word: an audit)
+    import warnings
+
+    from et_graph.protocols.image_completion import ImageTrainConfig
+
+    model = small_model()
+    with pytest.warns(UserWarning, match=r"the training images reach 255.*divide 8-bit"):
+        train_image_completion(model, digits[:20] * 255, ImageTrainConfig(epochs=1),
+                               progress=False)
+    mask = model.random_mask(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        evaluate_image_completion(model, digits[:20], digits[20:24], mask)

@@ -11,6 +11,7 @@ the MSE over the pixels of the masked patches.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -36,6 +37,16 @@ from ..training.checkpoint import fingerprint_with_data
 
 #: Seed offset of the validation split of the training images and of its fixed mask.
 VALIDATION_SEED = 20_000
+
+
+def warn_outside_unit_range(images: Tensor, what: str) -> None:
+    """A warning where pixels exceed 1: the path, its MSE and its figures are stated for
+    pixels in ``[0, 1]``, and images in 0..255 were trained on without a word (an audit)."""
+    largest = float(images.max()) if images.numel() else 0.0
+    if largest > 1.0 + 1e-6:
+        warnings.warn(f"{what} reach {largest:g}: the image path works with pixels in [0, 1] "
+                      "(as the loaders give them; divide 8-bit values by 255), and its MSE is "
+                      "stated for that range", UserWarning, stacklevel=3)
 
 
 def masked_mse(prediction: Tensor, target: Tensor, patch_mask: Tensor) -> float:
@@ -141,6 +152,7 @@ def train_image_completion(
     config = config or ImageTrainConfig()
     seed_everything(seed)
     check_images(train_images, model.channels)
+    warn_outside_unit_range(train_images, "the training images")
     fit_images, val_images = validation_split(train_images, val_fraction, seed)
     task = ImageCompletionTask(model, fit_images, val_images, config.batch_size, seed)
     trainer = Trainer(config, checkpoint=checkpoint, description="train ET", progress=progress,
@@ -216,6 +228,7 @@ def evaluate_image_completion(
     patch_mask: Tensor,
 ) -> dict[str, float]:
     """Held-out masked-patch MSE of the model and of the baselines, on the same masks."""
+    warn_outside_unit_range(test_images, "the held-out images")
     patch = model.patch_size
     target = patchify(test_images, patch).float()
     predictions = {
