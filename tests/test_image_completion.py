@@ -619,3 +619,11 @@ def test_pixels_outside_the_unit_range_are_named(digits) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         evaluate_image_completion(model, digits[:20], digits[20:24], mask)
+
+
+def test_a_validation_part_larger_than_the_training_part_is_named() -> None:
+    # (--val-fraction 0.99 trained on 2 of 200 images without a word: an audit)
+    from et_graph.protocols.image_config import ImageProtocolConfig
+
+    with pytest.warns(UserWarning, match="holds out more of the training images"):
+        ImageProtocolConfig(val_fraction=0.99)

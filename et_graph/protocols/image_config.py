@@ -3,6 +3,7 @@ the splits and seeds, the training. The run loop is :mod:`et_graph.experiments.i
 training and evaluation, :mod:`et_graph.protocols.image_completion`."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
@@ -92,6 +93,10 @@ class ImageProtocolConfig:
     def __post_init__(self) -> None:
         if self.seeds <= 0:
             raise ValueError(f"seeds must be positive, got {self.seeds}")
+        if 0.5 < self.val_fraction < 1.0:  # (0.99 trained on 2 of 200 images silently: an audit)
+            warnings.warn(f"val_fraction {self.val_fraction:g} holds out more of the training "
+                          "images for choosing the epoch than the model trains on",
+                          UserWarning, stacklevel=3)
 
 
 @dataclass
