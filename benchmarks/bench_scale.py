@@ -486,7 +486,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "device": args.device,
         "results": [],
     }
-    from tqdm.auto import tqdm
+    from tqdm.autonotebook import tqdm
 
     jobs = [(case, name) for case in cases
             for name in (FULL_BATCH_MODELS if case in FULL_BATCH_CASES

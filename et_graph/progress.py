@@ -13,7 +13,11 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import IO, Any, Generic, TypeVar
 
-from tqdm.auto import tqdm
+# tqdm.autonotebook, not tqdm.auto: tqdm.auto's class is the asyncio variant, whose constructor
+# calls iter() on what it wraps, so a bar over a shuffled DataLoader drew one more shuffle seed
+# from the loader's generator, and showing progress changed every result (a reproducibility
+# audit: the ZINC proxy's figures moved with --no-progress).
+from tqdm.autonotebook import tqdm
 from tqdm.autonotebook import tqdm as notebook_or_plain_tqdm
 
 __all__ = ["LOG_INTERVAL_S", "DisabledBar", "interactive", "progress_bar"]
@@ -80,7 +84,7 @@ class DisabledBar(Generic[T]):
 
 def interactive(stream: IO[str]) -> bool:
     """Whether ``stream`` shows tqdm's in-place bars: a terminal, or a notebook's widget."""
-    # tqdm.auto picks its notebook widget inside a Jupyter kernel, whose stderr is not a
+    # tqdm.autonotebook picks its notebook widget inside a Jupyter kernel, whose stderr is not a
     # terminal either; the widget draws no text, so it stays as it is.
     if notebook_or_plain_tqdm.__module__ == "tqdm.notebook":
         return True

@@ -81,3 +81,56 @@ def test_a_disabled_bar_starts_no_monitor_thread(monkeypatch):
     started = [thread for thread in set(threading.enumerate()) - before
                if isinstance(thread, TMonitor)]
     assert not started
+
+
+def test_a_bar_draws_nothing_from_what_it_wraps():
+    """tqdm.auto's class (the asyncio variant) called iter() on what it wrapped: over a
+    shuffled DataLoader that drew one more shuffle seed from the loader's generator, so showing
+    progress changed every result (a reproducibility audit)."""
+    import io
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    from et_graph.progress import progress_bar
+
+    generator = torch.Generator().manual_seed(0)
+    loader = DataLoader(list(range(10)), batch_size=3, shuffle=True, generator=generator)
+    before = generator.get_state().clone()
+    for stream in (io.StringIO(), None):  # a log, and standard error as it is
+        bar = progress_bar(loader, desc="x", total=len(loader),
+                           **({"file": stream} if stream is not None else {}))
+        bar.close()
+        assert torch.equal(generator.get_state(), before)
+
+
+def test_showing_progress_never_changes_a_training():
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    from et_graph.training import TrainConfig, Trainer, Validation
+
+    class Task:
+        def __init__(self):
+            self.generator = torch.Generator().manual_seed(1)
+            data = torch.randn(40, 3, generator=torch.Generator().manual_seed(2))
+            self.loader = DataLoader(data, batch_size=8, shuffle=True, generator=self.generator)
+
+        def batches(self, epoch):
+            return self.loader  # as the graph tasks return theirs
+
+        def loss(self, model, batch):
+            return model(batch).pow(2).mean()
+
+        def validate(self, model):
+            return Validation(0.0, 0.0)
+
+    weights = []
+    for shown in (False, True):
+        torch.manual_seed(0)
+        model, task = nn.Linear(3, 1), Task()
+        Trainer(TrainConfig(epochs=3, lr=0.1), progress=shown,
+                generators=[task.generator]).fit(model, task)
+        weights.append(model.weight.detach().clone())
+    assert torch.equal(*weights)

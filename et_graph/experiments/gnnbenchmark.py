@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from tqdm.auto import tqdm
+from tqdm.autonotebook import tqdm
 
 from ..config import check_results_kept, parse_given, run_metadata, to_dict, warn_unread_flags
 from ..datasets.gnnbenchmark import (

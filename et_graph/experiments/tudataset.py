@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from tqdm.auto import tqdm
+from tqdm.autonotebook import tqdm
 
 from ..config import (
     PRESET_CANDIDATE,
