@@ -28,6 +28,7 @@ from ..detectors.registry import (
     load_plugins,
     plugin_flags,
 )
+from ..plots import anomaly as anomaly_plots  # (module attributes: tests patch plot_curves)
 from ..progress import progress_bar
 from ..protocols.anomaly import (
     ENERGY_ROW,
@@ -180,12 +181,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
             if p.seed_ensemble:
                 seed_scores.setdefault(name, []).append(score)
             if det.history_:
-                curves["history"].setdefault(name, []).append({
-                    "loss": [r["train_loss"] for r in det.history_],
-                    # NaN at epochs that ran no validation pass (train.validate_every > 1)
-                    "val_auroc": [r.get("val_auroc", float("nan")) for r in det.history_],
-                    "best_epoch": det.fit_info_.get("best_epoch"),
-                })
+                curves["history"].setdefault(name, []).append(
+                    anomaly_plots.training_curve(det.history_, det.fit_info_.get("best_epoch")))
                 epoch_seconds.setdefault(name, []).append(det.fit_info_["epoch_seconds"])
             if seed == 0:
                 curves["prob"][name] = score
@@ -264,14 +261,11 @@ def _setup_distributed(ddp: bool) -> int:
 
 def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], data: Data,
                   split: Split) -> None:
-    from ..plots.anomaly import plot_curves
-
     notes = [f"wall time of the trainings and scoring: {results['seconds_total']:.1f} s (data "
              "loading and feature transforms excluded)"]
     every = results["meta"].get("config", {}).get("train", {}).get("validate_every", 1)
-    notes += [f"{name} epoch (train + validation pass"
-              + (f" every {every} epochs and at the last" if every > 1 else "")
-              + f"), median: {seconds:.2f} s"
+    passes = f" every {every} epochs and at the last" if every > 1 else ""
+    notes += [f"{name} epoch (train + validation pass{passes}), median: {seconds:.2f} s"
               for name, seconds in results["epoch_seconds_median"].items()]
     part = results.get("scored", "test")
     if part == "validation":
@@ -281,7 +275,7 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
     notes.append(provenance_note(results["meta"]))
     write_results(out, results, METRICS, title=f"Anomaly detection: {results['dataset']}",
                   notes=notes, sections=difference_sections(results))
-    plot_curves(out, curves, data, split, scored=results.get("scored", "test"))
+    anomaly_plots.plot_curves(out, curves, data, split, scored=results.get("scored", "test"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,6 +20,16 @@ MODEL_ORDER = ("et", "et_stacked", "et_energy_trained", "mlp", "gcn", "gat", "gb
 BUILTIN_ROWS = MODEL_ORDER
 
 
+def training_curve(history: list[dict[str, float]], best_epoch: Optional[int]
+                   ) -> dict[str, Any]:
+    """One training's entry of ``curves["history"]`` for :func:`plot_curves`: its training
+    losses, its validation AUROCs (NaN at epochs that ran no validation pass, with
+    ``train.validate_every > 1``) and the epoch it kept."""
+    return {"loss": [row["train_loss"] for row in history],
+            "val_auroc": [row.get("val_auroc", float("nan")) for row in history],
+            "best_epoch": best_epoch}
+
+
 def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
                 scored: str = "test") -> None:
     """ROC/PR curves of seed 0 on the ``scored`` nodes (``"test"``, or ``"validation"`` for a
