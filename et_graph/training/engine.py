@@ -716,10 +716,11 @@ class Trainer:
         for config, fingerprint in ((self.config, self.fingerprint), *self.aliases):
             settings = asdict(config)
             runs.append((settings, fingerprint))
+            if stored is None:
+                continue
             defaults = {f.name: f.default for f in fields(config) if f.default is not MISSING}
             added = {name: value for name, value in settings.items()
-                     if stored is not None and name not in stored and name in defaults
-                     and value == defaults[name]}
+                     if name not in stored and name in defaults and value == defaults[name]}
             if added:
                 runs.append(({k: v for k, v in settings.items() if k not in added},
                              _without_settings(fingerprint, added)))
