@@ -792,10 +792,7 @@ def test_masked_scores_take_the_energy_of_open_nodes_and_the_error_of_masked_one
     # (a mutation audit: the energy averaged over the passes where a node was masked passed)
     from et_graph.detectors.unsupervised import masked_scores
 
-    class Stub:
-        def eval(self):
-            return self
-
+    class Stub(torch.nn.Module):
         def scores(self, x, edge_index, mask, structure_reduce):
             return {"reconstruction": mask.double(), "energy": mask.double()}
 

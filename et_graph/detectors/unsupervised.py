@@ -48,7 +48,14 @@ from ..nn.models.masked_reconstruction import (
     ETMaskedNodeReconstruction,
     random_node_mask,
 )
-from ..training import CheckpointConfig, TrainConfig, Trainer, Validation, private_rng
+from ..training import (
+    CheckpointConfig,
+    TrainConfig,
+    Trainer,
+    Validation,
+    evaluates_model,
+    private_rng,
+)
 from ..training.checkpoint import data_digest, fingerprint_with_data
 from .base import BaseDetector, check_graph, warn_unused_edge_data
 from .config import HOPFIELD_KINDS, check_descent_settings
@@ -290,6 +297,7 @@ def combine_scores(reconstruction: Tensor, structure: Tensor, combine: str = "me
 
 
 @torch.no_grad()
+@evaluates_model
 def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tensor,
                   mask_ratio: float, rounds: int, generator: torch.Generator,
                   structure_reduce: str = "mean", combine: str = "mean"
@@ -299,14 +307,14 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
     ``ceil(1 / mask_ratio)`` masks; a node's reconstruction error is averaged over the passes in
     which it is masked, its final-token energy and structure error (its in-edge losses pooled by
     ``structure_reduce``) over those in which it is open. ``combined`` joins the
-    reconstruction and structure scores by ``combine`` (:func:`combine_scores`)."""
+    reconstruction and structure scores by ``combine`` (:func:`combine_scores`). The passes run
+    in eval mode; the model's mode is given back."""
     if combine not in COMBINE_RULES:  # before the passes, not after them (combine_scores)
         raise ValueError(f"combine must be one of {COMBINE_RULES}, got {combine!r}")
     num_nodes = x.size(0)
     parts = max(math.ceil(1.0 / check_mask_ratio(mask_ratio)), 2)
     sums: dict[str, Tensor] = {}
     open_count = torch.zeros(num_nodes, dtype=torch.float64)
-    model.eval()
     for _ in range(rounds):
         group = torch.empty(num_nodes, dtype=torch.long)
         group[torch.randperm(num_nodes, generator=generator)] = torch.arange(num_nodes) % parts

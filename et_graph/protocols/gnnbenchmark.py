@@ -24,6 +24,7 @@ from ..training import (
     TrainConfig,
     Trainer,
     Validation,
+    evaluates_model,
     keeps_caller_rng,
     seed_everything,
 )
@@ -251,9 +252,10 @@ def predict(model: nn.Module, batch: Data) -> Tensor:
 
 
 @torch.no_grad()
+@evaluates_model
 def outputs_and_targets(model: nn.Module, loader: DataLoader, device: str
                         ) -> tuple[Tensor, Tensor]:
-    model.eval()
+    """``model``'s outputs and the targets over ``loader`` (eval mode, its mode given back)."""
     outputs, targets = [], []
     for batch in loader:
         batch = batch.to(device)

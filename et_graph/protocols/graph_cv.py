@@ -37,6 +37,7 @@ from ..training import (
     TrainConfig,
     Trainer,
     Validation,
+    evaluates_model,
     keeps_caller_rng,
     seed_everything,
 )
@@ -215,10 +216,11 @@ def model_outputs(model: nn.Module, batch: Any) -> Tensor:
 
 
 @torch.no_grad()
+@evaluates_model
 def evaluate(model: nn.Module, loader: DataLoader, device: str | torch.device = "cpu"
              ) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of ``model`` (eval mode) on ``loader``."""
-    model.eval()
+    """Accuracy and mean cross-entropy of ``model`` (eval mode, its mode given back) on
+    ``loader``."""
     correct, total, loss = 0, 0, 0.0
     for batch in loader:
         batch = batch.to(device)
@@ -231,12 +233,12 @@ def evaluate(model: nn.Module, loader: DataLoader, device: str | torch.device = 
 
 
 @torch.no_grad()
+@evaluates_model
 def predict_logits(model: nn.Module, loader: DataLoader, device: str | torch.device = "cpu"
                    ) -> tuple[Tensor, Tensor]:
     """Logits ``[N, C]`` of ``model`` (eval mode) on every graph of ``loader``, in its order,
     and the targets ``[N]``. Argmax over them gives :func:`evaluate`'s accuracy exactly (the
-    same forward passes on the same batches)."""
-    model.eval()
+    same forward passes on the same batches). The model's mode is given back."""
     logits, targets = [], []
     for batch in loader:
         batch = batch.to(device)

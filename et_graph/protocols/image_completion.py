@@ -30,6 +30,7 @@ from ..training import (
     TrainConfig,
     Trainer,
     Validation,
+    evaluates_model,
     keeps_caller_rng,
     seed_everything,
 )
@@ -163,11 +164,12 @@ def train_image_completion(
 
 
 @torch.no_grad()
+@evaluates_model
 def predict_patches(
     model: ETImageCompletion, images: Tensor, patch_mask: Tensor, batch_size: int = 256
 ) -> Tensor:
-    """The model's patches ``[B, M, P]`` in evaluation mode (no noise), on the CPU."""
-    model.eval()
+    """The model's patches ``[B, M, P]`` in evaluation mode (no noise), on the CPU; the model's
+    mode is given back."""
     device = model.position.device
     parts = [
         model(images[i : i + batch_size].to(device), patch_mask[i : i + batch_size].to(device))
@@ -243,9 +245,11 @@ def evaluate_image_completion(
 
 
 @torch.no_grad()
+@evaluates_model
 def trace_dynamics(model: ETImageCompletion, images: Tensor, patch_mask: Tensor,
                    chunk_size: int = 64) -> dict:
-    """Follow the descent step by step (evaluation mode, so no noise).
+    """Follow the descent step by step (evaluation mode, so no noise; the model's mode is given
+    back).
 
     Returns ``energies [B, T + 1]`` (per image), ``tokens [T + 1, B, M, D]``, and for each step
     the mean norm over tokens of the attention and Hopfield parts of the update
@@ -257,7 +261,6 @@ def trace_dynamics(model: ETImageCompletion, images: Tensor, patch_mask: Tensor,
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    model.eval()
     conv = model.conv
     mask_all = patch_mask.to(model.position.device)
     keys = ("att_masked", "att_open", "hn_masked", "hn_open")

@@ -14,6 +14,7 @@ from .engine import (
     rank_world,
     seed_everything,
 )
+from .modes import evaluates_model, evaluation_mode
 
 __all__ = [
     "CheckpointConfig",
@@ -31,4 +32,6 @@ __all__ = [
     "private_rng",
     "rank_world",
     "seed_everything",
+    "evaluates_model",
+    "evaluation_mode",
 ]

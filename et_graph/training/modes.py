@@ -1,0 +1,41 @@
+"""Evaluation mode for the length of a call, and the caller's modes back after it.
+
+A library function that scores a model (``predict_logits``, ``predict_patches``, ...) switches
+it to eval mode (no dropout, no descent noise). Left there, a caller who scores in the middle of
+their own training loop would train on without dropout or noise and never be told: each such
+function gives back the mode of the model and of every submodule as it found them."""
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Callable, TypeVar
+
+from torch import nn
+
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+@contextmanager
+def evaluation_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode inside the block; afterwards every module of it in the mode it
+    had before (a submodule kept in eval mode inside a training model stays so)."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def evaluates_model(function: Function) -> Function:
+    """Decorator: ``function(model, ...)`` runs inside :func:`evaluation_mode` of its first
+    argument."""
+
+    @functools.wraps(function)
+    def wrapper(model: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        with evaluation_mode(model):
+            return function(model, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,118 @@
+"""Scoring functions give the caller's model its mode back: left in eval mode, a model scored
+in the middle of its caller's training loop trained on without dropout or descent noise (an
+audit of the image path found the protocol functions leaving it so)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
+
+from et_graph.training import evaluates_model, evaluation_mode
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Dropout(0.5)
+        self.frozen = torch.nn.BatchNorm1d(2)
+
+
+def test_evaluation_mode_gives_every_module_its_own_mode_back():
+    net = _Net().train()
+    net.frozen.eval()  # a submodule the caller keeps in eval mode inside a training model
+    seen = []
+    with evaluation_mode(net):
+        seen = [module.training for module in net.modules()]
+    assert seen == [False, False, False]
+    assert net.training and net.inner.training and not net.frozen.training
+
+
+def test_evaluation_mode_gives_the_mode_back_after_an_error():
+    net = _Net().train()
+    with pytest.raises(RuntimeError), evaluation_mode(net):
+        raise RuntimeError("inside")
+    assert net.training and net.inner.training
+
+
+def test_evaluates_model_runs_in_eval_mode_and_keeps_the_signature():
+    @evaluates_model
+    def mode_inside(model, offset: int = 0) -> tuple[bool, int]:
+        """Doc."""
+        return model.training, offset
+
+    net = _Net().train()
+    assert mode_inside(net, offset=3) == (False, 3)
+    assert net.training and mode_inside.__doc__ == "Doc."
+
+
+def _graphs(count: int = 4) -> list[Data]:
+    generator = torch.Generator().manual_seed(0)
+    return [Data(x=torch.randn(5, 3, generator=generator),
+                 edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]),
+                 y=torch.tensor([index % 2])) for index in range(count)]
+
+
+def test_image_protocol_functions_give_the_mode_back():
+    from et_graph.datasets.images import load_digits_images
+    from et_graph.nn.models.image_completion import ETImageCompletion
+    from et_graph.protocols.image_completion import (
+        evaluate_image_completion,
+        predict_patches,
+        trace_dynamics,
+    )
+
+    torch.manual_seed(0)
+    images = load_digits_images()[:12]
+    model = ETImageCompletion(dim=8, heads=1, head_dim=4, steps=2).train()
+    mask = model.random_mask(12, generator=torch.Generator().manual_seed(0))
+    predict_patches(model, images, mask)
+    assert model.training
+    trace_dynamics(model, images, mask)
+    assert model.training
+    evaluate_image_completion(model, images, images, mask)
+    assert model.training
+
+
+def test_graph_scoring_functions_give_the_mode_back():
+    from et_graph.protocols.graph_cv import evaluate, predict_logits
+
+    class Pooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 2)
+
+        def forward(self, x, edge_index, batch):
+            return self.linear(x).new_zeros(int(batch.max()) + 1, 2) + self.linear(x).mean()
+
+    model = Pooled().train()
+    loader = DataLoader(_graphs(), batch_size=2)
+    evaluate(model, loader)
+    assert model.training
+    predict_logits(model, loader)
+    assert model.training
+
+
+def test_gnnbenchmark_scoring_gives_the_mode_back():
+    from et_graph.protocols.gnnbenchmark import outputs_and_targets
+
+    class Pooled(torch.nn.Module):
+        def forward(self, x, edge_index, batch, **unused):
+            return x.new_zeros(int(batch.max()) + 1)
+
+    model = Pooled().train()
+    outputs_and_targets(model, DataLoader(_graphs(), batch_size=2), "cpu")
+    assert model.training
+
+
+def test_unsupervised_masked_scores_give_the_mode_back():
+    from et_graph.detectors.unsupervised import masked_scores
+
+    class Stub(torch.nn.Module):
+        def scores(self, x, edge_index, mask, structure_reduce):
+            return {"reconstruction": mask.double(), "energy": mask.double()}
+
+    model = Stub().train()
+    masked_scores(model, torch.zeros(10, 2), torch.zeros(2, 0, dtype=torch.long), 0.5, 1,
+                  torch.Generator().manual_seed(0))
+    assert model.training
