@@ -398,6 +398,25 @@ def test_image_and_unsupervised_runners_on_device(argv, tmp_path, planted):
     assert results["meta"]["config"]["run"]["device"] == DEVICE
 
 
+def test_the_image_runner_scores_on_the_device_it_trained_on(tmp_path, monkeypatch):
+    """The held-out scoring and the dynamics trace ran on the CPU after a GPU training (an
+    audit of the image path)."""
+    from et_graph.experiments import image_completion as experiment
+
+    seen = []
+    for name in ("evaluate_image_completion", "trace_dynamics"):
+        real = getattr(experiment, name)
+
+        def recording(model, *args, _real=real, **kwargs):
+            seen.append(model.position.device.type)
+            return _real(model, *args, **kwargs)
+
+        monkeypatch.setattr(experiment, name, recording)
+    experiment.main(["--quick", "--seeds", "1", "--epochs", "1", "--device", DEVICE,
+                     "--no-progress", "--out", str(tmp_path / "out")])
+    assert seen == [torch.device(DEVICE).type] * 2
+
+
 def test_a_gpu_fit_gives_the_caller_back_its_cuda_random_state_and_resumes_exactly(tmp_path):
     """private_rng forked no CUDA generator before CUDA was up, so a detector's fit overwrote the
     caller's CUDA seed; checkpoints kept no CUDA state, so a resumed GPU run drew other dropout

@@ -627,3 +627,29 @@ def test_a_validation_part_larger_than_the_training_part_is_named() -> None:
 
     with pytest.warns(UserWarning, match="holds out more of the training images"):
         ImageProtocolConfig(val_fraction=0.99)
+
+
+def test_folder_images_of_another_aspect_ratio_through_the_cli_flags(tmp_path) -> None:
+    """--image-size took one integer, so a folder of 8x12 images could only be stretched to a
+    square from the command line (the API takes (H, W): an audit)."""
+    import warnings
+
+    from PIL import Image
+
+    from et_graph.config import parse
+    from et_graph.experiments.image_completion import CONFIG, _fingerprint, load_images
+
+    for index in range(2):
+        Image.new("L", (12, 8), 40 * index).save(tmp_path / f"{index}.png")
+    config = parse(CONFIG, ["--data", str(tmp_path), "--image-size", "8", "--image-width", "12"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not stretched
+        assert load_images(config.data).shape == (2, 1, 8, 12)
+    with pytest.raises(ValueError, match="image_width must be positive"):
+        parse(CONFIG, ["--image-width", "0"])
+    # a square run's checkpoint fingerprint is the one written before the field existed
+    square = parse(CONFIG, ["--data", str(tmp_path)])
+    assert "image_width" not in _fingerprint(square, 0)
+    assert '"image_width": 12' in _fingerprint(config, 0)
+    with pytest.warns(RuntimeWarning, match="image_width=12"):
+        load_images(parse(CONFIG, ["--image-width", "12"]).data)

@@ -57,17 +57,18 @@ CONFIG = ImageCompletionConfig
 
 def load_images(config: ImageDataConfig) -> Tensor:
     """The images ``config`` names, ``[N, C, H, W]``: scikit-learn's 8x8 digits, or a folder of
-    images resized to ``image_size`` with ``color``'s channels."""
+    images resized to ``image_size`` (by ``image_width``) with ``color``'s channels."""
     if config.data == "digits":
         default = ImageDataConfig()
-        ignored = [f"{name}={getattr(config, name)}" for name in ("image_size", "color")
+        ignored = [f"{name}={getattr(config, name)}"
+                   for name in ("image_size", "image_width", "color")
                    if getattr(config, name) != getattr(default, name)]
         if ignored:  # the results recorded them as if they had shaped the images
             warnings.warn(f"{', '.join(ignored)}: the digits are 8x8 grayscale as they ship; "
-                          "image_size and color apply to a folder of images", RuntimeWarning,
-                          stacklevel=2)
+                          "image_size, image_width and color apply to a folder of images",
+                          RuntimeWarning, stacklevel=2)
         return load_digits_images()
-    return load_image_folder(config.data, size=config.image_size, color=config.color)
+    return load_image_folder(config.data, size=config.size, color=config.color)
 
 
 def build_model(config: ImageModelConfig, images: Tensor) -> ETImageCompletion:
@@ -116,17 +117,18 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
             model, train_images, config.train, val_fraction=config.protocol.val_fraction,
             seed=seed, progress=progress, checkpoint=config.run.checkpoint(
                 Path(config.data.data).name or config.data.data, f"seed{seed}"),
-            fingerprint=json.dumps([to_dict(config.data), to_dict(config.model),
-                                    to_dict(config.protocol), to_dict(config.train), seed]),
+            fingerprint=_fingerprint(config, seed),
         )
         seconds = time.perf_counter() - start
         # One fixed mask per held-out image, shared by the model and the baselines.
         test_mask = model.random_mask(
             test_images.size(0), generator=torch.Generator().manual_seed(10_000 + seed)
         ).cpu()
-        model.cpu()
+        # scored where it trained (the scoring ran on the CPU after a GPU training: an audit);
+        # the figures read the first seed's model on the CPU
         mse = evaluate_image_completion(model, train_images, test_images, test_mask)
         trace = trace_dynamics(model, test_images, test_mask)
+        model.cpu()
         monotone = energy_is_monotone(trace["energies"])
         num_val = validation_split(train_images, config.protocol.val_fraction)[1].size(0)
         per_seed.append({
@@ -181,6 +183,15 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
                   sections=difference_sections(results))
     print((out / "results.md").read_text(encoding="utf-8"))  # with or without progress bars
     return results
+
+
+def _fingerprint(config: ImageCompletionConfig, seed: int) -> str:
+    """What a seed's checkpoint must have been trained with to be resumed."""
+    data = to_dict(config.data)
+    if data["image_width"] is None:  # square: as checkpoints written before the field read
+        del data["image_width"]
+    return json.dumps([data, to_dict(config.model), to_dict(config.protocol),
+                       to_dict(config.train), seed])
 
 
 def _collect(config: ImageCompletionConfig, per_seed: list[dict]) -> dict[str, Any]:

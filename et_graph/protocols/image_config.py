@@ -20,7 +20,10 @@ class ImageDataConfig:
 
     Attributes:
         data: digits (scikit-learn's bundled 8x8 digits) or a folder of images.
-        image_size: resize folder images to this size (ignored for digits, which are 8x8).
+        image_size: resize folder images to this height, and to this width too unless
+            image_width is given (ignored for digits, which are 8x8).
+        image_width: the width of resized folder images where it differs from their height
+            (none = image_size, square images).
         color: channels for folder images, grayscale or rgb.
         train_limit: use at most this many training images per seed (none = all).
         test_limit: score at most this many held-out images per seed (none = all).
@@ -28,6 +31,7 @@ class ImageDataConfig:
 
     data: str = "digits"
     image_size: int = 32
+    image_width: Optional[int] = None
     color: str = "grayscale"
     train_limit: Optional[int] = None
     test_limit: Optional[int] = None
@@ -41,6 +45,14 @@ class ImageDataConfig:
                 raise ValueError(f"{name} must be positive (or none for all), got {value}")
         if self.image_size < 1:
             raise ValueError(f"image_size must be positive, got {self.image_size}")
+        if self.image_width is not None and self.image_width < 1:
+            raise ValueError(f"image_width must be positive (or none for image_size), got "
+                             f"{self.image_width}")
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``(height, width)`` of the resized folder images."""
+        return self.image_size, self.image_width or self.image_size
 
 
 @dataclass
