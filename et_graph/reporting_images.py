@@ -55,6 +55,23 @@ def _marked_rgb(picture: Tensor) -> Tensor:
     return rgb.clamp(0, 1)
 
 
+def _filled_patch_outlines(model: ETImageCompletion, mask: Tensor, rows: list[int],
+                           columns: int, pad: int) -> list[tuple[float, float, int, int]]:
+    """``(x, y, width, height)`` in the mosaic's pixels (``imshow``'s pixel centres at whole
+    numbers) of every masked patch of the tiles in the mosaic ``rows``: the fill rows looked
+    like whole images, and which patches a model had filled could not be told (an audit)."""
+    (height, width), (patch_h, patch_w) = model.image_size, model.patch_size
+    boxes = []
+    for row in rows:
+        for column in range(min(columns, mask.size(0))):
+            top, left = pad + row * (height + pad), pad + column * (width + pad)
+            for index in mask[column].nonzero().flatten().tolist():
+                grid_row, grid_column = divmod(index, model.grid_size[1])
+                boxes.append((left + grid_column * patch_w - 0.5,
+                              top + grid_row * patch_h - 0.5, patch_w, patch_h))
+    return boxes
+
+
 def _filled_where_masked(model: ETImageCompletion, images: Tensor, mask: Tensor,
                          patches: Tensor) -> Tensor:
     """The images with their masked patches replaced by ``patches`` ``[B, M, P]``."""
@@ -89,14 +106,23 @@ def write_figures(
         images, mask, model.patch_size, model.grid_size))
     rows["original"] = images
     tiles = torch.cat([batch.float().clamp(0, 1) for batch in rows.values()])
-    picture = _marked_rgb(_mosaic(tiles, columns=count, pad=max(1, height // 8)))
+    pad = max(1, height // 8)
+    picture = _marked_rgb(_mosaic(tiles, columns=count, pad=pad))
     fig, ax = plt.subplots(figsize=(1.0 * count + 1.6, 1.0 * len(rows) + 0.5))
     ax.imshow(_as_display(picture), interpolation="nearest")
+    fill_rows = [index for index, name in enumerate(rows) if name not in ("masked", "original")]
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    ax.add_collection(PatchCollection(
+        [Rectangle((x, y), w, h) for x, y, w, h in _filled_patch_outlines(
+            model, mask, fill_rows, count, pad)],
+        facecolor="none", edgecolor=VERMILLION, linewidth=0.6))
     step = picture.size(1) / len(rows)
     ax.set_yticks([step * (i + 0.5) for i in range(len(rows))], list(rows))
     ax.set_xticks([])
-    ax.set_title("Held-out images (vermillion = masked patch; rows below: its fills)",
-                 fontsize=10)
+    ax.set_title("Held-out images (vermillion = masked patch; rows below: its fills, "
+                 "outlined)", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "completion_grid.png", dpi=100)
     plt.close(fig)

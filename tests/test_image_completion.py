@@ -653,3 +653,23 @@ def test_folder_images_of_another_aspect_ratio_through_the_cli_flags(tmp_path) -
     assert '"image_width": 12' in _fingerprint(config, 0)
     with pytest.warns(RuntimeWarning, match="image_width=12"):
         load_images(parse(CONFIG, ["--image-width", "12"]).data)
+
+
+def test_the_grid_outlines_exactly_the_filled_patches_of_the_fill_rows() -> None:
+    """The fill rows looked like whole images: which patches a model filled could not be told
+    (an audit). The outlines cover each fill row's masked patches and nothing else."""
+    from et_graph.nn.models import ETImageCompletion
+    from et_graph.reporting_images import _filled_patch_outlines, _mosaic
+
+    model = ETImageCompletion(image_size=(8, 6), patch_size=2, dim=8, heads=1, head_dim=4)
+    mask = model.random_mask(3, generator=torch.Generator().manual_seed(1))
+    masked_pixels = model.unpatchify(mask.unsqueeze(-1).expand(-1, -1, 4).float())
+    rows = torch.cat([torch.zeros_like(masked_pixels), masked_pixels, torch.zeros_like(
+        masked_pixels)])  # a masked row, a fill row (its masked pixels 1), the original
+    picture = _mosaic(rows, columns=3, pad=1, pad_value=0.0)[0]
+    covered = torch.zeros_like(picture, dtype=torch.bool)
+    for x, y, width, height in _filled_patch_outlines(model, mask, [1], columns=3, pad=1):
+        top, left = int(y + 0.5), int(x + 0.5)
+        assert not covered[top:top + height, left:left + width].any()  # each patch once
+        covered[top:top + height, left:left + width] = True
+    assert torch.equal(covered, picture == 1.0)
