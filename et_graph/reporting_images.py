@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .nn.models.image_completion import ETImageCompletion
-from .plots.colours import VERMILLION
+from .plots.colours import BLUE, PURPLE, VERMILLION, YELLOW
 from .protocols.image_completion import mean_patch_baseline, nearest_open_baseline
 
 FIGURES = ("completion_grid.png", "energy.png", "update_norms.png", "memories.png",
@@ -46,11 +46,32 @@ def _masked_view(model: ETImageCompletion, images: Tensor, mask: Tensor) -> Tens
     return model.unpatchify(torch.where(mask.unsqueeze(-1), hidden, patches))
 
 
-def _marked_rgb(picture: Tensor) -> Tensor:
-    """``[C, H, W]`` as RGB in [0, 1] with the NaN pixels (masked patches) in vermillion."""
+#: The mask's colour, the first of these that few of the images' pixels are close to.
+MASK_COLOURS = (("vermillion", VERMILLION), ("blue", BLUE), ("yellow", YELLOW),
+                ("purple", PURPLE))
+
+
+def _rgb(colour: str) -> Tensor:
+    return torch.tensor([int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+
+
+def _mask_colour(images: Tensor, near: float = 0.2) -> tuple[str, str]:
+    """``(name, hex)`` of the :data:`MASK_COLOURS` entry with the fewest pixels of ``images``
+    ``[B, C, H, W]`` within ``near`` of it (the first on ties): a vermillion mask could not
+    be told from red image content (an audit)."""
+    pixels = images.detach().float().clamp(0, 1)
+    pixels = (pixels.expand(-1, 3, -1, -1) if pixels.size(1) == 1 else pixels[:, :3])
+    pixels = pixels.permute(0, 2, 3, 1).reshape(-1, 3)
+    close = [int(((pixels - _rgb(colour)).norm(dim=-1) < near).sum())
+             for _, colour in MASK_COLOURS]
+    return MASK_COLOURS[close.index(min(close))]
+
+
+def _marked_rgb(picture: Tensor, colour: str = VERMILLION) -> Tensor:
+    """``[C, H, W]`` as RGB in [0, 1] with the NaN pixels (masked patches) in ``colour``."""
     rgb = picture.expand(3, -1, -1).clone() if picture.size(0) == 1 else picture[:3].clone()
     hidden = torch.isnan(rgb).any(dim=0)
-    marker = torch.tensor([int(VERMILLION[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    marker = _rgb(colour)
     rgb[:, hidden] = marker.unsqueeze(1)
     return rgb.clamp(0, 1)
 
@@ -107,7 +128,8 @@ def write_figures(
     rows["original"] = images
     tiles = torch.cat([batch.float().clamp(0, 1) for batch in rows.values()])
     pad = max(1, height // 8)
-    picture = _marked_rgb(_mosaic(tiles, columns=count, pad=pad))
+    colour_name, colour = _mask_colour(images)
+    picture = _marked_rgb(_mosaic(tiles, columns=count, pad=pad), colour)
     fig, ax = plt.subplots(figsize=(1.0 * count + 1.6, 1.0 * len(rows) + 0.5))
     ax.imshow(_as_display(picture), interpolation="nearest")
     fill_rows = [index for index, name in enumerate(rows) if name not in ("masked", "original")]
@@ -117,11 +139,11 @@ def write_figures(
     ax.add_collection(PatchCollection(
         [Rectangle((x, y), w, h) for x, y, w, h in _filled_patch_outlines(
             model, mask, fill_rows, count, pad)],
-        facecolor="none", edgecolor=VERMILLION, linewidth=0.6))
+        facecolor="none", edgecolor=colour, linewidth=0.6))
     step = picture.size(1) / len(rows)
     ax.set_yticks([step * (i + 0.5) for i in range(len(rows))], list(rows))
     ax.set_xticks([])
-    ax.set_title("Held-out images (vermillion = masked patch; rows below: its fills, "
+    ax.set_title(f"Held-out images ({colour_name} = masked patch; rows below: its fills, "
                  "outlined)", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "completion_grid.png", dpi=100)

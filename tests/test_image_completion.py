@@ -673,3 +673,17 @@ def test_the_grid_outlines_exactly_the_filled_patches_of_the_fill_rows() -> None
         assert not covered[top:top + height, left:left + width].any()  # each patch once
         covered[top:top + height, left:left + width] = True
     assert torch.equal(covered, picture == 1.0)
+
+
+def test_the_mask_takes_a_colour_the_images_do_not_have() -> None:
+    """A vermillion mask could not be told from red image content (an audit): the mask takes
+    the first palette colour that few pixels are close to; grey digits keep vermillion."""
+    from et_graph.reporting_images import MASK_COLOURS, _mask_colour, _rgb
+
+    assert _mask_colour(load_digits_images()[:8])[0] == "vermillion"
+    red_images = _rgb(MASK_COLOURS[0][1]).view(1, 3, 1, 1).expand(2, 3, 4, 4).clone()
+    red_images[0, :, 0, 0] = _rgb(MASK_COLOURS[2][1])  # one yellow pixel
+    assert _mask_colour(red_images)[0] == "blue"
+    blue_too = red_images.clone()
+    blue_too[1] = _rgb(MASK_COLOURS[1][1]).view(3, 1, 1)
+    assert _mask_colour(blue_too)[0] == "purple"  # yellow has one close pixel, purple none
