@@ -40,11 +40,13 @@ setup(
         "test": ["pytest", "hypothesis", "ruff", "ninja", "mypy"],
         "native": ["ninja"],
         "docs": ["mkdocs-material", "mkdocstrings[python]", "latex2mathml"],
+        # Both build from source against the installed torch, which pip's isolated build
+        # cannot import: `pip install --no-build-isolation -e ".[sampling]"` (docs/scale.md).
         "scatter": ["torch-scatter"],
-        # PyG's NeighborLoader backend (builds from source here, see docs/scale.md); without it
-        # et_graph.loaders.NeighbourSampler samples in pure torch.
+        # PyG's NeighborLoader backend; without it et_graph.loaders.NeighbourSampler samples in
+        # pure torch. (No DGL extra: DGL does not import beside current torch, and only
+        # datasets/tools/dgl_to_npz.py, outside the package, reads DGL files.)
         "sampling": ["torch-scatter", "torch-sparse"],
-        "dgl": ["dgl"],
         # et-graph unsupervised: DOMINANT, AnomalyDAE, CoLA, CONAD; PyGOD's samplers also need
         # pyg-lib or torch-sparse (built for your torch version).
         "pygod": ["pygod>=1.0"],

@@ -155,8 +155,30 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         print(f"\n{prog}: interrupted{resume_hint(argv)}", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of the output left (`et-graph --help | head -1`): a traceback said
+        # nothing. Another pipe's error (one the run itself used) is raised as it came.
+        if os.environ.get(TRACEBACK_ENV) or not _reader_gone(sys.stdout):
+            raise
+        # further output goes nowhere, so that Python's flush at exit does not raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # the shell's status for SIGPIPE
     finally:
         warnings.formatwarning = shown
+
+
+def _reader_gone(stream: Any) -> bool:
+    """Whether the pipe that ``stream`` writes to has lost its reader (its write end polls as an
+    error); where that cannot be asked (no ``poll``: Windows), taken as so."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return True
 
 
 def line_buffered(stream: Any) -> None:

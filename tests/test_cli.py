@@ -349,3 +349,26 @@ def test_the_dataset_folder_flag_takes_both_spellings(command, dest):
     values = {vars(parser.parse_args([*before, flag, "data/here"]))[dest]
               for flag in ("--data-root", "--root")}
     assert values == {"data/here"}
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly():
+    """`et-graph --help | head -1` printed a BrokenPipeError traceback (a packaging audit); a
+    broken pipe that is not the output's still raises."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    try:
+        closed = subprocess.run([sys.executable, "-m", "et_graph", "--help"], stdout=write_end,
+                                stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write_end)
+    assert closed.returncode == 141 and closed.stderr == b""
+    other = subprocess.run(
+        [sys.executable, "-c", "import et_graph.cli as cli\n"
+         "def broken(argv):\n    raise BrokenPipeError('a pipe of the run')\n"
+         "cli.main = broken\nraise SystemExit(cli.console_main(['--version']))"],
+        capture_output=True, timeout=120)
+    assert other.returncode == 1 and b"a pipe of the run" in other.stderr

@@ -543,6 +543,24 @@ def test_an_installed_package_finds_no_foreign_datasets_folder_and_reads_the_env
     monkeypatch.delenv("ET_GRAPH_DATA")
     assert default_tu_root() == REPO / "datasets" / "TUDataset"
 
+def test_the_zinc_error_of_an_installed_package_says_what_to_set(tmp_path, monkeypatch):
+    # (a packaging audit) the other tasks' errors named ET_GRAPH_DATA, ZINC's did not
+    from et_graph import paths
+    from et_graph.datasets.zinc import zinc_benchmark
+
+    monkeypatch.delenv("ET_GRAPH_DATA", raising=False)
+    with pytest.raises(FileNotFoundError) as in_checkout:
+        zinc_benchmark(tmp_path, source="partial")
+    assert "ET_GRAPH_DATA" not in str(in_checkout.value)
+    monkeypatch.setattr(paths, "PACKAGE_DIR", tmp_path / "site-packages" / "et_graph")
+    with pytest.raises(FileNotFoundError, match="wheel ships no data"):
+        zinc_benchmark(tmp_path, source="partial")
+    monkeypatch.setattr(paths, "PACKAGE_DIR", REPO / "et_graph")
+    monkeypatch.setenv("ET_GRAPH_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="does not hold it"):
+        zinc_benchmark(tmp_path, source="partial")
+
+
 def test_name_and_relation_errors():
     assert "tolokers" in ANOMALY_DATASETS and "tsocial" in ANOMALY_DATASETS
     with pytest.raises(ValueError, match="unknown anomaly dataset"):

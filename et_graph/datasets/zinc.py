@@ -15,6 +15,7 @@ Layout expected under a user root ``ROOT`` (PyG's own layout)::
 """
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..paths import no_data_hint, source_checkout
 from .embedded import load_torch_data, restricted_pyg_loads
 from .gnnbenchmark_common import (
     SPLITS,
@@ -264,6 +266,10 @@ def zinc_benchmark(root: PathLike, source: str = "auto", holdout_fraction: float
                 f".index) under {root.resolve()} nor the partial copy were found: put the "
                 f"partial copy's processed/{split}.pt at {target.resolve()} (a relative "
                 "--root is looked up in the working directory first, then in the checkout)"
+                # from a wheel there is no checkout: the other tasks' errors said what to set,
+                # this one did not (a packaging audit)
+                + ("" if source_checkout() is not None and not os.environ.get("ET_GRAPH_DATA")
+                   else f"; {no_data_hint()}")
             )
     official_val = load_zinc_partial(partial_root, "val")
     test = load_zinc_partial(partial_root, "test")
