@@ -21,6 +21,12 @@ setup(
     # (datasets/, configs/): a wheel ships the code only (docs/datasets.md).
     package_data={"et_graph": ["csrc/*.cpp", "csrc/*.h", "py.typed"]},
     python_requires=">=3.9",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Intended Audience :: Science/Research",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "Typing :: Typed",
+    ],
     install_requires=[
         "torch>=2.3",
         "torch-geometric>=2.5",

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -28,13 +29,17 @@ def _tracked_files() -> list[str]:
     return [name for name in listed.split("\0") if name and (REPO / name).is_file()]
 
 
-def test_the_sdist_holds_every_tracked_file(tmp_path):
-    tracked = _tracked_files()
-    source = tmp_path / "src"
+def _copy(tracked: list[str], source: Path) -> Path:
     for name in tracked:
         target = source / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, target)
+    return source
+
+
+def test_the_sdist_holds_every_tracked_file(tmp_path):
+    tracked = _tracked_files()
+    source = _copy(tracked, tmp_path / "src")
     subprocess.run([sys.executable, "setup.py", "-q", "sdist", "--dist-dir",
                     str(tmp_path / "dist")], cwd=source, check=True, capture_output=True)
     (archive,) = (tmp_path / "dist").glob("*.tar.gz")
@@ -42,3 +47,19 @@ def test_the_sdist_holds_every_tracked_file(tmp_path):
         shipped = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     missing = sorted(set(tracked) - shipped - NOT_SHIPPED)
     assert not missing, f"{len(missing)} tracked files not in the sdist, e.g. {missing[:5]}"
+
+
+def test_the_wheel_holds_every_file_of_the_package(tmp_path):
+    """The compiled kernels are built at first use from et_graph/csrc, and py.typed marks the
+    API as typed: a wheel without them installs and fails later."""
+    tracked = _tracked_files()
+    source = _copy(tracked, tmp_path / "src")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(tmp_path / "wheel"), str(source)],
+                   check=True, capture_output=True)
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = set(archive.namelist())
+    package = {name for name in tracked if name.startswith("et_graph/")}
+    assert {"et_graph/py.typed", "et_graph/csrc/bindings.cpp"} <= package
+    assert not sorted(package - shipped), sorted(package - shipped)[:5]
