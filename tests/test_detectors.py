@@ -1122,6 +1122,10 @@ def test_a_refused_set_params_changes_nothing(graph):
     assert fitted.get_params() == before and fitted.fitted_
     with pytest.raises(ValueError, match="cannot change supervised"):
         ETDetector().set_params(supervised=False)
+    # (an API audit) the flat settings overrode a new config's every field: a silent no-op
+    with pytest.raises(ValueError, match="not config"):
+        fitted.set_params(config=MLPDetector(hidden=4).config)
+    assert fitted.get_params() == before and fitted.fitted_
 
     class Wide(NeuralDetector):
         config_class = MLPDetector.config_class

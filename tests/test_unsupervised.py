@@ -800,3 +800,36 @@ def test_masked_scores_take_the_energy_of_open_nodes_and_the_error_of_masked_one
                         0.2, 2, torch.Generator().manual_seed(0))
     torch.testing.assert_close(out["energy"], torch.zeros(50, dtype=torch.float64))
     torch.testing.assert_close(out["reconstruction"], torch.ones(50, dtype=torch.float64))
+
+
+def test_quantiles_past_torch_size_limit(graph, monkeypatch):
+    """torch.quantile refuses more than 2**24 elements: an unsupervised fit on a graph of more
+    nodes trained to the end and then failed in its threshold (an API audit), and the
+    piecewise-linear feature encoding failed on such a column."""
+    from et_graph import precision
+    from et_graph.precision import quantile
+    from et_graph.transforms.features import quantile_bin_edges
+
+    big = torch.rand(2**24 + 1, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(RuntimeError, match="too large"):
+        torch.quantile(big, 0.5)
+    values = big[:1000].double()
+    levels = torch.linspace(0, 1, 7, dtype=torch.float64)
+    reference = torch.quantile(values, levels)
+    assert float(quantile(big, 0.5)) == pytest.approx(float(big.median()), abs=1e-6)
+    # the large-input route (the limit lowered, torch's refusal imitated) gives torch's values
+    real = torch.quantile
+
+    def limited(values, q, *args, **kwargs):
+        if values.numel() > 64:
+            raise RuntimeError("quantile() input tensor is too large")
+        return real(values, q, *args, **kwargs)
+
+    monkeypatch.setattr(precision, "TORCH_QUANTILE_LIMIT", 64)
+    monkeypatch.setattr(torch, "quantile", limited)
+    torch.testing.assert_close(quantile(values, levels), reference, rtol=0, atol=1e-15)
+    edges = quantile_bin_edges(values.unsqueeze(1), bins=6)[0]
+    torch.testing.assert_close(edges, reference, rtol=0, atol=1e-15)
+    det = UnsupervisedETDetector(seed=0, epochs=2, score_rounds=1).fit(graph)
+    assert det.threshold_ == pytest.approx(
+        float(real(det.decision_score_.double(), 1.0 - det.config.score.contamination)))

@@ -153,6 +153,12 @@ class BaseDetector:
         if "supervised" in params:  # ETDetector(supervised=False) is another class
             raise ValueError("set_params cannot change supervised: build the other detector "
                              "(ETDetector(supervised=False) is an UnsupervisedETDetector)")
+        if "config" in params:
+            # get_params' flat settings were passed beside it and overrode every field of the
+            # new config: set_params(config=...) changed nothing, silently (an API audit)
+            raise ValueError("set_params takes the flat settings get_params() names (e.g. "
+                             "hidden=8), not config: build a new detector from a config "
+                             f"({type(self).__name__}(config=...))")
         # Built whole first: a refused value left a half-changed detector that still counted
         # as fitted (the config replaced before the seed was checked).
         fresh = type(self)(**{**self.get_params(), **params})

@@ -48,6 +48,7 @@ from ..nn.models.masked_reconstruction import (
     ETMaskedNodeReconstruction,
     random_node_mask,
 )
+from ..precision import quantile
 from ..training import (
     CheckpointConfig,
     TrainConfig,
@@ -215,9 +216,12 @@ def label_free_graph(data: Data) -> Data:
 
 
 def graph_digest(graph: Data) -> str:
-    """A short digest of a graph's features and edges, the edges as sorted keys: the same graph
-    with its edges reordered, repeated, in another integer dtype or with self-loops added (none
-    of which the detector reads) has the same digest."""
+    """A short digest of a graph's features and edges, the edges as sorted unique keys: the
+    same graph with its edges reordered, in another integer dtype or with self-loops added
+    (none of which the detector reads), or with edges repeated, has the same digest. Repeated
+    edges do move the scores (the layers read a multigraph's every edge, as PyG's do); the
+    digest tells only whether the node set is the fitted one, among which the combined score
+    ranks its nodes."""
     return data_digest(graph.x.float(), edge_keys(graph.edge_index, graph.num_nodes))
 
 
@@ -416,7 +420,7 @@ class UnsupervisedETDetector(BaseDetector):
         self.scores_ = self.score_components(graph)
         self.decision_score_ = self.scores_[self.config.score.anomaly_score].float()
         contamination = self.config.score.contamination
-        self.threshold_ = float(torch.quantile(self.decision_score_.double(), 1.0 - contamination))
+        self.threshold_ = float(quantile(self.decision_score_.double(), 1.0 - contamination))
         flagged = float(self._flagged(self.decision_score_).float().mean())
         if flagged < contamination / 2:
             warnings.warn(
@@ -463,8 +467,9 @@ class UnsupervisedETDetector(BaseDetector):
         """``{"reconstruction": [N], "energy": [N]}`` (float64; plus ``"structure"`` and
         ``"combined"`` with ``structure_weight > 0``) for any graph with the fitted feature
         width; deterministic for a given detector seed and node numbering. The random masks
-        are drawn by node id, so renumbering the nodes draws other masks and moves the scores
-        (as another seed would), though the graph is the same."""
+        are drawn over the node ids, so renumbering the nodes, or adding or removing any node,
+        draws other masks for every node and moves the scores (as another seed would; more
+        ``score_rounds`` average the masks out)."""
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         graph = label_free_graph(data)

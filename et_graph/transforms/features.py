@@ -13,7 +13,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
 from ..nn.validation import check_positive_int
-from ..precision import float64_on_host_if_needed
+from ..precision import float64_on_host_if_needed, quantile
 from .neighbourhood import neighbourhood_statistics
 
 #: Per-column feature transforms over all nodes: none, z-scores, normal scores of the ranks, or
@@ -391,7 +391,7 @@ def quantile_bin_edges(x: Tensor, bins: int = 16) -> list[Tensor]:
     # on x's device (the CPU for mps): CPU levels failed torch.quantile on a GPU column
     levels = torch.linspace(0, 1, bins + 1, dtype=torch.float64, device=work.device)
     # sorted, repeated edges merged
-    return [torch.unique(torch.quantile(column, levels)).cpu() for column in work.unbind(dim=1)]
+    return [torch.unique(quantile(column, levels)).cpu() for column in work.unbind(dim=1)]
 
 
 def encode_piecewise_linear(x: Tensor, bin_edges: list[Tensor]) -> Tensor:
