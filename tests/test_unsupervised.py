@@ -143,6 +143,14 @@ def test_et_detector_dispatch_and_clear_errors(graph):
     assert type(ETDetector(epochs=3)) is ETDetector
     with pytest.raises(ValueError, match="supervised=False"):
         ETDetector(epochs=1).fit(unlabelled(graph))
+    # (an API audit) the other detectors said "no train_mask" of an unlabelled graph
+    from et_graph.detectors import DETECTORS
+
+    for name, detector in DETECTORS.items():
+        with pytest.raises(ValueError, match="is supervised and data has no labels"):
+            detector().fit(unlabelled(graph))
+    with pytest.raises(ValueError, match="PyGOD's fit"):
+        det.fit(graph, graph.y)
     with pytest.raises(ValueError, match="train_mask"):
         det.fit(graph, train_mask=torch.ones(graph.num_nodes, dtype=torch.bool))
     with pytest.raises(RuntimeError, match="not fitted"):

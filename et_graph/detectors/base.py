@@ -295,6 +295,12 @@ class BaseDetector:
         are replaced by 0 before training starts, so no code path can see them.
         """
         x, edge_index = check_graph(data)
+        if getattr(data, "y", None) is None:
+            # (an API audit) every detector but ET said "no train_mask" of an unlabelled graph
+            raise ValueError(
+                f"{type(self).__name__} is supervised and data has no labels (data.y); to fit "
+                "without labels use ETDetector(supervised=False) (= UnsupervisedETDetector), "
+                "or et-graph unsupervised's baselines")
         warn_unused_edge_data(data, type(self).__name__, self._reads_edge_type())
         data = self._prepare(data)
         train = resolve_mask(data, train_mask, "train_mask")

@@ -46,7 +46,7 @@ from ..training import CheckpointConfig, Trainer, Validation, rank_world
 from ..training.checkpoint import fingerprint_with_data
 from ..training.engine import raise_explained
 from ..transforms.features import check_feature_limit
-from .base import BaseDetector, check_graph
+from .base import BaseDetector
 from .config import ETDetectorConfig, GNNDetectorConfig, NodeTrainConfig
 from .label_trick import (
     NUM_LABEL_FEATURES,
@@ -582,15 +582,6 @@ class ETDetector(NeuralDetector):
         from .unsupervised import UnsupervisedETDetector
 
         return isinstance(detector, (cls, UnsupervisedETDetector))
-
-    def fit(self, data: Data, train_mask: Optional[Tensor] = None,
-            val_mask: Optional[Tensor] = None) -> ETDetector:
-        check_graph(data)  # a list or HeteroData is named as such, not as "no labels"
-        if getattr(data, "y", None) is None:
-            raise ValueError(
-                "ETDetector is supervised and data has no labels (data.y); to fit without "
-                "labels use ETDetector(supervised=False) (= UnsupervisedETDetector)")
-        return super().fit(data, train_mask, val_mask)
 
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         self.num_relations_ = None

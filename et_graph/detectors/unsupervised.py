@@ -392,8 +392,10 @@ class UnsupervisedETDetector(BaseDetector):
         """Fit on ``data`` without labels. ``train_mask``/``val_mask`` are not accepted: the
         validation nodes are drawn at random (``val_fraction``) and judged without labels."""
         if train_mask is not None or val_mask is not None:
-            raise ValueError("UnsupervisedETDetector.fit takes no train_mask/val_mask: it reads "
-                             "no labels and draws its own label-free validation nodes")
+            raise ValueError("UnsupervisedETDetector.fit takes no train_mask/val_mask (its "
+                             "second argument; labels, PyGOD's fit(data, label), are not taken "
+                             "either): it reads no labels and draws its own label-free "
+                             "validation nodes")
         warn_unused_edge_data(data, type(self).__name__)
         graph = label_free_graph(data)
         if graph.num_nodes < 4:
