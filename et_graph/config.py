@@ -468,7 +468,8 @@ def parse_model_list(text: str, allowed: Sequence[str], hint: str = "") -> list[
 # ----------------------------------------------------------------------------------------------
 def load_file(path: Union[str, Path]) -> dict[str, Any]:
     """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) preset into nested dicts (its
-    free-form ``[meta]`` table left out)."""
+    free-form ``[meta]`` table left out), or the settings a run's ``results.json`` records
+    (:func:`results_settings`)."""
     data = read_file(path)
     data.pop("meta", None)  # free-form description of a preset (its origin, its table)
     return data
@@ -492,6 +493,8 @@ def read_file(path: Union[str, Path]) -> dict[str, Any]:
                 data = tomllib.load(handle)
             except tomllib.TOMLDecodeError as error:  # named the line but not the file
                 raise ValueError(f"{path}: {error}") from None
+    elif suffix == ".json":
+        data = results_settings(path)
     elif suffix in (".yaml", ".yml"):
         try:
             import yaml
@@ -503,10 +506,44 @@ def read_file(path: Union[str, Path]) -> dict[str, Any]:
             text = " ".join(str(error).replace('in "<unicode string>", ', "at ").split())
             raise ValueError(f"{path}: {text}") from None
     else:
-        raise ValueError(f"config files are .toml, .yaml or .yml, got {path.name}")
+        raise ValueError(f"config files are .toml, .yaml or .yml (or a run's results.json), "
+                         f"got {path.name}")
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold tables of settings, got {type(data).__name__}")
     return data
+
+
+#: The run settings of a results file that say where that run wrote, not what it computed: a
+#: rerun from the file writes where its own flags (or the task's defaults) say, and never
+#: over the results it reruns.
+RESULTS_OWN_SETTINGS = ("out", "checkpoint_dir", "resume")
+
+
+def results_settings(path: Union[str, Path]) -> dict[str, Any]:
+    """The settings a run's ``results.json`` records (``meta.config``, every field of its task's
+    config) as a preset, so that ``--config OUT/results.json`` reruns a stored result. Its
+    :data:`RESULTS_OWN_SETTINGS` are left out. A file written by another commit than the
+    running code is named in a warning: where the code changed since, the figures may too."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
+    meta = data.get("meta") if isinstance(data, dict) else None
+    settings = meta.get("config") if isinstance(meta, dict) else None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path} is not a results file of et-graph (it holds no meta.config); "
+                         "presets are .toml or .yaml files")
+    settings = json.loads(json.dumps(settings))  # a copy
+    for name in RESULTS_OWN_SETTINGS:
+        if isinstance(settings.get("run"), dict):
+            settings["run"].pop(name, None)
+    stored, running = meta.get("git_commit"), _COMMIT_AT_IMPORT or git_commit()
+    if stored and "unknown" not in (stored, running) and stored != running:
+        warnings.warn(f"{path} was written at commit {stored}, this code is {running}: the "
+                      "rerun takes its settings, but where the code changed since, the "
+                      "figures may differ", UserWarning, stacklevel=3)
+    return settings
 
 
 def _toml_value(value: Any) -> str:

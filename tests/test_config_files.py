@@ -132,3 +132,40 @@ def test_a_syntax_error_names_its_file_once(tmp_path):
     with pytest.raises(ValueError) as error:
         parse(AnomalyConfig, ["--config", str(preset)])
     assert str(error.value).count(str(preset)) == 1
+
+
+def test_a_results_file_reruns_its_run(tmp_path, monkeypatch):
+    """`--config OUT/results.json` takes the settings a run recorded: the rerun repeats its
+    figures, writes where its own flags say (never over the file it reruns), and names a
+    results file written by other code."""
+    import json
+    import warnings
+
+    from et_graph import config as config_module
+    from et_graph.experiments import image_completion
+
+    first = tmp_path / "first"
+    image_completion.main(["--quick", "--epochs", "1", "--mask-ratio", "0.25", "--no-progress",
+                           "--out", str(first), "--checkpoint-dir", str(tmp_path / "ckpt")])
+    stored = json.loads((first / "results.json").read_text(encoding="utf-8"))
+    settings = load_file(first / "results.json")
+    assert settings["model"]["mask_ratio"] == 0.25 and settings["train"]["epochs"] == 1
+    assert not {"out", "checkpoint_dir", "resume"} & set(settings["run"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same code: no warning
+        again = parse(image_completion.CONFIG, ["--config", str(first / "results.json")])
+    assert again.run.out == image_completion.CONFIG().run.out and again.run.checkpoint_dir is None
+    second = tmp_path / "second"
+    image_completion.main(["--config", str(first / "results.json"), "--out", str(second)])
+    rerun = json.loads((second / "results.json").read_text(encoding="utf-8"))
+    assert rerun["per_seed"] and [r["mse"] for r in rerun["per_seed"]] == [
+        r["mse"] for r in stored["per_seed"]]
+    monkeypatch.setattr(config_module, "_COMMIT_AT_IMPORT", "0" * 40)
+    with pytest.warns(UserWarning, match="was written at commit"):
+        load_file(first / "results.json")
+    (tmp_path / "other.json").write_text('{"meta": {}}', encoding="utf-8")
+    with pytest.raises(ValueError, match="not a results file"):
+        load_file(tmp_path / "other.json")
+    (tmp_path / "broken.json").write_text("{", encoding="utf-8")
+    with pytest.raises(ValueError, match="not JSON"):
+        load_file(tmp_path / "broken.json")
