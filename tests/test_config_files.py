@@ -169,3 +169,38 @@ def test_a_results_file_reruns_its_run(tmp_path, monkeypatch):
     (tmp_path / "broken.json").write_text("{", encoding="utf-8")
     with pytest.raises(ValueError, match="not JSON"):
         load_file(tmp_path / "broken.json")
+
+
+def test_every_stored_results_file_loads_as_its_tasks_preset():
+    """README: every results.json under docs/measured reruns from itself (--config), so each
+    must load under today's configs; a renamed setting would refuse one."""
+    import warnings
+    from pathlib import Path
+
+    from et_graph.experiments import (
+        anomaly,
+        gnnbenchmark,
+        image_completion,
+        tudataset,
+        unsupervised_anomaly,
+    )
+
+    configs = [module.CONFIG for module in (anomaly, tudataset, gnnbenchmark, image_completion,
+                                            unsupervised_anomaly)]
+    stored = sorted((Path(__file__).resolve().parents[1] / "docs" / "measured").rglob(
+        "results.json"))
+    assert len(stored) >= 64
+    refused = []
+    for path in stored:
+        errors = []
+        for config in configs:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # written at other commits
+                    parse(config, ["--config", str(path)])
+                break
+            except ValueError as error:
+                errors.append(str(error))
+        else:
+            refused.append((path, errors))
+    assert not refused, refused[:2]

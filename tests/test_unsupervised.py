@@ -146,7 +146,7 @@ def test_et_detector_dispatch_and_clear_errors(graph):
     # (an API audit) the other detectors said "no train_mask" of an unlabelled graph
     from et_graph.detectors import DETECTORS
 
-    for name, detector in DETECTORS.items():
+    for detector in DETECTORS.values():
         with pytest.raises(ValueError, match="is supervised and data has no labels"):
             detector().fit(unlabelled(graph))
     with pytest.raises(ValueError, match="PyGOD's fit"):
