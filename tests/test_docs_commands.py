@@ -125,6 +125,8 @@ def documented_benchmark_flags() -> dict[str, set[tuple[str, str]]]:
                 # Top-level tokens only: a quoted --variant "name=--flag ..." is the
                 # task's own flags, which the parse test above covers where concrete.
                 tokens = shlex.split(match.group(2).split(" #")[0])
+                # after a bare "--", the arguments of the command the script runs
+                tokens = tokens[:tokens.index("--")] if "--" in tokens else tokens
                 flags = [t.split("=", 1)[0] for t in tokens if re.match(r"--[a-z]", t)]
                 name = page.relative_to(ROOT).as_posix()
                 found.setdefault(match.group(1), set()).update((name, f) for f in flags)
