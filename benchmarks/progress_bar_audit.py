@@ -113,7 +113,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) > 1 and argv[0] == "--child":
         return _traced_child(argv[1], argv[2:])
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--code", required=True, help="checkout of the commit to examine")
     parser.add_argument("--out", required=True, help="folder for both runs and their traces")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then et-graph's arguments")
