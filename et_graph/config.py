@@ -513,10 +513,11 @@ def read_file(path: Union[str, Path]) -> dict[str, Any]:
     return data
 
 
-#: The run settings of a results file that say where that run wrote, not what it computed: a
-#: rerun from the file writes where its own flags (or the task's defaults) say, and never
-#: over the results it reruns.
-RESULTS_OWN_SETTINGS = ("out", "checkpoint_dir", "resume")
+#: The settings of a results file that say where that run wrote, not what it computed
+#: (``{section: fields}``): a rerun from the file writes where its own flags (or the task's
+#: defaults) say, never over the results it reruns, and a file from someone else cannot choose
+#: the folders this machine's run writes into (the TU cache: a security audit).
+RESULTS_OWN_SETTINGS = {"run": ("out", "checkpoint_dir", "resume"), "data": ("cache",)}
 
 
 def results_settings(path: Union[str, Path]) -> dict[str, Any]:
@@ -535,9 +536,10 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
         raise ValueError(f"{path} is not a results file of et-graph (it holds no meta.config); "
                          "presets are .toml or .yaml files")
     settings = json.loads(json.dumps(settings))  # a copy
-    for name in RESULTS_OWN_SETTINGS:
-        if isinstance(settings.get("run"), dict):
-            settings["run"].pop(name, None)
+    for section, names in RESULTS_OWN_SETTINGS.items():
+        for name in names:
+            if isinstance(settings.get(section), dict):
+                settings[section].pop(name, None)
     stored, running = meta.get("git_commit"), _COMMIT_AT_IMPORT or git_commit()
     if stored and "unknown" not in (stored, running) and stored != running:
         warnings.warn(f"{path} was written at commit {stored}, this code is {running}: the "

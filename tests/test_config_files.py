@@ -151,6 +151,10 @@ def test_a_results_file_reruns_its_run(tmp_path, monkeypatch):
     settings = load_file(first / "results.json")
     assert settings["model"]["mask_ratio"] == 0.25 and settings["train"]["epochs"] == 1
     assert not {"out", "checkpoint_dir", "resume"} & set(settings["run"])
+    # (a security audit) nor where its data were cached: a crafted file chose that folder
+    (tmp_path / "tu.json").write_text(json.dumps({"meta": {"config": {
+        "data": {"dataset": "MUTAG", "cache": str(tmp_path / "victim")}}}}), encoding="utf-8")
+    assert load_file(tmp_path / "tu.json") == {"data": {"dataset": "MUTAG"}}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same code: no warning
         again = parse(image_completion.CONFIG, ["--config", str(first / "results.json")])

@@ -102,3 +102,47 @@ def test_a_full_disk_is_not_called_a_damaged_file(tmp_path):
 
     with pytest.raises(ValueError, match="truncated, damaged"):
         read_local_files(cut, tmp_path, "fix")
+
+
+def _copy_mutag(root):
+    import shutil
+
+    source = default_tu_root() / "MUTAG" / "raw"
+    (root / "MUTAG" / "raw").mkdir(parents=True)
+    for path in source.iterdir():
+        shutil.copyfile(path, root / "MUTAG" / "raw" / path.name)
+    return root / "MUTAG" / "raw"
+
+
+def test_the_cache_never_deletes_a_folder_it_did_not_make(tmp_path):
+    """(a security audit) the cache cleanup deleted any same-named folder inside --cache: with
+    --root D --cache D the dataset's own raw files, and through a crafted preset or results
+    file a folder of the victim's choosing."""
+    raw = _copy_mutag(tmp_path / "data")
+    with pytest.raises(ValueError, match="is the root"):
+        load_tudataset(tmp_path / "data", "MUTAG", tmp_path / "data", pe_dim=0, progress=False)
+    assert sorted(p.name for p in raw.iterdir()) == sorted(
+        p.name for p in (default_tu_root() / "MUTAG" / "raw").iterdir())
+    victim = tmp_path / "home"
+    (victim / "MUTAG").mkdir(parents=True)
+    (victim / "MUTAG" / "thesis.tex").write_text("years of work", encoding="utf-8")
+    with pytest.raises(ValueError, match="was not made by et-graph"):
+        load_tudataset(tmp_path / "data", "MUTAG", victim, pe_dim=0, progress=False)
+    assert (victim / "MUTAG" / "thesis.tex").read_text(encoding="utf-8") == "years of work"
+
+
+def test_a_copy_killed_half_way_is_replaced_and_links_to_non_files_are_skipped(tmp_path):
+    import os
+
+    raw = _copy_mutag(tmp_path / "data")
+    os.symlink("/dev/zero", raw / "MUTAG_zero.txt")  # (a security audit: it filled the disk)
+    os.symlink(tmp_path, raw / "elsewhere")  # a folder: it was copied whole
+    cache = tmp_path / "cache"
+    graphs, _ = load_tudataset(tmp_path / "data", "MUTAG", cache, pe_dim=0, progress=False)
+    copied = cache / "MUTAG" / "raw"
+    assert not (copied / "MUTAG_zero.txt").exists() and not (copied / "elsewhere").exists()
+    # a run killed after the stamp's placeholder and part of the copy: the next run replaces it
+    (cache / "MUTAG" / "raw_source.json").write_text("{}", encoding="utf-8")
+    (copied / "MUTAG_A.txt").unlink()
+    again, _ = load_tudataset(tmp_path / "data", "MUTAG", cache, pe_dim=0, progress=False)
+    assert len(again) == len(graphs) and (copied / "MUTAG_A.txt").is_file()

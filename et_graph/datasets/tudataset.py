@@ -101,6 +101,11 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
                          f"{', '.join(required)} (node and edge files are optional)")
     cache = Path(cache) if cache else default_tu_cache()
     target = cache / name / "raw"
+    if source.resolve() == target.resolve():
+        # (a security audit) --root D --cache D: the cleanup below deleted the raw files
+        raise ValueError(f"the cache {cache} is the root {root}: the cache holds copies that "
+                         "et-graph replaces, so it must be another folder (or none, for "
+                         "the user's own cache)")
     # By content, not by file names: another root (or edited files) under the same dataset name
     # must not load the graphs processed from the first one.
     stamp = cache / name / "raw_source.json"
@@ -115,8 +120,25 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
             # the processed graphs go with the old raw files; only a folder inside the cache
             if (cache / name).resolve().parent != cache.resolve():
                 raise ValueError(f"{cache / name} is not a folder inside the cache {cache}")
+            if not stamp.is_file():
+                # Only a folder et-graph made (its stamp is written before anything else): a
+                # --cache naming a folder of the user's, or a crafted preset's, had its
+                # same-named subfolder deleted (a security audit).
+                raise ValueError(f"{cache / name} exists and was not made by et-graph (it has "
+                                 f"no {stamp.name}): et-graph replaces what its cache holds, so "
+                                 "choose another --cache, or remove that folder yourself")
             shutil.rmtree(cache / name)
-        shutil.copytree(source, target)
+        # the stamp first, an empty one: a run killed while copying leaves a folder that the
+        # next run recognises as its own and replaces
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        write_text_whole(stamp, "{}")
+        # the regular files (those fingerprinted above) only: a link in the raw folder to
+        # /dev/zero, or to another folder, was followed, filling the disk or copying that
+        # folder (a security audit)
+        target.mkdir()
+        for path in sorted(source.iterdir()):
+            if path.is_file():
+                shutil.copyfile(path, target / path.name)
         for file_name, text in texts.items():  # what PyG reads: the normalised lines
             (target / file_name).write_text(text, encoding="utf-8")
         # (a full disk left an empty stamp, read as JSON on every run)
