@@ -134,3 +134,37 @@ def test_showing_progress_never_changes_a_training():
                 generators=[task.generator]).fit(model, task)
         weights.append(model.weight.detach().clone())
     assert torch.equal(*weights)
+
+
+def test_a_delayed_notebook_bar_builds_no_widget_for_short_work(monkeypatch):
+    """tqdm's notebook bar builds its widgets when created, whatever its delay, and never frees
+    them: a bar over each epoch's batches left about ten hidden widgets per epoch in the kernel
+    and the saved notebook (a notebook audit). A delayed bar there is built once the delay has
+    passed, counting what came before."""
+    built = []
+
+    class Widget:
+        __module__ = "tqdm.notebook"
+
+        def __init__(self, *args, **kwargs):
+            built.append(kwargs)
+            self.updates = 0
+            self.closed = False
+
+        def update(self, count):
+            self.updates += count
+
+        def close(self):
+            self.closed = True
+
+    clock = iter([0.0, 0.5, 1.0, 3.0, 3.5, 4.0, 4.5])
+    monkeypatch.setattr(progress, "notebook_or_plain_tqdm", Widget)
+    monkeypatch.setattr(progress, "tqdm", Widget)
+    stream = io.StringIO()
+    assert list(progress_bar(range(3), desc="short", file=stream, delay=1e9)) == [0, 1, 2]
+    assert built == []  # never built
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    bar = progress_bar(range(6), desc="long", file=stream, delay=2.0, total=6)
+    assert list(bar) == list(range(6))
+    assert len(built) == 1 and built[0]["initial"] == 3 and built[0]["total"] == 6
+    assert "delay" not in built[0] and built[0]["desc"] == "long"
