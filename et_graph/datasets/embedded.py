@@ -122,14 +122,17 @@ def load_torch_data(source: Union[str, Path, io.BytesIO], what: str) -> object:
             warnings.warn(f"this torch ({torch.__version__}) cannot restrict what {what} "
                           "unpickles: load only files you trust (torch >= 2.5 can)",
                           RuntimeWarning, stacklevel=2)
-        return torch.load(source, map_location="cpu", weights_only=False)
+        return refuse_repeating_views(
+            torch.load(source, map_location="cpu", weights_only=False), what)
     try:
         with allow(pyg_data_classes()):
-            return torch.load(source, map_location="cpu", weights_only=True)
+            return refuse_repeating_views(
+                torch.load(source, map_location="cpu", weights_only=True), what)
     except pickle.UnpicklingError as error:
         # a class or function outside the allowed ones; anything else (a cut or garbled
-        # file) stays the caller's "cannot be read"
-        refused = [line.strip() for line in str(error).splitlines() if "Unsupported global" in line]
+        # file) stays the caller's "cannot be read" (torch 2.13 words it "unsupported GLOBAL")
+        refused = [line.strip() for line in str(error).splitlines()
+                   if "unsupported global" in line.lower()]
         if not refused:
             raise
         raise UntrustedFileError(
@@ -137,6 +140,35 @@ def load_torch_data(source: Union[str, Path, io.BytesIO], what: str) -> object:
             f"unpickling it in full would run whatever code it carries. Save the graph as a "
             f"plain Data (x, edge_index, y tensors), or, for a file you trust, set "
             f"{TRUST_ENV}=1") from None
+
+
+def refuse_repeating_views(loaded: Any, what: str) -> Any:
+    """``loaded`` (a loaded file's object: tensors inside dicts, lists, tuples or PyG's data
+    classes), after refusing any tensor that declares more values than its storage holds: a
+    zero-stride view over one value of a 2.4 KB file declared gigabytes, which the loaders then
+    copied (a security audit); no data file needs one."""
+    pending, seen = [loaded], set()
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            if item.layout == torch.strided and item.numel() > (
+                    item.untyped_storage().nbytes() // max(item.element_size(), 1)):
+                raise UntrustedFileError(
+                    f"{what} holds a tensor of shape {tuple(item.shape)} over a storage of "
+                    f"{item.untyped_storage().nbytes() // max(item.element_size(), 1)} values "
+                    "(a view that repeats values): refused, as no data file needs one")
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif not isinstance(item, type) and hasattr(item, "__dict__"):
+            # PyG's Data and its storages by their attributes: their properties may refuse an
+            # object saved by another PyG version (the caller says so in its own words)
+            pending.extend(vars(item).values())
+    return loaded
 
 
 #: What a plain pickle of tensors (the official ZINC ``{train,val,test}.pickle``: lists of
