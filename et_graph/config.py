@@ -136,6 +136,9 @@ class RunConfig:
         from .training import CheckpointConfig
 
         folders = [re.sub(r"[^\w.-]", "_", str(part)) or "_" for part in parts]
+        # "." and ".." name no folder of their own (a file "...npz" is dataset ".."): its
+        # checkpoints went one folder up, out of checkpoint_dir (a security audit)
+        folders = [folder if folder.strip(".") else "_" for folder in folders]
         return CheckpointConfig(str(Path(self.checkpoint_dir, *folders)), self.checkpoint_every,
                                 self.resume)
 
@@ -902,6 +905,15 @@ def _yaml_loader() -> Any:
                         None, None, f"key {key!r} is given twice", key_node.start_mark)
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            # An alias repeats its anchor's value: nested ones made a 413-byte preset a 72 MB
+            # error message (a security audit), and a preset needs none.
+            if self.check_event(yaml.events.AliasEvent):
+                raise yaml.composer.ComposerError(
+                    None, None, "aliases (*name) are not read in presets: write the value "
+                    "itself", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
 
     return UniqueKeyLoader
 

@@ -8,6 +8,8 @@ when ``setup.py`` sits beside the package.
 from __future__ import annotations
 
 import os
+import stat
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -29,13 +31,32 @@ def cache_dir() -> Path:
     return Path(base) / "et_graph"
 
 
+def plain_file_mode(path: Path) -> int:
+    """The mode a plain write would give ``path``: its own where it exists, else the umask's
+    (a temporary file is private, so a file moved into place from one would be too)."""
+    if path.exists():
+        return stat.S_IMODE(path.stat().st_mode)
+    umask = os.umask(0o022)  # (the only portable way to read it: set it, put it back)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_text_whole(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all: into ``.<name>.partial`` beside it, then
-    ``os.replace`` (a run killed, or a full disk, while writing left a cut file that later
-    runs read)."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    """Write ``text`` to ``path`` whole or not at all: into a new temporary file beside it
+    (``.<random>.<name>.partial``), then ``os.replace`` (a run killed, or a full disk, while
+    writing left a cut file that later runs read). The temporary name is made afresh by
+    ``tempfile.mkstemp``: a fixed one was opened through whatever link another user of a
+    shared folder had planted under it (a security audit); a failed write removes it."""
+    handle, name = tempfile.mkstemp(prefix=".", suffix=f".{path.name}.partial", dir=path.parent)
+    os.close(handle)
+    partial = Path(name)
+    try:
+        os.chmod(partial, plain_file_mode(path))
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -208,3 +208,38 @@ def test_every_stored_results_file_loads_as_its_tasks_preset():
         else:
             refused.append((path, errors))
     assert not refused, refused[:2]
+
+
+def test_files_from_others_cannot_steer_writes_or_expand(tmp_path):
+    """(a security audit) a checkpoint part ".." (a data file named "...npz") left
+    checkpoint_dir; a results file was written through a link planted at its fixed temporary
+    name; a YAML alias chain made a 413-byte preset a 72 MB error message."""
+    import os
+    from pathlib import Path
+
+    from et_graph.config import RunConfig
+    from et_graph.paths import write_text_whole
+
+    run = RunConfig(checkpoint_dir=str(tmp_path / "ck"))
+    for part in ("..", ".", "..."):
+        folder = Path(run.checkpoint(part, "et", "seed0").checkpoint_dir).resolve()
+        assert (tmp_path / "ck").resolve() in folder.parents
+    victim = tmp_path / "victim.txt"
+    victim.write_text("kept", encoding="utf-8")
+    os.symlink(victim, tmp_path / ".results.md.partial")  # the old fixed temporary name
+    write_text_whole(tmp_path / "results.md", "table")
+    assert victim.read_text(encoding="utf-8") == "kept"
+    assert (tmp_path / "results.md").read_text(encoding="utf-8") == "table"
+    # no temporary file left beside it (but the planted link)
+    assert [p.name for p in tmp_path.glob(".*.partial")] == [".results.md.partial"]
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (tmp_path / "results.md").stat().st_mode & 0o777 == 0o666 & ~mask
+    preset = tmp_path / "laughs.yaml"
+    preset.write_text("meta:\n  a: &a [1, 2]\n  b: [*a, *a]\ntrain:\n  epochs: 3\n",
+                      encoding="utf-8")
+    with pytest.raises(ValueError, match="aliases"):
+        load_file(preset)
+    plain = tmp_path / "anchor.yaml"
+    plain.write_text("meta:\n  a: &a 1\ntrain:\n  epochs: 3\n", encoding="utf-8")
+    assert load_file(plain) == {"train": {"epochs": 3}}  # an anchor alone is harmless

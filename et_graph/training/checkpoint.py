@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import pickle
 import random
-import stat
 import tempfile
 import warnings
 import zipfile
@@ -20,6 +19,8 @@ from typing import Any, BinaryIO, Union
 
 import numpy as np
 import torch
+
+from ..paths import plain_file_mode
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -51,12 +52,7 @@ def torch_save_whole(path: Union[PathLike, BinaryIO], payload: Any) -> Any:
         torch.save(payload, path)
         return path
     path = Path(os.path.realpath(path))
-    if path.exists():
-        mode = stat.S_IMODE(path.stat().st_mode)
-    else:
-        umask = os.umask(0o022)  # (the only portable way to read it: set it, put it back)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+    mode = plain_file_mode(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(temporary, mode)
