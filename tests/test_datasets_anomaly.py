@@ -933,3 +933,26 @@ def test_split_columns_of_different_kinds_are_named():
         warnings.simplefilter("error", RuntimeWarning)
         data = prepare_anomaly_data(torch.randn(n, 3), edges, y, name="g", masks=masks)
     assert data.train_mask.shape == (n, 20)
+
+
+def test_a_download_redirected_off_https_or_too_large_is_refused(tmp_path, monkeypatch):
+    """(a security audit) urllib follows a redirect to plain HTTP, and the archive's size had no
+    bound."""
+    from et_graph.datasets import fraud_mat
+
+    class Response(io.BytesIO):
+        def __init__(self, final):
+            super().__init__(b"x" * 4096)
+            self.final = final
+
+        def geturl(self):
+            return self.final
+
+    monkeypatch.setattr("urllib.request.urlopen", lambda url, timeout: Response("http://a/b.zip"))
+    with pytest.raises(OSError, match="not HTTPS"):
+        fraud_mat.download_fraud_mat("yelpchi", tmp_path / "a")
+    monkeypatch.setattr("urllib.request.urlopen", lambda url, timeout: Response(url))
+    monkeypatch.setattr(fraud_mat, "MAX_DOWNLOAD_BYTES", 1024)
+    with pytest.raises(OSError, match="exceeds"):
+        fraud_mat.download_fraud_mat("yelpchi", tmp_path / "b")
+    assert not list((tmp_path / "b").iterdir())  # nothing left behind

@@ -687,3 +687,13 @@ def test_the_mask_takes_a_colour_the_images_do_not_have() -> None:
     blue_too = red_images.clone()
     blue_too[1] = _rgb(MASK_COLOURS[1][1]).view(3, 1, 1)
     assert _mask_colour(blue_too)[0] == "purple"  # yellow has one close pixel, purple none
+
+
+def test_a_decompression_bomb_is_named_with_its_file(tmp_path, monkeypatch) -> None:
+    """(a security audit) Pillow's DecompressionBombError came out as a bare traceback."""
+    from PIL import Image
+
+    Image.new("L", (20, 20), 0).save(tmp_path / "big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 400 pixels: twice the limit and more
+    with pytest.raises(ValueError, match="could not read image .*big.png"):
+        load_image_folder(tmp_path, size=8)

@@ -252,10 +252,17 @@ def find_fraud_mat(dataset: str, roots: list[Path]) -> Optional[Path]:
     return None
 
 
+#: The most a fraud archive download may be (DGL's are tens of MB): a larger one is refused.
+MAX_DOWNLOAD_BYTES = 512 * 2**20
+
+
 def download_fraud_mat(dataset: str, root: Path, timeout: float = 15.0) -> Path:
     """Fetch DGL's archive for ``dataset`` and extract its ``.mat`` file into ``root``.
 
-    Raises ``OSError`` (with the reason) on any network or archive failure.
+    Raises ``OSError`` (with the reason) on any network or archive failure, on a redirect away
+    from HTTPS and on an archive above :data:`MAX_DOWNLOAD_BYTES` (a security audit: urllib
+    follows a redirect to plain HTTP, and the size had no bound). DGL publishes no checksum of
+    its archives, so the file is checked only as every ``.mat`` file is, when it is read.
     """
     url = FRAUD_ARCHIVE_URLS[dataset]
     filename = FRAUD_FILES[dataset]
@@ -266,7 +273,15 @@ def download_fraud_mat(dataset: str, root: Path, timeout: float = 15.0) -> Path:
             with urllib.request.urlopen(url, timeout=timeout) as response, open(
                 archive, "wb"
             ) as handle:
-                shutil.copyfileobj(response, handle)
+                final = getattr(response, "geturl", lambda: url)()
+                if not str(final).startswith("https://"):
+                    raise OSError(f"redirected to {final}, which is not HTTPS")
+                received = 0
+                while chunk := response.read(1 << 20):
+                    received += len(chunk)
+                    if received > MAX_DOWNLOAD_BYTES:
+                        raise OSError(f"the archive exceeds {MAX_DOWNLOAD_BYTES >> 20} MiB")
+                    handle.write(chunk)
             with zipfile.ZipFile(archive) as bundle:
                 members = [m for m in bundle.namelist() if Path(m).name.lower() == filename.lower()]
                 if not members:

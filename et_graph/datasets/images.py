@@ -96,7 +96,9 @@ def load_image_folder(
                 arrays.append(_pixels(image, color, width, height, path))
                 if _has_transparency(image):
                     transparent.append(path.name)
-        except (UnidentifiedImageError, OSError) as error:
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as error:
+            # (the last: an image above twice Pillow's pixel limit, a decompression bomb; a
+            # security audit found it a bare traceback naming no file)
             raise ValueError(f"could not read image {str(path)!r}: {error}") from error
     if transparent:
         warnings.warn(f"{len(transparent)} image(s) have transparent pixels (e.g. "

@@ -240,7 +240,11 @@ class BaseDetector:
     def load(cls: type[DetectorT], path: Union[str, os.PathLike],
              map_location: Union[str, torch.device] = "cpu") -> DetectorT:
         """A detector written by :meth:`save`, its tensors moved to ``map_location`` (where it
-        will score). Called on a subclass, it refuses a file holding another detector."""
+        will score). Called on a subclass, it refuses a file holding another detector.
+
+        The file is unpickled in full (a detector holds its fitted model objects): loading a
+        file runs whatever code it carries, so load only files you or someone you trust wrote,
+        as with any pickle."""
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no detector file at {path}")
         # The device first: a device this machine lacks is not a fault of the file.
