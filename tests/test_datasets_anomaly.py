@@ -956,3 +956,38 @@ def test_a_download_redirected_off_https_or_too_large_is_refused(tmp_path, monke
     with pytest.raises(OSError, match="exceeds"):
         fraud_mat.download_fraud_mat("yelpchi", tmp_path / "b")
     assert not list((tmp_path / "b").iterdir())  # nothing left behind
+
+
+def test_an_npz_entry_declaring_more_than_the_memory_is_refused(tmp_path, monkeypatch):
+    """(a security audit) a 1 MB .npz inflated to 3 GB without a check."""
+    from et_graph.datasets import npz
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+
+    graph = planted_anomaly_graph(40, seed=0)
+    path = tmp_path / "g.npz"
+    np.savez_compressed(path, node_features=graph.x.numpy(), edges=graph.edge_index.t().numpy(),
+                        node_labels=graph.y.numpy())
+    assert npz.load_anomaly_npz(path).num_nodes == 40
+    monkeypatch.setattr(npz, "physical_memory", lambda: 1000)  # bytes: less than the features
+    with pytest.raises(ValueError, match="unpacks to .* more than this machine's"):
+        npz.load_anomaly_npz(path)
+
+
+def test_a_mat_entry_the_layout_does_not_read_is_never_unpacked(tmp_path, monkeypatch):
+    """(a security audit) a 1 MB .mat with a 1 GiB extra entry unpacked it, while the warning
+    said the entry was not read."""
+    import scipy.io
+
+    write_care_mat(tmp_path / "YelpChi.mat", YELP_RELATIONS, junk=np.ones((50, 50)))
+    asked = []
+    original = scipy.io.loadmat
+
+    def recording(path, *args, **kwargs):
+        asked.append(kwargs.get("variable_names"))
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(scipy.io, "loadmat", recording)
+    with pytest.warns(UserWarning, match=r"\['junk'\] are not read"):
+        data = load_anomaly_dataset(path=tmp_path / "YelpChi.mat")
+    assert data.num_nodes == 60 and asked and all(
+        names is not None and "junk" not in names for names in asked)
