@@ -146,3 +146,16 @@ def test_a_copy_killed_half_way_is_replaced_and_links_to_non_files_are_skipped(t
     (copied / "MUTAG_A.txt").unlink()
     again, _ = load_tudataset(tmp_path / "data", "MUTAG", cache, pe_dim=0, progress=False)
     assert len(again) == len(graphs) and (copied / "MUTAG_A.txt").is_file()
+
+
+def test_degree_features_the_machine_cannot_hold_are_refused_first(tmp_path, monkeypatch):
+    """(a security audit) one-hot degrees take nodes x (max degree + 1) floats: a 278 KB star
+    graph asked for 0.9 GB; beyond the machine's memory the load is refused before building
+    them."""
+    from et_graph.datasets import tudataset
+
+    assert load_tudataset(None, "IMDB-BINARY", tmp_path / "cache", pe_dim=0,
+                          progress=False)[0][0].x.size(1) > 1  # one-hot degrees, as before
+    monkeypatch.setattr(tudataset, "physical_memory", lambda: 10**6)
+    with pytest.raises(ValueError, match="one-hot degree features .* more than this machine"):
+        load_tudataset(None, "IMDB-BINARY", tmp_path / "cache", pe_dim=0, progress=False)
