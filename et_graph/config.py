@@ -809,7 +809,10 @@ def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Option
     base = merge(cls(), defaults) if defaults else None
     # No abbreviations: "--ep 7" set epochs, and would set another field once a flag sharing
     # the prefix is added; a preset's command line must mean the same in every release.
-    parser = FlagParser(prog=prog, description=description, allow_abbrev=False)
+    # (prog: from Python the usage named the interpreter's script, ipykernel_launcher.py in a
+    # notebook: a notebook audit)
+    parser = FlagParser(prog=prog or f"parse({cls.__name__})", description=description,
+                        allow_abbrev=False)
     add_config_arguments(parser, cls, base)
     if arguments is not None:
         arguments(parser)

@@ -96,9 +96,11 @@ def test_quick_caps_a_presets_runs_per_fold(tmp_path):
                  ).protocol.runs_per_fold == 2  # a flag still wins
 
 
-def test_abbreviated_flags_are_refused():
+def test_abbreviated_flags_are_refused(capsys):
     with pytest.raises(SystemExit):  # "--ep 7" set epochs
         parse(AnomalyConfig, ["--ep", "7"])
+    # (a notebook audit) from Python the usage named the interpreter's script
+    assert "parse(AnomalyConfig): error" in capsys.readouterr().err
 
 
 def test_every_parser_in_the_repository_refuses_abbreviated_flags():
