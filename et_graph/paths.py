@@ -51,8 +51,12 @@ def write_text_whole(path: Path, text: str) -> Path:
     os.close(handle)
     partial = Path(name)
     try:
-        os.chmod(partial, plain_file_mode(path))
+        mode = plain_file_mode(path)
+        # written while its owner may write it, then given the final mode: a read-only file
+        # (or a umask without owner-write) to replace failed the write (a review)
+        os.chmod(partial, mode | stat.S_IWUSR)
         partial.write_text(text, encoding="utf-8")
+        os.chmod(partial, mode)
         os.replace(partial, path)
     except BaseException:
         partial.unlink(missing_ok=True)

@@ -89,6 +89,16 @@ class DisabledBar(Generic[T]):
     set_description = set_description_str = _ignore
 
 
+def _passed_on(name: str) -> Any:
+    """A :class:`DeferredBar` method that passes tqdm's call on once the bar exists (the calls
+    the library makes; a bar not yet built ignores them, as :class:`DisabledBar` does)."""
+    def method(self: Any, *args: Any, **kwargs: Any) -> None:
+        if self.bar is not None:
+            getattr(self.bar, name)(*args, **kwargs)
+    method.__name__ = name
+    return method
+
+
 class DeferredBar(Generic[T]):
     """A notebook bar with a ``delay``: iterates ``iterable`` and builds the widget only once
     ``delay`` seconds have passed. tqdm's notebook bar builds its widgets when it is created
@@ -98,20 +108,39 @@ class DeferredBar(Generic[T]):
 
     def __init__(self, iterable: Iterable[T], delay: float, **options: Any) -> None:
         self.iterable, self.delay, self.options = iterable, delay, options
+        self.total = options.get("total")
+        self.n = 0
+        self.bar: Any = None
 
     def __iter__(self) -> Iterator[T]:
-        start, done, bar = time.monotonic(), 0, None
+        start = time.monotonic()
         try:
             for item in self.iterable:
                 yield item
-                done += 1
-                if bar is not None:
-                    bar.update(1)
+                self.n += 1
+                if self.bar is not None:
+                    self.bar.update(1)
                 elif time.monotonic() - start >= self.delay:
-                    bar = tqdm(initial=done, **self.options)
+                    self.bar = tqdm(initial=self.n, **self.options)
         finally:
-            if bar is not None:
-                bar.close()
+            self.close()
+
+    def __enter__(self) -> DeferredBar[T]:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    update = _passed_on("update")
+    refresh = _passed_on("refresh")
+    set_postfix = _passed_on("set_postfix")
+    set_postfix_str = _passed_on("set_postfix_str")
+    set_description = _passed_on("set_description")
+    set_description_str = _passed_on("set_description_str")
 
 
 def interactive(stream: IO[str]) -> bool:

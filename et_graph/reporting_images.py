@@ -55,16 +55,20 @@ def _rgb(colour: str) -> Tensor:
     return torch.tensor([int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
 
 
-def _mask_colour(images: Tensor, near: float = 0.2) -> tuple[str, str]:
-    """``(name, hex)`` of the :data:`MASK_COLOURS` entry with the fewest pixels of ``images``
-    ``[B, C, H, W]`` within ``near`` of it (the first on ties): a vermillion mask could not
-    be told from red image content (an audit)."""
+def _mask_colour(images: Tensor, near: float = 0.45, share: float = 0.01
+                 ) -> tuple[str, str]:
+    """``(name, hex)`` of the first :data:`MASK_COLOURS` entry that fewer than ``share`` of the
+    pixels of ``images`` ``[B, C, H, W]`` lie within ``near`` of (RGB distance), else the one
+    with the fewest such pixels: a vermillion mask could not be told from red image content
+    (an audit). Grey pixels are at least 0.58 from vermillion, so grey images keep it; pure
+    and dark red lie within 0.45 of it (a review: 0.2 missed both)."""
     pixels = images.detach().float().clamp(0, 1)
     pixels = (pixels.expand(-1, 3, -1, -1) if pixels.size(1) == 1 else pixels[:, :3])
     pixels = pixels.permute(0, 2, 3, 1).reshape(-1, 3)
     close = [int(((pixels - _rgb(colour)).norm(dim=-1) < near).sum())
              for _, colour in MASK_COLOURS]
-    return MASK_COLOURS[close.index(min(close))]
+    few = [index for index, count in enumerate(close) if count < share * len(pixels)]
+    return MASK_COLOURS[few[0] if few else close.index(min(close))]
 
 
 def _marked_rgb(picture: Tensor, colour: str = VERMILLION) -> Tensor:

@@ -841,11 +841,22 @@ def test_a_torch_file_is_not_unpickled_beyond_tensors_and_pyg_data(tmp_path, mon
         load_pyg_file(crafted)
     assert not marker.exists()
     # (a security audit) a zero-stride view of a 2.4 KB file declared gigabytes
+    from et_graph.datasets.embedded import load_torch_data
+
     repeated = tmp_path / "repeated.pt"
-    torch.save({"x": torch.zeros(1).expand(40, 1000), "edge_index": graph.edge_index,
+    torch.save({"x": torch.zeros(1).expand(40, 10_000_000), "edge_index": graph.edge_index,
                 "y": graph.y}, repeated)
-    with pytest.raises(UntrustedFileError, match="a view that repeats values"):
+    assert repeated.stat().st_size < 10_000
+    with pytest.raises(UntrustedFileError, match="a view that repeats values, 1.5 GiB"):
         load_pyg_file(repeated)
+    monkeypatch.setenv("ET_GRAPH_TRUST_PICKLE", "1")  # the user's own file: not checked
+    assert load_torch_data(repeated, "it")["x"].shape == (40, 10_000_000)
+    monkeypatch.delenv("ET_GRAPH_TRUST_PICKLE")
+    # (a review) a small repeated view is a user's plain tensor, not a bomb
+    small = tmp_path / "small.pt"
+    torch.save({"x": graph.x, "edge_index": graph.edge_index,
+                "y": torch.zeros(1, dtype=torch.long).expand(40)}, small)
+    assert load_pyg_file(small).num_nodes == 40
 
 
 def test_the_weights_only_loader_reads_numpy_and_hetero_graphs(tmp_path):

@@ -650,6 +650,8 @@ def test_folder_images_of_another_aspect_ratio_through_the_cli_flags(tmp_path) -
     # a square run's checkpoint fingerprint is the one written before the field existed
     square = parse(CONFIG, ["--data", str(tmp_path)])
     assert "image_width" not in _fingerprint(square, 0)
+    same = parse(CONFIG, ["--data", str(tmp_path), "--image-size", "32", "--image-width", "32"])
+    assert _fingerprint(same, 0) == _fingerprint(square, 0)  # a square spelt out (a review)
     assert '"image_width": 12' in _fingerprint(config, 0)
     with pytest.warns(RuntimeWarning, match="image_width=12"):
         load_images(parse(CONFIG, ["--image-width", "12"]).data)
@@ -681,6 +683,8 @@ def test_the_mask_takes_a_colour_the_images_do_not_have() -> None:
     from et_graph.reporting_images import MASK_COLOURS, _mask_colour, _rgb
 
     assert _mask_colour(load_digits_images()[:8])[0] == "vermillion"
+    for red in ((1.0, 0.0, 0.0), (0.7, 0.1, 0.1)):  # (a review: pure and dark red kept it)
+        assert _mask_colour(torch.tensor(red).view(1, 3, 1, 1).expand(2, 3, 4, 4))[0] == "blue"
     red_images = _rgb(MASK_COLOURS[0][1]).view(1, 3, 1, 1).expand(2, 3, 4, 4).clone()
     red_images[0, :, 0, 0] = _rgb(MASK_COLOURS[2][1])  # one yellow pixel
     assert _mask_colour(red_images)[0] == "blue"

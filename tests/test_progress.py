@@ -1,6 +1,7 @@
 """Progress bars: in place on a terminal, plain whole lines in a redirected log."""
 import io
 import re
+import types
 
 import et_graph.progress as progress
 from et_graph.progress import progress_bar
@@ -163,8 +164,14 @@ def test_a_delayed_notebook_bar_builds_no_widget_for_short_work(monkeypatch):
     stream = io.StringIO()
     assert list(progress_bar(range(3), desc="short", file=stream, delay=1e9)) == [0, 1, 2]
     assert built == []  # never built
-    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    # the module's clock only (the global time.monotonic is every other caller's too)
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
     bar = progress_bar(range(6), desc="long", file=stream, delay=2.0, total=6)
     assert list(bar) == list(range(6))
     assert len(built) == 1 and built[0]["initial"] == 3 and built[0]["total"] == 6
     assert "delay" not in built[0] and built[0]["desc"] == "long"
+    # (a review) the tqdm calls the library makes, as on any bar
+    with progress_bar(range(2), file=stream, delay=1e9) as quiet:
+        quiet.set_postfix(loss=1.0)
+        quiet.update(1)
+        assert quiet.n == 0 and quiet.total is None

@@ -159,3 +159,30 @@ def test_degree_features_the_machine_cannot_hold_are_refused_first(tmp_path, mon
     monkeypatch.setattr(tudataset, "physical_memory", lambda: 10**6)
     with pytest.raises(ValueError, match="one-hot degree features .* more than this machine"):
         load_tudataset(None, "IMDB-BINARY", tmp_path / "cache", pe_dim=0, progress=False)
+
+
+def test_a_copy_killed_after_its_first_file_is_still_recognised_as_the_caches_own(
+        tmp_path, monkeypatch):
+    """(a review) the stamp is written before the copy: without it, a copy killed half-way
+    left a folder without a stamp, which every later run refused as someone else's."""
+    import shutil
+
+    from et_graph.datasets import tudataset
+
+    raw = _copy_mutag(tmp_path / "data")
+    copied = []
+    real = shutil.copyfile
+
+    def killed(source, target, *args, **kwargs):
+        if copied:
+            raise KeyboardInterrupt  # the run is killed after the first file
+        copied.append(source)
+        return real(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(tudataset.shutil, "copyfile", killed)
+    with pytest.raises(KeyboardInterrupt):
+        load_tudataset(tmp_path / "data", "MUTAG", tmp_path / "cache", pe_dim=0, progress=False)
+    monkeypatch.setattr(tudataset.shutil, "copyfile", real)
+    graphs, _ = load_tudataset(tmp_path / "data", "MUTAG", tmp_path / "cache", pe_dim=0,
+                               progress=False)
+    assert len(graphs) == 188 and raw.is_dir()

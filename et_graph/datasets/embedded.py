@@ -122,8 +122,7 @@ def load_torch_data(source: Union[str, Path, io.BytesIO], what: str) -> object:
             warnings.warn(f"this torch ({torch.__version__}) cannot restrict what {what} "
                           "unpickles: load only files you trust (torch >= 2.5 can)",
                           RuntimeWarning, stacklevel=2)
-        return refuse_repeating_views(
-            torch.load(source, map_location="cpu", weights_only=False), what)
+        return torch.load(source, map_location="cpu", weights_only=False)
     try:
         with allow(pyg_data_classes()):
             return refuse_repeating_views(
@@ -142,11 +141,17 @@ def load_torch_data(source: Union[str, Path, io.BytesIO], what: str) -> object:
             f"{TRUST_ENV}=1") from None
 
 
+#: A view that repeats its storage's values may declare at most this many bytes.
+MAX_REPEATED_VIEW_BYTES = 2**30
+
+
 def refuse_repeating_views(loaded: Any, what: str) -> Any:
     """``loaded`` (a loaded file's object: tensors inside dicts, lists, tuples or PyG's data
-    classes), after refusing any tensor that declares more values than its storage holds: a
-    zero-stride view over one value of a 2.4 KB file declared gigabytes, which the loaders then
-    copied (a security audit); no data file needs one."""
+    classes), after refusing any tensor that declares more values than its storage holds and
+    more than :data:`MAX_REPEATED_VIEW_BYTES`: a zero-stride view over one value of a 2.4 KB
+    file declared gigabytes, which the loaders then copied (a security audit). A small one (a
+    user's ``zeros(1).expand(5)``) passes, and a file loaded under ``ET_GRAPH_TRUST_PICKLE=1``
+    is not checked."""
     pending, seen = [loaded], set()
     while pending:
         item = pending.pop()
@@ -155,11 +160,13 @@ def refuse_repeating_views(loaded: Any, what: str) -> Any:
         seen.add(id(item))
         if isinstance(item, torch.Tensor):
             if item.layout == torch.strided and item.numel() > (
-                    item.untyped_storage().nbytes() // max(item.element_size(), 1)):
+                    item.untyped_storage().nbytes() // max(item.element_size(), 1)) and (
+                    item.numel() * item.element_size() > MAX_REPEATED_VIEW_BYTES):
                 raise UntrustedFileError(
                     f"{what} holds a tensor of shape {tuple(item.shape)} over a storage of "
                     f"{item.untyped_storage().nbytes() // max(item.element_size(), 1)} values "
-                    "(a view that repeats values): refused, as no data file needs one")
+                    f"(a view that repeats values, {item.numel() * item.element_size() / 2**30:.1f}"
+                    f" GiB once copied): refused; for a file you trust, set {TRUST_ENV}=1")
         elif isinstance(item, dict):
             pending.extend(item.values())
         elif isinstance(item, (list, tuple)):

@@ -125,9 +125,11 @@ def prepare_root(root: str | Path, name: str, cache: str | Path | None) -> Path:
                 # Only a folder et-graph made (its stamp is written before anything else): a
                 # --cache naming a folder of the user's, or a crafted preset's, had its
                 # same-named subfolder deleted (a security audit).
-                raise ValueError(f"{cache / name} exists and was not made by et-graph (it has "
-                                 f"no {stamp.name}): et-graph replaces what its cache holds, so "
-                                 "choose another --cache, or remove that folder yourself")
+                raise ValueError(f"{cache / name} exists without et-graph's stamp ({stamp.name}): "
+                                 "a folder of someone else's, or the cache of an et-graph "
+                                 "before session 66 or an interrupted copy of one. et-graph "
+                                 "replaces only its own, so remove it if it is a cache, or "
+                                 "choose another --cache")
             shutil.rmtree(cache / name)
         # the stamp first, an empty one: a run killed while copying leaves a folder that the
         # next run recognises as its own and replaces

@@ -188,8 +188,8 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
 def _fingerprint(config: ImageCompletionConfig, seed: int) -> str:
     """What a seed's checkpoint must have been trained with to be resumed."""
     data = to_dict(config.data)
-    if data["image_width"] is None:  # square: as checkpoints written before the field read
-        del data["image_width"]
+    if data["image_width"] in (None, data["image_size"]):  # square: as checkpoints written
+        del data["image_width"]  # before the field read
     return json.dumps([data, to_dict(config.model), to_dict(config.protocol),
                        to_dict(config.train), seed])
 
