@@ -126,7 +126,7 @@ def test_the_cache_never_deletes_a_folder_it_did_not_make(tmp_path):
     victim = tmp_path / "home"
     (victim / "MUTAG").mkdir(parents=True)
     (victim / "MUTAG" / "thesis.tex").write_text("years of work", encoding="utf-8")
-    with pytest.raises(ValueError, match="was not made by et-graph"):
+    with pytest.raises(ValueError, match="exists without et-graph.s stamp"):
         load_tudataset(tmp_path / "data", "MUTAG", victim, pe_dim=0, progress=False)
     assert (victim / "MUTAG" / "thesis.tex").read_text(encoding="utf-8") == "years of work"
 
