@@ -51,10 +51,17 @@ class _LineWriter:
     def write(self, text: str) -> int:
         for piece in re.split(r"[\r\n]", _ESCAPE.sub("", text)):
             line = piece.rstrip()
-            if line and line != self.last:
+            if line and line != self.last and not self._finished_again(line):
                 self.stream.write(line + "\n")
                 self.last = line
         return len(text)
+
+    def _finished_again(self, line: str) -> bool:
+        """Whether ``line`` repeats a finished bar's last line with only its timing changed
+        (a bar kept on screen wrote ``2/2 [00:04<00:00, 2.33s/it]`` and then ``2.35s/it]``:
+        a notebook audit); an unfinished bar's repeated count stays, as a sign of life."""
+        head, _, _ = line.rpartition(" [")
+        return bool(head) and "100%" in head and head == self.last.rpartition(" [")[0]
 
     def flush(self) -> None:
         self.stream.flush()

@@ -175,3 +175,18 @@ def test_a_delayed_notebook_bar_builds_no_widget_for_short_work(monkeypatch):
         quiet.set_postfix(loss=1.0)
         quiet.update(1)
         assert quiet.n == 0 and quiet.total is None
+
+
+def test_a_finished_bar_writes_its_last_line_once():
+    """(a notebook audit) a bar kept on screen wrote its final line twice in a log, the second
+    time with another rate; an unfinished count repeated later is kept (a sign of life)."""
+    log = io.StringIO()
+    writer = progress._LineWriter(log)
+    writer.write("\rseeds: 100%|##| 2/2 [00:04<00:00, 2.33s/it]")
+    writer.write("\rseeds: 100%|##| 2/2 [00:04<00:00, 2.35s/it]\n")
+    writer.write("\repochs:  30%|#  | 3/10 [00:30<01:10, 10.0s/it]")
+    writer.write("\repochs:  30%|#  | 3/10 [01:00<02:20, 20.0s/it]")
+    assert log.getvalue().splitlines() == [
+        "seeds: 100%|##| 2/2 [00:04<00:00, 2.33s/it]",
+        "epochs:  30%|#  | 3/10 [00:30<01:10, 10.0s/it]",
+        "epochs:  30%|#  | 3/10 [01:00<02:20, 20.0s/it]"]
