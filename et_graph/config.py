@@ -139,8 +139,17 @@ class RunConfig:
         # "." and ".." name no folder of their own (a file "...npz" is dataset ".."): its
         # checkpoints went one folder up, out of checkpoint_dir (a security audit)
         folders = [folder if folder.strip(".") else "_" for folder in folders]
-        return CheckpointConfig(str(Path(self.checkpoint_dir, *folders)), self.checkpoint_every,
-                                self.resume)
+        folder = Path(self.checkpoint_dir, *folders)
+        before = Path(self.checkpoint_dir, *folders[1:])
+        if (self.resume and len(folders) > 1 and not (folder / "last.pt").is_file()
+                and (before / "last.pt").is_file()):
+            # the layout before session 56 (no dataset folder): --resume started over without
+            # a word (a compat audit)
+            warnings.warn(f"--resume found no checkpoint at {folder} but one at {before}, "
+                          "where et-graph before session 56 wrote it: this run starts over; to "
+                          f"resume that one, move it first (mv {before} {folder})",
+                          UserWarning, stacklevel=2)
+        return CheckpointConfig(str(folder), self.checkpoint_every, self.resume)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -245,3 +245,22 @@ def test_files_from_others_cannot_steer_writes_or_expand(tmp_path):
     plain = tmp_path / "anchor.yaml"
     plain.write_text("meta:\n  a: &a 1\ntrain:\n  epochs: 3\n", encoding="utf-8")
     assert load_file(plain) == {"train": {"epochs": 3}}  # an anchor alone is harmless
+
+
+def test_resume_names_a_checkpoint_left_in_the_layout_before_the_dataset_folder(tmp_path):
+    """(a compat audit) anomaly, unsupervised and image checkpoints written before session 56
+    (DIR/<model>/seed<k>) were silently trained again under --resume."""
+    from et_graph.config import RunConfig
+
+    (tmp_path / "et" / "seed0").mkdir(parents=True)
+    (tmp_path / "et" / "seed0" / "last.pt").write_bytes(b"old")
+    with pytest.warns(UserWarning, match=r"mv .*et/seed0 .*tolokers/et/seed0"):
+        RunConfig(checkpoint_dir=str(tmp_path), resume=True).checkpoint("tolokers", "et", "seed0")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # without --resume, or once moved: nothing to say
+        RunConfig(checkpoint_dir=str(tmp_path)).checkpoint("tolokers", "et", "seed0")
+        (tmp_path / "tolokers" / "et").mkdir(parents=True)
+        (tmp_path / "et" / "seed0").rename(tmp_path / "tolokers" / "et" / "seed0")
+        RunConfig(checkpoint_dir=str(tmp_path), resume=True).checkpoint("tolokers", "et", "seed0")

@@ -1074,3 +1074,49 @@ def test_a_resumed_runs_epoch_time_is_its_own_epochs(tmp_path):
     save_checkpoint(tmp_path / "last.pt", state)
     _, resumed = _fit(tmp_path, 3, resume=True)
     assert resumed.history[0]["seconds"] == 1000.0 and resumed.epoch_seconds < 1000.0
+
+
+@pytest.mark.parametrize("style", ["repr", "json"])
+def test_a_checkpoint_from_before_a_model_setting_existed_resumes_at_its_default(tmp_path, style):
+    """(a compat audit) label_trick_share, layers and noise_std refused the anomaly and image
+    checkpoints written before them, though their defaults are what the older code ran; the
+    refusal of another value names the setting, not validate_every."""
+    import json
+    from dataclasses import dataclass
+
+    from et_graph.training import dataclass_defaults
+
+    @dataclass
+    class Model:
+        hidden: int = 8
+        share: float = 0.5  # the setting added since
+
+    @dataclass
+    class Settings:
+        model: Model
+        seed: int = 0
+
+    def fingerprint(settings):
+        return repr(settings) if style == "repr" else json.dumps(
+            {"hidden": settings.model.hidden, "share": settings.model.share})
+
+    def trainer(settings, resume):
+        return Trainer(TrainConfig(epochs=3, lr=0.05), CheckpointConfig(str(tmp_path), 1, resume),
+                       progress=False, fingerprint=fingerprint(settings),
+                       setting_defaults=dataclass_defaults(settings))
+
+    current = Settings(Model())
+    trainer(current, False).fit(_model(), RegressionTask())
+    state = load_checkpoint(tmp_path / "last.pt")
+    older = fingerprint(current).replace(
+        ", share=0.5" if style == "repr" else ', "share": 0.5', "")
+    assert older != fingerprint(current)
+    state.update(fingerprint=older, epoch=0, stopped=False, history=state["history"][:1])
+    save_checkpoint(tmp_path / "last.pt", state)
+    assert trainer(current, True).fit(_model(), RegressionTask()).resumed_from_epoch == 1
+    save_checkpoint(tmp_path / "last.pt", state)
+    with pytest.raises(ValueError, match=r"another configuration \(now: .*share"):
+        trainer(Settings(Model(share=0.25)), True).fit(_model(), RegressionTask())
+    save_checkpoint(tmp_path / "last.pt", state)
+    with pytest.raises(ValueError, match=r"another configuration \(now: .*hidden"):
+        trainer(Settings(Model(hidden=16)), True).fit(_model(), RegressionTask())

@@ -44,7 +44,7 @@ from ..precision import float64_on_host_if_needed
 from ..protocols.anomaly import class_weight, macro_f1, validation_score
 from ..training import CheckpointConfig, Trainer, Validation, rank_world
 from ..training.checkpoint import fingerprint_with_data
-from ..training.engine import raise_explained
+from ..training.engine import dataclass_defaults, raise_explained
 from ..transforms.features import check_feature_limit
 from .base import BaseDetector
 from .config import ETDetectorConfig, GNNDetectorConfig, NodeTrainConfig
@@ -436,6 +436,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
             generators=[generator],
             on_epoch=self.on_epoch,
             fingerprint=same_runs[0][1], aliases=same_runs[1:],
+            setting_defaults=dataclass_defaults(self.config),
             oom_hint=self._oom_hint(), validation_oom_hint=self._validation_oom_hint())
         result = trainer.fit(model, task)
         self.model_ = model

@@ -58,6 +58,7 @@ from ..training import (
     private_rng,
 )
 from ..training.checkpoint import data_digest, fingerprint_with_data
+from ..training.engine import dataclass_defaults
 from .base import BaseDetector, check_graph, warn_unused_edge_data
 from .config import HOPFIELD_KINDS, check_descent_settings
 from .label_trick import edge_keys
@@ -459,7 +460,8 @@ class UnsupervisedETDetector(BaseDetector):
                           generators=[generator], on_epoch=self.on_epoch,
                           fingerprint=fingerprint_with_data(f"{self.config!r}, seed={self.seed}",
                                                             self.checkpoint, graph.x,
-                                                            graph.edge_index))
+                                                            graph.edge_index),
+                          setting_defaults=dataclass_defaults(self.config))
         result = trainer.fit(model, task)
         self.model_ = model
         self.history_ = result.history

@@ -48,6 +48,7 @@ from ..reporting import (
     write_results,
 )
 from ..reporting_images import FIGURES, write_figures
+from ..training import dataclass_defaults
 
 BASELINES = ("mean_patch", "mean_patch_global", "nearest_open")
 
@@ -118,6 +119,8 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
             seed=seed, progress=progress, checkpoint=config.run.checkpoint(
                 Path(config.data.data).name or config.data.data, f"seed{seed}"),
             fingerprint=_fingerprint(config, seed),
+            setting_defaults=dataclass_defaults(config.data, config.model, config.protocol,
+                                                config.train),
         )
         seconds = time.perf_counter() - start
         # One fixed mask per held-out image, shared by the model and the baselines.

@@ -12,9 +12,9 @@ the MSE over the pixels of the masked patches.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -142,6 +142,7 @@ def train_image_completion(
     progress: bool = True,
     checkpoint: Optional[CheckpointConfig] = None,
     fingerprint: str = "",
+    setting_defaults: Sequence[tuple[str, Any]] = (),
 ) -> FitResult:
     """Train with :class:`~et_graph.training.Trainer` on the masked-patch MSE of a seeded
     ``1 - val_fraction`` part of ``train_images`` (a fresh random mask per batch), keep the epoch
@@ -149,7 +150,9 @@ def train_image_completion(
     :class:`~et_graph.training.FitResult`; the model holds that epoch's weights.
 
     ``seed`` seeds the process's generators too (the descent noise, ``noise_std``), and the
-    caller gets its own generator states back, as the other tasks' trainings do."""
+    caller gets its own generator states back, as the other tasks' trainings do.
+    ``setting_defaults`` are the defaults of the settings ``fingerprint`` spells (the
+    :class:`~et_graph.training.Trainer`'s: a checkpoint from before one was added resumes)."""
     config = config or ImageTrainConfig()
     seed_everything(seed)
     check_images(train_images, model.channels)
@@ -159,7 +162,8 @@ def train_image_completion(
     trainer = Trainer(config, checkpoint=checkpoint, description="train ET", progress=progress,
                       generators=[task.generator],
                       # other images under the same folder are refused, not resumed
-                      fingerprint=fingerprint_with_data(fingerprint, checkpoint, train_images))
+                      fingerprint=fingerprint_with_data(fingerprint, checkpoint, train_images),
+                      setting_defaults=setting_defaults)
     return trainer.fit(model, task)
 
 

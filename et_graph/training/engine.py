@@ -32,7 +32,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Optional, Protocol, TypeVar, Union
 
@@ -398,6 +398,10 @@ class Trainer:
             that names the same code another way, e.g. ``neighbor_sampler="builtin"`` where
             ``"auto"`` picks the built-in sampler): a checkpoint written under one of them
             resumes.
+        setting_defaults: ``(name, default)`` of the model and data settings the fingerprint
+            spells (:func:`dataclass_defaults` of its configs): a checkpoint whose fingerprint
+            lacks a setting added since, which holds its default here, resumes, as one lacking
+            a training setting does (the default is what the older code ran).
         oom_hint: appended to the message of an out-of-memory error raised in a training step.
         validation_oom_hint: the same for the validation pass (default: ``oom_hint``).
         find_unused_parameters: under DDP, let ``DistributedDataParallel`` allow parameters
@@ -418,6 +422,7 @@ class Trainer:
         validation_oom_hint: Optional[str] = None,
         find_unused_parameters: bool = False,
         aliases: Sequence[tuple[TrainConfig, str]] = (),
+        setting_defaults: Sequence[tuple[str, Any]] = (),
     ) -> None:
         self.config = config
         self.find_unused_parameters = bool(find_unused_parameters)
@@ -432,6 +437,7 @@ class Trainer:
         self.on_epoch = on_epoch
         self.fingerprint = fingerprint
         self.aliases = list(aliases)
+        self.setting_defaults = list(setting_defaults)
         self.oom_hint = oom_hint
         self.validation_oom_hint = oom_hint if validation_oom_hint is None else validation_oom_hint
 
@@ -503,7 +509,7 @@ class Trainer:
             # resume under another lr, schedule or epoch count either); then the caller's
             # fingerprint of the model and data settings.
             stored, current = state.get("config"), asdict(self.config)
-            runs = self._same_runs(stored)
+            runs = self._same_runs(stored, str(state.get("fingerprint", "")))
             if stored is not None and all(stored != config for config, _ in runs):
                 changed = changed_settings(stored, current)
                 raise ValueError(
@@ -513,7 +519,11 @@ class Trainer:
                 )
             if all(state.get("fingerprint", "") != fingerprint for config, fingerprint in runs
                    if stored is None or stored == config):
-                now = _new_settings(str(state.get("fingerprint", "")), str(self.fingerprint))
+                # (the run as older code would spell it: a setting added since at its default
+                # is not what changed, and was listed as if it were: a compat audit)
+                spelt = [fingerprint for config, fingerprint in runs
+                         if stored is None or stored == config] or [self.fingerprint]
+                now = _new_settings(str(state.get("fingerprint", "")), min(spelt, key=len))
                 raise ValueError(
                     f"{path} was written by a run with another configuration"
                     + (f" (now: {', '.join(now)})" if now else "")
@@ -705,13 +715,16 @@ class Trainer:
             resumed_from_epoch=resumed_from,
         )
 
-    def _same_runs(self, stored: Optional[dict[str, Any]] = None
+    def _same_runs(self, stored: Optional[dict[str, Any]] = None, stored_fingerprint: str = ""
                    ) -> list[tuple[dict[str, Any], str]]:
         """This run's training settings and fingerprint, then its aliases'. Against a
         checkpoint's ``stored`` settings, each also as older code wrote it: without the settings
         added since that hold their defaults here (the default is what older code did), in the
         settings and in the fingerprint, so that a run killed across an upgrade resumes (a
-        review: adding validate_every refused every earlier checkpoint)."""
+        review: adding validate_every refused every earlier checkpoint); and without the model
+        and data settings of ``setting_defaults`` that ``stored_fingerprint`` does not name at
+        all and that hold their defaults here (a compat audit: label_trick_share and noise_std
+        refused the anomaly and image checkpoints written before them)."""
         runs = []
         for config, fingerprint in ((self.config, self.fingerprint), *self.aliases):
             settings = asdict(config)
@@ -721,9 +734,12 @@ class Trainer:
             defaults = {f.name: f.default for f in fields(config) if f.default is not MISSING}
             added = {name: value for name, value in settings.items()
                      if name not in stored and name in defaults and value == defaults[name]}
-            if added:
-                runs.append(({k: v for k, v in settings.items() if k not in added},
-                             _without_settings(fingerprint, added)))
+            older = _without_settings(fingerprint, added)
+            for name, default in self.setting_defaults:
+                if not _names_setting(stored_fingerprint, name):
+                    older = _without_settings(older, {name: default})
+            if added or older != fingerprint:
+                runs.append(({k: v for k, v in settings.items() if k not in added}, older))
         return runs
 
     def _batch_bar(self, batches: Iterable[Any], epoch: int, rank: int) -> Iterable[Any]:
@@ -800,7 +816,8 @@ def _written_by(state: dict[str, Any], unknown: Iterable[str] = ()) -> str:
             f"{here['git_commit']}{lacks})")
 
 
-def _warn_overwriting(path: Path, same_runs: Callable[[Any], list[tuple[dict[str, Any], str]]]
+def _warn_overwriting(path: Path,
+                      same_runs: Callable[[Any, str], list[tuple[dict[str, Any], str]]]
                       ) -> None:
     """A ``UserWarning`` before a run without ``resume`` replaces the checkpoint of a run with
     another configuration in the same folder (two --data files with the same name share one)."""
@@ -808,7 +825,8 @@ def _warn_overwriting(path: Path, same_runs: Callable[[Any], list[tuple[dict[str
         state = load_checkpoint(path)
     except Exception:  # noqa: BLE001 - unreadable: nothing to name, it is replaced as before
         return
-    if (state.get("config"), state.get("fingerprint", "")) not in same_runs(state.get("config")):
+    stored = (state.get("config"), state.get("fingerprint", ""))
+    if stored not in same_runs(stored[0], str(stored[1])):
         warnings.warn(f"{path} holds the checkpoint of a run with another configuration, and "
                       "this run (without resume) replaces it: give each configuration its own "
                       "checkpoint_dir to keep both", UserWarning, stacklevel=3)
@@ -823,6 +841,29 @@ def _without_settings(fingerprint: str, settings: dict[str, Any]) -> str:
                       f"{json.dumps(name)}: {json.dumps(value)}"):
             fingerprint = fingerprint.replace(", " + piece, "").replace(piece + ", ", "")
     return fingerprint
+
+
+def _names_setting(fingerprint: str, name: str) -> bool:
+    """Whether ``fingerprint`` holds a setting ``name`` in any of :func:`_without_settings`'
+    spellings."""
+    return bool(re.search(rf"(?<![\w.])(?:{re.escape(name)}=|'{re.escape(name)}': |"
+                          rf"{re.escape(json.dumps(name))}: )", fingerprint))
+
+
+def dataclass_defaults(*configs: Any) -> list[tuple[str, Any]]:
+    """``(name, default)`` of every field with a plain default in ``configs`` and the
+    dataclasses nested in them: a :class:`Trainer`'s ``setting_defaults``."""
+    found: list[tuple[str, Any]] = []
+    pending = list(configs)
+    while pending:
+        config = pending.pop(0)
+        for field_ in fields(config):
+            value = getattr(config, field_.name, None)
+            if is_dataclass(value):
+                pending.append(value)
+            elif field_.default is not MISSING:
+                found.append((field_.name, field_.default))
+    return found
 
 
 def _new_settings(stored: str, current: str, limit: int = 6) -> list[str]:
