@@ -145,10 +145,15 @@ class RunConfig:
                 and (before / "last.pt").is_file()):
             # the layout before session 56 (no dataset folder): --resume started over without
             # a word (a compat audit)
+            import shlex
+
+            # (the folder may not exist yet, or exist already: move the file, not the folder,
+            # whose move nested it one level too deep: a review)
+            move = (f"mkdir -p {shlex.quote(str(folder))} && mv "
+                    f"{shlex.quote(str(before / 'last.pt'))} {shlex.quote(str(folder))}/")
             warnings.warn(f"--resume found no checkpoint at {folder} but one at {before}, "
                           "where et-graph before session 56 wrote it: this run starts over; to "
-                          f"resume that one, move it first (mv {before} {folder})",
-                          UserWarning, stacklevel=2)
+                          f"resume that one, move it first ({move})", UserWarning, stacklevel=2)
         return CheckpointConfig(str(folder), self.checkpoint_every, self.resume)
 
 

@@ -61,7 +61,10 @@ class _LineWriter:
         (a bar kept on screen wrote ``2/2 [00:04<00:00, 2.33s/it]`` and then ``2.35s/it]``:
         a notebook audit); an unfinished bar's repeated count stays, as a sign of life."""
         head, _, _ = line.rpartition(" [")
-        return bool(head) and "100%" in head and head == self.last.rpartition(" [")[0]
+        # the count itself complete: tqdm shows 996/1000 as 100% too (a review)
+        done = re.search(r"(\d+)/(\d+)$", head)
+        return (done is not None and done[1] == done[2]
+                and head == self.last.rpartition(" [")[0])
 
     def flush(self) -> None:
         self.stream.flush()

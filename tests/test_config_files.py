@@ -254,7 +254,8 @@ def test_resume_names_a_checkpoint_left_in_the_layout_before_the_dataset_folder(
 
     (tmp_path / "et" / "seed0").mkdir(parents=True)
     (tmp_path / "et" / "seed0" / "last.pt").write_bytes(b"old")
-    with pytest.warns(UserWarning, match=r"mv .*et/seed0 .*tolokers/et/seed0"):
+    with pytest.warns(UserWarning, match=r"mkdir -p .*tolokers/et/seed0 && mv "
+                                          r".*et/seed0/last.pt .*tolokers/et/seed0/\)"):
         RunConfig(checkpoint_dir=str(tmp_path), resume=True).checkpoint("tolokers", "et", "seed0")
     import warnings
 

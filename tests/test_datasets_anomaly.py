@@ -847,8 +847,14 @@ def test_a_torch_file_is_not_unpickled_beyond_tensors_and_pyg_data(tmp_path, mon
     torch.save({"x": torch.zeros(1).expand(40, 10_000_000), "edge_index": graph.edge_index,
                 "y": graph.y}, repeated)
     assert repeated.stat().st_size < 10_000
-    with pytest.raises(UntrustedFileError, match="a view that repeats values, 1.5 GiB"):
+    with pytest.raises(UntrustedFileError, match="views that repeat values, 1.5 GiB"):
         load_pyg_file(repeated)
+    # (a review) summed over the file: 64 views of 1 GiB each passed one by one
+    many = tmp_path / "many.pt"
+    torch.save({"x": graph.x, "edge_index": graph.edge_index, "y": graph.y,
+                **{f"part{i}": torch.zeros(1).expand(2**28) for i in range(64)}}, many)
+    with pytest.raises(UntrustedFileError, match="views that repeat values"):
+        load_torch_data(many, "it")
     monkeypatch.setenv("ET_GRAPH_TRUST_PICKLE", "1")  # the user's own file: not checked
     assert load_torch_data(repeated, "it")["x"].shape == (40, 10_000_000)
     monkeypatch.delenv("ET_GRAPH_TRUST_PICKLE")

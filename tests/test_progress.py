@@ -190,3 +190,12 @@ def test_a_finished_bar_writes_its_last_line_once():
         "seeds: 100%|##| 2/2 [00:04<00:00, 2.33s/it]",
         "epochs:  30%|#  | 3/10 [00:30<01:10, 10.0s/it]",
         "epochs:  30%|#  | 3/10 [01:00<02:20, 20.0s/it]"]
+
+
+def test_an_unfinished_bar_shown_as_100_percent_keeps_its_signs_of_life():
+    # (a review) tqdm rounds 996/1000 to 100%: such a line repeated later is not a finished bar
+    log = io.StringIO()
+    writer = progress._LineWriter(log)
+    writer.write("\rwork: 100%|##| 996/1000 [00:30<00:00, 33.2it/s]")
+    writer.write("\rwork: 100%|##| 996/1000 [01:00<00:00, 16.6it/s]")
+    assert len(log.getvalue().splitlines()) == 2

@@ -1120,3 +1120,39 @@ def test_a_checkpoint_from_before_a_model_setting_existed_resumes_at_its_default
     save_checkpoint(tmp_path / "last.pt", state)
     with pytest.raises(ValueError, match=r"another configuration \(now: .*hidden"):
         trainer(Settings(Model(hidden=16)), True).fit(_model(), RegressionTask())
+
+
+def test_older_spellings_strip_whole_settings_only():
+    """(a review) a plain replace cut "noise_std=0.0" out of "noise_std=0.05" (a refusal then
+    named hopfield='relu'5) and "patience=0" out of "lr_patience=0"; two sections' settings of
+    one name cannot be told apart in a fingerprint, and a section its parent builds has that
+    build's defaults."""
+    from dataclasses import dataclass, field
+
+    from et_graph.training import dataclass_defaults
+    from et_graph.training.engine import _without_settings
+
+    assert _without_settings("G(noise_std=0.05, hopfield='relu')", {"noise_std": 0.0}) == (
+        "G(noise_std=0.05, hopfield='relu')")
+    assert _without_settings("G(lr_patience=0, k=1)", {"patience": 0}) == "G(lr_patience=0, k=1)"
+    assert _without_settings("G(gat_heads=4, layers=20)", {"layers": 2}) == (
+        "G(gat_heads=4, layers=20)")
+    assert _without_settings("G(a=1, layers=2, b=3)", {"layers": 2}) == "G(a=1, b=3)"
+    assert _without_settings('[{"x": 1, "noise_std": 0.0}, 0]', {"noise_std": 0.0}) == (
+        '[{"x": 1}, 0]')
+
+    @dataclass
+    class Section:
+        lr: float = 0.02
+        x: int = 1
+
+    @dataclass
+    class Other:
+        x: int = 2
+
+    @dataclass
+    class Whole:
+        train: Section = field(default_factory=lambda: Section(lr=0.01))
+        other: Other = field(default_factory=Other)
+
+    assert dict(dataclass_defaults(Whole())) == {"lr": 0.01}  # x: two defaults, left out

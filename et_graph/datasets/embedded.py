@@ -147,12 +147,12 @@ MAX_REPEATED_VIEW_BYTES = 2**30
 
 def refuse_repeating_views(loaded: Any, what: str) -> Any:
     """``loaded`` (a loaded file's object: tensors inside dicts, lists, tuples or PyG's data
-    classes), after refusing any tensor that declares more values than its storage holds and
-    more than :data:`MAX_REPEATED_VIEW_BYTES`: a zero-stride view over one value of a 2.4 KB
-    file declared gigabytes, which the loaders then copied (a security audit). A small one (a
-    user's ``zeros(1).expand(5)``) passes, and a file loaded under ``ET_GRAPH_TRUST_PICKLE=1``
-    is not checked."""
-    pending, seen = [loaded], set()
+    classes), after refusing tensors that declare more values than their storages hold, once
+    such views total more than :data:`MAX_REPEATED_VIEW_BYTES`: a zero-stride view over one
+    value of a 2.4 KB file declared gigabytes, which the loaders then copied (a security
+    audit). A small one (a user's ``zeros(1).expand(5)``) passes, and a file loaded under
+    ``ET_GRAPH_TRUST_PICKLE=1`` is not checked."""
+    pending, seen, repeated = [loaded], set(), 0
     while pending:
         item = pending.pop()
         if id(item) in seen:
@@ -160,13 +160,15 @@ def refuse_repeating_views(loaded: Any, what: str) -> Any:
         seen.add(id(item))
         if isinstance(item, torch.Tensor):
             if item.layout == torch.strided and item.numel() > (
-                    item.untyped_storage().nbytes() // max(item.element_size(), 1)) and (
-                    item.numel() * item.element_size() > MAX_REPEATED_VIEW_BYTES):
+                    item.untyped_storage().nbytes() // max(item.element_size(), 1)):
+                # summed over the file: 64 views of 1 GiB each passed one by one (a review)
+                repeated += item.numel() * item.element_size()
+            if repeated > MAX_REPEATED_VIEW_BYTES:
                 raise UntrustedFileError(
                     f"{what} holds a tensor of shape {tuple(item.shape)} over a storage of "
                     f"{item.untyped_storage().nbytes() // max(item.element_size(), 1)} values "
-                    f"(a view that repeats values, {item.numel() * item.element_size() / 2**30:.1f}"
-                    f" GiB once copied): refused; for a file you trust, set {TRUST_ENV}=1")
+                    f"(views that repeat values, {repeated / 2**30:.1f} GiB once copied in this "
+                    f"file): refused; for a file you trust, set {TRUST_ENV}=1")
         elif isinstance(item, dict):
             pending.extend(item.values())
         elif isinstance(item, (list, tuple)):

@@ -838,8 +838,12 @@ def _without_settings(fingerprint: str, settings: dict[str, Any]) -> str:
     comma."""
     for name, value in settings.items():
         for piece in (f"{name}={value!r}", f"'{name}': {value!r}",
-                      f"{json.dumps(name)}: {json.dumps(value)}"):
-            fingerprint = fingerprint.replace(", " + piece, "").replace(piece + ", ", "")
+                      f"{json.dumps(name)}: {json.dumps(value, default=str)}"):
+            # whole pieces only: a plain replace cut "noise_std=0.0" out of "noise_std=0.05"
+            # and "patience=0" out of "lr_patience=0" (a review)
+            escaped = re.escape(piece)
+            fingerprint = re.sub(rf", {escaped}(?=[,)}}\]]|$)|(?<![^(\[{{]){escaped}, ", "",
+                                 fingerprint)
     return fingerprint
 
 
@@ -852,18 +856,32 @@ def _names_setting(fingerprint: str, name: str) -> bool:
 
 def dataclass_defaults(*configs: Any) -> list[tuple[str, Any]]:
     """``(name, default)`` of every field with a plain default in ``configs`` and the
-    dataclasses nested in them: a :class:`Trainer`'s ``setting_defaults``."""
-    found: list[tuple[str, Any]] = []
-    pending = list(configs)
+    dataclasses nested in them (a nested section's defaults are those of the section its
+    parent builds: ``NodeTrainConfig(lr=0.01)`` gives ``lr`` 0.01): a :class:`Trainer`'s
+    ``setting_defaults``. A name with two different defaults (two sections) is left out: a
+    fingerprint's ``name=value`` cannot tell which section it belongs to (a review)."""
+    found: dict[str, Any] = {}
+    ambiguous: set[str] = set()
+    pending: list[tuple[Any, Any]] = [(config, None) for config in configs]
     while pending:
-        config = pending.pop(0)
+        config, section_default = pending.pop(0)
         for field_ in fields(config):
             value = getattr(config, field_.name, None)
             if is_dataclass(value):
-                pending.append(value)
+                built = (field_.default_factory() if field_.default_factory is not MISSING
+                         else None)
+                pending.append((value, built if is_dataclass(built) else None))
+                continue
+            if section_default is not None:
+                default = getattr(section_default, field_.name)
             elif field_.default is not MISSING:
-                found.append((field_.name, field_.default))
-    return found
+                default = field_.default
+            else:
+                continue
+            if field_.name in found and found[field_.name] != default:
+                ambiguous.add(field_.name)
+            found.setdefault(field_.name, default)
+    return [(name, default) for name, default in found.items() if name not in ambiguous]
 
 
 def _new_settings(stored: str, current: str, limit: int = 6) -> list[str]:
