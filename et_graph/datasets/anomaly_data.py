@@ -85,6 +85,15 @@ def physical_memory() -> Optional[int]:
     return None
 
 
+def refuse_beyond_memory(need: int, memory: Optional[int], what: str, after: str = "") -> None:
+    """``ValueError`` "``what`` N GiB, more than this machine's M GiB``after``" where ``need``
+    bytes exceed ``memory`` (:func:`physical_memory`, passed by the caller; ``None``: not
+    known, nothing refused): the one check before a file's declared sizes are allocated."""
+    if memory is not None and need > memory:
+        raise ValueError(f"{what} {need / 2**30:.1f} GiB, more than this machine's "
+                         f"{memory / 2**30:.1f} GiB{after}")
+
+
 def _dense(value: Any, what: str, source: str) -> Any:
     """A scipy sparse matrix or a sparse tensor made dense, after checking that it fits: a few
     hundred bytes of file can declare a [10^6, 10^6] matrix (a security review filled memory
@@ -93,12 +102,10 @@ def _dense(value: Any, what: str, source: str) -> Any:
     itemsize = (value.element_size() if isinstance(value, Tensor)
                 else np.dtype(value.dtype).itemsize)
     need = math.prod(shape) * itemsize
-    memory = physical_memory()
-    if memory is not None and need > memory:
-        raise ValueError(f"{source}: {what} is a sparse {shape} array whose dense "
-                         f"form needs {need / 2**30:.1f} GiB, more than this machine's "
-                         f"{memory / 2**30:.1f} GiB: the models read dense features (reduce "
-                         "the columns first, e.g. with a truncated SVD)")
+    refuse_beyond_memory(need, physical_memory(),
+                         f"{source}: {what} is a sparse {shape} array whose dense form needs",
+                         ": the models read dense features (reduce the columns first, e.g. "
+                         "with a truncated SVD)")
     try:
         return value.to_dense() if isinstance(value, Tensor) else value.toarray()
     except (MemoryError, RuntimeError) as error:  # torch: "DefaultCPUAllocator: not enough"

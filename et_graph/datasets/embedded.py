@@ -24,7 +24,12 @@ from typing import Any, BinaryIO, Optional, Union
 import torch
 from torch_geometric.data import Data
 
-from .anomaly_data import file_dataset_name, from_pyg_data, physical_memory
+from .anomaly_data import (
+    file_dataset_name,
+    from_pyg_data,
+    physical_memory,
+    refuse_beyond_memory,
+)
 
 # name -> (path inside the data folder, whether multi-type labels are collapsed to y > 0)
 EMBEDDED_FILES: dict[str, tuple[str, bool]] = {
@@ -46,10 +51,8 @@ def _read_torch_object(path: Path) -> object:
                 )
             # zipfile reads no more than the declared size, so checking it bounds the memory
             # (a small zip can declare a huge member: a zip bomb)
-            size, memory = bundle.getinfo(members[0]).file_size, physical_memory()
-            if memory is not None and size > memory:
-                raise ValueError(f"{path}: its member {members[0]} unpacks to {size / 2**30:.1f} "
-                                 f"GiB, more than this machine's {memory / 2**30:.1f} GiB")
+            refuse_beyond_memory(bundle.getinfo(members[0]).file_size, physical_memory(),
+                                 f"{path}: its member {members[0]} unpacks to")
             buffer = io.BytesIO(bundle.read(members[0]))
         source: Union[Path, io.BytesIO] = buffer
     else:

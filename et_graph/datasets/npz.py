@@ -32,6 +32,7 @@ from .anomaly_data import (
     file_dataset_name,
     physical_memory,
     prepare_anomaly_data,
+    refuse_beyond_memory,
     warn_unread_entries,
 )
 from .gnnbenchmark_common import one_hot_rows
@@ -60,10 +61,7 @@ class _Entries(Mapping[str, np.ndarray]):
         names = set(bundle.namelist()) if bundle is not None else set()
         stored = next((name for name in (f"{key}.npy", key) if name in names), None)
         size = bundle.getinfo(stored).file_size if stored is not None else 0
-        memory = physical_memory()
-        if memory is not None and size > memory:
-            raise ValueError(f"{self.path}: entry {key!r} unpacks to {size / 2**30:.1f} GiB, "
-                             f"more than this machine's {memory / 2**30:.1f} GiB")
+        refuse_beyond_memory(size, physical_memory(), f"{self.path}: entry {key!r} unpacks to")
         try:
             return self.archive[key]
         except _UNREADABLE as error:

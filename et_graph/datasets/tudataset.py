@@ -35,7 +35,7 @@ from ..paths import (
 )
 from ..progress import progress_bar
 from ..transforms import CLSLaplacianPE, IncidentEdgeSum, LogDegree, RandomWalkPE
-from .anomaly_data import physical_memory
+from .anomaly_data import physical_memory, refuse_beyond_memory
 from .embedded import restricted_pyg_loads
 from .gnnbenchmark_common import UNREADABLE_FILE_ERRORS, read_local_files, unreadable
 from .locking import folder_lock, quiet_processing
@@ -414,12 +414,9 @@ def load_tudataset(
         )
         # nodes x (max degree + 1) floats: a 278 KB star graph asked for 0.9 GB (a security
         # audit); refused where the machine cannot hold it, before it is built
-        needed, memory = sum(g.num_nodes for g in graphs) * (max_degree + 1) * 4, \
-            physical_memory()
-        if memory is not None and needed > memory:
-            raise ValueError(f"{name} has no node features, and its one-hot degree features "
-                             f"(degrees 0..{max_degree}) would take {needed / 2**30:.1f} GiB, "
-                             f"more than this machine's {memory / 2**30:.1f} GiB")
+        refuse_beyond_memory(sum(g.num_nodes for g in graphs) * (max_degree + 1) * 4,
+                             physical_memory(), f"{name} has no node features, and its one-hot "
+                             f"degree features (degrees 0..{max_degree}) would take")
         transform = OneHotDegree(max_degree)
         graphs = [transform(g) for g in graphs]
         info["node_features"] = f"one-hot node degree (0..{max_degree}); the data have none"
