@@ -22,6 +22,7 @@ from tqdm import TqdmExperimentalWarning
 # from the loader's generator, and showing progress changed every result (a reproducibility
 # audit: the ZINC proxy's figures moved with --no-progress). In a notebook its import warns
 # that it chose the notebook bar, which is the choice wanted here (tqdm.auto silences it too).
+# The runners take tqdm from here (their tqdm.write), so that this is its one import.
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", TqdmExperimentalWarning)
     from tqdm.autonotebook import tqdm

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from tqdm.autonotebook import tqdm
 
 from ..config import check_results_kept, parse_given, run_metadata, to_dict, warn_unread_flags
 from ..datasets.gnnbenchmark import (
@@ -39,7 +38,7 @@ from ..datasets.gnnbenchmark import (
 )
 from ..datasets.locking import quiet_processing
 from ..plugins import add_plugin_argument, load_plugins, plugin_flags
-from ..progress import progress_bar
+from ..progress import progress_bar, tqdm
 from ..protocols.gnnbenchmark import (
     METRIC_LABELS,
     MODEL_NAMES,

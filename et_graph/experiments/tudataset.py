@@ -14,8 +14,6 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from tqdm.autonotebook import tqdm
-
 from ..config import (
     PRESET_CANDIDATE,
     check_results_kept,
@@ -25,6 +23,7 @@ from ..config import (
 )
 from ..plots.graph import plot_fold_accuracies
 from ..plugins import add_plugin_argument, load_plugins, plugin_flags
+from ..progress import tqdm
 from ..protocols.graph_cv import (
     cross_validate,
     cross_validate_selected,
