@@ -135,10 +135,10 @@ class RunConfig:
             return None
         from .training import CheckpointConfig
 
-        folders = [re.sub(r"[^\w.-]", "_", str(part)) or "_" for part in parts]
-        # "." and ".." name no folder of their own (a file "...npz" is dataset ".."): its
-        # checkpoints went one folder up, out of checkpoint_dir (a security audit)
-        folders = [folder if folder.strip(".") else "_" for folder in folders]
+        # (an empty part, and "." or "..": no folder of their own; a file "...npz" is dataset
+        # "..", whose checkpoints went one folder up, out of checkpoint_dir: a security audit)
+        folders = [folder if folder.strip(".") else "_"
+                   for folder in (re.sub(r"[^\w.-]", "_", str(part)) for part in parts)]
         folder = Path(self.checkpoint_dir, *folders)
         before = Path(self.checkpoint_dir, *folders[1:])
         if (self.resume and len(folders) > 1 and not (folder / "last.pt").is_file()

@@ -162,14 +162,15 @@ def refuse_repeating_views(loaded: Any, what: str) -> Any:
             continue
         seen.add(id(item))
         if isinstance(item, torch.Tensor):
-            if item.layout == torch.strided and item.numel() > (
-                    item.untyped_storage().nbytes() // max(item.element_size(), 1)):
+            held = (item.untyped_storage().nbytes() // max(item.element_size(), 1)
+                    if item.layout == torch.strided else item.numel())
+            if item.numel() > held:
                 # summed over the file: 64 views of 1 GiB each passed one by one (a review)
                 repeated += item.numel() * item.element_size()
             if repeated > MAX_REPEATED_VIEW_BYTES:
                 raise UntrustedFileError(
                     f"{what} holds a tensor of shape {tuple(item.shape)} over a storage of "
-                    f"{item.untyped_storage().nbytes() // max(item.element_size(), 1)} values "
+                    f"{held} values "
                     f"(views that repeat values, {repeated / 2**30:.1f} GiB once copied in this "
                     f"file): refused; for a file you trust, set {TRUST_ENV}=1")
         elif isinstance(item, dict):

@@ -273,27 +273,26 @@ def trace_dynamics(model: ETImageCompletion, images: Tensor, patch_mask: Tensor,
     counts = {key: [0] * conv.steps for key in keys}
     energy_chunks, token_chunks = [], []
     usage_sum, usage_count = None, 0
-    with torch.no_grad():
-        for start in range(0, images.size(0), chunk_size):
-            mask = mask_all[start:start + chunk_size]
-            x = model.encode(images[start:start + chunk_size].to(model.position.device), mask)
-            tokens, energies = [x], []
-            for step in range(conv.steps):
-                attention, hopfield = conv.dense_attention_and_hopfield_grads(x)
-                for name, part in (("att", attention), ("hn", hopfield)):
-                    size = (conv.alpha * part).norm(dim=-1)  # [B, M]
-                    for where, chosen in (("masked", mask), ("open", ~mask)):
-                        sums[f"{name}_{where}"][step] += float(size[chosen].sum())
-                        counts[f"{name}_{where}"][step] += int(chosen.sum())
-                x, step_energy = conv.forward_dense(x, return_energy=True, steps=1)
-                energies.append(step_energy[:, 0])
-                tokens.append(x)
-            energies.append(conv.dense_energy(x))
-            energy_chunks.append(torch.stack(energies, dim=-1).cpu())
-            token_chunks.append(torch.stack(tokens).cpu())
-            usage = torch.relu(conv.norm(x) @ conv.xi.t()).sum(dim=(0, 1))
-            usage_sum = usage if usage_sum is None else usage_sum + usage
-            usage_count += x.size(0) * x.size(1)
+    for start in range(0, images.size(0), chunk_size):
+        mask = mask_all[start:start + chunk_size]
+        x = model.encode(images[start:start + chunk_size].to(model.position.device), mask)
+        tokens, energies = [x], []
+        for step in range(conv.steps):
+            attention, hopfield = conv.dense_attention_and_hopfield_grads(x)
+            for name, part in (("att", attention), ("hn", hopfield)):
+                size = (conv.alpha * part).norm(dim=-1)  # [B, M]
+                for where, chosen in (("masked", mask), ("open", ~mask)):
+                    sums[f"{name}_{where}"][step] += float(size[chosen].sum())
+                    counts[f"{name}_{where}"][step] += int(chosen.sum())
+            x, step_energy = conv.forward_dense(x, return_energy=True, steps=1)
+            energies.append(step_energy[:, 0])
+            tokens.append(x)
+        energies.append(conv.dense_energy(x))
+        energy_chunks.append(torch.stack(energies, dim=-1).cpu())
+        token_chunks.append(torch.stack(tokens).cpu())
+        usage = torch.relu(conv.norm(x) @ conv.xi.t()).sum(dim=(0, 1))
+        usage_sum = usage if usage_sum is None else usage_sum + usage
+        usage_count += x.size(0) * x.size(1)
     return {
         "energies": torch.cat(energy_chunks),
         "tokens": torch.cat(token_chunks, dim=1),
