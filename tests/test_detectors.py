@@ -1247,3 +1247,38 @@ def test_a_detector_validating_every_few_epochs_keeps_a_validated_epoch(graph):
     det = MLPDetector(epochs=5, validate_every=2).fit(graph)
     validated = [row["epoch"] for row in det.history_ if "val_auroc" in row]
     assert validated == [1, 3, 4] and det.fit_info_["best_epoch"] in validated
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ETDetector(epochs=1, hidden=16, label_trick=True),
+    lambda: GBTDetector(max_iter=5, label_trick=True),
+    lambda: StackedETDetector(epochs=1, hidden=16, trees=GBTModelConfig(max_iter=5), folds=2),
+], ids=["et", "gbt", "stacked"])
+def test_the_fitted_graph_is_kept_as_a_copy_not_the_callers_tensor(graph, make):
+    """From a long-run audit: ``edge_index.cpu()`` of a CPU tensor is the caller's own, so an
+    in-place edit of their graph after the fit made the edited graph "the fitted graph" (scored
+    with the training labels' columns) and the real one "another graph"."""
+    data = graph.clone()
+    det = make().fit(data)
+    original = data.edge_index.clone()
+    data.edge_index.copy_(torch.randint(0, data.num_nodes, data.edge_index.shape,
+                                        generator=torch.Generator().manual_seed(0)))
+    assert torch.equal(det.fit_edge_index_, original)
+    rewired = graph.clone()
+    rewired.edge_index = data.edge_index.clone()
+    assert det._is_fitted_graph(graph) and not det._is_fitted_graph(rewired)
+
+
+@pytest.mark.parametrize("off", ["no_grad", "set_grad_enabled"])
+def test_fit_trains_where_the_caller_turned_gradients_off(graph, off):
+    """From a long-run audit: a service that turned gradients off could not retrain (every fit
+    failed on "loss returned a tensor without a graph", naming a task class the user never
+    wrote); training turns them on for itself and gives the caller's setting back."""
+    reference = ETDetector(epochs=2, hidden=16).fit(graph).decision_function(graph)
+    context = torch.no_grad() if off == "no_grad" else torch.set_grad_enabled(False)
+    with context:
+        score = ETDetector(epochs=2, hidden=16).fit(graph).decision_function(graph)
+        assert not torch.is_grad_enabled()
+    assert torch.equal(score, reference)
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="inside torch.inference_mode"):
+        ETDetector(epochs=1, hidden=16).fit(graph)

@@ -705,3 +705,21 @@ def test_training_noise_has_the_langevin_scale():
     clean = conv.eval()(x, edge_index)
     noisy = conv.train()(x, edge_index)
     assert (noisy - clean).std().item() == pytest.approx(0.2, rel=0.05)
+
+
+def test_a_sixteen_bit_layers_total_energy_is_summed_in_float32():
+    """From a numerics audit: a float16 layer's total energy of 2,000 nodes passed 65504 and came
+    back as -inf (every node's share finite), and return_energy blamed beta for it. Totals of
+    16-bit layers are summed and returned in float32."""
+    torch.manual_seed(0)
+    conv = ETConv(32, heads=2, head_dim=8, steps=2)
+    x, edge_index = torch.randn(2000, 32), torch.randint(0, 2000, (2, 20000))
+    want = conv.energy(x, edge_index)
+    half = copy.deepcopy(conv).half()
+    total = half.energy(x.half(), edge_index)
+    assert total.dtype == torch.float32 and abs(want.item()) > 65504
+    assert relative_error(total, want) < 1e-3
+    _, trace = half(x.half(), edge_index, return_energy=True)
+    assert trace.dtype == torch.float32 and bool(torch.isfinite(trace).all())
+    per_graph = half.energy(x.half(), edge_index, batch=torch.zeros(2000, dtype=torch.long))
+    assert per_graph.dtype == torch.float32 and relative_error(per_graph[0], want) < 1e-3

@@ -116,3 +116,39 @@ def test_unsupervised_masked_scores_give_the_mode_back():
     masked_scores(model, torch.zeros(10, 2), torch.zeros(2, 0, dtype=torch.long), 0.5, 1,
                   torch.Generator().manual_seed(0))
     assert model.training
+
+
+def test_two_threads_scoring_one_model_take_turns():
+    """From a long-run audit: two threads scoring one model in train mode interleaved their
+    mode switches, so one scored with dropout and noise and the model could end in eval mode.
+    A thread's block holds the model's lock: another thread's block on it waits."""
+    import threading
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+    model.train()
+    inside, release = threading.Event(), threading.Event()
+    seen = []
+
+    def first():
+        with evaluation_mode(model):
+            inside.set()
+            release.wait(10)
+
+    def second():
+        inside.wait(10)
+        with evaluation_mode(model):
+            seen.append(model.training)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    inside.wait(10)
+    threads[1].join(0.3)
+    assert threads[1].is_alive() and not seen  # waiting for the first block
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert seen == [False] and model.training
+    with evaluation_mode(model), evaluation_mode(model):  # re-entrant in one thread
+        assert not model.training
+    assert model.training

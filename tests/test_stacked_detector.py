@@ -252,3 +252,42 @@ def test_the_energy_row_asked_for_without_plain_et_is_named(monkeypatch):
         warnings.simplefilter("error")
         anomaly.main(["--models", "et_stacked,gcn", "--inference-chunk-size", "1000",
                       "--no-progress"])
+
+
+def test_fitting_and_scoring_never_record_the_process_warnings(graph, fitted, monkeypatch):
+    """From a long-run audit: the inner ET's messages were renamed by recording every warning
+    with ``warnings.catch_warnings(record=True)``, process-wide and not thread-safe: two threads
+    scoring stacked detectors left every later warning of the process in a dead list. The parts
+    now name their owner themselves; nothing records the process's warnings."""
+    import warnings
+
+    recorded = []
+    real = warnings.catch_warnings
+
+    class Spy(real):
+        def __init__(self, *args, **kwargs):
+            recorded.append(kwargs.get("record", False))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(warnings, "catch_warnings", Spy)
+    det = StackedETDetector(epochs=1, hidden=16, label_trick=True, trees=TREES,
+                            folds=2).fit(graph)
+    with pytest.warns(RuntimeWarning, match=r"^StackedETDetector: this graph has 150 nodes"):
+        det.decision_function(planted_anomaly_graph(150, seed=9))
+    fitted.decision_function(graph)
+    assert not any(recorded)
+
+
+def test_flat_fold_trees_are_summed_up_in_one_warning_naming_no_gbt_detector(graph):
+    """A fold whose trees give every held-out node one score is named once, in one summary over
+    the folds, and never as a GBTDetector's own warning (the user built none)."""
+    import warnings
+
+    flat = GBTModelConfig(max_iter=5, min_samples_leaf=10_000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        StackedETDetector(epochs=1, hidden=16, trees=flat, folds=2).fit(graph)
+    messages = [str(w.message) for w in caught]
+    assert sum("the stacked trees of fold(s) [0, 1] of 2" in m for m in messages) == 1
+    assert not any(m.startswith("GBTDetector") for m in messages)
+    assert not any("every validation node has the same score" in m for m in messages)

@@ -62,6 +62,16 @@ class BaseDetector:
     #: Fields of the shared config that this detector never reads: naming one as a keyword
     #: is refused rather than accepted and ignored (MLPDetector(gat_heads=8)).
     unused_settings: tuple[str, ...] = ()
+    #: Set on a detector another one builds as a part of itself (StackedETDetector's inner ET
+    #: and its folds' trees): the outer detector's name, which this one's messages then give
+    #: (the user built no ETDetector). Messages were renamed by recording every warning of
+    #: the part with warnings.catch_warnings, which is process-wide and not thread-safe: two
+    #: threads scoring stacked detectors left every later warning of the process in a dead
+    #: list (a long-run audit).
+    _part_of: Optional[str] = None
+    #: ``False`` on a part whose owner reports a flat validation itself (the stacked trees'
+    #: folds: one summary over the folds instead of one warning per fold).
+    _warns_flat_validation: bool = True
 
     def __init__(self, config: Any = None, *, seed: int = 0, progress: bool = False,
                  device: Union[str, torch.device] = "cpu", chunk_size: Optional[int] = None,
@@ -184,6 +194,12 @@ class BaseDetector:
 
         return Tags(estimator_type=None, target_tags=TargetTags(required=False))
 
+    @property
+    def _name(self) -> str:
+        """The name this detector's messages give it: its class's, or its owner's
+        (:attr:`_part_of`)."""
+        return self._part_of or type(self).__name__
+
     def __repr__(self) -> str:
         """The constructor call that builds this detector again (``eval(repr(det))``): a
         subclass's own constructor arguments (from its ``get_params``), its settings, without
@@ -302,10 +318,10 @@ class BaseDetector:
         if getattr(data, "y", None) is None:
             # (an API audit) every detector but ET said "no train_mask" of an unlabelled graph
             raise ValueError(
-                f"{type(self).__name__} is supervised and data has no labels (data.y); to fit "
+                f"{self._name} is supervised and data has no labels (data.y); to fit "
                 "without labels use ETDetector(supervised=False) (= UnsupervisedETDetector), "
                 "or et-graph unsupervised's baselines")
-        warn_unused_edge_data(data, type(self).__name__, self._reads_edge_type())
+        warn_unused_edge_data(data, self._name, self._reads_edge_type())
         data = self._prepare(data)
         train = resolve_mask(data, train_mask, "train_mask")
         val = resolve_mask(data, val_mask, "val_mask")
@@ -343,7 +359,7 @@ class BaseDetector:
         self.decision_score_ = score
         val_index = val.nonzero().view(-1)
         val_scores = score[val_index]
-        if bool((val_scores == val_scores[0]).all()):
+        if self._warns_flat_validation and bool((val_scores == val_scores[0]).all()):
             # A network with a loss trace likely diverged; trees find no split on few nodes.
             trace = self._loss_trace()
             hint = ("a lower learning rate may help" if trace else
@@ -351,7 +367,7 @@ class BaseDetector:
             if x.size(0) and bool((x == x[0]).all()):  # the cause, not a tuning hint
                 hint = ("every node has the same features, so nothing tells the nodes apart "
                         "(add informative ones, e.g. et_graph.transforms.LogDegree)")
-            warnings.warn(f"{type(self).__name__}: every validation node has the same score "
+            warnings.warn(f"{self._name}: every validation node has the same score "
                           f"({float(val_scores[0]):.4g}), so the model ranks nothing{trace}; "
                           f"{hint}", RuntimeWarning, stacklevel=user_stacklevel())
         self.threshold_, val_f1 = choose_threshold(
@@ -389,7 +405,7 @@ class BaseDetector:
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         # (fit scores its own graph through _decision, so it warns once, not twice)
-        warn_unused_edge_data(data, type(self).__name__, self._reads_edge_type())
+        warn_unused_edge_data(data, self._name, self._reads_edge_type())
         return self._checked_scores(self._decision(data), "this graph")
 
     def _loss_trace(self) -> str:
@@ -404,7 +420,7 @@ class BaseDetector:
         bad = int((~torch.isfinite(score)).sum())
         if bad:
             raise FloatingPointError(
-                f"{type(self).__name__} scored {bad} of {score.numel()} nodes of {where} as NaN "
+                f"{self._name} scored {bad} of {score.numel()} nodes of {where} as NaN "
                 f"or inf{self._loss_trace()}: the training diverged (lower the learning rate) "
                 f"or the features are too large for float32 (rescale them)")
         return score
@@ -416,7 +432,7 @@ class BaseDetector:
     def _scorable(self, data: Data) -> Data:
         """``data`` checked against the fitted detector and prepared as ``_score`` reads it."""
         if not self.fitted_:
-            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
+            raise RuntimeError(f"{self._name} is not fitted yet: call fit(data) first")
         x, _ = check_graph(data)
         if x.size(1) != self.in_channels_:
             raise ValueError(
@@ -471,7 +487,7 @@ class BaseDetector:
 
     def _check_fitted(self) -> None:
         if self.threshold_ is None:
-            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
+            raise RuntimeError(f"{self._name} is not fitted yet: call fit(data) first")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -82,6 +82,16 @@ class FittedGraphLabels:
     #: ``edge_index`` as ``fit_edge_index_`` when it is transductive: label trick or positional).
     fit_num_nodes_: Optional[int] = None
 
+    def _remember_fitted_graph(self, data: Data, edges: bool = True) -> None:
+        """Keep what tells the fitted graph from another: its number of nodes, and (``edges``)
+        a copy of its ``edge_index`` on the CPU. A copy, because ``.cpu()`` of a CPU tensor is
+        the caller's own: an in-place edit of their graph after the fit (a long-run audit)
+        made the edited graph "the fitted graph", scored with the training labels' columns,
+        and the real one "another graph"."""
+        self.fit_edge_index_ = (data.edge_index.detach().to("cpu", copy=True) if edges
+                                else None)
+        self.fit_num_nodes_ = data.num_nodes
+
     def _is_fitted_graph(self, data: Data) -> bool:
         """Whether ``data`` is the fitted graph: as many nodes and the same edges, in any
         order, repeats and self-loops aside (sorting or coalescing the edges, or adding
@@ -119,7 +129,7 @@ class FittedGraphLabels:
     def label_columns(self, data: Data, device: Union[torch.device, str] = "cpu") -> Tensor:
         """The ``[N, 3]`` label-trick columns of ``data`` (float32 on ``device``)."""
         if self.train_labels_ is None:
-            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
+            raise RuntimeError(f"{self._name} is not fitted yet: call fit(data) first")
         if self._is_fitted_graph(data):
             return neighbour_label_features(data.edge_index.to(device),
                                             self.train_labels_.to(device))
@@ -137,7 +147,7 @@ class FittedGraphLabels:
                     f"{data.num_nodes} nodes (the fitted graph {fitted}) and does not keep "
                     "its edges among its first nodes")
             warnings.warn(
-                f"{type(self).__name__}: this graph has {what}, so it is scored as another "
+                f"{self._name}: this graph has {what}, so it is scored as another "
                 "graph: the label-trick columns are zero (no training label is known there), "
                 "which lowers the scores' quality. Score the fitted graph, or the fitted graph "
                 "grown (new edges, or new nodes appended after its own, every fitted edge "

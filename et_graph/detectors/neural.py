@@ -381,7 +381,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         if getattr(self, "supports_chunks", False):
             return f"pass {self._chunk_advice()}"
         # A smaller batch_size, the training advice, cannot shrink this pass (an audit).
-        return (f"{type(self).__name__} validates and scores the whole graph in one pass, "
+        return (f"{self._name} validates and scores the whole graph in one pass, "
                 "whatever the batch size; only ETDetector validates and scores in chunks "
                 "(chunk_size), or use a machine with more memory")
 
@@ -409,15 +409,14 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
 
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         # BaseDetector.fit runs this under private_rng(self.seed): torch and NumPy are seeded.
-        check_feature_scales(data.x, type(self).__name__)
+        check_feature_scales(data.x, self._name)
         data = on_device(data, self.device)
         model = self.build_network(data.num_features, data.num_nodes).to(self.device)
         train_config: NodeTrainConfig = self.config.train
         generator = torch.Generator().manual_seed(self.seed)
         self.train_labels_ = known_labels(y, train) if self.label_trick else None
         transductive = self.label_trick or getattr(model, "positional", None) is not None
-        self.fit_edge_index_ = data.edge_index.cpu() if transductive else None
-        self.fit_num_nodes_ = data.num_nodes
+        self._remember_fitted_graph(data, edges=transductive)
         task = NodeAnomalyTask(data, y, train, val, train_config, generator,
                                getattr(model, "positional", None) is not None, self.device,
                                label_trick=self.label_trick, chunking=self.chunking(),
@@ -431,7 +430,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         trainer = Trainer(
             train_config,
             checkpoint=self.checkpoint,
-            description=type(self).__name__,
+            description=self._name,
             progress=self.progress,
             generators=[generator],
             on_epoch=self.on_epoch,
@@ -481,7 +480,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
                 and self.fit_edge_index_ is not None  # files saved before the check: as then
                 and not self._is_fitted_graph(data)):
             raise ValueError(
-                f"{type(self).__name__} was fitted with positional=True: its embeddings belong "
+                f"{self._name} was fitted with positional=True: its embeddings belong "
                 "to the nodes of the fitted graph (transductive), and this graph is another one "
                 "(other edges); score the fitted graph, or fit without positional")
 
@@ -501,7 +500,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         elif fitted is not None or given is not None:
             # (fitted may be [], falsy: a graph without edges; list(None) failed here)
             named = f"fitted {fitted}" if fitted is not None else f"given {list(given)}"
-            warnings.warn(f"{type(self).__name__}: the relation ids cannot be checked (names "
+            warnings.warn(f"{self._name}: the relation ids cannot be checked (names "
                           f"{named}"
                           ", none on the other side): edge_type must number the relations as "
                           "in the fitted graph", RuntimeWarning, stacklevel=user_stacklevel())
@@ -596,7 +595,7 @@ class ETDetector(NeuralDetector):
             empty = [self.relation_names_[i] if self.relation_names_ else str(i)
                      for i in range(self.num_relations_) if counts[i] == 0]
             if empty:
-                warnings.warn(f"{type(self).__name__}: relation(s) {empty} have no edge in the "
+                warnings.warn(f"{self._name}: relation(s) {empty} have no edge in the "
                               "fitted graph, so their keys and queries stay untrained; edges "
                               "of them in a scored graph would meet random weights",
                               RuntimeWarning, stacklevel=user_stacklevel())

@@ -22,12 +22,10 @@ other node, and every node of another graph, reads the folds' mean.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import difflib
 import time
 import warnings
-from collections.abc import Callable, Iterator
 from dataclasses import fields
 from typing import Any, Optional, Union
 
@@ -77,12 +75,14 @@ def tree_log_odds(trees: list[GBTDetector], data: Data) -> Tensor:
 
 
 def cross_fit_trees(data: Data, y: Tensor, train: Tensor, trees: GBTModelConfig, folds: int,
-                    seed: int = 0, progress: bool = False) -> tuple[list[GBTDetector], Tensor]:
+                    seed: int = 0, progress: bool = False, owner: str = "StackedETDetector"
+                    ) -> tuple[list[GBTDetector], Tensor]:
     """The folds' fitted trees and each node's fold ``[N]`` (long; -1 off the training nodes).
 
     ``train`` (bool ``[N]``) is cut into ``folds`` stratified folds by ``seed``; fold ``k``'s
     trees fit on the others (seed ``seed * folds + k``) with fold ``k`` as their threshold
-    nodes. ``y`` is read on the training nodes only. ``progress``: a bar over the folds."""
+    nodes. ``y`` is read on the training nodes only. ``progress``: a bar over the folds.
+    ``owner``: the detector the trees' messages name (the user built no GBTDetector)."""
     if trees.label_trick:
         raise ValueError(TREES_WITH_LABEL_TRICK)
     train_index = train.nonzero().view(-1).numpy()
@@ -100,17 +100,14 @@ def cross_fit_trees(data: Data, y: Tensor, train: Tensor, trees: GBTModelConfig,
         masks[1][train_index[held_out]] = True
         fold_of[train_index[held_out]] = fold
         tree = GBTDetector(GBTDetectorConfig(model=trees), seed=seed * folds + fold)
-
-        def flat_trees(warning: warnings.WarningMessage, fold: int = fold) -> bool:
-            # GBTDetector's own warning named a detector the user never built, and a
-            # "validation" split that is a training fold, once per fold: one summary instead
-            if "has the same score" not in str(warning.message):
-                return False
+        # GBTDetector's own warning of a flat validation named a detector the user never
+        # built, and a "validation" split that is a training fold, once per fold: one
+        # summary instead
+        tree._part_of, tree._warns_flat_validation = owner, False
+        fitted.append(tree.fit(_trees_view(data, y), masks[0], masks[1]))
+        held_out_scores = tree.decision_score_[masks[1]]
+        if bool((held_out_scores == held_out_scores[0]).all()):
             flat.append(fold)
-            return True
-
-        with _relayed(flat_trees, RuntimeWarning):
-            fitted.append(tree.fit(_trees_view(data, y), masks[0], masks[1]))
     if flat:
         warnings.warn(f"the stacked trees of fold(s) {flat} of {folds} give every held-out "
                       "training node the same score, so their column ranks nothing there: too "
@@ -149,31 +146,6 @@ def stacked_column(log_odds: Tensor, fold_of: Optional[Tensor]) -> Tensor:
         own = (fold_of >= 0).nonzero().view(-1)
         column[own] = log_odds[fold_of[own], own]
     return column
-
-
-@contextlib.contextmanager
-def _relayed(take: Callable[[warnings.WarningMessage], bool],
-             category: type[Warning] = Warning) -> Iterator[None]:
-    """Record the block's warnings of ``category`` and hand each to ``take`` afterwards; each
-    one it does not take is issued again where it came from, under the caller's filters."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", category)
-        yield
-    for warning in caught:
-        if not take(warning):
-            warnings.warn_explicit(warning.message, warning.category, warning.filename,
-                                   warning.lineno)
-
-
-def _renamed(warning: warnings.WarningMessage) -> bool:
-    """The inner ETDetector's own warning, issued as the stacked detector's (the user built no
-    ETDetector) at the user's line; ``False`` for any other."""
-    message = str(warning.message)
-    if not message.startswith("ETDetector"):
-        return False
-    warnings.warn("StackedETDetector" + message[len("ETDetector"):], warning.category,
-                  stacklevel=user_stacklevel())
-    return True
 
 
 def _trees_view(data: Data, y: Optional[Tensor] = None) -> Data:
@@ -259,11 +231,10 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
             graph_relations(data)  # a graph without edge types is named now, before the trees
         started = time.perf_counter()
         self.trees_, self.fold_of_ = cross_fit_trees(data, y, train, self.trees, self.folds,
-                                                     self.seed, self.progress)
+                                                     self.seed, self.progress, self._name)
         # what FittedGraphLabels reads to tell the fitted graph (and it grown) from another
         self.train_labels_ = known_labels(y, train)
-        self.fit_edge_index_ = data.edge_index.cpu()
-        self.fit_num_nodes_ = data.num_nodes
+        self._remember_fitted_graph(data)
         column = stacked_column(tree_log_odds(self.trees_, data), self.fold_of_)
         tree_seconds = time.perf_counter() - started
         self.column_transform_ = FeatureTransform("quantile").fit(
@@ -272,9 +243,9 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
                         chunk_size=getattr(self, "chunk_size", None),
                         chunk_edges=getattr(self, "chunk_edges", None))
         et.checkpoint, et.on_epoch = self.checkpoint, self.on_epoch
+        et._part_of = self._name
         try:
-            with _relayed(_renamed):
-                et.fit(self._augmented(data, column, y), train, val)
+            et.fit(self._augmented(data, column, y), train, val)
         finally:
             et.__dict__.pop("on_epoch", None)  # a tuner's callback does not pickle with save()
         self.et_ = et
@@ -304,8 +275,7 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
                               self.fold_of_ if fitted_ids else None)
 
     def _score(self, data: Data) -> Tensor:
-        with _relayed(_renamed):
-            return self._inner(data)._decision(self._augmented(data, self._column(data)))
+        return self._inner(data)._decision(self._augmented(data, self._column(data)))
 
     def _inner(self, data: Data) -> ETDetector:
         """The fitted inner ET, ready to read ``data`` (prepared) with the column appended."""
@@ -313,6 +283,7 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
         if self._reads_edge_type():
             graph_relations(data)  # (ET's own message, not an AttributeError on edge_type)
         self.et_.device = self.device  # (load(map_location=...) sets the outer one alone)
+        self.et_._part_of = self._name  # (a file saved before parts were named)
         return self.et_
 
     def explanation_inputs(self, data: Data) -> tuple[Any, tuple[Tensor, Tensor],
@@ -322,9 +293,7 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
         **keywords))`` is :meth:`decision_function`. The column is an input computed before
         the network (from the trees and the fitted folds), so an edge mask does not reach it."""
         data = self._scorable(data)
-        with _relayed(_renamed):
-            return self._inner(data).explanation_inputs(
-                self._augmented(data, self._column(data)))
+        return self._inner(data).explanation_inputs(self._augmented(data, self._column(data)))
 
     def _augmented(self, data: Data, column: Tensor, y: Optional[Tensor] = None) -> Data:
         """What ET reads: ``x`` with the normalised column appended, ``edge_index``,

@@ -137,8 +137,7 @@ class GBTDetector(FittedGraphLabels, BaseDetector):
         then sees the labels as a validation or test row will, the full training set known."""
         # The trees fit on the CPU, wherever the graph lies.
         self.train_labels_ = known_labels(y.cpu(), train.cpu())
-        self.fit_edge_index_ = data.edge_index.cpu()
-        self.fit_num_nodes_ = data.num_nodes
+        self._remember_fitted_graph(data)
         # The columns scoring will give the fitted graph, from the same code path.
         return self._append_label_columns(features, data)
 

@@ -472,7 +472,20 @@ class Trainer:
     # ------------------------------------------------------------------------------------------
     def fit(self, model: nn.Module, task: TrainingTask) -> FitResult:
         """Train ``model`` on ``task``; on return the model holds the best epoch's weights and
-        is in eval mode."""
+        is in eval mode. Gradients are on for the training whatever the caller's
+        ``torch.no_grad()``; inside ``torch.inference_mode()`` it refuses to start."""
+        if torch.is_inference_mode_enabled():
+            raise RuntimeError(
+                "training cannot run inside torch.inference_mode() (tensors made there never "
+                "take part in autograd): call fit outside it (torch.no_grad() is fine: "
+                "training turns gradients on for itself)")
+        # A service that turned gradients off at start-up (torch.set_grad_enabled(False))
+        # could not retrain: every fit failed on "loss returned a tensor without a graph",
+        # naming a task class the user never wrote (a long-run audit).
+        with torch.enable_grad():
+            return self._fit(model, task)
+
+    def _fit(self, model: nn.Module, task: TrainingTask) -> FitResult:
         missing = [name for name in ("batches", "loss", "validate")
                    if not callable(getattr(task, name, None))]
         if missing:  # (a missing validate failed with a bare AttributeError after an epoch)

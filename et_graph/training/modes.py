@@ -3,10 +3,17 @@
 A library function that scores a model (``predict_logits``, ``predict_patches``, ...) switches
 it to eval mode (no dropout, no descent noise). Left there, a caller who scores in the middle of
 their own training loop would train on without dropout or noise and never be told: each such
-function gives back the mode of the model and of every submodule as it found them."""
+function gives back the mode of the model and of every submodule as it found them.
+
+Two threads scoring one model take turns: each holds the model's lock for its call. Without it
+one thread restored the training mode while the other was still scoring, which then scored
+with dropout and noise (scores off by up to 0.4), and the model could end in the wrong mode (a
+long-run audit). Training one model in one thread while another scores it is not supported."""
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable, TypeVar
@@ -15,18 +22,31 @@ from torch import nn
 
 Function = TypeVar("Function", bound=Callable[..., Any])
 
+_locks: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_locks_guard = threading.Lock()
+
+
+def _lock_of(model: nn.Module) -> threading.RLock:
+    with _locks_guard:
+        lock = _locks.get(model)
+        if lock is None:
+            lock = _locks[model] = threading.RLock()
+        return lock
+
 
 @contextmanager
 def evaluation_mode(model: nn.Module) -> Iterator[nn.Module]:
     """``model`` in eval mode inside the block; afterwards every module of it in the mode it
-    had before (a submodule kept in eval mode inside a training model stays so)."""
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
-    try:
-        yield model
-    finally:
-        for module, training in modes:
-            module.training = training
+    had before (a submodule kept in eval mode inside a training model stays so). The block
+    holds the model's lock (re-entrant): another thread's block on the same model waits."""
+    with _lock_of(model):
+        modes = [(module, module.training) for module in model.modules()]
+        model.eval()
+        try:
+            yield model
+        finally:
+            for module, training in modes:
+                module.training = training
 
 
 def evaluates_model(function: Function) -> Function:

@@ -322,7 +322,8 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
     bfloat16/float16 on a float32 layer) are upcast and the tokens come back in the features'
     dtype, while energies (``energy``, ``node_energy``, ``dense_energy`` and the
     ``return_energy`` traces) stay in the parameters' dtype, since a float16 total overflows
-    past 65504; features of higher
+    past 65504 (a 16-bit *layer*'s totals, ``energy`` and the traces, are summed and returned
+    in float32 for the same reason); features of higher
     precision (float64 on a float32 layer) raise ``ValueError`` rather than being rounded
     silently: call ``conv.double()`` or ``x.float()``. Edge weights (and a sparse adjacency's
     values) are cast to the parameters' dtype: float64 weights, as NumPy gives them, are
@@ -983,7 +984,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
 
 @torch.no_grad()
 def _detached_total(fn: ETEnergy, g: Tensor, edges: EdgeSet) -> Tensor:
-    return fn.node_energy_of_g(g, edges).sum()
+    return sum_per_graph(fn.node_energy_of_g(g, edges), None)
 
 
 #: TransformerConv's settings that ETConv has no counterpart for, and why (an audit found them

@@ -421,10 +421,11 @@ class ETEnergy(Module):
         else:
             # The class's methods are part of the key: one patched after a first check was
             # descended unchecked (an audit)
-            key = (type(self), path, *(getattr(type(self), name) for name in _WATCHED))
-            reason = _closed_form_gaps.get(key)
+            key = (path, *(getattr(type(self), name) for name in _WATCHED))
+            verdicts = _class_verdicts(type(self))
+            reason = verdicts.get(key)
             if reason is None:
-                reason = _closed_form_gaps[key] = _unmatched_energy_override(type(self), path)
+                reason = verdicts[key] = _unmatched_energy_override(type(self), path)
         if not reason and (patched or type(self) is not ETEnergy):
             reason = self._probed_closed_form(path)
         if reason:
@@ -662,9 +663,21 @@ _COVERS = {"hopfield_grad_of_g": ("hopfield_energy_of_g",),
 #: Every method whose override the checks read (a method replaced on an instance included).
 _WATCHED = tuple({*_ENERGY_METHODS, "keys_queries", *_BYPASSED["unfused"],
                   *(name for _, closed in _PATHS.values() for name in closed)})
-#: Per (ETEnergy subclass, path, its watched methods): "" (its closed form covers its energy
-#: and matches autograd of it) or why not.
-_closed_form_gaps: dict[tuple[Any, ...], str] = {}
+
+
+def _class_verdicts(cls: type) -> dict[tuple[Any, ...], str]:
+    """Per (path, the watched methods) of the ETEnergy subclass ``cls``: "" (its closed form
+    covers its energy and matches autograd of it) or why not. Kept in the class's own
+    ``__dict__`` (not inherited), so that they go with the class: a module-level dict keyed
+    by class kept every subclass ever defined alive, one per re-run of a notebook cell (a
+    long-run audit)."""
+    verdicts = vars(cls).get("_closed_form_class_verdicts")
+    if verdicts is None:
+        verdicts = {}
+        cls._closed_form_class_verdicts = verdicts
+    return verdicts
+
+
 #: The largest relative difference between a subclass's closed form and autograd of its
 #: energy that passes, per dtype of its parameters (the built-in terms: ~1e-12 in float64,
 #: ~1e-6 in float32); other dtypes are not probed.

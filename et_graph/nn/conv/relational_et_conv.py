@@ -467,7 +467,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
 
     @torch.no_grad()
     def _detached_total(self, g: Tensor, edges: list[EdgeSet]) -> Tensor:
-        return self.node_energy_of_g(g, edges).sum()
+        return sum_per_graph(self.node_energy_of_g(g, edges), None)
 
     def __repr__(self) -> str:
         return (

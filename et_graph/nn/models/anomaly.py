@@ -9,7 +9,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn.conv import MessagePassing
 
 from ..._sparse_warnings import quiet_sparse
-from ...precision import backward_without_autocast
+from ...precision import autocast_off, backward_without_autocast
 from ..conv import ETConv, RelationalETConv
 from ..conv.et_conv import is_watched
 from ..conv.relational_et_conv import check_edge_type
@@ -59,6 +59,13 @@ def _transposed_csr(matrix: Tensor) -> Tensor:
     return matrix.t().to_sparse_csr()
 
 
+def _sparse_product(operator: Tensor, tokens: Tensor) -> Tensor:
+    """``torch.sparse.mm(operator, tokens)`` with autocast off: autocast runs the product in 16
+    bits, for which the CPU has no sparse kernel (the caller hands 32-bit tokens)."""
+    with autocast_off(tokens.device.type):
+        return torch.sparse.mm(operator, tokens)
+
+
 class _SparseProduct(torch.autograd.Function):
     """``operator @ tokens`` for a constant sparse ``operator`` whose transpose is given: the
     backward is the same product with the transpose, bit for bit what autograd computes, without
@@ -68,7 +75,7 @@ class _SparseProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, operator: Tensor, transposed: Tensor, tokens: Tensor) -> Tensor:
         ctx.operators = (operator, transposed)
-        return torch.sparse.mm(operator, tokens)
+        return _sparse_product(operator, tokens)
 
     @staticmethod
     @backward_without_autocast
@@ -358,9 +365,15 @@ class ETAnomalyNet(nn.Module):
         explainer or a message hook watches, so that an edge mask covers it)."""
         if self.neighbour_messages.watched:
             return self.neighbour_messages(tokens, edge_index)
+        if tokens.dtype in (torch.float16, torch.bfloat16):
+            # torch.sparse.mm has no 16-bit kernel on the CPU: under autocast every readout
+            # but first_last failed on "addmm_out_sparse_csr_impl_mkl not implemented for
+            # 'BFloat16'" (a numerics audit). The mean in float32, handed back in the tokens'
+            # dtype.
+            return self.neighbour_means(edge_index, tokens.float()).to(tokens.dtype)
         kept = self._neighbour_entry(edge_index, tokens)
         if not (torch.is_grad_enabled() and tokens.requires_grad):
-            return torch.sparse.mm(kept["matrix"], tokens)
+            return _sparse_product(kept["matrix"], tokens)
         if kept["transposed"] is None:
             # Built once, the first time a gradient needs it: autograd would otherwise convert
             # the transpose again in every backward, for every hop.
