@@ -667,6 +667,20 @@ def test_converter_keeps_gadbench_splits_and_mark(tmp_path, monkeypatch, regime,
     assert sorted(split.train.tolist()) == expected.nonzero().view(-1).tolist()
 
 
+@pytest.mark.parametrize("regime, columns", [("supervised", slice(0, 10)),
+                                             ("semi_supervised", slice(10, 20))])
+def test_gadbench_masks_win_over_dgls_single_masks_beside_them(regime, columns):
+    """From a format audit: GADBench's Amazon and YelpChi keep DGL FraudDataset's single
+    train/val/test masks beside its own [N, 20] ones; the converter read the single masks, so
+    --gadbench-splits semi_supervised gave DGL's 70/10/20 split without a word."""
+    graph = FakeGADBenchGraph()
+    single = torch.arange(40) % 3
+    graph.ndata.update(train_mask=single == 0, val_mask=single == 1, test_mask=single == 2)
+    data = dgl_graph_to_data(graph, "amazon", gadbench_splits=regime)
+    assert torch.equal(data.train_mask, graph.role[:, columns] == 0)
+    assert torch.equal(data.val_mask, graph.role[:, columns] == 1)
+
+
 def test_dgl_graph_to_data_refuses_partial_masks():
     graph = FakeGADBenchGraph()
     del graph.ndata["val_masks"]
@@ -682,6 +696,25 @@ def test_converter_without_dgl_explains(tmp_path, monkeypatch):
     converter = load_converter()
     with pytest.raises(SystemExit, match="pip install dgl"):
         converter.main(["--input", str(tmp_path / "x"), "--output", str(tmp_path / "x.npz")])
+
+
+def test_converter_beside_a_torch_dgl_was_not_built_for_explains(tmp_path, monkeypatch):
+    """DGL installed beside current torch fails to load its C++ libraries (an OSError), which
+    escaped as a traceback; it gets the same explanation, naming the torch DGL was built for."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def failing_import(name, *args, **kwargs):
+        if name == "dgl":
+            raise FileNotFoundError("Cannot find DGL C++ graphbolt library")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "dgl", raising=False)
+    monkeypatch.setattr(builtins, "__import__", failing_import)
+    with pytest.raises(SystemExit, match="torch 2.4"):
+        load_converter().main(["--input", str(tmp_path / "x"), "--output",
+                               str(tmp_path / "x.npz")])
 
 
 def test_planted_anomaly_graph_checks_its_settings_and_small_sizes():

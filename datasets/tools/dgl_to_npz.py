@@ -4,8 +4,9 @@
 T-Finance and T-Social (Tang et al., "Rethinking Graph Neural Networks for Anomaly Detection",
 ICML 2022) are distributed as DGL binary graph files (``tfinance``, ``tsocial``) saved with
 ``dgl.save_graphs``. Their node data are ``feature`` [N, 10] and ``label`` ([N], or one-hot
-[N, 2] for T-Finance). This script needs DGL, so run it on a machine where DGL is installed
-(``pip install dgl``; et-graph itself never needs DGL):
+[N, 2] for T-Finance). This script needs DGL and et-graph in one environment (DGL's last
+builds are for torch 2.4, which et-graph's range allows; docs/datasets.md gives the commands;
+et-graph itself never needs DGL):
 
     python datasets/tools/dgl_to_npz.py --input PATH/tfinance --output datasets/tfinance.npz
     python datasets/tools/dgl_to_npz.py --input PATH/tsocial  --output datasets/tsocial.npz
@@ -27,11 +28,16 @@ from pathlib import Path
 def load_dgl_graph(path: Path):
     try:
         import dgl
-    except ImportError as error:
+    except (ImportError, OSError) as error:
+        # OSError: DGL installed beside a torch it was not built for fails to load its C++
+        # libraries ("Cannot find DGL C++ ... library")
         raise SystemExit(
-            "dgl_to_npz.py needs DGL to read DGL binary graphs, and DGL is not installed "
-            f"({error}). Install it (pip install dgl, see https://www.dgl.ai/pages/start.html) on "
-            "any machine, convert there, and copy the .npz file back."
+            "dgl_to_npz.py needs DGL to read DGL binary graphs, and DGL does not import here "
+            f"({error}). DGL's last builds are for torch 2.4: in a separate environment, "
+            "pip install torch==2.4.0, then pip install dgl -f "
+            "https://data.dgl.ai/wheels/torch-2.4/repo.html and this repository (pip install "
+            "-e .), convert there (docs/datasets.md gives the commands), and copy the .npz "
+            "file back."
         ) from error
     graphs, _ = dgl.load_graphs(str(path))
     if len(graphs) != 1:
