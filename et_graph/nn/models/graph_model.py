@@ -94,10 +94,11 @@ class ETGraphModel(nn.Module):
             gradient *sums* the neighbours' tokens, so the descent can count.
         kernel_size: Conv2D kernel of the mask (3 = paper, order dependent; 1 =
             permutation-equivariant, the whole model too when ``pe_dim=0``: the Laplacian
-            PE's eigenvector basis depends on the node order where an eigenvalue repeats);
-            ``use_mask=False`` uses plain graph attention instead.
+            PE's eigenvector basis depends on the node order where an eigenvalue repeats).
+        use_mask: apply the Conv2D adjacency mask (``False``: plain graph attention).
         mask_method: ``"sparse"`` or ``"dense"``, see :class:`Conv2DAdjacencyMask`.
-        edge_dim: width of float edge features; ``edge_categories``: sizes of integer edge labels.
+        edge_dim: width of float edge features.
+        edge_categories: sizes of integer edge labels (one int, or one per label column).
         edge_channels: width the edge features are encoded to before the projection to ``A'``.
         incident_edges: add to each node token a linear map of the sum of its incoming encoded
             edge features (needs edge features). The mask only re-weights a softmax over the

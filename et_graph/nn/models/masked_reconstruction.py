@@ -72,6 +72,7 @@ class ETMaskedNodeReconstruction(nn.Module):
         hidden_channels: token width ``D``.
         heads, head_dim, hopfield_dim, steps, alpha, hopfield, noise_std: passed to
             :class:`ETConv`.
+        structure: also reconstruct the edges (the structure decoder above).
     """
 
     def __init__(
