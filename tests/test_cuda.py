@@ -496,3 +496,20 @@ def test_device_graphs_in_the_transforms_baselines_and_image_masks():
     mask = torch.tensor([[True, False, False, True], [False, True, True, False]])  # on the CPU
     assert torch.isfinite(model.loss(images, mask)) and model.complete(images, mask).shape == (
         2, 1, 8, 8)
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="needs a second device")
+@pytest.mark.parametrize("relational", [False, True])
+def test_a_cached_layer_moved_off_the_device_names_its_edges_device(relational):
+    """From a device audit: a cache hit skipped the only device check, so a cached layer moved
+    back to the CPU after a GPU call mixed its CPU tokens with the GPU edges (torch's error from
+    deep inside, or the compiled kernels reading GPU memory)."""
+    x, edge_index = awkward_graph()
+    x = x.float()
+    edge_type = torch.arange(edge_index.size(1)) % 2
+    conv = (RelationalETConv(8, 2, heads=2, head_dim=4, cached=True) if relational
+            else ETConv(8, heads=2, head_dim=4, cached=True)).to(DEVICE)
+    args = (edge_index.to(DEVICE),) + ((edge_type.to(DEVICE),) if relational else ())
+    conv(x.to(DEVICE), *args)
+    with pytest.raises(ValueError, match="edge_index is on cuda"):
+        conv.cpu()(x, *args)

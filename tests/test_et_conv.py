@@ -723,3 +723,26 @@ def test_a_sixteen_bit_layers_total_energy_is_summed_in_float32():
     assert trace.dtype == torch.float32 and bool(torch.isfinite(trace).all())
     per_graph = half.energy(x.half(), edge_index, batch=torch.zeros(2000, dtype=torch.long))
     assert per_graph.dtype == torch.float32 and relative_error(per_graph[0], want) < 1e-3
+
+
+@pytest.mark.parametrize("relational", [False, True])
+def test_a_cache_hit_still_checks_the_devices(relational, monkeypatch):
+    """From a device audit: a cached layer's cache hit skipped the only device check (a model
+    moved to the CPU mixed its tokens with the kept GPU edges; tests/test_cuda.py has the GPU
+    case). Every call, cached or not, checks the devices without reading a value."""
+    from et_graph.nn import RelationalETConv
+    from et_graph.nn.conv import et_conv, relational_et_conv
+
+    module = relational_et_conv if relational else et_conv
+    checked = []
+    real = module.check_same_device
+    monkeypatch.setattr(module, "check_same_device",
+                        lambda x, **tensors: checked.append(sorted(tensors)) or real(x, **tensors))
+    x, edge_index = awkward_graph()
+    x = x.float()
+    extra = (torch.arange(edge_index.size(1)) % 2,) if relational else ()
+    conv = (RelationalETConv(8, 2, heads=2, head_dim=4, cached=True) if relational
+            else ETConv(8, heads=2, head_dim=4, cached=True))
+    conv(x, edge_index, *extra)
+    conv(x, edge_index, *extra)  # a cache hit
+    assert len(checked) == 2

@@ -545,3 +545,28 @@ def test_a_windows_build_counts_as_built(tmp_path, monkeypatch):
     (tmp_path / "et_probe").mkdir()
     (tmp_path / "et_probe" / "et_probe.pyd").write_bytes(b"")
     assert is_built("et_probe")
+
+
+def test_the_kernels_refuse_any_input_off_the_cpu(built):
+    """From a device audit: the kernels checked the device of k (and of x) alone, so a GPU
+    edge index among CPU tokens had its pointer read as host memory. Each input is checked
+    ("meta" stands in for another device: nothing is read from it)."""
+    from et_graph.fused import build_edge_plan
+
+    generator = torch.Generator().manual_seed(0)
+    src, dst = torch.tensor([0, 1, 2, 3, 1]), torch.tensor([1, 2, 3, 0, 3])
+    plan = build_edge_plan(src, dst, 4, 2)
+    k, q = (torch.randn(4, 2, 3, dtype=torch.float64, generator=generator) for _ in range(2))
+    inputs = native.kernel_inputs(k, q, torch.ones(2, dtype=torch.float64), None, plan)
+    built.forward(*inputs)  # all on the CPU: runs
+    for position in range(len(inputs)):
+        moved = [t.to("meta") if i == position else t for i, t in enumerate(inputs)]
+        with pytest.raises(RuntimeError, match="every input on the CPU"):
+            built.forward(*moved)
+    src, dst, batch, ptr = three_graphs()
+    x = torch.randn(11, 5, dtype=torch.float64, generator=generator)
+    gram = (x, src, dst, batch, ptr)
+    for position in range(len(gram)):
+        moved = [t.to("meta") if i == position else t for i, t in enumerate(gram)]
+        with pytest.raises(RuntimeError, match="every input on the CPU"):
+            built.gram_entries_forward(*moved, 1)

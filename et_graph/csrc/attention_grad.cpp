@@ -364,7 +364,12 @@ void with_kernel(const at::Tensor& k, const at::Tensor& q, const at::Tensor& bet
 void check_inputs(const at::Tensor& k, const at::Tensor& q, const at::Tensor& beta,
                   const at::Tensor& weight, const at::Tensor& src,
                   const at::Tensor& rowptr, const Layout& layout) {
-  TORCH_CHECK(k.device().is_cpu() && k.dim() == 3 && rows_contiguous(k),
+  // Every input's device, not k's alone: a GPU tensor among CPU ones had its pointer read as
+  // host memory (a device audit)
+  for (const auto* t : {&k, &q, &beta, &weight, &src, &rowptr, &layout.t_ptr, &layout.t_perm,
+                        &layout.dst})
+    TORCH_CHECK(t->device().is_cpu(), "attention_grad: every input on the CPU");
+  TORCH_CHECK(k.dim() == 3 && rows_contiguous(k),
               "k: an [N, H, Y] tensor on the CPU whose rows are contiguous");
   TORCH_CHECK(q.sizes() == k.sizes() && rows_contiguous(q) && q.scalar_type() == k.scalar_type(),
               "q: like k");
@@ -438,6 +443,8 @@ std::vector<at::Tensor> attention_grad_backward(
     at::Tensor up_q, bool need_weight) {
   const Layout layout{t_ptr, t_perm, dst};
   check_inputs(k, q, beta, weight, src, rowptr, layout);
+  for (const auto* t : {&probs, &scores, &up_k, &up_q})
+    TORCH_CHECK(t->device().is_cpu(), "attention_grad: every input on the CPU");
   TORCH_CHECK(probs.sizes() == scores.sizes() && probs.size(0) == src.numel() &&
                   probs.size(1) == k.size(1) && probs.is_contiguous() && scores.is_contiguous(),
               "probs, scores: [E, H] from forward");

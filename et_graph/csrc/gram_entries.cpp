@@ -155,8 +155,10 @@ void run_backward(const GramKernel<scalar_t>& kernel, int64_t graphs, const scal
 
 void check_inputs(const at::Tensor& x, const at::Tensor& src, const at::Tensor& dst,
                   const at::Tensor& batch, const at::Tensor& ptr, int64_t radius) {
-  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.is_contiguous(),
-              "x: a contiguous [T, D] tensor on the CPU");
+  // Every input's device, not x's alone (a device audit)
+  for (const auto* t : {&x, &src, &dst, &batch, &ptr})
+    TORCH_CHECK(t->device().is_cpu(), "gram_entries: every input on the CPU");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x: a contiguous [T, D] tensor on the CPU");
   for (const auto* t : {&src, &dst, &batch, &ptr})
     TORCH_CHECK(t->scalar_type() == at::kLong && t->is_contiguous() && t->dim() == 1,
                 "src, dst, batch, ptr: contiguous int64 vectors");
@@ -183,6 +185,7 @@ at::Tensor gram_entries_backward(at::Tensor x, at::Tensor src, at::Tensor dst,
                                     at::Tensor batch, at::Tensor ptr, int64_t radius,
                                     at::Tensor grad) {
   check_inputs(x, src, dst, batch, ptr, radius);
+  TORCH_CHECK(grad.device().is_cpu(), "gram_entries: every input on the CPU");
   const int64_t k = 2 * radius + 1;
   TORCH_CHECK(grad.sizes() == at::IntArrayRef({src.numel(), k * k}) && grad.is_contiguous() &&
                   grad.scalar_type() == x.scalar_type(),

@@ -26,8 +26,9 @@ def all_finite(values: Tensor) -> bool:
         return bool(torch.isfinite(values).all())
     if not values.is_floating_point():
         return True
-    low, high = torch.aminmax(values.detach())
-    return math.isfinite(low.item()) and math.isfinite(high.item())
+    # both ends in one transfer: on a GPU each .item() is a host sync (a device audit)
+    low, high = torch.stack(torch.aminmax(values.detach())).tolist()
+    return math.isfinite(low) and math.isfinite(high)
 
 
 def layer_norm_limit(dtype: torch.dtype, channels: int) -> float:
@@ -149,7 +150,7 @@ def check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
     if edge_index.numel():
-        low, high = (int(end) for end in torch.aminmax(edge_index))
+        low, high = torch.stack(torch.aminmax(edge_index)).tolist()  # one host sync
         if low < 0 or high >= num_nodes:
             raise ValueError(
                 f"edge_index has node ids in [{low}, {high}] but there are {num_nodes} nodes "
@@ -201,6 +202,16 @@ def finite_weight_in(edge_weight: Tensor, dtype: Optional[torch.dtype] = None) -
                          f"{_dtype_name(dtype)} (|w| > {torch.finfo(dtype).max:.3g}): "
                          f"rescale the weights or use a {_dtype_name(given_dtype)} layer")
     return edge_weight
+
+
+def check_same_device(x: Tensor, **tensors: Any) -> None:
+    """``ValueError`` naming each of ``tensors`` (``edge_index=...``) that is a tensor on
+    another device than ``x`` (torch's own error came from deep inside, or the CPU kernels
+    read GPU memory). No value is read: no host sync."""
+    for name, tensor in tensors.items():
+        if isinstance(tensor, Tensor) and tensor.device != x.device:
+            raise ValueError(f"{name} is on {tensor.device} but x is on {x.device}: move "
+                             "both to one device")
 
 
 def check_finite_tokens(out: Tensor, owner: str = "ETConv") -> None:

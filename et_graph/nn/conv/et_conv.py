@@ -25,6 +25,7 @@ from ..validation import (
     check_finite_energy,
     check_finite_tokens,
     check_return_energy,
+    check_same_device,
     destination_chunks,
     is_integral,
     is_real,
@@ -513,6 +514,9 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         fn = self.energy_fn
         if not self.cached or is_sparse(edge_index):
             return fn.edges(x, edge_index, edge_weight, plan=plan)
+        # before the cache: a hit skipped the check in fn.edges, so a model moved to the CPU
+        # mixed its CPU tokens with the kept GPU edges (a device audit)
+        check_same_device(x, edge_index=edge_index, edge_weight=edge_weight)
         topology = self._edge_cache.fetch(
             (edge_index,), x.size(0), lambda: fn.topology(x, edge_index, plan),
             # a plan may be wanted now that was not built before (no edges: none is ever built)

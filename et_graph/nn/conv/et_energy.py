@@ -31,6 +31,7 @@ from ..validation import (
     check_edge_index,
     check_edge_weight,
     check_features,
+    check_same_device,
     finite_weight_in,
     is_integral,
     is_real,
@@ -293,11 +294,7 @@ class ETEnergy(Module):
         in ``x``'s dtype. ``plan=True`` also builds the sorted layout that the fused kernel reuses
         across calls on the same edges (worth it when several gradients are taken)."""
         num_nodes = x.size(0)
-        for name, tensor in (("edge_index", edge_index), ("edge_weight", edge_weight)):
-            # torch's own error came from deep inside (or the CPU kernels read GPU memory)
-            if isinstance(tensor, Tensor) and tensor.device != x.device:
-                raise ValueError(f"{name} is on {tensor.device} but x is on {x.device}: move "
-                                 "both to one device")
+        check_same_device(x, edge_index=edge_index, edge_weight=edge_weight)
         if is_sparse(edge_index):
             if edge_weight is not None:
                 raise ValueError(

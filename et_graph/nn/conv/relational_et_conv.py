@@ -16,6 +16,7 @@ from ..validation import (
     check_finite_energy,
     check_finite_tokens,
     check_return_energy,
+    check_same_device,
     is_integral,
     refuse_tracing,
     sum_per_graph,
@@ -271,6 +272,8 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         """:meth:`edges`, through the cache when ``cached`` is on."""
         if not self.cached or is_sparse(edge_index):
             return self.edges(x, edge_index, edge_type, plan=plan)
+        # before the cache, whose hit skips the check in edges (as ETConv._edges)
+        check_same_device(x, edge_index=edge_index, edge_type=edge_type)
         return self._edge_cache.fetch(
             (edge_index, edge_type), x.size(0), lambda: self.edges(x, edge_index, edge_type, plan),
             lambda kept: not plan or not x.size(0)
