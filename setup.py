@@ -37,7 +37,7 @@ setup(
         "matplotlib>=3.5",  # set_xticks(ticks, labels)
         "pillow>=9.1",  # Image.Resampling
         "threadpoolctl",
-        "optuna>=3.0",  # et-graph tune
+        "optuna>=3.1",  # et-graph tune (3.0 pins scipy<1.9, which no Python 3.11 installs)
         "pyyaml",  # YAML presets (TOML needs nothing on Python >= 3.11)
         "tomli; python_version < '3.11'",
     ],

@@ -1087,7 +1087,8 @@ def code_identity() -> dict[str, str]:
 
 
 def run_metadata(config: Any = None) -> dict[str, Any]:
-    """Package version, git commit (as of import), torch / PyG versions, the machine
+    """Package version, git commit (as of import), torch / PyG / NumPy / scikit-learn versions
+    (the trees' binning follows scikit-learn's version), the machine
     (:func:`machine_metadata`), the resolved config, a random ``run_id`` (which the files
     written beside a results file repeat, so that a reader can tell they belong together) and,
     where any were loaded or registered, the plugins and the models they registered
@@ -1096,6 +1097,8 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
     import platform
     import uuid
 
+    import numpy
+    import sklearn
     import torch
     import torch_geometric
 
@@ -1103,6 +1106,8 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
         **code_identity(),
         "torch": torch.__version__,
         "torch_geometric": torch_geometric.__version__,
+        "numpy": numpy.__version__,
+        "scikit_learn": sklearn.__version__,
         "python": platform.python_version(),
         "machine": machine_metadata(),
         "run_id": uuid.uuid4().hex,

@@ -913,6 +913,23 @@ def test_the_weights_only_loader_reads_numpy_and_hetero_graphs(tmp_path):
     assert isinstance(load_torch_data(tmp_path / "hetero.pt", "hetero.pt"), HeteroData)
 
 
+def test_numpy_graphs_load_where_numpy_has_no_dtypes_module(tmp_path, monkeypatch):
+    """From a minimum-version audit: the allowed dtype classes came from np.dtypes, which
+    NumPy has from 1.25 on (1.22 is allowed); on 1.23 every Data holding arrays was refused
+    with a raw UnpicklingError. Each dtype's class is reached from an instance too."""
+    from torch_geometric.data import Data
+
+    from et_graph.datasets.embedded import load_torch_data
+
+    graph = Data(x=np.ones((3, 2), dtype=np.float32), y=np.int64(1))
+    torch.save(graph, tmp_path / "numpy.pt")
+    import types
+
+    monkeypatch.setattr(np, "dtypes", types.SimpleNamespace())  # (deleting it re-imports it)
+    loaded = load_torch_data(tmp_path / "numpy.pt", "numpy.pt")
+    assert np.array_equal(loaded.x, graph.x) and loaded.y == 1
+
+
 def test_npz_entries_the_loaders_do_not_read_are_never_unpacked(tmp_path, monkeypatch):
     # (from a security review) every entry was decompressed before the keys were checked: a
     # small file inflating to gigabytes in an unread key could exhaust memory

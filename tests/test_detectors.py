@@ -1282,3 +1282,24 @@ def test_fit_trains_where_the_caller_turned_gradients_off(graph, off):
     assert torch.equal(score, reference)
     with torch.inference_mode(), pytest.raises(RuntimeError, match="inside torch.inference_mode"):
         ETDetector(epochs=1, hidden=16).fit(graph)
+
+
+@pytest.mark.parametrize("version, method", [("1.4.2", "midpoint"), ("1.8.0", "midpoint"),
+                                             ("1.9.1", "averaged_inverted_cdf"),
+                                             ("2.0.0", "averaged_inverted_cdf")])
+def test_the_binner_follows_the_installed_scikit_learns_interpolation(monkeypatch, version,
+                                                                      method):
+    """From a minimum-version audit: scikit-learn 1.4.2-1.8 bin at "midpoint" percentiles and
+    1.9 at "averaged_inverted_cdf"; the binner took 1.9's method everywhere, so on the older
+    releases the package allows its trees were not scikit-learn's (probabilities up to 0.22
+    apart)."""
+    import sklearn
+
+    from et_graph.detectors.tree import QuantileBinner, sklearn_percentile_method
+
+    monkeypatch.setattr(sklearn, "__version__", version)
+    assert sklearn_percentile_method() == method
+    features = np.arange(1000, dtype=np.float64)[:, None] ** 1.5
+    edges = QuantileBinner(max_bins=4).fit(features).edges_[0]
+    want = np.percentile(np.sort(features[:, 0]), [25, 50, 75], method=method)
+    assert np.array_equal(edges, np.unique(want))

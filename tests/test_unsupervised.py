@@ -224,6 +224,23 @@ def test_lof_explains_groups_of_identical_feature_rows():
         lof_scores(data, 60)  # more neighbours than the group: no warning
 
 
+def test_lof_explains_identical_rows_where_scikit_learn_says_nothing(monkeypatch):
+    """From a minimum-version audit: the explanation was issued only in reply to scikit-learn's
+    own "Duplicate values" warning, which scikit-learn before 1.6 does not give; it is read from
+    the outlier factors themselves (scikit-learn's silence stands in for an older release)."""
+    import types
+
+    import sklearn.neighbors._lof as sklearn_lof
+
+    monkeypatch.setattr(sklearn_lof, "warnings",
+                        types.SimpleNamespace(warn=lambda *args, **kwargs: None))
+    x = torch.randn(120, 3, generator=torch.Generator().manual_seed(0))
+    x[:40] = 0.0
+    data = Data(x=x, edge_index=torch.zeros(2, 0, dtype=torch.long))
+    with pytest.warns(RuntimeWarning, match="the largest holds 40 nodes"):
+        lof_scores(data, 10)
+
+
 def test_default_isolation_forest_is_scikit_learns_auto_sample_size(graph):
     """The new max_samples key keeps the earlier tables' IsolationForest (scikit-learn's
     "auto" draws min(256, N) nodes), on a graph above and one below 256 nodes."""

@@ -108,6 +108,9 @@ def pyg_data_classes() -> list[type]:
                      np.ndarray, np.dtype]
     dtypes = [getattr(np.dtypes, name) for name in dir(getattr(np, "dtypes", object))
               if name.endswith("DType")]
+    # np.dtypes exists from NumPy 1.25; before, each dtype's class is reached from an
+    # instance (a minimum-version audit: NumPy 1.23 refused every Data holding arrays)
+    dtypes += [type(np.dtype(code)) for code in np.typecodes["All"]]
     return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, NodeStorage, EdgeStorage,
             BaseStorage, HeteroData, *numpy_rebuild, *dtypes]
 

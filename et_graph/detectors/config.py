@@ -243,11 +243,13 @@ class GBTModelConfig:
             >= 1.4). Below 1 it cuts the histogram work in proportion, which is what makes
             wide inputs affordable (inj_amazon with neighbour statistics has 11,505 columns).
         binning: how the feature columns are cut into scikit-learn's 255 bins. ``weighted``
-            (scikit-learn's own): in recent scikit-learn (1.9 here) the class-balanced sample
-            weights move the bin edges, at 254 weighted-percentile calls per column, about 10
-            minutes per fit on inj_amazon's 11,505 columns. ``unweighted``: the edges are the
-            training quantiles that scikit-learn computes without weights, found for all
-            columns at once (``et_graph.detectors.tree.QuantileBinner``); the weights still
+            (scikit-learn's own): from scikit-learn 1.9 the class-balanced sample weights move
+            the bin edges, at 254 weighted-percentile calls per column, about 10 minutes per fit
+            on inj_amazon's 11,505 columns (before 1.9 scikit-learn bins without the weights,
+            so ``weighted`` is ``unweighted`` there: a run made with 1.9 does not repeat on
+            an older scikit-learn; each results file records its version). ``unweighted``: the
+            edges are the training quantiles that scikit-learn computes without weights, found
+            for all columns at once (``et_graph.detectors.tree.QuantileBinner``); the weights still
             weigh the loss.
         label_trick: add ET's 3 label-trick columns (the share of a node's in-neighbours with
             training label 1, with 0, and the log-count of labelled in-neighbours), from every
