@@ -247,10 +247,10 @@ class GBTModelConfig:
             the bin edges, at 254 weighted-percentile calls per column, about 10 minutes per fit
             on inj_amazon's 11,505 columns (before 1.9 scikit-learn bins without the weights,
             so ``weighted`` is ``unweighted`` there: a run made with 1.9 does not repeat on
-            an older scikit-learn; each results file records its version). ``unweighted``: the
-            edges are the training quantiles that scikit-learn computes without weights, found
-            for all columns at once (``et_graph.detectors.tree.QuantileBinner``); the weights still
-            weigh the loss.
+            an older scikit-learn; results files record its version from session 67 on).
+            ``unweighted``: the edges are the training quantiles that scikit-learn computes
+            without weights, found for all columns at once
+            (``et_graph.detectors.tree.QuantileBinner``); the weights still weigh the loss.
         label_trick: add ET's 3 label-trick columns (the share of a node's in-neighbours with
             training label 1, with 0, and the log-count of labelled in-neighbours), from every
             training label: the columns are one hop without self-loops, so no row reads its own
