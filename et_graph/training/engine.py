@@ -605,7 +605,10 @@ class Trainer:
                         # weights, and no zero averaged into the epoch's loss.
                         continue
                     _check_loss(loss, task)
-                    if not torch.isfinite(loss):
+                    # One read of the loss per step, before the step it could spoil (it was
+                    # read twice: on a GPU each read is a host sync, a device audit)
+                    value = float(loss.detach())
+                    if not math.isfinite(value):
                         raise FloatingPointError(
                             f"{self.description}: non-finite training loss at epoch {epoch}"
                         )
@@ -615,7 +618,7 @@ class Trainer:
                     optimizer.step()
                     if average is not None:
                         average.update()
-                    total += float(loss.detach())
+                    total += value
                     count += 1
             except RuntimeError as error:
                 raise_explained(error, self.oom_hint, "training")
