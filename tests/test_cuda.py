@@ -513,3 +513,26 @@ def test_a_cached_layer_moved_off_the_device_names_its_edges_device(relational):
     conv(x.to(DEVICE), *args)
     with pytest.raises(ValueError, match="edge_index is on cuda"):
         conv.cpu()(x, *args)
+
+
+@pytest.mark.parametrize("readout", ["first_last", "ego_neighbour", "ego_two_hop"])
+def test_the_anomaly_network_runs_under_autocast_on_device(readout):
+    """(A device audit: CUDA autocast was untested for the anomaly network; on the CPU every
+    readout but first_last failed under autocast until session 67.)"""
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.nn.models import ETAnomalyNet
+
+    data = planted_anomaly_graph(120, num_features=6, seed=3)
+    torch.manual_seed(0)
+    model = ETAnomalyNet(6, 16, heads=2, head_dim=4, steps=2, readout=readout).to(DEVICE)
+    x, edge_index = data.x.to(DEVICE), data.edge_index.to(DEVICE)
+    reference = model.eval()(x, edge_index)
+    dtype = torch.bfloat16
+    with torch.autocast(torch.device(DEVICE).type, dtype=dtype):
+        low = model(x, edge_index)
+    assert (low.float() - reference).abs().max() < 0.05
+    model.train()
+    inputs = x.clone().requires_grad_()
+    with torch.autocast(torch.device(DEVICE).type, dtype=dtype):
+        model(inputs, edge_index).float().sum().backward()
+    assert bool(torch.isfinite(inputs.grad).all())
