@@ -10,7 +10,11 @@ where a model did not run, and the number of variants each model had.
 
 ``et-graph tudataset`` runs (``OUT/DATASET/results.json``) are selected the same way: the metric
 is the mean inner-validation accuracy over the folds (each fold's selected epoch), the test
-column the mean test-fold accuracy, and only runs on the same folds are compared.
+column the mean test-fold accuracy, and only runs on the same folds are compared. Each fold's
+inner-validation graphs include other folds' test graphs, so that mean reads every fold's test
+labels a little: a choice made here and scored on the same folds is mildly optimistic (a
+leakage audit; docs/graph_classification.md, "Benchmark protocol"). tu_fold_select.py chooses
+per fold instead.
 
     python benchmarks/gnnbenchmark_select.py runs/zinc_long runs/zinc_long_rwpe \\
         --names base,rwpe --json docs/measured/graph/zinc_selection.json

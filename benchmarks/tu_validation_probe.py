@@ -3,9 +3,11 @@
 Each run is one variant (one flag changed, e.g. ``--hopfield-dim 32``) on the first outer folds
 (``--max-folds``). The probe keeps each fold's inner-validation accuracy at the epoch the run
 selected, and **no test-fold number**: a probe decides whether a variant replaces a preset, so
-nothing in it may come from the test folds. The runs must share the dataset, the fold seed and
-the folds; the script refuses otherwise. Runs made with ``--validation-only`` never scored the
-test folds at all; the script reads either kind.
+nothing in it may come from the test folds. The first folds' inner splits still hold the other
+folds' test graphs, so a preset changed here and cross-validated on all folds is mildly
+optimistic (a leakage audit; docs/graph_classification.md, "Benchmark protocol"). The runs must
+share the dataset, the fold seed and the folds; the script refuses otherwise. Runs made with
+``--validation-only`` never scored the test folds at all; the script reads either kind.
 
     python benchmarks/tu_validation_probe.py --run "128 (preset)=runs/hop/NCI1-et-hnone" \\
         --run "32=runs/hop/NCI1-et-h32" --what "NCI1, hopfield_dim" \\

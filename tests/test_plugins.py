@@ -465,3 +465,31 @@ def test_a_tuned_preset_run_without_its_plugin_names_the_plugin(tmp_path):
     with pytest.raises(ValueError, match="unknown models") as caught:
         parse(AnomalyConfig, ["--config", str(plain)])
     assert "tuned with the plugin" not in str(caught.value)
+
+
+class PeekingDetector(LogisticDetector):
+    """A detector that overrides ``fit`` and keeps the labels it was handed."""
+
+    def fit(self, data, train_mask=None, val_mask=None):
+        self.seen_y, self.known = data.y.clone(), train_mask | val_mask
+        return super().fit(data, train_mask, val_mask)
+
+
+def test_a_detector_that_overrides_fit_is_handed_no_test_label(tmp_path, monkeypatch):
+    """From a leakage audit: the runner and the tuner handed every detector the whole graph,
+    test labels included; the built-in detectors blank them in fit, but one that overrides fit
+    could read them. fit now gets -1 outside the training and validation nodes."""
+    data = planted_anomaly_graph(300, seed=2)
+    made = []
+
+    def own(seed):
+        made.append(PeekingDetector(c=1.0, seed=seed))
+        return made[-1]
+
+    anomaly.run(config("--models", "et", "--seeds", "1", "--epochs", "1", "--hidden", "16",
+                       "--no-energy-row", "--out", str(tmp_path / "run")),
+                data=data, detectors={"peek": own})
+    detector = made[-1]  # (the first one built was only checked, never fitted)
+    known = detector.known
+    assert int((~known).sum()) > 100 and bool((detector.seen_y[~known] == -1).all())
+    assert torch.equal(detector.seen_y[known], data.y[known])

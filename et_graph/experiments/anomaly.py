@@ -41,6 +41,7 @@ from ..protocols.anomaly import (
     evaluate,
     make_splits,
     same_split,
+    sealed_labels,
     seed_ensemble,
     summarize_runs,
 )
@@ -172,7 +173,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
             elif name in registry:
                 registered_kinds[name] = type(det).__name__
             with unused_edge_data_said(seed > 0):  # said at the first seed
-                det.fit(data, train_mask, val_mask)
+                det.fit(sealed_labels(data, train_mask, val_mask), train_mask, val_mask)
             score = det.decision_score_.double().numpy()
             metrics = evaluate(y[nodes], score[nodes], det.threshold_)
             rows.setdefault(name, []).append(metrics)

@@ -16,6 +16,7 @@ validation nodes.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -254,6 +255,20 @@ def macro_f1_grid(y_true: np.ndarray, prob: np.ndarray, grid: np.ndarray) -> np.
         f1_pos = np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), 0.0)
         f1_neg = np.where(2 * tn + fp + fn > 0, 2 * tn / (2 * tn + fp + fn), 0.0)
     return (f1_pos + f1_neg) / 2
+
+
+def sealed_labels(data: Data, train_mask: Tensor, val_mask: Tensor) -> Data:
+    """A shallow copy of ``data`` whose ``y`` is -1 (unknown) outside the training and
+    validation nodes: what the runner and the tuner hand a detector's ``fit``. The built-in
+    detectors blank those labels in ``fit`` themselves; a registered or own detector that
+    overrides ``fit`` could read every test label (a leakage audit's hardening)."""
+    sealed = copy.copy(data)
+    y = torch.as_tensor(data.y)
+    y = (y.long() if y.dtype == torch.bool else y).clone()
+    known = (train_mask | val_mask).to(y.device)
+    y.view(-1)[~known.view(-1)] = -1
+    sealed.y = y
+    return sealed
 
 
 def macro_f1(y_true: np.ndarray, prob: np.ndarray, threshold: float) -> float:

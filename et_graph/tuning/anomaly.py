@@ -14,7 +14,7 @@ from torch_geometric.data import Data
 from ..config import merge
 from ..detectors import SEARCH_SPACES, registered_detectors
 from ..detectors.registry import DETECTOR_REGISTRY
-from ..protocols.anomaly import make_splits, validation_score
+from ..protocols.anomaly import make_splits, sealed_labels, validation_score
 from ..protocols.anomaly_config import (
     UNKNOWN_MODEL_HINT,
     AnomalyConfig,
@@ -155,7 +155,8 @@ class AnomalyObjective:
         detector = new_detector(config, self.model, 0)
         if trial is not None and hasattr(detector, "on_epoch"):
             detector.on_epoch = pruning_callback(trial, self.metric)
-        detector.fit(self.data, self.train_mask, self.val_mask)
+        detector.fit(sealed_labels(self.data, self.train_mask, self.val_mask), self.train_mask,
+                     self.val_mask)
         score = detector.decision_score_[self.val_mask].double().numpy()
         value = validation_metric(self.y_val, score, self.metric)
         if trial is not None:
