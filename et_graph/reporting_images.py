@@ -176,6 +176,7 @@ def write_figures(
         ax.set_xlabel("step t")
         ax.xaxis.get_major_locator().set_params(integer=True)
     axes[0].set_ylabel("mean ||alpha * dE/dg|| per token")
+    axes[0].set_ylim(bottom=0)  # from 0: near 1.0 a 1.9x ratio looked like 6x (a plots audit)
     axes[0].legend(fontsize=8)
     fig.suptitle("Size of each energy term's share of the token update", fontsize=10)
     fig.tight_layout()

@@ -39,6 +39,7 @@ def test_roc_and_training_curves_draw_a_model_in_one_colour(tmp_path, saved_figu
     roc = saved_figures[-1][0][0].axes[0]
     lines = {line.get_label().split(" ")[0]: line.get_color()
              for line in roc.lines if not line.get_label().startswith("_")}
+    assert lines.pop("chance") == "black"  # named, and in no model's colour (a plots audit)
     assert lines == {n: model_colour(n) for n in ("gcn", "et", "gbt")}
     # given the built-in rows, a detector registered as lof is not drawn in the MLP's green
     plot_roc_pr(tmp_path / "roc.png", y, {n: rng.random(20) for n in ("mlp", "lof")}, "test",
@@ -96,3 +97,43 @@ def test_the_training_curves_name_the_rows_without_epochs(tmp_path, saved_figure
     assert any("not drawn (no epochs): gbt" in t.get_text() for t in training.texts)
     lines = [line for line in training.axes[0].lines if not line.get_label().startswith("_")]
     assert {line.get_alpha() for line in lines} <= {None, 1.0}
+
+
+def test_the_roc_pr_figure_tells_defaults_rows_and_chance_apart_and_keeps_the_pr_scale(
+        tmp_path, saved_figures):
+    """From a plots audit: iforest_defaults was drawn exactly as iforest; chance was in the
+    degree row's grey; every PR curve spiked to precision 1 at recall 0 (scikit-learn's
+    closing point, no node), squashing curves of AUPRC 0.04 into the bottom tenth."""
+    import numpy as np
+
+    from et_graph.plots.anomaly import plot_roc_pr
+
+    rng = np.random.default_rng(0)
+    y = (rng.random(400) < 0.05).astype(int)
+    scores = {name: rng.random(400) for name in ("iforest", "iforest_defaults", "degree")}
+    scores["iforest"][y == 1] += 0.05  # no top-ranked anomaly: no real precision of 1
+    scores["iforest_defaults"] = scores["iforest"] * 0.5 + 0.1 * rng.random(400)
+    plot_roc_pr(tmp_path / "roc.png", y, scores, "all nodes")
+    roc, pr = saved_figures[-1][0][0].axes
+    style = {line.get_label().split(" ")[0]: line.get_linestyle() for line in roc.lines}
+    assert style["iforest"] != style["iforest_defaults"]
+    colours = {line.get_label().split(" ")[0]: line.get_color() for line in roc.lines}
+    assert colours["chance"] != colours["degree"]
+    drawn_max = max(max(line.get_ydata()) for line in pr.lines if line.get_label() != "chance")
+    assert drawn_max < 1.0 and pr.get_ylim()[1] < 1.0
+
+
+def test_the_fold_figure_draws_equal_folds_apart_and_the_majority_guess(tmp_path,
+                                                                         saved_figures):
+    """From a plots audit: GIN's two equal folds showed as one dot under a title saying two,
+    and nothing marked the accuracy of always guessing the largest class."""
+    from et_graph.plots.graph import plot_fold_accuracies
+
+    stats = {"accuracy": {"mean": 0.684, "std": 0.0, "values": [0.684, 0.684]}}
+    plot_fold_accuracies({"dataset": "MUTAG", "folds": [{}, {}], "models": {"gin": stats}},
+                         tmp_path / "accuracy.png", majority=0.665)
+    ax = saved_figures[-1][0][0].axes[0]
+    dots = [line for line in ax.lines if line.get_marker() == "o"][0]
+    assert len(set(dots.get_xdata())) == 2
+    guess = [line for line in ax.lines if "largest class" in line.get_label()]
+    assert guess and list(guess[0].get_ydata()) == [0.665, 0.665]

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -203,7 +204,9 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     if (out_dir / PARTIAL_FOLDS).exists():  # the run's folds, now beside its results
         os.replace(out_dir / PARTIAL_FOLDS, out_dir / "folds.jsonl")
     if not protocol.validation_only:
-        plot_fold_accuracies(results, out_dir / "accuracy.png")
+        labels = [int(graph.y.view(-1)[0]) for graph in graphs]
+        plot_fold_accuracies(results, out_dir / "accuracy.png",
+                             majority=max(Counter(labels).values()) / len(labels))
     tqdm.write((out_dir / "results.md").read_text(
         encoding="utf-8"))  # with or without progress bars
     return results

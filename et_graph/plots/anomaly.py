@@ -57,7 +57,9 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
                 if i == 0 else None
             # every model at full strength: faded baselines read as less important ones
             colour = model_colour(name, drawn, BUILTIN_ROWS)
-            ax_loss.plot(hist["loss"], color=colour, label=label)
+            # (one epoch: a dot, where a line of one point drew nothing)
+            ax_loss.plot(hist["loss"], color=colour, label=label,
+                         marker="o" if len(hist["loss"]) == 1 else None)
             # only the validated epochs (with train.validate_every > 1 the others are NaN,
             # and a line through NaN gaps draws nothing)
             validated = [(e, v) for e, v in enumerate(hist["val_auroc"]) if not math.isnan(v)]
@@ -75,7 +77,8 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
                     label="kept epoch")
     # The training loss is class-weighted BCE, unweighted under class-balanced sampling or
     # class_balance none; under data-parallel training it is rank 0's share.
-    ax_loss.set(xlabel="epoch", ylabel="training BCE", title="Training loss (a line per seed)")
+    ax_loss.set(xlabel="epoch (from 0)", ylabel="training loss\n(BCE, class-weighted by default)",
+                title="Training loss (a line per seed)")
     select = curves.get("select_metric")
     # two lines: on one, the right panel's title was cut at "kept on validation f1_ma"
     ax_val.set(xlabel="epoch (from 0)", ylabel="validation AUROC",
@@ -125,7 +128,8 @@ def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope:
                 builtin: Optional[Collection[str]] = None) -> None:
     """ROC and precision-recall curves of each score against binary ``y`` (same nodes), one
     line per score in the given order, its AUROC / AUPRC in the legend; ``scope`` says which
-    nodes and seeds (the titles). ET rows solid, baselines dashed, ensembles dotted. Only the
+    nodes and seeds (the titles). ET rows solid, baselines dashed, a baseline at its defaults
+    (``NAME_defaults``) dash-dotted, ensembles dotted. Only the
     ``builtin`` rows (all, when ``None``) may hold their names' fixed colours."""
     from .figures import own_figures
 
@@ -133,22 +137,35 @@ def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope:
     from sklearn.metrics import precision_recall_curve, roc_curve
 
     names = tuple(scores)
-    many = len(names) > 5  # the legends then sit beside the panels, not over the curves
+    # the legends sit beside the panels, not over the curves, with many rows or a long name
+    many = len(names) > 5 or max((len(name) for name in names), default=0) > 30
     fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(14 if many else 11, 4.5))
+    highest = 0.0
     for name, score in scores.items():
         metrics = evaluate(y, score, 0.5)  # AUROC and AUPRC do not read the threshold
         fpr, tpr, _ = roc_curve(y, score)
         precision, recall, _ = precision_recall_curve(y, score)
-        style = ":" if name.endswith("_ensemble") else "-" if name.startswith("et") else "--"
+        # scikit-learn ends the curve at (recall 0, precision 1), which is no node: every
+        # curve spiked to 1 and squashed curves of AUPRC 0.04 into the panel's bottom tenth
+        # (a plots audit). The last step keeps the top-ranked nodes' precision down to recall
+        # 0 instead, which leaves the drawn area the AUPRC.
+        if precision.size > 1:
+            precision = precision.copy()
+            precision[-1] = precision[-2]
+        highest = max(highest, float(precision.max()))
+        style = (":" if name.endswith("_ensemble") else "-." if name.endswith("_defaults")
+                 else "-" if name.startswith("et") else "--")
         colour = model_colour(name, names, builtin)
         ax_roc.plot(fpr, tpr, style, color=colour, label=f"{name} (AUROC {metrics['auroc']:.3f})")
         # Steps, as average precision sums them: a straight line between the points would
         # enclose another area than the legend's AUPRC.
         ax_pr.plot(recall, precision, style, color=colour, drawstyle="steps-post",
                    label=f"{name} (AUPRC {metrics['auprc']:.3f})")
-    ax_roc.plot([0, 1], [0, 1], ":", color="grey")
+    # chance in thin black, named: in grey it matched the degree row's colour (a plots audit)
+    ax_roc.plot([0, 1], [0, 1], ":", color="black", lw=0.8, label="chance")
     ax_roc.set(xlabel="false positive rate", ylabel="true positive rate", title=f"ROC ({scope})")
-    ax_pr.axhline(y.mean(), ls=":", color="grey")
+    ax_pr.axhline(y.mean(), ls=":", color="black", lw=0.8, label="chance")
+    ax_pr.set_ylim(0, min(1.02, max(highest, float(y.mean())) * 1.05 + 0.01))
     ax_pr.set(xlabel="recall", ylabel="precision", title=f"Precision-recall ({scope})")
     for ax in (ax_roc, ax_pr):
         if ax.get_legend_handles_labels()[0]:
