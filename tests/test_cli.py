@@ -372,3 +372,38 @@ def test_a_reader_that_leaves_ends_the_command_quietly():
          "cli.main = broken\nraise SystemExit(cli.console_main(['--version']))"],
         capture_output=True, timeout=120)
     assert other.returncode == 1 and b"a pipe of the run" in other.stderr
+
+
+def test_a_lost_reader_on_windows_reports_einval_and_still_ends_quietly():
+    """From a portability audit: on Windows a write to a closed pipe is often OSError(EINVAL),
+    not BrokenPipeError, and ended in a traceback. Elsewhere EINVAL is raised as it came."""
+    import subprocess
+    import sys
+
+    def run(windows: bool):
+        return subprocess.run(
+            [sys.executable, "-c", "import errno, et_graph.cli as cli\n"
+             f"cli._WINDOWS = {windows}\ncli._reader_gone = lambda stream: True\n"
+             "def broken(argv):\n    raise OSError(errno.EINVAL, 'Invalid argument')\n"
+             "cli.main = broken\nraise SystemExit(cli.console_main(['--version']))"],
+            capture_output=True, timeout=120)
+
+    assert run(True).returncode == 141
+    elsewhere = run(False)
+    assert elsewhere.returncode == 1 and b"Invalid argument" in elsewhere.stderr
+
+
+def test_an_example_prints_its_tables_to_a_stream_without_their_symbols():
+    """From a portability audit: the examples' entry lacked the et-graph command's fallback, so
+    an example redirected on Windows (cp1252) lost its printed table and exited 2 on
+    "'charmap' codec can't encode character '\\u2016'"."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "from et_graph.cli import run_example\n"
+         "run_example(lambda: print('ET \\u2016 GBT \\u2212 0.01'), 'example.py')"],
+        capture_output=True, timeout=120, env={**os.environ, "PYTHONIOENCODING": "cp1252"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == b"ET \\u2016 GBT \\u2212 0.01"

@@ -1111,3 +1111,18 @@ def test_et_feature_scaling_is_fitted_on_the_training_split_only(monkeypatch):
     encoder = built[0].node_encoder
     torch.testing.assert_close(encoder.mean, features.mean(0))
     torch.testing.assert_close(encoder.std, features.std(0, unbiased=False))
+
+
+def test_where_ctime_is_the_creation_time_every_raw_file_is_hashed(tmp_path, monkeypatch):
+    """From a portability audit: on Windows st_ctime is the creation time, which an in-place
+    overwrite keeps, so a same-size file replaced with its old mtime kept its known (stale)
+    hash and its stale processed copies. There every file is hashed."""
+    from et_graph.datasets import gnnbenchmark_common as common
+
+    raw = tmp_path / "raw.pkl"
+    raw.write_bytes(b"new content")
+    status = raw.stat()
+    known = {"raw.pkl": [status.st_size, status.st_ctime_ns, "stale-hash"]}
+    assert common._raw_signature([raw], known)["raw.pkl"][2] == "stale-hash"  # trusted here
+    monkeypatch.setattr(common, "_CREATION_CTIME", True)
+    assert common._raw_signature([raw], known)["raw.pkl"][2] == common._sha256(raw)

@@ -187,18 +187,25 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+#: Whether ``st_ctime`` is the file's creation time (Windows), not its last status change.
+_CREATION_CTIME = os.name == "nt"
+
+
 def _raw_signature(raw_files: list[Path], known: Optional[dict[str, Any]] = None
                    ) -> dict[str, list[Any]]:
     """Per raw file ``[size, ctime_ns, sha256]``. The change time, unlike the modification
     time, cannot be set back: a file replaced by `cp -p` or unzip keeps an old mtime, and its
     old processed copy was used. It also moves on a chmod or a copy of the folder, so a file
     whose size and ctime match ``known`` keeps its known hash, and any other is hashed (a
-    review: a copied folder was processed again, and a read-only one failed)."""
+    review: a copied folder was processed again, and a read-only one failed). On Windows
+    ``st_ctime`` is the creation time, which an in-place overwrite keeps: every file is hashed
+    there (a portability audit: a same-size file replaced with its old mtime kept its stale
+    processed copy)."""
     signature = {}
     for path in raw_files:
         status = path.stat()
         entry = (known or {}).get(path.name)
-        same = (isinstance(entry, list) and len(entry) == 3
+        same = (not _CREATION_CTIME and isinstance(entry, list) and len(entry) == 3
                 and entry[:2] == [status.st_size, status.st_ctime_ns])
         signature[path.name] = [status.st_size, status.st_ctime_ns,
                                 entry[2] if same else _sha256(path)]
