@@ -353,7 +353,7 @@ def load_average() -> str:
     """1, 5 and 15 minute load averages: how busy the machine was (timings are relative)."""
     try:
         return " ".join(f"{value:.2f}" for value in os.getloadavg())
-    except OSError:
+    except (OSError, AttributeError):  # (AttributeError: no getloadavg on Windows)
         return "unknown"
 
 

@@ -80,6 +80,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not os.path.exists("/proc/self/status"):  # (as bench_scale.py: Linux only)
+        raise SystemExit("chunk_edges_memory.py needs Linux /proc (peak RSS of the process)")
     if args.worker is not None:
         worker(args, None if args.worker == "none" else int(args.worker), Path(args.out))
         return {}
@@ -88,7 +90,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "nodes": args.nodes, "random_edges": args.edges, "hub_in_edges": hub_edges,
         "chunk_size": args.chunk_size, "chunk_edges": args.chunk_edges,
         "threads": args.threads, "torch": torch.__version__,
-        "load_average_before": list(os.getloadavg()), "settings": {},
+        "load_average_before": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "settings": {},
     }
     outputs = {}
     scratch = Path(tempfile.mkdtemp(prefix="chunk_edges_"))  # private (a guessable /tmp name

@@ -61,6 +61,18 @@ from .native import NativeAttentionGrad, native_applies
 from .precision import backward_without_autocast
 
 _INT32_MAX = 2**31 - 1
+#: Devices with the sparse kernels the fused path runs on (CSR tensors, ``sampled_addmm``,
+#: ``segment_reduce``). Elsewhere (Apple's ``mps``, where PyTorch has none of them) the layers
+#: take the reference closed form instead; they failed there on their first call (a portability
+#: audit; not run on a Mac).
+SPARSE_KERNEL_DEVICES = ("cpu", "cuda")
+
+
+def sparse_kernels_on(device: torch.device) -> bool:
+    """Whether the fused path's sparse kernels run on ``device``."""
+    return device.type in SPARSE_KERNEL_DEVICES
+
+
 #: dtypes the CSR kernels (``sampled_addmm``, CSR ``@``) support on every device.
 SPARSE_KERNEL_DTYPES = (torch.float32, torch.float64)
 

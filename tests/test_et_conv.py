@@ -746,3 +746,35 @@ def test_a_cache_hit_still_checks_the_devices(relational, monkeypatch):
     conv(x, edge_index, *extra)
     conv(x, edge_index, *extra)  # a cache hit
     assert len(checked) == 2
+
+
+def test_a_device_without_the_sparse_kernels_takes_the_reference_closed_form(monkeypatch):
+    """From a portability audit: on Apple's mps, which has no CSR tensors, sampled_addmm or
+    segment_reduce, every ET model failed at its first call. There the layers take the
+    reference closed form (and the anomaly network PyG's messages). The CPU stands in for such
+    a device here: the sparse kernels raise if reached, and the results equal the fused path's."""
+    import et_graph.fused as fused_module
+    from et_graph.nn import RelationalETConv
+    from et_graph.nn.conv import et_conv, relational_et_conv
+    from et_graph.nn.models import ETAnomalyNet
+    from et_graph.nn.models import anomaly as anomaly_model
+
+    torch.manual_seed(0)
+    x, edge_index = awkward_graph()
+    edge_type = torch.arange(edge_index.size(1)) % 2
+    conv = ETConv(8, heads=2, head_dim=4, steps=2).double()
+    relational = RelationalETConv(8, 2, heads=2, head_dim=4, steps=2).double()
+    net = ETAnomalyNet(8, 16, heads=2, head_dim=4, steps=2, readout="ego_two_hop").double()
+    want = (conv(x, edge_index), relational(x, edge_index, edge_type), net(x, edge_index))
+
+    def unavailable(*args, **kwargs):
+        raise AssertionError("a sparse kernel ran on a device without it")
+
+    monkeypatch.setattr(fused_module, "SPARSE_KERNEL_DEVICES", ("cuda",))
+    monkeypatch.setattr(fused_module, "fused_attention_grad", unavailable)
+    monkeypatch.setattr(relational_et_conv, "fused_attention_grad", unavailable)
+    monkeypatch.setattr(anomaly_model, "_sparse_product", unavailable)
+    monkeypatch.setattr(et_conv.ETEnergy, "grad_of_g", unavailable)
+    got = (conv(x, edge_index), relational(x, edge_index, edge_type), net(x, edge_index))
+    for a, b in zip(got, want):
+        assert relative_error(a, b) < 1e-10

@@ -149,9 +149,18 @@ def data_digest(*tensors: Any) -> str:
     return digest.hexdigest()[:16]
 
 
+def mps_generator_ready() -> bool:
+    """Whether Apple's ``mps`` device is here, with its own random generator (its dropout and
+    noise on the device draw from it)."""
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available()
+                and hasattr(getattr(torch, "mps", None), "get_rng_state"))
+
+
 def rng_state() -> dict[str, Any]:
-    """The global RNG states of Python, NumPy and torch (with CUDA's once it is up), as
-    weights-only-loadable values."""
+    """The global RNG states of Python, NumPy and torch (with CUDA's once it is up, and the
+    ``mps`` device's where it exists: a resumed run on a Mac drew other dropout and noise, a
+    portability audit), as weights-only-loadable values."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {
         "python": _to_lists(random.getstate()),
@@ -166,6 +175,7 @@ def rng_state() -> dict[str, Any]:
         # The GPU generators too (dropout masks and draws on the device), once CUDA is up.
         **({"cuda": torch.cuda.get_rng_state_all()}
            if torch.cuda.is_available() and torch.cuda.is_initialized() else {}),
+        **({"mps": torch.mps.get_rng_state()} if mps_generator_ready() else {}),
     }
 
 
@@ -178,6 +188,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
         numpy["has_gauss"], numpy["cached"],
     ))
     torch.set_rng_state(state["torch"])
+    if state.get("mps") is not None and mps_generator_ready():
+        torch.mps.set_rng_state(state["mps"])
     cuda = state.get("cuda")
     if cuda is not None:
         if torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):

@@ -48,6 +48,7 @@ from .checkpoint import (
     CheckpointError,
     changed_settings,
     load_checkpoint,
+    mps_generator_ready,
     rng_state,
     save_checkpoint,
     set_rng_state,
@@ -960,6 +961,8 @@ def seed_everything(seed: int, cuda: bool = True) -> None:
         torch.manual_seed(seed)
     else:
         torch.default_generator.manual_seed(seed)
+        if mps_generator_ready():  # (torch.manual_seed seeds it; the CPU's alone did not)
+            torch.mps.manual_seed(seed)
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from torch_geometric.typing import Adj
 from torch_geometric.utils import cumsum, is_sparse
 
 from ... import energy as E
+from ...fused import sparse_kernels_on
 from ...native import normal_like
 from ..edge_cache import EdgeCache
 from ..energy_layer_norm import EnergyLayerNorm
@@ -606,7 +607,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         fn = self.energy_fn
         if self.grad == "autograd":
             return fn.autograd_grad_of_g(g, edges)
-        unfused = self._sees_messages or not self.fused
+        unfused = self._sees_messages or not self.fused or not sparse_kernels_on(g.device)
         fn.check_closed_form("unfused" if unfused else "fused")
         if unfused:
             k, q = fn.keys_queries(g)
@@ -704,7 +705,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         fn = self.energy_fn
         out = fn.check_tokens(x)
         fused = (self.grad == "analytic" and self.fused and not self._sees_messages
-                 and num_steps > 0)
+                 and num_steps > 0 and sparse_kernels_on(out.device))
         # With the fused kernel the edges are sorted once; every step and backward reuse that.
         edges = self._edges(out, edge_index, edge_weight, fused)
         try:

@@ -9,7 +9,7 @@ from torch_geometric.typing import Adj
 from torch_geometric.utils import is_sparse
 
 from ... import energy as E
-from ...fused import build_edge_plan, fused_attention_grad
+from ...fused import build_edge_plan, fused_attention_grad, sparse_kernels_on
 from ..hetero_guard import check_relation_wrappers
 from ..validation import (
     check_edge_index,
@@ -298,7 +298,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         ``fused = False``)."""
         fn = self.energy_fn
         k, q = fn.keys_queries(g)
-        if not self.fused:
+        if not self.fused or not sparse_kernels_on(g.device):  # (mps: no sparse kernels)
             return E.relational_attention_grad(
                 k, q, [e.src for e in edges], [e.dst for e in edges], fn.beta, g.size(0)
             )
@@ -450,7 +450,8 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         fn = self.energy_fn
         out = fn.check_tokens(x)
         watched = self._sees_messages
-        fused = self.grad == "analytic" and self.fused and not watched and num_steps > 0
+        fused = (self.grad == "analytic" and self.fused and not watched and num_steps > 0
+                 and sparse_kernels_on(out.device))
         edges = self._edges(out, edge_index, edge_type, fused)
         routes = self._watched_routes(out, edge_index, edge_type, edges)
         energies = []

@@ -9,6 +9,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn.conv import MessagePassing
 
 from ..._sparse_warnings import quiet_sparse
+from ...fused import sparse_kernels_on
 from ...precision import autocast_off, backward_without_autocast
 from ..conv import ETConv, RelationalETConv
 from ..conv.et_conv import is_watched
@@ -363,7 +364,8 @@ class ETAnomalyNet(nn.Module):
     def neighbour_means(self, edge_index: Tensor, tokens: Tensor) -> Tensor:
         """Every node's mean in-neighbour token ``[N, hidden]`` (one SpMM; PyG messages while an
         explainer or a message hook watches, so that an edge mask covers it)."""
-        if self.neighbour_messages.watched:
+        if self.neighbour_messages.watched or not sparse_kernels_on(tokens.device):
+            # (and where the sparse product has no kernel, Apple's mps: a portability audit)
             return self.neighbour_messages(tokens, edge_index)
         if tokens.dtype in (torch.float16, torch.bfloat16):
             # torch.sparse.mm has no 16-bit kernel on the CPU: under autocast every readout
