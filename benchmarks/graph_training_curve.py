@@ -218,17 +218,26 @@ def compare(paths: Sequence[str], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from et_graph.plots.colours import model_colour
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for path in paths:
+    # A model's colour (ET blue, GIN vermillion: colour-blind safe) and a line style per run,
+    # so that no two lines differ by colour alone (six lines in matplotlib's default colours,
+    # red beside green: a plots audit)
+    styles = ("-", "--", "-.", ":")
+    shown = set()
+    for index, path in enumerate(paths):
         run = json.loads(Path(path).read_text(encoding="utf-8"))
+        shown.add((run.get("dataset"), run.get("fold")))
         for name, curve in run["models"].items():
             epochs = [r["epoch"] for r in curve["rows"]]
-            label = f"{run['tag']}: {name}"
-            (line,) = axes[0].plot(epochs, [r["train_accuracy"] for r in curve["rows"]],
-                                   label=label)
-            axes[1].plot(epochs, [r["val_accuracy"] for r in curve["rows"]], label=label,
-                         color=line.get_color())
+            look = {"color": model_colour(name), "linestyle": styles[index % len(styles)],
+                    "label": f"{run['tag']}: {name}"}
+            axes[0].plot(epochs, [r["train_accuracy"] for r in curve["rows"]], **look)
+            axes[1].plot(epochs, [r["val_accuracy"] for r in curve["rows"]], **look)
     _style(axes, ("training accuracy (eval mode)", "validation accuracy"))
+    fig.suptitle("; ".join(f"{dataset}, outer fold {fold}'s inner split"
+                           for dataset, fold in sorted(shown, key=str)), fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
