@@ -363,3 +363,19 @@ def test_the_seed_ensemble_threshold_never_reads_test_labels():
     again, threshold_again, val_again = seed_ensemble(flipped, scores, split)
     assert (threshold_again, val_again) == (threshold, val_auroc)
     assert again["auroc"] == pytest.approx(1 - metrics["auroc"])  # test labels do score
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.bool, torch.float32])
+def test_sealed_labels_mark_the_unread_nodes_minus_one_in_any_label_dtype(dtype):
+    """What fit is handed: -1 outside the training and validation nodes (uint8 labels came back
+    as 255, which a detector testing y >= 0 read as known: a review), the caller's y intact."""
+    from torch_geometric.data import Data
+
+    from et_graph.protocols.anomaly import sealed_labels
+
+    y = torch.tensor([0, 1, 1, 0, 1]).to(dtype)
+    data = Data(x=torch.zeros(5, 2), y=y.clone())
+    train = torch.tensor([True, True, False, False, False])
+    val = torch.tensor([False, False, True, False, False])
+    sealed = sealed_labels(data, train, val)
+    assert sealed.y.tolist() == [0, 1, 1, -1, -1] and torch.equal(data.y, y)

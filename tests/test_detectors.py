@@ -1299,7 +1299,10 @@ def test_the_binner_follows_the_installed_scikit_learns_interpolation(monkeypatc
 
     monkeypatch.setattr(sklearn, "__version__", version)
     assert sklearn_percentile_method() == method
-    features = np.arange(1000, dtype=np.float64)[:, None] ** 1.5
+    features = np.arange(999, dtype=np.float64)[:, None] ** 1.5
     edges = QuantileBinner(max_bins=4).fit(features).edges_[0]
-    want = np.percentile(np.sort(features[:, 0]), [25, 50, 75], method=method)
+    want, other = (np.percentile(features[:, 0], [25, 50, 75], method=m)
+                   for m in (method, {"midpoint": "averaged_inverted_cdf"}.get(method,
+                                                                               "midpoint")))
+    assert not np.array_equal(want, other)  # (a review: on 1000 rows the two agreed)
     assert np.array_equal(edges, np.unique(want))

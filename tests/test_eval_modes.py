@@ -152,3 +152,37 @@ def test_two_threads_scoring_one_model_take_turns():
     with evaluation_mode(model), evaluation_mode(model):  # re-entrant in one thread
         assert not model.training
     assert model.training
+
+
+def test_a_block_on_a_submodule_waits_for_a_block_on_its_model():
+    """From a review: the lock was the model's alone, so another thread's block on a submodule
+    switched it back to training mid-score (dropout on inside the first block), and left it in
+    eval mode for good."""
+    import threading
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+    model.train()
+    inside, release = threading.Event(), threading.Event()
+    seen = []
+
+    def first():
+        with evaluation_mode(model):
+            inside.set()
+            release.wait(10)
+            seen.append(model[1].training)
+
+    def second():
+        inside.wait(10)
+        with evaluation_mode(model[1]):
+            pass
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    inside.wait(10)
+    threads[1].join(0.3)
+    assert threads[1].is_alive()  # waiting for the model's block
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert seen == [False] and model[1].training

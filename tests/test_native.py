@@ -558,11 +558,17 @@ def test_the_kernels_refuse_any_input_off_the_cpu(built):
     plan = build_edge_plan(src, dst, 4, 2)
     k, q = (torch.randn(4, 2, 3, dtype=torch.float64, generator=generator) for _ in range(2))
     inputs = native.kernel_inputs(k, q, torch.ones(2, dtype=torch.float64), None, plan)
-    built.forward(*inputs)  # all on the CPU: runs
+    grad_k, grad_q, probs, scores = built.forward(*inputs)  # all on the CPU: runs
     for position in range(len(inputs)):
         moved = [t.to("meta") if i == position else t for i, t in enumerate(inputs)]
         with pytest.raises(RuntimeError, match="every input on the CPU"):
             built.forward(*moved)
+    tail = (probs, scores, torch.ones_like(k), torch.ones_like(q))
+    built.backward(*inputs, *tail, False)
+    for position in range(len(tail)):
+        moved = [t.to("meta") if i == position else t for i, t in enumerate(tail)]
+        with pytest.raises(RuntimeError, match="every input on the CPU"):
+            built.backward(*inputs, *moved, False)
     src, dst, batch, ptr = three_graphs()
     x = torch.randn(11, 5, dtype=torch.float64, generator=generator)
     gram = (x, src, dst, batch, ptr)
@@ -570,3 +576,7 @@ def test_the_kernels_refuse_any_input_off_the_cpu(built):
         moved = [t.to("meta") if i == position else t for i, t in enumerate(gram)]
         with pytest.raises(RuntimeError, match="every input on the CPU"):
             built.gram_entries_forward(*moved, 1)
+    values = built.gram_entries_forward(*gram, 1)
+    built.gram_entries_backward(*gram, 1, torch.ones_like(values))
+    with pytest.raises(RuntimeError, match="every input on the CPU"):
+        built.gram_entries_backward(*gram, 1, torch.ones_like(values).to("meta"))

@@ -465,6 +465,11 @@ def test_a_fold_missing_for_one_model_is_left_out_for_both():
                                names=("et", "mlp"), metric="mse")
     assert difference.n == 3 and difference.mean == pytest.approx(expected.mean)
     assert (difference.low, difference.high) == pytest.approx((expected.low, expected.high))
+    # lists of other lengths cannot be paired, whatever their nulls (one null once made them
+    # equal, and they were paired: a review)
+    models["mlp"]["mse"]["values"] = [0.20, 0.21, 0.22, 0.23]
+    with pytest.raises(ValueError, match="as many stored mse values for et as for mlp"):
+        compare_to(models, "et", ["mse"], "folds", test_train_ratio=0.25)
 
 
 def test_one_seeds_interval_over_the_nodes_says_it_is_one_trainings():

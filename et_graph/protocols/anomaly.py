@@ -264,7 +264,8 @@ def sealed_labels(data: Data, train_mask: Tensor, val_mask: Tensor) -> Data:
     overrides ``fit`` could read every test label (a leakage audit's hardening)."""
     sealed = copy.copy(data)
     y = torch.as_tensor(data.y)
-    y = (y.long() if y.dtype == torch.bool else y).clone()
+    # -1 needs a signed type: uint8 labels came back as 255 (a review)
+    y = (y if y.is_floating_point() else y.long()).clone()
     known = (train_mask | val_mask).to(y.device)
     y.view(-1)[~known.view(-1)] = -1
     sealed.y = y

@@ -443,16 +443,25 @@ def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
         mine_stored = values(reference, metric)
         for other in models if others is None else others:
             theirs_stored = values(other, metric)
-            if design == "folds" and len(mine_stored) == len(theirs_stored):
+            if (other == reference or len(present(mine_stored)) < 2
+                    or len(present(theirs_stored)) < 2):
+                continue
+            if design == "folds":
                 # A fold missing for one model (a stored null: a non-finite score) is left out
                 # for both: dropped from each list apart, ET's fold 3 was paired with the
-                # MLP's fold 2 without a word (a statistics audit).
+                # MLP's fold 2 without a word (a statistics audit). Lists of other lengths
+                # cannot be paired at all (one null once made them equal: a review).
+                if len(mine_stored) != len(theirs_stored):
+                    raise ValueError(
+                        f"paired folds need as many stored {metric} values for {reference} as "
+                        f"for {other}, got {len(mine_stored)} and {len(theirs_stored)} (were "
+                        "they run on the same folds?)")
                 pairs = [(x, y) for x, y in zip(mine_stored, theirs_stored)
                          if x is not None and y is not None]
                 mine, theirs = [x for x, _ in pairs], [y for _, y in pairs]
             else:
                 mine, theirs = present(mine_stored), present(theirs_stored)
-            if other == reference or len(mine) < 2 or len(theirs) < 2:
+            if len(mine) < 2:  # (nulls in both left fewer than two pairs)
                 continue
             names = (reference, other)
             difference = (

@@ -11,6 +11,7 @@ with dropout and noise (scores off by up to 0.4), and the model could end in the
 long-run audit). Training one model in one thread while another scores it is not supported."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import weakref
@@ -38,9 +39,15 @@ def _lock_of(model: nn.Module) -> threading.RLock:
 def evaluation_mode(model: nn.Module) -> Iterator[nn.Module]:
     """``model`` in eval mode inside the block; afterwards every module of it in the mode it
     had before (a submodule kept in eval mode inside a training model stays so). The block
-    holds the model's lock (re-entrant): another thread's block on the same model waits."""
-    with _lock_of(model):
-        modes = [(module, module.training) for module in model.modules()]
+    holds the lock of every module of the model (re-entrant, taken in one global order, so
+    that two blocks never wait on each other): another thread's block on the model, on a
+    submodule of it or on a model holding it waits (a lock of the model alone let a block on
+    a submodule switch it back mid-score: a review)."""
+    modules = list(model.modules())
+    with contextlib.ExitStack() as held:
+        for module in sorted(modules, key=id):
+            held.enter_context(_lock_of(module))
+        modes = [(module, module.training) for module in modules]
         model.eval()
         try:
             yield model

@@ -32,6 +32,7 @@ from ..validation import (
     is_real,
     refuse_tracing,
     sum_per_graph,
+    total_dtype,
 )
 from .et_energy import EdgeSet, ETEnergy, _check_positive, in_parameter_precision
 
@@ -322,10 +323,10 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
 
     Dtypes: everything is computed in the parameters' dtype. Features of lower precision (e.g.
     bfloat16/float16 on a float32 layer) are upcast and the tokens come back in the features'
-    dtype, while energies (``energy``, ``node_energy``, ``dense_energy`` and the
-    ``return_energy`` traces) stay in the parameters' dtype, since a float16 total overflows
-    past 65504 (a 16-bit *layer*'s totals, ``energy`` and the traces, are summed and returned
-    in float32 for the same reason); features of higher
+    dtype, while energies stay in the parameters' dtype (``node_energy``: a float16 total
+    would overflow past 65504), except a 16-bit *layer*'s totals (``energy``,
+    ``dense_energy`` and the ``return_energy`` traces), which are summed and returned in
+    float32 for the same reason; features of higher
     precision (float64 on a float32 layer) raise ``ValueError`` rather than being rounded
     silently: call ``conv.double()`` or ``x.float()``. Edge weights (and a sparse adjacency's
     values) are cast to the parameters' dtype: float64 weights, as NumPy gives them, are
@@ -881,8 +882,9 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
     def dense_energy(
         self, x_dense: Tensor, mask: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None
     ) -> Tensor:
-        """Energy of each item of a dense batch ``[B]``, in the parameters' dtype (with the node
-        mask ``[B, M]`` of ``to_dense_batch``, of its real tokens only)."""
+        """Energy of each item of a dense batch ``[B]``, in the parameters' dtype (float32 for
+        a 16-bit layer; with the node mask ``[B, M]`` of ``to_dense_batch``, of its real tokens
+        only)."""
         fn = self.energy_fn
         x = fn.check_tokens(x_dense, ndim=3)
         real = _node_mask(mask)
@@ -1075,4 +1077,6 @@ def _item_energy(node_energy: Tensor, real: Optional[Tensor]) -> Tensor:
     Hopfield term (that of ``g = LN(0)``) was counted, though padding takes no part."""
     if real is not None:
         node_energy = node_energy.masked_fill(~real, 0.0)
-    return node_energy.sum(-1)
+    # in float32 for a 16-bit layer, as sum_per_graph (a review: the dense path's float16
+    # totals still overflowed and blamed beta)
+    return node_energy.to(total_dtype(node_energy.dtype)).sum(-1)
