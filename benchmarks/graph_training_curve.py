@@ -225,6 +225,8 @@ def compare(paths: Sequence[str], out: Path) -> None:
     # so that no two lines differ by colour alone (six lines in matplotlib's default colours,
     # red beside green: a plots audit)
     styles = ("-", "--", "-.", ":")
+    if len(paths) > len(styles):  # (a fifth run drew like the first: a review)
+        raise SystemExit(f"--compare draws up to {len(styles)} runs, got {len(paths)}")
     shown = set()
     for index, path in enumerate(paths):
         run = json.loads(Path(path).read_text(encoding="utf-8"))

@@ -118,9 +118,7 @@ def run_example(call: Callable[[], object], script: str) -> None:
     encoding, as the ``et-graph`` command's do (a portability audit: an example redirected on
     Windows, cp1252, lost its printed table and exited 2 on "'charmap' codec can't encode
     '\u2016'")."""
-    for stream in (sys.stdout, sys.stderr):
-        keep_printable(stream)
-    line_buffered(sys.stdout)
+    printable_streams()
     status = exit_on_bad_input(call, Path(script).name)
     if status:
         raise SystemExit(status)
@@ -142,6 +140,14 @@ def keep_printable(stream: Any) -> None:
         reconfigure(errors="backslashreplace")
 
 
+def printable_streams() -> None:
+    """:func:`keep_printable` on stdout and stderr, and stdout line by line: what a command's
+    or an example's entry does first."""
+    for stream in (sys.stdout, sys.stderr):
+        keep_printable(stream)
+    line_buffered(sys.stdout)
+
+
 def console_main(argv: Optional[Sequence[str]] = None) -> int:
     """The installed ``et-graph`` command: :func:`main` under :func:`exit_on_bad_input`. Library
     callers of :func:`main` get the exception itself. Ctrl-C ends it with one line and exit
@@ -149,9 +155,7 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
     resumes from its last checkpoint under ``--resume``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"et-graph {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "et-graph"
-    for stream in (sys.stdout, sys.stderr):
-        keep_printable(stream)
-    line_buffered(sys.stdout)
+    printable_streams()
     shown = warnings.formatwarning
     warnings.formatwarning = lambda message, category, *rest: (
         f"{prog}: {category.__name__}: {message}\n")
@@ -167,7 +171,9 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
         # nothing. Another pipe's error (one the run itself used) is raised as it came. On
         # Windows a write to a closed pipe is often EINVAL, not EPIPE (CPython #79935: a
         # portability audit).
-        lost = isinstance(error, BrokenPipeError) or (_WINDOWS and error.errno == errno.EINVAL)
+        # (EINVAL of a file, e.g. a name with '?' on Windows, is the run's own error)
+        lost = isinstance(error, BrokenPipeError) or (
+            _WINDOWS and error.errno == errno.EINVAL and error.filename is None)
         if not lost or os.environ.get(TRACEBACK_ENV) or not _reader_gone(sys.stdout):
             raise
         # further output goes nowhere, so that Python's flush at exit does not raise again

@@ -454,11 +454,13 @@ def fused_attention_grad(
         return k * 0, q * 0
     if edge_weight is not None and edge_weight.dim() == 1:
         edge_weight = edge_weight.unsqueeze(-1)
-    if k.dtype not in SPARSE_KERNEL_DTYPES or functorch_active():
+    if (k.dtype not in SPARSE_KERNEL_DTYPES or functorch_active()
+            or not sparse_kernels_on(k.device)):
         # The CPU sparse kernels take float32/float64 only; other dtypes (bfloat16, float16) use
         # the reference closed form, differentiated by autograd: same values, more memory. So
         # do torch.func transforms, which cannot trace the sparse kernels or the hand-written
-        # autograd.Function.
+        # autograd.Function, and devices without the sparse kernels (mps), whatever path
+        # reaches here (the public closed-form methods did: a review).
         return attention_grad(k, q, src, dst, beta, edge_weight, num_nodes)
     if plan is None:
         plan = build_edge_plan(src, dst, num_nodes, heads)

@@ -380,17 +380,23 @@ def test_a_lost_reader_on_windows_reports_einval_and_still_ends_quietly():
     import subprocess
     import sys
 
-    def run(windows: bool):
+    def run(windows: bool, filename: str = ""):
+        error = "OSError(errno.EINVAL, 'Invalid argument'" + (f", {filename!r})" if filename
+                                                               else ")")
         return subprocess.run(
             [sys.executable, "-c", "import errno, et_graph.cli as cli\n"
              f"cli._WINDOWS = {windows}\ncli._reader_gone = lambda stream: True\n"
-             "def broken(argv):\n    raise OSError(errno.EINVAL, 'Invalid argument')\n"
+             f"def broken(argv):\n    raise {error}\n"
              "cli.main = broken\nraise SystemExit(cli.console_main(['--version']))"],
             capture_output=True, timeout=120)
 
     assert run(True).returncode == 141
     elsewhere = run(False)
     assert elsewhere.returncode == 1 and b"Invalid argument" in elsewhere.stderr
+    # a file's EINVAL (a name Windows refuses) is the run's own error, not a lost reader (a
+    # review: it ended silently with 141)
+    named = run(True, "results?.json")
+    assert named.returncode == 1 and b"results?.json" in named.stderr
 
 
 def test_an_example_prints_its_tables_to_a_stream_without_their_symbols():

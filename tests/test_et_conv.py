@@ -762,27 +762,36 @@ def test_a_device_without_the_sparse_kernels_takes_the_reference_closed_form(mon
     reference closed form (and the anomaly network PyG's messages). The CPU stands in for such
     a device here: the sparse kernels raise if reached, and the results equal the fused path's."""
     import et_graph.fused as fused_module
-    from et_graph.nn import RelationalETConv
-    from et_graph.nn.conv import et_conv, relational_et_conv
+    from et_graph.nn import ETGraphModel, RelationalETConv
     from et_graph.nn.models import ETAnomalyNet
     from et_graph.nn.models import anomaly as anomaly_model
 
     torch.manual_seed(0)
     x, edge_index = awkward_graph()
     edge_type = torch.arange(edge_index.size(1)) % 2
-    conv = ETConv(8, heads=2, head_dim=4, steps=2).double()
+    batch = torch.zeros(x.size(0), dtype=torch.long)
+    conv = ETConv(8, heads=2, head_dim=4, steps=2, cached=True).double()
     relational = RelationalETConv(8, 2, heads=2, head_dim=4, steps=2).double()
     net = ETAnomalyNet(8, 16, heads=2, head_dim=4, steps=2, readout="ego_two_hop").double()
-    want = (conv(x, edge_index), relational(x, edge_index, edge_type), net(x, edge_index))
+    graph_model = ETGraphModel(8, 2, hidden_channels=16, blocks=2, steps=1, heads=2,
+                               head_dim=4, pe_dim=0).double().eval()
+
+    def outputs():
+        inputs = x.clone().requires_grad_()
+        out = [conv(inputs, edge_index), relational(inputs, edge_index, edge_type),
+               net(inputs, edge_index), graph_model(inputs, edge_index, batch)]
+        sum(o.sum() for o in out).backward()
+        g = conv.energy_fn.norm(x)
+        split = conv.energy_fn.attention_and_hopfield_grads(g, conv.energy_fn.edges(x, edge_index))
+        return [*out, inputs.grad, *split]
+
+    want = outputs()
 
     def unavailable(*args, **kwargs):
         raise AssertionError("a sparse kernel ran on a device without it")
 
     monkeypatch.setattr(fused_module, "SPARSE_KERNEL_DEVICES", ("cuda",))
-    monkeypatch.setattr(fused_module, "fused_attention_grad", unavailable)
-    monkeypatch.setattr(relational_et_conv, "fused_attention_grad", unavailable)
+    monkeypatch.setattr(fused_module._FusedAttentionGrad, "apply", unavailable)
     monkeypatch.setattr(anomaly_model, "_sparse_product", unavailable)
-    monkeypatch.setattr(et_conv.ETEnergy, "grad_of_g", unavailable)
-    got = (conv(x, edge_index), relational(x, edge_index, edge_type), net(x, edge_index))
-    for a, b in zip(got, want):
+    for a, b in zip(outputs(), want):  # (the cached layer's second call: its cache hit)
         assert relative_error(a, b) < 1e-10

@@ -186,3 +186,44 @@ def test_a_block_on_a_submodule_waits_for_a_block_on_its_model():
     for thread in threads:
         thread.join(10)
     assert seen == [False] and model[1].training
+
+
+def test_a_block_on_a_model_opened_inside_a_block_on_its_submodule_never_deadlocks():
+    """From a review: the locks, taken one by one in id order, deadlocked when a thread inside
+    a block on a submodule opened a block on the model while another thread waited for the
+    model's block (it held a lower-id lock outside the submodule, and waited on the submodule's).
+    The locks are taken all at once or not at all. The ids are arranged to the bad order."""
+    import threading
+    import time
+
+    keep = []
+    while True:  # a module outside sub with a lower id than every module of sub
+        sub = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2), sub)
+        outside = [m for m in model.modules() if all(m is not s for s in sub.modules())]
+        if min(map(id, outside)) < min(id(m) for m in sub.modules()):
+            break
+        keep.append(model)
+    in_sub, waiting = threading.Event(), threading.Event()
+
+    def first():
+        with evaluation_mode(sub):
+            in_sub.set()
+            waiting.wait(5)
+            time.sleep(0.3)  # the other thread now waits for the model's block
+            with evaluation_mode(model):
+                pass
+
+    def second():
+        in_sub.wait(5)
+        waiting.set()
+        with evaluation_mode(model):
+            pass
+
+    threads = [threading.Thread(target=first, daemon=True),
+               threading.Thread(target=second, daemon=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert not any(thread.is_alive() for thread in threads)

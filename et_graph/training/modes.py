@@ -11,7 +11,6 @@ with dropout and noise (scores off by up to 0.4), and the model could end in the
 long-run audit). Training one model in one thread while another scores it is not supported."""
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 import weakref
@@ -39,14 +38,13 @@ def _lock_of(model: nn.Module) -> threading.RLock:
 def evaluation_mode(model: nn.Module) -> Iterator[nn.Module]:
     """``model`` in eval mode inside the block; afterwards every module of it in the mode it
     had before (a submodule kept in eval mode inside a training model stays so). The block
-    holds the lock of every module of the model (re-entrant, taken in one global order, so
-    that two blocks never wait on each other): another thread's block on the model, on a
-    submodule of it or on a model holding it waits (a lock of the model alone let a block on
-    a submodule switch it back mid-score: a review)."""
+    holds the lock of every module of the model (re-entrant, all of them or none at a time):
+    another thread's block on the model, on a submodule of it or on a model holding it waits
+    (a lock of the model alone let a block on a submodule switch it back mid-score: a
+    review)."""
     modules = list(model.modules())
-    with contextlib.ExitStack() as held:
-        for module in sorted(modules, key=id):
-            held.enter_context(_lock_of(module))
+    taken = _take_all([_lock_of(module) for module in modules])
+    try:
         modes = [(module, module.training) for module in modules]
         model.eval()
         try:
@@ -54,6 +52,30 @@ def evaluation_mode(model: nn.Module) -> Iterator[nn.Module]:
         finally:
             for module, training in modes:
                 module.training = training
+    finally:
+        for lock in reversed(taken):
+            lock.release()
+
+
+def _take_all(locks: list[threading.RLock]) -> list[threading.RLock]:
+    """Every one of ``locks`` or, while one is busy, none: a thread inside a block on a
+    submodule that opens a block on its model would otherwise hold one lock and wait for
+    another that a thread waiting on its submodule holds (locks taken one by one in a fixed
+    order deadlocked there: a review). Re-entrant: a lock this thread holds is taken again."""
+    while True:
+        taken = []
+        busy = None
+        for lock in locks:
+            if not lock.acquire(blocking=False):
+                busy = lock
+                break
+            taken.append(lock)
+        if busy is None:
+            return taken
+        for lock in reversed(taken):
+            lock.release()
+        with busy:  # until its holder is done, then try them all again
+            pass
 
 
 def evaluates_model(function: Function) -> Function:

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules import module as _module
 
+from ...fused import sparse_kernels_on
 from ..adjacency_mask import Conv2DAdjacencyMask
 from ..conv import ETConv
 from ..dropout import Dropout
@@ -404,8 +405,10 @@ class ETGraphModel(nn.Module):
                 result = conv(out, graph.edge_index, edge_weight, return_energy=return_energy)
             else:
                 if edges is None:
+                    # (no plan where no sparse kernel would read it: mps)
                     edges = conv.energy_fn.edges(conv.energy_fn.check_tokens(out),
-                                                 graph.edge_index, edge_weight, plan=True)
+                                                 graph.edge_index, edge_weight,
+                                                 plan=sparse_kernels_on(out.device))
                 result = conv.descend_edges(out, edges, return_energy=return_energy)
             if return_energy:
                 out, trace = result
