@@ -137,3 +137,26 @@ def test_the_fold_figure_draws_equal_folds_apart_and_the_majority_guess(tmp_path
     assert len(set(dots.get_xdata())) == 2
     guess = [line for line in ax.lines if "largest class" in line.get_label()]
     assert guess and list(guess[0].get_ydata()) == [0.665, 0.665]
+
+
+def test_an_exploding_training_loss_puts_the_loss_panel_on_a_log_scale(tmp_path,
+                                                                       saved_figures):
+    """From a plots audit: one diverged seed's loss flattened every other line of the panel."""
+    import numpy as np
+
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.plots.anomaly import plot_curves, training_curve
+    from et_graph.protocols.anomaly import make_splits
+
+    data = planted_anomaly_graph(120, seed=0)
+    split = make_splits(data, "paper", 1)[0]
+    rows = lambda losses: [{"train_loss": v, "val_auroc": 0.7} for v in losses]  # noqa: E731
+    curves = {"prob": {"et": np.random.default_rng(0).random(120)},
+              "history": {"et": [training_curve(rows([0.7, 0.6, 0.5]), 2),
+                                 training_curve(rows([0.7, 90.0, 4000.0]), 0)]}}
+    plot_curves(tmp_path, curves, data, split)
+    loss_panel = saved_figures[-1][0][0].axes[0]
+    assert loss_panel.get_yscale() == "log"
+    curves["history"]["et"].pop()
+    plot_curves(tmp_path, curves, data, split)
+    assert saved_figures[-1][0][0].axes[0].get_yscale() == "linear"

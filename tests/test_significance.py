@@ -479,3 +479,21 @@ def test_one_seeds_interval_over_the_nodes_says_it_is_one_trainings():
     assert "this one training only" in one and "the training randomness (one seed)" in one
     assert "the sampling of these nodes and the training randomness" in describe_design(
         "nodes", 5)
+
+
+def test_the_forest_plot_says_when_an_interval_is_unbounded_or_a_value_missing(monkeypatch,
+                                                                                tmp_path):
+    """From a plots audit: a one-run difference (an unbounded interval) drew no bar, so it
+    looked certain, and a row without a value was left blank without a word."""
+    import matplotlib.axes
+
+    from et_graph.plots.significance import plot_differences
+
+    texts = record_arguments(monkeypatch, matplotlib.axes.Axes, "text")
+    bounded = seed_difference([0.9, 0.91, 0.92], [0.5, 0.52, 0.51])
+    one_run = replace(bounded, low=float("-inf"), high=float("inf"), p_value=float("nan"))
+    missing = replace(bounded, mean=float("nan"), low=float("nan"), high=float("nan"))
+    plot_differences({"AUROC": [("a", bounded), ("b", one_run), ("c", missing)]},
+                     tmp_path / "forest.png")
+    said = [args[3] if len(args) > 3 else kwargs.get("s") for args, kwargs in texts]
+    assert " interval unbounded" in said and "  no value" in said

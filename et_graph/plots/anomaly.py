@@ -79,6 +79,11 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
     # class_balance none; under data-parallel training it is rank 0's share.
     ax_loss.set(xlabel="epoch (from 0)", ylabel="training loss\n(BCE, class-weighted by default)",
                 title="Training loss (a line per seed)")
+    losses = [value for histories in curves["history"].values() for hist in histories
+              for value in hist["loss"] if math.isfinite(value)]
+    if losses and min(losses) > 0 and max(losses) > 100 * min(losses):
+        # one exploding loss flattened every other line (a plots audit)
+        ax_loss.set_yscale("log")
     select = curves.get("select_metric")
     # two lines: on one, the right panel's title was cut at "kept on validation f1_ma"
     ax_val.set(xlabel="epoch (from 0)", ylabel="validation AUROC",

@@ -1,6 +1,7 @@
 """Forest plots of differences: each a point at its mean and a bar over its confidence interval."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -26,23 +27,35 @@ def plot_differences(panels: Mapping[str, Sequence[tuple[str, Difference]]], pat
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (unit, rows) in zip(axes[:, 0], panels.items()):
         adjusted = holm([d.p_value for _, d in rows])
+        unbounded = []
         for y, ((_, d), p_family) in enumerate(zip(reversed(rows), reversed(adjusted))):
             sign = 1.0 if d.higher_is_better else -1.0
+            if not math.isfinite(d.mean):  # (a blank row said nothing: a plots audit)
+                ax.text(0.0, y, "  no value", va="center", fontsize=7, color="0.3")
+                continue
             low, high = sorted((sign * d.low, sign * d.high))
             colour = "#3182bd" if sign * d.mean > 0 else "#e6550d"
-            ax.plot([low, high], [y, y], color=colour, lw=2)
+            if math.isfinite(low) and math.isfinite(high):
+                ax.plot([low, high], [y, y], color=colour, lw=2)
+            else:  # one run: no bar looked like no uncertainty (a plots audit)
+                unbounded.append((y, colour))
             family = d.significant and p_family < 1 - d.confidence
             ax.plot(sign * d.mean, y, "o", color=colour, ms=7, markerfacecolor=colour,
                     markerfacecoloralt="white", markeredgecolor=colour,
                     fillstyle="full" if family else "left" if d.significant else "none")
         ax.axvline(0.0, color="0.3", lw=0.8)
+        for y, colour in unbounded:
+            left, right = ax.get_xlim()
+            ax.plot([left, right], [y, y], ls=":", color=colour, lw=1.5)
+            ax.text(right, y, " interval unbounded", va="center", fontsize=7, color=colour)
         ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)], fontsize=8)
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.set_xlabel(unit, fontsize=8)
         ax.tick_params(axis="x", labelsize=8)
-    fig.suptitle(title or "difference with its 95% interval (right: the first model better; "
+    # (two lines: in one the default title was cut at both ends: a plots audit)
+    fig.suptitle(title or "difference with its 95% interval (right: the first model better)\n"
                  "filled: significant after Holm over the panel; half: the interval alone "
-                 "excludes 0)", fontsize=9)
+                 "excludes 0", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
