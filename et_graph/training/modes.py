@@ -5,7 +5,8 @@ it to eval mode (no dropout, no descent noise). Left there, a caller who scores 
 their own training loop would train on without dropout or noise and never be told: each such
 function gives back the mode of the model and of every submodule as it found them.
 
-Two threads scoring one model take turns: each holds the model's lock for its call. Without it
+Two threads scoring one model take turns: each holds the locks of the model's modules for its
+call. Without them
 one thread restored the training mode while the other was still scoring, which then scored
 with dropout and noise (scores off by up to 0.4), and the model could end in the wrong mode (a
 long-run audit). Training one model in one thread while another scores it is not supported."""
