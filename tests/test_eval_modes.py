@@ -118,14 +118,18 @@ def test_unsupervised_masked_scores_give_the_mode_back():
     assert model.training
 
 
-def test_two_threads_scoring_one_model_take_turns():
+@pytest.mark.parametrize("other", ["model", "submodule"])
+def test_two_threads_scoring_one_model_take_turns(other):
     """From a long-run audit: two threads scoring one model in train mode interleaved their
-    mode switches, so one scored with dropout and noise and the model could end in eval mode.
-    A thread's block holds the model's lock: another thread's block on it waits."""
+    mode switches, so one scored with dropout and noise and the model could end in eval mode;
+    and from a review: with the model's lock alone, another thread's block on a submodule
+    switched it back to training mid-score. A block holds the locks of every module of its
+    model: another thread's block on the model or on a submodule of it waits."""
     import threading
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
     model.train()
+    target = model if other == "model" else model[1]
     inside, release = threading.Event(), threading.Event()
     seen = []
 
@@ -133,11 +137,12 @@ def test_two_threads_scoring_one_model_take_turns():
         with evaluation_mode(model):
             inside.set()
             release.wait(10)
+            seen.append(("first", model[1].training))
 
     def second():
         inside.wait(10)
-        with evaluation_mode(model):
-            seen.append(model.training)
+        with evaluation_mode(target):
+            seen.append(("second", target.training))
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
     for thread in threads:
@@ -148,44 +153,11 @@ def test_two_threads_scoring_one_model_take_turns():
     release.set()
     for thread in threads:
         thread.join(10)
-    assert seen == [False] and model.training
-    with evaluation_mode(model), evaluation_mode(model):  # re-entrant in one thread
+    assert seen == [("first", False), ("second", False)]
+    assert model.training and model[1].training
+    with evaluation_mode(model), evaluation_mode(target):  # re-entrant in one thread
         assert not model.training
     assert model.training
-
-
-def test_a_block_on_a_submodule_waits_for_a_block_on_its_model():
-    """From a review: the lock was the model's alone, so another thread's block on a submodule
-    switched it back to training mid-score (dropout on inside the first block), and left it in
-    eval mode for good."""
-    import threading
-
-    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
-    model.train()
-    inside, release = threading.Event(), threading.Event()
-    seen = []
-
-    def first():
-        with evaluation_mode(model):
-            inside.set()
-            release.wait(10)
-            seen.append(model[1].training)
-
-    def second():
-        inside.wait(10)
-        with evaluation_mode(model[1]):
-            pass
-
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    for thread in threads:
-        thread.start()
-    inside.wait(10)
-    threads[1].join(0.3)
-    assert threads[1].is_alive()  # waiting for the model's block
-    release.set()
-    for thread in threads:
-        thread.join(10)
-    assert seen == [False] and model[1].training
 
 
 def test_a_block_on_a_model_opened_inside_a_block_on_its_submodule_never_deadlocks():
