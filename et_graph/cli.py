@@ -87,6 +87,18 @@ BAD_INPUT_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirect
                     PermissionError, PluginError)
 
 
+#: Errors of the machine rather than the code, reported in one line like bad input: a full
+#: disk, a quota, a read-only file system (a locked-down runtime audit: tracebacks).
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES})
+
+
+def traceback_wanted() -> bool:
+    """Whether ``ET_GRAPH_TRACEBACK`` asks for tracebacks (``1``, ``yes``, ...; ``0``, ``no``,
+    ``off``, ``false`` and empty do not: ``0`` turned them on, a locked-down runtime audit)."""
+    return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "no", "off",
+                                                                      "false")
+
+
 def bad_input_errors() -> tuple[type[BaseException], ...]:
     """:data:`BAD_INPUT_ERRORS`, and the compiled kernels' build error once their module is
     loaded (only then can it be raised): importing that module imports torch, which
@@ -104,7 +116,12 @@ def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
     try:
         result = call()
     except bad_input_errors() as error:  # (evaluated once an error comes)
-        if os.environ.get(TRACEBACK_ENV):
+        if traceback_wanted():
+            raise
+        print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
+        return 2
+    except OSError as error:
+        if error.errno not in ENVIRONMENT_ERRNOS or traceback_wanted():
             raise
         print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
         return 2
@@ -141,11 +158,30 @@ def keep_printable(stream: Any) -> None:
 
 
 def printable_streams() -> None:
-    """:func:`keep_printable` on stdout and stderr, and stdout line by line: what a command's
-    or an example's entry does first."""
+    """Closed standard streams reopened on the null device, :func:`keep_printable` on stdout and
+    stderr, and stdout line by line: what a command's or an example's entry does first."""
+    null_for_closed_streams()
     for stream in (sys.stdout, sys.stderr):
         keep_printable(stream)
     line_buffered(sys.stdout)
+
+
+def null_for_closed_streams() -> None:
+    """Standard descriptors 0-2 that are closed, reopened on the null device, and Python's
+    ``sys.stdout``/``sys.stderr`` given a writer where they are ``None``: a job started with
+    them closed (``>&- 2>&-``) failed in torch's kernel build on ``sys.stdout.flush()``, and
+    the run's own files would take descriptors 1 and 2 (a locked-down runtime audit)."""
+    for descriptor in (0, 1, 2):
+        try:
+            os.fstat(descriptor)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != descriptor:
+                os.dup2(null, descriptor)
+                os.close(null)
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
 
 
 def console_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -162,7 +198,7 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return exit_on_bad_input(lambda: main(argv), prog)
     except KeyboardInterrupt:
-        if os.environ.get(TRACEBACK_ENV):
+        if traceback_wanted():
             raise
         print(f"\n{prog}: interrupted{resume_hint(argv)}", file=sys.stderr)
         return 130
@@ -174,7 +210,7 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
         # (EINVAL of a file, e.g. a name with '?' on Windows, is the run's own error)
         lost = isinstance(error, BrokenPipeError) or (
             _WINDOWS and error.errno == errno.EINVAL and error.filename is None)
-        if not lost or os.environ.get(TRACEBACK_ENV) or not _reader_gone(sys.stdout):
+        if not lost or traceback_wanted() or not _reader_gone(sys.stdout):
             raise
         # further output goes nowhere, so that Python's flush at exit does not raise again
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -26,9 +26,17 @@ def cache_dir() -> Path:
     ``$XDG_CACHE_HOME/et_graph``, else ``~/.cache/et_graph``."""
     env = os.environ.get("ET_GRAPH_CACHE")
     if env:
-        return Path(env).expanduser()
+        return Path(env).expanduser()  # (callers refuse it unusable: cache_dir_is_chosen)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "et_graph"
+
+
+def cache_dir_is_chosen() -> bool:
+    """Whether ``$ET_GRAPH_CACHE`` names the cache folder: then an unusable one is an error, not
+    a reason to fall back to a private temporary folder (a locked-down runtime audit: a file,
+    an unwritable folder or a relative path under a read-only working folder was replaced
+    without a word)."""
+    return bool(os.environ.get("ET_GRAPH_CACHE"))
 
 
 def plain_file_mode(path: Path) -> int:

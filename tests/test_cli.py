@@ -413,3 +413,47 @@ def test_an_example_prints_its_tables_to_a_stream_without_their_symbols():
         capture_output=True, timeout=120, env={**os.environ, "PYTHONIOENCODING": "cp1252"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == b"ET \\u2016 GBT \\u2212 0.01"
+
+
+def test_the_machines_errors_are_one_line_and_the_traceback_switch_reads_no_as_no(
+        monkeypatch, capsys):
+    """From a locked-down runtime audit: a full disk or a read-only file system gave a
+    traceback, and ET_GRAPH_TRACEBACK=0 turned tracebacks on."""
+    import errno
+
+    from et_graph.cli import exit_on_bad_input, traceback_wanted
+
+    def full_disk():
+        raise OSError(errno.ENOSPC, "No space left on device", "out/results.json")
+
+    monkeypatch.delenv("ET_GRAPH_TRACEBACK", raising=False)
+    assert exit_on_bad_input(full_disk, "et-graph anomaly") == 2
+    assert "et-graph anomaly: error: [Errno 28] No space left on device" in capsys.readouterr().err
+    for value, wanted in (("0", False), ("no", False), ("", False), ("1", True), ("yes", True)):
+        monkeypatch.setenv("ET_GRAPH_TRACEBACK", value)
+        assert traceback_wanted() is wanted
+
+    def other():
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setenv("ET_GRAPH_TRACEBACK", "0")
+    with pytest.raises(OSError, match="Bad file descriptor"):  # (not the machine's: raised)
+        exit_on_bad_input(other, "et-graph")
+
+
+def test_a_job_started_with_its_output_closed_gets_the_null_device(tmp_path):
+    """From a locked-down runtime audit: with stdout and stderr closed (`>&- 2>&-`) the kernel
+    build failed on sys.stdout.flush(), and the run's files would take descriptors 1 and 2."""
+    import subprocess
+    import sys
+
+    script = ("from et_graph.cli import null_for_closed_streams\n"
+              "null_for_closed_streams()\n"
+              "import sys\nsys.stdout.flush(); print('lost'); sys.stderr.write('lost')\n"
+              f"handle = open({str(tmp_path / 'f.txt')!r}, 'w')\n"
+              "raise SystemExit(0 if handle.fileno() > 2 else 3)")
+    done = subprocess.run([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, close_fds=True, timeout=120,
+                          preexec_fn=lambda: (__import__("os").close(1),
+                                              __import__("os").close(2)))
+    assert done.returncode == 0

@@ -67,7 +67,9 @@ def test_without_a_writable_home_the_cache_is_a_private_temp_folder(monkeypatch,
 
     blocked = tmp_path / "file"
     blocked.write_text("", encoding="utf-8")
-    monkeypatch.setenv("ET_GRAPH_CACHE", str(blocked / "cache"))  # cannot be made
+    # no writable home (the user named no cache: ET_GRAPH_CACHE unset), so it cannot be made
+    monkeypatch.delenv("ET_GRAPH_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked / "cache"))
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     import tempfile
@@ -186,3 +188,18 @@ def test_a_copy_killed_after_its_first_file_is_still_recognised_as_the_caches_ow
     graphs, _ = load_tudataset(tmp_path / "data", "MUTAG", tmp_path / "cache", pe_dim=0,
                                progress=False)
     assert len(graphs) == 188 and raw.is_dir()
+
+
+def test_an_unusable_et_graph_cache_is_an_error_not_a_silent_fallback(tmp_path, monkeypatch):
+    """From a locked-down runtime audit: ET_GRAPH_CACHE naming a file (or an unwritable folder)
+    was replaced by a private temporary folder without a word; the fallback is for a machine
+    without a writable home, not for a folder the user chose."""
+    from et_graph.datasets.tudataset import default_tu_cache
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    monkeypatch.setenv("ET_GRAPH_CACHE", str(blocker))
+    with pytest.raises(ValueError, match="ET_GRAPH_CACHE=.*point it at a writable folder"):
+        default_tu_cache()
+    monkeypatch.setenv("ET_GRAPH_CACHE", str(tmp_path / "cache"))
+    assert default_tu_cache() == tmp_path / "cache" / "tudataset"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import warnings
@@ -28,6 +29,7 @@ from torch_geometric.utils import degree, is_undirected
 
 from ..paths import (
     cache_dir,
+    cache_dir_is_chosen,
     no_data_hint,
     private_temp_folder,
     shipped_path,
@@ -55,7 +57,12 @@ def default_tu_cache() -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         return folder
-    except OSError:  # no writable home (a container): a private folder in the temp dir
+    except OSError as error:
+        if cache_dir_is_chosen():
+            raise ValueError(f"ET_GRAPH_CACHE={os.environ['ET_GRAPH_CACHE']!r}: cannot make "
+                             f"{folder} there ({error}); point it at a writable folder, or "
+                             "unset it") from error
+        # no writable home (a container): a private folder in the temp dir
         return private_temp_folder("et_graph_tudataset")
 
 
