@@ -46,6 +46,7 @@ back silently.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import sys
@@ -108,26 +109,42 @@ def load_native_attention() -> Any:
         # A minute without output would look like a hang.
         print(f"et-graph: building the compiled kernels ({name}, once per version; about a "
               "minute)", file=sys.stderr, flush=True)
-    # torch takes the lock on every load, built or not (ninja then finds nothing to do), and
-    # waits on a held one for ever: a build killed (a timeout, kill, the OOM killer; not
-    # Ctrl-C) leaves it, and every later run hung without a word, the built ones too
-    check_build_locks(name)
     try:
+        # torch takes the lock on every load, built or not (ninja then finds nothing to do),
+        # and waits on a held one for ever: a build killed (a timeout, kill, the OOM killer;
+        # not Ctrl-C) leaves it, and every later run hung without a word, the built ones too
+        check_build_locks(name)
         from torch.utils.cpp_extension import load
 
         module = load(name=name, sources=[str(path) for path in SOURCES],
                       # copies: load() appends torch's libraries to the lists it is given
                       extra_cflags=list(COMPILE_FLAGS), extra_ldflags=list(LINK_FLAGS),
                       verbose=False)
-    except Exception as error:  # compiler, ninja or headers missing: say which
+    except NativeBuildError:
+        raise
+    except OSError as error:
+        if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise _build_failed(error) from error
+        # torch's build folder cannot be made or written (a read-only home in a container):
+        # the compiler was blamed, and a read-only folder of prebuilt kernels cannot be used
+        # either, as torch writes its lock there (a locked-down runtime audit)
         raise NativeBuildError(
-            f"the native kernels could not be built from {CSRC} "
-            f"({type(error).__name__}: {str(error).strip()[-600:]}); it needs a C++ compiler "
-            "and ninja (pip install ninja). Leave it off (the default) to use the sparse "
-            "kernels instead."
-        ) from error
+            f"the native kernels' build folder is not writable ({error}): set "
+            "TORCH_EXTENSIONS_DIR to a writable folder (torch builds, and takes a lock, "
+            "there even when the kernels are built), or leave them off (the default) to use "
+            "the sparse kernels instead.") from error
+    except Exception as error:  # compiler, ninja or headers missing: say which
+        raise _build_failed(error) from error
     _state["module"] = module
     return module
+
+
+def _build_failed(error: Exception) -> NativeBuildError:
+    return NativeBuildError(
+        f"the native kernels could not be built from {CSRC} "
+        f"({type(error).__name__}: {str(error).strip()[-600:]}); it needs a C++ compiler "
+        "and ninja (pip install ninja). Leave it off (the default) to use the sparse "
+        "kernels instead.")
 
 
 class NativeBuildError(RuntimeError):

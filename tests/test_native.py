@@ -580,3 +580,24 @@ def test_the_kernels_refuse_any_input_off_the_cpu(built):
     built.gram_entries_backward(*gram, 1, torch.ones_like(values))
     with pytest.raises(RuntimeError, match="every input on the CPU"):
         built.gram_entries_backward(*gram, 1, torch.ones_like(values).to("meta"))
+
+
+def test_an_unwritable_build_folder_is_named_not_the_compiler(monkeypatch):
+    """From a locked-down runtime audit: with torch's build folder unwritable (a read-only home,
+    or a read-only folder of prebuilt kernels, where torch still takes its lock) the error
+    blamed the compiler, or was a raw traceback when the lock check failed first."""
+    import errno
+
+    import torch.utils.cpp_extension as cpp_extension
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", "/root/.cache")
+
+    monkeypatch.setitem(native._state, "module", None)
+    monkeypatch.setattr(native, "is_built", lambda name: True)
+    monkeypatch.setattr(cpp_extension, "load", read_only)
+    with pytest.raises(native.NativeBuildError, match="set TORCH_EXTENSIONS_DIR"):
+        native.load_native_attention()
+    monkeypatch.setattr(native, "check_build_locks", read_only)  # the lock check comes first
+    with pytest.raises(native.NativeBuildError, match="build folder is not writable"):
+        native.load_native_attention()
