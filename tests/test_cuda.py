@@ -239,6 +239,29 @@ def test_graph_model_on_device_equals_the_cpu():
         assert_close_to_cpu(results["device"], results["reference"], 1e-8)
 
 
+def test_the_graph_model_trains_under_autocast_on_device():
+    """(A device audit: CUDA autocast was untested for ETGraphModel.) A float32 model under
+    bfloat16 autocast stays near its float32 logits and gives finite gradients."""
+    from et_graph.nn.models.graph_model import ETGraphModel
+
+    graphs = []
+    for n in range(5, 13):
+        src = torch.arange(n)
+        graphs.append(Data(x=torch.randn(n, 3), y=torch.tensor([n % 2]),
+                           edge_index=to_undirected(torch.stack([src, (src + 1) % n]))))
+    batch = Batch.from_data_list(graphs).to(DEVICE)
+    torch.manual_seed(0)
+    model = ETGraphModel(3, 2, hidden_channels=16, blocks=2, steps=2, heads=2, head_dim=8,
+                         pe_dim=0, readout="cls_sum_mean").to(DEVICE).eval()
+    reference = model.forward_data(batch)
+    with torch.autocast(torch.device(DEVICE).type, dtype=torch.bfloat16):
+        low = model.forward_data(batch)
+        torch.nn.functional.cross_entropy(low.float(), batch.y).backward()
+    assert (low.float() - reference).abs().max() < 0.1
+    assert all(bool(torch.isfinite(p.grad).all()) for p in model.parameters()
+               if p.grad is not None)
+
+
 # --------------------------------------------------------------------------------------------
 # 2. Detectors and runners with device="cuda"
 # --------------------------------------------------------------------------------------------
