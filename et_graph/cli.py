@@ -115,13 +115,10 @@ def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
     an int (0 for anything else)."""
     try:
         result = call()
-    except bad_input_errors() as error:  # (evaluated once an error comes)
-        if traceback_wanted():
-            raise
-        print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
-        return 2
-    except OSError as error:
-        if error.errno not in ENVIRONMENT_ERRNOS or traceback_wanted():
+    except Exception as error:
+        # bad input (bad_input_errors(), evaluated once an error comes), or the machine's
+        machine = isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRNOS
+        if not (machine or isinstance(error, bad_input_errors())) or traceback_wanted():
             raise
         print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
         return 2

@@ -11,9 +11,10 @@ import argparse
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
+
+import numpy as np
 
 from ..config import (
     PRESET_CANDIDATE,
@@ -29,6 +30,7 @@ from ..protocols.graph_cv import (
     cross_validate,
     cross_validate_selected,
     describe_selection,
+    graph_labels,
     selection_notes,
 )
 from ..protocols.significance import (
@@ -204,9 +206,9 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     if (out_dir / PARTIAL_FOLDS).exists():  # the run's folds, now beside its results
         os.replace(out_dir / PARTIAL_FOLDS, out_dir / "folds.jsonl")
     if not protocol.validation_only:
-        labels = [int(graph.y.view(-1)[0]) for graph in graphs]
+        labels = graph_labels(graphs)
         plot_fold_accuracies(results, out_dir / "accuracy.png",
-                             majority=max(Counter(labels).values()) / len(labels))
+                             majority=float(np.bincount(labels).max() / labels.size))
     tqdm.write((out_dir / "results.md").read_text(
         encoding="utf-8"))  # with or without progress bars
     return results
