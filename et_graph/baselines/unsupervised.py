@@ -98,10 +98,11 @@ def lof_scores(data: Data, n_neighbors: int = 20,
     # Read from the factors themselves, as scikit-learn 1.6+ decides its warning: before 1.6
     # it gives none, and neither did this (a minimum-version audit). Its own message names
     # neither the cause's size nor a remedy.
-    if bool((lof.negative_outlier_factor_ < -1e7).any()):
+    extreme = int((lof.negative_outlier_factor_ < -1e7).sum())
+    if extreme:
         _, counts = np.unique(features, axis=0, return_counts=True)
         warnings.warn(
-            f"LOF: {int((lof.negative_outlier_factor_ < -1e7).sum())} nodes got an outlier "
+            f"LOF: {extreme} nodes got an outlier "
             f"factor above 1e7: groups of identical feature rows (the largest holds "
             f"{int(counts.max())} nodes) put a member's {lof.n_neighbors_} nearest neighbours "
             "at distance zero, so densities there are infinite and LOF ranks those nodes "

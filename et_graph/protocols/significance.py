@@ -155,10 +155,15 @@ def _check_confidence(confidence: float) -> None:
 ROUNDING_SPREAD = 1e-12
 
 
+def _rounding(magnitudes: Sequence[float]) -> float:
+    """What rounding of values of these ``magnitudes`` can amount to (:data:`ROUNDING_SPREAD`
+    of the largest, or of 1)."""
+    return ROUNDING_SPREAD * max(1.0, *(abs(m) for m in magnitudes))
+
+
 def _variance(values: Sequence[float]) -> float:
     """The sample variance, 0 for a spread no larger than rounding (:data:`ROUNDING_SPREAD`)."""
-    scale = max(1.0, max(abs(v) for v in values))
-    if max(values) - min(values) <= ROUNDING_SPREAD * scale:
+    if max(values) - min(values) <= _rounding(values):
         return 0.0
     mean = sum(values) / len(values)
     return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
@@ -168,8 +173,7 @@ def _rounding_zero(value: float, *magnitudes: float) -> float:
     """``value``, or 0.0 where it is no larger than rounding (:data:`ROUNDING_SPREAD`) of the
     scores it comes from: ``0.3 - (0.1 + 0.2)`` over five seeds each was "second ahead, p
     0.008" by the rank test of complete separation (a statistics audit)."""
-    scale = max(1.0, *(abs(m) for m in magnitudes))
-    return 0.0 if abs(value) <= ROUNDING_SPREAD * scale else value
+    return 0.0 if abs(value) <= _rounding(magnitudes) else value
 
 
 def _interval(mean: float, standard_error: float, dof: float, confidence: float,
