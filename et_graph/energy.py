@@ -29,6 +29,8 @@ from typing import Optional, overload
 import torch
 from torch import Tensor
 
+from .precision import accumulation_dtype
+
 HOPFIELD_KINDS = ("relu", "softmax")
 
 
@@ -38,7 +40,7 @@ HOPFIELD_KINDS = ("relu", "softmax")
 def _squares_dtype(t: Tensor) -> Tensor:
     """``t`` in float32 when it is a 16-bit float: its squares (a variance) would overflow
     float16 beyond 256 and lose bfloat16's few digits; PyTorch's layer_norm does the same."""
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+    return t.to(accumulation_dtype(t.dtype))
 
 
 def layer_norm(x: Tensor, gamma: Tensor, delta: Tensor, eps: float) -> Tensor:

@@ -20,6 +20,15 @@ from torch import Tensor
 
 Backward = TypeVar("Backward", bound=Callable[..., Any])
 
+#: The 16-bit floating dtypes, whose sums and squares are taken in float32.
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for a 16-bit float (float16 overflows beyond 65504 and bfloat16 keeps about
+    three digits, so its sums, squares and sparse products are taken wider), else ``dtype``."""
+    return torch.float32 if dtype in HALF_DTYPES else dtype
+
 
 def autocast_off(device_type: str) -> contextlib.AbstractContextManager[Any]:
     """``torch.autocast(device_type, enabled=False)``, or nothing on a device that has no

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ..fused import values_unreadable
+from ..precision import accumulation_dtype
 
 
 def all_finite(values: Tensor) -> bool:
@@ -231,7 +232,7 @@ def total_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a sum of energies in ``dtype`` is taken in: float32 for the 16-bit floats (a
     float16 layer's total energy of 2,000 nodes passed 65504 and came back as -inf, every node's
     share finite: a numerics audit), else ``dtype`` itself."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return accumulation_dtype(dtype)
 
 
 def sum_per_graph(per_node: Tensor, batch: Optional[Tensor], num_graphs: Optional[int] = None

@@ -10,7 +10,7 @@ from torch_geometric.nn.conv import MessagePassing
 
 from ..._sparse_warnings import quiet_sparse
 from ...fused import sparse_kernels_on
-from ...precision import autocast_off, backward_without_autocast
+from ...precision import HALF_DTYPES, autocast_off, backward_without_autocast
 from ..conv import ETConv, RelationalETConv
 from ..conv.et_conv import is_watched
 from ..conv.relational_et_conv import check_edge_type
@@ -367,7 +367,7 @@ class ETAnomalyNet(nn.Module):
         if self.neighbour_messages.watched or not sparse_kernels_on(tokens.device):
             # (and where the sparse product has no kernel, Apple's mps: a portability audit)
             return self.neighbour_messages(tokens, edge_index)
-        if tokens.dtype in (torch.float16, torch.bfloat16):
+        if tokens.dtype in HALF_DTYPES:
             # torch.sparse.mm has no 16-bit kernel on the CPU: under autocast every readout
             # but first_last failed on "addmm_out_sparse_csr_impl_mkl not implemented for
             # 'BFloat16'" (a numerics audit). The mean in float32, handed back in the tokens'
