@@ -51,6 +51,24 @@ def test_eigenvectors_are_orthonormal_eigenvectors_after_the_trivial_one():
     assert torch.allclose(rayleigh.sort().values, all_values[1 : k + 1], atol=1e-5)
 
 
+def test_encoding_follows_the_default_dtype_unrounded():
+    """Computed in float64 and returned in the default dtype: a float64 user's eigenvectors
+    hold float64's digits (they were rounded to float32: a numerics audit)."""
+    n, k = 7, 3
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        data = CLSLaplacianPE(k)(Data(edge_index=ring(n), num_nodes=n))
+    finally:
+        torch.set_default_dtype(previous)
+    assert data.lap_pe.dtype == data.cls_lap_pe.dtype == torch.float64
+    vectors = torch.cat([data.cls_lap_pe, data.lap_pe])
+    laplacian = normalized_laplacian(cls_padded_adjacency(ring(n), n))
+    rayleigh = torch.einsum("ik,ij,jk->k", vectors, laplacian, vectors)
+    assert torch.allclose(laplacian @ vectors, vectors * rayleigh, atol=1e-12)
+    assert CLSLaplacianPE(k)(Data(edge_index=ring(n), num_nodes=n)).lap_pe.dtype == torch.float32
+
+
 def test_tiny_graphs_are_zero_padded_and_batch():
     k = 6
     transform = CLSLaplacianPE(k)

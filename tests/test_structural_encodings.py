@@ -44,6 +44,21 @@ def test_random_walk_return_probabilities():
         RandomWalkPE(0)
 
 
+def test_random_walk_encoding_follows_the_default_dtype():
+    """A float64 user gets float64 return probabilities, not float32 ones cast up (rounded
+    near 1e-8; they came back float32 whatever the default: a numerics audit)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        pe = RandomWalkPE(3)(star(5)).rw_pe
+    finally:
+        torch.set_default_dtype(previous)
+    assert pe.dtype == torch.float64
+    # the leaves return after two steps with probability 1/4 and after three never
+    assert pe[1:, 1].tolist() == [0.25] * 4 and pe[0, 2].item() == 0.0
+    assert RandomWalkPE(3)(star(5)).rw_pe.dtype == torch.float32
+
+
 def test_log_degree_is_appended():
     data = LogDegree()(star(5))
     assert data.x.shape == (5, 3)

@@ -56,7 +56,8 @@ def cls_laplacian_eigenvectors(edge_index: Tensor, num_nodes: int, k: int) -> Te
     vectors = vectors * np.where(signs == 0, 1.0, signs)
     out = np.zeros((num_nodes + 1, k))
     out[:, : vectors.shape[1]] = vectors
-    return torch.from_numpy(out).float()
+    # In the default dtype: float32 unless a float64 user set it (computed in float64 here).
+    return torch.from_numpy(out).to(torch.get_default_dtype())
 
 
 class CLSLaplacianPE(BaseTransform):
@@ -70,7 +71,8 @@ class CLSLaplacianPE(BaseTransform):
     repeated eigenvalue's basis is arbitrary: the encoder's sign flips in training are why.
     Stores ``data[attr_name]`` ``[N, k]`` (the node rows) and ``data[cls_attr_name]``
     ``[1, k]`` (the CLS row), so that batching concatenates them to ``[N, k]`` and
-    ``[num_graphs, k]``. Use :class:`et_graph.nn.LaplacianPEEncoder` to project them to the token
+    ``[num_graphs, k]``, in the default dtype (``torch.get_default_dtype()``; computed in
+    float64). Use :class:`et_graph.nn.LaplacianPEEncoder` to project them to the token
     space (it also does the training-time sign flips).
     """
 

@@ -49,7 +49,8 @@ class RandomWalkPE(BaseTransform):
     not probabilities: 0.25 for a return that is certain on a path with weights 2.) A pair
     stored twice is one edge: PyG's dense path (graphs up to 2,000 nodes) assigned its
     transition once while counting it twice in the degree, so rows did not sum to 1 and the
-    same graph got other values inside a larger batch. The caller's ``edge_index`` is kept.
+    same graph got other values inside a larger batch. The caller's ``edge_index`` is kept. The
+    encoding is in the default dtype (``torch.get_default_dtype()``), which the walk runs in.
     """
 
     def __init__(self, k: int = 16, attr_name: str = "rw_pe") -> None:
@@ -66,7 +67,8 @@ class RandomWalkPE(BaseTransform):
         # The walk reads the structure alone (no weight), each pair once.
         walk = Data(edge_index=coalesce(data.edge_index.long(), num_nodes=num_nodes),
                     num_nodes=num_nodes)
-        data[self.attr_name] = self._transform(walk)[self.attr_name].float()
+        # In the default dtype, which PyG's walk also computes in (float64 for a float64 user).
+        data[self.attr_name] = self._transform(walk)[self.attr_name].to(torch.get_default_dtype())
         return data
 
     def __repr__(self) -> str:
