@@ -97,6 +97,11 @@ def test_the_training_curves_name_the_rows_without_epochs(tmp_path, saved_figure
     assert any("not drawn (no epochs): gbt" in t.get_text() for t in training.texts)
     lines = [line for line in training.axes[0].lines if not line.get_label().startswith("_")]
     assert {line.get_alpha() for line in lines} <= {None, 1.0}
+    # epochs from 1, as the graph and image figures count them (they were drawn from 0)
+    assert list(lines[0].get_xdata()) == [1, 2, 3]
+    kept = [line for line in training.axes[1].lines if line.get_marker() == "*"
+            and len(line.get_xdata())]
+    assert list(kept[0].get_xdata()) == [2] and list(kept[0].get_ydata()) == [0.7]
 
 
 def test_the_roc_pr_figure_tells_defaults_rows_and_chance_apart_and_keeps_the_pr_scale(

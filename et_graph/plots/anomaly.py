@@ -57,19 +57,22 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
                 if i == 0 else None
             # every model at full strength: faded baselines read as less important ones
             colour = model_colour(name, drawn, BUILTIN_ROWS)
-            # (one epoch: a dot, where a line of one point drew nothing)
-            ax_loss.plot(hist["loss"], color=colour, label=label,
+            # Epochs drawn from 1, as in the other figures (the stored best_epoch counts
+            # from 0). One epoch: a dot, where a line of one point drew nothing.
+            ax_loss.plot(range(1, len(hist["loss"]) + 1), hist["loss"], color=colour,
+                         label=label,
                          marker="o" if len(hist["loss"]) == 1 else None)
             # only the validated epochs (with train.validate_every > 1 the others are NaN,
             # and a line through NaN gaps draws nothing)
-            validated = [(e, v) for e, v in enumerate(hist["val_auroc"]) if not math.isnan(v)]
+            validated = [(e, v) for e, v in enumerate(hist["val_auroc"], start=1)
+                         if not math.isnan(v)]
             ax_val.plot(*zip(*validated) if validated else ([], []), color=colour,
                         label=label)
             kept = hist.get("best_epoch")
             if kept is not None and 0 <= kept < len(hist["val_auroc"]):
                 # The epoch the checkpoint kept, which the selection metric chose (it may not
                 # be the best AUROC drawn here).
-                ax_val.plot([kept], [hist["val_auroc"][kept]], "*", color=colour,
+                ax_val.plot([kept + 1], [hist["val_auroc"][kept]], "*", color=colour,
                             markersize=11, markeredgecolor="black")
     if any(h.get("best_epoch") is not None for hs in curves["history"].values() for h in hs):
         # one neutral legend entry: it took the first model's colour
@@ -77,7 +80,7 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
                     label="kept epoch")
     # The training loss is class-weighted BCE, unweighted under class-balanced sampling or
     # class_balance none; under data-parallel training it is rank 0's share.
-    ax_loss.set(xlabel="epoch (from 0)", ylabel="training loss\n(BCE, class-weighted by default)",
+    ax_loss.set(xlabel="epoch", ylabel="training loss\n(BCE, class-weighted by default)",
                 title="Training loss (a line per seed)")
     losses = [value for histories in curves["history"].values() for hist in histories
               for value in hist["loss"] if math.isfinite(value)]
@@ -86,7 +89,7 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
         ax_loss.set_yscale("log")
     select = curves.get("select_metric")
     # two lines: on one, the right panel's title was cut at "kept on validation f1_ma"
-    ax_val.set(xlabel="epoch (from 0)", ylabel="validation AUROC",
+    ax_val.set(xlabel="epoch", ylabel="validation AUROC",
                title="Validation AUROC (a line per seed)" + (
                    f"\n★ kept on validation {select}" if select else ""))
     if not curves["history"]:
