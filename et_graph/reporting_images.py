@@ -115,7 +115,8 @@ def write_figures(
     train_images: Tensor | None = None,
 ) -> None:
     """Write :data:`FIGURES` to ``out``; ``history`` is the engine's per-epoch history;
-    ``train_images`` adds the strongest baseline, the per-position mean patch, to the grid."""
+    ``train_images`` adds the mean-patch baselines (per position, the strongest, and over all
+    positions) to the grid."""
     from .plots.figures import own_figures
 
     plt = own_figures()
@@ -127,6 +128,9 @@ def write_figures(
     if train_images is not None:  # every baseline the table holds, the strongest first
         rows["mean patch"] = _filled_where_masked(model, images, mask, mean_patch_baseline(
             train_images, images, model.patch_size, per_position=True))
+        # the table's mean_patch_global (the grid left it out: a plots audit)
+        rows["global mean"] = _filled_where_masked(model, images, mask, mean_patch_baseline(
+            train_images, images, model.patch_size, per_position=False))
     rows["nearest open"] = _filled_where_masked(model, images, mask, nearest_open_baseline(
         images, mask, model.patch_size, model.grid_size))
     rows["original"] = images

@@ -139,6 +139,27 @@ def test_rgb_model_with_rectangular_images() -> None:
     assert set(mse) == {"et", "mean_patch", "mean_patch_global", "nearest_open"}
 
 
+def test_the_completion_grid_draws_every_baseline_of_the_table(digits, tmp_path,
+                                                                  monkeypatch) -> None:
+    """The grid left out mean_patch_global, which the results table holds (a plots audit)."""
+    import matplotlib.figure
+    from helpers import record_arguments
+
+    from et_graph.reporting_images import write_figures
+
+    saved = record_arguments(monkeypatch, matplotlib.figure.Figure, "savefig")
+    model = small_model().eval()
+    images = digits[:4]
+    mask = model.random_mask(4, generator=torch.Generator().manual_seed(1))
+    trace = trace_dynamics(model, images, mask)
+    write_figures(tmp_path, model, images, mask, trace, [{"epoch": 0, "train_loss": 1.0,
+                                                          "val_score": -0.5}], 0,
+                  train_images=digits[8:40])
+    grid = next(args[0] for args, _ in saved if "completion_grid" in str(args[1]))
+    rows = [label.get_text() for label in grid.axes[0].get_yticklabels()]
+    assert rows == ["masked", "ET", "mean patch", "global mean", "nearest open", "original"]
+
+
 def test_trace_follows_the_model_and_splits_the_update(digits) -> None:
     model = small_model(steps=4).eval()
     images = digits[:8]
