@@ -36,22 +36,24 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module = importlib.import_module(_LAZY[name], __name__)
-        value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
-    elif not name.startswith("_"):
-        # ``et_graph.nn`` after ``import et_graph``: the eager imports had loaded it
-        try:
-            value = importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":
-                raise  # a submodule that exists and failed to import names its own cause
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # later lookups skip this function
-    return value
+if not TYPE_CHECKING:  # to a type checker a misspelt name (et_graph.ETCnv) was Any, not an
+    # error, through this module __getattr__ (a typing audit): the names are above
+    def __getattr__(name: str) -> Any:
+        if name in _LAZY:
+            module = importlib.import_module(_LAZY[name], __name__)
+            value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
+        elif not name.startswith("_"):
+            # ``et_graph.nn`` after ``import et_graph``: the eager imports had loaded it
+            try:
+                value = importlib.import_module(f".{name}", __name__)
+            except ModuleNotFoundError as error:
+                if error.name != f"{__name__}.{name}":
+                    raise  # a submodule that exists and failed to import names its own cause
+                raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value  # later lookups skip this function
+        return value
 
 
 def __dir__() -> list[str]:

@@ -451,6 +451,18 @@ class BaseDetector:
                 return_prob: Literal[False] = False) -> Tensor: ...
 
     @overload
+    def predict(self, data: Data, return_score: Literal[True],
+                return_prob: Literal[False] = False) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def predict(self, data: Data, return_score: Literal[False] = False, *,
+                return_prob: Literal[True]) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def predict(self, data: Data, return_score: Literal[True],
+                return_prob: Literal[True]) -> tuple[Tensor, Tensor, Tensor]: ...
+
+    @overload
     def predict(self, data: Data, return_score: bool = False, return_prob: bool = False
                 ) -> Prediction: ...
 

@@ -20,7 +20,7 @@ import copy
 import dataclasses
 import warnings
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar, Union, overload
 
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
@@ -54,6 +54,12 @@ from .label_trick import (
     known_labels,
     neighbour_label_features,
 )
+
+if TYPE_CHECKING:
+    from .unsupervised import UnsupervisedETDetector
+
+#: ETDetector or a subclass of it, as its constructor builds it.
+ETDetectorT = TypeVar("ETDetectorT", bound="ETDetector")
 
 
 def on_device(data: Data, device: torch.device) -> Data:
@@ -547,9 +553,12 @@ class ETDetector(NeuralDetector):
     another graph (inductive use) sets those columns to zero, as no label is known there.
 
     ``ETDetector(supervised=False, ...)`` returns an
-    :class:`~et_graph.detectors.UnsupervisedETDetector` (masked completion, no label read);
-    fitting a supervised ETDetector on a graph without ``data.y`` raises a ``ValueError`` that
-    points there.
+    :class:`~et_graph.detectors.UnsupervisedETDetector` (masked completion, no label read), and
+    ``ETDetector.load`` reads such a detector's file back as one; fitting a supervised
+    ETDetector on a graph without ``data.y`` raises a ``ValueError`` that points there. (pyright
+    types ``ETDetector(supervised=False)`` as the unsupervised detector; mypy takes the class
+    whatever ``__new__`` returns, and neither can tell what a file holds: in checked code,
+    build and load ``UnsupervisedETDetector`` by its own name.)
 
     Example:
         >>> det = ETDetector(epochs=50, hidden=32).fit(data)   # data.train_mask / val_mask
@@ -563,6 +572,28 @@ class ETDetector(NeuralDetector):
     #: ... and their names (``data.relation_names``), which a scored graph must share.
     relation_names_: Optional[list[str]] = None
 
+    # The overloads type ETDetector(...) as ETDetector (supervised=False: the unsupervised
+    # detector); with `-> Any` alone, pyright and Pylance saw every ETDetector as Any (a
+    # typing audit). mypy refuses a __new__ returning another class, hence the ignore.
+    @overload
+    def __new__(cls: type[ETDetectorT], config: Optional[ETDetectorConfig] = None, *,
+                seed: int = 0, progress: bool = False, device: Union[str, torch.device] = "cpu",
+                chunk_size: Optional[int] = None, chunk_edges: Optional[int] = None,
+                supervised: Literal[True] = True, **keywords: Any) -> ETDetectorT: ...
+
+    @overload
+    def __new__(cls, config: Any = None, *, seed: int = 0,  # type: ignore[misc]
+                progress: bool = False, device: Union[str, torch.device] = "cpu",
+                chunk_size: Optional[int] = None, chunk_edges: Optional[int] = None,
+                supervised: Literal[False], **keywords: Any) -> UnsupervisedETDetector: ...
+
+    @overload
+    def __new__(cls, config: Any = None, *, seed: int = 0,  # type: ignore[misc]
+                progress: bool = False, device: Union[str, torch.device] = "cpu",
+                chunk_size: Optional[int] = None, chunk_edges: Optional[int] = None,
+                supervised: bool = True, **keywords: Any
+                ) -> Union[ETDetector, UnsupervisedETDetector]: ...
+
     def __new__(cls, *args: Any, supervised: bool = True, **keywords: Any) -> Any:
         if not supervised:
             from .unsupervised import UnsupervisedETDetector
@@ -570,8 +601,12 @@ class ETDetector(NeuralDetector):
             return UnsupervisedETDetector(*args, **keywords)
         return super().__new__(cls)
 
-    def __init__(self, *args: Any, supervised: bool = True, **keywords: Any) -> None:
-        super().__init__(*args, **keywords)
+    def __init__(self, config: Optional[ETDetectorConfig] = None, *, seed: int = 0,
+                 progress: bool = False, device: Union[str, torch.device] = "cpu",
+                 chunk_size: Optional[int] = None, chunk_edges: Optional[int] = None,
+                 supervised: bool = True, **keywords: Any) -> None:
+        super().__init__(config, seed=seed, progress=progress, device=device,
+                         chunk_size=chunk_size, chunk_edges=chunk_edges, **keywords)
         if self.config.model.multi_relation and self.chunking():
             raise ValueError(MULTI_RELATION_CHUNKS)  # here, not once the graph is in fit
 

@@ -235,17 +235,25 @@ def _plain_number(value: Any, name: str, keep_int: bool = False) -> Union[float,
     raise ValueError(f"{name} must be a number, got {value!r}")
 
 
-class TrainingTask(Protocol):
-    """What a task supplies to :class:`Trainer`."""
+#: The model a task trains: a task may type its methods with its own module class.
+ModelT = TypeVar("ModelT", bound=nn.Module)
+ModelT_contra = TypeVar("ModelT_contra", bound=nn.Module, contravariant=True)
+
+
+class TrainingTask(Protocol[ModelT_contra]):
+    """What a task supplies to :class:`Trainer`. Generic in the model it reads, so that a
+    task typed ``loss(self, model: MyNet, ...)`` fits ``Trainer.fit(MyNet(...), task)`` in
+    checked code (with ``nn.Module`` only, parameters being contravariant, a type checker
+    refused such a task: a typing audit)."""
 
     def batches(self, epoch: int) -> Iterable[Any]:
         """The batches of one training epoch."""
 
-    def loss(self, model: nn.Module, batch: Any) -> Optional[Tensor]:
+    def loss(self, model: ModelT_contra, batch: Any) -> Optional[Tensor]:
         """The training loss of one batch (a scalar with a graph to ``model``'s parameters), or
         ``None`` for a batch without a training target (no optimiser step is taken)."""
 
-    def validate(self, model: nn.Module) -> Validation:
+    def validate(self, model: ModelT_contra) -> Validation:
         """Validation of ``model`` (in eval mode) on validation data only."""
 
 
@@ -471,7 +479,7 @@ class Trainer:
         return Path(folder) / "last.pt" if folder else None
 
     # ------------------------------------------------------------------------------------------
-    def fit(self, model: nn.Module, task: TrainingTask) -> FitResult:
+    def fit(self, model: ModelT, task: TrainingTask[ModelT]) -> FitResult:
         """Train ``model`` on ``task``; on return the model holds the best epoch's weights and
         is in eval mode. Gradients are on for the training whatever the caller's
         ``torch.no_grad()``; inside ``torch.inference_mode()`` it refuses to start."""

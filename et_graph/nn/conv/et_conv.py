@@ -716,6 +716,18 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
                 edges.plan.forget_values()
 
     @in_parameter_precision
+    @overload
+    def descend_edges(self, x: Tensor, edges: EdgeSet, *, steps: Optional[int] = None,
+                      return_energy: Literal[False] = False) -> Tensor: ...
+
+    @overload
+    def descend_edges(self, x: Tensor, edges: EdgeSet, *, steps: Optional[int] = None,
+                      return_energy: Literal[True]) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def descend_edges(self, x: Tensor, edges: EdgeSet, *, steps: Optional[int] = None,
+                      return_energy: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
+
     def descend_edges(
         self, x: Tensor, edges: EdgeSet, *, steps: Optional[int] = None,
         return_energy: bool = False,

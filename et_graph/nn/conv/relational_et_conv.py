@@ -249,7 +249,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
     # Edges of each relation
     # ----------------------------------------------------------------------------------------
     def edges(
-        self, x: Tensor, edge_index: Adj, edge_type: Tensor, plan: bool = False
+        self, x: Tensor, edge_index: Tensor, edge_type: Tensor, plan: bool = False
     ) -> list[EdgeSet]:
         """One validated :class:`~et_graph.nn.EdgeSet` per relation (self-loops removed) for
         the tokens ``x [N, D]``; ``plan=True`` also builds each relation's sorted layout for the
@@ -268,7 +268,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
             out.append(edges)
         return out
 
-    def _edges(self, x: Tensor, edge_index: Adj, edge_type: Tensor, plan: bool) -> list[EdgeSet]:
+    def _edges(self, x: Tensor, edge_index: Tensor, edge_type: Tensor, plan: bool) -> list[EdgeSet]:
         """:meth:`edges`, through the cache when ``cached`` is on."""
         if not self.cached or is_sparse(edge_index):
             return self.edges(x, edge_index, edge_type, plan=plan)
@@ -355,7 +355,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
     # Energy of a state x
     # ----------------------------------------------------------------------------------------
     @in_parameter_precision
-    def node_energy(self, x: Tensor, edge_index: Adj, edge_type: Tensor) -> Tensor:
+    def node_energy(self, x: Tensor, edge_index: Tensor, edge_type: Tensor) -> Tensor:
         """Each node's share of the energy ``[N]``; the shares sum to :meth:`energy`."""
         fn = self.energy_fn
         fn.check_builtin_energy(type(self).__name__, _OWN_TERMS)
@@ -366,7 +366,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
                                    type(self).__name__)
 
     def energy(
-        self, x: Tensor, edge_index: Adj, edge_type: Tensor, batch: Optional[Tensor] = None,
+        self, x: Tensor, edge_index: Tensor, edge_type: Tensor, batch: Optional[Tensor] = None,
         num_graphs: Optional[int] = None,
     ) -> Tensor:
         """Total energy of state ``x`` (scalar), or per graph ``[num_graphs]`` given ``batch``
@@ -375,7 +375,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         return sum_per_graph(self.node_energy(x, edge_index, edge_type), batch, num_graphs)
 
     @in_parameter_precision
-    def energy_grad(self, x: Tensor, edge_index: Adj, edge_type: Tensor) -> Tensor:
+    def energy_grad(self, x: Tensor, edge_index: Tensor, edge_type: Tensor) -> Tensor:
         """``dE/dg`` at state ``x`` as ``[N, channels]``, by the method chosen with ``grad``."""
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
@@ -384,7 +384,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         routes = self._watched_routes(x_in, edge_index, edge_type, edges)
         return self._watched_grad(fn.norm(x_in), edges, routes).to(x.dtype)
 
-    def _watched_routes(self, x: Tensor, edge_index: Adj, edge_type: Tensor,
+    def _watched_routes(self, x: Tensor, edge_index: Tensor, edge_type: Tensor,
                         edges: list[EdgeSet]) -> Optional[tuple[Tensor, list[Tensor]]]:
         """:meth:`_message_routes` while an explainer or a message hook watches, else None."""
         if not self._sees_messages:
@@ -405,7 +405,7 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
     def forward(
         self,
         x: Tensor,
-        edge_index: Adj,
+        edge_index: Tensor,
         edge_type: Tensor,
         return_energy: Literal[False] = False,
         *,
@@ -416,18 +416,29 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
     def forward(
         self,
         x: Tensor,
-        edge_index: Adj,
+        edge_index: Tensor,
         edge_type: Tensor,
         return_energy: Literal[True],
         *,
         steps: Optional[int] = None,
     ) -> tuple[Tensor, Tensor]: ...
 
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_type: Tensor,
+        return_energy: bool = False,
+        *,
+        steps: Optional[int] = None,
+    ) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
+
     @in_parameter_precision
     def forward(
         self,
         x: Tensor,
-        edge_index: Adj,
+        edge_index: Tensor,
         edge_type: Tensor,
         return_energy: bool = False,
         *,

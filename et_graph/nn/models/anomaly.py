@@ -1,7 +1,7 @@
 """ET node anomaly detector (Hoover et al., 2023, eqs. 10-12)."""
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union, overload
 
 import torch
 from torch import Tensor, nn
@@ -298,6 +298,30 @@ class ETAnomalyNet(nn.Module):
         return self.message_passing(tokens, lambda h: self.neighbour_means(edge_index, h),
                                     chunk_size=chunk_size)
 
+    @overload
+    def forward(self, x: Tensor, edge_index: Tensor, node_ids: Optional[Tensor] = None,
+                return_energy: Literal[False] = False, chunk_size: Optional[int] = None, *,
+                edge_type: Optional[Tensor] = None, chunk_edges: Optional[int] = None
+                ) -> Tensor: ...
+
+    @overload
+    def forward(self, x: Tensor, edge_index: Tensor, node_ids: Optional[Tensor],
+                return_energy: Literal[True], chunk_size: Optional[int] = None, *,
+                edge_type: Optional[Tensor] = None, chunk_edges: Optional[int] = None
+                ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(self, x: Tensor, edge_index: Tensor, node_ids: Optional[Tensor] = None, *,
+                return_energy: Literal[True], chunk_size: Optional[int] = None,
+                edge_type: Optional[Tensor] = None, chunk_edges: Optional[int] = None
+                ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(self, x: Tensor, edge_index: Tensor, node_ids: Optional[Tensor] = None,
+                return_energy: bool = False, chunk_size: Optional[int] = None, *,
+                edge_type: Optional[Tensor] = None, chunk_edges: Optional[int] = None
+                ) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
+
     def forward(
         self,
         x: Tensor,
@@ -437,6 +461,26 @@ class ETAnomalyNet(nn.Module):
             raise ValueError(f"this network attends over {self.num_relations} relations and "
                              "needs edge_type [E] (the relation of each edge)")
         return (edge_type,)
+
+    @overload
+    def descend(self, tokens: Tensor, edge_index: Tensor, edge_type: Optional[Tensor] = None,
+                return_energy: Literal[False] = False, *, steps: Optional[int] = None,
+                blocks: Optional[slice] = None) -> Tensor: ...
+
+    @overload
+    def descend(self, tokens: Tensor, edge_index: Tensor, edge_type: Optional[Tensor],
+                return_energy: Literal[True], *, steps: Optional[int] = None,
+                blocks: Optional[slice] = None) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def descend(self, tokens: Tensor, edge_index: Tensor, edge_type: Optional[Tensor] = None,
+                *, return_energy: Literal[True], steps: Optional[int] = None,
+                blocks: Optional[slice] = None) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def descend(self, tokens: Tensor, edge_index: Tensor, edge_type: Optional[Tensor] = None,
+                return_energy: bool = False, *, steps: Optional[int] = None,
+                blocks: Optional[slice] = None) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
 
     def descend(
         self,

@@ -8,7 +8,7 @@ library, not two.
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Literal, Optional, Union, overload
 
 import torch
 from torch import Tensor, nn
@@ -243,6 +243,18 @@ class ETImageCompletion(nn.Module):
     def decode(self, tokens: Tensor) -> Tensor:
         """Tokens ``[..., D]`` to pixel patches ``[..., patch_dim]``."""
         return self.decoder(self.decoder_norm(tokens))
+
+    @overload
+    def forward(self, images: Tensor, patch_mask: Tensor,
+                return_energy: Literal[False] = False) -> Tensor: ...
+
+    @overload
+    def forward(self, images: Tensor, patch_mask: Tensor,
+                return_energy: Literal[True]) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(self, images: Tensor, patch_mask: Tensor,
+                return_energy: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
 
     def forward(
         self, images: Tensor, patch_mask: Tensor, return_energy: bool = False
