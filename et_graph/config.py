@@ -53,7 +53,10 @@ class RunConfig:
     Attributes:
         out: output folder for results.json, results.md and plots (none = do not write;
             et-graph tudataset writes into a subfolder per dataset, OUT/NAME/).
-        threads: torch CPU threads (none = torch's default).
+        threads: torch CPU threads (none = torch's default, the machine's cores or
+            OMP_NUM_THREADS). The count moves the numbers in their last digits (a sum split
+            over more threads is taken in another order), and over a long training that can
+            move the kept epoch: a rerun that must repeat a result uses the recorded count.
         device: cpu, cuda, cuda:1, ..., or auto (cuda where a GPU is visible, else cpu;
             resolved at construction, so results record the device used).
         progress: show progress bars and per-fold/per-seed lines (the final table is printed
@@ -540,8 +543,11 @@ RESULTS_OWN_SETTINGS = {"run": ("out", "checkpoint_dir", "resume"), "data": ("ca
 def results_settings(path: Union[str, Path]) -> dict[str, Any]:
     """The settings a run's ``results.json`` records (``meta.config``, every field of its task's
     config) as a preset, so that ``--config OUT/results.json`` reruns a stored result. Its
-    :data:`RESULTS_OWN_SETTINGS` are left out. A file written by another commit than the
-    running code is named in a warning: where the code changed since, the figures may too."""
+    :data:`RESULTS_OWN_SETTINGS` are left out. A run that left the thread count to torch's
+    default gets the count it ran on (``meta.machine.threads``): the count moves the last digits,
+    and through them a kept epoch. A file written by another commit than the running code, or
+    with other torch, PyG, NumPy or scikit-learn versions or another CPU instruction set, is
+    named in a warning: where those changed since, the figures may too."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -557,12 +563,40 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
         for name in names:
             if isinstance(settings.get(section), dict):
                 settings[section].pop(name, None)
+    machine = meta.get("machine") if isinstance(meta.get("machine"), dict) else {}
+    run = settings.get("run")
+    if (isinstance(run, dict) and "threads" in run and run["threads"] is None
+            and type(machine.get("threads")) is int and machine["threads"] > 0):
+        # (a rerun on another core count summed in other orders: a determinism audit)
+        run["threads"] = int(machine["threads"])
     stored, running = meta.get("git_commit"), _COMMIT_AT_IMPORT or git_commit()
     if stored and "unknown" not in (stored, running) and stored != running:
         warnings.warn(f"{path} was written at commit {stored}, this code is {running}: the "
                       "rerun takes its settings, but where the code changed since, the "
                       "figures may differ", UserWarning, stacklevel=3)
+    changed = [f"{name} {meta[name]} (now {now})" for name, now in _running_versions().items()
+               if isinstance(meta.get(name), str) and meta[name] != now]
+    capability = machine.get("cpu_capability")
+    if isinstance(capability, str) and capability != "unknown":
+        now = machine_metadata()["cpu_capability"]
+        if now not in (capability, "unknown"):
+            changed.append(f"cpu_capability {capability} (now {now})")
+    if changed:
+        warnings.warn(f"{path} was written with {', '.join(changed)}: the rerun takes its "
+                      "settings, but the last digits, and through them a kept epoch or "
+                      "threshold, may differ", UserWarning, stacklevel=3)
     return settings
+
+
+def _running_versions() -> dict[str, str]:
+    """The versions :func:`run_metadata` records of the libraries that round the numbers."""
+    import numpy
+    import sklearn
+    import torch
+    import torch_geometric
+
+    return {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+            "numpy": numpy.__version__, "scikit_learn": sklearn.__version__}
 
 
 def _toml_value(value: Any) -> str:
@@ -1086,28 +1120,24 @@ def code_identity() -> dict[str, str]:
     return {"et_graph_version": __version__, "git_commit": _COMMIT_AT_IMPORT or git_commit()}
 
 
-def run_metadata(config: Any = None) -> dict[str, Any]:
+def run_metadata(config: Any = None, data: Sequence[Any] = ()) -> dict[str, Any]:
     """Package version, git commit (as of import), torch / PyG / NumPy / scikit-learn versions
     (the trees' binning follows scikit-learn's version), the machine
     (:func:`machine_metadata`), the resolved config, a random ``run_id`` (which the files
     written beside a results file repeat, so that a reader can tell they belong together) and,
     where any were loaded or registered, the plugins and the models they registered
     (:func:`~et_graph.plugins.plugin_record`), without which the run cannot be repeated; and
-    the process's peak memory up to this call (:func:`peak_memory`)."""
+    the process's peak memory up to this call (:func:`peak_memory`). ``data``, the tensors the
+    run read (``None`` allowed), adds their ``data_digest``
+    (:func:`~et_graph.training.checkpoint.data_digest`): a data file or dataset folder changed
+    on disk between a run and its rerun shows there (it was not recorded: a determinism
+    audit)."""
     import platform
     import uuid
 
-    import numpy
-    import sklearn
-    import torch
-    import torch_geometric
-
     meta = {
         **code_identity(),
-        "torch": torch.__version__,
-        "torch_geometric": torch_geometric.__version__,
-        "numpy": numpy.__version__,
-        "scikit_learn": sklearn.__version__,
+        **_running_versions(),
         "python": platform.python_version(),
         "machine": machine_metadata(),
         "run_id": uuid.uuid4().hex,
@@ -1115,6 +1145,10 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
     }
     if config is not None:
         meta["config"] = to_dict(config)
+    if data:
+        from .training.checkpoint import data_digest
+
+        meta["data_digest"] = data_digest(*data)
     # (not imported, nothing loaded or registered: a task need not import the plugin loader)
     loader = sys.modules.get(f"{__package__}.plugins")
     plugins = loader.plugin_record() if loader is not None else {}

@@ -1,6 +1,8 @@
 """Presets as a user edits them: layered validation, YAML and TOML pitfalls, round trips."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from et_graph.config import load_file, merge, parse, write_preset
@@ -141,7 +143,6 @@ def test_a_results_file_reruns_its_run(tmp_path, monkeypatch):
     figures, writes where its own flags say (never over the file it reruns), and names a
     results file written by other code."""
     import json
-    import warnings
 
     from et_graph import config as config_module
     from et_graph.experiments import image_completion
@@ -166,6 +167,8 @@ def test_a_results_file_reruns_its_run(tmp_path, monkeypatch):
     rerun = json.loads((second / "results.json").read_text(encoding="utf-8"))
     assert rerun["per_seed"] and [r["mse"] for r in rerun["per_seed"]] == [
         r["mse"] for r in stored["per_seed"]]
+    # the same images, as their digest says (a determinism audit: no digest was recorded)
+    assert rerun["meta"]["data_digest"] == stored["meta"]["data_digest"]
     monkeypatch.setattr(config_module, "_COMMIT_AT_IMPORT", "0" * 40)
     with pytest.warns(UserWarning, match="was written at commit"):
         load_file(first / "results.json")
@@ -175,6 +178,47 @@ def test_a_results_file_reruns_its_run(tmp_path, monkeypatch):
     (tmp_path / "broken.json").write_text("{", encoding="utf-8")
     with pytest.raises(ValueError, match="not JSON"):
         load_file(tmp_path / "broken.json")
+
+
+def test_a_rerun_from_results_takes_the_thread_count_and_names_other_versions(tmp_path):
+    """A rerun on another core count, or with other library versions, summed in other orders
+    without a word (a determinism audit): the recorded count is taken where the run left it to
+    torch, and other versions or another instruction set are named."""
+    import json as json_module
+
+    from et_graph import config as config_module
+
+    meta = config_module.run_metadata()
+    meta["git_commit"] = config_module._COMMIT_AT_IMPORT or config_module.git_commit()
+    meta["config"] = {"run": {"threads": None, "out": "x"}}
+    meta["machine"]["threads"] = 3
+    path = tmp_path / "results.json"
+    path.write_text(json_module.dumps({"meta": meta}), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same versions and machine: no warning
+        assert load_file(path)["run"] == {"threads": 3}
+    meta["config"]["run"]["threads"] = 2  # a count the run chose itself stays
+    meta["torch"], meta["machine"]["cpu_capability"] = "1.0.0", "NOPE"
+    path.write_text(json_module.dumps({"meta": meta}), encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"written with torch 1\.0\.0 \(now .*cpu_capability "
+                                         r"NOPE"):
+        assert load_file(path)["run"] == {"threads": 2}
+
+
+def test_results_record_a_digest_of_the_graph_they_read():
+    """A data file changed on disk between a run and its rerun showed nowhere in the results
+    (a determinism audit)."""
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+    from et_graph.experiments import anomaly
+
+    data = planted_anomaly_graph(120, seed=1)
+    config = parse(AnomalyConfig, ["--models", "gbt", "--seeds", "1", "--no-progress",
+                                   "--max-iter", "5", "--quiet"])
+    first = anomaly.run(config, data=data)["meta"]["data_digest"]
+    assert anomaly.run(config, data=data.clone())["meta"]["data_digest"] == first
+    changed = data.clone()
+    changed.x[0, 0] += 1.0
+    assert anomaly.run(config, data=changed)["meta"]["data_digest"] != first
 
 
 def test_every_stored_results_file_loads_as_its_tasks_preset():

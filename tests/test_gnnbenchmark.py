@@ -571,7 +571,7 @@ def _check_outputs(out: Path, metric: str, models: list[str], seeds: int = 1) ->
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert set(results) >= {"dataset", "protocol", "models", "meta"}
     assert results["meta"]["config"]["data"]["dataset"] in results["dataset"].split()[0]
-    assert {"et_graph_version", "git_commit"} <= set(results["meta"])
+    assert {"et_graph_version", "git_commit", "data_digest"} <= set(results["meta"])
     assert sorted(results["models"]) == sorted(models)
     for stats in results["models"].values():
         assert np.isfinite(stats[metric]["mean"]) and len(stats[metric]["values"]) == seeds

@@ -682,6 +682,7 @@ def test_cli_says_which_model_reads_the_bonds(tmp_path, model, flag, section, no
     results = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
     setting = flag.removeprefix("--").replace("-", "_")
     assert results["meta"]["config"][section][setting] is True
+    assert len(results["meta"]["data_digest"]) >= 16  # the graphs read (a determinism audit)
 
 
 def test_cli_with_several_runs_per_fold_reports_their_ensemble(tmp_path):
@@ -1284,7 +1285,12 @@ def test_the_tuning_objective_standardises_with_the_inner_graphs_only(monkeypatc
     monkeypatch.setattr(tuning, "fit_graph_classifier", recording_fit)
     labels = graph_labels(graphs)
     splits = stratified_folds(labels, 3, 0)
+    torch.manual_seed(123)
+    caller = torch.get_rng_state()
     assert tuning.TUObjective(config, "gin", 2, graphs, info, splits)() == 0.5
+    # the folds seed the process's generators; a Python caller gets its stream back (it was
+    # left at the last fold's seed: a determinism audit)
+    assert torch.equal(torch.get_rng_state(), caller)
     assert len(fits) == 2
     for fold, (train_data, val_data) in enumerate(fits):
         inner, val = inner_split(splits[fold][0], labels, config.protocol.val_fraction, 3 + fold)

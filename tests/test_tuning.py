@@ -156,6 +156,19 @@ def test_a_study_from_before_the_prune_warmup_was_stored_resumes(tmp_path):
     assert "The studies of et were stored before the pruner's warm-up was recorded" in text
 
 
+def test_each_trial_records_the_seed_its_sampler_had_when_a_study_resumes(tmp_path):
+    """A stopped and resumed study draws other trials than one run straight through (its
+    sampler is seeded past the finished trials), and nothing recorded it (a determinism
+    audit)."""
+    from et_graph.tuning.study import run_study
+
+    storage = f"sqlite:///{tmp_path}/study.db"
+    for trials in (2, 3):
+        study = run_study("resumed", lambda trial: trial.suggest_float("x", 0, 1),
+                          TuneBudget(trials=trials, seed=5), storage, progress=False)
+    assert [t.user_attrs["sampler_seed"] for t in study.trials] == [5, 5, 7]
+
+
 def test_failing_trials_stop_the_study_instead_of_running_to_the_time_limit():
     """A diverging model fails every trial; optuna's trial-count callback ignores failures,
     so 4,110 failed trials ran in 6 seconds of a 30-minute budget."""
@@ -367,6 +380,27 @@ def test_a_study_from_before_the_baselines_depth_resumes_only_with_the_depth_it_
         assert preset.baselines.baseline_layers == 2
     value = AnomalyObjective(preset, "mlp", data=data)()
     assert value == pytest.approx(best["best_value"], abs=1e-12)
+
+
+def test_an_objective_called_from_python_gives_the_caller_its_random_streams_back():
+    """AnomalyObjective's trial seeded the global generator with 0 and left it there: the
+    caller's next draw was the seed-0 one (a determinism audit; the CLI's tuner was
+    wrapped, a Python caller of the public objective was not)."""
+    import random
+
+    import numpy as np
+
+    data = planted_anomaly_graph(120, seed=4)
+    objective = AnomalyObjective(parse(AnomalyConfig, SMALL), "mlp", data=data)
+    torch.manual_seed(123)
+    np.random.seed(123)
+    random.seed(123)
+    states = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+    first = objective()
+    assert torch.equal(torch.get_rng_state(), states[0])
+    assert np.array_equal(np.random.get_state()[1], states[1]) and random.getstate() == states[2]
+    torch.manual_seed(7)  # and the trial's value does not depend on the caller's streams
+    assert objective() == first
 
 
 def test_the_pruner_reads_the_tuned_metric_every_epoch():

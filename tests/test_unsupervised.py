@@ -397,6 +397,8 @@ def test_cli_quick_on_a_planted_graph(graph, tmp_path, capsys):
     assert results["dataset"] == "planted"
     assert set(results["models"]) == {"et_reconstruction", "et_energy", "iforest"}
     assert results["meta"]["config"]["protocol"]["seeds"] == 2
+    # the graph it read, as a digest (a changed file showed nowhere: a determinism audit)
+    assert len(results["meta"]["data_digest"]) >= 16
     table = (out / "results.md").read_text(encoding="utf-8")
     assert "et_reconstruction" in table and "rec_at_k" in table
     assert (out / "roc_pr.png").stat().st_size > 0

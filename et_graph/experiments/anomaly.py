@@ -220,7 +220,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
         **results_entries(differences, design_note),
         **results_entries(node_differences, describe_design(
             "nodes", len(splits), bootstrap_rounds=p.bootstrap_rounds), "node_"),
-        "meta": run_metadata(config),
+        "meta": run_metadata(config, (data.x, data.edge_index, getattr(data, "edge_type", None),
+                                      data.y)),
     }
     if getattr(data, "relation_names", None) is not None:
         # the relations of edge_type's ids, in their order (a fraud-data audit: not recorded)

@@ -67,6 +67,7 @@ from ..reporting import (
     summarize,
     write_results,
 )
+from ..training.checkpoint import graph_tensors
 
 CONFIG = GNNBenchmarkConfig
 
@@ -184,7 +185,7 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
         "split_sizes": sizes,
         "models": models,
         **results_entries(differences, describe_design("seeds", len(seeds))),
-        "meta": run_metadata(config),
+        "meta": run_metadata(config, graph_tensors(*data.splits.values())),
     }
     notes = list(data.notes)
     if data.rw_pe_dim:

@@ -156,7 +156,7 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
                      "trace": trace, "history": fit.history, "best_epoch": fit.best_epoch,
                      "train_images": train_images}
 
-    results = _collect(config, per_seed)
+    results = _collect(config, per_seed, images)
     assert shown is not None
     trace = shown["trace"]
     results["dynamics_first_seed"] = {
@@ -197,7 +197,8 @@ def _fingerprint(config: ImageCompletionConfig, seed: int) -> str:
                        to_dict(config.train), seed])
 
 
-def _collect(config: ImageCompletionConfig, per_seed: list[dict]) -> dict[str, Any]:
+def _collect(config: ImageCompletionConfig, per_seed: list[dict], images: Tensor
+             ) -> dict[str, Any]:
     names = ("et", *BASELINES)
     summaries = {name: summarize(r["mse"][name] for r in per_seed) for name in names}
     test, val = config.protocol.test_fraction, config.protocol.val_fraction
@@ -232,7 +233,7 @@ def _collect(config: ImageCompletionConfig, per_seed: list[dict]) -> dict[str, A
         "models": {name: {"mse": summaries[name]} for name in names},
         "seeds": config.seed_list,
         "per_seed": per_seed,
-        "meta": run_metadata(config),
+        "meta": run_metadata(config, (images,)),
         # Each seed draws its own split, which every model shares: ET minus each baseline is
         # paired over the seeds, corrected for their overlapping training sets (et-graph
         # compare took the seeds as repeats on one test set, the wrong test: an audit).

@@ -68,6 +68,7 @@ from ..reporting import (
     provenance_note,
     write_results,
 )
+from ..training.checkpoint import graph_tensors
 
 #: Where a running cross-validation appends its folds (``folds.jsonl`` once it has finished).
 PARTIAL_FOLDS = "folds.running.jsonl"
@@ -154,7 +155,7 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
         "folds": cv["folds"],
         "data": info,
         "seconds": round(time.time() - started, 1),
-        "meta": run_metadata(config),
+        "meta": run_metadata(config, graph_tensors(graphs)),
     }
     metric = "val_accuracy" if protocol.validation_only else "accuracy"
     ensemble = [f"ensemble_{metric}"] if protocol.runs_per_fold > 1 else []

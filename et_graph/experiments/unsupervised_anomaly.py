@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+import torch
 from torch_geometric.data import Data
 
 from ..config import check_results_kept, parse_given, run_metadata, warn_unread_flags
@@ -105,7 +106,7 @@ def run(config: UnsupervisedAnomalyConfig, data: Optional[Data] = None) -> dict[
                                                        scored="all")),
         **results_entries(node_differences, describe_design(
             "nodes", len(config.seed_list), bootstrap_rounds=rounds), "node_"),
-        "meta": run_metadata(config),
+        "meta": run_metadata(config, (graph.x, graph.edge_index, torch.as_tensor(y))),
     }
     if config.run.out:
         write_outputs(Path(config.run.out), results)

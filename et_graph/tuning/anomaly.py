@@ -24,6 +24,7 @@ from ..protocols.anomaly_config import (
     new_detector,
     with_detector_config,
 )
+from ..training import keeps_caller_rng
 from ..training.checkpoint import data_digest
 from .study import apply_space, pruning_callback, space_overrides, with_switch
 
@@ -149,6 +150,7 @@ class AnomalyObjective:
         config = trial_config(self.config, self.model, self.space, trial)
         return replace(config, protocol=replace(config.protocol, models=self.model))
 
+    @keeps_caller_rng  # it seeds the process's generator; a Python caller keeps its stream
     def __call__(self, trial: Any = None) -> float:
         config = self.trial_config(trial)
         torch.manual_seed(0)

@@ -290,7 +290,9 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
         raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
     optuna = _optuna()
     # A resumed study gets a sampler seeded past its finished trials, so that its random
-    # start-up trials do not repeat the ones it already holds.
+    # start-up trials do not repeat the ones it already holds: a search stopped and resumed
+    # is another search than one run straight through, and each trial records the seed its
+    # sampler had (user attribute "sampler_seed"; a determinism audit found it unrecorded).
     existing = study_or_none(name, storage)
     if existing is not None:
         check_resumable(existing, storage, direction, objective_label, settings,
@@ -301,7 +303,7 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
         storage=storage,
         load_if_exists=True,
         direction=direction,
-        sampler=optuna.samplers.TPESampler(seed=budget.seed + done),
+        sampler=optuna.samplers.TPESampler(seed=budget.seed + done),  # (sampler_seed below)
         pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
                                            n_warmup_steps=budget.prune_warmup),
     )
@@ -320,11 +322,17 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
         # lacks), so that a later resume compares those too.
         study.set_user_attr("settings", {**study.user_attrs.get("settings", {}), **settings})
     remaining = budget.trials - len(_finished(study))
+    sampler_seed = budget.seed + done
+
+    def recorded(trial: Any) -> Any:
+        trial.set_user_attr("sampler_seed", sampler_seed)
+        return objective(trial)
+
     if remaining > 0:
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
         failures = _FailureLimit(budget.trials)
         study.optimize(
-            objective,
+            recorded,
             timeout=budget.timeout_minutes * 60,
             callbacks=[optuna.study.MaxTrialsCallback(budget.trials, states=states), failures],
             # Optuna's own tqdm bar redraws in place: on a terminal only, not in a log

@@ -30,7 +30,7 @@ from ..protocols.graph_models import (
     known_graph_models,
 )
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
-from ..training import seed_everything
+from ..training import keeps_caller_rng, seed_everything
 from ..training.checkpoint import data_digest, graph_tensors
 from .study import apply_space, with_switch
 
@@ -206,6 +206,7 @@ class TUObjective:
                                                       self.config.data.dataset)
         return self._with_sums
 
+    @keeps_caller_rng  # the folds seed the process's generators; the caller keeps its streams
     def __call__(self, trial: Any = None) -> float:
         config = self.trial_config(trial)
         graphs, info = self.graphs_for(config)
