@@ -24,7 +24,7 @@ from typing import Union, assert_type
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
-from et_graph.detectors import ETDetector, MLPDetector, UnsupervisedETDetector
+from et_graph.detectors import ETDetector, ETDetectorConfig, MLPDetector, UnsupervisedETDetector
 from et_graph.nn import ETConv, ETEnergy, EdgeSet, EnergyLayerNorm, RelationalETConv
 from et_graph.nn.models import ETAnomalyNet, ETImageCompletion
 from et_graph.training import FitResult, TrainConfig, Trainer, Validation
@@ -78,6 +78,7 @@ def flags(data: Data, flag: bool, edges: EdgeSet, x: Tensor, images: Tensor,
     # (supervised=False gives an UnsupervisedETDetector, which pyright reads from __new__'s
     # overloads; mypy takes the class whatever __new__ returns)
     et = ETDetector(epochs=1).fit(data)
+    assert_type(et.config, ETDetectorConfig)  # (Any: the base class stores it untyped)
     assert_type(et.predict(data, return_score=True), tuple[Tensor, Tensor])
     assert_type(et.predict(data, return_prob=True), tuple[Tensor, Tensor])
     assert_type(et.predict(data, True, True), tuple[Tensor, Tensor, Tensor])

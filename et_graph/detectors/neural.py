@@ -566,6 +566,7 @@ class ETDetector(NeuralDetector):
     """
 
     config_class = ETDetectorConfig
+    config: ETDetectorConfig
     supports_chunks = True
     #: After ``fit`` with ``multi_relation``: the number of relations of the fitted graph.
     num_relations_: Optional[int] = None
@@ -679,6 +680,7 @@ class MLPDetector(NeuralDetector):
     (ignores the graph)."""
 
     config_class = GNNDetectorConfig
+    config: GNNDetectorConfig
     unused_settings = ("gat_heads",)
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
@@ -690,6 +692,7 @@ class GCNDetector(NeuralDetector):
     """GCN layers (``layers``, default two) and a linear head."""
 
     config_class = GNNDetectorConfig
+    config: GNNDetectorConfig
     unused_settings = ("gat_heads",)
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
@@ -703,6 +706,7 @@ class GATDetector(NeuralDetector):
     """GAT layers (``layers``, default two; concatenated heads) and a linear head."""
 
     config_class = GNNDetectorConfig
+    config: GNNDetectorConfig
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         m = self.config.model

@@ -193,6 +193,7 @@ class StackedETDetector(FittedGraphLabels, BaseDetector):
     """
 
     config_class = ETDetectorConfig
+    config: ETDetectorConfig
     supports_chunks = True
     #: Set by ``et-graph anomaly`` and the tuner; handed to the ET fit.
     checkpoint: Any = None

@@ -88,6 +88,7 @@ class GBTDetector(FittedGraphLabels, BaseDetector):
     :class:`~et_graph.detectors.config.GBTModelConfig`)."""
 
     config_class = GBTDetectorConfig
+    config: GBTDetectorConfig
 
     def _fit(self, data: Data, y: Tensor, train: Tensor, val: Tensor) -> None:
         m = self.config.model

@@ -377,6 +377,7 @@ class UnsupervisedETDetector(BaseDetector):
     """
 
     config_class = UnsupervisedETDetectorConfig
+    config: UnsupervisedETDetectorConfig
     checkpoint: Optional[CheckpointConfig] = None
     #: Set by callers (a tuner) to watch every epoch.
     on_epoch = None
