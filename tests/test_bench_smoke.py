@@ -906,3 +906,30 @@ def test_the_rank_blend_reads_a_stored_run(capsys):
     stored = Path(__file__).resolve().parents[1] / "docs/measured/anomaly/tolokers40_v5/scores.npz"
     module.main([str(stored), "--models", "et,gbt"])
     assert "rank average of et and gbt, 5 seeds: auroc 0.8568" in capsys.readouterr().out
+
+
+def test_energy_degree_correlates_each_score_with_the_in_degree_without_labels(tmp_path):
+    """benchmarks/energy_degree.py fits the unsupervised ET and correlates its scores with the
+    in-degree; the graph's labels (scrambled in a second file) change nothing."""
+    import torch
+    from torch_geometric.data import Data
+
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+
+    energy_degree = benchmark_module("energy_degree")
+    graph = planted_anomaly_graph(200, seed=2)
+    rows = []
+    for name, y in (("true", graph.y), ("scrambled", graph.y.flip(0))):
+        path = tmp_path / f"{name}.pt"
+        torch.save(Data(x=graph.x, edge_index=graph.edge_index, y=y), path)
+        result = energy_degree.main(["--data", str(path), "--quick", "--seeds", "1",
+                                     "--no-progress", "--threads", "1",
+                                     "--json", str(tmp_path / f"{name}.json")])
+        rows.append(result["rows"])
+    assert rows[0] == rows[1]
+    assert {row["score"] for row in rows[0]} == {"et_energy", "et_reconstruction"}
+    assert all(-1.0 <= row["spearman_with_in_degree"] <= 1.0 for row in rows[0])
+    energy = next(row for row in rows[0] if row["score"] == "et_energy")
+    assert -1.0 <= energy["spearman_after_log_degree_removed"] <= 1.0
+    stored = json.loads((tmp_path / "true.json").read_text(encoding="utf-8"))
+    assert stored["rows"] == rows[0] and stored["meta"]["data_digest"]

@@ -571,7 +571,10 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
     ) -> Tensor:
         """Each node's share of the energy ``[N]``: its attention term (as a destination) plus its
-        Hopfield term. The shares sum to :meth:`energy`."""
+        Hopfield term (and, with ``coupling``, each edge's coupling term at its destination).
+        The shares sum to :meth:`energy`. The attention share falls with the in-degree (a
+        log-sum-exp over more in-edges), so as an anomaly score it reads partly as a low
+        in-degree."""
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
         edges = fn.edges(x_in, edge_index, edge_weight)

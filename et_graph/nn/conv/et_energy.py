@@ -479,7 +479,8 @@ class ETEnergy(Module):
 
     def node_energy_of_g(self, g: Tensor, edges: EdgeSet) -> Tensor:
         """Each node's share of the energy ``[N]``: its attention term (as a destination) plus
-        its Hopfield term."""
+        its Hopfield term (and, with ``coupling``, each edge's coupling term at its
+        destination)."""
         k, q = self.keys_queries(g)
         att = E.attention_energy(k, q, edges.src, edges.dst, self.beta, edges.weight, g.size(0))
         energy = att + self.hopfield_energy_of_g(g)

@@ -51,8 +51,10 @@ class ETMaskedNodeReconstruction(nn.Module):
     with a linear encoder ``E``, a learnable MASK token ``m``, ``T`` descent steps over the
     graph's edges and a decoder (``LayerNorm`` + linear) back to the features, exactly as the
     image path completes masked patches. A masked node's token starts from ``m`` and is filled in
-    only through its attention to its in-neighbours, so the decoded ``\hat{y}_A`` is what the
-    learned energy expects at ``A`` from its neighbourhood.
+    through the attention over its edges (as the query of its in-edges and the key of its
+    out-edges, whose softmaxes read its out-neighbours' in-neighbours) and the Hopfield memories
+    (no neighbour), so the decoded ``\hat{y}_A`` is what the learned energy expects at ``A``
+    from its neighbourhood.
 
     - :meth:`loss`: mean squared error over the features of the masked nodes only.
     - :meth:`reconstruction_error`: per-node squared error ``[N]`` (mean over features).
