@@ -6,6 +6,7 @@ import importlib.util
 import io
 import sys
 import types
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -401,8 +402,19 @@ def test_pygod_generated_graphs_are_binarized_by_name(tmp_path):
     del graph.train_mask, graph.val_mask, graph.test_mask, graph.label_mask
     graph.y = torch.arange(30) % 4
     torch.save(graph, tmp_path / "gen_100.pt")
-    data = load_anomaly_dataset(path=tmp_path / "gen_100.pt")
+    # the name alone chose it: said, since a user's own gen_*.pt may mean 2 = unknown (an
+    # input audit: collapsed without a word)
+    with pytest.warns(UserWarning, match=r"labels \[0, 1, 2, 3\] read as anomalous where > 0, "
+                                         r"because the name 'gen_100'.*binarize=False"):
+        data = load_anomaly_dataset(path=tmp_path / "gen_100.pt")
     assert data.y.tolist() == [int(v % 4 > 0) for v in range(30)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # asked for, or 0/1 labels: nothing to say
+        load_anomaly_dataset(path=tmp_path / "gen_100.pt", binarize=True)
+        graph.y = graph.y.clamp(max=1)
+        torch.save(graph, tmp_path / "gen_101.pt")
+        load_anomaly_dataset(path=tmp_path / "gen_101.pt")
+    graph.y = torch.arange(30) % 4
     torch.save(graph, tmp_path / "mine.pt")
     with pytest.raises(ValueError, match="binary"):
         load_anomaly_dataset(path=tmp_path / "mine.pt")
@@ -1058,3 +1070,24 @@ def test_a_mat_entry_the_layout_does_not_read_is_never_unpacked(tmp_path, monkey
         data = load_anomaly_dataset(path=tmp_path / "YelpChi.mat")
     assert data.num_nodes == 60 and asked and all(
         names is not None and "junk" not in names for names in asked)
+
+
+def test_arrays_from_a_dataframe_are_copied_not_shared_nor_warned_about():
+    """An input audit: labels given as a view of the caller's data (a pandas column) were
+    shared, so writing data.y changed the user's Series, and read-only features (a transposed
+    DataFrame) made torch warn about undefined behaviour."""
+    import numpy as np
+
+    from et_graph.datasets.anomaly_data import prepare_anomaly_data
+
+    table = np.zeros((3, 6), dtype=np.int64)  # column 0: the labels, as pandas stores a block
+    table[0, 1] = 1
+    features = np.ones((6, 2), dtype=np.float32)
+    features.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        data = prepare_anomaly_data(features, np.array([[0, 1], [1, 2]]), table[0], name="df")
+    data.y[0] = 1
+    assert table[0].tolist() == [0, 1, 0, 0, 0, 0]
+    data.x[0, 0] = 5.0
+    assert features[0, 0] == 1.0

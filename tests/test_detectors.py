@@ -1,5 +1,8 @@
 """Detectors with PyGOD's conventions: fit / decision_function / predict, clear errors, one
 source of defaults shared with the CLI."""
+import re
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -89,6 +92,26 @@ def test_explicit_masks_override_data_masks(graph):
     val = ~train
     det = GBTDetector(max_iter=10).fit(graph, train_mask=train, val_mask=val)
     assert det.threshold_ is not None
+
+
+def test_masks_reaching_outside_the_label_mask_are_refused(graph):
+    """Unlabelled nodes (label_mask False, placeholder label 0) trained as normal ones when the
+    masks reached them, in Python; the command line's splits refused it (an input audit)."""
+    from et_graph.protocols.anomaly import stratified_split
+
+    data = graph.clone()
+    data.label_mask = torch.ones(240, dtype=torch.bool)
+    data.label_mask[::4] = False
+    data.y[~data.label_mask] = 0
+    with pytest.raises(ValueError, match=r"train_mask holds \d+ nodes that data.label_mask "
+                                         "marks unlabelled"):
+        GBTDetector(max_iter=5).fit(data)
+    split = stratified_split(data.y, 0.4, 2, eligible=data.label_mask)
+    train, val, _ = split.masks(240)
+    assert GBTDetector(max_iter=5).fit(data, train, val).threshold_ is not None
+    data.label_mask = data.label_mask.long()
+    with pytest.raises(ValueError, match="label_mask must be a bool tensor"):
+        GBTDetector(max_iter=5).fit(data, train, val)
 
 
 def test_clear_errors(graph):
@@ -457,6 +480,19 @@ def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph):
 
     with pytest.warns(UserWarning, match="ignores data.edge_weight"):
         UnsupervisedETDetector(epochs=1, score_rounds=1).fit(weighted)
+    # networkx's edge weight, as from_networkx names it (an input audit: said nothing)
+    from_networkx = graph.clone()
+    from_networkx.weight = torch.rand(graph.edge_index.size(1))
+    with pytest.warns(UserWarning, match="ignores data.weight: the detectors read"):
+        det.decision_function(from_networkx)
+    from et_graph.detectors.base import UNUSED_EDGE_DATA, unused_edge_data_said
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with unused_edge_data_said(True):  # said once already: silenced, whatever the name
+            det.decision_function(from_networkx)
+    assert re.match(UNUSED_EDGE_DATA, "MLPDetector ignores data.edge_weight and data.weight: "
+                                      "the detectors read x")
 
 
 @pytest.mark.parametrize("make, message", [

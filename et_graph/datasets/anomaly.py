@@ -8,7 +8,7 @@ from typing import Optional, Union
 from torch_geometric.data import Data
 
 from ..paths import cache_dir
-from .anomaly_data import data_dir, file_dataset_name
+from .anomaly_data import BINARIZED_BY_NAME, data_dir, file_dataset_name
 from .embedded import EMBEDDED_FILES, find_embedded_file, load_pyg_file
 from .fraud_mat import (
     FRAUD_ARCHIVE_URLS,
@@ -63,10 +63,21 @@ def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optiona
         raise FileNotFoundError(f"No such file: {path}")
     suffixes = [suffix.lower() for suffix in path.suffixes]
     stem = file_dataset_name(path)
+    by_name = None
     if binarize is None:
         # PyGOD's injected and generated graphs (inj_*, gen_*) label contextual/structural
         # anomalies as 1/2/3 (pygod.utils.load_data)
         binarize = (name or stem).lower().startswith(("inj_", "gen_"))
+        by_name = (name or stem) if binarize else None
+    token = BINARIZED_BY_NAME.set(by_name)  # (a label above 1 is then named in a warning)
+    try:
+        return _load_file(path, name, relation, binarize, unlabelled_prefix, suffixes)
+    finally:
+        BINARIZED_BY_NAME.reset(token)
+
+
+def _load_file(path: Path, name: Optional[str], relation: str, binarize: bool,
+               unlabelled_prefix: Optional[int], suffixes: list[str]) -> Data:
     if suffixes and suffixes[-1] == ".mat":
         if binarize:
             raise ValueError("binarize applies to .npz/.pt files, not to CARE-GNN .mat files")

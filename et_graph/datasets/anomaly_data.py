@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -124,7 +125,20 @@ def _as_tensor(value: Any, what: str, source: str) -> Tensor:
         raise ValueError(f"{source}: {what} cannot be read as an array ({error})") from error
     if array.dtype == object:
         raise ValueError(f"{source}: {what} has dtype object; expected a numeric array")
-    return torch.from_numpy(np.ascontiguousarray(array))
+    array = np.ascontiguousarray(array)
+    if not (array.flags.owndata and array.flags.writeable):
+        # A view of the caller's data (a pandas column): the graph's tensors shared its memory
+        # (writing data.y changed the user's Series), and a read-only one (DataFrame.T) made
+        # torch warn about undefined behaviour (an input audit). An array of its own (a file's
+        # entry) is taken as it is.
+        array = array.copy()
+    return torch.from_numpy(array)
+
+
+#: The file name whose PyGOD prefix (inj_, gen_) turned ``binarize`` on, while that file loads:
+#: a label above 1 collapsed to "anomalous" without a word when the name alone chose it (a
+#: user's 2 = "unknown" became an anomaly: an input audit).
+BINARIZED_BY_NAME: ContextVar[Optional[str]] = ContextVar("binarized_by_name", default=None)
 
 
 def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
@@ -157,6 +171,14 @@ def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
     if binarize:
         if bool((values < 0).any()):
             raise ValueError(f"{source}: labels hold negative values {values.tolist()}")
+        named = BINARIZED_BY_NAME.get()
+        if named is not None and bool((values > 1).any()):
+            warnings.warn(
+                f"{source}: labels {values.tolist()[:10]} read as anomalous where > 0, because "
+                f"the name {named!r} starts as PyGOD's injected graphs do (inj_, gen_), whose "
+                "1, 2 and 3 are kinds of anomaly; if your labels mean otherwise (e.g. 2 = "
+                "unknown), pass binarize=False (--no-binarize) and mark the labelled nodes in "
+                "label_mask", UserWarning, stacklevel=2)
         return (y > 0).long()
     if not bool(((values == 0) | (values == 1)).all()):
         raise ValueError(

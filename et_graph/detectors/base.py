@@ -327,6 +327,7 @@ class BaseDetector:
         val = resolve_mask(data, val_mask, "val_mask")
         if bool((train & val).any()):
             raise ValueError("train_mask and val_mask overlap; they must be disjoint")
+        check_inside_label_mask(data, train, val)
         y = check_labels(data, train | val)
         if int(y[train].sum()) == 0:
             raise ValueError(
@@ -512,6 +513,11 @@ def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = Fal
     unused = [name for name in ("edge_weight", "edge_attr", "edge_type")
               if getattr(data, name, None) is not None
               and not (name == "edge_type" and reads_edge_type)]
+    # and any other per-edge tensor PyG recognises (networkx's edge "weight" arrives under its
+    # own name through from_networkx, and was ignored without a word: an input audit)
+    unused += [key for key in sorted(data.keys()) if key not in (
+        "edge_index", "edge_weight", "edge_attr", "edge_type")
+        and isinstance(data[key], Tensor) and data.is_edge_attr(key)]
     if unused:
         warnings.warn(f"{detector} ignores data.{' and data.'.join(unused)}: the detectors read "
                       "x, edge_index (and edge_type with multi_relation) only",
@@ -519,7 +525,7 @@ def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = Fal
 
 
 #: What :func:`warn_unused_edge_data` says, for the callers that say it once.
-UNUSED_EDGE_DATA = r".* ignores data\.(edge_weight|edge_attr|edge_type)"
+UNUSED_EDGE_DATA = r".* ignores data\.\w+(?: and data\.\w+)*: the detectors read"
 
 
 @contextlib.contextmanager
@@ -569,6 +575,28 @@ def check_labels(data: Data, used: Tensor) -> Tensor:
         raise ValueError("data.y must be binary on the training and validation nodes: "
                          "0 = normal, 1 = anomalous (other nodes' labels are not read)")
     return torch.where(used, y, torch.zeros((), dtype=y.dtype)).long()
+
+
+def check_inside_label_mask(data: Data, train: Tensor, val: Tensor) -> None:
+    """``ValueError`` when ``data.label_mask`` (the labelled nodes: Amazon's and YelpChi's
+    loaders keep one) marks nodes of ``train`` or ``val`` unlabelled: their placeholder label 0
+    trained them as normal without a word in Python (the command line's splits refused it: an
+    input audit)."""
+    labelled = getattr(data, "label_mask", None)
+    if labelled is None:
+        return
+    labelled = torch.as_tensor(labelled).cpu()
+    if labelled.dtype != torch.bool or labelled.shape != (data.num_nodes,):
+        raise ValueError(f"data.label_mask must be a bool tensor of shape [{data.num_nodes}] "
+                         f"(the labelled nodes), got {tuple(labelled.shape)} {labelled.dtype}")
+    for name, mask in (("train_mask", train), ("val_mask", val)):
+        outside = int((mask & ~labelled).sum())
+        if outside:
+            raise ValueError(
+                f"{name} holds {outside} nodes that data.label_mask marks unlabelled; their "
+                "placeholder labels would count as normal: keep the masks inside label_mask "
+                "(stratified_split(data.y, 0.4, seed, eligible=data.label_mask) draws such a "
+                "split)")
 
 
 def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:
