@@ -94,6 +94,21 @@ def test_explicit_masks_override_data_masks(graph):
     assert det.threshold_ is not None
 
 
+def test_a_detector_fitted_with_a_callback_pickles_without_it(graph):
+    """A tuning loop's on_epoch lambda made pickle, joblib and a process pool's transfer of the
+    fitted detector fail (save() dropped it already: a multiprocessing audit)."""
+    import copy
+    import pickle
+
+    det = MLPDetector(epochs=2, hidden=8)
+    det.on_epoch = lambda *args, **kwargs: None
+    det.fit(graph)
+    again = pickle.loads(pickle.dumps(det))
+    assert again.on_epoch is None and det.on_epoch is not None
+    assert torch.equal(again.decision_function(graph), det.decision_function(graph))
+    assert copy.deepcopy(det).on_epoch is None
+
+
 def test_masks_reaching_outside_the_label_mask_are_refused(graph):
     """Unlabelled nodes (label_mask False, placeholder label 0) trained as normal ones when the
     masks reached them, in Python; the command line's splits refused it (an input audit)."""
@@ -468,7 +483,7 @@ def test_load_names_a_cut_file_and_a_missing_device_for_what_they_are(graph, tmp
     assert MLPDetector.load(tmp_path / "d.pt", map_location="auto").device.type == expected
 
 
-def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph):
+def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph, tmp_path):
     weighted = graph.clone()
     weighted.edge_weight = torch.rand(graph.edge_index.size(1))
     with pytest.warns(UserWarning, match="ignores data.edge_weight") as caught:
@@ -493,6 +508,13 @@ def test_edge_data_the_detectors_do_not_read_is_named_in_a_warning(graph):
             det.decision_function(from_networkx)
     assert re.match(UNUSED_EDGE_DATA, "MLPDetector ignores data.edge_weight and data.weight: "
                                       "the detectors read x")
+    # the check leaves the graph as it was: it still saves for a weights-only load (PyG's
+    # is_edge_attr, tried first, cached enum values in it, which such a load refuses)
+    from et_graph.datasets.embedded import load_pyg_file
+
+    torch.save(from_networkx, tmp_path / "g.pt")
+    with pytest.warns(UserWarning):  # (the loader names the unread weight too)
+        load_pyg_file(tmp_path / "g.pt")
 
 
 @pytest.mark.parametrize("make, message", [

@@ -860,3 +860,17 @@ def test_quantiles_past_torch_size_limit(graph, monkeypatch):
     det = UnsupervisedETDetector(seed=0, epochs=2, score_rounds=1).fit(graph)
     assert det.threshold_ == pytest.approx(
         float(real(det.decision_score_.double(), 1.0 - det.config.score.contamination)))
+
+
+def test_the_baseline_scorers_pickle_for_a_process_pool(graph):
+    """iforest's and lof's scorers were lambdas, which a process pool cannot send to its
+    workers (a multiprocessing audit)."""
+    import pickle
+
+    from et_graph.baselines.unsupervised import baseline_scorer
+
+    free = unlabelled(graph)
+    for name in ("iforest", "lof", "degree", "dominant"):
+        scorer = pickle.loads(pickle.dumps(baseline_scorer(name, 3, lof_neighbors=7)))
+        if name != "dominant":  # (PyGOD may be missing: its scorer only needs to travel)
+            assert np.array_equal(scorer(free), baseline_scorer(name, 3, lof_neighbors=7)(free))

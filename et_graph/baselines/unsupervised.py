@@ -13,6 +13,7 @@ node, higher = more anomalous.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import warnings
 from collections.abc import Sequence
@@ -161,22 +162,33 @@ def pygod_scores(name: str, data: Data, seed: int, epochs: int = 100,
     return np.asarray(score, dtype=np.float64)
 
 
+def _pygod_data_scores(name: str, data: Data, seed: int, epochs: int, device: str
+                       ) -> np.ndarray:
+    """:func:`pygod_scores` with the graph as the second argument, for a partial over it."""
+    return pygod_scores(name, data, seed, epochs, device)
+
+
 def baseline_scorer(name: str, seed: int, iforest_trees: int = 100, lof_neighbors: int = 20,
                     pygod_epochs: int = 100, device: str = "cpu", *,
                     iforest_max_samples: int = 256, iforest_max_features: float = 1.0,
                     iforest_neighbour_stats: Union[str, Sequence[str], None] = (),
                     lof_neighbour_stats: Union[str, Sequence[str], None] = ()
                     ) -> Callable[[Data], np.ndarray]:
-    """A function ``data -> scores`` for baseline ``name`` (iforest, lof or a PyGOD model)."""
+    """A function ``data -> scores`` for baseline ``name`` (iforest, lof or a PyGOD model); a
+    ``functools.partial``, so that it pickles to a process pool's workers (lambdas did not: a
+    multiprocessing audit)."""
     if name == "iforest":
-        return lambda data: isolation_forest_scores(data, seed, iforest_trees,
-                                                    iforest_max_samples, iforest_max_features,
-                                                    iforest_neighbour_stats)
+        return functools.partial(isolation_forest_scores, seed=seed, n_estimators=iforest_trees,
+                                 max_samples=iforest_max_samples,
+                                 max_features=iforest_max_features,
+                                 neighbour_stats=iforest_neighbour_stats)
     if name == "lof":
-        return lambda data: lof_scores(data, lof_neighbors, lof_neighbour_stats)
+        return functools.partial(lof_scores, n_neighbors=lof_neighbors,
+                                 neighbour_stats=lof_neighbour_stats)
     if name == "degree":
         return degree_scores
     if name in PYGOD_MODELS:
-        return lambda data: pygod_scores(name, data, seed, pygod_epochs, device)
+        return functools.partial(_pygod_data_scores, name, seed=seed, epochs=pygod_epochs,
+                                 device=device)
     raise ValueError(f"unknown baseline {name!r}; choose from "
                      f"{list(SKLEARN_MODELS) + list(STRUCTURE_MODELS) + list(PYGOD_MODELS)}")

@@ -224,6 +224,15 @@ class BaseDetector:
                 fields.append(f"{name}={getattr(self, name)!r}")
         return f"{type(self).__name__}({', '.join(fields)})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The detector's state without an ``on_epoch`` callback (a tuning loop's lambda): it
+        belongs to the process that set it, and pickle, joblib and a process pool's transfer
+        of a fitted detector failed on it (a multiprocessing audit; ``save`` dropped it
+        already). Copies and loaded detectors have none."""
+        state = self.__dict__.copy()
+        state.pop("on_epoch", None)
+        return state
+
     # ------------------------------------------------------------------------------------------
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write the fitted detector (config, weights, threshold, history) to ``path``.
@@ -238,10 +247,7 @@ class BaseDetector:
         from ..native import native_attention_enabled
         from ..training.checkpoint import torch_save_whole
 
-        saved = copy.copy(self)
-        # A callback (a tuning loop's lambda) belongs to this process: it failed to pickle,
-        # and the file is loaded where it does not exist.
-        saved.__dict__.pop("on_epoch", None)
+        saved = copy.copy(self)  # (without an on_epoch callback: __getstate__)
         torch_save_whole(path, {"format": SAVE_FORMAT, **code_identity(),
                                 "class": type(self).__name__,
                                 "native_attention": native_attention_enabled(),
@@ -513,11 +519,15 @@ def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = Fal
     unused = [name for name in ("edge_weight", "edge_attr", "edge_type")
               if getattr(data, name, None) is not None
               and not (name == "edge_type" and reads_edge_type)]
-    # and any other per-edge tensor PyG recognises (networkx's edge "weight" arrives under its
-    # own name through from_networkx, and was ignored without a word: an input audit)
+    # and any other per-edge tensor (networkx's edge "weight" arrives under its own name
+    # through from_networkx, and was ignored without a word: an input audit); told by its name
+    # or its length (PyG's is_edge_attr caches enum values in the caller's Data, which then no
+    # longer saves for a weights-only load)
+    edges, nodes = data.edge_index.size(1), data.num_nodes
     unused += [key for key in sorted(data.keys()) if key not in (
         "edge_index", "edge_weight", "edge_attr", "edge_type")
-        and isinstance(data[key], Tensor) and data.is_edge_attr(key)]
+        and isinstance(data[key], Tensor) and data[key].dim() >= 1
+        and ("edge" in key or (data[key].size(0) == edges and edges != nodes))]
     if unused:
         warnings.warn(f"{detector} ignores data.{' and data.'.join(unused)}: the detectors read "
                       "x, edge_index (and edge_type with multi_relation) only",

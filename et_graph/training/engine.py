@@ -1002,6 +1002,20 @@ def private_rng(seed: int, device: Optional[torch.device] = None) -> Iterator[No
 #: One :func:`private_rng` block at a time per process (re-entrant: a fit inside a fit).
 _PRIVATE_RNG_LOCK = threading.RLock()
 
+
+def _free_rng_lock_in_child() -> None:
+    """In a child forked while another thread fitted, that thread does not exist and its hold
+    on the lock never ends: every fit of the child waited for good (a multiprocessing audit:
+    a fork Pool or a forking server beside a training thread). Freed there, unless the forking
+    thread holds it itself (a DataLoader's workers forked inside a fit), which releases it as
+    before."""
+    if not _PRIVATE_RNG_LOCK._is_owned():  # type: ignore[attr-defined]
+        _PRIVATE_RNG_LOCK._at_fork_reinit()  # type: ignore[attr-defined]
+
+
+if hasattr(os, "register_at_fork"):  # (POSIX)
+    os.register_at_fork(after_in_child=_free_rng_lock_in_child)
+
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
 

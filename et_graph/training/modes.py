@@ -13,6 +13,7 @@ long-run audit). Training one model in one thread while another scores it is not
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import weakref
 from collections.abc import Iterator
@@ -25,6 +26,20 @@ Function = TypeVar("Function", bound=Callable[..., Any])
 
 _locks: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
 _locks_guard = threading.Lock()
+
+
+def _fresh_locks_in_child() -> None:
+    """In a child forked while another thread scored, that thread does not exist and its locks
+    stay held: every score of that model waited for good (a multiprocessing audit). The child
+    starts with free locks; the forking thread releases what it holds through its own
+    references."""
+    global _locks
+    _locks = weakref.WeakKeyDictionary()
+    _locks_guard._at_fork_reinit()  # type: ignore[attr-defined]
+
+
+if hasattr(os, "register_at_fork"):  # (POSIX)
+    os.register_at_fork(after_in_child=_fresh_locks_in_child)
 
 
 def _lock_of(model: nn.Module) -> threading.RLock:
