@@ -247,7 +247,16 @@ def line_buffered(stream: Any) -> None:
 
 def resume_hint(argv: Sequence[str]) -> str:
     """What an interrupted command with checkpoints runs next (``--checkpoint-dir DIR`` or
-    ``--checkpoint-dir=DIR`` among ``argv``), or ``""``."""
+    ``--checkpoint-dir=DIR`` among ``argv``; a tuning run's studies, in its storage), or
+    ``""``."""
+    if argv and argv[0] == "tune":
+        storage = next((token.partition("=")[2] if token.startswith("--storage=") else
+                        argv[i + 1] for i, token in enumerate(argv)
+                        if token.startswith("--storage=")
+                        or (token == "--storage" and i + 1 < len(argv))),
+                       "sqlite:///runs/tune.db")
+        return (f"; the finished trials are kept in {storage}: run the same command to "
+                "continue the studies")
     for i, token in enumerate(argv):
         folder = (token.partition("=")[2] if token.startswith("--checkpoint-dir=") else
                   argv[i + 1] if token == "--checkpoint-dir" and i + 1 < len(argv) else None)

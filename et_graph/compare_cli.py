@@ -42,6 +42,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from .cli import exit_on_bad_input
+from .paths import write_text_whole
 from .protocols.significance import (
     check_bootstrap_rounds,
     compare_nodes,
@@ -71,16 +72,30 @@ def read_json(path: Union[str, Path]) -> Any:
         raise ValueError(f"{path} is not a JSON file ({error})") from None
 
 
+def split_spec(spec: str) -> tuple[str, Optional[str]]:
+    """``(path, models)`` of ``PATH[@MODELS]``; ``models`` is ``None`` without ``@``. A spec
+    that names an existing file is that file, whatever ``@`` it holds, and otherwise it is cut
+    at its last ``@`` (``v@1/results.json`` was cut at its first: a CLI audit). An ``@`` with
+    nothing after it is refused (it kept the derived rows the plain path leaves out)."""
+    if "@" not in spec or Path(spec).is_file():
+        return spec, None
+    path, _, models = spec.rpartition("@")
+    if not models.strip(" ,"):
+        raise ValueError(f"{spec}: name the models after '@' (PATH@MODEL,MODEL=NAME), or "
+                         "leave the '@' out for all of them")
+    return path, models
+
+
 def read_models(spec: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
     """``(results, models, names)`` of ``PATH[@MODEL[=NAME],...]``: the file's results, the
     kept models under their new names, and ``names``, ``{new name: stored name}``."""
-    path, _, keep = spec.partition("@")
+    path, keep = split_spec(spec)
     results = read_json(path)
     models = results.get("models") if isinstance(results, dict) else None
     if not isinstance(models, dict):
         raise ValueError(f"{path} is not a results.json of et-graph (no 'models' table)")
     names = {name: name for name in models}
-    if keep:
+    if keep is not None:
         names = {}
         for item in (part.strip() for part in keep.split(",") if part.strip()):
             name, _, alias = item.partition("=")
@@ -219,12 +234,12 @@ def join(specs: list[str], reference: Optional[str] = None
     first: Optional[tuple[dict[str, Any], tuple[Any, ...]]] = None
     for spec in specs:
         results, chosen, names = read_models(spec)
-        if "@" not in spec:
+        if split_spec(spec)[1] is None:
             kept = reference or next((name for name in REFERENCES if name in chosen), None)
             names = {new: old for new, old in names.items()
                      if new == kept or not is_derived_row(old)}
             chosen = {new: chosen[new] for new in names}
-        picks.append((Path(spec.partition("@")[0]), names,
+        picks.append((Path(split_spec(spec)[0]), names,
                       results.get("meta", {}).get("run_id")))
         mine = signature(results)
         if first is not None and mine != first[1]:
@@ -343,13 +358,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.json and not args.json.parent.is_dir():  # before the work, not after it
             raise FileNotFoundError(f"--json {args.json}: its folder does not exist")
         payload = compare(args.files, args.reference, metrics, args.confidence, args.bootstrap)
+        if args.json:  # first, whole: a reader of the tables that left (| head) lost it
+            write_text_whole(args.json, json_text(payload))
         # The tables as a run's results.md shows them (one function: the headings that say
         # which table is which, and the caution on intervals from fewer than 3 runs)
         print("\n\n".join(difference_sections({
             "differences": payload["differences"], "differences_design": payload["design"],
             "node_differences": payload.get("node_differences"),
             "node_differences_design": payload.get("node_design")})))
-        if args.json:
-            args.json.write_text(json_text(payload), encoding="utf-8")
 
     return exit_on_bad_input(report, "et-graph compare")

@@ -533,11 +533,13 @@ def read_file(path: Union[str, Path]) -> dict[str, Any]:
     return data
 
 
-#: The settings of a results file that say where that run wrote, not what it computed
-#: (``{section: fields}``): a rerun from the file writes where its own flags (or the task's
-#: defaults) say, never over the results it reruns, and a file from someone else cannot choose
-#: the folders this machine's run writes into (the TU cache: a security audit).
-RESULTS_OWN_SETTINGS = {"run": ("out", "checkpoint_dir", "resume"), "data": ("cache",)}
+#: The settings of a results file that say where that run wrote, or what it printed, not what
+#: it computed (``{section: fields}``): a rerun from the file writes where its own flags (or
+#: the task's defaults) say, never over the results it reruns, and a file from someone else
+#: cannot choose the folders this machine's run writes into (the TU cache: a security audit);
+#: a rerun of a --quiet run prints as usual (it printed nothing: a CLI audit).
+RESULTS_OWN_SETTINGS = {"run": ("out", "checkpoint_dir", "resume", "quiet", "progress"),
+                        "data": ("cache",)}
 
 
 def results_settings(path: Union[str, Path]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any, Optional
 import torch
 
 from . import native
+from .paths import write_text_whole
 
 #: The checks' tolerance on the relative error in float64 (the closed forms agree to ~1e-14).
 TOLERANCE = 1e-10
@@ -108,6 +109,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     report["ok"] = all(value < TOLERANCE for key, value in errors.items()
                        if not key.startswith("normals")) and all(
         errors[key] < 5 for key in errors if key.startswith("normals"))
+    # the file first, whole: printed first, a reader that left (| head) lost it (a CLI audit)
+    status = _finish(report, args.json, 0 if report["ok"] else 1)
     print(f"compiled kernels: {report['name']}\n  file: {report['file']}\n"
           f"  flags: {' '.join(native.COMPILE_FLAGS)}"
           f"{' | link ' + ' '.join(native.LINK_FLAGS) if native.LINK_FLAGS else ''}\n"
@@ -116,13 +119,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         unit = "" if key.startswith("normals") else " (relative error, float64)"
         print(f"  {key}: {value:.2e}{unit}")
     print("  ok" if report["ok"] else "  FAILED: a kernel disagrees with its reference")
-    return _finish(report, args.json, 0 if report["ok"] else 1)
+    return status
 
 
 def _finish(report: dict[str, Any], path: Optional[Path], status: int) -> int:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_text_whole(path, json.dumps(report, indent=2) + "\n")
     return status
 
 

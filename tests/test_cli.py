@@ -276,6 +276,12 @@ def test_the_command_shows_warnings_as_lines_and_says_how_to_resume(monkeypatch,
     assert resume_hint(["--checkpoint-dir=ck", "--resume"]).endswith(
         "run the same command to continue from the last one")
     assert resume_hint(["--epochs", "3"]) == ""
+    # a tuning run keeps its finished trials in its storage (a CLI audit: no word of it)
+    assert "kept in sqlite:///runs/tune.db: run the same command" in resume_hint(
+        ["tune", "anomaly"])
+    assert "kept in sqlite:///t.db" in resume_hint(["tune", "anomaly", "--storage",
+                                                    "sqlite:///t.db"])
+    assert "kept in sqlite:///u.db" in resume_hint(["tune", "anomaly", "--storage=sqlite:///u.db"])
 
 
 def test_a_piped_standard_output_is_written_line_by_line():

@@ -217,3 +217,26 @@ def test_an_image_runs_errors_are_compared_the_right_way_round(tmp_path):
     path.write_text(json.dumps(results), encoding="utf-8")
     with pytest.raises(ValueError, match="do not say that lower is better"):
         compare([str(path)], metrics=["mse"])
+
+
+def test_a_path_with_an_at_sign_and_an_empty_selection(write, tmp_path, monkeypatch, capsys):
+    """`PATH@MODELS` was cut at the first '@' (a folder named v@1 was "no such file 'v'"), and
+    an '@' with nothing after it kept the derived rows the plain path leaves out; the --json
+    file was written after the tables, so a reader that left early lost it (a CLI audit)."""
+    run = write("run", {"et": ET, "et_energy_trained": GBT, "gbt": GBT})
+    folder = tmp_path / "v@1"
+    folder.mkdir()
+    moved = folder / "results.json"
+    moved.write_text(open(run, encoding="utf-8").read(), encoding="utf-8")
+    assert {r["second"] for r in compare([str(moved)])["differences"]} == {"gbt"}
+    assert {r["second"] for r in compare([f"{moved}@et,gbt"])["differences"]} == {"gbt"}
+    with pytest.raises(ValueError, match="name the models after '@'"):
+        compare([f"{run}@"])
+
+    def reader_left(*args, **kwargs):
+        raise BrokenPipeError
+
+    monkeypatch.setattr("builtins.print", reader_left)
+    with pytest.raises(BrokenPipeError):
+        compare_cli.main([run, "--json", str(tmp_path / "kept.json")])
+    assert json.loads((tmp_path / "kept.json").read_text(encoding="utf-8"))["differences"]

@@ -776,3 +776,69 @@ def test_tuning_in_a_log_writes_no_redraws(tmp_path, capsys):
     tune_anomaly(config, ["gbt"], TuneBudget(trials=2), f"sqlite:///{tmp_path}/p.db",
                  out=tmp_path / "p", data=data)
     assert "\r" not in capsys.readouterr().err
+
+
+def test_a_trial_ended_by_ctrl_c_is_not_logged_with_a_traceback():
+    """Optuna logged "Trial 0 failed ... KeyboardInterrupt()" with a torch traceback before
+    the command's one line "interrupted" (a CLI audit)."""
+    import logging
+
+    from et_graph.tuning.study import run_study
+
+    class Recorder(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    recorder = Recorder()
+    logging.getLogger("optuna").addHandler(recorder)
+    try:
+        def interrupted(trial):
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            run_study("ctrl-c", interrupted, TuneBudget(trials=1), None, progress=False)
+        assert not [m for m in recorder.messages if "failed" in m]
+
+        def diverged(trial):  # another failure is still logged
+            raise FloatingPointError("loss is NaN")
+
+        run_study("nan-once", diverged, TuneBudget(trials=1, timeout_minutes=1), None,
+                  progress=False)
+        assert [m for m in recorder.messages if "failed" in m]
+    finally:
+        logging.getLogger("optuna").removeHandler(recorder)
+
+
+def test_storage_that_cannot_be_a_database_is_refused_in_one_line(tmp_path):
+    """A folder, a file standing where the folder goes, or a file that is no database gave
+    SQLAlchemy tracebacks of a hundred lines (a CLI audit)."""
+    from et_graph.tuning.cli import _ensure_sqlite_folder
+    from et_graph.tuning.study import study_or_none
+
+    with pytest.raises(ValueError, match="names a folder"):
+        _ensure_sqlite_folder(f"sqlite:///{tmp_path}")
+    (tmp_path / "results.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(ValueError, match="a file stands where its folder"):
+        _ensure_sqlite_folder(f"sqlite:///{tmp_path}/results.json/tune.db")
+    with pytest.raises(ValueError, match="not an SQLite database"):
+        _ensure_sqlite_folder(f"sqlite:///{tmp_path}/results.json")
+    with pytest.raises(ValueError, match="cannot be opened as an Optuna database"):
+        study_or_none("x", f"sqlite:///{tmp_path}/missing/folder/t.db")
+    _ensure_sqlite_folder(f"sqlite:///{tmp_path}/new/tune.db")  # made, as before
+
+
+def test_the_task_comes_first_and_presets_leave_the_sessions_display_out(tmp_path):
+    """`tune --trials 1 anomaly` failed on an AttributeError (the task's flags unknown), and a
+    --quiet tuning wrote quiet = true into every preset, whose runs then printed nothing (a CLI
+    audit)."""
+    with pytest.raises(ValueError, match="name the task first"):
+        cli_main(["tune", "--trials", "1", "anomaly"])
+    data = planted_anomaly_graph(120, seed=4)
+    config = parse(AnomalyConfig, [*SMALL, "--quiet", "--no-progress"])
+    result = tune_anomaly(config, ["mlp"], TuneBudget(trials=1), None, out=tmp_path, data=data)
+    preset = merge(AnomalyConfig(), load_file(result["presets"]["mlp"]))
+    assert preset.run.quiet is False and preset.run.progress is True

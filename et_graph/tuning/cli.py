@@ -78,6 +78,7 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser of ``et-graph tune TASK``: the tuning options and the task's own flags."""
     parser = FlagParser(prog="et-graph tune", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     usage=f"%(prog)s {{{','.join(TASKS)}}} [options]",
                                      allow_abbrev=False)  # as the task parsers (config.py)
     parser.add_argument("task", choices=TASKS)
     tune = parser.add_argument_group("tuning")
@@ -141,6 +142,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     task = argv[0] if argv and argv[0] in TASKS else None
+    if task is None and any(token in TASKS for token in argv) and not (
+            {"-h", "--help"} & set(argv)):
+        # the task's flags are only known once it is named (after options, the task ran
+        # without them: an AttributeError, or its flags "unrecognized": a CLI audit)
+        raise ValueError(f"name the task first: et-graph tune {{{','.join(TASKS)}}} [options]")
     args = build_parser(task).parse_args(argv)
     if args.task in PLUGIN_TASKS:  # before --models is read: it may name what they register
         from ..plugins import load_plugins
@@ -341,7 +347,11 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                                             if key in chosen}
                 # A preset runs the task: its results go to the task's own folder, not next to
                 # the study report (the tuner resolved run.out to its own output folder).
-                best = merge(best, {"run.out": type(best)().run.out})
+                # Nor its display (a --quiet tuning wrote quiet = true into every preset, whose
+                # runs then printed nothing: a CLI audit).
+                fresh = type(best)().run
+                best = merge(best, {"run.out": fresh.out, "run.quiet": fresh.quiet,
+                                    "run.progress": fresh.progress})
                 meta = {"source": f"et-graph tune {task}, study {study.study_name}",
                         "best_trial": summary["best_trial"],
                         "best_validation": summary["best_value"],
@@ -397,7 +407,21 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
         if path.startswith("~"):  # SQLAlchemy opens the literal "~": a bare OperationalError
             raise ValueError(f"storage {storage!r}: SQLite URLs do not expand ~; write the "
                              f"path out, e.g. sqlite:///{Path(path).expanduser()}")
-        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        file = Path(path)
+        if file.is_dir():  # (SQLAlchemy: "unable to open database file", in a traceback)
+            raise ValueError(f"storage {storage!r} names a folder: give a database file in it, "
+                             f"e.g. sqlite:///{file / 'tune.db'}")
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ValueError(f"storage {storage!r}: a file stands where its folder "
+                             f"{file.parent} would be") from None
+        if file.is_file() and file.stat().st_size:
+            with file.open("rb") as handle:
+                if handle.read(16) != b"SQLite format 3\x00":
+                    raise ValueError(f"storage {storage!r} is a file that is not an SQLite "
+                                     "database (a results or preset file?): give another "
+                                     "file name")
         return
     try:  # another database: its driver must be installed (else a raw ImportError, late)
         import sqlalchemy

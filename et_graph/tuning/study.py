@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sys
 import warnings
 from collections.abc import Sequence
@@ -252,17 +253,45 @@ def _optuna():
     return optuna
 
 
+class _NoInterruptedTrial(logging.Filter):
+    """Drops Optuna's records of a trial ended by Ctrl-C ("Trial N failed ...
+    KeyboardInterrupt()" with a torch traceback, then "Trial N failed with value None."),
+    printed before the command's one line "interrupted" (a CLI audit)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interrupted: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        message = record.getMessage()
+        trial = message.split(" failed", 1)[0] if message.startswith("Trial ") else None
+        if isinstance(error, KeyboardInterrupt):
+            if trial is not None:
+                self.interrupted.add(trial)
+            return False
+        return trial is None or trial not in self.interrupted
+
+
+#: Where Optuna logs a failed trial.
+_TRIAL_LOGGER = "optuna.study._optimize"
+
+
 def _quiet_optuna(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with Optuna's INFO lines (one per trial) silenced, and the caller's Optuna log
-    level given back afterwards (it was left at WARNING for the whole process)."""
+    level given back afterwards (it was left at WARNING for the whole process); a trial ended
+    by Ctrl-C is not logged (the command says "interrupted")."""
     @functools.wraps(fn)
     def quiet(*args: Any, **kwargs: Any) -> Any:
         optuna = _optuna()
         level = optuna.logging.get_verbosity()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        interrupted = _NoInterruptedTrial()
+        logging.getLogger(_TRIAL_LOGGER).addFilter(interrupted)
         try:
             return fn(*args, **kwargs)
         finally:
+            logging.getLogger(_TRIAL_LOGGER).removeFilter(interrupted)
             optuna.logging.set_verbosity(level)
     return quiet
 
@@ -421,6 +450,13 @@ def study_or_none(name: str, storage: Optional[str]) -> Optional[Any]:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         return None
+    except Exception as error:
+        # A folder, a file that is no database or a locked one: SQLAlchemy's traceback of a
+        # hundred lines named none of them (a CLI audit)
+        if type(error).__module__.startswith("sqlalchemy"):
+            raise ValueError(f"storage {storage!r} cannot be opened as an Optuna database: "
+                             f"{str(error).splitlines()[0]}") from None
+        raise
 
 
 def _finished(study: Optional[Any]) -> list[Any]:
