@@ -68,9 +68,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"et-graph: unknown command {argv[0]!r}", file=sys.stderr)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         lines = [f"  {name:<14}{help_text}" for name, (_, help_text) in SUBCOMMANDS.items()]
+        asked = bool(argv) and argv[0] in ("-h", "--help")
+        # asked for: on standard output; as an error's usage: on standard error, as argparse
+        # does (a CLI audit: `et-graph bogus > out` wrote the listing into out)
         print("usage: et-graph COMMAND [options]   (et-graph COMMAND --help: its options)\n"
-              "       et-graph --version\n\ncommands:\n" + "\n".join(lines))
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+              "       et-graph --version\n\ncommands:\n" + "\n".join(lines),
+              file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
     command = argv[0]
     module = importlib.import_module(SUBCOMMANDS[command][0])
     if not hasattr(module, "CONFIG"):  # tune, native: their own parsers

@@ -14,7 +14,11 @@ def test_unknown_command_is_named(capsys):
     assert console_main(["tudatset"]) == 2
     captured = capsys.readouterr()
     assert "unknown command 'tudatset'" in captured.err
-    assert "tudataset" in captured.out  # the list of commands follows
+    # the list of commands follows, on standard error as an error's usage (it went to
+    # standard output: a CLI audit)
+    assert "tudataset" in captured.err and captured.out == ""
+    assert console_main([]) == 2 and "commands:" in capsys.readouterr().err
+    assert console_main(["--help"]) == 0 and "commands:" in capsys.readouterr().out
 
 
 def test_bad_input_is_one_line_without_traceback(capsys, monkeypatch, tmp_path):
