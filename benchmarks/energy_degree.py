@@ -15,6 +15,7 @@ log-mean-exp form of the share), as JSON and a table.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from et_graph.baselines.unsupervised import degree_scores
-from et_graph.config import parse, run_metadata
+from et_graph.config import parse_given, run_metadata
 from et_graph.detectors import UnsupervisedETDetector
 from et_graph.experiments.unsupervised_anomaly import UnsupervisedAnomalyConfig, load_graph
 from et_graph.progress import tqdm
@@ -51,13 +52,18 @@ def seed_rows(det: UnsupervisedETDetector, seed: int, degree: np.ndarray
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
-    json_path = None
-    if "--json" in argv:
-        at = argv.index("--json")
-        json_path = Path(argv[at + 1])
-        del argv[at:at + 2]
-    config = parse(UnsupervisedAnomalyConfig, [*argv, "--models", "et"],
-                   prog="energy_degree.py", description=__doc__.splitlines()[0])
+
+    def json_flag(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                            help="also write the rows to this file")
+
+    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    json_flag(first)
+    known, rest = first.parse_known_args(argv)
+    config, _given = parse_given(UnsupervisedAnomalyConfig, [*rest, "--models", "et"],
+                                 prog="energy_degree.py",
+                                 description=__doc__.splitlines()[0], arguments=json_flag)
+    json_path = known.json
     config.run.apply_threads()
     graph, _sealed = load_graph(config.data)  # the labels stay sealed: never opened here
     degree = degree_scores(graph)

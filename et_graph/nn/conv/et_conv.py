@@ -718,7 +718,6 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
             if edges.plan is not None:
                 edges.plan.forget_values()
 
-    @in_parameter_precision
     @overload
     def descend_edges(self, x: Tensor, edges: EdgeSet, *, steps: Optional[int] = None,
                       return_energy: Literal[False] = False) -> Tensor: ...
@@ -731,6 +730,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
     def descend_edges(self, x: Tensor, edges: EdgeSet, *, steps: Optional[int] = None,
                       return_energy: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
 
+    @in_parameter_precision
     def descend_edges(
         self, x: Tensor, edges: EdgeSet, *, steps: Optional[int] = None,
         return_energy: bool = False,
