@@ -1,14 +1,14 @@
 """How much of the unsupervised ET's node-energy score is the in-degree (no label is read).
 
 A node's attention share of the energy is ``-sum_h (1/beta_h) log sum_{B in N(C)} exp(beta_h
-k_B . q_C)``, which is ``-sum_h (1/beta_h) (log d_C + the log-mean-exp of its logits)``: it
-falls with the in-degree ``d_C``, and a node without in-edges has a share of 0, the highest.
-So ``et_energy`` (high energy = anomalous) reads largely as "few in-edges = anomalous" (a
-math-against-code audit). This script fits ``et-graph unsupervised``'s ET on the label-free
-graph (its labels sealed by ``load_graph`` and never opened), scores it as the runner does, and
-prints each score's Spearman rank correlation with the in-degree, and with the in-degree's
-logarithm taken out of the energy (``et_energy + sum_h (1/beta_h) log max(d_C, 1)``, the
-log-mean-exp form of the share), as JSON and a table.
+k_B . q_C)``, which is ``-sum_h (1/beta_h) (log d_C + the log-mean-exp of its logits)``: other
+things equal it falls with the in-degree ``d_C`` (a node without in-edges has a share of 0), so
+``et_energy`` (high energy = anomalous) can read as "few in-edges = anomalous" (a
+math-against-code audit); how much depends on the trained model. This script fits ``et-graph
+unsupervised``'s ET on the label-free graph (its labels sealed by ``load_graph`` and never
+opened), scores it as the runner does, and prints each score's Spearman rank correlation with
+the in-degree, and with the in-degree's logarithm taken out of the energy (``et_energy + sum_h
+(1/beta_h) log max(d_C, 1)``, the log-mean-exp form of the share), as JSON and a table.
 
     python benchmarks/energy_degree.py --config configs/anomaly/unsupervised.toml \\
         --dataset reddit --seeds 1 --threads 1 --json runs/energy_degree_reddit.json

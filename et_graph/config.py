@@ -547,9 +547,11 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
     config) as a preset, so that ``--config OUT/results.json`` reruns a stored result. Its
     :data:`RESULTS_OWN_SETTINGS` are left out. A run that left the thread count to torch's
     default gets the count it ran on (``meta.machine.threads``): the count moves the last digits,
-    and through them a kept epoch. A file written by another commit than the running code, or
-    with other torch, PyG, NumPy or scikit-learn versions or another CPU instruction set, is
-    named in a warning: where those changed since, the figures may too."""
+    and through them a kept epoch (not beyond this machine's cores, nor over an
+    ``OMP_NUM_THREADS`` set for the rerun: a warning then says so). A file written by another
+    commit than the running code, or with other torch, PyG, NumPy or scikit-learn versions or
+    another CPU instruction set, is named in a warning: where those changed since, the figures
+    may too."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -567,10 +569,21 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
                 settings[section].pop(name, None)
     machine = meta.get("machine") if isinstance(meta.get("machine"), dict) else {}
     run = settings.get("run")
+    recorded = machine.get("threads")
     if (isinstance(run, dict) and "threads" in run and run["threads"] is None
-            and type(machine.get("threads")) is int and machine["threads"] > 0):
-        # (a rerun on another core count summed in other orders: a determinism audit)
-        run["threads"] = int(machine["threads"])
+            and type(recorded) is int and recorded > 0):
+        # (a rerun on another core count summed in other orders: a determinism audit) Not
+        # beyond this machine's cores (64 threads forced on 2 ran many times slower: a
+        # review), nor over an OMP_NUM_THREADS the user set for the rerun.
+        cores, omp = available_cores(), os.environ.get("OMP_NUM_THREADS", "").strip()
+        chosen = (None if omp == str(recorded) else f"OMP_NUM_THREADS={omp}" if omp else
+                  f"this machine's {cores} cores" if recorded > cores else None)
+        if chosen is None:
+            run["threads"] = recorded
+        else:
+            warnings.warn(f"{path} ran on {recorded} threads; this rerun takes {chosen}, so "
+                          "its last digits may differ (--threads sets the count)",
+                          UserWarning, stacklevel=3)
     stored, running = meta.get("git_commit"), _COMMIT_AT_IMPORT or git_commit()
     if stored and "unknown" not in (stored, running) and stored != running:
         warnings.warn(f"{path} was written at commit {stored}, this code is {running}: the "
@@ -588,6 +601,12 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
                       "settings, but the last digits, and through them a kept epoch or "
                       "threshold, may differ", UserWarning, stacklevel=3)
     return settings
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity where the system says, else all)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def _running_versions() -> dict[str, str]:

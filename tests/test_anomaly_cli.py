@@ -547,7 +547,7 @@ def test_the_plots_mark_the_kept_epoch_and_draw_precision_recall_as_steps(monkey
     star = [line for line in val_ax.get_lines()  # (one empty line: the legend's entry)
             if line.get_marker() == "*" and len(line.get_xdata())]
     kept = results["per_seed"][0]["et"]["best_epoch"]
-    assert len(star) == 1 and star[0].get_xdata()[0] == kept
+    assert len(star) == 1 and star[0].get_xdata()[0] == kept + 1  # (drawn from epoch 1)
     assert "all nodes" in energy.axes[0].get_title()
     assert "validation nodes only" in energy.axes[1].get_title()
 

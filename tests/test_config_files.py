@@ -180,7 +180,8 @@ def test_a_results_file_reruns_its_run(tmp_path, monkeypatch):
         load_file(tmp_path / "broken.json")
 
 
-def test_a_rerun_from_results_takes_the_thread_count_and_names_other_versions(tmp_path):
+def test_a_rerun_from_results_takes_the_thread_count_and_names_other_versions(tmp_path,
+                                                                             monkeypatch):
     """A rerun on another core count, or with other library versions, summed in other orders
     without a word (a determinism audit): the recorded count is taken where the run left it to
     torch, and other versions or another instruction set are named."""
@@ -188,6 +189,8 @@ def test_a_rerun_from_results_takes_the_thread_count_and_names_other_versions(tm
 
     from et_graph import config as config_module
 
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(config_module, "available_cores", lambda: 8)
     meta = config_module.run_metadata()
     meta["git_commit"] = config_module._COMMIT_AT_IMPORT or config_module.git_commit()
     meta["config"] = {"run": {"threads": None, "out": "x"}}
@@ -197,6 +200,23 @@ def test_a_rerun_from_results_takes_the_thread_count_and_names_other_versions(tm
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same versions and machine: no warning
         assert load_file(path)["run"] == {"threads": 3}
+    # not beyond this machine's cores, nor over the user's OMP_NUM_THREADS (a review: 64
+    # threads forced on 2 cores), and said
+    meta["machine"]["threads"] = 16
+    path.write_text(json_module.dumps({"meta": meta}), encoding="utf-8")
+    with pytest.warns(UserWarning, match="ran on 16 threads; this rerun takes this machine's "
+                                         "8 cores"):
+        assert load_file(path)["run"] == {"threads": None}
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    meta["machine"]["threads"] = 3
+    path.write_text(json_module.dumps({"meta": meta}), encoding="utf-8")
+    with pytest.warns(UserWarning, match="ran on 3 threads; this rerun takes OMP_NUM_THREADS=1"):
+        assert load_file(path)["run"] == {"threads": None}
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the same count: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_file(path)["run"] == {"threads": 3}
+    monkeypatch.delenv("OMP_NUM_THREADS")
     meta["config"]["run"]["threads"] = 2  # a count the run chose itself stays
     meta["torch"], meta["machine"]["cpu_capability"] = "1.0.0", "NOPE"
     path.write_text(json_module.dumps({"meta": meta}), encoding="utf-8")

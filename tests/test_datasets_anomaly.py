@@ -402,18 +402,23 @@ def test_pygod_generated_graphs_are_binarized_by_name(tmp_path):
     del graph.train_mask, graph.val_mask, graph.test_mask, graph.label_mask
     graph.y = torch.arange(30) % 4
     torch.save(graph, tmp_path / "gen_100.pt")
-    # the name alone chose it: said, since a user's own gen_*.pt may mean 2 = unknown (an
-    # input audit: collapsed without a word)
-    with pytest.warns(UserWarning, match=r"labels \[0, 1, 2, 3\] read as anomalous where > 0, "
-                                         r"because the name 'gen_100'.*binarize=False"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # PyGOD's own graph: nothing to say
         data = load_anomaly_dataset(path=tmp_path / "gen_100.pt")
     assert data.y.tolist() == [int(v % 4 > 0) for v in range(30)]
+    # another name that the prefix alone chose it for: said, since a user's own gen_*.pt may
+    # mean 2 = unknown (an input audit: collapsed without a word)
+    torch.save(graph, tmp_path / "gen_transactions.pt")
+    with pytest.warns(UserWarning, match=r"labels \[0, 1, 2, 3\] read as anomalous where > 0, "
+                                         r"because the name 'gen_transactions'.*"
+                                         r"binarize=False"):
+        load_anomaly_dataset(path=tmp_path / "gen_transactions.pt")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # asked for, or 0/1 labels: nothing to say
-        load_anomaly_dataset(path=tmp_path / "gen_100.pt", binarize=True)
+        load_anomaly_dataset(path=tmp_path / "gen_transactions.pt", binarize=True)
         graph.y = graph.y.clamp(max=1)
-        torch.save(graph, tmp_path / "gen_101.pt")
-        load_anomaly_dataset(path=tmp_path / "gen_101.pt")
+        torch.save(graph, tmp_path / "gen_mine.pt")
+        load_anomaly_dataset(path=tmp_path / "gen_mine.pt")
     graph.y = torch.arange(30) % 4
     torch.save(graph, tmp_path / "mine.pt")
     with pytest.raises(ValueError, match="binary"):
@@ -1080,13 +1085,18 @@ def test_arrays_from_a_dataframe_are_copied_not_shared_nor_warned_about():
 
     from et_graph.datasets.anomaly_data import prepare_anomaly_data
 
-    table = np.zeros((3, 6), dtype=np.int64)  # column 0: the labels, as pandas stores a block
+    table = np.zeros((3, 6), dtype=np.int64)  # row 0: the labels, as pandas stores a block
     table[0, 1] = 1
+
+    class Column:  # what np.asarray sees of a pandas Series: a view into the frame's block
+        def __array__(self, dtype=None, copy=None):
+            return table[0]
+
     features = np.ones((6, 2), dtype=np.float32)
     features.setflags(write=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        data = prepare_anomaly_data(features, np.array([[0, 1], [1, 2]]), table[0], name="df")
+        data = prepare_anomaly_data(features, np.array([[0, 1], [1, 2]]), Column(), name="df")
     data.y[0] = 1
     assert table[0].tolist() == [0, 1, 0, 0, 0, 0]
     data.x[0, 0] = 5.0

@@ -109,6 +109,27 @@ def test_a_detector_fitted_with_a_callback_pickles_without_it(graph):
     assert copy.deepcopy(det).on_epoch is None
 
 
+def test_malformed_graphs_get_the_checks_message_before_the_edge_data_warning(graph):
+    """The unread-edge-data check ran before the graph checks and hid their messages behind an
+    AttributeError (a review)."""
+    from torch_geometric.data import Data, HeteroData
+
+    from et_graph.detectors import UnsupervisedETDetector
+
+    det = GBTDetector(max_iter=5).fit(graph)
+    hetero = HeteroData()
+    hetero["a"].x = torch.randn(6, graph.num_features)
+    cases = [(Data(x=torch.randn(6, graph.num_features)), ValueError, "edge_index"),
+             (hetero, TypeError, "to_homogeneous"),
+             (Data(x=torch.randn(6, graph.num_features), edge_index=np.array([[0, 1], [1, 2]])),
+              TypeError, "ndarray")]
+    for data, error, message in cases:
+        with pytest.raises(error, match=message):
+            det.decision_function(data)
+        with pytest.raises(error, match=message):
+            UnsupervisedETDetector(epochs=1).fit(data)
+
+
 def test_masks_reaching_outside_the_label_mask_are_refused(graph):
     """Unlabelled nodes (label_mask False, placeholder label 0) trained as normal ones when the
     masks reached them, in Python; the command line's splits refused it (an input audit)."""
@@ -124,8 +145,12 @@ def test_masks_reaching_outside_the_label_mask_are_refused(graph):
     split = stratified_split(data.y, 0.4, 2, eligible=data.label_mask)
     train, val, _ = split.masks(240)
     assert GBTDetector(max_iter=5).fit(data, train, val).threshold_ is not None
-    data.label_mask = data.label_mask.long()
-    with pytest.raises(ValueError, match="label_mask must be a bool tensor"):
+    data.label_mask = data.label_mask.long()  # 0/1 integers read as the unsupervised path does
+    assert GBTDetector(max_iter=5).fit(data, train, val).threshold_ is not None
+    with pytest.raises(ValueError, match="train_mask holds"):
+        GBTDetector(max_iter=5).fit(data)
+    data.label_mask[0] = 2
+    with pytest.raises(ValueError, match=r"label_mask must be a bool \(or 0/1\) tensor"):
         GBTDetector(max_iter=5).fit(data, train, val)
 
 

@@ -19,7 +19,9 @@ pytest.importorskip("mypy")
 ROOT = Path(__file__).resolve().parent.parent
 
 USER_CODE = '''
-from typing import Union, assert_type
+from typing import Union
+
+from typing_extensions import assert_type  # (typing's needs Python 3.11; 3.9 is supported)
 
 from torch import Tensor, nn
 from torch_geometric.data import Data

@@ -126,11 +126,12 @@ def _as_tensor(value: Any, what: str, source: str) -> Tensor:
     if array.dtype == object:
         raise ValueError(f"{source}: {what} has dtype object; expected a numeric array")
     array = np.ascontiguousarray(array)
-    if not (array.flags.owndata and array.flags.writeable):
-        # A view of the caller's data (a pandas column): the graph's tensors shared its memory
-        # (writing data.y changed the user's Series), and a read-only one (DataFrame.T) made
-        # torch warn about undefined behaviour (an input audit). An array of its own (a file's
-        # entry) is taken as it is.
+    if not array.flags.writeable or (not isinstance(value, np.ndarray)
+                                     and not array.flags.owndata):
+        # A view into another library's object (a pandas column): the graph's tensors shared
+        # its memory (writing data.y changed the user's Series), and a read-only array
+        # (DataFrame.T) made torch warn about undefined behaviour (an input audit). NumPy
+        # arrays (a file's entries, the caller's own) are shared, as torch.from_numpy does.
         array = array.copy()
     return torch.from_numpy(array)
 

@@ -523,11 +523,15 @@ def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = Fal
     # through from_networkx, and was ignored without a word: an input audit); told by its name
     # or its length (PyG's is_edge_attr caches enum values in the caller's Data, which then no
     # longer saves for a weights-only load)
-    edges, nodes = data.edge_index.size(1), data.num_nodes
-    unused += [key for key in sorted(data.keys()) if key not in (
-        "edge_index", "edge_weight", "edge_attr", "edge_type")
-        and isinstance(data[key], Tensor) and data[key].dim() >= 1
-        and ("edge" in key or (data[key].size(0) == edges and edges != nodes))]
+    # (only on a graph the checks will accept: on a malformed one this ran first, and its
+    # AttributeError hid their message: a review)
+    edge_index = getattr(data, "edge_index", None) if isinstance(data, Data) else None
+    if isinstance(edge_index, Tensor) and edge_index.dim() == 2:
+        edges, nodes = edge_index.size(1), data.num_nodes
+        unused += [key for key in sorted(data.keys()) if key not in (
+            "edge_index", "edge_weight", "edge_attr", "edge_type")
+            and isinstance(data[key], Tensor) and data[key].dim() >= 1
+            and ("edge" in key or (data[key].size(0) == edges and edges != nodes))]
     if unused:
         warnings.warn(f"{detector} ignores data.{' and data.'.join(unused)}: the detectors read "
                       "x, edge_index (and edge_type with multi_relation) only",
@@ -596,9 +600,13 @@ def check_inside_label_mask(data: Data, train: Tensor, val: Tensor) -> None:
     if labelled is None:
         return
     labelled = torch.as_tensor(labelled).cpu()
+    if (labelled.dtype != torch.bool and not labelled.is_floating_point()
+            and bool(((labelled == 0) | (labelled == 1)).all())):
+        labelled = labelled.bool()  # 0/1 integers, as the unsupervised path reads them
     if labelled.dtype != torch.bool or labelled.shape != (data.num_nodes,):
-        raise ValueError(f"data.label_mask must be a bool tensor of shape [{data.num_nodes}] "
-                         f"(the labelled nodes), got {tuple(labelled.shape)} {labelled.dtype}")
+        raise ValueError(f"data.label_mask must be a bool (or 0/1) tensor of shape "
+                         f"[{data.num_nodes}] (the labelled nodes), got "
+                         f"{tuple(labelled.shape)} {labelled.dtype}")
     for name, mask in (("train_mask", train), ("val_mask", val)):
         outside = int((mask & ~labelled).sum())
         if outside:

@@ -132,7 +132,7 @@ def data_digest(*tensors: Any) -> str:
     """A short SHA-256 of the tensors' dtypes, shapes and bytes (``None`` allowed): resume
     fingerprints include it, so that a checkpoint trained on other data (another split, other
     features, a normalisation) is refused instead of being scored on data it may have trained
-    on. Only computed when checkpoints are on."""
+    on, and every results file records one of the data its run read (``meta.data_digest``)."""
     import hashlib
 
     digest = hashlib.sha256()
