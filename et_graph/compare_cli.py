@@ -271,7 +271,9 @@ def compare(files: list[str], reference: Optional[str] = None,
     ``node_differences`` where per-node scores are kept), as ``et-graph compare`` prints them.
     Refuses a reference or metric the files do not hold, and a join that leaves nothing to
     compare."""
-    check_bootstrap_rounds(bootstrap)
+    # (named as compare and its flag name it: "bootstrap_rounds" named no flag of it: a CLI
+    # audit)
+    check_bootstrap_rounds(bootstrap, "bootstrap (--bootstrap)")
     models, results, picks = join(files, reference)
     if reference is None:
         reference = next((name for name in REFERENCES if name in models), REFERENCES[0])
@@ -340,7 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma list (default: the run's headline metrics)")
     parser.add_argument("--confidence", type=float, default=0.95,
                         help="two-sided level of the intervals (default 0.95)")
-    parser.add_argument("--bootstrap", type=int, default=0, metavar="ROUNDS",
+    # (--bootstrap-rounds too: the tasks' name of it)
+    parser.add_argument("--bootstrap", "--bootstrap-rounds", dest="bootstrap", type=int,
+                        default=0, metavar="ROUNDS",
                         help="with per-node scores: AUPRC over the nodes by a paired bootstrap "
                              "of ROUNDS draws (0: off, else at least 100; 2000 is a good value)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",

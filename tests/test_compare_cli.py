@@ -121,7 +121,7 @@ def test_compare_reads_per_node_scores_for_delong_and_the_bootstrap(write):
     keep(theirs, ["et", "gbt"], node_ids=nodes[::-1])
     with pytest.raises(ValueError, match="other nodes or labels"):
         compare([ours, theirs + "@gbt"], metrics=["auroc"])
-    with pytest.raises(ValueError, match="bootstrap_rounds"):
+    with pytest.raises(ValueError, match=r"bootstrap \(--bootstrap\)"):
         compare([ours, theirs + "@gbt"], bootstrap=10)
 
 
@@ -181,6 +181,9 @@ def test_compare_leaves_out_derived_rows_and_refuses_empty_or_unknown_requests(
         ([str(tmp_path / "text.json")], "text.json is not a JSON file"),
         ([str(tmp_path)], "Is a directory"),
         ([run, "--json", str(tmp_path / "missing" / "out.json")], "folder does not exist"),
+        # named as compare names it (it said bootstrap_rounds: a CLI audit), under both names
+        ([run, "--bootstrap", "5"], "bootstrap (--bootstrap) must be 0 (off)"),
+        ([run, "--bootstrap-rounds", "5"], "bootstrap (--bootstrap) must be 0 (off)"),
     ]
     for argv, message in refusals:
         assert compare_cli.main(argv) == 2, argv

@@ -374,10 +374,11 @@ def bootstrap_node_difference(labels: np.ndarray, first: Sequence[np.ndarray],
                       p_value, confidence)
 
 
-def check_bootstrap_rounds(rounds: int) -> None:
+def check_bootstrap_rounds(rounds: int, what: str = "bootstrap_rounds") -> None:
+    """``ValueError`` naming ``what`` (the caller's own name for it) unless ``rounds`` is 0 or
+    an integer >= 100."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or (rounds and rounds < 100):
-        raise ValueError(f"bootstrap_rounds must be 0 (off) or an integer >= 100, got "
-                         f"{rounds!r}")
+        raise ValueError(f"{what} must be 0 (off) or an integer >= 100, got {rounds!r}")
 
 
 def compare_nodes(labels: np.ndarray, scores: Mapping[str, Sequence[np.ndarray]],
