@@ -837,7 +837,12 @@ def check_results_kept(config: Any) -> None:
 class FlagParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are short: one usage line and the error, with the
     closest flag for a misspelled one (a task's full usage is about 45 lines, and the error
-    came last, with no suggestion)."""
+    came last, with no suggestion). Its description is shown as plain text: the module
+    docstrings it comes from write reStructuredText (``--help`` showed ``:func:`` roles and
+    double backquotes: a CLI audit)."""
+
+    def format_help(self) -> str:
+        return plain_text(super().format_help())
 
     def error(self, message: str) -> NoReturn:
         import difflib

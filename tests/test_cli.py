@@ -1,4 +1,6 @@
 """The installed ``et-graph`` command: version, unknown commands and one-line bad-input errors."""
+import re
+
 import pytest
 
 from et_graph import __version__
@@ -207,6 +209,16 @@ def test_flag_help_shows_plain_text_not_sphinx_markup():
     helps = field_docs(GNNBenchmarkDataConfig)
     assert "RandomWalkPE" in helps["rw_pe_dim"]
     assert not any(":class:" in text or "``" in text for text in helps.values())
+
+
+@pytest.mark.parametrize("command", ["anomaly", "unsupervised"])
+def test_a_commands_description_shows_plain_text_too(command, capsys):
+    """(a CLI audit) the anomaly and unsupervised --help showed their module docstrings'
+    ``:mod:`` and ``:func:`` roles and double backquotes."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    shown = capsys.readouterr().out
+    assert "usage:" in shown and not re.search(r":(mod|func|class):|``", shown)
 
 
 @pytest.mark.parametrize("command, argv, pattern", [
