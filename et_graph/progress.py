@@ -176,9 +176,9 @@ def progress_bar(iterable: Iterable[T], *, desc: str | None = None, leave: bool 
     Takes tqdm's own keywords (``options``); in a log ``mininterval`` and ``delay`` default
     to :data:`LOG_INTERVAL_S` and the bar is drawn in ASCII.
     """
-    if disable:
-        return DisabledBar(iterable, total)
     stream = options.pop("file", None) or sys.stderr
+    if disable or stream is None:  # (no stderr at all, a daemon's: nowhere to draw)
+        return DisabledBar(iterable, total)
     if interactive(stream):
         if options.get("delay") and notebook_or_plain_tqdm.__module__ == "tqdm.notebook":
             return DeferredBar(iterable, options.pop("delay"), desc=desc, leave=leave,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import json
 import math
 import os
+import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -305,6 +306,39 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
                       stacklevel=user_stacklevel())
 
 
+class _SilentForThread:
+    """A ``sys.stdout`` that drops what one thread writes and passes the rest to the stream
+    it stands in for (whose other attributes it shows)."""
+
+    def __init__(self, stream: Any, thread: int) -> None:
+        self.stream, self.thread = stream, thread
+
+    def write(self, text: str) -> int:
+        if threading.get_ident() == self.thread or self.stream is None:
+            return len(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        if threading.get_ident() != self.thread and self.stream is not None:
+            self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno, ... of the stream
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def this_thread_silent() -> Iterator[None]:
+    """Nothing the calling thread prints to ``sys.stdout`` inside the block reaches it; other
+    threads' lines pass. (Put back afterwards unless someone replaced ``sys.stdout`` since.)"""
+    stand_in = _SilentForThread(sys.stdout, threading.get_ident())
+    sys.stdout = stand_in
+    try:
+        yield
+    finally:
+        if sys.stdout is stand_in:
+            sys.stdout = stand_in.stream
+
+
 def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.run.out
                          ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a runner ``run(config, ...)`` with :func:`output_folder` around
@@ -319,9 +353,10 @@ def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.ru
 
             out, writes = folder(config), os.environ.get("RANK", "0") == "0"
             quiet = bool(getattr(config.run, "quiet", False))
-            # (the runners print with print and tqdm.write, both to sys.stdout)
-            printing = (contextlib.redirect_stdout(io.StringIO()) if quiet
-                        else contextlib.nullcontext())
+            # (the runners print with print and tqdm.write, both to sys.stdout; silenced for
+            # this thread only: a redirect of sys.stdout swallowed every other thread's lines
+            # too, a service's heartbeats among them: a logging audit)
+            printing = this_thread_silent() if quiet else contextlib.nullcontext()
             with process_state_kept(), printing, output_folder(
                     out, [config.run.checkpoint_dir], enabled=writes):
                 result = run(config, *args, **kwargs)

@@ -1,5 +1,6 @@
 """The installed ``et-graph`` command: version, unknown commands and one-line bad-input errors."""
 import re
+import sys
 
 import pytest
 
@@ -479,3 +480,32 @@ def test_a_job_started_with_its_output_closed_gets_the_null_device(tmp_path):
                           preexec_fn=lambda: (__import__("os").close(1),
                                               __import__("os").close(2)))
     assert done.returncode == 0
+
+
+def test_quiet_silences_the_calling_thread_only(capsys):
+    """run.quiet redirected sys.stdout for the whole process: another thread's lines (a
+    service's heartbeats) were lost while a run went on (a logging audit)."""
+    import threading
+
+    from et_graph.reporting import this_thread_silent
+
+    with this_thread_silent():
+        print("the run's own table")
+        other = threading.Thread(target=lambda: print("heartbeat", flush=True))
+        other.start()
+        other.join()
+    print("after")
+    out = capsys.readouterr().out
+    assert "heartbeat" in out and "after" in out and "the run's own table" not in out
+
+
+def test_nothing_fails_without_a_standard_error(monkeypatch):
+    """A daemon whose fd 2 is closed has sys.stderr None: a TU load wrote its (empty) stderr
+    there and failed, and so did a progress bar (a logging audit)."""
+    from et_graph.datasets.locking import quiet_processing
+    from et_graph.progress import DisabledBar, progress_bar
+
+    monkeypatch.setattr(sys, "stderr", None)
+    with quiet_processing():
+        pass
+    assert isinstance(progress_bar(range(3)), DisabledBar)

@@ -842,3 +842,31 @@ def test_the_task_comes_first_and_presets_leave_the_sessions_display_out(tmp_pat
     result = tune_anomaly(config, ["mlp"], TuneBudget(trials=1), None, out=tmp_path, data=data)
     preset = merge(AnomalyConfig(), load_file(result["presets"]["mlp"]))
     assert preset.run.quiet is False and preset.run.progress is True
+
+
+def test_a_study_is_never_louder_than_the_callers_optuna_verbosity():
+    """run_study set Optuna's level to WARNING for its length: a caller who chose ERROR got the
+    failed trials' tracebacks on standard error (a logging audit)."""
+    import logging
+
+    import optuna
+
+    from et_graph.tuning.study import run_study
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logging.getLogger("optuna").addHandler(handler)
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        def diverged(trial):
+            raise FloatingPointError("loss is NaN")
+
+        run_study("quiet-caller", diverged, TuneBudget(trials=1, timeout_minutes=1), None,
+                  progress=False)
+        assert optuna.logging.get_verbosity() == optuna.logging.ERROR
+        assert not [message for message in seen if "failed" in message]
+    finally:
+        optuna.logging.set_verbosity(level)
+        logging.getLogger("optuna").removeHandler(handler)

@@ -874,3 +874,31 @@ def test_the_baseline_scorers_pickle_for_a_process_pool(graph):
         scorer = pickle.loads(pickle.dumps(baseline_scorer(name, 3, lof_neighbors=7)))
         if name != "dominant":  # (PyGOD may be missing: its scorer only needs to travel)
             assert np.array_equal(scorer(free), baseline_scorer(name, 3, lof_neighbors=7)(free))
+
+
+def test_lof_passes_other_warnings_through_the_callers_filters(graph, monkeypatch):
+    """lof_scores recorded scikit-learn's warnings and sent them again with warn_explicit, past
+    the caller's module filters (its module became the file's path: a logging audit); only the
+    terse "Duplicate values" is left out."""
+    import warnings
+
+    from sklearn.neighbors import LocalOutlierFactor
+
+    real_fit = LocalOutlierFactor.fit
+
+    def fit(self, features, y=None):
+        warnings.warn("something scikit-learn says", FutureWarning, stacklevel=1)
+        warnings.warn("Duplicate values are leading to incorrect results", UserWarning,
+                      stacklevel=1)
+        return real_fit(self, features)
+
+    monkeypatch.setattr(LocalOutlierFactor, "fit", fit)
+    free = unlabelled(graph)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lof_scores(free, 7)
+        warnings.filterwarnings("ignore", category=FutureWarning, module=__name__)
+        lof_scores(free, 7)  # the caller's filter of the warning's module holds
+    said = [str(w.message) for w in caught]
+    assert said.count("something scikit-learn says") == 1
+    assert not any("Duplicate values are leading" in message for message in said)

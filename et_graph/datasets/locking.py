@@ -148,5 +148,7 @@ def quiet_processing(quiet: bool = True) -> Iterator[None]:
         with contextlib.redirect_stderr(captured):
             yield
     finally:
-        sys.stderr.write("".join(line for line in captured.getvalue().splitlines(keepends=True)
-                                 if line.strip() not in PYG_PROCESSING_LINES))
+        passed = "".join(line for line in captured.getvalue().splitlines(keepends=True)
+                         if line.strip() not in PYG_PROCESSING_LINES)
+        if passed and sys.stderr is not None:  # (None in a daemon whose fd 2 is closed: a
+            sys.stderr.write(passed)           # write of nothing failed there: an audit)

@@ -285,7 +285,9 @@ def _quiet_optuna(fn: Callable[..., Any]) -> Callable[..., Any]:
     def quiet(*args: Any, **kwargs: Any) -> Any:
         optuna = _optuna()
         level = optuna.logging.get_verbosity()
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # quieter, never louder than the caller set it (ERROR printed WARNING's tracebacks: a
+        # logging audit)
+        optuna.logging.set_verbosity(max(level, optuna.logging.WARNING))
         interrupted = _NoInterruptedTrial()
         logging.getLogger(_TRIAL_LOGGER).addFilter(interrupted)
         try:
