@@ -339,6 +339,26 @@ def this_thread_silent() -> Iterator[None]:
             sys.stdout = stand_in.stream
 
 
+def refuse_one_process_task_under_torchrun(config: Any) -> None:
+    """``ValueError`` under torchrun (``WORLD_SIZE`` > 1) for a run that is not data-parallel
+    (only ``et-graph anomaly --ddp`` is): every process ran the whole job and wrote the same
+    folder (a DDP audit: only the anomaly runner refused)."""
+    world = os.environ.get("WORLD_SIZE", "1").strip()
+    if not world.isdigit() or int(world) <= 1:
+        return
+    protocol = getattr(config, "protocol", None)
+    if hasattr(protocol, "ddp"):
+        if not protocol.ddp:
+            raise ValueError("launched by torchrun with WORLD_SIZE > 1 but without --ddp: "
+                             "every process would run the whole job; add --ddp, or run it "
+                             "once without torchrun")
+        return
+    raise ValueError("launched by torchrun with WORLD_SIZE > 1, but this task is not "
+                     "data-parallel (without --ddp: only et-graph anomaly has it): every "
+                     "process would run the whole job into the same folder; run it once "
+                     "without torchrun")
+
+
 def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.run.out
                          ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a runner ``run(config, ...)`` with :func:`output_folder` around
@@ -351,6 +371,7 @@ def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.ru
         def checked(config: Any, *args: Any, **kwargs: Any) -> Any:
             from .config import process_state_kept
 
+            refuse_one_process_task_under_torchrun(config)
             out, writes = folder(config), os.environ.get("RANK", "0") == "0"
             quiet = bool(getattr(config.run, "quiet", False))
             # (the runners print with print and tqdm.write, both to sys.stdout; silenced for

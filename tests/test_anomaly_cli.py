@@ -410,6 +410,27 @@ def test_torchrun_without_ddp_and_ddp_without_torchrun_are_refused(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match="without --ddp"):
         cli_main(["anomaly", "--dataset", "reddit", "--quick", "--no-progress"])
+    # the other tasks ran the whole job once per process, into one folder (a DDP audit)
+    for task in (["tudataset", "--dataset", "MUTAG"], ["unsupervised"], ["gnnbenchmark"],
+                 ["image"]):
+        with pytest.raises(ValueError, match="this task is not data-parallel"):
+            cli_main([*task, "--quick", "--no-progress"])
+
+
+def test_a_ddp_run_leaves_the_callers_process_group_alone(monkeypatch):
+    """anomaly.run(--ddp) destroyed a process group its caller had made, whose next collective
+    then failed, and a second run in the process could not start (a DDP audit)."""
+    import torch.distributed as dist
+
+    destroyed = []
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 1)
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: destroyed.append(True))
+    anomaly.run(config("--ddp", "--models", "gbt", "--seeds", "1", "--max-iter", "5"),
+                data=planted_anomaly_graph(100))
+    assert destroyed == []
 
 
 def test_the_protocol_counts_anomalies_per_split_and_few_test_anomalies_warn():

@@ -1389,3 +1389,25 @@ def test_the_binner_follows_the_installed_scikit_learns_interpolation(monkeypatc
                                                                                "midpoint")))
     assert not np.array_equal(want, other)  # (a review: on 1000 rows the two agreed)
     assert np.array_equal(edges, np.unique(want))
+
+
+def test_ddp_ranks_draw_other_subgraphs_past_a_share_of_one_over_the_world(graph,
+                                                                           monkeypatch):
+    """With subgraph_ratio above 1/world every rank took the first window of the permutation,
+    the same subgraph (a DDP audit); rank 0's window is the single-process one."""
+    from et_graph.detectors import neural
+    from et_graph.detectors.config import NodeTrainConfig
+
+    def drawn(rank: int, world: int) -> torch.Tensor:
+        monkeypatch.setattr(neural, "rank_world", lambda: (rank, world))
+        train = torch.zeros(240, dtype=torch.bool)
+        train[:120] = True
+        task = neural.NodeAnomalyTask(graph, graph.y, train, ~train,
+                                      NodeTrainConfig(subgraph_ratio=0.6),
+                                      torch.Generator().manual_seed(0), True,
+                                      torch.device("cpu"))
+        return next(iter(task.batches(0)))[2]
+
+    alone, first, second = drawn(0, 1), drawn(0, 2), drawn(1, 2)
+    assert torch.equal(alone, first) and not torch.equal(first, second)
+    assert first.numel() == second.numel() == 144

@@ -708,6 +708,61 @@ def run_ddp_script(tmp_path, text: str, *args: str) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=300)
 
 
+DDP_AGREE_SCRIPT = '''
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from et_graph.training import TrainConfig, Trainer, Validation
+
+
+class Task:
+    def __init__(self, rank):
+        self.rank, self.calls = rank, 0
+
+    def batches(self, epoch):
+        return [torch.ones(4, 2)]
+
+    def loss(self, model, batch):
+        return model(batch).pow(2).mean()
+
+    def validate(self, model):
+        # a score that differs across the ranks: alone, rank 0 would stop at epoch 4 and
+        # rank 1 go on to epoch 7
+        self.calls += 1
+        return Validation(score=float(self.calls * (3 + self.rank) % 7), loss=0.0)
+
+
+def run(rank, port, folder):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1)
+    fit = Trainer(TrainConfig(epochs=12, patience=3), progress=False).fit(model, Task(rank))
+    torch.save({"best": fit.best_epoch, "epochs": len(fit.history),
+                "weight": model.weight.detach().clone()}, os.path.join(folder, f"{rank}.pt"))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    torch.multiprocessing.spawn(run, args=tuple(sys.argv[1:3]), nprocs=2)
+'''
+
+
+def test_ddp_ranks_keep_the_same_epoch_and_stop_together(tmp_path):
+    """Each rank decided its best epoch and early stop from its own validation: with a
+    validation that differs across ranks they returned different weights, or one stopped alone
+    and the other failed in a collective (a DDP audit). They follow rank 0's now."""
+    done = run_ddp_script(tmp_path, DDP_AGREE_SCRIPT, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    ranks = [torch.load(tmp_path / f"{rank}.pt") for rank in (0, 1)]
+    assert ranks[0]["best"] == ranks[1]["best"] == 1 and ranks[0]["epochs"] == ranks[1]["epochs"]
+    assert torch.equal(ranks[0]["weight"], ranks[1]["weight"])
+
+
 def test_ddp_trains_a_model_with_unused_parameters_when_asked(tmp_path):
     ok = run_ddp_script(tmp_path, DDP_UNUSED_SCRIPT, "1")
     assert ok.returncode == 0, ok.stderr[-2000:]
@@ -1178,3 +1233,11 @@ def test_the_mps_generator_is_seeded_kept_and_given_back(monkeypatch):
     checkpoint.set_rng_state(saved)
     engine.seed_everything(3, cuda=False)
     assert calls == [("set", state), ("seed", 3)]
+
+
+def test_a_fit_under_torchrun_without_a_process_group_says_it_trains_alone(tmp_path,
+                                                                           monkeypatch):
+    """(a DDP audit) each process trained the whole model alone, without a word."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.warns(RuntimeWarning, match="WORLD_SIZE is 2 but no process group"):
+        _fit(tmp_path, 1)

@@ -202,8 +202,11 @@ class NodeAnomalyTask:
         num_nodes = data.num_nodes
         count = max(int(round(ratio * num_nodes)), 2)
         perm = torch.randperm(num_nodes, generator=self.generator)
-        lo = rank * count if (rank + 1) * count <= num_nodes else 0
-        nodes = perm[lo: lo + count].sort().values
+        # each rank its own window of the permutation, wrapping around (past 1/world of the
+        # nodes every rank took the first window, the same subgraph: a DDP audit); rank 0's
+        # window is the single-process one
+        lo = rank * (num_nodes // world)
+        nodes = perm.roll(-lo)[:count].sort().values
         edge_index, _ = subgraph(nodes, self.cpu_edge_index, relabel_nodes=True,
                                  num_nodes=num_nodes)
         is_train = torch.zeros(num_nodes, dtype=torch.bool)

@@ -95,11 +95,13 @@ def run(config: AnomalyConfig, data: Optional[Data] = None,
     if config.data.feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}")
     config.run.apply_threads()
-    rank = _setup_distributed(config.protocol.ddp)
+    rank, created = _setup_distributed(config.protocol.ddp)
     try:
         return _run(config, names, load_data(config.data, data), rank, own, registry)
     finally:
-        if config.protocol.ddp and torch.distributed.is_initialized():
+        # only the group this run made: the caller's own was destroyed under it, and a second
+        # run in one process could not start (a DDP audit)
+        if created and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
 
@@ -241,7 +243,8 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
     return results
 
 
-def _setup_distributed(ddp: bool) -> int:
+def _setup_distributed(ddp: bool) -> tuple[int, bool]:
+    """``(rank, whether this call made the process group)``."""
     import os
 
     import torch.distributed as dist
@@ -253,12 +256,13 @@ def _setup_distributed(ddp: bool) -> int:
             raise ValueError("launched by torchrun with WORLD_SIZE > 1 but without --ddp: every "
                              "process would run the whole job; add --ddp, or run it once "
                              "without torchrun")
-        return 0
-    if not dist.is_initialized():
-        if "RANK" not in os.environ:
-            raise ValueError("ddp needs torchrun (RANK/WORLD_SIZE/MASTER_ADDR unset)")
-        dist.init_process_group("gloo")
-    return dist.get_rank()
+        return 0, False
+    if dist.is_initialized():
+        return dist.get_rank(), False
+    if "RANK" not in os.environ:
+        raise ValueError("ddp needs torchrun (RANK/WORLD_SIZE/MASTER_ADDR unset)")
+    dist.init_process_group("gloo")
+    return dist.get_rank(), True
 
 
 def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], data: Data,

@@ -502,6 +502,14 @@ class Trainer:
                             "provides batches(epoch), loss(model, batch) and validate(model)")
         cfg = self.config
         rank, world = rank_world()
+        launched = os.environ.get("WORLD_SIZE", "1").strip()
+        if world == 1 and launched.isdigit() and int(launched) > 1:
+            # (a DDP audit: under torchrun without a process group each process trained the
+            # whole model alone and wrote the same checkpoints, without a word)
+            warnings.warn(f"{self.description}: WORLD_SIZE is {launched} but no process group "
+                          "is initialised, so this process trains alone on all the data; call "
+                          "torch.distributed.init_process_group first for data-parallel "
+                          "training", RuntimeWarning, stacklevel=3)
         train_model: nn.Module = model
         if world > 1:
             train_model = nn.parallel.DistributedDataParallel(
@@ -667,6 +675,15 @@ class Trainer:
                             f"{type(task).__name__}.validate must return a "
                             f"et_graph.training.Validation(score=..., loss=...), got "
                             f"{type(validation).__name__}")
+                    if world > 1:
+                        # Every rank follows rank 0's validation: decided apart, the ranks kept
+                        # other epochs (other weights, exit 0) or one stopped early alone and
+                        # left the others waiting in a collective (a DDP audit: a validation
+                        # that differs across ranks, a sampled one, or one summed in another
+                        # order on a GPU).
+                        shared = [validation]
+                        dist.broadcast_object_list(shared, src=0)
+                        validation = shared[0]
                     improved = steps_since_pass > 0 and validation.beats(best)
                     if improved:
                         best_state = _clone_state(model)
