@@ -2,6 +2,22 @@
 import pytest
 import torch
 
+# The suite runs on one torch thread (small graphs run fastest and steadiest so, and it shares
+# 2 cores). Two modules set it at import, so the whole session ran so whenever they were
+# collected and a module run alone did not: said here, once (a test-isolation audit).
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_et_graph_cache(tmp_path_factory):
+    """The session's et-graph cache (the TU cache, downloads) is a temporary folder, never the
+    user's ~/.cache/et_graph, where two tests processed MUTAG and left lock files (a
+    test-isolation audit); a test of the default location unsets it itself."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("ET_GRAPH_CACHE", str(tmp_path_factory.mktemp("et_graph_cache")))
+    yield
+    patch.undo()
+
 
 @pytest.fixture
 def one_thread():

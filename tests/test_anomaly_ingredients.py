@@ -364,7 +364,10 @@ def test_the_fitted_graph_grown_by_new_nodes_keeps_its_training_labels(graph, de
            else GBTDetector(label_trick=True, max_iter=10)).fit(graph)
     fitted = det.label_columns(graph)
     known = int(graph.train_mask.nonzero()[0])  # a training node links to the new node 240
-    grown = Data(x=torch.cat([graph.x, torch.randn(2, graph.x.size(1))]),
+    # (seeded: from the global stream, about a third of the draws moved the median past the
+    # bound below, so the test passed or failed by what ran before it: a test-isolation audit)
+    new_features = torch.randn(2, graph.x.size(1), generator=torch.Generator().manual_seed(1))
+    grown = Data(x=torch.cat([graph.x, new_features]),
                  edge_index=torch.cat([graph.edge_index,
                                        torch.tensor([[240, known, 241], [3, 240, 5]])], dim=1))
     with warnings.catch_warnings():

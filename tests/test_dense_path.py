@@ -6,8 +6,6 @@ import torch
 
 from et_graph.nn import ETConv
 
-torch.set_num_threads(1)
-
 BATCH, TOKENS, CHANNELS, HEADS = 3, 6, 8, 2
 
 

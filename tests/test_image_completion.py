@@ -32,7 +32,6 @@ from et_graph.protocols.image_completion import (
     validation_split,
 )
 
-torch.set_num_threads(1)
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "image_completion.py"
 PNG_FILES = ("completion_grid.png", "energy.png", "update_norms.png", "memories.png",
              "position_similarity.png", "training_loss.png")

@@ -675,13 +675,14 @@ def test_a_study_gives_back_optunas_log_level(tmp_path):
 
     from et_graph.tuning.study import run_study
 
+    before = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.INFO)
     try:
         run_study("quiet", lambda trial: trial.suggest_float("x", 0, 1), TuneBudget(trials=2),
                   None, progress=False)
         assert optuna.logging.get_verbosity() == optuna.logging.INFO
     finally:
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        optuna.logging.set_verbosity(before)  # (it left WARNING: a test-isolation audit)
 
 
 def test_tuning_one_metric_while_epochs_are_chosen_on_another_is_said():
