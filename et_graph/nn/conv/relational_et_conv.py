@@ -423,16 +423,10 @@ class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessageP
         steps: Optional[int] = None,
     ) -> tuple[Tensor, Tensor]: ...
 
-    @overload
-    def forward(
-        self,
-        x: Tensor,
-        edge_index: Tensor,
-        edge_type: Tensor,
-        return_energy: bool = False,
-        *,
-        steps: Optional[int] = None,
-    ) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
+    @overload  # (a flag known only at run time: its bool matched no overload)
+    def forward(self, x: Tensor, edge_index: Tensor, edge_type: Tensor,
+                return_energy: bool = False, *, steps: Optional[int] = None
+                ) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
 
     @in_parameter_precision
     def forward(
