@@ -581,6 +581,8 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
         if chosen is None:
             run["threads"] = recorded
         else:
+            if omp == "":  # capped at the cores, said as taken
+                run["threads"] = cores
             warnings.warn(f"{path} ran on {recorded} threads; this rerun takes {chosen}, so "
                           "its last digits may differ (--threads sets the count)",
                           UserWarning, stacklevel=3)

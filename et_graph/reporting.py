@@ -306,37 +306,58 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
                       stacklevel=user_stacklevel())
 
 
-class _SilentForThread:
-    """A ``sys.stdout`` that drops what one thread writes and passes the rest to the stream
-    it stands in for (whose other attributes it shows)."""
+class _SilentThreads:
+    """The one ``sys.stdout`` stand-in of the process while any thread runs quietly: it drops
+    what the silenced threads write and passes the rest to the stream it stands in for (whose
+    other attributes it shows). One for all threads, with a count per thread, so that quiet
+    runs overlapping in two threads cannot leave a stand-in behind (one per run stacked up,
+    and the first run's stayed for good: a review)."""
 
-    def __init__(self, stream: Any, thread: int) -> None:
-        self.stream, self.thread = stream, thread
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.silenced: dict[int, int] = {}
+
+    def _passes(self) -> bool:
+        return threading.get_ident() not in self.silenced and self.stream is not None
 
     def write(self, text: str) -> int:
-        if threading.get_ident() == self.thread or self.stream is None:
-            return len(text)
-        return self.stream.write(text)
+        return self.stream.write(text) if self._passes() else len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
 
     def flush(self) -> None:
-        if threading.get_ident() != self.thread and self.stream is not None:
+        if self._passes():
             self.stream.flush()
 
     def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno, ... of the stream
         return getattr(self.stream, name)
 
 
+_SILENT_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def this_thread_silent() -> Iterator[None]:
     """Nothing the calling thread prints to ``sys.stdout`` inside the block reaches it; other
-    threads' lines pass. (Put back afterwards unless someone replaced ``sys.stdout`` since.)"""
-    stand_in = _SilentForThread(sys.stdout, threading.get_ident())
-    sys.stdout = stand_in
+    threads' lines pass. The stream is put back when the last quiet block of the process ends
+    (unless someone replaced ``sys.stdout`` meanwhile)."""
+    me = threading.get_ident()
+    with _SILENT_LOCK:
+        stand_in = sys.stdout
+        if not isinstance(stand_in, _SilentThreads):
+            stand_in = sys.stdout = _SilentThreads(sys.stdout)
+        stand_in.silenced[me] = stand_in.silenced.get(me, 0) + 1
     try:
         yield
     finally:
-        if sys.stdout is stand_in:
-            sys.stdout = stand_in.stream
+        with _SILENT_LOCK:
+            stand_in.silenced[me] -= 1
+            if not stand_in.silenced[me]:
+                del stand_in.silenced[me]
+            if not stand_in.silenced and sys.stdout is stand_in:
+                sys.stdout = stand_in.stream
 
 
 def refuse_one_process_task_under_torchrun(config: Any) -> None:
@@ -356,7 +377,8 @@ def refuse_one_process_task_under_torchrun(config: Any) -> None:
     raise ValueError("launched by torchrun with WORLD_SIZE > 1, but this task is not "
                      "data-parallel (without --ddp: only et-graph anomaly has it): every "
                      "process would run the whole job into the same folder; run it once "
-                     "without torchrun")
+                     "without torchrun (a job that runs it on one rank on purpose unsets "
+                     "WORLD_SIZE there)")
 
 
 def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.run.out

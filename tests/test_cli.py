@@ -509,3 +509,33 @@ def test_nothing_fails_without_a_standard_error(monkeypatch):
     with quiet_processing():
         pass
     assert isinstance(progress_bar(range(3)), DisabledBar)
+
+
+def test_quiet_runs_overlapping_in_two_threads_give_standard_output_back(capsys):
+    """(a review) one stand-in per quiet run stacked up when two threads ran quietly at once,
+    and the first run's stayed on sys.stdout for good, silencing its thread."""
+    import threading
+
+    from et_graph.reporting import this_thread_silent
+
+    real = sys.stdout
+    inside, go = threading.Event(), threading.Event()
+
+    def worker():
+        with this_thread_silent():
+            inside.set()
+            go.wait(30)
+
+    with this_thread_silent():
+        other = threading.Thread(target=worker)
+        other.start()
+        assert inside.wait(30)
+        sys.stdout.writelines(["dropped\n"])  # the silenced thread's writelines too
+    print("main after its own run")
+    go.set()
+    other.join()
+    print("main after both runs")
+    assert sys.stdout is real
+    out = capsys.readouterr().out
+    assert "main after its own run" in out and "main after both runs" in out
+    assert "dropped" not in out

@@ -206,7 +206,7 @@ def test_a_rerun_from_results_takes_the_thread_count_and_names_other_versions(tm
     path.write_text(json_module.dumps({"meta": meta}), encoding="utf-8")
     with pytest.warns(UserWarning, match="ran on 16 threads; this rerun takes this machine's "
                                          "8 cores"):
-        assert load_file(path)["run"] == {"threads": None}
+        assert load_file(path)["run"] == {"threads": 8}
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     meta["machine"]["threads"] = 3
     path.write_text(json_module.dumps({"meta": meta}), encoding="utf-8")

@@ -133,6 +133,8 @@ def test_malformed_graphs_get_the_checks_message_before_the_edge_data_warning(gr
 def test_masks_reaching_outside_the_label_mask_are_refused(graph):
     """Unlabelled nodes (label_mask False, placeholder label 0) trained as normal ones when the
     masks reached them, in Python; the command line's splits refused it (an input audit)."""
+    from torch_geometric.data import Data
+
     from et_graph.protocols.anomaly import stratified_split
 
     data = graph.clone()
@@ -145,8 +147,12 @@ def test_masks_reaching_outside_the_label_mask_are_refused(graph):
     split = stratified_split(data.y, 0.4, 2, eligible=data.label_mask)
     train, val, _ = split.masks(240)
     assert GBTDetector(max_iter=5).fit(data, train, val).threshold_ is not None
-    data.label_mask = data.label_mask.long()  # 0/1 integers read as the unsupervised path does
+    data.label_mask = data.label_mask.long()  # 0/1 integers read as the loaders read them
     assert GBTDetector(max_iter=5).fit(data, train, val).threshold_ is not None
+    for other in (data.label_mask.float(), data.label_mask.view(-1, 1)):  # (a review)
+        assert GBTDetector(max_iter=5).fit(Data(x=data.x, edge_index=data.edge_index,
+                                                y=data.y, label_mask=other),
+                                           train, val).threshold_ is not None
     with pytest.raises(ValueError, match="train_mask holds"):
         GBTDetector(max_iter=5).fit(data)
     data.label_mask[0] = 2

@@ -600,9 +600,10 @@ def check_inside_label_mask(data: Data, train: Tensor, val: Tensor) -> None:
     if labelled is None:
         return
     labelled = torch.as_tensor(labelled).cpu()
-    if (labelled.dtype != torch.bool and not labelled.is_floating_point()
-            and bool(((labelled == 0) | (labelled == 1)).all())):
-        labelled = labelled.bool()  # 0/1 integers, as the unsupervised path reads them
+    if labelled.dim() == 2 and labelled.size(1) == 1:
+        labelled = labelled[:, 0]  # [N, 1], as the loaders accept it
+    if labelled.dtype != torch.bool and bool(((labelled == 0) | (labelled == 1)).all()):
+        labelled = labelled.bool()  # 0/1 numbers, as the loaders read them
     if labelled.dtype != torch.bool or labelled.shape != (data.num_nodes,):
         raise ValueError(f"data.label_mask must be a bool (or 0/1) tensor of shape "
                          f"[{data.num_nodes}] (the labelled nodes), got "

@@ -205,7 +205,7 @@ class NodeAnomalyTask:
         # each rank its own window of the permutation, wrapping around (past 1/world of the
         # nodes every rank took the first window, the same subgraph: a DDP audit); rank 0's
         # window is the single-process one
-        lo = rank * (num_nodes // world)
+        lo = rank * num_nodes // world
         nodes = perm.roll(-lo)[:count].sort().values
         edge_index, _ = subgraph(nodes, self.cpu_edge_index, relabel_nodes=True,
                                  num_nodes=num_nodes)
