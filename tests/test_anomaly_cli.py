@@ -318,6 +318,9 @@ def test_ddp_two_processes(tmp_path):
         # DDP keeps the replicas identical: both ranks end with the same weights.
         assert line["checksums"][0] == pytest.approx(line["checksums"][1], rel=1e-6)
     assert (out / "results.json").exists()
+    # the process count, which moves a mini-batch result, is said (a DDP audit: nowhere)
+    protocol = json.loads((out / "results.json").read_text(encoding="utf-8"))["protocol"]
+    assert "data-parallel over 2 processes" in protocol
 
 
 def test_prepare_data_feature_options_are_label_free():

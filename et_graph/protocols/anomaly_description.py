@@ -101,4 +101,11 @@ def describe_protocol(config: AnomalyConfig, splits: list[Split], names: list[st
             text += (f"; {head}, fitted on the same splits with the settings their factories "
                      "give them, which may differ from the built-in models' above): "
                      + ", ".join(f"{name} = {kind}" for name, kind in rows.items()))
+    if p.ddp:
+        # the process count changes a mini-batch result (fewer steps per rank and epoch) and was
+        # recorded nowhere (a DDP audit)
+        from ..training.engine import rank_world
+
+        text += (f"; data-parallel over {rank_world()[1]} processes (--ddp: gradients averaged "
+                 "over the ranks' shards)")
     return text
