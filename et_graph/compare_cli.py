@@ -234,12 +234,13 @@ def join(specs: list[str], reference: Optional[str] = None
     first: Optional[tuple[dict[str, Any], tuple[Any, ...]]] = None
     for spec in specs:
         results, chosen, names = read_models(spec)
-        if split_spec(spec)[1] is None:
+        path, selection = split_spec(spec)
+        if selection is None:
             kept = reference or next((name for name in REFERENCES if name in chosen), None)
             names = {new: old for new, old in names.items()
                      if new == kept or not is_derived_row(old)}
             chosen = {new: chosen[new] for new in names}
-        picks.append((Path(split_spec(spec)[0]), names,
+        picks.append((Path(path), names,
                       results.get("meta", {}).get("run_id")))
         mine = signature(results)
         if first is not None and mine != first[1]:

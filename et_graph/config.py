@@ -572,20 +572,8 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
     recorded = machine.get("threads")
     if (isinstance(run, dict) and "threads" in run and run["threads"] is None
             and type(recorded) is int and recorded > 0):
-        # (a rerun on another core count summed in other orders: a determinism audit) Not
-        # beyond this machine's cores (64 threads forced on 2 ran many times slower: a
-        # review), nor over an OMP_NUM_THREADS the user set for the rerun.
-        cores, omp = available_cores(), os.environ.get("OMP_NUM_THREADS", "").strip()
-        chosen = (None if omp == str(recorded) else f"OMP_NUM_THREADS={omp}" if omp else
-                  f"this machine's {cores} cores" if recorded > cores else None)
-        if chosen is None:
-            run["threads"] = recorded
-        else:
-            if omp == "":  # capped at the cores, said as taken
-                run["threads"] = cores
-            warnings.warn(f"{path} ran on {recorded} threads; this rerun takes {chosen}, so "
-                          "its last digits may differ (--threads sets the count)",
-                          UserWarning, stacklevel=3)
+        # (a rerun on another core count summed in other orders: a determinism audit)
+        run["threads"] = _rerun_threads(path, recorded)
     stored, running = meta.get("git_commit"), _COMMIT_AT_IMPORT or git_commit()
     if stored and "unknown" not in (stored, running) and stored != running:
         warnings.warn(f"{path} was written at commit {stored}, this code is {running}: the "
@@ -603,6 +591,20 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
                       "settings, but the last digits, and through them a kept epoch or "
                       "threshold, may differ", UserWarning, stacklevel=3)
     return settings
+
+
+def _rerun_threads(path: Path, recorded: int) -> Optional[int]:
+    """The thread count a rerun of a run recorded on ``recorded`` threads takes: that count,
+    unless the user set ``OMP_NUM_THREADS`` to another for the rerun (then ``None``, torch's
+    default, which follows it) or this machine has fewer cores (then its cores: 64 threads
+    forced on 2 ran many times slower, a review); either is said in a warning."""
+    cores, omp = available_cores(), os.environ.get("OMP_NUM_THREADS", "").strip()
+    if omp == str(recorded) or (not omp and recorded <= cores):
+        return recorded
+    taken = f"OMP_NUM_THREADS={omp}" if omp else f"this machine's {cores} cores"
+    warnings.warn(f"{path} ran on {recorded} threads; this rerun takes {taken}, so its last "
+                  "digits may differ (--threads sets the count)", UserWarning, stacklevel=4)
+    return None if omp else cores
 
 
 def available_cores() -> int:

@@ -364,8 +364,9 @@ def refuse_one_process_task_under_torchrun(config: Any) -> None:
     """``ValueError`` under torchrun (``WORLD_SIZE`` > 1) for a run that is not data-parallel
     (only ``et-graph anomaly --ddp`` is): every process ran the whole job and wrote the same
     folder (a DDP audit: only the anomaly runner refused)."""
-    world = os.environ.get("WORLD_SIZE", "1").strip()
-    if not world.isdigit() or int(world) <= 1:
+    from .training.engine import launched_world_size
+
+    if launched_world_size() <= 1:
         return
     protocol = getattr(config, "protocol", None)
     if hasattr(protocol, "ddp"):

@@ -161,12 +161,6 @@ def pygod_scores(name: str, data: Data, seed: int, epochs: int = 100,
     return np.asarray(score, dtype=np.float64)
 
 
-def _pygod_data_scores(name: str, data: Data, seed: int, epochs: int, device: str
-                       ) -> np.ndarray:
-    """:func:`pygod_scores` with the graph as the second argument, for a partial over it."""
-    return pygod_scores(name, data, seed, epochs, device)
-
-
 def baseline_scorer(name: str, seed: int, iforest_trees: int = 100, lof_neighbors: int = 20,
                     pygod_epochs: int = 100, device: str = "cpu", *,
                     iforest_max_samples: int = 256, iforest_max_features: float = 1.0,
@@ -187,7 +181,7 @@ def baseline_scorer(name: str, seed: int, iforest_trees: int = 100, lof_neighbor
     if name == "degree":
         return degree_scores
     if name in PYGOD_MODELS:
-        return functools.partial(_pygod_data_scores, name, seed=seed, epochs=pygod_epochs,
+        return functools.partial(pygod_scores, name, seed=seed, epochs=pygod_epochs,
                                  device=device)
     raise ValueError(f"unknown baseline {name!r}; choose from "
                      f"{list(SKLEARN_MODELS) + list(STRUCTURE_MODELS) + list(PYGOD_MODELS)}")

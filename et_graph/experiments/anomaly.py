@@ -65,6 +65,7 @@ from ..reporting import (
     write_results,
     write_scores,
 )
+from ..training.engine import join_process_group
 from ..transforms.features import FEATURE_NORMS
 
 CONFIG = AnomalyConfig
@@ -95,7 +96,8 @@ def run(config: AnomalyConfig, data: Optional[Data] = None,
     if config.data.feature_norm not in FEATURE_NORMS:
         raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}")
     config.run.apply_threads()
-    rank, created = _setup_distributed(config.protocol.ddp)
+    # (torchrun without --ddp is refused by checks_output_folder, before this)
+    rank, created = join_process_group(config.protocol.ddp)
     try:
         return _run(config, names, load_data(config.data, data), rank, own, registry)
     finally:
@@ -241,28 +243,6 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
         for section in difference_sections(results):
             print("\n" + section)
     return results
-
-
-def _setup_distributed(ddp: bool) -> tuple[int, bool]:
-    """``(rank, whether this call made the process group)``."""
-    import os
-
-    import torch.distributed as dist
-
-    if not ddp:
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            # torchrun without --ddp: every process would run the whole job and write the same
-            # output folder
-            raise ValueError("launched by torchrun with WORLD_SIZE > 1 but without --ddp: every "
-                             "process would run the whole job; add --ddp, or run it once "
-                             "without torchrun")
-        return 0, False
-    if dist.is_initialized():
-        return dist.get_rank(), False
-    if "RANK" not in os.environ:
-        raise ValueError("ddp needs torchrun (RANK/WORLD_SIZE/MASTER_ADDR unset)")
-    dist.init_process_group("gloo")
-    return dist.get_rank(), True
 
 
 def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], data: Data,

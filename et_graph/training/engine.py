@@ -502,8 +502,8 @@ class Trainer:
                             "provides batches(epoch), loss(model, batch) and validate(model)")
         cfg = self.config
         rank, world = rank_world()
-        launched = os.environ.get("WORLD_SIZE", "1").strip()
-        if world == 1 and launched.isdigit() and int(launched) > 1:
+        launched = launched_world_size()
+        if world == 1 and launched > 1:
             # (a DDP audit: under torchrun without a process group each process trained the
             # whole model alone and wrote the same checkpoints, without a word)
             warnings.warn(f"{self.description}: WORLD_SIZE is {launched} but no process group "
@@ -946,6 +946,27 @@ def rank_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def launched_world_size() -> int:
+    """The process count a launcher such as ``torchrun`` announces (``WORLD_SIZE``); 1 without
+    one (or with a value that is no count)."""
+    value = os.environ.get("WORLD_SIZE", "1").strip()
+    return int(value) if value.isdigit() else 1
+
+
+def join_process_group(ddp: bool) -> tuple[int, bool]:
+    """``(rank, whether this call made the process group)`` of a run asked to be data-parallel
+    (``ddp``; gloo, under ``torchrun``): a group the caller made is joined, not made again,
+    and only a group made here is the run's to destroy. Without ``ddp``: ``(0, False)``."""
+    if not ddp:
+        return 0, False
+    if dist.is_initialized():
+        return dist.get_rank(), False
+    if "RANK" not in os.environ:
+        raise ValueError("ddp needs torchrun (RANK/WORLD_SIZE/MASTER_ADDR unset)")
+    dist.init_process_group("gloo")
+    return dist.get_rank(), True
 
 
 def is_distributed() -> bool:

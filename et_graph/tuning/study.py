@@ -328,13 +328,13 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
     if existing is not None:
         check_resumable(existing, storage, direction, objective_label, settings,
                         setting_defaults, budget.prune_warmup)
-    done = len(_finished(existing))
+    sampler_seed = budget.seed + len(_finished(existing))
     study = optuna.create_study(
         study_name=name,
         storage=storage,
         load_if_exists=True,
         direction=direction,
-        sampler=optuna.samplers.TPESampler(seed=budget.seed + done),  # (sampler_seed below)
+        sampler=optuna.samplers.TPESampler(seed=sampler_seed),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
                                            n_warmup_steps=budget.prune_warmup),
     )
@@ -353,7 +353,6 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
         # lacks), so that a later resume compares those too.
         study.set_user_attr("settings", {**study.user_attrs.get("settings", {}), **settings})
     remaining = budget.trials - len(_finished(study))
-    sampler_seed = budget.seed + done
 
     def recorded(trial: Any) -> Any:
         trial.set_user_attr("sampler_seed", sampler_seed)
