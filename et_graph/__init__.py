@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # type checkers and IDEs see the names the imports below would bind
-    from . import energy, transforms
+    from . import energy, exceptions, transforms
     from .nn import ETConv, ETGraphModel, RelationalETConv
     from .nn.models import ETAnomalyNet, ETImageCompletion
 
@@ -21,6 +21,7 @@ _LAZY = {
     "ETImageCompletion": ".nn.models",
     "RelationalETConv": ".nn",
     "energy": ".energy",
+    "exceptions": ".exceptions",
     "transforms": ".transforms",
 }
 
@@ -31,6 +32,7 @@ __all__ = [
     "ETImageCompletion",
     "RelationalETConv",
     "energy",
+    "exceptions",
     "transforms",
     "__version__",
 ]

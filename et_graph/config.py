@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, TypeVar, Union
 
+from .exceptions import ConfigWarning, OutputWarning, ReproducibilityWarning
+
 if TYPE_CHECKING:
     import torch
 
@@ -126,7 +128,7 @@ class RunConfig:
             # record a path that never ran.
             warnings.warn(f"native_attention: the compiled kernels run on the CPU only; on "
                           f"device {self.device!r} the layers use their own GPU path (recorded "
-                          "as native_attention = false)", RuntimeWarning, stacklevel=2)
+                          "as native_attention = false)", ConfigWarning, stacklevel=2)
             self.native_attention = False
 
     def checkpoint(self, *parts: str) -> Optional[CheckpointConfig]:
@@ -156,7 +158,7 @@ class RunConfig:
                     f"{shlex.quote(str(before / 'last.pt'))} {shlex.quote(str(folder))}/")
             warnings.warn(f"--resume found no checkpoint at {folder} but one at {before}, "
                           "where et-graph before session 56 wrote it: this run starts over; to "
-                          f"resume that one, move it first ({move})", UserWarning, stacklevel=2)
+                          f"resume that one, move it first ({move})", OutputWarning, stacklevel=2)
         return CheckpointConfig(str(folder), self.checkpoint_every, self.resume)
 
 
@@ -578,7 +580,7 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
     if stored and "unknown" not in (stored, running) and stored != running:
         warnings.warn(f"{path} was written at commit {stored}, this code is {running}: the "
                       "rerun takes its settings, but where the code changed since, the "
-                      "figures may differ", UserWarning, stacklevel=3)
+                      "figures may differ", ReproducibilityWarning, stacklevel=3)
     changed = [f"{name} {meta[name]} (now {now})" for name, now in _running_versions().items()
                if isinstance(meta.get(name), str) and meta[name] != now]
     capability = machine.get("cpu_capability")
@@ -589,7 +591,7 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
     if changed:
         warnings.warn(f"{path} was written with {', '.join(changed)}: the rerun takes its "
                       "settings, but the last digits, and through them a kept epoch or "
-                      "threshold, may differ", UserWarning, stacklevel=3)
+                      "threshold, may differ", ReproducibilityWarning, stacklevel=3)
     return settings
 
 
@@ -603,7 +605,8 @@ def _rerun_threads(path: Path, recorded: int) -> Optional[int]:
         return recorded
     taken = f"OMP_NUM_THREADS={omp}" if omp else f"this machine's {cores} cores"
     warnings.warn(f"{path} ran on {recorded} threads; this rerun takes {taken}, so its last "
-                  "digits may differ (--threads sets the count)", UserWarning, stacklevel=4)
+                  "digits may differ (--threads sets the count)", ReproducibilityWarning,
+                  stacklevel=4)
     return None if omp else cores
 
 
@@ -904,7 +907,7 @@ def parse_given(cls: type[T], argv: Optional[Sequence[str]] = None, prog: Option
         # "no" could never win, and the results recorded them on without a word.
         warnings.warn("ET_GRAPH_NATIVE_ATTENTION in the environment turns the compiled kernels "
                       "on whatever --no-native-attention says: unset it to run without them",
-                      RuntimeWarning, stacklevel=3)
+                      ConfigWarning, stacklevel=3)
     return config, given
 
 
@@ -941,7 +944,7 @@ def warn_inactive_dependent_flags(config: Any, given: set[str]) -> list[str]:
             wanted = " or ".join(f"{controller}={v!r}" for v in values)
             inactive.append(f"{key} (read by {wanted}, this run's is {value!r})")
     if inactive:
-        warnings.warn(f"flags that change nothing: {'; '.join(inactive)}", RuntimeWarning,
+        warnings.warn(f"flags that change nothing: {'; '.join(inactive)}", ConfigWarning,
                       stacklevel=3)
     return inactive
 
@@ -964,7 +967,7 @@ def warn_unread_flags(given: set[str], models: Sequence[str],
     if unread:
         warnings.warn(f"flags for {', '.join(unread)}: no model of this run reads them "
                       f"(models: {', '.join(models)}); they change nothing, though the config "
-                      "records them", RuntimeWarning, stacklevel=2)
+                      "records them", ConfigWarning, stacklevel=2)
     return unread
 
 

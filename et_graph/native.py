@@ -60,6 +60,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from .exceptions import ConfigWarning
 from .precision import backward_without_autocast
 
 CSRC = Path(__file__).with_name("csrc")
@@ -378,7 +379,7 @@ def _apply_environment() -> None:
     try:
         requested = env_requests_native()
     except ValueError as error:
-        warnings.warn(str(error), RuntimeWarning, stacklevel=2)
+        warnings.warn(str(error), ConfigWarning, stacklevel=2)
         return
     if requested:
         _state["enabled"] = True

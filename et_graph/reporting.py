@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from .callers import user_stacklevel
+from .exceptions import OutputWarning
 from .paths import write_text_whole
 
 
@@ -233,7 +234,7 @@ def _inventory(folder: Path, skip: Sequence[Path]) -> dict[Path, int]:
 @contextmanager
 def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Path, None]] = (),
                   enabled: bool = True) -> Iterator[None]:
-    """Around a run writing into ``out``: a ``RuntimeWarning`` at the start when ``out`` holds
+    """Around a run writing into ``out``: an ``OutputWarning`` at the start when ``out`` holds
     an earlier run's ``results.json`` (it is about to be replaced), and at the end one naming
     the earlier files that this run did not rewrite (plots of a model no longer run, another
     model's curves), which would otherwise be read as this run's. Nothing is deleted: the
@@ -293,7 +294,7 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
         written = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[results[0]] / 1e9))
         warnings.warn(f"{folder} holds an earlier run's results ({results[0]}, written "
                       f"{written}); this run replaces them when it writes its own (one that "
-                      "stops before, on an error say, leaves them as they are)", RuntimeWarning,
+                      "stops before, on an error say, leaves them as they are)", OutputWarning,
                       stacklevel=user_stacklevel())
     yield
     left = sorted(str(path.relative_to(folder)) for path, stamp in earlier.items()
@@ -302,7 +303,7 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
         shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
         warnings.warn(f"{len(left)} file(s) in {folder} come from an earlier run and were not "
                       f"rewritten by this one: {shown}. Remove them, or write each run to a new "
-                      "--out, so that they are not read as this run's.", RuntimeWarning,
+                      "--out, so that they are not read as this run's.", OutputWarning,
                       stacklevel=user_stacklevel())
 
 

@@ -155,12 +155,15 @@ def assert_unread_flags_named(runner: ModuleType, monkeypatch: Any,
 
     import pytest
 
+    from et_graph.exceptions import ConfigWarning, ETGraphWarning
+
     monkeypatch.setattr(runner, "run", lambda config: config)
     for argv, pattern in warned:
-        with pytest.warns(RuntimeWarning, match=pattern):
+        with pytest.warns(ConfigWarning, match=pattern):
             runner.main(argv)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         runner.main(silent)
 
 

@@ -14,6 +14,7 @@ from helpers import record_calls
 from et_graph.cli import main as cli_main
 from et_graph.config import parse, write_preset
 from et_graph.datasets.synthetic import planted_anomaly_graph
+from et_graph.exceptions import ConfigWarning, ETGraphWarning
 from et_graph.experiments import anomaly
 from et_graph.protocols.anomaly_config import AnomalyConfig
 from et_graph.transforms import prepare_detection_data
@@ -457,12 +458,13 @@ def test_a_files_own_masks_replaced_by_the_paper_split_are_named(tmp_path):
     torch.save(graph, path)
     argv = ["--data", str(path), "--models", "mlp", "--seeds", "1", "--epochs", "1",
             "--hidden", "8", "--no-energy-row"]
-    with pytest.warns(RuntimeWarning, match="carries its own train/val/test masks"):
+    with pytest.warns(ConfigWarning, match="carries its own train/val/test masks"):
         anomaly.run(config(*argv))
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         anomaly.run(config(*argv, "--protocol", "gadbench"))  # the masks are used: no word
 
 
@@ -509,6 +511,7 @@ def test_a_rerun_into_a_used_out_folder_names_what_it_replaces_and_what_it_left(
             "--baseline-hidden", "8", "--no-energy-row", "--no-progress", "--out", str(out)]
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a new folder: not a word
+        warnings.simplefilter("error", ETGraphWarning)
         assert cli_main(argv) == 0
     (out / "gat_curve.png").write_bytes(b"an earlier run's plot")
     (out / "checkpoints").mkdir()

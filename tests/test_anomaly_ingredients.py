@@ -18,6 +18,7 @@ from et_graph.detectors.neural import (
     known_labels,
     neighbour_label_features,
 )
+from et_graph.exceptions import DataWarning, ETGraphWarning
 from et_graph.nn.models import ETAnomalyNet, weighted_bce_loss
 from et_graph.protocols.anomaly import make_splits
 from et_graph.protocols.anomaly_config import AnomalyConfig, AnomalyDataConfig, load_data
@@ -342,11 +343,12 @@ def test_the_fitted_graph_is_recognised_after_coalescing_or_self_loops(graph):
     deduplicated.edge_index = coalesce(doubled, num_nodes=240)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         assert torch.equal(det.network_input(looped)[:, -3:], fitted)
         assert torch.equal(det.network_input(deduplicated)[:, -3:], fitted)
     rewired = graph.clone()
     rewired.edge_index = graph.edge_index[:, 10:]  # other edges on the same nodes
-    with pytest.warns(RuntimeWarning, match="scored as another graph: the label-trick columns"):
+    with pytest.warns(DataWarning, match="scored as another graph: the label-trick columns"):
         assert not det.network_input(rewired)[:, -3:].any()
 
 
@@ -372,6 +374,7 @@ def test_the_fitted_graph_grown_by_new_nodes_keeps_its_training_labels(graph, de
                                        torch.tensor([[240, known, 241], [3, 240, 5]])], dim=1))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         columns = det.label_columns(grown)
         scores = det.decision_function(grown)
     new_edge_rows = {3, 5, 240}  # their in-neighbours changed
@@ -382,7 +385,7 @@ def test_the_fitted_graph_grown_by_new_nodes_keeps_its_training_labels(graph, de
     change = (scores[:240] - det.decision_function(graph)).abs()
     assert float(change.median()) < 1e-5 and float(change.max()) < 0.1, float(change.max())
     shrunk = Data(x=grown.x, edge_index=grown.edge_index[:, 5:])  # fitted edges dropped
-    with pytest.warns(RuntimeWarning, match="does not keep its edges"):
+    with pytest.warns(DataWarning, match="does not keep its edges"):
         assert not det.label_columns(shrunk).any()
 
 
@@ -630,7 +633,7 @@ def test_gbt_label_trick_never_reads_validation_or_test_labels(tmp_path):
     # Another graph: no label known there, so the columns are zero (a same-size graph warns).
     other = data.clone()
     other.edge_index = data.edge_index.flip(1)[:, ::2]
-    with pytest.warns(RuntimeWarning, match="scored as another graph"):
+    with pytest.warns(DataWarning, match="scored as another graph"):
         zero = a.decision_function(other)
     assert zero.shape == (400,) and not torch.equal(zero, a.decision_function(data))
 

@@ -379,3 +379,29 @@ def test_sealed_labels_mark_the_unread_nodes_minus_one_in_any_label_dtype(dtype)
     val = torch.tensor([False, False, True, False, False])
     sealed = sealed_labels(data, train, val)
     assert sealed.y.tolist() == [0, 1, 1, -1, -1] and torch.equal(data.y, y)
+
+
+@pytest.mark.parametrize("form", ["bool", "float01", "column"])
+def test_the_protocols_read_label_mask_in_the_forms_the_detectors_take(form):
+    """label_mask as 0/1 numbers or [N, 1] (the forms the loaders and detectors accept): the
+    dataset's masks were checked with ``~label_mask`` (a TypeError on floats) and the paper
+    protocol's eligible nodes refused the [N, 1] column (a review of the twin checks)."""
+    data = planted_anomaly_graph(200)
+    labelled = torch.ones(200, dtype=torch.bool)
+    labelled[::40] = False
+    data.label_mask = {"bool": labelled, "float01": labelled.float(),
+                       "column": labelled.view(-1, 1)}[form]
+    split = make_splits(data, "paper", 1, 0.4, split_seed=2)[0]
+    for part in (split.train, split.val, split.test):
+        assert bool(labelled[part].all())
+    masks = torch.zeros(200, 1, dtype=torch.bool)
+    data.train_mask, data.val_mask, data.test_mask = masks.clone(), masks.clone(), masks.clone()
+    data.train_mask[:100, 0] = data.val_mask[100:150, 0] = data.test_mask[150:, 0] = True
+    with pytest.raises(ValueError, match="train_mask \\(column 0\\) holds 3 nodes that its "
+                                         "label_mask marks unlabelled"):
+        mask_splits(data)
+    data.label_mask = torch.full((200,), 0.5)  # neither bool nor 0/1: refused, not rounded
+    with pytest.raises(ValueError, match="label_mask must be a bool"):
+        make_splits(data, "paper", 1, 0.4, split_seed=2)
+    with pytest.raises(ValueError, match="label_mask must be a bool"):
+        mask_splits(data)

@@ -18,6 +18,7 @@ from et_graph.cli import main as cli_main
 from et_graph.config import load_file, merge, parse
 from et_graph.datasets.gnnbenchmark import add_random_walk_encoding, load_benchmark
 from et_graph.datasets.gnnbenchmark_common import BenchmarkData
+from et_graph.exceptions import ConfigWarning
 from et_graph.experiments import gnnbenchmark
 from et_graph.protocols.benchmark_models import (
     check_outputs,
@@ -405,7 +406,7 @@ def test_no_flag_is_called_unread_on_a_registered_models_account(monkeypatch):
     from et_graph.tuning.cli import warn_flags_of_tuning
 
     monkeypatch.setattr(gnnbenchmark, "run", lambda config: config)
-    with pytest.warns(RuntimeWarning, match="et.blocks: no model of this run"):
+    with pytest.warns(ConfigWarning, match="et.blocks: no model of this run"):
         gnnbenchmark.main(["--models", "gin", "--blocks", "3"])
     register_benchmark_model("meanpool", make_mean_pool, search_space=mean_pool_space)
     with warnings.catch_warnings():

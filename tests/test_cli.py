@@ -6,6 +6,7 @@ import pytest
 
 from et_graph import __version__
 from et_graph.cli import TRACEBACK_ENV, console_main, main
+from et_graph.exceptions import ConfigWarning
 
 
 def test_version(capsys):
@@ -245,7 +246,7 @@ def test_the_command_checks_its_flags_as_the_examples_do(command, argv, pattern,
 
     module = importlib.import_module(SUBCOMMANDS[command][0])
     monkeypatch.setattr(module, "run", lambda config: config)
-    with pytest.warns(RuntimeWarning, match=pattern):
+    with pytest.warns(ConfigWarning, match=pattern):
         assert main([command, *argv]) == 0
 
 

@@ -28,6 +28,7 @@ from et_graph.datasets import (
     load_fraud_mat,
     save_anomaly_npz,
 )
+from et_graph.exceptions import DataWarning, ETGraphWarning
 
 REPO = Path(__file__).resolve().parents[1]
 YELP_RELATIONS = ("net_rur", "net_rtr", "net_rsr")
@@ -976,17 +977,18 @@ def test_integer_features_that_float32_would_round_are_named():
     edges = torch.tensor([[0, 1, 2], [1, 2, 3]])
     y = torch.tensor([0, 1, 0, 0])
     x = torch.tensor([[1], [2], [3], [2 ** 24 + 1]], dtype=torch.int64)
-    with pytest.warns(RuntimeWarning, match="integer features reach 16,777,217"):
+    with pytest.warns(DataWarning, match="integer features reach 16,777,217"):
         prepare_anomaly_data(x, edges, y, name="ids")
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         prepare_anomaly_data(x - 1, edges, y, name="ids")  # 2^24 itself is exact
         prepare_anomaly_data(x.double(), edges, y, name="floats")  # a float file rounds anyway
         # unsigned integers (torch has no abs for them: a review saw uint16 files fail)
         prepare_anomaly_data(x.to(torch.uint16) if hasattr(torch, "uint16") else x - 1, edges,
                              y, name="u16")
     if hasattr(torch, "uint32"):
-        with pytest.warns(RuntimeWarning, match="integer features reach 16,777,217"):
+        with pytest.warns(DataWarning, match="integer features reach 16,777,217"):
             prepare_anomaly_data(x.to(torch.uint32), edges, y, name="u32")
 
 
@@ -1008,13 +1010,14 @@ def test_split_columns_of_different_kinds_are_named():
     test = torch.zeros(n, 20, dtype=torch.bool)
     test[12:] = True
     masks = {"train_mask": train, "val_mask": val, "test_mask": test}
-    with pytest.warns(RuntimeWarning, match=r"\(8 in column 0, 2 in column 10\).*GADBench's 20 "
+    with pytest.warns(DataWarning, match=r"\(8 in column 0, 2 in column 10\).*GADBench's 20 "
                                             "columns"):
         prepare_anomaly_data(torch.randn(n, 3), edges, y, name="g", masks=masks)
     train[2:8, 10:] = True
     train[7, 19] = False  # a node apart, as k-fold's rounding leaves it: no warning (a review)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         data = prepare_anomaly_data(torch.randn(n, 3), edges, y, name="g", masks=masks)
     assert data.train_mask.shape == (n, 20)
 

@@ -21,6 +21,7 @@ from et_graph.detectors import (
     StackedETDetector,
     UnsupervisedETDetector,
 )
+from et_graph.exceptions import DataWarning, ETGraphWarning, ReproducibilityWarning
 from et_graph.protocols.anomaly_config import AnomalyConfig, detector_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -799,13 +800,14 @@ def test_neural_detectors_warn_about_raw_feature_scales(graph):
     raw = graph.clone()
     raw.x = graph.x.clone()
     raw.x[:, 0] = (raw.x[:, 0].abs() * 1e4).round()
-    with pytest.warns(RuntimeWarning, match="features look raw .*FeatureTransform"):
+    with pytest.warns(DataWarning, match="features look raw .*FeatureTransform"):
         MLPDetector(epochs=1, hidden=8).fit(raw)
-    with pytest.warns(RuntimeWarning, match="features look raw") as caught:
+    with pytest.warns(DataWarning, match="features look raw") as caught:
         ETDetector(epochs=1, hidden=8).fit(raw)  # named detectors/base.py, two frames short
     assert {w.filename for w in caught if "look raw" in str(w.message)} == {__file__}
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         MLPDetector(epochs=1, hidden=8).fit(prepare_detection_data(raw, "quantile"))
         GBTDetector(max_iter=5).fit(raw)  # trees do not care about scales
     # Far beyond a float32 network: refused with the fix for both kinds of user (the layer's
@@ -1015,7 +1017,7 @@ def test_loading_under_another_kernel_setting_warns(graph, tmp_path):
     assert payload["native_attention"] is False and payload["git_commit"]
     payload["native_attention"] = True
     torch.save(payload, tmp_path / "native.pt")
-    with pytest.warns(RuntimeWarning, match=r"kernels on and they are off here"):
+    with pytest.warns(ReproducibilityWarning, match=r"kernels on and they are off here"):
         MLPDetector.load(tmp_path / "native.pt")
     import warnings
 

@@ -19,6 +19,7 @@ from et_graph.detectors import (
     UnsupervisedETDetector,
 )
 from et_graph.detectors.label_trick import edge_keys
+from et_graph.exceptions import ConfigWarning, ETGraphWarning
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -60,6 +61,7 @@ def test_new_edges_between_fitted_nodes_keep_the_training_labels(graph, detector
         [graph.edge_index, torch.tensor([[5, 17], [17, 5]])], dim=1))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         columns = det.label_columns(updated)
         det.decision_function(updated)
     untouched = [n for n in range(240) if n not in (5, 17)]
@@ -130,10 +132,11 @@ def test_the_combined_score_knows_its_graph_in_any_edge_order_or_dtype(graph):
     order = torch.randperm(graph.edge_index.size(1), generator=torch.Generator().manual_seed(0))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # it warned "threshold_ does not carry"
+        warnings.simplefilter("error", ETGraphWarning)
         det.decision_function(Data(x=graph.x, edge_index=graph.edge_index[:, order]))
         det.decision_function(Data(x=graph.x, edge_index=graph.edge_index.int()))
     other = planted_graph_with_masks(240, seed=4)
-    with pytest.warns(RuntimeWarning, match="do not carry over"):
+    with pytest.warns(ConfigWarning, match="do not carry over"):
         det.decision_function(other)
 
 

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from et_graph.exceptions import ConfigWarning
 from et_graph.nn import ETConv
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -214,7 +215,7 @@ def test_a_chunked_run_leaves_out_the_full_graph_energy_row(tmp_path):
     argv = ["--models", "et", "--seeds", "1", "--epochs", "2", "--hidden", "8", "--no-progress",
             "--threads", "1", "--inference-chunk-size", "50", "--out", str(tmp_path / "a")]
     data = planted_anomaly_graph(200, seed=2)
-    with pytest.warns(RuntimeWarning, match="energy row and its trajectory are full-graph"):
+    with pytest.warns(ConfigWarning, match="energy row and its trajectory are full-graph"):
         chunked = anomaly.run(parse(AnomalyConfig, argv), data=data)
     assert set(chunked["models"]) == {"et"} and "et_energy_trained" not in chunked["protocol"]
     full = anomaly.run(parse(AnomalyConfig, [*argv[:-6], "--out", str(tmp_path / "b")]),

@@ -14,6 +14,7 @@ from et_graph.cli import main as cli_main
 from et_graph.datasets import load_anomaly_dataset, load_fraud_mat
 from et_graph.datasets.synthetic import planted_anomaly_graph
 from et_graph.detectors import ETDetector
+from et_graph.exceptions import DataWarning
 from et_graph.nn import RelationalETConv
 from et_graph.nn.models.anomaly import ETAnomalyNet
 from et_graph.protocols.anomaly import make_splits
@@ -157,7 +158,7 @@ def test_a_typed_torch_file_keeps_its_relations(tmp_path):
     # range was named without the file (a data audit)
     torch.save(Data(x=mat.x, y=mat.y, edge_index=mat.edge_index[:, kept],
                     edge_type=mat.edge_type[kept] + 5), tmp_path / "skips.pt")
-    with pytest.warns(RuntimeWarning, match=r"skips\.pt: edge_type's ids are relation "
+    with pytest.warns(DataWarning, match=r"skips\.pt: edge_type's ids are relation "
                                             r"numbers 0\.\.7, and 5 of them have no edge"):
         assert len(load_anomaly_dataset(path=tmp_path / "skips.pt",
                                         relation="multi").relation_names) == 8
@@ -360,7 +361,7 @@ def test_relations_are_kept_checked_and_described(typed_graph, tmp_path):
         det.node_energy(swapped)
     unnamed = typed_graph.clone()
     del unnamed.relation_names
-    with pytest.warns(RuntimeWarning, match="relation ids cannot be checked"):
+    with pytest.warns(DataWarning, match="relation ids cannot be checked"):
         det.decision_function(unnamed)
     with pytest.raises(ValueError, match="not implemented for the multi-relation ET"):
         ETDetector(multi_relation=True, chunk_size=50)
@@ -392,7 +393,7 @@ def test_fitted_empty_relation_names_warn_instead_of_failing(typed_graph):
     det.relation_names_ = []
     unnamed = typed_graph.clone()
     del unnamed.relation_names
-    with pytest.warns(RuntimeWarning, match=r"names fitted \[\], none on the other side"):
+    with pytest.warns(DataWarning, match=r"names fitted \[\], none on the other side"):
         det._check_relations(unnamed)
 
 
@@ -423,7 +424,7 @@ def test_a_to_homogeneous_graph_names_its_relations(typed_graph):
         det.decision_function(swapped.to_homogeneous())
     unnamed = typed_graph.clone()
     del unnamed.relation_names
-    with pytest.warns(RuntimeWarning, match="cannot be checked") as caught:
+    with pytest.warns(DataWarning, match="cannot be checked") as caught:
         det.decision_function(unnamed)
     assert caught[0].filename == __file__  # the caller's line, not torch's contextlib
 

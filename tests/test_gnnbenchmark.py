@@ -27,6 +27,7 @@ from et_graph.datasets import (
     load_zinc,
     load_zinc_partial,
 )
+from et_graph.exceptions import ConfigWarning, DataWarning, ETGraphWarning
 from et_graph.experiments import gnnbenchmark
 from et_graph.protocols.gnnbenchmark import (
     BaselineConfig,
@@ -618,7 +619,7 @@ def test_runner_quick_generated_pattern(tmp_path):
     out = tmp_path / "pattern"
     # A root that does not exist generates the graphs, and says so (a benchmark audit: a
     # mistyped --root switched to generated graphs without a word).
-    with pytest.warns(RuntimeWarning, match="does not exist: PATTERN is generated"):
+    with pytest.warns(DataWarning, match="does not exist: PATTERN is generated"):
         _main("--dataset", "PATTERN", "--root", str(tmp_path / "none"), "--models", "et,gin",
               "--seeds", "0", "--out", str(out))
     results = _check_outputs(out, "weighted_accuracy", ["et", "gin"])
@@ -1007,19 +1008,20 @@ def test_a_root_folder_without_the_file_and_settings_no_source_reads_are_named(t
     torch.save(_pattern_payload(), tmp_path / "PATTERN" / "raw" / "PATTERN.pt")
     with pytest.raises(FileNotFoundError, match=r"holds no PATTERN_v2\.pt .*--source generated"):
         load_benchmark(GNNBenchmarkDataConfig(dataset="PATTERN", root=str(tmp_path)))
-    with pytest.warns(RuntimeWarning, match=r"holdout_fraction=0\.5: not read by this run's "
+    with pytest.warns(ConfigWarning, match=r"holdout_fraction=0\.5: not read by this run's "
                                             r"PATTERN data \(generated source\)"):
         load_benchmark(GNNBenchmarkDataConfig(dataset="PATTERN", root=str(tmp_path),
                                               source="generated", holdout_fraction=0.5,
                                               generated_sizes="4,2,2"))
     _write_raw(tmp_path / "official", "PATTERN", _pattern_payload())
-    with pytest.warns(RuntimeWarning, match=r"generated_sizes='4,2,2', data_seed=3: not read"):
+    with pytest.warns(ConfigWarning, match=r"generated_sizes='4,2,2', data_seed=3: not read"):
         official = load_benchmark(GNNBenchmarkDataConfig(
             dataset="PATTERN", root=str(tmp_path / "official"), generated_sizes="4,2,2",
             data_seed=3))
     assert f"data read from {(tmp_path / 'official').resolve()}" in official.notes
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         load_benchmark(GNNBenchmarkDataConfig(dataset="PATTERN", root=str(tmp_path / "official"),
                                               generated_sizes="16,8,8"))  # --quick's sizes
 

@@ -7,6 +7,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.utils import to_undirected
 
+from et_graph.exceptions import DataWarning
 from et_graph.nn.models.graph_model import ETGraphModel
 from et_graph.nn.pool import CLSPool, add_cls_nodes
 from et_graph.transforms import CLSLaplacianPE, RandomWalkPE
@@ -522,7 +523,7 @@ def test_graph_model_library_inputs_are_checked_by_their_own_names():
     batch = Batch.from_data_list([graph, graph])
     plain = ETGraphModel(3, 2, hidden_channels=8, heads=2, head_dim=4, pe_dim=0).eval()
     # forward_data dropped edge_attr without a word: a MUTAG model never saw the bonds
-    with pytest.warns(RuntimeWarning, match="holds edge_attr.*not read"):
+    with pytest.warns(DataWarning, match="holds edge_attr.*not read"):
         plain.forward_data(batch)
     with pytest.raises(ValueError, match="holds edge_attr"):
         plain.forward_data(batch, unused="raise")

@@ -18,6 +18,7 @@ from et_graph.cli import console_main
 from et_graph.cli import main as cli_main
 from et_graph.config import load_file, merge, parse
 from et_graph.detectors import registered_detectors
+from et_graph.exceptions import ConfigWarning
 from et_graph.experiments import tudataset
 from et_graph.protocols import graph_cv
 from et_graph.protocols.graph_models import (
@@ -303,7 +304,7 @@ def test_a_plugin_that_fails_leaves_none_of_its_models_registered(tmp_path):
 def test_no_flag_is_called_unread_on_a_registered_models_account(monkeypatch):
     """Its factory is given the whole config: GIN's width may be what it reads."""
     monkeypatch.setattr(tudataset, "run", lambda config: config)
-    with pytest.warns(RuntimeWarning, match="baselines.gin_hidden: no model of this run"):
+    with pytest.warns(ConfigWarning, match="baselines.gin_hidden: no model of this run"):
         tudataset.main(["--models", "et", "--gin-hidden", "8"])
     register_graph_model("sumpool", make_sum_pool)
     with warnings.catch_warnings():

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from et_graph.datasets.images import load_digits_images, load_image_folder, split_images
+from et_graph.exceptions import ConfigWarning
 from et_graph.nn.models.image_completion import (
     ETImageCompletion,
     masked_patch_count,
@@ -481,7 +482,7 @@ def test_the_protocol_states_the_masked_count_a_ratio_rounds_to(tmp_path) -> Non
                               "--no-progress", "--out", str(tmp_path / "c")]))
     assert "limits the images" not in wide["protocol"]
     # The digits are 8x8 grayscale whatever --image-size and --color say: named (an audit).
-    with pytest.warns(RuntimeWarning, match="image_size=16, color=rgb: the digits are 8x8"):
+    with pytest.warns(ConfigWarning, match="image_size=16, color=rgb: the digits are 8x8"):
         from et_graph.experiments.image_completion import load_images
 
         load_images(parse(CONFIG, ["--image-size", "16", "--color", "rgb"]).data)
@@ -673,7 +674,7 @@ def test_folder_images_of_another_aspect_ratio_through_the_cli_flags(tmp_path) -
     same = parse(CONFIG, ["--data", str(tmp_path), "--image-size", "32", "--image-width", "32"])
     assert _fingerprint(same, 0) == _fingerprint(square, 0)  # a square spelt out (a review)
     assert '"image_width": 12' in _fingerprint(config, 0)
-    with pytest.warns(RuntimeWarning, match="image_width=12"):
+    with pytest.warns(ConfigWarning, match="image_width=12"):
         load_images(parse(CONFIG, ["--image-width", "12"]).data)
 
 

@@ -12,6 +12,7 @@ import torch
 
 import et_graph.native as native
 from et_graph import cli
+from et_graph.exceptions import ConfigWarning
 
 pytestmark = pytest.mark.usefixtures("native_switch_off")
 
@@ -159,11 +160,11 @@ def test_the_environment_beside_no_native_attention_and_unused_kernels_are_named
     from et_graph.experiments import anomaly, image_completion
 
     monkeypatch.setenv("ET_GRAPH_NATIVE_ATTENTION", "1")
-    with pytest.warns(RuntimeWarning, match="whatever --no-native-attention says"):
+    with pytest.warns(ConfigWarning, match="whatever --no-native-attention says"):
         parse(anomaly.CONFIG, ["--no-native-attention"])
     monkeypatch.delenv("ET_GRAPH_NATIVE_ATTENTION")
     for module, argv in ((image_completion, ["--native-attention"]),
                          (anomaly, ["--models", "gbt", "--native-attention"])):
         monkeypatch.setattr(module, "run", lambda config: config)
-        with pytest.warns(RuntimeWarning, match=r"run\.native_attention: no model"):
+        with pytest.warns(ConfigWarning, match=r"run\.native_attention: no model"):
             module.main(argv)

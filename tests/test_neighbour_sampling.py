@@ -10,6 +10,7 @@ from et_graph.datasets.synthetic import planted_anomaly_graph
 from et_graph.detectors import ETDetector
 from et_graph.detectors.config import NodeTrainConfig
 from et_graph.detectors.neural import NodeAnomalyTask
+from et_graph.exceptions import ConfigWarning, ETGraphWarning
 from et_graph.loaders import (
     NeighbourSampler,
     PygNeighbourSampler,
@@ -215,10 +216,11 @@ def test_sampling_a_directed_graph_warns_that_it_cannot_match_scoring():
 
     from torch_geometric.utils import to_undirected
 
-    with pytest.warns(RuntimeWarning, match="directed graph: the sampler follows in-edges"):
+    with pytest.warns(ConfigWarning, match="directed graph: the sampler follows in-edges"):
         make_sampler("builtin", random_graph(), 300, [-1, -1])
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         make_sampler("builtin", to_undirected(random_graph(), num_nodes=300), 300, [-1, -1])
 
 

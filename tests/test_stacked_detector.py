@@ -17,6 +17,7 @@ from et_graph.detectors import (
     StackedETDetector,
 )
 from et_graph.detectors.stacked import stacked_column, tree_log_odds
+from et_graph.exceptions import ConfigWarning, DataWarning
 from et_graph.protocols.anomaly_config import AnomalyConfig, make_detector
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -224,7 +225,7 @@ def test_the_inner_ets_warnings_name_the_stacked_detector(graph, fitted):
     a detector the user never built."""
     det = StackedETDetector(epochs=1, hidden=16, label_trick=True, trees=TREES,
                             folds=2).fit(graph)
-    with pytest.warns(RuntimeWarning, match=r"^StackedETDetector: this graph has 150 nodes"):
+    with pytest.warns(DataWarning, match=r"^StackedETDetector: this graph has 150 nodes"):
         det.decision_function(planted_anomaly_graph(150, seed=9))
 
 
@@ -236,7 +237,7 @@ def test_the_energy_row_asked_for_without_plain_et_is_named(monkeypatch):
     from et_graph.experiments import anomaly
 
     monkeypatch.setattr(anomaly, "run", lambda config, *args, **kwargs: config)
-    with pytest.warns(RuntimeWarning, match="flags for protocol.energy_row: no model of this "
+    with pytest.warns(ConfigWarning, match="flags for protocol.energy_row: no model of this "
                                             "run reads them"):
         anomaly.main(["--models", "et_stacked,gbt", "--energy-row", "--no-progress"])
     with warnings.catch_warnings():
@@ -244,7 +245,7 @@ def test_the_energy_row_asked_for_without_plain_et_is_named(monkeypatch):
         anomaly.main(["--models", "et,et_stacked", "--energy-row", "--no-progress"])
         anomaly.main(["--models", "et_stacked,gbt", "--no-energy-row", "--no-progress"])
     # only ET scores in chunks: a GCN run given them thought its memory bounded (a scale audit)
-    with pytest.warns(RuntimeWarning, match=r"flags for protocol.inference_chunk_edges, "
+    with pytest.warns(ConfigWarning, match=r"flags for protocol.inference_chunk_edges, "
                                             r"protocol.inference_chunk_size: no model"):
         anomaly.main(["--models", "mlp,gcn", "--inference-chunk-size", "1000",
                       "--inference-chunk-edges", "5000", "--no-progress"])
@@ -272,7 +273,7 @@ def test_fitting_and_scoring_never_record_the_process_warnings(graph, fitted, mo
     monkeypatch.setattr(warnings, "catch_warnings", Spy)
     det = StackedETDetector(epochs=1, hidden=16, label_trick=True, trees=TREES,
                             folds=2).fit(graph)
-    with pytest.warns(RuntimeWarning, match=r"^StackedETDetector: this graph has 150 nodes"):
+    with pytest.warns(DataWarning, match=r"^StackedETDetector: this graph has 150 nodes"):
         det.decision_function(planted_anomaly_graph(150, seed=9))
     fitted.decision_function(graph)
     assert not any(recorded)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from et_graph.exceptions import ConfigWarning, ETGraphWarning
 from et_graph.training import (
     CheckpointConfig,
     CheckpointError,
@@ -117,13 +118,14 @@ def test_a_schedule_flag_beside_another_schedule_is_named(task):
     from et_graph.config import parse
 
     config = importlib.import_module(f"et_graph.experiments.{task}").CONFIG
-    with pytest.warns(RuntimeWarning, match=r"train\.lr_patience \(read by lr_schedule='plateau', "
+    with pytest.warns(ConfigWarning, match=r"train\.lr_patience \(read by lr_schedule='plateau', "
                       r"this run's is 'cosine'\)"):
         parse(config, ["--lr-schedule", "cosine", "--lr-patience", "3"])
-    with pytest.warns(RuntimeWarning, match=r"train\.lr_floor \(read by lr_schedule='cosine'"):
+    with pytest.warns(ConfigWarning, match=r"train\.lr_floor \(read by lr_schedule='cosine'"):
         parse(config, ["--lr-schedule", "plateau", "--lr-floor", "0.1"])
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         parse(config, ["--lr-schedule", "plateau", "--lr-patience", "3"])
         parse(config, ["--lr-schedule", "cosine", "--lr-floor", "0.1"])
 
@@ -1239,5 +1241,5 @@ def test_a_fit_under_torchrun_without_a_process_group_says_it_trains_alone(tmp_p
                                                                            monkeypatch):
     """(a DDP audit) each process trained the whole model alone, without a word."""
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.warns(RuntimeWarning, match="WORLD_SIZE is 2 but no process group"):
+    with pytest.warns(ConfigWarning, match="WORLD_SIZE is 2 but no process group"):
         _fit(tmp_path, 1)

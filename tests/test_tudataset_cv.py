@@ -16,6 +16,7 @@ from et_graph.baselines.graph_baselines import GINClassifier, StructureAgnosticM
 from et_graph.config import load_file, merge, parse
 from et_graph.datasets import load_tudataset, prepare_root
 from et_graph.datasets.locking import folder_lock
+from et_graph.exceptions import DataWarning, ETGraphWarning
 from et_graph.experiments import tudataset
 from et_graph.nn.models.graph_model import ETGraphModel
 from et_graph.protocols import graph_cv
@@ -188,7 +189,7 @@ def test_raw_files_pyg_would_change_without_a_word_are_refused_or_named(tmp_path
                                          "count"):
         load(root)
     root = _write_tu(tmp_path / "loop", "T", [(3, [*TRIANGLE[1], (1, 1)]), PATH], [1, 0])
-    with pytest.warns(RuntimeWarning, match=r"T_A\.txt holds 1 self-loop\(s\) \(first: line 7\)"):
+    with pytest.warns(DataWarning, match=r"T_A\.txt holds 1 self-loop\(s\) \(first: line 7\)"):
         assert [g.edge_index.size(1) for g in load(root)[0]] == [6, 4]
     root = _write_tu(tmp_path / "dup", "T", [(3, [*TRIANGLE[1], (0, 1)]), PATH], [1, 0])
     raw = root / "T" / "raw"
@@ -201,7 +202,7 @@ def test_raw_files_pyg_would_change_without_a_word_are_refused_or_named(tmp_path
     root = _write_tu(tmp_path / "loop2", "T", [(3, [*TRIANGLE[1], (1, 1), (1, 1)]), PATH],
                      [1, 0])
     (root / "T" / "raw" / "T_edge_labels.txt").write_text("0\n" * 12, encoding="utf-8")
-    with pytest.warns(RuntimeWarning, match=r"2 self-loop\(s\)"):
+    with pytest.warns(DataWarning, match=r"2 self-loop\(s\)"):
         load(root)
     root = _write_tu(tmp_path / "attr", "T", [TRIANGLE, PATH], [1, 0])
     (root / "T" / "raw" / "T_graph_attributes.txt").write_text("0.5\n1.5\n", encoding="utf-8")
@@ -1166,10 +1167,11 @@ def test_hand_made_tu_files_are_read_or_named(tmp_path):
         load_tudataset(root, "T", tmp_path / "cache", pe_dim=0, progress=False)
     one_way = _write_tu(tmp_path / "one_way", "T", [(3, [(0, 1), (1, 2), (2, 0)]), PATH,
                                                     TRIANGLE], labels)
-    with pytest.warns(RuntimeWarning, match="1 of 3 graphs list some edge in one direction"):
+    with pytest.warns(DataWarning, match="1 of 3 graphs list some edge in one direction"):
         load_tudataset(one_way, "T", tmp_path / "cache3", pe_dim=0, progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         load_tudataset(_write_tu(tmp_path / "both", "T", graphs, labels), "T",
                        tmp_path / "cache4", pe_dim=0, progress=False)
 

@@ -9,6 +9,7 @@ import torch
 from et_graph.cli import main as cli_main
 from et_graph.config import load_file, merge, parse
 from et_graph.datasets.synthetic import planted_anomaly_graph
+from et_graph.exceptions import ConfigWarning, ETGraphWarning
 from et_graph.protocols.anomaly import make_splits
 from et_graph.protocols.anomaly_config import AnomalyConfig
 from et_graph.tuning import AnomalyObjective, TuneBudget
@@ -459,18 +460,19 @@ def test_tuning_a_protocol_with_several_splits_warns_that_later_test_splits_saw_
     import torch
 
     data = planted_anomaly_graph(200, seed=4)
-    with pytest.warns(RuntimeWarning, match="has seen part of its test nodes"):
+    with pytest.warns(ConfigWarning, match="has seen part of its test nodes"):
         AnomalyObjective(parse(AnomalyConfig, [*SMALL, "--vary-split"]), "gbt", data=data)
     masked = data.clone()
     order = torch.stack([torch.randperm(200, generator=torch.Generator().manual_seed(s))
                          for s in range(3)], dim=1)
     masked.train_mask, masked.val_mask, masked.test_mask = (
         order < 80, (order >= 80) & (order < 120), order >= 120)
-    with pytest.warns(RuntimeWarning, match="the dataset's masks"):
+    with pytest.warns(ConfigWarning, match="the dataset's masks"):
         AnomalyObjective(parse(AnomalyConfig, [*SMALL, "--protocol", "gadbench"]), "gbt",
                          data=masked)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         AnomalyObjective(parse(AnomalyConfig, SMALL), "gbt", data=data)  # one split: no word
 
 
@@ -604,16 +606,17 @@ def test_flags_the_tuner_never_reads_are_named():
 
     config, given = parse_given(task_config("anomaly"), [
         "--models", "et", "--inference-chunk-size", "64", "--checkpoint-dir", "ck"])
-    with pytest.warns(RuntimeWarning, match=r"protocol\.inference_chunk_size, "
+    with pytest.warns(ConfigWarning, match=r"protocol\.inference_chunk_size, "
                                             r"run\.checkpoint_dir: the tuner's trials never"):
         assert warn_flags_of_tuning("anomaly", config, given) == [
             "protocol.inference_chunk_size", "run.checkpoint_dir"]
     config, given = parse_given(task_config("tudataset"), ["--models", "gin", "--max-folds", "2"])
-    with pytest.warns(RuntimeWarning, match=r"protocol\.max_folds"):
+    with pytest.warns(ConfigWarning, match=r"protocol\.max_folds"):
         warn_flags_of_tuning("tudataset", config, given)
     config, given = parse_given(task_config("anomaly"), ["--models", "et,gbt"])
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         assert warn_flags_of_tuning("anomaly", config, given) == []
 
 
@@ -693,10 +696,11 @@ def test_tuning_one_metric_while_epochs_are_chosen_on_another_is_said():
     from et_graph.tuning.anomaly import AnomalyObjective
 
     data = planted_anomaly_graph(200, seed=4)
-    with pytest.warns(RuntimeWarning, match="best validation f1_macro .* --select-metric auroc"):
+    with pytest.warns(ConfigWarning, match="best validation f1_macro .* --select-metric auroc"):
         AnomalyObjective(parse(AnomalyConfig, SMALL), "mlp", "auroc", data=data)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         AnomalyObjective(parse(AnomalyConfig, [*SMALL, "--select-metric", "auroc"]), "mlp",
                          "auroc", data=data)
         AnomalyObjective(parse(AnomalyConfig, SMALL), "gbt", "auroc", data=data)  # no epochs

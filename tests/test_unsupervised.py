@@ -28,6 +28,7 @@ from et_graph.detectors.unsupervised import (
     rank_score,
     robust_z,
 )
+from et_graph.exceptions import ConfigWarning, DataWarning, ETGraphWarning
 from et_graph.experiments.unsupervised_anomaly import (
     UnsupervisedAnomalyConfig,
     compute_scores,
@@ -612,7 +613,7 @@ def test_contamination_range_is_pygods_and_ties_never_flag_more_than_it():
     assert int(det.predict(planted_anomaly_graph(num_nodes=200, seed=2)).sum()) == int(
         (score > det.threshold_).sum()) == 20
     tied = Data(x=torch.ones(20, 5), edge_index=torch.empty(2, 0, dtype=torch.long))
-    with pytest.warns(RuntimeWarning) as caught:
+    with pytest.warns(ETGraphWarning) as caught:
         det = UnsupervisedETDetector(seed=0, epochs=2, score_rounds=1).fit(tied)
     messages = " ".join(str(w.message) for w in caught)
     assert "same features" in messages and "no edges" in messages
@@ -621,7 +622,7 @@ def test_contamination_range_is_pygods_and_ties_never_flag_more_than_it():
     assert int(det.predict(tied).sum()) <= 2
     # Self-loops alone are no edges between nodes either (a fraud-data audit: no warning).
     loops = Data(x=torch.randn(20, 5), edge_index=torch.arange(20).repeat(2, 1))
-    with pytest.warns(RuntimeWarning, match="no edges between two nodes"):
+    with pytest.warns(DataWarning, match="no edges between two nodes"):
         UnsupervisedETDetector(seed=0, epochs=1, score_rounds=1).fit(loops)
 
 
@@ -723,9 +724,10 @@ def test_combined_scores_on_another_graph_and_unread_score_settings_are_named(gr
                                  anomaly_score="combined", combine="sum_z").fit(free)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", ETGraphWarning)
         det.decision_function(free)  # the fitted graph: no word
     part = free.subgraph(torch.arange(60))
-    with pytest.warns(RuntimeWarning, match="relative to that graph: threshold_ and predict"):
+    with pytest.warns(ConfigWarning, match="relative to that graph: threshold_ and predict"):
         det.decision_function(part)
     for keywords in ({"combine": "max"}, {"structure_reduce": "sum"}):
         with pytest.raises(ValueError, match="shape the structure score, which needs the edge"):

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
+from ..exceptions import FitWarning
 from ..training import private_rng
 from ..transforms.neighbourhood import neighbourhood_statistics, parse_neighbour_stats
 
@@ -108,7 +109,7 @@ def lof_scores(data: Data, n_neighbors: int = 20,
             "at distance zero, so densities there are infinite and LOF ranks those nodes "
             "arbitrarily (scikit-learn: 'Duplicate values are leading to incorrect results'). "
             "More neighbours than the largest group, or neighbour statistics beside x "
-            "(lof_neighbour_stats), tell such nodes apart.", RuntimeWarning, stacklevel=2)
+            "(lof_neighbour_stats), tell such nodes apart.", FitWarning, stacklevel=2)
     return -lof.negative_outlier_factor_
 
 

@@ -27,6 +27,7 @@ from torch_geometric.utils import remove_self_loops, to_undirected
 
 from et_graph.nn.validation import check_edge_index, check_features
 
+from ..exceptions import DataWarning
 from ..paths import NO_DATA_HINT, shipped_data_dir
 
 MASK_KEYS = ("train_mask", "val_mask", "test_mask")
@@ -179,7 +180,7 @@ def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
                 f"the name {named!r} starts as PyGOD's injected graphs do (inj_, gen_), whose "
                 "1, 2 and 3 are kinds of anomaly; if your labels mean otherwise (e.g. 2 = "
                 "unknown), pass binarize=False (--no-binarize) and mark the labelled nodes in "
-                "label_mask", UserWarning, stacklevel=2)
+                "label_mask", DataWarning, stacklevel=2)
         return (y > 0).long()
     if not bool(((values == 0) | (values == 1)).all()):
         raise ValueError(
@@ -286,7 +287,7 @@ def prepare_anomaly_data(
                           "16,777,216, the largest range float32 (in which et-graph stores "
                           "features) holds exactly: larger values are rounded (ids and "
                           "timestamps lose their last digits); rescale them (log1p, ranks) "
-                          "before saving the file if the digits matter", RuntimeWarning,
+                          "before saving the file if the digits matter", DataWarning,
                           stacklevel=3)
     x = x.to(torch.float32)
     try:
@@ -351,7 +352,7 @@ def prepare_anomaly_data(
                 "the seeds of a run are not repeats of one protocol"
                 + ("; these look like GADBench's 20 columns (0-9 fully supervised, 10-19 "
                    "semi-supervised): keep one kind, as et_graph.datasets.dgl_graph_to_data "
-                   "does" if len(sizes) == 20 else ""), RuntimeWarning, stacklevel=3)
+                   "does" if len(sizes) == 20 else ""), DataWarning, stacklevel=3)
         for key, mask in prepared.items():
             setattr(data, key, mask)
 
@@ -387,7 +388,7 @@ READ_ENTRIES = ("x", "edge_index", "y", *MASK_KEYS, "label_mask", "name")
 
 
 def warn_unread_entries(source: str, found: Any, read: Any = READ_ENTRIES) -> None:
-    """A ``UserWarning`` naming the entries of a graph file that the loaders drop, so that
+    """A ``DataWarning`` naming the entries of a graph file that the loaders drop, so that
     nobody believes edge weights or types (or anything else stored) shaped the result."""
     unread = sorted(set(found) - set(read))
     if not unread:
@@ -396,7 +397,7 @@ def warn_unread_entries(source: str, found: Any, read: Any = READ_ENTRIES) -> No
     why = (f" ({', '.join(edge)}: every edge counts once, with one type; the detectors read x, "
            "edge_index and y; a typed graph keeps its relations with relation='multi' "
            "(--relation multi))" if edge else "")
-    warnings.warn(f"{source}: the entries {unread} are not read and play no part{why}",
+    warnings.warn(f"{source}: the entries {unread} are not read and play no part{why}", DataWarning,
                   stacklevel=3)
 
 
@@ -455,7 +456,7 @@ def _typed_edges(stored: dict[str, Any], source: str) -> tuple[list[Tensor], lis
                           f"{len(unused)} of them have no edge ({unused[:5]}"
                           f"{', ...' if len(unused) > 5 else ''}): empty relations, whose "
                           "weights stay untrained; number the relations 0..R-1, or name them "
-                          "all in relation_names", RuntimeWarning, stacklevel=3)
+                          "all in relation_names", DataWarning, stacklevel=3)
     names = [str(name) for name in names] if names is not None else [
         f"relation_{r}" for r in range(count)]
     return [edge_index[:, edge_type == r] for r in range(count)], names

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Optional, Union
 import torch
 from torch_geometric.data import Data
 
+from ..exceptions import UnsafeLoadWarning
 from .anomaly_data import (
     file_dataset_name,
     from_pyg_data,
@@ -127,7 +128,7 @@ def load_torch_data(source: Union[str, Path, io.BytesIO], what: str) -> object:
         if allow is None:
             warnings.warn(f"this torch ({torch.__version__}) cannot restrict what {what} "
                           "unpickles: load only files you trust (torch >= 2.5 can)",
-                          RuntimeWarning, stacklevel=2)
+                          UnsafeLoadWarning, stacklevel=2)
         return torch.load(source, map_location="cpu", weights_only=False)
     try:
         with allow(pyg_data_classes()):

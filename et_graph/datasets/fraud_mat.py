@@ -35,6 +35,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from torch_geometric.data import Data
 
+from ..exceptions import DataWarning
 from .anomaly_data import attach_relations, prepare_anomaly_data, warn_unread_entries
 
 CARE_RELATIONS: dict[str, tuple[str, ...]] = {
@@ -102,7 +103,7 @@ def _edges(adjacency: Any, key: str, source: str) -> np.ndarray:
         # The loaders keep a pair once, unweighted: say so rather than drop weights silently.
         warnings.warn(f"{source}: '{key}' holds weights other than 1 (e.g. "
                       f"{off_diagonal[off_diagonal != 1][0]:g}); every nonzero entry is read as "
-                      "one unweighted edge", UserWarning, stacklevel=3)
+                      "one unweighted edge", DataWarning, stacklevel=3)
     return np.stack([rows, cols]).astype(np.int64)
 
 
@@ -205,7 +206,8 @@ def load_fraud_mat(
                 f"{source}: Amazon's layout, so its first {AMAZON_UNLABELLED_NODES} nodes are "
                 f"taken as unlabelled (kept out of every split), but the file has {num_nodes} "
                 f"nodes, not Amazon.mat's {AMAZON_NODES}: pass unlabelled_prefix "
-                "(--unlabelled-prefix) with the file's own count, 0 for none", stacklevel=2)
+                "(--unlabelled-prefix) with the file's own count, 0 for none", DataWarning,
+                stacklevel=2)
     check_unlabelled_prefix(unlabelled_prefix)
     label_mask = None
     if unlabelled_prefix:

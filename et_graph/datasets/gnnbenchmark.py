@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 from torch_geometric.data import Data
 
+from ..exceptions import ConfigWarning
 from ..paths import shipped_path
 from ..progress import progress_bar
 from .gnnbenchmark_common import BenchmarkData
@@ -139,7 +140,7 @@ def warn_unused_data_settings(config: GNNBenchmarkDataConfig, source: str) -> li
               and getattr(config, name) not in (getattr(default, name), quick.get(name))]
     if unused:
         warnings.warn(f"{', '.join(f'{n}={getattr(config, n)!r}' for n in unused)}: not read "
-                      f"by this run's {config.dataset} data ({source} source)", RuntimeWarning,
+                      f"by this run's {config.dataset} data ({source} source)", ConfigWarning,
                       stacklevel=3)
     return unused
 

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..exceptions import DataWarning
 from ..paths import write_text_whole
 from .embedded import load_error_detail, load_torch_data, restricted_pyg_loads
 from .locking import folder_lock
@@ -269,7 +270,7 @@ def drop_stale_processed(raw_files: list[Path], processed_files: list[Path]) -> 
     if not processed_is_stale(raw_files, processed_files):
         return
     warnings.warn(f"{raw_files[0].parent} holds files that changed since the processed copies "
-                  f"in {processed_files[0].parent} were made: processing them again",
+                  f"in {processed_files[0].parent} were made: processing them again", DataWarning,
                   stacklevel=3)
     for path in processed_files:
         try:

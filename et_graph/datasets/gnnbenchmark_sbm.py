@@ -12,6 +12,7 @@ from pathlib import Path
 
 from torch import nn
 
+from ..exceptions import DataWarning
 from .gnnbenchmark_common import (
     SPLITS,
     BenchmarkData,
@@ -96,7 +97,7 @@ def sbm_benchmark(name: str, root: PathLike, source: str = "auto",
         if not Path(root).is_dir():
             warnings.warn(f"the data root {root} does not exist: {name} is generated with the "
                           "published recipe (--source generated says so without this warning)",
-                          RuntimeWarning, stacklevel=3)
+                          DataWarning, stacklevel=3)
     num_train, num_val, num_test = generated_sizes
     if name == "PATTERN":
         recipe = SBMPatternRecipe()

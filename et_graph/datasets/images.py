@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..exceptions import DataWarning
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 COLOR_MODES = {"grayscale": "L", "rgb": "RGB"}
 
@@ -103,14 +105,14 @@ def load_image_folder(
     if transparent:
         warnings.warn(f"{len(transparent)} image(s) have transparent pixels (e.g. "
                       f"{transparent[0]}); their colour is read without the alpha channel",
-                      UserWarning, stacklevel=2)
+                      DataWarning, stacklevel=2)
     if animated:
         warnings.warn(f"{len(animated)} image(s) hold several frames (e.g. {animated[0]}); "
-                      "only the first frame of each is read", UserWarning, stacklevel=2)
+                      "only the first frame of each is read", DataWarning, stacklevel=2)
     if stretched:
         warnings.warn(f"{len(stretched)} of {len(files)} image(s) have another aspect ratio "
                       f"than {height}x{width} (e.g. {stretched[0]}) and are stretched to it; "
-                      "crop them first if the shapes matter", UserWarning, stacklevel=2)
+                      "crop them first if the shapes matter", DataWarning, stacklevel=2)
     stacked = np.stack(arrays)
     if stacked.ndim == 3:
         stacked = stacked[:, None]
@@ -140,7 +142,7 @@ def _pixels(image: Any, color: str, width: int, height: int, path: Path) -> np.n
             warnings.warn(f"image {str(path)!r} (mode I, 32-bit integers) is read as 16 bits "
                           f"per sample (divided by 65535), but its largest value is "
                           f"{values.max():g}: if it holds 8-bit values, save it as 8-bit",
-                          UserWarning, stacklevel=3)
+                          DataWarning, stacklevel=3)
         grey = Image.fromarray((values / scale).astype(np.float32), mode="F").resize(
             (width, height), Image.Resampling.BILINEAR)
         pixels = np.asarray(grey, dtype=np.float32)

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Union
 
+from ..exceptions import OutputWarning
+
 
 @contextlib.contextmanager
 def folder_lock(folder: Union[str, os.PathLike[str]], name: str) -> Iterator[None]:
@@ -62,7 +64,7 @@ def exclusive_folder(folder: Union[str, os.PathLike[str]], name: str) -> Iterato
             # no locks here (some network and FUSE mounts): every run was refused as "busy"
             warnings.warn(f"{folder} cannot be locked ({error.strerror or error}): nothing "
                           "stops a second run from writing there at the same time",
-                          RuntimeWarning, stacklevel=3)
+                          OutputWarning, stacklevel=3)
             yield
             return
         try:

@@ -27,6 +27,7 @@ from torch_geometric.datasets import TUDataset
 from torch_geometric.transforms import OneHotDegree
 from torch_geometric.utils import degree, is_undirected
 
+from ..exceptions import DataWarning
 from ..paths import (
     cache_dir,
     cache_dir_is_chosen,
@@ -296,7 +297,7 @@ def check_raw_files(source: Path, name: str) -> dict[str, str]:
     if bool(loops.any()):
         warnings.warn(f"{where('A')} holds {int(loops.sum())} self-loop(s) (first: line "
                       f"{int(np.argmax(loops)) + 1}); PyG's TU reader removes them, with their "
-                      "edge labels and attributes", RuntimeWarning, stacklevel=3)
+                      "edge labels and attributes", DataWarning, stacklevel=3)
     with_edge_data = [part for part in ("edge_labels", "edge_attributes")
                       if f"{name}_{part}.txt" in texts]
     if with_edge_data:
@@ -399,7 +400,7 @@ def load_tudataset(
         warnings.warn(f"{name}: {one_way} of {len(graphs)} graphs list some edge in one direction "
                       "only; TU files list each edge both ways (an undirected graph). The "
                       "models read them as directed: add the reverse lines to A.txt (and its "
-                      "edge files) if the graphs are undirected", RuntimeWarning, stacklevel=2)
+                      "edge files) if the graphs are undirected", DataWarning, stacklevel=2)
     info: dict[str, Any] = {
         "graphs": len(graphs),
         "classes": int(dataset.num_classes),

@@ -26,8 +26,9 @@ from torch_geometric.data import Data
 
 from ..callers import user_stacklevel
 from ..config import apply_keywords, check_device, resolve_device, to_dict
+from ..exceptions import DataWarning, FitWarning, ReproducibilityWarning
 from ..nn.validation import check_chunk_size, is_integral
-from ..protocols.anomaly import choose_threshold
+from ..protocols.anomaly import check_inside_label_mask, choose_threshold
 from ..training import private_rng
 from ..transforms.features import check_node_graph
 
@@ -305,7 +306,7 @@ class BaseDetector:
                 f"{'on' if saved_native else 'off'} and they are "
                 f"{'off' if saved_native else 'on'} here: the scores may differ from the saved "
                 f"detector's in the last bits; et_graph.native.set_native_attention("
-                f"{saved_native}) scores bit for bit as before", RuntimeWarning,
+                f"{saved_native}) scores bit for bit as before", ReproducibilityWarning,
                 stacklevel=user_stacklevel())
         detector.device = device
         return detector
@@ -376,7 +377,7 @@ class BaseDetector:
                         "(add informative ones, e.g. et_graph.transforms.LogDegree)")
             warnings.warn(f"{self._name}: every validation node has the same score "
                           f"({float(val_scores[0]):.4g}), so the model ranks nothing{trace}; "
-                          f"{hint}", RuntimeWarning, stacklevel=user_stacklevel())
+                          f"{hint}", FitWarning, stacklevel=user_stacklevel())
         self.threshold_, val_f1 = choose_threshold(
             y[val_index].numpy(), score[val_index].double().numpy()
         )
@@ -513,7 +514,7 @@ class BaseDetector:
 # Input checks shared by every detector
 # ----------------------------------------------------------------------------------------------
 def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = False) -> None:
-    """A ``UserWarning`` for per-edge data the detectors do not read, rather than silence: the
+    """A ``DataWarning`` for per-edge data the detectors do not read, rather than silence: the
     user may believe the weights, features or relation types shape the result (``edge_type``
     is read only by the multi-relation ET)."""
     unused = [name for name in ("edge_weight", "edge_attr", "edge_type")
@@ -534,7 +535,7 @@ def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = Fal
             and ("edge" in key or (data[key].size(0) == edges and edges != nodes))]
     if unused:
         warnings.warn(f"{detector} ignores data.{' and data.'.join(unused)}: the detectors read "
-                      "x, edge_index (and edge_type with multi_relation) only",
+                      "x, edge_index (and edge_type with multi_relation) only", DataWarning,
                       stacklevel=user_stacklevel())
 
 
@@ -589,33 +590,6 @@ def check_labels(data: Data, used: Tensor) -> Tensor:
         raise ValueError("data.y must be binary on the training and validation nodes: "
                          "0 = normal, 1 = anomalous (other nodes' labels are not read)")
     return torch.where(used, y, torch.zeros((), dtype=y.dtype)).long()
-
-
-def check_inside_label_mask(data: Data, train: Tensor, val: Tensor) -> None:
-    """``ValueError`` when ``data.label_mask`` (the labelled nodes: Amazon's and YelpChi's
-    loaders keep one) marks nodes of ``train`` or ``val`` unlabelled: their placeholder label 0
-    trained them as normal without a word in Python (the command line's splits refused it: an
-    input audit)."""
-    labelled = getattr(data, "label_mask", None)
-    if labelled is None:
-        return
-    labelled = torch.as_tensor(labelled).cpu()
-    if labelled.dim() == 2 and labelled.size(1) == 1:
-        labelled = labelled[:, 0]  # [N, 1], as the loaders accept it
-    if labelled.dtype != torch.bool and bool(((labelled == 0) | (labelled == 1)).all()):
-        labelled = labelled.bool()  # 0/1 numbers, as the loaders read them
-    if labelled.dtype != torch.bool or labelled.shape != (data.num_nodes,):
-        raise ValueError(f"data.label_mask must be a bool (or 0/1) tensor of shape "
-                         f"[{data.num_nodes}] (the labelled nodes), got "
-                         f"{tuple(labelled.shape)} {labelled.dtype}")
-    for name, mask in (("train_mask", train), ("val_mask", val)):
-        outside = int((mask & ~labelled).sum())
-        if outside:
-            raise ValueError(
-                f"{name} holds {outside} nodes that data.label_mask marks unlabelled; their "
-                "placeholder labels would count as normal: keep the masks inside label_mask "
-                "(stratified_split(data.y, 0.4, seed, eligible=data.label_mask) draws such a "
-                "split)")
 
 
 def resolve_mask(data: Data, mask: Optional[Tensor], name: str) -> Tensor:

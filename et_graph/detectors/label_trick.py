@@ -20,6 +20,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..callers import user_stacklevel
+from ..exceptions import DataWarning
 from ..transforms.neighbourhood import in_edges_without_self_loops
 
 #: Number of input columns the label trick adds.
@@ -151,6 +152,6 @@ class FittedGraphLabels:
                 "graph: the label-trick columns are zero (no training label is known there), "
                 "which lowers the scores' quality. Score the fitted graph, or the fitted graph "
                 "grown (new edges, or new nodes appended after its own, every fitted edge "
-                "kept), to use its training labels.", RuntimeWarning,
+                "kept), to use its training labels.", DataWarning,
                 stacklevel=user_stacklevel())
         return neighbour_label_features(data.edge_index.to(device), labels.to(device))

@@ -30,6 +30,7 @@ from torch_geometric.utils import subgraph
 
 from ..baselines.node import GATNet, GCNNet, MLPNet
 from ..callers import user_stacklevel
+from ..exceptions import DataWarning, FitWarning
 from ..loaders.neighbour_sampling import make_sampler, parse_fanouts, resolve_sampler
 from ..nn.edge_cache import clear_graph_caches
 from ..nn.models.anomaly import (
@@ -312,7 +313,7 @@ HOPELESS_SCALE = 1e15
 
 def check_feature_scales(x: Tensor, detector: str) -> None:
     """A ``ValueError`` for features no float32 network can take (beyond 1e15), and a
-    ``RuntimeWarning`` for features on raw scales (an amount in the thousands beside a ratio
+    ``DataWarning`` for features on raw scales (an amount in the thousands beside a ratio
     near 1): a network trains poorly on them (Tolokers-like data with one column times
     1e4 gave ET an AUROC of 0.38 raw, 0.99 quantile-transformed), while ``et-graph anomaly``
     transforms every column by default. Trees do not care, so GBT does not warn."""
@@ -335,7 +336,7 @@ def check_feature_scales(x: Tensor, detector: str) -> None:
             "training graph and applied to every graph scored: transform = et_graph.transforms."
             "FeatureTransform('quantile').fit(data) (or 'standard'), then fit and score "
             "transform.transform(graph).",
-            RuntimeWarning, stacklevel=user_stacklevel())
+            DataWarning, stacklevel=user_stacklevel())
 
 
 class NeuralDetector(FittedGraphLabels, BaseDetector):
@@ -512,7 +513,7 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
             warnings.warn(f"{self._name}: the relation ids cannot be checked (names "
                           f"{named}"
                           ", none on the other side): edge_type must number the relations as "
-                          "in the fitted graph", RuntimeWarning, stacklevel=user_stacklevel())
+                          "in the fitted graph", DataWarning, stacklevel=user_stacklevel())
 
     @torch.no_grad()
     def _score(self, data: Data) -> Tensor:
@@ -637,7 +638,7 @@ class ETDetector(NeuralDetector):
                 warnings.warn(f"{self._name}: relation(s) {empty} have no edge in the "
                               "fitted graph, so their keys and queries stay untrained; edges "
                               "of them in a scored graph would meet random weights",
-                              RuntimeWarning, stacklevel=user_stacklevel())
+                              FitWarning, stacklevel=user_stacklevel())
         super()._fit(data, y, train, val)
 
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:

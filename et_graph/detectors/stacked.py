@@ -38,6 +38,7 @@ from torch_geometric.data import Data
 
 from ..callers import user_stacklevel
 from ..config import sections
+from ..exceptions import FitWarning
 from ..nn.models.anomaly import graph_relations
 from ..nn.validation import check_positive_int
 from ..progress import progress_bar
@@ -112,7 +113,7 @@ def cross_fit_trees(data: Data, y: Tensor, train: Tensor, trees: GBTModelConfig,
         warnings.warn(f"the stacked trees of fold(s) {flat} of {folds} give every held-out "
                       "training node the same score, so their column ranks nothing there: too "
                       "few training nodes per leaf? (trees=GBTModelConfig(min_samples_leaf=...) "
-                      "lower, or fewer folds)", RuntimeWarning, stacklevel=user_stacklevel())
+                      "lower, or fewer folds)", FitWarning, stacklevel=user_stacklevel())
     return fitted, fold_of
 
 

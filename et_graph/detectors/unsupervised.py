@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 
 from ..callers import user_stacklevel
+from ..exceptions import ConfigWarning, DataWarning, ETGraphDeprecationWarning, FitWarning
 from ..nn.edge_cache import clear_graph_caches
 from ..nn.models.image_completion import check_mask_ratio
 from ..nn.models.masked_reconstruction import (
@@ -341,7 +342,7 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
 
 
 def _warn_uninformative(graph: Data, detector: str, linked: bool) -> None:
-    """A ``RuntimeWarning`` for graphs whose nodes the masked completion cannot tell apart
+    """A ``DataWarning`` for graphs whose nodes the masked completion cannot tell apart
     (equal features everywhere: the scores then only reflect the random masks) or complete
     from nothing but the node itself (no edges: ``linked`` is whether an edge joins two
     nodes)."""
@@ -349,14 +350,14 @@ def _warn_uninformative(graph: Data, detector: str, linked: bool) -> None:
     if bool((x == x[:1]).all()):
         warnings.warn(f"{detector}: every node has the same features, so the scores differ "
                       "only by the random masks and rank the nodes arbitrarily",
-                      RuntimeWarning, stacklevel=user_stacklevel())
+                      DataWarning, stacklevel=user_stacklevel())
     # Self-loops are no neighbours: ET's attention skips them (a graph of self-loops alone
     # scored as one without edges, and said nothing).
     if not linked:
         warnings.warn(f"{detector}: the graph has no edges between two nodes (self-loops at "
                       "most), so the completion of a masked node "
                       "reads no neighbour (the detector works as a feature autoencoder)",
-                      RuntimeWarning, stacklevel=user_stacklevel())
+                      DataWarning, stacklevel=user_stacklevel())
 
 
 class UnsupervisedETDetector(BaseDetector):
@@ -430,7 +431,7 @@ class UnsupervisedETDetector(BaseDetector):
             warnings.warn(
                 f"{type(self).__name__}: the scores tie at the threshold, so predict flags "
                 f"{flagged:.1%} of the fitted nodes instead of contamination={contamination} "
-                "(the ranking in decision_function still holds)", RuntimeWarning,
+                "(the ranking in decision_function still holds)", FitWarning,
                 stacklevel=user_stacklevel())
         return self
 
@@ -488,7 +489,7 @@ class UnsupervisedETDetector(BaseDetector):
                 "scores among the nodes of the graph scored, so on another graph than the "
                 "fitted one it is relative to that graph: threshold_ and predict, set on the "
                 "fitted graph's scores, do not carry over; compare graphs by "
-                "score_components()['reconstruction'] or ['structure']", RuntimeWarning,
+                "score_components()['reconstruction'] or ['structure']", ConfigWarning,
                 stacklevel=user_stacklevel())
         # Its own generator: the scores do not depend on what was drawn before.
         generator = torch.Generator().manual_seed(self.seed + 1_000_003)
@@ -506,7 +507,7 @@ class UnsupervisedETDetector(BaseDetector):
         where higher means more anomalous, so the name misled."""
         warnings.warn(f"{type(self).__name__}.score_samples is renamed score_components (a "
                       "dict of anomaly scores, higher = more anomalous; scikit-learn's "
-                      "score_samples means the opposite)", FutureWarning,
+                      "score_samples means the opposite)", ETGraphDeprecationWarning,
                       stacklevel=user_stacklevel())
         return self.score_components(data)
 

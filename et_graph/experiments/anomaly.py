@@ -28,6 +28,7 @@ from ..detectors.registry import (
     load_plugins,
     plugin_flags,
 )
+from ..exceptions import ConfigWarning, SmallSampleWarning
 from ..plots import anomaly as anomaly_plots  # (module attributes: tests patch plot_curves)
 from ..progress import progress_bar
 from ..protocols.anomaly import (
@@ -126,11 +127,11 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
         # A user's file with masks (the named datasets document their protocol instead)
         warnings.warn(f"{config.data.data} carries its own train/val/test masks; the paper "
                       "protocol draws stratified splits instead (--protocol gadbench uses the "
-                      "file's masks)", RuntimeWarning, stacklevel=2)
+                      "file's masks)", ConfigWarning, stacklevel=2)
     if p.energy_row and p.chunked and "et" in names and not p.validation_only and rank == 0:
         warnings.warn("the energy row and its trajectory are full-graph passes, which the "
                       "inference chunks avoid: they are left out (--no-energy-row says so "
-                      "without this warning)", RuntimeWarning, stacklevel=2)
+                      "without this warning)", ConfigWarning, stacklevel=2)
     splits = make_splits(data, p.protocol, p.seeds, p.train_ratio, p.split_seed, p.vary_split)
     one_split = same_split(splits)
     if p.seed_ensemble and not one_split:
@@ -148,7 +149,7 @@ def _run(config: AnomalyConfig, names: list[str], data: Data, rank: int,
                       "AUROC, AUPRC and Rec@K rest on so few that one node moves them by "
                       f"1/{max(fewest, 1)} of their range; read them as anecdotes (a larger "
                       "graph gives more)",
-                      RuntimeWarning, stacklevel=2)
+                      SmallSampleWarning, stacklevel=2)
     rows: dict[str, list[dict[str, float]]] = {}
     curves: dict[str, Any] = {"prob": {}, "history": {}, "energy": None,
                               "select_metric": config.train.select_metric}

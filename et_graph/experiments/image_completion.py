@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..config import check_results_kept, parse_given, run_metadata, to_dict, warn_unread_flags
 from ..datasets.images import load_digits_images, load_image_folder, split_images
+from ..exceptions import ConfigWarning
 from ..nn.models.image_completion import ETImageCompletion
 from ..protocols.image_completion import (
     ENERGY_TOLERANCE,
@@ -67,7 +68,7 @@ def load_images(config: ImageDataConfig) -> Tensor:
         if ignored:  # the results recorded them as if they had shaped the images
             warnings.warn(f"{', '.join(ignored)}: the digits are 8x8 grayscale as they ship; "
                           "image_size, image_width and color apply to a folder of images",
-                          RuntimeWarning, stacklevel=2)
+                          ConfigWarning, stacklevel=2)
         return load_digits_images()
     return load_image_folder(config.data, size=config.size, color=config.color)
 

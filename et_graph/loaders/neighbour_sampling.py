@@ -36,6 +36,8 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import cumsum
 
+from ..exceptions import ConfigWarning
+
 SAMPLERS = ("auto", "builtin", "pyg")
 
 
@@ -225,7 +227,7 @@ class PygNeighbourSampler:
 def make_sampler(name: str, edge_index: Tensor, num_nodes: int, num_neighbors: Sequence[int]
                  ) -> NeighbourSampler | PygNeighbourSampler:
     """The sampler ``name`` (``auto``/``builtin``/``pyg``, see :func:`resolve_sampler`) over
-    the graph's edges without self-loops. On a directed graph a ``RuntimeWarning`` says that
+    the graph's edges without self-loops. On a directed graph a ``ConfigWarning`` says that
     the batches cannot give the full-graph outputs (the key side of an ET step lies along
     out-edges, which no sampler follows). That check sorts the edge list once, which at setup
     takes a few times the ``edge_index``'s memory (about +430 MiB for 8M edges in an audit)."""
@@ -237,7 +239,7 @@ def make_sampler(name: str, edge_index: Tensor, num_nodes: int, num_neighbors: S
             "ET step also reads along out-edges, so sampled training never sees the function "
             "that scoring computes over the full graph (not even with fanouts of -1); make the "
             "graph undirected (torch_geometric.transforms.ToUndirected) or train full batch",
-            RuntimeWarning, stacklevel=3)
+            ConfigWarning, stacklevel=3)
     kind = resolve_sampler(name)
     # ET gives a self-loop no weight (its attention skips them), so a drawn self-loop would
     # only take a neighbour's place in the fanout.

@@ -19,6 +19,8 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ..exceptions import ConfigWarning
+
 __all__ = ["check_relation_wrappers"]
 
 # How far up the stack the wrapper is looked for. Each module between the wrapper and the
@@ -119,6 +121,6 @@ def check_relation_wrappers(module: nn.Module, relational: bool = False) -> None
             f"outputs. An ET layer's output is the token state after its descent, not "
             f"aggregated messages, so a sum counts every token once per relation and no "
             f"descent sees the other relations. For one energy over all relations use "
-            f"RelationalETConv on data.to_homogeneous()", UserWarning,
+            f"RelationalETConv on data.to_homogeneous()", ConfigWarning,
             # stacklevel 1 is this function and 3 the frame _getframe(2) started from
             stacklevel=3 + distance + _TO_CALLER[from_fx])

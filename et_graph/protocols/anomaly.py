@@ -178,6 +178,43 @@ def check_split(split: Split, labels: np.ndarray, hint: str) -> None:
                              f"({hint.format(direction=direction)})")
 
 
+def labelled_nodes(data: Data) -> Optional[Tensor]:
+    """``data.label_mask`` (the labelled nodes: Amazon's and YelpChi's loaders keep one) as a
+    bool ``[N]`` on the CPU, or ``None`` without one. Also taken: 0/1 numbers and an ``[N, 1]``
+    column, as the loaders read them; anything else is a ``ValueError`` (a 0.5 was rounded to
+    labelled by one check and refused by another: the twin checks are this one now)."""
+    labelled = getattr(data, "label_mask", None)
+    if labelled is None:
+        return None
+    labelled = torch.as_tensor(labelled).detach().cpu()
+    if labelled.dim() == 2 and labelled.size(1) == 1:
+        labelled = labelled[:, 0]
+    if labelled.dtype != torch.bool and bool(((labelled == 0) | (labelled == 1)).all()):
+        labelled = labelled.bool()
+    if labelled.dtype != torch.bool or labelled.shape != (data.num_nodes,):
+        raise ValueError(f"data.label_mask must be a bool (or 0/1) tensor of shape "
+                         f"[{data.num_nodes}] (the labelled nodes), got "
+                         f"{tuple(labelled.shape)} {labelled.dtype}")
+    return labelled
+
+
+def check_inside_label_mask(data: Data, train: Tensor, val: Tensor) -> None:
+    """``ValueError`` when ``data.label_mask`` marks nodes of ``train`` or ``val`` (bool masks)
+    unlabelled: their placeholder label 0 trained them as normal without a word in Python (the
+    command line's splits refused it: an input audit)."""
+    labelled = labelled_nodes(data)
+    if labelled is None:
+        return
+    for name, mask in (("train_mask", train), ("val_mask", val)):
+        outside = int((mask.cpu() & ~labelled).sum())
+        if outside:
+            raise ValueError(
+                f"{name} holds {outside} nodes that data.label_mask marks unlabelled; their "
+                "placeholder labels would count as normal: keep the masks inside label_mask "
+                "(stratified_split(data.y, 0.4, seed, eligible=data.label_mask) draws such a "
+                "split)")
+
+
 def mask_splits(data: Data) -> list[Split]:
     """The dataset's own ``train_mask``/``val_mask``/``test_mask`` (``[N]`` or ``[N, S]``)."""
     masks = [getattr(data, name, None) for name in ("train_mask", "val_mask", "test_mask")]
@@ -192,7 +229,7 @@ def mask_splits(data: Data) -> list[Split]:
         for s in range(masks[0].size(1))
     ]
     labels = _check_labels(data.y)
-    labelled = getattr(data, "label_mask", None)
+    labelled = labelled_nodes(data)
     for column, split in enumerate(splits):
         check_split(split, labels, f"the dataset's mask column {column}")
         if labelled is not None:
@@ -221,7 +258,7 @@ def make_splits(
     dataset's masks, seed ``i`` using mask column ``i`` (or the only one; more seeds than
     ``S > 1`` columns are refused)."""
     if protocol == "paper":
-        eligible = getattr(data, "label_mask", None)
+        eligible = labelled_nodes(data)
         seeds = [split_seed + s if vary_split else split_seed for s in range(num_seeds)]
         cache: dict[int, Split] = {}
         for s in set(seeds):

@@ -16,6 +16,7 @@ from .. import plugins
 from ..config import RunConfig, parse_model_list
 from ..datasets.gnnbenchmark import QUICK_GENERATED_SIZES, GNNBenchmarkDataConfig
 from ..datasets.gnnbenchmark_common import BenchmarkData
+from ..exceptions import ConfigWarning
 from .benchmark_models import (
     BENCHMARK_MODEL_REGISTRY,
     UNKNOWN_BENCHMARK_MODEL_HINT,
@@ -75,7 +76,7 @@ class ProtocolConfig:
             # runs seed 3 once, and said nothing.
             warnings.warn(f"seeds={self.seeds!r} runs the single seed {seeds[0]}: gnnbenchmark's "
                           f"seeds are a list (0,1,2 for three runs), not a count",
-                          UserWarning, stacklevel=2)
+                          ConfigWarning, stacklevel=2)
 
     @property
     def model_names(self) -> list[str]:

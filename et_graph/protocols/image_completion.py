@@ -23,6 +23,7 @@ from ..datasets.images import split_images
 
 # (where the image task and its tests have always imported them)
 from ..energy import ENERGY_TOLERANCE, energy_is_monotone  # noqa: F401
+from ..exceptions import DataWarning
 from ..nn.models.image_completion import ETImageCompletion, check_images, patchify
 from ..training import (
     CheckpointConfig,
@@ -47,7 +48,7 @@ def warn_outside_unit_range(images: Tensor, what: str) -> None:
     if largest > 1.0 + 1e-6:
         warnings.warn(f"{what} reach {largest:g}: the image path works with pixels in [0, 1] "
                       "(as the loaders give them; divide 8-bit values by 255), and its MSE is "
-                      "stated for that range", UserWarning, stacklevel=3)
+                      "stated for that range", DataWarning, stacklevel=3)
 
 
 def masked_mse(prediction: Tensor, target: Tensor, patch_mask: Tensor) -> float:

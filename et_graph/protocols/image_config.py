@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
 from ..config import RunConfig
+from ..exceptions import ConfigWarning
 from .image_completion import ImageTrainConfig
 
 #: The colour modes of an image folder.
@@ -108,7 +109,7 @@ class ImageProtocolConfig:
         if 0.5 < self.val_fraction < 1.0:  # (0.99 trained on 2 of 200 images silently: an audit)
             warnings.warn(f"val_fraction {self.val_fraction:g} holds out more of the training "
                           "images for choosing the epoch than the model trains on",
-                          UserWarning, stacklevel=3)
+                          ConfigWarning, stacklevel=3)
 
 
 @dataclass

@@ -50,6 +50,8 @@ from typing import Any, Optional
 import numpy as np
 from scipy import stats
 
+from ..exceptions import SmallSampleWarning
+
 #: The designs of :func:`compare_to`: paired over shared test parts, or two independent
 #: samples of seeds. (:func:`node_difference` adds ``"nodes"``: AUROC paired over the scored
 #: nodes themselves.)
@@ -400,7 +402,7 @@ def compare_nodes(labels: np.ndarray, scores: Mapping[str, Sequence[np.ndarray]]
             f"the intervals over the nodes rest on {smallest} scored nodes of one class: with "
             f"fewer than {FEW_NODES_PER_CLASS} they cover less than they say (a simulation of "
             "nominal 95% intervals: 76% at 2 anomalies, 89% at 5, 93% at 15); read them as "
-            "too narrow", RuntimeWarning, stacklevel=2)
+            "too narrow", SmallSampleWarning, stacklevel=2)
     differences = [node_difference(labels, scores[reference], scores[other],
                                    confidence=confidence, names=(reference, other))
                    for other in others]

@@ -35,6 +35,7 @@ from ..detectors.unsupervised import (
     UnsupervisedScoreConfig,
     label_free_graph,
 )
+from ..exceptions import SkippedBaselineWarning
 from ..progress import progress_bar
 from ..protocols.anomaly import recall_at_k
 from ..transforms.features import FEATURE_NORMS, transform_features
@@ -344,7 +345,7 @@ def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
                     if name not in skipped:  # said once, not once per seed
                         # A warning, not a print: library callers may route or silence it; the
                         # runner's table lists the skipped baselines again.
-                        warnings.warn(f"skipped baseline {name}: {reason}", RuntimeWarning,
+                        warnings.warn(f"skipped baseline {name}: {reason}", SkippedBaselineWarning,
                                       stacklevel=2)
                     # A row that scored earlier seeds is dropped whole, so that every row
                     # averages the same seeds (a shorter row crashed the runner later).

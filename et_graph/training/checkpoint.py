@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, Union
 import numpy as np
 import torch
 
+from ..exceptions import ReproducibilityWarning
 from ..paths import plain_file_mode
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -198,7 +199,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
             warnings.warn(f"the checkpoint holds the random states of {len(cuda)} CUDA "
                           "device(s), which this machine cannot restore: the resumed run's "
                           "draws on the GPU differ from an uninterrupted run's",
-                          RuntimeWarning, stacklevel=2)
+                          ReproducibilityWarning, stacklevel=2)
 
 
 def _to_lists(value: Any) -> Any:

@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..config import code_identity
+from ..exceptions import ConfigWarning, FitWarning, OutputWarning, ReproducibilityWarning
 from ..nn.validation import is_integral, is_real
 from ..progress import interactive, progress_bar
 from .checkpoint import (
@@ -509,7 +510,7 @@ class Trainer:
             warnings.warn(f"{self.description}: WORLD_SIZE is {launched} but no process group "
                           "is initialised, so this process trains alone on all the data; call "
                           "torch.distributed.init_process_group first for data-parallel "
-                          "training", RuntimeWarning, stacklevel=3)
+                          "training", ConfigWarning, stacklevel=3)
         train_model: nn.Module = model
         if world > 1:
             train_model = nn.parallel.DistributedDataParallel(
@@ -652,7 +653,7 @@ class Trainer:
                 warnings.warn(f"{self.description}: epoch {epoch} took no optimiser step (no "
                               "batch held a training node)"
                               + (", so it cannot be the selected epoch" if not steps_since_pass
-                                 else ""), RuntimeWarning, stacklevel=2)
+                                 else ""), FitWarning, stacklevel=2)
             model.eval()
             improved = False
             if validated:
@@ -841,7 +842,7 @@ def _own_random_states(state: dict[str, Any], rank: int, world: int,
         warnings.warn(f"{path} holds the random states of "
                       f"{'1 process' if ranks is None else f'{len(ranks)} ranks'}, and this run "
                       f"has {world}: every rank resumes from rank 0's, so their random draws "
-                      "differ from an uninterrupted run's", RuntimeWarning, stacklevel=3)
+                      "differ from an uninterrupted run's", ReproducibilityWarning, stacklevel=3)
     return {"rng": state["rng"], "generators": state["generators"]}
 
 
@@ -861,7 +862,7 @@ def _written_by(state: dict[str, Any], unknown: Iterable[str] = ()) -> str:
 def _warn_overwriting(path: Path,
                       same_runs: Callable[[Any, str], list[tuple[dict[str, Any], str]]]
                       ) -> None:
-    """A ``UserWarning`` before a run without ``resume`` replaces the checkpoint of a run with
+    """An ``OutputWarning`` before a run without ``resume`` replaces the checkpoint of a run with
     another configuration in the same folder (two --data files with the same name share one)."""
     try:
         state = load_checkpoint(path)
@@ -871,7 +872,7 @@ def _warn_overwriting(path: Path,
     if stored not in same_runs(stored[0], str(stored[1])):
         warnings.warn(f"{path} holds the checkpoint of a run with another configuration, and "
                       "this run (without resume) replaces it: give each configuration its own "
-                      "checkpoint_dir to keep both", UserWarning, stacklevel=3)
+                      "checkpoint_dir to keep both", OutputWarning, stacklevel=3)
 
 
 def _without_settings(fingerprint: str, settings: dict[str, Any]) -> str:

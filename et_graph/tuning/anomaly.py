@@ -14,6 +14,7 @@ from torch_geometric.data import Data
 from ..config import merge
 from ..detectors import SEARCH_SPACES, registered_detectors
 from ..detectors.registry import DETECTOR_REGISTRY
+from ..exceptions import ConfigWarning
 from ..protocols.anomaly import make_splits, sealed_labels, validation_score
 from ..protocols.anomaly_config import (
     UNKNOWN_MODEL_HINT,
@@ -114,7 +115,7 @@ class AnomalyObjective:
                 "the dataset's masks") + "), whose test nodes include them: a tuned preset "
                 "scored over those seeds has seen part of its test nodes. Score it on the "
                 "first split only (no --vary-split; under gadbench, one mask), or state it.",
-                RuntimeWarning, stacklevel=2)
+                ConfigWarning, stacklevel=2)
         self.y_val = self.data.y.cpu()[self.val_mask.cpu()].numpy()
         # The models that train epochs keep one by their config's select_metric (the trees
         # have none); built here, a registered factory's wrong kind is found before any trial.
@@ -127,7 +128,7 @@ class AnomalyObjective:
                 f"tuning {model} for validation {metric}, but each trial keeps the epoch of "
                 f"its best validation {selected} (train.select_metric) and is scored there, "
                 f"and the pruner reads {metric} curves: pass --select-metric {metric} to tune "
-                "what the epochs are chosen on", RuntimeWarning, stacklevel=2)
+                "what the epochs are chosen on", ConfigWarning, stacklevel=2)
 
     @property
     def preset_meta(self) -> dict[str, str]:

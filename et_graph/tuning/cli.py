@@ -27,6 +27,7 @@ from ..config import (
     resolve,
     to_dict,
 )
+from ..exceptions import ConfigWarning
 from ..reporting import output_folder
 from ..training import keeps_caller_rng
 from .anomaly import CLASS_BALANCE_CHOICES, TUNE_METRICS, AnomalyObjective
@@ -221,7 +222,7 @@ def warn_flags_of_tuning(task: str, config: Any, given: set[str], class_balance:
         warnings.warn(f"flags for {', '.join(ignored)}: the tuner's trials never read them "
                       "(each trial fits one model once, on the validation split, without "
                       "checkpoints); they apply when the task runs a written preset",
-                      RuntimeWarning, stacklevel=2)
+                      ConfigWarning, stacklevel=2)
     given = given - set(ignored)
     if task == "anomaly":
         from .anomaly import search_space, trial_config

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..config import merge, run_metadata, to_dict, write_preset
+from ..exceptions import ConfigWarning, FitWarning
 from ..progress import interactive
 from ..reporting import counted, json_text
 from ..training.checkpoint import changed_settings
@@ -185,7 +186,7 @@ def warn_tuned_flags(given: set[str], tuned: dict[str, set[str]]) -> list[str]:
         which = "; ".join(f"{key} (tuned for {', '.join(m for m in tuned if key in tuned[m])})"
                           for key in named)
         warnings.warn(f"flags that a study sets in every trial: {which}; that study's trials "
-                      "never use the flag's value", RuntimeWarning, stacklevel=2)
+                      "never use the flag's value", ConfigWarning, stacklevel=2)
     return named
 
 
@@ -372,7 +373,7 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
         if failures.stopped:
             warnings.warn(f"study {name!r}: {failures.limit} trials in a row failed (non-finite "
                           "loss or objective); stopped instead of running to the time limit",
-                          RuntimeWarning, stacklevel=2)
+                          FitWarning, stacklevel=2)
     return study
 
 

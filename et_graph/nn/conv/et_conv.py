@@ -13,6 +13,7 @@ from torch_geometric.typing import Adj
 from torch_geometric.utils import cumsum, is_sparse
 
 from ... import energy as E
+from ...exceptions import ConfigWarning
 from ...fused import sparse_kernels_on
 from ...native import normal_like
 from ..edge_cache import EdgeCache
@@ -342,7 +343,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
     * **Heterogeneous graphs.** The output is the token state ``x`` after descent, not a
       message: ``to_hetero(..., aggr="sum")`` and ``HeteroConv`` would add ``x`` once per
       relation into a node type (between node types the call is bipartite and refused; over
-      one node type it runs, with a ``UserWarning``, found by a look up the call stack: not
+      one node type it runs, with a ``ConfigWarning``, found by a look up the call stack: not
       under ``torch.compile``, nor from more than about fifteen modules deep inside the
       wrapper). ``to_hetero_with_bases`` is refused, and
       so is :class:`~et_graph.nn.RelationalETConv` under ``to_hetero`` or ``HeteroConv``. Use
@@ -441,7 +442,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
                 f"{cls.__name__} overrides ETConv.{', ETConv.'.join(own)}, which the descent "
                 "does not read: it descends energy_fn (an ETEnergy). Put a new term in an "
                 "ETEnergy subclass and set it as conv.energy_fn (or pass energy_cls=), so "
-                "that the steps and the reported energies agree", UserWarning, stacklevel=2)
+                "that the steps and the reported energies agree", ConfigWarning, stacklevel=2)
 
     def __init__(
         self,

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules import module as _module
 
+from ...exceptions import DataWarning
 from ...fused import sparse_kernels_on
 from ..adjacency_mask import Conv2DAdjacencyMask
 from ..conv import ETConv
@@ -493,7 +494,7 @@ class ETGraphModel(nn.Module):
             if unused == "raise":
                 raise ValueError(message)
             warnings.warn(message + " (forward_data(..., unused='ignore') to silence)",
-                          RuntimeWarning, stacklevel=2)
+                          DataWarning, stacklevel=2)
             self._warned_unused = True
         return self(
             data.x,
