@@ -875,3 +875,149 @@ def test_a_study_is_never_louder_than_the_callers_optuna_verbosity():
     finally:
         optuna.logging.set_verbosity(level)
         logging.getLogger("optuna").removeHandler(handler)
+
+
+class _Validation:
+    def __init__(self, value):
+        self.metrics, self.score = {"auroc": value}, value
+
+
+def _epochs(seconds_per_epoch, epochs=50):
+    """An objective whose trial reports an epoch every ``seconds_per_epoch`` through the
+    tuner's pruning hook, as the engine's on_epoch does."""
+    import time
+
+    from et_graph.tuning.study import pruning_callback
+
+    def objective(trial):
+        report = pruning_callback(trial, "auroc")
+        x = trial.suggest_float("x", 0, 1)
+        for epoch in range(epochs):
+            time.sleep(seconds_per_epoch)
+            report(epoch, _Validation(x))
+        return x
+    return objective
+
+
+def test_a_trial_running_when_the_time_limit_passes_stops_at_its_next_epoch():
+    """Optuna checks its time limit only between trials: one trial of 50 x 0.1 s ran 5 s past
+    a 0.6 s limit (a tuning audit saw 18 s past 3 s)."""
+    import time
+
+    from et_graph.tuning.study import STOPPED_BY_TIME, run_study, study_summary
+
+    start = time.perf_counter()
+    study = run_study("deadline", _epochs(0.1), TuneBudget(trials=3, timeout_minutes=0.01,
+                                                           prune_warmup=100), None,
+                      progress=False)
+    assert time.perf_counter() - start < 2.5  # 0.6 s and one epoch, not 5 s
+    [trial] = study.trials
+    assert trial.state.name == "PRUNED" and trial.user_attrs[STOPPED_BY_TIME]
+    summary = study_summary(study, 1.0, 3)
+    assert summary["trials"]["stopped_by_time_limit"] == 1
+    assert summary["seconds_all_runs"] == pytest.approx(time.perf_counter() - start, abs=0.5)
+
+
+def test_the_time_limit_binds_every_run_of_a_study_together(tmp_path):
+    """Each resumed run got a fresh limit, so a model stopped and resumed had more time than
+    one run straight through (a tuning audit)."""
+    from et_graph.tuning.study import SECONDS_SPENT, run_study
+
+    storage = f"sqlite:///{tmp_path}/time.db"
+    budget = TuneBudget(trials=20, timeout_minutes=0.01, prune_warmup=100)
+    # (a Study reads its storage live: the counts are taken after each run)
+    first = run_study("spent", _epochs(0.05, epochs=2), budget, storage, progress=False)
+    spent, ran = first.user_attrs[SECONDS_SPENT], len(first.trials)
+    assert spent >= 0.6 and 0 < ran < 20
+    with pytest.warns(ConfigWarning, match="earlier runs spent its time limit"):
+        again = run_study("spent", _epochs(0.05, epochs=2), budget, storage, progress=False)
+    assert len(again.trials) == ran  # no trial ran
+    assert again.user_attrs[SECONDS_SPENT] == spent
+    more = TuneBudget(trials=20, timeout_minutes=0.02, prune_warmup=100)
+    longer = run_study("spent", _epochs(0.05, epochs=2), more, storage, progress=False)
+    assert len(longer.trials) > ran
+    assert 1.2 <= longer.user_attrs[SECONDS_SPENT] < 2.5  # 0.6 s more, not 1.2 s more
+
+
+def test_a_resume_under_another_sampler_seed_is_refused(tmp_path):
+    from et_graph.tuning.study import run_study
+
+    storage = f"sqlite:///{tmp_path}/seed.db"
+    run_study("seeded", lambda trial: trial.suggest_float("x", 0, 1), TuneBudget(trials=2),
+              storage, progress=False)
+    with pytest.raises(ValueError, match="drawn with --sampler-seed 0, not 5"):
+        run_study("seeded", lambda trial: trial.suggest_float("x", 0, 1),
+                  TuneBudget(trials=3, seed=5), storage, progress=False)
+    run_study("seeded", lambda trial: trial.suggest_float("x", 0, 1), TuneBudget(trials=3),
+              storage, progress=False)  # the same seed resumes
+
+
+def test_a_trial_out_of_memory_fails_alone_and_ctrl_c_counts_as_unfinished(tmp_path):
+    from et_graph.tuning.study import run_study, study_summary
+
+    def sometimes_too_big(trial):
+        x = trial.suggest_float("x", 0, 1)
+        if trial.number == 1:
+            raise MemoryError("a trial's width that does not fit")
+        return x
+
+    study = run_study("oom", sometimes_too_big, TuneBudget(trials=3), None, progress=False)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    storage = f"sqlite:///{tmp_path}/ctrl-c.db"
+
+    def interrupted(trial):
+        trial.suggest_float("x", 0, 1)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study("ctrl-c", interrupted, TuneBudget(trials=2), storage, progress=False)
+    study = run_study("ctrl-c", lambda trial: trial.suggest_float("x", 0, 1),
+                      TuneBudget(trials=2), storage, progress=False)
+    counts = study_summary(study, 1.0, 2)["trials"]
+    assert counts["fail"] == 0 and counts["interrupted"] == 1 and counts["complete"] == 2
+
+
+def test_trials_marked_running_are_named_on_resume(tmp_path):
+    """Two processes on one study draw the same trials; a run killed without Ctrl-C leaves
+    trials marked running. Either way a resume says so."""
+    import optuna
+
+    from et_graph.tuning.study import run_study
+
+    storage = f"sqlite:///{tmp_path}/running.db"
+    run_study("busy", lambda trial: trial.suggest_float("x", 0, 1), TuneBudget(trials=1),
+              storage, progress=False)
+    optuna.load_study(study_name="busy", storage=storage).ask()  # left running
+    with pytest.warns(ConfigWarning, match=r"holds 1 trial\(s\) marked running \(1\)"):
+        run_study("busy", lambda trial: trial.suggest_float("x", 0, 1), TuneBudget(trials=2),
+                  storage, progress=False)
+
+
+def test_a_read_only_database_is_named_in_one_line(tmp_path):
+    from et_graph.tuning.cli import _ensure_sqlite_folder
+    from et_graph.tuning.study import run_study
+
+    storage = f"sqlite:///{tmp_path}/ro.db"
+    run_study("made", lambda trial: trial.suggest_float("x", 0, 1), TuneBudget(trials=1),
+              storage, progress=False)
+    read_only = f"sqlite:///file:{tmp_path}/ro.db?mode=ro&uri=true"
+    _ensure_sqlite_folder(read_only)  # an SQLite URI: no folder "file:..." is made
+    assert not Path("file:" + str(tmp_path)).exists()
+    with pytest.raises(ValueError, match="cannot be written as an Optuna database"):
+        run_study("new", lambda trial: trial.suggest_float("x", 0, 1), TuneBudget(trials=1),
+                  read_only, progress=False)
+
+
+def test_a_preset_says_how_its_study_found_it(tmp_path):
+    from et_graph.config import read_file
+    from et_graph.tuning.cli import shown_storage
+
+    out = tmp_path / "out"
+    tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=1, seed=3),
+                 f"sqlite:///{tmp_path}/p.db", out=out, data=planted_anomaly_graph(120, seed=1))
+    meta = read_file(out / "best_gbt.toml")["meta"]
+    assert meta["storage"] == f"sqlite:///{tmp_path}/p.db"
+    assert (meta["budget_trials"], meta["sampler_seed"]) == (1, 3)
+    assert meta["budget_timeout_minutes"] == TuneBudget().timeout_minutes
+    assert {"et_graph_version", "git_commit", "written"} <= set(meta)
+    assert shown_storage("postgresql://me:secret@db/tune") == "postgresql://me:***@db/tune"

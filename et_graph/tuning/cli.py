@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 from ..config import (
     FlagParser,
     add_config_arguments,
+    code_identity,
     merge,
     reading_models,
     resolve,
@@ -88,7 +89,8 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                       help="finished trials per model, counting earlier runs of the study "
                            f"(default: {TuneBudget.trials})")
     tune.add_argument("--timeout-minutes", type=float, default=TuneBudget.timeout_minutes,
-                      metavar="FLOAT", help="wall-clock limit per model for this invocation "
+                      metavar="FLOAT", help="wall-clock limit per model, over every run of "
+                                            "its study: a resumed study gets what is left "
                                             f"(default: {TuneBudget.timeout_minutes})")
     tune.add_argument("--storage", default="sqlite:///runs/tune.db", metavar="URL",
                       help="Optuna storage URL; the record that a restarted run continues "
@@ -357,6 +359,14 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                         "best_trial": summary["best_trial"],
                         "best_validation": summary["best_value"],
                         "metric": preset_metric,
+                        # where the study is and what bound it, so that the preset alone
+                        # says how it was found (they were in study_report.json only)
+                        "storage": shown_storage(storage),
+                        "budget_trials": budget.trials,
+                        "budget_timeout_minutes": budget.timeout_minutes,
+                        "sampler_seed": budget.seed,
+                        "written": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                        **code_identity(),
                         # a registered detector's preset runs with its plugin loaded
                         **getattr(objective, "preset_meta", {})}
                 if in_memory is not None:
@@ -374,6 +384,18 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
         print(f"\nWritten to {out.resolve()} (study_report.md, study_report.json and the "
               f"best presets){kept}", flush=True)
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
+
+
+def shown_storage(storage: Optional[str]) -> str:
+    """``storage`` as a preset records it: a database password masked (``***``)."""
+    if storage is None:
+        return "in memory"
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(storage).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: nothing in it to mask
+        return storage
 
 
 def _in_memory_name(data: Any) -> Optional[str]:
@@ -401,6 +423,10 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
     prefix = "sqlite:///"
     if storage.startswith(prefix):
         path = storage[len(prefix):]
+        if path.startswith("file:"):
+            # an SQLite URI (file:PATH?mode=ro&uri=true): opened as it says; its folder is not
+            # made (a tuning audit found a folder "./file:runs" made for a read-only URI)
+            return
         if not path or path == ":memory:":
             # SQLite's in-memory database: accepted by Optuna, but no restart continues it.
             raise ValueError(f"storage {storage!r} names no file, so nothing would persist "

@@ -7,12 +7,15 @@ run and starting it again with the same storage continues the same studies.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import json
 import logging
 import sys
+import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -30,7 +33,10 @@ class TuneBudget:
 
     Attributes:
         trials: finished trials per model (complete or pruned), counting earlier runs.
-        timeout_minutes: wall-clock limit per model for this invocation.
+        timeout_minutes: wall-clock limit per model, over every run of its study (a resumed
+            study gets what its earlier runs left; studies stored before session 69 count
+            from their resume). A trial running when it passes is stopped at its next epoch
+            (pruned; a model without epochs, the trees, finishes the trial).
         seed: seed of the TPE sampler.
         prune_warmup: epochs (pruner steps) a trial runs before the median pruner may stop it.
             5 suits 60-epoch runs; a 100-epoch plateau schedule (GNNBenchmark) ranks its trials
@@ -232,14 +238,30 @@ def with_switch(space: Callable[[Any], dict[str, dict[str, Any]]], section: str,
     return switched
 
 
+#: The monotonic time at which the running study's time limit passes (set by
+#: :func:`run_study` around its trials; ``None`` outside one).
+_DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar(
+    "et_graph_tuning_deadline", default=None)
+
+#: The user attribute of a trial stopped because the study's time limit passed.
+STOPPED_BY_TIME = "stopped_by_time_limit"
+
+
 def pruning_callback(trial: Any, metric: str) -> Callable[[int, Any], None]:
     """An engine ``on_epoch`` hook: report each epoch's validation ``metric`` (its score when
-    the metrics lack it) to Optuna's pruner, and stop a hopeless trial."""
+    the metrics lack it) to Optuna's pruner, and stop a hopeless trial, or one still running
+    when the study's time limit passes (Optuna checks its limit only between trials: a
+    tuning audit saw a 3 s limit overrun by an 18 s trial). That one is pruned and marked
+    with the user attribute :data:`STOPPED_BY_TIME`."""
     optuna = _optuna()
 
     def report(epoch: int, validation: Any) -> None:
         value = validation.metrics.get(metric, validation.score)
         trial.report(float(value), epoch)
+        deadline = _DEADLINE.get()
+        if deadline is not None and time.monotonic() > deadline:
+            trial.set_user_attr(STOPPED_BY_TIME, True)
+            raise optuna.TrialPruned(f"stopped at epoch {epoch}: the time limit passed")
         if trial.should_prune():
             raise optuna.TrialPruned(f"pruned at epoch {epoch}")
 
@@ -328,17 +350,82 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
     existing = study_or_none(name, storage)
     if existing is not None:
         check_resumable(existing, storage, direction, objective_label, settings,
-                        setting_defaults, budget.prune_warmup)
+                        setting_defaults, budget.prune_warmup, budget.seed)
+        _warn_running_trials(existing, storage)
     sampler_seed = budget.seed + len(_finished(existing))
-    study = optuna.create_study(
-        study_name=name,
-        storage=storage,
-        load_if_exists=True,
-        direction=direction,
-        sampler=optuna.samplers.TPESampler(seed=sampler_seed),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
-                                           n_warmup_steps=budget.prune_warmup),
-    )
+    with _storage_errors(storage):
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            load_if_exists=True,
+            direction=direction,
+            sampler=optuna.samplers.TPESampler(seed=sampler_seed,
+                                               n_startup_trials=TPE_STARTUP_TRIALS),
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=3,
+                                               n_warmup_steps=budget.prune_warmup),
+        )
+        _record_study_attributes(study, existing, budget, objective_label, settings)
+    remaining = budget.trials - len(_finished(study))
+    spent = float(study.user_attrs.get(SECONDS_SPENT, 0.0))
+    left = budget.timeout_minutes * 60 - spent
+
+    def recorded(trial: Any) -> Any:
+        trial.set_user_attr("sampler_seed", sampler_seed)
+        try:
+            return objective(trial)
+        except KeyboardInterrupt:
+            # Optuna stores an interrupted trial as FAIL, as a diverged one: the report counts
+            # it as unfinished (a tuning audit)
+            trial.set_user_attr(INTERRUPTED, True)
+            raise
+
+    if remaining > 0 and left <= 0:
+        warnings.warn(f"study {name!r}: its earlier runs spent its time limit ({spent:.0f} s "
+                      f"of {budget.timeout_minutes:g} min), so no trial runs; raise "
+                      "--timeout-minutes to continue it", ConfigWarning, stacklevel=3)
+    elif remaining > 0:
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        failures = _FailureLimit(budget.trials)
+        deadline = _DEADLINE.set(time.monotonic() + left)
+        start = time.perf_counter()
+        try:
+            study.optimize(
+                recorded,
+                timeout=left,
+                callbacks=[optuna.study.MaxTrialsCallback(budget.trials, states=states),
+                           failures],
+                # Optuna's own tqdm bar redraws in place: on a terminal only, not in a log
+                show_progress_bar=progress and interactive(sys.stderr),
+                # a diverged trial, or one too large for the memory (a trial's size is a
+                # setting like any other), fails alone; other errors stop the study
+                catch=(FloatingPointError, MemoryError),
+            )
+        finally:
+            _DEADLINE.reset(deadline)
+            # every run's time counts, an interrupted one's too: a study stopped and resumed
+            # got a fresh limit each time (a tuning audit)
+            with _storage_errors(storage):
+                study.set_user_attr(SECONDS_SPENT, spent + time.perf_counter() - start)
+        if failures.stopped:
+            warnings.warn(f"study {name!r}: {failures.limit} trials in a row failed (non-finite "
+                          "loss or objective, or out of memory); stopped instead of running "
+                          "to the time limit", FitWarning, stacklevel=2)
+    return study
+
+
+#: Optuna's TPE draws its first trials at random (its ``n_startup_trials``): a 12-trial study
+#: is mostly random search, which the report says.
+TPE_STARTUP_TRIALS = 10
+
+#: The study's user attribute of the seconds its runs spent (the time limit binds their sum).
+SECONDS_SPENT = "seconds_spent"
+#: A trial's user attribute when Ctrl-C ended it.
+INTERRUPTED = "interrupted"
+
+
+def _record_study_attributes(study: Any, existing: Optional[Any], budget: TuneBudget,
+                             objective_label: str, settings: Optional[dict[str, Any]]) -> None:
+    """What a later resume of ``study`` is checked against (:func:`check_resumable`)."""
     # (a study that existed was checked above; one created now holds nothing to compare)
     if objective_label and study.user_attrs.get("objective") is None:
         study.set_user_attr("objective", objective_label)
@@ -353,28 +440,44 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
         # Recorded with what this run adds (a data digest a study from an older version
         # lacks), so that a later resume compares those too.
         study.set_user_attr("settings", {**study.user_attrs.get("settings", {}), **settings})
-    remaining = budget.trials - len(_finished(study))
+    if study.user_attrs.get(SAMPLER_SEED) is None and not _finished(existing):
+        # (a study stored before this record, with trials, keeps none: its seed is unknown)
+        study.set_user_attr(SAMPLER_SEED, budget.seed)
 
-    def recorded(trial: Any) -> Any:
-        trial.set_user_attr("sampler_seed", sampler_seed)
-        return objective(trial)
 
-    if remaining > 0:
-        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-        failures = _FailureLimit(budget.trials)
-        study.optimize(
-            recorded,
-            timeout=budget.timeout_minutes * 60,
-            callbacks=[optuna.study.MaxTrialsCallback(budget.trials, states=states), failures],
-            # Optuna's own tqdm bar redraws in place: on a terminal only, not in a log
-            show_progress_bar=progress and interactive(sys.stderr),
-            catch=(FloatingPointError,),
-        )
-        if failures.stopped:
-            warnings.warn(f"study {name!r}: {failures.limit} trials in a row failed (non-finite "
-                          "loss or objective); stopped instead of running to the time limit",
-                          FitWarning, stacklevel=2)
-    return study
+#: The study's user attribute of its sampler's base seed (``--sampler-seed``).
+SAMPLER_SEED = "sampler_base_seed"
+
+
+def _warn_running_trials(study: Any, storage: Optional[str]) -> None:
+    """A ``ConfigWarning`` when ``study`` holds trials still marked running: another process
+    tuning it now (whose sampler, seeded by the finished trials as this one's, draws the same
+    trials: a tuning audit saw identical pairs and one trial over the budget), or a run killed
+    without Ctrl-C, whose trials stay marked running and count toward no budget."""
+    running = [t.number for t in study.get_trials(deepcopy=False)
+               if t.state == _optuna().trial.TrialState.RUNNING]
+    if running:
+        warnings.warn(f"study {study.study_name!r} in {storage} holds {len(running)} trial(s) "
+                      f"marked running ({', '.join(map(str, running[:5]))}): if another "
+                      "process is tuning it now, its trials and this run's repeat each other "
+                      "(run one process per study); if a killed run left them, they count "
+                      "toward no budget", ConfigWarning, stacklevel=4)
+
+
+@contextlib.contextmanager
+def _storage_errors(storage: Optional[str]) -> Iterator[None]:
+    """SQLAlchemy's errors of a storage that opens but cannot be written (read-only, full) as
+    one ``ValueError`` naming it: a traceback of a hundred lines ending in Optuna's "exceeding
+    max length" named neither (a tuning audit)."""
+    try:
+        yield
+    except Exception as error:
+        if not type(error).__module__.startswith(("sqlalchemy", "optuna.exceptions")):
+            raise
+        cause = error.__cause__ or error.__context__ or error
+        raise ValueError(f"storage {storage!r} cannot be written as an Optuna database: "
+                         f"{str(cause).splitlines()[0] if str(cause) else type(cause).__name__}"
+                         ) from None
 
 
 def judged_by_pruner(study: Any) -> bool:
@@ -386,15 +489,23 @@ def judged_by_pruner(study: Any) -> bool:
 def check_resumable(study: Any, storage: Optional[str], direction: str, objective_label: str,
                     settings: Optional[dict[str, Any]],
                     setting_defaults: Optional[dict[str, Any]] = None,
-                    prune_warmup: Optional[int] = None) -> None:
+                    prune_warmup: Optional[int] = None,
+                    sampler_seed: Optional[int] = None) -> None:
     """``ValueError`` when the stored ``study`` cannot be continued by this run: another
     direction or objective, another pruner warm-up (``prune_warmup``), or other fixed
     ``settings`` than its trials were scored under.
     Only settings both record are compared: one the study lacks (added to the library since)
     counts as its value in ``setting_defaults`` or, without one, is not compared; one this run
     no longer records (no trial reads it) is not compared either. A study stored before the
-    warm-up was recorded resumes under any warm-up (its own is unknown)."""
+    warm-up was recorded resumes under any warm-up (its own is unknown); under another
+    ``sampler_seed`` (``--sampler-seed``) than it recorded, it is refused: its report would
+    name the new seed for trials drawn under the old one (a tuning audit)."""
     name = study.study_name
+    stored_seed = study.user_attrs.get(SAMPLER_SEED)
+    if sampler_seed is not None and stored_seed is not None and stored_seed != sampler_seed:
+        raise ValueError(f"study {name!r} in {storage} was drawn with --sampler-seed "
+                         f"{stored_seed}, not {sampler_seed}: resume with --sampler-seed "
+                         f"{stored_seed}, or use another storage or study prefix")
     if study.direction.name.lower() != direction:
         raise ValueError(f"study {name!r} in {storage} was created to "
                          f"{study.direction.name.lower()}, not to {direction}: use another "
@@ -493,6 +604,13 @@ def study_summary(study: Any, seconds: float,
     count = {state.name.lower(): sum(t.state == state for t in trials)
              for state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
                            optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)}
+    # A trial Ctrl-C ended is stored as failed: counted as unfinished, as a killed run's
+    interrupted = sum(t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get(INTERRUPTED)
+                      for t in trials)
+    count["fail"] -= interrupted
+    count["interrupted"] = interrupted
+    count["stopped_by_time_limit"] = sum(bool(t.user_attrs.get(STOPPED_BY_TIME))
+                                         for t in trials)
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     best = best_within_budget(study, budget_trials)
     return {
@@ -504,6 +622,9 @@ def study_summary(study: Any, seconds: float,
         "best_trial": best.number if best else None,
         "best_params": best.params if best else {},
         "seconds_this_run": seconds,
+        # every run's, which the time limit binds (None: a study stored before session 69
+        # that this run did not continue)
+        "seconds_all_runs": study.user_attrs.get(SECONDS_SPENT),
         # the warm-up its trials were pruned under (None: stored before it was recorded)
         "prune_warmup": study.user_attrs.get("prune_warmup"),
         "history": [(t.number, t.value) for t in complete],
@@ -549,19 +670,31 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
                     "another warm-up.")
     lines = [f"# Tuning: {task} on {dataset}", "",
              f"Objective: validation {metric} ({labels_read}). Budget per model: "
-             f"{counted(budget.trials, 'finished trial')}, {budget.timeout_minutes:g} min per "
-             "run, TPE "
-             f"(seed {budget.seed}), {pruning}. Pruned trials count toward the trial "
-             f"budget{trees}; the time limit binds each model alone, so a slower model may "
-             f"finish fewer (the table counts them).{resumed} \"unfinished\" counts trials "
-             "that never ended (a run killed during them); they count toward no budget.", "",
-             "| model | complete | pruned | failed | unfinished | best validation | best trial "
-             "| time this run (s) | preset |", "|---|---|---|---|---|---|---|---|---|"]
+             f"{counted(budget.trials, 'finished trial')}, {budget.timeout_minutes:g} min "
+             "over every run of its study, TPE "
+             f"(seed {budget.seed}; its first {min(budget.trials, TPE_STARTUP_TRIALS)} trials "
+             f"are drawn at random, Optuna's start-up), {pruning}. Pruned trials count toward "
+             f"the trial budget{trees}; the time limit binds each model alone, over every run "
+             "of its study, so a slower model may finish fewer (the table counts them); a "
+             "trial still running when it passes is stopped at its next epoch and counted as "
+             "pruned (\"at the limit\"; a model without epochs finishes it)."
+             f"{resumed} \"unfinished\" counts trials that never ended (a run killed or "
+             "interrupted during them); they "
+             "count toward no budget.", "",
+             "| model | complete | pruned (at the limit) | failed | unfinished | best validation "
+             "| best trial | time this run / all runs (s) | preset |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for model, s in summaries.items():
         best = "n/a" if s["best_value"] is None else f"{s['best_value']:.4f}"
-        lines.append(f"| {model} | {s['trials']['complete']} | {s['trials']['pruned']} | "
-                     f"{s['trials']['fail']} | {s['trials'].get('running', 0)} | {best} | "
-                     f"{s['best_trial']} | {s['seconds_this_run']:.0f} | "
+        trials = s["trials"]
+        unfinished = trials.get("running", 0) + trials.get("interrupted", 0)
+        at_limit = trials.get("stopped_by_time_limit", 0)
+        total = s.get("seconds_all_runs")
+        lines.append(f"| {model} | {trials['complete']} | {trials['pruned']}"
+                     f"{f' ({at_limit})' if at_limit else ''} | {trials['fail']} | "
+                     f"{unfinished} | {best} | {s['best_trial']} | "
+                     f"{s['seconds_this_run']:.0f} / "
+                     f"{'n/a' if total is None else f'{total:.0f}'} | "
                      f"{presets.get(model, '')} |")
     lines += ["", "Best settings (the config's names, as the presets write them):", ""]
     lines += [f"- {model}: `{json.dumps(s.get('best_settings', s['best_params']))}`"
