@@ -9,12 +9,15 @@ call the same modules, so they cannot drift apart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import os
+import signal
 import sys
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -185,11 +188,46 @@ def null_for_closed_streams() -> None:
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a batch system's stop before its kill, ``timeout``, ``kill``) raised in the
+    command's main thread, as Ctrl-C raises ``KeyboardInterrupt``: the run then ends as an
+    interrupted one, releasing its folder locks, keeping its checkpoints and a tuning study's
+    spent time and unfinished trials, instead of dying where it stood (its trials stayed
+    marked running: a tuning audit)."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM raises :class:`Terminated` in this process's main thread. Only where
+    SIGTERM still has its default action (a caller's own handler is kept) and only in this
+    process: a child forked meanwhile (a worker) that gets SIGTERM dies of it as before."""
+    if (threading.current_thread() is not threading.main_thread()
+            or not hasattr(signal, "SIGTERM")
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+    owner = os.getpid()
+
+    def terminated(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a forked worker: the default action, as before
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def console_main(argv: Optional[Sequence[str]] = None) -> int:
     """The installed ``et-graph`` command: :func:`main` under :func:`exit_on_bad_input`. Library
     callers of :func:`main` get the exception itself. Ctrl-C ends it with one line and exit
     status 130 (the shell's for SIGINT), not a traceback; with ``--checkpoint-dir`` the run
-    resumes from its last checkpoint under ``--resume``."""
+    resumes from its last checkpoint under ``--resume``. SIGTERM ends it the same way, with
+    status 143 (:class:`Terminated`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"et-graph {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "et-graph"
     printable_streams()
@@ -197,12 +235,15 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
     warnings.formatwarning = lambda message, category, *rest: (
         f"{prog}: {category.__name__}: {message}\n")
     try:
-        return exit_on_bad_input(lambda: main(argv), prog)
-    except KeyboardInterrupt:
+        with terminate_as_interrupt():
+            return exit_on_bad_input(lambda: main(argv), prog)
+    except KeyboardInterrupt as stop:
         if traceback_wanted():
             raise
-        print(f"\n{prog}: interrupted{resume_hint(argv)}", file=sys.stderr)
-        return 130
+        term = isinstance(stop, Terminated)
+        print(f"\n{prog}: {'terminated (SIGTERM)' if term else 'interrupted'}"
+              f"{resume_hint(argv)}", file=sys.stderr)
+        return 143 if term else 130
     except OSError as error:
         # The reader of the output left (`et-graph --help | head -1`): a traceback said
         # nothing. Another pipe's error (one the run itself used) is raised as it came. On
