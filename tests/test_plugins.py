@@ -104,6 +104,10 @@ def test_an_unknown_model_names_the_plugin_flag_and_a_registered_one_is_known():
     ("et", "taken"), ("gbt", "taken"), ("et_energy_trained", "taken"),
     ("et-stacked", "taken"),  # the figures colour it as et_stacked
     ("logreg_ensemble", "taken"), ("gcn-class-balance", "taken"), ("LogReg", "lower-case"),
+    # the results files' own entries: a detector "labels" wrote its scores over the labels in
+    # scores.npz, "seed" its metrics over per_seed's seed number (an output audit)
+    ("labels", "taken"), ("nodes", "taken"), ("seed", "taken"), ("split_sizes", "taken"),
+    ("run_id", "taken"), ("mine__seed0", "taken"),
     ("a,b", "lower-case"),
     ("a b", "lower-case"), ("a|b", "lower-case"), ("", "lower-case"), (3, "lower-case"),
 ])

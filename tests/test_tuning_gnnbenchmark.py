@@ -77,7 +77,8 @@ def test_no_trial_is_pruned_before_the_warmup(zinc, tmp_path):
     result = tune_gnnbenchmark(config, ["gin"], TuneBudget(trials=6, prune_warmup=2),
                                f"sqlite:///{tmp_path}/w.db", tmp_path, data=data)
     assert result["models"]["gin"]["trials"] == {"complete": 6, "pruned": 0, "fail": 0,
-                                                 "running": 0}
+                                                 "running": 0, "interrupted": 0,
+                                                 "stopped_by_time_limit": 0}
     assert "median pruning after 2 epochs" in (tmp_path / "study_report.md").read_text(
         encoding="utf-8")
     with pytest.raises(ValueError, match="prune_warmup"):

@@ -67,13 +67,19 @@ def builtin_names() -> tuple[str, ...]:
     return tuple(DETECTORS)
 
 
+#: The names of the results files' own entries beside the rows: a detector so named wrote
+#: its scores over the labels in scores.npz (``labels__seed0``) or its metrics over a seed's
+#: number in results.json (an output audit); ``ROW__seed{s}`` is scores.npz's key scheme.
+RESULTS_FIELDS = ("seed", "split_sizes", "nodes", "labels", "run_id")
+
 #: The registered detectors (the rows a run derives are refused as names: the energy row and
 #: each model's seed ensemble; so are the tuner's names of another model's study: MODEL's
-#: --tune-class-balance study is MODEL-class-balance).
+#: --tune-class-balance study is MODEL-class-balance; and the results files' own entries).
 DETECTOR_REGISTRY: ModelRegistry[RegisteredDetector] = ModelRegistry(
     "detector", "detectors", RegisteredDetector, ("config", "seed", "progress"), builtin_names,
     derived={repr(ENERGY_ROW): ENERGY_ROW, "*_ensemble": r".*_ensemble",
-             "*-class-balance": r".*-class-balance"})
+             "*-class-balance": r".*-class-balance",
+             ", ".join(RESULTS_FIELDS): "|".join(RESULTS_FIELDS), "*__seed*": r".*__seed.*"})
 
 
 def reserved_name(name: str) -> bool:

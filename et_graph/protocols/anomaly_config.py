@@ -391,8 +391,9 @@ def check_own_detectors(detectors: Mapping[str, Callable[[int], BaseDetector]]
     for name, factory in own.items():
         if not isinstance(name, str) or not name or reserved_name(name):
             raise ValueError(f"own detector name {name!r} is empty or taken (models "
-                             f"{list(known_models())}, {ENERGY_ROW!r}, *_ensemble, in any "
-                             "case)")
+                             f"{list(known_models())}, {ENERGY_ROW!r}, *_ensemble, the results "
+                             "files' entries seed, split_sizes, nodes, labels, run_id and "
+                             "*__seed*, in any case)")
         if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):  # a "|" added a column to results.md
             raise ValueError(f"own detector name {name!r}: use letters, digits, '_', '.', '-'")
         if not callable(factory):
