@@ -49,6 +49,7 @@ from .protocols.significance import (
     compare_to,
     cv_scored_part,
     describe_design,
+    difference_records,
     difference_sections,
     scored_parts_ratio,
 )
@@ -310,7 +311,7 @@ def compare(files: list[str], reference: Optional[str] = None,
                          f"(a difference needs at least 2 {design} per model)")
     counts = sorted({d.n for d in rows})
     payload: dict[str, Any] = {
-        "files": files, "differences": [d.as_dict() for d in rows],
+        "files": files, "differences": difference_records(rows),
         "design": describe_design(design, min(counts) if counts else 0, ratio, confidence,
                                   scored=scored_part(results))
         + (f" (pairs per row: {counts})" if len(counts) > 1 else "")}
@@ -320,7 +321,7 @@ def compare(files: list[str], reference: Optional[str] = None,
         rounds = bootstrap if "auprc" in metrics else 0
         nodes = compare_nodes(labels, scores, reference, others, confidence,
                               bootstrap_rounds=rounds)
-        payload.update(node_differences=[d.as_dict() for d in nodes],
+        payload.update(node_differences=difference_records(nodes),
                        node_design=describe_design("nodes", len(scores[reference]),
                                                    confidence=confidence,
                                                    bootstrap_rounds=rounds))

@@ -497,3 +497,40 @@ def test_the_forest_plot_says_when_an_interval_is_unbounded_or_a_value_missing(m
                      tmp_path / "forest.png")
     said = [args[3] if len(args) > 3 else kwargs.get("s") for args, kwargs in texts]
     assert " interval unbounded" in said and "  no value" in said
+
+
+def test_a_time_is_better_lower_whatever_the_files_direction():
+    """compare --metrics train_seconds called a model 56 s faster "behind" (an output audit):
+    the file's direction is its quality metric's."""
+    from et_graph.protocols.significance import compare_to
+
+    models = {"et": {"train_seconds": summarize([10.0, 11.0, 10.5]),
+                     "accuracy": summarize([0.9, 0.91, 0.92])},
+              "gin": {"train_seconds": summarize([60.0, 62.0, 61.0]),
+                      "accuracy": summarize([0.8, 0.81, 0.82])}}
+    rows = {d.metric: d for d in compare_to(models, "et", ["accuracy", "train_seconds"],
+                                            "seeds")}
+    assert rows["accuracy"].higher_is_better and rows["accuracy"].verdict() == "et ahead"
+    assert not rows["train_seconds"].higher_is_better
+    assert rows["train_seconds"].verdict() == "et ahead"
+
+
+def test_the_json_rows_carry_the_tables_holm_adjusted_p():
+    """results.json and compare --json lacked the Holm-adjusted p the Markdown tables print
+    (an output audit)."""
+    from et_graph.protocols.significance import (
+        compare_to,
+        difference_records,
+        holm,
+        results_entries,
+    )
+
+    models = {name: {"auroc": summarize(list(values))} for name, values in
+              {"et": (0.90, 0.91, 0.92), "gbt": (0.80, 0.81, 0.83),
+               "mlp": (0.89, 0.92, 0.90)}.items()}
+    rows = compare_to(models, "et", ["auroc"], "seeds")
+    records = results_entries(rows, "seeds")["differences"]
+    assert [r["p_holm"] for r in records] == holm([d.p_value for d in rows])
+    assert records[0]["p_holm"] != records[0]["p_value"]
+    [one] = difference_records(rows[:1])
+    assert one["p_holm"] == one["p_value"]  # a family of one

@@ -414,6 +414,13 @@ def compare_nodes(labels: np.ndarray, scores: Mapping[str, Sequence[np.ndarray]]
     return differences
 
 
+def is_time_metric(metric: str) -> bool:
+    """Whether ``metric`` counts time (``train_seconds``, ``epoch_seconds_median``): fewer is
+    better whatever the file's direction, which is its quality metric's (a model 56 s faster
+    was called behind: an output audit)."""
+    return "seconds" in metric.lower()
+
+
 def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
                metrics: Sequence[str], design: str, *,
                test_train_ratio: Optional[float] = None,
@@ -427,7 +434,8 @@ def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
     (its ``values`` in fold or seed order). Models or metrics with fewer than two values (a
     seed ensemble, a one-fold run) are left out, not failed; a ``reference`` that is not in
     the table is an error. ``design`` is ``"folds"`` (needs ``test_train_ratio``) or
-    ``"seeds"``.
+    ``"seeds"``. ``higher_is_better`` is the quality metrics' direction; a time
+    (:func:`is_time_metric`) is always better lower.
     """
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
@@ -477,7 +485,8 @@ def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
                 if design == "folds" else
                 seed_difference(mine, theirs, confidence=confidence, names=names,
                                 metric=metric))
-            differences.append(replace(difference, higher_is_better=higher_is_better))
+            differences.append(replace(difference, higher_is_better=(
+                higher_is_better and not is_time_metric(metric))))
     return differences
 
 
@@ -629,5 +638,14 @@ def results_entries(differences: Sequence[Difference], design: str,
     or ``{}`` when there is no difference to report (``prefix="node_"`` for DeLong's)."""
     if not differences:
         return {}
-    return {f"{prefix}differences": [d.as_dict() for d in differences],
+    return {f"{prefix}differences": difference_records(differences),
             f"{prefix}differences_design": design}
+
+
+def difference_records(differences: Sequence[Difference]) -> list[dict[str, Any]]:
+    """Each row's :meth:`Difference.as_dict` plus ``p_holm``: its p adjusted by Holm over the
+    rows (one family, as :func:`difference_table` prints it; the row's own p where there is
+    one row), so that a program reads the table's verdicts without its Markdown (the JSON
+    lacked the adjusted p the README quotes: an output audit)."""
+    adjusted = holm([d.p_value for d in differences])
+    return [{**d.as_dict(), "p_holm": p} for d, p in zip(differences, adjusted)]
