@@ -1153,8 +1153,20 @@ def code_identity() -> dict[str, str]:
     return {"et_graph_version": __version__, "git_commit": _COMMIT_AT_IMPORT or git_commit()}
 
 
+#: The layout of the files a run writes (``meta.results_format``): raised when a results
+#: file's keys change in a way a reader must know (files before session 69 have none).
+RESULTS_FORMAT = 1
+
+#: The task (the ``et-graph`` command) whose config a run's ``meta.task`` names.
+TASK_OF_CONFIG = {"AnomalyConfig": "anomaly", "UnsupervisedAnomalyConfig": "unsupervised",
+                  "TUDatasetConfig": "tudataset", "GNNBenchmarkConfig": "gnnbenchmark",
+                  "ImageCompletionConfig": "image"}
+
+
 def run_metadata(config: Any = None, data: Sequence[Any] = ()) -> dict[str, Any]:
-    """Package version, git commit (as of import), torch / PyG / NumPy / scikit-learn versions
+    """The results layout (:data:`RESULTS_FORMAT`), the task of ``config`` (the ``et-graph``
+    command's name), the time of writing (UTC, ISO 8601), package version, git commit (as of
+    import), torch / PyG / NumPy / scikit-learn versions
     (the trees' binning follows scikit-learn's version), the machine
     (:func:`machine_metadata`), the resolved config, a random ``run_id`` (which the files
     written beside a results file repeat, so that a reader can tell they belong together) and,
@@ -1165,10 +1177,17 @@ def run_metadata(config: Any = None, data: Sequence[Any] = ()) -> dict[str, Any]
     (:func:`~et_graph.training.checkpoint.data_digest`): a data file or dataset folder changed
     on disk between a run and its rerun shows there (it was not recorded: a determinism
     audit)."""
+    import datetime
     import platform
     import uuid
 
     meta = {
+        # what a program reading the file needs first: which layout, of which task, when
+        "results_format": RESULTS_FORMAT,
+        **({"task": TASK_OF_CONFIG.get(type(config).__name__, type(config).__name__)}
+           if config is not None else {}),
+        "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"),
         **code_identity(),
         **_running_versions(),
         "python": platform.python_version(),

@@ -258,7 +258,7 @@ def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Pat
     lock = folder / f".{OUTPUT_LOCK}.lock"
     try:
         with exclusive_folder(folder, OUTPUT_LOCK):
-            yield from _writing_into(folder, skip, lock)
+            yield from _writing_into(folder, skip, lock, fresh=bool(made))
     except BaseException as error:
         if made:  # (Windows cannot remove the lock file while it is open: closed by now)
             with contextlib.suppress(OSError):
@@ -283,12 +283,36 @@ def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Pat
 #: The lock a run holds on its output folder (``.et-graph-run.lock``, removed when it ends).
 OUTPUT_LOCK = "et-graph-run"
 
+#: The file that says whether the run writing a folder is running, finished or failed: a
+#: program polling the folder saw results.json before the run had written its scores and
+#: plots, and a crashed run's folder looked like a finished one (an output audit).
+RUN_STATUS = "run_status.json"
 
-def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Path
-                  ) -> Iterator[None]:
-    """:func:`output_folder`'s warnings around the run, once the folder is made and locked."""
+
+def _write_status(folder: Path, status: str, started: str, **extra: Any) -> None:
+    import datetime
+
+    record = {"status": status, "started_at": started, "pid": os.getpid(), **extra}
+    if status != "running":
+        record["ended_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds")
+    write_text_whole(folder / RUN_STATUS, json_text(record) + "\n")
+
+
+def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Path,
+                  fresh: bool = False) -> Iterator[None]:
+    """:func:`output_folder`'s warnings around the run, once the folder is made and locked, and
+    its :data:`RUN_STATUS`: ``running`` from the start, ``finished`` once every file is
+    written, ``failed`` or ``interrupted`` (with the error's type) when the run stops on an
+    exception; a killed run leaves ``running`` (and its lock). A folder this run made is
+    removed on failure as before, status and all, where nothing else is in it."""
+    import datetime
+
     earlier = _inventory(folder, [Path(p) for p in skip if p])
     earlier.pop(lock, None)
+    earlier.pop(folder / RUN_STATUS, None)  # (rewritten by every run)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    _write_status(folder, "running", started)
     results = [path for path in earlier if path.name == "results.json"]
     if results:
         written = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[results[0]] / 1e9))
@@ -296,7 +320,18 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
                       f"{written}); this run replaces them when it writes its own (one that "
                       "stops before, on an error say, leaves them as they are)", OutputWarning,
                       stacklevel=user_stacklevel())
-    yield
+    try:
+        yield
+    except BaseException as error:
+        written = [path for path in folder.iterdir() if path.name not in (RUN_STATUS, lock.name)]
+        if fresh and not written:  # the folder it made, empty, goes: its status too
+            with contextlib.suppress(OSError):
+                (folder / RUN_STATUS).unlink()
+        else:
+            with contextlib.suppress(OSError):
+                _write_status(folder, "interrupted" if isinstance(error, KeyboardInterrupt)
+                              else "failed", started, error=type(error).__name__)
+        raise
     left = sorted(str(path.relative_to(folder)) for path, stamp in earlier.items()
                   if path.is_file() and path.stat().st_mtime_ns == stamp)
     if left:
@@ -305,6 +340,7 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
                       f"rewritten by this one: {shown}. Remove them, or write each run to a new "
                       "--out, so that they are not read as this run's.", OutputWarning,
                       stacklevel=user_stacklevel())
+    _write_status(folder, "finished", started)
 
 
 class _SilentThreads:

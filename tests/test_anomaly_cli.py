@@ -744,3 +744,25 @@ def test_own_detectors_of_a_kind_the_runner_cannot_fit_are_refused_before_traini
         with pytest.raises(error, match=message):
             anomaly.run(config("--models", "gbt", "--seeds", "1"), data=data,
                         detectors={name: factory})
+
+
+def test_results_say_their_layout_task_and_time_of_writing():
+    """A program reading results.json guessed the task from which keys were there, and no
+    file said when it was written (an output audit)."""
+    import datetime
+    import importlib
+
+    from et_graph.cli import SUBCOMMANDS
+    from et_graph.config import RESULTS_FORMAT, run_metadata
+
+    tasks = {name: importlib.import_module(module).CONFIG
+             for name, (module, _) in SUBCOMMANDS.items()
+             if hasattr(importlib.import_module(module), "CONFIG")}
+    assert set(tasks) == {"anomaly", "unsupervised", "tudataset", "gnnbenchmark", "image"}
+    for task, config in tasks.items():  # every task's results name it as its command does
+        meta = run_metadata(config())
+        assert meta["task"] == task and meta["results_format"] == RESULTS_FORMAT
+        written = datetime.datetime.fromisoformat(meta["written_at"])
+        assert written.utcoffset() == datetime.timedelta(0)
+        assert abs((datetime.datetime.now(datetime.timezone.utc) - written).total_seconds()) < 60
+    assert "task" not in run_metadata()

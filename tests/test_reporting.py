@@ -85,7 +85,9 @@ def test_two_runs_cannot_write_into_one_output_folder_at_once(tmp_path):
              f"with output_folder({str(tmp_path / 'out')!r}): pass"],
             capture_output=True, text=True, timeout=120)
         assert other.returncode != 0 and "another et-graph run" in other.stderr
-    assert list((tmp_path / "out").iterdir()) == []  # the lock goes with the run
+    # the lock goes with the run; its status stays, the refused runs' never written
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["run_status.json"]
+    assert '"finished"' in (tmp_path / "out" / "run_status.json").read_text(encoding="utf-8")
     with output_folder(tmp_path / "out"):  # free again
         pass
 
@@ -324,3 +326,40 @@ def test_summaries_use_the_population_std_and_round_small_spreads_normally():
     assert format_stat({"mean": 0.5, "std": 0.00007, "values": [0.5, 0.5]}) == "0.5000 ± 0.0001"
     assert format_stat({"mean": 0.5, "std": 0.00004, "values": [0.5, 0.5]}) == (
         "0.5000 ± <0.0001")
+
+
+def test_the_output_folder_says_whether_its_run_is_running_finished_or_failed(tmp_path):
+    """A program polling a folder saw results.json before the run had written its scores and
+    plots, and a crashed run's folder looked finished (an output audit)."""
+    import pytest
+
+    from et_graph.reporting import RUN_STATUS, output_folder
+
+    def status(folder):
+        return _strict_load((folder / RUN_STATUS).read_text(encoding="utf-8"))
+
+    out = tmp_path / "run"
+    with output_folder(out):
+        during = status(out)
+        (out / "results.json").write_text("{}", encoding="utf-8")
+    assert during["status"] == "running" and "ended_at" not in during
+    after = status(out)
+    assert after["status"] == "finished" and after["started_at"] == during["started_at"]
+    assert after["ended_at"] >= after["started_at"]
+    with pytest.raises(ValueError):
+        with output_folder(out):
+            raise ValueError("bad data")
+    assert status(out)["status"] == "failed" and status(out)["error"] == "ValueError"
+    with pytest.raises(KeyboardInterrupt):
+        with output_folder(out):
+            raise KeyboardInterrupt
+    assert status(out)["status"] == "interrupted"
+    with pytest.raises(ValueError):  # a folder it made, left empty, still goes whole
+        with output_folder(tmp_path / "fresh"):
+            raise ValueError("bad flag")
+    assert not (tmp_path / "fresh").exists()
+    with pytest.raises(ValueError):  # one it made and wrote into stays, and says it failed
+        with output_folder(tmp_path / "partial"):
+            (tmp_path / "partial" / "a.png").write_bytes(b"")
+            raise ValueError("late")
+    assert status(tmp_path / "partial")["status"] == "failed"
