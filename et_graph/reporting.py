@@ -142,6 +142,14 @@ def write_results(
 SCORES_FILE = "scores.npz"
 
 
+def write_plot_data(path: str | Path, data: Mapping[str, Any],
+                    run_id: Optional[str] = None) -> Path:
+    """The numbers a figure draws, in a file beside it (``NAME.json`` for ``NAME.png``;
+    strict JSON, NaN as null, with the results file's ``run_id``): per-epoch curves were in
+    no file, only in their PNGs (an output audit)."""
+    return write_text_whole(Path(path), json_text({"run_id": run_id, **data}) + "\n")
+
+
 def write_scores(path: str | Path, scores: Mapping[str, Sequence[Any]], seeds: Sequence[int],
                  nodes: Sequence[Any], labels: Sequence[Any], run_id: Optional[str] = None
                  ) -> Path:

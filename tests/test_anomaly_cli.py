@@ -45,6 +45,12 @@ def test_cli_smoke_run_writes_all_outputs(tmp_path, capsys):
         assert (out / name).stat().st_size > 0, name
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert results["dataset"] == "planted"
+    # the training-curve figure's numbers beside it, tied to the run (an output audit)
+    drawn = json.loads((out / "training_curves.json").read_text(encoding="utf-8"))
+    assert drawn["run_id"] == results["meta"]["run_id"]
+    assert all(len(drawn["models"][m]) == 2 and len(drawn["models"][m][0]["loss"]) == 3
+               for m in ("et", "mlp"))
+    assert drawn["models"]["et"][0]["best_epoch"] == results["per_seed"][0]["et"]["best_epoch"]
     assert "stratified" in results["protocol"]
     assert set(results["models"]) == set(MODELS)
     for stats in results["models"].values():

@@ -588,6 +588,11 @@ def _check_outputs(out: Path, metric: str, models: list[str], seeds: int = 1) ->
     if peak_memory()["rss_bytes"] is not None:  # (none on Windows)
         assert "peak memory of the process" in (out / "results.md").read_text(encoding="utf-8")
     assert (out / "val_curves.png").stat().st_size > 0
+    drawn = json.loads((out / "val_curves.json").read_text(encoding="utf-8"))  # its numbers
+    assert drawn["run_id"] == results["meta"]["run_id"] and drawn["metric"] == metric
+    assert sorted(drawn["models"]) == sorted(models)
+    assert all(drawn["seeds"] == stats["seeds"] for stats in results["models"].values())
+    assert all(len(curves) == seeds for curves in drawn["models"].values())
     return results
 
 

@@ -443,6 +443,11 @@ def test_example_quick_mode_writes_results_and_valid_pngs(tmp_path, monkeypatch)
             image.verify()
         with Image.open(path) as image:
             assert image.format == "PNG" and min(image.size) > 50
+    # the training-loss figure's numbers beside it, tied to the run (an output audit)
+    drawn = json.loads((tmp_path / "training_loss.json").read_text(encoding="utf-8"))
+    assert drawn["run_id"] == results["meta"]["run_id"] and drawn["seed"] == results["seeds"][0]
+    assert [row["epoch"] for row in drawn["history"]] == list(range(len(drawn["history"])))
+    assert drawn["best_epoch"] == results["per_seed"][0]["best_epoch"]
 
 
 def test_image_config_flags_quick_and_preset() -> None:

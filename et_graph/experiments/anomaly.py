@@ -63,6 +63,7 @@ from ..reporting import (
     checks_output_folder,
     markdown_table,
     provenance_note,
+    write_plot_data,
     write_results,
     write_scores,
 )
@@ -263,6 +264,12 @@ def write_outputs(out: Path, results: dict[str, Any], curves: dict[str, Any], da
     write_results(out, results, METRICS, title=f"Anomaly detection: {results['dataset']}",
                   notes=notes, sections=difference_sections(results))
     anomaly_plots.plot_curves(out, curves, data, split, scored=results.get("scored", "test"))
+    if curves["history"]:
+        write_plot_data(out / "training_curves.json", {
+            "select_metric": curves["select_metric"],
+            # per model, per seed: its training losses and validation AUROCs by epoch (the
+            # figure draws epoch i + 1), and the epoch it kept, counted from 0
+            "models": curves["history"]}, results["meta"].get("run_id"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -65,6 +65,7 @@ from ..reporting import (
     markdown_table,
     provenance_note,
     summarize,
+    write_plot_data,
     write_results,
 )
 from ..training.checkpoint import graph_tensors
@@ -212,7 +213,13 @@ def run(config: GNNBenchmarkConfig) -> dict[str, Any]:
         out = Path(config.run.out)
         write_results(out, results, [metric, f"val_{metric}"], title=title, notes=notes,
                       sections=difference_sections(results))
-        _plot_curves(out, {name: [r["curve"] for r in rs] for name, rs in runs.items()}, data)
+        per_model = {name: [r["curve"] for r in rs] for name, rs in runs.items()}
+        _plot_curves(out, per_model, data)
+        write_plot_data(out / "val_curves.json", {
+            "metric": data.metric, "better": data.better, "seeds": seeds,
+            # per model, per seed: the validation metric by epoch (the figure draws epoch
+            # i + 1, the mean and std over the seeds at each)
+            "models": per_model}, results["meta"].get("run_id"))
         print((out / "results.md").read_text(encoding="utf-8"))
     else:
         print(f"# {title}\n\n{markdown_table(models, [metric, f'val_{metric}'])}"

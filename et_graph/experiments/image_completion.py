@@ -46,6 +46,7 @@ from ..reporting import (
     markdown_table,
     provenance_note,
     summarize,
+    write_plot_data,
     write_results,
 )
 from ..reporting_images import FIGURES, write_figures
@@ -170,6 +171,12 @@ def run(config: ImageCompletionConfig) -> dict[str, Any]:
     out = Path(config.run.out)
     out.mkdir(parents=True, exist_ok=True)
     write_figures(out, **shown)
+    write_plot_data(out / "training_loss.json", {
+        "seed": results["seeds"][0] if results.get("seeds") else None,
+        # the engine's per-epoch rows of the first seed (val_score: minus the masked MSE;
+        # NaN, here null, at epochs without a validation pass) and the kept epoch, from 0
+        "best_epoch": shown["best_epoch"], "history": shown["history"]},
+        results["meta"].get("run_id"))
     notes = [
         "MSE over the pixels of the masked held-out patches (pixel values in [0, 1]; lower is "
         "better).",
