@@ -33,7 +33,7 @@ from typing import Optional
 
 #: Leaves of a results file that differ between two identical runs (where and when they ran).
 NOT_FIGURES = re.compile(r"(^|/)meta(/|$)|second|time|_s$|wall|peak|memory|rss|elapsed|"
-                         r"duration|out$|notes?(/|$)", re.IGNORECASE)
+                         r"duration|out$|notes?(/|$)|run_id|_at$|(^|/)pid$", re.IGNORECASE)
 
 
 def _traced_child(trace_path: str, argv: list[str]) -> int:
