@@ -238,9 +238,15 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
         with terminate_as_interrupt():
             return exit_on_bad_input(lambda: main(argv), prog)
     except KeyboardInterrupt as stop:
-        if traceback_wanted():
-            raise
         term = isinstance(stop, Terminated)
+        if traceback_wanted():
+            if not term:
+                raise
+            # (raised on, a Terminated exits 1: Python's exit by signal is Ctrl-C's alone)
+            import traceback
+
+            traceback.print_exc()
+            return 143
         print(f"\n{prog}: {'terminated (SIGTERM)' if term else 'interrupted'}"
               f"{resume_hint(argv)}", file=sys.stderr)
         return 143 if term else 130

@@ -266,7 +266,7 @@ def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Pat
     lock = folder / f".{OUTPUT_LOCK}.lock"
     try:
         with exclusive_folder(folder, OUTPUT_LOCK):
-            yield from _writing_into(folder, skip, lock, fresh=bool(made))
+            yield from _writing_into(folder, skip, lock)
     except BaseException as error:
         if made:  # (Windows cannot remove the lock file while it is open: closed by now)
             with contextlib.suppress(OSError):
@@ -298,57 +298,85 @@ RUN_STATUS = "run_status.json"
 
 
 def _write_status(folder: Path, status: str, started: str, **extra: Any) -> None:
+    """Best effort: a status that cannot be written (a read-only or full folder, a reader
+    holding the file open on Windows) never fails the run it describes."""
     import datetime
 
     record = {"status": status, "started_at": started, "pid": os.getpid(), **extra}
     if status != "running":
         record["ended_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds")
-    write_text_whole(folder / RUN_STATUS, json_text(record) + "\n")
+    with contextlib.suppress(OSError):
+        write_text_whole(folder / RUN_STATUS, json_text(record) + "\n")
 
 
-def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Path,
-                  fresh: bool = False) -> Iterator[None]:
+def _written_since(folder: Path, earlier: dict[Path, int], own: Sequence[Path]) -> bool:
+    """Whether a file of ``folder`` other than ``own`` is new or changed since ``earlier``."""
+    try:
+        now = _inventory(folder, [])
+    except OSError:
+        return True  # (cannot tell: say the run wrote)
+    return any(path not in own and earlier.get(path) != stamp for path, stamp in now.items())
+
+
+def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Path
+                  ) -> Iterator[None]:
     """:func:`output_folder`'s warnings around the run, once the folder is made and locked, and
-    its :data:`RUN_STATUS`: ``running`` from the start, ``finished`` once every file is
-    written, ``failed`` or ``interrupted`` (with the error's type) when the run stops on an
-    exception; a killed run leaves ``running`` (and its lock). A folder this run made is
-    removed on failure as before, status and all, where nothing else is in it."""
+    its :data:`RUN_STATUS`: ``running`` from the start, ``finished`` once the run's files are
+    written (before the closing warnings, which a filter may turn into errors), ``failed``
+    or ``interrupted`` (with the error's type) when the run stops on an exception; a killed
+    run leaves ``running`` (and its lock). A run that stops before writing anything puts
+    the earlier run's status back (its files are intact: they were not "failed"), and a
+    folder this run made is removed as before, status and all, where nothing else is in
+    it."""
     import datetime
 
-    earlier = _inventory(folder, [Path(p) for p in skip if p])
+    skipped = [Path(p) for p in skip if p]
+    earlier = _inventory(folder, skipped)
     earlier.pop(lock, None)
-    earlier.pop(folder / RUN_STATUS, None)  # (rewritten by every run)
+    status_file = folder / RUN_STATUS
+    try:
+        previous: Optional[str] = status_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        previous = None
+    earlier.pop(status_file, None)  # (rewritten by every run)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     _write_status(folder, "running", started)
-    results = [path for path in earlier if path.name == "results.json"]
-    if results:
-        written = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[results[0]] / 1e9))
-        warnings.warn(f"{folder} holds an earlier run's results ({results[0]}, written "
-                      f"{written}); this run replaces them when it writes its own (one that "
-                      "stops before, on an error say, leaves them as they are)", OutputWarning,
-                      stacklevel=user_stacklevel())
+    finished = False
     try:
+        results = [path for path in earlier if path.name == "results.json"]
+        if results:
+            written = time.strftime("%Y-%m-%d %H:%M",
+                                    time.localtime(earlier[results[0]] / 1e9))
+            warnings.warn(f"{folder} holds an earlier run's results ({results[0]}, written "
+                          f"{written}); this run replaces them when it writes its own (one "
+                          "that stops before, on an error say, leaves them as they are)",
+                          OutputWarning, stacklevel=user_stacklevel())
         yield
+        _write_status(folder, "finished", started)
+        finished = True
+        left = sorted(str(path.relative_to(folder)) for path, stamp in earlier.items()
+                      if path.is_file() and path.stat().st_mtime_ns == stamp)
+        if left:
+            shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more"
+                                           if len(left) > 8 else "")
+            warnings.warn(f"{len(left)} file(s) in {folder} come from an earlier run and were "
+                          f"not rewritten by this one: {shown}. Remove them, or write each "
+                          "run to a new --out, so that they are not read as this run's.",
+                          OutputWarning, stacklevel=user_stacklevel())
     except BaseException as error:
-        written = [path for path in folder.iterdir() if path.name not in (RUN_STATUS, lock.name)]
-        if fresh and not written:  # the folder it made, empty, goes: its status too
+        if finished:  # (a closing warning made an error by a filter: the run's files stand)
+            raise
+        if not _written_since(folder, earlier, (status_file, lock)):
             with contextlib.suppress(OSError):
-                (folder / RUN_STATUS).unlink()
+                if previous is not None:
+                    write_text_whole(status_file, previous)
+                else:  # (a folder it made, left empty, then goes whole)
+                    status_file.unlink()
         else:
-            with contextlib.suppress(OSError):
-                _write_status(folder, "interrupted" if isinstance(error, KeyboardInterrupt)
-                              else "failed", started, error=type(error).__name__)
+            _write_status(folder, "interrupted" if isinstance(error, KeyboardInterrupt)
+                          else "failed", started, error=type(error).__name__)
         raise
-    left = sorted(str(path.relative_to(folder)) for path, stamp in earlier.items()
-                  if path.is_file() and path.stat().st_mtime_ns == stamp)
-    if left:
-        shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
-        warnings.warn(f"{len(left)} file(s) in {folder} come from an earlier run and were not "
-                      f"rewritten by this one: {shown}. Remove them, or write each run to a new "
-                      "--out, so that they are not read as this run's.", OutputWarning,
-                      stacklevel=user_stacklevel())
-    _write_status(folder, "finished", started)
 
 
 class _SilentThreads:

@@ -405,3 +405,13 @@ def test_the_protocols_read_label_mask_in_the_forms_the_detectors_take(form):
         make_splits(data, "paper", 1, 0.4, split_seed=2)
     with pytest.raises(ValueError, match="label_mask must be a bool"):
         mask_splits(data)
+
+
+def test_the_dataset_summary_reads_label_mask_as_the_protocols_do():
+    from et_graph.datasets.anomaly_data import describe_anomaly_data
+
+    data = planted_anomaly_graph(200)
+    labelled = torch.ones(200, dtype=torch.bool)
+    labelled[::40] = False
+    data.label_mask = labelled.float().view(-1, 1)  # an [N, 1] column of 0/1 numbers
+    assert describe_anomaly_data(data)["labelled_nodes"] == 195

@@ -548,7 +548,8 @@ def test_quiet_runs_overlapping_in_two_threads_give_standard_output_back(capsys)
 
 @pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name == "nt",
                     reason="POSIX signals")
-def test_sigterm_ends_the_command_as_an_interruption_with_status_143(tmp_path):
+@pytest.mark.parametrize("traceback", ["0", "1"])
+def test_sigterm_ends_the_command_as_an_interruption_with_status_143(tmp_path, traceback):
     """A batch system's SIGTERM killed the command where it stood: no folder lock released,
     a tuning study's trials left marked running (a tuning audit)."""
     code = ("import sys, time, et_graph.cli as cli\n"
@@ -560,7 +561,7 @@ def test_sigterm_ends_the_command_as_an_interruption_with_status_143(tmp_path):
             "        print('cleaned up', flush=True)\n"
             "cli.main = slow\n"
             "sys.exit(cli.console_main(['anomaly', '--checkpoint-dir', 'ck']))\n")
-    env = {**os.environ, TRACEBACK_ENV: "0"}
+    env = {**os.environ, TRACEBACK_ENV: traceback}
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
     assert process.stdout.readline().strip() == "started"
@@ -568,6 +569,9 @@ def test_sigterm_ends_the_command_as_an_interruption_with_status_143(tmp_path):
     out, err = process.communicate(timeout=60)
     assert process.returncode == 143, err
     assert out.strip() == "cleaned up"  # the finally blocks ran (communicate reads the pipe)
+    if traceback == "1":  # the traceback asked for, and still 143 (it exited 1: a review)
+        assert "Traceback" in err and "Terminated" in err
+        return
     assert err.strip() == ("et-graph anomaly: terminated (SIGTERM); its checkpoints are in ck: "
                            "run the same command with --resume to continue from the last one")
 

@@ -348,10 +348,12 @@ def test_the_output_folder_says_whether_its_run_is_running_finished_or_failed(tm
     assert after["ended_at"] >= after["started_at"]
     with pytest.raises(ValueError):
         with output_folder(out):
+            (out / "results.json").write_text("{}", encoding="utf-8")
             raise ValueError("bad data")
     assert status(out)["status"] == "failed" and status(out)["error"] == "ValueError"
     with pytest.raises(KeyboardInterrupt):
         with output_folder(out):
+            (out / "results.json").write_text("{}", encoding="utf-8")
             raise KeyboardInterrupt
     assert status(out)["status"] == "interrupted"
     with pytest.raises(ValueError):  # a folder it made, left empty, still goes whole
@@ -363,3 +365,38 @@ def test_the_output_folder_says_whether_its_run_is_running_finished_or_failed(tm
             (tmp_path / "partial" / "a.png").write_bytes(b"")
             raise ValueError("late")
     assert status(tmp_path / "partial")["status"] == "failed"
+
+
+def test_the_run_status_survives_warnings_made_errors_and_runs_that_wrote_nothing(tmp_path):
+    """A review: the start and closing warnings, turned into errors by a filter, left
+    "running" for good; a rerun that failed before writing anything marked the earlier,
+    intact run "failed"."""
+    import warnings
+
+    import pytest
+
+    from et_graph.exceptions import OutputWarning
+    from et_graph.reporting import RUN_STATUS, output_folder
+
+    out = tmp_path / "run"
+    with output_folder(out):
+        (out / "results.json").write_text("{}", encoding="utf-8")
+    finished = (out / RUN_STATUS).read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match="missing data"):  # fails before writing anything
+        with output_folder(out):
+            raise ValueError("missing data")
+    assert (out / RUN_STATUS).read_text(encoding="utf-8") == finished  # the earlier run's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OutputWarning)
+        with pytest.raises(OutputWarning, match="holds an earlier run's results"):
+            with output_folder(out):
+                pass
+        assert (out / RUN_STATUS).read_text(encoding="utf-8") == finished
+    (out / "old.png").write_bytes(b"")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutputWarning)  # (the start warning)
+        warnings.filterwarnings("error", message=".*were not rewritten", category=OutputWarning)
+        with pytest.raises(OutputWarning, match="were not rewritten"):
+            with output_folder(out):
+                (out / "results.json").write_text("{}", encoding="utf-8")
+    assert '"finished"' in (out / RUN_STATUS).read_text(encoding="utf-8")

@@ -1023,3 +1023,84 @@ def test_a_preset_says_how_its_study_found_it(tmp_path):
     assert meta["budget_timeout_minutes"] == TuneBudget().timeout_minutes
     assert {"et_graph_version", "git_commit", "written"} <= set(meta)
     assert shown_storage("postgresql://me:secret@db/tune") == "postgresql://me:***@db/tune"
+
+
+def test_a_resume_under_another_sampler_seed_is_refused_before_any_study_runs(tmp_path):
+    """A review: the check before the studies left the seed out, so the first model's study
+    ran (and stored the new seed) before the second one's was refused, with no report."""
+    storage = f"sqlite:///{tmp_path}/two.db"
+    data = planted_anomaly_graph(120, seed=1)
+    tune_anomaly(parse(AnomalyConfig, SMALL), ["mlp"], TuneBudget(trials=1), storage,
+                 out=tmp_path / "a", data=data)
+    with pytest.raises(ValueError, match="drawn with --sampler-seed 0, not 5"):
+        tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt", "mlp"], TuneBudget(trials=2, seed=5),
+                     storage, out=tmp_path / "b", data=data)
+    import optuna
+
+    assert "anomaly-planted-gbt" not in optuna.get_all_study_names(storage)
+
+
+def test_the_time_limit_stops_a_trial_at_its_own_steps_and_reports_name_themselves(tmp_path):
+    """A review: a TU trial ran all its folds, and a later GNNBenchmark seed all its epochs,
+    past the limit (only the pruner's hook read it)."""
+    import time
+
+    import optuna
+
+    from et_graph.tuning.study import (
+        _DEADLINE,
+        STOPPED_BY_TIME,
+        deadline_callback,
+        stop_at_deadline,
+    )
+
+    trial = optuna.create_study().ask()
+    stop_at_deadline(trial, "fold 0")  # outside a study: nothing
+    token = _DEADLINE.set(time.monotonic() - 1)
+    try:
+        with pytest.raises(optuna.TrialPruned, match="stopped at fold 0"):
+            stop_at_deadline(trial, "fold 0")
+        with pytest.raises(optuna.TrialPruned, match="stopped at epoch 3"):
+            deadline_callback(trial)(3, None)
+    finally:
+        _DEADLINE.reset(token)
+    assert trial.user_attrs[STOPPED_BY_TIME]
+    out = tmp_path / "r"
+    tune_anomaly(parse(AnomalyConfig, SMALL), ["gbt"], TuneBudget(trials=1),
+                 f"sqlite:///{tmp_path}/r.db", out=out, data=planted_anomaly_graph(120, seed=1))
+    report = json.loads((out / "study_report.json").read_text(encoding="utf-8"))
+    assert report["meta"]["task"] == "tune anomaly"
+    from et_graph.config import read_file
+
+    written = read_file(out / "best_gbt.toml")["meta"]["written_at"]
+    assert written.endswith("+00:00")  # UTC, as the results files' written_at
+
+
+def test_a_storage_failure_after_ctrl_c_leaves_the_ctrl_c(tmp_path, monkeypatch):
+    """A review: recording the run's seconds in a storage that fails replaced the Ctrl-C in
+    flight by a ValueError (exit 2, not 130)."""
+    import optuna
+
+    from et_graph.exceptions import OutputWarning
+    from et_graph.tuning import study as study_module
+
+    def interrupted(trial):
+        trial.suggest_float("x", 0, 1)
+        raise KeyboardInterrupt
+
+    real = optuna.study.Study.set_user_attr
+
+    def failing(self, key, value):
+        if key == study_module.SECONDS_SPENT:
+            raise optuna.exceptions.StorageInternalError("disk I/O error")
+        return real(self, key, value)
+
+    monkeypatch.setattr(optuna.study.Study, "set_user_attr", failing)
+    with pytest.warns(OutputWarning, match="seconds were not recorded"):
+        with pytest.raises(KeyboardInterrupt):
+            study_module.run_study("lost", interrupted, TuneBudget(trials=1),
+                                   f"sqlite:///{tmp_path}/lost.db", progress=False)
+    with pytest.raises(ValueError, match="cannot be written as an Optuna database"):
+        study_module.run_study("lost2", lambda trial: trial.suggest_float("x", 0, 1),
+                               TuneBudget(trials=1), f"sqlite:///{tmp_path}/lost.db",
+                               progress=False)

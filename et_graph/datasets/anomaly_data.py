@@ -501,8 +501,10 @@ def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
 
 def describe_anomaly_data(data: Data) -> dict[str, Any]:
     """Summary statistics of a prepared graph (the numbers quoted in ``datasets/SOURCES.md``)."""
+    from ..protocols.anomaly import labelled_nodes  # (here: the protocols import this module)
+
     num_nodes = int(data.num_nodes)
-    labelled = data.label_mask if getattr(data, "label_mask", None) is not None else None
+    labelled = labelled_nodes(data)  # (0/1 numbers or an [N, 1] column too: a review)
     y = data.y if labelled is None else data.y[labelled]
     summary: dict[str, Any] = {
         "name": getattr(data, "name", None),

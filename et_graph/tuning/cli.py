@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -40,6 +41,7 @@ from .study import (
     check_resumable,
     run_study,
     save_best_preset,
+    shown_storage,
     study_or_none,
     study_summary,
     tuned_fields,
@@ -327,7 +329,8 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
         existing = study_or_none(name, storage) if storage is not None else None
         if existing is not None:
             check_resumable(existing, storage, getattr(objective, "direction", "maximize"),
-                            preset_metric, settings, defaults, budget.prune_warmup)
+                            preset_metric, settings, defaults, budget.prune_warmup,
+                            budget.seed)
             check_replayable(existing, storage, objective.trial_config, config, defaults)
     # as every task's runs: locked while it writes (two tunes into one --out mixed their
     # presets and reports), and earlier presets it did not rewrite are named at the end
@@ -365,7 +368,8 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                         "budget_trials": budget.trials,
                         "budget_timeout_minutes": budget.timeout_minutes,
                         "sampler_seed": budget.seed,
-                        "written": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                        "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                            timespec="seconds"),
                         **code_identity(),
                         # a registered detector's preset runs with its plugin loaded
                         **getattr(objective, "preset_meta", {})}
@@ -380,22 +384,10 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
         print((out / "study_report.md").read_text(encoding="utf-8"))
         # as every task says where its results went (the defaults are relative to the
         # working directory, so a user could not find them)
-        kept = f"; the studies in {storage}" if storage is not None else ""
+        kept = f"; the studies in {shown_storage(storage)}" if storage is not None else ""
         print(f"\nWritten to {out.resolve()} (study_report.md, study_report.json and the "
               f"best presets){kept}", flush=True)
     return {"models": summaries, "presets": {k: str(v) for k, v in presets.items()}}
-
-
-def shown_storage(storage: Optional[str]) -> str:
-    """``storage`` as a preset records it: a database password masked (``***``)."""
-    if storage is None:
-        return "in memory"
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(storage).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy parses: nothing in it to mask
-        return storage
 
 
 def _in_memory_name(data: Any) -> Optional[str]:
@@ -429,24 +421,28 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
             return
         if not path or path == ":memory:":
             # SQLite's in-memory database: accepted by Optuna, but no restart continues it.
-            raise ValueError(f"storage {storage!r} names no file, so nothing would persist "
+            raise ValueError(f"storage {shown_storage(storage)!r} names no file, so nothing "
+                             f"would persist "
                              "for a restart to continue: give one, e.g. sqlite:///runs/tune.db")
         if path.startswith("~"):  # SQLAlchemy opens the literal "~": a bare OperationalError
-            raise ValueError(f"storage {storage!r}: SQLite URLs do not expand ~; write the "
+            raise ValueError(f"storage {shown_storage(storage)!r}: SQLite URLs do not expand ~; "
+                             f"write the "
                              f"path out, e.g. sqlite:///{Path(path).expanduser()}")
         file = Path(path)
         if file.is_dir():  # (SQLAlchemy: "unable to open database file", in a traceback)
-            raise ValueError(f"storage {storage!r} names a folder: give a database file in it, "
+            raise ValueError(f"storage {shown_storage(storage)!r} names a folder: give a "
+                             f"database file in it, "
                              f"e.g. sqlite:///{file / 'tune.db'}")
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
-            raise ValueError(f"storage {storage!r}: a file stands where its folder "
+            raise ValueError(f"storage {shown_storage(storage)!r}: a file stands where its folder "
                              f"{file.parent} would be") from None
         if file.is_file() and file.stat().st_size:
             with file.open("rb") as handle:
                 if handle.read(16) != b"SQLite format 3\x00":
-                    raise ValueError(f"storage {storage!r} is a file that is not an SQLite "
+                    raise ValueError(f"storage {shown_storage(storage)!r} is a file that is not "
+                                     f"an SQLite "
                                      "database (a results or preset file?): give another "
                                      "file name")
         return
@@ -456,7 +452,8 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
         sqlalchemy.create_engine(storage)
     except (ImportError, sqlalchemy.exc.ArgumentError,
             sqlalchemy.exc.NoSuchModuleError) as error:
-        raise ValueError(f"storage {storage!r} cannot be opened here ({type(error).__name__}: "
+        raise ValueError(f"storage {shown_storage(storage)!r} cannot be opened here "
+                         f"({type(error).__name__}: "
                          f"{error}); install its database driver or use sqlite:///FILE") from None
 
 

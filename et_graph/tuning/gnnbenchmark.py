@@ -31,7 +31,7 @@ from ..protocols.benchmark_models import (
 from ..protocols.gnnbenchmark import train_one
 from ..protocols.gnnbenchmark_config import GNNBenchmarkConfig, model_builder
 from ..training.checkpoint import data_digest, graph_tensors
-from .study import apply_space, pruning_callback
+from .study import apply_space, deadline_callback, pruning_callback
 
 #: Learning rates every model's space searches (the same range for each).
 LR_RANGE = (3e-4, 5e-3)
@@ -145,8 +145,9 @@ class GNNBenchmarkObjective:
         for seed in range(self.tune_seeds):
             # The pruner reads seed 0's curve only: a later seed's curve would be compared with
             # other trials' seed-0 curves at the same epoch.
-            on_epoch = (pruning_callback(trial, self.data.metric)
-                        if trial is not None and seed == 0 else None)
+            # (the later seeds stop at the time limit too)
+            on_epoch = (None if trial is None else pruning_callback(trial, self.data.metric)
+                        if seed == 0 else deadline_callback(trial))
             result = train_one(self.model, self.data, seed, config.train, config.et,
                                config.baselines, device=config.run.device, progress=False,
                                on_epoch=on_epoch, evaluate_test=False, build=build)

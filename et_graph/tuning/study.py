@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..config import merge, run_metadata, to_dict, write_preset
-from ..exceptions import ConfigWarning, FitWarning
+from ..exceptions import ConfigWarning, FitWarning, OutputWarning
 from ..progress import interactive
 from ..reporting import counted, json_text
 from ..training.checkpoint import changed_settings
@@ -177,7 +177,8 @@ def check_replayable(study: Any, storage: Optional[str], trial_config: Callable[
     if wrong:
         shown = ", ".join(f"{key} = {new!r} (they ran with {old!r})" for key, old, new in wrong)
         raise ValueError(
-            f"study {study.study_name!r} in {storage} holds trials from before its search "
+            f"study {study.study_name!r} in {shown_storage(storage)} holds trials from before "
+            f"its search "
             f"space gained {', '.join(repr(name) for name in missing)}; replayed for its best "
             f"trial and preset, they would take this run's {shown}: set it back (or drop the "
             "flag), or use another storage or study prefix")
@@ -258,14 +259,30 @@ def pruning_callback(trial: Any, metric: str) -> Callable[[int, Any], None]:
     def report(epoch: int, validation: Any) -> None:
         value = validation.metrics.get(metric, validation.score)
         trial.report(float(value), epoch)
-        deadline = _DEADLINE.get()
-        if deadline is not None and time.monotonic() > deadline:
-            trial.set_user_attr(STOPPED_BY_TIME, True)
-            raise optuna.TrialPruned(f"stopped at epoch {epoch}: the time limit passed")
+        stop_at_deadline(trial, f"epoch {epoch}")
         if trial.should_prune():
             raise optuna.TrialPruned(f"pruned at epoch {epoch}")
 
     return report
+
+
+def stop_at_deadline(trial: Any, where: str) -> None:
+    """Stop ``trial`` (pruned, marked :data:`STOPPED_BY_TIME`) when the running study's time
+    limit has passed; nothing outside :func:`run_study`. For objectives that call it at their
+    own steps (a fold, a seed's epochs), as :func:`pruning_callback` does at each epoch."""
+    deadline = _DEADLINE.get()
+    if deadline is not None and time.monotonic() > deadline:
+        trial.set_user_attr(STOPPED_BY_TIME, True)
+        raise _optuna().TrialPruned(f"stopped at {where}: the time limit passed")
+
+
+def deadline_callback(trial: Any) -> Callable[[int, Any], None]:
+    """An engine ``on_epoch`` hook that only stops ``trial`` at the time limit (for the runs of
+    a trial the pruner does not read: a later model seed)."""
+    def check(epoch: int, validation: Any) -> None:
+        stop_at_deadline(trial, f"epoch {epoch}")
+
+    return check
 
 
 def _optuna():
@@ -375,8 +392,10 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
             return objective(trial)
         except KeyboardInterrupt:
             # Optuna stores an interrupted trial as FAIL, as a diverged one: the report counts
-            # it as unfinished (a tuning audit)
-            trial.set_user_attr(INTERRUPTED, True)
+            # it as unfinished (a tuning audit); a storage that fails here must not turn the
+            # Ctrl-C into its own error (a review)
+            with contextlib.suppress(Exception):
+                trial.set_user_attr(INTERRUPTED, True)
             raise
 
     if remaining > 0 and left <= 0:
@@ -388,6 +407,7 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
         failures = _FailureLimit(budget.trials)
         deadline = _DEADLINE.set(time.monotonic() + left)
         start = time.perf_counter()
+        stopped: Optional[BaseException] = None
         try:
             study.optimize(
                 recorded,
@@ -400,12 +420,22 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
                 # setting like any other), fails alone; other errors stop the study
                 catch=(FloatingPointError, MemoryError),
             )
+        except BaseException as error:
+            stopped = error
+            raise
         finally:
             _DEADLINE.reset(deadline)
             # every run's time counts, an interrupted one's too: a study stopped and resumed
             # got a fresh limit each time (a tuning audit)
-            with _storage_errors(storage):
-                study.set_user_attr(SECONDS_SPENT, spent + time.perf_counter() - start)
+            try:
+                with _storage_errors(storage):
+                    study.set_user_attr(SECONDS_SPENT, spent + time.perf_counter() - start)
+            except ValueError as error:
+                if stopped is None:
+                    raise
+                # (the error in flight, a Ctrl-C say, is the one to report: a review)
+                warnings.warn(f"study {name!r}: this run's seconds were not recorded "
+                              f"({error})", OutputWarning, stacklevel=3)
         if failures.stopped:
             warnings.warn(f"study {name!r}: {failures.limit} trials in a row failed (non-finite "
                           "loss or objective, or out of memory); stopped instead of running "
@@ -449,6 +479,18 @@ def _record_study_attributes(study: Any, existing: Optional[Any], budget: TuneBu
 SAMPLER_SEED = "sampler_base_seed"
 
 
+def shown_storage(storage: Optional[str]) -> str:
+    """``storage`` as a preset records it: a database password masked (``***``)."""
+    if storage is None:
+        return "in memory"
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(storage).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: nothing in it to mask
+        return storage
+
+
 def _warn_running_trials(study: Any, storage: Optional[str]) -> None:
     """A ``ConfigWarning`` when ``study`` holds trials still marked running: another process
     tuning it now (whose sampler, seeded by the finished trials as this one's, draws the same
@@ -457,7 +499,8 @@ def _warn_running_trials(study: Any, storage: Optional[str]) -> None:
     running = [t.number for t in study.get_trials(deepcopy=False)
                if t.state == _optuna().trial.TrialState.RUNNING]
     if running:
-        warnings.warn(f"study {study.study_name!r} in {storage} holds {len(running)} trial(s) "
+        warnings.warn(f"study {study.study_name!r} in {shown_storage(storage)} holds "
+                      f"{len(running)} trial(s) "
                       f"marked running ({', '.join(map(str, running[:5]))}): if another "
                       "process is tuning it now, its trials and this run's repeat each other "
                       "(run one process per study); if a killed run left them, they count "
@@ -475,7 +518,8 @@ def _storage_errors(storage: Optional[str]) -> Iterator[None]:
         if not type(error).__module__.startswith(("sqlalchemy", "optuna.exceptions")):
             raise
         cause = error.__cause__ or error.__context__ or error
-        raise ValueError(f"storage {storage!r} cannot be written as an Optuna database: "
+        raise ValueError(f"storage {shown_storage(storage)!r} cannot be written as an Optuna "
+                         f"database: "
                          f"{str(cause).splitlines()[0] if str(cause) else type(cause).__name__}"
                          ) from None
 
@@ -503,16 +547,18 @@ def check_resumable(study: Any, storage: Optional[str], direction: str, objectiv
     name = study.study_name
     stored_seed = study.user_attrs.get(SAMPLER_SEED)
     if sampler_seed is not None and stored_seed is not None and stored_seed != sampler_seed:
-        raise ValueError(f"study {name!r} in {storage} was drawn with --sampler-seed "
+        raise ValueError(f"study {name!r} in {shown_storage(storage)} was drawn with "
+                         f"--sampler-seed "
                          f"{stored_seed}, not {sampler_seed}: resume with --sampler-seed "
                          f"{stored_seed}, or use another storage or study prefix")
     if study.direction.name.lower() != direction:
-        raise ValueError(f"study {name!r} in {storage} was created to "
+        raise ValueError(f"study {name!r} in {shown_storage(storage)} was created to "
                          f"{study.direction.name.lower()}, not to {direction}: use another "
                          "storage or study prefix")
     stored = study.user_attrs.get("objective")
     if objective_label and stored is not None and stored != objective_label:
-        raise ValueError(f"study {name!r} in {storage} holds trials of another objective "
+        raise ValueError(f"study {name!r} in {shown_storage(storage)} holds trials of another "
+                         f"objective "
                          f"({stored!r}, not {objective_label!r}); its values would be reported "
                          "as this one's: use another storage or study prefix")
     stored_warmup = study.user_attrs.get("prune_warmup")
@@ -520,7 +566,8 @@ def check_resumable(study: Any, storage: Optional[str], direction: str, objectiv
     # warm-up: it resumes under any; it was refused under another)
     if (prune_warmup is not None and stored_warmup is not None and stored_warmup != prune_warmup
             and judged_by_pruner(study)):
-        raise ValueError(f"study {name!r} in {storage} was pruned with --prune-warmup "
+        raise ValueError(f"study {name!r} in {shown_storage(storage)} was pruned with "
+                         f"--prune-warmup "
                          f"{stored_warmup}, not {prune_warmup}; its trials would mix two pruning "
                          f"rules: resume with --prune-warmup {stored_warmup}, or use another "
                          "storage or study prefix")
@@ -532,7 +579,8 @@ def check_resumable(study: Any, storage: Optional[str], direction: str, objectiv
     changed = changed_settings({k: before[k] for k in shared}, {k: settings[k] for k in shared})
     if changed:
         shown = ", ".join(f"{k}: {before.get(k)!r} -> {settings.get(k)!r}" for k in changed[:5])
-        raise ValueError(f"study {name!r} in {storage} was run under other fixed settings "
+        raise ValueError(f"study {name!r} in {shown_storage(storage)} was run under other fixed "
+                         f"settings "
                          f"({shown}); its trials were scored under those: use another "
                          "storage or study prefix")
 
@@ -567,7 +615,8 @@ def study_or_none(name: str, storage: Optional[str]) -> Optional[Any]:
         # A folder, a file that is no database or a locked one: SQLAlchemy's traceback of a
         # hundred lines named none of them (a CLI audit)
         if type(error).__module__.startswith("sqlalchemy"):
-            raise ValueError(f"storage {storage!r} cannot be opened as an Optuna database: "
+            raise ValueError(f"storage {shown_storage(storage)!r} cannot be opened as an Optuna "
+                             f"database: "
                              f"{str(error).splitlines()[0]}") from None
         raise
 
@@ -655,7 +704,8 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
     report = {"task": task, "dataset": dataset, "metric": f"validation {metric}",
               "labels_read": labels_read, "budget": to_dict_budget(budget),
               "models": summaries, "presets": {k: str(v) for k, v in presets.items()},
-              "meta": run_metadata(config)}
+              # (the task's results name the task; a study report names itself so)
+              "meta": {**run_metadata(config), "task": f"tune {task}"}}
     # strict, as every results file: a diverged trial's inf was written as Infinity
     (out / "study_report.json").write_text(json_text(report, default=str), encoding="utf-8")
     trees = ("; a model without epochs (the trees) is never pruned, so it completes every "
@@ -690,7 +740,7 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
              "interrupted during them); they "
              "count toward no budget.", "",
              "| model | complete | pruned (at the limit) | failed | unfinished | best validation "
-             "| best trial | time this run / all runs (s) | preset |",
+             "| best trial | time this run / all runs recorded (s) | preset |",
              "|---|---|---|---|---|---|---|---|---|"]
     for model, s in summaries.items():
         best = "n/a" if s["best_value"] is None else f"{s['best_value']:.4f}"

@@ -32,7 +32,7 @@ from ..protocols.graph_models import (
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..training import keeps_caller_rng, seed_everything
 from ..training.checkpoint import data_digest, graph_tensors
-from .study import apply_space, with_switch
+from .study import apply_space, stop_at_deadline, with_switch
 
 
 def et_graph_space(trial: Any) -> dict[str, dict[str, Any]]:
@@ -227,4 +227,6 @@ class TUObjective:
                 trial.report(float(np.mean(accuracies)), fold)
                 if trial.should_prune():
                     raise optuna.TrialPruned(f"pruned after fold {fold}")
+                if fold + 1 < len(self.splits):  # (a trial done with its folds is kept)
+                    stop_at_deadline(trial, f"fold {fold}")
         return float(np.mean(accuracies))
