@@ -1021,7 +1021,7 @@ def test_a_preset_says_how_its_study_found_it(tmp_path):
     assert meta["storage"] == f"sqlite:///{tmp_path}/p.db"
     assert (meta["budget_trials"], meta["sampler_seed"]) == (1, 3)
     assert meta["budget_timeout_minutes"] == TuneBudget().timeout_minutes
-    assert {"et_graph_version", "git_commit", "written"} <= set(meta)
+    assert {"et_graph_version", "git_commit", "written_at"} <= set(meta)
     assert shown_storage("postgresql://me:secret@db/tune") == "postgresql://me:***@db/tune"
 
 
