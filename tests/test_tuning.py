@@ -914,7 +914,11 @@ def test_a_trial_running_when_the_time_limit_passes_stops_at_its_next_epoch():
     [trial] = study.trials
     assert trial.state.name == "PRUNED" and trial.user_attrs[STOPPED_BY_TIME]
     summary = study_summary(study, 1.0, 3)
-    assert summary["trials"]["stopped_by_time_limit"] == 1
+    # cut by the limit, not by the pruner: unfinished, and no trial of the budget (a review)
+    assert summary["trials"]["stopped_by_time_limit"] == 1 and summary["trials"]["pruned"] == 0
+    from et_graph.tuning.study import _finished
+
+    assert _finished(study) == []
     assert summary["seconds_all_runs"] == pytest.approx(time.perf_counter() - start, abs=0.5)
     # never fewer seconds in all runs than in this one (the caller's clock starts first)
     assert study_summary(study, 100.0, 3)["seconds_all_runs"] == 100.0

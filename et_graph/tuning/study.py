@@ -622,11 +622,15 @@ def study_or_none(name: str, storage: Optional[str]) -> Optional[Any]:
 
 
 def _finished(study: Optional[Any]) -> list[Any]:
+    """The trials that count toward the budget: complete, or pruned by the pruner. One cut by
+    the time limit never finished (the limit ended the run, not the pruner): it counts toward
+    no budget, so a study resumed with more time runs a trial in its place (a review)."""
     if study is None:
         return []
     optuna = _optuna()
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    return study.get_trials(deepcopy=False, states=states)
+    return [t for t in study.get_trials(deepcopy=False, states=states)
+            if not t.user_attrs.get(STOPPED_BY_TIME)]
 
 
 def best_within_budget(study: Any, budget_trials: Optional[int] = None) -> Any:
@@ -666,8 +670,10 @@ def study_summary(study: Any, seconds: float,
                       for t in trials)
     count["fail"] -= interrupted
     count["interrupted"] = interrupted
+    # A trial the time limit cut is stored as pruned: counted as unfinished (no budget)
     count["stopped_by_time_limit"] = sum(bool(t.user_attrs.get(STOPPED_BY_TIME))
                                          for t in trials)
+    count["pruned"] -= count["stopped_by_time_limit"]
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     best = best_within_budget(study, budget_trials)
     return {
@@ -734,23 +740,22 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
              f"are drawn at random, Optuna's start-up), {pruning}. Pruned trials count toward "
              f"the trial budget{trees}; the time limit binds each model alone, over every run "
              "of its study, so a slower model may finish fewer (the table counts them); a "
-             "trial still running when it passes is stopped at its next epoch and counted as "
-             "pruned (\"at the limit\"; a model without epochs finishes it)."
-             f"{resumed} \"unfinished\" counts trials that never ended (a run killed or "
-             "interrupted during them); they "
-             "count toward no budget.", "",
-             "| model | complete | pruned (at the limit) | failed | unfinished | best validation "
-             "| best trial | time this run / all runs recorded (s) | preset |",
+             "trial still running when it passes is stopped at its next epoch (a model "
+             f"without epochs finishes it).{resumed} \"unfinished\" counts trials that never "
+             "ended (cut by the time limit, in brackets, or a run killed or interrupted during "
+             "them); they count toward no budget.", "",
+             "| model | complete | pruned | failed | unfinished (at the limit) | best "
+             "validation | best trial | time this run / all runs recorded (s) | preset |",
              "|---|---|---|---|---|---|---|---|---|"]
     for model, s in summaries.items():
         best = "n/a" if s["best_value"] is None else f"{s['best_value']:.4f}"
         trials = s["trials"]
-        unfinished = trials.get("running", 0) + trials.get("interrupted", 0)
         at_limit = trials.get("stopped_by_time_limit", 0)
+        unfinished = trials.get("running", 0) + trials.get("interrupted", 0) + at_limit
         total = s.get("seconds_all_runs")
-        lines.append(f"| {model} | {trials['complete']} | {trials['pruned']}"
-                     f"{f' ({at_limit})' if at_limit else ''} | {trials['fail']} | "
-                     f"{unfinished} | {best} | {s['best_trial']} | "
+        lines.append(f"| {model} | {trials['complete']} | {trials['pruned']} | "
+                     f"{trials['fail']} | {unfinished}{f' ({at_limit})' if at_limit else ''} | "
+                     f"{best} | {s['best_trial']} | "
                      f"{s['seconds_this_run']:.0f} / "
                      f"{'n/a' if total is None else f'{total:.0f}'} | "
                      f"{presets.get(model, '')} |")
