@@ -1419,3 +1419,27 @@ def test_ddp_ranks_draw_other_subgraphs_past_a_share_of_one_over_the_world(graph
     alone, first, second = drawn(0, 1), drawn(0, 2), drawn(1, 2)
     assert torch.equal(alone, first) and not torch.equal(first, second)
     assert first.numel() == second.numel() == 144
+
+
+def test_a_detector_pickled_under_another_kernel_setting_warns(graph, monkeypatch):
+    """The compiled-kernel switch is the process's: a detector sent to a spawned worker scored
+    there without them, in other last bits, unannounced (a review). Copies say nothing."""
+    import copy
+    import pickle
+    import warnings
+
+    import et_graph.native as native
+
+    det = MLPDetector(epochs=1).fit(graph)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReproducibilityWarning)
+        same = pickle.loads(pickle.dumps(det))
+        copy.deepcopy(det), copy.copy(det)
+    assert not hasattr(same, "_pickled_with_native_attention")  # (the record is not kept)
+    monkeypatch.setattr(native, "native_attention_enabled", lambda: True)
+    sent = pickle.dumps(det)
+    monkeypatch.undo()
+    with pytest.warns(ReproducibilityWarning, match="pickled with the compiled attention "
+                                                    "kernels on and they are off here"):
+        received = pickle.loads(sent)
+    assert torch.equal(received.decision_function(graph), det.decision_function(graph))

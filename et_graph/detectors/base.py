@@ -11,6 +11,7 @@ protocol), ``decision_score_`` (the scores of the graph it was fitted on) and ``
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import os
@@ -38,6 +39,12 @@ DetectorT = TypeVar("DetectorT", bound="BaseDetector")
 #: The tag :meth:`BaseDetector.save` writes, so that :meth:`BaseDetector.load` can refuse other
 #: files with a clear error instead of unpickling whatever they hold into the wrong place.
 SAVE_FORMAT = "et_graph.detector/1"
+
+#: The key of a pickled detector's state that records the compiled-kernel switch.
+_PICKLED_NATIVE = "_pickled_with_native_attention"
+#: Set while :meth:`BaseDetector.load` unpickles (it warns about the switch itself).
+_LOADING: contextvars.ContextVar[bool] = contextvars.ContextVar("et_graph_detector_loading",
+                                                                default=False)
 
 
 class BaseDetector:
@@ -229,10 +236,35 @@ class BaseDetector:
         """The detector's state without an ``on_epoch`` callback (a tuning loop's lambda): it
         belongs to the process that set it, and pickle, joblib and a process pool's transfer
         of a fitted detector failed on it (a multiprocessing audit; ``save`` dropped it
-        already). Copies and loaded detectors have none."""
+        already). Copies and loaded detectors have none. The state records whether the
+        compiled kernels were on (:meth:`__setstate__` warns where they are not the same)."""
+        from ..native import native_attention_enabled
+
         state = self.__dict__.copy()
         state.pop("on_epoch", None)
+        state[_PICKLED_NATIVE] = native_attention_enabled()
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """The state back, with a ``ReproducibilityWarning`` where the compiled kernels were
+        on when it was pickled and are off here, or the reverse: the switch is the process's
+        (:func:`et_graph.native.set_native_attention`), so a detector sent to a spawned
+        worker scored there without them, in other last bits, unannounced (a review). A
+        copy in the same process never differs; :meth:`load` says it once itself."""
+        state = dict(state)
+        pickled = state.pop(_PICKLED_NATIVE, None)
+        self.__dict__.update(state)
+        if pickled is None or _LOADING.get():
+            return
+        from ..native import native_attention_enabled
+
+        if pickled != native_attention_enabled():
+            warnings.warn(
+                f"this {type(self).__name__} was pickled with the compiled attention kernels "
+                f"{'on' if pickled else 'off'} and they are {'off' if pickled else 'on'} here: "
+                "its scores may differ in the last bits; et_graph.native."
+                f"set_native_attention({pickled}) in this process scores as before",
+                ReproducibilityWarning, stacklevel=2)
 
     # ------------------------------------------------------------------------------------------
     def save(self, path: Union[str, os.PathLike]) -> None:
@@ -282,6 +314,7 @@ class BaseDetector:
         device = torch.device(map_location)
         if device.type == "cpu":  # torch.load cannot map to "cpu:0"; there is one CPU device
             device = torch.device("cpu")
+        loading = _LOADING.set(True)  # (load says a kernel mismatch once, from the file)
         try:
             payload = torch.load(path, map_location=device, weights_only=False)
         except (pickle.UnpicklingError, RuntimeError, EOFError, OSError,
@@ -291,6 +324,8 @@ class BaseDetector:
             raise ValueError(f"{path} is not a detector written by et-graph's save(), or it "
                              f"is truncated ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''})") from error
+        finally:
+            _LOADING.reset(loading)
         if not isinstance(payload, dict) or payload.get("format") != SAVE_FORMAT:
             raise ValueError(f"{path} is not a detector written by et-graph's save()")
         detector = payload["detector"]
