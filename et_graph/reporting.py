@@ -291,6 +291,9 @@ def output_folder(out: Optional[Union[str, Path]], skip: Sequence[Union[str, Pat
 #: The lock a run holds on its output folder (``.et-graph-run.lock``, removed when it ends).
 OUTPUT_LOCK = "et-graph-run"
 
+#: The files whose presence in an output folder means an earlier run's results are there.
+RESULT_FILES = ("results.json", "study_report.json")
+
 #: The file that says whether the run writing a folder is running, finished or failed: a
 #: program polling the folder saw results.json before the run had written its scores and
 #: plots, and a crashed run's folder looked like a finished one (an output audit).
@@ -344,14 +347,16 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
     _write_status(folder, "running", started)
     finished = False
     try:
-        results = [path for path in earlier if path.name == "results.json"]
+        # (a tuning's report too: a tune into its own earlier --out said nothing)
+        results = [path for path in earlier if path.name in RESULT_FILES]
         if results:
             written = time.strftime("%Y-%m-%d %H:%M",
                                     time.localtime(earlier[results[0]] / 1e9))
             warnings.warn(f"{folder} holds an earlier run's results ({results[0]}, written "
-                          f"{written}); this run replaces them when it writes its own (one "
-                          "that stops before, on an error say, leaves them as they are)",
-                          OutputWarning, stacklevel=user_stacklevel())
+                          f"{written}); this run's files replace those of the same names "
+                          "when it writes them (one that stops before, on an error say, "
+                          "leaves them as they are)", OutputWarning,
+                          stacklevel=user_stacklevel())
         yield
         _write_status(folder, "finished", started)
         finished = True

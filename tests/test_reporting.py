@@ -400,3 +400,17 @@ def test_the_run_status_survives_warnings_made_errors_and_runs_that_wrote_nothin
             with output_folder(out):
                 (out / "results.json").write_text("{}", encoding="utf-8")
     assert '"finished"' in (out / RUN_STATUS).read_text(encoding="utf-8")
+
+
+def test_a_tuning_into_its_own_earlier_folder_is_named_too(tmp_path):
+    """The earlier-results warning looked for results.json alone: a tune into its own earlier
+    --out said nothing (a docs check)."""
+    import pytest
+
+    from et_graph.exceptions import OutputWarning
+    from et_graph.reporting import output_folder
+
+    (tmp_path / "study_report.json").write_text("{}", encoding="utf-8")
+    with pytest.warns(OutputWarning, match=r"study_report\.json, written"):
+        with output_folder(tmp_path):
+            (tmp_path / "study_report.json").write_text("{}", encoding="utf-8")

@@ -1023,7 +1023,8 @@ def test_a_preset_says_how_its_study_found_it(tmp_path):
                  f"sqlite:///{tmp_path}/p.db", out=out, data=planted_anomaly_graph(120, seed=1))
     meta = read_file(out / "best_gbt.toml")["meta"]
     assert meta["storage"] == f"sqlite:///{tmp_path}/p.db"
-    assert (meta["budget_trials"], meta["sampler_seed"]) == (1, 3)
+    assert (meta["budget_trials"], meta["sampler_seed"], meta["finished_trials"]) == (1, 3, 1)
+    assert meta["seconds_all_runs"] >= 0
     assert meta["budget_timeout_minutes"] == TuneBudget().timeout_minutes
     assert {"et_graph_version", "git_commit", "written_at"} <= set(meta)
     assert shown_storage("postgresql://me:secret@db/tune") == "postgresql://me:***@db/tune"

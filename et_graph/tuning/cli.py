@@ -367,6 +367,12 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                         "storage": shown_storage(storage),
                         "budget_trials": budget.trials,
                         "budget_timeout_minutes": budget.timeout_minutes,
+                        # what the study holds when the preset is written (a rerun that ran
+                        # no trial writes its own budget flags above: a docs check)
+                        "finished_trials": summary["trials"]["complete"]
+                        + summary["trials"]["pruned"],
+                        **({"seconds_all_runs": round(summary["seconds_all_runs"], 1)}
+                           if summary.get("seconds_all_runs") is not None else {}),
                         "sampler_seed": budget.seed,
                         "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
                             timespec="seconds"),

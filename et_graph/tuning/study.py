@@ -400,7 +400,7 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
 
     if remaining > 0 and left <= 0:
         warnings.warn(f"study {name!r}: its earlier runs spent its time limit ({spent:.0f} s "
-                      f"of {budget.timeout_minutes:g} min), so no trial runs; raise "
+                      f"of {budget.timeout_minutes * 60:.0f} s), so no trial runs; raise "
                       "--timeout-minutes to continue it", ConfigWarning, stacklevel=3)
     elif remaining > 0:
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -755,7 +755,7 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
         total = s.get("seconds_all_runs")
         lines.append(f"| {model} | {trials['complete']} | {trials['pruned']} | "
                      f"{trials['fail']} | {unfinished}{f' ({at_limit})' if at_limit else ''} | "
-                     f"{best} | {s['best_trial']} | "
+                     f"{best} | {'n/a' if s['best_trial'] is None else s['best_trial']} | "
                      f"{s['seconds_this_run']:.0f} / "
                      f"{'n/a' if total is None else f'{total:.0f}'} | "
                      f"{presets.get(model, '')} |")
