@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import re
 import subprocess
@@ -55,10 +56,12 @@ class RunConfig:
     Attributes:
         out: output folder for results.json, results.md and plots (none = do not write;
             et-graph tudataset writes into a subfolder per dataset, OUT/NAME/).
-        threads: torch CPU threads (none = torch's default, the machine's cores or
-            OMP_NUM_THREADS). The count moves the numbers in their last digits (a sum split
-            over more threads is taken in another order), and over a long training that can
-            move the kept epoch: a rerun that must repeat a result uses the recorded count.
+        threads: torch CPU threads (none = torch's default, OMP_NUM_THREADS or the
+            machine's cores, at most the cores this process may use: its affinity and its
+            cgroup's CPU quota, as a container's). The count moves the numbers in their last
+            digits (a sum split over more threads is taken in another order), and over a long
+            training that can move the kept epoch: a rerun that must repeat a result uses the
+            recorded count.
         device: cpu, cuda, cuda:1, ..., or auto (cuda where a GPU is visible, else cpu;
             resolved at construction, so results record the device used).
         progress: show progress bars and per-fold/per-seed lines (the final table is printed
@@ -113,10 +116,17 @@ class RunConfig:
         before it trains). A kernel already switched on for the process (by
         ``set_native_attention`` or the environment) stays on, and this config then records
         it, so that results say which path ran."""
-        if self.threads:
-            import torch
+        import torch
 
+        if self.threads:
             torch.set_num_threads(self.threads)
+        elif not os.environ.get("OMP_NUM_THREADS", "").strip():
+            # torch's default counts the host's cores: in a container with a CPU quota (2 of
+            # a 64-core host) it runs 64 threads on 2 CPUs, oversubscribed; the default stops
+            # at the quota, and results record the count taken (machine.threads)
+            cores = available_cores()
+            if torch.get_num_threads() > cores:
+                torch.set_num_threads(cores)
         from .native import native_attention_enabled, set_native_attention
 
         if self.native_attention:
@@ -610,10 +620,67 @@ def _rerun_threads(path: Path, recorded: int) -> Optional[int]:
     return None if omp else cores
 
 
-def available_cores() -> int:
-    """The cores this process may run on (its affinity where the system says, else all)."""
+def available_cores(cgroup_root: Union[str, Path] = "/sys/fs/cgroup",
+                    proc_cgroup: Union[str, Path] = "/proc/self/cgroup") -> int:
+    """The cores this process may run on: its affinity where the system says (else all), and
+    no more than its cgroup's CPU quota, rounded up (a container given 2 CPUs of a 64-core
+    host sees 64 cores, and its affinity says 64)."""
     affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    quota = cgroup_cpu_quota(cgroup_root, proc_cgroup)
+    return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
+
+
+def cgroup_cpu_quota(cgroup_root: Union[str, Path] = "/sys/fs/cgroup",
+                     proc_cgroup: Union[str, Path] = "/proc/self/cgroup") -> Optional[float]:
+    """The CPUs this process's cgroup may use (quota / period), the smallest over its
+    cgroup and their parents, from cgroup v2's ``cpu.max`` or v1's ``cpu.cfs_quota_us`` and
+    ``cpu.cfs_period_us``; ``None`` without a quota or where none can be read (not Linux)."""
+    root = Path(cgroup_root)
+    try:
+        lines = Path(proc_cgroup).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    found: list[float] = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2: one unified hierarchy
+            folders, read = [root / path.lstrip("/")], _cgroup_v2_quota
+        elif "cpu" in controllers.split(","):
+            base = next((root / name for name in (controllers, "cpu,cpuacct", "cpu")
+                         if (root / name).is_dir()), None)
+            if base is None:
+                continue
+            folders, read = [base / path.lstrip("/")], _cgroup_v1_quota
+        else:
+            continue
+        folder = folders[0]
+        while True:  # the cgroup and its parents, up to the mount
+            quota = read(folder)
+            if quota is not None:
+                found.append(quota)
+            if folder in (root, root.parent) or folder.parent == folder or root not in \
+                    folder.parents:
+                break
+            folder = folder.parent
+    return min(found) if found else None
+
+
+def _cgroup_v2_quota(folder: Path) -> Optional[float]:
+    try:
+        quota, period = (folder / "cpu.max").read_text(encoding="utf-8").split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_v1_quota(folder: Path) -> Optional[float]:
+    try:
+        quota = int((folder / "cpu.cfs_quota_us").read_text(encoding="utf-8"))
+        period = int((folder / "cpu.cfs_period_us").read_text(encoding="utf-8"))
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
 
 
 def _running_versions() -> dict[str, str]:

@@ -329,3 +329,69 @@ def test_resume_names_a_checkpoint_left_in_the_layout_before_the_dataset_folder(
         (tmp_path / "tolokers" / "et").mkdir(parents=True)
         (tmp_path / "et" / "seed0").rename(tmp_path / "tolokers" / "et" / "seed0")
         RunConfig(checkpoint_dir=str(tmp_path), resume=True).checkpoint("tolokers", "et", "seed0")
+
+
+def _cgroup(tmp_path, v2=None, v1=None):
+    """A fake /proc/self/cgroup and cgroup mount: v2 ``cpu.max`` texts by cgroup path, or v1
+    ``(quota, period)`` by path."""
+    root = tmp_path / "cgroup"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    if v2 is not None:
+        (tmp_path / "self").write_text("0::/kube/pod\n", encoding="utf-8")
+        for path, text in v2.items():
+            (root / path).mkdir(parents=True, exist_ok=True)
+            (root / path / "cpu.max").write_text(text, encoding="utf-8")
+    else:
+        (tmp_path / "self").write_text("4:memory:/x\n2:cpu,cpuacct:/docker/abc\n",
+                                       encoding="utf-8")
+        for path, (quota, period) in v1.items():
+            folder = root / "cpu,cpuacct" / path
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "cpu.cfs_quota_us").write_text(f"{quota}\n", encoding="utf-8")
+            (folder / "cpu.cfs_period_us").write_text(f"{period}\n", encoding="utf-8")
+    return root, tmp_path / "self"
+
+
+def test_the_cores_a_container_may_use_follow_its_cgroup_quota(tmp_path, monkeypatch):
+    """A container given 2 CPUs of a many-core host saw every core (its affinity says all),
+    and torch's default ran that many threads on 2 CPUs."""
+    from et_graph import config as config_module
+
+    monkeypatch.setattr(config_module.os, "sched_getaffinity", lambda pid: set(range(64)),
+                        raising=False)
+    root, proc = _cgroup(tmp_path / "a", v2={"kube/pod": "150000 100000\n",
+                                              "kube": "max 100000\n"})
+    assert config_module.cgroup_cpu_quota(root, proc) == 1.5
+    assert config_module.available_cores(root, proc) == 2  # rounded up
+    root, proc = _cgroup(tmp_path / "b", v2={"kube/pod": "max 100000\n",
+                                              "kube": "400000 100000\n"})
+    assert config_module.available_cores(root, proc) == 4  # a parent's quota binds too
+    root, proc = _cgroup(tmp_path / "c", v1={"docker/abc": (200000, 100000)})
+    assert config_module.available_cores(root, proc) == 2
+    root, proc = _cgroup(tmp_path / "d", v1={"docker/abc": (-1, 100000)})
+    assert config_module.cgroup_cpu_quota(root, proc) is None
+    assert config_module.available_cores(root, proc) == 64
+    assert config_module.cgroup_cpu_quota(tmp_path / "none", tmp_path / "none") is None
+
+
+def test_the_default_thread_count_stops_at_the_cores_it_may_use(monkeypatch):
+    import torch
+
+    from et_graph import config as config_module
+    from et_graph.config import RunConfig
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        torch.set_num_threads(8)
+        monkeypatch.setattr(config_module, "available_cores", lambda: 2)
+        RunConfig().apply_threads()
+        assert torch.get_num_threads() == 2
+        RunConfig(threads=3).apply_threads()  # asked for: taken as it is
+        assert torch.get_num_threads() == 3
+        monkeypatch.setenv("OMP_NUM_THREADS", "6")  # the user's own count: left alone
+        torch.set_num_threads(6)
+        RunConfig().apply_threads()
+        assert torch.get_num_threads() == 6
+    finally:
+        torch.set_num_threads(before)
