@@ -123,9 +123,11 @@ def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
     try:
         result = call()
     except Exception as error:
-        # bad input (bad_input_errors(), evaluated once an error comes), or the machine's
+        # bad input (bad_input_errors(), evaluated once an error comes), or the machine's;
+        # not an error raised while a stop unwound (console_main says that stop)
         machine = isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRNOS
-        if not (machine or isinstance(error, bad_input_errors())) or traceback_wanted():
+        if (not (machine or isinstance(error, bad_input_errors())) or traceback_wanted()
+                or _stopped_by(error) is not None):
             raise
         print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
         return 2
@@ -189,45 +191,83 @@ def null_for_closed_streams() -> None:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a batch system's stop before its kill, ``timeout``, ``kill``) raised in the
-    command's main thread, as Ctrl-C raises ``KeyboardInterrupt``: the run then ends as an
-    interrupted one, releasing its folder locks, keeping its checkpoints and a tuning study's
-    spent time and unfinished trials, instead of dying where it stood (its trials stayed
-    marked running: a tuning audit)."""
+    """A stop signal (SIGTERM: a batch system's notice before its kill, ``timeout``, ``kill``;
+    SIGHUP; SIGUSR1 and SIGUSR2, which Slurm's ``--signal`` sends ahead of a time limit)
+    raised in the command's main thread, as Ctrl-C raises ``KeyboardInterrupt``: the run then
+    ends as an interrupted one, releasing its folder locks, keeping its checkpoints and a
+    tuning study's spent time and unfinished trials, instead of dying where it stood (its
+    trials stayed marked running: a tuning audit). ``signum`` is the signal's number."""
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+#: The signals the command ends on as on Ctrl-C, where their action is still the default.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGUSR1",
+                                                        "SIGUSR2") if hasattr(signal, name))
 
 
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """Within: SIGTERM raises :class:`Terminated` in this process's main thread. Only where
-    SIGTERM still has its default action (a caller's own handler is kept) and only in this
-    process: a child forked meanwhile (a worker) that gets SIGTERM dies of it as before."""
-    if (threading.current_thread() is not threading.main_thread()
-            or not hasattr(signal, "SIGTERM")
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+    """Within: each of :data:`STOP_SIGNALS` raises :class:`Terminated` in this process's main
+    thread, once: a second stop signal while the run cleans up is left unheard (two SIGTERMs
+    to a process group, 5 ms apart, broke the cleanup into a traceback and status 1: an SRE
+    audit; a scheduler's SIGKILL still ends it). Only signals whose action is still the
+    default (a caller's own handler is kept), and only in this process: a child forked
+    meanwhile (a worker) that gets one dies of it as before."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    handled = [number for number in STOP_SIGNALS
+               if signal.getsignal(number) is signal.SIG_DFL]
     owner = os.getpid()
+    raised: list[int] = []
 
     def terminated(signum: int, frame: Any) -> None:
         if os.getpid() != owner:  # a forked worker: the default action, as before
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
             return
-        raise Terminated
+        if raised:  # (the run is stopping already)
+            return
+        raised.append(signum)
+        raise Terminated(signum)
 
-    signal.signal(signal.SIGTERM, terminated)
+    for number in handled:
+        signal.signal(number, terminated)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for number in handled:
+            signal.signal(number, signal.SIG_DFL)
+
+
+def _stopped_by(error: BaseException) -> Optional[BaseException]:
+    """The Ctrl-C or :class:`Terminated` in ``error``'s chain of causes, if any: a library's
+    cleanup that fails while a stop unwinds (Optuna's, say) raised its own error in its
+    place, a traceback and status 1 (an SRE audit)."""
+    seen: set[int] = set()
+    current: Optional[BaseException] = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def console_main(argv: Optional[Sequence[str]] = None) -> int:
     """The installed ``et-graph`` command: :func:`main` under :func:`exit_on_bad_input`. Library
     callers of :func:`main` get the exception itself. Ctrl-C ends it with one line and exit
     status 130 (the shell's for SIGINT), not a traceback; with ``--checkpoint-dir`` the run
-    resumes from its last checkpoint under ``--resume``. SIGTERM ends it the same way, with
-    status 143 (:class:`Terminated`)."""
+    resumes from its last checkpoint under ``--resume``. SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2
+    end it the same way, with status 128 + the signal's number (143 for SIGTERM;
+    :class:`Terminated`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"et-graph {argv[0]}" if argv and argv[0] in SUBCOMMANDS else "et-graph"
     printable_streams()
@@ -237,35 +277,48 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         with terminate_as_interrupt():
             return exit_on_bad_input(lambda: main(argv), prog)
-    except KeyboardInterrupt as stop:
+    except BaseException as error:
+        stop = _stopped_by(error)
+        if stop is None:
+            if isinstance(error, OSError):
+                return _lost_reader(error)
+            raise
         term = isinstance(stop, Terminated)
+        status = 128 + stop.signum if isinstance(stop, Terminated) else 130
         if traceback_wanted():
-            if not term:
+            if not term and stop is error:
                 raise
             # (raised on, a Terminated exits 1: Python's exit by signal is Ctrl-C's alone)
             import traceback
 
             traceback.print_exc()
-            return 143
-        print(f"\n{prog}: {'terminated (SIGTERM)' if term else 'interrupted'}"
-              f"{resume_hint(argv)}", file=sys.stderr)
-        return 143 if term else 130
-    except OSError as error:
-        # The reader of the output left (`et-graph --help | head -1`): a traceback said
-        # nothing. Another pipe's error (one the run itself used) is raised as it came. On
-        # Windows a write to a closed pipe is often EINVAL, not EPIPE (CPython #79935: a
-        # portability audit).
-        # (EINVAL of a file, e.g. a name with '?' on Windows, is the run's own error)
-        lost = isinstance(error, BrokenPipeError) or (
-            _WINDOWS and error.errno == errno.EINVAL and error.filename is None)
-        if not lost or traceback_wanted() or not _reader_gone(sys.stdout):
-            raise
-        # further output goes nowhere, so that Python's flush at exit does not raise again
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141  # the shell's status for SIGPIPE
+            return status
+        # (a reader of stderr gone with the signal, `| tee` in one process group: the line
+        # is lost, the status kept; it was 1, from the print's BrokenPipeError: an SRE audit)
+        with contextlib.suppress(OSError):
+            print(f"\n{prog}: {f'terminated ({stop.name})' if term else 'interrupted'}"
+                  f"{resume_hint(argv)}", file=sys.stderr)
+        return status
     finally:
         warnings.formatwarning = shown
+
+
+def _lost_reader(error: OSError) -> int:
+    """``console_main``'s answer to an ``OSError``: status 141 where the reader of the output
+    left, else the error raised as it came."""
+    # The reader of the output left (`et-graph --help | head -1`): a traceback said
+    # nothing. Another pipe's error (one the run itself used) is raised as it came. On
+    # Windows a write to a closed pipe is often EINVAL, not EPIPE (CPython #79935: a
+    # portability audit).
+    # (EINVAL of a file, e.g. a name with '?' on Windows, is the run's own error)
+    lost = isinstance(error, BrokenPipeError) or (
+        _WINDOWS and error.errno == errno.EINVAL and error.filename is None)
+    if not lost or traceback_wanted() or not _reader_gone(sys.stdout):
+        raise error
+    # further output goes nowhere, so that Python's flush at exit does not raise again
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141  # the shell's status for SIGPIPE
 
 
 #: Windows' pipes report a lost reader as EINVAL too (a module constant, for the tests).

@@ -1103,7 +1103,10 @@ def git_commit(path: Union[str, Path, None] = None) -> str:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True,
                                 text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        # (--no-optional-locks: a plain status rewrote .git/index under the user's own git
+        # commands' lock: an SRE audit)
+        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain",
+                                "--untracked-files=no"],
                                cwd=folder, capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -27,7 +27,14 @@ def cache_dir() -> Path:
     env = os.environ.get("ET_GRAPH_CACHE")
     if env:
         return Path(env).expanduser()  # (callers refuse it unusable: cache_dir_is_chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):
+            # no home at all (HOME unset and a user id without a passwd entry, as a container
+            # may run): Path.home() raised, where an unwritable home fell back (an SRE audit)
+            return private_temp_folder("et_graph_cache")
     return Path(base) / "et_graph"
 
 

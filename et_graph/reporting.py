@@ -304,13 +304,26 @@ def _write_status(folder: Path, status: str, started: str, **extra: Any) -> None
     """Best effort: a status that cannot be written (a read-only or full folder, a reader
     holding the file open on Windows) never fails the run it describes."""
     import datetime
+    import socket
 
-    record = {"status": status, "started_at": started, "pid": os.getpid(), **extra}
+    # (the host too: a pid alone cannot be checked on a shared file system)
+    record = {"status": status, "started_at": started, "host": socket.gethostname(),
+              "pid": os.getpid(), **extra}
     if status != "running":
         record["ended_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds")
     with contextlib.suppress(OSError):
         write_text_whole(folder / RUN_STATUS, json_text(record) + "\n")
+
+
+def _parsed(text: Optional[str]) -> Any:
+    """A status file's earlier record (its text where it is not JSON; ``None`` without one)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _written_since(folder: Path, earlier: dict[Path, int], own: Sequence[Path]) -> bool:
@@ -328,10 +341,10 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
     its :data:`RUN_STATUS`: ``running`` from the start, ``finished`` once the run's files are
     written (before the closing warnings, which a filter may turn into errors), ``failed``
     or ``interrupted`` (with the error's type) when the run stops on an exception; a killed
-    run leaves ``running`` (and its lock). A run that stops before writing anything puts
-    the earlier run's status back (its files are intact: they were not "failed"), and a
-    folder this run made is removed as before, status and all, where nothing else is in
-    it."""
+    run leaves ``running`` (and its lock). A run that stops before writing anything says
+    ``wrote_nothing`` and keeps the earlier run's record under ``previous`` (the folder's
+    files are that run's, intact), and a folder this run made is removed as before, status
+    and all, where nothing else is in it."""
     import datetime
 
     skipped = [Path(p) for p in skip if p]
@@ -372,15 +385,17 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
     except BaseException as error:
         if finished:  # (a closing warning made an error by a filter: the run's files stand)
             raise
-        if not _written_since(folder, earlier, (status_file, lock)):
-            with contextlib.suppress(OSError):
-                if previous is not None:
-                    write_text_whole(status_file, previous)
-                else:  # (a folder it made, left empty, then goes whole)
-                    status_file.unlink()
+        stopped = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+        if _written_since(folder, earlier, (status_file, lock)):
+            _write_status(folder, stopped, started, error=type(error).__name__)
+        elif previous is None and not _inventory(folder, [status_file, lock]):
+            with contextlib.suppress(OSError):  # (a folder it made, left empty, goes whole)
+                status_file.unlink()
         else:
-            _write_status(folder, "interrupted" if isinstance(error, KeyboardInterrupt)
-                          else "failed", started, error=type(error).__name__)
+            # The folder's files are an earlier run's, intact: the status says this attempt
+            # stopped (a requeue must see it: an SRE audit) and keeps the earlier record
+            _write_status(folder, stopped, started, error=type(error).__name__,
+                          wrote_nothing=True, previous=_parsed(previous))
         raise
 
 

@@ -600,3 +600,71 @@ def test_sigterm_handling_is_the_commands_alone():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # the handler raises at the next bytecode
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1") or os.name == "nt", reason="POSIX signals")
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGUSR1"])
+def test_a_stop_signal_twice_and_a_cleanup_that_fails_still_end_as_a_stop(tmp_path, name):
+    """An SRE audit: two SIGTERMs 5 ms apart broke the cleanup into a traceback and status 1;
+    a library's cleanup failing while the stop unwound did the same; Slurm's --signal=USR1
+    killed the run with no cleanup at all."""
+    code = ("import sys, time, et_graph.cli as cli\n"
+            "def slow(argv):\n"
+            "    try:\n"
+            "        print('started', flush=True)\n"
+            "        time.sleep(60)\n"
+            "    finally:\n"
+            "        time.sleep(0.5)  # a second signal arrives during the cleanup\n"
+            "        print('cleaned up', flush=True)\n"
+            "        raise ValueError('the cleanup failed')\n"
+            "cli.main = slow\n"
+            "sys.exit(cli.console_main(['anomaly']))\n")
+    env = {**os.environ, TRACEBACK_ENV: "0"}
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    assert process.stdout.readline().strip() == "started"
+    number = getattr(signal, name)
+    process.send_signal(number)
+    time.sleep(0.1)
+    process.send_signal(number)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + number, err
+    assert out.strip() == "cleaned up"
+    assert err.strip() == f"et-graph anomaly: terminated ({name})"
+
+
+def test_the_stop_in_an_errors_chain_is_found():
+    from et_graph.cli import Terminated, _stopped_by
+
+    try:
+        try:
+            raise Terminated(15)
+        finally:
+            raise ValueError("cleanup")  # noqa: B012
+    except ValueError as error:
+        found = _stopped_by(error)
+    assert isinstance(found, Terminated) and found.name == "SIGTERM"
+    assert _stopped_by(ValueError("alone")) is None
+
+
+def test_a_stop_whose_stderr_reader_is_gone_keeps_its_status(monkeypatch):
+    """`et-graph ... 2>&1 | tee` in one process group: tee died of the same SIGTERM, the
+    closing line's print raised BrokenPipeError, and the status became 1 (an SRE audit)."""
+    import et_graph.cli as cli
+    from et_graph.cli import Terminated
+
+    class Gone:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    def stopped(argv):
+        raise Terminated(15)
+
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    monkeypatch.setattr(cli, "main", stopped)
+    monkeypatch.setattr(cli, "printable_streams", lambda: None)
+    monkeypatch.setattr(sys, "stderr", Gone())
+    assert console_main(["anomaly"]) == 143

@@ -369,8 +369,9 @@ def test_the_output_folder_says_whether_its_run_is_running_finished_or_failed(tm
 
 def test_the_run_status_survives_warnings_made_errors_and_runs_that_wrote_nothing(tmp_path):
     """A review: the start and closing warnings, turned into errors by a filter, left
-    "running" for good; a rerun that failed before writing anything marked the earlier,
-    intact run "failed"."""
+    "running" for good. A rerun that fails before writing anything says so and keeps the
+    earlier run's record (a review; an SRE audit then found that restoring the earlier
+    "finished" hid the stop from a requeue)."""
     import warnings
 
     import pytest
@@ -385,13 +386,16 @@ def test_the_run_status_survives_warnings_made_errors_and_runs_that_wrote_nothin
     with pytest.raises(ValueError, match="missing data"):  # fails before writing anything
         with output_folder(out):
             raise ValueError("missing data")
-    assert (out / RUN_STATUS).read_text(encoding="utf-8") == finished  # the earlier run's
+    stopped = _strict_load((out / RUN_STATUS).read_text(encoding="utf-8"))
+    assert stopped["status"] == "failed" and stopped["wrote_nothing"] is True
+    assert stopped["previous"] == _strict_load(finished)  # the files' own run
     with warnings.catch_warnings():
         warnings.simplefilter("error", OutputWarning)
         with pytest.raises(OutputWarning, match="holds an earlier run's results"):
             with output_folder(out):
                 pass
-        assert (out / RUN_STATUS).read_text(encoding="utf-8") == finished
+        assert _strict_load((out / RUN_STATUS).read_text(encoding="utf-8"))["status"] == \
+            "failed"  # (stopped by the warning made an error, before writing anything)
     (out / "old.png").write_bytes(b"")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OutputWarning)  # (the start warning)

@@ -444,6 +444,10 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
         except (FileExistsError, NotADirectoryError):
             raise ValueError(f"storage {shown_storage(storage)!r}: a file stands where its folder "
                              f"{file.parent} would be") from None
+        except OSError as error:  # (a relative default under an unwritable working folder)
+            raise ValueError(f"storage {shown_storage(storage)!r}: its folder {file.parent} "
+                             f"cannot be made ({error.strerror or error}); give --storage an "
+                             "absolute path (sqlite:////abs/path/tune.db)") from None
         if file.is_file() and file.stat().st_size:
             with file.open("rb") as handle:
                 if handle.read(16) != b"SQLite format 3\x00":
