@@ -395,3 +395,24 @@ def test_the_default_thread_count_stops_at_the_cores_it_may_use(monkeypatch):
         assert torch.get_num_threads() == 6
     finally:
         torch.set_num_threads(before)
+
+
+def test_no_home_at_all_falls_back_to_a_private_temp_cache(monkeypatch, tmp_path):
+    """HOME unset and a user id without a passwd entry (a container's runAsUser): Path.home()
+    raised RuntimeError, and every run that needed the cache failed (an SRE audit)."""
+    from pathlib import Path
+
+    from et_graph import paths
+
+    monkeypatch.delenv("ET_GRAPH_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = paths.cache_dir()
+    assert folder.is_dir() and folder.parent == tmp_path and "et_graph_cache" in folder.name
