@@ -552,19 +552,7 @@ def test_quiet_runs_overlapping_in_two_threads_give_standard_output_back(capsys)
 def test_sigterm_ends_the_command_as_an_interruption_with_status_143(tmp_path, traceback):
     """A batch system's SIGTERM killed the command where it stood: no folder lock released,
     a tuning study's trials left marked running (a tuning audit)."""
-    code = ("import sys, time, et_graph.cli as cli\n"
-            "def slow(argv):\n"
-            "    try:\n"
-            "        print('started', flush=True)\n"
-            "        time.sleep(60)\n"
-            "    finally:\n"
-            "        print('cleaned up', flush=True)\n"
-            "cli.main = slow\n"
-            "sys.exit(cli.console_main(['anomaly', '--checkpoint-dir', 'ck']))\n")
-    env = {**os.environ, TRACEBACK_ENV: traceback}
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
-    assert process.stdout.readline().strip() == "started"
+    process = _started_command(tmp_path, traceback, [], ["anomaly", "--checkpoint-dir", "ck"])
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 143, err
@@ -608,21 +596,9 @@ def test_a_stop_signal_twice_and_a_cleanup_that_fails_still_end_as_a_stop(tmp_pa
     """An SRE audit: two SIGTERMs 5 ms apart broke the cleanup into a traceback and status 1;
     a library's cleanup failing while the stop unwound did the same; Slurm's --signal=USR1
     killed the run with no cleanup at all."""
-    code = ("import sys, time, et_graph.cli as cli\n"
-            "def slow(argv):\n"
-            "    try:\n"
-            "        print('started', flush=True)\n"
-            "        time.sleep(60)\n"
-            "    finally:\n"
-            "        time.sleep(0.5)  # a second signal arrives during the cleanup\n"
-            "        print('cleaned up', flush=True)\n"
-            "        raise ValueError('the cleanup failed')\n"
-            "cli.main = slow\n"
-            "sys.exit(cli.console_main(['anomaly']))\n")
-    env = {**os.environ, TRACEBACK_ENV: "0"}
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
-    assert process.stdout.readline().strip() == "started"
+    process = _started_command(tmp_path, "0", [
+        "time.sleep(0.5)  # a second signal arrives during the cleanup",
+        "raise ValueError('the cleanup failed')"], ["anomaly"])
     number = getattr(signal, name)
     process.send_signal(number)
     time.sleep(0.1)
@@ -668,3 +644,26 @@ def test_a_stop_whose_stderr_reader_is_gone_keeps_its_status(monkeypatch):
     monkeypatch.setattr(cli, "printable_streams", lambda: None)
     monkeypatch.setattr(sys, "stderr", Gone())
     assert console_main(["anomaly"]) == 143
+
+
+def _started_command(tmp_path, traceback, cleanup, argv):
+    """``et-graph ARGV`` in a child whose run sleeps until a signal; its cleanup prints
+    "cleaned up" after the ``cleanup`` lines of Python, the last of which may raise.
+    Returned once the run has started."""
+    lines = ["import sys, time, et_graph.cli as cli",
+             "def slow(argv):",
+             "    try:",
+             "        print('started', flush=True)",
+             "        time.sleep(60)",
+             "    finally:",
+             *(f"        {line}" for line in cleanup[:-1]),
+             "        print('cleaned up', flush=True)",
+             *(f"        {line}" for line in cleanup[-1:]),
+             "cli.main = slow",
+             f"sys.exit(cli.console_main({argv!r}))"]
+    env = {**os.environ, TRACEBACK_ENV: traceback}
+    process = subprocess.Popen([sys.executable, "-c", "\n".join(lines) + "\n"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=tmp_path, env=env)
+    assert process.stdout.readline().strip() == "started"
+    return process
