@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -207,6 +208,10 @@ class Terminated(KeyboardInterrupt):
         return signal.Signals(self.signum).name
 
 
+#: Seconds after a stop signal in which another is taken as its repeat (a process group's
+#: copies, a double Ctrl-C of a user) and left unheard while the run cleans up.
+STOP_REPEAT_SECONDS = 2.0
+
 #: The signals the command ends on as on Ctrl-C, where their action is still the default.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGUSR1",
                                                         "SIGUSR2") if hasattr(signal, name))
@@ -226,16 +231,19 @@ def terminate_as_interrupt() -> Iterator[None]:
     handled = [number for number in STOP_SIGNALS
                if signal.getsignal(number) is signal.SIG_DFL]
     owner = os.getpid()
-    raised: list[int] = []
+    raised: list[float] = []
 
     def terminated(signum: int, frame: Any) -> None:
         if os.getpid() != owner:  # a forked worker: the default action, as before
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        if raised:  # (the run is stopping already)
-            return
-        raised.append(signum)
+        now = time.monotonic()
+        if raised and now - raised[-1] < STOP_REPEAT_SECONDS:
+            return  # (the run is stopping already: a repeat sent with the first)
+        # (a later one stops again: the first may have been swallowed, raised inside a
+        # __del__ say, which Python drops with "Exception ignored": a review)
+        raised.append(now)
         raise Terminated(signum)
 
     for number in handled:
@@ -251,13 +259,16 @@ def _stopped_by(error: BaseException) -> Optional[BaseException]:
     """The Ctrl-C or :class:`Terminated` in ``error``'s chain of causes, if any: a library's
     cleanup that fails while a stop unwinds (Optuna's, say) raised its own error in its
     place, a traceback and status 1 (an SRE audit)."""
+    if isinstance(error, SystemExit):  # (an exit asked for, sys.exit(n), keeps its n)
+        return None
     seen: set[int] = set()
     current: Optional[BaseException] = error
     while current is not None and id(current) not in seen:
         if isinstance(current, KeyboardInterrupt):
             return current
         seen.add(id(current))
-        current = current.__cause__ or current.__context__
+        current = current.__cause__ or (None if current.__suppress_context__
+                                        else current.__context__)
     return None
 
 

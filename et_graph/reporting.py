@@ -322,8 +322,17 @@ def _parsed(text: Optional[str]) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
+
+
+def _holds_nothing(folder: Path, own: Sequence[Path]) -> bool:
+    """Whether ``folder`` holds no file but ``own`` (``False`` where it cannot be read: a
+    lookup's error must not replace the run's own)."""
+    try:
+        return not _inventory(folder, list(own))
+    except OSError:
+        return False
 
 
 def _written_since(folder: Path, earlier: dict[Path, int], own: Sequence[Path]) -> bool:
@@ -388,14 +397,18 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
         stopped = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
         if _written_since(folder, earlier, (status_file, lock)):
             _write_status(folder, stopped, started, error=type(error).__name__)
-        elif previous is None and not _inventory(folder, [status_file, lock]):
+        elif previous is None and _holds_nothing(folder, (status_file, lock)):
             with contextlib.suppress(OSError):  # (a folder it made, left empty, goes whole)
                 status_file.unlink()
         else:
             # The folder's files are an earlier run's, intact: the status says this attempt
-            # stopped (a requeue must see it: an SRE audit) and keeps the earlier record
+            # stopped (a requeue must see it: an SRE audit) and keeps the record of the run
+            # whose files they are (not a chain of every attempt since: a review)
+            earlier_record = _parsed(previous)
+            if isinstance(earlier_record, dict) and earlier_record.get("wrote_nothing"):
+                earlier_record = earlier_record.get("previous")
             _write_status(folder, stopped, started, error=type(error).__name__,
-                          wrote_nothing=True, previous=_parsed(previous))
+                          wrote_nothing=True, previous=earlier_record)
         raise
 
 

@@ -667,3 +667,36 @@ def _started_command(tmp_path, traceback, cleanup, argv):
                                cwd=tmp_path, env=env)
     assert process.stdout.readline().strip() == "started"
     return process
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name == "nt", reason="POSIX signals")
+def test_a_later_stop_signal_stops_again_and_an_exit_keeps_its_status(monkeypatch):
+    """A review: after a first stop swallowed (raised inside a __del__, which Python drops),
+    every later signal was ignored for good; sys.exit(n) inside a Ctrl-C handler became 130."""
+    import et_graph.cli as cli
+    from et_graph.cli import Terminated, _stopped_by, terminate_as_interrupt
+
+    with terminate_as_interrupt():
+        with pytest.raises(Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        os.kill(os.getpid(), signal.SIGTERM)  # a repeat within the window: unheard
+        time.sleep(0.05)
+        monkeypatch.setattr(cli, "STOP_REPEAT_SECONDS", 0.0)
+        with pytest.raises(Terminated):  # later: stops again
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise SystemExit(3)  # noqa: B904
+    except SystemExit as error:
+        assert _stopped_by(error) is None
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise ValueError("unrelated") from None
+    except ValueError as error:
+        assert _stopped_by(error) is None

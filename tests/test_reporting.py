@@ -418,3 +418,22 @@ def test_a_tuning_into_its_own_earlier_folder_is_named_too(tmp_path):
     with pytest.warns(OutputWarning, match=r"study_report\.json, written"):
         with output_folder(tmp_path):
             (tmp_path / "study_report.json").write_text("{}", encoding="utf-8")
+
+
+def test_attempts_that_write_nothing_keep_one_earlier_record(tmp_path):
+    """A review: each attempt nested the record before it, so a requeue loop grew the file
+    without bound."""
+    import pytest
+
+    from et_graph.reporting import RUN_STATUS, output_folder
+
+    out = tmp_path / "run"
+    with output_folder(out):
+        (out / "results.json").write_text("{}", encoding="utf-8")
+    finished = _strict_load((out / RUN_STATUS).read_text(encoding="utf-8"))
+    for _ in range(3):
+        with pytest.raises(ValueError):
+            with output_folder(out):
+                raise ValueError("again")
+    status = _strict_load((out / RUN_STATUS).read_text(encoding="utf-8"))
+    assert status["previous"] == finished  # the files' own run, not a chain of attempts

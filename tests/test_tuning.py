@@ -1109,3 +1109,29 @@ def test_a_storage_failure_after_ctrl_c_leaves_the_ctrl_c(tmp_path, monkeypatch)
         study_module.run_study("lost2", lambda trial: trial.suggest_float("x", 0, 1),
                                TuneBudget(trials=1), f"sqlite:///{tmp_path}/lost.db",
                                progress=False)
+
+
+def test_a_resumed_study_reaches_its_budget_past_a_trial_the_limit_cut(tmp_path):
+    """A review: Optuna's MaxTrialsCallback counted the cut trial, which no budget counts, so
+    a resumed study stopped one trial short."""
+    import optuna
+
+    from et_graph.tuning.study import STOPPED_BY_TIME, _finished, run_study, study_summary
+
+    storage = f"sqlite:///{tmp_path}/cut.db"
+    run_study("cut", lambda trial: trial.suggest_float("x", 0, 1), TuneBudget(trials=2),
+              storage, progress=False)
+    study = optuna.load_study(study_name="cut", storage=storage)
+    study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.PRUNED, params={"x": 0.5},
+        distributions={"x": optuna.distributions.FloatDistribution(0, 1)},
+        user_attrs={STOPPED_BY_TIME: True}, intermediate_values={0: 0.5}))
+    study.add_trial(optuna.trial.create_trial(  # marked, then Ctrl-C'd before the prune
+        state=optuna.trial.TrialState.FAIL, params={"x": 0.5},
+        distributions={"x": optuna.distributions.FloatDistribution(0, 1)},
+        user_attrs={STOPPED_BY_TIME: True, "interrupted": True}))
+    resumed = run_study("cut", lambda trial: trial.suggest_float("x", 0, 1),
+                        TuneBudget(trials=4), storage, progress=False)
+    assert len(_finished(resumed)) == 4
+    counts = study_summary(resumed, 1.0, 4)["trials"]
+    assert (counts["pruned"], counts["stopped_by_time_limit"], counts["interrupted"]) == (0, 1, 1)

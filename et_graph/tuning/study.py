@@ -403,7 +403,6 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
                       f"of {budget.timeout_minutes * 60:.0f} s), so no trial runs; raise "
                       "--timeout-minutes to continue it", ConfigWarning, stacklevel=3)
     elif remaining > 0:
-        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
         failures = _FailureLimit(budget.trials)
         deadline = _DEADLINE.set(time.monotonic() + left)
         start = time.perf_counter()
@@ -412,8 +411,9 @@ def run_study(name: str, objective: Callable[[Any], float], budget: TuneBudget,
             study.optimize(
                 recorded,
                 timeout=left,
-                callbacks=[optuna.study.MaxTrialsCallback(budget.trials, states=states),
-                           failures],
+                # (Optuna's MaxTrialsCallback counted a trial the time limit cut, which no
+                # budget counts: a resumed study stopped one trial short, a review)
+                callbacks=[_BudgetReached(budget.trials), failures],
                 # Optuna's own tqdm bar redraws in place: on a terminal only, not in a log
                 show_progress_bar=progress and interactive(sys.stderr),
                 # a diverged trial, or one too large for the memory (a trial's size is a
@@ -585,6 +585,18 @@ def check_resumable(study: Any, storage: Optional[str], direction: str, objectiv
                          "storage or study prefix")
 
 
+class _BudgetReached:
+    """Stops a study once it holds ``trials`` finished trials, counted as :func:`_finished`
+    counts them (without the trials the time limit cut)."""
+
+    def __init__(self, trials: int) -> None:
+        self.trials = trials
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        if len(_finished(study)) >= self.trials:
+            study.stop()
+
+
 class _FailureLimit:
     """Stops a study after ``limit`` failed trials in a row (optuna's trial-count callback
     counts only finished trials, so a diverging model would otherwise fail until the time
@@ -671,7 +683,10 @@ def study_summary(study: Any, seconds: float,
     count["fail"] -= interrupted
     count["interrupted"] = interrupted
     # A trial the time limit cut is stored as pruned: counted as unfinished (no budget)
-    count["stopped_by_time_limit"] = sum(bool(t.user_attrs.get(STOPPED_BY_TIME))
+    # (only a pruned one: a Ctrl-C between the mark and the prune left a failed trial
+    # marked, counted twice: a review)
+    count["stopped_by_time_limit"] = sum(t.state == optuna.trial.TrialState.PRUNED
+                                         and bool(t.user_attrs.get(STOPPED_BY_TIME))
                                          for t in trials)
     count["pruned"] -= count["stopped_by_time_limit"]
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
