@@ -220,11 +220,12 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SI
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """Within: each of :data:`STOP_SIGNALS` raises :class:`Terminated` in this process's main
-    thread, once: a second stop signal while the run cleans up is left unheard (two SIGTERMs
-    to a process group, 5 ms apart, broke the cleanup into a traceback and status 1: an SRE
-    audit; a scheduler's SIGKILL still ends it). Only signals whose action is still the
-    default (a caller's own handler is kept), and only in this process: a child forked
-    meanwhile (a worker) that gets one dies of it as before."""
+    thread. Another within :data:`STOP_REPEAT_SECONDS` of the last is taken as its repeat and
+    left unheard while the run cleans up (two SIGTERMs to a process group, 5 ms apart, broke
+    the cleanup into a traceback and status 1: an SRE audit); a later one stops again (a
+    scheduler's SIGKILL still ends it). Only signals whose action is still the default (a
+    caller's own handler is kept), and only in this process: a child forked meanwhile (a
+    worker) that gets one dies of it as before."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
