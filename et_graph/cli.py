@@ -99,6 +99,14 @@ BAD_INPUT_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirect
 #: disk, a quota, a read-only file system (a locked-down runtime audit: tracebacks).
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES})
 
+#: Of those, the ones another machine or a later try may not meet: they exit with
+#: :data:`MACHINE_ERROR_STATUS`, so that a scheduler's requeue tells them from bad input
+#: (both exited 2: an SRE audit). A permission refused is the user's path: bad input.
+RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+
+#: The exit status of a retryable machine error (sysexits' EX_IOERR).
+MACHINE_ERROR_STATUS = 74
+
 
 def traceback_wanted() -> bool:
     """Whether ``ET_GRAPH_TRACEBACK`` asks for tracebacks (``1``, ``yes``, ...; ``0``, ``no``,
@@ -118,9 +126,10 @@ def bad_input_errors() -> tuple[type[BaseException], ...]:
 def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
     """Run ``call()``; report bad input (a ``ValueError``, or a path that is missing, of the
     wrong kind or not permitted, which the library and the OS name in their message) as one
-    line on stderr and return exit status 2 instead of a traceback. ``ET_GRAPH_TRACEBACK=1``
-    lets the exception through. Otherwise the exit status is ``call()``'s own when it returns
-    an int (0 for anything else)."""
+    line on stderr and return exit status 2 instead of a traceback; a full disk, a quota or
+    a read-only file system the same way with status 74 (:data:`MACHINE_ERROR_STATUS`).
+    ``ET_GRAPH_TRACEBACK=1`` lets the exception through. Otherwise the exit status is
+    ``call()``'s own when it returns an int (0 for anything else)."""
     try:
         result = call()
     except Exception as error:
@@ -131,17 +140,18 @@ def exit_on_bad_input(call: Callable[[], object], prog: str) -> int:
                 or _stopped_by(error) is not None):
             raise
         print(f"{prog}: error: {error}\n({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
-        return 2
+        retryable = isinstance(error, OSError) and error.errno in RETRYABLE_ERRNOS
+        return MACHINE_ERROR_STATUS if retryable else 2
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
 def run_example(call: Callable[[], object], script: str) -> None:
     """An ``examples/`` script's entry: ``call()`` under :func:`exit_on_bad_input`, exiting
-    (status 2) only on bad input, so that a successful run returns normally (the tests run the
-    examples in-process with ``runpy``). Its streams print the tables' symbols whatever their
-    encoding, as the ``et-graph`` command's do (a portability audit: an example redirected on
-    Windows, cp1252, lost its printed table and exited 2 on "'charmap' codec can't encode
-    '\u2016'")."""
+    (status 2, or 74 for the machine's errors) only on bad input, so that a successful run
+    returns normally (the tests run the examples in-process with ``runpy``). Its streams print
+    the tables' symbols whatever their encoding, as the ``et-graph`` command's do (a
+    portability audit: an example redirected on Windows, cp1252, lost its printed table and
+    exited 2 on "'charmap' codec can't encode '\u2016'")."""
     printable_streams()
     status = exit_on_bad_input(call, Path(script).name)
     if status:

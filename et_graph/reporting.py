@@ -511,7 +511,8 @@ def checks_output_folder(folder: Callable[[Any], Any] = lambda config: config.ru
                     out, [config.run.checkpoint_dir], enabled=writes):
                 result = run(config, *args, **kwargs)
             if out and writes and not quiet:  # no command said where its results went
-                print(f"\nWritten to {out}", flush=True)
+                # (absolute: a scheduler's log does not say the working folder, an SRE audit)
+                print(f"\nWritten to {Path(out).resolve()}", flush=True)
             return result
         return checked
     return decorate

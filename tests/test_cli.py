@@ -455,8 +455,14 @@ def test_the_machines_errors_are_one_line_and_the_traceback_switch_reads_no_as_n
         raise OSError(errno.ENOSPC, "No space left on device", "out/results.json")
 
     monkeypatch.delenv("ET_GRAPH_TRACEBACK", raising=False)
-    assert exit_on_bad_input(full_disk, "et-graph anomaly") == 2
+    # a full disk is retryable elsewhere: 74, not bad input's 2 (an SRE audit)
+    assert exit_on_bad_input(full_disk, "et-graph anomaly") == 74
     assert "et-graph anomaly: error: [Errno 28] No space left on device" in capsys.readouterr().err
+
+    def refused():
+        raise PermissionError(errno.EACCES, "Permission denied", "/root/out")
+
+    assert exit_on_bad_input(refused, "et-graph anomaly") == 2  # the user's path: bad input
     for value, wanted in (("0", False), ("no", False), ("", False), ("1", True), ("yes", True)):
         monkeypatch.setenv("ET_GRAPH_TRACEBACK", value)
         assert traceback_wanted() is wanted

@@ -144,7 +144,7 @@ def test_compare_refuses_scores_of_another_run_and_names_a_cut_file(tmp_path):
         read_scores(picks(tmp_path / "same" / "results.json"))
 
 
-def test_a_run_says_where_it_wrote(tmp_path, capsys):
+def test_a_run_says_where_it_wrote(tmp_path, capsys, monkeypatch):
     from types import SimpleNamespace
 
     from et_graph.reporting import checks_output_folder
@@ -154,7 +154,10 @@ def test_a_run_says_where_it_wrote(tmp_path, capsys):
         (tmp_path / "out" / "results.json").write_text("{}", encoding="utf-8")
 
     run(SimpleNamespace(run=SimpleNamespace(out=str(tmp_path / "out"), checkpoint_dir=None)))
-    assert capsys.readouterr().out.strip().endswith(f"Written to {tmp_path / 'out'}")
+    assert capsys.readouterr().out.strip().endswith(f"Written to {(tmp_path / 'out').resolve()}")
+    monkeypatch.chdir(tmp_path)  # a relative --out is said absolute (an SRE audit: a
+    run(SimpleNamespace(run=SimpleNamespace(out="out", checkpoint_dir=None)))  # log's folder)
+    assert capsys.readouterr().out.strip().endswith(f"Written to {(tmp_path / 'out').resolve()}")
 
 
 def test_a_runner_gives_back_the_callers_threads_switches_and_random_streams(tmp_path):
