@@ -306,7 +306,7 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
                 return _lost_reader(error)
             raise
         term = isinstance(stop, Terminated)
-        status = 128 + stop.signum if isinstance(stop, Terminated) else 130
+        status = 128 + stop.signum if term else 130
         if traceback_wanted():
             if not term and stop is error:
                 raise
@@ -376,21 +376,26 @@ def resume_hint(argv: Sequence[str]) -> str:
     ``--checkpoint-dir=DIR`` among ``argv``; a tuning run's studies, in its storage), or
     ``""``."""
     if argv and argv[0] == "tune":
-        storage = next((token.partition("=")[2] if token.startswith("--storage=") else
-                        argv[i + 1] for i, token in enumerate(argv)
-                        if token.startswith("--storage=")
-                        or (token == "--storage" and i + 1 < len(argv))),
-                       "sqlite:///runs/tune.db")
+        storage = _flag_value(argv, "--storage")
+        storage = "sqlite:///runs/tune.db" if storage is None else storage
         return (f"; the finished trials are kept in {storage}: run the same command to "
                 "continue the studies")
-    for i, token in enumerate(argv):
-        folder = (token.partition("=")[2] if token.startswith("--checkpoint-dir=") else
-                  argv[i + 1] if token == "--checkpoint-dir" and i + 1 < len(argv) else None)
-        if folder:
-            again = "" if "--resume" in argv else " with --resume"
-            return (f"; its checkpoints are in {folder}: run the same command{again} to "
-                    "continue from the last one")
+    folder = _flag_value(argv, "--checkpoint-dir")
+    if folder:
+        again = "" if "--resume" in argv else " with --resume"
+        return (f"; its checkpoints are in {folder}: run the same command{again} to "
+                "continue from the last one")
     return ""
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> Optional[str]:
+    """The first value given to ``flag`` in ``argv`` (``FLAG VALUE`` or ``FLAG=VALUE``)."""
+    for i, token in enumerate(argv):
+        if token.startswith(f"{flag}="):
+            return token.partition("=")[2]
+        if token == flag and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
 
 
 if __name__ == "__main__":

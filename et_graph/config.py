@@ -645,22 +645,20 @@ def cgroup_cpu_quota(cgroup_root: Union[str, Path] = "/sys/fs/cgroup",
     for line in lines:
         _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         if controllers == "":  # v2: one unified hierarchy
-            folders, read = [root / path.lstrip("/")], _cgroup_v2_quota
+            folder, read = root / path.lstrip("/"), _cgroup_v2_quota
         elif "cpu" in controllers.split(","):
             base = next((root / name for name in (controllers, "cpu,cpuacct", "cpu")
                          if (root / name).is_dir()), None)
             if base is None:
                 continue
-            folders, read = [base / path.lstrip("/")], _cgroup_v1_quota
+            folder, read = base / path.lstrip("/"), _cgroup_v1_quota
         else:
             continue
-        folder = folders[0]
         while True:  # the cgroup and its parents, up to the mount
             quota = read(folder)
             if quota is not None:
                 found.append(quota)
-            if folder in (root, root.parent) or folder.parent == folder or root not in \
-                    folder.parents:
+            if folder == root or root not in folder.parents:
                 break
             folder = folder.parent
     return min(found) if found else None
@@ -1223,6 +1221,14 @@ def code_identity() -> dict[str, str]:
     return {"et_graph_version": __version__, "git_commit": _COMMIT_AT_IMPORT or git_commit()}
 
 
+def utc_now() -> str:
+    """The time now in UTC, ISO 8601 to the second (``2026-12-07T09:46:06+00:00``): what
+    results, presets and run statuses record."""
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 #: The layout of the files a run writes (``meta.results_format``): raised when a results
 #: file's keys change in a way a reader must know (files before session 69 have none).
 RESULTS_FORMAT = 1
@@ -1247,7 +1253,6 @@ def run_metadata(config: Any = None, data: Sequence[Any] = ()) -> dict[str, Any]
     (:func:`~et_graph.training.checkpoint.data_digest`): a data file or dataset folder changed
     on disk between a run and its rerun shows there (it was not recorded: a determinism
     audit)."""
-    import datetime
     import platform
     import uuid
 
@@ -1256,8 +1261,7 @@ def run_metadata(config: Any = None, data: Sequence[Any] = ()) -> dict[str, Any]
         "results_format": RESULTS_FORMAT,
         **({"task": TASK_OF_CONFIG.get(type(config).__name__, type(config).__name__)}
            if config is not None else {}),
-        "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"),
+        "written_at": utc_now(),
         **code_identity(),
         **_running_versions(),
         "python": platform.python_version(),

@@ -303,15 +303,15 @@ RUN_STATUS = "run_status.json"
 def _write_status(folder: Path, status: str, started: str, **extra: Any) -> None:
     """Best effort: a status that cannot be written (a read-only or full folder, a reader
     holding the file open on Windows) never fails the run it describes."""
-    import datetime
     import socket
+
+    from .config import utc_now
 
     # (the host too: a pid alone cannot be checked on a shared file system)
     record = {"status": status, "started_at": started, "host": socket.gethostname(),
               "pid": os.getpid(), **extra}
     if status != "running":
-        record["ended_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds")
+        record["ended_at"] = utc_now()
     with contextlib.suppress(OSError):
         write_text_whole(folder / RUN_STATUS, json_text(record) + "\n")
 
@@ -326,22 +326,14 @@ def _parsed(text: Optional[str]) -> Any:
         return text
 
 
-def _holds_nothing(folder: Path, own: Sequence[Path]) -> bool:
-    """Whether ``folder`` holds no file but ``own`` (``False`` where it cannot be read: a
-    lookup's error must not replace the run's own)."""
+def _files_besides(folder: Path, own: Sequence[Path]) -> Optional[dict[Path, int]]:
+    """``folder``'s files but ``own``, as :func:`_inventory` gives them; ``None`` where they
+    cannot be read (a lookup's error must not replace the run's own)."""
     try:
-        return not _inventory(folder, list(own))
+        return {path: stamp for path, stamp in _inventory(folder, []).items()
+                if path not in own}
     except OSError:
-        return False
-
-
-def _written_since(folder: Path, earlier: dict[Path, int], own: Sequence[Path]) -> bool:
-    """Whether a file of ``folder`` other than ``own`` is new or changed since ``earlier``."""
-    try:
-        now = _inventory(folder, [])
-    except OSError:
-        return True  # (cannot tell: say the run wrote)
-    return any(path not in own and earlier.get(path) != stamp for path, stamp in now.items())
+        return None
 
 
 def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Path
@@ -354,7 +346,7 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
     ``wrote_nothing`` and keeps the earlier run's record under ``previous`` (the folder's
     files are that run's, intact), and a folder this run made is removed as before, status
     and all, where nothing else is in it."""
-    import datetime
+    from .config import utc_now
 
     skipped = [Path(p) for p in skip if p]
     earlier = _inventory(folder, skipped)
@@ -365,7 +357,7 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
     except (OSError, UnicodeDecodeError):
         previous = None
     earlier.pop(status_file, None)  # (rewritten by every run)
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    started = utc_now()
     _write_status(folder, "running", started)
     finished = False
     try:
@@ -395,9 +387,11 @@ def _writing_into(folder: Path, skip: Sequence[Union[str, Path, None]], lock: Pa
         if finished:  # (a closing warning made an error by a filter: the run's files stand)
             raise
         stopped = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-        if _written_since(folder, earlier, (status_file, lock)):
+        now = _files_besides(folder, (status_file, lock))
+        if now is None or any(earlier.get(path) != stamp for path, stamp in now.items()):
+            # (written since the start, or cannot tell: say the run wrote)
             _write_status(folder, stopped, started, error=type(error).__name__)
-        elif previous is None and _holds_nothing(folder, (status_file, lock)):
+        elif previous is None and not now:
             with contextlib.suppress(OSError):  # (a folder it made, left empty, goes whole)
                 status_file.unlink()
         else:

@@ -254,17 +254,8 @@ class BaseDetector:
         state = dict(state)
         pickled = state.pop(_PICKLED_NATIVE, None)
         self.__dict__.update(state)
-        if pickled is None or _LOADING.get():
-            return
-        from ..native import native_attention_enabled
-
-        if pickled != native_attention_enabled():
-            warnings.warn(
-                f"this {type(self).__name__} was pickled with the compiled attention kernels "
-                f"{'on' if pickled else 'off'} and they are {'off' if pickled else 'on'} here: "
-                "its scores may differ in the last bits; et_graph.native."
-                f"set_native_attention({pickled}) in this process scores as before",
-                ReproducibilityWarning, stacklevel=2)
+        if not _LOADING.get():
+            _warn_other_kernels(f"this {type(self).__name__} was pickled", pickled, 2)
 
     # ------------------------------------------------------------------------------------------
     def save(self, path: Union[str, os.PathLike]) -> None:
@@ -331,18 +322,9 @@ class BaseDetector:
         detector = payload["detector"]
         if not cls._accepts(detector):
             raise TypeError(f"{path} holds a {payload['class']}, not a {cls.__name__}")
-        from ..native import native_attention_enabled
-
-        saved_native = payload.get("native_attention")  # (absent in files before it was kept)
-        if saved_native is not None and saved_native != native_attention_enabled():
-            # the kernels round differently: the scores moved in the last bits, unannounced
-            warnings.warn(
-                f"{path} was saved with the compiled attention kernels "
-                f"{'on' if saved_native else 'off'} and they are "
-                f"{'off' if saved_native else 'on'} here: the scores may differ from the saved "
-                f"detector's in the last bits; et_graph.native.set_native_attention("
-                f"{saved_native}) scores bit for bit as before", ReproducibilityWarning,
-                stacklevel=user_stacklevel())
+        # (absent in files before it was kept)
+        _warn_other_kernels(f"{path} was saved", payload.get("native_attention"),
+                            user_stacklevel())
         detector.device = device
         return detector
 
@@ -548,6 +530,22 @@ class BaseDetector:
 # ----------------------------------------------------------------------------------------------
 # Input checks shared by every detector
 # ----------------------------------------------------------------------------------------------
+def _warn_other_kernels(what: str, recorded: Optional[bool], stacklevel: int) -> None:
+    """A ``ReproducibilityWarning`` where the compiled attention kernels were ``recorded`` on
+    (or off) for a detector and are not so in this process (``None``: not recorded): they
+    round differently, so its scores moved in the last bits, unannounced. ``what`` says how
+    it was recorded (``PATH was saved``, ``this ETDetector was pickled``)."""
+    from ..native import native_attention_enabled
+
+    if recorded is None or recorded == native_attention_enabled():
+        return
+    warnings.warn(f"{what} with the compiled attention kernels {'on' if recorded else 'off'} "
+                  f"and they are {'off' if recorded else 'on'} here: its scores may differ "
+                  "in the last bits; et_graph.native.set_native_attention("
+                  f"{recorded}) in this process scores bit for bit as before",
+                  ReproducibilityWarning, stacklevel=stacklevel + 1)
+
+
 def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = False) -> None:
     """A ``DataWarning`` for per-edge data the detectors do not read, rather than silence: the
     user may believe the weights, features or relation types shape the result (``edge_type``

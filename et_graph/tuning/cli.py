@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -28,6 +27,7 @@ from ..config import (
     reading_models,
     resolve,
     to_dict,
+    utc_now,
 )
 from ..exceptions import ConfigWarning
 from ..reporting import output_folder
@@ -374,8 +374,7 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                         **({"seconds_all_runs": round(summary["seconds_all_runs"], 1)}
                            if summary.get("seconds_all_runs") is not None else {}),
                         "sampler_seed": budget.seed,
-                        "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                            timespec="seconds"),
+                        "written_at": utc_now(),
                         **code_identity(),
                         # a registered detector's preset runs with its plugin loaded
                         **getattr(objective, "preset_meta", {})}
@@ -418,6 +417,7 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
     if "://" not in storage:
         raise ValueError(f"storage must be a database URL such as sqlite:///runs/tune.db (in "
                          f"Python, storage=None keeps a study in memory), got {storage!r}")
+    where = shown_storage(storage)  # (a password masked in every message)
     prefix = "sqlite:///"
     if storage.startswith(prefix):
         path = storage[len(prefix):]
@@ -427,32 +427,28 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
             return
         if not path or path == ":memory:":
             # SQLite's in-memory database: accepted by Optuna, but no restart continues it.
-            raise ValueError(f"storage {shown_storage(storage)!r} names no file, so nothing "
-                             f"would persist "
-                             "for a restart to continue: give one, e.g. sqlite:///runs/tune.db")
+            raise ValueError(f"storage {where!r} names no file, so nothing would persist for a "
+                             "restart to continue: give one, e.g. sqlite:///runs/tune.db")
         if path.startswith("~"):  # SQLAlchemy opens the literal "~": a bare OperationalError
-            raise ValueError(f"storage {shown_storage(storage)!r}: SQLite URLs do not expand ~; "
-                             f"write the "
-                             f"path out, e.g. sqlite:///{Path(path).expanduser()}")
+            raise ValueError(f"storage {where!r}: SQLite URLs do not expand ~; write the path "
+                             f"out, e.g. sqlite:///{Path(path).expanduser()}")
         file = Path(path)
         if file.is_dir():  # (SQLAlchemy: "unable to open database file", in a traceback)
-            raise ValueError(f"storage {shown_storage(storage)!r} names a folder: give a "
-                             f"database file in it, "
+            raise ValueError(f"storage {where!r} names a folder: give a database file in it, "
                              f"e.g. sqlite:///{file / 'tune.db'}")
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
-            raise ValueError(f"storage {shown_storage(storage)!r}: a file stands where its folder "
+            raise ValueError(f"storage {where!r}: a file stands where its folder "
                              f"{file.parent} would be") from None
         except OSError as error:  # (a relative default under an unwritable working folder)
-            raise ValueError(f"storage {shown_storage(storage)!r}: its folder {file.parent} "
-                             f"cannot be made ({error.strerror or error}); give --storage an "
-                             "absolute path (sqlite:////abs/path/tune.db)") from None
+            raise ValueError(f"storage {where!r}: its folder {file.parent} cannot be made "
+                             f"({error.strerror or error}); give --storage an absolute path "
+                             "(sqlite:////abs/path/tune.db)") from None
         if file.is_file() and file.stat().st_size:
             with file.open("rb") as handle:
                 if handle.read(16) != b"SQLite format 3\x00":
-                    raise ValueError(f"storage {shown_storage(storage)!r} is a file that is not "
-                                     f"an SQLite "
+                    raise ValueError(f"storage {where!r} is a file that is not an SQLite "
                                      "database (a results or preset file?): give another "
                                      "file name")
         return
@@ -462,8 +458,7 @@ def _ensure_sqlite_folder(storage: Optional[str]) -> None:
         sqlalchemy.create_engine(storage)
     except (ImportError, sqlalchemy.exc.ArgumentError,
             sqlalchemy.exc.NoSuchModuleError) as error:
-        raise ValueError(f"storage {shown_storage(storage)!r} cannot be opened here "
-                         f"({type(error).__name__}: "
+        raise ValueError(f"storage {where!r} cannot be opened here ({type(error).__name__}: "
                          f"{error}); install its database driver or use sqlite:///FILE") from None
 
 

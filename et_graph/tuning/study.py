@@ -176,9 +176,9 @@ def check_replayable(study: Any, storage: Optional[str], trial_config: Callable[
              and changed_settings({key: ran_with[key]}, {key: now[key]})]
     if wrong:
         shown = ", ".join(f"{key} = {new!r} (they ran with {old!r})" for key, old, new in wrong)
+        where = shown_storage(storage)
         raise ValueError(
-            f"study {study.study_name!r} in {shown_storage(storage)} holds trials from before "
-            f"its search "
+            f"study {study.study_name!r} in {where} holds trials from before its search "
             f"space gained {', '.join(repr(name) for name in missing)}; replayed for its best "
             f"trial and preset, they would take this run's {shown}: set it back (or drop the "
             "flag), or use another storage or study prefix")
@@ -500,28 +500,30 @@ def _warn_running_trials(study: Any, storage: Optional[str]) -> None:
                if t.state == _optuna().trial.TrialState.RUNNING]
     if running:
         warnings.warn(f"study {study.study_name!r} in {shown_storage(storage)} holds "
-                      f"{len(running)} trial(s) "
-                      f"marked running ({', '.join(map(str, running[:5]))}): if another "
+                      f"{len(running)} trial(s) marked running "
+                      f"({', '.join(map(str, running[:5]))}): if another "
                       "process is tuning it now, its trials and this run's repeat each other "
                       "(run one process per study); if a killed run left them, they count "
                       "toward no budget", ConfigWarning, stacklevel=4)
 
 
 @contextlib.contextmanager
-def _storage_errors(storage: Optional[str]) -> Iterator[None]:
-    """SQLAlchemy's errors of a storage that opens but cannot be written (read-only, full) as
-    one ``ValueError`` naming it: a traceback of a hundred lines ending in Optuna's "exceeding
-    max length" named neither (a tuning audit)."""
+def _storage_errors(storage: Optional[str], doing: str = "written") -> Iterator[None]:
+    """SQLAlchemy's errors of a storage as one ``ValueError`` naming it, which cannot be
+    ``doing`` (``"opened"``: a folder, a file that is no database or a locked one, a CLI
+    audit; ``"written"``: one that opens but cannot be written, read-only or full, whose
+    traceback of a hundred lines ended in Optuna's "exceeding max length", a tuning audit).
+    The line says SQLAlchemy's own message, or, under Optuna's wrapper, its cause's."""
     try:
         yield
     except Exception as error:
-        if not type(error).__module__.startswith(("sqlalchemy", "optuna.exceptions")):
+        own = type(error).__module__.startswith("sqlalchemy")
+        if not (own or type(error).__module__.startswith("optuna.exceptions")):
             raise
-        cause = error.__cause__ or error.__context__ or error
-        raise ValueError(f"storage {shown_storage(storage)!r} cannot be written as an Optuna "
-                         f"database: "
-                         f"{str(cause).splitlines()[0] if str(cause) else type(cause).__name__}"
-                         ) from None
+        cause = error if own else (error.__cause__ or error.__context__ or error)
+        text = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        raise ValueError(f"storage {shown_storage(storage)!r} cannot be {doing} as an Optuna "
+                         f"database: {text}") from None
 
 
 def judged_by_pruner(study: Any) -> bool:
@@ -544,21 +546,19 @@ def check_resumable(study: Any, storage: Optional[str], direction: str, objectiv
     warm-up was recorded resumes under any warm-up (its own is unknown); under another
     ``sampler_seed`` (``--sampler-seed``) than it recorded, it is refused: its report would
     name the new seed for trials drawn under the old one (a tuning audit)."""
-    name = study.study_name
+    name, where = study.study_name, shown_storage(storage)
     stored_seed = study.user_attrs.get(SAMPLER_SEED)
     if sampler_seed is not None and stored_seed is not None and stored_seed != sampler_seed:
-        raise ValueError(f"study {name!r} in {shown_storage(storage)} was drawn with "
-                         f"--sampler-seed "
+        raise ValueError(f"study {name!r} in {where} was drawn with --sampler-seed "
                          f"{stored_seed}, not {sampler_seed}: resume with --sampler-seed "
                          f"{stored_seed}, or use another storage or study prefix")
     if study.direction.name.lower() != direction:
-        raise ValueError(f"study {name!r} in {shown_storage(storage)} was created to "
+        raise ValueError(f"study {name!r} in {where} was created to "
                          f"{study.direction.name.lower()}, not to {direction}: use another "
                          "storage or study prefix")
     stored = study.user_attrs.get("objective")
     if objective_label and stored is not None and stored != objective_label:
-        raise ValueError(f"study {name!r} in {shown_storage(storage)} holds trials of another "
-                         f"objective "
+        raise ValueError(f"study {name!r} in {where} holds trials of another objective "
                          f"({stored!r}, not {objective_label!r}); its values would be reported "
                          "as this one's: use another storage or study prefix")
     stored_warmup = study.user_attrs.get("prune_warmup")
@@ -566,8 +566,7 @@ def check_resumable(study: Any, storage: Optional[str], direction: str, objectiv
     # warm-up: it resumes under any; it was refused under another)
     if (prune_warmup is not None and stored_warmup is not None and stored_warmup != prune_warmup
             and judged_by_pruner(study)):
-        raise ValueError(f"study {name!r} in {shown_storage(storage)} was pruned with "
-                         f"--prune-warmup "
+        raise ValueError(f"study {name!r} in {where} was pruned with --prune-warmup "
                          f"{stored_warmup}, not {prune_warmup}; its trials would mix two pruning "
                          f"rules: resume with --prune-warmup {stored_warmup}, or use another "
                          "storage or study prefix")
@@ -579,8 +578,7 @@ def check_resumable(study: Any, storage: Optional[str], direction: str, objectiv
     changed = changed_settings({k: before[k] for k in shared}, {k: settings[k] for k in shared})
     if changed:
         shown = ", ".join(f"{k}: {before.get(k)!r} -> {settings.get(k)!r}" for k in changed[:5])
-        raise ValueError(f"study {name!r} in {shown_storage(storage)} was run under other fixed "
-                         f"settings "
+        raise ValueError(f"study {name!r} in {where} was run under other fixed settings "
                          f"({shown}); its trials were scored under those: use another "
                          "storage or study prefix")
 
@@ -619,18 +617,11 @@ class _FailureLimit:
 @_quiet_optuna
 def study_or_none(name: str, storage: Optional[str]) -> Optional[Any]:
     optuna = _optuna()
-    try:
-        return optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        return None
-    except Exception as error:
-        # A folder, a file that is no database or a locked one: SQLAlchemy's traceback of a
-        # hundred lines named none of them (a CLI audit)
-        if type(error).__module__.startswith("sqlalchemy"):
-            raise ValueError(f"storage {shown_storage(storage)!r} cannot be opened as an Optuna "
-                             f"database: "
-                             f"{str(error).splitlines()[0]}") from None
-        raise
+    with _storage_errors(storage, "opened"):
+        try:
+            return optuna.load_study(study_name=name, storage=storage)
+        except KeyError:
+            return None
 
 
 def _finished(study: Optional[Any]) -> list[Any]:
