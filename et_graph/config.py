@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, TypeVar, Union
 
 from .exceptions import ConfigWarning, OutputWarning, ReproducibilityWarning
+from .paths import write_text_whole
 
 if TYPE_CHECKING:
     import torch
@@ -728,11 +729,11 @@ def dumps_toml(config: Any, meta: Optional[Mapping[str, Any]] = None) -> str:
 def write_preset(config: Any, path: Union[str, Path], meta: Optional[Mapping[str, Any]] = None
                  ) -> Path:
     """Write ``config`` (and a ``[meta]`` table of ``meta``) as a TOML preset at ``path``, which
-    ``--config`` reads back; returns the path."""
+    ``--config`` reads back; returns the path. Written whole or not at all: a tuning run killed
+    while writing left a cut preset that the next ``--config`` read as a shorter one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps_toml(config, meta), encoding="utf-8")
-    return path
+    return write_text_whole(path, dumps_toml(config, meta))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -89,6 +89,40 @@ def test_a_text_setting_given_a_table_is_refused(tmp_path):
         parse(AnomalyConfig, ["--config", str(preset)])
 
 
+def test_a_preset_and_a_study_report_cut_while_written_keep_the_earlier_files(tmp_path,
+                                                                             monkeypatch):
+    """(session 70) presets and study reports were written in place: a tuning run killed, or a
+    full disk, while writing left a cut preset that the next --config read as a shorter one."""
+    import errno
+    from pathlib import Path
+
+    from et_graph.tuning.study import TuneBudget, write_report
+
+    preset = write_preset(AnomalyConfig(), tmp_path / "best_et.toml")
+    before = preset.read_text(encoding="utf-8")
+    write_report(tmp_path, "anomaly", "planted", "auroc", TuneBudget(trials=1), {}, {},
+                 parse(AnomalyConfig, []))
+    reports = {name: (tmp_path / name).read_text(encoding="utf-8")
+               for name in ("study_report.json", "study_report.md")}
+    plain = Path.write_text
+
+    def cut(self, text, *args, **kwargs):
+        plain(self, text[:10], *args, **kwargs)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", cut)
+    with pytest.raises(OSError):
+        write_preset(merge(AnomalyConfig(), {"train": {"epochs": 7}}), preset)
+    with pytest.raises(OSError):
+        write_report(tmp_path, "tudataset", "MUTAG", "accuracy", TuneBudget(trials=2), {}, {},
+                     parse(AnomalyConfig, []))
+    monkeypatch.undo()
+    assert preset.read_text(encoding="utf-8") == before
+    for name, text in reports.items():
+        assert (tmp_path / name).read_text(encoding="utf-8") == text
+    assert not list(tmp_path.glob(".*.partial"))
+
+
 def test_quick_caps_a_presets_runs_per_fold(tmp_path):
     preset = tmp_path / "three.toml"
     preset.write_text("[protocol]\nruns_per_fold = 3\n",

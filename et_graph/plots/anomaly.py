@@ -9,6 +9,7 @@ from typing import Any, Optional
 import numpy as np
 from torch_geometric.data import Data
 
+from ..paths import write_text_whole
 from ..protocols.anomaly import ENERGY_ROW, Split, evaluate
 from ..reporting import json_text
 from .colours import model_colour
@@ -129,7 +130,7 @@ def plot_curves(out: Path, curves: dict[str, Any], data: Data, split: Split,
         fig.tight_layout()
         fig.savefig(out / "energy_steps.png", dpi=120)
         plt.close(fig)
-        (out / "energy_steps.json").write_text(json_text(energy), encoding="utf-8")
+        write_text_whole(out / "energy_steps.json", json_text(energy))
 
 
 def plot_roc_pr(path: Path, y: np.ndarray, scores: dict[str, np.ndarray], scope: str,

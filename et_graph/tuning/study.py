@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 
 from ..config import merge, run_metadata, to_dict, write_preset
 from ..exceptions import ConfigWarning, FitWarning, OutputWarning
+from ..paths import write_text_whole
 from ..progress import interactive
 from ..reporting import counted, json_text
 from ..training.checkpoint import changed_settings
@@ -719,7 +720,7 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
               # (the task's results name the task; a study report names itself so)
               "meta": {**run_metadata(config), "task": f"tune {task}"}}
     # strict, as every results file: a diverged trial's inf was written as Infinity
-    (out / "study_report.json").write_text(json_text(report, default=str), encoding="utf-8")
+    write_text_whole(out / "study_report.json", json_text(report, default=str))
     trees = ("; a model without epochs (the trees) is never pruned, so it completes every "
              "trial" if "gbt" in summaries else "")
     held = {s["trials"]["complete"] + s["trials"]["pruned"] for s in summaries.values()}
@@ -768,7 +769,7 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
     lines += ["", "Best settings (the config's names, as the presets write them):", ""]
     lines += [f"- {model}: `{json.dumps(s.get('best_settings', s['best_params']))}`"
               for model, s in summaries.items()]
-    (out / "study_report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text_whole(out / "study_report.md", "\n".join(lines) + "\n")
     plot_history(out / "optimization_history.png", summaries, metric, f"{task} on {dataset}",
                  builtin_models(task))
 
