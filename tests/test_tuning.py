@@ -1028,6 +1028,11 @@ def test_a_preset_says_how_its_study_found_it(tmp_path):
     assert meta["budget_timeout_minutes"] == TuneBudget().timeout_minutes
     assert {"et_graph_version", "git_commit", "written_at"} <= set(meta)
     assert shown_storage("postgresql://me:secret@db/tune") == "postgresql://me:***@db/tune"
+    # (session 70) the default's relative file is recorded from the working folder
+    assert shown_storage("sqlite:///runs/tune.db?timeout=9") == \
+        f"sqlite:///{Path.cwd()}/runs/tune.db?timeout=9"
+    for kept in ("sqlite:///file:r.db?mode=ro&uri=true", "sqlite:///~/t.db", "sqlite:///"):
+        assert shown_storage(kept) == kept
 
 
 def test_a_resume_under_another_sampler_seed_is_refused_before_any_study_runs(tmp_path):

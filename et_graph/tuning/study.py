@@ -481,9 +481,20 @@ SAMPLER_SEED = "sampler_base_seed"
 
 
 def shown_storage(storage: Optional[str]) -> str:
-    """``storage`` as a preset records it: a database password masked (``***``)."""
+    """``storage`` as a preset records it: a database password masked (``***``), an SQLite
+    file's relative path written out from the working folder (the default
+    ``sqlite:///runs/tune.db`` named no folder: a preset or report read later, from elsewhere,
+    did not say where its study is)."""
     if storage is None:
         return "in memory"
+    prefix = "sqlite:///"
+    if storage.startswith(prefix):  # (no password to mask; SQLAlchemy's rendering wrote a
+        # path's ":" as %3A)
+        path, query, rest = storage[len(prefix):].partition("?")
+        if path and not path.startswith(("file:", ":memory:", "~")) \
+                and not Path(path).is_absolute():
+            return f"{prefix}{Path.cwd() / path}{query}{rest}"
+        return storage
     try:
         from sqlalchemy.engine import make_url
 
