@@ -1044,3 +1044,37 @@ def test_cls_readouts_refuse_tokens_from_before_attach():
                  lambda t: pool.readout_sums([t], graph), lambda t: pool.node_states(t, graph)):
         with pytest.raises(ValueError, match="one row per node of the CLS graph"):
             read(x)
+
+
+def test_a_boolean_edge_weight_is_refused_as_the_mask_it_is():
+    """(a link-prediction audit) a bool mask was read as weights 1.0 / 0.0, and a weight of 0
+    keeps its edge in the softmax: the edges a user meant to hide still reached the output."""
+    conv = ETConv(4, heads=1, head_dim=2)
+    x, edge_index = torch.randn(5, 4), torch.tensor([[0, 1, 4], [2, 2, 2]])
+    mask = torch.tensor([True, False, True])
+    with pytest.raises(ValueError, match=r"boolean mask.*edge_index\[:, mask\]"):
+        conv(x, edge_index, mask)
+    conv(x, edge_index, mask.float())  # weights of 0 and 1, said so
+
+
+def test_an_explainer_is_told_that_its_mask_misses_the_coupling_term():
+    """(a link-prediction audit) the coupling energy reads the edges outside the messages: an
+    all-zero edge mask left the output 3.2 from the edgeless one's, without a word."""
+    import warnings
+
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    from et_graph.exceptions import ConfigWarning
+
+    x, edge_index = torch.randn(6, 6, dtype=torch.float64), torch.tensor([[0, 1, 2], [3, 4, 5]])
+    for coupling in (True, False):
+        conv = ETConv(6, heads=2, head_dim=3, coupling=coupling).double()
+        set_masks(conv, torch.zeros(3, dtype=torch.float64), edge_index, apply_sigmoid=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            conv(x, edge_index)
+        clear_masks(conv)
+        told = [w for w in caught if issubclass(w.category, ConfigWarning)]
+        assert len(told) == coupling, [str(w.message) for w in caught]
+        if coupling:
+            assert "coupling" in str(told[0].message)

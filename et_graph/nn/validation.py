@@ -183,6 +183,13 @@ def check_edge_weight(
         raise ValueError(
             f"edge_weight has {edge_weight.size(1)} columns; expected 1 or heads={heads}"
         )
+    if edge_weight.dtype == torch.bool:
+        # (a link-prediction audit) read as 1.0 / 0.0, a mask "hid" nothing: a weight of 0
+        # keeps its edge in the softmax, with logit 0
+        raise ValueError(
+            "edge_weight is a boolean mask, but a weight scales an edge's attention logit (0 "
+            "keeps the edge, at logit 0): to drop edges pass edge_index[:, mask] (and "
+            "edge_weight[mask]); for weights of 0 and 1, edge_weight=mask.float()")
     if not edge_weight.is_floating_point():
         edge_weight = edge_weight.float()
     return finite_weight_in(edge_weight, dtype)

@@ -262,6 +262,14 @@ class AttentionMessages:
                 "this layer has message-level hooks (register_message_forward_hook and the "
                 "like, or AttentionExplainer's), which grad='autograd' never runs: it passes no "
                 "messages. Use grad='analytic' (the default)")
+        if self._explain and getattr(self.energy_fn, "coupling", False):  # type: ignore
+            # the coupling term reads the edges outside the messages: an all-zero mask left
+            # it whole (an output 3.2 from the edgeless one's, where attention alone gave 0)
+            warnings.warn(
+                "an explainer's edge mask acts on the attention messages only: the edge "
+                "coupling energy (coupling=True) reads every edge unmasked, so the explanation "
+                "misses what the layer takes from the edges through it", ConfigWarning,
+                stacklevel=4)
         if (self._explain and isinstance(edge_index, Tensor)  # type: ignore[attr-defined]
                 and edge_index.layout == torch.sparse_coo and not edge_index.is_coalesced()):
             # the messages run over the coalesced entries (sorted, duplicates summed), and a
@@ -399,7 +407,8 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         eps: LayerNorm epsilon.
         coupling: add the edge coupling energy :math:`-\tfrac12\sum_{B\to C} g_B^\top W g_C`
             (see :class:`~et_graph.nn.ETEnergy`; sparse path only), whose gradient sums the
-            neighbours' tokens.
+            neighbours' tokens. Edge weights and an explainer's edge mask do not enter it
+            (they act on the attention logits and messages).
         energy_cls: the energy to descend: :class:`~et_graph.nn.ETEnergy` or a subclass with a
             new term (built with the settings above, as :attr:`energy_fn`).
         energy_kwargs: the subclass's own constructor settings (a new term's strength, say),
