@@ -200,13 +200,14 @@ def check_device(device: Union[str, torch.device]) -> None:
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: no CUDA GPU is available here (torch "
-                             f"{torch.__version__}); use --device cpu")
+                             f"{torch.__version__}); use the CPU (device='cpu', --device cpu)")
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             raise ValueError(f"device {device!r}: this machine has "
                              f"{torch.cuda.device_count()} CUDA device(s)")
     elif parsed.type == "mps":  # (torch.mps.is_available exists from torch 2.5 only)
         if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise ValueError(f"device {device!r}: MPS is not available here; use --device cpu")
+            raise ValueError(f"device {device!r}: MPS is not available here; use the CPU "
+                             "(device='cpu', --device cpu)")
     elif parsed.type == "meta":  # failed at the first Tensor.item()
         raise ValueError(f"device {device!r} holds no values: training and scoring need a real "
                          "device (cpu, cuda, mps)")

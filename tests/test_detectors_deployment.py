@@ -181,9 +181,128 @@ def test_a_saved_detector_is_readable_as_a_plain_write_would_leave_it(graph, tmp
 
 def test_the_trees_keep_float64_features_in_float64(graph):
     """Detectors saved before read float64 features at full precision (neighbour means in
-    float64): casting them to float32 first moved 61 of 3,000 scores of a loaded GBT."""
-    det = GBTDetector(max_iter=5).fit(graph)
-    wide = Data(x=graph.x.double(), edge_index=graph.edge_index)
+    float64): casting them to float32 first moved 61 of 3,000 scores of a loaded GBT. A tree
+    fitted on float64 features keeps reading them so; one saved before ``fit_dtype_`` keeps
+    the old rule (its own dtype for float32 and float64)."""
+    wide = Data(x=graph.x.double(), edge_index=graph.edge_index, y=graph.y,
+                train_mask=graph.train_mask, val_mask=graph.val_mask)
+    det = GBTDetector(max_iter=5).fit(wide)
+    assert det.fit_dtype_ == torch.float64
+    assert det._prepare(Data(x=graph.x, edge_index=graph.edge_index)).x.dtype == torch.float64
+    det.fit_dtype_ = None  # as in a file saved before it
     assert det._prepare(wide).x.dtype == torch.float64
     assert det._prepare(Data(x=graph.x.half(), edge_index=graph.edge_index)).x.dtype == (
         torch.float32)
+
+
+@pytest.mark.parametrize("make", [lambda: GBTDetector(max_iter=10),
+                                  lambda: GBTDetector(label_trick=True, max_iter=10),
+                                  lambda: ETDetector(epochs=2, hidden=16)],
+                         ids=["gbt", "gbt-label-trick", "et"])
+def test_the_same_features_in_float64_score_as_the_fitted_float32_ones(graph, make):
+    """(a deployment audit) a float32-fitted tree read float64 features in float64: its
+    neighbour means rounded otherwise and crossed the bins' edges, so the same graph from a
+    NumPy float64 pipeline moved scores by up to 0.17 and flipped 17 predictions."""
+    det = make().fit(graph)
+    assert det.fit_dtype_ == torch.float32
+    wide = Data(x=graph.x.double(), edge_index=graph.edge_index)
+    assert torch.equal(det.decision_function(wide), det.decision_function(graph))
+    refit = make().fit(Data(x=graph.x.double(), edge_index=graph.edge_index, y=graph.y,
+                            train_mask=graph.train_mask, val_mask=graph.val_mask))
+    assert refit.fit_dtype_ == (torch.float64 if isinstance(refit, GBTDetector) else
+                                torch.float32)
+
+
+def test_a_feature_transform_reads_later_graphs_in_its_fitted_precision(graph, tmp_path):
+    """(a deployment audit) the same raw features as float64 through a transform fitted on
+    float32 gave other degree and quantile columns in their last bits (7,167 of 11,758
+    Tolokers nodes), which moved a tree's scores by up to 0.2."""
+    from et_graph.transforms import FeatureTransform
+
+    raw = Data(x=torch.rand(300, 4, generator=torch.Generator().manual_seed(0)) * 7,
+               edge_index=graph.edge_index[:, graph.edge_index.max(0).values < 300])
+    wide = Data(x=raw.x.double(), edge_index=raw.edge_index)
+    for norm in ("quantile", "standard", "ple"):
+        transform = FeatureTransform(norm, degree_feature=True).fit(raw)
+        assert transform.fit_dtype_ == torch.float32
+        assert torch.equal(transform.transform(wide).x, transform.transform(raw).x), norm
+    transform.save(tmp_path / "t.pt")
+    assert FeatureTransform.load(tmp_path / "t.pt").fit_dtype_ == torch.float32
+    assert FeatureTransform().fit(wide).fit_dtype_ == torch.float64
+    payload = torch.load(tmp_path / "t.pt", weights_only=True)
+    del payload["fit_dtype"]  # a file saved before it: the features' own precision
+    torch.save(payload, tmp_path / "old.pt")
+    assert FeatureTransform.load(tmp_path / "old.pt").fit_dtype_ is None
+
+
+@pytest.mark.parametrize("make", [lambda: GBTDetector(max_iter=10),
+                                  lambda: UnsupervisedETDetector(epochs=1, hidden=8)],
+                         ids=["gbt", "unsupervised-et"])
+def test_features_far_outside_the_fitted_range_are_named_when_scored(graph, make):
+    """(a deployment audit) the fitted graph's features x1000 (cents for dollars) were scored
+    without a word, and predict flagged none of the nodes."""
+    from et_graph.exceptions import DataWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        det = make().fit(graph)
+    part = Data(x=graph.x[:50], edge_index=graph.edge_index[:, graph.edge_index.max(0).values
+                                                              < 50])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        det.decision_function(graph)
+        det.decision_function(part)  # a part of the fitted graph, in its range
+    with pytest.warns(DataWarning, match=r"far outside the fitted graph's range.*columns 0, 1"):
+        det.decision_function(Data(x=graph.x * 1000, edge_index=graph.edge_index))
+
+
+def test_a_loaded_detector_says_what_saved_it_and_other_versions_are_named(graph, tmp_path,
+                                                                         monkeypatch):
+    """(a deployment audit) the file's version was recorded but never read: a file of another
+    et-graph loaded silently, a newer format was "not a detector written by save()", and a
+    class missing here was a raw AttributeError from pickle."""
+    import sys
+    import types
+
+    import torch as torch_module
+
+    from et_graph import __version__
+    from et_graph.detectors import BaseDetector
+    from et_graph.exceptions import ReproducibilityWarning
+
+    det = GBTDetector(max_iter=5).fit(graph)
+    det.save(tmp_path / "det.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReproducibilityWarning)
+        loaded = BaseDetector.load(tmp_path / "det.pt")
+    assert loaded.saved_with_["et_graph_version"] == __version__
+    assert loaded.saved_with_["versions"]["torch"] == torch_module.__version__
+    payload = torch_module.load(tmp_path / "det.pt", weights_only=False)
+    torch_module.save({**payload, "et_graph_version": "9.9.9"}, tmp_path / "other.pt")
+    with pytest.warns(ReproducibilityWarning, match=r"saved by et-graph 9\.9\.9"):
+        BaseDetector.load(tmp_path / "other.pt")
+    torch_module.save({**payload, "format": "et_graph.detector/2"}, tmp_path / "newer.pt")
+    with pytest.raises(ValueError, match="saved in format 'et_graph.detector/2'"):
+        BaseDetector.load(tmp_path / "newer.pt")
+    module = types.ModuleType("my_fraud_models")
+    exec("from et_graph.detectors import GBTDetector\n"
+         "class MyGBT(GBTDetector):\n    pass\n", module.__dict__)
+    monkeypatch.setitem(sys.modules, "my_fraud_models", module)
+    module.MyGBT(max_iter=5).fit(graph).save(tmp_path / "mine.pt")
+    monkeypatch.delitem(sys.modules, "my_fraud_models")
+    with pytest.raises(ValueError, match="holds a class that cannot be found here"):
+        BaseDetector.load(tmp_path / "mine.pt")
+
+
+def test_a_bad_scored_graph_is_named_where_it_is_bad(graph):
+    """(a deployment audit) NaN features were "data.x contains NaN or inf values", with no
+    record to look up; features on the meta device failed on Tensor.item()."""
+    det = GBTDetector(max_iter=5).fit(graph)
+    x = graph.x.clone()
+    x[7, 2] = float("nan")
+    x[9, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"2 entries, in 2 nodes; the first at node 7, "
+                                         r"column 2"):
+        det.decision_function(Data(x=x, edge_index=graph.edge_index))
+    with pytest.raises(ValueError, match="meta device"):
+        det.decision_function(Data(x=graph.x.to("meta"), edge_index=graph.edge_index))

@@ -256,8 +256,12 @@ def test_the_fitted_transform_refuses_what_it_cannot_map():
     with pytest.raises(ValueError, match="binary"):
         transform.transform(Data(x=data.x, edge_index=data.edge_index, y=data.y + 1))
     beyond = Data(x=data.x.double() * 1e42, edge_index=data.edge_index)
+    wide = FeatureTransform("standard").fit(Data(x=data.x.double(), edge_index=data.edge_index))
     with pytest.raises(ValueError, match="after the 'standard' transform reaches"):
-        transform.transform(beyond)  # fitted statistics keep far values far: refused for float32
+        wide.transform(beyond)  # fitted statistics keep far values far: refused for float32
+    with pytest.raises(ValueError, match="beyond float32's range, the precision this "
+                                         "transform was fitted in"):
+        transform.transform(beyond)  # fitted on float32: read in it (session 70)
 
 
 def test_the_fitted_transform_pickles_saves_and_reads_no_label(tmp_path):

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from .. import __version__
 from ..callers import user_stacklevel
 from ..config import apply_keywords, check_device, resolve_device, to_dict
 from ..exceptions import DataWarning, FitWarning, ReproducibilityWarning
@@ -128,6 +129,10 @@ class BaseDetector:
         self.decision_score_: Optional[Tensor] = None
         self.history_: list[dict[str, float]] = []
         self.in_channels_: Optional[int] = None
+        #: The dtype the fitted graph's features were read in: later graphs are read in it.
+        self.fit_dtype_: Optional[torch.dtype] = None
+        #: Each fitted feature column's ``[min, max]`` (``[2, F]``, float64), for the drift check.
+        self.feature_range_: Optional[Tensor] = None
         self.fit_info_: dict[str, Any] = {}
         self.fitted_ = False
 
@@ -264,15 +269,19 @@ class BaseDetector:
         One ``torch.save`` file; :meth:`load` reads it back and scores bit for bit as before,
         under the same compiled-kernel setting (:func:`et_graph.native.set_native_attention`,
         recorded in the file; :meth:`load` warns when it differs). The file records the
-        package version and git commit too. It is a pickle, so load only files you trust."""
+        package version and git commit too, and the versions of torch, PyG, NumPy and
+        scikit-learn (the loaded detector's ``saved_with_``). It is a pickle, so load only
+        files you trust."""
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: fit it before save()")
-        from ..config import code_identity
+        from ..config import _running_versions, code_identity
         from ..native import native_attention_enabled
         from ..training.checkpoint import torch_save_whole
 
         saved = copy.copy(self)  # (without an on_epoch callback: __getstate__)
+        saved.__dict__.pop("saved_with_", None)  # (a loaded detector's: the file says anew)
         torch_save_whole(path, {"format": SAVE_FORMAT, **code_identity(),
+                                "versions": _running_versions(),
                                 "class": type(self).__name__,
                                 "native_attention": native_attention_enabled(),
                                 "detector": saved})
@@ -290,7 +299,12 @@ class BaseDetector:
 
         The file is unpickled in full (a detector holds its fitted model objects): loading a
         file runs whatever code it carries, so load only files you or someone you trust wrote,
-        as with any pickle."""
+        as with any pickle.
+
+        The loaded detector's ``saved_with_`` says what wrote the file (``et_graph_version``,
+        ``git_commit``, and from session 70 on the ``versions`` of torch, PyG, NumPy and
+        scikit-learn); a file of another et-graph version loads with a
+        ``ReproducibilityWarning``, as scikit-learn warns of its own estimators."""
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no detector file at {path}")
         # The device first: a device this machine lacks is not a fault of the file.
@@ -315,9 +329,26 @@ class BaseDetector:
             raise ValueError(f"{path} is not a detector written by et-graph's save(), or it "
                              f"is truncated ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''})") from error
+        except (AttributeError, ImportError) as error:
+            # (a deployment audit) a class the file names that this process lacks: a raw
+            # "Can't get attribute 'MyGBT' on <module '__main__'>"
+            raise ValueError(
+                f"{path} holds a class that cannot be found here ({type(error).__name__}: "
+                f"{str(error).splitlines()[0] if str(error) else ''}): a detector of your own "
+                "(a plugin) must be importable under the same module and name where it is "
+                "loaded as where it was saved (not defined in a script's __main__), and one "
+                "of et-graph's may be from another version of it") from error
         finally:
             _LOADING.reset(loading)
-        if not isinstance(payload, dict) or payload.get("format") != SAVE_FORMAT:
+        written = payload.get("format") if isinstance(payload, dict) else None
+        if isinstance(written, str) and written.startswith(SAVE_FORMAT.rsplit("/", 1)[0] + "/") \
+                and written != SAVE_FORMAT:
+            raise ValueError(
+                f"{path} was saved in format {written!r} by et-graph "
+                f"{payload.get('et_graph_version', '?')}; this et-graph "
+                f"({__version__}) reads {SAVE_FORMAT!r}: load it with a version that reads "
+                "its format")
+        if written != SAVE_FORMAT:
             raise ValueError(f"{path} is not a detector written by et-graph's save()")
         detector = payload["detector"]
         if not cls._accepts(detector):
@@ -325,6 +356,14 @@ class BaseDetector:
         # (absent in files before it was kept)
         _warn_other_kernels(f"{path} was saved", payload.get("native_attention"),
                             user_stacklevel())
+        detector.saved_with_ = {name: payload[name] for name in
+                                ("et_graph_version", "git_commit", "versions") if name in payload}
+        saved_version = payload.get("et_graph_version")
+        if saved_version is not None and saved_version != __version__:
+            warnings.warn(f"{path} was saved by et-graph {saved_version} and is loaded by "
+                          f"{__version__}: its scores may differ from the saved detector's "
+                          "(docs/library.md lists the changes of each session)",
+                          ReproducibilityWarning, stacklevel=user_stacklevel())
         detector.device = device
         return detector
 
@@ -346,7 +385,13 @@ class BaseDetector:
                 "without labels use ETDetector(supervised=False) (= UnsupervisedETDetector), "
                 "or et-graph unsupervised's baselines")
         warn_unused_edge_data(data, self._name, self._reads_edge_type())
-        data = self._prepare(data)
+        # read as an unfitted detector reads it: a refit follows its own graph's dtype, not
+        # the previous fit's
+        fitted, self.fitted_ = self.fitted_, False
+        try:
+            data = self._prepare(data)
+        finally:
+            self.fitted_ = fitted
         train = resolve_mask(data, train_mask, "train_mask")
         val = resolve_mask(data, val_mask, "val_mask")
         if bool((train & val).any()):
@@ -379,6 +424,8 @@ class BaseDetector:
         # Seeded for reproducibility, without resetting the caller's random stream.
         with private_rng(self.seed, self.device):
             self._fit(data, y, train, val)
+        self.fit_dtype_ = data.x.dtype
+        self.feature_range_ = torch.stack([data.x.amin(0), data.x.amax(0)]).double().cpu()
         self.fitted_ = True
         score = self._checked_scores(self._decision(data), "the training graph")
         self.decision_score_ = score
@@ -411,7 +458,11 @@ class BaseDetector:
         compute their neighbour means in the features' precision, as detectors saved before
         did) and reads any other as float32: float16 was read in half precision by the trees
         (scores off by 0.05) and bfloat16 failed in NumPy; int16 or uint8 ids failed in
-        indexing."""
+        indexing. A fitted detector reads every graph in the dtype it was fitted in
+        (``fit_dtype_``): the same features as float64 moved a float32-fitted tree's scores by
+        up to 0.17, across its bin edges (a deployment audit)."""
+        if dtype is None and self.fitted_:
+            dtype = getattr(self, "fit_dtype_", None)  # (None in files saved before it)
         if dtype is None:
             dtype = data.x.dtype if data.x.dtype in (torch.float32, torch.float64) else (
                 torch.float32)
@@ -462,9 +513,12 @@ class BaseDetector:
         if x.size(1) != self.in_channels_:
             raise ValueError(
                 f"data.x has {x.size(1)} features but the detector was fitted on "
-                f"{self.in_channels_}; score graphs with the same feature columns"
+                f"{self.in_channels_}; score graphs with the same feature columns (and the "
+                "fitted graph's FeatureTransform, whose degree_feature adds one)"
             )
-        return self._prepare(data)
+        data = self._prepare(data)
+        warn_far_outside_fitted_range(data.x, getattr(self, "feature_range_", None), self._name)
+        return data
 
     def _score(self, data: Data) -> Tensor:
         raise NotImplementedError
@@ -542,8 +596,40 @@ def _warn_other_kernels(what: str, recorded: Optional[bool], stacklevel: int) ->
     warnings.warn(f"{what} with the compiled attention kernels {'on' if recorded else 'off'} "
                   f"and they are {'off' if recorded else 'on'} here: its scores may differ "
                   "in the last bits; et_graph.native.set_native_attention("
-                  f"{recorded}) in this process scores bit for bit as before",
+                  f"{recorded}) in this process scores bit for bit as before"
+                  + (" (it compiles the kernels on first use: a C++ compiler and about a "
+                     "minute)" if recorded else ""),
                   ReproducibilityWarning, stacklevel=stacklevel + 1)
+
+
+#: The share of a scored graph's feature values far outside the fitted range (beyond it by more
+#: than the range's own width) above which scoring warns.
+FAR_OUTSIDE_SHARE = 0.01
+
+
+def warn_far_outside_fitted_range(x: Tensor, feature_range: Optional[Tensor],
+                                  detector: str) -> None:
+    """A ``DataWarning`` when more than :data:`FAR_OUTSIDE_SHARE` of the values of ``x`` lie
+    beyond the fitted graph's column range by more than its width: features in other units
+    (cents for dollars, x1000) or another transform. A detector scored them without a word,
+    and flagged none of them (a deployment audit). Values inside the widened range pass,
+    so new nodes a little beyond the fitted ones do not warn; a transform forgotten whose raw
+    values fall inside the range cannot be told from data and is not caught."""
+    if feature_range is None or not x.numel():
+        return
+    low, high = feature_range.to(x.device, torch.float64)
+    width = high - low
+    xd = x.double()
+    far = (xd < low - width) | (xd > high + width)
+    share = float(far.double().mean())
+    if share > FAR_OUTSIDE_SHARE:
+        columns = far.any(0).nonzero().view(-1).tolist()
+        shown = ", ".join(map(str, columns[:8])) + (", ..." if len(columns) > 8 else "")
+        warnings.warn(
+            f"{detector}: {share:.1%} of this graph's feature values lie far outside the fitted "
+            f"graph's range (beyond it by more than its width; columns {shown}): are they in "
+            "the fitted graph's units, through the same FeatureTransform? Its scores may mean "
+            "nothing", DataWarning, stacklevel=user_stacklevel())
 
 
 def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = False) -> None:

@@ -60,7 +60,7 @@ from ..training import (
 )
 from ..training.checkpoint import data_digest, fingerprint_with_data
 from ..training.engine import dataclass_defaults
-from .base import BaseDetector, check_graph, warn_unused_edge_data
+from .base import BaseDetector, check_graph, warn_far_outside_fitted_range, warn_unused_edge_data
 from .config import HOPFIELD_KINDS, check_descent_settings
 from .label_trick import edge_keys
 
@@ -451,6 +451,7 @@ class UnsupervisedETDetector(BaseDetector):
     def _train(self, graph: Data) -> None:
         """Train the network on the label-free ``graph`` (under the seeded generators)."""
         self.in_channels_ = graph.num_features
+        self.feature_range_ = torch.stack([graph.x.amin(0), graph.x.amax(0)]).double().cpu()
         x, edge_index = graph.x.to(self.device), graph.edge_index.to(self.device)
         model = self.build_network(graph.num_features).to(self.device)
         generator = torch.Generator().manual_seed(self.seed)
@@ -483,6 +484,8 @@ class UnsupervisedETDetector(BaseDetector):
             raise ValueError(
                 f"data.x has {graph.num_features} features but the detector was fitted on "
                 f"{self.in_channels_}; score graphs with the same feature columns")
+        warn_far_outside_fitted_range(graph.x, getattr(self, "feature_range_", None),
+                                      type(self).__name__)
         if self.config.score.anomaly_score == "combined" and not self._is_fitted_graph(graph):
             warnings.warn(
                 f"{type(self).__name__}: the combined score ranks (or robust-z-scores) the two "

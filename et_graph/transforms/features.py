@@ -64,8 +64,17 @@ def check_node_graph(data: Data, float32_range: bool = True) -> tuple[Tensor, Te
         # argument the user never passed)
         raise ValueError("data.x must hold node features of shape [N, F] with N > 0 and F > 0"
                          + ("" if x is None else f", got {tuple(x.shape)}"))
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("data.x contains NaN or inf values")
+    if x.device.type == "meta":  # (failed on Tensor.item(), a deployment audit)
+        raise ValueError("data.x is on the meta device, which holds no values: give the "
+                         "graph's features on the CPU or a GPU")
+    finite = torch.isfinite(x)
+    if not bool(finite.all()):
+        # (where, so that a service's log names the record: a deployment audit)
+        bad = (~finite).nonzero()
+        node, column = (int(v) for v in bad[0])
+        raise ValueError(f"data.x contains NaN or inf values ({bad.size(0)} entries, in "
+                         f"{int((~finite).any(1).sum())} nodes; the first at node {node}, "
+                         f"column {column})")
     if float32_range:
         check_float32_range(x)
     if data.num_nodes != x.size(0):
@@ -106,6 +115,11 @@ def check_detection_graph(data: Data, float32_range: bool = True) -> None:
 TRANSFORM_FORMAT = "et_graph.feature_transform/1"
 
 
+#: The precisions a transform is fitted in, by the names its file records.
+FIT_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+              "bfloat16": torch.bfloat16}
+
+
 class FeatureTransform(BaseTransform):
     r"""The label-free feature transform of node anomaly detection, fitted on one graph and
     applied unchanged to every graph scored later.
@@ -143,8 +157,9 @@ class FeatureTransform(BaseTransform):
     transform it are the fitted graph's.
 
     Labels are never read: a graph without ``y`` is transformed the same way; a given ``y``
-    must be binary and becomes ``long``. Features are transformed in their own floating
-    precision (integers as float32) and returned as float32, refused when beyond its range.
+    must be binary and becomes ``long``. Features are fitted in their own floating precision
+    (integers as float32), later graphs are read in that one (``fit_dtype_``), and all are
+    returned as float32, refused when beyond its range.
 
     The fitted statistics (``mean_`` and ``scale_``, ``quantile_values_`` and
     ``quantile_scores_``, or ``bin_edges_``) are CPU tensors, so the transform pickles, and
@@ -179,21 +194,25 @@ class FeatureTransform(BaseTransform):
         self.quantile_values_: Optional[list[Tensor]] = None
         self.quantile_scores_: Optional[list[Tensor]] = None
         self.bin_edges_: Optional[list[Tensor]] = None
+        #: The precision the fitted graph's columns were read in (float32 or float64): later
+        #: graphs are read in it (``None`` until fitted, and in files saved before it).
+        self.fit_dtype_: Optional[torch.dtype] = None
 
     def fit(self, data: Data) -> FeatureTransform:
         """Keep the statistics of ``data``'s columns over all its nodes (no label read)."""
         check_transform_input(data)
-        self._fit_columns(self._columns(data))
-        self.n_features_in_ = data.x.size(1)
+        x = self._columns(data, fitting=True)
+        self._fit_columns(x)
+        self.n_features_in_, self.fit_dtype_ = data.x.size(1), x.dtype
         return self
 
     def fit_transform(self, data: Data) -> Data:
         """:meth:`fit` on ``data``, then ``data`` transformed (what
         :func:`prepare_detection_data` returns), the graph validated and copied once."""
         data = validated_copy(data)
-        x = self._columns(data)
+        x = self._columns(data, fitting=True)
         self._fit_columns(x)
-        self.n_features_in_ = data.x.size(1)
+        self.n_features_in_, self.fit_dtype_ = data.x.size(1), x.dtype
         return self._with_features(data, self._transform_columns(x))
 
     def transform(self, data: Data) -> Data:
@@ -223,6 +242,7 @@ class FeatureTransform(BaseTransform):
         torch_save_whole(path, {"format": TRANSFORM_FORMAT, "feature_norm": self.feature_norm,
                                 "degree_feature": self.degree_feature,
                                 "ple_bins": self.ple_bins, "n_features_in_": self.n_features_in_,
+                                "fit_dtype": str(self.fit_dtype_).removeprefix("torch."),
                                 "statistics": {name: getattr(self, name)
                                                for name in self.STATISTICS[self.feature_norm]}})
 
@@ -245,6 +265,9 @@ class FeatureTransform(BaseTransform):
             for name in cls.STATISTICS[transform.feature_norm]:
                 setattr(transform, name, payload["statistics"][name])
             transform.n_features_in_ = int(payload["n_features_in_"])
+            fit_dtype = payload.get("fit_dtype")  # (absent in files saved before it)
+            transform.fit_dtype_ = (None if fit_dtype in (None, "None")
+                                    else FIT_DTYPES[fit_dtype])
         except (KeyError, TypeError) as error:  # the tag, but not all that save() writes
             raise ValueError(f"{path} is an incomplete FeatureTransform file (no "
                              f"{error})") from error
@@ -255,10 +278,21 @@ class FeatureTransform(BaseTransform):
                 f"degree_feature={self.degree_feature}, ple_bins={self.ple_bins})")
 
     # ------------------------------------------------------------------------------------------
-    def _columns(self, data: Data) -> Tensor:
+    def _columns(self, data: Data, fitting: bool = False) -> Tensor:
         """The columns to transform of a validated graph: its features as floats (in their own
-        precision: float64 stays float64), with the degree column where asked."""
-        x = data.x if data.x.is_floating_point() else data.x.float()
+        precision when ``fitting``: float64 stays float64; else in the fitted one's), with the
+        degree column where asked. The same features as float64 through a transform fitted on
+        float32 gave other degree and quantile columns in their last bits, which moved a tree
+        detector's scores by up to 0.2 (a deployment audit)."""
+        dtype = None if fitting else getattr(self, "fit_dtype_", None)
+        if dtype is None:
+            dtype = data.x.dtype if data.x.is_floating_point() else torch.float32
+        if data.x.is_floating_point() and torch.finfo(dtype).max < torch.finfo(data.x.dtype).max:
+            # (cast, a value beyond the fitted precision became inf)
+            check_feature_limit(data.x, torch.finfo(dtype).max, "data.x",
+                                f"beyond {str(dtype).removeprefix('torch.')}'s range, the "
+                                "precision this transform was fitted in")
+        x = data.x.to(dtype)
         if self.degree_feature:  # the neighbourhood statistics' degree (self-loops not counted)
             degree = neighbourhood_statistics(x, data.edge_index, ("degree",))
             x = torch.cat([x, degree], dim=-1)
