@@ -25,6 +25,7 @@ def _run(script: str, *args: str, status: int = 0) -> str:
     ("etconv_node_classification.py", ["--epochs", "0"]),
     ("etconv_node_classification.py", ["--steps", "-1"]),
     ("etconv_node_classification.py", ["--lr", "nan"]),  # a traceback before (an audit)
+    ("etconv_link_prediction.py", ["--seeds", "0"]),
 ])
 def test_bad_flags_are_one_line_errors(script, args):
     err = _run(script, *args, status=2)
@@ -44,6 +45,13 @@ def test_etconv_node_classification_example():
     best = re.search(r"Best validation ROC-AUC: (\d\.\d+), test ROC-AUC at that epoch: (\d\.\d+)",
                      out)
     assert best and 0.5 < float(best.group(1)) <= 1.0
+
+
+def test_etconv_link_prediction_example_prints_both_encoders_on_one_split():
+    out = _run("etconv_link_prediction.py", "--epochs", "3", "--seeds", "1")
+    rows = re.findall(r"^(ETConv|GCN) +(\d\.\d+) \(1 seed\) +(\d\.\d+) \(1 seed\)$", out, re.M)
+    assert [row[0] for row in rows] == ["ETConv", "GCN"], out
+    assert all(0.0 <= float(value) <= 1.0 for row in rows for value in row[1:])
 
 
 def _docstrings_that_join_command_lines(source: str) -> list[int]:

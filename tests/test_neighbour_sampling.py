@@ -245,3 +245,13 @@ def test_a_sampler_choice_without_sampling_is_refused_and_fanouts_have_one_spell
         NodeTrainConfig(batch_size=50, neighbor_sampler="builtin")
     assert NodeTrainConfig(batch_size=8, num_neighbors=" 5 , 3 ").num_neighbors == "5,3"
     assert NodeTrainConfig(batch_size=8, num_neighbors=[5, 3]).num_neighbors == "5,3"
+
+
+def test_repeated_seeds_name_the_link_prediction_recipe():
+    """(a link-prediction audit) the two ends of edges repeat nodes: the error says how to
+    make distinct seeds and find each pair among them."""
+    from et_graph.loaders import NeighbourSampler
+
+    sampler = NeighbourSampler(torch.tensor([[0, 1, 2], [1, 2, 0]]), 3, [2])
+    with pytest.raises(ValueError, match=r"distinct .*torch\.unique\(edge_label_index"):
+        sampler.sample(torch.tensor([0, 1, 1, 2]))

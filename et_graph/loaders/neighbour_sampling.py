@@ -137,7 +137,10 @@ class NeighbourSampler:
         local[seeds] = torch.arange(seeds.numel())
         if int((local[seeds] != torch.arange(seeds.numel())).sum()):
             local[seeds] = -1
-            raise ValueError("seed nodes must be distinct")
+            raise ValueError("seed nodes must be distinct (for the two ends of edges, as in "
+                             "link prediction: seeds, place = torch.unique(edge_label_index."
+                             "reshape(-1), return_inverse=True); the pair i is then "
+                             "place.view(2, -1)[:, i] among the batch's first nodes)")
         nodes, srcs, dsts = [seeds], [], []
         frontier, count = seeds, seeds.numel()
         try:
