@@ -1078,3 +1078,28 @@ def test_an_explainer_is_told_that_its_mask_misses_the_coupling_term():
         assert len(told) == coupling, [str(w.message) for w in caught]
         if coupling:
             assert "coupling" in str(told[0].message)
+
+
+def test_attention_coefficients_are_the_first_steps_messages():
+    """(a link-prediction audit) per-edge attention needed a message hook, which switches the
+    whole descent to the reference path; ``attention_coefficients`` gives the same ``alpha``,
+    aligned with ``edge_index`` (self-loops 0, weights applied)."""
+    torch.manual_seed(0)
+    conv = ETConv(6, heads=2, head_dim=3, steps=2).double()
+    x = torch.randn(5, 6, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1, 2, 3, 3, 4, 2], [2, 2, 2, 4, 0, 4, 0]])  # (4, 4): a loop
+    for weight in (None, torch.rand(7, dtype=torch.float64) + 0.5):
+        seen: list = []
+        handle = conv.register_message_forward_hook(
+            lambda module, inputs, out, seen=seen: seen.append(inputs[0]["alpha"].detach()))
+        conv(x, edge_index, weight)
+        handle.remove()
+        coefficients = conv.attention_coefficients(x, edge_index, weight)
+        assert coefficients.shape == (7, 2)
+        assert torch.allclose(coefficients, seen[0], atol=1e-12)
+        assert bool((coefficients[5] == 0).all())  # the self-loop
+        if weight is None:  # each destination's in-edges share one softmax
+            sums = torch.zeros(5, 2, dtype=torch.float64).index_add(0, edge_index[1],
+                                                                     coefficients)
+            assert torch.allclose(sums[[0, 2, 4]], torch.ones(3, 2, dtype=torch.float64))
+            assert bool((sums[[1, 3]] == 0).all())  # no in-edges

@@ -377,7 +377,8 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
       ET's attention averaged over the descent steps. There is no
       ``return_attention_weights``: the attention changes at every step, and a
       ``register_message_forward_hook`` reading ``inputs[0]["alpha"]`` sees each step's
-      (twice: the keys' and the queries' messages). Module forward hooks fire on every
+      (twice: the keys' and the queries' messages); :meth:`attention_coefficients` gives
+      them at a given state without hooks. Module forward hooks fire on every
       path. An explainer's edge mask multiplies the messages after the softmax (PyG's
       convention), so a mask value of 0 is not the same as removing the edge.
     * **Against** :class:`~torch_geometric.nn.conv.TransformerConv`. The output width is the
@@ -603,6 +604,30 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         (an integer ``[N]`` tensor of graph ids); pass ``num_graphs`` (``Batch.num_graphs``)
         when the last graphs of a batch may be empty, or they are dropped."""
         return sum_per_graph(self.node_energy(x, edge_index, edge_weight), batch, num_graphs)
+
+    @in_parameter_precision
+    def attention_coefficients(
+        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
+    ) -> Tensor:
+        r"""Each edge's attention coefficient at state ``x``, ``[E, heads]``:
+        :math:`c_{e,h} = w_{e,h}\,\operatorname{softmax}_{B \in N(C)}(\beta\,
+        \mathbf{k}_{hB}^\top \mathbf{q}_{hC})` for edge ``e = B -> C`` (``w = 1`` without
+        ``edge_weight``), in the order of ``edge_index``'s columns (of a sparse adjacency's
+        coalesced entries), a self-loop's 0. It is the coefficient the first descent step from
+        ``x`` gives its messages (``alpha`` to a message hook): pass the layer's input for the
+        attention it starts from, its output for where the descent ended. The per-edge scores
+        of PyG's ``return_attention_weights``, which ``forward`` does not take; computed
+        without the messages, so no hook runs and the fused path stays on."""
+        fn = self.energy_fn
+        x_in = fn.check_tokens(x)
+        edges = fn.edges(x_in, edge_index, edge_weight)
+        k, q = fn.keys_queries(fn.norm(x_in))
+        alpha = E.edge_coefficients(k, q, edges.src, edges.dst, self.beta, edges.weight,
+                                    k.size(0))
+        if edges.kept is not None:  # self-loops: no neighbour to attend, coefficient 0
+            alpha = alpha.new_zeros(edges.kept.numel(), alpha.size(1)).masked_scatter(
+                edges.kept.unsqueeze(-1), alpha)
+        return alpha.to(x.dtype)
 
     @in_parameter_precision
     def energy_grad(
