@@ -818,11 +818,15 @@ def _unmatched_energy_override(energy: Any, path: str) -> str:
                 if not any(name in _COVERS.get(method, (name,)) for method in closed)]
     if not energies:
         return ""
+    # (grad_from_attention_grads, which every path's step passes through, is where
+    # docs/derivation.md adds a term: grad_of_g as well would count it twice)
+    where = ("grad_from_attention_grads" if "grad_from_attention_grads" in closed_methods
+             else closed_methods[0])
     return (f"{cls.__name__} overrides {', '.join(energies)} but not the closed form the "
             f"{path} descent steps with ({', '.join(closed_methods)}): it would ignore the new "
             "energy while the reported energies include it. Build the layer with "
-            f"grad='autograd' (descends autograd of your energy), or override "
-            f"{closed_methods[0]} too")
+            f"grad='autograd' (descends autograd of your energy), or add the term's gradient "
+            f"in {where}")
 
 
 def _autograd_grad(g: Tensor, energy_of_g: Callable[[Tensor], Tensor]) -> Tensor:
