@@ -676,8 +676,13 @@ def check_config_class(cls: type) -> None:
     config_class = getattr(cls, "config_class", None)
     if not dataclasses.is_dataclass(config_class):
         return
+    if not isinstance(config_class, type):
+        # (an instance failed on its call, then on its missing __name__: an AttributeError)
+        raise TypeError(f"{cls.__name__}.config_class is an instance of "
+                        f"{type(config_class).__name__}: give the dataclass itself, "
+                        "without the call's parentheses")
     try:
-        defaults = config_class()  # type: ignore[operator]
+        defaults = config_class()
     except TypeError as error:
         raise TypeError(f"{cls.__name__}.config_class {config_class.__name__} cannot be built "
                         f"without arguments ({error}): give every section a default") from error
