@@ -31,7 +31,7 @@ import subprocess
 import sys
 import typing
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, TypeVar, Union, cast
@@ -1019,15 +1019,15 @@ def warn_inactive_dependent_flags(config: Any, given: set[str]) -> list[str]:
     return inactive
 
 
-def reading_models(key: str, models: Sequence[str], readers: Mapping[str, Sequence[str]]
-                   ) -> Sequence[str]:
+def reading_models(key: str, models: Sequence[str], readers: Mapping[str, Collection[str]]
+                   ) -> Collection[str]:
     """The models that read ``section.field`` ``key``: its entry in ``readers``, else its
     section's, else every one of ``models``."""
     return readers.get(key, readers.get(key.split(".")[0], models))
 
 
 def warn_unread_flags(given: set[str], models: Sequence[str],
-                      readers: Mapping[str, Sequence[str]]) -> list[str]:
+                      readers: Mapping[str, Collection[str]]) -> list[str]:
     """Warn about flags given on the command line that no chosen model reads (``--label-trick``
     with ``--models gbt`` ran the trees unchanged without a word). ``readers`` maps a config
     section, or a ``section.field`` where the models of one section differ, to the models that
