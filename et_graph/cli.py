@@ -266,7 +266,7 @@ def terminate_as_interrupt() -> Iterator[None]:
             signal.signal(number, signal.SIG_DFL)
 
 
-def _stopped_by(error: BaseException) -> Optional[BaseException]:
+def _stopped_by(error: BaseException) -> Optional[KeyboardInterrupt]:
     """The Ctrl-C or :class:`Terminated` in ``error``'s chain of causes, if any: a library's
     cleanup that fails while a stop unwinds (Optuna's, say) raised its own error in its
     place, a traceback and status 1 (an SRE audit)."""
@@ -305,10 +305,10 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
             if isinstance(error, OSError):
                 return _lost_reader(error)
             raise
-        term = isinstance(stop, Terminated)
-        status = 128 + stop.signum if term else 130
+        terminated = stop if isinstance(stop, Terminated) else None
+        status = 128 + terminated.signum if terminated is not None else 130
         if traceback_wanted():
-            if not term and stop is error:
+            if terminated is None and stop is error:
                 raise
             # (raised on, a Terminated exits 1: Python's exit by signal is Ctrl-C's alone)
             import traceback
@@ -317,9 +317,9 @@ def console_main(argv: Optional[Sequence[str]] = None) -> int:
             return status
         # (a reader of stderr gone with the signal, `| tee` in one process group: the line
         # is lost, the status kept; it was 1, from the print's BrokenPipeError: an SRE audit)
+        how = f"terminated ({terminated.name})" if terminated is not None else "interrupted"
         with contextlib.suppress(OSError):
-            print(f"\n{prog}: {f'terminated ({stop.name})' if term else 'interrupted'}"
-                  f"{resume_hint(argv)}", file=sys.stderr)
+            print(f"\n{prog}: {how}{resume_hint(argv)}", file=sys.stderr)
         return status
     finally:
         warnings.formatwarning = shown

@@ -37,7 +37,7 @@ import argparse
 import json
 import zipfile
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 import numpy as np
 
@@ -121,7 +121,9 @@ def read_scores(picks: list[Pick]) -> Optional[tuple[np.ndarray, dict[str, list[
     """``(labels, {model: per-seed scores})`` over every file's kept models (``picks``, as
     :func:`join` returns them), or ``None`` when a file has no scores beside it. Refuses files
     whose seeds scored other nodes or labels, and scores of another run than their file."""
-    labels, nodes, scores = None, None, {}
+    labels: Optional[np.ndarray] = None
+    nodes: Optional[np.ndarray] = None
+    scores: dict[str, list[np.ndarray]] = {}
     for path, names, expected in picks:
         if not scores_file(path).exists():
             return None
@@ -138,7 +140,7 @@ def read_scores(picks: list[Pick]) -> Optional[tuple[np.ndarray, dict[str, list[
                              f"{written} and {expected}): rerun, or compare the seeds alone "
                              "by removing it")
         for seed, mine in zip(seeds, zip(seed_nodes, seed_labels)):
-            if nodes is None:
+            if nodes is None or labels is None:  # (set together, by the first seed)
                 nodes, labels = mine
             elif not (np.array_equal(nodes, mine[0]) and np.array_equal(labels, mine[1])):
                 raise ValueError(f"{path}: seed {seed} scored other nodes or labels than the "
@@ -147,7 +149,8 @@ def read_scores(picks: list[Pick]) -> Optional[tuple[np.ndarray, dict[str, list[
         if missing:
             raise ValueError(f"{scores_file(path)} holds no scores of {missing}")
         scores.update({new: rows[stored] for new, stored in names.items()})
-    return labels, scores
+    # (set: a scores file holds one seed at least, as a run writes one per seed)
+    return cast(np.ndarray, labels), scores
 
 
 def is_cross_validation(results: dict[str, Any]) -> bool:
@@ -176,7 +179,9 @@ def design_of(results: dict[str, Any]) -> tuple[str, Optional[float]]:
     validation-only run), ``("seeds", None)`` for seeds on one fixed split."""
     if is_cross_validation(results):
         protocol = _cv_protocol(results)
-        return "folds", scored_parts_ratio(int(protocol["folds"]), protocol.get("val_fraction"),
+        # (val_fraction is read for a validation-only run alone, which _cv_protocol checked)
+        return "folds", scored_parts_ratio(int(protocol["folds"]),
+                                           cast(float, protocol.get("val_fraction")),
                                            bool(protocol.get("validation_only")))
     if results.get("split_per_seed") or "+ seed" in results.get("protocol", ""):
         raise ValueError("these seeds draw their own splits (an anomaly run's vary_split, or "
@@ -218,7 +223,7 @@ def default_metrics(results: dict[str, Any], models: dict[str, Any]) -> list[str
     if "metric" in results:
         return [results["metric"]]
     if is_cross_validation(results):
-        first = next(iter(models.values()), {})
+        first: dict[str, Any] = next(iter(models.values()), {})
         base = "accuracy" if "accuracy" in first else "val_accuracy"  # a validation-only run
         return [m for m in (base, f"ensemble_{base}") if m in first]
     return ["auroc", "auprc"]

@@ -31,20 +31,22 @@ import subprocess
 import sys
 import typing
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, TypeVar, Union, cast
 
 from .exceptions import ConfigWarning, OutputWarning, ReproducibilityWarning
 from .paths import write_text_whole
 
 if TYPE_CHECKING:
     import torch
+    from _typeshed import DataclassInstance
 
     from .training import CheckpointConfig
 
-T = TypeVar("T")
+#: A config: a dataclass (of section dataclasses, for a task's).
+T = TypeVar("T", bound="DataclassInstance")
 
 #: Written into TOML for ``None`` values of optional fields (TOML has no null).
 NONE_TOKEN = "none"
@@ -572,16 +574,16 @@ def results_settings(path: Union[str, Path]) -> dict[str, Any]:
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not JSON ({error})") from None
     meta = data.get("meta") if isinstance(data, dict) else None
-    settings = meta.get("config") if isinstance(meta, dict) else None
-    if not isinstance(settings, dict):
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise ValueError(f"{path} is not a results file of et-graph (it holds no meta.config); "
                          "presets are .toml or .yaml files")
-    settings = json.loads(json.dumps(settings))  # a copy
+    settings = json.loads(json.dumps(meta["config"]))  # a copy
     for section, names in RESULTS_OWN_SETTINGS.items():
         for name in names:
             if isinstance(settings.get(section), dict):
                 settings[section].pop(name, None)
-    machine = meta.get("machine") if isinstance(meta.get("machine"), dict) else {}
+    machine: dict[str, Any] = (meta["machine"] if isinstance(meta.get("machine"), dict)
+                               else {})
     run = settings.get("run")
     recorded = machine.get("threads")
     if (isinstance(run, dict) and "threads" in run and run["threads"] is None
@@ -902,7 +904,7 @@ def check_results_kept(config: Any) -> None:
     """A task's command line: refuse ``--quiet`` without ``--out``. Nothing reads the results
     a command returns (a script or notebook calling ``run()`` does), so the whole run was done,
     printed nothing, kept nothing, and exited 0."""
-    run = getattr(config, "run", None)
+    run: Any = getattr(config, "run", None)  # (any task's config)
     if getattr(run, "quiet", False) and hasattr(run, "out") and not run.out:
         raise ValueError("--quiet prints nothing and no --out folder is given, so the results "
                          "would be kept nowhere: add --out DIR (or drop --quiet)")
@@ -931,9 +933,11 @@ class FlagParser(argparse.ArgumentParser):
                 if close:
                     hint = f" (did you mean {close[0]}?)"
                     break
+        # (the package's positionals name one value each: no tuple metavar)
         positionals = "".join(
-            " " + (action.metavar or ("{" + ",".join(map(str, action.choices)) + "}"
-                                      if action.choices else action.dest))
+            " " + (cast(Optional[str], action.metavar)
+                   or ("{" + ",".join(map(str, action.choices)) + "}"
+                       if action.choices else action.dest))
             for action in self._get_positional_actions())
         self.exit(2, f"usage: {self.prog}{positionals} [options]   ({self.prog} --help: every "
                      f"option)\n{self.prog}: error: {message}{hint}\n")
@@ -1016,15 +1020,15 @@ def warn_inactive_dependent_flags(config: Any, given: set[str]) -> list[str]:
     return inactive
 
 
-def reading_models(key: str, models: Sequence[str], readers: Mapping[str, Sequence[str]]
-                   ) -> Sequence[str]:
+def reading_models(key: str, models: Sequence[str], readers: Mapping[str, Collection[str]]
+                   ) -> Collection[str]:
     """The models that read ``section.field`` ``key``: its entry in ``readers``, else its
     section's, else every one of ``models``."""
     return readers.get(key, readers.get(key.split(".")[0], models))
 
 
 def warn_unread_flags(given: set[str], models: Sequence[str],
-                      readers: Mapping[str, Sequence[str]]) -> list[str]:
+                      readers: Mapping[str, Collection[str]]) -> list[str]:
     """Warn about flags given on the command line that no chosen model reads (``--label-trick``
     with ``--models gbt`` ran the trees unchanged without a word). ``readers`` maps a config
     section, or a ``section.field`` where the models of one section differ, to the models that

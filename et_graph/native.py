@@ -184,8 +184,8 @@ def build_locks(name: str) -> list[Path]:
     try:
         from torch.utils.cpp_extension import _get_build_directory
     except ImportError:  # a torch without it
-        _get_build_directory = None
-    if _get_build_directory is not None:
+        pass
+    else:
         lock = Path(_get_build_directory(name, False)) / "lock"
         return [lock] if lock.exists() else []
     from torch.utils.cpp_extension import get_default_build_root

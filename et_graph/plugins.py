@@ -297,7 +297,11 @@ _RETURNED_PARAMETERS: dict[int, weakref.ref] = {}
 
 def _remember(table: dict[int, weakref.ref], item: Any) -> None:
     key = id(item)
-    table[key] = weakref.ref(item, lambda _ref, key=key: table.pop(key, None))
+
+    def forget(_ref: weakref.ref) -> None:
+        table.pop(key, None)
+
+    table[key] = weakref.ref(item, forget)
 
 
 def _returned_before(table: dict[int, weakref.ref], item: Any) -> bool:

@@ -445,9 +445,11 @@ def this_thread_silent() -> Iterator[None]:
     (unless someone replaced ``sys.stdout`` meanwhile)."""
     me = threading.get_ident()
     with _SILENT_LOCK:
-        stand_in = sys.stdout
-        if not isinstance(stand_in, _SilentThreads):
-            stand_in = sys.stdout = _SilentThreads(sys.stdout)
+        current = sys.stdout
+        if isinstance(current, _SilentThreads):
+            stand_in = current
+        else:
+            stand_in = sys.stdout = _SilentThreads(current)
         stand_in.silenced[me] = stand_in.silenced.get(me, 0) + 1
     try:
         yield
@@ -468,7 +470,7 @@ def refuse_one_process_task_under_torchrun(config: Any) -> None:
 
     if launched_world_size() <= 1:
         return
-    protocol = getattr(config, "protocol", None)
+    protocol: Any = getattr(config, "protocol", None)  # (any runner's config)
     if hasattr(protocol, "ddp"):
         if not protocol.ddp:
             raise ValueError("launched by torchrun with WORLD_SIZE > 1 but without --ddp: "

@@ -1334,6 +1334,27 @@ def test_a_detector_config_without_sections_is_refused_where_the_class_is_define
             config_class = Flat
 
 
+def test_a_detector_config_given_as_an_instance_is_refused_by_name():
+    # mypy found it: the instance's call failed, and the message's config_class.__name__ then
+    # raised AttributeError ("'Sections' object has no attribute '__name__'")
+    import dataclasses
+
+    from et_graph.detectors.base import BaseDetector
+
+    @dataclasses.dataclass
+    class Section:
+        width: int = 3
+
+    @dataclasses.dataclass
+    class Sections:
+        model: Section = dataclasses.field(default_factory=Section)
+
+    with pytest.raises(TypeError, match=r"Own.config_class is an instance of Sections: give the "
+                                        "dataclass itself"):
+        class Own(BaseDetector):  # noqa: F841 (defining it is the test)
+            config_class = Sections()
+
+
 def test_a_detector_validating_every_few_epochs_keeps_a_validated_epoch(graph):
     det = MLPDetector(epochs=5, validate_every=2).fit(graph)
     validated = [row["epoch"] for row in det.history_ if "val_auroc" in row]

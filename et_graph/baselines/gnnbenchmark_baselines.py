@@ -15,7 +15,7 @@ added to the node embedding, as ET adds it to its tokens.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 from torch import Tensor, nn
@@ -46,8 +46,9 @@ class InputEncoder(nn.Module):
         self.num_types = None if num_types is None else check_positive_int(num_types, "num_types")
         self.in_dim = None if in_dim is None else check_positive_int(in_dim, "in_dim")
         # (num_types=0 is not "continuous": it built nn.Linear(None, ...) and failed in torch)
+        # (exactly one of them is given: checked above)
         self.embed = (nn.Embedding(self.num_types, out_dim) if self.num_types is not None
-                      else nn.Linear(in_dim, out_dim))
+                      else nn.Linear(cast(int, self.in_dim), out_dim))
 
     def forward(self, values: Tensor) -> Tensor:
         if self.num_types is not None:
@@ -140,7 +141,7 @@ class _BenchmarkGNN(nn.Module):
         if edge_attr is not None and not self.uses_edges:
             raise ValueError("edge_attr was given but the model was built without edge "
                              "features (num_edge_types / edge_dim)")
-        if self.uses_edges:
+        if self.edge_encoder is not None:  # (built exactly when uses_edges)
             if edge_attr is None or edge_attr.size(0) != edge_index.size(1):
                 got = None if edge_attr is None else edge_attr.size(0)
                 raise ValueError(

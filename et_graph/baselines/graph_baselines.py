@@ -79,7 +79,7 @@ class GINClassifier(nn.Module):
         check_features(x, self.in_channels)
         check_edge_features(edge_attr, edge_index.size(1), self.edge_channels, "edge_attr",
                             "this GIN")
-        if not self.edge_channels:
+        if edge_attr is None:  # (exactly when edge_channels == 0: checked above)
             h = self.gnn(x, edge_index)
         else:
             h = self.gnn(x, edge_index, edge_attr=edge_attr.to(x.dtype))

@@ -6,7 +6,7 @@ selection, same checkpoint rule). The tree baseline is :class:`et_graph.detector
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -63,6 +63,9 @@ class _StackedGNN(nn.Module):
     still load."""
 
     convs: nn.ModuleList
+    # (set by subclasses)
+    dropout: nn.Dropout
+    head: nn.Linear
 
     def __init__(self) -> None:
         super().__init__()
@@ -76,7 +79,8 @@ class _StackedGNN(nn.Module):
         super().__setstate__(state)
         modules = self._modules
         if "convs" not in modules and "conv1" in modules:
-            legacy = [modules.pop("conv1"), modules.pop("conv2")]
+            # (a pickled network's layers, never None)
+            legacy = cast("list[nn.Module]", [modules.pop("conv1"), modules.pop("conv2")])
             self.convs = nn.ModuleList(legacy)
             self._register_load_state_dict_pre_hook(_rename_two_layer_keys, with_module=True)
 

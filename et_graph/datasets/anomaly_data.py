@@ -52,9 +52,9 @@ def data_dir(required: bool = True) -> Optional[Path]:
             "holding tolokers/tolokers.npz, pygod/*.pt.zip and any YelpChi.mat / Amazon.mat / "
             "tfinance.npz / tsocial.npz you have."
         )
-    folder = shipped_data_dir()
-    if folder is not None or not required:
-        return folder
+    shipped = shipped_data_dir()
+    if shipped is not None or not required:
+        return shipped
     raise FileNotFoundError(
         f"No data folder found: {NO_DATA_HINT} (or to a folder holding the data files), or pass "
         "root=DIR / path=FILE (--data-root DIR / --data FILE)."

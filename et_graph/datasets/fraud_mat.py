@@ -219,9 +219,11 @@ def load_fraud_mat(
             )
         label_mask = np.arange(num_nodes) >= unlabelled_prefix
 
-    known = dataset is not None and path.name.lower() == FRAUD_FILES[dataset].lower()
+    # the dataset's name where the file is its usual one
+    known = (dataset if dataset is not None and path.name.lower() == FRAUD_FILES[dataset].lower()
+             else None)
     data = prepare_anomaly_data(
-        features, edge_index, mat["label"], name=name or (dataset if known else path.stem.lower()),
+        features, edge_index, mat["label"], name=name or known or path.stem.lower(),
         label_mask=label_mask, source=source,
     )
     if key == MULTI_RELATION:

@@ -205,7 +205,7 @@ def _raw_signature(raw_files: list[Path], known: Optional[dict[str, Any]] = None
     signature = {}
     for path in raw_files:
         status = path.stat()
-        entry = (known or {}).get(path.name)
+        entry: Any = (known or {}).get(path.name)  # (as read from JSON: checked below)
         same = (not _CREATION_CTIME and isinstance(entry, list) and len(entry) == 3
                 and entry[:2] == [status.st_size, status.st_ctime_ns])
         signature[path.name] = [status.st_size, status.st_ctime_ns,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any, Union
 
 from torch import nn
 
@@ -47,7 +48,8 @@ def sbm_benchmark(name: str, root: PathLike, source: str = "auto",
         raise ValueError(f"name must be one of {SBM_NAMES}, got {name!r}")
     num_classes = 2 if name == "PATTERN" else 6
     vocab = 3 if name == "PATTERN" else 7
-    common = dict(task="node", metric="weighted_accuracy", num_outputs=num_classes)
+    common: dict[str, Any] = dict(task="node", metric="weighted_accuracy",
+                                  num_outputs=num_classes)
     if source in ("auto", "official") and gnn_benchmark_present(root, name):
         splits = {s: list(load_gnn_benchmark(root, name, s)) for s in SPLITS}
         raw_file = gnn_benchmark_required_file(root, name)
@@ -99,6 +101,7 @@ def sbm_benchmark(name: str, root: PathLike, source: str = "auto",
                           "published recipe (--source generated says so without this warning)",
                           DataWarning, stacklevel=3)
     num_train, num_val, num_test = generated_sizes
+    recipe: Union[SBMPatternRecipe, SBMClusterRecipe]
     if name == "PATTERN":
         recipe = SBMPatternRecipe()
         splits = generate_sbm_pattern(num_train, num_val, num_test, seed=data_seed)

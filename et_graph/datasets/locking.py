@@ -110,7 +110,8 @@ def _wait_for_lock(try_lock: Callable[[], None], blocking: bool) -> None:
             time.sleep(RETRY_S)
 
 
-if os.name == "nt":  # pragma: no cover - exercised on Windows only
+# (sys.platform, which type checkers read, rather than os.name: both say Windows alike)
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
     def _acquire(handle, blocking: bool = True) -> None:

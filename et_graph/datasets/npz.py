@@ -60,7 +60,9 @@ class _Entries(Mapping[str, np.ndarray]):
         bundle = getattr(self.archive, "zip", None)
         names = set(bundle.namelist()) if bundle is not None else set()
         stored = next((name for name in (f"{key}.npy", key) if name in names), None)
-        size = bundle.getinfo(stored).file_size if stored is not None else 0
+        # (stored is None without a bundle)
+        size = (bundle.getinfo(stored).file_size if bundle is not None and stored is not None
+                else 0)
         refuse_beyond_memory(size, physical_memory(), f"{self.path}: entry {key!r} unpacks to")
         try:
             return self.archive[key]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -228,8 +228,9 @@ def zinc_benchmark(root: PathLike, source: str = "auto", holdout_fraction: float
     graphs and a ``holdout_fraction`` holdout for epoch selection (``split_seed``), and the
     official test split."""
     root = Path(root)
-    common = dict(task="regression", metric="mae", num_outputs=1,
-                  num_node_types=ZINC_NUM_ATOM_TYPES, num_edge_types=ZINC_NUM_BOND_TYPES)
+    common: dict[str, Any] = dict(task="regression", metric="mae", num_outputs=1,
+                                  num_node_types=ZINC_NUM_ATOM_TYPES,
+                                  num_edge_types=ZINC_NUM_BOND_TYPES)
     if source in ("auto", "official") and zinc_official_present(root / "ZINC"):
         splits = {s: list(load_zinc(root / "ZINC", s)) for s in SPLITS}
         for split_name, split in splits.items():
@@ -256,15 +257,15 @@ def zinc_benchmark(root: PathLike, source: str = "auto", holdout_fraction: float
     if not 0.0 < holdout_fraction < 1.0:
         raise ValueError(f"holdout_fraction must lie in (0, 1), got {holdout_fraction}")
     partial_root = root / "ZINC_subset_partial"
-    for split in ZINC_PARTIAL_SPLITS:
-        path = zinc_partial_file(partial_root, split)
+    for partial_split in ZINC_PARTIAL_SPLITS:
+        path = zinc_partial_file(partial_root, partial_split)
         if not path.is_file():
-            target = partial_root / "processed" / f"{split}.pt" if path.parent == partial_root \
-                else path
+            target = (partial_root / "processed" / f"{partial_split}.pt"
+                      if path.parent == partial_root else path)
             raise FileNotFoundError(
                 f"neither the official ZINC files (ROOT/ZINC/raw/{{train,val,test}}.pickle and "
                 f".index) under {root.resolve()} nor the partial copy were found: put the "
-                f"partial copy's processed/{split}.pt at {target.resolve()} (a relative "
+                f"partial copy's processed/{partial_split}.pt at {target.resolve()} (a relative "
                 "--root is looked up in the working directory first, then in the checkout)"
                 # from a wheel there is no checkout: the other tasks' errors said what to set,
                 # this one did not (a packaging audit)

@@ -19,7 +19,7 @@ import pickle
 import warnings
 import zipfile
 from collections.abc import Iterator
-from typing import Any, Literal, Optional, TypeVar, Union, overload
+from typing import Any, Literal, Optional, TypeVar, Union, cast, overload
 
 import torch
 from torch import Tensor
@@ -81,6 +81,9 @@ class BaseDetector:
     #: ``False`` on a part whose owner reports a flat validation itself (the stacked trees'
     #: folds: one summary over the folds instead of one warning per fold).
     _warns_flat_validation: bool = True
+    #: Set when given (ETDetector's chunked scoring); a detector without them reads None.
+    chunk_size: Optional[int]
+    chunk_edges: Optional[int]
 
     def __init__(self, config: Any = None, *, seed: int = 0, progress: bool = False,
                  device: Union[str, torch.device] = "cpu", chunk_size: Optional[int] = None,
@@ -566,7 +569,8 @@ class BaseDetector:
         """``predict``'s rule: a score at or above the threshold chosen on validation."""
         # in float64, the precision the threshold was chosen in (a float32 score equal to the
         # rounded threshold was flagged here and counted unflagged when it was chosen)
-        return score.double() >= self.threshold_
+        # (set by fit: predict checked that first)
+        return score.double() >= cast(float, self.threshold_)
 
     def _probability(self, score: Tensor) -> Tensor:
         """``predict``'s ``prob``: here the score itself (a probability for these detectors)."""
@@ -762,8 +766,13 @@ def check_config_class(cls: type) -> None:
     config_class = getattr(cls, "config_class", None)
     if not dataclasses.is_dataclass(config_class):
         return
+    if not isinstance(config_class, type):
+        # (an instance failed on its call, then on its missing __name__: an AttributeError)
+        raise TypeError(f"{cls.__name__}.config_class is an instance of "
+                        f"{type(config_class).__name__}: give the dataclass itself, "
+                        "without the call's parentheses")
     try:
-        defaults = config_class()  # type: ignore[operator]
+        defaults = config_class()
     except TypeError as error:
         raise TypeError(f"{cls.__name__}.config_class {config_class.__name__} cannot be built "
                         f"without arguments ({error}): give every section a default") from error
@@ -777,7 +786,7 @@ def check_config_class(cls: type) -> None:
             "with a default_factory)")
 
 
-def constructor_signature(cls: type) -> Optional[Any]:
+def constructor_signature(cls: type[BaseDetector]) -> Optional[Any]:
     """The keywords a detector class takes, as ``inspect.signature`` (``help()``, an IDE's or
     Jupyter's ``?``) shows them: its config's fields with their defaults (without those it
     refuses), then ``seed``, ``progress``, ``device`` (and the chunk sizes where it scores in
@@ -807,7 +816,7 @@ def constructor_signature(cls: type) -> Optional[Any]:
     return inspect.Signature(parameters, return_annotation=None)
 
 
-def _own_constructor_arguments(cls: type) -> list[str]:
+def _own_constructor_arguments(cls: type[BaseDetector]) -> list[str]:
     import inspect
 
     # (*args and **keywords pass on to the base constructor under whatever name they have:

@@ -13,7 +13,7 @@ training label feeds the columns, only on the graph the detector was fitted on
 from __future__ import annotations
 
 import warnings
-from typing import Optional, Union
+from typing import Any, Optional, Union, cast
 
 import torch
 from torch import Tensor
@@ -45,7 +45,7 @@ def neighbour_label_features(edge_index: Tensor, labels: Tensor) -> Tensor:
     src, dst = in_edges_without_self_loops(edge_index.long())
     source = labels[src]
     # float32 throughout, whatever the default dtype (float64 there failed in index_add_)
-    counts = {"dtype": torch.float32, "device": labels.device}
+    counts: dict[str, Any] = {"dtype": torch.float32, "device": labels.device}
     ones = torch.ones(dst.numel(), **counts)
     degree = torch.zeros(num_nodes, **counts).index_add_(0, dst, ones)
     anomalous = torch.zeros(num_nodes, **counts).index_add_(0, dst, (source == 1).float())
@@ -82,6 +82,9 @@ class FittedGraphLabels:
     #: After ``fit``: the fitted graph's number of nodes (a neural detector keeps its
     #: ``edge_index`` as ``fit_edge_index_`` when it is transductive: label trick or positional).
     fit_num_nodes_: Optional[int] = None
+    #: The host detector's name in messages (BaseDetector's property; declared, not defined,
+    #: so that the property, later in the MRO, still answers).
+    _name: str
 
     def _remember_fitted_graph(self, data: Data, edges: bool = True) -> None:
         """Keep what tells the fitted graph from another: its number of nodes, and (``edges``)
@@ -105,7 +108,7 @@ class FittedGraphLabels:
         num_nodes = self.fit_num_nodes_
         if num_nodes is None:  # a file saved before fit_num_nodes_: the label trick's labels
             num_nodes = self.train_labels_.numel() if self.train_labels_ is not None else None
-        if data.num_nodes != num_nodes:
+        if num_nodes is None or data.num_nodes != num_nodes:  # (None: data.num_nodes is an int)
             return False
         given = data.edge_index.cpu()
         # the same order (the usual case) needs no sort
@@ -118,7 +121,8 @@ class FittedGraphLabels:
         fitted ones, or both, with every fitted edge among its first ``fit_num_nodes_`` nodes
         (the daily update of a transaction graph: new transactions between known accounts,
         and new accounts)."""
-        fitted = self.train_labels_.numel()
+        # (set by every fit whose detector asks: the label trick's and the stacked one's)
+        fitted = cast(Tensor, self.train_labels_).numel()
         # (new edges alone once made it "another graph": every label column went to zero,
         # although each fitted node and edge was still there)
         if self.fit_edge_index_ is None or data.num_nodes < fitted:

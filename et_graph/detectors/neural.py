@@ -20,7 +20,7 @@ import copy
 import dataclasses
 import warnings
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar, Union, cast, overload
 
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
@@ -31,7 +31,13 @@ from torch_geometric.utils import subgraph
 from ..baselines.node import GATNet, GCNNet, MLPNet
 from ..callers import user_stacklevel
 from ..exceptions import DataWarning, FitWarning
-from ..loaders.neighbour_sampling import make_sampler, parse_fanouts, resolve_sampler
+from ..loaders.neighbour_sampling import (
+    NeighbourSampler,
+    PygNeighbourSampler,
+    make_sampler,
+    parse_fanouts,
+    resolve_sampler,
+)
 from ..nn.edge_cache import clear_graph_caches
 from ..nn.models.anomaly import (
     ETAnomalyNet,
@@ -228,9 +234,11 @@ class NodeAnomalyTask:
         draw = int(torch.randint(2 ** 62, (1,), generator=self.generator))
         sampling = torch.Generator().manual_seed(draw + rank)
         count = (seeds.numel() + size - 1) // size
+        # (batches calls this only with a sampler, which num_neighbors makes)
+        sampler = cast(Union[NeighbourSampler, PygNeighbourSampler], self.sampler)
         for k in range((count + world - 1) // world):
             b = (rank + k * world) % count
-            batch = self.sampler.sample(seeds[b * size:(b + 1) * size], sampling)
+            batch = sampler.sample(seeds[b * size:(b + 1) * size], sampling)
             nodes = batch.nodes.to(x.device)
             yield (x[nodes], batch.edge_index.to(self.device), nodes.to(self.device),
                    torch.arange(batch.num_seeds, device=self.device))
@@ -401,15 +409,17 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         return {name: value for name in ("chunk_size", "chunk_edges")
                 if (value := getattr(self, name)) is not None}
 
-    def _prepare(self, data: Data) -> Data:
+    def _prepare(self, data: Data, dtype: Optional[torch.dtype] = None) -> Data:
         """A shallow copy whose features are in the network's dtype: features from NumPy often
         come as float64 (or as integer counts), which the layers would refuse. That is the
         fitted network's own dtype, not the default dtype of the moment: a process that set
         ``torch.set_default_dtype(torch.float64)`` after the fit (or before it, and back) made
-        every score fail on a dtype mismatch."""
-        model = getattr(self, "model_", None)
-        dtype = (next(model.parameters()).dtype if model is not None and self.fitted_
-                 else torch.get_default_dtype())  # fit builds the network in this one
+        every score fail on a dtype mismatch. (A ``dtype`` given is used as BaseDetector's
+        own; no caller here gives one.)"""
+        if dtype is None:
+            model = getattr(self, "model_", None)
+            dtype = (next(model.parameters()).dtype if model is not None and self.fitted_
+                     else torch.get_default_dtype())  # fit builds the network in this one
         return super()._prepare(data, dtype)
 
     @property
@@ -509,7 +519,9 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
                                  "relations, in the same order)")
         elif fitted is not None or given is not None:
             # (fitted may be [], falsy: a graph without edges; list(None) failed here)
-            named = f"fitted {fitted}" if fitted is not None else f"given {list(given)}"
+            # (given is set where fitted is None)
+            named = (f"fitted {fitted}" if fitted is not None
+                     else f"given {list(cast(list[str], given))}")
             warnings.warn(f"{self._name}: the relation ids cannot be checked (names "
                           f"{named}"
                           ", none on the other side): edge_type must number the relations as "
@@ -571,6 +583,7 @@ class ETDetector(NeuralDetector):
 
     config_class = ETDetectorConfig
     config: ETDetectorConfig
+    model_: ETAnomalyNet  # (build_network's)
     supports_chunks = True
     #: After ``fit`` with ``multi_relation``: the number of relations of the fitted graph.
     num_relations_: Optional[int] = None
@@ -641,7 +654,7 @@ class ETDetector(NeuralDetector):
                               FitWarning, stacklevel=user_stacklevel())
         super()._fit(data, y, train, val)
 
-    def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
+    def build_network(self, in_channels: int, num_nodes: int) -> ETAnomalyNet:
         """The network for ``in_channels`` raw features (plus the label columns with
         ``label_trick``); with ``multi_relation`` a per-relation attention over the relations
         of the graph being fitted."""

@@ -27,7 +27,7 @@ import difflib
 import time
 import warnings
 from dataclasses import fields
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 import numpy as np
 import torch
@@ -106,7 +106,7 @@ def cross_fit_trees(data: Data, y: Tensor, train: Tensor, trees: GBTModelConfig,
         # summary instead
         tree._part_of, tree._warns_flat_validation = owner, False
         fitted.append(tree.fit(_trees_view(data, y), masks[0], masks[1]))
-        held_out_scores = tree.decision_score_[masks[1]]
+        held_out_scores = cast(Tensor, tree.decision_score_)[masks[1]]  # (set by fit)
         if bool((held_out_scores == held_out_scores[0]).all()):
             flat.append(fold)
     if flat:

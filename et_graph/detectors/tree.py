@@ -2,6 +2,8 @@
 fully supervised ranking, with the same fit / decision_function / predict as the other detectors."""
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
@@ -31,7 +33,7 @@ def neighbourhood_features(x: Tensor, edge_index: Tensor, kind: str = "x_mean_me
     return torch.cat(parts, dim=-1).cpu().numpy().astype(np.float32)
 
 
-def sklearn_percentile_method() -> str:
+def sklearn_percentile_method() -> Literal["averaged_inverted_cdf", "midpoint"]:
     """The interpolation of scikit-learn's unweighted histogram binning: ``"averaged_inverted_cdf"``
     from scikit-learn 1.9, ``"midpoint"`` before (a minimum-version audit read 1.4.2 to 1.8.0:
     with 1.9's method there, the binner's trees differed from scikit-learn's own, probabilities

@@ -34,10 +34,10 @@ import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, cast
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch_geometric.data import Data
 
 from ..callers import user_stacklevel
@@ -258,12 +258,12 @@ class MaskedReconstructionTask:
         yield random_node_mask(self.num_nodes, self.mask_ratio, self.generator,
                                candidates=self.train_nodes)
 
-    def loss(self, model: nn.Module, mask: Tensor) -> Tensor:
+    def loss(self, model: ETMaskedNodeReconstruction, mask: Tensor) -> Tensor:
         # With weight 0 the generator is never drawn from: runs without structure are unchanged.
         return model.loss(self.x, self.edge_index, mask, structure_weight=self.structure_weight,
                           generator=self.generator)
 
-    def validate(self, model: nn.Module) -> Validation:
+    def validate(self, model: ETMaskedNodeReconstruction) -> Validation:
         error = model.reconstruction_error(self.x, self.edge_index, self.val_mask)
         loss = float(error[self.val_nodes.to(error.device)].mean())
         return Validation(score=-loss, loss=loss, metrics={"masked_mse": loss})
@@ -446,7 +446,8 @@ class UnsupervisedETDetector(BaseDetector):
         return saved is None or data_digest(graph.x, graph.edge_index) == saved
 
     def _flagged(self, score: Tensor) -> Tensor:
-        return score.double() > self.threshold_  # in the threshold's own precision
+        # in the threshold's own precision (set by fit: predict checked that first)
+        return score.double() > cast(float, self.threshold_)
 
     def _train(self, graph: Data) -> None:
         """Train the network on the label-free ``graph`` (under the seeded generators)."""
@@ -522,5 +523,6 @@ class UnsupervisedETDetector(BaseDetector):
         rank in [0, 1], not a calibrated probability)."""
         # (a detector loaded onto a GPU keeps its fitted scores there; decision_function's are
         # on the CPU)
-        reference = self.decision_score_.cpu().sort().values
+        # (set by fit with the threshold: predict checked that first)
+        reference = cast(Tensor, self.decision_score_).cpu().sort().values
         return torch.searchsorted(reference, score.cpu(), right=True).float() / reference.numel()

@@ -11,7 +11,7 @@ import json
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 from torch import Tensor
@@ -78,7 +78,8 @@ def build_model(config: ImageModelConfig, images: Tensor) -> ETImageCompletion:
     """A new :class:`ETImageCompletion` for ``images``' size and channels, with ``config``'s
     settings."""
     return ETImageCompletion(
-        image_size=tuple(images.shape[2:]), patch_size=config.patch_size,
+        image_size=cast("tuple[int, int]", tuple(images.shape[2:])),  # (images: [B, C, H, W])
+        patch_size=config.patch_size,
         channels=images.size(1), dim=config.dim, heads=config.heads, head_dim=config.head_dim,
         hopfield_dim=config.hopfield_dim, steps=config.steps, alpha=config.alpha,
         hopfield=config.hopfield, mask_ratio=config.mask_ratio, noise_std=config.noise_std,

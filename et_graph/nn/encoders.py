@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Callable, Optional, Union
+from collections.abc import Iterable, Sequence
+from typing import Callable, Optional, Union, cast
 
 import torch
 from torch import Tensor
@@ -32,6 +32,10 @@ class FeatureEncoder(Module):
     Integer inputs ``[N]`` or ``[N, c]`` (categorical labels such as ZINC atom types) are embedded
     with one table per column (sizes ``num_categories``) and summed.
     """
+
+    # Buffers (register_buffer), which mypy does not see.
+    mean: Tensor
+    std: Tensor
 
     def __init__(
         self,
@@ -75,7 +79,7 @@ class FeatureEncoder(Module):
         if self.linear is not None:
             self.linear.reset_parameters()
         if self.embeddings is not None:
-            for table in self.embeddings:
+            for table in cast("Iterable[Embedding]", self.embeddings):  # (ModuleList: Module)
                 table.reset_parameters()
         self.mean.zero_()
         self.std.fill_(1.0)
@@ -138,8 +142,10 @@ class FeatureEncoder(Module):
                 f"{self.name} must have shape [{self._rows}, {len(self.embeddings)}] (one column "
                 f"per categorical label), got {given}"
             )
-        out = None
-        for column, (table, size) in enumerate(zip(self.embeddings, self.num_categories)):
+        # (set whenever embeddings are: both come from a non-empty num_categories)
+        sizes = cast(list[int], self.num_categories)
+        out: Optional[Tensor] = None
+        for column, (table, size) in enumerate(zip(self.embeddings, sizes)):
             ids = x[:, column].long()
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
                 raise ValueError(
@@ -148,7 +154,7 @@ class FeatureEncoder(Module):
                 )
             emb = table(ids)
             out = emb if out is None else out + emb
-        return out
+        return cast(Tensor, out)  # (one table at least: num_categories is not empty)
 
 
 class NodeEncoder(FeatureEncoder):
@@ -285,11 +291,12 @@ class SumMessagePassing(Module):
 
     def reset_parameters(self) -> None:
         """Reinitialise the learnable parameters (PyG's convention)."""
-        for mlp in self.mlps:
+        for mlp in cast("Iterable[torch.nn.Sequential]", self.mlps):  # (a ModuleList's: Module)
             for layer in mlp:
-                if hasattr(layer, "reset_parameters"):
-                    layer.reset_parameters()
-        for linear in self.edge_linears or ():
+                reset = getattr(layer, "reset_parameters", None)  # (ReLU has none)
+                if reset is not None:
+                    reset()
+        for linear in cast("Iterable[Linear]", self.edge_linears or ()):
             linear.reset_parameters()
 
     def forward(self, h: Tensor, edge_index: Tensor,
@@ -355,9 +362,10 @@ class MeanMessagePassing(Module):
 
     def reset_parameters(self) -> None:
         """Reinitialise the learnable parameters (PyG's convention)."""
-        for norm in self.norms:
+        # (a ModuleList's items are typed Module)
+        for norm in cast("Iterable[torch.nn.LayerNorm]", self.norms):
             norm.reset_parameters()
-        for mlp in self.mlps:
+        for mlp in cast("Iterable[torch.nn.Sequential]", self.mlps):
             for layer in mlp:
                 if isinstance(layer, Linear):
                     layer.reset_parameters()

@@ -94,7 +94,7 @@ class Split:
 # --------------------------------------------------------------------------------------------
 # Splits
 # --------------------------------------------------------------------------------------------
-def _label_vector(y: Tensor) -> np.ndarray:
+def _label_vector(y: Union[Tensor, np.ndarray]) -> np.ndarray:
     """``y`` (a tensor or array-like) as a NumPy vector, as given (not yet checked binary)."""
     labels = np.asarray(y.detach().cpu().numpy() if isinstance(y, Tensor) else y)
     if labels.ndim != 1:
@@ -156,8 +156,9 @@ def stratified_split(
             f"train_ratio {train_ratio} leaves too few nodes to stratify validation and test "
             f"({counts[1]} anomalous of {index.size} eligible nodes): lower train_ratio "
             f"(--train-ratio) or use a larger graph ({error})") from error
-    split = Split(*(torch.from_numpy(np.sort(part)).long() for part in (train, val, test)),
-                  num_nodes=int(labels.size))
+    train_nodes, val_nodes, test_nodes = (torch.from_numpy(np.sort(part)).long()
+                                          for part in (train, val, test))
+    split = Split(train_nodes, val_nodes, test_nodes, num_nodes=int(labels.size))
     check_split(split, labels, f"train_ratio {train_ratio}: {{direction}} train_ratio "
                                "(--train-ratio)")
     return split
@@ -217,17 +218,18 @@ def check_inside_label_mask(data: Data, train: Tensor, val: Tensor) -> None:
 
 def mask_splits(data: Data) -> list[Split]:
     """The dataset's own ``train_mask``/``val_mask``/``test_mask`` (``[N]`` or ``[N, S]``)."""
-    masks = [getattr(data, name, None) for name in ("train_mask", "val_mask", "test_mask")]
-    if any(m is None for m in masks):
+    found = [getattr(data, name, None) for name in ("train_mask", "val_mask", "test_mask")]
+    given: list[Tensor] = [m for m in found if m is not None]
+    if len(given) < len(found):
         raise ValueError(
             f"dataset {getattr(data, 'name', '')!r} carries no train/val/test masks; "
             "use the 'paper' protocol (stratified splits) instead"
         )
-    masks = [m.view(-1, 1) if m.dim() == 1 else m for m in masks]
-    splits = [
-        Split(*(m[:, s].nonzero().view(-1) for m in masks), num_nodes=int(masks[0].size(0)))
-        for s in range(masks[0].size(1))
-    ]
+    masks = [m.view(-1, 1) if m.dim() == 1 else m for m in given]
+    splits = []
+    for s in range(masks[0].size(1)):
+        train_nodes, val_nodes, test_nodes = (m[:, s].nonzero().view(-1) for m in masks)
+        splits.append(Split(train_nodes, val_nodes, test_nodes, num_nodes=int(masks[0].size(0))))
     labels = _check_labels(data.y)
     labelled = labelled_nodes(data)
     for column, split in enumerate(splits):
@@ -452,20 +454,21 @@ def energy_trajectory(det: ETDetector, data: Data, split: Split, extra_steps: in
     from ..detectors.neural import on_device  # (the detectors import this module)
 
     data = on_device(data, det.device)  # the runner's graph stays on the CPU; the model may not
-    relations = relation_inputs(model, data)
+    # (None but for the multi-relation ET, as the methods' default)
+    edge_type = relation_inputs(model, data).get("edge_type")
     y, val = data.y.cpu().numpy(), split.val.numpy()
     groups = {"normal": val[y[val] == 0], "anomalous": val[y[val] == 1]}
     x = model.descend(model.input_tokens(det.network_input(data), data.edge_index),
-                      data.edge_index, **relations, blocks=slice(0, -1))
+                      data.edge_index, edge_type, blocks=slice(0, -1))
     out: dict[str, list[float]] = {"all": [], "normal": [], "anomalous": []}
     last = conv.steps + extra_steps
     for step in range(last + 1):
-        energy = model.node_energy(x, data.edge_index, **relations).cpu().double().numpy()
+        energy = model.node_energy(x, data.edge_index, edge_type).cpu().double().numpy()
         out["all"].append(float(energy.mean()))
         for group, index in groups.items():
             out[group].append(float(energy[index].mean()))
         if step < last:
-            x = model.descend(x, data.edge_index, **relations, steps=1, blocks=slice(-1, None))
+            x = model.descend(x, data.edge_index, edge_type, steps=1, blocks=slice(-1, None))
     out["trained_steps"] = [float(conv.steps)]
     return out
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, cast
 
 from torch_geometric.data import Data
 
@@ -355,7 +355,8 @@ def make_detector(config: AnomalyConfig, name: str, seed: int, progress: bool = 
                                                     f"seed{seed}")
         registered = registration(name, registry)
         if registered is not None:  # another plugin, or the same file edited, cannot resume
-            detector.checkpoint_identity = registered.identity
+            # (any detector with checkpoints; NeuralDetector's fingerprint reads it)
+            cast(Any, detector).checkpoint_identity = registered.identity
     return detector
 
 

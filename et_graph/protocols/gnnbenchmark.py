@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import torch
 from torch import Tensor, nn
@@ -199,7 +199,8 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
             alpha=et.alpha, noise_std=et.noise_std, pe_dim=et.pe_dim,
             kernel_size=et.kernel_size, edge_dim=data.edge_dim,
             edge_categories=data.num_edge_types,
-            continuous_channels=data.node_dim if data.task == "classification" else 0,
+            # (the classification data, superpixels, has float node features: node_dim)
+            continuous_channels=cast(int, data.node_dim) if data.task == "classification" else 0,
             num_node_categories=data.num_node_types, dropout=et.dropout, readout=et.readout,
             rw_pe_dim=data.rw_pe_dim, incident_edges=et.incident_edges,
             message_passing_layers=et.message_passing_layers,
@@ -241,9 +242,9 @@ def without_et_fields(batch: Data) -> Data:
 def predict(model: nn.Module, batch: Data) -> Tensor:
     if isinstance(model, ETGraphModel):  # the preset, not the data, chooses what ET reads
         out = model.forward_data(batch, unused="ignore")
-    elif hasattr(model, "forward_data"):
+    elif (forward_data := getattr(model, "forward_data", None)) is not None:
         # A registered model read the PE only in runs with ET, unchecked (an audit)
-        out = model.forward_data(without_et_fields(batch))
+        out = forward_data(without_et_fields(batch))
     else:
         out = model(batch.x, batch.edge_index, batch.batch,
                     edge_attr=getattr(batch, "edge_attr", None),
@@ -317,8 +318,9 @@ def train_one(name: str, data: BenchmarkData, seed: int, train: GNNBenchmarkTrai
     generator = torch.Generator().manual_seed(seed)
     task = GraphBenchmarkTask(data, train, generator, device)
     model = (build_model(name, data, et, baselines) if build is None else build(data)).to(device)
-    if hasattr(model, "fit_feature_scaling") and data.node_dim and data.task == "classification":
-        model.fit_feature_scaling(torch.cat([g.x for g in data.splits["train"]]).to(device))
+    fit_feature_scaling = getattr(model, "fit_feature_scaling", None)
+    if fit_feature_scaling is not None and data.node_dim and data.task == "classification":
+        fit_feature_scaling(torch.cat([g.x for g in data.splits["train"]]).to(device))
     # the graphs' digest too: a checkpoint trained on other files under the same path is
     # refused, not resumed
     fingerprint = fingerprint_with_graphs(fingerprint, checkpoint, data.splits["train"],

@@ -210,8 +210,9 @@ def model_outputs(model: nn.Module, batch: Any) -> Tensor:
     preset, not the data, chooses the fields ET reads)."""
     if isinstance(model, ETGraphModel):
         return model.forward_data(batch, unused="ignore")
-    if hasattr(model, "forward_data"):
-        return model.forward_data(batch)
+    forward_data = getattr(model, "forward_data", None)
+    if forward_data is not None:
+        return forward_data(batch)
     return model(batch.x, batch.edge_index, batch.batch)
 
 
@@ -287,7 +288,7 @@ def select_per_fold(validation: Mapping[str, Sequence[float]]) -> list[str]:
         # the last bit (ENZYMES GIN fold 0: 119/162 as ...679 and ...677), and the later
         # candidate won against the tie rule. max keeps the first of equal scores.
         rounded = {name: round(score, 12) for name, score in scores.items()}
-        chosen.append(max(rounded, key=rounded.get))
+        chosen.append(max(rounded, key=rounded.__getitem__))
     return chosen
 
 
@@ -586,7 +587,7 @@ def cross_validate(
         val_loader = (DataLoader([data[i] for i in val], batch_size=64)
                       if runs_per_fold > 1 else None)
         for name, factory in models.items():
-            runs = []
+            runs: list[dict[str, Any]] = []
             members: dict[str, list[Tensor]] = {"val": [], "test": []}
             targets: dict[str, Tensor] = {}
             for run in range(runs_per_fold):
@@ -627,7 +628,7 @@ def cross_validate(
             if runs_per_fold == 1:
                 record["models"][name] = runs[0]
             else:
-                record["models"][name] = {
+                summary: dict[str, Any] = {
                     **{key: float(np.mean([r[key] for r in runs]))
                        for key in ("test_accuracy", "val_accuracy", "val_loss") if key in runs[0]},
                     "best_epoch": runs[0]["best_epoch"],
@@ -637,6 +638,7 @@ def cross_validate(
                        for split, logits in members.items() if logits},
                     "runs": runs,
                 }
+                record["models"][name] = summary
         per_fold.append(record)
         if on_fold_end is not None:
             on_fold_end(record)

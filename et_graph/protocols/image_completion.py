@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 import torch
 from torch import Tensor
@@ -273,7 +273,8 @@ def trace_dynamics(model: ETImageCompletion, images: Tensor, patch_mask: Tensor,
     sums = {key: [0.0] * conv.steps for key in keys}
     counts = {key: [0] * conv.steps for key in keys}
     energy_chunks, token_chunks = [], []
-    usage_sum, usage_count = None, 0
+    usage_sum: Optional[Tensor] = None
+    usage_count = 0
     for start in range(0, images.size(0), chunk_size):
         mask = mask_all[start:start + chunk_size]
         x = model.encode(images[start:start + chunk_size].to(model.position.device), mask)
@@ -300,6 +301,7 @@ def trace_dynamics(model: ETImageCompletion, images: Tensor, patch_mask: Tensor,
         "norms": {key: torch.tensor([total / max(count, 1) if count else float("nan")
                                      for total, count in zip(sums[key], counts[key])])
                   for key in keys},
-        "memory_usage": (usage_sum / usage_count).cpu(),
+        # (set by the first chunk: without one, torch.cat above has raised)
+        "memory_usage": (cast(Tensor, usage_sum) / usage_count).cpu(),
     }
 

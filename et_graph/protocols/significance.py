@@ -45,7 +45,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 from scipy import stats
@@ -266,7 +266,9 @@ def delong_variance(labels: np.ndarray, first: Sequence[np.ndarray],
     if len(first) != len(second) or not len(first):
         raise ValueError(f"DeLong's test needs the same number of seeds for both models, got "
                          f"{len(first)} and {len(second)}")
-    d10, d01 = 0.0, 0.0
+    # (0.0, then each seed's [m] and [n] component differences added: arrays from the first on)
+    d10: Any = 0.0
+    d01: Any = 0.0
     for a, b in zip(first, second):
         _, v10_a, v01_a = auroc_components(labels, a)
         _, v10_b, v01_b = auroc_components(labels, b)
@@ -480,7 +482,8 @@ def compare_to(models: Mapping[str, Mapping[str, Any]], reference: str,
                 continue
             names = (reference, other)
             difference = (
-                fold_difference(mine, theirs, test_train_ratio=test_train_ratio,
+                # (the folds design has its ratio: checked above)
+                fold_difference(mine, theirs, test_train_ratio=cast(float, test_train_ratio),
                                 confidence=confidence, names=names, metric=metric)
                 if design == "folds" else
                 seed_difference(mine, theirs, confidence=confidence, names=names,

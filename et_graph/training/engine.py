@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional, Protocol, TypeVar, Union
+from typing import Any, Callable, NoReturn, Optional, Protocol, TypedDict, TypeVar, Union
 
 import numpy as np
 import torch
@@ -326,7 +326,13 @@ def _check_loss(loss: Any, task: Any) -> None:
 _OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
 
 
-def _fused_step(params: Sequence[Tensor]) -> dict[str, bool]:
+class _FusedStep(TypedDict, total=False):
+    """The optimiser keywords of :func:`_fused_step`."""
+
+    fused: bool
+
+
+def _fused_step(params: Sequence[Tensor]) -> _FusedStep:
     """``fused=True`` where PyTorch has the fused Adam kernel for every parameter (dense floating
     point tensors on CPU or CUDA): the same update in one kernel call instead of a dozen small ops
     per parameter tensor, which dominate the step of small models (PyTorch's default on CPU is
@@ -690,20 +696,23 @@ class Trainer:
                         best_state = _clone_state(model)
             seconds = time.perf_counter() - begin
             lr = optimizer.param_groups[0]["lr"]
+            # This epoch's validation (None where it skipped the pass): validate ran above
+            # exactly when validated, and its result is a Validation.
+            this_epoch = validation if validated else None
             if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                if validated:  # (a skipped pass is no epoch without a gain)
-                    scheduler.step(validation.score)
+                if this_epoch is not None:  # (a skipped pass is no epoch without a gain)
+                    scheduler.step(this_epoch.score)
             elif scheduler is not None:
                 scheduler.step()
             history.append({
                 "epoch": epoch,
                 "train_loss": total / count if count else float("nan"),
-                "val_score": validation.score if validated else float("nan"),
-                "val_loss": validation.loss if validated else float("nan"),
+                "val_score": this_epoch.score if this_epoch is not None else float("nan"),
+                "val_loss": this_epoch.loss if this_epoch is not None else float("nan"),
                 "lr": lr,
                 "seconds": seconds,
-                **({f"val_{k}": float(v) for k, v in validation.metrics.items()}
-                   if validated else {}),
+                **({f"val_{k}": float(v) for k, v in this_epoch.metrics.items()}
+                   if this_epoch is not None else {}),
             })
             if validated:
                 steps_since_pass = 0
@@ -728,8 +737,8 @@ class Trainer:
                             val=f"{validation.score:.4f}" if validation is not None else "n/a",
                             best=f"{best.score:.4f}" if best is not None else "n/a",
                             refresh=False)
-            if self.on_epoch is not None and validated:
-                self.on_epoch(epoch, validation)
+            if self.on_epoch is not None and this_epoch is not None:
+                self.on_epoch(epoch, this_epoch)
             if stop:
                 stopped_early = True
                 break
@@ -746,14 +755,14 @@ class Trainer:
         model.load_state_dict(best_state)
         model.eval()
         # this call's epochs (a scale audit: a resumed run's median mixed the killed run's)
-        seconds = [row["seconds"] for row in history[ran_from:]] or [
+        epoch_times = [row["seconds"] for row in history[ran_from:]] or [
             row["seconds"] for row in history]
         return FitResult(
             best_epoch=best_epoch,
             best=best,
             history=history,
             epochs_run=len(history),
-            epoch_seconds=float(np.median(seconds)) if seconds else float("nan"),
+            epoch_seconds=float(np.median(epoch_times)) if epoch_times else float("nan"),
             stopped_early=stopped_early,
             resumed_from_epoch=resumed_from,
         )

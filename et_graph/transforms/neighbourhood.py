@@ -9,7 +9,7 @@ given the same, richer input.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -82,22 +82,23 @@ def neighbourhood_statistics(x: Tensor, edge_index: Tensor,
     src, dst = in_edges_without_self_loops(edge_index)
     messages = x[src]
     parts: list[Tensor] = []
-    mean = None
+    mean: Optional[Tensor] = None  # (computed once, for the first of mean and std)
     for name in stats:
-        if name in ("mean", "std") and mean is None:
-            mean = scatter(messages, dst, dim=0, dim_size=num_nodes, reduce="mean")
-        if name == "mean":
-            parts.append(mean)
+        if name in ("mean", "std"):
+            if mean is None:
+                mean = scatter(messages, dst, dim=0, dim_size=num_nodes, reduce="mean")
+            if name == "mean":
+                parts.append(mean)
+            else:
+                centred = messages - mean[dst]
+                var = scatter(centred * centred, dst, dim=0, dim_size=num_nodes, reduce="mean")
+                parts.append(var.clamp_min(0.0).sqrt())
         elif name == "sq_mean":
             parts.append(scatter(messages * messages, dst, dim=0, dim_size=num_nodes,
                                  reduce="mean"))
         elif name in ("max", "min"):
             # PyG's scatter max/min leave rows without any edge at 0.
             parts.append(scatter(messages, dst, dim=0, dim_size=num_nodes, reduce=name))
-        elif name == "std":
-            centred = messages - mean[dst]
-            var = scatter(centred * centred, dst, dim=0, dim_size=num_nodes, reduce="mean")
-            parts.append(var.clamp_min(0.0).sqrt())
         elif name == "degree":
             degree = torch.zeros(num_nodes, dtype=x.dtype, device=x.device)
             degree.index_add_(0, dst, torch.ones_like(dst, dtype=x.dtype))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -160,7 +160,8 @@ class AnomalyObjective:
             detector.on_epoch = pruning_callback(trial, self.metric)
         detector.fit(sealed_labels(self.data, self.train_mask, self.val_mask), self.train_mask,
                      self.val_mask)
-        score = detector.decision_score_[self.val_mask].double().numpy()
+        # (set by fit)
+        score = cast(torch.Tensor, detector.decision_score_)[self.val_mask].double().numpy()
         value = validation_metric(self.y_val, score, self.metric)
         if trial is not None:
             trial.set_user_attr("fit", {k: v for k, v in detector.fit_info_.items()

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -157,7 +158,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         from ..plugins import load_plugins
 
         load_plugins(args.plugin, environment=True)
-    config = resolve(task_config(args.task), args)
+    config: Any = resolve(task_config(args.task), args)  # (the task's own config class)
     given = {key for key in vars(args) if "." in key}
     budget = TuneBudget(args.trials, args.timeout_minutes, args.sampler_seed,
                         args.prune_warmup)
@@ -229,22 +230,28 @@ def warn_flags_of_tuning(task: str, config: Any, given: set[str], class_balance:
                       ConfigWarning, stacklevel=2)
     given = given - set(ignored)
     if task == "anomaly":
-        from .anomaly import search_space, trial_config
+        from .anomaly import search_space as anomaly_space
+        from .anomaly import trial_config
+
+        def anomaly_trial(trial: Any, model: str) -> Any:
+            return trial_config(config, model, anomaly_space(model, class_balance), trial)
 
         models = config.protocol.model_names()
-        tuned = {m: tuned_fields(lambda trial, m=m: trial_config(
-            config, m, search_space(m, class_balance), trial)) for m in models}
+        tuned = {m: tuned_fields(functools.partial(anomaly_trial, model=m)) for m in models}
     else:
         if task == "tudataset":
-            from .tudataset import search_space
+            from .tudataset import search_space as tudataset_space
 
             def space(model: str) -> Any:
-                return search_space(model, bonds)
+                return tudataset_space(model, bonds)
         else:
             from .gnnbenchmark import search_space as space
+
+        def graph_trial(trial: Any, model: str) -> Any:
+            return apply_space(config, space(model), trial)
+
         models = config.protocol.model_names
-        tuned = {m: tuned_fields(lambda trial, m=m: apply_space(config, space(m), trial))
-                 for m in models}
+        tuned = {m: tuned_fields(functools.partial(graph_trial, model=m)) for m in models}
     return ignored + warn_unread_flags(given, models, readers) + warn_tuned_flags(given, tuned)
 
 
@@ -286,7 +293,7 @@ def _fixed_settings(config: Any, task: Optional[str] = None,
     """The config's fields as flat ``section.name: value`` pairs, without the ``run`` section
     (where and how the study runs, not what its trials measure), the ``task``'s settings no
     trial reads, and the ``tuned`` ones (a trial sets them)."""
-    skip = set(UNREAD_BY_TRIALS.get(task, ())) | set(tuned)
+    skip = set(UNREAD_BY_TRIALS.get(task, ()) if task is not None else ()) | set(tuned)
     return {key: value for section, fields in to_dict(config).items()
             if section != "run" and isinstance(fields, dict)
             for name, value in fields.items() if (key := f"{section}.{name}") not in skip}

@@ -161,7 +161,7 @@ class TUObjective:
             # graphs alone failed deep in a trial (info is read there); info alone was replaced
             raise ValueError("pass graphs and info together (as load_graphs returns them), "
                              "or neither to load them from config.data")
-        if graphs is None:
+        if graphs is None or info is None:  # (then both are: checked above)
             graphs, info = load_graphs(config.data)
         if bonds:
             check_bond_tuning(config, model, info)

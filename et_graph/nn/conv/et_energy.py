@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from typing import Any, Callable, NamedTuple, Optional, TypeVar
+from typing import Any, Callable, ClassVar, NamedTuple, Optional, TypeVar
 
 import torch
 from torch import Tensor
@@ -153,6 +153,11 @@ class ETEnergy(Module):
             neighbours, which the attention's softmax average cannot. It ignores edge weights
             and exists on the sparse path only.
     """
+
+    # Registered with register_parameter (None without coupling), which mypy does not see.
+    coupling_raw: Optional[Parameter]
+    # Set per subclass by _class_verdicts, in the class's own __dict__ (never inherited).
+    _closed_form_class_verdicts: ClassVar[dict[tuple[Any, ...], str]]
 
     def __init__(
         self,
@@ -332,10 +337,10 @@ class ETEnergy(Module):
         num_nodes = x.size(0)
         edge_index = check_edge_index(edge_index, num_nodes)
         src, dst = edge_index[0], edge_index[1]
-        kept: Optional[Tensor] = src != dst
-        if bool(kept.all()):
-            kept = None
-        else:
+        not_loop: Tensor = src != dst
+        kept: Optional[Tensor] = None
+        if not bool(not_loop.all()):
+            kept = not_loop
             src, dst = src[kept], dst[kept]
         layout = None
         if plan and src.numel() and num_nodes:
@@ -412,6 +417,7 @@ class ETEnergy(Module):
         none of the gradient methods it steps with, so the analytic descent would descend the
         built-in energy while the energies reported include the new term."""
         patched = any(callable(vars(self).get(name)) for name in _WATCHED)
+        reason: Optional[str]
         if patched:
             # a method replaced on this object (types.MethodType) passed the class's check
             reason = _unmatched_energy_override(self, path)
@@ -484,8 +490,9 @@ class ETEnergy(Module):
         k, q = self.keys_queries(g)
         att = E.attention_energy(k, q, edges.src, edges.dst, self.beta, edges.weight, g.size(0))
         energy = att + self.hopfield_energy_of_g(g)
-        if self.coupling:
-            energy = energy + E.coupling_energy(g, edges.src, edges.dst, self.coupling_matrix)
+        coupling = self.coupling_matrix  # (None without coupling)
+        if coupling is not None:
+            energy = energy + E.coupling_energy(g, edges.src, edges.dst, coupling)
         return energy
 
     def forward(self, g: Tensor, edges: EdgeSet) -> Tensor:
@@ -534,11 +541,12 @@ class ETEnergy(Module):
             )
             # Negating xi [K, D] rather than the product keeps the sign off the [N, K] backward.
             grad = torch.addmm(out, activation, self.xi.neg()).view(g.shape)
-        if not self.coupling:
+        coupling = self.coupling_matrix  # (None without coupling)
+        if coupling is None:
             return grad
         if edges is None:
             raise ValueError("the edge coupling's gradient needs the edges: pass edges=")
-        return grad + E.coupling_grad(g, edges.src, edges.dst, self.coupling_matrix)
+        return grad + E.coupling_grad(g, edges.src, edges.dst, coupling)
 
     def attention_grads(
         self, k: Tensor, q: Tensor, edges: EdgeSet, fused: bool = True
@@ -663,7 +671,7 @@ _WATCHED = tuple({*_ENERGY_METHODS, "keys_queries", *_BYPASSED["unfused"],
                   *(name for _, closed in _PATHS.values() for name in closed)})
 
 
-def _class_verdicts(cls: type) -> dict[tuple[Any, ...], str]:
+def _class_verdicts(cls: type[ETEnergy]) -> dict[tuple[Any, ...], str]:
     """Per (path, the watched methods) of the ETEnergy subclass ``cls``: "" (its closed form
     covers its energy and matches autograd of it) or why not. Kept in the class's own
     ``__dict__`` (not inherited), so that they go with the class: a module-level dict keyed

@@ -1,7 +1,7 @@
 """ET node anomaly detector (Hoover et al., 2023, eqs. 10-12)."""
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union, overload
+from typing import Any, Literal, Optional, Union, cast, overload
 
 import torch
 from torch import Tensor, nn
@@ -193,10 +193,15 @@ class ETAnomalyNet(nn.Module):
         self.hidden_channels = hidden_channels
         self.readout_kind = readout
         self.embedding = nn.Linear(in_channels, hidden_channels)
-        self.positional = nn.Embedding(num_nodes, hidden_channels) if positional else None
+        self.positional = (
+            # (positional=True without num_nodes was refused above)
+            nn.Embedding(cast(int, num_nodes), hidden_channels) if positional else None
+        )
         self.num_relations = num_relations
-        conv_options = dict(heads=heads, head_dim=head_dim, hopfield_dim=hopfield_dim,
-                            steps=steps, alpha=alpha, hopfield=hopfield, noise_std=noise_std)
+        conv_options: dict[str, Any] = dict(
+            heads=heads, head_dim=head_dim, hopfield_dim=hopfield_dim, steps=steps, alpha=alpha,
+            hopfield=hopfield, noise_std=noise_std,
+        )
 
         def block() -> Union[ETConv, RelationalETConv]:
             # Full-batch training passes one graph every epoch: its edges are sorted once.
@@ -341,10 +346,9 @@ class ETAnomalyNet(nn.Module):
         implies chunks of at most ``ETConv.forward_chunked``'s default 65,536 nodes).
         ``edge_type [E]``: the relation of each edge, required with ``num_relations`` and
         refused without."""
-        chunked = chunk_size is not None or chunk_edges is not None
-        if chunked:
-            if chunk_size is None:
-                chunk_size = DEFAULT_CHUNK_SIZE
+        if chunk_size is None and chunk_edges is not None:  # (chunk_edges alone chunks too)
+            chunk_size = DEFAULT_CHUNK_SIZE
+        if chunk_size is not None:  # chunked
             if return_energy or torch.is_grad_enabled():
                 raise ValueError("chunked scoring (chunk_size / chunk_edges) is for "
                                  "inference: use it under torch.no_grad() and without "
@@ -353,8 +357,8 @@ class ETAnomalyNet(nn.Module):
                 raise ValueError("chunked scoring (chunk_size / chunk_edges) is not "
                                  "implemented for the multi-relation ET: score in one full pass")
             self._relation_args(edge_type)
-        first = self.input_tokens(x, edge_index, node_ids, chunk_size if chunked else None)
-        if chunked:
+        first = self.input_tokens(x, edge_index, node_ids, chunk_size)
+        if chunk_size is not None:
             last = first
             for conv in self.convs:
                 last = conv.forward_chunked(last, edge_index, chunk_size=chunk_size,

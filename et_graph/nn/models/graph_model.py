@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 import torch
 from torch import Tensor, nn
@@ -249,8 +249,14 @@ class ETGraphModel(nn.Module):
     def reset_parameters(self) -> None:
         """Reinitialise the learnable parameters (PyG's convention)."""
         for module in self.modules():
-            if module is not self and hasattr(module, "reset_parameters"):
-                module.reset_parameters()
+            reset = getattr(module, "reset_parameters", None)
+            if module is not self and reset is not None:
+                reset()
+
+    @property
+    def _blocks(self) -> Sequence[ETConv]:
+        """``convs``, typed as what it holds (a ModuleList's items are typed Module)."""
+        return cast("Sequence[ETConv]", self.convs)
 
     def fit_feature_scaling(self, x: Tensor) -> ETGraphModel:
         """Standardise the continuous node attributes with statistics of (training) nodes ``x``."""
@@ -376,8 +382,12 @@ class ETGraphModel(nn.Module):
         if self.incident_encoder is not None:
             # Attention averages over neighbours (a softmax), so it cannot count bonds of a
             # type; the sum of a node's incoming encoded edges can.
-            incident = encoded.new_zeros(num_nodes, encoded.size(1))
-            h = h + self.incident_encoder(incident.index_add_(0, edge_index[1], encoded))
+            # (incident_edges needs edge features, hence the mask and an edge encoder)
+            incident_features = cast(Tensor, encoded)
+            incident = incident_features.new_zeros(num_nodes, incident_features.size(1))
+            h = h + self.incident_encoder(
+                incident.index_add_(0, edge_index[1], incident_features)
+            )
         if self.message_passing is not None:
             h = self.message_passing(
                 h, edge_index, encoded if self.message_passing.edge_channels else None
@@ -401,7 +411,7 @@ class ETGraphModel(nn.Module):
         # benchmarks/graph_training_curve.py's, an explainer, or a compiled block).
         shared = all(_plain_call(conv) for conv in self.convs)
         edges = None
-        for conv in self.convs:
+        for conv in self._blocks:
             if not shared:
                 result = conv(out, graph.edge_index, edge_weight, return_energy=return_energy)
             else:
@@ -411,7 +421,7 @@ class ETGraphModel(nn.Module):
                                                  graph.edge_index, edge_weight,
                                                  plan=sparse_kernels_on(out.device))
                 result = conv.descend_edges(out, edges, return_energy=return_energy)
-            if return_energy:
+            if traces is not None:  # (return_energy)
                 out, trace = result
                 traces.append(trace)
             else:
@@ -429,7 +439,7 @@ class ETGraphModel(nn.Module):
         (``readout="cls_sum_mean"``) or ``[G, (2 + blocks) D]`` CLS ‖ the sums of the node
         tokens entering the first block and leaving every block (``readout="jk"``, which needs
         the ``block_states`` that :meth:`tokens` filled)."""
-        norm = self.convs[-1].norm
+        norm = self._blocks[-1].norm
         if self.task == "node":
             return norm(CLSPool.node_states(out, graph))
         if self.readout == "cls":
@@ -444,7 +454,7 @@ class ETGraphModel(nn.Module):
         # The encoded input is summed as it is (its scale carries the feature counts, as in the
         # structure-agnostic baseline); each block's output through that block's LayerNorm.
         normed = [block_states[0]] + [
-            conv.norm(state) for conv, state in zip(self.convs, block_states[1:])
+            conv.norm(state) for conv, state in zip(self._blocks, block_states[1:])
         ]
         return torch.cat([norm(CLSPool.readout(out, graph)), CLSPool.readout_sums(normed, graph)],
                          dim=1)

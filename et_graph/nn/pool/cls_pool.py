@@ -1,7 +1,7 @@
 """CLS pooling: one learnable token per graph, realised as a virtual node linked to its graph."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, cast
 
 import torch
 from torch import Tensor
@@ -189,7 +189,7 @@ class CLSPool(Module):
         the caller has already validated ``x``, ``edge_index`` (int64) and ``batch`` (a model
         that built ``x`` itself); the checks are then skipped."""
         validated = sizes is not None
-        if not validated:
+        if sizes is None:
             check_features(x, self.channels)
             sizes = graph_sizes(batch, x.size(0), num_graphs)
         elif batch is None or x.dim() != 2 or x.size(1) != self.channels:
@@ -203,7 +203,8 @@ class CLSPool(Module):
             tokens = tokens + cls_offset
         if not validated:
             return add_cls_nodes(x, edge_index, tokens, batch, sizes.numel())
-        return _insert_cls_nodes(x, edge_index.long(), tokens, batch, sizes)
+        # (a batch vector comes with sizes: checked above)
+        return _insert_cls_nodes(x, edge_index.long(), tokens, cast(Tensor, batch), sizes)
 
     @staticmethod
     def readout(x: Tensor, graph: CLSGraph) -> Tensor:
