@@ -547,3 +547,38 @@ def test_graph_model_library_inputs_are_checked_by_their_own_names():
     single = Data(x=torch.randn(1, 3), edge_index=torch.empty(2, 0, dtype=torch.long))
     with pytest.raises(ValueError, match="drop_last"):
         passing.forward_data(Batch.from_data_list([single]))
+
+
+def test_a_molecule_users_mistakes_are_named_in_the_models_own_terms():
+    """(a graph-level audit, OGB-style data) bond ids [E, 3] were summed as numbers by
+    IncidentEdgeSum; CLSLaplacianPE without edges was an AttributeError; multi-task labels
+    came back flattened from predict_logits and failed in torch in evaluate; the encoders'
+    messages named num_categories to an ETGraphModel user."""
+    from et_graph.protocols.graph_cv import evaluate, predict_logits
+    from et_graph.transforms import IncidentEdgeSum
+
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    bonds = Data(x=torch.randn(3, 2), edge_index=edge_index,
+                 edge_attr=torch.tensor([[0, 0, 1], [0, 0, 1], [3, 1, 0], [3, 1, 0]]))
+    with pytest.raises(ValueError, match=r"3 column\(s\), values up to 3.*edge_categories"):
+        IncidentEdgeSum()(bonds.clone())
+    one_hot = bonds.clone()
+    one_hot.edge_attr = (bonds.edge_attr > 0).long()  # an integer one-hot code: counted
+    assert IncidentEdgeSum()(one_hot).x.shape == (3, 5)
+    with pytest.raises(ValueError, match="CLSLaplacianPE reads data.edge_index"):
+        CLSLaplacianPE(4)(Data(x=torch.zeros(3, 1), num_nodes=3))
+    model = ETGraphModel(2, 12, hidden_channels=8, heads=1, head_dim=4, pe_dim=0)
+    graphs = [Data(x=torch.randn(3, 2), edge_index=edge_index,
+                   y=torch.full((1, 12), float("nan"))) for _ in range(4)]
+    loader = DataLoader(graphs, batch_size=2)
+    for score in (evaluate, predict_logits):
+        with pytest.raises(ValueError, match=r"single-label classification.*\(2, 12\)"):
+            score(model, loader)
+    with pytest.raises(ValueError, match="num_node_categories \\(ETGraphModel\\)"):
+        ETGraphModel(None, 2)
+    with pytest.raises(ValueError, match="num_node_categories \\(ETGraphModel\\) must be"):
+        ETGraphModel(None, 2, num_node_categories=[0, 3])
+    categorical = ETGraphModel(None, 2, num_node_categories=[5], hidden_channels=8, heads=1,
+                               head_dim=4, pe_dim=0)
+    with pytest.raises(ValueError, match="category size is 5 .*num_node_categories"):
+        categorical(torch.tensor([7, 1, 2]), edge_index, torch.zeros(3, dtype=torch.long))

@@ -203,3 +203,24 @@ def test_an_unusable_et_graph_cache_is_an_error_not_a_silent_fallback(tmp_path, 
         default_tu_cache()
     monkeypatch.setenv("ET_GRAPH_CACHE", str(tmp_path / "cache"))
     assert default_tu_cache() == tmp_path / "cache" / "tudataset"
+
+
+def test_graphs_a_user_processed_with_a_pre_transform_in_the_cache_are_not_read(tmp_path):
+    """(a graph-level audit) the docs' own example runs TUDataset(..., pre_transform=
+    CLSLaplacianPE(k=8)) on the default cache: load_tudataset then read those transformed
+    graphs (lap_pe on every graph of a pe_dim=0 load), with only PyG's warning."""
+    import warnings
+
+    from torch_geometric.datasets import TUDataset
+
+    from et_graph.datasets import prepare_root
+    from et_graph.transforms import CLSLaplacianPE
+
+    cache = tmp_path / "cache"
+    root = prepare_root(default_tu_root(), "MUTAG", cache)
+    TUDataset(str(root), "MUTAG", use_edge_attr=True, pre_transform=CLSLaplacianPE(k=4),
+              force_reload=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (PyG's "The `pre_transform` argument differs")
+        graphs, _ = load_tudataset(None, "MUTAG", cache, pe_dim=0, progress=False)
+    assert "lap_pe" not in graphs[0]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+import torch
 from threadpoolctl import threadpool_limits
 from torch_geometric.datasets import TUDataset
 from torch_geometric.transforms import OneHotDegree
@@ -351,6 +352,23 @@ def with_incident_edge_sums(graphs: list, info: dict[str, Any], name: str
     return graphs, info
 
 
+def _processed_with_a_transform(processed: Path) -> bool:
+    """Whether PyG's ``processed/`` folder records a ``pre_transform`` or ``pre_filter`` (the
+    text PyG writes beside its data: ``'None'`` without one), or a record that cannot be read:
+    :func:`load_tudataset` processes without either, so such a folder is not its own."""
+    for record in ("pre_transform.pt", "pre_filter.pt"):
+        path = processed / record
+        if not path.exists():
+            continue
+        try:
+            written = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # (cut short, or not PyG's: processed again, not trusted)
+            return True
+        if written != "None":
+            return True
+    return False
+
+
 def load_tudataset(
     root: str | Path | None, name: str, cache: str | Path | None = None, pe_dim: int = 8,
     progress: bool = True, *, rw_pe_dim: int = 0, degree_feature: bool = False,
@@ -376,6 +394,11 @@ def load_tudataset(
     with folder_lock(cache, name), quiet_processing(not progress), restricted_pyg_loads():
         # PyG prints "Processing... Done!" to stderr on a first load: quiet under --no-progress
         prepared = str(prepare_root(root, name, cache))
+        if _processed_with_a_transform(cache / name / "processed"):
+            # A user's own TUDataset(..., pre_transform=...) on the same cache folder (the
+            # docs' example did so): PyG only warned, and its transformed graphs were read as
+            # the raw ones (a graph-level audit found lap_pe on graphs loaded with pe_dim=0).
+            shutil.rmtree(cache / name / "processed", ignore_errors=True)
         try:
             dataset = TUDataset(prepared, name, use_node_attr=True, use_edge_attr=True)
         except UNREADABLE_FILE_ERRORS as error:

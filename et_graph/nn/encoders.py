@@ -23,6 +23,14 @@ _CATEGORIES_ARGUMENT = {
 }
 
 
+#: The category sizes' argument names in the other messages (a graph-level audit: an
+#: ETGraphModel user was told of num_categories, which it has no such argument).
+_SIZES_NAMED = {
+    "x": "num_categories (NodeEncoder) / num_node_categories (ETGraphModel)",
+    "edge_attr": "num_categories (EdgeEncoder) / edge_categories (ETGraphModel)",
+}
+
+
 class FeatureEncoder(Module):
     """Maps per-item features to ``out_channels``.
 
@@ -31,6 +39,11 @@ class FeatureEncoder(Module):
     statistics set by :meth:`fit` (call it on training data only; identity until then).
     Integer inputs ``[N]`` or ``[N, c]`` (categorical labels such as ZINC atom types) are embedded
     with one table per column (sizes ``num_categories``) and summed.
+
+    The input's dtype picks the branch, so one tensor is either float or integer: categorical
+    ids and float descriptors cannot be mixed in one ``x``. One-hot encode the ids beside the
+    floats (float input), or embed the ids alone. Built with both sizes, an encoder reads
+    whichever dtype comes, and the other branch's parameters stay unused.
     """
 
     # Buffers (register_buffer), which mypy does not see.
@@ -49,7 +62,8 @@ class FeatureEncoder(Module):
         if out_channels <= 0:
             raise ValueError(f"out_channels must be positive, got {out_channels}")
         if in_channels is None and num_categories is None:
-            raise ValueError("give in_channels (float features) and/or num_categories (integer)")
+            raise ValueError("give in_channels (float features) or the category sizes of integer "
+                             f"ones: {_SIZES_NAMED.get(name, 'num_categories')}")
         if in_channels is not None and in_channels <= 0:
             raise ValueError(f"in_channels must be positive, got {in_channels}")
         if not 0 <= continuous_channels <= (in_channels or 0):
@@ -64,7 +78,8 @@ class FeatureEncoder(Module):
             num_categories = [num_categories]
         self.num_categories = list(num_categories) if num_categories is not None else None
         if self.num_categories is not None and any(n <= 0 for n in self.num_categories):
-            raise ValueError(f"num_categories must be positive, got {self.num_categories}")
+            raise ValueError(f"{_SIZES_NAMED.get(name, 'num_categories')} must be positive, "
+                             f"got {self.num_categories}")
         self.linear = Linear(in_channels, out_channels) if in_channels else None
         self.embeddings = (
             ModuleList(Embedding(n, out_channels) for n in self.num_categories)
@@ -150,7 +165,8 @@ class FeatureEncoder(Module):
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
                 raise ValueError(
                     f"{self.name}[:, {column}] holds categories in [{int(ids.min())}, "
-                    f"{int(ids.max())}] but num_categories={size}"
+                    f"{int(ids.max())}] but its category size is {size} (column {column} of "
+                    f"{_SIZES_NAMED.get(self.name, 'num_categories')})"
                 )
             emb = table(ids)
             out = emb if out is None else out + emb

@@ -226,7 +226,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device: str | torch.device = 
     for batch in loader:
         batch = batch.to(device)
         logits = model_outputs(model, batch)
-        target = batch.y.view(-1)
+        target = class_targets(batch, logits)
         loss += float(F.cross_entropy(logits, target, reduction="sum"))
         correct += int((logits.argmax(-1) == target).sum())
         total += target.numel()
@@ -243,9 +243,28 @@ def predict_logits(model: nn.Module, loader: DataLoader, device: str | torch.dev
     logits, targets = [], []
     for batch in loader:
         batch = batch.to(device)
-        logits.append(model_outputs(model, batch).detach().cpu())
-        targets.append(batch.y.view(-1).cpu())
+        out = model_outputs(model, batch)
+        targets.append(class_targets(batch, out).cpu())
+        logits.append(out.detach().cpu())
     return torch.cat(logits), torch.cat(targets)
+
+
+def class_targets(batch: Any, logits: Tensor) -> Tensor:
+    """``batch.y`` as one integer class per graph ``[B]``, or a ``ValueError``: the helpers
+    here score single-label classification. Multi-task labels ``[B, T]`` came back flattened
+    beside ``[B, T]`` logits, NaN included, or failed in torch on a batch size mismatch, and
+    regression targets on a dtype (a graph-level audit)."""
+    y = getattr(batch, "y", None)
+    if y is None:
+        raise ValueError("the graphs have no labels (y): graph_cv scores single-label "
+                         "classification, one integer class per graph")
+    if y.is_floating_point() or y.dtype == torch.bool or y.numel() != logits.size(0):
+        raise ValueError(
+            f"graph_cv scores single-label classification (one integer class per graph), "
+            f"and the batch's y has shape {tuple(y.shape)} and dtype {y.dtype} for "
+            f"{logits.size(0)} graphs: for multi-task or regression targets, write the loss "
+            "and the metric of your own loop over the model's [B, out_channels] outputs")
+    return y.view(-1)
 
 
 def argmax_accuracy(scores: Tensor, target: Tensor) -> float:
@@ -460,7 +479,8 @@ class GraphClassificationTask:
                 f"the labels hold {self.num_classes} classes: build it with out_channels >= "
                 f"{self.num_classes}"
             )
-        return F.cross_entropy(logits, batch.y.view(-1), label_smoothing=self.label_smoothing)
+        return F.cross_entropy(logits, class_targets(batch, logits),
+                               label_smoothing=self.label_smoothing)
 
     def validate(self, model: nn.Module) -> Validation:
         val = evaluate(model, self.val_loader, self.device)

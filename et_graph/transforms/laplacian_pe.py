@@ -8,6 +8,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
 from ..nn.validation import check_edge_index, check_positive_int
+from .structural import _checked_structure
 
 
 def cls_padded_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
@@ -92,6 +93,8 @@ class CLSLaplacianPE(BaseTransform):
             # One CLS node for the whole batch: the encodings of neither graph (an audit).
             raise ValueError("CLSLaplacianPE encodes one graph with its CLS node: apply it to "
                              "each graph (a dataset's transform or pre_transform), then batch")
+        # (no edge_index: "'NoneType' object has no attribute 'cpu'", a graph-level audit)
+        _checked_structure(data, "CLSLaplacianPE")
         # computed on the CPU (NumPy's eigh), returned where the graph lives
         vectors = cls_laplacian_eigenvectors(data.edge_index.cpu(), num_nodes, self.k).to(
             data.edge_index.device)

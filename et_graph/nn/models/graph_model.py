@@ -76,6 +76,12 @@ class ETGraphModel(nn.Module):
     ``[N, out_channels]`` (``task="node"``); for regression with ``out_channels=1`` it is still
     ``[num_graphs, 1]``. ``forward_data(data)`` reads those fields from a PyG ``Data``/``Batch``.
 
+    The constructor's defaults are the paper's model. ``et-graph tudataset`` builds another, the
+    best general preset found (``readout="cls_sum_mean"``, ``rw_pe_dim=16``, ``pe_dim=0``, two
+    message-passing layers, noise): :func:`et_graph.protocols.tudataset_config.et_model_kwargs`
+    gives its arguments. ``kernel_size=1`` with ``pe_dim=0`` makes the model independent of the
+    order of a graph's nodes (docs/graph_classification.md, "Node order").
+
     Args:
         in_channels: width of float node features (``None`` for integer labels only).
         out_channels: classes (classification, node) or targets (regression).
