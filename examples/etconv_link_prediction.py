@@ -57,8 +57,10 @@ class ET(torch.nn.Module):
 class GCN(torch.nn.Module):
     def __init__(self, in_channels, hidden_channels):
         super().__init__()
-        self.conv1 = GCNConv(in_channels, hidden_channels, cached=True)
-        self.conv2 = GCNConv(hidden_channels, hidden_channels, cached=True)
+        # (not cached=True: GCNConv's cache keeps the first graph's normalised adjacency, and
+        # validation and test pass other message edges)
+        self.conv1 = GCNConv(in_channels, hidden_channels)
+        self.conv2 = GCNConv(hidden_channels, hidden_channels)
 
     def forward(self, x, edge_index):
         return self.conv2(self.conv1(x, edge_index).relu(), edge_index)

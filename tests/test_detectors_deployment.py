@@ -252,8 +252,46 @@ def test_features_far_outside_the_fitted_range_are_named_when_scored(graph, make
         warnings.simplefilter("error", DataWarning)
         det.decision_function(graph)
         det.decision_function(part)  # a part of the fitted graph, in its range
-    with pytest.warns(DataWarning, match=r"far outside the fitted graph's range.*columns 0, 1"):
+    with pytest.warns(DataWarning, match=r"in \d+ feature column\(s\) \(0: 100%, 1: 100%.*far "
+                                         r"outside the fitted graph's range"):
         det.decision_function(Data(x=graph.x * 1000, edge_index=graph.edge_index))
+
+
+def test_the_drift_check_names_one_scaled_column_and_spares_legitimate_graphs(graph):
+    """(a review of the check above) it counted the share of all values: one column x100 of
+    many went unnamed, while one new node with a value in a column constant in training (a
+    category never seen) warned that its scores 'may mean nothing'; a stacked detector
+    warned twice, with two numbers."""
+    from et_graph.detectors import StackedETDetector
+    from et_graph.detectors.config import GBTModelConfig
+    from et_graph.exceptions import DataWarning
+
+    wide = torch.cat([graph.x, torch.randn(graph.num_nodes, 60,
+                                           generator=torch.Generator().manual_seed(0)),
+                      torch.zeros(graph.num_nodes, 1)], dim=1)  # the last: constant 0
+    fitted = Data(x=wide, edge_index=graph.edge_index, y=graph.y,
+                  train_mask=graph.train_mask, val_mask=graph.val_mask)
+    det = GBTDetector(max_iter=5).fit(fitted)
+    one_column = wide.clone()
+    one_column[:, 20] *= 100
+    with pytest.warns(DataWarning, match=r"in 1 feature column\(s\) \(20: "):
+        det.decision_function(Data(x=one_column, edge_index=graph.edge_index))
+    unseen = wide.clone()
+    unseen[:30, -1] = 1.0  # a category the fitted graph never held
+    one_node = wide[:1].clone()
+    one_node[0, 5] = 1e4  # one outlying node: no change of units
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        det.decision_function(Data(x=unseen, edge_index=graph.edge_index))
+        det.decision_function(Data(x=one_node, edge_index=torch.zeros(2, 0, dtype=torch.long)))
+    stacked = StackedETDetector(epochs=2, hidden=8, trees=GBTModelConfig(max_iter=5), folds=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stacked.fit(graph)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stacked.decision_function(Data(x=graph.x * 1000, edge_index=graph.edge_index))
+    assert len([w for w in caught if issubclass(w.category, DataWarning)]) == 1
 
 
 def test_a_loaded_detector_says_what_saved_it_and_other_versions_are_named(graph, tmp_path,
@@ -279,8 +317,15 @@ def test_a_loaded_detector_says_what_saved_it_and_other_versions_are_named(graph
     assert loaded.saved_with_["versions"]["torch"] == torch_module.__version__
     payload = torch_module.load(tmp_path / "det.pt", weights_only=False)
     torch_module.save({**payload, "et_graph_version": "9.9.9"}, tmp_path / "other.pt")
-    with pytest.warns(ReproducibilityWarning, match=r"saved by et-graph 9\.9\.9"):
+    with pytest.warns(ReproducibilityWarning, match=rf"et_graph 9\.9\.9 -> {__version__}"):
         BaseDetector.load(tmp_path / "other.pt")
+    versions = payload["versions"]
+    major, minor = torch_module.__version__.split(".")[:2]
+    older = {**versions, "torch": f"{major}.{int(minor) - 1}.0",
+             "numpy": versions["numpy"] + "+local"}  # a local build of the same release
+    torch_module.save({**payload, "versions": older}, tmp_path / "older_torch.pt")
+    with pytest.warns(ReproducibilityWarning, match=r"\(torch \d+\.\d+\.0 -> [^;]*\)"):
+        BaseDetector.load(tmp_path / "older_torch.pt")
     torch_module.save({**payload, "format": "et_graph.detector/2"}, tmp_path / "newer.pt")
     with pytest.raises(ValueError, match="saved in format 'et_graph.detector/2'"):
         BaseDetector.load(tmp_path / "newer.pt")

@@ -1055,6 +1055,9 @@ def test_a_boolean_edge_weight_is_refused_as_the_mask_it_is():
     with pytest.raises(ValueError, match=r"boolean mask.*edge_index\[:, mask\]"):
         conv(x, edge_index, mask)
     conv(x, edge_index, mask.float())  # weights of 0 and 1, said so
+    dense = torch.ones(1, 5, 5, dtype=torch.bool)  # (a review: the dense path took it)
+    with pytest.raises(ValueError, match="dense edge_weight is a boolean mask"):
+        conv.forward_dense(x.unsqueeze(0), edge_weight=dense)
 
 
 def test_an_explainer_is_told_that_its_mask_misses_the_coupling_term():

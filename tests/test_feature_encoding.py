@@ -259,9 +259,13 @@ def test_the_fitted_transform_refuses_what_it_cannot_map():
     wide = FeatureTransform("standard").fit(Data(x=data.x.double(), edge_index=data.edge_index))
     with pytest.raises(ValueError, match="after the 'standard' transform reaches"):
         wide.transform(beyond)  # fitted statistics keep far values far: refused for float32
-    with pytest.raises(ValueError, match="beyond float32's range, the precision this "
-                                         "transform was fitted in"):
-        transform.transform(beyond)  # fitted on float32: read in it (session 70)
+    with pytest.raises(ValueError, match="beyond float32's range, in which this FeatureTransform "
+                                         "was fitted .*fit it on the float64 features"):
+        transform.transform(beyond)  # fitted on float32: read in it
+    half = FeatureTransform("standard").fit(Data(x=data.x.half(), edge_index=data.edge_index))
+    assert half.fit_dtype_ == torch.float32  # (not half precision: 7e4 was refused by it)
+    assert bool(torch.isfinite(half.transform(Data(x=data.x * 1e4,
+                                                   edge_index=data.edge_index)).x).all())
 
 
 def test_the_fitted_transform_pickles_saves_and_reads_no_label(tmp_path):

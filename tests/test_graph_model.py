@@ -560,11 +560,14 @@ def test_a_molecule_users_mistakes_are_named_in_the_models_own_terms():
     edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
     bonds = Data(x=torch.randn(3, 2), edge_index=edge_index,
                  edge_attr=torch.tensor([[0, 0, 1], [0, 0, 1], [3, 1, 0], [3, 1, 0]]))
-    with pytest.raises(ValueError, match=r"3 column\(s\), values up to 3.*edge_categories"):
+    with pytest.raises(ValueError, match=r"integers \(3 column\(s\)\).*edge_categories"):
         IncidentEdgeSum()(bonds.clone())
-    one_hot = bonds.clone()
-    one_hot.edge_attr = (bonds.edge_attr > 0).long()  # an integer one-hot code: counted
-    assert IncidentEdgeSum()(one_hot).x.shape == (3, 5)
+    zeros_and_ones = bonds.clone()  # (a molecule whose ids are all 0 or 1: refused as well)
+    zeros_and_ones.edge_attr = (bonds.edge_attr > 0).long()
+    with pytest.raises(ValueError, match=r"summed as edge_attr\.float\(\)"):
+        IncidentEdgeSum()(zeros_and_ones.clone())
+    zeros_and_ones.edge_attr = zeros_and_ones.edge_attr.float()  # said to be a code: counted
+    assert IncidentEdgeSum()(zeros_and_ones).x.shape == (3, 5)
     with pytest.raises(ValueError, match="CLSLaplacianPE reads data.edge_index"):
         CLSLaplacianPE(4)(Data(x=torch.zeros(3, 1), num_nodes=3))
     model = ETGraphModel(2, 12, hidden_channels=8, heads=1, head_dim=4, pe_dim=0)

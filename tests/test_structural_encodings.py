@@ -214,10 +214,12 @@ def test_structure_transforms_check_their_input_and_ignore_edge_weights():
     assert torch.allclose(RandomWalkPE(2)(path).rw_pe, torch.tensor([[0.0, 0.5], [0.0, 1.0],
                                                                      [0.0, 0.5]]))  # not 4.0
     ids = Data(x=torch.ones(3, 1), edge_index=path.edge_index, edge_attr=torch.tensor([1, 1, 3, 3]))
-    with pytest.raises(ValueError, match="integer category ids.*one-hot"):
+    with pytest.raises(ValueError, match="category ids.*one-hot"):
         IncidentEdgeSum()(ids)
+    # integer 0/1 columns are refused too since session 70 (ids or a code: a graph cannot
+    # tell, and a molecule whose ids were 0 or 1 was summed); as floats they are counted
     one_hot = Data(x=torch.ones(3, 1), edge_index=path.edge_index,
-                   edge_attr=torch.tensor([[1], [1], [0], [0]]))  # integer 0/1 columns are counts
+                   edge_attr=torch.tensor([[1.0], [1.0], [0.0], [0.0]]))
     assert IncidentEdgeSum()(one_hot).x[:, 1].tolist() == [1.0, 1.0, 0.0]
     for transform in (RandomWalkPE(2), LogDegree(), IncidentEdgeSum()):
         name = type(transform).__name__

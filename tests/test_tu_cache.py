@@ -224,3 +224,7 @@ def test_graphs_a_user_processed_with_a_pre_transform_in_the_cache_are_not_read(
         warnings.simplefilter("error")  # (PyG's "The `pre_transform` argument differs")
         graphs, _ = load_tudataset(None, "MUTAG", cache, pe_dim=0, progress=False)
     assert "lap_pe" not in graphs[0]
+    data = next((cache / "MUTAG" / "processed").glob("data*.pt"))
+    written = data.stat().st_mtime_ns
+    load_tudataset(None, "MUTAG", cache, pe_dim=0, progress=False)  # its own: kept as it is
+    assert data.stat().st_mtime_ns == written

@@ -1031,6 +1031,7 @@ def test_a_preset_says_how_its_study_found_it(tmp_path):
     # (session 70) the default's relative file is recorded from the working folder
     assert shown_storage("sqlite:///runs/tune.db?timeout=9") == \
         f"sqlite:///{Path.cwd()}/runs/tune.db?timeout=9"
+    assert shown_storage("sqlite+pysqlite:///r.db") == f"sqlite+pysqlite:///{Path.cwd()}/r.db"
     for kept in ("sqlite:///file:r.db?mode=ro&uri=true", "sqlite:///~/t.db", "sqlite:///"):
         assert shown_storage(kept) == kept
 

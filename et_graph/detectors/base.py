@@ -305,9 +305,10 @@ class BaseDetector:
         as with any pickle.
 
         The loaded detector's ``saved_with_`` says what wrote the file (``et_graph_version``,
-        ``git_commit``, and from session 70 on the ``versions`` of torch, PyG, NumPy and
-        scikit-learn); a file of another et-graph version loads with a
-        ``ReproducibilityWarning``, as scikit-learn warns of its own estimators."""
+        ``git_commit`` and, in files written since it was kept, the ``versions`` of torch,
+        PyG, NumPy and scikit-learn); a file of another et-graph version, or of another
+        torch, PyG or NumPy release (major.minor), loads with a ``ReproducibilityWarning``
+        naming them, as scikit-learn warns of its own estimators."""
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no detector file at {path}")
         # The device first: a device this machine lacks is not a fault of the file.
@@ -332,15 +333,19 @@ class BaseDetector:
             raise ValueError(f"{path} is not a detector written by et-graph's save(), or it "
                              f"is truncated ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''})") from error
-        except (AttributeError, ImportError) as error:
+        except (AttributeError, ModuleNotFoundError) as error:
             # (a deployment audit) a class the file names that this process lacks: a raw
-            # "Can't get attribute 'MyGBT' on <module '__main__'>"
+            # "Can't get attribute 'MyGBT' on <module '__main__'>"; other AttributeErrors
+            # (a bug in a __setstate__) are not this
+            if isinstance(error, AttributeError) and "Can't get attribute" not in str(error):
+                raise
             raise ValueError(
                 f"{path} holds a class that cannot be found here ({type(error).__name__}: "
                 f"{str(error).splitlines()[0] if str(error) else ''}): a detector of your own "
                 "(a plugin) must be importable under the same module and name where it is "
-                "loaded as where it was saved (not defined in a script's __main__), and one "
-                "of et-graph's may be from another version of it") from error
+                "loaded as where it was saved (not defined in a script's __main__); a class "
+                "of et-graph's, scikit-learn's or torch's may have moved between the versions "
+                "that saved and load it") from error
         finally:
             _LOADING.reset(loading)
         written = payload.get("format") if isinstance(payload, dict) else None
@@ -361,12 +366,12 @@ class BaseDetector:
                             user_stacklevel())
         detector.saved_with_ = {name: payload[name] for name in
                                 ("et_graph_version", "git_commit", "versions") if name in payload}
-        saved_version = payload.get("et_graph_version")
-        if saved_version is not None and saved_version != __version__:
-            warnings.warn(f"{path} was saved by et-graph {saved_version} and is loaded by "
-                          f"{__version__}: its scores may differ from the saved detector's "
-                          "(docs/library.md lists the changes of each session)",
-                          ReproducibilityWarning, stacklevel=user_stacklevel())
+        changed = _changed_versions(payload)
+        if changed:
+            warnings.warn(f"{path} was saved under other versions ({'; '.join(changed)}): "
+                          "its scores may differ from the saved detector's (docs/library.md "
+                          "lists et-graph's changes)", ReproducibilityWarning,
+                          stacklevel=user_stacklevel())
         detector.device = device
         return detector
 
@@ -422,16 +427,17 @@ class BaseDetector:
         self.fitted_ = False
         self.threshold_ = None
         self.decision_score_ = None
+        self.feature_range_ = None  # (set once the fitted graph is scored: not checked there)
         # nor the previous fit's curves, read as this one's after an interrupted refit
         self.history_, self.fit_info_ = [], {}
         # Seeded for reproducibility, without resetting the caller's random stream.
         with private_rng(self.seed, self.device):
             self._fit(data, y, train, val)
         self.fit_dtype_ = data.x.dtype
-        self.feature_range_ = torch.stack([data.x.amin(0), data.x.amax(0)]).double().cpu()
         self.fitted_ = True
         score = self._checked_scores(self._decision(data), "the training graph")
         self.decision_score_ = score
+        self.feature_range_ = column_range(data.x)
         val_index = val.nonzero().view(-1)
         val_scores = score[val_index]
         if self._warns_flat_validation and bool((val_scores == val_scores[0]).all()):
@@ -520,7 +526,9 @@ class BaseDetector:
                 "fitted graph's FeatureTransform, whose degree_feature adds one)"
             )
         data = self._prepare(data)
-        warn_far_outside_fitted_range(data.x, getattr(self, "feature_range_", None), self._name)
+        if self._part_of is None:  # (a stacked detector's parts: the whole checks once)
+            warn_far_outside_fitted_range(data.x, getattr(self, "feature_range_", None),
+                                          self._name)
         return data
 
     def _score(self, data: Data) -> Tensor:
@@ -588,6 +596,25 @@ class BaseDetector:
 # ----------------------------------------------------------------------------------------------
 # Input checks shared by every detector
 # ----------------------------------------------------------------------------------------------
+def _changed_versions(payload: dict[str, Any]) -> list[str]:
+    """``"torch 2.12 -> 2.13"`` for each library whose version differs between a saved
+    detector's file and this process: et-graph's in full, torch's, PyG's and NumPy's by their
+    major.minor (scikit-learn warns of its own estimators). Files before the libraries were
+    recorded compare et-graph's only."""
+    from ..config import _running_versions
+
+    def release(version: str) -> str:
+        return ".".join(version.split("+")[0].split(".")[:2])
+
+    running = {"et_graph": __version__, **_running_versions()}
+    saved = {"et_graph": payload.get("et_graph_version"), **(payload.get("versions") or {})}
+    return [f"{name} {saved[name]} -> {running[name]}" for name in
+            ("et_graph", "torch", "torch_geometric", "numpy")
+            if isinstance(saved.get(name), str) and (
+                saved[name] != running[name] if name == "et_graph"
+                else release(saved[name]) != release(running[name]))]
+
+
 def _warn_other_kernels(what: str, recorded: Optional[bool], stacklevel: int) -> None:
     """A ``ReproducibilityWarning`` where the compiled attention kernels were ``recorded`` on
     (or off) for a detector and are not so in this process (``None``: not recorded): they
@@ -606,34 +633,46 @@ def _warn_other_kernels(what: str, recorded: Optional[bool], stacklevel: int) ->
                   ReproducibilityWarning, stacklevel=stacklevel + 1)
 
 
-#: The share of a scored graph's feature values far outside the fitted range (beyond it by more
-#: than the range's own width) above which scoring warns.
+#: A scored column warns when more than this share of the graph's nodes lie far outside its
+#: fitted range (beyond it by more than the range's own width) ...
 FAR_OUTSIDE_SHARE = 0.01
+#: ... and at least this many: one or two outlying nodes are no change of units.
+FAR_OUTSIDE_NODES = 3
+
+
+def column_range(x: Tensor) -> Tensor:
+    """Each column's ``[min, max]`` of ``x`` ``[N, F]`` as ``[2, F]`` float64 on the CPU: what
+    :func:`warn_far_outside_fitted_range` compares a scored graph with."""
+    return torch.stack([x.amin(0), x.amax(0)]).cpu().double()
 
 
 def warn_far_outside_fitted_range(x: Tensor, feature_range: Optional[Tensor],
                                   detector: str) -> None:
-    """A ``DataWarning`` when more than :data:`FAR_OUTSIDE_SHARE` of the values of ``x`` lie
-    beyond the fitted graph's column range by more than its width: features in other units
-    (cents for dollars, x1000) or another transform. A detector scored them without a word,
-    and flagged none of them (a deployment audit). Values inside the widened range pass,
-    so new nodes a little beyond the fitted ones do not warn; a transform forgotten whose raw
-    values fall inside the range cannot be told from data and is not caught."""
-    if feature_range is None or not x.numel():
+    """A ``DataWarning`` naming each feature column in which more than
+    :data:`FAR_OUTSIDE_SHARE` of the nodes of ``x`` (and at least :data:`FAR_OUTSIDE_NODES`)
+    lie beyond the fitted column range by more than its width: features in other units (cents
+    for dollars, x1000) or from another transform. A detector scored them without a word, and
+    flagged none of them (a deployment audit). Counted per column, so that one mis-scaled
+    column of hundreds is named; a column constant in the fitted graph is not checked (a
+    category it never held is no change of units), nor a graph of fewer than
+    :data:`FAR_OUTSIDE_NODES` nodes. A transform forgotten whose raw values fall inside the
+    range cannot be told from data and is not caught."""
+    if feature_range is None or x.size(0) < FAR_OUTSIDE_NODES:
         return
-    low, high = feature_range.to(x.device, torch.float64)
+    low, high = feature_range.to(x.device, x.dtype)  # (compared in x's own dtype: no copy)
     width = high - low
-    xd = x.double()
-    far = (xd < low - width) | (xd > high + width)
-    share = float(far.double().mean())
-    if share > FAR_OUTSIDE_SHARE:
-        columns = far.any(0).nonzero().view(-1).tolist()
-        shown = ", ".join(map(str, columns[:8])) + (", ..." if len(columns) > 8 else "")
+    far = ((x < low - width) | (x > high + width)) & (width > 0)
+    counts = far.sum(0)
+    flagged = ((counts >= FAR_OUTSIDE_NODES)
+               & (counts > FAR_OUTSIDE_SHARE * x.size(0))).nonzero().view(-1).tolist()
+    if flagged:
+        shares = [f"{column}: {int(counts[column]) / x.size(0):.0%}" for column in flagged[:6]]
         warnings.warn(
-            f"{detector}: {share:.1%} of this graph's feature values lie far outside the fitted "
-            f"graph's range (beyond it by more than its width; columns {shown}): are they in "
-            "the fitted graph's units, through the same FeatureTransform? Its scores may mean "
-            "nothing", DataWarning, stacklevel=user_stacklevel())
+            f"{detector}: in {len(flagged)} feature column(s) ({', '.join(shares)}"
+            f"{', ...' if len(flagged) > 6 else ''} of the nodes) this graph's values lie far "
+            "outside the fitted graph's range (beyond it by more than its width): are they in "
+            "the fitted graph's units, through the same FeatureTransform? Scores read from "
+            "them may mean little", DataWarning, stacklevel=user_stacklevel())
 
 
 def warn_unused_edge_data(data: Data, detector: str, reads_edge_type: bool = False) -> None:

@@ -60,7 +60,13 @@ from ..training import (
 )
 from ..training.checkpoint import data_digest, fingerprint_with_data
 from ..training.engine import dataclass_defaults
-from .base import BaseDetector, check_graph, warn_far_outside_fitted_range, warn_unused_edge_data
+from .base import (
+    BaseDetector,
+    check_graph,
+    column_range,
+    warn_far_outside_fitted_range,
+    warn_unused_edge_data,
+)
 from .config import HOPFIELD_KINDS, check_descent_settings
 from .label_trick import edge_keys
 
@@ -423,6 +429,8 @@ class UnsupervisedETDetector(BaseDetector):
             self._train(graph)
         self.fitted_ = True
         self.scores_ = self.score_components(graph)
+        self.feature_range_ = column_range(graph.x)
+        self.fit_dtype_ = next(self.model_.parameters()).dtype  # (the network's, as scored)
         self.decision_score_ = self.scores_[self.config.score.anomaly_score].float()
         contamination = self.config.score.contamination
         self.threshold_ = float(quantile(self.decision_score_.double(), 1.0 - contamination))
@@ -452,7 +460,7 @@ class UnsupervisedETDetector(BaseDetector):
     def _train(self, graph: Data) -> None:
         """Train the network on the label-free ``graph`` (under the seeded generators)."""
         self.in_channels_ = graph.num_features
-        self.feature_range_ = torch.stack([graph.x.amin(0), graph.x.amax(0)]).double().cpu()
+        self.feature_range_ = None  # (set once the fitted graph is scored: not checked there)
         x, edge_index = graph.x.to(self.device), graph.edge_index.to(self.device)
         model = self.build_network(graph.num_features).to(self.device)
         generator = torch.Generator().manual_seed(self.seed)

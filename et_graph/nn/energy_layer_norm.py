@@ -42,12 +42,16 @@ class EnergyLayerNorm(Module):
 
     @property
     def gamma(self) -> Tensor:
+        """The scalar gain ``exp(log_gamma) > 0``: positive for every parameter value, so that
+        the descent's metric stays positive semi-definite (docs/derivation.md)."""
         return self.log_gamma.exp()
 
     def forward(self, x: Tensor) -> Tensor:
         return layer_norm(self._checked(x), self.gamma, self.delta, self.eps)
 
     def lagrangian(self, x: Tensor) -> Tensor:
+        """The Lagrangian ``L(x)`` per token ``[N]`` whose gradient is this LayerNorm:
+        ``dL/dx = forward(x)``, the reason the block's energy decreases along its steps."""
         return layer_norm_lagrangian(self._checked(x), self.gamma, self.delta, self.eps)
 
     def _checked(self, x: Tensor) -> Tensor:

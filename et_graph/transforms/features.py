@@ -70,10 +70,11 @@ def check_node_graph(data: Data, float32_range: bool = True) -> tuple[Tensor, Te
     finite = torch.isfinite(x)
     if not bool(finite.all()):
         # (where, so that a service's log names the record: a deployment audit)
-        bad = (~finite).nonzero()
-        node, column = (int(v) for v in bad[0])
-        raise ValueError(f"data.x contains NaN or inf values ({bad.size(0)} entries, in "
-                         f"{int((~finite).any(1).sum())} nodes; the first at node {node}, "
+        bad = ~finite
+        # (the first by argmax: nonzero() listed every bad entry, a copy of x's size in int64)
+        node, column = divmod(int(bad.reshape(-1).to(torch.uint8).argmax()), x.size(1))
+        raise ValueError(f"data.x contains NaN or inf values ({int(bad.sum())} entries, in "
+                         f"{int(bad.any(1).sum())} nodes; the first at node {node}, "
                          f"column {column})")
     if float32_range:
         check_float32_range(x)
@@ -116,8 +117,7 @@ TRANSFORM_FORMAT = "et_graph.feature_transform/1"
 
 
 #: The precisions a transform is fitted in, by the names its file records.
-FIT_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-              "bfloat16": torch.bfloat16}
+FIT_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class FeatureTransform(BaseTransform):
@@ -157,9 +157,9 @@ class FeatureTransform(BaseTransform):
     transform it are the fitted graph's.
 
     Labels are never read: a graph without ``y`` is transformed the same way; a given ``y``
-    must be binary and becomes ``long``. Features are fitted in their own floating precision
-    (integers as float32), later graphs are read in that one (``fit_dtype_``), and all are
-    returned as float32, refused when beyond its range.
+    must be binary and becomes ``long``. Features are fitted in float64 when they are float64
+    and in float32 otherwise, later graphs are read in that precision (``fit_dtype_``), and all
+    are returned as float32, refused when beyond its range.
 
     The fitted statistics (``mean_`` and ``scale_``, ``quantile_values_`` and
     ``quantile_scores_``, or ``bin_edges_``) are CPU tensors, so the transform pickles, and
@@ -194,8 +194,9 @@ class FeatureTransform(BaseTransform):
         self.quantile_values_: Optional[list[Tensor]] = None
         self.quantile_scores_: Optional[list[Tensor]] = None
         self.bin_edges_: Optional[list[Tensor]] = None
-        #: The precision the fitted graph's columns were read in (float32 or float64): later
-        #: graphs are read in it (``None`` until fitted, and in files saved before it).
+        #: The precision the fitted graph's columns were read in (float64 for float64
+        #: features, else float32): later graphs are read in it (``None`` until fitted, and in
+        #: files saved before it).
         self.fit_dtype_: Optional[torch.dtype] = None
 
     def fit(self, data: Data) -> FeatureTransform:
@@ -285,13 +286,15 @@ class FeatureTransform(BaseTransform):
         float32 gave other degree and quantile columns in their last bits, which moved a tree
         detector's scores by up to 0.2 (a deployment audit)."""
         dtype = None if fitting else getattr(self, "fit_dtype_", None)
-        if dtype is None:
-            dtype = data.x.dtype if data.x.is_floating_point() else torch.float32
-        if data.x.is_floating_point() and torch.finfo(dtype).max < torch.finfo(data.x.dtype).max:
-            # (cast, a value beyond the fitted precision became inf)
-            check_feature_limit(data.x, torch.finfo(dtype).max, "data.x",
-                                f"beyond {str(dtype).removeprefix('torch.')}'s range, the "
-                                "precision this transform was fitted in")
+        if dtype is None:  # float64 stays float64; anything else is read as float32
+            dtype = torch.float64 if data.x.dtype == torch.float64 else torch.float32
+        if data.x.dtype == torch.float64 and dtype != torch.float64:
+            largest = float(data.x.abs().max()) if data.x.numel() else 0.0
+            if largest > FLOAT32_LIMIT:  # (cast, it became inf)
+                raise ValueError(
+                    f"data.x reaches {largest:.3g}, beyond float32's range, in which this "
+                    "FeatureTransform was fitted (on float32 features): fit it on the float64 "
+                    "features to read such values")
         x = data.x.to(dtype)
         if self.degree_feature:  # the neighbourhood statistics' degree (self-loops not counted)
             degree = neighbourhood_statistics(x, data.edge_index, ("degree",))

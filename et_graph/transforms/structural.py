@@ -117,16 +117,17 @@ class IncidentEdgeSum(BaseTransform):
         if edge_attr.dim() == 1:
             edge_attr = edge_attr.unsqueeze(-1)
         _checked_structure(data, "IncidentEdgeSum")
-        if not edge_attr.is_floating_point() and edge_attr.dtype != torch.bool \
-                and edge_attr.numel() and int(edge_attr.max()) > 1:
-            # (any column: OGB's bond ids [E, 3] were summed as numbers, a graph-level audit;
-            # integer 0/1 columns are a one-hot code, whose sums count)
-            raise ValueError("IncidentEdgeSum sums edge features, and edge_attr holds integer "
-                             f"category ids ({edge_attr.size(1)} column(s), values up to "
-                             f"{int(edge_attr.max())}), whose sums mean nothing: one-hot "
-                             "encode them first (torch.nn.functional.one_hot), or give the ids "
-                             "to ETGraphModel(edge_categories=..., incident_edges=True), which "
-                             "sums their embeddings")
+        if not edge_attr.is_floating_point() and edge_attr.dtype != torch.bool:
+            # Integers are category ids (OGB's bond ids [E, 3] were summed as numbers: a
+            # graph-level audit) or a code whose sums count; a graph cannot tell which (a
+            # molecule whose ids are all 0 or 1 passed where the next one was refused), so
+            # the caller says: floats are summed, ids are embedded.
+            raise ValueError("IncidentEdgeSum sums edge features, and edge_attr holds integers "
+                             f"({edge_attr.size(1)} column(s)): category ids, whose sums mean "
+                             "nothing, go to ETGraphModel(edge_categories=..., "
+                             "incident_edges=True), which sums their embeddings (or one-hot "
+                             "encode them: torch.nn.functional.one_hot); a one-hot code or "
+                             "counts are summed as edge_attr.float()")
         if edge_attr.size(0) != data.edge_index.size(1):
             raise ValueError(f"edge_attr has {edge_attr.size(0)} rows for "
                              f"{data.edge_index.size(1)} edges")

@@ -12,6 +12,7 @@ import contextvars
 import functools
 import json
 import logging
+import re
 import sys
 import time
 import warnings
@@ -487,13 +488,14 @@ def shown_storage(storage: Optional[str]) -> str:
     did not say where its study is)."""
     if storage is None:
         return "in memory"
-    prefix = "sqlite:///"
-    if storage.startswith(prefix):  # (no password to mask; SQLAlchemy's rendering wrote a
-        # path's ":" as %3A)
-        path, query, rest = storage[len(prefix):].partition("?")
+    sqlite = re.match(r"sqlite(\+\w+)?:///", storage)
+    if sqlite:  # (no password to mask; SQLAlchemy's rendering wrote a path's ":" as %3A)
+        prefix = sqlite.group(0)
+        path, separator, options = storage[len(prefix):].partition("?")
+        # (a "~" is left as given: SQLAlchemy does not expand it, and the tuner refuses it)
         if path and not path.startswith(("file:", ":memory:", "~")) \
                 and not Path(path).is_absolute():
-            return f"{prefix}{Path.cwd() / path}{query}{rest}"
+            return f"{prefix}{Path.cwd() / path}{separator}{options}"
         return storage
     try:
         from sqlalchemy.engine import make_url

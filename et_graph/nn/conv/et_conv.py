@@ -610,14 +610,17 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
     ) -> Tensor:
         r"""Each edge's attention coefficient at state ``x``, ``[E, heads]``:
-        :math:`c_{e,h} = w_{e,h}\,\operatorname{softmax}_{B \in N(C)}(\beta\,
-        \mathbf{k}_{hB}^\top \mathbf{q}_{hC})` for edge ``e = B -> C`` (``w = 1`` without
-        ``edge_weight``), in the order of ``edge_index``'s columns (of a sparse adjacency's
-        coalesced entries), a self-loop's 0. It is the coefficient the first descent step from
+        :math:`c_{e,h} = w_{e,h}\,\operatorname{softmax}_{B \in N(C)}(\beta_h w_{e,h}\,
+        \mathbf{k}_{hB}^\top \mathbf{q}_{hC})` for edge ``e = B -> C`` (the weight scales the
+        logit and the coefficient, as in the energy; ``w = 1`` without ``edge_weight``), in
+        the order of ``edge_index``'s columns (of a sparse adjacency's coalesced entries), a
+        self-loop's 0. It is the coefficient the first descent step from
         ``x`` gives its messages (``alpha`` to a message hook): pass the layer's input for the
         attention it starts from, its output for where the descent ended. The per-edge scores
         of PyG's ``return_attention_weights``, which ``forward`` does not take; computed
-        without the messages, so no hook runs and the fused path stays on."""
+        without the messages, so no hook runs and the fused path stays on. They are the
+        built-in dot-product attention's (an energy subclass with another attention has its
+        own), and differentiable: wrap the call in ``torch.no_grad()`` to only read them."""
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
         edges = fn.edges(x_in, edge_index, edge_weight)

@@ -404,6 +404,9 @@ class ETEnergy(Module):
                     f"dense edge_weight must have shape [B, heads, M, M]="
                     f"{[batch, self.heads, tokens, tokens]}, got {list(edge_weight.shape)}"
                 )
+            if edge_weight.dtype == torch.bool:  # (as on the sparse path: a mask is no weight)
+                raise ValueError("dense edge_weight is a boolean mask, but a weight scales a "
+                                 "pair's attention logit (0 keeps the pair): pass it as mask")
             edge_weight = finite_weight_in(edge_weight, x.dtype)
         return mask, edge_weight
 
