@@ -331,8 +331,8 @@ def energy_is_monotone(energies: Tensor, tolerance: float = ENERGY_TOLERANCE) ->
     step: the check that a new energy term, with its closed form, still descends (use a small
     ``alpha``; ``tolerance=0`` in float64). The default slack is loose on purpose: it covers
     float32 rounding many times over, and ``|E|`` includes the attention term's
-    ``log(in-degree) / beta`` offsets, which do not move the tokens, so a real rise can hide
-    under it (docs/derivation.md's counterexample passes it and fails ``tolerance=0``)."""
+    ``log(in-degree) / beta`` offsets, which do not move the tokens, so a small real rise can
+    hide under it."""
     rise = energies[..., 1:] - energies[..., :-1]
     slack = tolerance * energies[..., :-1].abs().clamp_min(1.0)
     return bool((rise <= slack).all())

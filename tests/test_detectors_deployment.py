@@ -4,6 +4,7 @@ Fitted once offline, saved, loaded elsewhere and fed each day's graph: the graph
 edges, arrives with int32 or int16 ids, in another feature dtype, or in a process whose default
 dtype was changed; a save may fail half-way. Each test here failed before its fix.
 """
+import re
 import warnings
 
 import pytest
@@ -252,9 +253,13 @@ def test_features_far_outside_the_fitted_range_are_named_when_scored(graph, make
         warnings.simplefilter("error", DataWarning)
         det.decision_function(graph)
         det.decision_function(part)  # a part of the fitted graph, in its range
-    with pytest.warns(DataWarning, match=r"in \d+ feature column\(s\) \(0: 100%, 1: 100%.*far "
-                                         r"outside the fitted graph's range"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         det.decision_function(Data(x=graph.x * 1000, edge_index=graph.edge_index))
+    told = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
+    assert len(told) == 1, told  # (the unsupervised detector said it twice: a review)
+    assert re.search(r"in \d+ feature column\(s\) \(0: 100%, 1: 100%.*far outside the "
+                     r"fitted graph's range", told[0])
 
 
 def test_the_drift_check_names_one_scaled_column_and_spares_legitimate_graphs(graph):
@@ -334,8 +339,12 @@ def test_a_loaded_detector_says_what_saved_it_and_other_versions_are_named(graph
          "class MyGBT(GBTDetector):\n    pass\n", module.__dict__)
     monkeypatch.setitem(sys.modules, "my_fraud_models", module)
     module.MyGBT(max_iter=5).fit(graph).save(tmp_path / "mine.pt")
-    monkeypatch.delitem(sys.modules, "my_fraud_models")
-    with pytest.raises(ValueError, match="holds a class that cannot be found here"):
+    del module.MyGBT  # the class renamed away, its module still there (an AttributeError)
+    with pytest.raises(ValueError, match="holds a class that cannot be found here "
+                                         r"\(my_fraud_models\.MyGBT: AttributeError"):
+        BaseDetector.load(tmp_path / "mine.pt")
+    monkeypatch.delitem(sys.modules, "my_fraud_models")  # the module gone too
+    with pytest.raises(ValueError, match=r"cannot be found here .*ModuleNotFoundError"):
         BaseDetector.load(tmp_path / "mine.pt")
 
 
@@ -351,3 +360,29 @@ def test_a_bad_scored_graph_is_named_where_it_is_bad(graph):
         det.decision_function(Data(x=x, edge_index=graph.edge_index))
     with pytest.raises(ValueError, match="meta device"):
         det.decision_function(Data(x=graph.x.to("meta"), edge_index=graph.edge_index))
+
+
+def test_the_range_check_reads_any_dtype_and_a_failed_fit_leaves_no_half_state(graph,
+                                                                             monkeypatch):
+    """(a second review) uint8 features wrapped the bounds, float16 ones overflowed them to
+    NaN (the column skipped); a fit whose last scoring of the fitted graph failed left
+    fitted_ = True beside no threshold."""
+    from et_graph.detectors.base import column_range, warn_far_outside_fitted_range
+    from et_graph.exceptions import DataWarning
+
+    fitted = torch.tensor([[0.0, 200.0], [10.0, 250.0], [5.0, 220.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        warn_far_outside_fitted_range(fitted.to(torch.uint8), column_range(fitted), "d")
+    with pytest.warns(DataWarning, match=r"\(1: 100%"):
+        warn_far_outside_fitted_range((fitted * torch.tensor([1.0, 300.0])).half(),
+                                      column_range(fitted), "d")
+    det = GBTDetector(max_iter=5)
+
+    def broken(data):
+        raise MemoryError("scoring the fitted graph")
+
+    monkeypatch.setattr(det, "_decision", broken)
+    with pytest.raises(MemoryError):
+        det.fit(graph)
+    assert not det.fitted_

@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import os
 import pickle
+import types
 import warnings
 import zipfile
 from collections.abc import Iterator
@@ -325,7 +326,8 @@ class BaseDetector:
             device = torch.device("cpu")
         loading = _LOADING.set(True)  # (load says a kernel mismatch once, from the file)
         try:
-            payload = torch.load(path, map_location=device, weights_only=False)
+            payload = torch.load(path, map_location=device, weights_only=False,
+                                 pickle_module=_CLASS_FINDING_PICKLE)
         except (pickle.UnpicklingError, RuntimeError, EOFError, OSError,
                 zipfile.BadZipFile) as error:
             # Not a file torch can read back (another format, or a truncated save: torch's
@@ -333,15 +335,11 @@ class BaseDetector:
             raise ValueError(f"{path} is not a detector written by et-graph's save(), or it "
                              f"is truncated ({type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''})") from error
-        except (AttributeError, ModuleNotFoundError) as error:
+        except _ClassNotFound as error:
             # (a deployment audit) a class the file names that this process lacks: a raw
-            # "Can't get attribute 'MyGBT' on <module '__main__'>"; other AttributeErrors
-            # (a bug in a __setstate__) are not this
-            if isinstance(error, AttributeError) and "Can't get attribute" not in str(error):
-                raise
+            # "Can't get attribute 'MyGBT' on <module '__main__'>"
             raise ValueError(
-                f"{path} holds a class that cannot be found here ({type(error).__name__}: "
-                f"{str(error).splitlines()[0] if str(error) else ''}): a detector of your own "
+                f"{path} holds a class that cannot be found here ({error}): a detector of your own "
                 "(a plugin) must be importable under the same module and name where it is "
                 "loaded as where it was saved (not defined in a script's __main__); a class "
                 "of et-graph's, scikit-learn's or torch's may have moved between the versions "
@@ -435,7 +433,11 @@ class BaseDetector:
             self._fit(data, y, train, val)
         self.fit_dtype_ = data.x.dtype
         self.fitted_ = True
-        score = self._checked_scores(self._decision(data), "the training graph")
+        try:
+            score = self._checked_scores(self._decision(data), "the training graph")
+        except BaseException:  # (unfitted, as a fit that fails before it: no half state)
+            self.fitted_ = False
+            raise
         self.decision_score_ = score
         self.feature_range_ = column_range(data.x)
         val_index = val.nonzero().view(-1)
@@ -596,6 +598,29 @@ class BaseDetector:
 # ----------------------------------------------------------------------------------------------
 # Input checks shared by every detector
 # ----------------------------------------------------------------------------------------------
+class _ClassNotFound(Exception):
+    """A class (or function) a pickle names that this process cannot import."""
+
+
+class _ClassFindingUnpickler(pickle.Unpickler):
+    """The unpickler that says a missing class as :class:`_ClassNotFound`: Python's own error
+    for it is an ``AttributeError`` or ``ModuleNotFoundError`` whose text differs between
+    versions, and a bug inside a class's ``__setstate__`` raises the same types."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except (AttributeError, ModuleNotFoundError) as error:
+            raise _ClassNotFound(f"{module}.{name}: {type(error).__name__}: {error}") from error
+
+
+#: ``pickle`` with :class:`_ClassFindingUnpickler`, as ``torch.load``'s ``pickle_module``.
+_CLASS_FINDING_PICKLE = types.ModuleType("et_graph_class_finding_pickle")
+_CLASS_FINDING_PICKLE.__dict__.update(
+    {name: getattr(pickle, name) for name in ("load", "loads", "UnpicklingError")},
+    Unpickler=_ClassFindingUnpickler)
+
+
 def _changed_versions(payload: dict[str, Any]) -> list[str]:
     """``"torch 2.12 -> 2.13"`` for each library whose version differs between a saved
     detector's file and this process: et-graph's in full, torch's, PyG's and NumPy's by their
@@ -659,6 +684,8 @@ def warn_far_outside_fitted_range(x: Tensor, feature_range: Optional[Tensor],
     range cannot be told from data and is not caught."""
     if feature_range is None or x.size(0) < FAR_OUTSIDE_NODES:
         return
+    if x.dtype not in (torch.float32, torch.float64):  # (uint8 bounds wrapped, float16's
+        x = x.float()                                   # overflowed to inf - inf = NaN)
     low, high = feature_range.to(x.device, x.dtype)  # (compared in x's own dtype: no copy)
     width = high - low
     far = ((x < low - width) | (x > high + width)) & (width > 0)

@@ -486,6 +486,12 @@ class UnsupervisedETDetector(BaseDetector):
         are drawn over the node ids, so renumbering the nodes, or adding or removing any node,
         draws other masks for every node and moves the scores (as another seed would; more
         ``score_rounds`` average the masks out)."""
+        return self._score_components(data, check_range=True)
+
+    def _score_components(self, data: Data, check_range: bool) -> dict[str, Tensor]:
+        """:meth:`score_components`; ``check_range=False`` where the caller's
+        ``_scorable`` has compared the features with the fitted range already (a review saw
+        ``decision_function`` warn twice)."""
         if not self.fitted_:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(data) first")
         graph = label_free_graph(data)
@@ -493,8 +499,9 @@ class UnsupervisedETDetector(BaseDetector):
             raise ValueError(
                 f"data.x has {graph.num_features} features but the detector was fitted on "
                 f"{self.in_channels_}; score graphs with the same feature columns")
-        warn_far_outside_fitted_range(graph.x, getattr(self, "feature_range_", None),
-                                      type(self).__name__)
+        if check_range:
+            warn_far_outside_fitted_range(graph.x, getattr(self, "feature_range_", None),
+                                          type(self).__name__)
         if self.config.score.anomaly_score == "combined" and not self._is_fitted_graph(graph):
             warnings.warn(
                 f"{type(self).__name__}: the combined score ranks (or robust-z-scores) the two "
@@ -524,7 +531,7 @@ class UnsupervisedETDetector(BaseDetector):
         return self.score_components(data)
 
     def _score(self, data: Data) -> Tensor:
-        return self.score_components(data)[self.config.score.anomaly_score]
+        return self._score_components(data, check_range=False)[self.config.score.anomaly_score]
 
     def _probability(self, score: Tensor) -> Tensor:
         """``predict``'s ``prob``: the share of the fitted graph's scores below each score (a
