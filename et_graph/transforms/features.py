@@ -280,11 +280,11 @@ class FeatureTransform(BaseTransform):
 
     # ------------------------------------------------------------------------------------------
     def _columns(self, data: Data, fitting: bool = False) -> Tensor:
-        """The columns to transform of a validated graph: its features as floats (in their own
-        precision when ``fitting``: float64 stays float64; else in the fitted one's), with the
-        degree column where asked. The same features as float64 through a transform fitted on
-        float32 gave other degree and quantile columns in their last bits, which moved a tree
-        detector's scores by up to 0.2 (a deployment audit)."""
+        """The columns to transform of a validated graph: its features as floats (when
+        ``fitting``, float64 stays float64 and any other dtype becomes float32; later graphs in
+        the fitted precision), with the degree column where asked. The same features as float64
+        through a transform fitted on float32 gave other degree and quantile columns in their
+        last bits, which moved a tree detector's scores (a deployment audit)."""
         dtype = None if fitting else getattr(self, "fit_dtype_", None)
         if dtype is None:  # float64 stays float64; anything else is read as float32
             dtype = torch.float64 if data.x.dtype == torch.float64 else torch.float32
