@@ -315,6 +315,18 @@ def test_recall_at_k_counts_exactly_k_nodes():
     assert recall_at_k(y, score, k=3) == 1.0
 
 
+def test_recall_at_k_does_not_read_the_node_order_of_ties():
+    """(an unsupervised audit) a stable sort took tied nodes in id order: a constant score
+    recalled every anomaly numbered first (1.0) and none numbered last (0.0)."""
+    first, last = np.array([1, 1, 0, 0, 0, 0, 0, 0, 0, 0]), np.array([0] * 8 + [1, 1])
+    constant = np.zeros(10)
+    assert recall_at_k(first, constant) == recall_at_k(last, constant) == 0.2  # K/N
+    # a tie across the K-th place: one anomaly above it, one place shared by three nodes
+    y, score = np.array([1, 0, 1, 0, 0]), np.array([0.9, 0.5, 0.5, 0.5, 0.1])
+    assert recall_at_k(y, score) == (1 + 1 / 3) / 2
+    assert recall_at_k(y, np.array([0.9, 0.1, 0.8, 0.5, 0.2])) == 1.0  # no ties: as before
+
+
 def test_scores_to_unit_is_the_validation_ecdf():
     from et_graph.protocols.anomaly import scores_to_unit
 

@@ -330,13 +330,21 @@ def choose_threshold(
 
 
 def recall_at_k(y_true: np.ndarray, score: np.ndarray, k: Optional[int] = None) -> float:
-    """Share of the true anomalies among the ``k`` highest scores (``k`` = #anomalies)."""
+    """Share of the true anomalies among the ``k`` highest scores (``k`` = #anomalies).
+
+    Scores tied across the ``k``-th place share its free places: the tied block counts
+    ``free * (its anomalies / its size)``, the expected recall over every order of the ties.
+    (A stable sort took tied nodes in node-id order, so a constant score recalled every
+    anomaly numbered first and none numbered last: an unsupervised audit.)"""
     y_true = np.asarray(y_true)
-    k = int(y_true.sum()) if k is None else k
-    if k == 0:
+    score = np.asarray(score, dtype=np.float64)
+    k = int(y_true.sum()) if k is None else min(int(k), score.size)
+    if k == 0 or not y_true.sum():
         return float("nan")
-    top = np.argsort(-np.asarray(score), kind="stable")[:k]
-    return float(y_true[top].sum() / y_true.sum())
+    kth = np.sort(score)[::-1][k - 1]
+    above, tied = score > kth, score == kth
+    hits = y_true[above].sum() + (k - above.sum()) * y_true[tied].sum() / tied.sum()
+    return float(hits / y_true.sum())
 
 
 def evaluate(y_true: np.ndarray, prob: np.ndarray, threshold: float) -> dict[str, float]:
