@@ -143,7 +143,8 @@ def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies:
         f"{m.mask_ratio}, {counted(m.steps, 'descent step')}, up to {counted(t.epochs, 'epoch')}, "
         f"checkpoint = lowest "
         f"masked reconstruction error on a random {t.val_fraction:.0%} of the nodes (never "
-        f"training targets, no labels); scores averaged over {s.score_rounds} rounds that mask "
+        f"training targets, no labels); scores averaged over "
+        f"{counted(s.score_rounds, 'round')} that mask "
         "every node once: et_reconstruction = completion error while masked, et_energy = node "
         "energy at the final tokens while open (high = anomalous)"
         + (f"; edge decoder with loss weight {m.structure_weight}: et_structure = "
@@ -155,7 +156,8 @@ def describe_protocol(config: UnsupervisedAnomalyConfig, graph: Data, anomalies:
     return (
         f"unsupervised (BOND/PyGOD): every detector fitted on x and edge_index only, labels "
         f"sealed until every score existed; {where} "
-        f"({anomalies} anomalies, K = {anomalies}); features: {config.data.feature_norm}; "
+        f"({anomalies} {'anomaly' if anomalies == 1 else 'anomalies'}, K = {anomalies}); "
+        f"features: {config.data.feature_norm}; "
         f"{counted(config.protocol.seeds, 'seed')}." + et
         + (f"{';' if et else ''} baselines: {baselines}" if baselines else "")
     )
