@@ -930,3 +930,19 @@ def test_self_loops_reach_no_score_of_the_edge_decoder():
         again = UnsupervisedETDetector(epochs=2, hidden=8, structure_weight=1.0,
                                        score_rounds=1).fit(looped)
     assert torch.equal(again.decision_function(graph), det.decision_function(graph))
+
+
+def test_one_class_labels_are_refused_before_any_detector_is_fitted():
+    """(an unsupervised audit) a file whose labels were all 0 trained every detector first and
+    failed only when the metrics were computed, writing nothing."""
+    from et_graph.datasets.synthetic import planted_anomaly_graph
+
+    graph = planted_anomaly_graph(60, seed=1)
+    normal = Data(x=graph.x, edge_index=graph.edge_index, y=torch.zeros(60, dtype=torch.long))
+    config = quick_config()
+    with pytest.raises(ValueError, match=r"both normal and anomalous .*the 60 nodes hold 0"):
+        load_graph(config.data, normal)
+    masked = Data(x=graph.x, edge_index=graph.edge_index, y=graph.y,
+                  label_mask=graph.y == 0)  # the labelled nodes: normal ones only
+    with pytest.raises(ValueError, match=r"the \d+ labelled nodes hold 0 anomalies"):
+        load_graph(config.data, masked)

@@ -294,6 +294,16 @@ def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
         if label_mask.shape != (data.num_nodes,) or not bool(label_mask.any()):
             raise ValueError(f"data.label_mask must be a bool vector [{data.num_nodes}] "
                              "marking at least one labelled node")
+    # Both classes among the evaluated nodes, checked now: found after every fit, a one-class
+    # file cost every detector's training (an audit). It says nothing of any score.
+    evaluated = y.long().cpu() if label_mask is None else y.long().cpu()[label_mask.cpu()]
+    if not 0 < int(evaluated.sum()) < evaluated.numel():
+        raise ValueError("the labels need both normal and anomalous nodes to evaluate "
+                         f"(the {evaluated.numel()} "
+                         f"{'labelled nodes' if label_mask is not None else 'nodes'} hold "
+                         f"{int(evaluated.sum())} anomalies); "
+                         "to score a graph without evaluating, use "
+                         "et_graph.detectors.UnsupervisedETDetector")
     graph = label_free_graph(data)
     graph.x = normalise_features(graph.x, config.feature_norm)
     graph.name = name
