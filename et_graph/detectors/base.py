@@ -470,8 +470,8 @@ class BaseDetector:
         did) and reads any other as float32: float16 was read in half precision by the trees
         (scores off by 0.05) and bfloat16 failed in NumPy; int16 or uint8 ids failed in
         indexing. A fitted detector reads every graph in the dtype it was fitted in
-        (``fit_dtype_``): the same features as float64 moved a float32-fitted tree's scores by
-        up to 0.17, across its bin edges (a deployment audit)."""
+        (``fit_dtype_``): the same features as float64 moved a float32-fitted tree's scores
+        across its bin edges (a deployment audit)."""
         if dtype is None and self.fitted_:
             dtype = getattr(self, "fit_dtype_", None)  # (None in files saved before it)
         if dtype is None:

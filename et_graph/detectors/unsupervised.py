@@ -436,7 +436,6 @@ class UnsupervisedETDetector(BaseDetector):
         self.fitted_ = True
         self.scores_ = self.score_components(graph)
         self.feature_range_ = column_range(graph.x)
-        self.fit_dtype_ = next(self.model_.parameters()).dtype  # (the network's, as scored)
         self.decision_score_ = self.scores_[self.config.score.anomaly_score].float()
         contamination = self.config.score.contamination
         self.threshold_ = float(quantile(self.decision_score_.double(), 1.0 - contamination))

@@ -297,13 +297,11 @@ def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
     # Both classes among the evaluated nodes, checked now: found after every fit, a one-class
     # file cost every detector's training (an audit). It says nothing of any score.
     evaluated = y.long().cpu() if label_mask is None else y.long().cpu()[label_mask.cpu()]
-    if not 0 < int(evaluated.sum()) < evaluated.numel():
-        raise ValueError("the labels need both normal and anomalous nodes to evaluate "
-                         f"(the {evaluated.numel()} "
-                         f"{'labelled nodes' if label_mask is not None else 'nodes'} hold "
-                         f"{int(evaluated.sum())} anomalies); "
-                         "to score a graph without evaluating, use "
-                         "et_graph.detectors.UnsupervisedETDetector")
+    check_both_classes(int(evaluated.sum()), evaluated.numel(),
+                       f"the {evaluated.numel()} "
+                       f"{'labelled nodes' if label_mask is not None else 'nodes'} hold "
+                       f"{int(evaluated.sum())} anomalies; to score a graph without "
+                       "evaluating, use et_graph.detectors.UnsupervisedETDetector")
     graph = label_free_graph(data)
     graph.x = normalise_features(graph.x, config.feature_norm)
     graph.name = name
@@ -380,10 +378,17 @@ def compute_scores(graph: Data, config: UnsupervisedAnomalyConfig
 # ----------------------------------------------------------------------------------------------
 # Phase 3: labels opened, metrics over all nodes
 # ----------------------------------------------------------------------------------------------
+def check_both_classes(anomalies: int, nodes: int, detail: str = "") -> None:
+    """``ValueError`` unless the evaluated ``nodes`` hold both classes (``anomalies`` of them
+    anomalous): checked when the labels are sealed, and again where the metrics read them."""
+    if not 0 < anomalies < nodes:
+        raise ValueError("the labels need both normal and anomalous nodes to evaluate"
+                         + (f" ({detail})" if detail else ""))
+
+
 def evaluate_all_nodes(y: np.ndarray, score: np.ndarray) -> dict[str, float]:
     """AUROC, AUPRC (average precision) and Rec@K (K = number of anomalies) over all nodes."""
-    if not 0 < int(y.sum()) < y.size:
-        raise ValueError("the labels need both normal and anomalous nodes to evaluate")
+    check_both_classes(int(y.sum()), y.size)
     return {"auroc": float(roc_auc_score(y, score)),
             "auprc": float(average_precision_score(y, score)),
             "rec_at_k": recall_at_k(y, score)}

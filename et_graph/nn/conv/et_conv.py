@@ -625,12 +625,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         x_in = fn.check_tokens(x)
         edges = fn.edges(x_in, edge_index, edge_weight)
         k, q = fn.keys_queries(fn.norm(x_in))
-        alpha = E.edge_coefficients(k, q, edges.src, edges.dst, self.beta, edges.weight,
-                                    k.size(0))
-        if edges.kept is not None:  # self-loops: no neighbour to attend, coefficient 0
-            alpha = alpha.new_zeros(edges.kept.numel(), alpha.size(1)).masked_scatter(
-                edges.kept.unsqueeze(-1), alpha)
-        return alpha.to(x.dtype)
+        return self._callers_edge_coefficients(k, q, edges).to(x.dtype)
 
     @in_parameter_precision
     def energy_grad(
@@ -666,13 +661,19 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         an explainer's edge mask (and ``AttentionExplainer``'s coefficients) line up with
         ``edge_index``.
         """
+        return self._propagate_coefficients(k, q, self._callers_edge_coefficients(k, q, edges),
+                                            edges.edge_index)
+
+    def _callers_edge_coefficients(self, k: Tensor, q: Tensor, edges: EdgeSet) -> Tensor:
+        """Each edge's attention coefficient ``[E, H]`` in the order of the caller's
+        ``edge_index``, a self-loop's 0 (no neighbour to attend): what the messages carry and
+        :meth:`attention_coefficients` returns."""
         alpha = E.edge_coefficients(k, q, edges.src, edges.dst, self.beta, edges.weight,
                                     k.size(0))
-        if edges.kept is not None:
-            alpha = alpha.new_zeros(edges.kept.numel(), alpha.size(1)).masked_scatter(
-                edges.kept.unsqueeze(-1), alpha
-            )
-        return self._propagate_coefficients(k, q, alpha, edges.edge_index)
+        if edges.kept is None:
+            return alpha
+        return alpha.new_zeros(edges.kept.numel(), alpha.size(1)).masked_scatter(
+            edges.kept.unsqueeze(-1), alpha)
 
     # ----------------------------------------------------------------------------------------
     # Dynamics
