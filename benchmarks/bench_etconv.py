@@ -10,6 +10,10 @@ parameters and to ``x``. The models are
 * ``gat``:             ``GATConv(64, 16, heads=4)`` (concat -> 64)
 * ``etconv_compiled``: ``torch.compile(etconv)``
 
+With ``--edge-dim F`` every model takes edge features ``edge_attr [E, F]`` (standard normal):
+``ETConv(..., edge_dim=F)`` (its edges then take the reference closed form: the fused kernel
+has no key offsets), ``TransformerConv(..., edge_dim=F)`` and ``GATConv(..., edge_dim=F)``.
+
 Timing: ``time.perf_counter`` around one step; ``--warmup`` untimed rounds, then ``--repeats``
 rounds in which the models take turns (round robin, so that a busy machine slows all of them
 alike), and the median per model.
@@ -65,36 +69,42 @@ def parse_sizes(text: str) -> list[tuple[int, int]]:
     return sizes
 
 
-def make_model(name: str) -> torch.nn.Module:
+def make_model(name: str, edge_dim: Optional[int] = None) -> torch.nn.Module:
     from torch_geometric.nn import GATConv, TransformerConv
 
     from et_graph.nn import ETConv
 
     torch.manual_seed(0)
     if name == "etconv":
-        return ETConv(CHANNELS, heads=HEADS, head_dim=HEAD_DIM, steps=STEPS)
+        return ETConv(CHANNELS, heads=HEADS, head_dim=HEAD_DIM, steps=STEPS, edge_dim=edge_dim)
     if name == "etconv_autograd":
-        return ETConv(CHANNELS, heads=HEADS, head_dim=HEAD_DIM, steps=STEPS, grad="autograd")
+        return ETConv(CHANNELS, heads=HEADS, head_dim=HEAD_DIM, steps=STEPS, grad="autograd",
+                      edge_dim=edge_dim)
     if name == "transformer":
-        return TransformerConv(CHANNELS, HEAD_DIM, heads=HEADS)
+        return TransformerConv(CHANNELS, HEAD_DIM, heads=HEADS, edge_dim=edge_dim)
     if name == "gat":
-        return GATConv(CHANNELS, HEAD_DIM, heads=HEADS)
+        return GATConv(CHANNELS, HEAD_DIM, heads=HEADS, edge_dim=edge_dim)
     raise ValueError(f"unknown model {name!r}")
 
 
-def make_inputs(num_nodes: int, num_edges: int, seed: int = 0, device: str = "cpu"
-                ) -> tuple[torch.Tensor, ...]:
+def make_inputs(num_nodes: int, num_edges: int, seed: int = 0, device: str = "cpu",
+                edge_dim: Optional[int] = None) -> tuple[Optional[torch.Tensor], ...]:
     """Uniformly random directed graph (self-loops and duplicates allowed, as they come), drawn
-    on the CPU (the same graph on every device) and moved to ``device``."""
+    on the CPU (the same graph on every device) and moved to ``device``: ``(x, edge_index,
+    projection, edge_attr)``, the last ``None`` without ``edge_dim``."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(num_nodes, CHANNELS, generator=gen).to(device).requires_grad_(True)
     edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen).to(device)
     projection = torch.randn(num_nodes, CHANNELS, generator=gen).to(device)
-    return x, edge_index, projection
+    edge_attr = (None if edge_dim is None
+                 else torch.randn(num_edges, edge_dim, generator=gen).to(device))
+    return x, edge_index, projection, edge_attr
 
 
-def train_step(model: Callable, x: torch.Tensor, edge_index: torch.Tensor, proj: torch.Tensor):
-    out = model(x, edge_index)
+def train_step(model: Callable, x: torch.Tensor, edge_index: torch.Tensor, proj: torch.Tensor,
+               edge_attr: Optional[torch.Tensor] = None):
+    out = (model(x, edge_index) if edge_attr is None
+           else model(x, edge_index, edge_attr=edge_attr))
     (out * proj).sum().backward()
 
 
@@ -118,7 +128,7 @@ def time_models(
     cuda = torch.device(device).type == "cuda"
     from tqdm import tqdm
 
-    x, edge_index, proj = inputs
+    x = inputs[0]
     times: dict[str, list[float]] = {name: [] for name in models}
     rounds = warmup + repeats
     with tqdm(total=rounds * len(models), desc="timing", leave=False, file=sys.stderr) as bar:
@@ -133,13 +143,13 @@ def time_models(
                     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
                         enable_timing=True)
                     begin.record()
-                    train_step(model, x, edge_index, proj)
+                    train_step(model, *inputs)
                     end.record()
                     torch.cuda.synchronize()
                     elapsed = begin.elapsed_time(end) / 1e3
                 else:
                     start = time.perf_counter()
-                    train_step(model, x, edge_index, proj)
+                    train_step(model, *inputs)
                     elapsed = time.perf_counter() - start
                 if round_index >= warmup:
                     times[name].append(elapsed)
@@ -162,48 +172,53 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} not found in /proc/self/status")
 
 
-def memory_child(name: str, num_nodes: int, num_edges: int) -> dict[str, Any]:
+def memory_child(name: str, num_nodes: int, num_edges: int, edge_dim: Optional[int] = None
+                 ) -> dict[str, Any]:
     """Runs inside the subprocess: extra resident memory of one step, in bytes."""
     import gc
 
-    model = make_model(name)
-    x, edge_index, proj = make_inputs(num_nodes, num_edges)
-    train_step(model, x, edge_index, proj)  # warm-up: lazy initialisation, libraries
+    model = make_model(name, edge_dim)
+    inputs = make_inputs(num_nodes, num_edges, edge_dim=edge_dim)
+    x = inputs[0]
+    train_step(model, *inputs)  # warm-up: lazy initialisation, libraries
     clear_grads([model], x)
     gc.collect()
     before = _status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w", encoding="utf-8") as refs:
         refs.write("5")  # reset the high-water mark VmHWM to the current RSS
-    train_step(model, x, edge_index, proj)
+    train_step(model, *inputs)
     peak = _status_kib("VmHWM")
     return {"peak_delta_bytes": (peak - before) * 1024, "rss_before_bytes": before * 1024}
 
 
-def measure_cuda_memory(name: str, num_nodes: int, num_edges: int, device: str
-                        ) -> dict[str, Any]:
+def measure_cuda_memory(name: str, num_nodes: int, num_edges: int, device: str,
+                        edge_dim: Optional[int] = None) -> dict[str, Any]:
     """Peak CUDA memory of one step beyond what the inputs and the model hold:
     ``torch.cuda.max_memory_allocated`` after a warm-up step and a reset of the peak."""
-    model = make_model(name).to(device)
-    x, edge_index, proj = make_inputs(num_nodes, num_edges, device=device)
-    train_step(model, x, edge_index, proj)
+    model = make_model(name, edge_dim).to(device)
+    inputs = make_inputs(num_nodes, num_edges, device=device, edge_dim=edge_dim)
+    x = inputs[0]
+    train_step(model, *inputs)
     clear_grads([model], x)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    train_step(model, x, edge_index, proj)
+    train_step(model, *inputs)
     torch.cuda.synchronize()
     return {"peak_delta_bytes": torch.cuda.max_memory_allocated() - before,
             "allocated_before_bytes": before}
 
 
-def measure_memory(name: str, num_nodes: int, num_edges: int, threads: int) -> dict[str, Any]:
+def measure_memory(name: str, num_nodes: int, num_edges: int, threads: int,
+                   edge_dim: Optional[int] = None) -> dict[str, Any]:
     if not os.path.exists("/proc/self/clear_refs"):
         return {"error": "needs Linux /proc/self/clear_refs to reset the peak RSS"}
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS=str(threads))
     command = [
         sys.executable, os.path.abspath(__file__), "--memory-child", name,
         "--sizes", f"{num_nodes}x{num_edges}", "--threads", str(threads),
+        *(() if edge_dim is None else ("--edge-dim", str(edge_dim))),
     ]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -316,9 +331,9 @@ def render(report: dict[str, Any]) -> str:
 
 def run_size(num_nodes: int, num_edges: int, args: argparse.Namespace) -> dict[str, Any]:
     cuda = torch.device(args.device).type == "cuda"
-    inputs = make_inputs(num_nodes, num_edges, device=args.device)
+    inputs = make_inputs(num_nodes, num_edges, device=args.device, edge_dim=args.edge_dim)
     names = [m for m in TIMED_MODELS if not (m == "etconv_autograd" and args.skip_autograd)]
-    modules = {name: make_model(name).to(args.device) for name in names}
+    modules = {name: make_model(name, args.edge_dim).to(args.device) for name in names}
     models: dict[str, Callable] = dict(modules)
     notes: dict[str, str] = {}
     compile_state: dict[str, Any] = {"reason": args.compile_skip_reason}
@@ -334,8 +349,10 @@ def run_size(num_nodes: int, num_edges: int, args: argparse.Namespace) -> dict[s
     if not args.skip_memory:
         del models, modules, compiled
         for name in CUDA_MEMORY_MODELS if cuda else MEMORY_MODELS:
-            memory[name] = (measure_cuda_memory(name, num_nodes, num_edges, args.device) if cuda
-                            else measure_memory(name, num_nodes, num_edges, args.threads))
+            memory[name] = (
+                measure_cuda_memory(name, num_nodes, num_edges, args.device, args.edge_dim)
+                if cuda else measure_memory(name, num_nodes, num_edges, args.threads,
+                                            args.edge_dim))
             if "error" in memory[name]:
                 notes[f"memory {name}"] = memory[name]["error"]
     result = {
@@ -376,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-autograd", action="store_true",
                         help="skip the grad='autograd' reference (slow and memory-hungry)")
     parser.add_argument("--skip-memory", action="store_true", help="skip the memory runs")
+    parser.add_argument("--edge-dim", type=int, default=None, metavar="F",
+                        help="give every model edge features edge_attr [E, F] (edge_dim=F)")
     parser.add_argument("--render", default=None, metavar="JSON",
                         help="only print the tables of a saved --json result")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
@@ -395,8 +414,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                          f"(torch {torch.__version__})")
     sizes = parse_sizes(args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES))
     if args.memory_child:
-        print(json.dumps(memory_child(args.memory_child, *sizes[0])))
+        print(json.dumps(memory_child(args.memory_child, *sizes[0], args.edge_dim)))
         return {}
+    if args.edge_dim is not None and args.edge_dim <= 0:
+        raise SystemExit(f"--edge-dim must be a positive int, got {args.edge_dim}")
     if args.repeats is None:
         args.repeats = 2 if args.quick else 5
     if args.no_compile:
@@ -426,7 +447,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "loadavg_before": load_before,
         "loadavg_after": load_after,
-        "config": {"channels": CHANNELS, "heads": HEADS, "head_dim": HEAD_DIM, "steps": STEPS},
+        "config": {"channels": CHANNELS, "heads": HEADS, "head_dim": HEAD_DIM, "steps": STEPS,
+                   "edge_dim": args.edge_dim},
         "device": args.device,
         "device_name": (torch.cuda.get_device_name(torch.device(args.device))
                         if torch.device(args.device).type == "cuda" else "cpu"),

@@ -7,7 +7,10 @@ Notation (shared with the docs page ``docs/derivation.md`` and with :class:`ETCo
   :math:`L(x) = D\gamma\sqrt{\tfrac1D\sum_j (x_j-\bar x)^2+\varepsilon} + \sum_j \delta_j x_j`.
 * ``k = g W_K^T`` and ``q = g W_Q^T`` reshaped to ``[N, H, Y]`` (heads ``H``, head width ``Y``).
 * An edge ``e = (B -> C)`` (``src = B``, ``dst = C``) lets the destination ``C`` attend to the
-  source ``B``. Its logit for head ``h`` is ``a_eh = beta_h * w_eh * <k_hB, q_hC>``.
+  source ``B``. Its logit for head ``h`` is ``a_eh = beta_h * w_eh * <k_hB + o_eh, q_hC>``,
+  where ``o_eh = W^E_h f_e`` is the key offset of the edge's features ``f_e`` (``0`` without
+  edge features): the edge moves the key its source offers, as ``TransformerConv``'s
+  ``edge_dim`` does, and the offset does not depend on the tokens.
 * :math:`E_{ATT} = -\sum_h \beta_h^{-1} \sum_C \log\sum_{e: dst(e)=C} \exp(a_{eh})`; a node with
   no in-edge contributes nothing.
 * :math:`E_{HN} = -\sum_B \sum_\mu \tfrac12 \mathrm{relu}(\xi_\mu\cdot g_B)^2` (``"relu"``) or
@@ -62,9 +65,24 @@ def layer_norm_lagrangian(x: Tensor, gamma: Tensor, delta: Tensor, eps: float) -
 # --------------------------------------------------------------------------------------------
 # Sparse attention energy
 # --------------------------------------------------------------------------------------------
-def edge_scores(k: Tensor, q: Tensor, src: Tensor, dst: Tensor) -> Tensor:
-    """``<k_hB, q_hC>`` for every edge ``B -> C``: ``[E, H]``."""
-    return (k.index_select(0, src) * q.index_select(0, dst)).sum(dim=-1)
+def edge_key_offsets(edge_attr: Tensor, w_edge: Tensor) -> Tensor:
+    """``o_eh = W^E_h f_e``: the key offsets ``[E, H, Y]`` of edge features ``edge_attr
+    [E, F]`` under the maps ``w_edge [H, Y, F]`` (one matmul)."""
+    heads, head_dim, features = w_edge.shape
+    return (edge_attr @ w_edge.reshape(heads * head_dim, features).t()).view(-1, heads, head_dim)
+
+
+def edge_keys(k: Tensor, src: Tensor, key_offset: Optional[Tensor] = None) -> Tensor:
+    """The key each edge ``B -> C`` offers, ``k_hB + o_eh``: ``[E, H, Y]``."""
+    keys = k.index_select(0, src)
+    return keys if key_offset is None else keys + key_offset
+
+
+def edge_scores(k: Tensor, q: Tensor, src: Tensor, dst: Tensor,
+                key_offset: Optional[Tensor] = None) -> Tensor:
+    """``<k_hB + o_eh, q_hC>`` for every edge ``B -> C``: ``[E, H]`` (``key_offset``
+    ``[E, H, Y]`` from :func:`edge_key_offsets`, or ``None``)."""
+    return (edge_keys(k, src, key_offset) * q.index_select(0, dst)).sum(dim=-1)
 
 
 @overload
@@ -83,11 +101,12 @@ def edge_weight_columns(edge_weight: Optional[Tensor]) -> Optional[Tensor]:
 
 
 def attention_logits(
-    k: Tensor, q: Tensor, src: Tensor, dst: Tensor, beta: Tensor, edge_weight: Optional[Tensor]
+    k: Tensor, q: Tensor, src: Tensor, dst: Tensor, beta: Tensor, edge_weight: Optional[Tensor],
+    key_offset: Optional[Tensor] = None,
 ) -> Tensor:
-    """``a_eh = beta_h * w_eh * <k_hB, q_hC>``: ``[E, H]`` (``edge_weight``: ``[E]``, ``[E, 1]``
-    or ``[E, H]``)."""
-    scores = edge_scores(k, q, src, dst)
+    """``a_eh = beta_h * w_eh * <k_hB + o_eh, q_hC>``: ``[E, H]`` (``edge_weight``: ``[E]``,
+    ``[E, 1]`` or ``[E, H]``; ``key_offset`` ``[E, H, Y]`` or ``None``)."""
+    scores = edge_scores(k, q, src, dst, key_offset)
     if edge_weight is not None:
         scores = scores * edge_weight_columns(edge_weight)
     return scores * beta
@@ -119,9 +138,10 @@ def attention_energy(
     beta: Tensor,
     edge_weight: Optional[Tensor],
     num_nodes: int,
+    key_offset: Optional[Tensor] = None,
 ) -> Tensor:
     """Per-node attention energy ``[N]``: node ``C`` holds ``-sum_h lse_C / beta_h``."""
-    logits = attention_logits(k, q, src, dst, beta, edge_weight)
+    logits = attention_logits(k, q, src, dst, beta, edge_weight, key_offset)
     return -(segment_logsumexp(logits, dst, num_nodes) / beta).sum(dim=-1)
 
 
@@ -133,15 +153,19 @@ def attention_grad(
     beta: Tensor,
     edge_weight: Optional[Tensor],
     num_nodes: int,
+    key_offset: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     """Closed form of ``(dE_ATT/dk, dE_ATT/dq)``, each ``[N, H, Y]`` (paper eq. 17).
 
     With ``p`` the per-destination softmax of the logits and ``c = w * p``:
-    ``dE/dk_B = -sum_{e: src=B} c_e q_C`` and ``dE/dq_C = -sum_{e: dst=C} c_e k_B``.
+    ``dE/dk_B = -sum_{e: src=B} c_e q_C`` and ``dE/dq_C = -sum_{e: dst=C} c_e (k_B + o_e)``
+    (the key offsets ``o`` of edge features do not depend on the tokens, so they add nothing
+    to ``dE/dk``).
     """
-    coef = edge_coefficients(k, q, src, dst, beta, edge_weight, num_nodes).unsqueeze(-1)
+    coef = edge_coefficients(k, q, src, dst, beta, edge_weight, num_nodes,
+                             key_offset).unsqueeze(-1)
     grad_k = torch.zeros_like(k).index_add(0, src, coef * q.index_select(0, dst))
-    grad_q = torch.zeros_like(q).index_add(0, dst, coef * k.index_select(0, src))
+    grad_q = torch.zeros_like(q).index_add(0, dst, coef * edge_keys(k, src, key_offset))
     return -grad_k, -grad_q
 
 
@@ -153,9 +177,11 @@ def edge_coefficients(
     beta: Tensor,
     edge_weight: Optional[Tensor],
     num_nodes: int,
+    key_offset: Optional[Tensor] = None,
 ) -> Tensor:
     """``c_eh = w_eh * softmax_C(a)_eh``: how strongly edge ``e`` couples its two ends."""
-    probs = segment_softmax(attention_logits(k, q, src, dst, beta, edge_weight), dst, num_nodes)
+    probs = segment_softmax(attention_logits(k, q, src, dst, beta, edge_weight, key_offset),
+                            dst, num_nodes)
     return probs if edge_weight is None else probs * edge_weight_columns(edge_weight)
 
 
@@ -351,6 +377,8 @@ __all__ = [
     "dense_attention_grad",
     "dense_attention_logits",
     "edge_coefficients",
+    "edge_key_offsets",
+    "edge_keys",
     "edge_scores",
     "edge_weight_columns",
     "energy_is_monotone",

@@ -995,7 +995,7 @@ def test_pyg_conv_habits_are_refused_with_the_reason():
     with pytest.raises(TypeError, match="positional"):
         RelationalETConv(16, 32, 3)  # RGCNConv(in, out, num_relations)
     for name, value in (("dropout", 0.1), ("bias", False), ("out_channels", 32),
-                        ("edge_dim", 4), ("concat", True), ("root_weight", False),
+                        ("concat", True), ("root_weight", False),
                         ("beta", True)):
         with pytest.raises(TypeError, match=f"ETConv has no '{name}' \\(TransformerConv's\\)"):
             ETConv(16, **{name: value})

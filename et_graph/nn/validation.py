@@ -195,6 +195,46 @@ def check_edge_weight(
     return finite_weight_in(edge_weight, dtype)
 
 
+def check_edge_attr(
+    edge_attr: Any, num_edges: int, edge_dim: Optional[int], dtype: torch.dtype,
+    owner: str = "ETConv",
+) -> Optional[Tensor]:
+    """Validate the edge features ``edge_attr`` (``[E, edge_dim]``, or ``[E]`` when
+    ``edge_dim == 1``) of a layer built with ``edge_dim`` (``None``: built without, so any
+    ``edge_attr`` is refused, and none is required); return them ``[E, edge_dim]`` in
+    ``dtype``. Features of higher precision than ``dtype`` are refused, as tokens are."""
+    if edge_dim is None:
+        if edge_attr is None:
+            return None
+        raise ValueError(
+            f"{owner} was built without edge_dim, so it has no map for edge features: build it "
+            f"with edge_dim=F for edge_attr [E, F] (each edge's features then offset the key "
+            "its source offers), or pass a scalar per edge as edge_weight ([E] or [E, heads])")
+    if edge_attr is None:
+        raise ValueError(f"{owner} was built with edge_dim={edge_dim}: pass edge_attr "
+                         f"[E, {edge_dim}], one row per column of edge_index")
+    if not isinstance(edge_attr, Tensor):
+        raise ValueError(f"edge_attr must be a torch.Tensor, got {type(edge_attr).__name__}")
+    given = tuple(edge_attr.shape)
+    if edge_attr.dim() == 1 and edge_dim == 1:
+        edge_attr = edge_attr.unsqueeze(-1)
+    if edge_attr.dim() != 2 or edge_attr.size(0) != num_edges or edge_attr.size(1) != edge_dim:
+        raise ValueError(f"edge_attr must have shape [E, edge_dim]=[{num_edges}, {edge_dim}] "
+                         f"(one row per edge), got {given}")
+    if not edge_attr.is_floating_point():
+        # integer columns are often category ids (bond types), which a linear map would read
+        # as magnitudes
+        raise ValueError(
+            f"edge_attr is {_dtype_name(edge_attr.dtype)}, but the layer maps the features "
+            "linearly: for category ids pass one_hot(ids) (or an embedding's output), for "
+            "0/1 or count columns edge_attr.float()")
+    check_dtype(edge_attr, dtype, name="edge_attr")
+    edge_attr = edge_attr.to(dtype)
+    if not all_finite(edge_attr):
+        raise ValueError("edge_attr contains NaN or inf values")
+    return edge_attr
+
+
 def finite_weight_in(edge_weight: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
     """``edge_weight`` cast to ``dtype`` (the layer's; ``None`` keeps its own), refused when it
     holds NaN or inf, or when the cast makes a finite value inf (a float64 weight beyond

@@ -126,6 +126,7 @@ class EnergyShape:
         changed = [(name, value) for name, value, default in (
             ("hopfield_beta", self.hopfield_beta, 1.0), ("noise_std", settings.noise_std, 0.0),
             ("coupling", getattr(self.energy_fn, "coupling_matrix", None) is not None, False),
+            ("edge_dim", getattr(self.energy_fn, "edge_dim", None), None),
             ("grad", settings.grad, "analytic"), ("cached", settings.cached, False),
         ) if value != default]
         return "".join(f", {name}={value!r}" for name, value in changed)
@@ -218,22 +219,29 @@ class AttentionMessages:
     hooks act on them. The fused kernel passes no message, so a layer takes this path only
     while something watches (:attr:`_sees_messages`)."""
 
-    def _propagate_coefficients(self, k: Tensor, q: Tensor, alpha: Tensor, edge_index: Tensor
-                                ) -> tuple[Tensor, Tensor]:
+    def _propagate_coefficients(self, k: Tensor, q: Tensor, alpha: Tensor, edge_index: Tensor,
+                                key_offset: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
         """``(dE_ATT/dk, dE_ATT/dq)`` from the attention coefficients ``alpha [E, heads]`` of
         the edges ``edge_index [2, E]`` (the caller's, self-loops included with coefficient
-        zero, so that an explainer's edge mask lines up with them)."""
+        zero, so that an explainer's edge mask lines up with them) and, with edge features,
+        their key offsets ``[E, heads, head_dim]``."""
         size = (k.size(0), k.size(0))
         propagate = self.propagate  # type: ignore[attr-defined]
-        grad_q = -propagate(edge_index, value=k, alpha=alpha, size=size)
-        grad_k = -propagate(edge_index.flip(0), value=q, alpha=alpha, size=size)
+        grad_q = -propagate(edge_index, value=k, alpha=alpha, key_offset=key_offset, size=size)
+        grad_k = -propagate(edge_index.flip(0), value=q, alpha=alpha, key_offset=None,
+                            size=size)
         return grad_k, grad_q
 
-    def message(self, value_j: Tensor, alpha: Tensor) -> Tensor:
-        """``alpha[e, h] value_j[e, h]``: ``alpha`` is edge ``B -> C``'s attention coefficient
-        (the softmax over ``C``'s in-neighbours, times the edge weight), per head. It is named
-        as in ``GATConv``, so that ``AttentionExplainer`` reads it from the messages (twice per
-        descent step: the keys' and the queries' gradients)."""
+    def message(self, value_j: Tensor, alpha: Tensor,
+                key_offset: Optional[Tensor] = None) -> Tensor:
+        """``alpha[e, h] (value_j[e, h] + key_offset[e, h])``: ``alpha`` is edge ``B -> C``'s
+        attention coefficient (the softmax over ``C``'s in-neighbours, times the edge weight),
+        per head; ``key_offset`` the key offset of its features, on the queries' gradient only
+        (``None`` otherwise). It is named as in ``GATConv``, so that ``AttentionExplainer``
+        reads it from the messages (twice per descent step: the keys' and the queries'
+        gradients)."""
+        if key_offset is not None:
+            value_j = value_j + key_offset
         return alpha.unsqueeze(-1) * value_j
 
     @property
@@ -386,9 +394,20 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
       setting after ``channels`` is keyword-only: ``ETConv(16, 32)``, PyG's ``(in, out)``
       habit, would otherwise have built 32 heads. There is no attention ``dropout``, ``bias``,
       ``root_weight``, ``concat`` or ``beta`` (the update is the energy's gradient; put
-      ``nn.Dropout`` or a skip connection around the layer), and no ``edge_attr`` /
-      ``edge_dim``: ``edge_weight`` (``[E]`` or ``[E, H]``) scales the attention logits, and
-      a third positional argument of ``forward`` is read as such.
+      ``nn.Dropout`` or a skip connection around the layer). ``edge_dim`` exists, with the
+      features' map inside the energy (below), and ``edge_attr`` is keyword-only: the third
+      positional argument of ``forward`` is ``edge_weight`` (``[E]`` or ``[E, H]``), which
+      scales the attention logits.
+    * **Edge features** (``edge_dim=F``, ``forward(x, edge_index, edge_attr=...)``). Each
+      edge's features ``f_BC [F]`` offset the key its source offers, as
+      ``TransformerConv(edge_dim=...)`` adds them to its keys:
+      :math:`a_{BCh} = \beta_h w_{BCh} (\mathbf{k}_{hB} + W^E_h \mathbf{f}_{BC})^\top
+      \mathbf{q}_{hC}`, inside :math:`E_{ATT}`. The offset does not depend on the tokens, so
+      the descent is still the energy's exact gradient (the query side gains
+      :math:`-\sum_B c_{BC} W^E_h \mathbf{f}_{BC}`) and the energy still falls. Such edges
+      take the reference closed form rather than the fused kernel (``[E, H, Y]`` memory per
+      step; measured in ``benchmarks/bench_edge_features.py``), and exist on the sparse path
+      only (:meth:`forward_dense` and :meth:`forward_chunked` refuse such a layer).
 
     Args:
         channels: token width ``D``.
@@ -410,6 +429,9 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
             (see :class:`~et_graph.nn.ETEnergy`; sparse path only), whose gradient sums the
             neighbours' tokens. Edge weights and an explainer's edge mask do not enter it
             (they act on the attention logits and messages).
+        edge_dim: width ``F`` of the edge features ``edge_attr [E, F]`` that :meth:`forward`
+            then requires (``None``, the default: no edge features). A learned ``w_edge
+            [H, Y, F]`` maps them to key offsets (see *Edge features* above).
         energy_cls: the energy to descend: :class:`~et_graph.nn.ETEnergy` or a subclass with a
             new term (built with the settings above, as :attr:`energy_fn`).
         energy_kwargs: the subclass's own constructor settings (a new term's strength, say),
@@ -470,6 +492,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         grad: str = "analytic",
         eps: float = 1e-5,
         coupling: bool = False,
+        edge_dim: Optional[int] = None,
         cached: bool = False,
         energy_cls: type[ETEnergy] = ETEnergy,
         energy_kwargs: Optional[dict[str, Any]] = None,
@@ -509,6 +532,8 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
             beta_init=beta_init,
             eps=eps,
             coupling=coupling,
+            # (only when set: an energy subclass written before edge features need not take it)
+            **({} if edge_dim is None else {"edge_dim": edge_dim}),
             **energy_kwargs,
         )
         self.steps = steps
@@ -521,20 +546,22 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         self._register_load_state_dict_pre_hook(_rename_legacy_keys, with_module=True)
 
     def _edges(
-        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor], plan: bool
+        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor], plan: bool,
+        edge_attr: Optional[Tensor] = None,
     ) -> EdgeSet:
         """``energy_fn.edges``, through the cache when ``cached`` is on."""
         fn = self.energy_fn
         if not self.cached or is_sparse(edge_index):
-            return fn.edges(x, edge_index, edge_weight, plan=plan)
+            return fn.edges(x, edge_index, edge_weight, plan=plan, edge_attr=edge_attr)
         # before the cache: a hit skipped the check in fn.edges, so a model moved to the CPU
         # mixed its CPU tokens with the kept GPU edges (a device audit)
-        check_same_device(x, edge_index=edge_index, edge_weight=edge_weight)
+        check_same_device(x, edge_index=edge_index, edge_weight=edge_weight,
+                          edge_attr=edge_attr)
         topology = self._edge_cache.fetch(
             (edge_index,), x.size(0), lambda: fn.topology(x, edge_index, plan),
             # a plan may be wanted now that was not built before (no edges: none is ever built)
             lambda kept: not plan or kept.plan is not None or not kept.num_edges or not x.size(0))
-        return fn.weighted(topology, edge_weight, x.dtype)
+        return fn.featured(fn.weighted(topology, edge_weight, x.dtype), edge_attr, x.dtype)
 
     def reset_parameters(self) -> None:
         """Reinitialise the learnable parameters (PyG's convention)."""
@@ -548,6 +575,11 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
     def heads(self) -> int:
         """Attention heads ``H``."""
         return self.energy_fn.heads
+
+    @property
+    def edge_dim(self) -> Optional[int]:
+        """Width ``F`` of the edge features (``None``: the layer takes none)."""
+        return getattr(self.energy_fn, "edge_dim", None)
 
     @property
     def w_k(self) -> Tensor:
@@ -579,7 +611,8 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
     # ----------------------------------------------------------------------------------------
     @in_parameter_precision
     def node_energy(
-        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
+        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None, *,
+        edge_attr: Optional[Tensor] = None,
     ) -> Tensor:
         """Each node's share of the energy ``[N]``: its attention term (as a destination) plus its
         Hopfield term (and, with ``coupling``, each edge's coupling term at its destination).
@@ -588,7 +621,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         in-degree."""
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
-        edges = fn.edges(x_in, edge_index, edge_weight)
+        edges = fn.edges(x_in, edge_index, edge_weight, edge_attr=edge_attr)
         # In the parameters' dtype, not x's: a float16 total overflows past 65504.
         return check_finite_energy(fn.node_energy_of_g(fn.norm(x_in), edges), fn.beta)
 
@@ -599,15 +632,19 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         edge_weight: Optional[Tensor] = None,
         batch: Optional[Tensor] = None,
         num_graphs: Optional[int] = None,
+        *,
+        edge_attr: Optional[Tensor] = None,
     ) -> Tensor:
         """Total energy of state ``x`` (scalar), or per graph ``[num_graphs]`` given ``batch``
         (an integer ``[N]`` tensor of graph ids); pass ``num_graphs`` (``Batch.num_graphs``)
         when the last graphs of a batch may be empty, or they are dropped."""
-        return sum_per_graph(self.node_energy(x, edge_index, edge_weight), batch, num_graphs)
+        return sum_per_graph(self.node_energy(x, edge_index, edge_weight, edge_attr=edge_attr),
+                             batch, num_graphs)
 
     @in_parameter_precision
     def attention_coefficients(
-        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
+        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None, *,
+        edge_attr: Optional[Tensor] = None,
     ) -> Tensor:
         r"""Each edge's attention coefficient at state ``x``, ``[E, heads]``:
         :math:`c_{e,h} = w_{e,h}\,\operatorname{softmax}_{B \in N(C)}(\beta_h w_{e,h}\,
@@ -623,18 +660,19 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         own), and differentiable: wrap the call in ``torch.no_grad()`` to only read them."""
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
-        edges = fn.edges(x_in, edge_index, edge_weight)
+        edges = fn.edges(x_in, edge_index, edge_weight, edge_attr=edge_attr)
         k, q = fn.keys_queries(fn.norm(x_in))
         return self._callers_edge_coefficients(k, q, edges).to(x.dtype)
 
     @in_parameter_precision
     def energy_grad(
-        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None
+        self, x: Tensor, edge_index: Adj, edge_weight: Optional[Tensor] = None, *,
+        edge_attr: Optional[Tensor] = None,
     ) -> Tensor:
         """``dE/dg`` at state ``x`` as ``[N, channels]``, by the method chosen with ``grad``."""
         fn = self.energy_fn
         x_in = fn.check_tokens(x)
-        edges = fn.edges(x_in, edge_index, edge_weight)
+        edges = fn.edges(x_in, edge_index, edge_weight, edge_attr=edge_attr)
         return self._grad_of_g(fn.norm(x_in), edges).to(x.dtype)
 
     # ----------------------------------------------------------------------------------------
@@ -661,19 +699,22 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         an explainer's edge mask (and ``AttentionExplainer``'s coefficients) line up with
         ``edge_index``.
         """
-        return self._propagate_coefficients(k, q, self._callers_edge_coefficients(k, q, edges),
-                                            edges.edge_index)
+        key_offset = self.energy_fn.key_offsets(edges)
+        return self._propagate_coefficients(
+            k, q, self._callers_edge_coefficients(k, q, edges, key_offset), edges.edge_index,
+            None if key_offset is None else _at_callers_edges(key_offset, edges.kept))
 
-    def _callers_edge_coefficients(self, k: Tensor, q: Tensor, edges: EdgeSet) -> Tensor:
+    def _callers_edge_coefficients(self, k: Tensor, q: Tensor, edges: EdgeSet,
+                                   key_offset: Optional[Tensor] = None) -> Tensor:
         """Each edge's attention coefficient ``[E, H]`` in the order of the caller's
         ``edge_index``, a self-loop's 0 (no neighbour to attend): what the messages carry and
-        :meth:`attention_coefficients` returns."""
+        :meth:`attention_coefficients` returns (``key_offset``: the edges' key offsets,
+        computed here when not given)."""
+        if key_offset is None:
+            key_offset = self.energy_fn.key_offsets(edges)
         alpha = E.edge_coefficients(k, q, edges.src, edges.dst, self.beta, edges.weight,
-                                    k.size(0))
-        if edges.kept is None:
-            return alpha
-        return alpha.new_zeros(edges.kept.numel(), alpha.size(1)).masked_scatter(
-            edges.kept.unsqueeze(-1), alpha)
+                                    k.size(0), key_offset)
+        return _at_callers_edges(alpha, edges.kept)
 
     # ----------------------------------------------------------------------------------------
     # Dynamics
@@ -687,6 +728,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         return_energy: Literal[False] = False,
         *,
         steps: Optional[int] = None,
+        edge_attr: Optional[Tensor] = None,
     ) -> Tensor: ...
 
     @overload
@@ -698,6 +740,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         return_energy: Literal[True],
         *,
         steps: Optional[int] = None,
+        edge_attr: Optional[Tensor] = None,
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload
@@ -709,6 +752,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         *,
         return_energy: Literal[True],
         steps: Optional[int] = None,
+        edge_attr: Optional[Tensor] = None,
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload
@@ -720,6 +764,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         return_energy: bool = False,
         *,
         steps: Optional[int] = None,
+        edge_attr: Optional[Tensor] = None,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]: ...
 
     @in_parameter_precision
@@ -731,12 +776,16 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         return_energy: bool = False,
         *,
         steps: Optional[int] = None,
+        edge_attr: Optional[Tensor] = None,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """Run ``steps`` descent steps from ``x [N, channels]`` over the edges ``edge_index``
         (``[2, E]``, a torch sparse ``adj_t`` or a ``SparseTensor``) with optional weights
         ``edge_weight [E]`` or ``[E, heads]``.
 
-        ``steps`` overrides ``self.steps`` for this call (``None`` = ``self.steps``). Returns the
+        ``edge_attr [E, edge_dim]`` are the edges' features, for a layer built with ``edge_dim``
+        (required then, refused otherwise; keyword-only, as the third positional argument is
+        ``edge_weight``). ``steps`` overrides ``self.steps`` for this call (``None`` =
+        ``self.steps``). Returns the
         tokens ``[N, channels]`` in ``x``'s dtype, and with ``return_energy=True`` also the
         (detached) total energy ``[steps + 1]`` before each update and after the last.
         """
@@ -748,9 +797,10 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         fn = self.energy_fn
         out = fn.check_tokens(x)
         fused = (self.grad == "analytic" and self.fused and not self._sees_messages
-                 and num_steps > 0 and sparse_kernels_on(out.device))
+                 and num_steps > 0 and sparse_kernels_on(out.device)
+                 and self.energy_fn.edge_dim is None)  # (the kernel has no key offsets)
         # With the fused kernel the edges are sorted once; every step and backward reuse that.
-        edges = self._edges(out, edge_index, edge_weight, fused)
+        edges = self._edges(out, edge_index, edge_weight, fused, edge_attr)
         try:
             return self._descend(x, out, edges, num_steps, return_energy)
         finally:  # a kept plan (cached=True) must not hold this call's weights past it
@@ -843,6 +893,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         if self.training and self.noise_std > 0:
             raise ValueError("forward_chunked is for inference: call conv.eval() first")
         self.energy_fn.refuse_coupling()
+        self.energy_fn.refuse_edge_features()
         self.energy_fn.check_builtin_energy("forward_chunked")
         chunk_size = check_chunk_size(chunk_size)
         if chunk_edges is not None:
@@ -1043,6 +1094,16 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         )
 
 
+def _at_callers_edges(per_kept_edge: Tensor, kept: Optional[Tensor]) -> Tensor:
+    """``per_kept_edge [E', ...]`` (one row per edge that is not a self-loop) spread over the
+    caller's edges ``[E, ...]``, a self-loop's row zero."""
+    if kept is None:
+        return per_kept_edge
+    out = per_kept_edge.new_zeros((kept.numel(), *per_kept_edge.shape[1:]))
+    out[kept] = per_kept_edge
+    return out
+
+
 @torch.no_grad()
 def _detached_total(fn: ETEnergy, g: Tensor, edges: EdgeSet) -> Tensor:
     return sum_per_graph(fn.node_energy_of_g(g, edges), None)
@@ -1059,8 +1120,6 @@ _TRANSFORMER_CONV_ONLY = {
     "root_weight": "the update is the energy's gradient, with no bias or skip weights",
     "concat": "the heads are summed in the energy; there is no concatenation",
     "beta": "the heads' inverse temperatures are learned (beta_init sets their start)",
-    "edge_dim": "there are no edge features: edge_weight ([E] or [E, heads]) scales the "
-                "attention logits",
 }
 
 

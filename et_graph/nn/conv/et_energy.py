@@ -28,6 +28,7 @@ from ...precision import autocast_off
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
     check_dtype,
+    check_edge_attr,
     check_edge_index,
     check_edge_weight,
     check_features,
@@ -74,7 +75,8 @@ class EdgeSet(NamedTuple):
     Built by :meth:`ETEnergy.edges`; ``src``/``dst`` ``[E']`` are the kept edges, ``weight``
     their weights ``[E', 1 or H]`` (or ``None``), ``edge_index`` the caller's edges (self-loops
     included), ``kept`` a bool ``[E]`` marking the non-loop edges (``None`` when there were no
-    loops) and ``plan`` the sorted CSR layout of the fused kernel (``None`` unless requested).
+    loops), ``plan`` the sorted CSR layout of the fused kernel (``None`` unless requested) and
+    ``attr`` the kept edges' features ``[E', F]`` (``None`` without ``edge_dim``).
     """
 
     src: Tensor
@@ -83,6 +85,7 @@ class EdgeSet(NamedTuple):
     edge_index: Tensor
     kept: Optional[Tensor]
     plan: Optional[EdgePlan] = None
+    attr: Optional[Tensor] = None
 
     @property
     def num_edges(self) -> int:
@@ -107,7 +110,8 @@ class ETEnergy(Module):
 
     .. math::
         E_{ATT} = -\sum_h \frac{1}{\beta_h} \sum_{C} \log \sum_{B \in \mathcal{N}(C)}
-        \exp\left(\beta_h\, w_{BCh}\, \mathbf{k}_{hB}^\top \mathbf{q}_{hC}\right),
+        \exp\left(\beta_h\, w_{BCh}\, (\mathbf{k}_{hB} + W^E_h \mathbf{f}_{BC})^\top
+        \mathbf{q}_{hC}\right),
         \qquad
         E_{HN} = -\sum_B \sum_\mu \tfrac12 \mathrm{relu}(\boldsymbol{\xi}_\mu^\top
         \mathbf{g}_B)^2
@@ -152,10 +156,20 @@ class ETEnergy(Module):
             plain ET). Its gradient sums the neighbours' tokens, so the descent can count
             neighbours, which the attention's softmax average cannot. It ignores edge weights
             and exists on the sparse path only.
+        edge_dim: width ``F`` of edge features ``f_BC`` (``edge_attr [E, F]``), or ``None``
+            (the default: no edge features, the paper's energy). Each edge's features offset
+            the key its source offers by ``W^E_h f_BC`` (a learned ``w_edge [H, Y, F]``), as in
+            ``TransformerConv(edge_dim=...)``; the offset does not depend on the tokens, so the
+            energy stays a function of ``g`` with the closed form of
+            :func:`et_graph.energy.attention_grad`. Sparse path only; the fused kernel does
+            not take it, so such edges take the reference closed form (exact, with more
+            memory: ``[E, H, Y]`` per step).
     """
 
-    # Registered with register_parameter (None without coupling), which mypy does not see.
+    # Registered with register_parameter (None without coupling / edge_dim), which mypy does
+    # not see.
     coupling_raw: Optional[Parameter]
+    w_edge: Optional[Parameter]
     # Set per subclass by _class_verdicts, in the class's own __dict__ (never inherited).
     _closed_form_class_verdicts: ClassVar[dict[tuple[Any, ...], str]]
 
@@ -170,10 +184,13 @@ class ETEnergy(Module):
         beta_init: Optional[float] = None,
         eps: float = 1e-5,
         coupling: bool = False,
+        edge_dim: Optional[int] = None,
     ) -> None:
         super().__init__()
         if not isinstance(coupling, bool):
             raise ValueError(f"coupling must be True or False, got {coupling!r}")
+        if edge_dim is not None and (not is_integral(edge_dim) or edge_dim <= 0):
+            raise ValueError(f"edge_dim must be a positive int or None, got {edge_dim!r}")
         for name, value in (("channels", channels), ("heads", heads), ("head_dim", head_dim)):
             if not is_integral(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -207,6 +224,11 @@ class ETEnergy(Module):
             "coupling_raw",
             Parameter(torch.empty(self.channels, self.channels)) if coupling else None,
         )
+        self.register_parameter(
+            "w_edge",
+            None if edge_dim is None
+            else Parameter(torch.empty(self.heads, self.head_dim, int(edge_dim))),
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -220,6 +242,10 @@ class ETEnergy(Module):
             self.log_beta.fill_(math.log(self.beta_init))
             if self.coupling_raw is not None:
                 self.coupling_raw.zero_()
+        if self.w_edge is not None:
+            # keys are about unit-sized (g's channels are, W_K's rows have norm about 1); a
+            # unit-sized feature row then offsets them by about as much
+            torch.nn.init.normal_(self.w_edge, std=1.0 / math.sqrt(self.w_edge.size(-1)))
 
     @property
     def coupling(self) -> bool:
@@ -240,6 +266,27 @@ class ETEnergy(Module):
                 "the edge coupling energy exists on the sparse (edge_index) path only; build "
                 "the layer with coupling=False for the dense path or chunked inference"
             )
+
+    @property
+    def edge_dim(self) -> Optional[int]:
+        """Width ``F`` of the edge features (``None``: the energy takes none)."""
+        return None if self.w_edge is None else self.w_edge.size(-1)
+
+    def key_offsets(self, edges: EdgeSet) -> Optional[Tensor]:
+        """The key offsets ``[E', H, Y]`` of ``edges``' features (``None`` without them)."""
+        if edges.attr is None or self.w_edge is None:
+            return None
+        return E.edge_key_offsets(edges.attr, self.w_edge)
+
+    def refuse_edge_features(self) -> None:
+        """Raise ``NotImplementedError`` on the paths without edge features (the dense path
+        and chunked inference) when the energy takes them (``edge_dim``): they would descend
+        an energy without its edge term."""
+        if self.edge_dim is not None:
+            raise NotImplementedError(
+                f"edge features (edge_dim={self.edge_dim}) exist on the sparse path only "
+                "(forward with edge_index and edge_attr); build the layer without edge_dim "
+                "for the dense path or chunked inference")
 
     @property
     def beta(self) -> Tensor:
@@ -293,18 +340,25 @@ class ETEnergy(Module):
         edge_index: Adj,
         edge_weight: Optional[Tensor] = None,
         plan: bool = False,
+        edge_attr: Optional[Tensor] = None,
     ) -> EdgeSet:
         """Validated edges of ``edge_index`` (``[2, E]``, a torch sparse ``adj_t`` or a
         ``SparseTensor``) for the tokens ``x [N, D]``, self-loops removed, weights ``[E', 1 or H]``
-        in ``x``'s dtype. ``plan=True`` also builds the sorted layout that the fused kernel reuses
-        across calls on the same edges (worth it when several gradients are taken)."""
+        and features ``[E', F]`` (``edge_attr``, with ``edge_dim``; required then) in ``x``'s
+        dtype. ``plan=True`` also builds the sorted layout that the fused kernel reuses across
+        calls on the same edges (worth it when several gradients are taken)."""
         num_nodes = x.size(0)
-        check_same_device(x, edge_index=edge_index, edge_weight=edge_weight)
+        check_same_device(x, edge_index=edge_index, edge_weight=edge_weight,
+                          edge_attr=edge_attr)
         if is_sparse(edge_index):
             if edge_weight is not None:
                 raise ValueError(
                     "pass edge weights as the values of the sparse adjacency, not as edge_weight"
                 )
+            if self.edge_dim is not None:
+                raise ValueError(
+                    "edge features need an edge_index [2, E] beside edge_attr [E, F]: a sparse "
+                    "adjacency has no edge order to align them with")
             # size(dim) works on torch sparse tensors and on torch_sparse's SparseTensor, whose
             # size() needs a dim.
             shape = (edge_index.size(0), edge_index.size(1))
@@ -327,7 +381,8 @@ class ETEnergy(Module):
             # (learnable weights initialised to 1 lost theirs).
             if values is not None and (values.requires_grad or not bool((values == 1).all())):
                 edge_weight = values.to(x.dtype)
-        return self.weighted(self.topology(x, edge_index, plan), edge_weight, x.dtype)
+        return self.featured(self.weighted(self.topology(x, edge_index, plan), edge_weight,
+                                           x.dtype), edge_attr, x.dtype)
 
     def topology(self, x: Tensor, edge_index: Tensor, plan: bool = False) -> EdgeSet:
         """The weightless part of :meth:`edges` for an ``edge_index [2, E]`` over the tokens
@@ -360,6 +415,20 @@ class ETEnergy(Module):
         if topology.kept is not None:
             edge_weight = edge_weight[topology.kept]
         return topology._replace(weight=edge_weight)
+
+    def featured(
+        self, edges: EdgeSet, edge_attr: Optional[Tensor], dtype: torch.dtype
+    ) -> EdgeSet:
+        """``edges`` (from :meth:`weighted`) with the caller's ``edge_attr`` (``[E, F]``, one
+        row per edge of ``edges.edge_index``) validated, its self-loop rows dropped and cast to
+        ``dtype``: ``[E', F]``. Required with ``edge_dim``, refused without it."""
+        edge_attr = check_edge_attr(edge_attr, edges.edge_index.size(1), self.edge_dim, dtype,
+                                    owner="the layer")
+        if edge_attr is None:
+            return edges
+        if edges.kept is not None:
+            edge_attr = edge_attr[edges.kept]
+        return edges._replace(attr=edge_attr)
 
     def dense_edges(
         self, x: Tensor, mask: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None
@@ -491,7 +560,8 @@ class ETEnergy(Module):
         its Hopfield term (and, with ``coupling``, each edge's coupling term at its
         destination)."""
         k, q = self.keys_queries(g)
-        att = E.attention_energy(k, q, edges.src, edges.dst, self.beta, edges.weight, g.size(0))
+        att = E.attention_energy(k, q, edges.src, edges.dst, self.beta, edges.weight, g.size(0),
+                                 self.key_offsets(edges))
         energy = att + self.hopfield_energy_of_g(g)
         coupling = self.coupling_matrix  # (None without coupling)
         if coupling is not None:
@@ -508,6 +578,7 @@ class ETEnergy(Module):
         """Each token's share of the energy ``[B, M]`` on the dense path (``mask`` and
         ``weight`` from :meth:`dense_edges`)."""
         self.refuse_coupling()
+        self.refuse_edge_features()
         k, q = self.keys_queries(g)
         att = E.dense_attention_energy(k, q, self.beta, mask, weight)
         return att + self.hopfield_energy_of_g(g)
@@ -556,12 +627,14 @@ class ETEnergy(Module):
     ) -> tuple[Tensor, Tensor]:
         """Closed form of ``(dE_ATT/dk, dE_ATT/dq)``, each ``[N, H, Y]``: the fused CSR kernel
         (``fused=True``, reusing ``edges.plan``) or the reference :func:`et_graph.energy.
-        attention_grad`."""
-        if fused:
+        attention_grad`. Edges with features always take the reference (the fused kernel has
+        no key offsets)."""
+        if fused and edges.attr is None:
             return fused_attention_grad(
                 k, q, edges.src, edges.dst, self.beta, edges.weight, edges.plan
             )
-        return E.attention_grad(k, q, edges.src, edges.dst, self.beta, edges.weight, k.size(0))
+        return E.attention_grad(k, q, edges.src, edges.dst, self.beta, edges.weight, k.size(0),
+                                self.key_offsets(edges))
 
     def grad_of_g(self, g: Tensor, edges: EdgeSet, fused: bool = True) -> Tensor:
         r"""Closed form of :math:`\partial E/\partial \mathbf{g}` ``[N, D]`` (paper eq. 17)."""
@@ -585,6 +658,7 @@ class ETEnergy(Module):
     def dense_grad_of_g(self, g: Tensor, mask: Tensor, weight: Optional[Tensor] = None) -> Tensor:
         """Closed form of ``dE/dg`` ``[B, M, D]`` on the dense path."""
         self.refuse_coupling()
+        self.refuse_edge_features()
         k, q = self.keys_queries(g)
         grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
         return self.grad_from_attention_grads(g, grad_k, grad_q)
@@ -624,6 +698,7 @@ class ETEnergy(Module):
         ``[B, M, D]``. They sum to :meth:`dense_grad_of_g` (a new term's share is in the
         second, as on the sparse path: an audit found it dropped)."""
         self.refuse_coupling()
+        self.refuse_edge_features()
         k, q = self.keys_queries(g)
         grad_k, grad_q = E.dense_attention_grad(k, q, self.beta, mask, weight)
         attention = self.attention_grad_to_g(grad_k, grad_q).view(g.shape)
@@ -638,6 +713,7 @@ class ETEnergy(Module):
             f"{self.channels}, heads={self.heads}, head_dim={self.head_dim}, "
             f"hopfield_dim={self.hopfield_dim}, hopfield={self.hopfield!r}"
             + (", coupling=True" if self.coupling else "")
+            + (f", edge_dim={self.edge_dim}" if self.edge_dim is not None else "")
         )
 
 
@@ -787,13 +863,17 @@ def _probe_gradients(energy: ETEnergy, path: str, dtype: torch.dtype, device: to
     edge_index = torch.randint(0, nodes - 1, (2, edges_count), generator=generator).to(device)
     weight = (0.5 + torch.rand(edges_count, 1, generator=generator,
                                dtype=torch.float64)).to(device=device, dtype=dtype)
-    edges = energy.edges(g, edge_index, weight if weighted else None, plan=path == "fused")
+    edge_attr = None if energy.edge_dim is None else torch.randn(
+        edges_count, energy.edge_dim, generator=generator, dtype=torch.float64).to(
+        device=device, dtype=dtype)
+    edges = energy.edges(g, edge_index, weight if weighted else None, plan=path == "fused",
+                         edge_attr=edge_attr)
     if path == "fused":
         closed = energy.grad_of_g(g, edges, fused=True)
     else:  # the message path's attention is the built-in one, then the rest of the step
         k, q = energy.keys_queries(g)
         grad_k, grad_q = E.attention_grad(k, q, edges.src, edges.dst, energy.beta, edges.weight,
-                                          nodes)
+                                          nodes, energy.key_offsets(edges))
         closed = energy.grad_from_attention_grads(g, grad_k, grad_q, edges)
     return closed.detach(), energy.autograd_grad_of_g(g, edges).detach()
 

@@ -1,0 +1,216 @@
+"""Edge features in the attention energy (``ETConv(edge_dim=F)``): each edge's features offset
+the key its source offers. Exact closed form, every descent path, training, clear limits."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+from helpers import awkward_graph, relative_error
+
+from et_graph import energy as E
+from et_graph.nn import ETConv, ETEnergy
+
+EDGE_DIM = 3
+
+
+def edge_conv(**kwargs) -> ETConv:
+    torch.manual_seed(0)
+    return ETConv(8, heads=3, head_dim=4, edge_dim=EDGE_DIM, **kwargs).double()
+
+
+def graph_with_features(seed: int = 1):
+    x, edge_index = awkward_graph(seed=seed)
+    gen = torch.Generator().manual_seed(seed + 10)
+    edge_attr = torch.randn(edge_index.size(1), EDGE_DIM, generator=gen, dtype=torch.float64)
+    return x, edge_index, edge_attr
+
+
+def test_pure_closed_form_matches_autograd_float64():
+    gen = torch.Generator().manual_seed(3)
+    nodes, heads, head_dim = 9, 2, 4
+    k = torch.randn(nodes, heads, head_dim, generator=gen, dtype=torch.float64,
+                    requires_grad=True)
+    q = torch.randn(nodes, heads, head_dim, generator=gen, dtype=torch.float64,
+                    requires_grad=True)
+    src, dst = torch.randint(0, nodes - 1, (2, 30), generator=gen)  # the last node: no edge
+    weight = 0.5 + torch.rand(30, heads, generator=gen, dtype=torch.float64)
+    beta = torch.tensor([0.7, 1.3], dtype=torch.float64)
+    w_edge = torch.randn(heads, head_dim, EDGE_DIM, generator=gen, dtype=torch.float64)
+    attr = torch.randn(30, EDGE_DIM, generator=gen, dtype=torch.float64)
+    offset = E.edge_key_offsets(attr, w_edge)
+    assert torch.allclose(offset, torch.einsum("hyf,ef->ehy", w_edge, attr))
+    total = E.attention_energy(k, q, src, dst, beta, weight, nodes, offset).sum()
+    grad_k, grad_q = torch.autograd.grad(total, (k, q))
+    closed_k, closed_q = E.attention_grad(k, q, src, dst, beta, weight, nodes, offset)
+    assert relative_error(closed_k, grad_k) < 1e-12
+    assert relative_error(closed_q, grad_q) < 1e-12
+    # The check can fail: the closed form without the offsets is another gradient.
+    plain_k, plain_q = E.attention_grad(k, q, src, dst, beta, weight, nodes)
+    assert relative_error(plain_q, grad_q) > 1e-3
+    # The offsets do not depend on the tokens: dE/dk is the same with and without them.
+    assert relative_error(plain_k, closed_k) > 1e-3  # (through the softmax it differs)
+
+
+@pytest.mark.parametrize("path", ["fused", "unfused", "autograd"])
+def test_layer_gradient_of_g_matches_autograd_of_the_whole_energy(path):
+    conv = edge_conv(grad="autograd" if path == "autograd" else "analytic")
+    conv.fused = path == "fused"
+    x, edge_index, edge_attr = graph_with_features()
+    energy = conv.energy_fn
+    g = energy.norm(x).detach().requires_grad_(True)
+    edges = energy.edges(x, edge_index, edge_attr=edge_attr)
+    reference = torch.autograd.grad(energy.node_energy_of_g(g, edges).sum(), g)[0]
+    assert relative_error(conv.energy_grad(x, edge_index, edge_attr=edge_attr), reference) < 1e-10
+    assert energy.closed_form_error(g.detach(), edges) < 1e-12
+    # The features are part of that gradient: other features, another gradient.
+    other = conv.energy_grad(x, edge_index, edge_attr=edge_attr.flip(0))
+    assert relative_error(other, reference) > 1e-3
+
+
+def test_every_path_descends_to_the_same_tokens_and_the_energy_falls():
+    x, edge_index, edge_attr = graph_with_features()
+    conv = edge_conv(steps=4, alpha=0.05)
+    out, energies = conv(x, edge_index, edge_attr=edge_attr, return_energy=True)
+    assert bool((energies[1:] < energies[:-1]).all()), energies
+    assert E.energy_is_monotone(energies)
+    for change in ({"fused": False}, {"grad": "autograd"}):
+        other = copy.deepcopy(conv)
+        for name, value in change.items():
+            setattr(other, name, value)
+        assert torch.allclose(other(x, edge_index, edge_attr=edge_attr), out, atol=1e-12)
+    # a message hook (the explainers' path) sees the messages and the same result
+    seen = []
+    hooked = copy.deepcopy(conv)
+    hooked.register_message_forward_hook(lambda module, inputs, output: seen.append(output))
+    assert torch.allclose(hooked(x, edge_index, edge_attr=edge_attr), out, atol=1e-12)
+    assert seen
+    # cached edges read each call's features (the cache keeps the graph, not the features)
+    cached = copy.deepcopy(conv)
+    cached.cached = True
+    assert torch.allclose(cached(x, edge_index, edge_attr=edge_attr), out, atol=1e-12)
+    moved = cached(x, edge_index, edge_attr=2 * edge_attr)
+    assert not torch.allclose(moved, out)
+    assert torch.allclose(moved, conv(x, edge_index, edge_attr=2 * edge_attr), atol=1e-12)
+
+
+def test_zero_features_are_the_plain_layer_and_self_loops_drop_their_rows():
+    x, edge_index, edge_attr = graph_with_features()
+    conv = edge_conv(steps=2)
+    plain = ETConv(8, heads=3, head_dim=4, steps=2).double()
+    plain.load_state_dict({k: v for k, v in conv.state_dict().items() if "w_edge" not in k})
+    zeros = torch.zeros_like(edge_attr)
+    assert torch.allclose(conv(x, edge_index, edge_attr=zeros), plain(x, edge_index),
+                          atol=1e-12)
+    # the awkward graph holds self-loops: their features count for nothing
+    loop = (edge_index[0] == edge_index[1]).nonzero().flatten()
+    assert loop.numel() >= 1
+    changed = edge_attr.clone()
+    changed[loop] = 100.0
+    assert torch.equal(conv(x, edge_index, edge_attr=changed),
+                       conv(x, edge_index, edge_attr=edge_attr))
+    coefficients = conv.attention_coefficients(x, edge_index, edge_attr=edge_attr)
+    assert coefficients.shape == (edge_index.size(1), 3)
+    assert bool((coefficients[loop] == 0).all())
+    # coefficients are a softmax over each destination's in-edges
+    sums = torch.zeros(x.size(0), 3, dtype=x.dtype).index_add(0, edge_index[1], coefficients)
+    has_in_edge = torch.zeros(x.size(0), dtype=torch.bool)
+    has_in_edge[edge_index[1][edge_index[0] != edge_index[1]]] = True
+    assert torch.allclose(sums[has_in_edge], torch.ones_like(sums[has_in_edge]))
+    plain_coefficients = plain.attention_coefficients(x, edge_index)
+    assert not torch.allclose(coefficients, plain_coefficients)
+
+
+def test_training_reaches_the_edge_map_and_the_features():
+    x, edge_index, edge_attr = graph_with_features()
+    conv = edge_conv(steps=2)
+    attr = edge_attr.clone().requires_grad_(True)
+    tokens = x.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda t, a: conv(t, edge_index, edge_attr=a), (tokens, attr), atol=1e-7)
+    out = conv(tokens, edge_index, edge_attr=attr)
+    out.pow(2).sum().backward()
+    assert conv.energy_fn.w_edge.grad is not None
+    assert float(conv.energy_fn.w_edge.grad.abs().sum()) > 0
+    # the analytic step's parameter gradients are autograd's of the reference descent
+    reference = copy.deepcopy(conv)
+    reference.grad = "autograd"
+    reference.zero_grad()
+    reference(x, edge_index, edge_attr=edge_attr).pow(2).sum().backward()
+    conv.zero_grad()
+    conv(x, edge_index, edge_attr=edge_attr).pow(2).sum().backward()
+    for (name, mine), (_, theirs) in zip(conv.named_parameters(), reference.named_parameters()):
+        assert relative_error(mine.grad, theirs.grad) < 1e-9, name
+
+
+def test_a_subclass_closed_form_that_forgets_the_features_is_refused():
+    """The layer's first analytic step compares a subclass's closed form with autograd of its
+    energy at a random point; that point carries edge features when the energy takes them."""
+
+    class ForgetsFeatures(ETEnergy):
+        def attention_grads(self, k, q, edges, fused=True):
+            return E.attention_grad(k, q, edges.src, edges.dst, self.beta, edges.weight,
+                                    k.size(0))  # (without self.key_offsets(edges))
+
+    x, edge_index, edge_attr = graph_with_features()
+    conv = edge_conv(energy_cls=ForgetsFeatures)
+    with pytest.raises(ValueError, match="closed form of dE/dg on the fused path differs"):
+        conv(x, edge_index, edge_attr=edge_attr)
+    # without edge features the same override is the built-in closed form
+    plain = ETConv(8, heads=3, head_dim=4, energy_cls=ForgetsFeatures).double()
+    plain(x, edge_index)
+
+
+def test_settings_show_save_and_load():
+    conv = edge_conv()
+    assert conv.edge_dim == EDGE_DIM and conv.energy_fn.edge_dim == EDGE_DIM
+    assert "edge_dim=3" in repr(conv) and "edge_dim=3" in repr(conv.energy_fn)
+    assert ETConv(8).edge_dim is None and "edge_dim" not in repr(ETConv(8))
+    assert tuple(conv.energy_fn.w_edge.shape) == (3, 4, EDGE_DIM)
+    x, edge_index, edge_attr = graph_with_features()
+    copy_ = pickle.loads(pickle.dumps(conv))
+    assert torch.equal(copy_(x, edge_index, edge_attr=edge_attr),
+                       conv(x, edge_index, edge_attr=edge_attr))
+    fresh = edge_conv()
+    with torch.no_grad():
+        fresh.energy_fn.w_edge.zero_()
+    fresh.load_state_dict(conv.state_dict())
+    assert torch.equal(fresh.energy_fn.w_edge, conv.energy_fn.w_edge)
+    with pytest.raises(RuntimeError, match="w_edge"):
+        ETConv(8, heads=3, head_dim=4).double().load_state_dict(conv.state_dict())
+
+
+def test_bad_inputs_are_refused_by_name():
+    x, edge_index, edge_attr = graph_with_features()
+    conv = edge_conv()
+    with pytest.raises(ValueError, match=r"built with edge_dim=3: pass edge_attr \[E, 3\]"):
+        conv(x, edge_index)
+    with pytest.raises(ValueError, match="built without edge_dim"):
+        ETConv(8).double()(x, edge_index, edge_attr=edge_attr)
+    with pytest.raises(ValueError, match=r"shape \[E, edge_dim\]=\[43, 3\]"):
+        conv(x, edge_index, edge_attr=edge_attr[:, :2])
+    with pytest.raises(ValueError, match=r"shape \[E, edge_dim\]=\[43, 3\]"):
+        conv(x, edge_index, edge_attr=edge_attr[:-1])
+    with pytest.raises(ValueError, match="one_hot"):
+        conv(x, edge_index, edge_attr=torch.zeros(43, 3, dtype=torch.long))
+    nan = edge_attr.clone()
+    nan[4, 1] = float("nan")
+    with pytest.raises(ValueError, match="edge_attr contains NaN"):
+        conv(x, edge_index, edge_attr=nan)
+    with pytest.raises(ValueError, match="edge_attr"):  # float64 features, float32 layer
+        edge_conv().float()(x.float(), edge_index, edge_attr=edge_attr)
+    adj = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(43), (12, 12))
+    with pytest.raises(ValueError, match="sparse adjacency has no edge order"):
+        conv(x, adj, edge_attr=edge_attr)
+    for bad in (0, -2, 2.5, True):
+        with pytest.raises(ValueError, match="edge_dim must be a positive int"):
+            ETConv(8, edge_dim=bad)
+    with pytest.raises(NotImplementedError, match="sparse path only"):
+        conv.eval().forward_chunked(x, edge_index)
+    with pytest.raises(NotImplementedError, match="sparse path only"):
+        conv.forward_dense(x.unsqueeze(0))
+    one = ETConv(8, heads=3, head_dim=4, edge_dim=1).double()
+    assert torch.equal(one(x, edge_index, edge_attr=edge_attr[:, 0]),
+                       one(x, edge_index, edge_attr=edge_attr[:, :1]))
