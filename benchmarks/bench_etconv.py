@@ -11,8 +11,8 @@ parameters and to ``x``. The models are
 * ``etconv_compiled``: ``torch.compile(etconv)``
 
 With ``--edge-dim F`` every model takes edge features ``edge_attr [E, F]`` (standard normal):
-``ETConv(..., edge_dim=F)`` (its edges then take the reference closed form: the fused kernel
-has no key offsets), ``TransformerConv(..., edge_dim=F)`` and ``GATConv(..., edge_dim=F)``.
+``ETConv(..., edge_dim=F)`` (the fused kernel's form with key offsets), ``TransformerConv(...,
+edge_dim=F)`` and ``GATConv(..., edge_dim=F)``.
 
 Timing: ``time.perf_counter`` around one step; ``--warmup`` untimed rounds, then ``--repeats``
 rounds in which the models take turns (round robin, so that a busy machine slows all of them

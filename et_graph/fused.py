@@ -56,7 +56,7 @@ import torch
 from torch import Tensor
 
 from ._sparse_warnings import quiet_sparse
-from .energy import attention_grad, hopfield_grad
+from .energy import attention_grad, edge_key_offsets, hopfield_grad
 from .native import NativeAttentionGrad, native_applies
 from .precision import backward_without_autocast
 
@@ -223,6 +223,28 @@ class EdgePlan:
         pattern = self.matrix(rows.new_zeros(self.heads, self.num_edges))
         torch.sparse.sampled_addmm(pattern, rows, cols.t(), beta=0.0, out=pattern)
         return pattern.values().view(self.heads, self.num_edges)
+
+    @cached_property
+    def edge_col(self) -> Tensor:
+        """Each (head, edge) slot's edge in the sorted order, the columns of
+        :meth:`edge_matrix`."""
+        edges = torch.arange(self.num_edges, device=self.src.device)
+        return edges.repeat(self.heads).to(self._index_dtype)
+
+    def edge_matrix(self, values: Tensor) -> Tensor:
+        """``[H*N, E]`` CSR matrix with ``values [H, E]`` at row ``h*N + C``, column ``e`` for
+        every edge ``e`` into ``C``: times per-edge rows ``[E, F]`` it sums ``values[h, e] *
+        row_e`` over the edges into each node, per head (``[H*N, F]``)."""
+        return torch.sparse_csr_tensor(
+            self.crow, self.edge_col, values.reshape(-1),
+            (self.heads * self.num_nodes, self.num_edges), check_invariants=False)
+
+    def rows_at_dst(self, rows: Tensor) -> Tensor:
+        """Head-major per-node ``rows [H*N, F]`` gathered to every (head, sorted edge) by
+        destination: ``[H, E, F]``."""
+        offsets = self.num_nodes * torch.arange(self.heads, device=rows.device).unsqueeze(1)
+        index = (self.dst_per_head + offsets).reshape(-1)
+        return rows.index_select(0, index).view(self.heads, self.num_edges, rows.size(-1))
 
     def segment_sum(self, values: Tensor) -> Tensor:
         """Sum of ``values [H, E]`` over the edges into each node: ``[H, N]``."""
@@ -424,6 +446,144 @@ class _FusedAttentionGrad(torch.autograd.Function):
         return _node_major(d_k, heads), _node_major(d_q, heads), d_beta, d_w, None
 
 
+class _FusedOffsetAttentionGrad(torch.autograd.Function):
+    """:class:`_FusedAttentionGrad` with edge features: edge ``e``'s key is ``k_B + o_e`` with
+    ``o_e = W^E f_e`` (per head). No ``[E, H, Y]`` tensor is made: with ``r = q W^E``
+    (``[H, N, F]``) the offset's score is ``<f_e, r_C>``, and the query gradient's offset part
+    ``-sum_e c_e o_e`` is ``-W^E u_C`` with ``u_C = sum_{e -> C} c_e f_e`` (one sparse product
+    with the per-edge features). Backward, besides the terms of the plain kernel (``s``
+    now includes the offset's score, ``G_r = G_q W^E``)::
+
+        dL/dc_e   -= <G_r[C], f_e>
+        dL/dq_C   += (dL/dr_C) W^E^T,  dL/dr_C = sum_{e -> C} dL/ds_e f_e
+        dL/dW^E    = sum_C q_C (dL/dr_C)^T - G_q[C] u_C^T
+        dL/df_e    = sum_h dL/ds_e r_C - c_e G_r[C]
+    """
+
+    @staticmethod
+    @quiet_sparse
+    def forward(ctx: Any, k: Tensor, q: Tensor, beta: Tensor, weight: Optional[Tensor],
+                attr: Tensor, w_edge: Tensor, plan: EdgePlan) -> tuple[Tensor, Tensor]:
+        heads, features = k.size(1), attr.size(1)
+        k_rows, q_rows = _head_major(k), _head_major(q)
+        key_map = w_edge.to(k.dtype)
+        offset_query = torch.bmm(q.transpose(0, 1), key_map)  # r = q W^E: [H, N, F]
+        offset_score = (plan.rows_at_dst(offset_query.reshape(-1, features)) * attr).sum(-1)
+        scores = plan.sddmm(q_rows, k_rows).add_(offset_score)
+        scale = beta.unsqueeze(1) if weight is None else beta.unsqueeze(1) * weight
+        probs = plan.softmax(scores * scale)
+        coef = probs if weight is None else probs * weight
+        coef_t = plan.transposed(coef)
+        features_in = (plan.edge_matrix(coef) @ attr).view(heads, -1, features)  # u: [H, N, F]
+        grad_q = torch.baddbmm((plan.matrix(coef) @ k_rows).view(heads, -1, k.size(-1)),
+                               features_in, key_map.transpose(1, 2))
+        grad_k = plan.matrix_t(coef_t) @ q_rows
+        ctx.plan = plan
+        ctx.save_for_backward(k, q, beta, weight, attr, w_edge, probs, scores, coef_t,
+                              offset_query, features_in)
+        grad_q.neg_()
+        grad_k.neg_()
+        return _node_major(grad_k, heads), grad_q.transpose(0, 1)
+
+    @staticmethod
+    @backward_without_autocast
+    def backward(ctx: Any, up_k: Optional[Tensor], up_q: Optional[Tensor]):
+        saved = ctx.saved_tensors
+        if wants_differentiable_backward(saved, up_k, up_q):
+            return _FusedOffsetAttentionGrad._differentiable_backward(ctx, saved, up_k, up_q)
+        with torch.no_grad():
+            return _FusedOffsetAttentionGrad._fast_backward(ctx, saved, up_k, up_q)
+
+    @staticmethod
+    def _differentiable_backward(
+        ctx: Any, saved: tuple, up_k: Optional[Tensor], up_q: Optional[Tensor]
+    ) -> tuple[Optional[Tensor], ...]:
+        """The reference closed form's vector-Jacobian product by autograd (any order)."""
+        k, q, beta, weight, attr, w_edge, *_ = saved
+        plan: EdgePlan = ctx.plan
+        inputs = (k, q, beta, weight, attr, w_edge)
+        wanted = [i for i, need in enumerate(ctx.needs_input_grad[:6]) if need]
+        with torch.enable_grad():
+            leaves = [t if t is None or t.requires_grad else t.detach().requires_grad_()
+                      for t in inputs]
+            outputs = attention_grad(
+                leaves[0], leaves[1], plan.src, plan.dst, leaves[2],
+                None if weight is None else leaves[3].t(), plan.num_nodes,
+                edge_key_offsets(leaves[4], leaves[5].to(k.dtype)),
+            )
+            ups = [torch.zeros_like(out) if up is None else up
+                   for out, up in zip(outputs, (up_k, up_q))]
+            grads = torch.autograd.grad(
+                outputs, [leaves[i] for i in wanted], ups, create_graph=True, allow_unused=True
+            )
+        result: list[Optional[Tensor]] = [None] * 7
+        for i, grad in zip(wanted, grads):
+            result[i] = grad if grad is not None else torch.zeros_like(inputs[i])
+        return tuple(result)
+
+    @staticmethod
+    @quiet_sparse
+    def _fast_backward(
+        ctx: Any, saved: tuple, up_k: Optional[Tensor], up_q: Optional[Tensor]
+    ) -> tuple[Optional[Tensor], ...]:
+        (k, q, beta, weight, attr, w_edge, probs, scores, coef_t, offset_query,
+         features_in) = saved
+        plan: EdgePlan = ctx.plan
+        heads, width, features = plan.heads, k.size(-1), attr.size(1)
+        key_map = w_edge.to(k.dtype)
+        k_rows, q_rows = _head_major(k), _head_major(q)
+        rows = _paired_rows(q_rows, up_q, heads, incoming_first=False)
+        cols = _paired_rows(k_rows, up_k, heads, incoming_first=True)
+        up_q_rows, up_k_rows = rows[:, width:], cols[:, :width]
+        d_coef = plan.sddmm(rows, cols).neg_()
+        up_offset = None  # G_r = G_q W^E: [H, N, F]
+        if up_q is not None:
+            up_offset = torch.bmm(up_q.transpose(0, 1), key_map)
+            d_coef.sub_((plan.rows_at_dst(up_offset.reshape(-1, features)) * attr).sum(-1))
+        d_probs = d_coef if weight is None else d_coef * weight
+        weighted = probs * d_probs
+        d_logits = weighted.sub_(probs * plan.at_dst(plan.segment_sum(weighted)))
+
+        beta_col = beta.unsqueeze(1)
+        d_beta = d_w = None
+        if weight is None:
+            if ctx.needs_input_grad[2]:
+                d_beta = (d_logits * scores).sum(1)
+            d_scores = d_logits * beta_col
+            coef = probs
+        else:
+            if ctx.needs_input_grad[2]:
+                d_beta = (d_logits * scores * weight).sum(1)
+            if ctx.needs_input_grad[3]:
+                d_w = probs * d_coef + d_logits * beta_col * scores
+                if d_w.size(0) != weight.size(0):
+                    d_w = d_w.sum(0, keepdim=True)
+            d_scores = d_logits * beta_col * weight
+            coef = probs * weight
+
+        d_q = torch.addmm(plan.matrix(d_scores) @ k_rows, plan.matrix(coef), up_k_rows,
+                          alpha=-1).view(heads, -1, width)
+        d_k = torch.addmm(plan.matrix_t(plan.transposed(d_scores)) @ q_rows,
+                          plan.matrix_t(coef_t), up_q_rows, alpha=-1)
+        # the offset's score <f_e, r_C>, r = q W^E
+        d_offset_query = (plan.edge_matrix(d_scores) @ attr).view(heads, -1, features)
+        d_q.baddbmm_(d_offset_query, key_map.transpose(1, 2))
+        d_w_edge = d_attr = None
+        if ctx.needs_input_grad[5]:
+            d_w_edge = torch.bmm(q.transpose(0, 1).transpose(1, 2), d_offset_query)
+            if up_q is not None:  # the query gradient's -W^E u
+                d_w_edge.baddbmm_(up_q.transpose(0, 1).transpose(1, 2), features_in, alpha=-1)
+            d_w_edge = d_w_edge.to(w_edge.dtype)
+        if ctx.needs_input_grad[4]:
+            at_dst = plan.rows_at_dst(offset_query.reshape(-1, features))
+            d_attr = (d_scores.unsqueeze(-1) * at_dst).sum(0)
+            if up_offset is not None:
+                at_dst = plan.rows_at_dst(up_offset.reshape(-1, features))
+                d_attr.sub_((coef.unsqueeze(-1) * at_dst).sum(0))
+        return (_node_major(d_k, heads), d_q.transpose(0, 1), d_beta, d_w, d_attr, d_w_edge,
+                None)
+
+
 @torch.compiler.disable
 def build_edge_plan(src: Tensor, dst: Tensor, num_nodes: int, heads: int) -> EdgePlan:
     """The reusable CSR layout of self-loop-free edges ``src -> dst`` (for
@@ -470,6 +630,40 @@ def fused_attention_grad(
         # small kernels per step.
         return NativeAttentionGrad.apply(k, q, beta.to(k.dtype), weight, plan)
     return _FusedAttentionGrad.apply(k, q, beta, weight, plan)
+
+
+@torch.compiler.disable
+def fused_offset_attention_grad(
+    k: Tensor,
+    q: Tensor,
+    src: Tensor,
+    dst: Tensor,
+    beta: Tensor,
+    edge_weight: Optional[Tensor],
+    edge_attr: Tensor,
+    w_edge: Tensor,
+    plan: Optional[EdgePlan] = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`fused_attention_grad` with edge features ``edge_attr [E, F]`` whose key offsets
+    are ``W^E f_e`` (``w_edge [H, Y, F]``): the same values as :func:`et_graph.energy.
+    attention_grad` with ``key_offset=edge_key_offsets(edge_attr, w_edge)``, without an
+    ``[E, H, Y]`` tensor. The opt-in compiled kernel has no offsets; this runs the sparse
+    kernels."""
+    num_nodes, heads = k.size(0), k.size(1)
+    if src.numel() == 0 or num_nodes == 0:
+        # No edge: no attention energy (kept connected to the graph, as the plain kernel does).
+        return k * 0, q * 0 + (w_edge.sum() * 0).to(q.dtype)
+    if edge_weight is not None and edge_weight.dim() == 1:
+        edge_weight = edge_weight.unsqueeze(-1)
+    if (k.dtype not in SPARSE_KERNEL_DTYPES or functorch_active()
+            or not sparse_kernels_on(k.device)):
+        return attention_grad(k, q, src, dst, beta, edge_weight, num_nodes,
+                              edge_key_offsets(edge_attr, w_edge.to(k.dtype)))
+    if plan is None:
+        plan = build_edge_plan(src, dst, num_nodes, heads)
+    weight = None if edge_weight is None else plan.edge_values(edge_weight.to(k.dtype))
+    attr = edge_attr.to(k.dtype).index_select(0, plan.order)
+    return _FusedOffsetAttentionGrad.apply(k, q, beta, weight, attr, w_edge, plan)
 
 
 #: Rows per block of :func:`fused_relu_hopfield_grad` on the CPU: a ``[rows, K]`` block of

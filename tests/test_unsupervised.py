@@ -946,3 +946,17 @@ def test_one_class_labels_are_refused_before_any_detector_is_fitted():
                   label_mask=graph.y == 0)  # the labelled nodes: normal ones only
     with pytest.raises(ValueError, match=r"the \d+ labelled nodes hold 0 anomalies"):
         load_graph(config.data, masked)
+
+
+def test_scoring_under_another_default_dtype_reads_the_networks(fitted, graph):
+    """Fitted under float32 and scored under torch.set_default_dtype(torch.float64): the
+    features, cast to the new default by label_free_graph, are read by the network in its own
+    dtype (its encoder casts them), so the scores are the same bit for bit."""
+    expected = fitted.decision_function(graph)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        scores = fitted.decision_function(graph)
+    finally:
+        torch.set_default_dtype(previous)
+    assert torch.equal(torch.as_tensor(scores), torch.as_tensor(expected))

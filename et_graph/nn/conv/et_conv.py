@@ -404,10 +404,12 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
       :math:`a_{BCh} = \beta_h w_{BCh} (\mathbf{k}_{hB} + W^E_h \mathbf{f}_{BC})^\top
       \mathbf{q}_{hC}`, inside :math:`E_{ATT}`. The offset does not depend on the tokens, so
       the descent is still the energy's exact gradient (the query side gains
-      :math:`-\sum_B c_{BC} W^E_h \mathbf{f}_{BC}`) and the energy still falls. Such edges
-      take the reference closed form rather than the fused kernel (``[E, H, Y]`` memory per
-      step; measured in ``benchmarks/bench_edge_features.py``), and exist on the sparse path
-      only (:meth:`forward_dense` and :meth:`forward_chunked` refuse such a layer).
+      :math:`-\sum_B c_{BC} W^E_h \mathbf{f}_{BC}`) and the energy still falls. The fused
+      kernel takes them without an ``[E, H, Y]`` tensor
+      (:func:`~et_graph.fused.fused_offset_attention_grad`; the opt-in compiled kernel has no
+      offsets, so such a layer runs the sparse kernels; ``bench_etconv.py --edge-dim F``
+      measures it against ``TransformerConv(edge_dim=F)``). Sparse path only
+      (:meth:`forward_dense` and :meth:`forward_chunked` refuse such a layer).
 
     Args:
         channels: token width ``D``.
@@ -797,8 +799,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         fn = self.energy_fn
         out = fn.check_tokens(x)
         fused = (self.grad == "analytic" and self.fused and not self._sees_messages
-                 and num_steps > 0 and sparse_kernels_on(out.device)
-                 and self.energy_fn.edge_dim is None)  # (the kernel has no key offsets)
+                 and num_steps > 0 and sparse_kernels_on(out.device))
         # With the fused kernel the edges are sorted once; every step and backward reuse that.
         edges = self._edges(out, edge_index, edge_weight, fused, edge_attr)
         try:

@@ -23,7 +23,12 @@ from torch_geometric.typing import Adj
 from torch_geometric.utils import is_sparse, to_edge_index
 
 from ... import energy as E
-from ...fused import EdgePlan, build_edge_plan, fused_attention_grad
+from ...fused import (
+    EdgePlan,
+    build_edge_plan,
+    fused_attention_grad,
+    fused_offset_attention_grad,
+)
 from ...precision import autocast_off
 from ..energy_layer_norm import EnergyLayerNorm
 from ..validation import (
@@ -161,9 +166,8 @@ class ETEnergy(Module):
             the key its source offers by ``W^E_h f_BC`` (a learned ``w_edge [H, Y, F]``), as in
             ``TransformerConv(edge_dim=...)``; the offset does not depend on the tokens, so the
             energy stays a function of ``g`` with the closed form of
-            :func:`et_graph.energy.attention_grad`. Sparse path only; the fused kernel does
-            not take it, so such edges take the reference closed form (exact, with more
-            memory: ``[E, H, Y]`` per step).
+            :func:`et_graph.energy.attention_grad` (and the fused kernel's form,
+            :func:`et_graph.fused.fused_offset_attention_grad`). Sparse path only.
     """
 
     # Registered with register_parameter (None without coupling / edge_dim), which mypy does
@@ -627,9 +631,14 @@ class ETEnergy(Module):
     ) -> tuple[Tensor, Tensor]:
         """Closed form of ``(dE_ATT/dk, dE_ATT/dq)``, each ``[N, H, Y]``: the fused CSR kernel
         (``fused=True``, reusing ``edges.plan``) or the reference :func:`et_graph.energy.
-        attention_grad`. Edges with features always take the reference (the fused kernel has
-        no key offsets)."""
-        if fused and edges.attr is None:
+        attention_grad`. Edges with features take the fused kernel's form with key offsets
+        (:func:`et_graph.fused.fused_offset_attention_grad`)."""
+        offsets_of = edges.attr is not None and self.w_edge is not None
+        if fused and offsets_of:
+            return fused_offset_attention_grad(
+                k, q, edges.src, edges.dst, self.beta, edges.weight, edges.attr, self.w_edge,
+                edges.plan)
+        if fused:
             return fused_attention_grad(
                 k, q, edges.src, edges.dst, self.beta, edges.weight, edges.plan
             )
