@@ -47,7 +47,7 @@ row blocks and a backward that recomputes the activations, so that no ``[N, K]``
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import Any, Optional
 
@@ -330,6 +330,55 @@ def wants_differentiable_backward(saved: tuple, up_k: Optional[Tensor],
     )
 
 
+def _reference_backward(ctx: Any, inputs: tuple, slots: int, up_k: Optional[Tensor],
+                        up_q: Optional[Tensor], reference: Callable[..., tuple[Tensor, Tensor]]
+                        ) -> tuple[Optional[Tensor], ...]:
+    """The vector-Jacobian product of ``reference(*inputs)`` (the reference closed form on the
+    plan's sorted edges; a weight ``[1 or H, E]`` is passed as ``[E, 1 or H]``) by autograd
+    with ``create_graph=True``: a backward differentiable to any order. ``slots`` is the
+    number of the Function's inputs (the trailing ones get ``None``)."""
+    wanted = [i for i, need in enumerate(ctx.needs_input_grad[:len(inputs)]) if need]
+    with torch.enable_grad():
+        # Leaves stand in for inputs that do not require grad, so autograd.grad accepts them.
+        leaves = [t if t is None or t.requires_grad else t.detach().requires_grad_()
+                  for t in inputs]
+        weight = leaves[3]
+        outputs = reference(*leaves[:3], None if weight is None else weight.t(), *leaves[4:])
+        ups = [torch.zeros_like(out) if up is None else up
+               for out, up in zip(outputs, (up_k, up_q))]
+        grads = torch.autograd.grad(
+            outputs, [leaves[i] for i in wanted], ups, create_graph=True, allow_unused=True
+        )
+    result: list[Optional[Tensor]] = [None] * slots
+    for i, grad in zip(wanted, grads):
+        result[i] = grad if grad is not None else torch.zeros_like(inputs[i])
+    return tuple(result)
+
+
+def _through_softmax(ctx: Any, plan: EdgePlan, d_coef: Tensor, probs: Tensor, scores: Tensor,
+                     beta: Tensor, weight: Optional[Tensor]
+                     ) -> tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
+    """The backward of ``c = w softmax(beta w s)`` from ``dL/dc`` (``[H, E]``, plan order):
+    ``(dL/ds, c, dL/dbeta, dL/dw)``, the last two ``None`` unless the inputs at positions 2
+    and 3 of ``ctx`` (``beta``, ``weight``) need them."""
+    d_probs = d_coef if weight is None else d_coef * weight
+    weighted = probs * d_probs
+    d_logits = weighted.sub_(probs * plan.at_dst(plan.segment_sum(weighted)))
+    beta_col = beta.unsqueeze(1)
+    d_beta = d_w = None
+    if weight is None:
+        if ctx.needs_input_grad[2]:
+            d_beta = (d_logits * scores).sum(1)
+        return d_logits * beta_col, probs, d_beta, d_w
+    if ctx.needs_input_grad[2]:
+        d_beta = (d_logits * scores * weight).sum(1)
+    if ctx.needs_input_grad[3]:
+        d_w = probs * d_coef + d_logits * beta_col * scores
+        if d_w.size(0) != weight.size(0):
+            d_w = d_w.sum(0, keepdim=True)
+    return d_logits * beta_col * weight, probs * weight, d_beta, d_w
+
+
 class _FusedAttentionGrad(torch.autograd.Function):
     @staticmethod
     @quiet_sparse
@@ -373,27 +422,10 @@ class _FusedAttentionGrad(torch.autograd.Function):
     ) -> tuple[Optional[Tensor], ...]:
         """The vector-Jacobian product of the reference closed form on the plan's (sorted)
         edges, by autograd with ``create_graph=True``: slower, differentiable to any order."""
-        k, q, beta, weight, *_ = saved
         plan: EdgePlan = ctx.plan
-        inputs = (k, q, beta, weight)
-        wanted = [i for i, need in enumerate(ctx.needs_input_grad[:4]) if need]
-        with torch.enable_grad():
-            # Leaves stand in for inputs that do not require grad, so autograd.grad accepts them.
-            leaves = [t if t is None or t.requires_grad else t.detach().requires_grad_()
-                      for t in inputs]
-            outputs = attention_grad(
-                leaves[0], leaves[1], plan.src, plan.dst, leaves[2],
-                None if weight is None else leaves[3].t(), plan.num_nodes,
-            )
-            ups = [torch.zeros_like(out) if up is None else up
-                   for out, up in zip(outputs, (up_k, up_q))]
-            grads = torch.autograd.grad(
-                outputs, [leaves[i] for i in wanted], ups, create_graph=True, allow_unused=True
-            )
-        result: list[Optional[Tensor]] = [None] * 5
-        for i, grad in zip(wanted, grads):
-            result[i] = grad if grad is not None else torch.zeros_like(inputs[i])
-        return tuple(result)
+        return _reference_backward(ctx, saved[:4], 5, up_k, up_q, lambda k, q, beta, weight:
+                                   attention_grad(k, q, plan.src, plan.dst, beta, weight,
+                                                  plan.num_nodes))
 
     @staticmethod
     @quiet_sparse
@@ -412,26 +444,8 @@ class _FusedAttentionGrad(torch.autograd.Function):
         width = k_rows.size(1)
         up_q_rows, up_k_rows = rows[:, width:], cols[:, :width]
         d_coef = plan.sddmm(rows, cols).neg_()
-        d_probs = d_coef if weight is None else d_coef * weight
-        weighted = probs * d_probs
-        d_logits = weighted.sub_(probs * plan.at_dst(plan.segment_sum(weighted)))
-
-        beta_col = beta.unsqueeze(1)
-        d_beta = d_w = None
-        if weight is None:
-            if ctx.needs_input_grad[2]:
-                d_beta = (d_logits * scores).sum(1)
-            d_scores = d_logits * beta_col
-            coef = probs
-        else:
-            if ctx.needs_input_grad[2]:
-                d_beta = (d_logits * scores * weight).sum(1)
-            if ctx.needs_input_grad[3]:
-                d_w = probs * d_coef + d_logits * beta_col * scores
-                if d_w.size(0) != weight.size(0):
-                    d_w = d_w.sum(0, keepdim=True)
-            d_scores = d_logits * beta_col * weight
-            coef = probs * weight
+        d_scores, coef, d_beta, d_w = _through_softmax(ctx, plan, d_coef, probs, scores, beta,
+                                                       weight)
 
         # dL/dq_C = sum_{dst=C} (ds k_B - c G_k[B]);  dL/dk_B = sum_{src=B} (ds q_C - c G_q[C]).
         d_q = torch.addmm(
@@ -499,27 +513,11 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
         ctx: Any, saved: tuple, up_k: Optional[Tensor], up_q: Optional[Tensor]
     ) -> tuple[Optional[Tensor], ...]:
         """The reference closed form's vector-Jacobian product by autograd (any order)."""
-        k, q, beta, weight, attr, w_edge, *_ = saved
         plan: EdgePlan = ctx.plan
-        inputs = (k, q, beta, weight, attr, w_edge)
-        wanted = [i for i, need in enumerate(ctx.needs_input_grad[:6]) if need]
-        with torch.enable_grad():
-            leaves = [t if t is None or t.requires_grad else t.detach().requires_grad_()
-                      for t in inputs]
-            outputs = attention_grad(
-                leaves[0], leaves[1], plan.src, plan.dst, leaves[2],
-                None if weight is None else leaves[3].t(), plan.num_nodes,
-                edge_key_offsets(leaves[4], leaves[5].to(k.dtype)),
-            )
-            ups = [torch.zeros_like(out) if up is None else up
-                   for out, up in zip(outputs, (up_k, up_q))]
-            grads = torch.autograd.grad(
-                outputs, [leaves[i] for i in wanted], ups, create_graph=True, allow_unused=True
-            )
-        result: list[Optional[Tensor]] = [None] * 7
-        for i, grad in zip(wanted, grads):
-            result[i] = grad if grad is not None else torch.zeros_like(inputs[i])
-        return tuple(result)
+        return _reference_backward(
+            ctx, saved[:6], 7, up_k, up_q, lambda k, q, beta, weight, attr, w_edge:
+            attention_grad(k, q, plan.src, plan.dst, beta, weight, plan.num_nodes,
+                           edge_key_offsets(attr, w_edge.to(k.dtype))))
 
     @staticmethod
     @quiet_sparse
@@ -540,26 +538,8 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
         if up_q is not None:
             up_offset = torch.bmm(up_q.transpose(0, 1), key_map)
             d_coef.sub_((plan.rows_at_dst(up_offset.reshape(-1, features)) * attr).sum(-1))
-        d_probs = d_coef if weight is None else d_coef * weight
-        weighted = probs * d_probs
-        d_logits = weighted.sub_(probs * plan.at_dst(plan.segment_sum(weighted)))
-
-        beta_col = beta.unsqueeze(1)
-        d_beta = d_w = None
-        if weight is None:
-            if ctx.needs_input_grad[2]:
-                d_beta = (d_logits * scores).sum(1)
-            d_scores = d_logits * beta_col
-            coef = probs
-        else:
-            if ctx.needs_input_grad[2]:
-                d_beta = (d_logits * scores * weight).sum(1)
-            if ctx.needs_input_grad[3]:
-                d_w = probs * d_coef + d_logits * beta_col * scores
-                if d_w.size(0) != weight.size(0):
-                    d_w = d_w.sum(0, keepdim=True)
-            d_scores = d_logits * beta_col * weight
-            coef = probs * weight
+        d_scores, coef, d_beta, d_w = _through_softmax(ctx, plan, d_coef, probs, scores, beta,
+                                                       weight)
 
         d_q = torch.addmm(plan.matrix(d_scores) @ k_rows, plan.matrix(coef), up_k_rows,
                           alpha=-1).view(heads, -1, width)
