@@ -36,6 +36,11 @@ incoming gradients of the outputs ``dk = -sum c q_C`` and ``dq = -sum c k_B``)::
 ``dL/dc`` is again one SDDMM (of the concatenations ``[q | G_q]`` and ``[G_k | k]``), and the two
 node sums are two sparse-dense products each.
 
+:func:`fused_offset_attention_grad` does the same with edge features, whose key offsets
+``W^E f_e`` enter through ``[H, N, F]``-sized products and SDDMMs over an edge-indexed pattern
+(its class docstring derives the backward); it also saves the features ``[E, F]``, ``W^E``
+and two ``[H, N, F]`` arrays.
+
 Higher derivatives (``create_graph=True``: gradient penalties, Hessian-vector products) take a
 different route: backward then differentiates the reference closed form
 :func:`et_graph.energy.attention_grad` on the plan's edges with autograd, so every order of
@@ -239,12 +244,31 @@ class EdgePlan:
             self.crow, self.edge_col, values.reshape(-1),
             (self.heads * self.num_nodes, self.num_edges), check_invariants=False)
 
-    def rows_at_dst(self, rows: Tensor) -> Tensor:
-        """Head-major per-node ``rows [H*N, F]`` gathered to every (head, sorted edge) by
-        destination: ``[H, E, F]``."""
-        offsets = self.num_nodes * torch.arange(self.heads, device=rows.device).unsqueeze(1)
-        index = (self.dst_per_head + offsets).reshape(-1)
-        return rows.index_select(0, index).view(self.heads, self.num_edges, rows.size(-1))
+    @cached_property
+    def edge_row_crow(self) -> Tensor:
+        """Row pointers of :meth:`edge_rows_matrix`: ``H`` entries per edge."""
+        return torch.arange(0, self.heads * self.num_edges + 1, self.heads,
+                            device=self.src.device).to(self._index_dtype)
+
+    @cached_property
+    def edge_row_col(self) -> Tensor:
+        """Columns of :meth:`edge_rows_matrix`: edge ``e``'s row ``h*N + dst_e`` per head."""
+        return (self.dst.unsqueeze(1) + self._head_nodes.t()).reshape(-1).to(self._index_dtype)
+
+    def edge_rows_matrix(self, values: Tensor) -> Tensor:
+        """``[E, H*N]`` CSR matrix with ``values [H, E]`` at row ``e``, column ``h*N + dst_e``
+        (the transpose of :meth:`edge_matrix`): times head-major per-node rows ``[H*N, F]`` it
+        gives ``sum_h values[h, e] * row[h*N + dst_e]`` per edge (``[E, F]``)."""
+        return torch.sparse_csr_tensor(
+            self.edge_row_crow, self.edge_row_col, values.t().reshape(-1),
+            (self.num_edges, self.heads * self.num_nodes), check_invariants=False)
+
+    def edge_sddmm(self, rows: Tensor, per_edge: Tensor) -> Tensor:
+        """``<rows[h*N + C], per_edge[e]>`` for every edge ``e`` into ``C`` and head:
+        ``[H, E]`` (``rows [H*N, F]``, ``per_edge [E, F]``), without an ``[H, E, F]`` tensor."""
+        pattern = self.edge_matrix(rows.new_zeros(self.heads, self.num_edges))
+        torch.sparse.sampled_addmm(pattern, rows, per_edge.t(), beta=0.0, out=pattern)
+        return pattern.values().view(self.heads, self.num_edges)
 
     def segment_sum(self, values: Tensor) -> Tensor:
         """Sum of ``values [H, E]`` over the edges into each node: ``[H, N]``."""
@@ -465,8 +489,10 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
     ``o_e = W^E f_e`` (per head). No ``[E, H, Y]`` tensor is made: with ``r = q W^E``
     (``[H, N, F]``) the offset's score is ``<f_e, r_C>``, and the query gradient's offset part
     ``-sum_e c_e o_e`` is ``-W^E u_C`` with ``u_C = sum_{e -> C} c_e f_e`` (one sparse product
-    with the per-edge features). Backward, besides the terms of the plain kernel (``s``
-    now includes the offset's score, ``G_r = G_q W^E``)::
+    with the per-edge features); the offset's scores are one SDDMM of ``r`` with the features
+    (:meth:`EdgePlan.edge_sddmm`), so no ``[H, E, F]`` tensor is made either. Backward,
+    besides the terms of the plain kernel (``s`` now includes the offset's score,
+    ``G_r = G_q W^E``)::
 
         dL/dc_e   -= <G_r[C], f_e>
         dL/dq_C   += (dL/dr_C) W^E^T,  dL/dr_C = sum_{e -> C} dL/ds_e f_e
@@ -482,7 +508,7 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
         k_rows, q_rows = _head_major(k), _head_major(q)
         key_map = w_edge.to(k.dtype)
         offset_query = torch.bmm(q.transpose(0, 1), key_map)  # r = q W^E: [H, N, F]
-        offset_score = (plan.rows_at_dst(offset_query.reshape(-1, features)) * attr).sum(-1)
+        offset_score = plan.edge_sddmm(offset_query.reshape(-1, features), attr)
         scores = plan.sddmm(q_rows, k_rows).add_(offset_score)
         scale = beta.unsqueeze(1) if weight is None else beta.unsqueeze(1) * weight
         probs = plan.softmax(scores * scale)
@@ -537,7 +563,7 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
         up_offset = None  # G_r = G_q W^E: [H, N, F]
         if up_q is not None:
             up_offset = torch.bmm(up_q.transpose(0, 1), key_map)
-            d_coef.sub_((plan.rows_at_dst(up_offset.reshape(-1, features)) * attr).sum(-1))
+            d_coef.sub_(plan.edge_sddmm(up_offset.reshape(-1, features), attr))
         d_scores, coef, d_beta, d_w = _through_softmax(ctx, plan, d_coef, probs, scores, beta,
                                                        weight)
 
@@ -555,11 +581,10 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
                 d_w_edge.baddbmm_(up_q.transpose(0, 1).transpose(1, 2), features_in, alpha=-1)
             d_w_edge = d_w_edge.to(w_edge.dtype)
         if ctx.needs_input_grad[4]:
-            at_dst = plan.rows_at_dst(offset_query.reshape(-1, features))
-            d_attr = (d_scores.unsqueeze(-1) * at_dst).sum(0)
+            d_attr = plan.edge_rows_matrix(d_scores) @ offset_query.reshape(-1, features)
             if up_offset is not None:
-                at_dst = plan.rows_at_dst(up_offset.reshape(-1, features))
-                d_attr.sub_((coef.unsqueeze(-1) * at_dst).sum(0))
+                d_attr = torch.addmm(d_attr, plan.edge_rows_matrix(coef),
+                                     up_offset.reshape(-1, features), alpha=-1)
         return (_node_major(d_k, heads), d_q.transpose(0, 1), d_beta, d_w, d_attr, d_w_edge,
                 None)
 
@@ -632,13 +657,13 @@ def fused_offset_attention_grad(
     num_nodes, heads = k.size(0), k.size(1)
     if src.numel() == 0 or num_nodes == 0:
         # No edge: no attention energy (kept connected to the graph, as the plain kernel does).
-        return k * 0, q * 0 + (w_edge.sum() * 0).to(q.dtype)
+        return k * 0, q * 0 + ((w_edge.sum() + edge_attr.sum()) * 0).to(q.dtype)
     if edge_weight is not None and edge_weight.dim() == 1:
         edge_weight = edge_weight.unsqueeze(-1)
     if (k.dtype not in SPARSE_KERNEL_DTYPES or functorch_active()
             or not sparse_kernels_on(k.device)):
         return attention_grad(k, q, src, dst, beta, edge_weight, num_nodes,
-                              edge_key_offsets(edge_attr, w_edge.to(k.dtype)))
+                              edge_key_offsets(edge_attr.to(k.dtype), w_edge.to(k.dtype)))
     if plan is None:
         plan = build_edge_plan(src, dst, num_nodes, heads)
     weight = None if edge_weight is None else plan.edge_values(edge_weight.to(k.dtype))

@@ -218,12 +218,75 @@ def test_a_subclass_closed_form_that_forgets_the_features_is_refused():
     plain(x, edge_index)
 
 
+def test_edges_built_beforehand_must_match_the_layers_edge_dim():
+    """descend_edges ran an edge-feature layer on edges without features as the plain layer,
+    and a plain layer on featured edges ignored them (a molecular-graph audit)."""
+    x, edge_index, edge_attr = graph_with_features()
+    conv = edge_conv()
+    plain = ETConv(8, heads=3, head_dim=4).double()
+    featured = conv.energy_fn.edges(x, edge_index, plan=True, edge_attr=edge_attr)
+    assert torch.equal(conv.descend_edges(x, featured), conv(x, edge_index, edge_attr=edge_attr))
+    with pytest.raises(ValueError, match="carry no edge features"):
+        conv.descend_edges(x, plain.energy_fn.edges(x, edge_index, plan=True))
+    with pytest.raises(ValueError, match="carry no edge features"):  # the energy's own methods
+        conv.energy_fn.grad_of_g(x, conv.energy_fn.weighted(
+            conv.energy_fn.topology(x, edge_index, plan=True), None, x.dtype))
+    with pytest.raises(ValueError, match="would ignore them"):
+        plain.descend_edges(x, featured)
+    wider = ETConv(8, heads=3, head_dim=4, edge_dim=5).double()
+    with pytest.raises(ValueError, match=r"edge_dim=5 but the edges carry \[E, 3\]"):
+        wider.descend_edges(x, featured)
+
+
+def test_a_layer_pickled_before_edge_features_existed_still_runs():
+    """Its energy's state has no w_edge entry (layers are saved whole in detectors' files); it
+    failed on its first forward with an AttributeError (a review)."""
+    x, edge_index = awkward_graph()
+    conv = ETConv(8, heads=3, head_dim=4).double()
+    old = copy.deepcopy(conv)
+    del old.energy_fn._parameters["w_edge"]  # the state such a file holds
+    loaded = pickle.loads(pickle.dumps(old))
+    assert loaded.edge_dim is None and loaded.energy_fn.w_edge is None
+    assert torch.equal(loaded(x, edge_index), conv(x, edge_index))
+
+
+def test_only_self_loops_still_connect_the_features_and_a_patched_offset_is_probed():
+    x, _, _ = graph_with_features()
+    conv = edge_conv()
+    loops = torch.arange(4).repeat(2, 1)
+    attr = torch.randn(4, EDGE_DIM, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(conv(x, loops, edge_attr=attr).sum(), attr)
+    assert torch.equal(grad, torch.zeros_like(attr))
+    # a key_offsets replaced on the object: the fused path reads w_edge itself, so the probe
+    # must compare it with the energy the object reports
+    x, edge_index, edge_attr = graph_with_features()
+    patched = edge_conv()
+    fn = patched.energy_fn
+    original = fn.key_offsets
+    fn.key_offsets = lambda edges: None if original(edges) is None else 2 * original(edges)
+    with pytest.raises(ValueError, match="differs from autograd"):
+        patched(x, edge_index, edge_attr=edge_attr)
+
+
+def test_an_energy_subclass_without_edge_dim_is_named():
+    class Older(ETEnergy):
+        def __init__(self, channels, heads=4, head_dim=16, hopfield_dim=None, hopfield="relu",
+                     hopfield_beta=1.0, beta_init=None, eps=1e-5, coupling=False):
+            super().__init__(channels, heads, head_dim, hopfield_dim, hopfield, hopfield_beta,
+                             beta_init, eps, coupling)
+
+    assert ETConv(8, energy_cls=Older).edge_dim is None  # as before, without edge_dim
+    with pytest.raises(TypeError, match="Older takes no edge_dim"):
+        ETConv(8, edge_dim=2, energy_cls=Older)
+
+
 def test_settings_show_save_and_load():
     conv = edge_conv()
     assert conv.edge_dim == EDGE_DIM and conv.energy_fn.edge_dim == EDGE_DIM
     assert "edge_dim=3" in repr(conv) and "edge_dim=3" in repr(conv.energy_fn)
     assert ETConv(8).edge_dim is None and "edge_dim" not in repr(ETConv(8))
     assert tuple(conv.energy_fn.w_edge.shape) == (3, 4, EDGE_DIM)
+    assert conv.w_edge is conv.energy_fn.w_edge and ETConv(8).w_edge is None
     x, edge_index, edge_attr = graph_with_features()
     copy_ = pickle.loads(pickle.dumps(conv))
     assert torch.equal(copy_(x, edge_index, edge_attr=edge_attr),
@@ -266,6 +329,13 @@ def test_bad_inputs_are_refused_by_name():
         conv.eval().forward_chunked(x, edge_index)
     with pytest.raises(NotImplementedError, match="sparse path only"):
         conv.forward_dense(x.unsqueeze(0))
+    # PyG's habit, edge_attr third positional, lands on edge_weight: named
+    with pytest.raises(ValueError, match="pass the edge features by name"):
+        conv(x, edge_index, edge_attr)
+    with pytest.raises(ValueError, match="keyword edge_attr="):
+        ETConv(8, heads=4).double()(x, edge_index, edge_attr)  # [E, 3] read as weights
+    with pytest.raises(ValueError, match=r"one_hot\(ids, num_classes=K\)"):
+        conv(x, edge_index, edge_attr=torch.ones(43, 3, dtype=torch.long))
     one = ETConv(8, heads=3, head_dim=4, edge_dim=1).double()
     assert torch.equal(one(x, edge_index, edge_attr=edge_attr[:, 0]),
                        one(x, edge_index, edge_attr=edge_attr[:, :1]))

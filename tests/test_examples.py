@@ -26,6 +26,8 @@ def _run(script: str, *args: str, status: int = 0) -> str:
     ("etconv_node_classification.py", ["--steps", "-1"]),
     ("etconv_node_classification.py", ["--lr", "nan"]),  # a traceback before (an audit)
     ("etconv_link_prediction.py", ["--seeds", "0"]),
+    ("etconv_edge_features.py", ["--models", "et,gat"]),
+    ("etconv_edge_features.py", ["--folds", "1"]),
 ])
 def test_bad_flags_are_one_line_errors(script, args):
     err = _run(script, *args, status=2)
@@ -52,6 +54,17 @@ def test_etconv_link_prediction_example_prints_both_encoders_on_one_split():
     rows = re.findall(r"^(ETConv|GCN) +(\d\.\d+) \(1 seed\) +(\d\.\d+) \(1 seed\)$", out, re.M)
     assert [row[0] for row in rows] == ["ETConv", "GCN"], out
     assert all(0.0 <= float(value) <= 1.0 for row in rows for value in row[1:])
+
+
+def test_etconv_edge_features_example_prints_every_model_and_its_folds(tmp_path):
+    out = _run("etconv_edge_features.py", "--folds", "2", "--epochs", "2",
+               "--json", str(tmp_path / "folds.json"))
+    rows = re.findall(r"^\| (\w+) \| (\d+\.\d) ± (\d+\.\d) \| (\d+\.\d) \|$", out, re.M)
+    assert [row[0] for row in rows] == ["et_edges", "et", "transformer", "gine"], out
+    import json
+
+    folds = json.loads((tmp_path / "folds.json").read_text())["folds"]
+    assert all(len(folds[model]) == 2 for model in ("et_edges", "et", "transformer", "gine"))
 
 
 def _docstrings_that_join_command_lines(source: str) -> list[int]:

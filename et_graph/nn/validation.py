@@ -181,7 +181,9 @@ def check_edge_weight(
         )
     if edge_weight.size(1) not in (1, heads):
         raise ValueError(
-            f"edge_weight has {edge_weight.size(1)} columns; expected 1 or heads={heads}"
+            f"edge_weight has {edge_weight.size(1)} columns; expected 1 or heads={heads} (edge "
+            "features, TransformerConv's third argument edge_attr, go to ETConv(edge_dim=F) as "
+            "the keyword edge_attr=)"
         )
     if edge_weight.dtype == torch.bool:
         # (a link-prediction audit) read as 1.0 / 0.0, a mask "hid" nothing: a weight of 0
@@ -226,8 +228,9 @@ def check_edge_attr(
         # as magnitudes
         raise ValueError(
             f"edge_attr is {_dtype_name(edge_attr.dtype)}, but the layer maps the features "
-            "linearly: for category ids pass one_hot(ids) (or an embedding's output), for "
-            "0/1 or count columns edge_attr.float()")
+            "linearly: for category ids pass one_hot(ids, num_classes=K) (the number of "
+            "categories, not each batch's largest id) or an nn.Embedding's output, for 0/1 or "
+            "count columns edge_attr.float()")
     check_dtype(edge_attr, dtype, name="edge_attr")
     edge_attr = edge_attr.to(dtype)
     if not all_finite(edge_attr):
@@ -269,7 +272,8 @@ def check_finite_tokens(out: Tensor, owner: str = "ETConv") -> None:
     if not all_finite(out):
         raise FloatingPointError(
             f"{owner} produced NaN or inf tokens from finite inputs: an intermediate value left "
-            f"the {_dtype_name(out.dtype)} range (features or edge weights too large, e.g. "
+            f"the {_dtype_name(out.dtype)} range (features, edge weights or edge features too "
+            f"large, e.g. "
             f"|x| near 1e19 in float32, or parameters that training blew up: lower the "
             f"learning rate). Rescale the inputs or use float64 (layer.double())."
         )

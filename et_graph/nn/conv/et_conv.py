@@ -455,7 +455,8 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
           node features :math:`(|\mathcal{V}|, D)`,
           edge indices :math:`(2, |\mathcal{E}|)` (a ``torch.Tensor`` of any integer dtype, a
           PyG ``EdgeIndex``, a torch sparse ``adj_t`` or a ``SparseTensor``),
-          edge weights :math:`(|\mathcal{E}|)` or :math:`(|\mathcal{E}|, H)` *(optional)*
+          edge weights :math:`(|\mathcal{E}|)` or :math:`(|\mathcal{E}|, H)` *(optional)*,
+          edge features :math:`(|\mathcal{E}|, F)` (``edge_attr``, with ``edge_dim=F``)
         - **output:** node features :math:`(|\mathcal{V}|, D)`, and with
           ``return_energy=True`` the energies :math:`(T + 1)`
     """
@@ -524,6 +525,11 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         super().__init__(node_dim=0, **kwargs)
         if grad not in GRAD_MODES:
             raise ValueError(f"grad must be one of {GRAD_MODES}, got {grad!r}")
+        if edge_dim is not None and "edge_dim" not in _named_settings(energy_cls.__init__) \
+                and not _takes_any_keyword(energy_cls.__init__):
+            raise TypeError(f"{energy_cls.__name__} takes no edge_dim: an energy subclass "
+                            "for edge features accepts edge_dim=None and passes it to "
+                            "ETEnergy.__init__")
         self.energy_fn = energy_cls(
             channels,
             heads=heads,
@@ -582,6 +588,12 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
     def edge_dim(self) -> Optional[int]:
         """Width ``F`` of the edge features (``None``: the layer takes none)."""
         return getattr(self.energy_fn, "edge_dim", None)
+
+    @property
+    def w_edge(self) -> Optional[Tensor]:
+        """Edge-feature key maps ``[H, Y, F]`` (``energy_fn.w_edge``; ``None`` without
+        ``edge_dim``)."""
+        return getattr(self.energy_fn, "w_edge", None)
 
     @property
     def w_k(self) -> Tensor:
@@ -798,6 +810,12 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         num_steps = self._num_steps(steps)
         fn = self.energy_fn
         out = fn.check_tokens(x)
+        if edge_attr is None and edge_weight is not None and self.edge_dim is not None:
+            raise ValueError(
+                f"{type(self).__name__} was built with edge_dim={self.edge_dim} but got no "
+                "edge_attr: pass the edge features by name, conv(x, edge_index, "
+                "edge_attr=...) (the third positional argument is edge_weight, not "
+                "TransformerConv's edge_attr)")
         fused = (self.grad == "analytic" and self.fused and not self._sees_messages
                  and num_steps > 0 and sparse_kernels_on(out.device))
         # With the fused kernel the edges are sorted once; every step and backward reuse that.
@@ -826,8 +844,10 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         return_energy: bool = False,
     ) -> Union[Tensor, tuple[Tensor, Tensor]]:
         """:meth:`forward` over edges built beforehand by ``self.energy_fn.edges(x, edge_index,
-        edge_weight, plan=True)``: a caller that runs several blocks with the same heads on one
-        graph (:class:`~et_graph.nn.ETGraphModel`) validates and sorts the edges once. No module
+        edge_weight, plan=True, edge_attr=...)`` (``edge_attr`` with ``edge_dim``, refused
+        without; checked against the layer's ``edge_dim``): a caller that runs several blocks
+        with the same heads on one graph (:class:`~et_graph.nn.ETGraphModel`) validates and
+        sorts the edges once. No module
         hooks run, as with any method other than ``__call__`` (PyG's message-level hooks do:
         the descent then runs through ``propagate``)."""
         return self._descend(x, self.energy_fn.check_tokens(x), edges, self._num_steps(steps),
@@ -842,6 +862,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         fn = self.energy_fn
         if edges.plan is not None and edges.plan.heads != self.heads:
             raise ValueError(f"edges were planned for {edges.plan.heads} heads, not {self.heads}")
+        fn.check_edge_features(edges)
         energies = []
         for _ in range(num_steps):
             g = fn.layer_norm(out)
@@ -1130,6 +1151,12 @@ def _refuse_transformer_conv_settings(kwargs: dict[str, Any]) -> None:
     for name, why in _TRANSFORMER_CONV_ONLY.items():
         if name in kwargs:
             raise TypeError(f"ETConv has no {name!r} (TransformerConv's): {why}")
+
+
+def _takes_any_keyword(function: Any) -> bool:
+    """Whether ``function`` has a ``**kwargs`` parameter."""
+    return any(parameter.kind is inspect.Parameter.VAR_KEYWORD
+               for parameter in inspect.signature(function).parameters.values())
 
 
 def _named_settings(function: Any) -> tuple[str, ...]:

@@ -277,10 +277,32 @@ class ETEnergy(Module):
         return None if self.w_edge is None else self.w_edge.size(-1)
 
     def key_offsets(self, edges: EdgeSet) -> Optional[Tensor]:
-        """The key offsets ``[E', H, Y]`` of ``edges``' features (``None`` without them)."""
+        """The key offsets ``[E', H, Y]`` of ``edges``' features (``None`` without them;
+        :meth:`check_edge_features` first)."""
+        self.check_edge_features(edges)
         if edges.attr is None or self.w_edge is None:
             return None
         return E.edge_key_offsets(edges.attr, self.w_edge)
+
+    def check_edge_features(self, edges: EdgeSet) -> None:
+        """``ValueError`` when ``edges`` (built beforehand, by hand or through
+        :meth:`topology` and :meth:`weighted`) lack the features this energy reads
+        (``edge_dim``), or carry some it would ignore: either ran silently as the other
+        energy."""
+        width = None if edges.attr is None else edges.attr.size(-1)
+        edge_dim = self.edge_dim
+        if width == edge_dim:
+            return
+        if edge_dim is None:
+            raise ValueError(
+                f"the edges carry edge features ([E, {width}]) but the energy was built "
+                f"without edge_dim, so it would ignore them: build the layer with "
+                f"edge_dim={width}, or the edges without edge_attr")
+        raise ValueError(
+            f"the layer was built with edge_dim={edge_dim} but the edges carry "
+            + ("no edge features" if width is None else f"[E, {width}] features")
+            + f": build them with energy_fn.edges(..., edge_attr=[E, {edge_dim}]) (or "
+            "energy_fn.featured(...) after weighted)")
 
     def refuse_edge_features(self) -> None:
         """Raise ``NotImplementedError`` on the paths without edge features (the dense path
@@ -510,6 +532,12 @@ class ETEnergy(Module):
         if reason:
             raise ValueError(reason)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        # an energy pickled before edge features existed has no w_edge entry (a layer saved
+        # whole in a detector's file then failed on its first forward: a review)
+        self._parameters.setdefault("w_edge", None)
+
     def __getstate__(self) -> dict[str, Any]:
         # The probe's verdicts are keyed by method objects, which need not pickle (a lambda
         # patched on a class); a copy probes again, once.
@@ -633,8 +661,8 @@ class ETEnergy(Module):
         (``fused=True``, reusing ``edges.plan``) or the reference :func:`et_graph.energy.
         attention_grad`. Edges with features take the fused kernel's form with key offsets
         (:func:`et_graph.fused.fused_offset_attention_grad`)."""
-        offsets_of = edges.attr is not None and self.w_edge is not None
-        if fused and offsets_of:
+        self.check_edge_features(edges)
+        if fused and edges.attr is not None and self.w_edge is not None:
             return fused_offset_attention_grad(
                 k, q, edges.src, edges.dst, self.beta, edges.weight, edges.attr, self.w_edge,
                 edges.plan)
@@ -755,7 +783,7 @@ _BYPASSED = {"unfused": ("attention_grads",)}
 _COVERS = {"hopfield_grad_of_g": ("hopfield_energy_of_g",),
            "attention_grads": ("node_energy_of_g", "forward", "dense_node_energy_of_g")}
 #: Every method whose override the checks read (a method replaced on an instance included).
-_WATCHED = tuple({*_ENERGY_METHODS, "keys_queries", *_BYPASSED["unfused"],
+_WATCHED = tuple({*_ENERGY_METHODS, "keys_queries", "key_offsets", *_BYPASSED["unfused"],
                   *(name for _, closed in _PATHS.values() for name in closed)})
 
 

@@ -76,6 +76,9 @@ _OWN_TERMS = ("node_energy_of_g", "forward", "keys_queries", "dense_node_energy_
 class RelationalETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
     r"""The Energy Transformer block on a multi-relation graph: one attention energy per
     relation, with its own keys, queries and temperatures, and one shared Hopfield energy.
+    It takes no edge features (no ``edge_dim``): for relations with features, use
+    :class:`~et_graph.nn.ETConv` with ``edge_dim`` on ``data.to_homogeneous()``, the relation
+    as a one-hot column of ``edge_attr`` beside the features.
 
     With :math:`\mathbf{g} = \mathrm{LN}(\mathbf{x})` (one energy LayerNorm, scalar gain),
     :math:`\mathbf{k}^r_{hB} = W^{K,r}_h \mathbf{g}_B`, :math:`\mathbf{q}^r_{hC} = W^{Q,r}_h
