@@ -140,6 +140,7 @@ class EdgePlan:
         self.dst = dst.index_select(0, self.order)
         self.in_degree = torch.bincount(self.dst, minlength=num_nodes)
         self._values: Optional[tuple[Tensor, tuple, Tensor]] = None
+        self._rows: Optional[tuple[Tensor, tuple, Tensor]] = None
         # More stored entries than the [H*N, H*N] matrix has (only repeated edges in a tiny
         # graph, e.g. 6 copies of the 2 edges between 2 nodes): sampled_addmm would re-pack
         # such a pattern and resize this plan's index arrays, so sddmm goes edge by edge.
@@ -299,22 +300,35 @@ class EdgePlan:
         forward call, which pass the same weights, reorder them once (and backward scatters
         their gradient back once). It is reused only for the same tensor object at the same
         version (an in-place change bumps the version) and while autograd is in the same mode."""
-        if edge_weight.is_inference():  # inference tensors have no version counter
-            return edge_weight.index_select(0, self.order).t().contiguous()
-        key = (edge_weight._version, torch.is_grad_enabled(), edge_weight.dtype)
-        cached = self._values
-        if cached is not None and cached[0] is edge_weight and cached[1] == key:
+        return self._kept("_values", edge_weight,
+                          lambda: edge_weight.index_select(0, self.order).t().contiguous())
+
+    def edge_rows(self, per_edge: Tensor) -> Tensor:
+        """Caller's per-edge rows ``[E, F]`` (edge features) in the sorted edge order, kept
+        as :meth:`edge_values` keeps weights: the descent steps of one forward call then share
+        one copy (saved once for backward, not once per step)."""
+        return self._kept("_rows", per_edge, lambda: per_edge.index_select(0, self.order))
+
+    def _kept(self, slot: str, given: Tensor, make: Any) -> Tensor:
+        """``make()``, kept in ``slot`` for the same tensor ``given`` at the same version,
+        dtype and autograd mode."""
+        if given.is_inference():  # inference tensors have no version counter
+            return make()
+        key = (given._version, torch.is_grad_enabled(), given.dtype)
+        cached = getattr(self, slot)
+        if cached is not None and cached[0] is given and cached[1] == key:
             return cached[2]
-        values = edge_weight.index_select(0, self.order).t().contiguous()
-        self._values = (edge_weight, key, values)
-        return values
+        made = make()
+        setattr(self, slot, (given, key, made))
+        return made
 
     def forget_values(self) -> None:
-        """Drop the kept :meth:`edge_values` (at the end of a forward call): a plan kept across
-        calls (``ETConv(cached=True)``) held the last weights and, without a backward, the
-        autograd graph that made them (a memory audit: 74 MB of an edge encoder's
-        activations on a 300k-edge graph)."""
+        """Drop the kept :meth:`edge_values` and :meth:`edge_rows` (at the end of a forward
+        call): a plan kept across calls (``ETConv(cached=True)``) held the last weights and,
+        without a backward, the autograd graph that made them (a memory audit: 74 MB of an
+        edge encoder's activations on a 300k-edge graph)."""
         self._values = None
+        self._rows = None
 
 
 def _head_major(t: Tensor) -> Tensor:
@@ -667,7 +681,7 @@ def fused_offset_attention_grad(
     if plan is None:
         plan = build_edge_plan(src, dst, num_nodes, heads)
     weight = None if edge_weight is None else plan.edge_values(edge_weight.to(k.dtype))
-    attr = edge_attr.to(k.dtype).index_select(0, plan.order)
+    attr = plan.edge_rows(edge_attr.to(k.dtype))
     return _FusedOffsetAttentionGrad.apply(k, q, beta, weight, attr, w_edge, plan)
 
 
