@@ -39,13 +39,17 @@ parser.add_argument('--models', default=','.join(MODELS), help='comma-separated 
 parser.add_argument('--json', default=None, help='write every fold to this file')
 args = parser.parse_args()
 models = args.models.split(',')
-if args.epochs < 1 or args.hidden < 2 or args.folds < 2 or not 0 < args.lr < float('inf'):
-    parser.error('--epochs >= 1, --hidden >= 2, --folds >= 2 and --lr a finite number > 0')
-if not models or any(name not in MODELS for name in models):
-    parser.error(f'--models takes a comma-separated subset of {",".join(MODELS)}')
+# (an even width: TransformerConv's two heads of hidden // 2 must give hidden back for the skip)
+if args.epochs < 1 or args.hidden < 2 or args.hidden % 2 or not 0 < args.lr < float('inf'):
+    parser.error('--epochs >= 1, --hidden an even number >= 2 and --lr a finite number > 0')
+if not models or any(name not in MODELS for name in models) or len(set(models)) < len(models):
+    parser.error(f'--models takes a comma-separated subset of {",".join(MODELS)}, each once')
 
 graphs, info = load_tudataset(None, 'MUTAG', pe_dim=0, progress=False)
 labels = [int(graph.y) for graph in graphs]
+smallest_class = min(labels.count(label) for label in set(labels))
+if not 2 <= args.folds <= smallest_class:
+    parser.error(f'--folds must be from 2 to {smallest_class} (the smaller class\'s graphs)')
 in_channels, edge_dim = info['node_feature_width'], info['edge_features']
 
 

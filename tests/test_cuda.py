@@ -559,3 +559,24 @@ def test_the_anomaly_network_runs_under_autocast_on_device(readout):
     with torch.autocast(torch.device(DEVICE).type, dtype=dtype):
         model(inputs, edge_index).float().sum().backward()
     assert bool(torch.isfinite(inputs.grad).all())
+
+
+def test_edge_features_on_device_equal_the_cpu():
+    """ETConv(edge_dim=...): the fused kernel with key offsets (SDDMMs and products over
+    edge-indexed CSR patterns) on the device against the CPU, the output and every gradient,
+    the edge features' included."""
+    x, edge_index = graph_with_hub()
+    attr = torch.randn(edge_index.size(1), 5, generator=torch.Generator().manual_seed(3),
+                       dtype=torch.float64)
+    conv = make_conv(edge_dim=5)
+    results = []
+    for device in (DEVICE, "cpu"):
+        layer = copy.deepcopy(conv).to(device)
+        x_in = x.clone().to(device).requires_grad_(True)
+        features = attr.clone().to(device).requires_grad_(True)
+        out = layer(x_in, edge_index.to(device), edge_attr=features)
+        out.pow(2).sum().backward()
+        results.append({"out": out.detach().cpu(), "x": x_in.grad.cpu(),
+                        "edge_attr": features.grad.cpu(),
+                        **{name: p.grad.cpu() for name, p in layer.named_parameters()}})
+    assert_close_to_cpu(results[0], results[1], EXACT)

@@ -233,6 +233,14 @@ def test_edges_built_beforehand_must_match_the_layers_edge_dim():
             conv.energy_fn.topology(x, edge_index, plan=True), None, x.dtype))
     with pytest.raises(ValueError, match="would ignore them"):
         plain.descend_edges(x, featured)
+    # edges built once (on a graph without self-loops, whose removal would index the
+    # features in the EdgeSet itself) and reused across training iterations: each backward
+    # frees the graph that reordered the features, so the layer must not keep that copy
+    no_loops = edge_index[0] != edge_index[1]
+    attr = torch.nn.Parameter(edge_attr[no_loops].clone())
+    kept = conv.energy_fn.edges(x, edge_index[:, no_loops], plan=True, edge_attr=attr)
+    for _ in range(2):
+        conv.descend_edges(x, kept).sum().backward()
     wider = ETConv(8, heads=3, head_dim=4, edge_dim=5).double()
     with pytest.raises(ValueError, match=r"edge_dim=5 but the edges carry \[E, 3\]"):
         wider.descend_edges(x, featured)
@@ -278,6 +286,14 @@ def test_an_energy_subclass_without_edge_dim_is_named():
     assert ETConv(8, energy_cls=Older).edge_dim is None  # as before, without edge_dim
     with pytest.raises(TypeError, match="Older takes no edge_dim"):
         ETConv(8, edge_dim=2, energy_cls=Older)
+
+    class Swallows(ETEnergy):  # takes **kwargs but drops edge_dim (a review)
+        def __init__(self, channels, heads=4, head_dim=16, **kwargs):
+            kwargs.pop("edge_dim", None)
+            super().__init__(channels, heads, head_dim, **kwargs)
+
+    with pytest.raises(TypeError, match="pass it on to ETEnergy"):
+        ETConv(8, edge_dim=2, energy_cls=Swallows)
 
 
 def test_settings_show_save_and_load():

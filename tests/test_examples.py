@@ -28,6 +28,9 @@ def _run(script: str, *args: str, status: int = 0) -> str:
     ("etconv_link_prediction.py", ["--seeds", "0"]),
     ("etconv_edge_features.py", ["--models", "et,gat"]),
     ("etconv_edge_features.py", ["--folds", "1"]),
+    ("etconv_edge_features.py", ["--folds", "200"]),
+    ("etconv_edge_features.py", ["--hidden", "33"]),
+    ("etconv_edge_features.py", ["--models", "et,et"]),
 ])
 def test_bad_flags_are_one_line_errors(script, args):
     err = _run(script, *args, status=2)

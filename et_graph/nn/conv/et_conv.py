@@ -544,6 +544,10 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
             **({} if edge_dim is None else {"edge_dim": edge_dim}),
             **energy_kwargs,
         )
+        if getattr(self.energy_fn, "edge_dim", None) != edge_dim:
+            raise TypeError(f"{energy_cls.__name__} was given edge_dim={edge_dim} but built an "
+                            f"energy with edge_dim={getattr(self.energy_fn, 'edge_dim', None)}: "
+                            "pass it on to ETEnergy.__init__")
         self.steps = steps
         self.alpha = alpha
         self.noise_std = noise_std
@@ -847,11 +851,18 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         edge_weight, plan=True, edge_attr=...)`` (``edge_attr`` with ``edge_dim``, refused
         without; checked against the layer's ``edge_dim``): a caller that runs several blocks
         with the same heads on one graph (:class:`~et_graph.nn.ETGraphModel`) validates and
-        sorts the edges once. No module
+        sorts the edges once. Edges built from learnable weights or features hold what
+        self-loop removal derived from them: build them again in each training iteration. No
+        module
         hooks run, as with any method other than ``__call__`` (PyG's message-level hooks do:
         the descent then runs through ``propagate``)."""
-        return self._descend(x, self.energy_fn.check_tokens(x), edges, self._num_steps(steps),
-                             return_energy)
+        try:
+            return self._descend(x, self.energy_fn.check_tokens(x), edges,
+                                 self._num_steps(steps), return_energy)
+        finally:  # as forward: edges reused across iterations must not keep this call's
+            # reordered weights and features, whose autograd graph a backward frees (a review)
+            if edges.plan is not None:
+                edges.plan.forget_values()
 
     def _descend(
         self, x: Tensor, out: Tensor, edges: EdgeSet, num_steps: int, return_energy: bool
