@@ -66,7 +66,7 @@ def test_etconv_edge_features_example_prints_every_model_and_its_folds(tmp_path)
     assert [row[0] for row in rows] == ["et_edges", "et", "transformer", "gine"], out
     import json
 
-    folds = json.loads((tmp_path / "folds.json").read_text())["folds"]
+    folds = json.loads((tmp_path / "folds.json").read_text(encoding="utf-8"))["folds"]
     assert all(len(folds[model]) == 2 for model in ("et_edges", "et", "transformer", "gine"))
 
 
