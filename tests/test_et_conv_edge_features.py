@@ -200,6 +200,24 @@ def test_fused_kernel_with_offsets_matches_the_reference_and_its_derivatives(wei
         (k, q, beta, attr, w_edge))
 
 
+@pytest.mark.parametrize("chunk_size, chunk_edges", [(1, None), (5, None), (4, 6), (100, None)])
+def test_chunked_inference_reads_the_features_as_the_full_pass(chunk_size, chunk_edges):
+    x, edge_index, edge_attr = graph_with_features()
+    conv = edge_conv(steps=3).eval()
+    weight = 0.5 + torch.rand(edge_index.size(1), 3, generator=torch.Generator().manual_seed(4),
+                              dtype=torch.float64)
+    with torch.no_grad():
+        full = conv(x, edge_index, weight, edge_attr=edge_attr)
+    chunked = conv.forward_chunked(x, edge_index, weight, chunk_size=chunk_size,
+                                   chunk_edges=chunk_edges, edge_attr=edge_attr)
+    assert torch.allclose(chunked, full, atol=1e-12)
+    other = conv.forward_chunked(x, edge_index, weight, chunk_size=chunk_size,
+                                 chunk_edges=chunk_edges, edge_attr=2 * edge_attr)
+    assert not torch.allclose(other, full)
+    with pytest.raises(ValueError, match="built without edge_dim"):
+        ETConv(8).double().eval().forward_chunked(x, edge_index, edge_attr=edge_attr)
+
+
 def test_a_subclass_closed_form_that_forgets_the_features_is_refused():
     """The layer's first analytic step compares a subclass's closed form with autograd of its
     energy at a random point; that point carries edge features when the energy takes them."""
@@ -341,9 +359,9 @@ def test_bad_inputs_are_refused_by_name():
     for bad in (0, -2, 2.5, True):
         with pytest.raises(ValueError, match="edge_dim must be a positive int"):
             ETConv(8, edge_dim=bad)
-    with pytest.raises(NotImplementedError, match="sparse path only"):
+    with pytest.raises(ValueError, match=r"built with edge_dim=3: pass edge_attr"):
         conv.eval().forward_chunked(x, edge_index)
-    with pytest.raises(NotImplementedError, match="sparse path only"):
+    with pytest.raises(NotImplementedError, match="sparse paths only"):
         conv.forward_dense(x.unsqueeze(0))
     # PyG's habit, edge_attr third positional, lands on edge_weight: named
     with pytest.raises(ValueError, match="pass the edge features by name"):

@@ -22,6 +22,7 @@ from ..hetero_guard import check_relation_wrappers
 from ..validation import (
     DEFAULT_CHUNK_SIZE,
     check_chunk_size,
+    check_edge_attr,
     check_edge_index,
     check_edge_weight,
     check_finite_energy,
@@ -408,8 +409,9 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
       kernel takes them without an ``[E, H, Y]`` tensor
       (:func:`~et_graph.fused.fused_offset_attention_grad`; the opt-in compiled kernel has no
       offsets, so such a layer runs the sparse kernels; ``bench_etconv.py --edge-dim F``
-      measures it against ``TransformerConv(edge_dim=F)``). Sparse path only
-      (:meth:`forward_dense` and :meth:`forward_chunked` refuse such a layer).
+      measures it against ``TransformerConv(edge_dim=F)``). Sparse paths only
+      (:meth:`forward_chunked` takes ``edge_attr`` too; :meth:`forward_dense` refuses such a
+      layer).
 
     Args:
         channels: token width ``D``.
@@ -898,6 +900,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         chunk_edges: Optional[int] = None,
         steps: Optional[int] = None,
+        edge_attr: Optional[Tensor] = None,
     ) -> Tensor:
         r"""Inference in bounded memory: the same tokens as :meth:`forward` (to float rounding),
         computed ``chunk_size`` destination nodes at a time, under ``torch.no_grad``.
@@ -921,12 +924,13 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         ``E_S`` in-edges (``E_S <= chunk_edges`` when it is given), and the queries only per
         chunk. A single chunk holding every edge (``chunk_size >= N`` without ``chunk_edges``)
         needs more memory than :meth:`forward`'s fused pass. Evaluation mode only (no noise);
-        ``edge_index`` must be a ``[2, E]`` tensor.
+        ``edge_index`` must be a ``[2, E]`` tensor. A layer with ``edge_dim`` takes
+        ``edge_attr [E, F]`` here as in :meth:`forward` (sorted once with the edges; a chunk's
+        key offsets are ``[E_S, H, Y]``, with its other per-edge arrays).
         """
         if self.training and self.noise_std > 0:
             raise ValueError("forward_chunked is for inference: call conv.eval() first")
         self.energy_fn.refuse_coupling()
-        self.energy_fn.refuse_edge_features()
         self.energy_fn.check_builtin_energy("forward_chunked")
         chunk_size = check_chunk_size(chunk_size)
         if chunk_edges is not None:
@@ -939,11 +943,15 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         num_nodes = out.size(0)
         edge_index = check_edge_index(edge_index, num_nodes)
         weight = check_edge_weight(edge_weight, edge_index.size(1), fn.heads, out.dtype)
+        check_same_device(out, edge_attr=edge_attr)
+        attr = check_edge_attr(edge_attr, edge_index.size(1), fn.edge_dim, out.dtype,
+                               owner="the layer")
         # In-edges grouped by destination (CSR); self-loops stay in the layout and are dropped
         # chunk by chunk, so that no second [E] copy of the edges is made.
         order = torch.argsort(edge_index[1], stable=True)
         in_src = edge_index[0][order]
         in_weight = None if weight is None else weight[order].to(out.dtype)
+        in_attr = None if attr is None else attr[order]
         del order
         in_degree = torch.bincount(edge_index[1], minlength=num_nodes)
         in_ptr = cumsum(in_degree)
@@ -965,16 +973,21 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
                 dst = torch.repeat_interleave(
                     torch.arange(end - start, device=out.device), in_degree[start:end])
                 w = None if in_weight is None else in_weight[lo:hi]
+                features = None if in_attr is None else in_attr[lo:hi]
                 keep = src != dst + start
                 if not bool(keep.all()):
                     src, dst = src[keep], dst[keep]
                     w = None if w is None else w[keep]
+                    features = None if features is None else features[keep]
+                offset = (None if features is None or fn.w_edge is None
+                          else E.edge_key_offsets(features, fn.w_edge))
                 q = fn.keys_queries(fn.layer_norm(out[start:end]))[1]
-                coef = E.edge_coefficients(k, q, src, dst, beta, w, end - start).unsqueeze(-1)
-                # dE/dq_C = -sum_{B -> C} c k_B and dE/dk_B = -sum_{B -> C} c q_C
+                coef = E.edge_coefficients(k, q, src, dst, beta, w, end - start,
+                                           key_offset=offset).unsqueeze(-1)
+                # dE/dq_C = -sum_{B -> C} c (k_B + o_e) and dE/dk_B = -sum_{B -> C} c q_C
                 # (et_graph.energy.attention_grad), for the in-edges of this chunk.
-                grad_q = torch.zeros_like(q).index_add_(0, dst, coef * k.index_select(0, src),
-                                                        alpha=-1)
+                grad_q = torch.zeros_like(q).index_add_(
+                    0, dst, coef * E.edge_keys(k, src, offset), alpha=-1)
                 torch.mm(grad_q.view(-1, width), w_q, out=new[start:end])
                 grad_k.index_add_(0, src, coef * q.index_select(0, dst), alpha=-1)
             del k

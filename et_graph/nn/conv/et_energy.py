@@ -305,14 +305,14 @@ class ETEnergy(Module):
             "energy_fn.featured(...) after weighted)")
 
     def refuse_edge_features(self) -> None:
-        """Raise ``NotImplementedError`` on the paths without edge features (the dense path
-        and chunked inference) when the energy takes them (``edge_dim``): they would descend
-        an energy without its edge term."""
+        """Raise ``NotImplementedError`` on the dense path (all pairs of tokens, no edges)
+        when the energy takes edge features (``edge_dim``): it would descend an energy
+        without its edge term."""
         if self.edge_dim is not None:
             raise NotImplementedError(
-                f"edge features (edge_dim={self.edge_dim}) exist on the sparse path only "
-                "(forward with edge_index and edge_attr); build the layer without edge_dim "
-                "for the dense path or chunked inference")
+                f"edge features (edge_dim={self.edge_dim}) exist on the sparse paths only "
+                "(forward or forward_chunked, with edge_index and edge_attr); build the layer "
+                "without edge_dim for the dense path")
 
     @property
     def beta(self) -> Tensor:
