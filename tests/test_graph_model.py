@@ -1,3 +1,4 @@
+import copy
 import warnings
 
 import pytest
@@ -472,6 +473,41 @@ def test_message_passing_edges_let_the_tokens_read_bond_types():
     for bad in (dict(message_passing_layers=0), dict(edge_categories=None)):
         with pytest.raises(ValueError, match="message_passing_edges"):
             ETGraphModel(**{**kwargs, **bad}, message_passing_edges=True)
+
+
+def test_attention_edges_let_the_blocks_attend_by_bond_type():
+    """attention_edges: every block's ETConv reads the encoded edge features (the mask's,
+    CLS edges included) as key offsets, on the shared-edges path and through a hooked block
+    alike; without edge features it is refused."""
+    torch.manual_seed(11)
+    data = ring(6)
+    data.x = torch.randint(0, 5, (6,))
+    data.edge_attr = torch.randint(0, 3, (data.edge_index.size(1),))
+    kwargs = dict(in_channels=None, out_channels=1, task="regression", hidden_channels=8,
+                  heads=2, head_dim=4, pe_dim=0, num_node_categories=5, edge_categories=3,
+                  edge_channels=4)
+    model = ETGraphModel(**kwargs, attention_edges=True).eval()
+    assert all(conv.edge_dim == 5 for conv in model.convs)  # 4 encoded + the CLS indicator
+    with torch.no_grad():
+        out = model(data.x, data.edge_index, edge_attr=data.edge_attr)
+        other = model(data.x, data.edge_index, edge_attr=(data.edge_attr + 1) % 3)
+        assert not torch.allclose(out, other)
+        # the same through a block called as a module (a forward hook turns sharing off)
+        hooked = copy.deepcopy(model)
+        hooked.convs[0].register_forward_hook(lambda *args: None)
+        assert torch.allclose(hooked(data.x, data.edge_index, edge_attr=data.edge_attr), out,
+                              atol=1e-6)
+        # with the key maps at zero the blocks are the edge-blind model's
+        blind = ETGraphModel(**kwargs).eval()
+        blind.load_state_dict({k: v for k, v in model.state_dict().items()
+                               if "w_edge" not in k})
+        for conv in model.convs:
+            conv.energy_fn.w_edge.zero_()
+        assert torch.allclose(model(data.x, data.edge_index, edge_attr=data.edge_attr),
+                              blind(data.x, data.edge_index, edge_attr=data.edge_attr),
+                              atol=1e-6)
+    with pytest.raises(ValueError, match="attention_edges"):
+        ETGraphModel(**{**kwargs, "edge_categories": None}, attention_edges=True)
 
 
 def test_mixed_precision_training_step_runs_under_autocast():

@@ -120,6 +120,8 @@ class ETGraphModelConfig:
         message_passing_layers: residual GIN layers (sum aggregation) before the descent.
         message_passing_edges: those layers' messages also read the encoded edge features
             (GINE's form), as the GIN and GatedGCN baselines' layers do; needs edge features.
+        attention_edges: the blocks' attention reads the encoded edge features as key offsets
+            (ETConv's edge_dim); needs edge features.
     """
 
     hidden: int = 64
@@ -136,6 +138,7 @@ class ETGraphModelConfig:
     incident_edges: bool = False
     message_passing_layers: int = 0
     message_passing_edges: bool = False
+    attention_edges: bool = False
 
 
 @dataclass
@@ -204,7 +207,7 @@ def build_model(name: str, data: BenchmarkData, et: Optional[ETGraphModelConfig]
             num_node_categories=data.num_node_types, dropout=et.dropout, readout=et.readout,
             rw_pe_dim=data.rw_pe_dim, incident_edges=et.incident_edges,
             message_passing_layers=et.message_passing_layers,
-            message_passing_edges=et.message_passing_edges,
+            message_passing_edges=et.message_passing_edges, attention_edges=et.attention_edges,
         )
     if name in BASELINES:
         baselines = baselines or BaselineConfig()

@@ -178,6 +178,8 @@ class TUETConfig:
         message_passing_layers: residual GIN layers (sum aggregation) before the descent.
         message_passing_edges: those layers' messages also read the encoded edge features
             (GINE's form); needs a dataset with edge features (MUTAG, Mutagenicity).
+        attention_edges: the blocks' attention reads the encoded edge features as key
+            offsets (ETConv's edge_dim); needs a dataset with edge features.
     """
 
     hidden: int = 32
@@ -194,6 +196,7 @@ class TUETConfig:
     hopfield_dim: Optional[int] = None
     message_passing_layers: int = 2
     message_passing_edges: bool = False
+    attention_edges: bool = False
 
 
 @dataclass
@@ -266,7 +269,7 @@ def et_model_kwargs(config: TUDatasetConfig, info: dict[str, Any]) -> dict[str, 
         kernel_size=et.kernel_size, edge_dim=info["edge_features"] or None, dropout=et.dropout,
         rw_pe_dim=config.data.rw_pe_dim, readout=et.readout, coupling=et.coupling,
         hopfield_dim=et.hopfield_dim, message_passing_layers=et.message_passing_layers,
-        message_passing_edges=et.message_passing_edges,
+        message_passing_edges=et.message_passing_edges, attention_edges=et.attention_edges,
     )
 
 
@@ -281,7 +284,8 @@ def model_factories(config: TUDatasetConfig, info: dict[str, Any],
     names = config.protocol.model_names
     for switch, value, model in (("baselines.gin_edges", base.gin_edges, "gin"),
                                  ("et.message_passing_edges", config.et.message_passing_edges,
-                                  "et")):
+                                  "et"),
+                                 ("et.attention_edges", config.et.attention_edges, "et")):
         # (ETGraphModel's own message named constructor arguments a CLI user cannot set)
         if value and model in names and not info["edge_features"]:
             raise ValueError(f"{switch} needs edge features, and {config.data.dataset} has "

@@ -120,6 +120,10 @@ class ETGraphModel(nn.Module):
         message_passing_edges: those layers' messages also read the encoded features of their
             edges (GINE's form, ``ReLU(h_j + W e_ji)``), as the GIN and GatedGCN baselines'
             layers do; needs edge features and ``message_passing_layers > 0``.
+        attention_edges: every block's attention also reads the encoded edge features as key
+            offsets (``ETConv(edge_dim=...)``: edge ``B -> C`` offers ``k_B + W^E f_BC``),
+            the CLS edges with zero features and an indicator column of their own, as the mask
+            reads them; needs edge features.
         dropout: dropout on the input tokens and in the head.
     """
 
@@ -154,6 +158,7 @@ class ETGraphModel(nn.Module):
         incident_edges: bool = False,
         message_passing_layers: int = 0,
         message_passing_edges: bool = False,
+        attention_edges: bool = False,
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -190,6 +195,9 @@ class ETGraphModel(nn.Module):
         if incident_edges and not has_edges:
             raise ValueError("incident_edges sums encoded edge features: give edge_dim or "
                              "edge_categories")
+        if attention_edges and not has_edges:
+            raise ValueError("attention_edges lets the blocks' attention read edge features: "
+                             "give edge_dim or edge_categories")
         if message_passing_edges and not (has_edges and message_passing_layers):
             raise ValueError("message_passing_edges lets the message-passing layers read edge "
                              "features: give edge_dim or edge_categories, and "
@@ -203,6 +211,7 @@ class ETGraphModel(nn.Module):
         self.readout = readout
         self.use_mask = use_mask
         self.has_edge_features = has_edges
+        self.attention_edges = attention_edges
 
         self.node_encoder = NodeEncoder(
             hidden_channels, in_channels, continuous_channels, num_node_categories
@@ -240,6 +249,8 @@ class ETGraphModel(nn.Module):
                 noise_std=noise_std,
                 grad=grad,
                 coupling=coupling,
+                # the mask's edge features: the encoded ones, zeros and a 1 on the CLS edges
+                edge_dim=edge_channels + 1 if attention_edges else None,
             )
             for _ in range(blocks)
         )
@@ -402,8 +413,8 @@ class ETGraphModel(nn.Module):
         # x, edge_index and batch are validated above: the pool and the mask skip their checks
         graph = self.pool.attach(h, edge_index, batch, sizes.numel(), cls_offset, sizes=sizes)
         edge_weight = None
+        features = None if encoded is None else self._edge_features(encoded, graph)
         if self.mask is not None:
-            features = None if encoded is None else self._edge_features(encoded, graph)
             edge_weight = self.mask.forward_cls_graph(graph, features)
         elif edge_attr is not None:
             raise ValueError("edge_attr was given but the model was built without the mask")
@@ -417,15 +428,18 @@ class ETGraphModel(nn.Module):
         # benchmarks/graph_training_curve.py's, an explainer, or a compiled block).
         shared = all(_plain_call(conv) for conv in self.convs)
         edges = None
+        attention_features = features if getattr(self, "attention_edges", False) else None
         for conv in self._blocks:
             if not shared:
-                result = conv(out, graph.edge_index, edge_weight, return_energy=return_energy)
+                result = conv(out, graph.edge_index, edge_weight, return_energy=return_energy,
+                              edge_attr=attention_features)
             else:
                 if edges is None:
                     # (no plan where no sparse kernel would read it: mps)
                     edges = conv.energy_fn.edges(conv.energy_fn.check_tokens(out),
                                                  graph.edge_index, edge_weight,
-                                                 plan=sparse_kernels_on(out.device))
+                                                 plan=sparse_kernels_on(out.device),
+                                                 edge_attr=attention_features)
                 result = conv.descend_edges(out, edges, return_energy=return_energy)
             if traces is not None:  # (return_energy)
                 out, trace = result
