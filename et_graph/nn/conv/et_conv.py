@@ -682,7 +682,7 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
         x_in = fn.check_tokens(x)
         edges = fn.edges(x_in, edge_index, edge_weight, edge_attr=edge_attr)
         k, q = fn.keys_queries(fn.norm(x_in))
-        return self._callers_edge_coefficients(k, q, edges).to(x.dtype)
+        return self._callers_edge_coefficients(k, q, edges, fn.key_offsets(edges)).to(x.dtype)
 
     @in_parameter_precision
     def energy_grad(
@@ -725,13 +725,11 @@ class ETConv(EnergyShape, DescentSettings, AttentionMessages, MessagePassing):
             None if key_offset is None else _at_callers_edges(key_offset, edges.kept))
 
     def _callers_edge_coefficients(self, k: Tensor, q: Tensor, edges: EdgeSet,
-                                   key_offset: Optional[Tensor] = None) -> Tensor:
+                                   key_offset: Optional[Tensor]) -> Tensor:
         """Each edge's attention coefficient ``[E, H]`` in the order of the caller's
         ``edge_index``, a self-loop's 0 (no neighbour to attend): what the messages carry and
-        :meth:`attention_coefficients` returns (``key_offset``: the edges' key offsets,
-        computed here when not given)."""
-        if key_offset is None:
-            key_offset = self.energy_fn.key_offsets(edges)
+        :meth:`attention_coefficients` returns (``key_offset``: the kept edges' key offsets,
+        ``energy_fn.key_offsets(edges)``, which the message path also passes on)."""
         alpha = E.edge_coefficients(k, q, edges.src, edges.dst, self.beta, edges.weight,
                                     k.size(0), key_offset)
         return _at_callers_edges(alpha, edges.kept)
