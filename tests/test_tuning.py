@@ -312,7 +312,7 @@ def test_resumed_study_whose_best_trial_predates_a_new_search_parameter(tmp_path
     import optuna
 
     from et_graph.detectors.config import gbt_space
-    from et_graph.tuning.cli import _fixed_settings
+    from et_graph.tuning.cli import fixed_settings
     from et_graph.tuning.study import space_overrides
 
     old = {"max_iter": 150, "learning_rate": 0.05, "max_leaf_nodes": 20, "min_samples_leaf": 30,
@@ -339,7 +339,7 @@ def test_resumed_study_whose_best_trial_predates_a_new_search_parameter(tmp_path
         study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
         study.add_trial(frozen)
         # what that run stored: its fixed settings, gbt.max_features = 0.3 among them
-        study.set_user_attr("settings", _fixed_settings(config, "anomaly"))
+        study.set_user_attr("settings", fixed_settings(config, "anomaly"))
         return storage
 
     result = tune_anomaly(config, ["gbt"], TuneBudget(trials=2), old_study(tmp_path / "old.db"),

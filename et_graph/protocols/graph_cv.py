@@ -539,12 +539,16 @@ def cross_validate(
     runs_per_fold: int = 1,
     evaluate_test: bool = True,
     identities: Optional[Mapping[str, str]] = None,
+    run_folds: Optional[Sequence[int]] = None,
 ) -> dict[str, Any]:
     """Stratified k-fold CV of every model on the same folds and inner splits.
 
     Returns ``{"folds": [...], "models": {name: {"accuracy": summarize(test accuracies),
     "val_accuracy": ..., "best_epoch": [...]}}}``. ``max_folds`` runs only the first folds (the
-    quick mode); the summary then covers those folds only. ``splits`` replaces the stratified
+    quick mode); the summary then covers those folds only. ``run_folds`` runs only the
+    outer folds of those indices (in that order), each with the inner split and seeds it has
+    in the whole run, so that a fold can be run alone (nested selection trains each fold under
+    its own configuration); not with ``max_folds``. ``splits`` replaces the stratified
     outer folds by given ``(train_index, test_index)`` pairs (fold ``i`` of them is fold ``i``).
 
     ``runs_per_fold`` final trainings per model and outer fold, each from its own seed (run 0:
@@ -592,12 +596,14 @@ def cross_validate(
               else stratified_folds(labels, folds, seed))
     # Seeds of runs 1.. are offset by the number of outer folds, so no two trainings share one.
     seed_stride = max(folds, len(splits))
-    if max_folds is not None:
-        splits = splits[:max_folds]
+    indices = list(range(len(splits) if max_folds is None else min(max_folds, len(splits))))
+    if run_folds is not None:
+        if max_folds is not None:
+            raise ValueError("give max_folds or run_folds, not both")
+        indices = check_fold_indices(run_folds, len(splits))
     per_fold = []
-    for fold, (train_index, test_index) in enumerate(
-        progress_bar(splits, desc="folds", disable=not progress)
-    ):
+    for fold in progress_bar(indices, desc="folds", disable=not progress):
+        train_index, test_index = splits[fold]
         inner, val = inner_split(train_index, labels, val_fraction, seed + fold)
         data = standardized_copies(dataset, inner, continuous_channels)
         record: dict[str, Any] = {"fold": fold, "train": len(inner), "val": len(val),
@@ -662,16 +668,35 @@ def cross_validate(
         per_fold.append(record)
         if on_fold_end is not None:
             on_fold_end(record)
-    summary = {}
-    for name in models:
-        rows = [r["models"][name] for r in per_fold]
-        summary[name] = {
-            **({"accuracy": summarize(r["test_accuracy"] for r in rows)} if evaluate_test else {}),
-            "val_accuracy": summarize(r["val_accuracy"] for r in rows),
-            **{f"ensemble_{key}": summarize(r[f"ensemble_{split}_accuracy"] for r in rows)
-               for split, key in (("test", "accuracy"), ("val", "val_accuracy"))
-               if f"ensemble_{split}_accuracy" in rows[0]},
-            "best_epoch": [r["best_epoch"] for r in rows],
-            "config": asdict(configs[name]),
-        }
+    summary = {name: {**summarize_fold_rows([r["models"][name] for r in per_fold]),
+                      "config": asdict(configs[name])} for name in models}
     return {"folds": per_fold, "models": summary}
+
+
+def check_fold_indices(indices: Sequence[int], num_folds: int) -> list[int]:
+    """``indices`` as a list of distinct outer-fold indices in ``[0, num_folds)``, or an
+    error naming what is wrong."""
+    chosen = list(indices)
+    bad = [i for i in chosen if isinstance(i, bool) or not isinstance(i, (int, np.integer))
+           or not 0 <= i < num_folds]
+    if not chosen or bad:
+        raise ValueError(f"fold indices must be a non-empty list of ints in [0, {num_folds}), "
+                         f"got {chosen!r}")
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"fold indices repeat a fold: {chosen!r}")
+    return [int(i) for i in chosen]
+
+
+def summarize_fold_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One model's summary over its fold records (as :func:`cross_validate` writes them):
+    the test accuracy where the folds were scored, the inner-validation accuracy, the
+    ensembles' where there were several trainings per fold, and the selected epochs."""
+    scored = "test_accuracy" in rows[0]
+    return {
+        **({"accuracy": summarize(r["test_accuracy"] for r in rows)} if scored else {}),
+        "val_accuracy": summarize(r["val_accuracy"] for r in rows),
+        **{f"ensemble_{key}": summarize(r[f"ensemble_{split}_accuracy"] for r in rows)
+           for split, key in (("test", "accuracy"), ("val", "val_accuracy"))
+           if f"ensemble_{split}_accuracy" in rows[0]},
+        "best_epoch": [r["best_epoch"] for r in rows],
+    }

@@ -112,6 +112,12 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
     tune.add_argument("--tune-folds", type=int, default=None, metavar="INT",
                       help="tudataset: outer folds whose inner validation splits score a trial "
                            "(default: 3)")
+    tune.add_argument("--nested", action="store_true",
+                      help="tudataset: Errica et al.'s protocol in full: tune every model "
+                           "inside every outer fold on that fold's inner split (the budget "
+                           "per model and fold), score the fold's test graphs with its own "
+                           "choice, and write OUT/DATASET/results.{json,md} as a run does; "
+                           "costs folds x the tuning (et_graph.tuning.nested)")
     tune.add_argument("--tune-seeds", type=int, default=None, metavar="INT",
                       help="gnnbenchmark: model seeds 0..N-1 whose mean validation metric "
                            "scores a trial (a small validation split makes one seed noisy; "
@@ -165,6 +171,12 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     if args.metric is not None and args.task != "anomaly":
         raise ValueError(f"--metric applies to `tune anomaly`; `tune {args.task}` selects on "
                          "its task's own validation metric")
+    if args.nested and args.task != "tudataset":
+        raise ValueError(f"--nested applies to `tune tudataset`, not `tune {args.task}`")
+    if args.nested and args.tune_folds is not None:
+        raise ValueError("--nested tunes inside every outer fold on that fold alone; "
+                         "--tune-folds belongs to the cheaper variant (one preset tuned on "
+                         "the first folds): give one of them")
     if args.tune_bonds and args.task != "tudataset":
         raise ValueError(f"--tune-bonds applies to `tune tudataset`, not `tune {args.task}`")
     if args.tune_class_balance and args.task != "anomaly":
@@ -176,11 +188,17 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         if value is not None and args.task != owner:
             raise ValueError(f"{flag} applies to `tune {owner}`, not `tune {args.task}`")
     warn_flags_of_tuning(args.task, config, given, class_balance=args.tune_class_balance,
-                         bonds=args.tune_bonds)
+                         bonds=args.tune_bonds, nested=args.nested)
     # The task's own results folder is not where a study's presets belong, nor a preset's
     # (--config's run.out): only --out on this command line moves the study's outputs.
     out = Path(config.run.out if "run.out" in given and config.run.out
                else f"runs/tune/{args.task}")
+    if args.task == "tudataset" and args.nested:
+        from .nested import run_nested
+
+        _ensure_sqlite_folder(args.storage)
+        return run_nested(config, budget, args.storage, out, args.study_prefix,
+                          bonds=args.tune_bonds)
     if args.task == "tudataset":
         models = config.protocol.model_names  # --models: the models to tune, same budget each
         folds = 3 if args.tune_folds is None else args.tune_folds
@@ -210,19 +228,26 @@ def flag_readers(task: str) -> dict[str, tuple[str, ...]]:
     return gnnbenchmark_readers()
 
 
+#: The tudataset flags no trial reads but a nested run's final trainings do.
+READ_BY_NESTED = ("protocol.max_folds", "protocol.runs_per_fold")
+
+
 def warn_flags_of_tuning(task: str, config: Any, given: set[str], class_balance: bool = False,
-                         bonds: bool = False) -> list[str]:
+                         bonds: bool = False, nested: bool = False) -> list[str]:
     """Warn about the flags that change nothing in this tuning run: those no trial reads (the
     task's seeds, reports and checkpoints: :data:`UNREAD_BY_TRIALS`), those no chosen model
     reads (:func:`et_graph.config.warn_unread_flags`), and those the chosen models' studies
-    set in every trial (:func:`~et_graph.tuning.study.warn_tuned_flags`). Returns them."""
+    set in every trial (:func:`~et_graph.tuning.study.warn_tuned_flags`). Returns them.
+    ``nested``: a nested run (:mod:`~et_graph.tuning.nested`), whose final trainings read
+    :data:`READ_BY_NESTED`."""
     import warnings
 
     from ..config import warn_unread_flags
 
     readers = flag_readers(task)
     # (--models is read by the tuner itself: it names the models to tune)
-    ignored = sorted(given & ({*UNREAD_BY_TRIALS[task], *UNUSED_RUN_FIELDS} - {"protocol.models"}))
+    ignored = sorted(given & ({*UNREAD_BY_TRIALS[task], *UNUSED_RUN_FIELDS}
+                              - {"protocol.models", *(READ_BY_NESTED if nested else ())}))
     if ignored:  # --inference-chunk-size or --checkpoint-dir were dropped without a word
         warnings.warn(f"flags for {', '.join(ignored)}: the tuner's trials never read them "
                       "(each trial fits one model once, on the validation split, without "
@@ -288,7 +313,7 @@ UNREAD_BY_TRIALS = {
 UNUSED_RUN_FIELDS = ("run.checkpoint_dir", "run.checkpoint_every", "run.resume")
 
 
-def _fixed_settings(config: Any, task: Optional[str] = None,
+def fixed_settings(config: Any, task: Optional[str] = None,
                     tuned: frozenset = frozenset()) -> dict[str, Any]:
     """The config's fields as flat ``section.name: value`` pairs, without the ``run`` section
     (where and how the study runs, not what its trials measure), the ``task``'s settings no
@@ -297,6 +322,23 @@ def _fixed_settings(config: Any, task: Optional[str] = None,
     return {key: value for section, fields in to_dict(config).items()
             if section != "run" and isinstance(fields, dict)
             for name, value in fields.items() if (key := f"{section}.{name}") not in skip}
+
+
+def study_settings(task: str, config: Any, model: str, models: list[str],
+                   objective: Any) -> dict[str, Any]:
+    """The fixed settings ``model``'s study is stored with, and resumed only under
+    (:func:`~et_graph.tuning.study.run_study`'s ``settings``)."""
+    tuned = frozenset(tuned_fields(objective.trial_config))
+    # Neither a tuned setting's base value nor a setting only other models read changes what
+    # this model's trials measure.
+    readers = flag_readers(task)
+    settings = {key: value for key, value in fixed_settings(config, task, tuned).items()
+                if model in reading_models(key, models, readers)}
+    if hasattr(objective, "data_digest"):
+        # The study's name and settings do not tell two datasets at one relative path apart:
+        # the digest of what its trials read does.
+        settings["data.digest"] = objective.data_digest()
+    return settings
 
 
 @keeps_caller_rng
@@ -315,21 +357,13 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
     _ensure_sqlite_folder(storage)
     summaries, presets, dataset = {}, {}, ""
     plans = {}
-    readers = flag_readers(task)
     for model in models:
         objective = make_objective(model)
         tuned = frozenset(tuned_fields(objective.trial_config))
-        # Neither a tuned setting's base value nor a setting only other models read changes
-        # what this model's trials measure.
-        settings = {key: value for key, value in _fixed_settings(config, task, tuned).items()
-                    if model in reading_models(key, models, readers)}
-        if hasattr(objective, "data_digest"):
-            # The study's name and settings do not tell two datasets at one relative path
-            # apart: the digest of what its trials read does.
-            settings["data.digest"] = objective.data_digest()
+        settings = study_settings(task, config, model, models, objective)
         plans[model] = (objective, f"{prefix}{task}-{dataset_of(objective)}-{model}"
                         f"{study_suffix}", settings, tuned)
-    defaults = _fixed_settings(type(config)(), task)
+    defaults = fixed_settings(type(config)(), task)
     for objective, name, settings, _ in plans.values():
         # Every study is checked before any trial runs: a refusal of the second model's came
         # after the first model's whole study, with no report written.
@@ -355,7 +389,7 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
                 best = objective.trial_config(best_within_budget(study, budget.trials))
                 # The best trial's values under the config's own names (the MLP's space calls its
                 # width gin_hidden, which its preset writes as baselines.mlp_hidden).
-                chosen = _fixed_settings(best)
+                chosen = fixed_settings(best)
                 summary["best_settings"] = {key: chosen[key] for key in sorted(tuned)
                                             if key in chosen}
                 # A preset runs the task: its results go to the task's own folder, not next to

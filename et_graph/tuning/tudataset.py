@@ -18,6 +18,7 @@ import torch
 
 from ..datasets.tudataset import with_incident_edge_sums
 from ..protocols.graph_cv import (
+    check_fold_indices,
     fit_graph_classifier,
     graph_labels,
     inner_split,
@@ -138,20 +139,27 @@ def check_bond_tuning(config: TUDatasetConfig, model: str, info: dict[str, Any])
 
 class TUObjective:
     """``objective(trial) -> mean inner-validation accuracy`` over the first ``tune_folds``
-    outer folds, for one model of a :class:`TUDatasetConfig`.
+    outer folds (default 3), or over the outer folds of the indices ``folds``, for one model
+    of a :class:`TUDatasetConfig`. Each fold's inner split and seed are the ones the 10-fold
+    run gives it, so a trial on ``folds=[k]`` trains exactly what fold ``k`` of a run of that
+    configuration trains (the nested protocol, :mod:`et_graph.tuning.nested`).
 
     ``graphs``/``info`` (as :func:`~et_graph.datasets.load_tudataset` returns them) and
     ``splits`` may be passed in; by default they are loaded and drawn as the 10-fold run does.
     ``bonds=True`` adds the model's :data:`BOND_SWITCHES` entry to its space.
     """
 
-    def __init__(self, config: TUDatasetConfig, model: str, tune_folds: int = 3,
+    def __init__(self, config: TUDatasetConfig, model: str, tune_folds: Optional[int] = None,
                  graphs: Optional[list] = None, info: Optional[dict[str, Any]] = None,
                  splits: Optional[Sequence[tuple[np.ndarray, np.ndarray]]] = None,
-                 bonds: bool = False) -> None:
+                 bonds: bool = False, *, folds: Optional[Sequence[int]] = None) -> None:
         # (refused here, before the data load: an unknown model, a registered one without a
         # space or with bonds)
         self.space = search_space(model, bonds)
+        if tune_folds is not None and folds is not None:
+            raise ValueError("give tune_folds (the first outer folds) or folds (their "
+                             "indices), not both")
+        tune_folds = 3 if tune_folds is None else tune_folds
         if tune_folds <= 0:
             raise ValueError(f"tune_folds must be positive, got {tune_folds}")
         self.config, self.model = config, model
@@ -172,9 +180,12 @@ class TUObjective:
         self.labels = graph_labels(graphs)
         p = config.protocol
         splits = splits if splits is not None else stratified_folds(self.labels, p.folds, p.seed)
-        if tune_folds > len(splits):
+        if folds is None and tune_folds > len(splits):
             raise ValueError(f"tune_folds ({tune_folds}) exceeds the {len(splits)} outer folds")
-        self.splits = list(splits)[:tune_folds]
+        #: the outer folds a trial trains on, by index
+        self.fold_indices = (list(range(tune_folds)) if folds is None
+                             else check_fold_indices(folds, len(splits)))
+        self.splits = [splits[i] for i in self.fold_indices]
 
     @property
     def preset_meta(self) -> dict[str, str]:
@@ -213,7 +224,8 @@ class TUObjective:
         factory = model_factories(config, info, self.registry)[self.model]
         p = config.protocol
         accuracies = []
-        for fold, (train_index, _test_index) in enumerate(self.splits):  # test never read
+        for step, (fold, (train_index, _test_index)) in enumerate(  # test never read
+                zip(self.fold_indices, self.splits)):
             inner, val = inner_split(train_index, self.labels, p.val_fraction, p.seed + fold)
             data = standardized_copies(graphs, inner, info["node_attributes"])
             seed_everything(p.seed + fold)
@@ -224,9 +236,9 @@ class TUObjective:
             if trial is not None:
                 import optuna
 
-                trial.report(float(np.mean(accuracies)), fold)
+                trial.report(float(np.mean(accuracies)), step)
                 if trial.should_prune():
                     raise optuna.TrialPruned(f"pruned after fold {fold}")
-                if fold + 1 < len(self.splits):  # (a trial done with its folds is kept)
+                if step + 1 < len(self.splits):  # (a trial done with its folds is kept)
                     stop_at_deadline(trial, f"fold {fold}")
         return float(np.mean(accuracies))

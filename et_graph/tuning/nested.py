@@ -1,0 +1,267 @@
+"""Errica et al.'s protocol in full: every model tuned inside every outer fold.
+
+The cheaper variant (:mod:`et_graph.tuning.tudataset`) tunes one preset on the inner splits
+of the first outer folds and cross-validates it on all ten; those inner splits hold other
+folds' test graphs, so its table is mildly optimistic. Here, for each outer fold ``k`` and
+each model, one Optuna study with the same budget (:class:`~et_graph.tuning.study.TuneBudget`)
+searches the model's space on fold ``k``'s inner split alone (:class:`TUObjective` with
+``folds=[k]``: a trial trains on the inner training part and scores the inner validation
+part). The best trial's configuration is then trained once more on that split by
+:func:`~et_graph.protocols.graph_cv.cross_validate` (``run_folds=[k]``), which selects the
+epoch on the same validation part and scores fold ``k``'s test graphs once. No choice made
+for a fold reads that fold's test graphs, and no graph that scores a fold served its
+selection.
+
+    et-graph tune tudataset --nested --dataset MUTAG --trials 16 --storage sqlite:///runs/n.db
+
+The cost is ``folds × models × trials`` trainings (plus one final training per fold and
+model), ``folds`` times the cheaper variant's per fold tuned.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..config import run_metadata
+from ..progress import progress_bar, tqdm
+from ..protocols.graph_cv import (
+    cross_validate,
+    graph_labels,
+    stratified_folds,
+    summarize_fold_rows,
+)
+from ..protocols.significance import (
+    compare_to,
+    cv_scored_part,
+    describe_design,
+    difference_sections,
+    results_entries,
+    scored_parts_ratio,
+)
+from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
+from ..reporting import counted, output_folder, provenance_note, write_results
+from ..training import keeps_caller_rng
+from ..training.checkpoint import graph_tensors
+from .cli import fixed_settings, study_settings
+from .study import TuneBudget, best_within_budget, run_study, study_summary, tuned_fields
+from .tudataset import TUObjective
+
+
+def nested_study_name(prefix: str, dataset: str, model: str, fold: int, bonds: bool) -> str:
+    """The study of one model in one outer fold (``-bonds``: the space with its bond switch,
+    as the cheaper variant names its studies)."""
+    return f"{prefix}nested-{dataset}-{model}-fold{fold}" + ("-bonds" if bonds else "")
+
+
+@keeps_caller_rng
+def nested_cross_validate(
+    config: TUDatasetConfig,
+    budget: TuneBudget,
+    storage: Optional[str] = None,
+    prefix: str = "",
+    bonds: bool = False,
+    graphs: Optional[list] = None,
+    info: Optional[dict[str, Any]] = None,
+    on_fold_end: Optional[Callable[[dict[str, Any]], None]] = None,
+) -> dict[str, Any]:
+    """Tune every model of ``config.protocol.models`` inside every outer fold (the module's
+    protocol) and score each fold with its own tuned configuration.
+
+    Args:
+        config: the task's config. The tuned fields come from each model's search space
+            (:func:`~et_graph.tuning.tudataset.search_space`); every other field is fixed as
+            given. ``protocol.max_folds`` runs the first folds only, ``protocol.runs_per_fold``
+            sets the final trainings per fold (each trial trains once).
+        budget: each study's budget (one study per fold and model: the same for every model).
+        storage: Optuna storage URL; ``None`` keeps the studies in memory. A stored study
+            resumes where it stopped.
+        prefix: prefix of the study names (:func:`nested_study_name`).
+        bonds: add each model's switch for reading edge features to its space.
+        graphs, info: the dataset as :func:`~et_graph.protocols.tudataset_config.load_graphs`
+            returns it (default: loaded from ``config.data``).
+        on_fold_end: called with each fold's record once its models are scored.
+
+    Returns:
+        ``{"folds": [fold records], "models": {model: summary}}``: a fold record holds, per
+        model, what :func:`~et_graph.protocols.graph_cv.cross_validate` records plus
+        ``settings`` (the tuned fields' values), ``tuning_validation`` (the best trial's inner
+        validation accuracy) and ``trials`` (the study's finished trials); a summary holds
+        the accuracy and inner-validation accuracy over the folds and the settings chosen per
+        fold.
+    """
+    protocol = config.protocol
+    if protocol.grid:
+        raise ValueError("the config declares a per-fold grid (protocol.grid); nested tuning "
+                         "selects inside each fold itself: drop the grid")
+    if protocol.validation_only:
+        raise ValueError("nested tuning scores each fold's test graphs with the configuration "
+                         "its inner split chose; for a probe without test scores run "
+                         "et-graph tune tudataset (the cheaper variant)")
+    models = list(protocol.model_names)
+    if not models:
+        raise ValueError("no model to tune: name at least one (--models)")
+    if (graphs is None) != (info is None):
+        raise ValueError("pass graphs and info together (as load_graphs returns them), "
+                         "or neither to load them from config.data")
+    if graphs is None or info is None:
+        graphs, info = load_graphs(config.data, config.run.progress)
+    labels = graph_labels(graphs)
+    splits = stratified_folds(labels, protocol.folds, protocol.seed)
+    folds = range(len(splits) if protocol.max_folds is None
+                  else min(protocol.max_folds, len(splits)))
+    dataset = config.data.dataset
+    records: list[dict[str, Any]] = []
+    plan = [(fold, model) for fold in folds for model in models]
+    bar = progress_bar(plan, desc="fold × model studies", disable=not config.run.progress)
+    record: dict[str, Any] = {}
+    for fold, model in bar:
+        objective = TUObjective(config, model, graphs=graphs, info=info, splits=splits,
+                                bonds=bonds, folds=[fold])
+        name = nested_study_name(prefix, dataset, model, fold, bonds)
+        start = time.perf_counter()
+        # a stored study resumes only under the fixed settings its trials ran with
+        study = run_study(name, objective, budget, storage, progress=False,
+                          objective_label=f"inner-validation accuracy of outer fold {fold}",
+                          settings=study_settings("tudataset", config, model, models,
+                                                  objective),
+                          setting_defaults=fixed_settings(type(config)(), "tudataset"))
+        summary = study_summary(study, time.perf_counter() - start, budget.trials)
+        best = best_within_budget(study, budget.trials)
+        if best is None:
+            raise RuntimeError(f"study {name!r} has no complete trial within its budget "
+                               f"({summary['trials']}): fold {fold} cannot be scored for "
+                               f"{model}; raise --timeout-minutes or look at its failures")
+        chosen = objective.trial_config(best)
+        chosen_graphs, chosen_info = objective.graphs_for(chosen)
+        factory = model_factories(chosen, chosen_info, objective.registry)[model]
+        cv = cross_validate(
+            chosen_graphs, {model: factory}, {model: chosen.train}, folds=protocol.folds,
+            seed=protocol.seed, val_fraction=protocol.val_fraction,
+            continuous_channels=chosen_info["node_attributes"], splits=splits,
+            run_folds=[fold], progress=False, device=config.run.device,
+            runs_per_fold=protocol.runs_per_fold,
+            identities={m: entry.identity for m, entry in objective.registry.items()})
+        fold_record = cv["folds"][0]
+        if not record:
+            record = {key: value for key, value in fold_record.items() if key != "models"}
+            record["models"] = {}
+        flat = {f"{section}.{field}": value
+                for section, fields in best_settings(chosen, objective).items()
+                for field, value in fields.items()}
+        record["models"][model] = {**fold_record["models"][model], "settings": flat,
+                                   "tuning_validation": float(best.value),
+                                   "trials": summary["trials"]}
+        if len(record["models"]) == len(models):
+            records.append(record)
+            if on_fold_end is not None:
+                on_fold_end(record)
+            record = {}
+    summaries = {}
+    for model in models:
+        rows = [r["models"][model] for r in records]
+        summaries[model] = {**summarize_fold_rows(rows),
+                            "settings": [r["settings"] for r in rows],
+                            "tuning_validation": [r["tuning_validation"] for r in rows]}
+    return {"folds": records, "models": summaries}
+
+
+def best_settings(chosen: TUDatasetConfig, objective: TUObjective) -> dict[str, dict[str, Any]]:
+    """``{section: {field: value}}`` of the fields the objective's space tunes, as
+    ``chosen`` sets them."""
+    fields = tuned_fields(objective.trial_config)
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted(fields):
+        section, field = key.split(".", 1)
+        out.setdefault(section, {})[field] = getattr(getattr(chosen, section), field)
+    return out
+
+
+def run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[str],
+               out: Path, prefix: str = "", bonds: bool = False) -> dict[str, Any]:
+    """:func:`nested_cross_validate` on ``config``'s dataset, written to ``OUT/DATASET/``
+    as every TU run writes (``results.{json,md}``, ``accuracy.png``), with ET's difference to
+    each baseline paired over the folds."""
+    out_dir = Path(out) / config.data.dataset
+    with output_folder(out_dir):
+        return _run_nested(config, budget, storage, out_dir, prefix, bonds)
+
+
+def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[str],
+                out_dir: Path, prefix: str, bonds: bool) -> dict[str, Any]:
+    from ..plots.graph import plot_fold_accuracies
+
+    config.run.apply_threads()
+    started = time.time()
+    graphs, info = load_graphs(config.data, config.run.progress)
+
+    def log_fold(record: dict[str, Any]) -> None:
+        if config.run.progress:
+            accs = ", ".join(f"{n}={r['test_accuracy']:.3f}"
+                             for n, r in record["models"].items())
+            tqdm.write(f"[{config.data.dataset}] fold {record['fold']}: {accs}")
+
+    cv = nested_cross_validate(config, budget, storage, prefix, bonds, graphs, info,
+                               on_fold_end=log_fold)
+    protocol = config.protocol
+    folds_run = len(cv["folds"])
+    results: dict[str, Any] = {
+        "dataset": config.data.dataset,
+        "protocol": (
+            f"stratified {protocol.folds}-fold CV (seed {protocol.seed})"
+            + (f", first {counted(folds_run, 'fold')} only (max_folds)"
+               if folds_run < protocol.folds else "")
+            + f"; nested selection (Errica et al.): in each outer fold every model's "
+            f"hyperparameters are tuned on that fold's stratified {protocol.val_fraction:.0%} "
+            f"inner validation split alone ({budget.trials} trials and at most "
+            f"{budget.timeout_minutes:g} min per model and fold, TPE sampler seed "
+            f"{budget.seed}), the best trial's configuration is trained on the fold's inner "
+            "training part with its epoch chosen on the same validation split, and the "
+            "fold's test graphs are scored once"
+            + (f" ({protocol.runs_per_fold} trainings, the fold's accuracy their mean)"
+               if protocol.runs_per_fold > 1 else "")
+            + "; no test graph of a fold enters its selection; same folds for every model"
+        ),
+        "budget": {"trials": budget.trials, "timeout_minutes": budget.timeout_minutes,
+                   "sampler_seed": budget.seed, "bonds": bonds},
+        "models": cv["models"],
+        "folds": cv["folds"],
+        "data": info,
+        "seconds": round(time.time() - started, 1),
+        "meta": run_metadata(config, graph_tensors(graphs)),
+    }
+    ensemble = ["ensemble_accuracy"] if protocol.runs_per_fold > 1 else []
+    ratio = scored_parts_ratio(protocol.folds, protocol.val_fraction, False)
+    differences = (compare_to(results["models"], "et", ["accuracy", *ensemble], "folds",
+                              test_train_ratio=ratio) if "et" in results["models"] else [])
+    results.update(results_entries(
+        differences, describe_design("folds", folds_run, ratio, scored=cv_scored_part(False))))
+    notes = [
+        "accuracy: mean ± std (population) over the test folds, each fold scored by the "
+        "configuration its own inner validation split chose",
+        *(f"{model}: settings chosen per fold: " + "; ".join(
+            f"fold {r['fold']}: " + ", ".join(f"{k}={_short(v)}"
+                                             for k, v in r["models"][model]["settings"].items())
+            for r in cv["folds"]) for model in cv["models"]),
+        f"wall time: {results['seconds']} s (tuning and final trainings; shared CPU, noisy)",
+        provenance_note(results["meta"]),
+    ]
+    write_results(out_dir, results, ["accuracy", "val_accuracy", *ensemble],
+                  title=f"{config.data.dataset}: graph classification, nested tuning",
+                  notes=notes, sections=difference_sections(results))
+    plot_fold_accuracies(results, out_dir / "accuracy.png",
+                         majority=float(np.bincount(graph_labels(graphs)).max()
+                                        / len(graphs)))
+    if not config.run.quiet:
+        tqdm.write((out_dir / "results.md").read_text(encoding="utf-8"))
+        print(f"\nWritten to {out_dir.resolve()}", flush=True)
+    return results
+
+
+def _short(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+__all__ = ["nested_cross_validate", "nested_study_name", "run_nested"]
