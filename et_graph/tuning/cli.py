@@ -177,6 +177,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         raise ValueError("--nested tunes inside every outer fold on that fold alone; "
                          "--tune-folds belongs to the cheaper variant (one preset tuned on "
                          "the first folds): give one of them")
+    if args.nested:
+        from .nested import check_nested
+
+        check_nested(config)  # (before the warnings about flags it would not read)
     if args.tune_bonds and args.task != "tudataset":
         raise ValueError(f"--tune-bonds applies to `tune tudataset`, not `tune {args.task}`")
     if args.tune_class_balance and args.task != "anomaly":
@@ -193,7 +197,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     # (--config's run.out): only --out on this command line moves the study's outputs.
     out = Path(config.run.out if "run.out" in given and config.run.out
                else f"runs/tune/{args.task}")
-    if args.task == "tudataset" and args.nested:
+    if args.nested:
         from .nested import run_nested
 
         _ensure_sqlite_folder(args.storage)

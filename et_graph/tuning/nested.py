@@ -20,6 +20,7 @@ model), ``folds`` times the cheaper variant's per fold tuned.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -28,6 +29,7 @@ import numpy as np
 from ..config import run_metadata
 from ..progress import progress_bar, tqdm
 from ..protocols.graph_cv import (
+    check_splits,
     cross_validate,
     graph_labels,
     stratified_folds,
@@ -66,6 +68,7 @@ def nested_cross_validate(
     graphs: Optional[list] = None,
     info: Optional[dict[str, Any]] = None,
     on_fold_end: Optional[Callable[[dict[str, Any]], None]] = None,
+    splits: Optional[Sequence[tuple[np.ndarray, np.ndarray]]] = None,
 ) -> dict[str, Any]:
     """Tune every model of ``config.protocol.models`` inside every outer fold (the module's
     protocol) and score each fold with its own tuned configuration.
@@ -83,6 +86,8 @@ def nested_cross_validate(
         graphs, info: the dataset as :func:`~et_graph.protocols.tudataset_config.load_graphs`
             returns it (default: loaded from ``config.data``).
         on_fold_end: called with each fold's record once its models are scored.
+        splits: the outer folds as ``(train_index, test_index)`` pairs (default: the
+            stratified folds of ``config.protocol``, as every TU run draws them).
 
     Returns:
         ``{"folds": [fold records], "models": {model: summary}}``: a fold record holds, per
@@ -92,24 +97,17 @@ def nested_cross_validate(
         the accuracy and inner-validation accuracy over the folds and the settings chosen per
         fold.
     """
+    check_nested(config)
     protocol = config.protocol
-    if protocol.grid:
-        raise ValueError("the config declares a per-fold grid (protocol.grid); nested tuning "
-                         "selects inside each fold itself: drop the grid")
-    if protocol.validation_only:
-        raise ValueError("nested tuning scores each fold's test graphs with the configuration "
-                         "its inner split chose; for a probe without test scores run "
-                         "et-graph tune tudataset (the cheaper variant)")
     models = list(protocol.model_names)
-    if not models:
-        raise ValueError("no model to tune: name at least one (--models)")
     if (graphs is None) != (info is None):
         raise ValueError("pass graphs and info together (as load_graphs returns them), "
                          "or neither to load them from config.data")
     if graphs is None or info is None:
         graphs, info = load_graphs(config.data, config.run.progress)
     labels = graph_labels(graphs)
-    splits = stratified_folds(labels, protocol.folds, protocol.seed)
+    splits = (check_splits(splits, len(graphs)) if splits is not None
+              else stratified_folds(labels, protocol.folds, protocol.seed))
     folds = range(len(splits) if protocol.max_folds is None
                   else min(protocol.max_folds, len(splits)))
     dataset = config.data.dataset
@@ -168,6 +166,21 @@ def nested_cross_validate(
     return {"folds": records, "models": summaries}
 
 
+def check_nested(config: TUDatasetConfig) -> None:
+    """Refuse what a nested run cannot honour: a declared grid (a second selection), a
+    validation-only probe (a nested run exists to score the test folds), no model."""
+    protocol = config.protocol
+    if protocol.grid:
+        raise ValueError("the config declares a per-fold grid (protocol.grid); nested tuning "
+                         "selects inside each fold itself: drop the grid")
+    if protocol.validation_only:
+        raise ValueError("nested tuning scores each fold's test graphs with the configuration "
+                         "its inner split chose; for a probe without test scores run "
+                         "et-graph tune tudataset (the cheaper variant)")
+    if not protocol.model_names:
+        raise ValueError("no model to tune: name at least one (--models)")
+
+
 def best_settings(chosen: TUDatasetConfig, objective: TUObjective) -> dict[str, dict[str, Any]]:
     """``{section: {field: value}}`` of the fields the objective's space tunes, as
     ``chosen`` sets them."""
@@ -184,6 +197,7 @@ def run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[st
     """:func:`nested_cross_validate` on ``config``'s dataset, written to ``OUT/DATASET/``
     as every TU run writes (``results.{json,md}``, ``accuracy.png``), with ET's difference to
     each baseline paired over the folds."""
+    check_nested(config)  # before the folder is locked and the data loaded
     out_dir = Path(out) / config.data.dataset
     with output_folder(out_dir):
         return _run_nested(config, budget, storage, out_dir, prefix, bonds)

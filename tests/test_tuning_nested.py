@@ -1,0 +1,137 @@
+"""Nested tuning (`et-graph tune tudataset --nested`): every model tuned inside every outer fold,
+each fold scored by its own choice, no test graph read by any choice."""
+import json
+import warnings
+
+import pytest
+
+from et_graph.cli import main as cli_main
+from et_graph.config import parse
+from et_graph.datasets.tudataset import load_tudataset
+from et_graph.experiments.tudataset import TUDatasetConfig
+from et_graph.protocols.graph_cv import (
+    cross_validate,
+    graph_labels,
+    inner_split,
+    stratified_folds,
+)
+from et_graph.protocols.tudataset_config import model_factories
+from et_graph.tuning import TuneBudget
+from et_graph.tuning.nested import nested_cross_validate, nested_study_name
+from et_graph.tuning.tudataset import TUObjective
+
+pytest.importorskip("optuna")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SMALL = ["--dataset", "MUTAG", "--epochs", "2", "--no-progress", "--pe-dim", "4",
+         "--rw-pe-dim", "0"]  # the fixture's graphs carry no random-walk encodings
+
+
+@pytest.fixture(scope="module")
+def mutag():
+    graphs, info = load_tudataset(None, "MUTAG", pe_dim=4, progress=False)
+    for g in graphs:
+        g.edge_attr = None
+    return graphs, {**info, "edge_features": 0}
+
+
+def test_one_fold_run_alone_is_that_fold_of_the_whole_run(mutag):
+    graphs, info = mutag
+    config = parse(TUDatasetConfig, SMALL)
+    factories = model_factories(config, info, {})
+    options = dict(continuous_channels=info["node_attributes"], progress=False)
+    whole = cross_validate(graphs, {"gin": factories["gin"]}, {"gin": config.train},
+                           max_folds=3, **options)
+    alone = cross_validate(graphs, {"gin": factories["gin"]}, {"gin": config.train},
+                           run_folds=[2], **options)
+    assert [r["fold"] for r in alone["folds"]] == [2]
+    drop = ("epoch_seconds",)
+    assert ({k: v for k, v in alone["folds"][0]["models"]["gin"].items() if k not in drop}
+            == {k: v for k, v in whole["folds"][2]["models"]["gin"].items() if k not in drop})
+    with pytest.raises(ValueError, match="not both"):
+        cross_validate(graphs, factories, {m: config.train for m in factories}, max_folds=1,
+                       run_folds=[0], **options)
+    for bad in ([], [10], [1, 1], [True]):
+        with pytest.raises(ValueError, match="fold indices"):
+            cross_validate(graphs, factories, {m: config.train for m in factories},
+                           run_folds=bad, **options)
+
+
+def test_a_trial_on_one_fold_trains_what_that_fold_of_a_run_trains(mutag):
+    # fold 3's trial must use fold 3's inner split and seed (not those of the first fold):
+    # then the best trial's value is the inner-validation accuracy of the final training
+    graphs, info = mutag
+    # (long enough to learn: two epochs predict the majority class, whose share is the same
+    # on every stratified validation split, and could not tell one split from another)
+    config = parse(TUDatasetConfig, [*SMALL, "--epochs", "30"])
+    objective = TUObjective(config, "structure_agnostic", graphs=graphs, info=info, folds=[3])
+    cv = cross_validate(graphs, model_factories(config, info, {}), {
+        m: config.train for m in ("et", "gin", "structure_agnostic")},
+        continuous_channels=info["node_attributes"], progress=False, run_folds=[3])
+    assert objective() == cv["folds"][0]["models"]["structure_agnostic"]["val_accuracy"]
+    assert objective.fold_indices == [3]
+    with pytest.raises(ValueError, match="not both"):
+        TUObjective(config, "gin", 2, graphs, info, folds=[0])
+    with pytest.raises(ValueError, match="fold indices"):
+        TUObjective(config, "gin", graphs=graphs, info=info, folds=[10])
+
+
+def test_nested_selection_never_reads_the_test_fold(mutag):
+    graphs, info = mutag
+    config = parse(TUDatasetConfig, [*SMALL, "--models", "et,structure_agnostic",
+                                     "--max-folds", "1"])
+    splits = stratified_folds(graph_labels(graphs), 10, 0)
+    flipped = [g.clone() for g in graphs]
+    for i in splits[0][1]:  # fold 0's test graphs, relabelled
+        flipped[i].y = 1 - flipped[i].y
+    runs = [nested_cross_validate(config, TuneBudget(trials=3), graphs=data, info=info,
+                                  splits=splits) for data in (graphs, flipped)]
+    for model in ("et", "structure_agnostic"):
+        a, b = (run["folds"][0]["models"][model] for run in runs)
+        assert a["settings"] == b["settings"]  # the choice: validation only
+        assert a["tuning_validation"] == b["tuning_validation"] == a["val_accuracy"]
+        assert a["test_accuracy"] == pytest.approx(1 - b["test_accuracy"])  # the test was read
+        assert a["trials"]["complete"] == 3
+    # the same relabelling of the inner validation graphs must move the choice's scores
+    _, val = inner_split(splits[0][0], graph_labels(graphs), 0.1, 0)
+    leaky = [g.clone() for g in graphs]
+    for i in val:
+        leaky[i].y = leaky[i].y * 0  # every validation graph relabelled as class 0
+    moved = nested_cross_validate(config, TuneBudget(trials=3), graphs=leaky, info=info,
+                                  splits=splits)
+    assert (moved["folds"][0]["models"]["et"]["tuning_validation"]
+            != runs[0]["folds"][0]["models"]["et"]["tuning_validation"])
+
+
+def test_nested_cli_writes_a_run_and_resumes_its_studies(tmp_path):
+    out, storage = tmp_path / "o", f"sqlite:///{tmp_path}/n.db"
+    argv = ["tune", "tudataset", *SMALL, "--nested", "--models", "gin,structure_agnostic",
+            "--trials", "2", "--max-folds", "2", "--storage", storage, "--out", str(out)]
+    with warnings.catch_warnings():
+        # --max-folds is read by a nested run (its final trainings): no "never read" warning
+        warnings.filterwarnings("error", message=".*never read them")
+        assert cli_main(argv) == 0
+    results = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
+    assert "nested selection" in results["protocol"] and len(results["folds"]) == 2
+    assert len(results["models"]["gin"]["settings"]) == 2
+    assert "gin" in (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
+    assert (out / "MUTAG" / "accuracy.png").exists()
+    assert cli_main(argv) == 0  # the stored studies hold their budget: no trial runs again
+    again = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
+    assert again["models"]["gin"]["accuracy"] == results["models"]["gin"]["accuracy"]
+    import optuna
+
+    study = optuna.load_study(study_name=nested_study_name("", "MUTAG", "gin", 1, False),
+                              storage=storage)
+    assert len(study.trials) == 2
+    with pytest.raises(ValueError, match="--nested applies to `tune tudataset`"):
+        cli_main(["tune", "anomaly", "--nested", "--storage", storage])
+    with pytest.raises(ValueError, match="--tune-folds belongs to the cheaper variant"):
+        cli_main([*argv, "--tune-folds", "2"])
+    with warnings.catch_warnings():
+        # refused before any warning about the flags or the earlier results in --out
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="drop the grid"):
+            cli_main([*argv, "--grid", "a:et.steps=1"])
+        with pytest.raises(ValueError, match="for a probe without test scores"):
+            cli_main([*argv, "--validation-only"])
