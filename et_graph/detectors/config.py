@@ -110,7 +110,16 @@ class ETModelConfig:
 
 def check_descent_settings(alpha: float, noise_std: float, hopfield_dim: Optional[int]) -> None:
     """The descent's settings of an ET detector config, checked at construction (not first in
-    fit): alpha <= 0 ascends (or freezes) the energy, an infinite one diverges."""
+    fit): alpha <= 0 ascends (or freezes) the energy, an infinite one diverges.
+
+    Args:
+        alpha: the descent step, positive and finite.
+        noise_std: the training noise, finite and ``>= 0``.
+        hopfield_dim: the Hopfield memories, ``>= 0`` or ``None`` (4 * hidden).
+
+    Raises:
+        ValueError: a setting outside its range.
+    """
     if not 0 < alpha < math.inf:
         raise ValueError(f"alpha (the descent step) must be a positive finite number, got "
                          f"{alpha}")
@@ -300,6 +309,15 @@ class GBTModelConfig:
 
 @dataclass
 class ETDetectorConfig:
+    """The config of :class:`~et_graph.detectors.ETDetector`: the network and its training.
+    ``multi_relation`` trains full batch only (a nonzero ``batch_size`` or ``subgraph_ratio``
+    beside it raises ``ValueError``).
+
+    Attributes:
+        model: the ET network (:class:`ETModelConfig`).
+        train: its training (:class:`NodeTrainConfig`).
+    """
+
     model: ETModelConfig = field(default_factory=ETModelConfig)
     train: NodeTrainConfig = field(default_factory=NodeTrainConfig)
 
@@ -313,12 +331,25 @@ class ETDetectorConfig:
 
 @dataclass
 class GNNDetectorConfig:
+    """The config of the MLP, GCN and GAT detectors: the network and its training.
+
+    Attributes:
+        model: the network (:class:`GNNModelConfig`).
+        train: its training (:class:`NodeTrainConfig`, default learning rate 0.01).
+    """
+
     model: GNNModelConfig = field(default_factory=GNNModelConfig)
     train: NodeTrainConfig = field(default_factory=lambda: NodeTrainConfig(lr=0.01))
 
 
 @dataclass
 class GBTDetectorConfig:
+    """The config of :class:`~et_graph.detectors.GBTDetector`.
+
+    Attributes:
+        model: the trees (:class:`GBTModelConfig`).
+    """
+
     model: GBTModelConfig = field(default_factory=GBTModelConfig)
 
 

@@ -28,7 +28,12 @@ NUM_LABEL_FEATURES = 3
 
 
 def known_labels(y: Tensor, nodes: Tensor) -> Tensor:
-    """``[N]`` long: ``y`` at ``nodes`` (index or bool mask), ``-1`` (unknown) elsewhere."""
+    """``[N]`` long: ``y`` at ``nodes`` (index or bool mask), ``-1`` (unknown) elsewhere.
+
+    Args:
+        y: the labels ``[N]``.
+        nodes: the nodes whose label is known: their indices, or a bool mask ``[N]``.
+    """
     labels = torch.full((y.numel(),), -1, dtype=torch.long, device=y.device)
     labels[nodes] = y[nodes].long()
     return labels
@@ -40,7 +45,16 @@ def neighbour_label_features(edge_index: Tensor, labels: Tensor) -> Tensor:
     whose known label is 1 (anomalous), the share whose known label is 0, and
     ``log(1 + number of in-neighbours with a known label)``. Self-loops are skipped, so a node's
     own label never enters its row; a node without in-neighbours gets zeros, and so does every
-    node when no label is known."""
+    node when no label is known.
+
+    Args:
+        edge_index: the edges ``[2, E]``, from ``edge_index[0]`` to ``edge_index[1]``, on the
+            device of ``labels``.
+        labels: each node's known label ``[N]`` (:func:`known_labels`).
+
+    Returns:
+        ``[N, 3]`` float32, on the device of ``labels``.
+    """
     num_nodes = labels.numel()
     src, dst = in_edges_without_self_loops(edge_index.long())
     source = labels[src]
@@ -56,7 +70,15 @@ def neighbour_label_features(edge_index: Tensor, labels: Tensor) -> Tensor:
 
 def edge_keys(edge_index: Tensor, num_nodes: int) -> Tensor:
     """The edges as sorted unique ``dst * N + src`` keys without self-loops: equal for the same
-    edges in any order, in any integer dtype, after coalescing or adding self-loops too."""
+    edges in any order, in any integer dtype, after coalescing or adding self-loops too.
+
+    Args:
+        edge_index: the edges ``[2, E]``.
+        num_nodes: the number of nodes ``N``.
+
+    Returns:
+        int64 keys ``[E']``, ascending.
+    """
     # int64: the keys of int32 edges overflowed past 46,341 nodes, and the fitted graph, its
     # edges merely sorted, was scored as another graph with its label columns zeroed
     edge_index = edge_index.long()
@@ -132,7 +154,12 @@ class FittedGraphLabels:
         return bool(torch.isin(old, edge_keys(data.edge_index.cpu(), size)).all())
 
     def label_columns(self, data: Data, device: Union[torch.device, str] = "cpu") -> Tensor:
-        """The ``[N, 3]`` label-trick columns of ``data`` (float32 on ``device``)."""
+        """The ``[N, 3]`` label-trick columns of ``data`` (float32 on ``device``).
+
+        Args:
+            data: the graph (its ``edge_index`` and number of nodes are read).
+            device: where the columns are computed.
+        """
         if self.train_labels_ is None:
             raise RuntimeError(f"{self._name} is not fitted yet: call fit(data) first")
         if self._is_fitted_graph(data):

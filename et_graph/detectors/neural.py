@@ -84,7 +84,13 @@ CHUNK_HINT = ("chunk_size / chunk_edges (--inference-chunk-size / --inference-ch
 def check_node_logits(model: nn.Module, logits: Any, nodes: int) -> None:
     """``ValueError`` unless ``logits`` is one floating-point logit per node, ``[nodes]``: a
     network returning ``[N, 1]`` failed inside the loss on torch's "Target size ... must be the
-    same as input size", naming neither the network nor the shape it needs (an audit)."""
+    same as input size", naming neither the network nor the shape it needs (an audit).
+
+    Args:
+        model: the network that returned ``logits`` (its class is named in the message).
+        logits: what it returned.
+        nodes: the number of nodes it was given.
+    """
     if (isinstance(logits, Tensor) and logits.shape == (nodes,)
             and logits.is_floating_point()):
         return
@@ -101,6 +107,23 @@ class NodeAnomalyTask:
     With ``label_trick`` the network's input is ``[x, neighbour_label_features]``: in training
     from a fresh random half of the training nodes each epoch (the loss on the other half), in
     validation from all training nodes.
+
+    Args:
+        data: the graph (``x``, ``edge_index``, and ``edge_type`` for a multi-relation
+            network).
+        y: the labels ``[N]`` (0/1); only those of the training and validation nodes are read.
+        train, val: bool masks ``[N]`` of the training and the validation nodes.
+        config: the training settings (loss weighting, batches, selection metric).
+        generator: the seeded generator of every draw (the label trick's split, balanced
+            targets, subgraphs, partitions and sampled batches).
+        pass_node_ids: give the network each batch's node ids as its third argument where a
+            batch has them (a positional network's per-node embeddings).
+        device: where the labels and the batches go.
+        label_trick: append the label-trick columns (:func:`neighbour_label_features`).
+        chunking: the network's bounded-memory keywords for validation (``chunk_size``,
+            ``chunk_edges``; ``None`` = none).
+        label_trick_share: with ``label_trick``, the share of the training nodes whose labels
+            feed the columns each epoch (:meth:`split_train`).
     """
 
     def __init__(self, data: Data, y: Tensor, train: Tensor, val: Tensor,
@@ -228,7 +251,14 @@ class NodeAnomalyTask:
         the seeds only. The seed order is drawn from the task's checkpointed generator (the same
         on every rank); the sampling draws from a generator seeded by one more draw plus the
         rank, so under DDP rank ``r`` takes batches ``r, r + world, ...`` (every rank the same
-        count, wrapping) and samples independently of the other ranks."""
+        count, wrapping) and samples independently of the other ranks.
+
+        Args:
+            x: the epoch's node input (the ``x`` of :meth:`train_input`).
+            targets: the epoch's target nodes (sorted ids).
+            rank, world: this process's rank and the number of processes (``0, 1`` outside
+                torch.distributed).
+        """
         size = self.config.batch_size
         seeds = targets.cpu()[torch.randperm(targets.numel(), generator=self.generator)]
         draw = int(torch.randint(2 ** 62, (1,), generator=self.generator))
@@ -247,7 +277,14 @@ class NodeAnomalyTask:
                           ) -> Iterator[tuple[Tensor, Tensor, Optional[Tensor], Tensor]]:
         """Random node partitions of ``batch_size`` nodes, one induced subgraph each. The edges
         are grouped by part with one sort per epoch (no pass over all edges per batch). Under
-        DDP rank ``r`` takes parts ``r, r + world, ...``, every rank the same count (wrapping)."""
+        DDP rank ``r`` takes parts ``r, r + world, ...``, every rank the same count (wrapping).
+
+        Args:
+            x: the epoch's node input (the ``x`` of :meth:`train_input`).
+            targets: the epoch's target nodes (sorted ids).
+            rank, world: this process's rank and the number of processes (``0, 1`` outside
+                torch.distributed).
+        """
         data, size = self.data, self.config.batch_size
         num_nodes = data.num_nodes
         perm = torch.randperm(num_nodes, generator=self.generator)
@@ -324,7 +361,12 @@ def check_feature_scales(x: Tensor, detector: str) -> None:
     ``DataWarning`` for features on raw scales (an amount in the thousands beside a ratio
     near 1): a network trains poorly on them (Tolokers-like data with one column times
     1e4 gave ET an AUROC of 0.38 raw, 0.99 quantile-transformed), while ``et-graph anomaly``
-    transforms every column by default. Trees do not care, so GBT does not warn."""
+    transforms every column by default. Trees do not care, so GBT does not warn.
+
+    Args:
+        x: the node features ``[N, F]`` (nothing is checked where some are NaN or inf).
+        detector: the detector's name in the messages.
+    """
     x = float64_on_host_if_needed(x.detach())
     if x.numel() == 0 or not bool(torch.isfinite(x).all()):
         return
@@ -352,6 +394,12 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
 
     After ``fit``: ``model_`` (the network with the best validation epoch's weights),
     ``history_`` (one row per epoch), ``fit_info_`` (best epoch, epoch time, ...).
+
+    Args:
+        config, seed, progress, device, chunk_size, chunk_edges, **keywords: as for
+            :class:`~et_graph.detectors.BaseDetector`. A subclass sets ``config_class`` and
+            defines :meth:`build_network` (this class has no config class: building it raises
+            ``TypeError``).
     """
 
     #: Set by callers (a tuner) to watch every epoch.
@@ -369,7 +417,15 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
     def build_network(self, in_channels: int, num_nodes: int) -> nn.Module:
         """A new network for ``in_channels`` input features (and ``num_nodes`` nodes, for the
         networks that need it) that returns one logit per node, ``[N]``: what a subclass
-        defines."""
+        defines.
+
+        Args:
+            in_channels: the width of the fitted graph's ``data.x``.
+            num_nodes: the fitted graph's number of nodes.
+
+        Returns:
+            The network (``fit`` moves it to the detector's device).
+        """
         raise NotImplementedError
 
     def _oom_hint(self) -> str:
@@ -486,7 +542,14 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         ``[data.x, neighbour_label_features]``. On the fitted graph (the same number of nodes
         and the same ``edge_index``) the label columns come from the training labels remembered
         by ``fit`` (never from ``data.y``); on any other graph no label is known and the columns
-        are zero."""
+        are zero.
+
+        Args:
+            data: the graph (``x`` and ``edge_index``).
+
+        Returns:
+            ``[N, F]``, or ``[N, F + 3]`` with the label trick, on the detector's device.
+        """
         x = data.x.to(self.device)
         if not self.label_trick:
             return x
@@ -556,7 +619,12 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         ``keywords`` hold ``edge_type`` for the multi-relation ET. The network's edge mask
         covers every path the edges take inside it (the attention, the readout's neighbour
         means, the message-passing layers), not input columns computed from the edges before
-        it (the degree feature, neighbour statistics, the label trick's columns)."""
+        it (the degree feature, neighbour statistics, the label trick's columns).
+
+        Args:
+            data: the graph to explain, checked and prepared as :meth:`decision_function`
+                checks and prepares it (the fitted detector's feature width).
+        """
         return self._network_call(self._scorable(data))
 
 
@@ -575,6 +643,24 @@ class ETDetector(NeuralDetector):
     types ``ETDetector(supervised=False)`` as the unsupervised detector; mypy takes the class
     whatever ``__new__`` returns, and neither can tell what a file holds: in checked code,
     build and load ``UnsupervisedETDetector`` by its own name.)
+
+    Args:
+        config: the detector's config (:class:`~et_graph.detectors.ETDetectorConfig`, default:
+            its defaults).
+        seed: seeds the initialisation and the training order.
+        progress: show a progress bar while fitting.
+        device: where the network trains and scores (``"cpu"``, ``"cuda"``, ..., or ``"auto"``:
+            CUDA where torch sees a GPU, else the CPU).
+        chunk_size: validate and score this many destination nodes at a time, in bounded
+            memory, with the same result as one full pass (``None`` = full pass). Refused with
+            ``multi_relation``.
+        chunk_edges: also cap each chunk's in-edges (a node with more is a chunk alone), so
+            that hubs cannot blow up a chunk; alone, it implies chunks of at most 65,536 nodes.
+            Refused with ``multi_relation``.
+        supervised: ``False`` returns an :class:`~et_graph.detectors.UnsupervisedETDetector`
+            built from the other arguments instead (its own config and settings; it refuses
+            chunk sizes).
+        **keywords: any field of the config, e.g. ``epochs=50`` or ``hidden=32``.
 
     Example:
         >>> det = ETDetector(epochs=50, hidden=32).fit(data)   # data.train_mask / val_mask
@@ -657,7 +743,13 @@ class ETDetector(NeuralDetector):
     def build_network(self, in_channels: int, num_nodes: int) -> ETAnomalyNet:
         """The network for ``in_channels`` raw features (plus the label columns with
         ``label_trick``); with ``multi_relation`` a per-relation attention over the relations
-        of the graph being fitted."""
+        of the graph being fitted.
+
+        Args:
+            in_channels: the width of ``data.x``, without the label columns (added here).
+            num_nodes: the fitted graph's number of nodes: the size of the per-node embedding
+                with ``positional``, unused otherwise.
+        """
         m = self.config.model
         if m.label_trick:
             in_channels += NUM_LABEL_FEATURES
@@ -673,7 +765,15 @@ class ETDetector(NeuralDetector):
     @torch.no_grad()
     def node_energy(self, data: Data) -> Tensor:
         """Each node's energy ``[N]`` at the end of the learned descent. This model was trained
-        on labels: its energy is not an unsupervised score."""
+        on labels: its energy is not an unsupervised score.
+
+        Args:
+            data: the graph, with the fitted feature columns (with ``positional``, the fitted
+                graph only).
+
+        Returns:
+            ``[N]`` float32, on the CPU.
+        """
         self._check_fitted()
         self._check_transductive(data)
         self._check_relations(data)  # decision_function's check, skipped here before an audit
@@ -694,7 +794,16 @@ MULTI_RELATION_CHUNKS = ("chunked scoring (chunk_size / chunk_edges, --inference
 
 class MLPDetector(NeuralDetector):
     """A perceptron (``layers`` hidden layers, default two) on the node features alone
-    (ignores the graph)."""
+    (ignores the graph).
+
+    Args:
+        config: the detector's config (:class:`~et_graph.detectors.GNNDetectorConfig`, default:
+            its defaults, with ``lr=0.01``).
+        seed, progress, device: as for :class:`~et_graph.detectors.BaseDetector`.
+        chunk_size, chunk_edges: refused (only ``ETDetector`` scores in chunks).
+        **keywords: any field of the config but ``gat_heads`` (refused: a GAT setting), e.g.
+            ``hidden=32`` or ``layers=3``.
+    """
 
     config_class = GNNDetectorConfig
     config: GNNDetectorConfig
@@ -706,7 +815,16 @@ class MLPDetector(NeuralDetector):
 
 
 class GCNDetector(NeuralDetector):
-    """GCN layers (``layers``, default two) and a linear head."""
+    """GCN layers (``layers``, default two) and a linear head.
+
+    Args:
+        config: the detector's config (:class:`~et_graph.detectors.GNNDetectorConfig`, default:
+            its defaults, with ``lr=0.01``).
+        seed, progress, device: as for :class:`~et_graph.detectors.BaseDetector`.
+        chunk_size, chunk_edges: refused (only ``ETDetector`` scores in chunks).
+        **keywords: any field of the config but ``gat_heads`` (refused: a GAT setting), e.g.
+            ``hidden=32`` or ``layers=3``.
+    """
 
     config_class = GNNDetectorConfig
     config: GNNDetectorConfig
@@ -720,7 +838,15 @@ class GCNDetector(NeuralDetector):
 
 
 class GATDetector(NeuralDetector):
-    """GAT layers (``layers``, default two; concatenated heads) and a linear head."""
+    """GAT layers (``layers``, default two; concatenated heads) and a linear head.
+
+    Args:
+        config: the detector's config (:class:`~et_graph.detectors.GNNDetectorConfig`, default:
+            its defaults, with ``lr=0.01``).
+        seed, progress, device: as for :class:`~et_graph.detectors.BaseDetector`.
+        chunk_size, chunk_edges: refused (only ``ETDetector`` scores in chunks).
+        **keywords: any field of the config, e.g. ``hidden=32`` or ``gat_heads=8``.
+    """
 
     config_class = GNNDetectorConfig
     config: GNNDetectorConfig

@@ -21,7 +21,19 @@ def neighbourhood_features(x: Tensor, edge_index: Tensor, kind: str = "x_mean_me
                            self_loops: bool = False) -> np.ndarray:
     """``x``, ``[x, mean(x)]`` or ``[x, mean(x), mean(mean(x))]`` over in-neighbours, float32.
     Self-loops are ignored unless ``self_loops`` (how detectors saved before they were
-    ignored computed them: a loaded one scores the features it was trained on)."""
+    ignored computed them: a loaded one scores the features it was trained on).
+
+    Args:
+        x: the node features ``[N, F]``.
+        edge_index: the edges ``[2, E]``, from ``edge_index[0]`` to ``edge_index[1]`` (a node's
+            in-neighbours are the sources of its in-edges; repeated edges count again).
+        kind: ``"x"``, ``"x_mean"`` or ``"x_mean_mean2"`` (anything else raises
+            ``ValueError``).
+        self_loops: count a self-loop as a neighbour.
+
+    Returns:
+        A NumPy float32 array ``[N, F]``, ``[N, 2F]`` or ``[N, 3F]``.
+    """
     if kind not in GBT_FEATURES:
         raise ValueError(f"features must be one of {GBT_FEATURES}, got {kind!r}")
     x = x.detach()  # trees take no gradient; a tensor that requires one cannot be .numpy()
@@ -54,6 +66,9 @@ class QuantileBinner:
     lower bin, as in scikit-learn). Each transformed column then has at most ``max_bins`` distinct
     values, so scikit-learn keeps one bin per value and grows the same trees as on the raw
     features without weights, but never calls its weighted percentile.
+
+    Args:
+        max_bins: the most bins per column, in ``[2, 255]`` (scikit-learn's own default: 255).
     """
 
     def __init__(self, max_bins: int = 255) -> None:
@@ -62,6 +77,14 @@ class QuantileBinner:
         self.max_bins = max_bins
 
     def fit(self, features: np.ndarray) -> QuantileBinner:
+        """Find the bin edges of the columns with more than ``max_bins`` distinct values.
+
+        Args:
+            features: the training rows ``[n, F]``, finite (``ValueError`` otherwise).
+
+        Returns:
+            The binner itself.
+        """
         if features.ndim != 2 or not np.isfinite(features).all():
             raise ValueError("QuantileBinner needs a finite 2-D feature matrix")
         ordered = np.sort(features, axis=0)
@@ -75,6 +98,14 @@ class QuantileBinner:
         return self
 
     def transform(self, features: np.ndarray) -> np.ndarray:
+        """Each binned column replaced by its bin indices; the other columns as they are.
+
+        Args:
+            features: rows ``[n, F]`` with the fitted columns.
+
+        Returns:
+            A float32 copy of ``features``.
+        """
         out = np.array(features, dtype=np.float32, copy=True)
         for column, edges in zip(self.wide_, self.edges_):
             out[:, column] = np.searchsorted(edges, features[:, column], side="left")
@@ -87,7 +118,19 @@ class GBTDetector(FittedGraphLabels, BaseDetector):
     drops them). It trains on the training
     nodes only; the validation nodes give the threshold and ``fit_info_["val_auroc"]``. With
     ``label_trick`` the features gain ET's label-trick columns (see
-    :class:`~et_graph.detectors.config.GBTModelConfig`)."""
+    :class:`~et_graph.detectors.config.GBTModelConfig`).
+
+    Args:
+        config: the detector's config (:class:`~et_graph.detectors.GBTDetectorConfig`, default:
+            its defaults).
+        seed: the trees' ``random_state``.
+        progress: accepted for the common interface; the trees show no progress bar.
+        device: checked as for :class:`~et_graph.detectors.BaseDetector`; scikit-learn fits
+            and scores the trees on the CPU.
+        chunk_size, chunk_edges: refused (only ``ETDetector`` scores in chunks).
+        **keywords: any field of :class:`~et_graph.detectors.GBTModelConfig`, e.g.
+            ``max_iter=300`` or ``features="x_mean"``.
+    """
 
     config_class = GBTDetectorConfig
     config: GBTDetectorConfig

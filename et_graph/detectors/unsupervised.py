@@ -195,6 +195,16 @@ class UnsupervisedScoreConfig:
 
 @dataclass
 class UnsupervisedETDetectorConfig:
+    """The config of :class:`UnsupervisedETDetector`: the network, its training and its scores.
+    A structure or combined score, or a ``combine`` or ``structure_reduce`` other than the
+    default, needs ``structure_weight > 0`` (``ValueError`` otherwise).
+
+    Attributes:
+        model: the masked-completion network (:class:`MaskedETModelConfig`).
+        train: its training (:class:`MaskedTrainConfig`).
+        score: how the fitted network scores nodes (:class:`UnsupervisedScoreConfig`).
+    """
+
     model: MaskedETModelConfig = field(default_factory=MaskedETModelConfig)
     train: MaskedTrainConfig = field(default_factory=MaskedTrainConfig)
     score: UnsupervisedScoreConfig = field(default_factory=UnsupervisedScoreConfig)
@@ -245,6 +255,15 @@ class MaskedReconstructionTask:
     ``val_nodes`` (bool ``[N]``) are never masked in training, so they are never a training
     target; validation masks them, together with enough other nodes (drawn once) to reach the
     training mask ratio, and scores their mean completion error.
+
+    Args:
+        x: the node features ``[N, F]``.
+        edge_index: the edges ``[2, E]``.
+        val_nodes: bool ``[N]``: the validation nodes (at least one node in and one out,
+            ``ValueError`` otherwise).
+        mask_ratio: the share of the training nodes masked in each training pass.
+        generator: the seeded generator of every random draw of the task.
+        structure_weight: the weight of the edge-reconstruction loss (0 = features only).
     """
 
     def __init__(self, x: Tensor, edge_index: Tensor, val_nodes: Tensor, mask_ratio: float,
@@ -304,7 +323,16 @@ def robust_z(score: Tensor) -> Tensor:
 def combine_scores(reconstruction: Tensor, structure: Tensor, combine: str = "mean") -> Tensor:
     """The ``combined`` score: the mean or the maximum of the two scores' :func:`rank_score`
     ranks (``combine`` = ``"mean"`` / ``"max"``), or the maximum or sum of their
-    :func:`robust_z` scores (``"max_z"`` / ``"sum_z"``)."""
+    :func:`robust_z` scores (``"max_z"`` / ``"sum_z"``).
+
+    Args:
+        reconstruction: the reconstruction score ``[N]``.
+        structure: the structure score ``[N]``.
+        combine: one of :data:`COMBINE_RULES` (anything else raises ``ValueError``).
+
+    Returns:
+        ``[N]`` float64.
+    """
     if combine not in COMBINE_RULES:
         raise ValueError(f"combine must be one of {COMBINE_RULES}, got {combine!r}")
     if combine in ("max_z", "sum_z"):
@@ -326,7 +354,20 @@ def masked_scores(model: ETMaskedNodeReconstruction, x: Tensor, edge_index: Tens
     which it is masked, its final-token energy and structure error (its in-edge losses pooled by
     ``structure_reduce``) over those in which it is open. ``combined`` joins the
     reconstruction and structure scores by ``combine`` (:func:`combine_scores`). The passes run
-    in eval mode; the model's mode is given back."""
+    in eval mode; the model's mode is given back.
+
+    Args:
+        model: the fitted network.
+        x: the node features ``[N, F]``.
+        edge_index: the edges ``[2, E]``.
+        mask_ratio: the share of the nodes in each mask (``ceil(1 / mask_ratio)`` masks per
+            round, at least 2).
+        rounds: the number of rounds.
+        generator: the generator of the masks.
+        structure_reduce: how a node's in-edge losses are pooled (``"mean"``, ``"sum"`` or
+            ``"max"``).
+        combine: one of :data:`COMBINE_RULES` (checked before any pass).
+    """
     if combine not in COMBINE_RULES:  # before the passes, not after them (combine_scores)
         raise ValueError(f"combine must be one of {COMBINE_RULES}, got {combine!r}")
     num_nodes = x.size(0)
@@ -383,6 +424,18 @@ class UnsupervisedETDetector(BaseDetector):
     ``predict`` flags the scores strictly above it (PyOD's rule), so that tied scores never
     flag more than ``contamination`` of the nodes.
 
+    Args:
+        config: the detector's config (:class:`UnsupervisedETDetectorConfig`, default: its
+            defaults).
+        seed: seeds the initialisation, the validation nodes and the training masks; the
+            scoring masks come from a generator seeded from it too.
+        progress: show a progress bar while fitting.
+        device: where the network trains and scores, as for
+            :class:`~et_graph.detectors.BaseDetector`.
+        chunk_size, chunk_edges: refused (only ``ETDetector`` scores in chunks).
+        **keywords: any field of the config, e.g. ``epochs=50``, ``mask_ratio=0.3`` or
+            ``anomaly_score="energy"``.
+
     Example:
         >>> det = UnsupervisedETDetector(epochs=50).fit(data)     # no data.y needed
         >>> score = det.decision_function(data)                    # [N], higher = anomalous
@@ -396,6 +449,12 @@ class UnsupervisedETDetector(BaseDetector):
     on_epoch = None
 
     def build_network(self, in_channels: int) -> ETMaskedNodeReconstruction:
+        """The masked-completion network of the ``model`` section, with the edge decoder where
+        ``structure_weight > 0``.
+
+        Args:
+            in_channels: the width of the fitted graph's ``data.x``.
+        """
         m = self.config.model
         return ETMaskedNodeReconstruction(
             in_channels, hidden_channels=m.hidden, heads=m.heads, head_dim=m.head_dim,
@@ -405,7 +464,17 @@ class UnsupervisedETDetector(BaseDetector):
     def fit(self, data: Data, train_mask: Optional[Tensor] = None,
             val_mask: Optional[Tensor] = None) -> UnsupervisedETDetector:
         """Fit on ``data`` without labels. ``train_mask``/``val_mask`` are not accepted: the
-        validation nodes are drawn at random (``val_fraction``) and judged without labels."""
+        validation nodes are drawn at random (``val_fraction``) and judged without labels.
+
+        Args:
+            data: the graph, of which only ``x`` and ``edge_index`` are used (self-loops
+                dropped); at least 4 nodes, and with ``structure_weight > 0`` an edge between
+                two nodes.
+            train_mask, val_mask: must be ``None`` (``ValueError`` otherwise).
+
+        Returns:
+            The fitted detector itself.
+        """
         if train_mask is not None or val_mask is not None:
             raise ValueError("UnsupervisedETDetector.fit takes no train_mask/val_mask (its "
                              "second argument; labels, PyGOD's fit(data, label), are not taken "
@@ -490,7 +559,12 @@ class UnsupervisedETDetector(BaseDetector):
         width; deterministic for a given detector seed and node numbering. The random masks
         are drawn over the node ids, so renumbering the nodes, or adding or removing any node,
         draws other masks for every node and moves the scores (as another seed would; more
-        ``score_rounds`` average the masks out)."""
+        ``score_rounds`` average the masks out).
+
+        Args:
+            data: the graph to score, of which only ``x`` (the fitted width) and
+                ``edge_index`` are used (self-loops dropped).
+        """
         return self._score_components(data, check_range=True)
 
     def _score_components(self, data: Data, check_range: bool) -> dict[str, Tensor]:

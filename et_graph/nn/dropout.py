@@ -14,6 +14,10 @@ class Dropout(nn.Dropout):
     PyTorch's Bernoulli sampling on a batch of tokens. Otherwise (also under
     :func:`et_graph.native.native_random` ``(False)``), and for ``inplace=True`` or ``p = 1``,
     it is :class:`torch.nn.Dropout` itself.
+
+    Args:
+        p: the probability that an element is zeroed (default 0.5).
+        inplace: zero the input in place (always through :class:`torch.nn.Dropout`).
     """
 
     def forward(self, input: Tensor) -> Tensor:

@@ -44,6 +44,15 @@ class FeatureEncoder(Module):
     ids and float descriptors cannot be mixed in one ``x``. One-hot encode the ids beside the
     floats (float input), or embed the ids alone. Built with both sizes, an encoder reads
     whichever dtype comes, and the other branch's parameters stay unused.
+
+    Args:
+        out_channels: the output width.
+        in_channels: the width of float input features (``None``: integer categories only).
+        continuous_channels: how many leading float columns :meth:`fit` standardises, in
+            ``[0, in_channels]``.
+        num_categories: the number of categories of each integer column (an int for one
+            column; ``None``: float features only). Give it, ``in_channels`` or both.
+        name: the input's name in messages (``"x"`` or ``"edge_attr"``).
     """
 
     # Buffers (register_buffer), which mypy does not see.
@@ -101,7 +110,15 @@ class FeatureEncoder(Module):
 
     @torch.no_grad()
     def fit(self, x: Tensor) -> FeatureEncoder:
-        """Set the standardisation of the continuous columns from (training) features ``x``."""
+        """Set the standardisation of the continuous columns from (training) features ``x``.
+
+        Args:
+            x: the features ``[N, in_channels]``; integer or empty ones leave the statistics
+                as they are.
+
+        Returns:
+            The encoder itself.
+        """
         if self.continuous_channels and x.is_floating_point() and x.size(0):
             cont = x[:, : self.continuous_channels].to(self.mean.dtype)
             self.mean.copy_(cont.mean(0))
@@ -109,6 +126,17 @@ class FeatureEncoder(Module):
         return self
 
     def forward(self, x: Tensor) -> Tensor:
+        """Float features through the linear layer, or integer ids through the embedding
+        tables (summed over the columns).
+
+        Args:
+            x: finite float features ``[N, in_channels]`` (``[N]`` where ``in_channels`` is
+                1), or integer ids ``[N, c]`` with one column per category size (``[N]`` for
+                one), each id in ``[0, size)``.
+
+        Returns:
+            ``[N, out_channels]``.
+        """
         if not isinstance(x, Tensor):
             raise ValueError(f"{self.name} must be a torch.Tensor, got {type(x).__name__}")
         if x.is_floating_point():
@@ -174,7 +202,16 @@ class FeatureEncoder(Module):
 
 
 class NodeEncoder(FeatureEncoder):
-    """Node features (one-hot / categorical labels, continuous attributes) to tokens."""
+    """Node features (one-hot / categorical labels, continuous attributes) to tokens.
+
+    Args:
+        out_channels: the token width.
+        in_channels: the width of float node features (``None``: integer categories only).
+        continuous_channels: how many leading float columns :meth:`fit` standardises, in
+            ``[0, in_channels]``.
+        num_categories: the number of categories of each integer column (an int for one
+            column; ``None``: float features only). Give it, ``in_channels`` or both.
+    """
 
     def __init__(
         self,
@@ -187,7 +224,16 @@ class NodeEncoder(FeatureEncoder):
 
 
 class EdgeEncoder(FeatureEncoder):
-    """Edge features (one-hot / categorical labels, continuous attributes) to ``out_channels``."""
+    """Edge features (one-hot / categorical labels, continuous attributes) to ``out_channels``.
+
+    Args:
+        out_channels: the output width.
+        in_channels: the width of float edge features (``None``: integer categories only).
+        continuous_channels: how many leading float columns :meth:`fit` standardises, in
+            ``[0, in_channels]``.
+        num_categories: the number of categories of each integer column (an int for one
+            column; ``None``: float features only). Give it, ``in_channels`` or both.
+    """
 
     def __init__(
         self,
@@ -208,6 +254,10 @@ class LaplacianPEEncoder(Module):
     In training mode each eigenvector's sign is flipped at random, once per eigenvector per graph
     (the CLS row and all node rows of a graph share the sign), because eigenvectors are defined
     only up to sign. In evaluation mode nothing is random.
+
+    Args:
+        k: the number of eigenvectors per node (the width of the encoding).
+        out_channels: the token width.
     """
 
     def __init__(self, k: int, out_channels: int) -> None:
@@ -225,7 +275,13 @@ class LaplacianPEEncoder(Module):
     def flip_signs(
         self, pe: Tensor, cls_pe: Tensor, batch: Optional[Tensor] = None
     ) -> tuple[Tensor, Tensor]:
-        """``(pe, cls_pe)`` with random per-graph, per-eigenvector signs (training mode only)."""
+        """``(pe, cls_pe)`` with random per-graph, per-eigenvector signs (training mode only).
+
+        Args:
+            pe: the nodes' encodings ``[N, k]``, finite floating point.
+            cls_pe: the CLS nodes' encodings ``[G, k]``, one row per graph.
+            batch: each node's graph ``[N]`` (``None``: one graph).
+        """
         if batch is None:
             batch = torch.zeros(pe.size(0), dtype=torch.long, device=pe.device)
         self._check(pe, cls_pe, batch)
@@ -249,7 +305,11 @@ class LaplacianPEEncoder(Module):
     def forward(
         self, pe: Tensor, cls_pe: Tensor, batch: Optional[Tensor] = None
     ) -> tuple[Tensor, Tensor]:
-        """Node embeddings ``[N, out]`` and CLS embeddings ``[G, out]``."""
+        """Node embeddings ``[N, out]`` and CLS embeddings ``[G, out]``.
+
+        Args:
+            pe, cls_pe, batch: as for :meth:`flip_signs`.
+        """
         pe, cls_pe = self.flip_signs(pe, cls_pe, batch)
         weight_dtype = self.linear.weight.dtype
         return self.linear(pe.to(weight_dtype)), self.linear(cls_pe.to(weight_dtype))
@@ -281,6 +341,11 @@ class SumMessagePassing(Module):
     A sum can; running a few such layers before the descent hands ET tokens that already tell
     those apart, the "local message passing, then global attention" split of GraphTrans and
     GraphGPS.
+
+    Args:
+        channels: the token width.
+        num_layers: the number of layers ``L``.
+        edge_channels: the width of the encoded edge features every message reads (0 = none).
     """
 
     def __init__(self, channels: int, num_layers: int, edge_channels: int = 0) -> None:
@@ -320,7 +385,13 @@ class SumMessagePassing(Module):
         """``h`` ``[N, channels]`` after every layer; ``edge_index`` ``[2, E]`` (source, target)
         must already be validated (messages flow from ``edge_index[0]`` to ``edge_index[1]``);
         ``edge_features`` ``[E, edge_channels]`` exactly when the layers were built with
-        ``edge_channels > 0``."""
+        ``edge_channels > 0``.
+
+        Args:
+            h: the node embeddings ``[N, channels]``.
+            edge_index: the edges ``[2, E]``, validated already.
+            edge_features: ``[E, edge_channels]``, or ``None`` for layers without them.
+        """
         if h.dim() != 2 or h.size(1) != self.channels:
             raise ValueError(f"h must be [N, {self.channels}], got {tuple(h.shape)}")
         check_edge_features(edge_features, edge_index.size(1), self.edge_channels,
@@ -358,6 +429,11 @@ class MeanMessagePassing(Module):
     The aggregation is the caller's ``neighbour_mean(tokens) -> [N, channels]`` (for
     :class:`~et_graph.nn.models.anomaly.ETAnomalyNet`, one product with its cached
     row-normalised adjacency), so that no ``[E, channels]`` gather is ever made.
+
+    Args:
+        channels: the token width.
+        num_layers: the number of layers ``L``.
+        dropout: the dropout inside each layer's MLP, in ``[0, 1)``.
     """
 
     def __init__(self, channels: int, num_layers: int, dropout: float = 0.0) -> None:
@@ -392,7 +468,14 @@ class MeanMessagePassing(Module):
         tokens to every node's mean in-neighbour token (zero for a node without one).
 
         ``chunk_size`` (inference, under ``torch.no_grad()``) applies each layer's MLP that many
-        nodes at a time, so that no ``[N, 2 * channels]`` input is ever held; same result."""
+        nodes at a time, so that no ``[N, 2 * channels]`` input is ever held; same result.
+
+        Args:
+            h: the node tokens ``[N, channels]``.
+            neighbour_mean: the aggregation, ``[N, channels]`` to ``[N, channels]``.
+            chunk_size: nodes per chunk (``None``: all at once); refused where gradients are
+                enabled.
+        """
         if h.dim() != 2 or h.size(1) != self.channels:
             raise ValueError(f"h must be [N, {self.channels}], got {tuple(h.shape)}")
         if chunk_size is not None:

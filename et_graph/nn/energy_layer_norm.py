@@ -21,6 +21,10 @@ class EnergyLayerNorm(Module):
     a descent on ``E(g(x))`` to first order in ``alpha`` (the continuous flow always descends; a
     discrete step descends for small enough ``alpha``, see docs/derivation.md). ``gamma`` is
     therefore stored as ``log_gamma`` and stays positive.
+
+    Args:
+        channels: the width ``D`` of the last dimension it normalises.
+        eps: added to the variance (positive and finite).
     """
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
@@ -47,11 +51,20 @@ class EnergyLayerNorm(Module):
         return self.log_gamma.exp()
 
     def forward(self, x: Tensor) -> Tensor:
+        """``g = LN(x)``.
+
+        Args:
+            x: tokens ``[..., channels]``.
+        """
         return layer_norm(self._checked(x), self.gamma, self.delta, self.eps)
 
     def lagrangian(self, x: Tensor) -> Tensor:
         """The Lagrangian ``L(x)`` per token ``[N]`` whose gradient is this LayerNorm:
-        ``dL/dx = forward(x)``, the reason the block's energy decreases along its steps."""
+        ``dL/dx = forward(x)``, the reason the block's energy decreases along its steps.
+
+        Args:
+            x: tokens ``[..., channels]``.
+        """
         return layer_norm_lagrangian(self._checked(x), self.gamma, self.delta, self.eps)
 
     def _checked(self, x: Tensor) -> Tensor:

@@ -43,7 +43,14 @@ class CLSGraph(NamedTuple):
 def graph_sizes(
     batch: Optional[Tensor], num_nodes: int, num_graphs: Optional[int] = None
 ) -> Tensor:
-    """Nodes per graph ``[G]``; raises ``ValueError`` for unsorted batches and empty graphs."""
+    """Nodes per graph ``[G]``; raises ``ValueError`` for unsorted batches and empty graphs.
+
+    Args:
+        batch: each node's graph ``[N]``, sorted (``None``: one graph).
+        num_nodes: the number of nodes ``N``.
+        num_graphs: the number of graphs ``G`` (default: the largest graph id plus one; with
+            ``batch=None`` only 1 is accepted).
+    """
     if num_graphs is not None:  # 2.7 was truncated to 2 without a word
         if isinstance(num_graphs, Tensor) and num_graphs.numel() == 1 and not (
                 num_graphs.is_floating_point() or num_graphs.dtype == torch.bool):
@@ -84,7 +91,14 @@ def add_cls_nodes(
     num_graphs: Optional[int] = None,
 ) -> CLSGraph:
     """Insert ``cls_tokens`` ``[G, D]`` in front of each graph and link it both ways to every node
-    of its graph (``2N`` extra edges in all, O(N) per graph)."""
+    of its graph (``2N`` extra edges in all, O(N) per graph).
+
+    Args:
+        x: the node tokens ``[N, D]``.
+        edge_index: the edges ``[2, E]``, each inside one graph.
+        cls_tokens: one token per graph, ``[G, D]``.
+        batch, num_graphs: as for :func:`graph_sizes`.
+    """
     num_nodes = x.size(0)
     sizes = graph_sizes(batch, num_nodes, num_graphs)
     batch = (torch.zeros(num_nodes, dtype=torch.long, device=x.device) if batch is None
@@ -157,6 +171,9 @@ class CLSPool(Module):
         out = pool.readout(h, g)                        # [num_graphs, channels]
 
     Because CLS edges stay inside their graph, each graph's readout depends on that graph only.
+
+    Args:
+        channels: the token width ``D``.
     """
 
     def __init__(self, channels: int) -> None:
@@ -187,7 +204,19 @@ class CLSPool(Module):
         """Insert the CLS nodes; ``cls_offset`` ``[G, D]`` (e.g. the CLS positional encoding) is
         added to the shared CLS token. ``sizes``: the graph sizes from :func:`graph_sizes` when
         the caller has already validated ``x``, ``edge_index`` (int64) and ``batch`` (a model
-        that built ``x`` itself); the checks are then skipped."""
+        that built ``x`` itself); the checks are then skipped.
+
+        Args:
+            x: the node tokens ``[N, channels]``.
+            edge_index: the edges ``[2, E]``, each inside one graph.
+            batch, num_graphs: as for :func:`graph_sizes` (with ``sizes``, ``batch`` is
+                required and ``num_graphs`` unread).
+            cls_offset: ``[G, channels]`` added to the CLS token of each graph, or ``None``.
+            sizes: the graph sizes ``[G]``, or ``None`` to validate and count here.
+
+        Returns:
+            The :class:`CLSGraph`, whose ``x`` and ``edge_index`` the layers then read.
+        """
         validated = sizes is not None
         if sizes is None:
             check_features(x, self.channels)
@@ -208,14 +237,23 @@ class CLSPool(Module):
 
     @staticmethod
     def readout(x: Tensor, graph: CLSGraph) -> Tensor:
-        """The CLS tokens ``[G, D]``."""
+        """The CLS tokens ``[G, D]``.
+
+        Args:
+            x: the tokens ``[N + G, D]`` computed on ``graph``.
+            graph: what :meth:`attach` returned.
+        """
         return _in_layout(x, graph).index_select(0, graph.cls_index)
 
     @staticmethod
     def readout_sum_mean(x: Tensor, graph: CLSGraph) -> Tensor:
         """The CLS token, the sum and the mean of the node tokens of each graph, concatenated:
         ``[G, 3D]``. Unlike the CLS token (an attention average), the sum grows with the number
-        of nodes; sum and mean do not depend on the order of the nodes."""
+        of nodes; sum and mean do not depend on the order of the nodes.
+
+        Args:
+            x, graph: as for :meth:`readout`.
+        """
         sums = CLSPool.readout_sums([_in_layout(x, graph)], graph)
         # graph.batch counts every graph's one CLS node as well
         counts = (torch.bincount(graph.batch, minlength=sums.size(0)) - 1).clamp_min(1)
@@ -226,7 +264,12 @@ class CLSPool(Module):
     def readout_sums(states: list[Tensor], graph: CLSGraph) -> Tensor:
         """The sum of the node tokens (CLS nodes excluded) of each graph, for each of
         ``states`` (tensors ``[N + G, D_i]`` in ``graph``'s layout), concatenated:
-        ``[G, sum_i D_i]``."""
+        ``[G, sum_i D_i]``.
+
+        Args:
+            states: the token tensors, at least one.
+            graph: what :meth:`attach` returned.
+        """
         for state in states:
             _in_layout(state, graph)
         num_graphs = graph.cls_index.numel()
@@ -237,7 +280,11 @@ class CLSPool(Module):
 
     @staticmethod
     def node_states(x: Tensor, graph: CLSGraph) -> Tensor:
-        """The original nodes' tokens ``[N, D]`` in their original order."""
+        """The original nodes' tokens ``[N, D]`` in their original order.
+
+        Args:
+            x, graph: as for :meth:`readout`.
+        """
         return _in_layout(x, graph).index_select(0, graph.node_index)
 
     def __repr__(self) -> str:
