@@ -78,8 +78,10 @@ def test_a_trial_on_one_fold_trains_what_that_fold_of_a_run_trains(mutag):
 
 def test_nested_selection_never_reads_the_test_fold(mutag):
     graphs, info = mutag
+    # (20 epochs: at 2 every ET trial predicts the majority class and ties, and equal
+    # choices would prove little)
     config = parse(TUDatasetConfig, [*SMALL, "--models", "et,structure_agnostic",
-                                     "--max-folds", "1"])
+                                     "--max-folds", "1", "--epochs", "20"])
     splits = stratified_folds(graph_labels(graphs), 10, 0)
     flipped = [g.clone() for g in graphs]
     for i in splits[0][1]:  # fold 0's test graphs, relabelled
@@ -112,8 +114,13 @@ def test_nested_cli_writes_a_run_and_resumes_its_studies(tmp_path):
         warnings.filterwarnings("error", message=".*never read them")
         assert cli_main(argv) == 0
     results = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
-    assert "nested selection" in results["protocol"] and len(results["folds"]) == 2
+    assert "nested selection" in results["protocol"]
+    assert [r["fold"] for r in results["folds"]] == [0, 1]  # each fold trained as itself:
+    for record in results["folds"]:  # the final training is the best trial's training
+        for row in record["models"].values():
+            assert row["tuning_validation"] == row["val_accuracy"]
     assert len(results["models"]["gin"]["settings"]) == 2
+    assert results["tuned_fields"]["gin"] == sorted(results["models"]["gin"]["settings"][0])
     assert "gin" in (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
     assert (out / "MUTAG" / "accuracy.png").exists()
     assert cli_main(argv) == 0  # the stored studies hold their budget: no trial runs again
@@ -124,6 +131,17 @@ def test_nested_cli_writes_a_run_and_resumes_its_studies(tmp_path):
     study = optuna.load_study(study_name=nested_study_name("", "MUTAG", "gin", 1, False),
                               storage=storage)
     assert len(study.trials) == 2
+    # a stored study the run cannot resume (gin's, under another epoch count) is refused
+    # before any study runs: not after ET's new fold-0 study, which comes first
+    other = [a if a != "2" or argv[i - 1] != "--epochs" else "3" for i, a in enumerate(argv)]
+    other[other.index("gin,structure_agnostic")] = "et,gin"
+    with pytest.raises(ValueError, match="train.epochs"):
+        cli_main([*other, "--storage", storage])
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    assert names == {nested_study_name("", "MUTAG", m, f, False)
+                     for m in ("gin", "structure_agnostic") for f in (0, 1)}
+    assert len(optuna.load_study(study_name=nested_study_name(
+        "", "MUTAG", "structure_agnostic", 0, False), storage=storage).trials) == 2
     with pytest.raises(ValueError, match="--nested applies to `tune tudataset`"):
         cli_main(["tune", "anomaly", "--nested", "--storage", storage])
     with pytest.raises(ValueError, match="--tune-folds belongs to the cheaper variant"):
@@ -135,3 +153,37 @@ def test_nested_cli_writes_a_run_and_resumes_its_studies(tmp_path):
             cli_main([*argv, "--grid", "a:et.steps=1"])
         with pytest.raises(ValueError, match="for a probe without test scores"):
             cli_main([*argv, "--validation-only"])
+
+
+def test_a_trial_done_with_its_folds_is_never_pruned(mutag, monkeypatch):
+    # With one fold per trial (every nested study) and --prune-warmup 0, the median pruner
+    # judged each trial after its last fold, and stored finished trials as pruned, their
+    # values lost and their budget spent.
+    from types import SimpleNamespace
+
+    import et_graph.tuning.tudataset as tudataset
+    from et_graph.tuning import run_study
+
+    scores = iter([0.9, 0.8, 0.7, 0.6, 0.5, 0.4])  # each trial worse than the median so far
+    monkeypatch.setattr(tudataset, "fit_graph_classifier", lambda *args, **kwargs: (
+        SimpleNamespace(best=SimpleNamespace(score=next(scores)))))
+    graphs, info = mutag
+    objective = TUObjective(parse(TUDatasetConfig, SMALL), "gin", graphs=graphs, info=info,
+                            folds=[4])
+    study = run_study("one-fold", objective, TuneBudget(trials=6, prune_warmup=0), None,
+                      progress=False)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 6
+    assert [t.value for t in study.trials] == [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+
+
+def test_studies_the_time_limit_cut_are_named():
+    from et_graph.tuning.nested import _short_studies
+
+    def row(complete, pruned):
+        return {"trials": {"complete": complete, "pruned": pruned}}
+
+    records = [{"fold": 0, "models": {"et": row(3, 1), "gin": row(4, 0)}},
+               {"fold": 1, "models": {"et": row(2, 0), "gin": row(5, 0)}}]
+    assert _short_studies(records, 4) == ["et: fewer than 4 finished trials in 1 fold "
+                                          "(fold 1: 2)"]
+    assert _short_studies(records, 2) == []

@@ -92,7 +92,8 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                       help="finished trials per model, counting earlier runs of the study "
                            f"(default: {TuneBudget.trials})")
     tune.add_argument("--timeout-minutes", type=float, default=TuneBudget.timeout_minutes,
-                      metavar="FLOAT", help="wall-clock limit per model, over every run of "
+                      metavar="FLOAT", help="wall-clock limit per model (with --nested: per "
+                                            "model and outer fold), over every run of "
                                             "its study: a resumed study gets what is left "
                                             f"(default: {TuneBudget.timeout_minutes})")
     tune.add_argument("--storage", default="sqlite:///runs/tune.db", metavar="URL",
@@ -105,7 +106,9 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                       help="seed of Optuna's sampler (default: 0)")
     tune.add_argument("--prune-warmup", type=int, default=TuneBudget.prune_warmup,
                       metavar="INT", help="epochs (tudataset: folds) a trial runs before the "
-                                          "median pruner may stop it "
+                                          "median pruner may stop it; a tudataset trial is "
+                                          "never stopped after its last fold, so with "
+                                          "--nested (one fold) nothing is pruned "
                                           f"(default: {TuneBudget.prune_warmup})")
     tune.add_argument("--study-prefix", default="", metavar="TEXT",
                       help="prefix of the study names (default: none)")
@@ -255,7 +258,10 @@ def warn_flags_of_tuning(task: str, config: Any, given: set[str], class_balance:
     if ignored:  # --inference-chunk-size or --checkpoint-dir were dropped without a word
         warnings.warn(f"flags for {', '.join(ignored)}: the tuner's trials never read them "
                       "(each trial fits one model once, on the validation split, without "
-                      "checkpoints); they apply when the task runs a written preset",
+                      "checkpoints); "
+                      + ("nor does a nested run's final training of each fold, and a nested "
+                         "run writes no preset" if nested else
+                         "they apply when the task runs a written preset"),
                       ConfigWarning, stacklevel=2)
     given = given - set(ignored)
     if task == "anomaly":

@@ -20,6 +20,7 @@ model), ``folds`` times the cheaper variant's per fold tuned.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -27,6 +28,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..config import run_metadata
+from ..exceptions import FitWarning
 from ..progress import progress_bar, tqdm
 from ..protocols.graph_cv import (
     check_splits,
@@ -48,7 +50,16 @@ from ..reporting import counted, output_folder, provenance_note, write_results
 from ..training import keeps_caller_rng
 from ..training.checkpoint import graph_tensors
 from .cli import fixed_settings, study_settings
-from .study import TuneBudget, best_within_budget, run_study, study_summary, tuned_fields
+from .study import (
+    TuneBudget,
+    best_within_budget,
+    check_replayable,
+    check_resumable,
+    run_study,
+    study_or_none,
+    study_summary,
+    tuned_fields,
+)
 from .tudataset import TUObjective
 
 
@@ -111,27 +122,43 @@ def nested_cross_validate(
     folds = range(len(splits) if protocol.max_folds is None
                   else min(protocol.max_folds, len(splits)))
     dataset = config.data.dataset
+    defaults = fixed_settings(type(config)(), "tudataset")
+    # Every study is planned and checked before any trial runs: a stored study refused at
+    # fold 5 came after folds 0-4 had run (a review), and so did a model its bond switch
+    # could not act on.
+    plan = []
+    for fold in folds:
+        for model in models:
+            objective = TUObjective(config, model, graphs=graphs, info=info, splits=splits,
+                                    bonds=bonds, folds=[fold])
+            name = nested_study_name(prefix, dataset, model, fold, bonds)
+            label = f"inner-validation accuracy of outer fold {fold}"
+            # a stored study resumes only under the fixed settings its trials ran with
+            settings = study_settings("tudataset", config, model, models, objective)
+            existing = study_or_none(name, storage) if storage is not None else None
+            if existing is not None:
+                check_resumable(existing, storage, "maximize", label, settings, defaults,
+                                budget.prune_warmup, budget.seed)
+                check_replayable(existing, storage, objective.trial_config, config, defaults)
+            plan.append((fold, model, objective, name, label, settings))
     records: list[dict[str, Any]] = []
-    plan = [(fold, model) for fold in folds for model in models]
     bar = progress_bar(plan, desc="fold × model studies", disable=not config.run.progress)
     record: dict[str, Any] = {}
-    for fold, model in bar:
-        objective = TUObjective(config, model, graphs=graphs, info=info, splits=splits,
-                                bonds=bonds, folds=[fold])
-        name = nested_study_name(prefix, dataset, model, fold, bonds)
+    for fold, model, objective, name, label, settings in bar:
         start = time.perf_counter()
-        # a stored study resumes only under the fixed settings its trials ran with
         study = run_study(name, objective, budget, storage, progress=False,
-                          objective_label=f"inner-validation accuracy of outer fold {fold}",
-                          settings=study_settings("tudataset", config, model, models,
-                                                  objective),
-                          setting_defaults=fixed_settings(type(config)(), "tudataset"))
+                          objective_label=label, settings=settings, setting_defaults=defaults)
         summary = study_summary(study, time.perf_counter() - start, budget.trials)
         best = best_within_budget(study, budget.trials)
         if best is None:
-            raise RuntimeError(f"study {name!r} has no complete trial within its budget "
-                               f"({summary['trials']}): fold {fold} cannot be scored for "
-                               f"{model}; raise --timeout-minutes or look at its failures")
+            counts = summary["trials"]
+            raise RuntimeError(
+                f"study {name!r} has no complete trial within its budget ({counts}): fold "
+                f"{fold} cannot be scored for {model}. Failed trials diverged or ran out of "
+                "memory; pruned ones were stopped by the pruner or the time limit "
+                "(--timeout-minutes)"
+                + (". The stored studies keep the folds done so far: the same command resumes "
+                   "them" if storage is not None else ""))
         chosen = objective.trial_config(best)
         chosen_graphs, chosen_info = objective.graphs_for(chosen)
         factory = model_factories(chosen, chosen_info, objective.registry)[model]
@@ -230,12 +257,15 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
             + f"; nested selection (Errica et al.): in each outer fold every model's "
             f"hyperparameters are tuned on that fold's stratified {protocol.val_fraction:.0%} "
             f"inner validation split alone ({budget.trials} trials and at most "
-            f"{budget.timeout_minutes:g} min per model and fold, TPE sampler seed "
-            f"{budget.seed}), the best trial's configuration is trained on the fold's inner "
-            "training part with its epoch chosen on the same validation split, and the "
-            "fold's test graphs are scored once"
-            + (f" ({protocol.runs_per_fold} trainings, the fold's accuracy their mean)"
-               if protocol.runs_per_fold > 1 else "")
+            f"{budget.timeout_minutes:g} min per model and fold; TPE sampler seed "
+            f"{budget.seed} in every fold, so its random start-up trials propose the same "
+            f"configurations in each; up to {config.train.epochs} epochs a training), the "
+            "best trial's configuration is trained on the fold's inner training part with "
+            "its epoch chosen on the same validation split, and the fold's test graphs are "
+            + ("scored once" if protocol.runs_per_fold == 1 else
+               f"scored once by each of {protocol.runs_per_fold} trainings from their own "
+               "seeds, the fold's accuracy their mean and ensemble_accuracy that of their "
+               "averaged class probabilities")
             + "; no test graph of a fold enters its selection; same folds for every model"
         ),
         "budget": {"trials": budget.trials, "timeout_minutes": budget.timeout_minutes,
@@ -246,6 +276,15 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
         "seconds": round(time.time() - started, 1),
         "meta": run_metadata(config, graph_tensors(graphs)),
     }
+    # What meta.config cannot show: the fields it holds at their base values are chosen
+    # again in every fold
+    results["tuned_fields"] = {model: sorted(rows["settings"][0]) if rows["settings"] else []
+                               for model, rows in cv["models"].items()}
+    short = _short_studies(cv["folds"], budget.trials)
+    if short:
+        warnings.warn("; ".join(short) + " (each model's budget is the same, but the time "
+                      "limit cut these studies: the table's notes say so)", FitWarning,
+                      stacklevel=3)
     ensemble = ["ensemble_accuracy"] if protocol.runs_per_fold > 1 else []
     ratio = scored_parts_ratio(protocol.folds, protocol.val_fraction, False)
     differences = (compare_to(results["models"], "et", ["accuracy", *ensemble], "folds",
@@ -255,11 +294,15 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
     notes = [
         "accuracy: mean ± std (population) over the test folds, each fold scored by the "
         "configuration its own inner validation split chose",
+        "meta.config holds the base configuration; the fields in tuned_fields take each "
+        "fold's chosen values (the lines below, and models.<name>.settings)",
+        *short,
         *(f"{model}: settings chosen per fold: " + "; ".join(
             f"fold {r['fold']}: " + ", ".join(f"{k}={_short(v)}"
                                              for k, v in r["models"][model]["settings"].items())
             for r in cv["folds"]) for model in cv["models"]),
-        f"wall time: {results['seconds']} s (tuning and final trainings; shared CPU, noisy)",
+        f"wall time of this run: {results['seconds']} s (tuning and final trainings; a "
+        "resumed run's earlier studies not counted; shared CPU, noisy)",
         provenance_note(results["meta"]),
     ]
     write_results(out_dir, results, ["accuracy", "val_accuracy", *ensemble],
@@ -272,6 +315,21 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
         tqdm.write((out_dir / "results.md").read_text(encoding="utf-8"))
         print(f"\nWritten to {out_dir.resolve()}", flush=True)
     return results
+
+
+def _short_studies(records: Sequence[dict[str, Any]], trials: int) -> list[str]:
+    """One line per model whose studies finished fewer than ``trials`` trials in some fold
+    (the time limit stopped them), naming the folds and their counts."""
+    lines = []
+    for model in records[0]["models"] if records else ():
+        counts = {r["fold"]: r["models"][model]["trials"]["complete"]
+                  + r["models"][model]["trials"]["pruned"] for r in records}
+        short = {fold: n for fold, n in counts.items() if n < trials}
+        if short:
+            lines.append(f"{model}: fewer than {trials} finished trials in "
+                         + counted(len(short), "fold") + " ("
+                         + ", ".join(f"fold {f}: {n}" for f, n in short.items()) + ")")
+    return lines
 
 
 def _short(value: Any) -> str:

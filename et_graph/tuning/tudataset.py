@@ -237,8 +237,11 @@ class TUObjective:
                 import optuna
 
                 trial.report(float(np.mean(accuracies)), step)
-                if trial.should_prune():
-                    raise optuna.TrialPruned(f"pruned after fold {fold}")
-                if step + 1 < len(self.splits):  # (a trial done with its folds is kept)
+                # A trial done with its folds is kept: pruning it then saves nothing and
+                # loses its value (with one fold and --prune-warmup 0, finished trials were
+                # stored as pruned and spent the budget: a review).
+                if step + 1 < len(self.splits):
+                    if trial.should_prune():
+                        raise optuna.TrialPruned(f"pruned after fold {fold}")
                     stop_at_deadline(trial, f"fold {fold}")
         return float(np.mean(accuracies))
