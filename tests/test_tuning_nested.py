@@ -187,3 +187,12 @@ def test_studies_the_time_limit_cut_are_named():
     assert _short_studies(records, 4) == ["et: fewer than 4 finished trials in 1 fold "
                                           "(fold 1: 2)"]
     assert _short_studies(records, 2) == []
+
+
+def test_folds_that_chose_the_same_settings_are_named_together():
+    from et_graph.tuning.nested import settings_line
+
+    records = [{"fold": f, "models": {"gin": {"settings": s}}}
+               for f, s in enumerate([{"lr": 0.1}, {"lr": 0.2}, {"lr": 0.1}])]
+    assert settings_line("gin", records) == ("gin: settings chosen per fold: folds 0, 2: "
+                                             "lr=0.1; fold 1: lr=0.2")

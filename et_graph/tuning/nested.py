@@ -297,10 +297,7 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
         "meta.config holds the base configuration; the fields in tuned_fields take each "
         "fold's chosen values (the lines below, and models.<name>.settings)",
         *short,
-        *(f"{model}: settings chosen per fold: " + "; ".join(
-            f"fold {r['fold']}: " + ", ".join(f"{k}={_short(v)}"
-                                             for k, v in r["models"][model]["settings"].items())
-            for r in cv["folds"]) for model in cv["models"]),
+        *(settings_line(model, cv["folds"]) for model in cv["models"]),
         f"wall time of this run: {results['seconds']} s (tuning and final trainings; a "
         "resumed run's earlier studies not counted; shared CPU, noisy)",
         provenance_note(results["meta"]),
@@ -315,6 +312,19 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
         tqdm.write((out_dir / "results.md").read_text(encoding="utf-8"))
         print(f"\nWritten to {out_dir.resolve()}", flush=True)
     return results
+
+
+def settings_line(model: str, records: Sequence[dict[str, Any]]) -> str:
+    """``model``'s chosen settings, the folds that chose the same ones named together
+    (``folds 0, 2, 3: a=1, b=2; fold 1: ...``), in order of each group's first fold."""
+    groups: dict[str, list[int]] = {}
+    for record in records:
+        settings = record["models"][model]["settings"]
+        text = ", ".join(f"{k}={_short(v)}" for k, v in settings.items()) or "(none tuned)"
+        groups.setdefault(text, []).append(record["fold"])
+    return f"{model}: settings chosen per fold: " + "; ".join(
+        ("fold " if len(folds) == 1 else "folds ") + ", ".join(map(str, folds)) + f": {text}"
+        for text, folds in groups.items())
 
 
 def _short_studies(records: Sequence[dict[str, Any]], trials: int) -> list[str]:
