@@ -131,6 +131,7 @@ def test_nested_cli_writes_a_run_and_resumes_its_studies(tmp_path):
     study = optuna.load_study(study_name=nested_study_name("", "MUTAG", "gin", 1, False),
                               storage=storage)
     assert len(study.trials) == 2
+    assert all(t.user_attrs["validation_loss"] > 0 for t in study.trials)  # the tie-break
     # a stored study the run cannot resume (gin's, under another epoch count) is refused
     # before any study runs: not after ET's new fold-0 study, which comes first
     other = [a if a != "2" or argv[i - 1] != "--epochs" else "3" for i, a in enumerate(argv)]
@@ -166,7 +167,7 @@ def test_a_trial_done_with_its_folds_is_never_pruned(mutag, monkeypatch):
 
     scores = iter([0.9, 0.8, 0.7, 0.6, 0.5, 0.4])  # each trial worse than the median so far
     monkeypatch.setattr(tudataset, "fit_graph_classifier", lambda *args, **kwargs: (
-        SimpleNamespace(best=SimpleNamespace(score=next(scores)))))
+        SimpleNamespace(best=SimpleNamespace(score=next(scores), loss=0.5))))
     graphs, info = mutag
     objective = TUObjective(parse(TUDatasetConfig, SMALL), "gin", graphs=graphs, info=info,
                             folds=[4])
@@ -196,3 +197,25 @@ def test_folds_that_chose_the_same_settings_are_named_together():
                for f, s in enumerate([{"lr": 0.1}, {"lr": 0.2}, {"lr": 0.1}])]
     assert settings_line("gin", records) == ("gin: settings chosen per fold: folds 0, 2: "
                                              "lr=0.1; fold 1: lr=0.2")
+
+
+def test_ties_of_the_objective_go_to_the_lower_validation_loss():
+    import optuna
+
+    from et_graph.tuning.study import VALIDATION_LOSS, best_within_budget
+
+    def trial(value, loss=None):
+        return optuna.trial.create_trial(
+            value=value, params={}, distributions={},
+            user_attrs={} if loss is None else {VALIDATION_LOSS: loss})
+
+    study = optuna.create_study(direction="maximize")
+    for t in (trial(1.0, 0.5), trial(1.0), trial(1.0, 0.3), trial(0.9, 0.1),
+              trial(1.0, float("nan"))):
+        study.add_trial(t)
+    assert best_within_budget(study).number == 2  # the lowest loss among the best accuracy
+    assert best_within_budget(study, 2).number == 0  # a recorded loss before none
+    plain = optuna.create_study(direction="maximize")
+    for t in (trial(1.0), trial(1.0)):
+        plain.add_trial(t)
+    assert best_within_budget(plain).number == 0  # without losses: the earlier trial

@@ -12,6 +12,7 @@ import contextvars
 import functools
 import json
 import logging
+import math
 import re
 import sys
 import time
@@ -655,14 +656,31 @@ def best_within_budget(study: Any, budget_trials: Optional[int] = None) -> Any:
     or pruned, by trial number; every one without a budget), or ``None``. A study resumed with
     a smaller ``--trials`` kept its later trials, and the best of all of them went into the
     table beside models held to the budget (a tuning audit: ET's best was its 7th trial of a
-    6-trial budget). Ties go to the earlier trial."""
+    6-trial budget). Ties go to the trial with the lower validation loss where the objective
+    records one (the user attribute :data:`VALIDATION_LOSS`, as graph classification's does:
+    the rule that breaks an epoch's tie), then to the earlier trial."""
     optuna = _optuna()
     counted = sorted(_finished(study), key=lambda t: t.number)[:budget_trials]
     complete = [t for t in counted if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:
         return None
     sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
-    return max(complete, key=lambda t: (sign * t.value, -t.number))
+
+    def rank(trial: Any) -> tuple[float, float, int]:
+        loss = trial.user_attrs.get(VALIDATION_LOSS)
+        # (a trial without a finite recorded loss, one from before say, ranks after an equal
+        # one with it)
+        known = isinstance(loss, (int, float)) and math.isfinite(loss)
+        return (sign * trial.value, -float(loss) if known else -math.inf, -trial.number)
+
+    return max(complete, key=rank)
+
+
+#: A trial's user attribute of its validation loss, which breaks ties of the objective
+#: (:func:`best_within_budget`): on small validation splits accuracies tie (on MUTAG's 17
+#: inner validation graphs, 4 to 16 of 16 ET trials per fold shared the best accuracy, and
+#: the first trial won every fold).
+VALIDATION_LOSS = "validation_loss"
 
 
 def _all_runs(study: Any, seconds: float) -> Optional[float]:

@@ -33,7 +33,7 @@ from ..protocols.graph_models import (
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..training import keeps_caller_rng, seed_everything
 from ..training.checkpoint import data_digest, graph_tensors
-from .study import apply_space, stop_at_deadline, with_switch
+from .study import VALIDATION_LOSS, apply_space, stop_at_deadline, with_switch
 
 
 def et_graph_space(trial: Any) -> dict[str, dict[str, Any]]:
@@ -223,7 +223,7 @@ class TUObjective:
         graphs, info = self.graphs_for(config)
         factory = model_factories(config, info, self.registry)[self.model]
         p = config.protocol
-        accuracies = []
+        accuracies, losses = [], []
         for step, (fold, (train_index, _test_index)) in enumerate(  # test never read
                 zip(self.fold_indices, self.splits)):
             inner, val = inner_split(train_index, self.labels, p.val_fraction, p.seed + fold)
@@ -233,7 +233,10 @@ class TUObjective:
                 factory(), [data[i] for i in inner], [data[i] for i in val], config.train,
                 seed=p.seed + fold, progress=False, device=config.run.device)
             accuracies.append(result.best.score)
+            losses.append(result.best.loss)
             if trial is not None:
+                # ties of the accuracy go to the lower loss (best_within_budget)
+                trial.set_user_attr(VALIDATION_LOSS, float(np.mean(losses)))
                 import optuna
 
                 trial.report(float(np.mean(accuracies)), step)
