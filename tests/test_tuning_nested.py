@@ -123,6 +123,9 @@ def test_nested_cli_writes_a_run_and_resumes_its_studies(tmp_path):
     assert results["tuned_fields"]["gin"] == sorted(results["models"]["gin"]["settings"][0])
     assert "gin" in (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
     assert (out / "MUTAG" / "accuracy.png").exists()
+    folds = [json.loads(line) for line in (out / "MUTAG" / "folds.jsonl").read_text(
+        encoding="utf-8").splitlines()]
+    assert folds == results["folds"] and not (out / "MUTAG" / "folds.running.jsonl").exists()
     assert cli_main(argv) == 0  # the stored studies hold their budget: no trial runs again
     again = json.loads((out / "MUTAG" / "results.json").read_text(encoding="utf-8"))
     assert again["models"]["gin"]["accuracy"] == results["models"]["gin"]["accuracy"]

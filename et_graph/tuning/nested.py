@@ -19,6 +19,7 @@ model), ``folds`` times the cheaper variant's per fold tuned.
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ import numpy as np
 
 from ..config import run_metadata
 from ..exceptions import FitWarning
+from ..experiments.tudataset import PARTIAL_FOLDS
 from ..progress import progress_bar, tqdm
 from ..protocols.graph_cv import (
     check_splits,
@@ -46,7 +48,7 @@ from ..protocols.significance import (
     scored_parts_ratio,
 )
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
-from ..reporting import counted, output_folder, provenance_note, write_results
+from ..reporting import counted, json_text, output_folder, provenance_note, write_results
 from ..training import keeps_caller_rng
 from ..training.checkpoint import graph_tensors
 from .cli import fixed_settings, study_settings
@@ -238,7 +240,15 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
     started = time.time()
     graphs, info = load_graphs(config.data, config.run.progress)
 
+    # Each fold's record is appended as it is scored (a long run shows its finished folds, and
+    # one stopped keeps them beside its studies), then renamed folds.jsonl with the results.
+    partial = out_dir / PARTIAL_FOLDS
+    if partial.exists():
+        partial.unlink()
+
     def log_fold(record: dict[str, Any]) -> None:
+        with open(partial, "a", encoding="utf-8") as handle:
+            handle.write(json_text(record, indent=None) + "\n")
         if config.run.progress:
             accs = ", ".join(f"{n}={r['test_accuracy']:.3f}"
                              for n, r in record["models"].items())
@@ -305,6 +315,8 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
     write_results(out_dir, results, ["accuracy", "val_accuracy", *ensemble],
                   title=f"{config.data.dataset}: graph classification, nested tuning",
                   notes=notes, sections=difference_sections(results))
+    if partial.exists():
+        os.replace(partial, out_dir / "folds.jsonl")
     plot_fold_accuracies(results, out_dir / "accuracy.png",
                          majority=float(np.bincount(graph_labels(graphs)).max()
                                         / len(graphs)))
