@@ -324,7 +324,7 @@ UNUSED_RUN_FIELDS = ("run.checkpoint_dir", "run.checkpoint_every", "run.resume")
 
 
 def fixed_settings(config: Any, task: Optional[str] = None,
-                    tuned: frozenset = frozenset()) -> dict[str, Any]:
+                   tuned: frozenset = frozenset()) -> dict[str, Any]:
     """The config's fields as flat ``section.name: value`` pairs, without the ``run`` section
     (where and how the study runs, not what its trials measure), the ``task``'s settings no
     trial reads, and the ``tuned`` ones (a trial sets them)."""
