@@ -33,14 +33,7 @@ from ..protocols.graph_cv import (
     graph_labels,
     selection_notes,
 )
-from ..protocols.significance import (
-    compare_to,
-    cv_scored_part,
-    describe_design,
-    difference_sections,
-    results_entries,
-    scored_parts_ratio,
-)
+from ..protocols.significance import cv_difference_entries, difference_sections
 from ..protocols.tudataset_config import (  # noqa: F401  (the task's config, re-exported here)
     CONFIG,
     FLAG_READERS,
@@ -160,12 +153,9 @@ def run(config: TUDatasetConfig) -> dict[str, Any]:
     metric = "val_accuracy" if protocol.validation_only else "accuracy"
     ensemble = [f"ensemble_{metric}"] if protocol.runs_per_fold > 1 else []
     # ET against each baseline, paired over the shared folds: is a lead above the noise?
-    ratio = scored_parts_ratio(protocol.folds, protocol.val_fraction, protocol.validation_only)
-    differences = (compare_to(results["models"], "et", [metric, *ensemble], "folds",
-                              test_train_ratio=ratio) if "et" in results["models"] else [])
-    results.update(results_entries(
-        differences, describe_design("folds", len(cv["folds"]), ratio,
-                                     scored=cv_scored_part(protocol.validation_only))))
+    results.update(cv_difference_entries(results["models"], [metric, *ensemble],
+                                         protocol.folds, protocol.val_fraction,
+                                         len(cv["folds"]), protocol.validation_only))
     if out_dir is None:  # nothing written, the tables still printed
         tqdm.write(f"# {data.dataset}: graph classification\n\n"
                    + markdown_table(results["models"], [metric, *ensemble])

@@ -645,6 +645,21 @@ def results_entries(differences: Sequence[Difference], design: str,
             f"{prefix}differences_design": design}
 
 
+def cv_difference_entries(models: Mapping[str, Mapping[str, Any]], metrics: Sequence[str],
+                          folds: int, val_fraction: float, folds_run: int,
+                          validation_only: bool = False, reference: str = "et"
+                          ) -> dict[str, Any]:
+    """A cross-validation's :func:`results_entries`: ``reference`` minus every other model,
+    paired over the shared folds (:func:`compare_to`, design ``"folds"``, the overlap of the
+    scored parts from :func:`scored_parts_ratio`), described over the ``folds_run`` folds
+    that ran; ``{}`` without ``reference`` among the models."""
+    ratio = scored_parts_ratio(folds, val_fraction, validation_only)
+    differences = (compare_to(models, reference, metrics, "folds", test_train_ratio=ratio)
+                   if reference in models else [])
+    return results_entries(differences, describe_design(
+        "folds", folds_run, ratio, scored=cv_scored_part(validation_only)))
+
+
 def difference_records(differences: Sequence[Difference]) -> list[dict[str, Any]]:
     """Each row's :meth:`Difference.as_dict` plus ``p_holm``: its p adjusted by Holm over the
     rows (one family, as :func:`difference_table` prints it; the row's own p where there is

@@ -335,10 +335,10 @@ def fixed_settings(config: Any, task: Optional[str] = None,
 
 
 def study_settings(task: str, config: Any, model: str, models: list[str],
-                   objective: Any) -> dict[str, Any]:
+                   objective: Any, tuned: frozenset) -> dict[str, Any]:
     """The fixed settings ``model``'s study is stored with, and resumed only under
-    (:func:`~et_graph.tuning.study.run_study`'s ``settings``)."""
-    tuned = frozenset(tuned_fields(objective.trial_config))
+    (:func:`~et_graph.tuning.study.run_study`'s ``settings``); ``tuned``: the fields its
+    space sets (:func:`~et_graph.tuning.study.tuned_fields`)."""
     # Neither a tuned setting's base value nor a setting only other models read changes what
     # this model's trials measure.
     readers = flag_readers(task)
@@ -349,6 +349,28 @@ def study_settings(task: str, config: Any, model: str, models: list[str],
         # the digest of what its trials read does.
         settings["data.digest"] = objective.data_digest()
     return settings
+
+
+def check_stored_study(name: str, storage: Optional[str], objective: Any, label: str,
+                       settings: dict[str, Any], defaults: dict[str, Any],
+                       budget: TuneBudget, config: Any) -> None:
+    """Refuse to continue a stored study ``name`` that this run could not resume
+    (:func:`~et_graph.tuning.study.check_resumable`) or whose trials it could not replay
+    (:func:`~et_graph.tuning.study.check_replayable`); nothing to check for a new one or an
+    in-memory storage. Called for every study before any runs."""
+    existing = study_or_none(name, storage) if storage is not None else None
+    if existing is not None:
+        check_resumable(existing, storage, getattr(objective, "direction", "maximize"), label,
+                        settings, defaults, budget.prune_warmup, budget.seed)
+        check_replayable(existing, storage, objective.trial_config, config, defaults)
+
+
+def tuned_values(config: Any, tuned: frozenset) -> dict[str, Any]:
+    """The ``tuned`` fields' values in ``config``, as flat ``section.name`` pairs under the
+    config's own names (the MLP's space calls its width gin_hidden, which the config holds as
+    baselines.mlp_hidden)."""
+    flat = fixed_settings(config)
+    return {key: flat[key] for key in sorted(tuned) if key in flat}
 
 
 @keeps_caller_rng
@@ -370,19 +392,15 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
     for model in models:
         objective = make_objective(model)
         tuned = frozenset(tuned_fields(objective.trial_config))
-        settings = study_settings(task, config, model, models, objective)
+        settings = study_settings(task, config, model, models, objective, tuned)
         plans[model] = (objective, f"{prefix}{task}-{dataset_of(objective)}-{model}"
                         f"{study_suffix}", settings, tuned)
     defaults = fixed_settings(type(config)(), task)
     for objective, name, settings, _ in plans.values():
         # Every study is checked before any trial runs: a refusal of the second model's came
         # after the first model's whole study, with no report written.
-        existing = study_or_none(name, storage) if storage is not None else None
-        if existing is not None:
-            check_resumable(existing, storage, getattr(objective, "direction", "maximize"),
-                            preset_metric, settings, defaults, budget.prune_warmup,
-                            budget.seed)
-            check_replayable(existing, storage, objective.trial_config, config, defaults)
+        check_stored_study(name, storage, objective, preset_metric, settings, defaults, budget,
+                           config)
     # as every task's runs: locked while it writes (two tunes into one --out mixed their
     # presets and reports), and earlier presets it did not rewrite are named at the end
     with output_folder(out):
@@ -397,11 +415,7 @@ def _tune_models(task: str, models: list[str], make_objective: Callable[[str], A
             summaries[model] = summary
             if summary["best_trial"] is not None:
                 best = objective.trial_config(best_within_budget(study, budget.trials))
-                # The best trial's values under the config's own names (the MLP's space calls its
-                # width gin_hidden, which its preset writes as baselines.mlp_hidden).
-                chosen = fixed_settings(best)
-                summary["best_settings"] = {key: chosen[key] for key in sorted(tuned)
-                                            if key in chosen}
+                summary["best_settings"] = tuned_values(best, tuned)
                 # A preset runs the task: its results go to the task's own folder, not next to
                 # the study report (the tuner resolved run.out to its own output folder).
                 # Nor its display (a --quiet tuning wrote quiet = true into every preset, whose

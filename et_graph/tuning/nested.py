@@ -39,26 +39,16 @@ from ..protocols.graph_cv import (
     stratified_folds,
     summarize_fold_rows,
 )
-from ..protocols.significance import (
-    compare_to,
-    cv_scored_part,
-    describe_design,
-    difference_sections,
-    results_entries,
-    scored_parts_ratio,
-)
+from ..protocols.significance import cv_difference_entries, difference_sections
 from ..protocols.tudataset_config import TUDatasetConfig, load_graphs, model_factories
 from ..reporting import counted, json_text, output_folder, provenance_note, write_results
 from ..training import keeps_caller_rng
 from ..training.checkpoint import graph_tensors
-from .cli import fixed_settings, study_settings
+from .cli import check_stored_study, fixed_settings, study_settings, tuned_values
 from .study import (
     TuneBudget,
     best_within_budget,
-    check_replayable,
-    check_resumable,
     run_study,
-    study_or_none,
     study_summary,
     tuned_fields,
 )
@@ -135,18 +125,16 @@ def nested_cross_validate(
                                     bonds=bonds, folds=[fold])
             name = nested_study_name(prefix, dataset, model, fold, bonds)
             label = f"inner-validation accuracy of outer fold {fold}"
+            tuned = frozenset(tuned_fields(objective.trial_config))
             # a stored study resumes only under the fixed settings its trials ran with
-            settings = study_settings("tudataset", config, model, models, objective)
-            existing = study_or_none(name, storage) if storage is not None else None
-            if existing is not None:
-                check_resumable(existing, storage, "maximize", label, settings, defaults,
-                                budget.prune_warmup, budget.seed)
-                check_replayable(existing, storage, objective.trial_config, config, defaults)
-            plan.append((fold, model, objective, name, label, settings))
+            settings = study_settings("tudataset", config, model, models, objective, tuned)
+            check_stored_study(name, storage, objective, label, settings, defaults, budget,
+                               config)
+            plan.append((fold, model, objective, name, label, settings, tuned))
     records: list[dict[str, Any]] = []
     bar = progress_bar(plan, desc="fold × model studies", disable=not config.run.progress)
     record: dict[str, Any] = {}
-    for fold, model, objective, name, label, settings in bar:
+    for fold, model, objective, name, label, settings, tuned in bar:
         start = time.perf_counter()
         study = run_study(name, objective, budget, storage, progress=False,
                           objective_label=label, settings=settings, setting_defaults=defaults)
@@ -175,10 +163,8 @@ def nested_cross_validate(
         if not record:
             record = {key: value for key, value in fold_record.items() if key != "models"}
             record["models"] = {}
-        flat = {f"{section}.{field}": value
-                for section, fields in best_settings(chosen, objective).items()
-                for field, value in fields.items()}
-        record["models"][model] = {**fold_record["models"][model], "settings": flat,
+        record["models"][model] = {**fold_record["models"][model],
+                                   "settings": tuned_values(chosen, tuned),
                                    "tuning_validation": float(best.value),
                                    "trials": summary["trials"]}
         if len(record["models"]) == len(models):
@@ -208,17 +194,6 @@ def check_nested(config: TUDatasetConfig) -> None:
                          "et-graph tune tudataset (the cheaper variant)")
     if not protocol.model_names:
         raise ValueError("no model to tune: name at least one (--models)")
-
-
-def best_settings(chosen: TUDatasetConfig, objective: TUObjective) -> dict[str, dict[str, Any]]:
-    """``{section: {field: value}}`` of the fields the objective's space tunes, as
-    ``chosen`` sets them."""
-    fields = tuned_fields(objective.trial_config)
-    out: dict[str, dict[str, Any]] = {}
-    for key in sorted(fields):
-        section, field = key.split(".", 1)
-        out.setdefault(section, {})[field] = getattr(getattr(chosen, section), field)
-    return out
 
 
 def run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[str],
@@ -296,11 +271,8 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
                       "limit cut these studies: the table's notes say so)", FitWarning,
                       stacklevel=3)
     ensemble = ["ensemble_accuracy"] if protocol.runs_per_fold > 1 else []
-    ratio = scored_parts_ratio(protocol.folds, protocol.val_fraction, False)
-    differences = (compare_to(results["models"], "et", ["accuracy", *ensemble], "folds",
-                              test_train_ratio=ratio) if "et" in results["models"] else [])
-    results.update(results_entries(
-        differences, describe_design("folds", folds_run, ratio, scored=cv_scored_part(False))))
+    results.update(cv_difference_entries(results["models"], ["accuracy", *ensemble],
+                                         protocol.folds, protocol.val_fraction, folds_run))
     notes = [
         "accuracy: mean ± std (population) over the test folds, each fold scored by the "
         "configuration its own inner validation split chose",
