@@ -636,6 +636,37 @@ def test_the_cli_points_an_unlabelled_graph_to_the_python_detector(graph, tmp_pa
         cli_main(["unsupervised", "--data", str(path), "--quick", "--no-progress"])
 
 
+def test_a_files_split_masks_are_dropped_unread_by_the_unsupervised_runner(graph, tmp_path):
+    """The unsupervised protocol scores every node and reads no split, yet its loader checked a
+    file's masks: one with a train_mask alone (as some exports carry) was refused. Now the
+    masks are dropped unread, with a DataWarning naming them; the supervised loader still
+    refuses them."""
+    from et_graph.datasets import load_anomaly_dataset
+    from et_graph.datasets.npz import save_anomaly_npz
+
+    partial = graph.clone()
+    partial.train_mask = torch.arange(graph.num_nodes) % 2 == 0
+    pt_path = tmp_path / "partial.pt"
+    torch.save(partial, pt_path)
+    npz_path = save_anomaly_npz(graph, tmp_path / "plain.npz")
+    arrays = dict(np.load(npz_path))
+    arrays["val_mask"] = np.arange(graph.num_nodes) % 3 == 0
+    np.savez(tmp_path / "partial.npz", **arrays)
+    for path in (pt_path, tmp_path / "partial.npz"):
+        with pytest.raises(ValueError, match="split masks must come as all of"):
+            load_anomaly_dataset(path=path)
+        with pytest.warns(DataWarning, match=r"split masks \['(train|val)_mask'\] are not read"):
+            loaded = load_anomaly_dataset(path=path, split_masks=False)
+        assert all(getattr(loaded, key, None) is None
+                   for key in ("train_mask", "val_mask", "test_mask"))
+        assert torch.equal(loaded.y, graph.y)
+    config = quick_config(**{"protocol.models": "iforest", "data.data": str(pt_path),
+                             "run.out": str(tmp_path / "out")})
+    with pytest.warns(DataWarning, match="are not read"):
+        result = run(config)
+    assert result["models"]["iforest"]
+
+
 def test_pygod_baselines_are_seeded_without_resetting_the_callers_stream(graph, monkeypatch):
     """pygod_scores seeded torch and NumPy globally and left them so; a stand-in PyGOD
     detector (PyGOD is an optional extra) shows the fit seeded and the caller's stream kept."""

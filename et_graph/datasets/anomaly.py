@@ -59,7 +59,7 @@ def _placement_hint(root: Optional[Path]) -> Path:
 
 
 def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optional[bool],
-               unlabelled_prefix: Optional[int] = None) -> Data:
+               unlabelled_prefix: Optional[int] = None, split_masks: bool = True) -> Data:
     if path.is_dir():
         raise ValueError(f"{path} is a folder; path= (--data) takes one graph file (.mat, .npz, "
                          ".pt); to search a folder for a named dataset pass root= (--data-root)")
@@ -78,13 +78,15 @@ def _load_path(path: Path, name: Optional[str], relation: str, binarize: Optiona
                    else None)
     token = BINARIZED_BY_NAME.set(by_name)  # (a label above 1 is then named in a warning)
     try:
-        return _load_file(path, name, relation, binarize, unlabelled_prefix, suffixes)
+        return _load_file(path, name, relation, binarize, unlabelled_prefix, suffixes,
+                          split_masks)
     finally:
         BINARIZED_BY_NAME.reset(token)
 
 
 def _load_file(path: Path, name: Optional[str], relation: str, binarize: bool,
-               unlabelled_prefix: Optional[int], suffixes: list[str]) -> Data:
+               unlabelled_prefix: Optional[int], suffixes: list[str],
+               split_masks: bool = True) -> Data:
     if suffixes and suffixes[-1] == ".mat":
         if binarize:
             raise ValueError("binarize applies to .npz/.pt files, not to CARE-GNN .mat files")
@@ -101,9 +103,10 @@ def _load_file(path: Path, name: Optional[str], relation: str, binarize: bool,
             "relation='homo'"
         )
     if suffixes and suffixes[-1] == ".npz":
-        return load_anomaly_npz(path, name=name, binarize=binarize)
+        return load_anomaly_npz(path, name=name, binarize=binarize, split_masks=split_masks)
     if torch_file:
-        return load_pyg_file(path, name=name, binarize=binarize, relation=relation)
+        return load_pyg_file(path, name=name, binarize=binarize, relation=relation,
+                             split_masks=split_masks)
     raise ValueError(
         f"{path}: unknown file type; expected .mat (CARE-GNN), .npz (open layout) or "
         ".pt / .pt.zip (torch-saved PyG Data)"
@@ -119,6 +122,7 @@ def load_anomaly_dataset(
     download: Optional[bool] = None,
     binarize: Optional[bool] = None,
     unlabelled_prefix: Optional[int] = None,
+    split_masks: bool = True,
 ) -> Data:
     """Load a node-anomaly graph as a normalised PyG ``Data``.
 
@@ -143,6 +147,10 @@ def load_anomaly_dataset(
             (``inj_*``), whose labels are 0..3.
         unlabelled_prefix: leading nodes of a CARE-GNN ``.mat`` file that carry no label
             (:func:`load_fraud_mat`); ``None`` = 3,305 for Amazon, 0 otherwise.
+        split_masks: read and check the split masks a graph carries (the default). ``False``
+            drops them unread, with a ``DataWarning`` naming them: for protocols that split
+            nothing (``et-graph unsupervised`` scores every node), so that a file's partial or
+            inconsistent masks do not stop them.
 
     Returns:
         ``Data`` with ``x`` float32 ``[N, F]``, symmetric coalesced ``edge_index`` without
@@ -155,7 +163,8 @@ def load_anomaly_dataset(
     """
     root_path = Path(root).expanduser() if root is not None else None
     if path is not None:
-        return _load_path(Path(path).expanduser(), name, relation, binarize, unlabelled_prefix)
+        return _load_path(Path(path).expanduser(), name, relation, binarize, unlabelled_prefix,
+                          split_masks)
 
     if name is not None and not str(name).strip():  # "" loaded Tolokers without a word
         raise ValueError(f"name is empty; choose one of {list(ANOMALY_DATASETS)}, or leave it "
@@ -187,7 +196,8 @@ def load_anomaly_dataset(
                 f"{relative}, or pass root=DIR (--data-root DIR) or path=FILE (--data FILE)."
             )
         default_binarize = EMBEDDED_FILES[name][1]
-        return _load_path(found, name, "homo", default_binarize if binarize is None else binarize)
+        return _load_path(found, name, "homo", default_binarize if binarize is None else binarize,
+                          split_masks=split_masks)
 
     if name in FRAUD_FILES:
         found = find_fraud_mat(name, roots)
@@ -218,7 +228,8 @@ def load_anomaly_dataset(
     folders = [folder for root in roots for folder in (root, root / name)]
     for folder in folders:
         if (folder / filename).is_file():
-            return load_anomaly_npz(folder / filename, name=name, binarize=bool(binarize))
+            return load_anomaly_npz(folder / filename, name=name, binarize=bool(binarize),
+                                    split_masks=split_masks)
     hint = _placement_hint(root_path)
     raise FileNotFoundError(
         f"{name}: {filename} not found (searched {[str(f) for f in folders]}). {name} is "

@@ -231,6 +231,7 @@ def prepare_anomaly_data(
     label_mask: Optional[Any] = None,
     source: Optional[str] = None,
     binarize: bool = False,
+    split_masks: bool = True,
 ) -> Data:
     """Validate raw arrays and build the normalised :class:`~torch_geometric.data.Data`.
 
@@ -247,6 +248,9 @@ def prepare_anomaly_data(
         label_mask: optional ``[N]`` bool marking nodes that may enter splits.
         source: what to call the input in error messages (defaults to ``name``).
         binarize: collapse multi-class anomaly labels to ``y > 0``.
+        split_masks: keep and check ``masks``. ``False`` drops them unread (a
+            ``DataWarning`` names them), for callers that split nothing: the unsupervised
+            protocol scores every node, so a file's partial or odd masks must not stop it.
 
     Raises:
         ValueError: on missing entries, wrong shapes, non-finite features, out-of-range or
@@ -318,6 +322,11 @@ def prepare_anomaly_data(
     data.name = name
 
     masks = {k: v for k, v in (masks or {}).items() if v is not None}
+    if masks and not split_masks:
+        warnings.warn(f"{source}: the split masks {sorted(masks)} are not read and play no part "
+                      "(loaded with split_masks=False: every node is scored, none is split)",
+                      DataWarning, stacklevel=3)
+        masks = {}
     if masks:
         missing = [k for k in MASK_KEYS if k not in masks]
         unknown = [k for k in masks if k not in MASK_KEYS]
@@ -463,12 +472,14 @@ def _typed_edges(stored: dict[str, Any], source: str) -> tuple[list[Tensor], lis
 
 
 def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
-                  binarize: bool = False, relation: str = "homo") -> Data:
+                  binarize: bool = False, relation: str = "homo", *,
+                  split_masks: bool = True) -> Data:
     """Normalise any PyG ``Data`` with ``x``, ``edge_index`` and a binary ``y``.
 
     ``relation="multi"`` keeps the relations of a typed graph (``edge_type`` per edge, and
     ``relation_names`` when stored) as the CARE-GNN ``.mat`` loader does; ``"homo"`` merges
-    them into one edge set."""
+    them into one edge set. ``split_masks=False`` drops the split masks unread
+    (:func:`prepare_anomaly_data`)."""
     source = source or name
     if not isinstance(data, Data):
         hint = (": save data.to_homogeneous() (its edge_type numbers the relations) and load it "
@@ -495,6 +506,7 @@ def from_pyg_data(data: Data, name: str, source: Optional[str] = None,
     prepared = prepare_anomaly_data(
         x, stored["edge_index"], stored["y"], name=name, masks=masks or None,
         label_mask=stored.get("label_mask"), source=source, binarize=binarize,
+        split_masks=split_masks,
     )
     return attach_relations(prepared, *typed) if typed else prepared
 

@@ -306,13 +306,14 @@ def _is_torch_zip(path: Path) -> bool:
 
 def load_pyg_file(
     path: Union[str, Path], name: Optional[str] = None, binarize: bool = False,
-    relation: str = "homo",
+    relation: str = "homo", *, split_masks: bool = True,
 ) -> Data:
     """Load a torch-saved PyG ``Data`` (``.pt`` or a zip holding one ``.pt``) and normalise it.
 
     The object needs ``x``, ``edge_index`` and ``y``; ``train_mask``/``val_mask``/``test_mask``
     and ``label_mask`` are kept when present. A plain dict with those keys works too.
-    ``relation="multi"`` keeps a typed graph's ``edge_type`` (and ``relation_names``).
+    ``relation="multi"`` keeps a typed graph's ``edge_type`` (and ``relation_names``);
+    ``split_masks=False`` drops the split masks unread.
     """
     path = Path(path)
     if not path.is_file():
@@ -326,7 +327,7 @@ def load_pyg_file(
             f"{path}: holds a tuple (an InMemoryDataset's (data, slices)?), not one Data object"
         )
     return from_pyg_data(loaded, name=name, source=str(path), binarize=binarize,
-                         relation=relation)
+                         relation=relation, split_masks=split_masks)
 
 
 def find_embedded_file(name: str, roots: list[Path]) -> Optional[Path]:

@@ -92,7 +92,8 @@ def _read_npz(path: Path) -> Iterator[_Entries]:
 
 
 def load_anomaly_npz(
-    path: Union[str, Path], name: Optional[str] = None, binarize: bool = False
+    path: Union[str, Path], name: Optional[str] = None, binarize: bool = False, *,
+    split_masks: bool = True,
 ) -> Data:
     """Load an anomaly graph from ``path`` (open or heterophilous-graphs layout).
 
@@ -100,6 +101,8 @@ def load_anomaly_npz(
         path: the ``.npz`` file.
         name: ``data.name``; defaults to the file name without extension.
         binarize: treat labels ``> 0`` as anomalous instead of requiring ``{0, 1}``.
+        split_masks: ``False`` drops the split masks unread
+            (:func:`~et_graph.datasets.anomaly_data.prepare_anomaly_data`).
 
     Raises:
         FileNotFoundError: the file does not exist.
@@ -108,11 +111,11 @@ def load_anomaly_npz(
     path = Path(path)
     name = name or file_dataset_name(path)
     with _read_npz(path) as arrays:
-        return _from_entries(arrays, str(path), name, binarize)
+        return _from_entries(arrays, str(path), name, binarize, split_masks)
 
 
 def _from_entries(arrays: Mapping[str, np.ndarray], source: str, name: str,
-                  binarize: bool) -> Data:
+                  binarize: bool, split_masks: bool = True) -> Data:
     """:func:`load_anomaly_npz` on the archive's entries (read as needed)."""
     if all(key in arrays for key in OPEN_KEYS):
         warn_unread_entries(source, arrays)
@@ -127,6 +130,7 @@ def _from_entries(arrays: Mapping[str, np.ndarray], source: str, name: str,
         return prepare_anomaly_data(
             arrays["x"], edge_index, arrays["y"], name=name, masks=masks or None,
             label_mask=arrays.get("label_mask"), source=source, binarize=binarize,
+            split_masks=split_masks,
         )
     if all(key in arrays for key in HETEROPHILOUS_KEYS):
         edges = arrays["edges"]
@@ -141,7 +145,7 @@ def _from_entries(arrays: Mapping[str, np.ndarray], source: str, name: str,
         return prepare_anomaly_data(
             arrays["node_features"], edges.T, arrays["node_labels"], name=name,
             masks=masks or None, label_mask=arrays.get("label_mask"), source=source,
-            binarize=binarize,
+            binarize=binarize, split_masks=split_masks,
         )
     if all(key in arrays for key in OPEN_KEYS if key != "y"):
         # (an audit: the layout was called unrecognised, not the labels missing)

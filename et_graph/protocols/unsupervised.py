@@ -275,7 +275,9 @@ def load_graph(config: UnsupervisedDataConfig, data: Optional[Data] = None
         data = load_anomaly_dataset(None if config.data else config.dataset,
                                     root=config.data_root, path=config.data or None,
                                     unlabelled_prefix=config.unlabelled_prefix,
-                                    binarize=config.binarize)
+                                    binarize=config.binarize,
+                                    # every node is scored: a file's masks play no part
+                                    split_masks=False)
     y = getattr(data, "y", None)
     if y is None:
         raise ValueError("et-graph unsupervised evaluates the scores against labels, so the "
