@@ -165,6 +165,41 @@ def test_general_preset_ranks_configurations_by_mean_rank_over_datasets():
         module.rank_configurations({"D1": {a: (0, 0.9)}, "D2": {b: (0, 0.9)}})
 
 
+def test_general_preset_ranks_nested_studies_fold_by_fold(tmp_path, capsys):
+    """--nested ranks every outer fold's study on its own, counts the folds whose study chose
+    each configuration (the tuner's tie rule) and the ties at the best, within --trials."""
+    optuna = pytest.importorskip("optuna")
+    from optuna.distributions import IntDistribution
+    from optuna.trial import create_trial
+
+    from et_graph.tuning.study import VALIDATION_LOSS
+
+    module = benchmark_module("tu_general_preset")
+    storage = f"sqlite:///{tmp_path / 'nested.db'}"
+    values = {0: [0.8, 0.9, 0.9, 0.99], 1: [0.7, 0.6, 0.5, 0.4]}  # h = 1, 2, 3, 4 per fold
+    for fold, scores in values.items():
+        study = optuna.create_study(study_name=f"nested-D-et-fold{fold}", storage=storage,
+                                    direction="maximize")
+        for h, value in enumerate(scores, start=1):
+            study.add_trial(create_trial(params={"h": h},
+                                         distributions={"h": IntDistribution(1, 4)},
+                                         value=value,
+                                         user_attrs={VALIDATION_LOSS: 1.0 if h == 2 else 0.5}))
+    rows = module.main(["--nested", f"D={storage}", "--folds", "2", "--trials", "3"])
+    # h = 4 lies beyond the 3-trial budget; fold 0 ties h = 2 and 3 (3 has the lower loss)
+    assert [r["params"]["h"] for r in rows] == [2, 1, 3]
+    assert [r["mean_rank"] for r in rows] == [1.75, 2.0, 2.25]
+    assert {r["params"]["h"]: r["chosen_folds"] for r in rows} == {
+        1: ["D/fold1"], 2: [], 3: ["D/fold0"]}
+    assert rows[1]["by_dataset"]["D"] == {"mean_rank": 2.0, "mean_validation": 0.75}
+    assert "trials tied for the best validation accuracy per fold: [2, 1]" in (
+        capsys.readouterr().out)
+    with pytest.raises(SystemExit):
+        module.main(["--nested", f"D={storage}", "--folds", "3"])  # no fold-2 study
+    with pytest.raises(SystemExit):
+        module.main(["--nested", f"D={storage}", "--datasets", "D"])
+
+
 def test_rank_across_datasets_refuses_different_candidates():
     from et_graph.reporting import rank_across_datasets
 
