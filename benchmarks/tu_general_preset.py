@@ -36,7 +36,7 @@ from optuna.trial import TrialState
 
 from et_graph.reporting import rank_across_datasets
 from et_graph.tuning.nested import nested_study_name
-from et_graph.tuning.study import best_within_budget, study_or_none
+from et_graph.tuning.study import best_within_budget, study_or_none, tied_at_best
 
 
 def _study(storage: str, study_name: str) -> Any:
@@ -80,7 +80,7 @@ def nested_choices(storage: str, prefix: str, dataset: str, model: str, folds: i
             "trials": {json.dumps(t.params, sort_keys=True): (t.number, float(t.value))
                        for t in counted},
             "chosen": json.dumps(best.params, sort_keys=True),
-            "tied_at_best": sum(t.value == best.value for t in counted),
+            "tied_at_best": tied_at_best(study, budget_trials),
         }
     return out
 

@@ -119,6 +119,9 @@ def test_nested_cli_writes_a_run_and_resumes_its_studies(tmp_path):
     for record in results["folds"]:  # the final training is the best trial's training
         for row in record["models"].values():
             assert row["tuning_validation"] == row["val_accuracy"]
+            assert 1 <= row["tied_at_best"] <= 2
+    assert "trials tied at the best inner-validation accuracy" in (
+        out / "MUTAG" / "results.md").read_text(encoding="utf-8")
     assert len(results["models"]["gin"]["settings"]) == 2
     assert results["tuned_fields"]["gin"] == sorted(results["models"]["gin"]["settings"][0])
     assert "gin" in (out / "MUTAG" / "results.md").read_text(encoding="utf-8")
@@ -205,7 +208,7 @@ def test_folds_that_chose_the_same_settings_are_named_together():
 def test_ties_of_the_objective_go_to_the_lower_validation_loss():
     import optuna
 
-    from et_graph.tuning.study import VALIDATION_LOSS, best_within_budget
+    from et_graph.tuning.study import VALIDATION_LOSS, best_within_budget, tied_at_best
 
     def trial(value, loss=None):
         return optuna.trial.create_trial(
@@ -222,3 +225,27 @@ def test_ties_of_the_objective_go_to_the_lower_validation_loss():
     for t in (trial(1.0), trial(1.0)):
         plain.add_trial(t)
     assert best_within_budget(plain).number == 0  # without losses: the earlier trial
+    # how many the tie rule chose among: every trial at the best value within the budget
+    assert (tied_at_best(study), tied_at_best(study, 2), tied_at_best(plain)) == (4, 2, 2)
+    assert tied_at_best(optuna.create_study(direction="maximize")) == 0
+
+
+def test_the_ties_at_the_best_are_reported(tmp_path):
+    """The choice among tied trials is the tie rule's, not the validation split's: the nested
+    run and the study report say how many tied."""
+    from et_graph.tuning.nested import ties_line
+    from et_graph.tuning.study import write_report
+
+    assert ties_line({"et": {"tied_at_best": [1, 3]}, "gin": {"tied_at_best": [2, 1]}}) == (
+        "trials tied at the best inner-validation accuracy, per fold (above 1 the tie rule "
+        "chose among them: the lower validation loss, then the earlier trial): et [1, 3]; "
+        "gin [2, 1]")
+    summary = {"trials": {"complete": 4, "pruned": 0, "fail": 0}, "best_value": 1.0,
+               "best_trial": 2, "best_params": {}, "tied_at_best": 3, "seconds_this_run": 1.0,
+               "history": [(0, 1.0)]}
+    write_report(tmp_path, "tudataset", "MUTAG", "accuracy", TuneBudget(trials=4),
+                 {"et": summary, "gin": {**summary, "tied_at_best": 1}}, {},
+                 parse(TUDatasetConfig, SMALL))
+    text = (tmp_path / "study_report.md").read_text(encoding="utf-8")
+    assert "| 1.0000 | 2 (3 tied) |" in text and "| 1.0000 | 2 |" in text
+    assert "did not tell them apart" in text

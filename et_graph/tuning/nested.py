@@ -96,9 +96,10 @@ def nested_cross_validate(
         ``{"folds": [fold records], "models": {model: summary}}``: a fold record holds, per
         model, what :func:`~et_graph.protocols.graph_cv.cross_validate` records plus
         ``settings`` (the tuned fields' values), ``tuning_validation`` (the best trial's inner
-        validation accuracy) and ``trials`` (the study's finished trials); a summary holds
-        the accuracy and inner-validation accuracy over the folds and the settings chosen per
-        fold.
+        validation accuracy), ``tied_at_best`` (the trials sharing that accuracy, among which
+        the tie rule chose) and ``trials`` (the study's finished trials); a summary holds the
+        accuracy and inner-validation accuracy over the folds, the settings chosen per fold
+        and the ties per fold.
     """
     check_nested(config)
     protocol = config.protocol
@@ -166,6 +167,7 @@ def nested_cross_validate(
         record["models"][model] = {**fold_record["models"][model],
                                    "settings": tuned_values(chosen, tuned),
                                    "tuning_validation": float(best.value),
+                                   "tied_at_best": summary["tied_at_best"],
                                    "trials": summary["trials"]}
         if len(record["models"]) == len(models):
             records.append(record)
@@ -177,7 +179,8 @@ def nested_cross_validate(
         rows = [r["models"][model] for r in records]
         summaries[model] = {**summarize_fold_rows(rows),
                             "settings": [r["settings"] for r in rows],
-                            "tuning_validation": [r["tuning_validation"] for r in rows]}
+                            "tuning_validation": [r["tuning_validation"] for r in rows],
+                            "tied_at_best": [r["tied_at_best"] for r in rows]}
     return {"folds": records, "models": summaries}
 
 
@@ -280,6 +283,7 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
         "fold's chosen values (the lines below, and models.<name>.settings)",
         *short,
         *(settings_line(model, cv["folds"]) for model in cv["models"]),
+        ties_line(cv["models"]),
         f"wall time of this run: {results['seconds']} s (tuning and final trainings; a "
         "resumed run's earlier studies not counted; shared CPU, noisy)",
         provenance_note(results["meta"]),
@@ -309,6 +313,13 @@ def settings_line(model: str, records: Sequence[dict[str, Any]]) -> str:
     return f"{model}: settings chosen per fold: " + "; ".join(
         ("fold " if len(folds) == 1 else "folds ") + ", ".join(map(str, folds)) + f": {text}"
         for text, folds in groups.items())
+
+
+def ties_line(summaries: dict[str, dict[str, Any]]) -> str:
+    """Per model, the trials tied at the best inner-validation accuracy in each fold."""
+    return ("trials tied at the best inner-validation accuracy, per fold (above 1 the tie rule "
+            "chose among them: the lower validation loss, then the earlier trial): "
+            + "; ".join(f"{model} {s['tied_at_best']}" for model, s in summaries.items()))
 
 
 def _short_studies(records: Sequence[dict[str, Any]], trials: int) -> list[str]:

@@ -660,8 +660,7 @@ def best_within_budget(study: Any, budget_trials: Optional[int] = None) -> Any:
     records one (the user attribute :data:`VALIDATION_LOSS`, as graph classification's does:
     the rule that breaks an epoch's tie), then to the earlier trial."""
     optuna = _optuna()
-    counted = sorted(_finished(study), key=lambda t: t.number)[:budget_trials]
-    complete = [t for t in counted if t.state == optuna.trial.TrialState.COMPLETE]
+    complete = _complete_within_budget(study, budget_trials)
     if not complete:
         return None
     sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
@@ -674,6 +673,23 @@ def best_within_budget(study: Any, budget_trials: Optional[int] = None) -> Any:
         return (sign * trial.value, -float(loss) if known else -math.inf, -trial.number)
 
     return max(complete, key=rank)
+
+
+def _complete_within_budget(study: Any, budget_trials: Optional[int]) -> list[Any]:
+    """The complete trials among the study's first ``budget_trials`` finished ones."""
+    optuna = _optuna()
+    counted = sorted(_finished(study), key=lambda t: t.number)[:budget_trials]
+    return [t for t in counted if t.state == optuna.trial.TrialState.COMPLETE]
+
+
+def tied_at_best(study: Any, budget_trials: Optional[int] = None) -> int:
+    """How many of the trials :func:`best_within_budget` chose among share the best value (1:
+    no tie; 0: no complete trial). Above 1, the tie rule chose, not the objective: on small
+    validation splits, often."""
+    best = best_within_budget(study, budget_trials)
+    if best is None:
+        return 0
+    return sum(t.value == best.value for t in _complete_within_budget(study, budget_trials))
 
 
 #: A trial's user attribute of its validation loss, which breaks ties of the objective
@@ -722,6 +738,8 @@ def study_summary(study: Any, seconds: float,
         "best_value": best.value if best else None,
         "best_trial": best.number if best else None,
         "best_params": best.params if best else {},
+        # trials sharing the best value: above 1, the tie rule chose among them
+        "tied_at_best": tied_at_best(study, budget_trials),
         "seconds_this_run": seconds,
         # every run's, which the time limit binds (None: a study stored before session 69
         # that this run did not continue)
@@ -783,7 +801,8 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
              "ended (cut by the time limit, in brackets, or a run killed or interrupted during "
              "them); they count toward no budget.", "",
              "| model | complete | pruned | failed | unfinished (at the limit) | best "
-             "validation | best trial | time this run / all runs recorded (s) | preset |",
+             "validation | best trial (trials tied at the best) | time this run / all runs "
+             "recorded (s) | preset |",
              "|---|---|---|---|---|---|---|---|---|"]
     for model, s in summaries.items():
         best = "n/a" if s["best_value"] is None else f"{s['best_value']:.4f}"
@@ -791,12 +810,18 @@ def write_report(out: Path, task: str, dataset: str, metric: str, budget: TuneBu
         at_limit = trials.get("stopped_by_time_limit", 0)
         unfinished = trials.get("running", 0) + trials.get("interrupted", 0) + at_limit
         total = s.get("seconds_all_runs")
+        tied = s.get("tied_at_best", 1)
         lines.append(f"| {model} | {trials['complete']} | {trials['pruned']} | "
                      f"{trials['fail']} | {unfinished}{f' ({at_limit})' if at_limit else ''} | "
-                     f"{best} | {'n/a' if s['best_trial'] is None else s['best_trial']} | "
+                     f"{best} | {'n/a' if s['best_trial'] is None else s['best_trial']}"
+                     f"{f' ({tied} tied)' if tied > 1 else ''} | "
                      f"{s['seconds_this_run']:.0f} / "
                      f"{'n/a' if total is None else f'{total:.0f}'} | "
                      f"{presets.get(model, '')} |")
+    if any(s.get("tied_at_best", 1) > 1 for s in summaries.values()):
+        lines += ["", "Where trials tied at the best validation value, the one with the lower "
+                  "validation loss was chosen where the objective records one, else the "
+                  "earlier trial: the validation split did not tell them apart."]
     lines += ["", "Best settings (the config's names, as the presets write them):", ""]
     lines += [f"- {model}: `{json.dumps(s.get('best_settings', s['best_params']))}`"
               for model, s in summaries.items()]
