@@ -162,6 +162,39 @@ def test_nested_cli_writes_a_run_and_resumes_its_studies(tmp_path):
             cli_main([*argv, "--validation-only"])
 
 
+def test_processes_can_share_the_folds_and_one_run_gathers_them(tmp_path):
+    """--outer-folds runs a share of the folds (one process per share, one storage); the same
+    command without it resumes their finished studies and scores every fold as they did."""
+    import optuna
+
+    storage = f"sqlite:///{tmp_path}/n.db"
+    base = ["tune", "tudataset", *SMALL, "--nested", "--models", "gin", "--trials", "2",
+            "--storage", storage]
+    assert cli_main([*base, "--outer-folds", "1", "--out", str(tmp_path / "share")]) == 0
+    share = json.loads((tmp_path / "share" / "MUTAG" / "results.json").read_text(
+        encoding="utf-8"))
+    assert [r["fold"] for r in share["folds"]] == [1]
+    assert "outer folds 1 only (outer_folds)" in share["protocol"]
+    assert cli_main([*base, "--max-folds", "2", "--out", str(tmp_path / "all")]) == 0
+    whole = json.loads((tmp_path / "all" / "MUTAG" / "results.json").read_text(
+        encoding="utf-8"))
+    assert [r["fold"] for r in whole["folds"]] == [0, 1]
+    drop = ("epoch_seconds",)
+    assert ({k: v for k, v in whole["folds"][1]["models"]["gin"].items() if k not in drop}
+            == {k: v for k, v in share["folds"][0]["models"]["gin"].items() if k not in drop})
+    study = optuna.load_study(study_name=nested_study_name("", "MUTAG", "gin", 1, False),
+                              storage=storage)
+    assert len(study.trials) == 2  # resumed, not tuned again
+    for extra, message in ((["--max-folds", "2", "--outer-folds", "1"], "give one of them"),
+                           (["--outer-folds", "1,x"], "comma list"),
+                           (["--outer-folds", "10"], "fold indices"),
+                           (["--outer-folds", "1,1"], "repeat a fold")):
+        with pytest.raises(ValueError, match=message):
+            cli_main([*base, *extra, "--out", str(tmp_path / "bad")])
+    with pytest.raises(ValueError, match="applies to a nested run"):
+        cli_main(["tune", "tudataset", *SMALL, "--outer-folds", "1", "--storage", storage])
+
+
 def test_a_trial_done_with_its_folds_is_never_pruned(mutag, monkeypatch):
     # With one fold per trial (every nested study) and --prune-warmup 0, the median pruner
     # judged each trial after its last fold, and stored finished trials as pruned, their

@@ -121,6 +121,12 @@ def build_parser(task: Optional[str] = None) -> argparse.ArgumentParser:
                            "per model and fold), score the fold's test graphs with its own "
                            "choice, and write OUT/DATASET/results.{json,md} as a run does; "
                            "costs folds x the tuning (et_graph.tuning.nested)")
+    tune.add_argument("--outer-folds", default=None, metavar="LIST",
+                      help="with --nested: tune and score these outer folds only (comma list "
+                           "of 0-based indices), so that processes on a machine with many "
+                           "cores can share the folds, each with its own --out and the same "
+                           "--storage; the same command without it then resumes their "
+                           "finished studies and writes the whole table")
     tune.add_argument("--tune-seeds", type=int, default=None, metavar="INT",
                       help="gnnbenchmark: model seeds 0..N-1 whose mean validation metric "
                            "scores a trial (a small validation split makes one seed noisy; "
@@ -180,10 +186,19 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         raise ValueError("--nested tunes inside every outer fold on that fold alone; "
                          "--tune-folds belongs to the cheaper variant (one preset tuned on "
                          "the first folds): give one of them")
+    outer_folds = None
+    if args.outer_folds is not None:
+        if not args.nested:
+            raise ValueError("--outer-folds applies to a nested run (--nested)")
+        try:
+            outer_folds = [int(part) for part in args.outer_folds.split(",") if part.strip()]
+        except ValueError:
+            raise ValueError("--outer-folds takes a comma list of 0-based fold indices, "
+                             f"got {args.outer_folds!r}") from None
     if args.nested:
         from .nested import check_nested
 
-        check_nested(config)  # (before the warnings about flags it would not read)
+        check_nested(config, outer_folds)  # (before the warnings about unread flags)
     if args.tune_bonds and args.task != "tudataset":
         raise ValueError(f"--tune-bonds applies to `tune tudataset`, not `tune {args.task}`")
     if args.tune_class_balance and args.task != "anomaly":
@@ -205,7 +220,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
 
         _ensure_sqlite_folder(args.storage)
         return run_nested(config, budget, args.storage, out, args.study_prefix,
-                          bonds=args.tune_bonds)
+                          bonds=args.tune_bonds, outer_folds=outer_folds)
     if args.task == "tudataset":
         models = config.protocol.model_names  # --models: the models to tune, same budget each
         folds = 3 if args.tune_folds is None else args.tune_folds

@@ -33,6 +33,7 @@ from ..exceptions import FitWarning
 from ..experiments.tudataset import PARTIAL_FOLDS
 from ..progress import progress_bar, tqdm
 from ..protocols.graph_cv import (
+    check_fold_indices,
     check_splits,
     cross_validate,
     graph_labels,
@@ -72,6 +73,7 @@ def nested_cross_validate(
     info: Optional[dict[str, Any]] = None,
     on_fold_end: Optional[Callable[[dict[str, Any]], None]] = None,
     splits: Optional[Sequence[tuple[np.ndarray, np.ndarray]]] = None,
+    outer_folds: Optional[Sequence[int]] = None,
 ) -> dict[str, Any]:
     """Tune every model of ``config.protocol.models`` inside every outer fold (the module's
     protocol) and score each fold with its own tuned configuration.
@@ -91,6 +93,10 @@ def nested_cross_validate(
         on_fold_end: called with each fold's record once its models are scored.
         splits: the outer folds as ``(train_index, test_index)`` pairs (default: the
             stratified folds of ``config.protocol``, as every TU run draws them).
+        outer_folds: tune and score only the outer folds of these indices (refused beside
+            ``protocol.max_folds``): processes sharing one storage can each take a share of
+            the folds; a later call without it finds their studies finished and trains and
+            scores every fold (each fold's record the same as in its share's run).
 
     Returns:
         ``{"folds": [fold records], "models": {model: summary}}``: a fold record holds, per
@@ -101,7 +107,7 @@ def nested_cross_validate(
         accuracy and inner-validation accuracy over the folds, the settings chosen per fold
         and the ties per fold.
     """
-    check_nested(config)
+    check_nested(config, outer_folds, None if splits is None else len(splits))
     protocol = config.protocol
     models = list(protocol.model_names)
     if (graphs is None) != (info is None):
@@ -112,8 +118,9 @@ def nested_cross_validate(
     labels = graph_labels(graphs)
     splits = (check_splits(splits, len(graphs)) if splits is not None
               else stratified_folds(labels, protocol.folds, protocol.seed))
-    folds = range(len(splits) if protocol.max_folds is None
-                  else min(protocol.max_folds, len(splits)))
+    folds = (check_fold_indices(outer_folds, len(splits)) if outer_folds is not None
+             else range(len(splits) if protocol.max_folds is None
+                        else min(protocol.max_folds, len(splits))))
     dataset = config.data.dataset
     defaults = fixed_settings(type(config)(), "tudataset")
     # Every study is planned and checked before any trial runs: a stored study refused at
@@ -184,10 +191,18 @@ def nested_cross_validate(
     return {"folds": records, "models": summaries}
 
 
-def check_nested(config: TUDatasetConfig) -> None:
+def check_nested(config: TUDatasetConfig, outer_folds: Optional[Sequence[int]] = None,
+                 num_folds: Optional[int] = None) -> None:
     """Refuse what a nested run cannot honour: a declared grid (a second selection), a
-    validation-only probe (a nested run exists to score the test folds), no model."""
+    validation-only probe (a nested run exists to score the test folds), no model, a share
+    of the folds beside ``max_folds`` (two ways of choosing the folds) or outside the
+    ``num_folds`` outer folds (default: ``protocol.folds``)."""
     protocol = config.protocol
+    if outer_folds is not None:
+        if protocol.max_folds is not None:
+            raise ValueError("outer_folds (--outer-folds) names the folds to run; "
+                             "max_folds (--max-folds) too: give one of them")
+        check_fold_indices(outer_folds, protocol.folds if num_folds is None else num_folds)
     if protocol.grid:
         raise ValueError("the config declares a per-fold grid (protocol.grid); nested tuning "
                          "selects inside each fold itself: drop the grid")
@@ -200,18 +215,20 @@ def check_nested(config: TUDatasetConfig) -> None:
 
 
 def run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[str],
-               out: Path, prefix: str = "", bonds: bool = False) -> dict[str, Any]:
+               out: Path, prefix: str = "", bonds: bool = False,
+               outer_folds: Optional[Sequence[int]] = None) -> dict[str, Any]:
     """:func:`nested_cross_validate` on ``config``'s dataset, written to ``OUT/DATASET/``
     as every TU run writes (``results.{json,md}``, ``accuracy.png``), with ET's difference to
     each baseline paired over the folds."""
-    check_nested(config)  # before the folder is locked and the data loaded
+    check_nested(config, outer_folds)  # before the folder is locked and the data loaded
     out_dir = Path(out) / config.data.dataset
     with output_folder(out_dir):
-        return _run_nested(config, budget, storage, out_dir, prefix, bonds)
+        return _run_nested(config, budget, storage, out_dir, prefix, bonds, outer_folds)
 
 
 def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[str],
-                out_dir: Path, prefix: str, bonds: bool) -> dict[str, Any]:
+                out_dir: Path, prefix: str, bonds: bool,
+                outer_folds: Optional[Sequence[int]]) -> dict[str, Any]:
     from ..plots.graph import plot_fold_accuracies
 
     config.run.apply_threads()
@@ -233,14 +250,16 @@ def _run_nested(config: TUDatasetConfig, budget: TuneBudget, storage: Optional[s
             tqdm.write(f"[{config.data.dataset}] fold {record['fold']}: {accs}")
 
     cv = nested_cross_validate(config, budget, storage, prefix, bonds, graphs, info,
-                               on_fold_end=log_fold)
+                               on_fold_end=log_fold, outer_folds=outer_folds)
     protocol = config.protocol
     folds_run = len(cv["folds"])
     results: dict[str, Any] = {
         "dataset": config.data.dataset,
         "protocol": (
             f"stratified {protocol.folds}-fold CV (seed {protocol.seed})"
-            + (f", first {counted(folds_run, 'fold')} only (max_folds)"
+            + (f", outer folds {', '.join(map(str, outer_folds))} only (outer_folds)"
+               if outer_folds is not None and folds_run < protocol.folds
+               else f", first {counted(folds_run, 'fold')} only (max_folds)"
                if folds_run < protocol.folds else "")
             + f"; nested selection (Errica et al.): in each outer fold every model's "
             f"hyperparameters are tuned on that fold's stratified {protocol.val_fraction:.0%} "
