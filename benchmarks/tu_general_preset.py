@@ -167,6 +167,10 @@ def main(argv: Optional[Sequence[str]] = None) -> list[dict[str, Any]]:
     parser.add_argument("--prefix", default="", help="the studies' --study-prefix (--nested)")
     parser.add_argument("--trials", type=int, default=None,
                         help="count each study's first N finished trials (its budget)")
+    parser.add_argument("--exclude", action="append", default=[], metavar="DATASET/foldK",
+                        help="leave out one fold's study (--nested; repeatable): a study "
+                             "resumed after an interruption drew other configurations, and "
+                             "only those finished in every study are ranked")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if bool(args.datasets) == bool(args.nested):
@@ -179,12 +183,18 @@ def main(argv: Optional[Sequence[str]] = None) -> list[dict[str, Any]]:
                 parser.error(f"--nested takes DATASET=STORAGE, got {item!r}")
             per_fold.update(nested_choices(storage, args.prefix, dataset, args.model,
                                            args.folds, args.trials))
+        unknown = sorted(set(args.exclude) - set(per_fold))
+        if unknown:
+            parser.error(f"--exclude names no study read: {unknown} (DATASET/foldK)")
+        for key in args.exclude:
+            del per_fold[key]
         summary = summarize_nested(per_fold)
         _print_nested(summary)
         if args.json:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(json.dumps({"model": args.model, "trials": args.trials,
-                                                   "nested": True, **summary}, indent=2),
+                                                   "nested": True, "excluded": args.exclude,
+                                                   **summary}, indent=2),
                                        encoding="utf-8")
         return summary["ranking"]
     per_dataset = {}

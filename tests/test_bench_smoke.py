@@ -194,6 +194,10 @@ def test_general_preset_ranks_nested_studies_fold_by_fold(tmp_path, capsys):
     assert rows[1]["by_dataset"]["D"] == {"mean_rank": 2.0, "mean_validation": 0.75}
     assert "trials tied for the best validation accuracy per fold: [2, 1]" in (
         capsys.readouterr().out)
+    alone = module.main(["--nested", f"D={storage}", "--folds", "2", "--exclude", "D/fold1"])
+    assert [r["params"]["h"] for r in alone] == [4, 2, 3, 1]  # fold 0 alone, every trial
+    with pytest.raises(SystemExit):
+        module.main(["--nested", f"D={storage}", "--folds", "2", "--exclude", "D/fold7"])
     with pytest.raises(SystemExit):
         module.main(["--nested", f"D={storage}", "--folds", "3"])  # no fold-2 study
     with pytest.raises(SystemExit):
