@@ -32,11 +32,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from optuna.trial import TrialState
 
 from et_graph.reporting import rank_across_datasets
 from et_graph.tuning.nested import nested_study_name
-from et_graph.tuning.study import best_within_budget, study_or_none, tied_at_best
+from et_graph.tuning.study import (
+    best_within_budget,
+    complete_within_budget,
+    study_or_none,
+    tied_at_best,
+)
 
 
 def _study(storage: str, study_name: str) -> Any:
@@ -46,21 +50,12 @@ def _study(storage: str, study_name: str) -> Any:
     return study
 
 
-def _counted(study: Any, budget_trials: Optional[int]) -> list[Any]:
-    """The complete trials among the study's first ``budget_trials`` finished ones (complete or
-    pruned, by number), as :func:`best_within_budget` counts them."""
-    finished = sorted(study.get_trials(deepcopy=False,
-                                       states=(TrialState.COMPLETE, TrialState.PRUNED)),
-                      key=lambda t: t.number)[:budget_trials]
-    return [t for t in finished if t.state == TrialState.COMPLETE]
-
-
 def completed_trials(storage: str, study_name: str, budget_trials: Optional[int] = None
                      ) -> dict[str, tuple[int, float]]:
     """``{canonical params: (trial number, validation accuracy)}`` of the complete trials (of
     the first ``budget_trials`` finished ones)."""
     return {json.dumps(trial.params, sort_keys=True): (trial.number, float(trial.value))
-            for trial in _counted(_study(storage, study_name), budget_trials)}
+            for trial in complete_within_budget(_study(storage, study_name), budget_trials)}
 
 
 def nested_choices(storage: str, prefix: str, dataset: str, model: str, folds: int,
@@ -72,7 +67,7 @@ def nested_choices(storage: str, prefix: str, dataset: str, model: str, folds: i
     for fold in range(folds):
         name = nested_study_name(prefix, dataset, model, fold, bonds=False)
         study = _study(storage, name)
-        counted = _counted(study, budget_trials)
+        counted = complete_within_budget(study, budget_trials)
         best = best_within_budget(study, budget_trials)
         if best is None:
             raise SystemExit(f"study {name!r} in {storage} holds no complete trial")

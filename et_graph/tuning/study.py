@@ -660,7 +660,7 @@ def best_within_budget(study: Any, budget_trials: Optional[int] = None) -> Any:
     records one (the user attribute :data:`VALIDATION_LOSS`, as graph classification's does:
     the rule that breaks an epoch's tie), then to the earlier trial."""
     optuna = _optuna()
-    complete = _complete_within_budget(study, budget_trials)
+    complete = complete_within_budget(study, budget_trials)
     if not complete:
         return None
     sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
@@ -675,8 +675,10 @@ def best_within_budget(study: Any, budget_trials: Optional[int] = None) -> Any:
     return max(complete, key=rank)
 
 
-def _complete_within_budget(study: Any, budget_trials: Optional[int]) -> list[Any]:
-    """The complete trials among the study's first ``budget_trials`` finished ones."""
+def complete_within_budget(study: Any, budget_trials: Optional[int]) -> list[Any]:
+    """The complete trials among the study's first ``budget_trials`` finished ones (complete
+    or pruned, by trial number; a trial the time limit cut never finished): the trials
+    :func:`best_within_budget` chooses among."""
     optuna = _optuna()
     counted = sorted(_finished(study), key=lambda t: t.number)[:budget_trials]
     return [t for t in counted if t.state == optuna.trial.TrialState.COMPLETE]
@@ -689,7 +691,7 @@ def tied_at_best(study: Any, budget_trials: Optional[int] = None) -> int:
     best = best_within_budget(study, budget_trials)
     if best is None:
         return 0
-    return sum(t.value == best.value for t in _complete_within_budget(study, budget_trials))
+    return sum(t.value == best.value for t in complete_within_budget(study, budget_trials))
 
 
 #: A trial's user attribute of its validation loss, which breaks ties of the objective
