@@ -659,8 +659,12 @@ def best_within_budget(study: Any, budget_trials: Optional[int] = None) -> Any:
     6-trial budget). Ties go to the trial with the lower validation loss where the objective
     records one (the user attribute :data:`VALIDATION_LOSS`, as graph classification's does:
     the rule that breaks an epoch's tie), then to the earlier trial."""
+    return _best_among(study, complete_within_budget(study, budget_trials))
+
+
+def _best_among(study: Any, complete: list[Any]) -> Any:
+    """:func:`best_within_budget`'s choice among the ``complete`` trials of ``study``."""
     optuna = _optuna()
-    complete = complete_within_budget(study, budget_trials)
     if not complete:
         return None
     sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
@@ -688,10 +692,14 @@ def tied_at_best(study: Any, budget_trials: Optional[int] = None) -> int:
     """How many of the trials :func:`best_within_budget` chose among share the best value (1:
     no tie; 0: no complete trial). Above 1, the tie rule chose, not the objective: on small
     validation splits, often."""
-    best = best_within_budget(study, budget_trials)
-    if best is None:
-        return 0
-    return sum(t.value == best.value for t in complete_within_budget(study, budget_trials))
+    return _best_and_ties(study, budget_trials)[1]
+
+
+def _best_and_ties(study: Any, budget_trials: Optional[int]) -> tuple[Any, int]:
+    """``(best_within_budget, tied_at_best)`` from one read of the study's trials."""
+    complete = complete_within_budget(study, budget_trials)
+    best = _best_among(study, complete)
+    return best, 0 if best is None else sum(t.value == best.value for t in complete)
 
 
 #: A trial's user attribute of its validation loss, which breaks ties of the objective
@@ -731,7 +739,7 @@ def study_summary(study: Any, seconds: float,
                                          for t in trials)
     count["pruned"] -= count["stopped_by_time_limit"]
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-    best = best_within_budget(study, budget_trials)
+    best, tied = _best_and_ties(study, budget_trials)
     return {
         "study": study.study_name,
         "trials": count,
@@ -741,7 +749,7 @@ def study_summary(study: Any, seconds: float,
         "best_trial": best.number if best else None,
         "best_params": best.params if best else {},
         # trials sharing the best value: above 1, the tie rule chose among them
-        "tied_at_best": tied_at_best(study, budget_trials),
+        "tied_at_best": tied,
         "seconds_this_run": seconds,
         # every run's, which the time limit binds (None: a study stored before session 69
         # that this run did not continue)
