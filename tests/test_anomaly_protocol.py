@@ -70,6 +70,9 @@ def test_split_rejects_bad_input():
         stratified_split(labels(), 1.5, 0)
     with pytest.raises(ValueError, match="at least 3"):
         stratified_split(torch.tensor([0] * 20 + [1]), 0.4, 0)
+    # the counts found are named (an audit: a mis-coded label column said only "at least 3")
+    with pytest.raises(ValueError, match="found 20 normal and 0 anomalous"):
+        stratified_split(torch.tensor([0] * 20), 0.4, 0)
     with pytest.raises(ValueError, match="no labelled"):
         stratified_split(torch.tensor([], dtype=torch.long), 0.4, 0)
 

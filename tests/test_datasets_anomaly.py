@@ -397,6 +397,24 @@ def test_multiclass_labels_need_binarize(tmp_path):
     assert int(labels.open().sum()) == int(data.y.sum())
 
 
+def test_unlabelled_minus_one_labels_are_told_where_a_label_mask_can_go(tmp_path):
+    # (an audit) the advice was to mark the labelled nodes in label_mask, which a .mat file
+    # cannot carry, and --binarize's refusal of -1 gave no advice at all
+    graph = small_graph()
+    labels = np.arange(30) % 2
+    labels[:4] = -1
+    path = write_npz(tmp_path / "unknown.npz", x=graph.x.numpy(),
+                     edge_index=graph.edge_index.numpy(), y=labels)
+    for binarize in (False, True):
+        with pytest.raises(ValueError, match="a .mat file none, so write such a graph as .npz"):
+            load_anomaly_npz(path, binarize=binarize)
+    content = write_care_mat(tmp_path / "YelpChi.mat", ["net_rur"], label=labels[None, :30],
+                             n=30)
+    assert content["label"].min() == -1
+    with pytest.raises(ValueError, match="pass unlabelled_prefix"):
+        load_anomaly_dataset(path=tmp_path / "YelpChi.mat")
+
+
 def test_pygod_generated_graphs_are_binarized_by_name(tmp_path):
     """PyGOD's gen_* graphs label anomalies 0..3 like its inj_* graphs."""
     graph = small_graph()
@@ -583,6 +601,9 @@ def test_name_and_relation_errors():
     assert "tolokers" in ANOMALY_DATASETS and "tsocial" in ANOMALY_DATASETS
     with pytest.raises(ValueError, match="unknown anomaly dataset"):
         load_anomaly_dataset("cora")
+    # a file given as the name: echoed as typed (it was lower-cased) and told to use path=
+    with pytest.raises(ValueError, match=r"'/data/YelpChi\.mat'; a file is read with path="):
+        load_anomaly_dataset("/data/YelpChi.mat")
     with pytest.raises(ValueError, match="relation"):
         load_anomaly_dataset("tolokers", relation="net_rur")
 

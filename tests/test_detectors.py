@@ -1289,6 +1289,20 @@ def test_explanation_inputs_give_the_scores_and_an_explanation(graph, make):
             model(data.x, *args[1:], **keywords)
 
 
+def test_a_graph_without_relations_is_refused_for_a_multi_relation_detector_without_noise(graph):
+    # (an audit) a warning that the relation ids could not be checked came before the real
+    # error, which names the remedy
+    data = graph.clone()
+    data.edge_type = torch.arange(data.edge_index.size(1)) % 2
+    data.relation_names = ["net_a", "net_b"]
+    det = ETDetector(epochs=2, hidden=16, multi_relation=True, progress=False).fit(data)
+    plain = graph.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="needs data.edge_type"):
+            det.decision_function(plain)
+
+
 @pytest.mark.parametrize(("output", "message"), [
     (lambda h: h, r"Column returned a tensor of float32 of shape \[240, 1\] for 240 nodes; a "
                   r"detector's network returns one floating-point logit per node, shape \[240\]"),

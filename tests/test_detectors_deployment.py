@@ -70,6 +70,16 @@ def test_new_edges_between_fitted_nodes_keep_the_training_labels(graph, detector
     assert columns[:, :2].sum() == pytest.approx(float(fitted[:, :2].sum()), abs=2.0)
 
 
+def test_saving_into_a_missing_folder_names_the_folder(graph, tmp_path):
+    # (an audit) the error named mkstemp's temporary file, not the folder that was missing
+    det = MLPDetector(epochs=2, hidden=16).fit(graph)
+    folder = tmp_path / "missing" / "sub"
+    with pytest.raises(FileNotFoundError, match=f"no folder {re.escape(str(folder))} to write "
+                                                "det.pt into"):
+        det.save(folder / "det.pt")
+    assert not (tmp_path / "missing").exists()
+
+
 def test_a_failed_save_leaves_the_previous_file_whole(graph, tmp_path, monkeypatch):
     det = MLPDetector(epochs=2, hidden=16).fit(graph)
     path = tmp_path / "model.pt"

@@ -169,12 +169,16 @@ def load_anomaly_dataset(
     if name is not None and not str(name).strip():  # "" loaded Tolokers without a word
         raise ValueError(f"name is empty; choose one of {list(ANOMALY_DATASETS)}, or leave it "
                          "out for the default")
+    given = name
     name = (name or DEFAULT_ANOMALY_DATASET).lower()
     if name not in ANOMALY_DATASETS:
+        looks_like_a_file = Path(name).suffix in (".mat", ".npz", ".pt") or os.sep in name
         raise ValueError(
-            f"unknown anomaly dataset {name!r}; choose one of {list(ANOMALY_DATASETS)} "
-            "or pass path=FILE / --data FILE (.mat, .npz, .pt)"
-        )
+            f"unknown anomaly dataset {given!r}; "
+            + (f"a file is read with path={given!r} (--data on the command line)"
+               if looks_like_a_file else
+               f"choose one of {list(ANOMALY_DATASETS)} or pass path=FILE / --data FILE "
+               "(.mat, .npz, .pt)"))
     if relation != "homo" and name not in FRAUD_FILES:
         raise ValueError(
             f"relation={relation!r} only applies to yelpchi and amazon; {name} has one edge type"

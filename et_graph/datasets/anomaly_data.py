@@ -143,6 +143,12 @@ def _as_tensor(value: Any, what: str, source: str) -> Tensor:
 BINARIZED_BY_NAME: ContextVar[Optional[str]] = ContextVar("binarized_by_name", default=None)
 
 
+#: Where a label mask can be stored (a .mat file was told to add one it cannot carry: an audit).
+_LABEL_MASK_FILES = (" (an .npz or .pt file carries one as label_mask; a .mat file none, so "
+                     "write such a graph as .npz or .pt, or for YelpChi/Amazon files whose "
+                     "first nodes are the unlabelled ones pass unlabelled_prefix)")
+
+
 def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
     if hasattr(y, "toarray"):  # scipy sparse: np.asarray gave an object array, called text
         y = _dense(y, "y (labels)", source)
@@ -172,7 +178,9 @@ def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
     values = torch.unique(y)
     if binarize:
         if bool((values < 0).any()):
-            raise ValueError(f"{source}: labels hold negative values {values.tolist()}")
+            raise ValueError(f"{source}: labels hold negative values {values.tolist()[:10]}; "
+                             "for unlabelled nodes (e.g. -1), give them 0 and mark the labelled "
+                             f"ones in data.label_mask{_LABEL_MASK_FILES}")
         named = BINARIZED_BY_NAME.get()
         if named is not None and bool((values > 1).any()):
             warnings.warn(
@@ -189,7 +197,7 @@ def _labels(y: Any, num_nodes: int, source: str, binarize: bool) -> Tensor:
             "pass binarize=True (load_anomaly_dataset; --binarize on the command line) to treat "
             "every label > 0 as anomalous; "
             "for unlabelled nodes (e.g. -1), give them 0 and mark the labelled ones in "
-            "data.label_mask, which keeps them out of every split."
+            f"data.label_mask, which keeps them out of every split{_LABEL_MASK_FILES}."
         )
     return y
 

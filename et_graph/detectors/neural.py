@@ -573,6 +573,8 @@ class NeuralDetector(FittedGraphLabels, BaseDetector):
         a side without names is warned about (its ids cannot be checked)."""
         if not getattr(getattr(self.config, "model", None), "multi_relation", False):
             return
+        if getattr(data, "edge_type", None) is None:
+            return  # the network refuses the graph, with the remedy (a warning first was noise)
         fitted = getattr(self, "relation_names_", None)
         given = relation_names_of(data)
         if fitted is not None and given is not None:

@@ -140,8 +140,11 @@ def stratified_split(
         _check_labels(labels[index])
         labels = labels.astype(np.int64)
     sub = labels[index]
-    if np.bincount(sub, minlength=2).min() < 3:
-        raise ValueError("need at least 3 normal and 3 anomalous eligible nodes to split")
+    counts = np.bincount(sub, minlength=2)
+    if counts.min() < 3:
+        raise ValueError(f"need at least 3 normal and 3 anomalous eligible nodes to split, found "
+                         f"{counts[0]} normal and {counts[1]} anomalous (label 1) of "
+                         f"{index.size}: are the labels coded 0 = normal, 1 = anomalous?")
     train_size = max(int(round(train_ratio * index.size)), 2)
     try:
         train, rest, _, rest_y = train_test_split(

@@ -53,6 +53,9 @@ def torch_save_whole(path: Union[PathLike, BinaryIO], payload: Any) -> Any:
         torch.save(payload, path)
         return path
     path = Path(os.path.realpath(path))
+    if not path.parent.is_dir():  # (mkstemp named its own temporary file instead: an audit)
+        raise FileNotFoundError(f"no folder {path.parent} to write {path.name} into: make it "
+                                "first (os.makedirs)")
     mode = plain_file_mode(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
