@@ -1106,3 +1106,23 @@ def test_attention_coefficients_are_the_first_steps_messages():
                                                                      coefficients)
             assert torch.allclose(sums[[0, 2, 4]], torch.ones(3, 2, dtype=torch.float64))
             assert bool((sums[[1, 3]] == 0).all())  # no in-edges
+
+
+@pytest.mark.parametrize("options", [{}, {"grad": "autograd"}, {"edge_dim": 3}],
+                         ids=["analytic", "autograd", "edge_dim"])
+@pytest.mark.parametrize("edges", ["none", "self_loops_only"])
+def test_every_parameter_gets_a_gradient_on_an_edgeless_graph(options, edges):
+    """A batch without edges (or with self-loops alone) gives every parameter a gradient,
+    zero where the attention has nothing to attend, as TransformerConv does: the attention
+    temperature got none (an audit), which DistributedDataParallel without
+    find_unused_parameters refuses on such a batch."""
+    conv = make_conv(**options)
+    nodes = 6
+    edge_index = (torch.empty(2, 0, dtype=torch.long) if edges == "none"
+                  else torch.arange(nodes).repeat(2, 1))
+    extra = ({"edge_attr": torch.randn(edge_index.size(1), 3, dtype=torch.float64)}
+             if "edge_dim" in options else {})
+    conv(torch.randn(nodes, CHANNELS, dtype=torch.float64), edge_index, **extra).sum().backward()
+    missing = [name for name, parameter in conv.named_parameters() if parameter.grad is None]
+    assert missing == []
+    assert float(conv.energy_fn.log_beta.grad.abs().sum()) == 0.0

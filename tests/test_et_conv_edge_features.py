@@ -373,3 +373,79 @@ def test_bad_inputs_are_refused_by_name():
     one = ETConv(8, heads=3, head_dim=4, edge_dim=1).double()
     assert torch.equal(one(x, edge_index, edge_attr=edge_attr[:, 0]),
                        one(x, edge_index, edge_attr=edge_attr[:, :1]))
+
+
+@pytest.mark.parametrize("weight_columns", [None, 3])
+def test_fused_kernel_reads_the_kept_rows_of_larger_features_in_place(weight_columns):
+    """``attr_rows``: the kernel reads the rows of the caller's features that the (self-loop
+    free) edges use, in place; the values and every derivative equal the reference's on
+    those rows, the other rows (first, middle, last) get a zero gradient."""
+    from et_graph.fused import fused_offset_attention_grad
+
+    gen = torch.Generator().manual_seed(8)
+    nodes, heads, head_dim, edges = 7, 3, 4, 20
+    src, dst = torch.randint(0, nodes, (2, edges), generator=gen)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    count = src.numel()
+    total_rows = count + 5
+    unread = torch.tensor([0, 4, 9, total_rows - 2, total_rows - 1])
+    read = torch.ones(total_rows, dtype=torch.bool)
+    read[unread] = False
+    attr_rows = read.nonzero().view(-1)
+    assert attr_rows.numel() == count
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).requires_grad_()
+
+    k, q, attr, w_edge = (leaf(nodes, heads, head_dim), leaf(nodes, heads, head_dim),
+                          leaf(total_rows, 2), leaf(heads, head_dim, 2))
+    beta = (0.5 + torch.rand(heads, generator=gen, dtype=torch.float64)).requires_grad_()
+    weight = None if weight_columns is None else (
+        0.5 + torch.rand(count, weight_columns, generator=gen, dtype=torch.float64)
+    ).requires_grad_()
+    inputs = [t for t in (k, q, beta, weight, attr, w_edge) if t is not None]
+    up = (torch.randn(nodes, heads, head_dim, generator=gen, dtype=torch.float64),
+          torch.randn(nodes, heads, head_dim, generator=gen, dtype=torch.float64))
+    got = fused_offset_attention_grad(k, q, src, dst, beta, weight, attr, w_edge,
+                                      attr_rows=attr_rows)
+    expected = E.attention_grad(k, q, src, dst, beta, weight, nodes,
+                                E.edge_key_offsets(attr[attr_rows], w_edge))
+    for mine, theirs in zip(got, expected):
+        assert relative_error(mine, theirs) < 1e-12
+    mine = torch.autograd.grad(got, inputs, up)
+    theirs = torch.autograd.grad(expected, inputs, up)
+    for a, b in zip(mine, theirs):
+        assert relative_error(a, b) < 1e-11
+    d_attr = mine[next(i for i, t in enumerate(inputs) if t is attr)]
+    assert d_attr.shape == attr.shape and bool((d_attr[unread] == 0).all())
+    assert bool((d_attr[attr_rows].abs().sum(1) > 0).all())
+    assert torch.autograd.gradgradcheck(
+        lambda *t: fused_offset_attention_grad(t[0], t[1], src, dst, t[2], weight, t[3], t[4],
+                                               attr_rows=attr_rows),
+        (k, q, beta, attr, w_edge))
+
+
+def test_a_step_keeps_no_copy_of_the_edge_features():
+    """Memory (session 74): the fused kernel kept a sorted copy of the features per forward,
+    the layer a copy of the non-loop rows, and each step ``r = q W^E`` ``[H, N, F]``; the
+    features are now read in place (the caller's tensor is the only ``[E, F]`` one saved for
+    backward) and ``r`` is redone in backward: one ``[H, N, F]`` array saved per step."""
+    x, edge_index, edge_attr = graph_with_features()
+    assert bool((edge_index[0] == edge_index[1]).any())  # self-loops: rows to drop
+    steps = 3
+    conv = edge_conv(steps=steps)
+    nodes, heads = x.size(0), conv.energy_fn.heads
+    saved = []
+
+    def pack(tensor):
+        saved.append((tuple(tensor.shape), tensor.data_ptr()))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        conv(x.clone().requires_grad_(True), edge_index, edge_attr=edge_attr).sum().backward()
+    feature_shaped = [ptr for shape, ptr in saved
+                      if len(shape) == 2 and shape[1] == EDGE_DIM and shape[0] > nodes]
+    assert feature_shaped and set(feature_shaped) == {edge_attr.data_ptr()}
+    per_node_features = [shape for shape, _ in saved if shape == (heads, nodes, EDGE_DIM)]
+    assert len(per_node_features) == steps

@@ -81,7 +81,11 @@ class EdgeSet(NamedTuple):
     their weights ``[E', 1 or H]`` (or ``None``), ``edge_index`` the caller's edges (self-loops
     included), ``kept`` a bool ``[E]`` marking the non-loop edges (``None`` when there were no
     loops), ``plan`` the sorted CSR layout of the fused kernel (``None`` unless requested) and
-    ``attr`` the kept edges' features ``[E', F]`` (``None`` without ``edge_dim``).
+    ``attr`` the edges' features (``None`` without ``edge_dim``): the kept edges' ``[E', F]``,
+    or, where self-loops were dropped, the caller's ``[E, F]`` with ``attr_rows [E']`` the
+    kept edges' rows (increasing), which the fused kernel reads in place: a copy of the kept
+    rows was a fifth of a layer's step memory at F = 64. :meth:`kept_attr` gives ``[E', F]``
+    either way.
     """
 
     src: Tensor
@@ -91,6 +95,13 @@ class EdgeSet(NamedTuple):
     kept: Optional[Tensor]
     plan: Optional[EdgePlan] = None
     attr: Optional[Tensor] = None
+    attr_rows: Optional[Tensor] = None
+
+    def kept_attr(self) -> Optional[Tensor]:
+        """The kept edges' features ``[E', F]`` (``None`` without features)."""
+        if self.attr is None or self.attr_rows is None:
+            return self.attr
+        return self.attr.index_select(0, self.attr_rows)
 
     @property
     def num_edges(self) -> int:
@@ -280,9 +291,10 @@ class ETEnergy(Module):
         """The key offsets ``[E', H, Y]`` of ``edges``' features (``None`` without them;
         :meth:`check_edge_features` first)."""
         self.check_edge_features(edges)
-        if edges.attr is None or self.w_edge is None:
+        attr = edges.kept_attr()
+        if attr is None or self.w_edge is None:
             return None
-        return E.edge_key_offsets(edges.attr, self.w_edge)
+        return E.edge_key_offsets(attr, self.w_edge)
 
     def check_edge_features(self, edges: EdgeSet) -> None:
         """``ValueError`` when ``edges`` (built beforehand, by hand or through
@@ -370,9 +382,10 @@ class ETEnergy(Module):
     ) -> EdgeSet:
         """Validated edges of ``edge_index`` (``[2, E]``, a torch sparse ``adj_t`` or a
         ``SparseTensor``) for the tokens ``x [N, D]``, self-loops removed, weights ``[E', 1 or H]``
-        and features ``[E', F]`` (``edge_attr``, with ``edge_dim``; required then) in ``x``'s
-        dtype. ``plan=True`` also builds the sorted layout that the fused kernel reuses across
-        calls on the same edges (worth it when several gradients are taken)."""
+        and features (``edge_attr``, with ``edge_dim``; required then: ``attr`` and
+        ``attr_rows``, :class:`EdgeSet`) in ``x``'s dtype. ``plan=True`` also builds the
+        sorted layout that the fused kernel reuses across calls on the same edges (worth it
+        when several gradients are taken)."""
         num_nodes = x.size(0)
         check_same_device(x, edge_index=edge_index, edge_weight=edge_weight,
                           edge_attr=edge_attr)
@@ -446,14 +459,15 @@ class ETEnergy(Module):
         self, edges: EdgeSet, edge_attr: Optional[Tensor], dtype: torch.dtype
     ) -> EdgeSet:
         """``edges`` (from :meth:`weighted`) with the caller's ``edge_attr`` (``[E, F]``, one
-        row per edge of ``edges.edge_index``) validated, its self-loop rows dropped and cast to
-        ``dtype``: ``[E', F]``. Required with ``edge_dim``, refused without it."""
+        row per edge of ``edges.edge_index``) validated and cast to ``dtype``; where self-loops
+        were dropped, ``attr_rows`` names the kept rows (:meth:`EdgeSet.kept_attr`). Required
+        with ``edge_dim``, refused without it."""
         edge_attr = check_edge_attr(edge_attr, edges.edge_index.size(1), self.edge_dim, dtype,
                                     owner="the layer")
         if edge_attr is None:
             return edges
-        if edges.kept is not None:
-            edge_attr = edge_attr[edges.kept]
+        if edges.kept is not None:  # the rows are read in place (the class's docstring)
+            return edges._replace(attr=edge_attr, attr_rows=edges.kept.nonzero().view(-1))
         return edges._replace(attr=edge_attr)
 
     def dense_edges(
@@ -665,7 +679,7 @@ class ETEnergy(Module):
         if fused and edges.attr is not None and self.w_edge is not None:
             return fused_offset_attention_grad(
                 k, q, edges.src, edges.dst, self.beta, edges.weight, edges.attr, self.w_edge,
-                edges.plan)
+                edges.plan, attr_rows=edges.attr_rows)
         if fused:
             return fused_attention_grad(
                 k, q, edges.src, edges.dst, self.beta, edges.weight, edges.plan
