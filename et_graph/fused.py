@@ -140,7 +140,7 @@ class EdgePlan:
         self.dst = dst.index_select(0, self.order)
         self.in_degree = torch.bincount(self.dst, minlength=num_nodes)
         self._values: Optional[tuple[Tensor, tuple, Tensor]] = None
-        self._feature_rows: Optional[tuple[Tensor, int, tuple[Tensor, Tensor]]] = None
+        self._rows: Optional[tuple[Tensor, tuple, Tensor]] = None
         # More stored entries than the [H*N, H*N] matrix has (only repeated edges in a tiny
         # graph, e.g. 6 copies of the 2 edges between 2 nodes): sampled_addmm would re-pack
         # such a pattern and resize this plan's index arrays, so sddmm goes edge by edge.
@@ -232,52 +232,18 @@ class EdgePlan:
 
     @cached_property
     def edge_col(self) -> Tensor:
-        """Each (head, edge) slot's edge in the *caller's* order (``order``), the columns of
-        :meth:`edge_matrix`: its products read the caller's per-edge rows as given, so no
-        sorted ``[E, F]`` copy of the edge features is made (at F = 64 the copy was a fifth of
-        a layer's step memory). Within a row the stable sort keeps them increasing."""
-        return self.order.repeat(self.heads).to(self._index_dtype)
+        """Each (head, edge) slot's edge in the sorted order, the columns of
+        :meth:`edge_matrix`."""
+        edges = torch.arange(self.num_edges, device=self.src.device)
+        return edges.repeat(self.heads).to(self._index_dtype)
 
-    def _feature_layout(self, attr_rows: Optional[Tensor], num_rows: int
-                        ) -> tuple[Tensor, Tensor]:
-        """``(columns of edge_matrix, row pointers of edge_rows_matrix)`` for ``num_rows``
-        per-edge rows of the caller's, of which the plan's edges read ``attr_rows``
-        (increasing; ``None``: all, in the caller's order). Kept for the last ``attr_rows``
-        given: every step of a forward call and its backward pass the same."""
-        if attr_rows is None:
-            return self.edge_col, self.edge_row_crow
-        kept = self._feature_rows
-        if kept is not None and kept[0] is attr_rows and kept[1] == num_rows:
-            return kept[2]
-        columns = attr_rows.index_select(0, self.order).repeat(self.heads)
-        # rows of the caller's features that no edge of the plan reads stay empty
-        per_row = torch.zeros(num_rows, dtype=torch.long, device=attr_rows.device)
-        per_row[attr_rows] = self.heads
-        crow = per_row.new_zeros(num_rows + 1)
-        torch.cumsum(per_row, 0, out=crow[1:])
-        layout = (columns.to(self._index_dtype), crow.to(self._index_dtype))
-        self._feature_rows = (attr_rows, num_rows, layout)
-        return layout
-
-    def edge_matrix(self, values: Tensor, attr_rows: Optional[Tensor] = None,
-                    num_rows: Optional[int] = None) -> Tensor:
-        """``[H*N, R]`` CSR matrix with ``values [H, E]`` (sorted edge order) at row
-        ``h*N + C``, column ``order[e]`` (or ``attr_rows[order[e]]``) for every edge ``e`` into
-        ``C``: times the caller's per-edge rows ``[R, F]`` (``R = E``, or ``num_rows`` with
-        ``attr_rows``) it sums ``values[h, e] * row_e`` over the edges into each node, per head
-        (``[H*N, F]``)."""
-        rows = self.num_edges if num_rows is None else num_rows
-        columns = self._feature_layout(attr_rows, rows)[0]
+    def edge_matrix(self, values: Tensor) -> Tensor:
+        """``[H*N, E]`` CSR matrix with ``values [H, E]`` at row ``h*N + C``, column ``e`` for
+        every edge ``e`` into ``C``: times per-edge rows ``[E, F]`` it sums ``values[h, e] *
+        row_e`` over the edges into each node, per head (``[H*N, F]``)."""
         return torch.sparse_csr_tensor(
-            self.crow, columns, values.reshape(-1), (self.heads * self.num_nodes, rows),
-            check_invariants=False)
-
-    @cached_property
-    def inverse_order(self) -> Tensor:
-        """Each caller's edge's position in the sorted order (``order``'s inverse)."""
-        inverse = torch.empty_like(self.order)
-        inverse[self.order] = torch.arange(self.num_edges, device=self.order.device)
-        return inverse
+            self.crow, self.edge_col, values.reshape(-1),
+            (self.heads * self.num_nodes, self.num_edges), check_invariants=False)
 
     @cached_property
     def edge_row_crow(self) -> Tensor:
@@ -287,34 +253,21 @@ class EdgePlan:
 
     @cached_property
     def edge_row_col(self) -> Tensor:
-        """Columns of :meth:`edge_rows_matrix`: the caller's edge ``e``'s row ``h*N + dst_e``
-        per head."""
-        dst = self.dst.index_select(0, self.inverse_order)  # in the caller's order
-        return (dst.unsqueeze(1) + self._head_nodes.t()).reshape(-1).to(self._index_dtype)
+        """Columns of :meth:`edge_rows_matrix`: edge ``e``'s row ``h*N + dst_e`` per head."""
+        return (self.dst.unsqueeze(1) + self._head_nodes.t()).reshape(-1).to(self._index_dtype)
 
-    def edge_rows_matrix(self, values: Tensor, attr_rows: Optional[Tensor] = None,
-                         num_rows: Optional[int] = None) -> Tensor:
-        """``[R, H*N]`` CSR matrix with ``values [H, E]`` (sorted edge order) at the caller's
-        row of each edge (``attr_rows`` as in :meth:`edge_matrix`), column ``h*N + dst_e``
+    def edge_rows_matrix(self, values: Tensor) -> Tensor:
+        """``[E, H*N]`` CSR matrix with ``values [H, E]`` at row ``e``, column ``h*N + dst_e``
         (the transpose of :meth:`edge_matrix`): times head-major per-node rows ``[H*N, F]`` it
-        gives ``sum_h values[h, e] * row[h*N + dst_e]`` per edge in the caller's rows (``[R,
-        F]``, zero in the rows no edge reads: the caller's features' gradient as it stands,
-        with no scatter back)."""
-        rows = self.num_edges if num_rows is None else num_rows
-        crow = self._feature_layout(attr_rows, rows)[1]
-        in_caller_order = values.index_select(1, self.inverse_order)
+        gives ``sum_h values[h, e] * row[h*N + dst_e]`` per edge (``[E, F]``)."""
         return torch.sparse_csr_tensor(
-            crow, self.edge_row_col, in_caller_order.t().reshape(-1),
-            (rows, self.heads * self.num_nodes), check_invariants=False)
+            self.edge_row_crow, self.edge_row_col, values.t().reshape(-1),
+            (self.num_edges, self.heads * self.num_nodes), check_invariants=False)
 
-    def edge_sddmm(self, rows: Tensor, per_edge: Tensor,
-                   attr_rows: Optional[Tensor] = None) -> Tensor:
+    def edge_sddmm(self, rows: Tensor, per_edge: Tensor) -> Tensor:
         """``<rows[h*N + C], per_edge[e]>`` for every edge ``e`` into ``C`` and head:
-        ``[H, E]`` in the sorted order (``rows [H*N, F]``, ``per_edge [R, F]`` the caller's
-        rows, read through ``attr_rows`` as in :meth:`edge_matrix`), without an ``[H, E, F]``
-        tensor."""
-        pattern = self.edge_matrix(rows.new_zeros(self.heads, self.num_edges), attr_rows,
-                                   per_edge.size(0))
+        ``[H, E]`` (``rows [H*N, F]``, ``per_edge [E, F]``), without an ``[H, E, F]`` tensor."""
+        pattern = self.edge_matrix(rows.new_zeros(self.heads, self.num_edges))
         torch.sparse.sampled_addmm(pattern, rows, per_edge.t(), beta=0.0, out=pattern)
         return pattern.values().view(self.heads, self.num_edges)
 
@@ -350,6 +303,18 @@ class EdgePlan:
         return self._kept("_values", edge_weight,
                           lambda: edge_weight.index_select(0, self.order).t().contiguous())
 
+    def edge_rows(self, per_edge: Tensor, rows: Optional[Tensor] = None) -> Tensor:
+        """Caller's per-edge rows ``[E, F]`` (edge features) in the sorted edge order, kept
+        as :meth:`edge_values` keeps weights: the descent steps of one forward call then share
+        one copy (saved once for backward, not once per step). ``rows`` (increasing) names
+        the rows of a larger ``per_edge [R, F]`` that the plan's edges read (the caller's
+        edges less their self-loops): the one copy is then made from those rows directly.
+        (Reading the caller's rows in place through the order, with no copy at all, took
+        about 1.5 times as long per step at F = 64: the sparse products' gathers lost their
+        sequential access.)"""
+        order = self.order if rows is None else rows.index_select(0, self.order)
+        return self._kept("_rows", per_edge, lambda: per_edge.index_select(0, order))
+
     def _kept(self, slot: str, given: Tensor, make: Any) -> Tensor:
         """``make()``, kept in ``slot`` for the same tensor ``given`` at the same version,
         dtype and autograd mode."""
@@ -364,11 +329,12 @@ class EdgePlan:
         return made
 
     def forget_values(self) -> None:
-        """Drop the kept :meth:`edge_values` (at the end of a forward
+        """Drop the kept :meth:`edge_values` and :meth:`edge_rows` (at the end of a forward
         call): a plan kept across calls (``ETConv(cached=True)``) held the last weights and,
         without a backward, the autograd graph that made them (a memory audit: 74 MB of an
         edge encoder's activations on a 300k-edge graph)."""
         self._values = None
+        self._rows = None
 
 
 def _head_major(t: Tensor) -> Tensor:
@@ -557,25 +523,22 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
     @staticmethod
     @quiet_sparse
     def forward(ctx: Any, k: Tensor, q: Tensor, beta: Tensor, weight: Optional[Tensor],
-                attr: Tensor, w_edge: Tensor, plan: EdgePlan, attr_rows: Optional[Tensor]
-                ) -> tuple[Tensor, Tensor]:
-        heads, features, num_rows = k.size(1), attr.size(1), attr.size(0)
+                attr: Tensor, w_edge: Tensor, plan: EdgePlan) -> tuple[Tensor, Tensor]:
+        heads, features = k.size(1), attr.size(1)
         k_rows, q_rows = _head_major(k), _head_major(q)
         key_map = w_edge.to(k.dtype)
         offset_query = torch.bmm(q.transpose(0, 1), key_map)  # r = q W^E: [H, N, F]
-        offset_score = plan.edge_sddmm(offset_query.reshape(-1, features), attr, attr_rows)
+        offset_score = plan.edge_sddmm(offset_query.reshape(-1, features), attr)
         scores = plan.sddmm(q_rows, k_rows).add_(offset_score)
         scale = beta.unsqueeze(1) if weight is None else beta.unsqueeze(1) * weight
         probs = plan.softmax(scores * scale)
         coef = probs if weight is None else probs * weight
         coef_t = plan.transposed(coef)
-        features_in = (plan.edge_matrix(coef, attr_rows, num_rows) @ attr
-                       ).view(heads, -1, features)  # u: [H, N, F]
+        features_in = (plan.edge_matrix(coef) @ attr).view(heads, -1, features)  # u: [H, N, F]
         grad_q = torch.baddbmm((plan.matrix(coef) @ k_rows).view(heads, -1, k.size(-1)),
                                features_in, key_map.transpose(1, 2))
         grad_k = plan.matrix_t(coef_t) @ q_rows
         ctx.plan = plan
-        ctx.attr_rows = attr_rows  # (an index the layer made, never changed in place)
         # r = q W^E is not saved: backward redoes it (one small batched product) where the
         # features' gradient needs it, rather than keeping an [H, N, F] array per step
         ctx.save_for_backward(k, q, beta, weight, attr, w_edge, probs, scores, coef_t,
@@ -599,12 +562,10 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
     ) -> tuple[Optional[Tensor], ...]:
         """The reference closed form's vector-Jacobian product by autograd (any order)."""
         plan: EdgePlan = ctx.plan
-        # the plan's (sorted) edges' rows of the caller's features
-        rows = plan.order if ctx.attr_rows is None else ctx.attr_rows.index_select(0, plan.order)
         return _reference_backward(
-            ctx, saved[:6], 8, up_k, up_q, lambda k, q, beta, weight, attr, w_edge:
+            ctx, saved[:6], 7, up_k, up_q, lambda k, q, beta, weight, attr, w_edge:
             attention_grad(k, q, plan.src, plan.dst, beta, weight, plan.num_nodes,
-                           edge_key_offsets(attr.index_select(0, rows), w_edge.to(k.dtype))))
+                           edge_key_offsets(attr, w_edge.to(k.dtype))))
 
     @staticmethod
     @quiet_sparse
@@ -613,7 +574,6 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
     ) -> tuple[Optional[Tensor], ...]:
         (k, q, beta, weight, attr, w_edge, probs, scores, coef_t, features_in) = saved
         plan: EdgePlan = ctx.plan
-        attr_rows, num_rows = ctx.attr_rows, attr.size(0)
         heads, width, features = plan.heads, k.size(-1), attr.size(1)
         key_map = w_edge.to(k.dtype)
         k_rows, q_rows = _head_major(k), _head_major(q)
@@ -624,7 +584,9 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
         up_offset = None  # G_r = G_q W^E: [H, N, F]
         if up_q is not None:
             up_offset = torch.bmm(up_q.transpose(0, 1), key_map)
-            d_coef.sub_(plan.edge_sddmm(up_offset.reshape(-1, features), attr, attr_rows))
+            d_coef.sub_(plan.edge_sddmm(up_offset.reshape(-1, features), attr))
+            if not ctx.needs_input_grad[4]:
+                up_offset = None  # (freed before the next [H, N, F] array: a lower peak)
         d_scores, coef, d_beta, d_w = _through_softmax(ctx, plan, d_coef, probs, scores, beta,
                                                        weight)
 
@@ -633,8 +595,7 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
         d_k = torch.addmm(plan.matrix_t(plan.transposed(d_scores)) @ q_rows,
                           plan.matrix_t(coef_t), up_q_rows, alpha=-1)
         # the offset's score <f_e, r_C>, r = q W^E
-        d_offset_query = (plan.edge_matrix(d_scores, attr_rows, num_rows) @ attr
-                          ).view(heads, -1, features)
+        d_offset_query = (plan.edge_matrix(d_scores) @ attr).view(heads, -1, features)
         d_q.baddbmm_(d_offset_query, key_map.transpose(1, 2))
         d_w_edge = d_attr = None
         if ctx.needs_input_grad[5]:
@@ -644,13 +605,12 @@ class _FusedOffsetAttentionGrad(torch.autograd.Function):
             d_w_edge = d_w_edge.to(w_edge.dtype)
         if ctx.needs_input_grad[4]:
             offset_query = torch.bmm(q.transpose(0, 1), key_map)  # r = q W^E: [H, N, F]
-            d_attr = (plan.edge_rows_matrix(d_scores, attr_rows, num_rows)
-                      @ offset_query.reshape(-1, features))
+            d_attr = plan.edge_rows_matrix(d_scores) @ offset_query.reshape(-1, features)
             if up_offset is not None:
-                d_attr = torch.addmm(d_attr, plan.edge_rows_matrix(coef, attr_rows, num_rows),
+                d_attr = torch.addmm(d_attr, plan.edge_rows_matrix(coef),
                                      up_offset.reshape(-1, features), alpha=-1)
         return (_node_major(d_k, heads), d_q.transpose(0, 1), d_beta, d_w, d_attr, d_w_edge,
-                None, None)
+                None)
 
 
 @torch.compiler.disable
@@ -720,11 +680,11 @@ def fused_offset_attention_grad(
     """:func:`fused_attention_grad` with edge features ``edge_attr [E, F]`` whose key offsets
     are ``W^E f_e`` (``w_edge [H, Y, F]``): the same values as :func:`et_graph.energy.
     attention_grad` with ``key_offset=edge_key_offsets(edge_attr, w_edge)``, without an
-    ``[E, H, Y]`` tensor, and without a copy of the features: the sparse products read
-    ``edge_attr`` in place. ``attr_rows [E]`` (increasing) names the rows of a larger
+    ``[E, H, Y]`` tensor. ``attr_rows [E]`` (increasing) names the rows of a larger
     ``edge_attr [R, F]`` that ``src, dst`` read, as when a layer dropped the self-loops of the
-    caller's edges (:class:`et_graph.nn.conv.EdgeSet`); its gradient is then ``[R, F]``, zero
-    in the other rows. The opt-in compiled kernel has no offsets; this runs the sparse
+    caller's edges (:class:`et_graph.nn.conv.EdgeSet`): the kernel's one sorted copy is made
+    from them, with no copy of the kept rows first; the gradient is then ``[R, F]``, zero in
+    the other rows. The opt-in compiled kernel has no offsets; this runs the sparse
     kernels."""
     num_nodes, heads = k.size(0), k.size(1)
     if src.numel() == 0 or num_nodes == 0:
@@ -740,9 +700,8 @@ def fused_offset_attention_grad(
     if plan is None:
         plan = build_edge_plan(src, dst, num_nodes, heads)
     weight = None if edge_weight is None else plan.edge_values(edge_weight.to(k.dtype))
-    # the caller's rows as given: the plan's edge products read them through its order
-    attr = edge_attr.to(k.dtype).contiguous()
-    return _FusedOffsetAttentionGrad.apply(k, q, beta, weight, attr, w_edge, plan, attr_rows)
+    attr = plan.edge_rows(edge_attr.to(k.dtype), attr_rows)
+    return _FusedOffsetAttentionGrad.apply(k, q, beta, weight, attr, w_edge, plan)
 
 
 #: Rows per block of :func:`fused_relu_hopfield_grad` on the CPU: a ``[rows, K]`` block of

@@ -376,10 +376,10 @@ def test_bad_inputs_are_refused_by_name():
 
 
 @pytest.mark.parametrize("weight_columns", [None, 3])
-def test_fused_kernel_reads_the_kept_rows_of_larger_features_in_place(weight_columns):
+def test_fused_kernel_reads_the_kept_rows_of_larger_features(weight_columns):
     """``attr_rows``: the kernel reads the rows of the caller's features that the (self-loop
-    free) edges use, in place; the values and every derivative equal the reference's on
-    those rows, the other rows (first, middle, last) get a zero gradient."""
+    free) edges use, with no copy of them first; the values and every derivative equal the
+    reference's on those rows, the other rows (first, middle, last) get a zero gradient."""
     from et_graph.fused import fused_offset_attention_grad
 
     gen = torch.Generator().manual_seed(8)
@@ -426,16 +426,20 @@ def test_fused_kernel_reads_the_kept_rows_of_larger_features_in_place(weight_col
         (k, q, beta, attr, w_edge))
 
 
-def test_a_step_keeps_no_copy_of_the_edge_features():
-    """Memory (session 74): the fused kernel kept a sorted copy of the features per forward,
-    the layer a copy of the non-loop rows, and each step ``r = q W^E`` ``[H, N, F]``; the
-    features are now read in place (the caller's tensor is the only ``[E, F]`` one saved for
-    backward) and ``r`` is redone in backward: one ``[H, N, F]`` array saved per step."""
+def test_a_forward_keeps_one_copy_of_the_edge_features():
+    """Memory (session 74): the layer copied the caller's non-loop rows, the fused kernel
+    sorted that copy, and each step saved ``r = q W^E`` ``[H, N, F]`` for backward. Now the
+    layer hands the caller's features over with the kept rows' indices (no copy), the kernel
+    makes its one sorted copy from them (shared by the steps and saved once), and ``r`` is
+    redone in backward: one ``[H, N, F]`` array saved per step."""
     x, edge_index, edge_attr = graph_with_features()
     assert bool((edge_index[0] == edge_index[1]).any())  # self-loops: rows to drop
     steps = 3
     conv = edge_conv(steps=steps)
     nodes, heads = x.size(0), conv.energy_fn.heads
+    edges = conv.energy_fn.edges(x, edge_index, plan=True, edge_attr=edge_attr)
+    assert edges.attr is edge_attr and edges.attr_rows is not None
+    assert torch.equal(edges.kept_attr(), edge_attr[edge_index[0] != edge_index[1]])
     saved = []
 
     def pack(tensor):
@@ -444,8 +448,8 @@ def test_a_step_keeps_no_copy_of_the_edge_features():
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         conv(x.clone().requires_grad_(True), edge_index, edge_attr=edge_attr).sum().backward()
-    feature_shaped = [ptr for shape, ptr in saved
-                      if len(shape) == 2 and shape[1] == EDGE_DIM and shape[0] > nodes]
-    assert feature_shaped and set(feature_shaped) == {edge_attr.data_ptr()}
+    feature_shaped = {ptr for shape, ptr in saved
+                      if len(shape) == 2 and shape[1] == EDGE_DIM and shape[0] > nodes}
+    assert len(feature_shaped) == 1 and edge_attr.data_ptr() not in feature_shaped
     per_node_features = [shape for shape, _ in saved if shape == (heads, nodes, EDGE_DIM)]
     assert len(per_node_features) == steps

@@ -83,9 +83,9 @@ class EdgeSet(NamedTuple):
     loops), ``plan`` the sorted CSR layout of the fused kernel (``None`` unless requested) and
     ``attr`` the edges' features (``None`` without ``edge_dim``): the kept edges' ``[E', F]``,
     or, where self-loops were dropped, the caller's ``[E, F]`` with ``attr_rows [E']`` the
-    kept edges' rows (increasing), which the fused kernel reads in place: a copy of the kept
-    rows was a fifth of a layer's step memory at F = 64. :meth:`kept_attr` gives ``[E', F]``
-    either way.
+    kept edges' rows (increasing), from which the fused kernel makes its one sorted copy
+    directly: a copy of the kept rows first was a fifth of a layer's step memory at F = 64.
+    :meth:`kept_attr` gives ``[E', F]`` either way.
     """
 
     src: Tensor
@@ -466,7 +466,7 @@ class ETEnergy(Module):
                                     owner="the layer")
         if edge_attr is None:
             return edges
-        if edges.kept is not None:  # the rows are read in place (the class's docstring)
+        if edges.kept is not None:  # no copy of the kept rows (the class's docstring)
             return edges._replace(attr=edge_attr, attr_rows=edges.kept.nonzero().view(-1))
         return edges._replace(attr=edge_attr)
 
