@@ -972,3 +972,18 @@ def test_energy_degree_correlates_each_score_with_the_in_degree_without_labels(t
     assert -1.0 <= energy["spearman_after_log_degree_removed"] <= 1.0
     stored = json.loads((tmp_path / "true.json").read_text(encoding="utf-8"))
     assert stored["rows"] == rows[0] and stored["meta"]["data_digest"]
+
+
+def test_edge_feature_products_time_every_layout_and_agree(tmp_path):
+    """benchmarks/edge_feature_products.py (docs/benchmarks.md): each product read in place
+    must equal the sorted copy's (the script checks); every row is timed and stored."""
+    module = benchmark_module("edge_feature_products")
+    out = tmp_path / "products.json"
+    result = module.main(["--nodes", "60", "--edges", "400", "--edge-dim", "5", "--repeats", "1",
+                          "--json", str(out)])
+    stored = json.loads(out.read_text())
+    assert stored["median_ms"] == result["median_ms"]
+    assert len(stored["median_ms"]) == 6 and all(ms > 0 for ms in stored["median_ms"].values())
+    assert stored["edges"] < 400  # self-loops dropped
+    with pytest.raises(SystemExit):
+        module.main(["--repeats", "0"])

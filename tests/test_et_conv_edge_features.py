@@ -145,11 +145,16 @@ def test_training_reaches_the_edge_map_and_the_features():
         assert relative_error(mine.grad, theirs.grad) < 1e-9, name
 
 
+@pytest.mark.parametrize("larger_features", [False, True], ids=["own_rows", "kept_rows"])
 @pytest.mark.parametrize("weight_columns", [None, 1, 3])
-def test_fused_kernel_with_offsets_matches_the_reference_and_its_derivatives(weight_columns):
+def test_fused_kernel_with_offsets_matches_the_reference_and_its_derivatives(weight_columns,
+                                                                            larger_features):
     """The fused kernel's form with key offsets (no [E, H, Y] tensor) against the reference
     closed form, values and every first derivative in float64; its second derivatives by
-    gradgradcheck (they run through the reference, differentiated by autograd)."""
+    gradgradcheck (they run through the reference, differentiated by autograd).
+    ``larger_features``: the edges read ``attr_rows`` of a larger feature array (a layer's
+    self-loops dropped, session 74), with no copy of them first; the other rows (first,
+    middle, last) get a zero gradient."""
     from et_graph.fused import _FusedOffsetAttentionGrad, fused_offset_attention_grad
 
     gen = torch.Generator().manual_seed(5)
@@ -162,7 +167,15 @@ def test_fused_kernel_with_offsets_matches_the_reference_and_its_derivatives(wei
     keep = src != dst
     src, dst = src[keep], dst[keep]
     count = src.numel()
-    k, q, attr = leaf(nodes, heads, head_dim), leaf(nodes, heads, head_dim), leaf(count, 2)
+    attr_rows = unread = None
+    rows = count
+    if larger_features:
+        rows = count + 5
+        unread = torch.tensor([0, 4, 9, rows - 2, rows - 1])
+        read = torch.ones(rows, dtype=torch.bool)
+        read[unread] = False
+        attr_rows = read.nonzero().view(-1)
+    k, q, attr = leaf(nodes, heads, head_dim), leaf(nodes, heads, head_dim), leaf(rows, 2)
     w_edge, beta = leaf(heads, head_dim, 2), (0.5 + torch.rand(heads, generator=gen,
                                                                  dtype=torch.float64))
     beta.requires_grad_()
@@ -173,18 +186,21 @@ def test_fused_kernel_with_offsets_matches_the_reference_and_its_derivatives(wei
     up = (torch.randn(nodes, heads, head_dim, generator=gen, dtype=torch.float64),
           torch.randn(nodes, heads, head_dim, generator=gen, dtype=torch.float64))
 
-    def fused():
-        return fused_offset_attention_grad(k, q, src, dst, beta, weight, attr, w_edge)
+    def fused(*t):
+        k, q, beta, attr, w_edge = t
+        return fused_offset_attention_grad(k, q, src, dst, beta, weight, attr, w_edge,
+                                           attr_rows=attr_rows)
 
     def reference():
+        read_attr = attr if attr_rows is None else attr[attr_rows]
         return E.attention_grad(k, q, src, dst, beta, weight, nodes,
-                                E.edge_key_offsets(attr, w_edge))
+                                E.edge_key_offsets(read_attr, w_edge))
 
     calls = []
     apply = _FusedOffsetAttentionGrad.apply
     _FusedOffsetAttentionGrad.apply = lambda *a: calls.append(1) or apply(*a)
     try:
-        got = fused()
+        got = fused(k, q, beta, attr, w_edge)
     finally:
         _FusedOffsetAttentionGrad.apply = apply
     assert calls  # the fused kernel ran, not a fallback
@@ -195,9 +211,11 @@ def test_fused_kernel_with_offsets_matches_the_reference_and_its_derivatives(wei
     theirs = torch.autograd.grad(expected, inputs, up)
     for a, b in zip(mine, theirs):
         assert relative_error(a, b) < 1e-11
-    assert torch.autograd.gradgradcheck(
-        lambda *t: fused_offset_attention_grad(t[0], t[1], src, dst, t[2], weight, t[3], t[4]),
-        (k, q, beta, attr, w_edge))
+    if larger_features:
+        d_attr = mine[next(i for i, t in enumerate(inputs) if t is attr)]
+        assert d_attr.shape == attr.shape and bool((d_attr[unread] == 0).all())
+        assert bool((d_attr[attr_rows].abs().sum(1) > 0).all())
+    assert torch.autograd.gradgradcheck(fused, (k, q, beta, attr, w_edge))
 
 
 @pytest.mark.parametrize("chunk_size, chunk_edges", [(1, None), (5, None), (4, 6), (100, None)])
@@ -373,57 +391,6 @@ def test_bad_inputs_are_refused_by_name():
     one = ETConv(8, heads=3, head_dim=4, edge_dim=1).double()
     assert torch.equal(one(x, edge_index, edge_attr=edge_attr[:, 0]),
                        one(x, edge_index, edge_attr=edge_attr[:, :1]))
-
-
-@pytest.mark.parametrize("weight_columns", [None, 3])
-def test_fused_kernel_reads_the_kept_rows_of_larger_features(weight_columns):
-    """``attr_rows``: the kernel reads the rows of the caller's features that the (self-loop
-    free) edges use, with no copy of them first; the values and every derivative equal the
-    reference's on those rows, the other rows (first, middle, last) get a zero gradient."""
-    from et_graph.fused import fused_offset_attention_grad
-
-    gen = torch.Generator().manual_seed(8)
-    nodes, heads, head_dim, edges = 7, 3, 4, 20
-    src, dst = torch.randint(0, nodes, (2, edges), generator=gen)
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
-    count = src.numel()
-    total_rows = count + 5
-    unread = torch.tensor([0, 4, 9, total_rows - 2, total_rows - 1])
-    read = torch.ones(total_rows, dtype=torch.bool)
-    read[unread] = False
-    attr_rows = read.nonzero().view(-1)
-    assert attr_rows.numel() == count
-
-    def leaf(*shape):
-        return torch.randn(*shape, generator=gen, dtype=torch.float64).requires_grad_()
-
-    k, q, attr, w_edge = (leaf(nodes, heads, head_dim), leaf(nodes, heads, head_dim),
-                          leaf(total_rows, 2), leaf(heads, head_dim, 2))
-    beta = (0.5 + torch.rand(heads, generator=gen, dtype=torch.float64)).requires_grad_()
-    weight = None if weight_columns is None else (
-        0.5 + torch.rand(count, weight_columns, generator=gen, dtype=torch.float64)
-    ).requires_grad_()
-    inputs = [t for t in (k, q, beta, weight, attr, w_edge) if t is not None]
-    up = (torch.randn(nodes, heads, head_dim, generator=gen, dtype=torch.float64),
-          torch.randn(nodes, heads, head_dim, generator=gen, dtype=torch.float64))
-    got = fused_offset_attention_grad(k, q, src, dst, beta, weight, attr, w_edge,
-                                      attr_rows=attr_rows)
-    expected = E.attention_grad(k, q, src, dst, beta, weight, nodes,
-                                E.edge_key_offsets(attr[attr_rows], w_edge))
-    for mine, theirs in zip(got, expected):
-        assert relative_error(mine, theirs) < 1e-12
-    mine = torch.autograd.grad(got, inputs, up)
-    theirs = torch.autograd.grad(expected, inputs, up)
-    for a, b in zip(mine, theirs):
-        assert relative_error(a, b) < 1e-11
-    d_attr = mine[next(i for i, t in enumerate(inputs) if t is attr)]
-    assert d_attr.shape == attr.shape and bool((d_attr[unread] == 0).all())
-    assert bool((d_attr[attr_rows].abs().sum(1) > 0).all())
-    assert torch.autograd.gradgradcheck(
-        lambda *t: fused_offset_attention_grad(t[0], t[1], src, dst, t[2], weight, t[3], t[4],
-                                               attr_rows=attr_rows),
-        (k, q, beta, attr, w_edge))
 
 
 def test_a_forward_keeps_one_copy_of_the_edge_features():
