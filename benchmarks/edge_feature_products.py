@@ -41,7 +41,7 @@ def median_ms(work: Callable[[], torch.Tensor], repeats: int) -> tuple[float, to
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--nodes", type=int, default=20000)
     parser.add_argument("--edges", type=int, default=400000)
     parser.add_argument("--heads", type=int, default=4)

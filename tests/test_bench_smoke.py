@@ -981,7 +981,7 @@ def test_edge_feature_products_time_every_layout_and_agree(tmp_path):
     out = tmp_path / "products.json"
     result = module.main(["--nodes", "60", "--edges", "400", "--edge-dim", "5", "--repeats", "1",
                           "--json", str(out)])
-    stored = json.loads(out.read_text())
+    stored = json.loads(out.read_text(encoding="utf-8"))
     assert stored["median_ms"] == result["median_ms"]
     assert len(stored["median_ms"]) == 6 and all(ms > 0 for ms in stored["median_ms"].values())
     assert stored["edges"] < 400  # self-loops dropped
