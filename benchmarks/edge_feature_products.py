@@ -7,8 +7,9 @@ over the edges into each node). Both walk the edges in destination order. This s
 each product reading (a) a copy of the features sorted into that order, and (b) the caller's
 features in place, through the sorted order's indices, and (c) the score product over an
 edge-major pattern (the caller's order, the per-node rows gathered instead), besides the cost
-of making the sorted copy once. Same random graph as ``bench_etconv.py`` (self-loops dropped),
-1 thread by default; prints a table and writes ``--json``.
+of making the sorted copy once. The random graph and features of ``bench_etconv.py``
+(``make_inputs``, self-loops dropped), 1 thread by default; prints a table and writes
+``--json``.
 
     OMP_NUM_THREADS=1 python benchmarks/edge_feature_products.py --json products.json
 """
@@ -17,27 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from et_graph.fused import EdgePlan
 
-from et_graph.fused import EdgePlan  # noqa: E402
-
-
-def median_ms(work: Callable[[], torch.Tensor], repeats: int) -> tuple[float, torch.Tensor]:
-    out = work()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3, out
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_descent_parts import time_ms  # noqa: E402
+from bench_etconv import make_inputs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -54,13 +44,12 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("every size, --repeats and --threads must be at least 1")
     torch.set_num_threads(args.threads)
     heads, features = args.heads, args.edge_dim
-    gen = torch.Generator().manual_seed(0)
-    src, dst = torch.randint(0, args.nodes, (2, args.edges), generator=gen)
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
+    _, edge_index, _, attr = make_inputs(args.nodes, args.edges, edge_dim=features)
+    keep = edge_index[0] != edge_index[1]
+    (src, dst), attr = edge_index[:, keep], attr[keep]
     edges = src.numel()
     plan = EdgePlan(src, dst, args.nodes, heads)
-    attr = torch.randn(edges, features, generator=gen)
+    gen = torch.Generator().manual_seed(1)
     values = torch.rand(heads, edges, generator=gen)
     per_node = torch.randn(heads * args.nodes, features, generator=gen)
     size = (heads * args.nodes, edges)
@@ -92,21 +81,21 @@ def main(argv: list[str] | None = None) -> dict:
         return pattern.values().view(edges, heads).t().index_select(1, plan.order).reshape(-1)
 
     sorted_attr = attr.index_select(0, plan.order)
-    rows = {}
-    rows["sorted copy, made once"], _ = median_ms(lambda: attr.index_select(0, plan.order),
-                                                  args.repeats)
-    rows["score product, sorted copy"], reference = median_ms(
-        lambda: scores(sorted_columns, sorted_attr), args.repeats)
-    rows["score product, caller's rows in place"], other = median_ms(
-        lambda: scores(caller_columns, attr), args.repeats)
-    torch.testing.assert_close(other, reference)
-    rows["score product, edge-major pattern"], other = median_ms(scores_edge_major, args.repeats)
-    torch.testing.assert_close(other, reference)
-    rows["aggregation, sorted copy"], reference = median_ms(
-        lambda: matrix(sorted_columns, values) @ sorted_attr, args.repeats)
-    rows["aggregation, caller's rows in place"], other = median_ms(
-        lambda: matrix(caller_columns, values) @ attr, args.repeats)
-    torch.testing.assert_close(other, reference)
+    products = {
+        "sorted copy, made once": lambda: attr.index_select(0, plan.order),
+        "score product, sorted copy": lambda: scores(sorted_columns, sorted_attr),
+        "score product, caller's rows in place": lambda: scores(caller_columns, attr),
+        "score product, edge-major pattern": scores_edge_major,
+        "aggregation, sorted copy": lambda: matrix(sorted_columns, values) @ sorted_attr,
+        "aggregation, caller's rows in place": lambda: matrix(caller_columns, values) @ attr,
+    }
+    # every layout gives the sorted copy's values
+    for kind in ("score product", "aggregation"):
+        reference = products[f"{kind}, sorted copy"]()
+        for name, product in products.items():
+            if name.startswith(kind) and name != f"{kind}, sorted copy":
+                torch.testing.assert_close(product(), reference)
+    rows = {name: time_ms(product, args.repeats, 1) for name, product in products.items()}
 
     print(f"N={args.nodes} E={edges} (self-loops dropped) H={heads} F={features}, "
           f"{args.threads} thread(s), median of {args.repeats}")
